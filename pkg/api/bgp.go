@@ -1,0 +1,189 @@
+package api
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// DefaultASNumber is used when neither the Node nor BGPConfiguration sets one.
+const DefaultASNumber ASNumber = 64512
+
+// BGPConfiguration holds cluster-wide BGP settings ("default") or one
+// node's overrides ("node.<name>").
+type BGPConfiguration struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta           `json:"metadata"`
+	Spec     BGPConfigurationSpec `json:"spec"`
+}
+
+// BGPConfigurationSpec is the desired state of a BGPConfiguration.
+type BGPConfigurationSpec struct {
+	ASNumber ASNumber `json:"asNumber,omitempty"`
+	// NodeToNodeMeshEnabled defaults to true; a pointer tells unset from false.
+	NodeToNodeMeshEnabled *bool  `json:"nodeToNodeMeshEnabled,omitempty"`
+	ListenPort            uint16 `json:"listenPort,omitempty"`
+	// KeepaliveTime and HoldTime are Go durations ("30s"); hold must be
+	// zero or at least 3 s and at least three keepalives.
+	KeepaliveTime     string             `json:"keepaliveTime,omitempty"`
+	HoldTime          string             `json:"holdTime,omitempty"`
+	ServiceClusterIPs []ServiceClusterIP `json:"serviceClusterIPs,omitempty"`
+	LogSeverity       string             `json:"logSeverity,omitempty"`
+}
+
+// ServiceClusterIP is a service CIDR to advertise over BGP.
+type ServiceClusterIP struct {
+	CIDR string `json:"cidr"`
+}
+
+// MeshEnabled reports whether the node-to-node mesh is on (default true).
+func (c *BGPConfiguration) MeshEnabled() bool {
+	return c.Spec.NodeToNodeMeshEnabled == nil || *c.Spec.NodeToNodeMeshEnabled
+}
+
+// GetKind implements Resource.
+func (c *BGPConfiguration) GetKind() Kind { return KindBGPConfiguration }
+
+// Meta implements Resource.
+func (c *BGPConfiguration) Meta() *ObjectMeta { return &c.Metadata }
+
+func (c *BGPConfiguration) setDefaults() {
+	if c.Metadata.Name == "default" {
+		if c.Spec.ASNumber == 0 {
+			c.Spec.ASNumber = DefaultASNumber
+		}
+		if c.Spec.NodeToNodeMeshEnabled == nil {
+			t := true
+			c.Spec.NodeToNodeMeshEnabled = &t
+		}
+		if c.Spec.ListenPort == 0 {
+			c.Spec.ListenPort = 179
+		}
+	}
+}
+
+var logLevels = []string{"", "Trace", "Debug", "Info", "Warning", "Error", "Fatal"}
+
+// Validate implements Resource.
+func (c *BGPConfiguration) Validate() error {
+	var v errs
+	name := c.Metadata.Name
+	validateName(&v, name)
+	if name != "default" && !strings.HasPrefix(name, "node.") {
+		v.add("metadata.name", name, `must be "default" or "node.<nodename>"`)
+	}
+	validateASN(&v, "spec.asNumber", c.Spec.ASNumber, true)
+	ka := validateDuration(&v, "spec.keepaliveTime", c.Spec.KeepaliveTime)
+	hold := validateDuration(&v, "spec.holdTime", c.Spec.HoldTime)
+	if hold != 0 && hold < 3*time.Second {
+		v.add("spec.holdTime", c.Spec.HoldTime, "must be 0 or at least 3s")
+	}
+	if hold != 0 && ka != 0 && ka*3 > hold {
+		v.add("spec.keepaliveTime", c.Spec.KeepaliveTime, "must be at most a third of holdTime (%s)", c.Spec.HoldTime)
+	}
+	for i, s := range c.Spec.ServiceClusterIPs {
+		if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
+			v.add(indexed("spec.serviceClusterIPs", i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
+		}
+	}
+	ok := false
+	for _, l := range logLevels {
+		ok = ok || strings.EqualFold(l, c.Spec.LogSeverity)
+	}
+	if !ok {
+		v.add("spec.logSeverity", c.Spec.LogSeverity, "must be one of Trace, Debug, Info, Warning, Error, Fatal")
+	}
+	return v.result(KindBGPConfiguration, name)
+}
+
+// BGPPeer configures BGP sessions: which routed nodes (Node or
+// NodeSelector) peer with whom (PeerIP+ASNumber or PeerSelector).
+type BGPPeer struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta  `json:"metadata"`
+	Spec     BGPPeerSpec `json:"spec"`
+}
+
+// BGPPeerSpec is the desired state of a BGPPeer.
+type BGPPeerSpec struct {
+	Node                string          `json:"node,omitempty"`
+	NodeSelector        string          `json:"nodeSelector,omitempty"`
+	PeerIP              string          `json:"peerIP,omitempty"`
+	ASNumber            ASNumber        `json:"asNumber,omitempty"`
+	PeerSelector        string          `json:"peerSelector,omitempty"`
+	Password            *PasswordSource `json:"password,omitempty"`
+	SourceAddress       string          `json:"sourceAddress,omitempty"`
+	KeepOriginalNextHop bool            `json:"keepOriginalNextHop,omitempty"`
+	KeepaliveTime       string          `json:"keepaliveTime,omitempty"`
+	HoldTime            string          `json:"holdTime,omitempty"`
+}
+
+// PasswordSource says where a BGP MD5 password comes from. The password
+// itself is never stored in the datastore.
+type PasswordSource struct {
+	File         string        `json:"file,omitempty"`
+	SecretKeyRef *SecretKeyRef `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeyRef names a key in a Kubernetes Secret in routed's namespace.
+type SecretKeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// Source addresses a BGPPeer may ask for.
+const (
+	SourceUseNodeIP = "UseNodeIP"
+	SourceNone      = "None"
+)
+
+// GetKind implements Resource.
+func (p *BGPPeer) GetKind() Kind { return KindBGPPeer }
+
+// Meta implements Resource.
+func (p *BGPPeer) Meta() *ObjectMeta { return &p.Metadata }
+
+func (p *BGPPeer) setDefaults() {
+	if p.Spec.SourceAddress == "" {
+		p.Spec.SourceAddress = SourceUseNodeIP
+	}
+}
+
+// Validate implements Resource.
+func (p *BGPPeer) Validate() error {
+	var v errs
+	s := p.Spec
+	validateName(&v, p.Metadata.Name)
+	if s.Node != "" && s.NodeSelector != "" {
+		v.add("spec.nodeSelector", s.NodeSelector, "cannot be set together with spec.node")
+	}
+	validateSelector(&v, "spec.nodeSelector", s.NodeSelector)
+	validateSelector(&v, "spec.peerSelector", s.PeerSelector)
+	switch {
+	case s.PeerSelector != "" && (s.PeerIP != "" || s.ASNumber != 0):
+		v.add("spec.peerSelector", s.PeerSelector, "cannot be set together with spec.peerIP/spec.asNumber")
+	case s.PeerSelector == "" && s.PeerIP == "":
+		v.add("spec.peerIP", nil, "is required unless spec.peerSelector is set")
+	case s.PeerSelector == "":
+		if a, err := netip.ParseAddr(s.PeerIP); err != nil || !a.Is4() {
+			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 address")
+		}
+		validateASN(&v, "spec.asNumber", s.ASNumber, false)
+	}
+	if s.SourceAddress != SourceUseNodeIP && s.SourceAddress != SourceNone {
+		v.add("spec.sourceAddress", s.SourceAddress, "must be UseNodeIP or None")
+	}
+	if pw := s.Password; pw != nil {
+		switch {
+		case pw.File != "" && pw.SecretKeyRef != nil:
+			v.add("spec.password", nil, "set either file or secretKeyRef, not both")
+		case pw.File == "" && pw.SecretKeyRef == nil:
+			v.add("spec.password", nil, "needs file or secretKeyRef")
+		case pw.SecretKeyRef != nil && (pw.SecretKeyRef.Name == "" || pw.SecretKeyRef.Key == ""):
+			v.add("spec.password.secretKeyRef", nil, "needs both name and key")
+		}
+	}
+	validateDuration(&v, "spec.keepaliveTime", s.KeepaliveTime)
+	validateDuration(&v, "spec.holdTime", s.HoldTime)
+	return v.result(KindBGPPeer, p.Metadata.Name)
+}

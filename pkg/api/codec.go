@@ -1,0 +1,160 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Decoded is the result of reading a file: the resources in order, and
+// warnings about Calico fields that routed accepts but does not act on.
+type Decoded struct {
+	Resources []Resource
+	Warnings  []string
+}
+
+// Decode reads one or more YAML documents (separated by "---") or JSON
+// objects, each a resource or a list of resources ("kind: List" or
+// "<Kind>List" with items). Unknown fields are an error naming them.
+// Defaults are applied; validation is left to the caller.
+func Decode(data []byte) (*Decoded, error) {
+	out := &Decoded{}
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return nil, err
+	}
+	for i, doc := range docs {
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return nil, fmt.Errorf("%w: document %d: %v", ErrDecode, i+1, err)
+		}
+		if obj == nil {
+			continue // empty document
+		}
+		if err := decodeObject(obj, fmt.Sprintf("document %d", i+1), out); err != nil {
+			return nil, err
+		}
+	}
+	if len(out.Resources) == 0 {
+		return nil, fmt.Errorf("%w: no resources found", ErrDecode)
+	}
+	return out, nil
+}
+
+// splitDocuments splits YAML on "---" lines. JSON input is one document.
+func splitDocuments(data []byte) ([][]byte, error) {
+	var docs [][]byte
+	var cur bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimRight(line, " \t") == "---" {
+			docs = append(docs, bytes.Clone(cur.Bytes()))
+			cur.Reset()
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	return append(docs, cur.Bytes()), nil
+}
+
+func decodeObject(obj map[string]any, where string, out *Decoded) error {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	if kind == "" {
+		return fmt.Errorf("%w: %s: missing kind", ErrDecode, where)
+	}
+	if apiVersion != APIVersion && apiVersion != CalicoAPIVersion {
+		return fmt.Errorf("%w: %s: apiVersion %q not supported (use %s or %s)", ErrDecode, where, apiVersion, APIVersion, CalicoAPIVersion)
+	}
+	if kind == "List" || strings.HasSuffix(kind, "List") {
+		items, ok := obj["items"].([]any)
+		if !ok && obj["items"] != nil {
+			return fmt.Errorf("%w: %s: items must be a list", ErrDecode, where)
+		}
+		for j, it := range items {
+			m, ok := it.(map[string]any)
+			if !ok {
+				return fmt.Errorf("%w: %s item %d: not an object", ErrDecode, where, j+1)
+			}
+			if _, has := m["apiVersion"]; !has {
+				m["apiVersion"] = apiVersion
+			}
+			if _, has := m["kind"]; !has {
+				m["kind"] = strings.TrimSuffix(kind, "List")
+			}
+			if err := decodeObject(m, fmt.Sprintf("%s item %d", where, j+1), out); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	k := Kind(kind)
+	r, err := New(k)
+	if err != nil {
+		return fmt.Errorf("%w: %s: kind %q is not a routed resource", ErrUnknownKind, where, kind)
+	}
+	if apiVersion == CalicoAPIVersion {
+		if k == KindWorkloadEndpoint || k == KindIPAMConfiguration {
+			return fmt.Errorf("%w: %s: %s is only accepted as %s", ErrDecode, where, k, APIVersion)
+		}
+		out.Warnings = append(out.Warnings, fromCalico(k, obj, where)...)
+		obj["apiVersion"] = APIVersion
+	}
+	if unknown := unknownFields(obj, r); len(unknown) > 0 {
+		return fmt.Errorf("%w: %s (%s): unknown field(s) %s", ErrDecode, where, kind, strings.Join(unknown, ", "))
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrDecode, where, err)
+	}
+	if err := json.Unmarshal(raw, r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%w: %s (%s): field %s: expected %s, got %s", ErrDecode, where, kind, te.Field, te.Type, te.Value)
+		}
+		return fmt.Errorf("%w: %s (%s): %v", ErrDecode, where, kind, err)
+	}
+	r.setDefaults()
+	out.Resources = append(out.Resources, r)
+	return nil
+}
+
+// Encode writes resources as YAML or JSON. One resource is written as
+// itself; several (or asList) as a List that Decode reads back.
+func Encode(w io.Writer, rs []Resource, format string, asList bool) error {
+	var v any = rs
+	if len(rs) == 1 && !asList {
+		v = rs[0]
+	} else {
+		if rs == nil {
+			rs = []Resource{}
+		}
+		v = map[string]any{"apiVersion": APIVersion, "kind": "List", "items": rs}
+	}
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return fmt.Errorf("unknown output format %q (use yaml or json)", format)
+}

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Encapsulation modes for IPIP (and, later, VXLAN).
+const (
+	EncapNever       = "Never"
+	EncapAlways      = "Always"
+	EncapCrossSubnet = "CrossSubnet"
+)
+
+// DefaultBlockSize is the prefix length of IPAM blocks when a pool sets none.
+const DefaultBlockSize = 26
+
+// IPPool is a range of pod addresses, carved into blocks that nodes claim.
+type IPPool struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     IPPoolSpec `json:"spec"`
+}
+
+// IPPoolSpec is the desired state of an IPPool.
+type IPPoolSpec struct {
+	CIDR         string `json:"cidr"`
+	BlockSize    int    `json:"blockSize,omitempty"`
+	IPIPMode     string `json:"ipipMode,omitempty"`
+	VXLANMode    string `json:"vxlanMode,omitempty"`
+	NATOutgoing  bool   `json:"natOutgoing,omitempty"`
+	Disabled     bool   `json:"disabled,omitempty"`
+	NodeSelector string `json:"nodeSelector,omitempty"`
+}
+
+// GetKind implements Resource.
+func (p *IPPool) GetKind() Kind { return KindIPPool }
+
+// Meta implements Resource.
+func (p *IPPool) Meta() *ObjectMeta { return &p.Metadata }
+
+func (p *IPPool) setDefaults() {
+	if p.Spec.BlockSize == 0 {
+		p.Spec.BlockSize = DefaultBlockSize
+	}
+	if p.Spec.IPIPMode == "" {
+		p.Spec.IPIPMode = EncapNever
+	}
+	if p.Spec.VXLANMode == "" {
+		p.Spec.VXLANMode = EncapNever
+	}
+	if p.Spec.NodeSelector == "" {
+		p.Spec.NodeSelector = "all()"
+	}
+	if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil {
+		p.Spec.CIDR = pfx.Masked().String()
+	}
+}
+
+// Prefix returns the pool's CIDR; call only on a validated pool.
+func (p *IPPool) Prefix() netip.Prefix {
+	pfx, _ := netip.ParsePrefix(p.Spec.CIDR)
+	return pfx.Masked()
+}
+
+// Validate implements Resource.
+func (p *IPPool) Validate() error {
+	var v errs
+	validateName(&v, p.Metadata.Name)
+	pfx, err := netip.ParsePrefix(p.Spec.CIDR)
+	switch {
+	case p.Spec.CIDR == "":
+		v.add("spec.cidr", nil, "is required")
+	case err != nil:
+		v.add("spec.cidr", p.Spec.CIDR, "is not a CIDR (want e.g. 10.244.0.0/16)")
+	case !pfx.Addr().Is4():
+		v.add("spec.cidr", p.Spec.CIDR, "only IPv4 pools are supported")
+	case pfx.Bits() > 32 || pfx.Bits() < 8:
+		v.add("spec.cidr", p.Spec.CIDR, "prefix length must be between /8 and /32")
+	}
+	bs := p.Spec.BlockSize
+	if bs < 20 || bs > 32 {
+		v.add("spec.blockSize", bs, "must be between 20 and 32")
+	} else if err == nil && pfx.Addr().Is4() && bs < pfx.Bits() {
+		v.add("spec.blockSize", bs, "blocks must fit in the pool: block size /%d is larger than the pool %s", bs, p.Spec.CIDR)
+	}
+	if !validMode(p.Spec.IPIPMode) {
+		v.add("spec.ipipMode", p.Spec.IPIPMode, "must be one of Never, Always, CrossSubnet")
+	}
+	switch {
+	case p.Spec.VXLANMode == EncapNever:
+	case validMode(p.Spec.VXLANMode):
+		v.add("spec.vxlanMode", p.Spec.VXLANMode, "VXLAN is not supported yet; use Never")
+	default:
+		v.add("spec.vxlanMode", p.Spec.VXLANMode, "must be Never (VXLAN is not supported yet)")
+	}
+	validateSelector(&v, "spec.nodeSelector", p.Spec.NodeSelector)
+	return v.result(KindIPPool, p.Metadata.Name)
+}
+
+func validMode(m string) bool {
+	return m == EncapNever || m == EncapAlways || m == EncapCrossSubnet
+}
+
+// PoolOverlapError reports a pool whose CIDR overlaps an existing pool.
+func poolOverlap(p, other *IPPool) error {
+	return &ValidationError{Kind: KindIPPool, Name: p.Metadata.Name, Fields: []FieldError{{
+		Field:  "spec.cidr",
+		Value:  p.Spec.CIDR,
+		Detail: fmt.Sprintf("overlaps IPPool %q (%s)", other.Metadata.Name, other.Spec.CIDR),
+	}}}
+}
+
+// ValidatePoolAgainst reports an error if p overlaps any pool in existing
+// other than one with p's own name (which p replaces). Both must be valid.
+func ValidatePoolAgainst(p *IPPool, existing []*IPPool) error {
+	for _, o := range existing {
+		if o.Metadata.Name == p.Metadata.Name {
+			continue
+		}
+		if p.Prefix().Overlaps(o.Prefix()) {
+			return poolOverlap(p, o)
+		}
+	}
+	return nil
+}

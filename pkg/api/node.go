@@ -1,0 +1,82 @@
+package api
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// Node is a host running routed, and its BGP identity.
+type Node struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     NodeSpec   `json:"spec"`
+}
+
+// NodeSpec is the desired state of a Node.
+type NodeSpec struct {
+	BGP *NodeBGPSpec `json:"bgp,omitempty"`
+}
+
+// NodeBGPSpec is a node's BGP settings.
+type NodeBGPSpec struct {
+	// IPv4Address is the node's address with its prefix length
+	// (10.0.0.5/24); the prefix decides which peers are cross-subnet.
+	IPv4Address             string   `json:"ipv4Address,omitempty"`
+	ASNumber                ASNumber `json:"asNumber,omitempty"`
+	RouteReflectorClusterID string   `json:"routeReflectorClusterID,omitempty"`
+	IPv4IPIPTunnelAddr      string   `json:"ipv4IPIPTunnelAddr,omitempty"`
+}
+
+// GetKind implements Resource.
+func (n *Node) GetKind() Kind { return KindNode }
+
+// Meta implements Resource.
+func (n *Node) Meta() *ObjectMeta { return &n.Metadata }
+
+func (n *Node) setDefaults() {}
+
+// Address returns the node's BGP address with prefix, if it has a valid one.
+func (n *Node) Address() (netip.Prefix, bool) {
+	if n.Spec.BGP == nil {
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(n.Spec.BGP.IPv4Address)
+	return p, err == nil
+}
+
+// Validate implements Resource.
+func (n *Node) Validate() error {
+	var v errs
+	validateName(&v, n.Metadata.Name)
+	validateLabels(&v, "metadata.labels", n.Metadata.Labels)
+	if b := n.Spec.BGP; b != nil {
+		if b.IPv4Address != "" {
+			p, err := netip.ParsePrefix(b.IPv4Address)
+			if err != nil || !p.Addr().Is4() {
+				v.add("spec.bgp.ipv4Address", b.IPv4Address, "must be an IPv4 address with prefix length, e.g. 10.0.0.5/24")
+			}
+		}
+		validateASN(&v, "spec.bgp.asNumber", b.ASNumber, true)
+		if id := b.RouteReflectorClusterID; id != "" {
+			if a, err := netip.ParseAddr(id); err != nil || !a.Is4() {
+				v.add("spec.bgp.routeReflectorClusterID", id, "must be an IPv4-formatted cluster ID, e.g. 224.0.0.1")
+			}
+		}
+		if t := b.IPv4IPIPTunnelAddr; t != "" {
+			if a, err := netip.ParseAddr(t); err != nil || !a.Is4() {
+				v.add("spec.bgp.ipv4IPIPTunnelAddr", t, "must be an IPv4 address")
+			}
+		}
+	}
+	return v.result(KindNode, n.Metadata.Name)
+}
+
+// validateASN checks a 4-byte AS number; zero means unset when optional.
+func validateASN(v *errs, field string, asn ASNumber, optional bool) {
+	if asn == 0 && optional {
+		return
+	}
+	if asn == 0 || asn == 23456 || asn == 4294967295 {
+		v.add(field, strconv.FormatUint(uint64(asn), 10), "AS number must be between 1 and 4294967294 (and not 23456, AS_TRANS)")
+	}
+}

@@ -1,0 +1,117 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+)
+
+// APIVersion is the apiVersion routed writes and reads natively.
+const APIVersion = "routed.io/v1"
+
+// CalicoAPIVersion is Calico's apiVersion, accepted on input for the kinds
+// Calico shares with routed so operators can bring existing files.
+const CalicoAPIVersion = "projectcalico.org/v3"
+
+// Kind names a resource type, as written in the "kind" field.
+type Kind string
+
+// The resource kinds routed knows.
+const (
+	KindIPPool            Kind = "IPPool"
+	KindNode              Kind = "Node"
+	KindBGPConfiguration  Kind = "BGPConfiguration"
+	KindBGPPeer           Kind = "BGPPeer"
+	KindWorkloadEndpoint  Kind = "WorkloadEndpoint"
+	KindIPAMConfiguration Kind = "IPAMConfiguration"
+)
+
+// Kinds lists every kind in the order routedctl prints and applies them:
+// pools and configuration before the objects that refer to them.
+var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindNode, KindBGPPeer, KindWorkloadEndpoint}
+
+// Plural is the lower-case plural used in datastore keys and by routedctl.
+func (k Kind) Plural() string {
+	switch k {
+	case KindIPAMConfiguration:
+		return "ipamconfigurations"
+	case KindBGPConfiguration:
+		return "bgpconfigurations"
+	}
+	return strings.ToLower(string(k)) + "s"
+}
+
+// ParseKind accepts a kind as users type it: "ippool", "ippools", "IPPool",
+// "bgppeer", "wep" and so on.
+func ParseKind(s string) (Kind, error) {
+	l := strings.ToLower(s)
+	for _, k := range Kinds {
+		if l == strings.ToLower(string(k)) || l == k.Plural() {
+			return k, nil
+		}
+	}
+	switch l {
+	case "pool", "pools":
+		return KindIPPool, nil
+	case "wep", "weps":
+		return KindWorkloadEndpoint, nil
+	case "bgpconfig", "bgpconfigs":
+		return KindBGPConfiguration, nil
+	case "ipamconfig", "ipamconfigs":
+		return KindIPAMConfiguration, nil
+	}
+	return "", fmt.Errorf("%w: %q (known: ippool, node, bgpconfiguration, bgppeer, workloadendpoint, ipamconfiguration)", ErrUnknownKind, s)
+}
+
+// TypeMeta is the apiVersion/kind header of every resource.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       Kind   `json:"kind"`
+}
+
+// ObjectMeta is the metadata of every resource.
+type ObjectMeta struct {
+	Name string `json:"name"`
+	// ResourceVersion is the datastore revision the object was read at.
+	// Updates and deletes succeed only if it is still current.
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
+	CreationTimestamp string            `json:"creationTimestamp,omitempty"`
+	UID               string            `json:"uid,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+}
+
+// Resource is implemented by every resource type.
+type Resource interface {
+	// GetKind returns the resource's kind.
+	GetKind() Kind
+	// Meta returns the resource's metadata for reading and writing.
+	Meta() *ObjectMeta
+	// Validate checks the spec on its own; checks across resources (pool
+	// overlap) are done by ValidateAgainst.
+	Validate() error
+	// setDefaults fills unset optional fields with their defaults.
+	setDefaults()
+}
+
+// New returns an empty resource of the given kind with its TypeMeta set.
+func New(k Kind) (Resource, error) {
+	tm := TypeMeta{APIVersion: APIVersion, Kind: k}
+	switch k {
+	case KindIPPool:
+		return &IPPool{TypeMeta: tm}, nil
+	case KindNode:
+		return &Node{TypeMeta: tm}, nil
+	case KindBGPConfiguration:
+		return &BGPConfiguration{TypeMeta: tm}, nil
+	case KindBGPPeer:
+		return &BGPPeer{TypeMeta: tm}, nil
+	case KindWorkloadEndpoint:
+		return &WorkloadEndpoint{TypeMeta: tm}, nil
+	case KindIPAMConfiguration:
+		return &IPAMConfiguration{TypeMeta: tm}, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
+}
+
+// SetDefaults fills unset optional fields of r with their defaults.
+func SetDefaults(r Resource) { r.setDefaults() }

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// WorkloadEndpoint records one pod interface; the CNI plugin writes it on
+// ADD and removes it on DEL, and felix routes to it.
+type WorkloadEndpoint struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta           `json:"metadata"`
+	Spec     WorkloadEndpointSpec `json:"spec"`
+}
+
+// WorkloadEndpointSpec is the state of one pod interface.
+type WorkloadEndpointSpec struct {
+	Node          string `json:"node"`
+	Orchestrator  string `json:"orchestrator,omitempty"`
+	Namespace     string `json:"namespace,omitempty"`
+	Pod           string `json:"pod,omitempty"`
+	ContainerID   string `json:"containerID"`
+	Endpoint      string `json:"endpoint,omitempty"`
+	InterfaceName string `json:"interfaceName"`
+	// ContainerInterface is the interface name inside the pod (eth0).
+	ContainerInterface string   `json:"containerInterface,omitempty"`
+	IPNetworks         []string `json:"ipNetworks"`
+	MAC                string   `json:"mac,omitempty"`
+	// Handle is the IPAM handle that holds the addresses.
+	Handle string `json:"handle,omitempty"`
+}
+
+// GetKind implements Resource.
+func (w *WorkloadEndpoint) GetKind() Kind { return KindWorkloadEndpoint }
+
+// Meta implements Resource.
+func (w *WorkloadEndpoint) Meta() *ObjectMeta { return &w.Metadata }
+
+func (w *WorkloadEndpoint) setDefaults() {
+	if w.Spec.Orchestrator == "" {
+		w.Spec.Orchestrator = "k8s"
+	}
+}
+
+// WorkloadEndpointName builds the datastore name of a pod interface:
+// unique per node, orchestrator, namespace, pod (or container) and
+// interface, and free of characters that are not allowed in names.
+func WorkloadEndpointName(node, orchestrator, namespace, pod, containerID, iface string) string {
+	workload := pod
+	if workload == "" {
+		workload = containerID
+	}
+	parts := []string{node, orchestrator, namespace, workload, iface}
+	for i, p := range parts {
+		parts[i] = strings.ReplaceAll(p, "-", "--")
+	}
+	return strings.Join(parts, "-")
+}
+
+// Validate implements Resource.
+func (w *WorkloadEndpoint) Validate() error {
+	var v errs
+	s := w.Spec
+	validateName(&v, w.Metadata.Name)
+	validateLabels(&v, "metadata.labels", w.Metadata.Labels)
+	if s.Node == "" {
+		v.add("spec.node", nil, "is required")
+	}
+	if s.ContainerID == "" {
+		v.add("spec.containerID", nil, "is required")
+	}
+	if s.InterfaceName == "" {
+		v.add("spec.interfaceName", nil, "is required")
+	}
+	for i, n := range s.IPNetworks {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			v.add(indexed("spec.ipNetworks", i), n, "is not a CIDR")
+		}
+	}
+	return v.result(KindWorkloadEndpoint, w.Metadata.Name)
+}
+
+// IPAMConfiguration holds cluster-wide IPAM settings; only "default" exists.
+type IPAMConfiguration struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta            `json:"metadata"`
+	Spec     IPAMConfigurationSpec `json:"spec"`
+}
+
+// IPAMConfigurationSpec is the desired IPAM behaviour.
+type IPAMConfigurationSpec struct {
+	// StrictAffinity forbids borrowing addresses from other nodes' blocks.
+	StrictAffinity bool `json:"strictAffinity,omitempty"`
+	// MaxBlocksPerHost caps the blocks one node may claim; 0 means no cap.
+	MaxBlocksPerHost int `json:"maxBlocksPerHost,omitempty"`
+	// AutoAllocateBlocks defaults to true; a pointer tells unset from false.
+	AutoAllocateBlocks *bool `json:"autoAllocateBlocks,omitempty"`
+}
+
+// GetKind implements Resource.
+func (c *IPAMConfiguration) GetKind() Kind { return KindIPAMConfiguration }
+
+// Meta implements Resource.
+func (c *IPAMConfiguration) Meta() *ObjectMeta { return &c.Metadata }
+
+func (c *IPAMConfiguration) setDefaults() {}
+
+// AutoAllocate reports whether nodes may claim new blocks (default true).
+func (c *IPAMConfiguration) AutoAllocate() bool {
+	return c.Spec.AutoAllocateBlocks == nil || *c.Spec.AutoAllocateBlocks
+}
+
+// Validate implements Resource.
+func (c *IPAMConfiguration) Validate() error {
+	var v errs
+	validateName(&v, c.Metadata.Name)
+	if c.Metadata.Name != "default" {
+		v.add("metadata.name", c.Metadata.Name, `must be "default"`)
+	}
+	if c.Spec.MaxBlocksPerHost < 0 {
+		v.add("spec.maxBlocksPerHost", c.Spec.MaxBlocksPerHost, "must not be negative")
+	}
+	return v.result(KindIPAMConfiguration, c.Metadata.Name)
+}

@@ -1,0 +1,89 @@
+// Package datastore stores routed's resources in etcd v3: typed CRUD with
+// optimistic concurrency, listing by kind, and a Syncer that streams a
+// snapshot and then updates.
+//
+// Keys: every resource lives at /routed/v1/<plural>/<name> as JSON
+// (KeyPrefix). IPAM keeps its own records under /routed/v1/ipam/.
+// A resource's ResourceVersion is the etcd ModRevision it was read at.
+package datastore
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// KeyPrefix is the root of every key routed writes.
+const KeyPrefix = "/routed/v1/"
+
+// Client is a connection to etcd; safe for concurrent use.
+type Client struct {
+	cfg  Config
+	etcd *clientv3.Client
+}
+
+// New connects to etcd. It does not wait for etcd to be up: operations
+// fail with ErrUnavailable after the request timeout instead.
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	for _, ep := range cfg.Endpoints {
+		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+			return nil, fmt.Errorf("%w: endpoint %q must start with http:// or https://", ErrConfig, ep)
+		}
+	}
+	var tlsCfg *tls.Config
+	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CACertFile != "" {
+		if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+			return nil, fmt.Errorf("%w: etcd cert file and key file must be given together", ErrConfig)
+		}
+		info := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CACertFile}
+		var err error
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("%w: etcd TLS files: %v", ErrConfig, err)
+		}
+	}
+	ec, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		TLS:         tlsCfg,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return &Client{cfg: cfg, etcd: ec}, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error { return c.etcd.Close() }
+
+// Etcd exposes the raw client for packages with their own key layout
+// (IPAM); they must use Ctx for timeouts and Wrap for errors.
+func (c *Client) Etcd() *clientv3.Client { return c.etcd }
+
+// Endpoints returns the configured endpoints.
+func (c *Client) Endpoints() []string { return c.cfg.Endpoints }
+
+// Ctx bounds one datastore operation by the request timeout.
+func (c *Client) Ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, c.cfg.RequestTimeout)
+}
+
+// Wrap maps errors from raw etcd calls the same way typed calls do.
+func (c *Client) Wrap(err error) error { return c.wrap(err) }
+
+// Key returns the datastore key of a resource.
+func Key(k api.Kind, name string) string { return KeyPrefix + k.Plural() + "/" + name }
+
+// KindPrefix returns the key prefix of all resources of a kind.
+func KindPrefix(k api.Kind) string { return KeyPrefix + k.Plural() + "/" }
+
+var log = logrus.WithField("component", "datastore")

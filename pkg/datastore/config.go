@@ -1,0 +1,81 @@
+package datastore
+
+import (
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Config holds how to reach etcd. Zero timeouts take the defaults.
+type Config struct {
+	Endpoints  []string
+	CACertFile string
+	CertFile   string
+	KeyFile    string
+	// DialTimeout bounds connecting; RequestTimeout bounds each operation,
+	// so nothing hangs when etcd is down.
+	DialTimeout    time.Duration
+	RequestTimeout time.Duration
+}
+
+// Defaults for Config.
+const (
+	DefaultEndpoint       = "http://127.0.0.1:2379"
+	DefaultDialTimeout    = 3 * time.Second
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// ConfigFromEnv reads the usual Calico environment names: ETCD_ENDPOINTS
+// (comma separated), ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE.
+func ConfigFromEnv() Config {
+	c := Config{
+		CACertFile: os.Getenv("ETCD_CA_CERT_FILE"),
+		CertFile:   os.Getenv("ETCD_CERT_FILE"),
+		KeyFile:    os.Getenv("ETCD_KEY_FILE"),
+	}
+	if e := os.Getenv("ETCD_ENDPOINTS"); e != "" {
+		c.Endpoints = SplitEndpoints(e)
+	}
+	return c
+}
+
+// SplitEndpoints splits a comma-separated endpoint list, dropping blanks.
+func SplitEndpoints(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// BindFlags registers --etcd-* flags on fs, defaulting to the environment.
+func (c *Config) BindFlags(fs *pflag.FlagSet) {
+	env := ConfigFromEnv()
+	def := env.Endpoints
+	if len(def) == 0 {
+		def = []string{DefaultEndpoint}
+	}
+	fs.StringSliceVar(&c.Endpoints, "etcd-endpoints", def, "etcd endpoints, comma separated (env ETCD_ENDPOINTS)")
+	fs.StringVar(&c.CACertFile, "etcd-ca-cert-file", env.CACertFile, "CA to verify etcd's certificate (env ETCD_CA_CERT_FILE)")
+	fs.StringVar(&c.CertFile, "etcd-cert-file", env.CertFile, "client certificate for etcd (env ETCD_CERT_FILE)")
+	fs.StringVar(&c.KeyFile, "etcd-key-file", env.KeyFile, "client key for etcd (env ETCD_KEY_FILE)")
+	fs.DurationVar(&c.RequestTimeout, "etcd-timeout", DefaultRequestTimeout, "timeout for each datastore operation")
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if len(out.Endpoints) == 0 {
+		out.Endpoints = []string{DefaultEndpoint}
+	}
+	if out.DialTimeout == 0 {
+		out.DialTimeout = DefaultDialTimeout
+	}
+	if out.RequestTimeout == 0 {
+		out.RequestTimeout = DefaultRequestTimeout
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package datastore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// prepare applies defaults, validates, and serialises r for storage.
+// Server-side fields (resourceVersion) are not stored.
+func prepare(r api.Resource) ([]byte, error) {
+	api.SetDefaults(r)
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	m := r.Meta()
+	rv := m.ResourceVersion
+	m.ResourceVersion = ""
+	b, err := json.Marshal(r)
+	m.ResourceVersion = rv
+	return b, err
+}
+
+func decode(k api.Kind, kv []byte, rev int64) (api.Resource, error) {
+	r, err := api.New(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(kv, r); err != nil {
+		return nil, fmt.Errorf("datastore: corrupt %s record: %w", k, err)
+	}
+	r.Meta().ResourceVersion = strconv.FormatInt(rev, 10)
+	return r, nil
+}
+
+func revision(r api.Resource) (int64, error) {
+	rv := r.Meta().ResourceVersion
+	if rv == "" {
+		return 0, fmt.Errorf("%w: %s %q has no resourceVersion; read it first", ErrConflict, r.GetKind(), r.Meta().Name)
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, r.GetKind(), r.Meta().Name, rv)
+	}
+	return n, nil
+}
+
+// Create stores r only if no resource of its kind and name exists, and
+// returns it with its ResourceVersion set.
+func (c *Client) Create(ctx context.Context, r api.Resource) (api.Resource, error) {
+	if r.Meta().CreationTimestamp == "" {
+		r.Meta().CreationTimestamp = time.Now().UTC().Format(time.RFC3339)
+	}
+	b, err := prepare(r)
+	if err != nil {
+		return nil, err
+	}
+	k, name := r.GetKind(), r.Meta().Name
+	key := Key(k, name)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
+	if pool, ok := r.(*api.IPPool); ok {
+		guard, err := c.poolOverlapGuard(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		cmps = append(cmps, guard)
+	}
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(b))).
+		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return nil, c.wrap(err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count > 0 {
+			return nil, objErr(k, name, ErrExists)
+		}
+		return nil, objErr(k, name, ErrConflict) // another pool changed meanwhile
+	}
+	r.Meta().ResourceVersion = strconv.FormatInt(resp.Header.Revision, 10)
+	return r, nil
+}
+
+// Update replaces r only if it has not changed since it was read at
+// r's ResourceVersion; otherwise it returns ErrConflict (or ErrNotFound).
+func (c *Client) Update(ctx context.Context, r api.Resource) (api.Resource, error) {
+	rev, err := revision(r)
+	if err != nil {
+		return nil, err
+	}
+	b, err := prepare(r)
+	if err != nil {
+		return nil, err
+	}
+	k, name := r.GetKind(), r.Meta().Name
+	key := Key(k, name)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+	if pool, ok := r.(*api.IPPool); ok {
+		guard, err := c.poolOverlapGuard(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		cmps = append(cmps, guard)
+	}
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(b))).
+		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return nil, c.wrap(err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return nil, objErr(k, name, ErrNotFound)
+		}
+		return nil, objErr(k, name, ErrConflict)
+	}
+	r.Meta().ResourceVersion = strconv.FormatInt(resp.Header.Revision, 10)
+	return r, nil
+}
+
+// Apply creates r, or replaces the current object of that name. The
+// replace is still conditional on the revision just read, so a concurrent
+// writer yields ErrConflict rather than a lost update.
+func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error) {
+	cur, err := c.Get(ctx, r.GetKind(), r.Meta().Name)
+	switch {
+	case IsNotFound(err):
+		r.Meta().ResourceVersion = ""
+		return c.Create(ctx, r)
+	case err != nil:
+		return nil, err
+	}
+	r.Meta().ResourceVersion = cur.Meta().ResourceVersion
+	if r.Meta().CreationTimestamp == "" {
+		r.Meta().CreationTimestamp = cur.Meta().CreationTimestamp
+	}
+	return c.Update(ctx, r)
+}
+
+// Get reads one resource.
+func (c *Client) Get(ctx context.Context, k api.Kind, name string) (api.Resource, error) {
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Get(ctx, Key(k, name))
+	if err != nil {
+		return nil, c.wrap(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, objErr(k, name, ErrNotFound)
+	}
+	return decode(k, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+}
+
+// List reads every resource of a kind, sorted by name, and the store
+// revision it was read at.
+func (c *Client) List(ctx context.Context, k api.Kind) ([]api.Resource, int64, error) {
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Get(ctx, KindPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, c.wrap(err)
+	}
+	out := make([]api.Resource, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := decode(k, kv.Value, kv.ModRevision)
+		if err != nil {
+			log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable record")
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// Delete removes a resource, only if it is still at resourceVersion.
+// An empty resourceVersion deletes whatever version is current now.
+func (c *Client) Delete(ctx context.Context, k api.Kind, name, resourceVersion string) error {
+	if resourceVersion == "" {
+		cur, err := c.Get(ctx, k, name)
+		if err != nil {
+			return err
+		}
+		resourceVersion = cur.Meta().ResourceVersion
+	}
+	rev, err := strconv.ParseInt(resourceVersion, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, k, name, resourceVersion)
+	}
+	key := Key(k, name)
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return c.wrap(err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return objErr(k, name, ErrNotFound)
+		}
+		return objErr(k, name, ErrConflict)
+	}
+	return nil
+}
+
+// poolOverlapGuard checks p against the stored pools and returns a
+// comparison that fails if any pool changes before the write commits, so
+// two overlapping pools cannot be created concurrently.
+func (c *Client) poolOverlapGuard(ctx context.Context, p *api.IPPool) (clientv3.Cmp, error) {
+	list, rev, err := c.List(ctx, api.KindIPPool)
+	if err != nil {
+		return clientv3.Cmp{}, err
+	}
+	pools := make([]*api.IPPool, 0, len(list))
+	for _, r := range list {
+		pools = append(pools, r.(*api.IPPool))
+	}
+	if err := api.ValidatePoolAgainst(p, pools); err != nil {
+		return clientv3.Cmp{}, err
+	}
+	prefix := KindPrefix(api.KindIPPool)
+	return clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", rev+1), nil
+}
+
+// IsNotFound reports whether err means the object does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -1,0 +1,87 @@
+package datastore
+
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// RawHandler receives the raw key-values under a prefix: first a full
+// snapshot, then every change. After a resync (compaction, a broken
+// watch, an etcd outage) it receives a fresh snapshot that replaces all
+// earlier state. Calls come from one goroutine, in revision order.
+type RawHandler interface {
+	OnRawSnapshot(kvs []*mvccpb.KeyValue, rev int64)
+	OnRawEvent(ev *clientv3.Event)
+}
+
+// resyncBackoff bounds how fast a failing watch retries.
+const (
+	resyncMinBackoff = 100 * time.Millisecond
+	resyncMaxBackoff = 5 * time.Second
+)
+
+// WatchPrefix lists prefix and watches it from that revision until ctx
+// ends, resyncing by itself whenever the watch cannot continue. It
+// returns only ctx's error.
+func (c *Client) WatchPrefix(ctx context.Context, prefix string, h RawHandler) error {
+	backoff := resyncMinBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := c.watchOnce(ctx, prefix, h)
+		if ctx.Err() != nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = resyncMinBackoff // it ran a while: not a tight failure loop
+		}
+		log.WithError(err).WithField("prefix", prefix).Info("resyncing watch")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, resyncMaxBackoff)
+	}
+	return ctx.Err()
+}
+
+// watchOnce does one snapshot and follows the watch until it breaks.
+func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) error {
+	lctx, cancel := c.Ctx(ctx)
+	resp, err := c.etcd.Get(lctx, prefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return c.wrap(err)
+	}
+	rev := resp.Header.Revision
+	h.OnRawSnapshot(resp.Kvs, rev)
+
+	// RequireLeader makes a member cut off from the cluster end the
+	// watch instead of going silent.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := c.etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	for wr := range wch {
+		if wr.CompactRevision != 0 {
+			return errCompacted
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			h.OnRawEvent(ev)
+		}
+	}
+	return errWatchClosed
+}
+
+type watchError string
+
+func (e watchError) Error() string { return string(e) }
+
+const (
+	errCompacted   = watchError("datastore: watch revision was compacted")
+	errWatchClosed = watchError("datastore: watch channel closed")
+)
