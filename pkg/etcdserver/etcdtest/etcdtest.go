@@ -18,6 +18,7 @@ func Start(t testing.TB) *etcdserver.Server {
 		ClientAddr: "127.0.0.1:0",
 		PeerAddr:   "127.0.0.1:0",
 		NoFsync:    true,
+		LogLevel:   "fatal", // shutdown is noisy at error level
 	})
 	if err != nil {
 		t.Fatalf("start embedded etcd: %v", err)

@@ -1,0 +1,151 @@
+package ctl
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+func newGetCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get KIND [NAME...]",
+		Short: "Show resources as a table, YAML or JSON",
+		Long: `Show resources. KIND is one of ippool, node, bgpconfiguration, bgppeer,
+workloadendpoint (wep), ipamconfiguration (singular or plural).
+-o yaml and -o json print resources that "apply -f" reads back.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := api.ParseKind(args[0])
+			if err != nil {
+				return err
+			}
+			if output != "" && output != "wide" && output != "yaml" && output != "json" {
+				return usageError("-o must be yaml, json or wide, not %q", output)
+			}
+			c, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var rs []api.Resource
+			if len(args) > 1 {
+				for _, name := range args[1:] {
+					r, err := c.Get(cmd.Context(), k, name)
+					if err != nil {
+						return err
+					}
+					rs = append(rs, r)
+				}
+			} else if rs, _, err = c.List(cmd.Context(), k); err != nil {
+				return err
+			}
+			switch output {
+			case "yaml", "json":
+				return api.Encode(g.out, rs, output, len(args) == 1)
+			}
+			return printTable(g.out, k, rs, output == "wide")
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml, json or wide (default: table)")
+	return cmd
+}
+
+// printTable prints resources the way calicoctl does: a few key columns,
+// more with wide.
+func printTable(out io.Writer, k api.Kind, rs []api.Resource, wide bool) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	head, row := columns(k, wide)
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, r := range rs {
+		fmt.Fprintln(tw, strings.Join(row(r), "\t"))
+	}
+	return tw.Flush()
+}
+
+func columns(k api.Kind, wide bool) ([]string, func(api.Resource) []string) {
+	switch k {
+	case api.KindIPPool:
+		return pick(wide, []string{"NAME", "CIDR", "SELECTOR"}, []string{"BLOCKSIZE", "IPIPMODE", "VXLANMODE", "NATOUTGOING", "DISABLED"}),
+			func(r api.Resource) []string {
+				p := r.(*api.IPPool)
+				return pick(wide, []string{p.Metadata.Name, p.Spec.CIDR, p.Spec.NodeSelector},
+					[]string{strconv.Itoa(p.Spec.BlockSize), p.Spec.IPIPMode, p.Spec.VXLANMode, strconv.FormatBool(p.Spec.NATOutgoing), strconv.FormatBool(p.Spec.Disabled)})
+			}
+	case api.KindNode:
+		return pick(wide, []string{"NAME"}, []string{"ASN", "IPV4", "RRCLUSTERID", "TUNNELADDR"}),
+			func(r api.Resource) []string {
+				n := r.(*api.Node)
+				b := n.Spec.BGP
+				if b == nil {
+					b = &api.NodeBGPSpec{}
+				}
+				return pick(wide, []string{n.Metadata.Name}, []string{asn(b.ASNumber), dash(b.IPv4Address), dash(b.RouteReflectorClusterID), dash(b.IPv4IPIPTunnelAddr)})
+			}
+	case api.KindBGPPeer:
+		return pick(wide, []string{"NAME", "PEERIP", "NODE", "ASN"}, []string{"PEERSELECTOR", "PASSWORD"}),
+			func(r api.Resource) []string {
+				p := r.(*api.BGPPeer)
+				node := p.Spec.Node
+				if node == "" {
+					node = p.Spec.NodeSelector
+				}
+				if node == "" {
+					node = "(global)"
+				}
+				pw := "-"
+				if p.Spec.Password != nil {
+					pw = "set"
+				}
+				return pick(wide, []string{p.Metadata.Name, dash(p.Spec.PeerIP), node, asn(p.Spec.ASNumber)}, []string{dash(p.Spec.PeerSelector), pw})
+			}
+	case api.KindBGPConfiguration:
+		return []string{"NAME", "LOGSEVERITY", "MESHENABLED", "ASNUMBER"},
+			func(r api.Resource) []string {
+				c := r.(*api.BGPConfiguration)
+				return []string{c.Metadata.Name, dash(c.Spec.LogSeverity), strconv.FormatBool(c.MeshEnabled()), asn(c.Spec.ASNumber)}
+			}
+	case api.KindWorkloadEndpoint:
+		return pick(wide, []string{"WORKLOAD", "NODE", "NETWORKS", "INTERFACE"}, []string{"CONTAINER", "MAC"}),
+			func(r api.Resource) []string {
+				w := r.(*api.WorkloadEndpoint)
+				wl := w.Spec.Pod
+				if w.Spec.Namespace != "" {
+					wl = w.Spec.Namespace + "/" + wl
+				}
+				return pick(wide, []string{dash(wl), w.Spec.Node, strings.Join(w.Spec.IPNetworks, ","), w.Spec.InterfaceName}, []string{w.Spec.ContainerID, dash(w.Spec.MAC)})
+			}
+	}
+	return []string{"NAME", "STRICTAFFINITY", "MAXBLOCKSPERHOST", "AUTOALLOCATE"},
+		func(r api.Resource) []string {
+			c := r.(*api.IPAMConfiguration)
+			return []string{c.Metadata.Name, strconv.FormatBool(c.Spec.StrictAffinity), strconv.Itoa(c.Spec.MaxBlocksPerHost), strconv.FormatBool(c.AutoAllocate())}
+		}
+}
+
+func pick(wide bool, base, extra []string) []string {
+	if wide {
+		return append(base, extra...)
+	}
+	return base
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func asn(a api.ASNumber) string {
+	if a == 0 {
+		return "(inherited)"
+	}
+	return strconv.FormatUint(uint64(a), 10)
+}

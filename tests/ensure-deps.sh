@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what the test tiers need, only when missing; safe to re-run.
+set -euo pipefail
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+want_pkg() { dpkg -s "$1" >/dev/null 2>&1 || need_apt+=("$1"); }
+
+if [ "$(id -u)" = 0 ]; then
+	have ip || want_pkg iproute2
+	have ping || want_pkg iputils-ping
+	have bird || want_pkg bird2
+	have gobgpd || want_pkg gobgpd
+	have qemu-system-x86_64 || want_pkg qemu-system-x86
+	have cpio || want_pkg cpio
+	[ -x /bin/busybox ] || want_pkg busybox-static
+	[ -x /usr/lib/cni/portmap ] || want_pkg containernetworking-plugins
+	have kubectl || want_pkg kubectl
+	have tcpdump || want_pkg tcpdump
+	if [ ${#need_apt[@]} -gt 0 ]; then
+		echo "ensure-deps: installing ${need_apt[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+	fi
+else
+	echo "ensure-deps: not root; skipping apt packages"
+fi
+
+# Go tools: a real CNI runtime client and the reference plugins (spec
+# 1.1.0) used as the benchmark baseline and for chaining tests.
+gobin="$(go env GOPATH)/bin"
+install_go() { # name module@version
+	[ -x "$gobin/$1" ] && return 0
+	echo "ensure-deps: go install $2"
+	GOFLAGS=-mod=mod go install "$2"
+}
+install_go cnitool github.com/containernetworking/cni/cnitool@v1.3.1
+install_go ptp github.com/containernetworking/plugins/plugins/main/ptp@v1.9.1
+install_go host-local github.com/containernetworking/plugins/plugins/ipam/host-local@v1.9.1
+install_go portmap github.com/containernetworking/plugins/plugins/meta/portmap@v1.9.1
+install_go bandwidth github.com/containernetworking/plugins/plugins/meta/bandwidth@v1.9.1
