@@ -1,0 +1,132 @@
+// Package daemon composes the routed node daemon: it registers the Node,
+// ensures the default pool and tunnel address, and runs felix, confd, the
+// BGP speaker, IPAM GC, health, metrics and the status socket.
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Roles routed can run in.
+const (
+	RoleNode           = "node"
+	RoleRouteReflector = "route-reflector"
+)
+
+// Config is everything the daemon needs, from flags and environment.
+type Config struct {
+	Role      string
+	NodeName  string
+	IP        string // ADDR/PREFIX, "autodetect" or ""
+	IPMethod  string // IP_AUTODETECTION_METHOD
+	Datastore datastore.Config
+	// EmbeddedEtcdDir, when set, runs an embedded etcd with data there and
+	// uses it as the datastore (single machine, labs).
+	EmbeddedEtcdDir  string
+	EmbeddedEtcdAddr string
+
+	Pool DefaultPool
+
+	HealthAddr   string
+	MetricsAddr  string
+	StatusSocket string
+	BGPPort      int
+	LogLevel     string
+
+	StateDir      string // /var/lib/routed: nodename and mtu files
+	FelixResync   time.Duration
+	IPAMGCPeriod  time.Duration
+	IPAMGCGrace   time.Duration
+	SecretsDir    string
+	ShutdownGrace time.Duration
+}
+
+// DefaultPool is the pool created at start when no pool exists.
+type DefaultPool struct {
+	CIDR        string
+	BlockSize   int
+	IPIPMode    string
+	NATOutgoing bool
+	Disabled    bool // ROUTED_NO_DEFAULT_IPPOOLS
+}
+
+// env returns the first set variable of names, else def.
+func env(def string, names ...string) string {
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok && v != "" {
+			return v
+		}
+	}
+	return def
+}
+
+func envBool(def bool, names ...string) bool {
+	v := env("", names...)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def
+	}
+	return b
+}
+
+func envInt(def int, names ...string) int {
+	v, err := strconv.Atoi(env("", names...))
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+// BindFlags registers every flag on fs, with defaults from the
+// environment (routed's names first, then Calico's).
+func (c *Config) BindFlags(fs *pflag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.Role, "role", env(RoleNode, "ROUTED_ROLE"), "node (felix + BGP + IPAM GC) or route-reflector (BGP only)")
+	fs.StringVar(&c.NodeName, "nodename", env(host, "NODENAME", "ROUTED_NODENAME"), "this node's name (env NODENAME; default hostname)")
+	fs.StringVar(&c.IP, "ip", env("autodetect", "IP"), "node IPv4 address with prefix length, e.g. 10.0.0.5/24, or autodetect (env IP)")
+	fs.StringVar(&c.IPMethod, "ip-autodetection-method", env("first-found", "IP_AUTODETECTION_METHOD"), "first-found, interface=REGEX or can-reach=DEST")
+	c.Datastore.BindFlags(fs)
+	fs.StringVar(&c.EmbeddedEtcdDir, "embedded-etcd-dir", env("", "ROUTED_EMBEDDED_ETCD_DIR"), "run an embedded etcd with its data here and use it (single machine)")
+	fs.StringVar(&c.EmbeddedEtcdAddr, "embedded-etcd-listen", env("127.0.0.1:2379", "ROUTED_EMBEDDED_ETCD_LISTEN"), "client address of the embedded etcd")
+	fs.StringVar(&c.Pool.CIDR, "default-ipv4-pool-cidr", env("192.168.0.0/16", "ROUTED_IPV4POOL_CIDR", "CALICO_IPV4POOL_CIDR"), "CIDR of the pool created when none exists")
+	fs.IntVar(&c.Pool.BlockSize, "default-ipv4-pool-block-size", envInt(26, "ROUTED_IPV4POOL_BLOCK_SIZE", "CALICO_IPV4POOL_BLOCK_SIZE"), "block size of the default pool")
+	fs.StringVar(&c.Pool.IPIPMode, "default-ipv4-pool-ipip", env("Never", "ROUTED_IPV4POOL_IPIP", "CALICO_IPV4POOL_IPIP"), "ipipMode of the default pool: Never, Always, CrossSubnet")
+	fs.BoolVar(&c.Pool.NATOutgoing, "default-ipv4-pool-nat-outgoing", envBool(true, "ROUTED_IPV4POOL_NAT_OUTGOING", "CALICO_IPV4POOL_NAT_OUTGOING"), "natOutgoing of the default pool")
+	fs.BoolVar(&c.Pool.Disabled, "no-default-ipv4-pool", envBool(false, "ROUTED_NO_DEFAULT_IPPOOLS", "NO_DEFAULT_POOLS"), "do not create a default pool")
+	fs.StringVar(&c.HealthAddr, "health-listen", env(":9099", "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off)")
+	fs.StringVar(&c.MetricsAddr, "metrics-listen", env(":9091", "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (empty: off)")
+	fs.StringVar(&c.StatusSocket, "status-socket", env("/var/run/routed/routed.sock", "ROUTED_STATUS_SOCKET"), "unix socket routedctl node status and show talk to")
+	fs.IntVar(&c.BGPPort, "bgp-port", envInt(0, "ROUTED_BGP_PORT"), "BGP listen port (0: BGPConfiguration listenPort, default 179)")
+	fs.StringVar(&c.LogLevel, "log-level", env("info", "ROUTED_LOG_LEVEL", "CALICO_LOG_LEVEL"), "trace, debug, info, warning, error")
+	fs.StringVar(&c.StateDir, "state-dir", env("/var/lib/routed", "ROUTED_STATE_DIR"), "where routed writes nodename and mtu for the CNI plugin")
+	fs.DurationVar(&c.FelixResync, "route-refresh-interval", 90*time.Second, "how often felix re-reads the kernel routes")
+	fs.DurationVar(&c.IPAMGCPeriod, "ipam-gc-interval", 5*time.Minute, "how often IPAM garbage collection runs (0: never)")
+	fs.DurationVar(&c.IPAMGCGrace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be before GC frees it")
+	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	if c.Role != RoleNode && c.Role != RoleRouteReflector {
+		return fmt.Errorf("--role: %q is not node or route-reflector", c.Role)
+	}
+	if c.NodeName == "" {
+		return fmt.Errorf("--nodename: empty and the hostname is unknown; set NODENAME")
+	}
+	if strings.ContainsAny(c.NodeName, "/ ") || strings.ToLower(c.NodeName) != c.NodeName {
+		return fmt.Errorf("--nodename: %q must be a lower-case DNS name", c.NodeName)
+	}
+	return nil
+}

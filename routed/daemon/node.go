@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// writeRetries bounds read-modify-write loops that lose to other writers.
+const writeRetries = 10
+
+// RegisterNode creates or updates this node's Node with its address,
+// keeping everything an operator set (labels, ASN, RR cluster ID).
+func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr netip.Prefix) (*api.Node, error) {
+	for i := 0; i < writeRetries; i++ {
+		r, err := ds.Get(ctx, api.KindNode, name)
+		var n *api.Node
+		switch {
+		case datastore.IsNotFound(err):
+			n = &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode}}
+			n.Metadata.Name = name
+		case err != nil:
+			return nil, err
+		default:
+			n = r.(*api.Node)
+		}
+		if n.Spec.BGP == nil {
+			n.Spec.BGP = &api.NodeBGPSpec{}
+		}
+		if n.Metadata.Labels == nil {
+			n.Metadata.Labels = map[string]string{}
+		}
+		if _, ok := n.Metadata.Labels["kubernetes.io/hostname"]; !ok {
+			n.Metadata.Labels["kubernetes.io/hostname"] = name
+		}
+		if n.Spec.BGP.IPv4Address == addr.String() && n.Metadata.ResourceVersion != "" {
+			return n, nil
+		}
+		n.Spec.BGP.IPv4Address = addr.String()
+		if n.Metadata.ResourceVersion == "" {
+			_, err = ds.Create(ctx, n)
+		} else {
+			_, err = ds.Update(ctx, n)
+		}
+		if errors.Is(err, datastore.ErrConflict) || errors.Is(err, datastore.ErrExists) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("register node %q: %w", name, err)
+		}
+		log.WithField("address", addr).Info("node registered")
+		return n, nil
+	}
+	return nil, fmt.Errorf("register node %q: %w after %d attempts", name, datastore.ErrConflict, writeRetries)
+}
+
+// EnsureDefaultPool creates the default pool when no pool exists. Several
+// nodes may race here; losing the race is fine.
+func EnsureDefaultPool(ctx context.Context, ds *datastore.Client, p DefaultPool) error {
+	if p.Disabled {
+		return nil
+	}
+	pools, _, err := ds.List(ctx, api.KindIPPool)
+	if err != nil || len(pools) > 0 {
+		return err
+	}
+	pool := &api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool}}
+	pool.Metadata.Name = "default-ipv4-ippool"
+	pool.Spec = api.IPPoolSpec{CIDR: p.CIDR, BlockSize: p.BlockSize, IPIPMode: p.IPIPMode, NATOutgoing: p.NATOutgoing}
+	_, err = ds.Create(ctx, pool)
+	switch {
+	case err == nil:
+		log.WithField("cidr", pool.Spec.CIDR).Info("created the default IP pool")
+	case errors.Is(err, datastore.ErrExists), errors.Is(err, datastore.ErrConflict):
+		err = nil // another node created a pool meanwhile
+	case errors.Is(err, api.ErrInvalid):
+		err = fmt.Errorf("default pool from ROUTED_IPV4POOL_*: %w", err)
+	}
+	return err
+}
+
+// writeStateFile writes a small file the CNI plugin reads, atomically.
+func writeStateFile(dir, name, content string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}

@@ -1,0 +1,128 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// applyConfig writes the lab's pool, BGP configuration and peers: mesh
+// off, n1 the route reflector for everyone, and every node peering eBGP
+// with the router on its own subnet (the router needs the pod routes to
+// forward between subnets when there is no IPIP).
+func (l *Lab) applyConfig(ctx context.Context) error {
+	t := l.Topo
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: routed.io/v1
+kind: IPPool
+metadata: {name: lab-pool}
+spec: {cidr: %s, blockSize: 26, ipipMode: %s, natOutgoing: false}
+---
+apiVersion: routed.io/v1
+kind: BGPConfiguration
+metadata: {name: default}
+spec: {asNumber: %d, nodeToNodeMeshEnabled: false}
+---
+apiVersion: routed.io/v1
+kind: BGPPeer
+metadata: {name: peer-with-route-reflectors}
+spec: {nodeSelector: "!has(route-reflector)", peerSelector: "has(route-reflector)"}
+`, t.PoolCIDR, t.IPIPMode, t.NodeAS)
+	for _, s := range []string{"a", "b"} {
+		fmt.Fprintf(&b, `---
+apiVersion: routed.io/v1
+kind: BGPPeer
+metadata: {name: tor-%s}
+spec: {nodeSelector: "subnet == '%s'", peerIP: %s, asNumber: %d}
+`, s, s, t.routerAddr(s).Addr(), t.RouterAS)
+	}
+	for _, n := range t.Nodes {
+		rr := ""
+		labels := fmt.Sprintf("subnet: %s", n.Subnet)
+		if n.RR {
+			rr = ", routeReflectorClusterID: 224.0.0.1"
+			labels += ", route-reflector: \"true\""
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: routed.io/v1
+kind: Node
+metadata: {name: %s, labels: {%s}}
+spec: {bgp: {ipv4Address: %s%s}}
+`, n.Name, labels, n.Addr, rr)
+	}
+	path := filepath.Join(l.Dir, "lab.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	_, err := l.Ctl(ctx, "apply", "-f", path)
+	return err
+}
+
+// startBird runs BIRD 2 in the router namespace as the top-of-rack
+// router: it learns every node's blocks over eBGP and installs them in
+// the router's kernel; it advertises nothing back.
+func (l *Lab) startBird(ctx context.Context) error {
+	t := l.Topo
+	var b strings.Builder
+	fmt.Fprintf(&b, "router id %s;\nprotocol device {}\n", t.routerAddr("a").Addr())
+	b.WriteString("protocol kernel { ipv4 { import none; export all; }; }\n")
+	fmt.Fprintf(&b, "template bgp nodes { local as %d; ipv4 { import all; export none; }; }\n", t.RouterAS)
+	for i, n := range t.Nodes {
+		fmt.Fprintf(&b, "protocol bgp node%d from nodes { neighbor %s as %d; source address %s; }\n",
+			i+1, n.Addr.Addr(), t.NodeAS, t.routerAddr(n.Subnet).Addr())
+	}
+	conf := filepath.Join(l.Dir, "bird.conf")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	p, err := startProc(t.RouterNS(), filepath.Join(l.Dir, "bird.log"), nil,
+		"bird", "-f", "-c", conf, "-s", l.birdSocket(), "-P", filepath.Join(l.Dir, "bird.pid"))
+	if err != nil {
+		return err
+	}
+	l.bird = p
+	l.recordPID(p)
+	return l.waitFor(ctx, 10*time.Second, "BIRD", func() error {
+		_, err := l.Birdc(ctx, "show", "status")
+		return err
+	})
+}
+
+func (l *Lab) birdSocket() string { return filepath.Join(l.Dir, "bird.ctl") }
+
+// Birdc queries the router's BIRD.
+func (l *Lab) Birdc(ctx context.Context, args ...string) (string, error) {
+	return nsRun(ctx, l.Topo.RouterNS(), append([]string{"birdc", "-s", l.birdSocket()}, args...)...)
+}
+
+// writeCNIConfig writes each node's conflist: routed-cni with
+// routed-ipam, pointing at the lab's etcd and the node's state dir.
+func (l *Lab) writeCNIConfig(ctx context.Context) error {
+	for _, n := range l.Topo.Nodes {
+		dir := filepath.Join(l.Dir, n.Name, "net.d")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		conf := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "k8s-pod-network",
+  "plugins": [{
+    "type": "routed-cni",
+    "etcd_endpoints": %q,
+    "nodename": %q,
+    "log_level": "info",
+    "log_file_path": %q,
+    "mtu_file": %q,
+    "ipam": {"type": "routed-ipam"}
+  }]
+}
+`, l.Topo.EtcdEndpoint(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"))
+		if err := os.WriteFile(filepath.Join(dir, "10-routed.conflist"), []byte(conf), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
