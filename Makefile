@@ -46,11 +46,11 @@ test-unit:
 bench: deps build
 	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./... | tee $(BIN)/bench.txt
 
-demo: build
-	./tests/demo/demo.sh
+demo: deps build
+	$(GO) run ./tests/demo -bin $(BIN)
 
-soak: build
-	./tests/demo/soak.sh
+soak: deps build
+	$(GO) run ./tests/soak -bin $(BIN)
 
 image:
 	docker build -t routed:dev -f deploy/Dockerfile .

@@ -1,0 +1,109 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of the lab checks.
+type Report struct {
+	Pods          int
+	Pairs, PairOK int
+	Failures      []string
+}
+
+// OK reports whether every check passed.
+func (r *Report) OK() bool { return len(r.Failures) == 0 && r.Pairs > 0 && r.Pairs == r.PairOK }
+
+func (r *Report) String() string {
+	s := fmt.Sprintf("%d pods, %d/%d pod pairs reachable", r.Pods, r.PairOK, r.Pairs)
+	if len(r.Failures) > 0 {
+		s += "; " + strings.Join(r.Failures, "; ")
+	}
+	return s
+}
+
+// Check creates podsPerNode pods on every node, prints node status,
+// routes and IPAM, and pings every pod from every other pod.
+func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report {
+	r := &Report{}
+	fail := func(f string, a ...any) { r.Failures = append(r.Failures, fmt.Sprintf(f, a...)) }
+	for i, n := range l.Topo.Nodes {
+		for j := 0; j < podsPerNode; j++ {
+			name := fmt.Sprintf("pod%d%d", i+1, j+1)
+			p, err := l.AddPod(ctx, n.Name, name)
+			if err != nil {
+				fail("create %s on %s: %v", name, n.Name, err)
+				continue
+			}
+			fmt.Fprintf(out, "==> pod %s on %s got %s\n", p.Name, p.Node, p.IP)
+		}
+	}
+	pods := l.Pods()
+	r.Pods = len(pods)
+	section := func(title, text string, err error) {
+		fmt.Fprintf(out, "\n==> %s\n%s", title, text)
+		if err != nil {
+			fmt.Fprintf(out, "(error: %v)\n", err)
+		}
+	}
+	for _, n := range l.Topo.Nodes {
+		s, err := l.NodeCtl(ctx, n.Name, "node", "status")
+		section("routedctl node status on "+n.Name, s, err)
+		if err != nil {
+			fail("node status on %s: %v", n.Name, err)
+		}
+	}
+	first := l.Topo.Nodes[len(l.Topo.Nodes)-1].Name
+	s, err := l.NodeCtl(ctx, first, "show", "route")
+	section("routedctl show route on "+first, s, err)
+	s, err = l.NodeRoutes(ctx, first)
+	section("kernel routes on "+first, s, err)
+	s, err = l.Ctl(ctx, "ipam", "show", "--show-blocks")
+	section("routedctl ipam show --show-blocks", s, err)
+
+	// Routes propagate within a second or two of the pods' blocks being
+	// claimed; give convergence a bounded wait before judging.
+	fmt.Fprintf(out, "\n==> pinging every pod from every other pod (%d pairs)\n", len(pods)*(len(pods)-1))
+	deadline := time.Now().Add(20 * time.Second)
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.NS == to.NS {
+				continue
+			}
+			r.Pairs++
+			for {
+				got, err := l.Ping(ctx, from, to.IP, 1)
+				if err == nil && got == 1 {
+					r.PairOK++
+					break
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					fail("%s (%s) -> %s (%s) unreachable", from.Name, from.Node, to.Name, to.IP)
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	fmt.Fprintf(out, "%d/%d pairs reachable\n", r.PairOK, r.Pairs)
+	return r
+}
+
+// KernelHasIPIP reports whether this kernel can create ipip devices.
+func KernelHasIPIP() bool {
+	if _, err := os.Stat("/sys/module/ipip"); err == nil {
+		return true
+	}
+	ns := fmt.Sprintf("ipipchk%d", os.Getpid())
+	ctx := context.Background()
+	if err := ip(ctx, "", "netns", "add", ns); err != nil {
+		return false
+	}
+	defer ip(ctx, "", "netns", "del", ns)
+	return ip(ctx, ns, "link", "add", "t0", "type", "ipip") == nil
+}
