@@ -1,0 +1,141 @@
+package felix
+
+import (
+	"net/netip"
+	"sort"
+
+	"github.com/routed-net/routed/felix/routetable"
+)
+
+// plan is what the dataplane should look like, computed from state.
+type plan struct {
+	routes map[netip.Prefix]routetable.Route
+	// ipip is true when an IPIP pool selects this node: tunl0 is then
+	// configured with tunnelAddr.
+	ipip       bool
+	tunnelAddr netip.Addr
+	nodeAddr   netip.Prefix // invalid when unknown
+	allPools   []netip.Prefix
+	natPools   []netip.Prefix
+}
+
+// computePlan derives the wanted dataplane. Route precedence for one
+// prefix: a local pod, then a local block's blackhole, then a remote
+// block from IPAM, then a BGP-learned path.
+func computePlan(cfg *Config, s *state) *plan {
+	p := &plan{routes: map[netip.Prefix]routetable.Route{}}
+	pools := s.sortedPools()
+	local := s.nodes[cfg.NodeName]
+	var labels map[string]string
+	if local != nil {
+		labels = local.Metadata.Labels
+		p.nodeAddr, _ = s.nodeAddr(cfg.NodeName)
+		if local.Spec.BGP != nil {
+			p.tunnelAddr, _ = netip.ParseAddr(local.Spec.BGP.IPv4IPIPTunnelAddr)
+		}
+	}
+	for _, pl := range pools {
+		p.allPools = append(p.allPools, pl.cidr)
+		if pl.nat {
+			p.natPools = append(p.natPools, pl.cidr)
+		}
+		if pl.ipip != "" && pl.ipip != "Never" && local != nil && pl.nodes != nil && pl.nodes.Evaluate(labels) {
+			p.ipip = true
+		}
+	}
+	if cfg.Features.DisableIPIP {
+		p.ipip = false
+	}
+
+	// Lowest precedence first; later writes win.
+	for dst, nh := range s.learned {
+		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, nh, s.gateway); ok {
+			p.routes[dst] = r
+		}
+	}
+	var holes []netip.Prefix
+	for _, a := range sortedAffinities(s) {
+		if a.State != AffinityConfirmed || !a.CIDR.Addr().Is4() {
+			continue
+		}
+		if a.Node == cfg.NodeName {
+			holes = append(holes, a.CIDR)
+			continue
+		}
+		if nh, ok := s.nodeAddr(a.Node); ok {
+			if r, ok := routeVia(cfg, pools, p.nodeAddr, a.CIDR, nh.Addr(), s.gateway); ok {
+				p.routes[a.CIDR] = r
+			}
+		}
+	}
+	for _, h := range holes {
+		p.routes[h] = routetable.Route{Dst: h, Type: routetable.Blackhole}
+	}
+	names := make([]string, 0, len(s.weps))
+	for n := range s.weps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w := s.weps[n]
+		for _, cidr := range w.Spec.IPNetworks {
+			pfx, err := netip.ParsePrefix(cidr)
+			if err != nil || !pfx.Addr().Is4() || w.Spec.InterfaceName == "" {
+				continue
+			}
+			pfx = pfx.Masked()
+			p.routes[pfx] = routetable.Route{Dst: pfx, Iface: w.Spec.InterfaceName}
+		}
+	}
+	return p
+}
+
+func sortedAffinities(s *state) []BlockAffinity {
+	out := make([]BlockAffinity, 0, len(s.affinities))
+	for _, a := range s.affinities {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return out[i].CIDR.String() < out[j].CIDR.String()
+	})
+	return out
+}
+
+// routeVia is the route to dst through the node at nh: over tunl0
+// (onlink) when dst's pool uses IPIP Always, or CrossSubnet and nh is
+// outside this node's subnet; otherwise straight to nh on whichever
+// device reaches it. A next hop on another subnet without IPIP is
+// resolved recursively through gw (the router that reaches it), as BIRD's
+// "gateway recursive" does: the kernel refuses a gateway it cannot reach
+// directly, and that router must then know the pod routes (e.g. a ToR
+// peering with the nodes).
+func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, nh netip.Addr, gw func(netip.Addr) netip.Addr) (routetable.Route, bool) {
+	if !dst.Addr().Is4() || !nh.Is4() || (local.IsValid() && nh == local.Addr()) {
+		return routetable.Route{}, false
+	}
+	dst = dst.Masked()
+	direct := routetable.Route{Dst: dst, Gw: nh}
+	if gw != nil && local.IsValid() && !local.Masked().Contains(nh) {
+		if g := gw(nh); g.IsValid() {
+			direct.Gw = g
+		}
+	}
+	if cfg.Features.DisableIPIP {
+		return direct, true
+	}
+	for _, pl := range pools {
+		if !pl.cidr.Contains(dst.Addr()) || pl.cidr.Bits() > dst.Bits() {
+			continue
+		}
+		// An unknown local subnet makes every peer look remote.
+		encap := pl.ipip == "Always" || (pl.ipip == "CrossSubnet" && (!local.IsValid() || !local.Masked().Contains(nh)))
+		if encap {
+			return routetable.Route{Dst: dst, Iface: TunnelDevice, Gw: nh, OnLink: true}, true
+		}
+		return direct, true
+	}
+	return direct, true
+}

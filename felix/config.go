@@ -1,0 +1,84 @@
+package felix
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults for Config.
+const (
+	DefaultResyncInterval  = 90 * time.Second
+	DefaultGracePeriod     = 10 * time.Second
+	DefaultWorkloadPrefix  = "cali"
+	DefaultMTUFile         = "/var/lib/routed/mtu"
+	DefaultHostMTU         = 1500
+	TunnelDevice           = "tunl0"
+	IPIPOverhead           = 20
+	defaultMaxRetryBackoff = 30 * time.Second
+)
+
+// Config configures a Felix. The zero value of each optional field takes
+// the default.
+type Config struct {
+	// NodeName is this node's name in the datastore (required).
+	NodeName string
+	// RouteProtocol marks programmed routes; default RouteProtocol.
+	RouteProtocol uint8
+	// ResyncInterval is how often the kernel is re-read in full.
+	ResyncInterval time.Duration
+	// RouteGracePeriod protects routes on devices younger than this
+	// (the CNI plugin's host route before felix hears of the pod).
+	RouteGracePeriod time.Duration
+	// NetNSPath is the network namespace to program; empty means the
+	// namespace felix runs in.
+	NetNSPath string
+	// WorkloadInterfacePrefix names pod host-side devices ("cali").
+	WorkloadInterfacePrefix string
+	// HostMTU overrides MTU detection when non-zero.
+	HostMTU int
+	// MTUInterface, when set, is the device whose MTU is the host MTU;
+	// otherwise it is the device holding the node address, or the
+	// default route's device.
+	MTUInterface string
+	// MTUFile is where the pod MTU is written for the CNI plugin.
+	MTUFile string
+	// Features turns parts of the dataplane off.
+	Features Features
+	// Log is the base logger; default logrus with component=felix.
+	Log *logrus.Entry
+}
+
+// Features are toggles for parts of the dataplane; all are on by default.
+type Features struct {
+	DisableIPIP        bool
+	DisableNATOutgoing bool
+	DisableSysctls     bool
+	DisableMTUFile     bool
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.NodeName == "" {
+		return c, errors.New("felix: config: node name is required")
+	}
+	if c.RouteProtocol == 0 {
+		c.RouteProtocol = RouteProtocol
+	}
+	if c.ResyncInterval <= 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	if c.RouteGracePeriod == 0 {
+		c.RouteGracePeriod = DefaultGracePeriod
+	}
+	if c.WorkloadInterfacePrefix == "" {
+		c.WorkloadInterfacePrefix = DefaultWorkloadPrefix
+	}
+	if c.MTUFile == "" {
+		c.MTUFile = DefaultMTUFile
+	}
+	if c.Log == nil {
+		c.Log = logrus.WithField("component", "felix")
+	}
+	return c, nil
+}

@@ -1,0 +1,166 @@
+package felix
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// Felix is the node's dataplane programmer. Its input methods may be
+// called from any goroutine at any time, before or during Run; they only
+// queue the change. Run owns all state in one goroutine and programs the
+// kernel. Nothing is removed when Run returns: routes, tunl0 and the NAT
+// table stay so a restarted felix (and the BGP graceful restart around
+// it) finds the dataplane intact.
+type Felix struct {
+	cfg     Config
+	log     *logrus.Entry
+	metrics *routetable.Metrics
+
+	mu      sync.Mutex
+	pending []func(*loop)
+	wake    chan struct{}
+
+	running atomic.Bool
+	applied atomic.Bool
+	rt      atomic.Pointer[routetable.RouteTable]
+}
+
+// Applied reports whether felix has programmed the dataplane in full at
+// least once since it started; readiness waits for it.
+func (f *Felix) Applied() bool { return f.applied.Load() }
+
+var (
+	_ RouteSink   = (*Felix)(nil)
+	_ RouteStatus = (*Felix)(nil)
+)
+
+// New validates cfg and returns a Felix ready for inputs and Run.
+func New(cfg Config) (*Felix, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Felix{
+		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
+		metrics: routetable.NewMetrics(), wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// Collectors returns felix's Prometheus collectors (routes programmed,
+// resync duration, apply failures); nothing is registered globally.
+func (f *Felix) Collectors() []prometheus.Collector { return f.metrics.Collectors() }
+
+// Register registers Collectors with reg.
+func (f *Felix) Register(reg prometheus.Registerer) error {
+	var errs []error
+	for _, c := range f.Collectors() {
+		errs = append(errs, reg.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+// enqueue hands work to the Run goroutine without blocking.
+func (f *Felix) enqueue(fn func(*loop)) {
+	f.mu.Lock()
+	f.pending = append(f.pending, fn)
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Felix) takePending() []func(*loop) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pending
+	f.pending = nil
+	return p
+}
+
+// ReplaceResources replaces all IPPools, Nodes and WorkloadEndpoints
+// (those kinds present as keys in rs) with rs; the first call marks the
+// resource state as synced.
+func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) {
+	f.enqueue(func(l *loop) {
+		l.st.replaceResources(l.cfg.NodeName, rs)
+		l.resourcesSynced = true
+		l.planDirty = true
+	})
+}
+
+// SetResource records a created or updated IPPool, Node or
+// WorkloadEndpoint; other kinds are ignored.
+func (f *Felix) SetResource(r api.Resource) {
+	f.enqueue(func(l *loop) {
+		l.st.setResource(l.cfg.NodeName, r)
+		l.planDirty = true
+	})
+}
+
+// DeleteResource records a deletion.
+func (f *Felix) DeleteResource(k api.Kind, name string) {
+	f.enqueue(func(l *loop) {
+		l.st.deleteResource(k, name)
+		l.planDirty = true
+	})
+}
+
+// ReplaceAffinities replaces all block affinities (all nodes'); the first
+// call marks affinity state as synced.
+func (f *Felix) ReplaceAffinities(all []BlockAffinity) {
+	f.enqueue(func(l *loop) {
+		l.st.affinities = make(map[affKey]BlockAffinity, len(all))
+		for _, a := range all {
+			l.st.affinities[affKey{a.Node, a.CIDR.Masked()}] = a
+		}
+		l.affinitiesSynced = true
+		l.planDirty = true
+	})
+}
+
+// UpdateAffinity records one affinity change.
+func (f *Felix) UpdateAffinity(a BlockAffinity, deleted bool) {
+	f.enqueue(func(l *loop) {
+		k := affKey{a.Node, a.CIDR.Masked()}
+		if deleted {
+			delete(l.st.affinities, k)
+		} else {
+			l.st.affinities[k] = a
+		}
+		l.planDirty = true
+	})
+}
+
+// RouteUpdate implements RouteSink.
+func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop netip.Addr) {
+	f.enqueue(func(l *loop) {
+		l.st.learned[prefix.Masked()] = nextHop.Unmap()
+		l.planDirty = true
+	})
+}
+
+// RouteWithdraw implements RouteSink.
+func (f *Felix) RouteWithdraw(prefix netip.Prefix) {
+	f.enqueue(func(l *loop) {
+		if _, ok := l.st.learned[prefix.Masked()]; ok {
+			delete(l.st.learned, prefix.Masked())
+			l.planDirty = true
+		}
+	})
+}
+
+// Programmed implements RouteStatus: whether felix's route for prefix is
+// in the kernel as wanted. Safe for concurrent use.
+func (f *Felix) Programmed(prefix netip.Prefix) bool {
+	rt := f.rt.Load()
+	return rt != nil && rt.Programmed(prefix.Masked())
+}

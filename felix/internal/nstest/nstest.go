@@ -1,0 +1,184 @@
+// Package nstest gives privileged tests a fresh, uniquely named network
+// namespace with a netlink handle in it, and helpers to build interfaces
+// without the dummy module (which this project's kernels may lack).
+//
+// Every namespace is removed in t.Cleanup; nothing here touches the
+// namespace the test process runs in.
+package nstest
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// NS is a test network namespace.
+type NS struct {
+	// NetNS is the namespace; Path() is its bind mount under /var/run/netns.
+	ns.NetNS
+	// Handle is a netlink handle inside the namespace.
+	Handle *netlink.Handle
+	// Name is the file name under /var/run/netns (usable with `ip -n`).
+	Name string
+}
+
+// RequireRoot skips the test loudly when not running as root. CI runs as
+// root, so there this never skips.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("!!! SKIPPED: this privileged test needs root (it creates network namespaces); " +
+			"CI runs as root, so a skip there would hide a failure !!!")
+	}
+}
+
+// New creates a fresh namespace with loopback up, removed at cleanup.
+func New(t testing.TB) *NS {
+	t.Helper()
+	RequireRoot(t)
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("creating netns: %v", err)
+	}
+	h, err := netns.GetFromPath(n.Path())
+	if err != nil {
+		t.Fatalf("opening netns: %v", err)
+	}
+	nh, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
+	_ = h.Close()
+	if err != nil {
+		t.Fatalf("netlink handle in netns: %v", err)
+	}
+	t.Cleanup(func() {
+		nh.Close()
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	lo, err := nh.LinkByName("lo")
+	if err == nil {
+		err = nh.LinkSetUp(lo)
+	}
+	if err != nil {
+		t.Fatalf("bringing up lo: %v", err)
+	}
+	return &NS{NetNS: n, Handle: nh, Name: filepath.Base(n.Path())}
+}
+
+// Veth creates a veth pair inside the namespace, both ends up, and
+// returns the first end.
+func (n *NS) Veth(t testing.TB, name, peer string) netlink.Link {
+	t.Helper()
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
+	if err := n.Handle.LinkAdd(v); err != nil {
+		t.Fatalf("adding veth %s/%s: %v", name, peer, err)
+	}
+	for _, nm := range []string{name, peer} {
+		l, err := n.Handle.LinkByName(nm)
+		if err != nil {
+			t.Fatalf("veth %s: %v", nm, err)
+		}
+		if err := n.Handle.LinkSetUp(l); err != nil {
+			t.Fatalf("veth %s up: %v", nm, err)
+		}
+	}
+	l, err := n.Handle.LinkByName(name)
+	if err != nil {
+		t.Fatalf("veth %s: %v", name, err)
+	}
+	return l
+}
+
+// AddAddr puts an address with prefix (10.0.0.5/24) on a link.
+func (n *NS) AddAddr(t testing.TB, link string, addr string) {
+	t.Helper()
+	l, err := n.Handle.LinkByName(link)
+	if err != nil {
+		t.Fatalf("link %s: %v", link, err)
+	}
+	a, err := netlink.ParseAddr(addr)
+	if err != nil {
+		t.Fatalf("parse %s: %v", addr, err)
+	}
+	if err := n.Handle.AddrAdd(l, a); err != nil {
+		t.Fatalf("adding %s to %s: %v", addr, link, err)
+	}
+}
+
+// Routes returns the namespace's main-table IPv4 routes keyed by prefix
+// (only metric 0, the ones routed manages).
+func (n *NS) Routes(t testing.TB) map[netip.Prefix]netlink.Route {
+	t.Helper()
+	rs, err := n.Handle.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		t.Fatalf("listing routes: %v", err)
+	}
+	out := map[netip.Prefix]netlink.Route{}
+	for _, r := range rs {
+		if r.Priority != 0 {
+			continue
+		}
+		p := netip.MustParsePrefix("0.0.0.0/0")
+		if r.Dst != nil {
+			p = IPNetPrefix(r.Dst)
+		}
+		out[p] = r
+	}
+	return out
+}
+
+// IPNetPrefix converts a *net.IPNet to a netip.Prefix.
+func IPNetPrefix(n *net.IPNet) netip.Prefix {
+	a, _ := netip.AddrFromSlice(n.IP)
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones)
+}
+
+// Eventually polls cond every 20ms until it returns "" or timeout passes,
+// then fails with cond's last message.
+func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Do runs f inside the namespace on a locked OS thread.
+func (n *NS) Do(t testing.TB, f func() error) {
+	t.Helper()
+	if err := n.NetNS.Do(func(ns.NetNS) error { return f() }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReadSysctl reads a /proc/sys file as seen from inside the namespace.
+func (n *NS) ReadSysctl(t testing.TB, name string) string {
+	t.Helper()
+	var out string
+	n.Do(t, func() error {
+		b, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if err != nil {
+			return fmt.Errorf("reading %s in netns: %w", name, err)
+		}
+		out = string(b)
+		return nil
+	})
+	return out
+}

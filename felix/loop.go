@@ -1,0 +1,387 @@
+package felix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/felix/natout"
+	"github.com/routed-net/routed/felix/routetable"
+)
+
+// ErrAlreadyRunning is returned by a second concurrent Run.
+var ErrAlreadyRunning = errors.New("felix: already running")
+
+// loop is the state of one Run; only its goroutine touches it.
+type loop struct {
+	f   *Felix
+	cfg *Config
+	log *logrus.Entry
+	st  *state
+
+	nsh     netns.NsHandle
+	kernel  *routetable.NetlinkKernel
+	h       *netlink.Handle
+	rt      *routetable.RouteTable
+	nat     *natout.Table
+	tun     *tunnel
+	plan    *plan
+	hostMTU int
+	lastMTU int // last value written to the MTU file
+
+	resourcesSynced, affinitiesSynced bool
+	planDirty, fullResync             bool
+	tunnelDirty, mtuDirty             bool
+	sysctlsNeeded                     map[string]struct{} // device names
+	failures                          int
+	retryAt                           time.Time
+}
+
+// Run programs the dataplane until ctx ends, then returns ctx's error
+// (or an error opening the namespace/sockets). Routes and other state
+// are left in place on return.
+//
+// Routes are first written once both ReplaceResources and
+// ReplaceAffinities have been called, so a restarting felix never
+// deletes routes it simply has not heard about yet.
+func (f *Felix) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer f.running.Store(false)
+	l, err := f.open()
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	return l.run(ctx)
+}
+
+func (f *Felix) open() (*loop, error) {
+	l := &loop{f: f, cfg: &f.cfg, log: f.log, st: newState(), nsh: netns.None(),
+		sysctlsNeeded: map[string]struct{}{}, fullResync: true, planDirty: true}
+	var err error
+	if f.cfg.NetNSPath != "" {
+		if l.nsh, err = netns.GetFromPath(f.cfg.NetNSPath); err != nil {
+			return nil, fmt.Errorf("felix: opening netns %s: %w", f.cfg.NetNSPath, err)
+		}
+	}
+	if l.kernel, err = routetable.NewNetlinkKernel(l.nsh); err != nil {
+		l.close()
+		return nil, err
+	}
+	l.h = l.kernel.Handle()
+	l.st.gateway = l.gatewayFor
+	l.tun = &tunnel{h: l.h, log: l.log}
+	if !f.cfg.Features.DisableNATOutgoing {
+		fd := -1
+		if l.nsh.IsOpen() {
+			fd = int(l.nsh)
+		}
+		if l.nat, err = natout.New(fd); err != nil {
+			// Routing matters more than NAT: keep going without it.
+			l.log.WithError(err).Error("NAT outgoing is unavailable; pools with natOutgoing are routed but not masqueraded")
+			l.nat = nil
+		}
+	}
+	l.rt = routetable.New(routetable.Config{
+		Protocol: f.cfg.RouteProtocol, GracePeriod: f.cfg.RouteGracePeriod,
+		Log: l.log, Metrics: f.metrics,
+	}, l.kernel)
+	f.rt.Store(l.rt)
+	return l, nil
+}
+
+func (l *loop) close() {
+	if l.nat != nil {
+		_ = l.nat.Close()
+	}
+	if l.kernel != nil {
+		l.kernel.Close()
+	}
+	if l.nsh.IsOpen() {
+		_ = l.nsh.Close()
+	}
+}
+
+func (l *loop) run(ctx context.Context) error {
+	l.log.WithFields(logrus.Fields{"protocol": l.cfg.RouteProtocol, "resync": l.cfg.ResyncInterval}).Info("felix starting")
+	links, stopLinks := l.subscribeLinks()
+	defer func() { stopLinks() }()
+	resync := time.NewTicker(l.cfg.ResyncInterval)
+	defer resync.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var resubscribe <-chan time.Time
+	for {
+		for _, fn := range l.f.takePending() {
+			fn(l)
+		}
+		l.apply()
+		timer.Reset(l.nextWake())
+		select {
+		case <-ctx.Done():
+			l.log.Info("felix stopping; the dataplane stays as programmed")
+			return ctx.Err()
+		case <-l.f.wake:
+		case u, ok := <-links:
+			if !ok {
+				// The watch broke (e.g. overflow): events were lost.
+				links, resubscribe = nil, time.After(time.Second)
+				l.fullResync = true
+				continue
+			}
+			l.onLink(u)
+			l.drainLinks(links)
+		case <-resubscribe:
+			resubscribe = nil
+			stopLinks()
+			links, stopLinks = l.subscribeLinks()
+			l.fullResync = true
+		case <-resync.C:
+			l.fullResync = true
+		case <-timer.C:
+		}
+	}
+}
+
+func (l *loop) drainLinks(ch <-chan netlink.LinkUpdate) {
+	for {
+		select {
+		case u, ok := <-ch:
+			if !ok {
+				return // handled by the next select
+			}
+			l.onLink(u)
+		default:
+			return
+		}
+	}
+}
+
+func (l *loop) nextWake() time.Duration {
+	next := l.retryAt
+	if w := l.rt.WakeAt(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
+		next = w
+	}
+	if next.IsZero() {
+		return time.Hour
+	}
+	return max(time.Until(next), time.Millisecond)
+}
+
+// subscribeLinks starts a link watch in felix's namespace.
+func (l *loop) subscribeLinks() (<-chan netlink.LinkUpdate, func()) {
+	ch := make(chan netlink.LinkUpdate, 1024)
+	done := make(chan struct{})
+	var stopping atomic.Bool
+	nsh := l.nsh
+	err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+		Namespace:         &nsh,
+		ReceiveBufferSize: 1 << 20,
+		ErrorCallback: func(err error) {
+			if !stopping.Load() {
+				l.log.WithError(err).Warn("link watch failed; resubscribing and resyncing")
+			}
+		},
+	})
+	if err != nil {
+		l.log.WithError(err).Warn("cannot watch links; relying on periodic resync")
+		close(done)
+		return nil, func() {}
+	}
+	return ch, func() {
+		if stopping.CompareAndSwap(false, true) {
+			close(done)
+		}
+	}
+}
+
+func (l *loop) onLink(u netlink.LinkUpdate) {
+	a := u.Link.Attrs()
+	deleted := u.Header.Type == unix.RTM_DELLINK
+	l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, deleted)
+	switch {
+	case strings.HasPrefix(a.Name, l.cfg.WorkloadInterfacePrefix):
+		if !deleted {
+			l.sysctlsNeeded[a.Name] = struct{}{}
+		}
+	case a.Name == TunnelDevice:
+		l.tunnelDirty = true
+	default:
+		l.mtuDirty = true
+	}
+}
+
+// apply pushes everything that is dirty. Failures schedule a retry with
+// backoff; the route table resyncs by itself after an error.
+func (l *loop) apply() {
+	if !l.resourcesSynced || !l.affinitiesSynced {
+		return // see Run: never act on partial knowledge
+	}
+	var errs []error
+	if !l.retryAt.IsZero() && !time.Now().Before(l.retryAt) {
+		l.fullResync = true // retrying after an error: trust nothing cached
+		l.retryAt = time.Time{}
+	}
+	full := l.fullResync
+	l.fullResync = false
+	if full {
+		l.rt.Resync()
+		// Recompute too: recursive next hops follow the kernel's routes.
+		l.tunnelDirty, l.mtuDirty, l.planDirty = true, true, true
+	}
+	if l.planDirty {
+		old := l.plan
+		l.plan = computePlan(l.cfg, l.st)
+		l.planDirty = false
+		if err := l.rt.SetRoutes(l.plan.routes); err != nil {
+			l.log.WithError(err).Warn("some routes are invalid and were skipped")
+		}
+		if l.nat != nil {
+			l.nat.SetPools(l.plan.allPools, l.plan.natPools)
+		}
+		if old == nil || old.ipip != l.plan.ipip || old.tunnelAddr != l.plan.tunnelAddr || old.nodeAddr != l.plan.nodeAddr {
+			l.tunnelDirty, l.mtuDirty = true, true
+		}
+	}
+	if l.mtuDirty {
+		l.detectMTU()
+	}
+	if l.tunnelDirty {
+		errs = append(errs, l.applyTunnel())
+	}
+	errs = append(errs, l.writeMTU(full))
+	errs = append(errs, l.applySysctls(full))
+	if l.nat != nil {
+		errs = append(errs, l.nat.Apply(full))
+	}
+	errs = append(errs, l.rt.Apply())
+	if err := errors.Join(errs...); err != nil {
+		l.failures++
+		backoff := min(time.Duration(1<<min(l.failures-1, 10))*500*time.Millisecond, defaultMaxRetryBackoff, l.cfg.ResyncInterval)
+		l.retryAt = time.Now().Add(backoff)
+		l.log.WithError(err).WithField("retryIn", backoff).Warn("dataplane update failed")
+		return
+	}
+	if l.failures > 0 {
+		l.log.WithField("after", l.failures).Info("dataplane update succeeded again")
+	}
+	l.failures, l.retryAt = 0, time.Time{}
+	l.f.applied.Store(true)
+}
+
+// detectMTU finds the host MTU (when not configured).
+func (l *loop) detectMTU() {
+	mtu := l.cfg.HostMTU
+	if mtu == 0 {
+		var nodeIP netip.Addr
+		if l.plan.nodeAddr.IsValid() {
+			nodeIP = l.plan.nodeAddr.Addr()
+		}
+		detected, dev, err := DetectHostMTU(l.h, nodeIP, l.cfg.MTUInterface)
+		if err != nil {
+			if l.hostMTU == 0 {
+				l.log.WithError(err).WithField("assumed", DefaultHostMTU).Warn("cannot detect the host MTU")
+			}
+			detected = DefaultHostMTU
+		} else if detected != l.hostMTU {
+			l.log.WithFields(logrus.Fields{"mtu": detected, "device": dev}).Info("host MTU")
+		}
+		mtu = detected
+	}
+	if mtu != l.hostMTU {
+		l.hostMTU = mtu
+		l.tunnelDirty = true
+	}
+	l.mtuDirty = false
+}
+
+// writeMTU writes the pod MTU file when the value changed, or on a full
+// resync when the file does not hold it. IPIP overhead counts only when
+// tunl0 is in use (not on a kernel without IPIP).
+func (l *loop) writeMTU(full bool) error {
+	if l.cfg.Features.DisableMTUFile {
+		return nil
+	}
+	pod := PodMTU(l.hostMTU, l.plan.ipip && !l.cfg.Features.DisableIPIP && !l.tun.noIPIP)
+	if pod == l.lastMTU && !full {
+		return nil
+	}
+	if cur, err := ReadMTUFile(l.cfg.MTUFile); err == nil && cur == pod {
+		l.lastMTU = pod
+		return nil
+	}
+	if err := WriteMTUFile(l.cfg.MTUFile, pod); err != nil {
+		l.lastMTU = 0
+		return err
+	}
+	if pod != l.lastMTU {
+		l.log.WithFields(logrus.Fields{"mtu": pod, "file": l.cfg.MTUFile}).Info("wrote pod MTU")
+	}
+	l.lastMTU = pod
+	return nil
+}
+
+func (l *loop) applyTunnel() error {
+	if l.cfg.Features.DisableIPIP {
+		l.tunnelDirty = false
+		return nil
+	}
+	link, err := l.tun.reconcile(l.plan.ipip, l.plan.tunnelAddr, l.hostMTU-IPIPOverhead)
+	if link != nil {
+		a := link.Attrs()
+		l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, false)
+	}
+	if err != nil {
+		return err
+	}
+	l.tunnelDirty = false
+	return nil
+}
+
+// applySysctls sets the global sysctls and those of new pod devices; on
+// a full resync it re-checks every pod device.
+func (l *loop) applySysctls(full bool) error {
+	if l.cfg.Features.DisableSysctls {
+		return nil
+	}
+	var settings []sysctl
+	if full {
+		settings = globalSysctls()
+		links, err := l.h.LinkList()
+		if err != nil {
+			return fmt.Errorf("felix: listing links: %w", err)
+		}
+		for _, lk := range links {
+			if n := lk.Attrs().Name; strings.HasPrefix(n, l.cfg.WorkloadInterfacePrefix) {
+				l.sysctlsNeeded[n] = struct{}{}
+			}
+		}
+	}
+	for n := range l.sysctlsNeeded {
+		settings = append(settings, workloadSysctls(n)...)
+	}
+	if len(settings) == 0 {
+		return nil
+	}
+	changed, err := writeSysctls(l.cfg.NetNSPath, settings)
+	if changed > 0 {
+		l.log.WithField("changed", changed).Debug("sysctls set")
+	}
+	if err != nil {
+		return err
+	}
+	clear(l.sysctlsNeeded)
+	return nil
+}

@@ -1,0 +1,146 @@
+package felix
+
+import (
+	"net/netip"
+	"sort"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/selector"
+)
+
+// Affinity states (pkg/ipam's vocabulary). Only confirmed blocks are routed.
+const (
+	AffinityPending         = "pending"
+	AffinityConfirmed       = "confirmed"
+	AffinityPendingDeletion = "pendingDeletion"
+)
+
+// BlockAffinity says a node holds an IPAM block (pkg/ipam's Affinity,
+// as plain data so the core does not depend on pkg/ipam).
+type BlockAffinity struct {
+	Node  string
+	CIDR  netip.Prefix
+	State string
+}
+
+type affKey struct {
+	node string
+	cidr netip.Prefix
+}
+
+type pool struct {
+	name   string
+	cidr   netip.Prefix
+	ipip   string
+	nat    bool
+	nodes  selector.Selector // nil: selects no node (unparseable)
+	exists bool
+}
+
+// state is everything felix has been told. Owned by the Run goroutine.
+type state struct {
+	pools      map[string]*pool
+	nodes      map[string]*api.Node
+	weps       map[string]*api.WorkloadEndpoint // this node's only
+	affinities map[affKey]BlockAffinity
+	learned    map[netip.Prefix]netip.Addr
+	// gateway resolves a next hop that is not on a local subnet to the
+	// gateway the kernel uses for it (zero: directly reachable/unknown).
+	gateway func(netip.Addr) netip.Addr
+}
+
+func newState() *state {
+	return &state{
+		pools: map[string]*pool{}, nodes: map[string]*api.Node{},
+		weps: map[string]*api.WorkloadEndpoint{}, affinities: map[affKey]BlockAffinity{},
+		learned: map[netip.Prefix]netip.Addr{},
+	}
+}
+
+// setResource records a created or updated resource. Kinds felix does not
+// use are ignored.
+func (s *state) setResource(node string, r api.Resource) {
+	switch v := r.(type) {
+	case *api.IPPool:
+		s.pools[v.Metadata.Name] = newPool(v)
+	case *api.Node:
+		s.nodes[v.Metadata.Name] = v
+	case *api.WorkloadEndpoint:
+		if v.Spec.Node == node {
+			s.weps[v.Metadata.Name] = v
+		} else {
+			delete(s.weps, v.Metadata.Name) // moved away (not expected)
+		}
+	}
+}
+
+func (s *state) deleteResource(k api.Kind, name string) {
+	switch k {
+	case api.KindIPPool:
+		delete(s.pools, name)
+	case api.KindNode:
+		delete(s.nodes, name)
+	case api.KindWorkloadEndpoint:
+		delete(s.weps, name)
+	}
+}
+
+// replaceResources replaces everything of the kinds present in rs.
+func (s *state) replaceResources(node string, rs map[api.Kind][]api.Resource) {
+	for k, list := range rs {
+		switch k {
+		case api.KindIPPool:
+			s.pools = map[string]*pool{}
+		case api.KindNode:
+			s.nodes = map[string]*api.Node{}
+		case api.KindWorkloadEndpoint:
+			s.weps = map[string]*api.WorkloadEndpoint{}
+		}
+		for _, r := range list {
+			s.setResource(node, r)
+		}
+	}
+}
+
+func newPool(p *api.IPPool) *pool {
+	api.SetDefaults(p)
+	out := &pool{name: p.Metadata.Name, ipip: p.Spec.IPIPMode, nat: p.Spec.NATOutgoing}
+	if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is4() {
+		out.cidr, out.exists = pfx.Masked(), true
+	}
+	if sel, err := selector.Parse(p.Spec.NodeSelector); err == nil {
+		out.nodes = sel
+	}
+	return out
+}
+
+// sortedPools returns valid pools, most specific first, then by name,
+// so lookups are deterministic.
+func (s *state) sortedPools() []*pool {
+	var ps []*pool
+	for _, p := range s.pools {
+		if p.exists {
+			ps = append(ps, p)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].cidr.Bits() != ps[j].cidr.Bits() {
+			return ps[i].cidr.Bits() > ps[j].cidr.Bits()
+		}
+		return ps[i].name < ps[j].name
+	})
+	return ps
+}
+
+// nodeAddr is a node's address with prefix (10.0.0.5/24).
+func (s *state) nodeAddr(name string) (netip.Prefix, bool) {
+	n, ok := s.nodes[name]
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	p, ok := n.Address()
+	if !ok || !p.Addr().Is4() {
+		return netip.Prefix{}, false
+	}
+	return p, true
+}

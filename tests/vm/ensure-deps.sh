@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs what the VM tests need when it is missing: qemu (TCG),
+# cpio (initramfs) and apt's lists (to download the guest kernel and
+# busybox). Idempotent; needs root.
+set -eu
+need=""
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need="$need qemu-system-x86"
+command -v cpio >/dev/null 2>&1 || need="$need cpio"
+command -v gzip >/dev/null 2>&1 || need="$need gzip"
+command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
+if [ -z "$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-cloud-amd64' 2>/dev/null | head -n1)" ]; then
+	apt-get update -qq
+fi
+if [ -n "$need" ]; then
+	[ -n "$(find /var/lib/apt/lists -name '*Packages*' 2>/dev/null | head -n1)" ] || apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need
+fi
