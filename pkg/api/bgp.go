@@ -73,14 +73,7 @@ func (c *BGPConfiguration) Validate() error {
 		v.add("metadata.name", name, `must be "default" or "node.<nodename>"`)
 	}
 	validateASN(&v, "spec.asNumber", c.Spec.ASNumber, true)
-	ka := validateDuration(&v, "spec.keepaliveTime", c.Spec.KeepaliveTime)
-	hold := validateDuration(&v, "spec.holdTime", c.Spec.HoldTime)
-	if hold != 0 && hold < 3*time.Second {
-		v.add("spec.holdTime", c.Spec.HoldTime, "must be 0 or at least 3s")
-	}
-	if hold != 0 && ka != 0 && ka*3 > hold {
-		v.add("spec.keepaliveTime", c.Spec.KeepaliveTime, "must be at most a third of holdTime (%s)", c.Spec.HoldTime)
-	}
+	validateTimers(&v, c.Spec.KeepaliveTime, c.Spec.HoldTime)
 	for i, s := range c.Spec.ServiceClusterIPs {
 		if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
 			v.add(indexed("spec.serviceClusterIPs", i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
@@ -183,7 +176,20 @@ func (p *BGPPeer) Validate() error {
 			v.add("spec.password.secretKeyRef", nil, "needs both name and key")
 		}
 	}
-	validateDuration(&v, "spec.keepaliveTime", s.KeepaliveTime)
-	validateDuration(&v, "spec.holdTime", s.HoldTime)
+	validateTimers(&v, s.KeepaliveTime, s.HoldTime)
 	return v.result(KindBGPPeer, p.Metadata.Name)
+}
+
+// validateTimers checks spec.keepaliveTime and spec.holdTime. RFC 4271
+// requires a hold time of 0 or at least 3 s (a peer rejects anything else
+// in OPEN), and keepalives must come at least three times per hold time.
+func validateTimers(v *errs, keepalive, holdTime string) {
+	ka := validateDuration(v, "spec.keepaliveTime", keepalive)
+	hold := validateDuration(v, "spec.holdTime", holdTime)
+	if hold != 0 && hold < 3*time.Second {
+		v.add("spec.holdTime", holdTime, "must be 0 or at least 3s")
+	}
+	if hold != 0 && ka != 0 && ka*3 > hold {
+		v.add("spec.keepaliveTime", keepalive, "must be at most a third of holdTime (%s)", holdTime)
+	}
 }

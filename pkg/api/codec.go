@@ -47,18 +47,24 @@ func Decode(data []byte) (*Decoded, error) {
 	return out, nil
 }
 
-// splitDocuments splits YAML on "---" lines. JSON input is one document.
+// splitDocuments splits YAML on "---" lines, and a JSON stream into its
+// objects. The YAML parser reads only the first document of what it is
+// given and silently drops the rest, so every separator must be found here.
 func splitDocuments(data []byte) ([][]byte, error) {
+	if docs, ok := splitJSON(data); ok {
+		return docs, nil
+	}
 	var docs [][]byte
 	var cur bytes.Buffer
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.TrimRight(line, " \t") == "---" {
+		// "---" may be followed by a comment or the document's first node.
+		if rest, ok := strings.CutPrefix(line, "---"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
 			docs = append(docs, bytes.Clone(cur.Bytes()))
 			cur.Reset()
-			continue
+			line = rest
 		}
 		cur.WriteString(line)
 		cur.WriteByte('\n')
@@ -67,6 +73,26 @@ func splitDocuments(data []byte) ([][]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
 	}
 	return append(docs, cur.Bytes()), nil
+}
+
+// splitJSON splits a stream of JSON objects ({...} {...}); ok is false if
+// data is not entirely such a stream, and it is then read as YAML.
+func splitJSON(data []byte) ([][]byte, bool) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return nil, false
+	}
+	var docs [][]byte
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc json.RawMessage
+		if err := dec.Decode(&doc); err == io.EOF {
+			return docs, true
+		} else if err != nil {
+			return nil, false
+		}
+		docs = append(docs, doc)
+	}
 }
 
 func decodeObject(obj map[string]any, where string, out *Decoded) error {

@@ -27,6 +27,7 @@ const KeyPrefix = "/routed/v1/"
 // Client is a connection to etcd; safe for concurrent use.
 type Client struct {
 	cfg  Config
+	tls  *tls.Config // nil unless TLS files were given
 	etcd *clientv3.Client
 }
 
@@ -59,7 +60,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	return &Client{cfg: cfg, etcd: ec}, nil
+	return &Client{cfg: cfg, tls: tlsCfg, etcd: ec}, nil
 }
 
 // Close releases the connection.

@@ -68,6 +68,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 
 func (c *Config) withDefaults() Config {
 	out := *c
+	// pflag's comma-separated lists keep the blanks after commas.
+	out.Endpoints = SplitEndpoints(strings.Join(out.Endpoints, ","))
 	if len(out.Endpoints) == 0 {
 		out.Endpoints = []string{DefaultEndpoint}
 	}

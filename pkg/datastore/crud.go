@@ -135,7 +135,12 @@ func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error
 	switch {
 	case IsNotFound(err):
 		r.Meta().ResourceVersion = ""
-		return c.Create(ctx, r)
+		out, err := c.Create(ctx, r)
+		if errors.Is(err, ErrExists) {
+			// Created by someone else since our read: that is a conflict.
+			return nil, objErr(r.GetKind(), r.Meta().Name, ErrConflict)
+		}
+		return out, err
 	case err != nil:
 		return nil, err
 	}

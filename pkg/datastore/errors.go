@@ -2,12 +2,17 @@ package datastore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -49,11 +54,23 @@ func (c *Client) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		strings.Contains(err.Error(), "Unavailable") {
-		return fmt.Errorf("%w: %s (%v)", ErrUnavailable, c.probe(), err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || unavailableCode(err) {
+		return fmt.Errorf("%w: %s (%w)", ErrUnavailable, c.probe(), err)
 	}
 	return err
+}
+
+// unavailableCode reports gRPC errors that mean "etcd cannot serve now":
+// no connection, no leader, or the deadline passing on the server side.
+func unavailableCode(err error) bool {
+	if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // probe dials each endpoint briefly and describes which are unreachable.
@@ -64,13 +81,52 @@ func (c *Client) probe() string {
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {
 			host = u.Host
 		}
-		conn, err := net.DialTimeout("tcp", host, 500*time.Millisecond)
+		conn, err := net.DialTimeout("tcp", host, probeTimeout)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s: %v", ep, err))
 			continue
 		}
+		if strings.HasPrefix(ep, "https://") {
+			err = c.probeTLS(conn, host)
+		}
 		conn.Close()
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: TLS: %v", ep, err))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s: reachable but did not answer in %s", ep, c.cfg.RequestTimeout))
 	}
 	return strings.Join(parts, "; ")
+}
+
+const probeTimeout = 500 * time.Millisecond
+
+// probeTLS shakes hands as the etcd client would, so that an untrusted
+// server or a missing or rejected client certificate is reported as such
+// rather than as an endpoint that "did not answer".
+func (c *Client) probeTLS(raw net.Conn, host string) error {
+	cfg := &tls.Config{} // clientv3 also uses the system roots then
+	if c.tls != nil {
+		cfg = c.tls.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	conn := tls.Client(raw, cfg)
+	if err := conn.SetDeadline(time.Now().Add(probeTimeout)); err != nil {
+		return err
+	}
+	if err := conn.Handshake(); err != nil {
+		return err
+	}
+	// In TLS 1.3 the server checks the client certificate after the
+	// client has finished its side; a rejection arrives on the first read.
+	// Silence until the deadline means the server accepted us.
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	return nil
 }

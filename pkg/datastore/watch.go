@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
 // RawHandler receives the raw key-values under a prefix: first a full
@@ -49,6 +51,18 @@ func (c *Client) WatchPrefix(ctx context.Context, prefix string, h RawHandler) e
 
 // watchOnce does one snapshot and follows the watch until it breaks.
 func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) error {
+	// RequireLeader makes a member cut off from the cluster end the
+	// watch instead of going silent.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	// clientv3 silently re-opens a watch whose connection broke and
+	// resumes at the next revision. That is wrong if etcd came back with
+	// other data (restored from a backup, a wiped member): changes are
+	// skipped or never cleared. So a lost connection ends this watch and
+	// the caller resyncs from a fresh snapshot.
+	lost := make(chan struct{})
+	go watchConnection(wctx, c.etcd.ActiveConnection(), func() { close(lost); wcancel() })
+
 	lctx, cancel := c.Ctx(ctx)
 	resp, err := c.etcd.Get(lctx, prefix, clientv3.WithPrefix())
 	cancel()
@@ -58,10 +72,6 @@ func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) err
 	rev := resp.Header.Revision
 	h.OnRawSnapshot(resp.Kvs, rev)
 
-	// RequireLeader makes a member cut off from the cluster end the
-	// watch instead of going silent.
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer wcancel()
 	wch := c.etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
 	for wr := range wch {
 		if wr.CompactRevision != 0 {
@@ -74,7 +84,32 @@ func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) err
 			h.OnRawEvent(ev)
 		}
 	}
-	return errWatchClosed
+	select {
+	case <-lost:
+		return errConnectionLost
+	default:
+		return errWatchClosed
+	}
+}
+
+// watchConnection calls lost once conn, having been ready, stops being
+// ready; it returns when ctx ends. With several endpoints conn stays ready
+// while any one is, and a watch that moves to another member of the same
+// cluster resumes correctly, so only a total loss counts.
+func watchConnection(ctx context.Context, conn *grpc.ClientConn, lost func()) {
+	wasReady := false
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready {
+			wasReady = true
+		} else if wasReady {
+			lost()
+			return
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
 }
 
 type watchError string
@@ -84,4 +119,6 @@ func (e watchError) Error() string { return string(e) }
 const (
 	errCompacted   = watchError("datastore: watch revision was compacted")
 	errWatchClosed = watchError("datastore: watch channel closed")
+	// errConnectionLost ends a watch whose connection to etcd broke.
+	errConnectionLost = watchError("datastore: connection to etcd lost")
 )

@@ -1,0 +1,625 @@
+package api_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// checkValid asserts that err is nil when wantFields is empty, and
+// otherwise that it is an ErrInvalid whose FieldErrors include every
+// wanted field, with each field named in the message an operator reads.
+func checkValid(t *testing.T, err error, wantFields ...string) {
+	t.Helper()
+	if len(wantFields) == 0 {
+		if err != nil {
+			t.Fatalf("want valid, got %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("want invalid %v, got nil", wantFields)
+	}
+	if !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("errors.Is(%v, ErrInvalid) = false", err)
+	}
+	var ve *api.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want *api.ValidationError, got %T: %v", err, err)
+	}
+	got := map[string]bool{}
+	for _, f := range ve.Fields {
+		got[f.Field] = true
+	}
+	for _, w := range wantFields {
+		if !got[w] {
+			t.Errorf("want an error on field %s, got %v", w, err)
+		}
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("message does not name field %s: %v", w, err)
+		}
+	}
+}
+
+// checkDetail asserts the message also explains the problem.
+func checkDetail(t *testing.T, err error, detail string) {
+	t.Helper()
+	if detail != "" && (err == nil || !strings.Contains(err.Error(), detail)) {
+		t.Errorf("message should contain %q, got %v", detail, err)
+	}
+}
+
+func validPool() *api.IPPool {
+	p := &api.IPPool{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool},
+		Metadata: api.ObjectMeta{Name: "pool1"},
+		Spec:     api.IPPoolSpec{CIDR: "10.244.0.0/16"},
+	}
+	api.SetDefaults(p)
+	return p
+}
+
+func TestIPPoolValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(p *api.IPPool)
+		fields []string
+		detail string
+	}{
+		{name: "defaults are valid", mutate: func(p *api.IPPool) {}},
+		{name: "smallest pool with /32 blocks", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.1/32"; p.Spec.BlockSize = 32 }},
+		{name: "block equal to pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/26" }},
+		{name: "block /20 in /8", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/8"; p.Spec.BlockSize = 20 }},
+		{name: "ipip always", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = api.EncapAlways }},
+		{name: "ipip cross-subnet", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = api.EncapCrossSubnet }},
+		{name: "node selector", mutate: func(p *api.IPPool) { p.Spec.NodeSelector = "has(rack) && zone == 'a'" }},
+		{name: "nat and disabled", mutate: func(p *api.IPPool) { p.Spec.NATOutgoing = true; p.Spec.Disabled = true }},
+
+		{name: "missing cidr", mutate: func(p *api.IPPool) { p.Spec.CIDR = "" }, fields: []string{"spec.cidr"}, detail: "required"},
+		{name: "not a cidr", mutate: func(p *api.IPPool) { p.Spec.CIDR = "ten.0.0.0/8" }, fields: []string{"spec.cidr"}},
+		{name: "address without prefix", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.244.0.0" }, fields: []string{"spec.cidr"}},
+		{name: "prefix too long", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.244.0.0/33" }, fields: []string{"spec.cidr"}},
+		{name: "prefix too short", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/7"; p.Spec.BlockSize = 20 }, fields: []string{"spec.cidr"}, detail: "/8"},
+		{name: "ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48" }, fields: []string{"spec.cidr"}, detail: "IPv4"},
+		{name: "ipv4-mapped ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "::ffff:10.0.0.0/104" }, fields: []string{"spec.cidr"}},
+		{name: "block size 19", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 19 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
+		{name: "block size 33", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 33 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
+		{name: "negative block size", mutate: func(p *api.IPPool) { p.Spec.BlockSize = -26 }, fields: []string{"spec.blockSize"}},
+		{name: "block larger than pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/28"; p.Spec.BlockSize = 26 }, fields: []string{"spec.blockSize"}, detail: "larger than the pool"},
+		{name: "unknown ipip mode", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "Sometimes" }, fields: []string{"spec.ipipMode"}, detail: "Never, Always, CrossSubnet"},
+		{name: "ipip mode is case sensitive", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "always" }, fields: []string{"spec.ipipMode"}},
+		{name: "empty ipip mode", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "" }, fields: []string{"spec.ipipMode"}},
+		{name: "vxlan always", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapAlways }, fields: []string{"spec.vxlanMode"}, detail: "VXLAN is not supported yet"},
+		{name: "vxlan cross-subnet", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapCrossSubnet }, fields: []string{"spec.vxlanMode"}, detail: "VXLAN is not supported yet"},
+		{name: "unknown vxlan mode", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = "Maybe" }, fields: []string{"spec.vxlanMode"}},
+		{name: "bad node selector", mutate: func(p *api.IPPool) { p.Spec.NodeSelector = "rack == " }, fields: []string{"spec.nodeSelector"}},
+		{name: "unbalanced node selector", mutate: func(p *api.IPPool) { p.Spec.NodeSelector = "(has(rack)" }, fields: []string{"spec.nodeSelector"}},
+		{name: "missing name", mutate: func(p *api.IPPool) { p.Metadata.Name = "" }, fields: []string{"metadata.name"}, detail: "required"},
+		{name: "upper-case name", mutate: func(p *api.IPPool) { p.Metadata.Name = "Pool1" }, fields: []string{"metadata.name"}},
+		{name: "name with slash", mutate: func(p *api.IPPool) { p.Metadata.Name = "a/b" }, fields: []string{"metadata.name"}},
+		{name: "name starting with dash", mutate: func(p *api.IPPool) { p.Metadata.Name = "-a" }, fields: []string{"metadata.name"}},
+		{name: "name too long", mutate: func(p *api.IPPool) { p.Metadata.Name = strings.Repeat("a", 254) }, fields: []string{"metadata.name"}, detail: "253"},
+		{
+			name: "every problem is reported at once",
+			mutate: func(p *api.IPPool) {
+				p.Metadata.Name = ""
+				p.Spec.CIDR = "fd00::/64"
+				p.Spec.BlockSize = 40
+				p.Spec.IPIPMode = "x"
+			},
+			fields: []string{"metadata.name", "spec.cidr", "spec.blockSize", "spec.ipipMode"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := validPool()
+			tt.mutate(p)
+			err := p.Validate()
+			checkValid(t, err, tt.fields...)
+			checkDetail(t, err, tt.detail)
+		})
+	}
+}
+
+func TestIPPoolDefaults(t *testing.T) {
+	t.Parallel()
+	p := &api.IPPool{Metadata: api.ObjectMeta{Name: "p"}, Spec: api.IPPoolSpec{CIDR: "10.244.7.9/16"}}
+	api.SetDefaults(p)
+	want := api.IPPoolSpec{CIDR: "10.244.0.0/16", BlockSize: 26, IPIPMode: "Never", VXLANMode: "Never", NodeSelector: "all()"}
+	if p.Spec != want {
+		t.Fatalf("defaults: got %+v, want %+v", p.Spec, want)
+	}
+	// Explicit values are kept.
+	p = &api.IPPool{Spec: api.IPPoolSpec{CIDR: "10.0.0.0/8", BlockSize: 24, IPIPMode: "Always", NodeSelector: "has(x)"}}
+	api.SetDefaults(p)
+	if p.Spec.BlockSize != 24 || p.Spec.IPIPMode != "Always" || p.Spec.NodeSelector != "has(x)" {
+		t.Fatalf("defaults overwrote explicit values: %+v", p.Spec)
+	}
+}
+
+func TestValidatePoolAgainst(t *testing.T) {
+	t.Parallel()
+	pool := func(name, cidr string) *api.IPPool {
+		p := validPool()
+		p.Metadata.Name = name
+		p.Spec.CIDR = cidr
+		return p
+	}
+	existing := []*api.IPPool{pool("a", "10.244.0.0/16"), pool("b", "192.168.0.0/24")}
+	tests := []struct {
+		name    string
+		pool    *api.IPPool
+		overlap string // name of the pool it must be reported against, "" if none
+	}{
+		{name: "disjoint", pool: pool("c", "10.245.0.0/16")},
+		{name: "adjacent below", pool: pool("c", "10.243.0.0/16")},
+		{name: "same name replaces itself", pool: pool("a", "10.244.0.0/17")},
+		{name: "identical cidr", pool: pool("c", "10.244.0.0/16"), overlap: "a"},
+		{name: "subset", pool: pool("c", "10.244.128.0/17"), overlap: "a"},
+		{name: "superset", pool: pool("c", "10.0.0.0/8"), overlap: "a"},
+		{name: "one block inside", pool: pool("c", "192.168.0.64/26"), overlap: "b"},
+		{name: "renamed copy of b", pool: pool("a", "192.168.0.0/23"), overlap: "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if err := tt.pool.Validate(); err != nil {
+				t.Fatalf("test pool must be valid: %v", err)
+			}
+			err := api.ValidatePoolAgainst(tt.pool, existing)
+			if tt.overlap == "" {
+				checkValid(t, err)
+				return
+			}
+			checkValid(t, err, "spec.cidr")
+			checkDetail(t, err, `overlaps IPPool "`+tt.overlap+`"`)
+		})
+	}
+	checkValid(t, api.ValidatePoolAgainst(pool("x", "10.0.0.0/8"), nil))
+}
+
+func TestParseASNumber(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    api.ASNumber
+		wantErr bool
+	}{
+		{in: "64512", want: 64512},
+		{in: "1", want: 1},
+		{in: "4294967294", want: 4294967294},
+		{in: "1.10", want: 65546},
+		{in: "0.1", want: 1},
+		{in: "65535.65534", want: 4294967294},
+		{in: "0", wantErr: true},
+		{in: "-1", wantErr: true},
+		{in: "4294967295", wantErr: true},
+		{in: "70000000000", wantErr: true},
+		{in: "99999999999999999999999", wantErr: true},
+		{in: "abc", wantErr: true},
+		{in: "", wantErr: true},
+		{in: "1.", wantErr: true},
+		{in: ".10", wantErr: true},
+		{in: "1.65536", wantErr: true},
+		{in: "65536.1", wantErr: true},
+		{in: "1.2.3", wantErr: true},
+		{in: "0.0", wantErr: true},
+		{in: "65535.65535", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := api.ParseASNumber(tt.in)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseASNumber(%q) = %d, want error", tt.in, got)
+				}
+				if !strings.Contains(err.Error(), "AS number") {
+					t.Errorf("error should say it is about an AS number: %v", err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseASNumber(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestASNumberValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		asn    api.ASNumber
+		peerOK bool // BGPPeer.spec.asNumber is required
+		nodeOK bool // Node.spec.bgp.asNumber is optional
+	}{
+		{asn: 0, peerOK: false, nodeOK: true},
+		{asn: 1, peerOK: true, nodeOK: true},
+		{asn: 64512, peerOK: true, nodeOK: true},
+		{asn: 23456, peerOK: false, nodeOK: false}, // AS_TRANS
+		{asn: 4294967294, peerOK: true, nodeOK: true},
+		{asn: 4294967295, peerOK: false, nodeOK: false},
+	}
+	for _, tt := range tests {
+		peer := validPeer()
+		peer.Spec.ASNumber = tt.asn
+		node := validNode()
+		node.Spec.BGP.ASNumber = tt.asn
+		conf := &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "node.n1"}, Spec: api.BGPConfigurationSpec{ASNumber: tt.asn}}
+		if tt.peerOK {
+			checkValid(t, peer.Validate())
+		} else {
+			checkValid(t, peer.Validate(), "spec.asNumber")
+		}
+		if tt.nodeOK {
+			checkValid(t, node.Validate())
+			checkValid(t, conf.Validate())
+		} else {
+			checkValid(t, node.Validate(), "spec.bgp.asNumber")
+			checkValid(t, conf.Validate(), "spec.asNumber")
+		}
+	}
+}
+
+func validNode() *api.Node {
+	return &api.Node{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode},
+		Metadata: api.ObjectMeta{Name: "node1", Labels: map[string]string{"rack": "r1"}},
+		Spec:     api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: "10.0.0.5/24"}},
+	}
+}
+
+func TestNodeValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(n *api.Node)
+		fields []string
+	}{
+		{name: "valid", mutate: func(n *api.Node) {}},
+		{name: "no bgp", mutate: func(n *api.Node) { n.Spec.BGP = nil }},
+		{name: "empty bgp", mutate: func(n *api.Node) { n.Spec.BGP = &api.NodeBGPSpec{} }},
+		{name: "host route address", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "10.0.0.5/32" }},
+		{name: "all fields", mutate: func(n *api.Node) {
+			n.Spec.BGP = &api.NodeBGPSpec{IPv4Address: "10.0.0.5/24", ASNumber: 65001, RouteReflectorClusterID: "224.0.0.1", IPv4IPIPTunnelAddr: "10.244.3.1"}
+		}},
+		{name: "address without prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "10.0.0.5" }, fields: []string{"spec.bgp.ipv4Address"}},
+		{name: "ipv6 address", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "fd00::5/64" }, fields: []string{"spec.bgp.ipv4Address"}},
+		{name: "garbage address", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "node1/24" }, fields: []string{"spec.bgp.ipv4Address"}},
+		{name: "bad cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "cluster-1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
+		{name: "ipv6 cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "::1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
+		{name: "tunnel address with prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv4IPIPTunnelAddr = "10.244.3.1/32" }, fields: []string{"spec.bgp.ipv4IPIPTunnelAddr"}},
+		{name: "bad label key", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"bad key": "v"} }, fields: []string{"metadata.labels"}},
+		{name: "bad label value", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"k": "bad value"} }, fields: []string{"metadata.labels.k"}},
+		{name: "bad name", mutate: func(n *api.Node) { n.Metadata.Name = "Node_1" }, fields: []string{"metadata.name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := validNode()
+			tt.mutate(n)
+			checkValid(t, n.Validate(), tt.fields...)
+		})
+	}
+}
+
+func TestNodeAddress(t *testing.T) {
+	t.Parallel()
+	n := validNode()
+	if p, ok := n.Address(); !ok || p.String() != "10.0.0.5/24" {
+		t.Fatalf("Address() = %v, %v", p, ok)
+	}
+	n.Spec.BGP.IPv4Address = "10.0.0.5"
+	if _, ok := n.Address(); ok {
+		t.Fatal("an address without prefix length must not be usable")
+	}
+	n.Spec.BGP = nil
+	if _, ok := n.Address(); ok {
+		t.Fatal("a node without BGP spec has no address")
+	}
+}
+
+func TestLabelValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		key, value string
+		field      string // "" when valid
+	}{
+		{key: "app", value: "web"},
+		{key: "kubernetes.io/hostname", value: "node-1.example"},
+		{key: "a.b-c/D_e.F", value: "X_y-z.1"},
+		{key: "k", value: ""},
+		{key: "A", value: strings.Repeat("v", 63)},
+		{key: "", value: "v", field: "metadata.labels"},
+		{key: "-app", value: "v", field: "metadata.labels"},
+		{key: "app-", value: "v", field: "metadata.labels"},
+		{key: "a/b/c", value: "v", field: "metadata.labels"},
+		{key: "Example.com/x", value: "v", field: "metadata.labels"},
+		{key: "/x", value: "v", field: "metadata.labels"},
+		{key: "a b", value: "v", field: "metadata.labels"},
+		{key: "app", value: "a b", field: "metadata.labels.app"},
+		{key: "app", value: "-v", field: "metadata.labels.app"},
+		{key: "app", value: "v_", field: "metadata.labels.app"},
+		{key: "app", value: "a/b", field: "metadata.labels.app"},
+		{key: "app", value: strings.Repeat("v", 64), field: "metadata.labels.app"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Parallel()
+			labels := map[string]string{tt.key: tt.value}
+			n := validNode()
+			n.Metadata.Labels = labels
+			w := validWEP()
+			w.Metadata.Labels = labels
+			if tt.field == "" {
+				checkValid(t, n.Validate())
+				checkValid(t, w.Validate())
+				return
+			}
+			checkValid(t, n.Validate(), tt.field)
+			checkValid(t, w.Validate(), tt.field)
+		})
+	}
+}
+
+func validBGPConfig() *api.BGPConfiguration {
+	c := &api.BGPConfiguration{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindBGPConfiguration},
+		Metadata: api.ObjectMeta{Name: "default"},
+	}
+	api.SetDefaults(c)
+	return c
+}
+
+func TestBGPConfigurationValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(c *api.BGPConfiguration)
+		fields []string
+		detail string
+	}{
+		{name: "default", mutate: func(c *api.BGPConfiguration) {}},
+		{name: "per-node", mutate: func(c *api.BGPConfiguration) { c.Metadata.Name = "node.worker-1" }},
+		{name: "timers", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "30s"; c.Spec.HoldTime = "90s" }},
+		{name: "minimal hold", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "1s"; c.Spec.HoldTime = "3s" }},
+		{name: "hold zero disables keepalives", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "1m"; c.Spec.HoldTime = "0s" }},
+		{name: "only keepalive", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "10s" }},
+		{name: "log severity any case", mutate: func(c *api.BGPConfiguration) { c.Spec.LogSeverity = "debug" }},
+		{name: "service cluster ips", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.ServiceClusterIPs = []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}}
+		}},
+
+		{name: "other name", mutate: func(c *api.BGPConfiguration) { c.Metadata.Name = "global" }, fields: []string{"metadata.name"}, detail: "node.<nodename>"},
+		{name: "node prefix without node", mutate: func(c *api.BGPConfiguration) { c.Metadata.Name = "node." }, fields: []string{"metadata.name"}},
+		{name: "bad keepalive", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "often" }, fields: []string{"spec.keepaliveTime"}},
+		{name: "duration without unit", mutate: func(c *api.BGPConfiguration) { c.Spec.HoldTime = "90" }, fields: []string{"spec.holdTime"}},
+		{name: "negative hold", mutate: func(c *api.BGPConfiguration) { c.Spec.HoldTime = "-10s" }, fields: []string{"spec.holdTime"}},
+		{name: "hold under 3s", mutate: func(c *api.BGPConfiguration) { c.Spec.HoldTime = "2s" }, fields: []string{"spec.holdTime"}, detail: "at least 3s"},
+		{name: "hold 2999ms", mutate: func(c *api.BGPConfiguration) { c.Spec.HoldTime = "2999ms" }, fields: []string{"spec.holdTime"}},
+		{name: "keepalive over hold/3", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "31s"; c.Spec.HoldTime = "90s" }, fields: []string{"spec.keepaliveTime"}, detail: "third of holdTime"},
+		{name: "keepalive over hold", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "2m"; c.Spec.HoldTime = "1m" }, fields: []string{"spec.keepaliveTime"}},
+		{name: "ipv6 service cidr", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.ServiceClusterIPs = []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/108"}}
+		}, fields: []string{"spec.serviceClusterIPs[1].cidr"}},
+		{name: "service ip without prefix", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.ServiceClusterIPs = []api.ServiceClusterIP{{CIDR: "10.96.0.1"}}
+		}, fields: []string{"spec.serviceClusterIPs[0].cidr"}},
+		{name: "log severity", mutate: func(c *api.BGPConfiguration) { c.Spec.LogSeverity = "Verbose" }, fields: []string{"spec.logSeverity"}},
+		{name: "as trans", mutate: func(c *api.BGPConfiguration) { c.Spec.ASNumber = 23456 }, fields: []string{"spec.asNumber"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := validBGPConfig()
+			tt.mutate(c)
+			err := c.Validate()
+			checkValid(t, err, tt.fields...)
+			checkDetail(t, err, tt.detail)
+		})
+	}
+}
+
+func TestBGPConfigurationDefaults(t *testing.T) {
+	t.Parallel()
+	c := validBGPConfig()
+	if c.Spec.ASNumber != api.DefaultASNumber || c.Spec.ListenPort != 179 || !c.MeshEnabled() || c.Spec.NodeToNodeMeshEnabled == nil {
+		t.Fatalf("default BGPConfiguration: %+v", c.Spec)
+	}
+	off := false
+	c = &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off, ASNumber: 65001}}
+	api.SetDefaults(c)
+	if c.MeshEnabled() || c.Spec.ASNumber != 65001 {
+		t.Fatalf("explicit values must survive defaults: %+v", c.Spec)
+	}
+	// A per-node override must not get cluster defaults, or it would
+	// override the cluster-wide values with them.
+	c = &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "node.n1"}}
+	api.SetDefaults(c)
+	if c.Spec.ASNumber != 0 || c.Spec.ListenPort != 0 || c.Spec.NodeToNodeMeshEnabled != nil {
+		t.Fatalf("per-node BGPConfiguration got defaults: %+v", c.Spec)
+	}
+}
+
+func validPeer() *api.BGPPeer {
+	p := &api.BGPPeer{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindBGPPeer},
+		Metadata: api.ObjectMeta{Name: "tor"},
+		Spec:     api.BGPPeerSpec{PeerIP: "10.0.0.1", ASNumber: 65001},
+	}
+	api.SetDefaults(p)
+	return p
+}
+
+func TestBGPPeerValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(p *api.BGPPeer)
+		fields []string
+	}{
+		{name: "global peer", mutate: func(p *api.BGPPeer) {}},
+		{name: "peer of one node", mutate: func(p *api.BGPPeer) { p.Spec.Node = "node1" }},
+		{name: "peer of selected nodes", mutate: func(p *api.BGPPeer) { p.Spec.NodeSelector = "rack == 'r1'" }},
+		{name: "peer selector", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.ASNumber = "", 0
+			p.Spec.PeerSelector = "has(route-reflector)"
+		}},
+		{name: "source none", mutate: func(p *api.BGPPeer) { p.Spec.SourceAddress = api.SourceNone }},
+		{name: "password file", mutate: func(p *api.BGPPeer) { p.Spec.Password = &api.PasswordSource{File: "/etc/routed/pw"} }},
+		{name: "password secret", mutate: func(p *api.BGPPeer) {
+			p.Spec.Password = &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "pw"}}
+		}},
+		{name: "timers", mutate: func(p *api.BGPPeer) { p.Spec.KeepaliveTime = "10s"; p.Spec.HoldTime = "30s" }},
+
+		{name: "peer selector with peer ip", mutate: func(p *api.BGPPeer) { p.Spec.ASNumber = 0; p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
+		{name: "peer selector with as number", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = ""; p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
+		{name: "peer selector with both", mutate: func(p *api.BGPPeer) { p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
+		{name: "neither peer ip nor selector", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "" }, fields: []string{"spec.peerIP"}},
+		{name: "peer ip without as number", mutate: func(p *api.BGPPeer) { p.Spec.ASNumber = 0 }, fields: []string{"spec.asNumber"}},
+		{name: "ipv6 peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fd00::1" }, fields: []string{"spec.peerIP"}},
+		{name: "peer ip with port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:179" }, fields: []string{"spec.peerIP"}},
+		{name: "peer ip with prefix", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1/32" }, fields: []string{"spec.peerIP"}},
+		{name: "node and node selector", mutate: func(p *api.BGPPeer) { p.Spec.Node = "n1"; p.Spec.NodeSelector = "all()" }, fields: []string{"spec.nodeSelector"}},
+		{name: "bad node selector", mutate: func(p *api.BGPPeer) { p.Spec.NodeSelector = "rack ==" }, fields: []string{"spec.nodeSelector"}},
+		{name: "bad peer selector", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.ASNumber = "", 0
+			p.Spec.PeerSelector = "has(rr"
+		}, fields: []string{"spec.peerSelector"}},
+		{name: "bad source address", mutate: func(p *api.BGPPeer) { p.Spec.SourceAddress = "10.0.0.9" }, fields: []string{"spec.sourceAddress"}},
+		{name: "password both", mutate: func(p *api.BGPPeer) {
+			p.Spec.Password = &api.PasswordSource{File: "/pw", SecretKeyRef: &api.SecretKeyRef{Name: "a", Key: "b"}}
+		}, fields: []string{"spec.password"}},
+		{name: "password neither", mutate: func(p *api.BGPPeer) { p.Spec.Password = &api.PasswordSource{} }, fields: []string{"spec.password"}},
+		{name: "secret without key", mutate: func(p *api.BGPPeer) {
+			p.Spec.Password = &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp"}}
+		}, fields: []string{"spec.password.secretKeyRef"}},
+		{name: "secret without name", mutate: func(p *api.BGPPeer) {
+			p.Spec.Password = &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Key: "pw"}}
+		}, fields: []string{"spec.password.secretKeyRef"}},
+		{name: "bad keepalive", mutate: func(p *api.BGPPeer) { p.Spec.KeepaliveTime = "1 minute" }, fields: []string{"spec.keepaliveTime"}},
+		{name: "bad hold", mutate: func(p *api.BGPPeer) { p.Spec.HoldTime = "x" }, fields: []string{"spec.holdTime"}},
+		{name: "hold under 3s", mutate: func(p *api.BGPPeer) { p.Spec.HoldTime = "1s" }, fields: []string{"spec.holdTime"}},
+		{name: "keepalive over hold/3", mutate: func(p *api.BGPPeer) { p.Spec.KeepaliveTime = "20s"; p.Spec.HoldTime = "30s" }, fields: []string{"spec.keepaliveTime"}},
+		{name: "bad name", mutate: func(p *api.BGPPeer) { p.Metadata.Name = "ToR" }, fields: []string{"metadata.name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := validPeer()
+			tt.mutate(p)
+			checkValid(t, p.Validate(), tt.fields...)
+		})
+	}
+}
+
+func validWEP() *api.WorkloadEndpoint {
+	w := &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		Metadata: api.ObjectMeta{Name: "node1-k8s-default-web--0-eth0"},
+		Spec: api.WorkloadEndpointSpec{
+			Node: "node1", Namespace: "default", Pod: "web-0", ContainerID: "abc123",
+			InterfaceName: "cali1234", IPNetworks: []string{"10.244.1.5/32"},
+		},
+	}
+	api.SetDefaults(w)
+	return w
+}
+
+func TestWorkloadEndpointValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(w *api.WorkloadEndpoint)
+		fields []string
+	}{
+		{name: "valid", mutate: func(w *api.WorkloadEndpoint) {}},
+		{name: "no addresses yet", mutate: func(w *api.WorkloadEndpoint) { w.Spec.IPNetworks = nil }},
+		{name: "missing node", mutate: func(w *api.WorkloadEndpoint) { w.Spec.Node = "" }, fields: []string{"spec.node"}},
+		{name: "missing container id", mutate: func(w *api.WorkloadEndpoint) { w.Spec.ContainerID = "" }, fields: []string{"spec.containerID"}},
+		{name: "missing interface", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "" }, fields: []string{"spec.interfaceName"}},
+		{name: "all required missing", mutate: func(w *api.WorkloadEndpoint) { w.Spec = api.WorkloadEndpointSpec{} }, fields: []string{"spec.node", "spec.containerID", "spec.interfaceName"}},
+		{name: "address without prefix", mutate: func(w *api.WorkloadEndpoint) { w.Spec.IPNetworks = []string{"10.244.1.5/32", "10.244.1.6"} }, fields: []string{"spec.ipNetworks[1]"}},
+		{name: "bad label", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Labels = map[string]string{"app": "no spaces"} }, fields: []string{"metadata.labels.app"}},
+		{name: "missing name", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "" }, fields: []string{"metadata.name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := validWEP()
+			tt.mutate(w)
+			checkValid(t, w.Validate(), tt.fields...)
+		})
+	}
+}
+
+func TestWorkloadEndpointName(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		node, orch, ns, pod, cid, iface string
+		want                            string
+	}{
+		{"node1", "k8s", "default", "web-0", "abc", "eth0", "node1-k8s-default-web--0-eth0"},
+		{"node1", "cni", "", "", "abc", "eth0", "node1-cni--abc-eth0"},
+		{"n-1", "k8s", "kube-system", "dns", "x", "eth0", "n--1-k8s-kube--system-dns-eth0"},
+	}
+	for _, tt := range tests {
+		got := api.WorkloadEndpointName(tt.node, tt.orch, tt.ns, tt.pod, tt.cid, tt.iface)
+		if got != tt.want {
+			t.Errorf("WorkloadEndpointName(%q, %q, %q, %q, %q, %q) = %q, want %q", tt.node, tt.orch, tt.ns, tt.pod, tt.cid, tt.iface, got, tt.want)
+		}
+	}
+	// Dashes are doubled so distinct inputs cannot collide.
+	a := api.WorkloadEndpointName("a-b", "k8s", "c", "d", "", "eth0")
+	b := api.WorkloadEndpointName("a", "k8s", "b-c", "d", "", "eth0")
+	if a == b {
+		t.Fatalf("names collide: %q", a)
+	}
+}
+
+func TestIPAMConfigurationValidate(t *testing.T) {
+	t.Parallel()
+	ok := &api.IPAMConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.IPAMConfigurationSpec{MaxBlocksPerHost: 4}}
+	checkValid(t, ok.Validate())
+	if !ok.AutoAllocate() {
+		t.Error("AutoAllocate must default to true")
+	}
+	checkValid(t, (&api.IPAMConfiguration{Metadata: api.ObjectMeta{Name: "other"}}).Validate(), "metadata.name")
+	checkValid(t, (&api.IPAMConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.IPAMConfigurationSpec{MaxBlocksPerHost: -1}}).Validate(), "spec.maxBlocksPerHost")
+}
+
+func TestParseKind(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want api.Kind
+	}{
+		{"ippool", api.KindIPPool}, {"IPPools", api.KindIPPool}, {"pool", api.KindIPPool},
+		{"node", api.KindNode}, {"Nodes", api.KindNode},
+		{"bgpconfig", api.KindBGPConfiguration}, {"bgpconfigurations", api.KindBGPConfiguration},
+		{"BGPPeer", api.KindBGPPeer}, {"bgppeers", api.KindBGPPeer},
+		{"wep", api.KindWorkloadEndpoint}, {"workloadendpoints", api.KindWorkloadEndpoint},
+		{"ipamconfig", api.KindIPAMConfiguration}, {"IPAMConfiguration", api.KindIPAMConfiguration},
+	}
+	for _, tt := range tests {
+		if got, err := api.ParseKind(tt.in); err != nil || got != tt.want {
+			t.Errorf("ParseKind(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+	if _, err := api.ParseKind("networkpolicy"); !errors.Is(err, api.ErrUnknownKind) {
+		t.Errorf("ParseKind(networkpolicy): want ErrUnknownKind, got %v", err)
+	}
+	for _, k := range api.Kinds {
+		r, err := api.New(k)
+		if err != nil || r.GetKind() != k {
+			t.Errorf("New(%s) = %v, %v", k, r, err)
+		}
+	}
+	if _, err := api.New("Pod"); !errors.Is(err, api.ErrUnknownKind) {
+		t.Errorf("New(Pod): want ErrUnknownKind, got %v", err)
+	}
+}
