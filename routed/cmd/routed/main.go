@@ -10,16 +10,33 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/routed/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var cfg daemon.Config
 	root := &cobra.Command{
-		Use:           "routed",
-		Short:         "routed node daemon: routes pod IPs and advertises them over BGP",
+		Use:   "routed",
+		Short: "routed node daemon: routes pod IPs and advertises them over BGP",
+		Long: `routed runs on every node (role node: dataplane, BGP, IPAM GC) or as a
+dedicated route reflector (role route-reflector: BGP only).
+
+Every flag can also be set from the environment; the names in brackets are
+read (routed's own first, then Calico's). Datastore: ETCD_ENDPOINTS,
+ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE. Node: NODENAME, IP
+(ADDR/PREFIX or autodetect), IP_AUTODETECTION_METHOD (first-found,
+interface=REGEX, can-reach=DEST). Default pool when none exists:
+ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`,
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return daemon.Run(cmd.Context(), cfg)
+		},
 	}
+	cfg.BindFlags(root.Flags())
 	root.AddCommand(newEtcdCmd())
 	err := root.ExecuteContext(ctx)
 	stop()

@@ -1,0 +1,300 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/confd"
+	"github.com/routed-net/routed/felix"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver"
+	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// Run starts the daemon and blocks until ctx ends (SIGTERM). On the way
+// out nothing is flushed: routes stay in the kernel and BGP sessions are
+// dropped without a Cease, so peers keep this node's routes (graceful
+// restart) and pods keep forwarding while routed restarts.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil {
+		logrus.SetLevel(lvl)
+	} else {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := log.WithFields(logrus.Fields{"node": cfg.NodeName, "role": cfg.Role})
+
+	if cfg.EmbeddedEtcdDir != "" {
+		srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: cfg.EmbeddedEtcdDir, ClientAddr: cfg.EmbeddedEtcdAddr})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		cfg.Datastore.Endpoints = srv.Endpoints
+	}
+	ds, err := datastore.New(cfg.Datastore)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+
+	addr, err := nodeAddress(cfg)
+	if err != nil {
+		return err
+	}
+	log = log.WithField("address", addr)
+	// etcd may come up after us (DaemonSet start order); keep trying.
+	if err := retry(ctx, "register the node", func() error {
+		_, err := RegisterNode(ctx, ds, cfg.NodeName, addr)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := EnsureDefaultPool(ctx, ds, cfg.Pool); err != nil {
+		log.WithError(err).Warn("could not create the default pool")
+	}
+	if err := writeStateFile(cfg.StateDir, "nodename", cfg.NodeName); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	ic := ipam.New(ds)
+
+	health := NewHealth()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var fx *felix.Felix
+	bcfg := bgp.Config{
+		NodeName:   cfg.NodeName,
+		ListenPort: int32(cfg.BGPPort),
+		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
+	}
+	if cfg.Role == RoleNode {
+		fx, err = felix.New(felix.Config{
+			NodeName:       cfg.NodeName,
+			ResyncInterval: cfg.FelixResync,
+			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
+		})
+		if err != nil {
+			return err
+		}
+		if err := fx.Register(reg); err != nil {
+			return err
+		}
+		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
+		bcfg.BorrowedIPs = func(ctx context.Context) ([]netip.Addr, error) {
+			return ic.BorrowedIPs(ctx, cfg.NodeName)
+		}
+		reg.MustRegister(ipam.NewCollector(ic, 5*time.Second))
+	}
+	speaker, err := bgp.New(bcfg)
+	if err != nil {
+		return err
+	}
+	cd := confd.New(ds, speaker, cfg.NodeName, confd.WithSecretsDir(cfg.SecretsDir))
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				log.WithError(err).WithField("task", name).Error("component failed")
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+
+	aff := &affinityFanout{handlers: []ipam.AffinityHandler{speakerAffinities{speaker}}}
+	if fx != nil {
+		aff.handlers = append(aff.handlers, fx)
+		goRun("felix", fx.Run)
+		goRun("felix datastore sync", func(ctx context.Context) error {
+			return ds.Sync(ctx, []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, fx)
+		})
+		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName) })
+		if cfg.IPAMGCPeriod > 0 {
+			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ic, cfg) })
+		}
+	}
+	goRun("affinity watch", func(ctx context.Context) error { return ipam.WatchAffinities(ctx, ds, aff) })
+	goRun("bgp", speaker.Run)
+	goRun("confd", cd.Run)
+	goRun("status socket", status.NewServer(cfg.StatusSocket, speaker).Run)
+	goRun("readiness", func(ctx context.Context) error { return readinessLoop(ctx, ds, speaker, fx, health) })
+	if cfg.HealthAddr != "" {
+		goRun("health server", func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, health.Handler()) })
+	}
+	if cfg.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		goRun("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsAddr, mux) })
+	}
+	log.Info("routed running")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: routes stay programmed and peers keep ours (graceful restart)")
+	case runErr = <-errs:
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.ShutdownGrace):
+		log.Warn("components did not stop in time")
+	}
+	return runErr
+}
+
+// nodeAddress is --ip when given, else the autodetected address.
+func nodeAddress(cfg Config) (netip.Prefix, error) {
+	if cfg.IP != "" && cfg.IP != "autodetect" {
+		p, err := netip.ParsePrefix(cfg.IP)
+		if err != nil || !p.Addr().Is4() {
+			return netip.Prefix{}, fmt.Errorf("--ip %q: want an IPv4 address with prefix length, e.g. 10.0.0.5/24", cfg.IP)
+		}
+		return p, nil
+	}
+	return DetectAddress(cfg.IPMethod)
+}
+
+// retry runs f until it succeeds, backing off up to 10 s, while ctx lasts.
+func retry(ctx context.Context, what string, f func() error) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, datastore.ErrUnavailable) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		log.WithError(err).Warnf("cannot %s yet; retrying", what)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// tunnelLoop keeps the node's tunnel address in line with the pools.
+func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node string) error {
+	for {
+		if err := EnsureTunnelAddress(ctx, ds, ic, node); err != nil && ctx.Err() == nil {
+			log.WithError(err).Warn("tunnel address not settled; will retry")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(30 * time.Second):
+		}
+	}
+}
+
+// gcLoop frees leaked IPAM allocations and releases empty blocks.
+func gcLoop(ctx context.Context, ic *ipam.Client, cfg Config) error {
+	t := time.NewTicker(cfg.IPAMGCPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if rep, err := ic.GC(ctx, cfg.IPAMGCGrace); err != nil {
+			log.WithError(err).Warn("IPAM GC failed")
+		} else if n := rep.Problems(); n > 0 {
+			log.WithField("fixed", n).Info("IPAM GC freed leaks")
+		}
+		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
+			log.WithError(err).Warn("releasing empty blocks failed")
+		}
+	}
+}
+
+// readinessLoop reports readiness: datastore reachable, felix applied at
+// least once, and every BGP session that should be up established.
+func readinessLoop(ctx context.Context, ds *datastore.Client, sp *bgp.Speaker, fx *felix.Felix, h *Health) error {
+	for _, n := range []string{"datastore", "bgp", "felix"} {
+		h.Register(n)
+	}
+	if fx == nil {
+		h.Report("felix", true, true, "not running in this role")
+	}
+	for {
+		_, _, err := ds.List(ctx, api.KindBGPConfiguration)
+		h.Report("datastore", true, err == nil, errText(err))
+		peers, err := sp.Peers(ctx)
+		var down []string
+		for _, p := range peers {
+			if !p.Established() {
+				down = append(down, p.Address)
+			}
+		}
+		detail := errText(err)
+		if len(down) > 0 {
+			detail = "not established: " + strings.Join(down, ", ")
+		}
+		h.Report("bgp", true, err == nil && len(down) == 0, detail)
+		if fx != nil {
+			ok := fx.Applied()
+			h.Report("felix", true, ok, map[bool]string{true: "", false: "dataplane not programmed yet"}[ok])
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// serveHTTP serves h on addr until ctx ends.
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package e2e runs the whole product as a user would: the lab of network
+// namespaces, an embedded etcd, routed on every node, BIRD as the router,
+// and pods created through the real CNI plugin. Needs root.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/tests/lab"
+	"github.com/routed-net/routed/tests/testbin"
+)
+
+var labIndex atomic.Int32
+
+// startLab brings up a lab unique to this test and tears it down after.
+func startLab(t *testing.T) *lab.Lab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("end-to-end tests need root, and CI runs as root")
+		}
+		t.Skip("SKIPPING: end-to-end tests need root (network namespaces)")
+	}
+	cnitool, err := exec.LookPath("cnitool")
+	if err != nil {
+		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+		cnitool = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "cnitool")
+		if _, err := os.Stat(cnitool); err != nil {
+			t.Fatalf("cnitool not found; run tests/ensure-deps.sh (make deps)")
+		}
+	}
+	bins := lab.Binaries{
+		Routed: testbin.Path(t, "routed"), Routedctl: testbin.Path(t, "routedctl"),
+		RoutedCNI: testbin.Path(t, "routed-cni"), RoutedIPAM: testbin.Path(t, "routed-ipam"),
+		Cnitool: cnitool,
+	}
+	// routed-cni and routed-ipam must sit in one directory: it is CNI_PATH.
+	if filepath.Dir(bins.RoutedCNI) != filepath.Dir(bins.RoutedIPAM) {
+		t.Fatalf("routed-cni and routed-ipam are in different directories")
+	}
+	idx := int(labIndex.Add(1)) + 10*(os.Getpid()%5)
+	prefix := fmt.Sprintf("re%d", idx)
+	topo := lab.DefaultTopology(prefix, idx)
+	dir := t.TempDir()
+	l := lab.New(topo, bins, dir, t.Logf)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, dir)
+		}
+		l.Down(context.Background())
+	})
+	if err := l.Up(ctx); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	return l
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".log") {
+			b, _ := os.ReadFile(p)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("---- %s (tail)\n%s", p, b)
+		}
+		return nil
+	})
+}
+
+// TestLabEndToEnd: every pod reaches every other pod, node routes have
+// the expected shape, and IPAM usage matches the pods.
+func TestLabEndToEnd(t *testing.T) {
+	l := startLab(t)
+	ctx := context.Background()
+	var out strings.Builder
+	rep := lab.Check(ctx, l, 2, &out)
+	t.Log(out.String())
+	if !rep.OK() {
+		t.Fatalf("lab check failed: %s", rep)
+	}
+
+	// Route shapes: a local pod is a /32 on its cali device; the node's own
+	// block is a blackhole; a block on the same subnet goes straight to
+	// that node; a block across subnets goes through the router.
+	pods := l.Pods()
+	byNode := map[string][]lab.Pod{}
+	for _, p := range pods {
+		byNode[p.Node] = append(byNode[p.Node], p)
+	}
+	n1, n2, n3 := l.Topo.Nodes[0], l.Topo.Nodes[1], l.Topo.Nodes[2]
+	routes, err := l.NodeRoutes(ctx, n1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range byNode[n1.Name] {
+		if !hasLine(routes, p.IP+" dev cali", "proto 82", "scope link") {
+			t.Errorf("%s: no /32 route for local pod %s:\n%s", n1.Name, p.IP, routes)
+		}
+	}
+	if !hasLine(routes, "blackhole ", "proto 82") {
+		t.Errorf("%s: no blackhole for its own block:\n%s", n1.Name, routes)
+	}
+	if !hasLine(routes, "via "+n2.Addr.Addr().String(), "proto 82") {
+		t.Errorf("%s: no direct route to same-subnet node %s's block:\n%s", n1.Name, n2.Name, routes)
+	}
+	rtrA := strings.TrimSuffix(l.Topo.SubnetA.Addr().String(), "0") + "1"
+	if !hasLine(routes, "via "+rtrA, "proto 82") {
+		t.Errorf("%s: no route through the router %s to cross-subnet node %s's block:\n%s", n1.Name, rtrA, n3.Name, routes)
+	}
+
+	// IPAM: as many addresses in use as pods.
+	show, err := l.Ctl(ctx, "ipam", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(show, fmt.Sprint(len(pods))) {
+		t.Errorf("ipam show does not report %d addresses in use:\n%s", len(pods), show)
+	}
+	weps, err := l.Ctl(ctx, "get", "workloadendpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(weps, "\n") - 1; got != len(pods) {
+		t.Errorf("%d workload endpoints for %d pods:\n%s", got, len(pods), weps)
+	}
+}
+
+// hasLine reports whether some line of text contains every part.
+func hasLine(text string, parts ...string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

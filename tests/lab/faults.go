@@ -1,0 +1,53 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// StopEtcd stops the lab's etcd (its data stays).
+func (l *Lab) StopEtcd() { l.etcd.stop(syscall.SIGTERM, 10*time.Second) }
+
+// StartEtcd starts the lab's etcd again on the same data and address.
+func (l *Lab) StartEtcd(ctx context.Context) error { return l.startEtcd(ctx) }
+
+// PingResult counts a ping stream.
+type PingResult struct{ Sent, Received int }
+
+// Lost is the number of unanswered pings.
+func (r PingResult) Lost() int { return r.Sent - r.Received }
+
+func (r PingResult) String() string {
+	return fmt.Sprintf("%d sent, %d received, %d lost", r.Sent, r.Received, r.Lost())
+}
+
+// PingStream pings to from a pod every interval until ctx ends, and
+// returns the counts. Run it in a goroutine around a fault.
+func (l *Lab) PingStream(ctx context.Context, from Pod, to string, interval time.Duration) PingResult {
+	var r PingResult
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-t.C:
+		}
+		r.Sent++
+		// One probe per tick with a short deadline, so a gap in
+		// forwarding shows up as lost probes rather than a slow one.
+		out, _ := nsRun(context.Background(), from.NS, "ping", "-n", "-q", "-c", "1", "-W", "1", to)
+		if strings.Contains(out, " 1 received") {
+			r.Received++
+		}
+	}
+}
+
+// NodeProcessRunning reports whether the lab's routed on node is up.
+func (l *Lab) NodeProcessRunning(node string) bool {
+	p := l.nodes[node]
+	return p != nil && p.running()
+}
