@@ -1,0 +1,251 @@
+package ipam
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+var log = logrus.WithField("component", "ipam")
+
+// mvccpbKV is a stored key-value as etcd returns it.
+type mvccpbKV = mvccpb.KeyValue
+
+// Defaults for Client options.
+const (
+	DefaultEmptyBlockGrace = 5 * time.Minute
+	DefaultMaxRetries      = 10
+)
+
+// Client allocates and releases pod and tunnel addresses. It is safe for
+// concurrent use. It caches blocks, handles and pool/node metadata; every
+// write is conditional on the revision the cached copy was read at, so a
+// stale cache costs a retry, never a wrong allocation.
+type Client struct {
+	ds         *datastore.Client
+	kv         clientv3.KV
+	emptyGrace time.Duration
+	maxRetries int
+	now        func() time.Time
+
+	blocks  *revCache[*block]
+	handles *revCache[*handleRec]
+	view    atomic.Pointer[clusterView]
+
+	mu    sync.Mutex
+	nodes map[string]*nodeState
+
+	stats counters
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithEmptyBlockGrace sets how long a block must stay empty before
+// ReleaseEmptyBlocks gives its affinity up (default 5m).
+func WithEmptyBlockGrace(d time.Duration) Option { return func(c *Client) { c.emptyGrace = d } }
+
+// WithMaxRetries sets how many conflicting writes an operation tolerates
+// before failing with ErrContention (default 10).
+func WithMaxRetries(n int) Option { return func(c *Client) { c.maxRetries = max(n, 1) } }
+
+// New returns a Client on ds.
+func New(ds *datastore.Client, opts ...Option) *Client {
+	c := &Client{
+		ds:         ds,
+		kv:         ds.Etcd().KV,
+		emptyGrace: DefaultEmptyBlockGrace,
+		maxRetries: DefaultMaxRetries,
+		now:        time.Now,
+		blocks:     newRevCache[*block](4096),
+		handles:    newRevCache[*handleRec](4096),
+		nodes:      map[string]*nodeState{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Stats counts the etcd round trips and write conflicts of a Client.
+type Stats struct {
+	Gets      uint64 // range reads
+	Txns      uint64 // transactions (reads batched in one txn count once)
+	Conflicts uint64 // conditional writes that lost to another writer
+}
+
+type counters struct{ gets, txns, conflicts atomic.Uint64 }
+
+// Stats returns the counters since the Client was created.
+func (c *Client) Stats() Stats {
+	return Stats{Gets: c.stats.gets.Load(), Txns: c.stats.txns.Load(), Conflicts: c.stats.conflicts.Load()}
+}
+
+// get is a bounded, counted range read.
+func (c *Client) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.stats.gets.Add(1)
+	ctx, cancel := c.ds.Ctx(ctx)
+	defer cancel()
+	resp, err := c.kv.Get(ctx, key, opts...)
+	if err != nil {
+		return nil, c.ds.Wrap(err)
+	}
+	return resp, nil
+}
+
+// readMany runs several reads in one transaction so they see one
+// revision, and costs one round trip.
+func (c *Client) readMany(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	c.stats.txns.Add(1)
+	ctx, cancel := c.ds.Ctx(ctx)
+	defer cancel()
+	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, c.ds.Wrap(err)
+	}
+	return resp, nil
+}
+
+// write is one key of a conditional multi-key write.
+type write struct {
+	key string
+	// rev is the ModRevision the key must still have; 0 means it must not
+	// exist.
+	rev int64
+	// val is the new value; nil deletes the key, unless guard is set.
+	val []byte
+	// guard only checks rev and leaves the key alone.
+	guard bool
+}
+
+// casResult is the outcome of cas.
+type casResult struct {
+	ok bool
+	// rev is the revision of the commit: the new ModRevision of every key
+	// written.
+	rev int64
+	// cur holds, after a failed cas, the current state of every key (nil
+	// when absent), read in the same transaction.
+	cur map[string]*mvccpb.KeyValue
+}
+
+// cas applies ws atomically if every key is still at its expected
+// revision; otherwise it changes nothing and returns the current values,
+// so the caller can retry without another read.
+func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (casResult, error) {
+	cmps := make([]clientv3.Cmp, 0, len(ws)+len(extra))
+	then := make([]clientv3.Op, 0, len(ws))
+	els := make([]clientv3.Op, 0, len(ws))
+	for _, w := range ws {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(w.key), "=", w.rev))
+		els = append(els, clientv3.OpGet(w.key))
+		switch {
+		case w.guard:
+		case w.val == nil:
+			then = append(then, clientv3.OpDelete(w.key))
+		default:
+			then = append(then, clientv3.OpPut(w.key, string(w.val)))
+		}
+	}
+	cmps = append(cmps, extra...)
+	c.stats.txns.Add(1)
+	tctx, cancel := c.ds.Ctx(ctx)
+	defer cancel()
+	resp, err := c.kv.Txn(tctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return casResult{}, c.ds.Wrap(err)
+	}
+	if resp.Succeeded {
+		return casResult{ok: true, rev: resp.Header.Revision}, nil
+	}
+	c.stats.conflicts.Add(1)
+	res := casResult{rev: resp.Header.Revision, cur: make(map[string]*mvccpb.KeyValue, len(ws))}
+	for i, w := range ws {
+		res.cur[w.key] = nil
+		if kvs := resp.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			res.cur[w.key] = kvs[0]
+		}
+	}
+	return res, nil
+}
+
+// modRev is the ModRevision of kv, 0 for an absent key.
+func modRev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+// backoff waits before retry number attempt (1-based) of a conflicting
+// write. The first two retries are immediate: the failed write returned
+// the current state, and writing again at once usually wins. Later ones
+// sleep a jittered, growing delay so that writers that collided do not
+// collide again in lock step. It reports whether it slept: the state the
+// failed write returned is then likely stale, and the caller should read
+// it again just before retrying rather than lose once more.
+func backoff(ctx context.Context, attempt int) (bool, error) {
+	if attempt <= 2 {
+		return false, ctx.Err()
+	}
+	ceiling := time.Millisecond << min(attempt, 6)
+	d := time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.C:
+		return true, nil
+	}
+}
+
+func (c *Client) contention(what string, n int) error {
+	log.WithField("op", what).Warn("giving up after repeated write conflicts")
+	return fmt.Errorf("%w: %s: gave up after %d conflicting writes", ErrContention, what, n)
+}
+
+// nodeState is what a Client remembers about one node. Fields other than
+// sem are only touched while holding sem.
+type nodeState struct {
+	sem chan struct{}
+	// ni is the node's labels and record revision, valid when niKnown.
+	ni      nodeInfo
+	niKnown bool
+	// own lists the keys of blocks the node holds a confirmed affinity
+	// for, in pool order; nil until loaded.
+	own []string
+	// borrow lists other nodes' blocks with free addresses found by the
+	// last borrowing scan, so that a node that keeps borrowing does not
+	// scan every block each time.
+	borrow []string
+}
+
+// lockNode serialises this Client's allocations for node: goroutines of
+// one process would otherwise only collide on the same block and waste
+// round trips. Writers in other processes are still handled by the
+// conditional writes.
+func (c *Client) lockNode(ctx context.Context, node string) (*nodeState, func(), error) {
+	c.mu.Lock()
+	ns := c.nodes[node]
+	if ns == nil {
+		ns = &nodeState{sem: make(chan struct{}, 1)}
+		c.nodes[node] = ns
+	}
+	c.mu.Unlock()
+	select {
+	case ns.sem <- struct{}{}:
+		return ns, func() { <-ns.sem }, nil
+	case <-ctx.Done():
+		return nil, nil, c.ds.Wrap(ctx.Err())
+	}
+}

@@ -1,0 +1,252 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Report is what Check found and, after GC, what GC did about it.
+type Report struct {
+	// Revision is the datastore revision the check read.
+	Revision int64
+	// Leaks are allocations older than the grace period that nothing uses:
+	// pod addresses whose handle no WorkloadEndpoint names, tunnel
+	// addresses of deleted nodes.
+	Leaks []Leak
+	// YoungLeaks counts suspects younger than the grace period, left
+	// alone because a CNI ADD allocates before it writes the endpoint.
+	YoungLeaks int
+	// DeadNodeBlocks are blocks affine to nodes that no longer exist.
+	// They are removed once nothing in them is allocated.
+	DeadNodeBlocks []BlockUsage
+	// DanglingAffinities have no block affine to their node (pending ones
+	// only once older than the grace period).
+	DanglingAffinities []Affinity
+	// EmptyHandles are handle records that hold no address.
+	EmptyHandles []string
+	// Inconsistencies are records that contradict each other; see Verify.
+	Inconsistencies []string
+
+	// What GC did.
+	Released          []netip.Addr
+	RemovedBlocks     []netip.Prefix
+	RemovedAffinities []Affinity
+	RemovedHandles    []string
+	Repaired          []string
+	// Errors lists GC steps that failed; GC carries on with the others.
+	Errors []string
+}
+
+// Leak is an allocation that nothing uses any more.
+type Leak struct {
+	Allocation
+	Reason string
+}
+
+// Problems counts what Check found.
+func (r *Report) Problems() int {
+	return len(r.Leaks) + len(r.DeadNodeBlocks) + len(r.DanglingAffinities) + len(r.EmptyHandles) + len(r.Inconsistencies)
+}
+
+// Check reports leaked allocations, blocks of deleted nodes, affinities
+// without blocks, handles without addresses and inconsistent records. It
+// changes nothing. Leaks younger than grace are only counted.
+func (c *Client) Check(ctx context.Context, grace time.Duration) (*Report, error) {
+	s, err := c.snapshot(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.check(c.now(), grace), nil
+}
+
+func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
+	r := &Report{Revision: s.rev, Inconsistencies: s.inconsistencies()}
+	wepHandles, wepIPs := map[string]bool{}, map[netip.Addr]bool{}
+	for _, w := range s.weps {
+		if w.Spec.Handle != "" {
+			wepHandles[w.Spec.Handle] = true
+		}
+		for _, n := range w.Spec.IPNetworks {
+			if p, err := netip.ParsePrefix(n); err == nil {
+				wepIPs[p.Addr()] = true
+			}
+		}
+	}
+	for _, key := range s.sortedBlocks() {
+		b := s.blocks[key].b
+		if s.nodes[b.owner()] == nil {
+			r.DeadNodeBlocks = append(r.DeadNodeBlocks, usageOf(s, key))
+		}
+		for o := range b.Allocations {
+			hold := b.holder(o)
+			if hold == nil {
+				continue
+			}
+			var reason string
+			switch {
+			case hold.Type == TypeTunnel && s.nodes[hold.Node] == nil:
+				reason = fmt.Sprintf("tunnel address of deleted node %q", hold.Node)
+			case hold.Type != TypeTunnel && !wepHandles[hold.Handle] && !wepIPs[b.addr(o)]:
+				reason = fmt.Sprintf("no workload endpoint uses handle %q", hold.Handle)
+			default:
+				continue
+			}
+			if now.Sub(time.UnixMilli(b.AllocatedAt[o])) < grace {
+				r.YoungLeaks++
+				continue
+			}
+			r.Leaks = append(r.Leaks, Leak{Allocation: *allocationAt(b, o), Reason: reason})
+		}
+	}
+	for _, a := range s.sortedAffinities() {
+		if s.danglingAffinity(a) && (a.rec.State != StatePending || now.Sub(a.rec.Since) >= grace) {
+			r.DanglingAffinities = append(r.DanglingAffinities, Affinity{Node: a.node, CIDR: a.cidr, State: a.rec.State})
+		}
+	}
+	derived := s.derivedHandles()
+	for _, id := range s.sortedHandles() {
+		if derived[id] == nil {
+			r.EmptyHandles = append(r.EmptyHandles, id)
+		}
+	}
+	return r
+}
+
+// GC frees what Check finds, leaving anything younger than grace alone:
+// it repairs handle records from the blocks (the blocks are the truth),
+// deletes empty handles and dangling affinities, releases leaked
+// addresses (by sequence number, so an address reallocated meanwhile is
+// never freed), then removes the now-empty blocks of deleted nodes and
+// releases the affinity of blocks that stayed empty longer than the
+// Client's empty-block grace period. Every change is conditional on the
+// state Check saw; what lost a race is left for the next run.
+func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
+	s, err := c.snapshot(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	r := s.check(c.now(), grace)
+	fail := func(what string, err error) {
+		if err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", what, err))
+			log.WithError(err).Warn("IPAM GC step failed: " + what)
+		}
+	}
+	fail("repairing handles", c.repairHandles(ctx, s, r))
+	fail("repairing blocks without affinity", c.repairBlockAffinities(ctx, s, r))
+	for _, a := range r.DanglingAffinities {
+		akey, bkey := affinityKey(a.Node, a.CIDR), blockKey(a.CIDR)
+		ok, err := c.casOK(ctx, []write{{key: akey, rev: s.affs[akey].rev}, {key: bkey, rev: s.blocks[bkey].rev, guard: true}})
+		fail("deleting affinity "+akey, err)
+		if ok {
+			r.RemovedAffinities = append(r.RemovedAffinities, a)
+		}
+	}
+	rels := make([]Release, len(r.Leaks))
+	for i, l := range r.Leaks {
+		rels[i] = Release{IP: l.IP, Seq: l.Seq}
+	}
+	released, err := c.ReleaseIPs(ctx, rels...)
+	r.Released = released
+	var stale *StaleSequenceError
+	if !errors.As(err, &stale) { // a stale release is a race GC lost, not a failure
+		fail("releasing leaked addresses", err)
+	}
+
+	// Re-read: the releases may have emptied blocks of deleted nodes.
+	s2, err := c.snapshot(ctx, true)
+	if err != nil {
+		fail("re-reading", err)
+		return r, nil
+	}
+	removed, err := c.releaseEmpty(ctx, s2, "", true)
+	r.RemovedBlocks = append(r.RemovedBlocks, removed...)
+	fail("releasing empty blocks", err)
+	return r, nil
+}
+
+// casOK is cas for callers that only care whether it applied.
+func (c *Client) casOK(ctx context.Context, ws []write, extra ...clientv3.Cmp) (bool, error) {
+	res, err := c.cas(ctx, ws, extra...)
+	return res.ok, err
+}
+
+// repairHandles makes every handle record say what the blocks say,
+// deleting records of handles that hold nothing. Each write is guarded on
+// the blocks involved not having changed since the snapshot.
+func (c *Client) repairHandles(ctx context.Context, s *snapshot, r *Report) error {
+	derived := s.derivedHandles()
+	var errs []error
+	for _, id := range s.sortedHandles() {
+		if derived[id] != nil {
+			continue
+		}
+		ok, err := c.casOK(ctx, []write{{key: handleKey(id), rev: s.handles[id].rev}})
+		errs = append(errs, err)
+		if ok {
+			c.handles.drop(handleKey(id))
+			r.RemovedHandles = append(r.RemovedHandles, id)
+		}
+	}
+	ids := make([]string, 0, len(derived))
+	for id := range derived {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		want := derived[id]
+		cur, exists := s.handles[id]
+		if exists && cur.h.equal(want) {
+			continue
+		}
+		ws := []write{{key: handleKey(id), rev: cur.rev, val: want.encode()}}
+		for cidr := range want.Blocks {
+			p, _ := netip.ParsePrefix(cidr)
+			ws = append(ws, write{key: blockKey(p), rev: s.blocks[blockKey(p)].rev, guard: true})
+		}
+		ok, err := c.casOK(ctx, ws)
+		errs = append(errs, err)
+		if ok {
+			c.handles.drop(handleKey(id))
+			r.Repaired = append(r.Repaired, fmt.Sprintf("rewrote handle %q from its blocks", id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// repairBlockAffinities gives a block whose affinity record is missing a
+// confirmed one if its node exists, and deletes it if its node is gone
+// and nothing in it is allocated.
+func (c *Client) repairBlockAffinities(ctx context.Context, s *snapshot, r *Report) error {
+	var errs []error
+	for _, key := range s.sortedBlocks() {
+		bkv := s.blocks[key]
+		b := bkv.b
+		if _, ok := s.affinityOf(b); ok || b.owner() == "" {
+			continue
+		}
+		akey := affinityKey(b.owner(), b.prefix)
+		switch {
+		case s.nodes[b.owner()] != nil:
+			ok, err := c.casOK(ctx, []write{{key: akey, rev: 0, val: encodeAffinity(StateConfirmed, c.now())}, {key: key, rev: bkv.rev, guard: true}})
+			errs = append(errs, err)
+			if ok {
+				r.Repaired = append(r.Repaired, fmt.Sprintf("recreated affinity of block %s for node %s", b.CIDR, b.owner()))
+			}
+		case b.inUse() == 0:
+			ok, err := c.casOK(ctx, []write{{key: key, rev: bkv.rev}, {key: akey, rev: 0, guard: true}})
+			errs = append(errs, err)
+			if ok {
+				c.blocks.drop(key)
+				r.RemovedBlocks = append(r.RemovedBlocks, b.prefix)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,92 @@
+package ipam
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Key layout (see README.md). CIDRs appear in keys with "/" replaced by
+// "-" so that a block is one path element: 10.244.0.0/26 -> 10.244.0.0-26.
+const (
+	ipamPrefix     = datastore.KeyPrefix + "ipam/"
+	blockPrefix    = ipamPrefix + "blocks/"
+	affinityPrefix = ipamPrefix + "affinities/"
+	handlePrefix   = ipamPrefix + "handles/"
+)
+
+// Handle naming conventions shared with the CNI plugin and the node agent.
+const (
+	// TunnelHandlePrefix starts the handle of a node's IPIP tunnel address.
+	TunnelHandlePrefix = "ipip-tunnel-addr-"
+	// DefaultNetwork is the network name used in pod handles by default.
+	DefaultNetwork = "k8s-pod-network"
+)
+
+// PodHandle returns the handle for a pod's addresses: "<network>.<containerID>".
+func PodHandle(network, containerID string) string { return network + "." + containerID }
+
+// TunnelHandle returns the handle for node's IPIP tunnel address.
+func TunnelHandle(node string) string { return TunnelHandlePrefix + node }
+
+func cidrKeyPart(p netip.Prefix) string { return strings.Replace(p.String(), "/", "-", 1) }
+
+func parseCIDRKeyPart(s string) (netip.Prefix, error) {
+	i := strings.LastIndexByte(s, '-')
+	if i < 0 {
+		return netip.Prefix{}, fmt.Errorf("%w: key part %q is not a CIDR", ErrCorrupt, s)
+	}
+	p, err := netip.ParsePrefix(s[:i] + "/" + s[i+1:])
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%w: key part %q: %v", ErrCorrupt, s, err)
+	}
+	return p, nil
+}
+
+func blockKey(p netip.Prefix) string { return blockPrefix + cidrKeyPart(p) }
+
+func affinityKey(node string, p netip.Prefix) string {
+	return affinityPrefix + node + "/" + cidrKeyPart(p)
+}
+
+func nodeAffinityPrefix(node string) string { return affinityPrefix + node + "/" }
+
+func handleKey(id string) string { return handlePrefix + id }
+
+// parseAffinityKey splits .../affinities/<node>/<cidr> into its parts.
+func parseAffinityKey(key string) (string, netip.Prefix, error) {
+	rest, ok := strings.CutPrefix(key, affinityPrefix)
+	node, cidr, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || node == "" {
+		return "", netip.Prefix{}, fmt.Errorf("%w: bad affinity key %q", ErrCorrupt, key)
+	}
+	p, err := parseCIDRKeyPart(cidr)
+	return node, p, err
+}
+
+func parseBlockKey(key string) (netip.Prefix, error) {
+	rest, ok := strings.CutPrefix(key, blockPrefix)
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("%w: bad block key %q", ErrCorrupt, key)
+	}
+	return parseCIDRKeyPart(rest)
+}
+
+func poolKey(name string) string      { return datastore.Key(api.KindIPPool, name) }
+func nodeKey(name string) string      { return datastore.Key(api.KindNode, name) }
+func ipamConfigKey() string           { return datastore.Key(api.KindIPAMConfiguration, "default") }
+func hostAffinity(node string) string { return "host:" + node }
+
+// checkName rejects names that would break the key layout.
+func checkName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is required", ErrInvalidArgument, what)
+	}
+	if strings.ContainsAny(s, "/\x00") || len(s) > 512 {
+		return fmt.Errorf("%w: %s %q must not contain '/' and must be at most 512 bytes", ErrInvalidArgument, what, s)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package ipam
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exports IPAM usage to Prometheus. It reads the datastore at
+// scrape time (bounded by a timeout) rather than keeping counters, so the
+// numbers are right whichever process made the allocations. It is not
+// registered anywhere: the daemon registers it.
+type Collector struct {
+	c       *Client
+	timeout time.Duration
+
+	up, poolSize, inUse, borrowed, blocks, txns, conflicts *prometheus.Desc
+}
+
+// NewCollector returns a Collector reading through c; each scrape gives
+// up after timeout (0 means 5s).
+func NewCollector(c *Client, timeout time.Duration) *Collector {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("routed_ipam_"+name, help, labels, nil)
+	}
+	return &Collector{
+		c:         c,
+		timeout:   timeout,
+		up:        d("up", "1 if the last scrape could read the IPAM state, else 0."),
+		poolSize:  d("pool_size", "Addresses in the pool.", "pool", "cidr"),
+		inUse:     d("allocations_in_use", "Allocated addresses in the pool.", "pool"),
+		borrowed:  d("allocations_borrowed", "Addresses allocated for a node from another node's block.", "pool"),
+		blocks:    d("blocks_per_node", "Blocks affine to the node.", "node"),
+		txns:      d("etcd_transactions_total", "etcd transactions made by this process's IPAM client."),
+		conflicts: d("write_conflicts_total", "Conditional IPAM writes by this process that lost to another writer."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.up, m.poolSize, m.inUse, m.borrowed, m.blocks, m.txns, m.conflicts} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := m.c.Stats()
+	ch <- prometheus.MustNewConstMetric(m.txns, prometheus.CounterValue, float64(st.Txns))
+	ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.CounterValue, float64(st.Conflicts))
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	u, err := m.c.Usage(ctx)
+	if err != nil {
+		log.WithError(err).Warn("IPAM metrics: cannot read usage")
+		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, 1)
+	for _, p := range u.Pools {
+		ch <- prometheus.MustNewConstMetric(m.poolSize, prometheus.GaugeValue, float64(p.Size), p.Name, p.CIDR.String())
+		ch <- prometheus.MustNewConstMetric(m.inUse, prometheus.GaugeValue, float64(p.InUse), p.Name)
+		ch <- prometheus.MustNewConstMetric(m.borrowed, prometheus.GaugeValue, float64(p.Borrowed), p.Name)
+	}
+	for node, n := range u.BlocksPerNode() {
+		ch <- prometheus.MustNewConstMetric(m.blocks, prometheus.GaugeValue, float64(n), node)
+	}
+}

@@ -1,0 +1,219 @@
+package ipam
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Allocation says who holds an address.
+type Allocation struct {
+	IP        netip.Addr
+	Handle    string
+	Namespace string
+	Pod       string
+	// Node is the node the address was allocated for.
+	Node string
+	Type string
+	// Block is the block holding the address and BlockNode the node it is
+	// affine to; they differ from Node for a borrowed address.
+	Block     netip.Prefix
+	BlockNode string
+	// Seq identifies this allocation: pass it in Release so that the
+	// release cannot free a later allocation of the same address.
+	Seq         uint64
+	AllocatedAt time.Time
+}
+
+// Borrowed reports whether the address came from another node's block.
+func (a *Allocation) Borrowed() bool { return a.Node != a.BlockNode }
+
+func allocationAt(b *block, o int) *Allocation {
+	h := b.holder(o)
+	return &Allocation{
+		IP: b.addr(o), Handle: h.Handle, Namespace: h.Namespace, Pod: h.Pod, Node: h.Node, Type: h.Type,
+		Block: b.prefix, BlockNode: b.owner(), Seq: b.Seq[o], AllocatedAt: time.UnixMilli(b.AllocatedAt[o]),
+	}
+}
+
+// IPInfo returns who holds ip, read fresh from the datastore. A free
+// address fails with ErrNotAllocated; one outside every pool and block
+// with ErrNotInPool.
+func (c *Client) IPInfo(ctx context.Context, ip netip.Addr) (*Allocation, error) {
+	key, err := c.blockKeyFor(ctx, ip)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, fmt.Errorf("%w: %s", ErrNotInPool, ip)
+	}
+	resp, err := c.get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	b := c.storeBlockKV(key, firstKV(resp.Kvs))
+	if b == nil {
+		return nil, fmt.Errorf("%w: %s (its block is not claimed)", ErrNotAllocated, ip)
+	}
+	o, _ := b.ordinal(ip)
+	if b.holder(o) == nil {
+		return nil, fmt.Errorf("%w: %s (block %s of node %s)", ErrNotAllocated, ip, b.prefix, b.owner())
+	}
+	return allocationAt(b, o), nil
+}
+
+// Usage is a point-in-time account of every pool and block.
+type Usage struct {
+	// Revision is the datastore revision it was read at.
+	Revision int64
+	Pools    []PoolUsage
+	// Orphaned lists blocks that lie in no current pool (the pool was
+	// deleted or resized).
+	Orphaned []BlockUsage
+}
+
+// PoolUsage accounts for one pool.
+type PoolUsage struct {
+	Name      string
+	CIDR      netip.Prefix
+	BlockSize int
+	Disabled  bool
+	// Size counts every address of the pool; InUse the allocated ones;
+	// Free is Size-InUse (including addresses in unclaimed blocks).
+	Size, InUse, Free int
+	// Borrowed counts allocations made for a node other than the block's.
+	Borrowed int
+	Blocks   []BlockUsage
+}
+
+// BlockUsage accounts for one block.
+type BlockUsage struct {
+	CIDR netip.Prefix
+	Pool string
+	// Node is the node the block is affine to, and State that affinity's
+	// state ("" if the affinity record is missing).
+	Node  string
+	State string
+	Size  int
+	InUse int
+	Free  int
+	// Borrowed counts allocations made for other nodes.
+	Borrowed   int
+	EmptySince *time.Time
+}
+
+func usageOf(s *snapshot, key string) BlockUsage {
+	b := s.blocks[key].b
+	u := BlockUsage{CIDR: b.prefix, Node: b.owner(), Size: b.size(), InUse: b.inUse(), Free: b.free(), EmptySince: b.EmptySince}
+	if a, ok := s.affinityOf(b); ok {
+		u.State = a.rec.State
+	}
+	if p := s.poolOf(b.prefix); p != nil {
+		u.Pool = p.name()
+	}
+	for o := range b.Allocations {
+		if h := b.holder(o); h != nil && h.Node != u.Node {
+			u.Borrowed++
+		}
+	}
+	return u
+}
+
+// Usage reads every pool and block and accounts for them.
+func (c *Client) Usage(ctx context.Context) (*Usage, error) {
+	s, err := c.snapshot(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.usage(), nil
+}
+
+func (s *snapshot) usage() *Usage {
+	u := &Usage{Revision: s.rev}
+	idx := map[string]int{}
+	for i, p := range s.view.pools {
+		u.Pools = append(u.Pools, PoolUsage{
+			Name: p.name(), CIDR: p.prefix, BlockSize: p.pool.Spec.BlockSize, Disabled: p.pool.Spec.Disabled,
+			Size: 1 << (32 - p.prefix.Bits()),
+		})
+		idx[p.name()] = i
+	}
+	for _, key := range s.sortedBlocks() {
+		bu := usageOf(s, key)
+		i, ok := idx[bu.Pool]
+		if !ok {
+			u.Orphaned = append(u.Orphaned, bu)
+			continue
+		}
+		pu := &u.Pools[i]
+		pu.InUse += bu.InUse
+		pu.Borrowed += bu.Borrowed
+		pu.Blocks = append(pu.Blocks, bu)
+	}
+	for i := range u.Pools {
+		u.Pools[i].Free = u.Pools[i].Size - u.Pools[i].InUse
+	}
+	return u
+}
+
+// BlocksPerNode counts the blocks affine to each node.
+func (u *Usage) BlocksPerNode() map[string]int {
+	out := map[string]int{}
+	for _, p := range u.Pools {
+		for _, b := range p.Blocks {
+			out[b.Node]++
+		}
+	}
+	for _, b := range u.Orphaned {
+		out[b.Node]++
+	}
+	return out
+}
+
+// BlocksForNode returns the blocks affine to node (by the block records,
+// with their affinity state), ordered by address.
+func (c *Client) BlocksForNode(ctx context.Context, node string) ([]BlockUsage, error) {
+	s, err := c.snapshot(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []BlockUsage
+	for _, key := range s.sortedBlocks() {
+		if s.blocks[key].b.owner() == node {
+			out = append(out, usageOf(s, key))
+		}
+	}
+	return out, nil
+}
+
+// BorrowedIPs returns the addresses allocated for node in blocks affine
+// to other nodes; felix needs them to route to pods that do not live in
+// the node's own blocks.
+func (c *Client) BorrowedIPs(ctx context.Context, node string) ([]netip.Addr, error) {
+	resp, err := c.get(ctx, blockPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, kv := range resp.Kvs {
+		b, err := decodeBlock(kv.Value)
+		if err != nil {
+			log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable block")
+			continue
+		}
+		if b.owner() == node {
+			continue
+		}
+		for o := range b.Allocations {
+			if h := b.holder(o); h != nil && h.Node == node {
+				out = append(out, b.addr(o))
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}

@@ -1,0 +1,107 @@
+package ipam
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// Verify scans every block, affinity and handle at one revision and
+// returns each violated invariant, as text for a person. It is meant for
+// a datastore at rest (tests, `ipam check`): a claim in progress shows up
+// as a pending affinity.
+//
+// The invariants: each block is internally consistent (see block); each
+// block has an affinity record for its node; each affinity has a block
+// affine to the same node, and is confirmed; handle records say exactly
+// what the blocks say each handle holds; no two blocks overlap.
+func (c *Client) Verify(ctx context.Context) ([]string, error) {
+	s, err := c.snapshot(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := s.inconsistencies()
+	for _, a := range s.sortedAffinities() {
+		switch {
+		case s.danglingAffinity(a):
+			out = append(out, fmt.Sprintf("affinity %s/%s (%s) has no block affine to that node", a.node, a.cidr, a.rec.State))
+		case a.rec.State != StateConfirmed:
+			out = append(out, fmt.Sprintf("affinity %s/%s is %s", a.node, a.cidr, a.rec.State))
+		}
+	}
+	derived := s.derivedHandles()
+	for _, id := range s.sortedHandles() {
+		if derived[id] == nil {
+			out = append(out, fmt.Sprintf("handle %q holds no address", id))
+		}
+	}
+	return out, nil
+}
+
+// inconsistencies lists the problems that no in-progress operation can
+// explain: they mean a bug, a crash in a non-atomic step, or a hand edit.
+func (s *snapshot) inconsistencies() []string {
+	out := slices.Clone(s.unreadable)
+	keys := s.sortedBlocks()
+	for i, key := range keys {
+		b := s.blocks[key].b
+		out = append(out, verifyBlock(b)...)
+		if _, ok := s.affinityOf(b); !ok && b.owner() != "" {
+			out = append(out, fmt.Sprintf("block %s is affine to %s but has no affinity record", b.CIDR, b.owner()))
+		}
+		if i > 0 {
+			if prev := s.blocks[keys[i-1]].b; prev.prefix.Overlaps(b.prefix) {
+				out = append(out, fmt.Sprintf("blocks %s and %s overlap", prev.CIDR, b.CIDR))
+			}
+		}
+	}
+	derived := s.derivedHandles()
+	ids := make([]string, 0, len(derived))
+	for id := range derived {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rec, ok := s.handles[id]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("handle %q holds addresses in blocks but has no handle record", id))
+		case !rec.h.equal(derived[id]):
+			out = append(out, fmt.Sprintf("handle %q record says %v but blocks say %v", id, rec.h.Blocks, derived[id].Blocks))
+		}
+	}
+	return out
+}
+
+// danglingAffinity reports whether a has no block affine to its node.
+func (s *snapshot) danglingAffinity(a affKV) bool {
+	b, ok := s.blocks[blockKey(a.cidr)]
+	return !ok || b.b.owner() != a.node
+}
+
+func (s *snapshot) sortedAffinities() []affKV {
+	out := make([]affKV, 0, len(s.affs))
+	for _, a := range s.affs {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(x, y affKV) int {
+		if x.node != y.node {
+			if x.node < y.node {
+				return -1
+			}
+			return 1
+		}
+		return x.cidr.Addr().Compare(y.cidr.Addr())
+	})
+	return out
+}
+
+func (s *snapshot) sortedHandles() []string {
+	out := make([]string, 0, len(s.handles))
+	for id := range s.handles {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
