@@ -1,0 +1,167 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// CmdAdd attaches the container: IPAM, veth pair, addresses and routes on
+// both sides, then the WorkloadEndpoint. Any failure undoes every step
+// done so far.
+func (p *Plugin) CmdAdd(args *skel.CmdArgs) error {
+	c, err := begin(args, "ADD")
+	if err != nil {
+		return toCNIError(err)
+	}
+	defer c.end()
+	result, err := p.add(context.Background(), c)
+	if err != nil {
+		return c.finish("ADD", err)
+	}
+	c.log.WithField("ips", result.IPs[0].Address.String()).Infof("ADD done: %s on %s", args.IfName, c.hostVeth)
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
+	args, conf := c.args, c.conf
+	c.log.WithFields(map[string]any{"ifname": args.IfName, "netns": args.Netns, "hostVeth": c.hostVeth, "node": c.node}).Info("ADD")
+
+	hostNS, err := ns.GetCurrentNS()
+	if err != nil {
+		return nil, fmt.Errorf("open host network namespace: %w", err)
+	}
+	defer hostNS.Close()
+	contNS, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", errNetNS, args.Netns, err)
+	}
+	defer contNS.Close()
+
+	// Cheap early refusal before anything is allocated; createVeth still
+	// catches the race where the name appears in between.
+	if exists, err := linkExists(c.hostVeth); err != nil {
+		return nil, err
+	} else if exists {
+		return nil, fmt.Errorf("%w: host interface %s for %s already exists (an earlier sandbox of this pod that was not deleted?); run CNI DEL for that sandbox or delete the interface, then retry",
+			errInterfaceExists, c.hostVeth, c.describe())
+	}
+
+	store, err := p.openStore(conf)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+
+	var undo rollback
+	success := false
+	defer func() {
+		if !success {
+			undo.run(c.log)
+		}
+	}()
+
+	r, err := invoke.DelegateAdd(ctx, conf.IPAM.Type, args.StdinData, nil)
+	if err != nil {
+		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", conf.IPAM.Type, c.describe(), err)
+	}
+	undo.add("release addresses (IPAM "+conf.IPAM.Type+" DEL)", func() error {
+		return invoke.DelegateDel(ctx, conf.IPAM.Type, args.StdinData, nil)
+	})
+	ipamResult, err := current.NewResultFromResult(r)
+	if err != nil {
+		return nil, fmt.Errorf("IPAM plugin %s returned an unreadable result: %w", conf.IPAM.Type, err)
+	}
+	ips, err := ipv4Addresses(ipamResult, conf.IPAM.Type)
+	if err != nil {
+		return nil, err
+	}
+
+	mtu := conf.EffectiveMTU(c.log.Warnf)
+	contMAC, created, err := createVeth(contNS, hostNS, args.IfName, c.hostVeth, mtu)
+	if created {
+		undo.add("delete veth "+c.hostVeth, func() error { return delLink(c.hostVeth) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	hostLink, err := configureHostSide(c.hostVeth)
+	if err != nil {
+		return nil, err
+	}
+	if err := configureContainerSide(contNS, args.IfName, ips); err != nil {
+		return nil, err
+	}
+	for _, ip := range ips {
+		rt, err := addHostRoute(hostLink, ip)
+		if err != nil {
+			return nil, err
+		}
+		undo.add("delete host route "+rt.Dst.String(), func() error { return delRoute(rt) })
+	}
+
+	labels, err := p.podLabels(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	wep := c.buildEndpoint(ips, contMAC, labels)
+	rev, err := writeEndpoint(ctx, store, wep)
+	if err != nil {
+		return nil, err
+	}
+	undo.add("delete WorkloadEndpoint "+wep.Metadata.Name, func() error {
+		return deleteEndpoint(context.Background(), store, wep.Metadata.Name, rev)
+	})
+
+	success = true
+	return buildResult(c, ipamResult, ips, contMAC, contNS.Path()), nil
+}
+
+// ipv4Addresses extracts the assigned addresses; routed's data path is
+// IPv4 only for now, so an IPv6 assignment is a configuration error.
+func ipv4Addresses(r *current.Result, ipamType string) ([]net.IP, error) {
+	var ips []net.IP
+	for _, ipc := range r.IPs {
+		v4 := ipc.Address.IP.To4()
+		if v4 == nil {
+			return nil, fmt.Errorf("%w: IPAM plugin %s assigned IPv6 address %s; routed-cni supports IPv4 only: remove IPv6 ranges from the ipam section", errConfig, ipamType, ipc.Address.IP)
+		}
+		ips = append(ips, v4)
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("IPAM plugin %s returned no addresses", ipamType)
+	}
+	return ips, nil
+}
+
+// buildResult describes the attachment for the runtime and for chained
+// plugins: interface 0 is the host end, 1 the container end (with its
+// sandbox), each address a /32 on interface 1.
+func buildResult(c *call, ipamResult *current.Result, ips []net.IP, contMAC net.HardwareAddr, sandbox string) *current.Result {
+	res := &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: c.hostVeth, Mac: HostMAC.String()},
+			{Name: c.args.IfName, Mac: contMAC.String(), Sandbox: sandbox},
+		},
+		Routes: []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: GatewayIP}},
+		DNS:    ipamResult.DNS,
+	}
+	for _, ip := range ips {
+		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(1), Address: *hostPrefix(ip)})
+	}
+	if dnsSet(c.conf.DNS) {
+		res.DNS = c.conf.DNS
+	}
+	return res
+}
+
+func dnsSet(d types.DNS) bool {
+	return len(d.Nameservers) > 0 || d.Domain != "" || len(d.Search) > 0 || len(d.Options) > 0
+}

@@ -1,0 +1,196 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// errCheck marks a CHECK that found the attachment differing from what
+// ADD set up.
+var errCheck = errors.New("routed-cni: CHECK found differences")
+
+// CmdCheck verifies that the attachment still looks as ADD left it: both
+// veth ends, addresses, routes in the container and on the host, and the
+// WorkloadEndpoint. It reports every difference, not just the first.
+func (p *Plugin) CmdCheck(args *skel.CmdArgs) error {
+	c, err := begin(args, "CHECK")
+	if err != nil {
+		return toCNIError(err)
+	}
+	defer c.end()
+	if err := p.check(context.Background(), c); err != nil {
+		return c.finish("CHECK", err)
+	}
+	return nil
+}
+
+func (p *Plugin) check(ctx context.Context, c *call) error {
+	args, conf := c.args, c.conf
+	if conf.RawPrevResult == nil {
+		return fmt.Errorf("%w: CHECK needs prevResult (the runtime passes the ADD result)", errConfig)
+	}
+	if err := version.ParsePrevResult(&conf.NetConf); err != nil {
+		return fmt.Errorf("%w: prevResult: %v", errConfig, err)
+	}
+	prev, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return fmt.Errorf("%w: prevResult: %v", errConfig, err)
+	}
+	if err := invoke.DelegateCheck(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
+		return fmt.Errorf("IPAM plugin %s CHECK: %w", conf.IPAM.Type, err)
+	}
+	var want []net.IP
+	for _, ipc := range prev.IPs {
+		want = append(want, ipc.Address.IP)
+	}
+	var diffs []string
+	d := func(format string, a ...any) { diffs = append(diffs, fmt.Sprintf(format, a...)) }
+
+	contMAC := ""
+	if i := slices.IndexFunc(prev.Interfaces, func(i *current.Interface) bool {
+		return i.Name == args.IfName && i.Sandbox == args.Netns
+	}); i >= 0 {
+		contMAC = prev.Interfaces[i].Mac
+	} else {
+		d("prevResult has no interface %s in sandbox %s", args.IfName, args.Netns)
+	}
+	hostIndex := checkHost(c.hostVeth, want, d)
+	checkContainer(args.Netns, args.IfName, hostIndex, want, d)
+
+	store, err := p.openStore(conf)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	wep, err := getEndpoint(ctx, store, c.wepName())
+	if err != nil {
+		return err
+	}
+	checkEndpoint(c, wep, want, contMAC, d)
+	if len(diffs) > 0 {
+		return fmt.Errorf("%w for %s: %s", errCheck, c.describe(), strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// checkHost verifies the host end and its routes; it returns the host
+// end's ifindex (0 when missing).
+func checkHost(name string, ips []net.IP, d func(string, ...any)) int {
+	link, err := linkByName(name)
+	if err != nil {
+		d("host interface %s: %v", name, err)
+		return 0
+	}
+	if _, ok := link.(*netlink.Veth); !ok {
+		d("host interface %s is a %s, not a veth", name, link.Type())
+	}
+	if link.Attrs().HardwareAddr.String() != HostMAC.String() {
+		d("host interface %s has MAC %s, want %s", name, link.Attrs().HardwareAddr, HostMAC)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		d("host interface %s is down", name)
+	}
+	for _, s := range hostSysctls {
+		if v, err := readSysctl(s.path, name); err != nil || v != s.value {
+			d("host sysctl %s is %q (err %v), want %s", fmt.Sprintf(s.path, name), v, err, s.value)
+		}
+	}
+	routes, err := routeListFiltered(netlink.FAMILY_V4,
+		&netlink.Route{LinkIndex: link.Attrs().Index, Protocol: RouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		d("list host routes on %s: %v", name, err)
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.String() == hostPrefix(ip).String() && r.Scope == netlink.SCOPE_LINK
+		}) {
+			d("host route %s dev %s scope link proto %d is missing", hostPrefix(ip), name, RouteProtocol)
+		}
+	}
+	return link.Attrs().Index
+}
+
+// checkContainer verifies the container end, its addresses and routes.
+func checkContainer(netnsPath, ifName string, hostIndex int, ips []net.IP, d func(string, ...any)) {
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		link, err := linkByName(ifName)
+		if err != nil {
+			d("container interface %s: %v", ifName, err)
+			return nil
+		}
+		if _, ok := link.(*netlink.Veth); !ok {
+			d("container interface %s is a %s, not a veth", ifName, link.Type())
+		}
+		if hostIndex != 0 && link.Attrs().ParentIndex != hostIndex {
+			d("container interface %s is not paired with the host interface (peer ifindex %d, host ifindex %d)", ifName, link.Attrs().ParentIndex, hostIndex)
+		}
+		addrs, err := addrList(link, netlink.FAMILY_V4)
+		if err != nil {
+			d("list addresses of %s: %v", ifName, err)
+		}
+		for _, ip := range ips {
+			if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IPNet.String() == hostPrefix(ip).String() }) {
+				d("container interface %s lacks address %s", ifName, hostPrefix(ip))
+			}
+		}
+		routes, err := routeList(link, netlink.FAMILY_V4)
+		if err != nil {
+			d("list container routes: %v", err)
+		}
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.String() == hostPrefix(GatewayIP).String() && r.Scope == netlink.SCOPE_LINK
+		}) {
+			d("container route %s dev %s scope link is missing", GatewayIP, ifName)
+		}
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP)
+		}) {
+			d("container default route via %s is missing", GatewayIP)
+		}
+		return nil
+	})
+	if err != nil {
+		d("container network namespace %s: %v", netnsPath, err)
+	}
+}
+
+// checkEndpoint compares the stored endpoint with this attachment.
+func checkEndpoint(c *call, w *api.WorkloadEndpoint, ips []net.IP, contMAC string, d func(string, ...any)) {
+	if w == nil {
+		d("WorkloadEndpoint %s is missing", c.wepName())
+		return
+	}
+	s := w.Spec
+	if s.ContainerID != c.args.ContainerID {
+		d("WorkloadEndpoint %s belongs to container %s", c.wepName(), s.ContainerID)
+	}
+	if s.InterfaceName != c.hostVeth {
+		d("WorkloadEndpoint interfaceName is %s, want %s", s.InterfaceName, c.hostVeth)
+	}
+	if s.Node != c.node {
+		d("WorkloadEndpoint node is %s, want %s", s.Node, c.node)
+	}
+	var want []string
+	for _, ip := range ips {
+		want = append(want, hostPrefix(ip).String())
+	}
+	if !slices.Equal(s.IPNetworks, want) {
+		d("WorkloadEndpoint ipNetworks are %v, want %v", s.IPNetworks, want)
+	}
+	if contMAC != "" && !strings.EqualFold(s.MAC, contMAC) {
+		d("WorkloadEndpoint mac is %s, want %s", s.MAC, contMAC)
+	}
+}

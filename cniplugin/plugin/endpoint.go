@@ -1,0 +1,94 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// buildEndpoint describes this attachment for felix and BGP.
+func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, labels map[string]string) *api.WorkloadEndpoint {
+	nets := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		nets = append(nets, hostPrefix(ip).String())
+	}
+	return &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		Metadata: api.ObjectMeta{Name: c.wepName(), Labels: labels},
+		Spec: api.WorkloadEndpointSpec{
+			Node:               c.node,
+			Orchestrator:       c.orchestrator,
+			Namespace:          c.k8s.Namespace,
+			Pod:                c.k8s.Pod,
+			ContainerID:        c.args.ContainerID,
+			Endpoint:           c.args.IfName,
+			InterfaceName:      c.hostVeth,
+			ContainerInterface: c.args.IfName,
+			IPNetworks:         nets,
+			MAC:                contMAC.String(),
+			Handle:             c.handle(),
+		},
+	}
+}
+
+// writeEndpoint creates the endpoint, replacing a leftover of an earlier
+// sandbox of the same pod (same name, other container ID), and returns
+// the stored revision so rollback deletes exactly what it wrote.
+func writeEndpoint(ctx context.Context, store Store, wep *api.WorkloadEndpoint) (string, error) {
+	r, err := store.Create(ctx, wep)
+	if errors.Is(err, datastore.ErrExists) {
+		r, err = store.Apply(ctx, wep)
+	}
+	if err != nil {
+		return "", fmt.Errorf("write WorkloadEndpoint %s: %w", wep.Metadata.Name, err)
+	}
+	return r.Meta().ResourceVersion, nil
+}
+
+// getEndpoint reads this attachment's endpoint; nil without error when
+// there is none.
+func getEndpoint(ctx context.Context, store Store, name string) (*api.WorkloadEndpoint, error) {
+	r, err := store.Get(ctx, api.KindWorkloadEndpoint, name)
+	if datastore.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read WorkloadEndpoint %s: %w", name, err)
+	}
+	wep, ok := r.(*api.WorkloadEndpoint)
+	if !ok {
+		return nil, fmt.Errorf("read WorkloadEndpoint %s: unexpected type %T", name, r)
+	}
+	return wep, nil
+}
+
+// deleteEndpoint removes an endpoint at a known revision; gone already,
+// or replaced since by a newer sandbox, both count as done.
+func deleteEndpoint(ctx context.Context, store Store, name, rev string) error {
+	err := store.Delete(ctx, api.KindWorkloadEndpoint, name, rev)
+	if err == nil || datastore.IsNotFound(err) || errors.Is(err, datastore.ErrConflict) {
+		return nil
+	}
+	return fmt.Errorf("delete WorkloadEndpoint %s: %w", name, err)
+}
+
+// podLabels asks the label source, when Kubernetes is configured.
+func (p *Plugin) podLabels(ctx context.Context, c *call) (map[string]string, error) {
+	kc := c.conf.Kubernetes.Kubeconfig
+	if kc == "" || c.k8s.Pod == "" {
+		return nil, nil
+	}
+	if p.Labels == nil {
+		c.log.Debug("kubernetes.kubeconfig is set but this build has no Kubernetes label source; endpoint written without pod labels")
+		return nil, nil
+	}
+	labels, err := p.Labels.PodLabels(ctx, kc, c.k8s.Namespace, c.k8s.Pod)
+	if err != nil {
+		return nil, fmt.Errorf("read labels of %s: %w", c.describe(), err)
+	}
+	return labels, nil
+}

@@ -1,0 +1,55 @@
+package plugin
+
+import (
+	"errors"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Sentinels for conditions that map to specific CNI error codes.
+var (
+	// errInterfaceExists: an interface the ADD would create is already
+	// there (CNI code 4: CNI_IFNAME or the pod identity in CNI_ARGS names
+	// an interface that belongs to something else).
+	errInterfaceExists = errors.New("routed-cni: interface already exists")
+	// errNetNS: CNI_NETNS is not a usable network namespace (code 8).
+	errNetNS = errors.New("routed-cni: bad network namespace")
+	// errNotReady: the plugin cannot serve ADD now (STATUS code 50).
+	errNotReady = errors.New("routed-cni: not ready")
+)
+
+// toCNIError gives err the CNI spec's error code; the message is the
+// full error chain so an operator sees what failed and on what object.
+// An error from a delegated plugin keeps that plugin's code.
+func toCNIError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *types.Error
+	if errors.As(err, &te) {
+		if te == err {
+			return te
+		}
+		return types.NewError(te.Code, err.Error(), te.Details)
+	}
+	return types.NewError(codeOf(err), err.Error(), "")
+}
+
+func codeOf(err error) uint {
+	switch {
+	case errors.Is(err, errConfig), errors.Is(err, datastore.ErrConfig), errors.Is(err, api.ErrInvalid):
+		return types.ErrInvalidNetworkConfig
+	case errors.Is(err, datastore.ErrUnavailable):
+		return types.ErrTryAgainLater
+	case errors.Is(err, errInterfaceExists):
+		return types.ErrInvalidEnvironmentVariables
+	case errors.Is(err, errNetNS):
+		return types.ErrInvalidNetNS
+	case errors.Is(err, errNotReady):
+		return types.ErrPluginNotAvailable
+	}
+	return types.ErrInternal
+}

@@ -1,0 +1,104 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// CmdGC removes what belongs to attachments of this network on this node
+// that the runtime no longer lists in cni.dev/valid-attachments: their
+// WorkloadEndpoints, host veths and addresses (released through the IPAM
+// plugin's DEL, which works for any IPAM plugin), then lets the IPAM
+// plugin collect allocations that never got an endpoint (IPAM GC).
+func (p *Plugin) CmdGC(args *skel.CmdArgs) error {
+	c, err := begin(args, "GC")
+	if err != nil {
+		return toCNIError(err)
+	}
+	defer c.end()
+	if err := p.gc(context.Background(), c); err != nil {
+		return c.finish("GC", err)
+	}
+	return nil
+}
+
+func (p *Plugin) gc(ctx context.Context, c *call) error {
+	conf := c.conf
+	valid := make(map[types.GCAttachment]bool, len(conf.ValidAttachments))
+	for _, a := range conf.ValidAttachments {
+		valid[a] = true
+	}
+	store, err := p.openStore(conf)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	list, _, err := store.List(ctx, api.KindWorkloadEndpoint)
+	if err != nil {
+		return fmt.Errorf("list WorkloadEndpoints: %w", err)
+	}
+	ipamPath, err := invoke.FindInPath(conf.IPAM.Type, filepath.SplitList(c.args.Path))
+	if err != nil {
+		return fmt.Errorf("%w: IPAM plugin %s not found in CNI_PATH %s", errConfig, conf.IPAM.Type, c.args.Path)
+	}
+	var errs []error
+	var removed int
+	for _, r := range list {
+		wep, ok := r.(*api.WorkloadEndpoint)
+		if !ok {
+			continue
+		}
+		s := wep.Spec
+		if s.Node != c.node || !strings.HasPrefix(s.Handle, conf.Name+".") {
+			continue // another node's, or another network's
+		}
+		if valid[types.GCAttachment{ContainerID: s.ContainerID, IfName: s.ContainerInterface}] {
+			continue
+		}
+		log := c.log.WithFields(map[string]any{"endpoint": wep.Metadata.Name, "staleContainerID": s.ContainerID})
+		log.Info("GC: removing stale attachment")
+		if err := gcOne(ctx, c, store, ipamPath, wep); err != nil {
+			log.WithError(err).Warn("GC: could not remove stale attachment")
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	if err := invoke.DelegateGC(ctx, conf.IPAM.Type, c.args.StdinData, nil); err != nil {
+		errs = append(errs, fmt.Errorf("IPAM plugin %s GC: %w", conf.IPAM.Type, err))
+	}
+	c.log.Infof("GC done: %d stale attachments removed, %d valid attachments kept", removed, len(valid))
+	return errors.Join(errs...)
+}
+
+// gcOne removes one stale attachment in DEL's order: host veth, endpoint,
+// then its addresses (the IPAM plugin's DEL, run as that container).
+func gcOne(ctx context.Context, c *call, store Store, ipamPath string, wep *api.WorkloadEndpoint) error {
+	s := wep.Spec
+	if strings.HasPrefix(s.InterfaceName, HostVethPrefix) {
+		if err := delLink(s.InterfaceName); err != nil {
+			return err
+		}
+	}
+	if err := deleteEndpoint(ctx, store, wep.Metadata.Name, wep.Metadata.ResourceVersion); err != nil {
+		return err
+	}
+	ifName := s.ContainerInterface
+	if ifName == "" {
+		ifName = s.Endpoint
+	}
+	delArgs := &invoke.Args{Command: "DEL", ContainerID: s.ContainerID, IfName: ifName, Path: c.args.Path}
+	if err := invoke.ExecPluginWithoutResult(ctx, ipamPath, c.args.StdinData, delArgs, nil); err != nil {
+		return fmt.Errorf("release addresses of stale container %s: %w", s.ContainerID, err)
+	}
+	return nil
+}

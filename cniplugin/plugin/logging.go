@@ -1,0 +1,71 @@
+package plugin
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+)
+
+// OpenLog returns a logger for one invocation that writes to the
+// configured log file (created 0600: it names pods and addresses), with
+// the container ID on every line. If the file cannot be opened the plugin
+// logs to stderr instead: logging must never fail a pod.
+func OpenLog(conf *NetConf, containerID, verb string) (*logrus.Entry, func()) {
+	l := logrus.New()
+	l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
+	level := logrus.InfoLevel
+	var badLevel bool
+	if conf.LogLevel != "" {
+		lv, err := logrus.ParseLevel(strings.ToLower(conf.LogLevel))
+		if err == nil {
+			level = lv
+		} else {
+			badLevel = true
+		}
+	}
+	l.SetLevel(level)
+	closeFn := func() {}
+	path := conf.LogFilePath
+	if path == "" {
+		path = DefaultLogFile
+	}
+	var out io.Writer = os.Stderr
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err == nil {
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			out = f
+			closeFn = func() { _ = f.Close() }
+		}
+	}
+	l.SetOutput(out)
+	fields := logrus.Fields{"containerID": containerID, "verb": verb}
+	e := l.WithFields(fields)
+	// Libraries (datastore, ipam) log through the standard logger: send
+	// it to the same place, stamped with the same fields.
+	std := logrus.StandardLogger()
+	std.SetOutput(out)
+	std.SetLevel(level)
+	std.SetFormatter(l.Formatter)
+	std.ReplaceHooks(logrus.LevelHooks{})
+	std.AddHook(fieldHook(fields))
+	if badLevel {
+		e.Warnf("log_level %q is not a level (debug, info, warning, error); using info", conf.LogLevel)
+	}
+	return e, closeFn
+}
+
+// fieldHook adds fixed fields to every entry that does not set them.
+type fieldHook logrus.Fields
+
+func (h fieldHook) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (h fieldHook) Fire(e *logrus.Entry) error {
+	for k, v := range h {
+		if _, ok := e.Data[k]; !ok {
+			e.Data[k] = v
+		}
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package plugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Default locations; felix writes the MTU file, the node agent the
+// nodename file.
+const (
+	DefaultLogFile      = "/var/log/routed/cni.log"
+	DefaultMTUFile      = "/var/lib/routed/mtu"
+	DefaultNodenameFile = "/var/lib/routed/nodename"
+	DefaultMTU          = 1500
+)
+
+// NetConf is the plugin's network configuration. Field names follow
+// Calico's CNI plugin, so a Calico conflist with only the plugin types
+// changed works unmodified; fields Calico has and routed does not use are
+// ignored by the JSON decoder.
+type NetConf struct {
+	types.NetConf
+
+	DatastoreType  string `json:"datastore_type"`
+	EtcdEndpoints  string `json:"etcd_endpoints"`
+	EtcdKeyFile    string `json:"etcd_key_file"`
+	EtcdCertFile   string `json:"etcd_cert_file"`
+	EtcdCACertFile string `json:"etcd_ca_cert_file"`
+
+	LogLevel    string `json:"log_level"`
+	LogFilePath string `json:"log_file_path"`
+
+	// MTU of both veth ends; 0 means read MTUFile, else DefaultMTU.
+	MTU     int    `json:"mtu"`
+	MTUFile string `json:"mtu_file"`
+
+	Nodename     string `json:"nodename"`
+	NodenameFile string `json:"nodename_file"`
+
+	Kubernetes struct {
+		Kubeconfig string `json:"kubeconfig"`
+	} `json:"kubernetes"`
+	// Policy is accepted for Calico compatibility; felix enforces policy,
+	// so the CNI plugin has nothing to do for it.
+	Policy struct {
+		Type string `json:"type"`
+	} `json:"policy"`
+
+	RuntimeConfig struct {
+		// IPs are fixed addresses requested by the runtime ("ips"
+		// capability); the IPAM plugin reads them from the same stdin.
+		IPs []string `json:"ips,omitempty"`
+	} `json:"runtimeConfig"`
+}
+
+// errConfig marks configuration problems (CNI code 7).
+var errConfig = errors.New("routed-cni: invalid network configuration")
+
+// ParseNetConf decodes and checks stdin. Errors wrap errConfig.
+func ParseNetConf(stdin []byte) (*NetConf, error) {
+	conf := &NetConf{}
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, fmt.Errorf("%w: cannot decode JSON: %v", errConfig, err)
+	}
+	switch conf.DatastoreType {
+	case "", "etcdv3":
+	default:
+		return nil, fmt.Errorf("%w: datastore_type %q is not supported; routed stores its state in etcd: set datastore_type to \"etcdv3\" (or leave it out) and give etcd_endpoints", errConfig, conf.DatastoreType)
+	}
+	switch conf.Policy.Type {
+	case "", "k8s", "none":
+	default:
+		return nil, fmt.Errorf("%w: policy.type %q is not supported (use \"k8s\" or leave it out)", errConfig, conf.Policy.Type)
+	}
+	if conf.IPAM.Type == "" {
+		return nil, fmt.Errorf("%w: ipam.type is required (normally \"routed-ipam\")", errConfig)
+	}
+	if conf.MTU < 0 || conf.MTU > 65535 {
+		return nil, fmt.Errorf("%w: mtu %d is out of range (0 reads %s, else 1..65535)", errConfig, conf.MTU, conf.mtuFile())
+	}
+	for _, s := range conf.RuntimeConfig.IPs {
+		if _, err := parseAddrOrPrefix(s); err != nil {
+			return nil, fmt.Errorf("%w: runtimeConfig.ips: %q is not an IP address", errConfig, s)
+		}
+	}
+	if _, err := conf.DatastoreConfig(); err != nil {
+		return nil, err
+	}
+	return conf, nil
+}
+
+// DatastoreConfig turns the etcd fields into a datastore.Config.
+func (c *NetConf) DatastoreConfig() (datastore.Config, error) {
+	cfg := datastore.Config{
+		Endpoints:  datastore.SplitEndpoints(c.EtcdEndpoints),
+		CACertFile: c.EtcdCACertFile,
+		CertFile:   c.EtcdCertFile,
+		KeyFile:    c.EtcdKeyFile,
+	}
+	if len(cfg.Endpoints) == 0 {
+		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", errConfig)
+	}
+	for _, ep := range cfg.Endpoints {
+		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+			return cfg, fmt.Errorf("%w: etcd_endpoints: %q must start with http:// or https://", errConfig, ep)
+		}
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return cfg, fmt.Errorf("%w: etcd_cert_file and etcd_key_file must be given together", errConfig)
+	}
+	return cfg, nil
+}
+
+func (c *NetConf) mtuFile() string {
+	if c.MTUFile != "" {
+		return c.MTUFile
+	}
+	return DefaultMTUFile
+}
+
+// EffectiveMTU is the MTU for the veth pair: the configured one, else the
+// one felix wrote to the MTU file, else DefaultMTU. A broken MTU file is
+// reported through warn and ignored: it must not stop pods starting.
+func (c *NetConf) EffectiveMTU(warn func(string, ...any)) int {
+	if c.MTU > 0 {
+		return c.MTU
+	}
+	b, err := os.ReadFile(c.mtuFile())
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			warn("cannot read MTU file %s: %v; using %d", c.mtuFile(), err, DefaultMTU)
+		}
+		return DefaultMTU
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 68 || n > 65535 {
+		warn("MTU file %s holds %q, not an MTU; using %d", c.mtuFile(), strings.TrimSpace(string(b)), DefaultMTU)
+		return DefaultMTU
+	}
+	return n
+}
+
+// NodeName is the configured node name, else the nodename file's
+// contents, else the hostname.
+func (c *NetConf) NodeName() (string, error) {
+	if c.Nodename != "" {
+		return c.Nodename, nil
+	}
+	file := c.NodenameFile
+	if file == "" {
+		file = DefaultNodenameFile
+	}
+	if b, err := os.ReadFile(file); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "", fmt.Errorf("%w: no nodename configured, %s missing and hostname unknown (%v)", errConfig, file, err)
+	}
+	return h, nil
+}
+
+// K8sArgs are the CNI_ARGS the runtime passes for Kubernetes pods.
+type K8sArgs struct {
+	Namespace   string
+	Pod         string
+	InfraID     string
+	PodUID      string
+	RequestedIP []string // IP=a,b
+}
+
+// ParseK8sArgs reads CNI_ARGS ("K=V;K=V"). Unknown keys are ignored
+// whatever IgnoreUnknown says: runtimes pass keys for other plugins.
+func ParseK8sArgs(s string) (K8sArgs, error) {
+	var a K8sArgs
+	for _, kv := range strings.Split(s, ";") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return a, fmt.Errorf("%w: CNI_ARGS: %q is not KEY=VALUE", errConfig, kv)
+		}
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			a.Namespace = v
+		case "K8S_POD_NAME":
+			a.Pod = v
+		case "K8S_POD_INFRA_CONTAINER_ID":
+			a.InfraID = v
+		case "K8S_POD_UID":
+			a.PodUID = v
+		case "IP":
+			for _, ip := range strings.Split(v, ",") {
+				if ip = strings.TrimSpace(ip); ip == "" {
+					continue
+				}
+				if _, err := parseAddrOrPrefix(ip); err != nil {
+					return a, fmt.Errorf("%w: CNI_ARGS IP=%q is not an IP address", errConfig, ip)
+				}
+				a.RequestedIP = append(a.RequestedIP, ip)
+			}
+		}
+	}
+	return a, nil
+}
+
+// parseAddrOrPrefix accepts "10.0.0.5" and "10.0.0.5/24" (host-local's
+// form for runtimeConfig.ips) and returns the address.
+func parseAddrOrPrefix(s string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), nil
+	}
+	return netip.ParseAddr(s)
+}

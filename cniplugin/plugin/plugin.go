@@ -1,0 +1,158 @@
+// Package plugin is routed's CNI plugin: it wires a pod into the node's
+// routed network (veth pair, /32 address, link-local gateway, host route)
+// and records the pod as a WorkloadEndpoint for felix and BGP.
+//
+// Invariants:
+//   - Every verb is a separate function registered with skel; ADD undoes
+//     everything it did when it fails (rollback steps run in reverse,
+//     guarded by a success flag).
+//   - Only objects this plugin created are removed: an interface that
+//     already existed, or a route without RouteProtocol, is never touched.
+//   - DEL tolerates anything already gone; an IP is released only after
+//     the endpoint that names it is deleted.
+//   - No node-wide lock: concurrent ADDs only share the datastore and
+//     the IPAM plugin, which are safe for concurrent use.
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Versions are the CNI spec versions the plugin speaks; results are
+// converted to the version the configuration asks for.
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Store is the part of the datastore the plugin uses.
+type Store interface {
+	Create(ctx context.Context, r api.Resource) (api.Resource, error)
+	Apply(ctx context.Context, r api.Resource) (api.Resource, error)
+	Get(ctx context.Context, k api.Kind, name string) (api.Resource, error)
+	List(ctx context.Context, k api.Kind) ([]api.Resource, int64, error)
+	Delete(ctx context.Context, k api.Kind, name, resourceVersion string) error
+	Close() error
+}
+
+// LabelSource supplies a pod's labels for its WorkloadEndpoint. It is
+// consulted only when kubernetes.kubeconfig is set in the netconf.
+type LabelSource interface {
+	PodLabels(ctx context.Context, kubeconfig, namespace, pod string) (map[string]string, error)
+}
+
+// Plugin holds the plugin's collaborators; the zero value is the
+// production plugin (real etcd, no Kubernetes label source).
+type Plugin struct {
+	// OpenStore connects to the datastore; nil means datastore.New.
+	OpenStore func(datastore.Config) (Store, error)
+	// Labels fetches pod labels; nil writes endpoints without labels.
+	Labels LabelSource
+}
+
+// Funcs returns one function per CNI verb, for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.CmdAdd, Del: p.CmdDel, Check: p.CmdCheck, GC: p.CmdGC, Status: p.CmdStatus}
+}
+
+// Main runs the plugin as a CNI executable.
+func Main(about string) {
+	skel.PluginMainFuncs((&Plugin{}).Funcs(), Versions, about)
+}
+
+func (p *Plugin) openStore(conf *NetConf) (Store, error) {
+	cfg, err := conf.DatastoreConfig()
+	if err != nil {
+		return nil, err
+	}
+	if p.OpenStore != nil {
+		return p.OpenStore(cfg)
+	}
+	c, err := datastore.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// call is the state of one invocation shared by the verbs.
+type call struct {
+	args *skel.CmdArgs
+	conf *NetConf
+	log  *logrus.Entry
+	k8s  K8sArgs
+	node string
+	// hostVeth is the host-side interface name, derived from the pod.
+	hostVeth string
+	// orchestrator is "k8s" for pods, "cni" for bare CNI containers.
+	orchestrator string
+	closeLog     func()
+}
+
+// begin parses the configuration and arguments and opens the log. The
+// caller must call c.end().
+func begin(args *skel.CmdArgs, verb string) (*call, error) {
+	conf, err := ParseNetConf(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{args: args, conf: conf}
+	c.log, c.closeLog = OpenLog(conf, args.ContainerID, verb)
+	if c.k8s, err = ParseK8sArgs(args.Args); err != nil {
+		c.end()
+		return nil, err
+	}
+	if c.node, err = conf.NodeName(); err != nil {
+		c.end()
+		return nil, err
+	}
+	c.orchestrator = "cni"
+	if c.k8s.Pod != "" {
+		c.orchestrator = "k8s"
+	}
+	c.hostVeth = HostVethName(c.k8s.Namespace, c.k8s.Pod, args.ContainerID)
+	if conf.Policy.Type == "k8s" {
+		c.log.Debug("policy type k8s: felix enforces policy, nothing to do here")
+	}
+	if c.k8s.Pod != "" {
+		c.log = c.log.WithField("pod", c.k8s.Namespace+"/"+c.k8s.Pod)
+	}
+	return c, nil
+}
+
+func (c *call) end() { c.closeLog() }
+
+// wepName is the datastore name of this attachment's WorkloadEndpoint.
+func (c *call) wepName() string {
+	return api.WorkloadEndpointName(c.node, c.orchestrator, c.k8s.Namespace, c.k8s.Pod, c.args.ContainerID, c.args.IfName)
+}
+
+func (c *call) handle() string { return HandleID(c.conf.Name, c.args.ContainerID) }
+
+// finish logs a failed verb and converts its error to a CNI error.
+func (c *call) finish(verb string, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := toCNIError(err)
+	code := uint(types.ErrInternal)
+	if te, ok := cerr.(*types.Error); ok {
+		code = te.Code
+	}
+	c.log.WithError(err).Errorf("%s failed (CNI code %d)", verb, code)
+	return cerr
+}
+
+// describe names the workload for messages meant for operators.
+func (c *call) describe() string {
+	if c.k8s.Pod != "" {
+		return fmt.Sprintf("pod %s/%s", c.k8s.Namespace, c.k8s.Pod)
+	}
+	return "container " + c.args.ContainerID
+}

@@ -1,0 +1,471 @@
+// Package cni_test drives the built routed-cni and routed-ipam binaries
+// the way a container runtime does (libcni, cnitool), against a real
+// embedded etcd and the real kernel. Every test builds its own "node": a
+// fresh network namespace in which the plugins run, so host-side veths and
+// routes land there and never on the machine running the tests. Pods are
+// further fresh namespaces. Everything is removed in t.Cleanup.
+package cni_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/tests/testbin"
+)
+
+// requireRoot fails (in CI) or skips loudly (elsewhere) without root.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CNI tests need root (network namespaces, veths, routes); CI runs as root")
+	}
+	t.Skip("SKIPPING: CNI tests need root (network namespaces, veths, routes)")
+}
+
+// refBinDir holds the reference plugins installed by tests/ensure-deps.sh.
+func refBinDir(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env GOPATH: %v", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "bin")
+	for _, p := range []string{"host-local", "ptp", "portmap", "bandwidth", "cnitool"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Fatalf("%s missing in %s: run `make deps` (tests/ensure-deps.sh)", p, dir)
+		}
+	}
+	return dir
+}
+
+// node is one test's node: a host netns, an etcd reachable from it, and
+// a libcni runtime that runs the plugins inside it.
+type node struct {
+	t       testing.TB
+	name    string
+	hostNS  ns.NetNS
+	etcd    []string // endpoints as seen from the test process
+	hostEP  string   // etcd endpoint as seen from the host netns
+	proxy   *forwarder
+	store   *datastore.Client
+	binDir  string // directory of routed-cni (and routed-ipam)
+	refDir  string
+	cni     *libcni.CNIConfig
+	logFile string
+	ipamDir string // host-local dataDir
+}
+
+func newNode(t testing.TB) *node {
+	t.Helper()
+	requireRoot(t)
+	n := &node{t: t, name: "node-" + strings.ToLower(randHex(3))}
+	srv := etcdtest.Start(t)
+	n.etcd = srv.Endpoints
+	hostNS := newNetNS(t)
+	n.hostNS = hostNS
+	// proxy_arp answers for 169.254.1.1 only if the host has a route to it
+	// through another interface, as real nodes do via their default
+	// route. An uplink veth whose both ends stay in the host netns gives
+	// the default route; nothing is ever sent through it.
+	n.inHost(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		la := netlink.NewLinkAttrs()
+		la.Name = "uplink0"
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "uplink1"}); err != nil {
+			return err
+		}
+		for _, name := range []string{"uplink0", "uplink1"} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		up, _ := netlink.LinkByName("uplink0")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: up.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Scope: netlink.SCOPE_LINK})
+	})
+	// etcd listens on the test process's loopback; the plugins in the host
+	// netns reach it through a forwarder listening on the host netns'
+	// loopback.
+	n.proxy = newForwarder(t, hostNS, strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	n.hostEP = "http://" + n.proxy.addr
+	var err error
+	n.store, err = datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.store.Close() })
+	n.binDir = filepath.Dir(testbin.Path(t, "routed-cni"))
+	if ipamDir := filepath.Dir(testbin.Path(t, "routed-ipam")); ipamDir != n.binDir {
+		t.Fatalf("routed-cni (%s) and routed-ipam (%s) must share a directory", n.binDir, ipamDir)
+	}
+	n.refDir = refBinDir(t)
+	n.cni = newRuntime([]string{n.binDir, n.refDir}, t.TempDir())
+	n.logFile = filepath.Join(t.TempDir(), "cni.log")
+	n.ipamDir = t.TempDir()
+	return n
+}
+
+// newRuntime is a libcni runtime safe for concurrent use: libcni sets a
+// missing exec lazily, which races when several ADDs start at once.
+func newRuntime(path []string, cacheDir string) *libcni.CNIConfig {
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return libcni.NewCNIConfigWithCacheDir(path, cacheDir, exec)
+}
+
+// newNetNS makes a fresh, uniquely named, bind-mounted network namespace
+// that is removed when the test ends.
+func newNetNS(t testing.TB) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return n
+}
+
+// inHost runs f on a thread inside the node's host netns; processes
+// started from f (the plugins) inherit that namespace.
+func (n *node) inHost(f func() error) {
+	n.t.Helper()
+	if err := n.hostNS.Do(func(ns.NetNS) error { return f() }); err != nil {
+		n.t.Fatalf("in host netns: %v", err)
+	}
+}
+
+// hostDo is inHost returning f's error instead of failing.
+func (n *node) hostDo(f func() error) error {
+	return n.hostNS.Do(func(ns.NetNS) error { return f() })
+}
+
+// netconf is the routed plugin's entry in a conflist.
+type netconf map[string]any
+
+// routedConf returns a routed-cni entry with host-local IPAM on subnet.
+func (n *node) routedConf(subnet string) netconf {
+	return netconf{
+		"type":           "routed-cni",
+		"etcd_endpoints": n.hostEP,
+		"nodename":       n.name,
+		"log_file_path":  n.logFile,
+		"log_level":      "debug",
+		"mtu_file":       filepath.Join(n.ipamDir, "no-mtu-file"),
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"subnet":  subnet,
+			"dataDir": n.ipamDir,
+		},
+	}
+}
+
+// confList builds a conflist of the given version from plugin entries.
+func confList(t testing.TB, name, version string, plugins ...netconf) *libcni.NetworkConfigList {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"cniVersion": version, "name": name, "plugins": plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatalf("conflist: %v\n%s", err, b)
+	}
+	return l
+}
+
+// pod is one container attachment.
+type pod struct {
+	namespace, name, containerID, ifName string
+	netns                                ns.NetNS
+}
+
+func newPod(t testing.TB, name string) *pod {
+	return &pod{namespace: "default", name: name, containerID: strings.ToLower(randHex(16)), ifName: "eth0", netns: newNetNS(t)}
+}
+
+func (p *pod) rt() *libcni.RuntimeConf {
+	rt := &libcni.RuntimeConf{ContainerID: p.containerID, NetNS: p.netns.Path(), IfName: p.ifName}
+	if p.name != "" {
+		rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", p.namespace}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID}}
+	}
+	return rt
+}
+
+// add runs ADD for the list in the host netns.
+func (n *node) add(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
+	var res types.Result
+	err := n.hostDo(func() error {
+		var err error
+		res, err = n.cni.AddNetworkList(context.Background(), l, rt)
+		return err
+	})
+	return res, err
+}
+
+func (n *node) del(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	return n.hostDo(func() error { return n.cni.DelNetworkList(context.Background(), l, rt) })
+}
+
+func (n *node) check(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	return n.hostDo(func() error { return n.cni.CheckNetworkList(context.Background(), l, rt) })
+}
+
+// mustAdd runs ADD and returns the result in the current version.
+func (n *node) mustAdd(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *current.Result {
+	n.t.Helper()
+	res, err := n.add(l, rt)
+	if err != nil {
+		n.t.Fatalf("ADD %s: %v\nlog:\n%s", rt.ContainerID, err, n.logTail())
+	}
+	cur, err := current.NewResultFromResult(res)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return cur
+}
+
+func (n *node) logTail() string {
+	b, _ := os.ReadFile(n.logFile)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cniCode returns the CNI error code of err, or 0.
+func cniCode(err error) uint {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te.Code
+	}
+	return 0
+}
+
+// hostLinkExists reports whether an interface exists in the host netns.
+func (n *node) hostLinkExists(name string) bool {
+	var found bool
+	n.inHost(func() error {
+		_, err := netlink.LinkByName(name)
+		found = err == nil
+		return nil
+	})
+	return found
+}
+
+// hostRoutes lists the host netns' IPv4 main-table routes with dst ip/32.
+func (n *node) hostRoutes(ip net.IP) []netlink.Route {
+	var out []netlink.Route
+	n.inHost(func() error {
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: &net.IPNet{IP: ip.To4(), Mask: net.CIDRMask(32, 32)}}, netlink.RT_FILTER_DST)
+		out = rs
+		return err
+	})
+	return out
+}
+
+// caliLinks lists the host netns' interfaces whose name starts with cali.
+func (n *node) caliLinks() []string {
+	var names []string
+	n.inHost(func() error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			if strings.HasPrefix(l.Attrs().Name, "cali") {
+				names = append(names, l.Attrs().Name)
+			}
+		}
+		return err
+	})
+	return names
+}
+
+// endpoints lists the WorkloadEndpoints in etcd.
+func (n *node) endpoints() []*api.WorkloadEndpoint {
+	n.t.Helper()
+	list, _, err := n.store.List(context.Background(), api.KindWorkloadEndpoint)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var out []*api.WorkloadEndpoint
+	for _, r := range list {
+		out = append(out, r.(*api.WorkloadEndpoint))
+	}
+	return out
+}
+
+// hostLocalAllocations lists the addresses host-local holds for network.
+func (n *node) hostLocalAllocations(network string) []string {
+	entries, _ := os.ReadDir(filepath.Join(n.ipamDir, network))
+	var out []string
+	for _, e := range entries {
+		if net.ParseIP(e.Name()) != nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// assertClean fails if anything of an attachment is left: veth, routes
+// to its addresses, host-local allocations or endpoints.
+func (n *node) assertClean(t testing.TB, network string, ips ...net.IP) {
+	t.Helper()
+	if l := n.caliLinks(); len(l) > 0 {
+		t.Errorf("leaked host interfaces: %v", l)
+	}
+	for _, ip := range ips {
+		for _, r := range n.hostRoutes(ip) {
+			if r.Protocol == 80 {
+				t.Errorf("leaked host route %v", r)
+			}
+		}
+	}
+	if a := n.hostLocalAllocations(network); len(a) > 0 {
+		t.Errorf("leaked IPAM allocations: %v", a)
+	}
+	if w := n.endpoints(); len(w) > 0 {
+		t.Errorf("leaked WorkloadEndpoints: %v", w[0].Metadata.Name)
+	}
+}
+
+// inPod runs a command inside a pod's netns.
+func inPod(p *pod, name string, args ...string) (string, error) {
+	var out []byte
+	err := p.netns.Do(func(ns.NetNS) error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	return string(out), err
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	f, _ := os.Open("/dev/urandom")
+	defer f.Close()
+	_, _ = io.ReadFull(f, b)
+	return fmt.Sprintf("%x", b)
+}
+
+// forwarder is a TCP relay listening on 127.0.0.1 inside a netns and
+// connecting to a target on the test process's loopback: it gives the
+// plugins in a node's host netns a way to reach the test's etcd. Closing
+// it makes etcd unreachable from the node (connection refused).
+type forwarder struct {
+	addr string
+	ln   net.Listener
+	mu   sync.Mutex
+	open []net.Conn
+	done bool
+}
+
+func newForwarder(t testing.TB, in ns.NetNS, target string) *forwarder {
+	t.Helper()
+	f := &forwarder{}
+	if err := in.Do(func(ns.NetNS) error {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		f.ln = ln
+		return err
+	}); err != nil {
+		t.Fatalf("forwarder listen: %v", err)
+	}
+	f.addr = f.ln.Addr().String()
+	go f.serve(target)
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *forwarder) serve(target string) {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		// Dialled from an unlocked goroutine: the test process's netns.
+		u, err := net.DialTimeout("tcp", target, 2*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		f.mu.Lock()
+		if f.done {
+			f.mu.Unlock()
+			c.Close()
+			u.Close()
+			return
+		}
+		f.open = append(f.open, c, u)
+		f.mu.Unlock()
+		go pipe(c, u)
+		go pipe(u, c)
+	}
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// Close stops listening and cuts every relayed connection.
+func (f *forwarder) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return
+	}
+	f.done = true
+	f.ln.Close()
+	for _, c := range f.open {
+		c.Close()
+	}
+}
+
+// hostCmd runs a command in the node's host netns.
+func (n *node) hostCmd(name string, args ...string) (string, error) {
+	var out []byte
+	err := n.hostDo(func() error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	return string(out), err
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }
