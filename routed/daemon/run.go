@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName) })
 		if cfg.IPAMGCPeriod > 0 {
-			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ic, cfg) })
+			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg) })
 		}
 	}
 	goRun("affinity watch", func(ctx context.Context) error { return ipam.WatchAffinities(ctx, ds, aff) })
@@ -217,7 +217,7 @@ func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node
 }
 
 // gcLoop frees leaked IPAM allocations and releases empty blocks.
-func gcLoop(ctx context.Context, ic *ipam.Client, cfg Config) error {
+func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config) error {
 	t := time.NewTicker(cfg.IPAMGCPeriod)
 	defer t.Stop()
 	for {
@@ -226,10 +226,13 @@ func gcLoop(ctx context.Context, ic *ipam.Client, cfg Config) error {
 			return nil
 		case <-t.C:
 		}
+		if _, err := RemoveOrphanEndpoints(ctx, ds, cfg.IPAMGCGrace, time.Now()); err != nil {
+			log.WithError(err).Warn("removing endpoints of deleted nodes failed")
+		}
 		if rep, err := ic.GC(ctx, cfg.IPAMGCGrace); err != nil {
 			log.WithError(err).Warn("IPAM GC failed")
-		} else if n := rep.Problems(); n > 0 {
-			log.WithField("fixed", n).Info("IPAM GC freed leaks")
+		} else if len(rep.Released) > 0 || len(rep.RemovedBlocks) > 0 {
+			log.WithFields(logrus.Fields{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC freed leaked addresses")
 		}
 		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
 			log.WithError(err).Warn("releasing empty blocks failed")

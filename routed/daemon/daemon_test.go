@@ -1,0 +1,155 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+func newDS(t *testing.T) *datastore.Client {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	return ds
+}
+
+func apply(t *testing.T, ds *datastore.Client, yaml string) {
+	t.Helper()
+	dec, err := api.Decode([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range dec.Resources {
+		if _, err := ds.Apply(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRegisterNodeKeepsOperatorSettings(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	apply(t, ds, `apiVersion: routed.io/v1
+kind: Node
+metadata: {name: n1, labels: {rack: r1}}
+spec: {bgp: {asNumber: 65001, routeReflectorClusterID: 224.0.0.1}}
+`)
+	n, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.BGP.IPv4Address != "10.0.0.5/24" || n.Spec.BGP.ASNumber != 65001 ||
+		n.Spec.BGP.RouteReflectorClusterID != "224.0.0.1" || n.Metadata.Labels["rack"] != "r1" {
+		t.Fatalf("registration lost operator settings or the address: %+v %+v", n.Spec.BGP, n.Metadata.Labels)
+	}
+	// A fresh node is created with its hostname label.
+	n2, err := RegisterNode(ctx, ds, "n2", netip.MustParsePrefix("10.0.1.6/24"))
+	if err != nil || n2.Metadata.Labels["kubernetes.io/hostname"] != "n2" {
+		t.Fatalf("new node: %v %+v", err, n2)
+	}
+}
+
+func TestEnsureDefaultPool(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	if err := EnsureDefaultPool(ctx, ds, DefaultPool{CIDR: "10.9.0.0/16", BlockSize: 26, IPIPMode: "Never"}); err != nil {
+		t.Fatal(err)
+	}
+	// Present pools are left alone, even if the settings differ.
+	if err := EnsureDefaultPool(ctx, ds, DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 26, IPIPMode: "Never"}); err != nil {
+		t.Fatal(err)
+	}
+	pools, _, err := ds.List(ctx, api.KindIPPool)
+	if err != nil || len(pools) != 1 || pools[0].(*api.IPPool).Spec.CIDR != "10.9.0.0/16" {
+		t.Fatalf("pools: %v %v", err, pools)
+	}
+	// A bad pool from the environment is an error naming the field.
+	ds2 := newDS(t)
+	err = EnsureDefaultPool(ctx, ds2, DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 40, IPIPMode: "Never"})
+	if !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("bad block size: %v", err)
+	}
+}
+
+func TestTunnelAddressFollowsPools(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	ic := ipam.New(ds)
+	if _, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.50.0.0/24, ipipMode: CrossSubnet}\n")
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := ds.Get(ctx, api.KindNode, "n1")
+	tun := r.(*api.Node).Spec.BGP.IPv4IPIPTunnelAddr
+	if a, err := netip.ParseAddr(tun); err != nil || !netip.MustParsePrefix("10.50.0.0/24").Contains(a) {
+		t.Fatalf("tunnel address %q not from the IPIP pool", tun)
+	}
+	// Idempotent: the same address again.
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = ds.Get(ctx, api.KindNode, "n1")
+	if got := r.(*api.Node).Spec.BGP.IPv4IPIPTunnelAddr; got != tun {
+		t.Fatalf("tunnel address changed from %s to %s", tun, got)
+	}
+	// No IPIP pool any more: the address is released and cleared.
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.50.0.0/24, ipipMode: Never}\n")
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = ds.Get(ctx, api.KindNode, "n1")
+	if got := r.(*api.Node).Spec.BGP.IPv4IPIPTunnelAddr; got != "" {
+		t.Fatalf("tunnel address %s kept without an IPIP pool", got)
+	}
+	if _, err := ic.IPInfo(ctx, netip.MustParseAddr(tun)); !errors.Is(err, ipam.ErrNotAllocated) {
+		t.Fatalf("tunnel address still allocated: %v", err)
+	}
+}
+
+func TestRemoveOrphanEndpoints(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	for _, n := range []string{"alive", "gone"} {
+		if _, err := RegisterNode(ctx, ds, n, netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"alive", "gone"} {
+		apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: w-"+n+"}\nspec: {node: "+n+", containerID: c1, interfaceName: cali1, ipNetworks: [10.1.0.1/32]}\n")
+	}
+	if err := ds.Delete(ctx, api.KindNode, "gone", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Young endpoints are left alone.
+	if n, err := RemoveOrphanEndpoints(ctx, ds, time.Hour, time.Now()); err != nil || n != 0 {
+		t.Fatalf("within grace: removed %d, %v", n, err)
+	}
+	n, err := RemoveOrphanEndpoints(ctx, ds, time.Hour, time.Now().Add(2*time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("after grace: removed %d, %v", n, err)
+	}
+	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "w-alive"); err != nil {
+		t.Fatalf("live node's endpoint removed: %v", err)
+	}
+	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "w-gone"); !datastore.IsNotFound(err) {
+		t.Fatalf("orphan endpoint kept: %v", err)
+	}
+}
