@@ -4,10 +4,16 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/pkg/ipam/ipamcli"
+	"github.com/routed-net/routed/routed/status/statuscli"
 )
 
-// New returns the full routedctl command tree.
+// New returns the full routedctl command tree: resources, IPAM, and the
+// status of the local routed.
 func New(out, errOut io.Writer) *cobra.Command {
-	root, _ := NewRoot(out, errOut)
+	root, connect := NewRoot(out, errOut)
+	root.AddCommand(ipamcli.NewCommand(connect, out))
+	root.AddCommand(statuscli.NewCommands(out)...)
 	return root
 }

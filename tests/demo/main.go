@@ -60,7 +60,7 @@ func run(bin, dir string, podsPerNode int, keep bool) int {
 		return 1
 	}
 	report := lab.Check(ctx, l, podsPerNode, os.Stdout)
-	if keep && report.OK() {
+	if keep {
 		fmt.Println("==> lab left running; press Ctrl-C to tear it down")
 		<-ctx.Done()
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -56,6 +57,9 @@ func startProc(ns, logPath string, env []string, args ...string) (*proc, error) 
 	cmd := exec.Command("ip", full...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Own process group: a Ctrl-C aimed at the demo must not reach etcd
+	// or routed before the lab has deleted its pods in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, err

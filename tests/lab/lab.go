@@ -51,11 +51,13 @@ func Cleanup(ctx context.Context, prefix, dir string) {
 		}
 		_ = os.Remove(filepath.Join(dir, "pids"))
 	}
+	// A lab starts from an empty datastore every time.
+	_ = os.RemoveAll(filepath.Join(dir, "etcd"))
 	out, _ := run(ctx, "ip", "netns", "list")
 	for _, line := range strings.Split(out, "\n") {
-		name := strings.Fields(line + " ")[0]
-		if strings.HasPrefix(name, prefix+"-") {
-			_ = ip(ctx, "", "netns", "del", name)
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			_ = ip(ctx, "", "netns", "del", f[0])
 		}
 	}
 }
