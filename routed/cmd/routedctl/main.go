@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,7 +17,10 @@ func main() {
 	root := ctl.New(os.Stdout, os.Stderr)
 	err := root.ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	// Status commands print their own verdict ("routed process is not
+	// running.") and only need the exit code.
+	var silent interface{ Silent() bool }
+	if err != nil && !(errors.As(err, &silent) && silent.Silent()) {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 	}
 	os.Exit(ctl.ExitCode(err))

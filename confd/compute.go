@@ -1,0 +1,353 @@
+package confd
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/selector"
+	"github.com/routed-net/routed/routed/bgp"
+)
+
+// Input is everything the peer computation looks at.
+type Input struct {
+	// NodeName is the local node.
+	NodeName string
+	Nodes    []*api.Node
+	Configs  []*api.BGPConfiguration
+	Peers    []*api.BGPPeer
+}
+
+// PeerSpec is one wanted session before its password is read.
+type PeerSpec struct {
+	bgp.Peer
+	// PasswordSource says where the MD5 password comes from; nil for none.
+	PasswordSource *api.PasswordSource
+}
+
+// Desired is what the local speaker should do.
+type Desired struct {
+	// Global is valid only when Problem is empty.
+	Global bgp.Global
+	// Problem says why BGP cannot run on this node yet (no Node resource,
+	// no IPv4 address).
+	Problem      string
+	Peers        []PeerSpec
+	ServiceCIDRs []netip.Prefix
+	// Warnings are resources that were skipped, and why.
+	Warnings []string
+}
+
+// Candidate priorities when several resources ask for a session with the
+// same address: explicit configuration beats the mesh, a peering between
+// routed nodes through a peerSelector beats an address given by hand.
+const (
+	prioMesh = iota
+	prioGlobal
+	prioNodeSpecific
+	prioSelector
+)
+
+type candidate struct {
+	PeerSpec
+	prio int
+}
+
+// Compute derives the local node's BGP identity and sessions. It is a
+// pure function of its input.
+//
+//   - AS number: the Node's, else BGPConfiguration "node.<name>", else
+//     "default", else 64512. The same rule gives every peer node's AS.
+//   - Node-to-node mesh with every other node that has an IPv4 address,
+//     unless "default" sets nodeToNodeMeshEnabled: false.
+//   - BGPPeers apply to a node named by spec.node, or selected by
+//     spec.nodeSelector, or to every node when both are empty. With
+//     peerIP they peer with that address (node specific or global); with
+//     peerSelector they peer with the selected routed nodes, in both
+//     directions.
+//   - Route reflectors: a node with routeReflectorClusterID treats a
+//     selector peer as its RR client unless the peer is an RR of the same
+//     cluster (those peer as plain iBGP non-clients).
+func Compute(in Input) Desired {
+	var d Desired
+	nodes := map[string]*api.Node{}
+	for _, n := range in.Nodes {
+		nodes[n.Metadata.Name] = n
+	}
+	cfgs := map[string]*api.BGPConfiguration{}
+	for _, c := range in.Configs {
+		cfgs[c.Metadata.Name] = c
+	}
+	def, local := cfgs["default"], cfgs["node."+in.NodeName]
+
+	me := nodes[in.NodeName]
+	if me == nil {
+		d.Problem = fmt.Sprintf("no Node resource named %q", in.NodeName)
+		return d
+	}
+	myAddr, ok := nodeAddr(me)
+	if !ok {
+		d.Problem = fmt.Sprintf("Node %q has no valid spec.bgp.ipv4Address", in.NodeName)
+		return d
+	}
+	d.Global = bgp.Global{
+		ASN:         uint32(nodeASN(me, cfgs)),
+		RouterID:    myAddr,
+		ListenPort:  listenPort(in.NodeName, cfgs),
+		LogSeverity: firstNonEmpty(str(local, logSeverity), str(def, logSeverity)),
+	}
+	d.ServiceCIDRs, d.Warnings = serviceCIDRs(local, def)
+	ka, hold := timers(local, def)
+
+	var cands []candidate
+	nodePeer := func(n *api.Node, prio int, typ, name string) (candidate, bool) {
+		a, ok := nodeAddr(n)
+		if !ok || n.Metadata.Name == in.NodeName || a == myAddr {
+			return candidate{}, false
+		}
+		return candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
+			Address: a, Port: listenPort(n.Metadata.Name, cfgs), ASN: uint32(nodeASN(n, cfgs)),
+			Type: typ, Name: name, LocalAddress: myAddr, KeepaliveTime: ka, HoldTime: hold,
+			// The node with the higher address waits for the other to dial.
+			Passive: myAddr.Compare(a) > 0,
+		}}}, true
+	}
+
+	if def == nil || def.MeshEnabled() {
+		for _, n := range sortedNodes(nodes) {
+			if c, ok := nodePeer(n, prioMesh, bgp.PeerTypeMesh, n.Metadata.Name); ok {
+				cands = append(cands, c)
+			}
+		}
+	}
+
+	bps := slices.Clone(in.Peers)
+	slices.SortFunc(bps, func(a, b *api.BGPPeer) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	for _, bp := range bps {
+		s := bp.Spec
+		appliesTo, err := peerAppliesTo(bp)
+		if err != nil {
+			d.Warnings = append(d.Warnings, err.Error())
+			continue
+		}
+		typ, prio := bgp.PeerTypeGlobal, prioGlobal
+		if s.Node != "" {
+			typ, prio = bgp.PeerTypeNodeSpecific, prioNodeSpecific
+		}
+		bka, bhold := peerTimers(bp, ka, hold)
+		finish := func(c candidate) candidate {
+			c.KeepaliveTime, c.HoldTime = bka, bhold
+			c.KeepOriginalNextHop = s.KeepOriginalNextHop
+			if s.SourceAddress == api.SourceNone {
+				c.LocalAddress = netip.Addr{}
+			}
+			if s.Password != nil {
+				pw := *s.Password
+				c.PasswordSource = &pw
+			}
+			return c
+		}
+
+		if s.PeerIP != "" {
+			a, err := netip.ParseAddr(s.PeerIP)
+			if err != nil || !a.Is4() {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %q is not an IPv4 address", bp.Metadata.Name, s.PeerIP))
+				continue
+			}
+			if !appliesTo(me) || a == myAddr {
+				continue
+			}
+			cands = append(cands, finish(candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
+				Address: a, ASN: uint32(s.ASNumber), Type: typ, Name: bp.Metadata.Name, LocalAddress: myAddr,
+			}}}))
+			continue
+		}
+
+		sel, err := selector.Parse(s.PeerSelector)
+		if err != nil {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerSelector: %v", bp.Metadata.Name, err))
+			continue
+		}
+		// A selector peering exists between n and m when the BGPPeer
+		// applies to one and selects the other, whichever is local.
+		for _, n := range sortedNodes(nodes) {
+			if n.Metadata.Name == in.NodeName {
+				continue
+			}
+			forward := appliesTo(me) && sel.Evaluate(n.Metadata.Labels)
+			reverse := appliesTo(n) && sel.Evaluate(me.Metadata.Labels)
+			if !forward && !reverse {
+				continue
+			}
+			c, ok := nodePeer(n, prioSelector, typ, n.Metadata.Name)
+			if !ok {
+				continue
+			}
+			myCID, peerCID := clusterID(me), clusterID(n)
+			if myCID != "" || peerCID != "" {
+				c.Type = bgp.PeerTypeRouteReflector
+			}
+			if myCID != "" && myCID != peerCID {
+				c.RRClient, c.RRClusterID = true, myCID
+			}
+			cands = append(cands, finish(c))
+		}
+	}
+
+	d.Peers = merge(cands)
+	return d
+}
+
+// merge keeps one candidate per address: the highest priority, and among
+// equals the first (BGPPeers are visited by name).
+func merge(cands []candidate) []PeerSpec {
+	best := map[netip.Addr]candidate{}
+	for _, c := range cands {
+		if old, ok := best[c.Address]; !ok || c.prio > old.prio {
+			best[c.Address] = c
+		}
+	}
+	out := make([]PeerSpec, 0, len(best))
+	for _, c := range best {
+		out = append(out, c.PeerSpec)
+	}
+	slices.SortFunc(out, func(a, b PeerSpec) int { return a.Address.Compare(b.Address) })
+	return out
+}
+
+// peerAppliesTo returns which nodes a BGPPeer configures sessions on.
+func peerAppliesTo(bp *api.BGPPeer) (func(*api.Node) bool, error) {
+	s := bp.Spec
+	switch {
+	case s.Node != "":
+		return func(n *api.Node) bool { return n.Metadata.Name == s.Node }, nil
+	case s.NodeSelector != "":
+		sel, err := selector.Parse(s.NodeSelector)
+		if err != nil {
+			return nil, fmt.Errorf("BGPPeer %q: nodeSelector: %v", bp.Metadata.Name, err)
+		}
+		return func(n *api.Node) bool { return sel.Evaluate(n.Metadata.Labels) }, nil
+	}
+	return func(*api.Node) bool { return true }, nil
+}
+
+func nodeAddr(n *api.Node) (netip.Addr, bool) {
+	p, ok := n.Address()
+	if !ok || !p.Addr().Is4() {
+		return netip.Addr{}, false
+	}
+	return p.Addr(), true
+}
+
+func clusterID(n *api.Node) string {
+	if n.Spec.BGP == nil {
+		return ""
+	}
+	return n.Spec.BGP.RouteReflectorClusterID
+}
+
+// nodeASN applies the AS number precedence to node n.
+func nodeASN(n *api.Node, cfgs map[string]*api.BGPConfiguration) api.ASNumber {
+	if n.Spec.BGP != nil && n.Spec.BGP.ASNumber != 0 {
+		return n.Spec.BGP.ASNumber
+	}
+	if c := cfgs["node."+n.Metadata.Name]; c != nil && c.Spec.ASNumber != 0 {
+		return c.Spec.ASNumber
+	}
+	if c := cfgs["default"]; c != nil && c.Spec.ASNumber != 0 {
+		return c.Spec.ASNumber
+	}
+	return api.DefaultASNumber
+}
+
+func listenPort(node string, cfgs map[string]*api.BGPConfiguration) uint16 {
+	if c := cfgs["node."+node]; c != nil && c.Spec.ListenPort != 0 {
+		return c.Spec.ListenPort
+	}
+	if c := cfgs["default"]; c != nil && c.Spec.ListenPort != 0 {
+		return c.Spec.ListenPort
+	}
+	return bgp.DefaultPort
+}
+
+func logSeverity(c *api.BGPConfiguration) string { return c.Spec.LogSeverity }
+
+func str(c *api.BGPConfiguration, f func(*api.BGPConfiguration) string) string {
+	if c == nil {
+		return ""
+	}
+	return f(c)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// timers are the keepalive and hold times from the node's then the
+// default BGPConfiguration; zero leaves GoBGP's defaults.
+func timers(local, def *api.BGPConfiguration) (ka, hold time.Duration) {
+	ka = firstDuration(str(local, func(c *api.BGPConfiguration) string { return c.Spec.KeepaliveTime }),
+		str(def, func(c *api.BGPConfiguration) string { return c.Spec.KeepaliveTime }))
+	hold = firstDuration(str(local, func(c *api.BGPConfiguration) string { return c.Spec.HoldTime }),
+		str(def, func(c *api.BGPConfiguration) string { return c.Spec.HoldTime }))
+	return ka, hold
+}
+
+func peerTimers(bp *api.BGPPeer, ka, hold time.Duration) (time.Duration, time.Duration) {
+	if d := firstDuration(bp.Spec.KeepaliveTime); d != 0 {
+		ka = d
+	}
+	if d := firstDuration(bp.Spec.HoldTime); d != 0 {
+		hold = d
+	}
+	return ka, hold
+}
+
+func firstDuration(s ...string) time.Duration {
+	for _, v := range s {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// serviceCIDRs are advertised from every node: the node's own
+// BGPConfiguration's list if it has one, else the default's.
+func serviceCIDRs(local, def *api.BGPConfiguration) ([]netip.Prefix, []string) {
+	src := def
+	if local != nil && len(local.Spec.ServiceClusterIPs) > 0 {
+		src = local
+	}
+	if src == nil {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	var warn []string
+	for _, s := range src.Spec.ServiceClusterIPs {
+		p, err := netip.ParsePrefix(s.CIDR)
+		if err != nil || !p.Addr().Is4() {
+			warn = append(warn, fmt.Sprintf("BGPConfiguration %q: serviceClusterIPs %q is not an IPv4 CIDR", src.Metadata.Name, s.CIDR))
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out, warn
+}
+
+func sortedNodes(m map[string]*api.Node) []*api.Node {
+	out := make([]*api.Node, 0, len(m))
+	for _, n := range m {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *api.Node) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	return out
+}

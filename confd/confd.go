@@ -1,0 +1,233 @@
+// Package confd turns the datastore's Node, BGPConfiguration and BGPPeer
+// resources into the local BGP speaker's configuration: its identity
+// (AS number, router ID, port) and the sessions it should have.
+//
+// The computation (Compute) is a pure function of the resources; Confd
+// runs it whenever they change and hands the result to the speaker,
+// which touches only sessions whose settings changed.
+package confd
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/routed/bgp"
+)
+
+// Speaker is what confd configures; *bgp.Speaker implements it.
+type Speaker interface {
+	SetGlobal(bgp.Global)
+	SetPeers([]bgp.Peer)
+	SetServiceCIDRs([]netip.Prefix)
+}
+
+// Confd watches the datastore and configures a Speaker.
+type Confd struct {
+	ds         *datastore.Client
+	sp         Speaker
+	node       string
+	secretsDir string
+	resync     time.Duration
+	log        *logrus.Entry
+}
+
+// Option changes a Confd setting.
+type Option func(*Confd)
+
+// WithSecretsDir sets where secretKeyRef passwords are read
+// (default DefaultSecretsDir).
+func WithSecretsDir(dir string) Option { return func(c *Confd) { c.secretsDir = dir } }
+
+// WithResyncInterval sets how often passwords are re-read even without a
+// datastore change (default 30 s), so rotated secrets are picked up.
+func WithResyncInterval(d time.Duration) Option { return func(c *Confd) { c.resync = d } }
+
+// New returns a Confd for nodeName.
+func New(ds *datastore.Client, sp Speaker, nodeName string, opts ...Option) *Confd {
+	c := &Confd{ds: ds, sp: sp, node: nodeName, secretsDir: DefaultSecretsDir, resync: 30 * time.Second,
+		log: logrus.WithFields(logrus.Fields{"component": "confd", "node": nodeName})}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+var kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer}
+
+// Run configures the speaker until ctx ends.
+func (c *Confd) Run(ctx context.Context) error {
+	ch := make(chan func(*cache), 64)
+	go func() { _ = c.ds.Sync(ctx, kinds, &handler{ch: ch, ctx: ctx}) }()
+
+	st := &state{cache: newCache()}
+	tick := time.NewTicker(c.resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-ch:
+			f(st.cache)
+			// Apply whatever else already arrived before recomputing.
+			for drained := false; !drained; {
+				select {
+				case f := <-ch:
+					f(st.cache)
+				default:
+					drained = true
+				}
+			}
+		case <-tick.C:
+		}
+		if st.cache.synced {
+			c.push(st)
+		}
+	}
+}
+
+// state is owned by Run's goroutine.
+type state struct {
+	cache      *cache
+	lastGlobal *bgp.Global
+	lastPeers  []bgp.Peer
+	lastSvc    []netip.Prefix
+	peersSent  bool
+	lastProb   string
+	lastWarn   []string
+}
+
+// push computes the wanted configuration and hands the speaker what
+// changed since the last push.
+func (c *Confd) push(st *state) {
+	d := Compute(st.cache.input(c.node))
+	if !slices.Equal(d.Warnings, st.lastWarn) {
+		for _, w := range d.Warnings {
+			c.log.Warn(w)
+		}
+		st.lastWarn = d.Warnings
+	}
+	if d.Problem != "" {
+		if d.Problem != st.lastProb {
+			c.log.Warn(d.Problem + "; BGP waits for it")
+			st.lastProb = d.Problem
+		}
+		return
+	}
+	st.lastProb = ""
+	if st.lastGlobal == nil || *st.lastGlobal != d.Global {
+		g := d.Global
+		st.lastGlobal = &g
+		c.log.WithFields(logrus.Fields{"asn": g.ASN, "routerID": g.RouterID, "port": g.ListenPort}).Info("BGP identity")
+		c.sp.SetGlobal(g)
+	}
+	if !slices.Equal(d.ServiceCIDRs, st.lastSvc) {
+		st.lastSvc = d.ServiceCIDRs
+		c.sp.SetServiceCIDRs(d.ServiceCIDRs)
+	}
+	peers := resolvePeers(d.Peers, c.secretsDir)
+	if st.peersSent && slices.Equal(peers, st.lastPeers) {
+		return
+	}
+	for _, p := range peers {
+		if p.ConfigError != "" {
+			c.log.WithField("peer", p.Address).Warn(p.ConfigError)
+		}
+	}
+	c.log.WithField("peers", fmt.Sprint(peers)).Info("BGP peers changed")
+	st.lastPeers, st.peersSent = peers, true
+	c.sp.SetPeers(peers)
+}
+
+// cache holds the synced resources by name.
+type cache struct {
+	synced  bool
+	nodes   map[string]*api.Node
+	configs map[string]*api.BGPConfiguration
+	peers   map[string]*api.BGPPeer
+}
+
+func newCache() *cache {
+	return &cache{nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{}}
+}
+
+func (c *cache) set(r api.Resource) {
+	switch v := r.(type) {
+	case *api.Node:
+		c.nodes[v.Metadata.Name] = v
+	case *api.BGPConfiguration:
+		c.configs[v.Metadata.Name] = v
+	case *api.BGPPeer:
+		c.peers[v.Metadata.Name] = v
+	}
+}
+
+func (c *cache) del(k api.Kind, name string) {
+	switch k {
+	case api.KindNode:
+		delete(c.nodes, name)
+	case api.KindBGPConfiguration:
+		delete(c.configs, name)
+	case api.KindBGPPeer:
+		delete(c.peers, name)
+	}
+}
+
+func (c *cache) input(node string) Input {
+	in := Input{NodeName: node}
+	for _, n := range c.nodes {
+		in.Nodes = append(in.Nodes, n)
+	}
+	for _, v := range c.configs {
+		in.Configs = append(in.Configs, v)
+	}
+	for _, p := range c.peers {
+		in.Peers = append(in.Peers, p)
+	}
+	return in
+}
+
+// handler forwards datastore callbacks to Run's goroutine as closures
+// over the cache it owns.
+type handler struct {
+	ch  chan<- func(*cache)
+	ctx context.Context
+}
+
+func (h *handler) send(f func(*cache)) {
+	select {
+	case h.ch <- f:
+	case <-h.ctx.Done():
+	}
+}
+
+// OnSnapshot implements datastore.Handler.
+func (h *handler) OnSnapshot(s datastore.Snapshot) {
+	h.send(func(c *cache) {
+		fresh := newCache()
+		for _, rs := range s.Resources {
+			for _, r := range rs {
+				fresh.set(r)
+			}
+		}
+		*c = *fresh
+		c.synced = true
+	})
+}
+
+// OnEvent implements datastore.Handler.
+func (h *handler) OnEvent(e datastore.Event) {
+	h.send(func(c *cache) {
+		if e.Type == datastore.EventDelete {
+			c.del(e.Kind, e.Name)
+			return
+		}
+		c.set(e.Resource)
+	})
+}

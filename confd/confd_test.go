@@ -1,0 +1,116 @@
+package confd
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/routed/bgp"
+)
+
+// fakeSpeaker records what confd sets.
+type fakeSpeaker struct {
+	mu      sync.Mutex
+	global  bgp.Global
+	peers   []bgp.Peer
+	svc     []netip.Prefix
+	setCall int
+	changed chan struct{}
+}
+
+func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{changed: make(chan struct{}, 100)} }
+
+func (f *fakeSpeaker) SetGlobal(g bgp.Global) { f.do(func() { f.global = g }) }
+func (f *fakeSpeaker) SetPeers(p []bgp.Peer) {
+	f.do(func() { f.peers = p; f.setCall++ })
+}
+func (f *fakeSpeaker) SetServiceCIDRs(s []netip.Prefix) { f.do(func() { f.svc = s }) }
+
+func (f *fakeSpeaker) do(fn func()) {
+	f.mu.Lock()
+	fn()
+	f.mu.Unlock()
+	f.changed <- struct{}{}
+}
+
+func (f *fakeSpeaker) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		f.mu.Lock()
+		ok := cond()
+		f.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-f.changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; peers %v global %+v", what, f.peers, f.global)
+		}
+	}
+}
+
+func TestConfdFollowsDatastore(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	apply := func(r api.Resource) {
+		t.Helper()
+		if _, err := ds.Apply(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(node("a", "10.0.0.1/24", 0, ""))
+	apply(node("b", "10.0.0.2/24", 0, ""))
+
+	secrets := t.TempDir()
+	mustWrite(t, secrets+"/bgp/tor", "pw1")
+	sp := newFakeSpeaker()
+	go func() {
+		_ = New(ds, sp, "a", WithSecretsDir(secrets), WithResyncInterval(200*time.Millisecond)).Run(ctx)
+	}()
+
+	sp.waitFor(t, "mesh peer b", func() bool {
+		return sp.global.RouterID == netip.MustParseAddr("10.0.0.1") && len(sp.peers) == 1 && sp.peers[0].Name == "b"
+	})
+
+	apply(node("c", "10.0.0.3/24", 0, ""))
+	sp.waitFor(t, "mesh peer c", func() bool { return len(sp.peers) == 2 })
+
+	f := false
+	apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"},
+		Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f, ASNumber: 64600}})
+	apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: "192.0.2.1", ASNumber: 65000,
+		Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "tor"}}}})
+	sp.waitFor(t, "mesh off, tor peer", func() bool {
+		return sp.global.ASN == 64600 && len(sp.peers) == 1 && sp.peers[0].Address == netip.MustParseAddr("192.0.2.1") &&
+			sp.peers[0].Password == "pw1"
+	})
+
+	// A rotated secret is picked up without a datastore change.
+	mustWrite(t, secrets+"/bgp/tor", "pw2")
+	sp.waitFor(t, "rotated password", func() bool { return len(sp.peers) == 1 && sp.peers[0].Password == "pw2" })
+
+	// Without changes confd does not keep re-sending peers.
+	sp.mu.Lock()
+	calls := sp.setCall
+	sp.mu.Unlock()
+	time.Sleep(700 * time.Millisecond)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.setCall != calls {
+		t.Fatalf("SetPeers called %d more times without a change", sp.setCall-calls)
+	}
+}

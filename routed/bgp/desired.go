@@ -1,0 +1,79 @@
+package bgp
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// desired is the state the speaker should converge to. Inputs (confd,
+// the IPAM watch, the borrowed-address poller) write it from their own
+// goroutines and kick the speaker's loop, which alone reads it and
+// programs GoBGP. Writers never block on GoBGP: the latest state wins.
+type desired struct {
+	mu sync.Mutex
+	// global is nil until confd first sets it.
+	global *Global
+	// peers is nil until confd first sets it.
+	peers    []Peer
+	peersSet bool
+	services []netip.Prefix
+	// blocks are the local node's confirmed affinities.
+	blocks       map[netip.Prefix]bool
+	blocksSynced bool
+	borrowed     []netip.Addr
+
+	kick chan struct{}
+}
+
+func newDesired() *desired {
+	return &desired{blocks: map[netip.Prefix]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// poke wakes the loop; a pending wake-up already covers this change.
+func (d *desired) poke() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *desired) update(f func()) {
+	d.mu.Lock()
+	f()
+	d.mu.Unlock()
+	d.poke()
+}
+
+// snapshot is a copy of desired the loop can use without locking.
+type snapshot struct {
+	global       *Global
+	peers        []Peer
+	peersSet     bool
+	blocksSynced bool
+	// routes are all prefixes to originate, with next hop self.
+	routes map[netip.Prefix]bool
+}
+
+func (d *desired) snapshot() snapshot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := snapshot{peersSet: d.peersSet, blocksSynced: d.blocksSynced, routes: map[netip.Prefix]bool{}}
+	if d.global != nil {
+		g := *d.global
+		s.global = &g
+	}
+	s.peers = slices.Clone(d.peers)
+	for p := range d.blocks {
+		s.routes[p] = true
+	}
+	for _, a := range d.borrowed {
+		if a.Is4() {
+			s.routes[netip.PrefixFrom(a, 32)] = true
+		}
+	}
+	for _, p := range d.services {
+		s.routes[p.Masked()] = true
+	}
+	return s
+}

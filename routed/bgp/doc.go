@@ -1,0 +1,17 @@
+// Package bgp is routed's BGP speaker: an embedded GoBGP v3 server that
+// advertises the local node's IPAM blocks (next hop self), borrowed /32s
+// and service CIDRs, and hands the best paths it learns to felix through
+// a felix.RouteSink.
+//
+// How a daemon composes it (see README.md for the model):
+//
+//	sp, _ := bgp.New(bgp.Config{NodeName: name, RouteSink: fx, RouteStatus: fx,
+//		BorrowedIPs: func(ctx context.Context) ([]netip.Addr, error) { return ipamc.BorrowedIPs(ctx, name) }})
+//	go sp.Run(ctx)                                   // programs GoBGP
+//	go confd.New(ds, sp, name).Run(ctx)              // identity and peers
+//	go ipam.WatchAffinities(ctx, ds, sp)             // blocks to advertise
+//	go status.NewServer(status.SocketPath(flag), sp).Run(ctx) // routedctl node status
+//
+// A route-reflector-only node passes no RouteSink and calls
+// sp.OnAffinitySnapshot(nil) instead of watching IPAM.
+package bgp

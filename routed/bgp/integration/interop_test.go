@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// TestBirdTopOfRack: BIRD 2 as an eBGP top-of-rack router. It learns
+// the nodes' blocks; the route it sends reaches the nodes' RouteSinks.
+func TestBirdTopOfRack(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream {
+	ipv4;
+	route 192.168.100.0/24 blackhole;
+}
+filter to_nodes { if net = 192.168.100.0/24 then accept; reject; }
+template bgp nodes {
+	local %[1]s as 65000;
+	ipv4 { import all; export filter to_nodes; };
+}
+protocol bgp node_a from nodes { neighbor %[2]s as 64512; }
+protocol bgp node_b from nodes { neighbor %[3]s as 64512; }
+`, tor.Addr, a.host.Addr, b.host.Addr))
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+
+	for _, n := range []*node{a, b} {
+		n.waitRoutes("route from the ToR", 30*time.Second, has("192.168.100.0/24", tor.Addr.String()))
+		ps := n.waitPeers("ToR session up", 10*time.Second, func(ps []status.Peer) bool {
+			p, ok := findPeer(ps, tor.Addr)
+			return ok && p.Established() && p.Type == bgp.PeerTypeGlobal && p.PeerASN == 65000
+		})
+		_ = ps
+	}
+	out := bird.WaitCtl(t, "show route", 20*time.Second, func(s string) bool {
+		return strings.Contains(s, "10.65.1.0/26") && strings.Contains(s, "10.65.2.0/26")
+	})
+	t.Logf("BIRD's routes:\n%s", out)
+	out, _ = bird.Ctl("show route 10.65.1.0/26 all")
+	if !strings.Contains(out, "via "+a.host.Addr.String()) || !strings.Contains(out, "64512") {
+		t.Fatalf("BIRD's route to a's block:\n%s", out)
+	}
+	out, _ = bird.Ctl("show protocols")
+	t.Logf("BIRD protocols:\n%s", out)
+}
+
+// TestBirdRouteReflector: BIRD 2 reflects routes between routed nodes
+// that do not mesh.
+func TestBirdRouteReflector(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	f := false
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	rr := c.lab.AddHost("rr", 200)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26")
+	cc := c.addNode("c", 3, nil, "10.65.3.0/26")
+	conf := fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+template bgp clients {
+	local %[1]s as 64512;
+	rr client;
+	rr cluster id %[1]s;
+	direct;
+	ipv4 { import all; export all; gateway direct; };
+}
+`, rr.Addr)
+	for _, n := range []*node{a, b, cc} {
+		conf += fmt.Sprintf("protocol bgp client_%s from clients { neighbor %s as 64512; }\n", n.name, n.host.Addr)
+	}
+	bird := bgptest.StartBird(t, rr, conf)
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "bird-rr"}, Spec: api.BGPPeerSpec{PeerIP: rr.Addr.String(), ASNumber: 64512}})
+
+	ip := func(n *node) string { return n.host.Addr.String() }
+	a.waitRoutes("b and c through BIRD", 30*time.Second, has("10.65.2.0/26", ip(b), "10.65.3.0/26", ip(cc)))
+	b.waitRoutes("a and c through BIRD", 30*time.Second, has("10.65.1.0/26", ip(a), "10.65.3.0/26", ip(cc)))
+	cc.waitRoutes("a and b through BIRD", 30*time.Second, has("10.65.1.0/26", ip(a), "10.65.2.0/26", ip(b)))
+	a.waitPeers("only the RR", 10*time.Second, allEstablished(rr.Addr))
+	out, _ := bird.Ctl("show protocols")
+	t.Logf("BIRD protocols:\n%s", out)
+
+	// Withdrawal is reflected too.
+	a.affinity("10.65.1.0/26", "confirmed", true)
+	b.waitRoutes("a's block withdrawn through BIRD", 10*time.Second, lacks("10.65.1.0/26"))
+}
+
+// TestGobgpdRouteReflector: Debian's gobgpd reflects routes between
+// routed nodes, with MD5 on every session (gobgpd is built with a Go
+// whose listeners do not use MPTCP, so its MD5 works).
+func TestGobgpdRouteReflector(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	f := false
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	rr := c.lab.AddHost("rr", 201)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26")
+	conf := fmt.Sprintf("[global.config]\n  as = 64512\n  router-id = %q\n  port = 179\n", rr.Addr)
+	for _, n := range []*node{a, b} {
+		writeSecret(t, n, "bgp", "rr", "rr-secret")
+		// The RR waits for its clients to dial: GoBGP on both sides of a
+		// session that failed once can otherwise keep missing each other.
+		conf += fmt.Sprintf(`
+[[neighbors]]
+  [neighbors.config]
+    neighbor-address = %q
+    peer-as = 64512
+    auth-password = "rr-secret"
+  [neighbors.transport.config]
+    passive-mode = true
+  [neighbors.route-reflector.config]
+    route-reflector-client = true
+    route-reflector-cluster-id = %q
+`, n.host.Addr, rr.Addr)
+	}
+	g := bgptest.StartGobgpd(t, rr, conf)
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "gobgpd-rr"}, Spec: api.BGPPeerSpec{PeerIP: rr.Addr.String(), ASNumber: 64512,
+		Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "rr"}}}})
+
+	a.waitRoutes("b through gobgpd", 30*time.Second, has("10.65.2.0/26", b.host.Addr.String()))
+	b.waitRoutes("a through gobgpd", 30*time.Second, has("10.65.1.0/26", a.host.Addr.String()))
+	out, _ := g.CLI("neighbor")
+	t.Logf("gobgpd neighbors:\n%s", out)
+}

@@ -1,0 +1,281 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+)
+
+// apply converges GoBGP on w. It returns a delay after which it wants to
+// run again (while waiting for the first affinity snapshot).
+func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) {
+	if w.global == nil || !w.global.Valid() {
+		if s.running == nil && w.global != nil {
+			s.log.WithField("global", *w.global).Warn("no usable AS number or IPv4 router ID yet; BGP not started")
+		}
+		return 0, nil
+	}
+	if err := s.applyGlobal(ctx, *w.global); err != nil {
+		return 0, err
+	}
+	if err := s.applyPaths(ctx, w.routes); err != nil {
+		return 0, err
+	}
+	if !w.peersSet {
+		return 0, nil
+	}
+	if !w.blocksSynced {
+		if wait := s.cfg.InitialSyncTimeout - time.Since(s.runStart); wait > 0 {
+			return wait, nil // peers would learn an incomplete route set
+		}
+	}
+	if err := s.applyKeepNextHop(ctx, w.peers); err != nil {
+		return 0, err
+	}
+	if err := s.applyOwnRoutesOnly(ctx, w.peers); err != nil {
+		return 0, err
+	}
+	return 0, s.applyPeers(ctx, w.peers)
+}
+
+func (s *Speaker) listenPort(g Global) int32 {
+	switch {
+	case s.cfg.ListenPort != 0:
+		return s.cfg.ListenPort
+	case g.ListenPort != 0:
+		return int32(g.ListenPort)
+	}
+	return DefaultPort
+}
+
+// applyGlobal starts BGP, or restarts it when the identity changed.
+func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
+	s.logs.setSeverity(g.LogSeverity)
+	if s.running != nil {
+		r := *s.running
+		if r.ASN == g.ASN && r.RouterID == g.RouterID && s.listenPort(r) == s.listenPort(g) {
+			s.running = &g
+			s.setView(func(v *view) { v.global = &g })
+			return nil
+		}
+		s.log.WithField("old", r).WithField("new", g).Warn("BGP identity changed: restarting BGP, all sessions reset")
+		if err := s.bgp.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
+			return fmt.Errorf("bgp: stop for restart: %w", err)
+		}
+		s.running = nil
+		s.applied = map[netip.Addr]Peer{}
+		s.paths = map[netip.Prefix]string{}
+		s.keepNH, s.ownOnly = nil, nil
+		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
+	}
+	addrs := s.cfg.ListenAddresses
+	if len(addrs) == 0 {
+		addrs = []string{"0.0.0.0"}
+	}
+	port := s.listenPort(g)
+	err := s.bgp.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn:             g.ASN,
+		RouterId:        g.RouterID.String(),
+		ListenPort:      port,
+		ListenAddresses: addrs,
+	}})
+	if err != nil {
+		return fmt.Errorf("bgp: start (AS %d, router ID %s, port %d): %w", g.ASN, g.RouterID, port, err)
+	}
+	s.running = &g
+	s.setView(func(v *view) { v.global = &g; v.listenPort = port; v.started = true })
+	s.log.WithFields(map[string]any{"asn": g.ASN, "routerID": g.RouterID, "port": port}).Info("BGP started")
+	if !s.watching && s.cfg.RouteSink != nil {
+		f := newFeeder(s.cfg.RouteSink, s.log)
+		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
+			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST, Init: true}},
+		}}
+		// The watch lives as long as the process: it survives a BGP
+		// restart, during which the withdrawals of every learned route
+		// arrive through it like any other change.
+		if err := s.bgp.WatchEvent(context.Background(), req, f.onEvent); err != nil {
+			return fmt.Errorf("bgp: watch best paths: %w", err)
+		}
+		s.watching = true
+	}
+	return nil
+}
+
+// applyPaths originates exactly the wanted prefixes, next hop self.
+func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) error {
+	for p, id := range s.paths {
+		if want[p] {
+			continue
+		}
+		err := s.bgp.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: familyIPv4, Uuid: []byte(id)})
+		if err != nil {
+			return fmt.Errorf("bgp: withdraw %s: %w", p, err)
+		}
+		delete(s.paths, p)
+		s.log.WithField("prefix", p).Info("withdrew route")
+	}
+	for _, p := range sortedPrefixes(want) {
+		if _, ok := s.paths[p]; ok {
+			continue
+		}
+		path, err := apiPath(p, s.running.RouterID)
+		if err != nil {
+			return err
+		}
+		resp, err := s.bgp.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
+		if err != nil {
+			return fmt.Errorf("bgp: advertise %s: %w", p, err)
+		}
+		s.paths[p] = string(resp.Uuid)
+		s.log.WithField("prefix", p).Info("advertising route")
+	}
+	return nil
+}
+
+// applyPeers adds, updates and removes sessions so that exactly want
+// exists; unchanged sessions are not touched.
+func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
+	wanted := make(map[netip.Addr]Peer, len(want))
+	for _, p := range want {
+		if p.Address.IsValid() && p.Address != s.running.RouterID {
+			wanted[p.Address] = p
+		}
+	}
+	for addr, old := range s.applied {
+		if _, ok := wanted[addr]; ok {
+			continue
+		}
+		if err := s.bgp.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
+			return fmt.Errorf("bgp: remove peer %s: %w", addr, err)
+		}
+		delete(s.applied, addr)
+		s.diag.forget(addr.String())
+		s.setView(func(v *view) { delete(v.peers, addr.String()) })
+		s.log.WithField("peer", old).Info("removed BGP peer")
+	}
+	restarting := time.Now().Before(s.restartUntil)
+	for _, addr := range sortedAddrs(wanted) {
+		p := wanted[addr]
+		old, exists := s.applied[addr]
+		switch {
+		case !exists:
+			s.diag.configure(addr.String(), p.Password != "")
+			err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, restarting)})
+			if err != nil {
+				s.diag.forget(addr.String())
+				return fmt.Errorf("bgp: add peer %s: %w", addr, err)
+			}
+			s.log.WithField("peer", p).Info("added BGP peer")
+		case onlyNextHopPolicy(old, p):
+			// The export policy already changed; re-send our routes.
+			err := s.bgp.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
+			if err != nil {
+				return fmt.Errorf("bgp: re-advertise to peer %s: %w", addr, err)
+			}
+		case !sameSession(old, p):
+			s.diag.setPassword(addr.String(), p.Password != "")
+			_, err := s.bgp.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.apiPeer(p, false)})
+			if err != nil {
+				return fmt.Errorf("bgp: update peer %s: %w", addr, err)
+			}
+			s.log.WithField("peer", p).Info("updated BGP peer")
+		}
+		s.applied[addr] = p
+		s.setView(func(v *view) { v.peers[addr.String()] = p })
+	}
+	return nil
+}
+
+// onlyNextHopPolicy reports whether old and p differ only in
+// KeepOriginalNextHop.
+func onlyNextHopPolicy(old, p Peer) bool {
+	if old.KeepOriginalNextHop == p.KeepOriginalNextHop {
+		return false
+	}
+	old.KeepOriginalNextHop = p.KeepOriginalNextHop
+	return sameSession(old, p)
+}
+
+// Names of the export policy that keeps next hops for some peers.
+const (
+	keepNHSet    = "routed-keep-nexthop"
+	keepNHPolicy = "routed-keep-nexthop"
+)
+
+// applyKeepNextHop installs a global export policy leaving the next hop
+// unchanged towards peers with KeepOriginalNextHop. GoBGP only has global
+// policies for ordinary peers, so the policy matches a neighbor set.
+func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
+	var want []string
+	for _, p := range peers {
+		if p.KeepOriginalNextHop && p.Address.IsValid() {
+			want = append(want, p.Address.String()+"/32")
+		}
+	}
+	slices.Sort(want)
+	if slices.Equal(want, s.keepNH) {
+		return nil
+	}
+	if len(want) == 0 {
+		_ = s.bgp.DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+			Assignment: &api.PolicyAssignment{Name: "global", Direction: api.PolicyDirection_EXPORT,
+				Policies: []*api.Policy{{Name: keepNHPolicy}}}})
+		_ = s.bgp.DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: keepNHPolicy}, All: true})
+		_ = s.bgp.DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: keepNHSet}, All: true})
+		s.keepNH = nil
+		return nil
+	}
+	set := &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: keepNHSet, List: want}
+	if err := s.bgp.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+		return fmt.Errorf("bgp: keep-next-hop neighbor set: %w", err)
+	}
+	if s.keepNH == nil {
+		pol := &api.Policy{Name: keepNHPolicy, Statements: []*api.Statement{{
+			Name:       keepNHPolicy,
+			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Name: keepNHSet, Type: api.MatchSet_ANY}},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_NONE, Nexthop: &api.NexthopAction{Unchanged: true}},
+		}}}
+		if err := s.bgp.AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
+			return fmt.Errorf("bgp: keep-next-hop policy: %w", err)
+		}
+		err := s.bgp.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_EXPORT,
+			Policies: []*api.Policy{{Name: keepNHPolicy}}, DefaultAction: api.RouteAction_ACCEPT,
+		}})
+		if err != nil {
+			return fmt.Errorf("bgp: keep-next-hop policy assignment: %w", err)
+		}
+	}
+	s.keepNH = want
+	return nil
+}
+
+func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(m))
+	for p, ok := range m {
+		if ok {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return out
+}
+
+func sortedAddrs(m map[netip.Addr]Peer) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}

@@ -1,0 +1,242 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/server"
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// ErrAlreadyRunning is returned by a second call to Run.
+var ErrAlreadyRunning = errors.New("bgp: speaker already running")
+
+// Speaker is routed's BGP speaker: an embedded GoBGP server that
+// advertises this node's blocks and hands learned routes to felix.
+//
+// Inputs arrive through SetGlobal, SetPeers, SetServiceCIDRs (from
+// confd), the AffinityHandler methods (from IPAM) and SetBorrowedIPs;
+// they only record the wanted state. Run's loop alone programs GoBGP,
+// touching only what differs.
+type Speaker struct {
+	cfg   Config
+	log   *logrus.Entry
+	bgp   *server.BgpServer
+	logs  *logAdapter
+	diag  *diag
+	want  *desired
+	start time.Time
+	ran   atomic.Bool
+
+	// Owned by the loop in Run.
+	running      *Global
+	watching     bool
+	applied      map[netip.Addr]Peer
+	paths        map[netip.Prefix]string // prefix -> GoBGP path UUID
+	keepNH       []string
+	ownOnly      []string // eBGP peers limited to our own routes
+	restartUntil time.Time
+	runStart     time.Time
+
+	// view is what status readers may see of the loop's state.
+	mu   sync.Mutex
+	view view
+}
+
+// view is the loop's state as published to status readers.
+type view struct {
+	global     *Global
+	listenPort int32
+	peers      map[string]Peer
+	restarting bool
+	started    bool
+}
+
+// New creates a speaker; nothing talks BGP until Run and SetGlobal.
+func New(cfg Config) (*Speaker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := newDiag()
+	logs := newLogAdapter(cfg.Log, d)
+	s := &Speaker{
+		cfg:     cfg,
+		log:     cfg.Log,
+		logs:    logs,
+		diag:    d,
+		want:    newDesired(),
+		start:   time.Now(),
+		applied: map[netip.Addr]Peer{},
+		paths:   map[netip.Prefix]string{},
+		view:    view{peers: map[string]Peer{}},
+	}
+	s.bgp = server.NewBgpServer(server.LoggerOption(logs))
+	// Serve never returns in GoBGP v3; the goroutine lives as long as the
+	// process, which is how routed uses it (one speaker per process).
+	go s.bgp.Serve()
+	return s, nil
+}
+
+// SetGlobal sets the local AS, router ID and listen port. Changing the
+// AS or router ID restarts BGP (all sessions reset).
+func (s *Speaker) SetGlobal(g Global) {
+	s.want.update(func() { s.want.global = &g })
+}
+
+// SetPeers sets the complete list of wanted sessions. Sessions whose
+// settings did not change are left alone.
+func (s *Speaker) SetPeers(peers []Peer) {
+	peers = slices.Clone(peers)
+	s.want.update(func() { s.want.peers, s.want.peersSet = peers, true })
+}
+
+// SetServiceCIDRs sets the service cluster IP ranges to advertise.
+func (s *Speaker) SetServiceCIDRs(cidrs []netip.Prefix) {
+	cidrs = slices.Clone(cidrs)
+	s.want.update(func() { s.want.services = cidrs })
+}
+
+// SetBorrowedIPs sets the /32s this node uses from other nodes' blocks.
+func (s *Speaker) SetBorrowedIPs(addrs []netip.Addr) {
+	addrs = slices.Clone(addrs)
+	s.want.update(func() { s.want.borrowed = addrs })
+}
+
+// OnAffinitySnapshot implements ipam.AffinityHandler: it replaces the
+// set of blocks to advertise with this node's confirmed affinities.
+func (s *Speaker) OnAffinitySnapshot(all []Affinity) {
+	blocks := map[netip.Prefix]bool{}
+	for _, a := range all {
+		if a.Node == s.cfg.NodeName && a.State == AffinityConfirmed && a.CIDR.IsValid() {
+			blocks[a.CIDR.Masked()] = true
+		}
+	}
+	s.want.update(func() { s.want.blocks, s.want.blocksSynced = blocks, true })
+}
+
+// OnAffinityUpdate implements ipam.AffinityHandler for one change.
+func (s *Speaker) OnAffinityUpdate(a Affinity, deleted bool) {
+	if a.Node != s.cfg.NodeName || !a.CIDR.IsValid() {
+		return
+	}
+	p := a.CIDR.Masked()
+	s.want.update(func() {
+		if deleted || a.State != AffinityConfirmed {
+			delete(s.want.blocks, p)
+		} else {
+			s.want.blocks[p] = true
+		}
+	})
+}
+
+// Run programs GoBGP until ctx ends. On return BGP sessions are left up
+// on purpose: no Cease is sent, so when the process exits its peers see
+// a dropped connection and, with graceful restart, keep this node's
+// routes until it is back. Use Stop for a node that leaves for good.
+func (s *Speaker) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	s.runStart = time.Now()
+	if !s.cfg.DisableGracefulRestart && s.detectRestart() {
+		s.restartUntil = time.Now().Add(s.cfg.RestartTime)
+		s.setView(func(v *view) { v.restarting = true })
+		s.log.WithField("restartTime", s.cfg.RestartTime).Info("restarting: peers keep our routes while we resync")
+	}
+	if s.cfg.BorrowedIPs != nil {
+		go s.pollBorrowed(ctx)
+	}
+
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	resync := time.NewTicker(time.Minute)
+	defer resync.Stop()
+	backoff := 500 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdownGracefully()
+			return nil
+		case <-s.want.kick:
+		case <-retry.C:
+		case <-resync.C:
+		}
+		again, err := s.apply(ctx, s.want.snapshot())
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.WithError(err).WithField("retryIn", backoff).Warn("programming BGP failed")
+			retry.Reset(backoff)
+			backoff = min(backoff*2, 30*time.Second)
+		case again > 0:
+			retry.Reset(again)
+		default:
+			backoff = 500 * time.Millisecond
+		}
+	}
+}
+
+// Stop ends BGP for good: every session is closed with a Cease, so peers
+// drop this node's routes at once. Call it only after Run returned, and
+// only when the node leaves the cluster, never for a restart.
+func (s *Speaker) Stop(ctx context.Context) error {
+	if err := s.bgp.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
+		return err
+	}
+	s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
+	s.removeRestartMarker()
+	return nil
+}
+
+func (s *Speaker) pollBorrowed(ctx context.Context) {
+	t := time.NewTicker(s.cfg.BorrowedPollInterval)
+	defer t.Stop()
+	for {
+		addrs, err := s.cfg.BorrowedIPs(ctx)
+		if err == nil {
+			s.SetBorrowedIPs(addrs)
+		} else if ctx.Err() == nil {
+			s.log.WithError(err).Warn("cannot list borrowed addresses")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Speaker) setView(f func(v *view)) {
+	s.mu.Lock()
+	f(&s.view)
+	s.mu.Unlock()
+}
+
+func (s *Speaker) getView() view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.view
+	v.peers = make(map[string]Peer, len(s.view.peers))
+	for k, p := range s.view.peers {
+		v.peers[k] = p
+	}
+	return v
+}
+
+// deferralTime bounds how long a restarting speaker waits for its peers'
+// End-of-RIB before sending its routes: well inside RestartTime, so
+// peers never drop routes they kept for us.
+func (s *Speaker) deferralTime() time.Duration {
+	return max(min(s.cfg.RestartTime/3, 60*time.Second), time.Second)
+}
+
+// The Speaker receives block affinities straight from the IPAM watch.
+var _ ipam.AffinityHandler = (*Speaker)(nil)

@@ -1,0 +1,294 @@
+//go:build !race
+
+// GoBGP keeps route-selection options in package variables that every
+// server's StartBgp writes, so several servers in one process race by
+// design. routed runs one speaker per process; these tests run several
+// in this process and are left out of -race runs. Under -race the
+// integration tests cover the same code, one speaker per (race-enabled)
+// child process.
+
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// These tests run speakers in this process on loopback addresses
+// (127.x.y.z are all local), each listening on its own address and one
+// shared free port, so no namespace or root is needed.
+
+type loopLab struct {
+	t    *testing.T
+	base [3]byte
+	port uint16
+}
+
+func newLoopLab(t *testing.T) *loopLab {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	return &loopLab{t: t, base: [3]byte{127, byte(100 + rand.IntN(100)), byte(rand.IntN(250))}, port: port}
+}
+
+func (l *loopLab) addr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{l.base[0], l.base[1], l.base[2], byte(i)})
+}
+
+type testNode struct {
+	sp   *Speaker
+	sink *bgptest.Recorder
+	addr netip.Addr
+}
+
+func (l *loopLab) speaker(i int, asn uint32) *testNode {
+	t := l.t
+	sink := bgptest.NewRecorder()
+	logger := logrus.New()
+	logger.SetLevel(testLogLevel)
+	a := l.addr(i)
+	sp, err := New(Config{
+		NodeName: fmt.Sprintf("node%d", i), ListenPort: int32(l.port),
+		ListenAddresses: []string{a.String()}, RouteSink: sink, RouteStatus: sink,
+		StateDir: t.TempDir(), ConnectRetry: 2 * time.Second,
+		Log: logger.WithField("node", i),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sp.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = sp.Stop(context.Background()) // close sockets: the next test may reuse the port
+	})
+	sp.SetGlobal(Global{ASN: asn, RouterID: a})
+	sp.OnAffinitySnapshot(nil)
+	return &testNode{sp: sp, sink: sink, addr: a}
+}
+
+func (l *loopLab) peerOf(n *testNode, asn uint32, typ string) Peer {
+	return Peer{Address: n.addr, ASN: asn, Port: l.port, Type: typ, Name: "peer", LocalAddress: netip.Addr{}}
+}
+
+func meshPeer(l *loopLab, local, remote *testNode, asn uint32) Peer {
+	p := l.peerOf(remote, asn, PeerTypeMesh)
+	p.LocalAddress = local.addr
+	p.Passive = local.addr.Compare(remote.addr) > 0 // as confd sets it between nodes
+	return p
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitPeer(t *testing.T, sp *Speaker, addr netip.Addr, cond func(status.Peer) bool) status.Peer {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var last []status.Peer
+	for time.Now().Before(deadline) {
+		ps, err := sp.Peers(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ps
+		for _, p := range ps {
+			if p.Address == addr.String() && cond(p) {
+				return p
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("peer %s never matched; last %+v", addr, last)
+	return status.Peer{}
+}
+
+func established(p status.Peer) bool { return p.Established() }
+
+func TestMeshAdvertiseAndWithdraw(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+
+	block := netip.MustParsePrefix("10.65.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityConfirmed}, false)
+	// Not ours, not confirmed: neither is advertised.
+	a.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: netip.MustParsePrefix("10.65.2.0/26"), State: AffinityConfirmed}, false)
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: netip.MustParsePrefix("10.65.3.0/26"), State: AffinityPending}, false)
+	a.sp.SetBorrowedIPs([]netip.Addr{netip.MustParseAddr("10.65.9.7")})
+
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), func(m map[netip.Prefix]netip.Addr) bool {
+		return bgptest.Has(block, a.addr)(m) && bgptest.Has(netip.MustParsePrefix("10.65.9.7/32"), a.addr)(m)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.sink.Routes(); len(got) != 2 {
+		t.Fatalf("b learned %v, want the block and the borrowed /32 only", got)
+	}
+	if len(a.sink.Routes()) != 0 {
+		t.Fatalf("a learned %v from b, which advertises nothing", a.sink.Routes())
+	}
+
+	p := waitPeer(t, b.sp, a.addr, established)
+	if p.Type != PeerTypeMesh || p.Info != "Established" || p.PeerASN != 64512 || p.Accepted != 2 {
+		t.Fatalf("status of a at b: %+v", p)
+	}
+	routes, err := b.sp.Routes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routes) != 2 || routes[0].Peer != a.addr.String() || routes[0].Programmed == nil || !*routes[0].Programmed {
+		t.Fatalf("b's RIB: %+v", routes)
+	}
+
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityPendingDeletion}, false)
+	if err := b.sink.WaitFor(ctxT(t, 10*time.Second), bgptest.Lacks(block)); err != nil {
+		t.Fatal(err)
+	}
+	routes, _ = a.sp.Routes(context.Background())
+	if len(routes) != 1 || !routes[0].Local || routes[0].Prefix != "10.65.9.7/32" {
+		t.Fatalf("a's RIB after release: %+v", routes)
+	}
+}
+
+func TestInfoConnectionRefused(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a := l.speaker(1, 64512)
+	nobody := &testNode{addr: l.addr(9)}
+	a.sp.SetPeers([]Peer{meshPeer(l, a, nobody, 64512)})
+	p := waitPeer(t, a.sp, nobody.addr, func(p status.Peer) bool { return strings.Contains(p.Info, "refused") })
+	if p.State != status.StateStart || !strings.HasPrefix(p.Info, "Active: connect: connection refused") {
+		t.Fatalf("peer status %+v", p)
+	}
+}
+
+func TestInfoBadPeerAS(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64513)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)}) // b is really AS 64513
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	p := waitPeer(t, a.sp, b.addr, func(p status.Peer) bool { return strings.Contains(p.Info, "bad peer AS") })
+	t.Logf("a sees b: %s", p.Info)
+	p = waitPeer(t, b.sp, a.addr, func(p status.Peer) bool { return strings.Contains(p.Info, "rejected our OPEN") })
+	t.Logf("b sees a: %s", p.Info)
+}
+
+func TestLabelChangeKeepsSession(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	pa := meshPeer(l, a, b, 64512)
+	a.sp.SetPeers([]Peer{pa})
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	up := waitPeer(t, a.sp, b.addr, established)
+
+	pa.Type, pa.Name = PeerTypeRouteReflector, "rr-peers"
+	a.sp.SetPeers([]Peer{pa})
+	got := waitPeer(t, a.sp, b.addr, func(p status.Peer) bool { return p.Type == PeerTypeRouteReflector })
+	if !got.Established() || !got.Since.Equal(up.Since) {
+		t.Fatalf("relabelling reset the session: before %+v after %+v", up, got)
+	}
+
+	pa.HoldTime, pa.KeepaliveTime = 30*time.Second, 10*time.Second // timers: updated in place
+	a.sp.SetPeers([]Peer{pa})
+	time.Sleep(300 * time.Millisecond)
+	got = waitPeer(t, a.sp, b.addr, func(status.Peer) bool { return true })
+	if !got.Established() || !got.Since.Equal(up.Since) {
+		t.Fatalf("changing timers reset the session: before %+v after %+v", up, got)
+	}
+
+	a.sp.SetPeers(nil)
+	waitPeer(t, b.sp, a.addr, func(p status.Peer) bool { return !p.Established() })
+	if ps, _ := a.sp.Peers(context.Background()); len(ps) != 0 {
+		t.Fatalf("a still lists %+v", ps)
+	}
+}
+
+var testLogLevel = func() logrus.Level {
+	if l, err := logrus.ParseLevel(os.Getenv("ROUTED_TEST_LOG")); err == nil {
+		return l
+	}
+	return logrus.WarnLevel
+}()
+
+// TestKeepOriginalNextHop: b passes a's block to its eBGP peer c; with
+// keepOriginalNextHop the next hop stays a, otherwise it becomes b.
+func TestKeepOriginalNextHop(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b, c := l.speaker(1, 64512), l.speaker(2, 64512), l.speaker(3, 65000)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	toC := meshPeer(l, b, c, 65000)
+	toC.Type = PeerTypeGlobal
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
+	c.sp.SetPeers([]Peer{meshPeer(l, c, b, 64512)})
+	block := netip.MustParsePrefix("10.65.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityConfirmed}, false)
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, b.addr)); err != nil {
+		t.Fatalf("eBGP next hop self: %v", err)
+	}
+	toC.KeepOriginalNextHop = true
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, a.addr)); err != nil {
+		t.Fatalf("keepOriginalNextHop: %v", err)
+	}
+	toC.KeepOriginalNextHop = false
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, b.addr)); err != nil {
+		t.Fatalf("keepOriginalNextHop off again: %v", err)
+	}
+}
+
+// TestIdentityChangeRestartsBGP: a new AS number restarts BGP; routes
+// learned before are withdrawn from the sink, our own are re-advertised.
+func TestIdentityChangeRestartsBGP(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	blockA, blockB := netip.MustParsePrefix("10.65.1.0/26"), netip.MustParsePrefix("10.65.2.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: blockA, State: AffinityConfirmed}, false)
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: blockB, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(blockA, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	b.sp.SetGlobal(Global{ASN: 64513, RouterID: b.addr}) // a still expects 64512: the session cannot come back
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(blockA)); err != nil {
+		t.Fatalf("learned route kept after the BGP restart: %v", err)
+	}
+	if err := a.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(blockB)); err != nil {
+		t.Fatal(err)
+	}
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64513)})
+	if err := a.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(blockB, b.addr)); err != nil {
+		t.Fatalf("b's block not re-advertised after the restart: %v", err)
+	}
+	if p, _ := b.sp.Process(context.Background()); p.ASN != 64513 {
+		t.Fatalf("process %+v", p)
+	}
+}

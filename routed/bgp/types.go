@@ -1,0 +1,134 @@
+package bgp
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// Peer types, shown in the PEER TYPE column of routedctl node status.
+const (
+	PeerTypeMesh           = "node-to-node mesh"
+	PeerTypeNodeSpecific   = "node specific"
+	PeerTypeGlobal         = "global"
+	PeerTypeRouteReflector = "route reflector"
+)
+
+// DefaultPort is the BGP port used when nothing else is configured.
+const DefaultPort = 179
+
+// Global is the speaker's own identity, computed by confd from the Node
+// and BGPConfiguration resources.
+type Global struct {
+	// ASN is the local AS number.
+	ASN uint32
+	// RouterID is the node's IPv4 address. It is also the source address
+	// of node-to-node sessions and the next hop of every advertised route.
+	RouterID netip.Addr
+	// ListenPort is the configured BGP port (0 means 179). Config.ListenPort
+	// overrides it on this process.
+	ListenPort uint16
+	// LogSeverity is BGPConfiguration's logSeverity for GoBGP's messages
+	// ("" leaves the process's logrus level).
+	LogSeverity string
+}
+
+// String describes g for logs.
+func (g Global) String() string {
+	return fmt.Sprintf("AS%d router-id %s port %d", g.ASN, g.RouterID, g.ListenPort)
+}
+
+// Valid reports whether g can start a BGP server.
+func (g Global) Valid() bool { return g.ASN != 0 && g.RouterID.Is4() }
+
+// Secret is a password that must never be printed or logged: its String,
+// GoString and MarshalText all redact it.
+type Secret string
+
+// String redacts the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "<redacted>"
+}
+
+// GoString redacts the secret for %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// MarshalText redacts the secret in JSON and text encodings.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Peer is one BGP session the speaker should have.
+type Peer struct {
+	// Address is the peer's IPv4 address; sessions are keyed by it.
+	Address netip.Addr
+	// Port is the peer's BGP port; 0 means 179.
+	Port uint16
+	// ASN is the peer's AS number; equal to the local one means iBGP.
+	ASN uint32
+	// Type and Name label the session in status output only; changing
+	// them never resets the session.
+	Type string
+	Name string
+	// Password enables TCP MD5 (RFC 2385) when not empty.
+	Password Secret
+	// ConfigError, when set, says why the session cannot be configured
+	// (e.g. its password file is unreadable). The peer is then kept
+	// administratively down and the error shown as its INFO.
+	ConfigError string
+	// LocalAddress is the source address; invalid lets the kernel choose.
+	LocalAddress netip.Addr
+	// Passive waits for the peer to connect instead of dialling. Between
+	// two routed nodes one side is passive: GoBGP closes connections
+	// that arrive while it sits in Idle after a failure, and two active
+	// sides can then keep missing each other forever.
+	Passive bool
+	// RRClient marks the peer as a route-reflector client of this node,
+	// with RRClusterID as this node's cluster ID.
+	RRClient    bool
+	RRClusterID string
+	// KeepaliveTime and HoldTime override GoBGP's defaults (30 s, 90 s).
+	KeepaliveTime time.Duration
+	HoldTime      time.Duration
+	// KeepOriginalNextHop stops this node rewriting the next hop of the
+	// routes it sends to this (eBGP) peer.
+	KeepOriginalNextHop bool
+}
+
+// String describes the peer for logs, without the password.
+func (p Peer) String() string {
+	s := fmt.Sprintf("%s AS%d (%s %s)", p.Address, p.ASN, p.Type, p.Name)
+	if p.Password != "" {
+		s += " md5"
+	}
+	if p.RRClient {
+		s += " rr-client cluster " + p.RRClusterID
+	}
+	if p.Passive {
+		s += " passive"
+	}
+	return s
+}
+
+// sameSession reports whether a and b describe the same session, ignoring
+// the status labels (Type, Name).
+func sameSession(a, b Peer) bool {
+	a.Type, a.Name = "", ""
+	b.Type, b.Name = "", ""
+	return a == b
+}
+
+// Affinity is a block claimed by a node, as the IPAM watch reports it
+// (ipam.WatchAffinities). Only confirmed affinities of the local node
+// are advertised.
+type Affinity = ipam.Affinity
+
+// Affinity states, as IPAM writes them.
+const (
+	AffinityPending         = ipam.StatePending
+	AffinityConfirmed       = ipam.StateConfirmed
+	AffinityPendingDeletion = ipam.StatePendingDeletion
+)

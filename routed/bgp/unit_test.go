@@ -1,0 +1,198 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
+	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// TestDiagMessages pins how GoBGP v3.37.0's log messages become INFO.
+func TestDiagMessages(t *testing.T) {
+	const peer = "10.0.0.2"
+	refused := &netErr{"dial tcp 10.0.0.1:0->10.0.0.2:179: connect: connection refused"}
+	timeout := &netErr{"dial tcp 10.0.0.1:0->10.0.0.2:179: i/o timeout"}
+	tests := []struct {
+		name   string
+		md5    bool
+		msg    string
+		fields gobgplog.Fields
+		want   string
+	}{
+		{"refused", false, "failed to connect", gobgplog.Fields{"Key": peer, "Error": refused}, "connect: connection refused"},
+		{"timeout", false, "failed to connect", gobgplog.Fields{"Key": peer, "Error": timeout}, "connect: timed out"},
+		{"timeout with md5", true, "failed to connect", gobgplog.Fields{"Key": peer, "Error": timeout},
+			"connect: timed out (TCP MD5 password mismatch?)"},
+		{"notification received", false, "received notification",
+			gobgplog.Fields{"Key": peer, "Code": uint8(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR), "Subcode": uint8(bgp.BGP_ERROR_SUB_BAD_PEER_AS)},
+			"received notification: open: bad peer AS"},
+		{"notification sent", false, "sent notification",
+			gobgplog.Fields{"Key": peer, "Data": bgp.NewMessageError(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR, bgp.BGP_ERROR_SUB_BAD_PEER_AS, nil, "as number mismatch expected 1, received 2")},
+			"sent notification: open: bad peer AS (as number mismatch expected 1, received 2)"},
+		{"hard reset", false, "state changed",
+			gobgplog.Fields{"Key": peer, "old": "BGP_FSM_ESTABLISHED", "reason": "notification-received code 6(cease) subcode 9(undefined)"},
+			"received notification: cease: hard reset"},
+		{"closed", false, "state changed", gobgplog.Fields{"Key": peer, "old": "BGP_FSM_OPENSENT", "reason": "read-failed"}, "connection closed by peer"},
+		{"rejected open", false, "state changed", gobgplog.Fields{"Key": peer, "old": "BGP_FSM_OPENCONFIRM", "reason": "invalid-msg"},
+			"peer rejected our OPEN (check AS numbers on both sides)"},
+		{"unknown peer", false, "failed to connect", gobgplog.Fields{"Key": "10.9.9.9", "Error": refused}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDiag()
+			d.configure(peer, tc.md5)
+			d.observe(tc.msg, tc.fields)
+			if got, _ := d.get(peer); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	d := newDiag()
+	d.configure(peer, false)
+	d.observe("failed to connect", gobgplog.Fields{"Key": peer, "Error": refused})
+	d.observe("Peer Up", gobgplog.Fields{"Key": peer})
+	if got, _ := d.get(peer); got != "" {
+		t.Fatalf("error kept after Peer Up: %q", got)
+	}
+}
+
+type netErr struct{ s string }
+
+func (e *netErr) Error() string { return e.s }
+
+func TestConnectErrorIsSyscall(t *testing.T) {
+	err := fmt.Errorf("dial tcp 10.0.0.1:179: connect: %w", syscall.EHOSTUNREACH)
+	if got := connectError(err); got != "connect: no route to host" {
+		t.Fatal(got)
+	}
+	if !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Fatal("wrapping lost")
+	}
+}
+
+func TestPathRoundTrip(t *testing.T) {
+	p := netip.MustParsePrefix("10.65.1.0/26")
+	nh := netip.MustParseAddr("10.0.0.1")
+	ap, err := apiPath(p, nh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap.NeighborIp = "<nil>"
+	pi, err := parsePath(ap)
+	if err != nil || pi.prefix != p || pi.nextHop != nh || pi.neighbor.IsValid() || pi.withdraw {
+		t.Fatalf("%+v %v", pi, err)
+	}
+	ap.NeighborIp, ap.IsWithdraw = "10.0.0.9", true
+	if pi, _ = parsePath(ap); pi.neighbor != netip.MustParseAddr("10.0.0.9") || !pi.withdraw {
+		t.Fatalf("%+v", pi)
+	}
+	if _, err := parsePath(&api.Path{Family: &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}}); err == nil {
+		t.Fatal("IPv6 path accepted")
+	}
+}
+
+func TestFeeder(t *testing.T) {
+	sink := bgptest.NewRecorder()
+	f := newFeeder(sink, logrus.NewEntry(logrus.New()))
+	p := netip.MustParsePrefix("10.65.1.0/26")
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	f.bestChanged(pathInfo{prefix: p, nextHop: a, neighbor: a})
+	f.bestChanged(pathInfo{prefix: p, nextHop: a, neighbor: b}) // same next hop via an RR: no call
+	f.bestChanged(pathInfo{prefix: p, nextHop: b, neighbor: b})
+	if got := sink.Routes()[p]; got != b {
+		t.Fatalf("route %v", got)
+	}
+	f.bestChanged(pathInfo{prefix: p, nextHop: a}) // our own path won: not a learned route
+	if _, ok := sink.Routes()[p]; ok || sink.Withdrawals()[p] != 1 {
+		t.Fatalf("local best path left the learned route in: %v", sink.Routes())
+	}
+	f.bestChanged(pathInfo{prefix: p, withdraw: true}) // already gone: no second withdraw
+	if sink.Withdrawals()[p] != 1 {
+		t.Fatal("withdrew twice")
+	}
+}
+
+func TestSameSession(t *testing.T) {
+	a := Peer{Address: netip.MustParseAddr("10.0.0.2"), ASN: 1, Type: PeerTypeMesh, Name: "b"}
+	b := a
+	b.Type, b.Name = PeerTypeRouteReflector, "rrs"
+	if !sameSession(a, b) {
+		t.Fatal("labels must not matter")
+	}
+	b.RRClient = true
+	if sameSession(a, b) || sessionFingerprint(b) == sessionFingerprint(a) {
+		t.Fatal("RR client flag must reset the session")
+	}
+}
+
+// TestSingleSpeaker runs one speaker that does not listen and has no
+// peers: routes are originated, status answers, and a planned stop
+// leaves the restart marker that the next start reads.
+func TestSingleSpeaker(t *testing.T) {
+	dir := t.TempDir()
+	logger := logrus.New()
+	logger.SetLevel(logrus.WarnLevel)
+	sp, err := New(Config{NodeName: "n1", ListenPort: -1, StateDir: dir, Log: logrus.NewEntry(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- sp.Run(ctx) }()
+	go func() { done <- sp.Run(ctx) }()
+	if err := <-done; !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second Run: %v", err)
+	}
+	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
+	sp.OnAffinitySnapshot([]Affinity{
+		{Node: "n1", CIDR: netip.MustParsePrefix("10.65.1.0/26"), State: AffinityConfirmed},
+		{Node: "n2", CIDR: netip.MustParsePrefix("10.65.2.0/26"), State: AffinityConfirmed},
+	})
+	sp.SetServiceCIDRs([]netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")})
+	sp.SetPeers([]Peer{{Address: netip.MustParseAddr("10.0.0.9"), ASN: 65000, Type: PeerTypeGlobal, Name: "tor",
+		ConfigError: "cannot read BGP password: open /x: no such file or directory"}})
+
+	var routes []status.Route
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if routes, err = sp.Routes(context.Background()); err == nil && len(routes) == 2 {
+			break
+		}
+	}
+	if len(routes) != 2 || routes[0].Prefix != "10.65.1.0/26" || !routes[0].Local || routes[0].NextHop != "10.0.0.1" ||
+		routes[1].Prefix != "10.96.0.0/12" {
+		t.Fatalf("routes %+v (%v)", routes, err)
+	}
+	peers, err := sp.Peers(context.Background())
+	if err != nil || len(peers) != 1 || peers[0].State != status.StateDown || !strings.Contains(peers[0].Info, "no such file") {
+		t.Fatalf("peers %+v %v", peers, err)
+	}
+	proc, _ := sp.Process(context.Background())
+	if proc.ASN != 64512 || proc.ListenPort != -1 || proc.Restarting || !proc.GracefulRestart {
+		t.Fatalf("process %+v", proc)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, restartMarker)); err != nil {
+		t.Fatalf("no restart marker after a planned stop: %v", err)
+	}
+	sp2 := &Speaker{cfg: Config{StateDir: dir, RestartTime: time.Minute}}
+	if !sp2.detectRestart() || sp2.detectRestart() {
+		t.Fatal("marker must be read once")
+	}
+}

@@ -1,0 +1,94 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+type fakeProvider struct{ peers []Peer }
+
+func (f fakeProvider) Peers(context.Context) ([]Peer, error) { return f.peers, nil }
+func (f fakeProvider) Routes(context.Context) ([]Route, error) {
+	return nil, errors.New("rib unavailable")
+}
+func (f fakeProvider) Process(context.Context) (Process, error) {
+	return Process{PID: 42, NodeName: "n1"}, nil
+}
+
+func TestServeAndRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	sock := filepath.Join(dir, "routed.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- NewServer(sock, fakeProvider{peers: []Peer{{Address: "10.0.0.2", State: StateUp}}}).Run(ctx)
+	}()
+	c := NewClient(sock)
+	var peers []Peer
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if peers, err = c.Peers(context.Background()); err == nil {
+			break
+		}
+	}
+	if err != nil || len(peers) != 1 || peers[0].Address != "10.0.0.2" {
+		t.Fatalf("peers %v err %v", peers, err)
+	}
+	for path, mode := range map[string]os.FileMode{dir: 0o700, sock: 0o600} {
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != mode {
+			t.Fatalf("%s: mode %v (err %v), want %v", path, st.Mode().Perm(), err, mode)
+		}
+	}
+	if p, err := c.Process(context.Background()); err != nil || p.PID != 42 {
+		t.Fatalf("process %+v %v", p, err)
+	}
+	if _, err := c.Routes(context.Background()); err == nil || errors.Is(err, ErrNotRunning) {
+		t.Fatalf("provider error not passed on: %v", err)
+	}
+	// A second server must not steal a live socket.
+	if err := NewServer(sock, fakeProvider{}).Run(context.Background()); !errors.Is(err, ErrInUse) {
+		t.Fatalf("second server: %v, want ErrInUse", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peers(context.Background()); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("after stop: %v, want ErrNotRunning", err)
+	}
+}
+
+func TestStaleSocketReplaced(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "routed.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close() // leaves the file behind, like a crashed routed
+	if _, err := NewClient(sock).Peers(context.Background()); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("stale socket: %v, want ErrNotRunning", err)
+	}
+	l2, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	l2.Close()
+}
+
+func TestSocketPath(t *testing.T) {
+	t.Setenv(EnvSocket, "")
+	if SocketPath("") != DefaultSocketPath {
+		t.Fatal("default")
+	}
+	t.Setenv(EnvSocket, "/tmp/x.sock")
+	if SocketPath("") != "/tmp/x.sock" || SocketPath("/flag.sock") != "/flag.sock" {
+		t.Fatal("env or flag ignored")
+	}
+}

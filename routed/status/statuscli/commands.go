@@ -1,0 +1,265 @@
+// Package statuscli holds routedctl's status commands: "node status",
+// "show protocols" and "show route", which read the local routed's status
+// socket.
+//
+// Exit codes, for scripts and readiness probes:
+//
+//	0  routed runs (and, for node status, every configured BGP session is
+//	   Established)
+//	1  routed is not running, or the status could not be read
+//	2  node status only: routed runs but at least one configured session
+//	   is not Established
+package statuscli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/routed/status"
+)
+
+// Exit codes returned through ExitError.
+const (
+	ExitOK          = 0
+	ExitNotRunning  = 1
+	ExitSessionDown = 2
+)
+
+// ExitError carries a process exit code. routedctl's ExitCode finds it
+// with errors.As. When Reported is set the command already told the user
+// on stdout (e.g. "routed process is not running."), so the caller should
+// not print the error again: check for Silent() with errors.As.
+type ExitError struct {
+	Code     int
+	Err      error
+	Reported bool
+}
+
+// Silent reports whether the error was already shown to the user.
+func (e *ExitError) Silent() bool { return e.Reported }
+
+// Error returns the cause's message.
+func (e *ExitError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode implements routedctl's exit-code interface.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// NewCommands returns the "node" (with "status") and "show" (with
+// "protocols" and "route") commands, writing to out. Each carries a
+// --status-socket flag defaulting to $ROUTED_STATUS_SOCKET or
+// /var/run/routed/routed.sock.
+func NewCommands(out io.Writer) []*cobra.Command {
+	var sock string
+	client := func() *status.Client { return status.NewClient(status.SocketPath(sock)) }
+
+	node := &cobra.Command{Use: "node", Short: "Node-level status of the local routed"}
+	node.AddCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Show whether routed runs and the state of its BGP sessions",
+		Long: `Prints "routed process is running." and a table of BGP sessions, like
+calicoctl node status. Exit code 0 when every configured session is
+Established, 2 when one is not, 1 when routed is not running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return nodeStatus(cmd.Context(), out, client())
+		},
+	})
+
+	show := &cobra.Command{Use: "show", Short: "Show BGP protocols and routes (like birdc)"}
+	show.AddCommand(&cobra.Command{
+		Use:   "protocols",
+		Short: "List BGP sessions with state, info and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return showProtocols(cmd.Context(), out, client())
+		},
+	}, &cobra.Command{
+		Use:   "route [PREFIX|ADDRESS]",
+		Short: "List the BGP RIB: prefix, next hop, peer, age and whether felix programmed it",
+		Long: `Without an argument lists every path. A PREFIX (10.65.0.0/26) shows that
+prefix only; an ADDRESS (10.65.0.7) shows the prefixes that contain it.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter := ""
+			if len(args) == 1 {
+				filter = args[0]
+			}
+			return showRoute(cmd.Context(), out, client(), filter)
+		},
+	})
+	for _, c := range []*cobra.Command{node, show} {
+		c.PersistentFlags().StringVar(&sock, "status-socket", "",
+			"routed's status socket (default $"+status.EnvSocket+" or "+status.DefaultSocketPath+")")
+	}
+	return []*cobra.Command{node, show}
+}
+
+func ctxOrBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
+// notRunning prints the calicoctl-style line and returns exit code 1.
+func notRunning(out io.Writer, err error) error {
+	if errors.Is(err, status.ErrNotRunning) {
+		fmt.Fprintln(out, "routed process is not running.")
+		return &ExitError{Code: ExitNotRunning, Err: err, Reported: true}
+	}
+	return &ExitError{Code: ExitNotRunning, Err: err}
+}
+
+func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
+	ctx = ctxOrBackground(ctx)
+	peers, err := c.Peers(ctx)
+	if err != nil {
+		return notRunning(out, err)
+	}
+	fmt.Fprintln(out, "routed process is running.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "IPv4 BGP status")
+	if len(peers) == 0 {
+		fmt.Fprintln(out, "No IPv4 peers found.")
+	} else {
+		t := table{header: []string{"PEER ADDRESS", "PEER TYPE", "STATE", "SINCE", "INFO"}}
+		for _, p := range peers {
+			t.add(p.Address, p.Type, p.State, since(p.Since, time.Now()), p.Info)
+		}
+		t.write(out)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "IPv6 BGP status")
+	fmt.Fprintln(out, "No IPv6 peers found.")
+	fmt.Fprintln(out)
+	down := 0
+	for _, p := range peers {
+		if !p.Established() {
+			down++
+		}
+	}
+	if down > 0 {
+		return &ExitError{Code: ExitSessionDown, Err: fmt.Errorf("%d of %d BGP sessions not established", down, len(peers)), Reported: true}
+	}
+	return nil
+}
+
+func showProtocols(ctx context.Context, out io.Writer, c *status.Client) error {
+	ctx = ctxOrBackground(ctx)
+	peers, err := c.Peers(ctx)
+	if err != nil {
+		return notRunning(out, err)
+	}
+	t := table{plain: true, header: []string{"Name", "Proto", "State", "Since", "Info"}}
+	for _, p := range peers {
+		t.add(protoName(p), "BGP", p.State, since(p.Since, time.Now()), p.Info)
+	}
+	t.write(out)
+	if len(peers) > 0 {
+		fmt.Fprintln(out)
+	}
+	for _, p := range peers {
+		fmt.Fprintf(out, "%s:\n", protoName(p))
+		fmt.Fprintf(out, "  Neighbor address: %s\n", p.Address)
+		fmt.Fprintf(out, "  Peer type:        %s\n", p.Type)
+		fmt.Fprintf(out, "  Neighbor AS:      %d\n", p.PeerASN)
+		fmt.Fprintf(out, "  Local AS:         %d\n", p.LocalASN)
+		if p.RouterID != "" && p.RouterID != "<nil>" {
+			fmt.Fprintf(out, "  Neighbor ID:      %s\n", p.RouterID)
+		}
+		fmt.Fprintf(out, "  BGP state:        %s\n", p.BGPState)
+		fmt.Fprintf(out, "  Routes:           %d received, %d accepted, %d advertised\n", p.Received, p.Accepted, p.Advertised)
+		fmt.Fprintf(out, "  Messages:         %d sent, %d received (updates %d sent, %d received)\n",
+			p.MessagesSent, p.MessagesReceived, p.UpdatesSent, p.UpdatesReceived)
+	}
+	return nil
+}
+
+// protoName names a session the way Calico's BIRD config does:
+// Mesh_10_0_0_2, Node_10_0_0_9 or Global_10_0_0_9.
+func protoName(p status.Peer) string {
+	prefix := "Global_"
+	switch p.Type {
+	case "node-to-node mesh":
+		prefix = "Mesh_"
+	case "node specific":
+		prefix = "Node_"
+	case "route reflector":
+		prefix = "RR_"
+	}
+	b := []byte(p.Address)
+	for i, c := range b {
+		if c == '.' || c == ':' {
+			b[i] = '_'
+		}
+	}
+	return prefix + string(b)
+}
+
+func showRoute(ctx context.Context, out io.Writer, c *status.Client, filter string) error {
+	ctx = ctxOrBackground(ctx)
+	match, err := routeFilter(filter)
+	if err != nil {
+		return &ExitError{Code: ExitNotRunning, Err: err}
+	}
+	routes, err := c.Routes(ctx)
+	if err != nil {
+		return notRunning(out, err)
+	}
+	t := table{plain: true, header: []string{"Prefix", "Next hop", "Peer", "Best", "Age", "Programmed"}}
+	now := time.Now()
+	for _, r := range routes {
+		if !match(r.Prefix) {
+			continue
+		}
+		peer := r.Peer
+		if r.Local {
+			peer = "local"
+		}
+		best := ""
+		if r.Best {
+			best = "*"
+		}
+		prog := "-"
+		if r.Programmed != nil {
+			prog = "no"
+			if *r.Programmed {
+				prog = "yes"
+			}
+		}
+		t.add(r.Prefix, r.NextHop, peer, best, age(r.Since, now), prog)
+	}
+	t.write(out)
+	return nil
+}
+
+// routeFilter parses show route's argument: a prefix matches itself, an
+// address matches every prefix containing it.
+func routeFilter(arg string) (func(string) bool, error) {
+	if arg == "" {
+		return func(string) bool { return true }, nil
+	}
+	if p, err := netip.ParsePrefix(arg); err == nil {
+		p = p.Masked()
+		return func(s string) bool {
+			q, err := netip.ParsePrefix(s)
+			return err == nil && q.Masked() == p
+		}, nil
+	}
+	if a, err := netip.ParseAddr(arg); err == nil {
+		return func(s string) bool {
+			q, err := netip.ParsePrefix(s)
+			return err == nil && q.Contains(a)
+		}, nil
+	}
+	return nil, fmt.Errorf("usage: %q is neither a prefix (10.65.0.0/26) nor an address", arg)
+}

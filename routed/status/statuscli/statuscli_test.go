@@ -1,0 +1,158 @@
+package statuscli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/routed/status"
+)
+
+type provider struct {
+	peers  []status.Peer
+	routes []status.Route
+}
+
+func (p provider) Peers(context.Context) ([]status.Peer, error)   { return p.peers, nil }
+func (p provider) Routes(context.Context) ([]status.Route, error) { return p.routes, nil }
+func (p provider) Process(context.Context) (status.Process, error) {
+	return status.Process{PID: 1}, nil
+}
+
+func serve(t *testing.T, p status.Provider) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "routed.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = status.NewServer(sock, p).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for i := 0; i < 200; i++ {
+		if _, err := status.NewClient(sock).Process(context.Background()); err == nil {
+			return sock
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("status server did not start")
+	return ""
+}
+
+func run(args ...string) (string, error) {
+	var out bytes.Buffer
+	root := &cobra.Command{Use: "routedctl", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(NewCommands(&out)...)
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&out)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func code(err error) int {
+	var e interface{ ExitCode() int }
+	if errors.As(err, &e) {
+		return e.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+var now = time.Now()
+
+var peers = []status.Peer{
+	{Address: "10.0.0.2", Type: "node-to-node mesh", State: "up", BGPState: "Established", Since: now, Info: "Established",
+		PeerASN: 64512, LocalASN: 64512, Received: 1, Accepted: 1, Advertised: 2, MessagesSent: 10, MessagesReceived: 9},
+	{Address: "192.0.2.1", Type: "global", State: "start", BGPState: "Active", Since: now,
+		Info: "Active: connect: connection refused", PeerASN: 65000},
+}
+
+func TestNodeStatus(t *testing.T) {
+	sock := serve(t, provider{peers: peers})
+	out, err := run("node", "status", "--status-socket", sock)
+	if code(err) != ExitSessionDown {
+		t.Fatalf("exit code %d (%v), want 2", code(err), err)
+	}
+	for _, want := range []string{
+		"routed process is running.",
+		"| PEER ADDRESS |     PEER TYPE     | STATE |  SINCE   |                INFO                 |",
+		"| 10.0.0.2     | node-to-node mesh | up    | " + now.Format("15:04:05") + " | Established                         |",
+		"| 192.0.2.1    | global            | start | " + now.Format("15:04:05") + " | Active: connect: connection refused |",
+		"No IPv6 peers found.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+
+	sock = serve(t, provider{peers: peers[:1]})
+	t.Setenv(status.EnvSocket, sock) // the environment works as well as the flag
+	if out, err := run("node", "status"); err != nil || !strings.Contains(out, "Established") {
+		t.Fatalf("all up: %v\n%s", err, out)
+	}
+}
+
+func TestNotRunning(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "missing.sock")
+	for _, args := range [][]string{{"node", "status"}, {"show", "protocols"}, {"show", "route"}} {
+		out, err := run(append(args, "--status-socket", sock)...)
+		if code(err) != ExitNotRunning || strings.TrimSpace(out) != "routed process is not running." {
+			t.Errorf("%v: exit %d, output %q", args, code(err), out)
+		}
+	}
+}
+
+func TestShowProtocols(t *testing.T) {
+	sock := serve(t, provider{peers: peers})
+	out, err := run("show", "protocols", "--status-socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Name              Proto  State  Since", "Mesh_10_0_0_2     BGP    up", "Global_192_0_2_1  BGP    start",
+		"Routes:           1 received, 1 accepted, 2 advertised", "Messages:         10 sent, 9 received",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+func TestShowRoute(t *testing.T) {
+	yes, no := true, false
+	sock := serve(t, provider{routes: []status.Route{
+		{Prefix: "10.65.1.0/26", NextHop: "10.0.0.1", Local: true, Best: true, Since: now.Add(-90 * time.Second)},
+		{Prefix: "10.65.2.0/26", NextHop: "10.0.0.2", Peer: "10.0.0.2", Best: true, Since: now.Add(-3 * time.Hour), Programmed: &yes},
+		{Prefix: "10.65.3.0/26", NextHop: "10.0.0.3", Peer: "10.0.0.3", Best: true, Since: now, Programmed: &no},
+	}})
+	out, err := run("show", "route", "--status-socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"10.65.1.0/26  10.0.0.1  local     *     1m30s  -",
+		"10.65.2.0/26  10.0.0.2  10.0.0.2  *     3h00m  yes",
+		"10.65.3.0/26  10.0.0.3  10.0.0.3  *     0s     no",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	out, _ = run("show", "route", "10.65.2.9", "--status-socket", sock)
+	if !strings.Contains(out, "10.65.2.0/26") || strings.Contains(out, "10.65.1.0/26") {
+		t.Errorf("address filter:\n%s", out)
+	}
+	out, _ = run("show", "route", "10.65.3.0/26", "--status-socket", sock)
+	if strings.Count(out, "\n") != 2 {
+		t.Errorf("prefix filter:\n%s", out)
+	}
+	if _, err := run("show", "route", "nonsense", "--status-socket", sock); err == nil {
+		t.Error("bad filter accepted")
+	}
+}
