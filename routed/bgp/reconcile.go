@@ -171,8 +171,14 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 			}
 			s.log.WithField("peer", p).Info("added BGP peer")
 		case onlyNextHopPolicy(old, p):
-			// The export policy already changed; re-send our routes.
-			err := s.bgp.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
+			// The export policy already changed; re-send our routes. A
+			// soft reset never withdraws what the policy now filters, so
+			// an eBGP peer that loses keepOriginalNextHop (and now gets
+			// only our own routes) needs a real reset: with graceful
+			// restart it keeps our routes until End-of-RIB, then drops
+			// the learned ones we no longer send.
+			soft := p.KeepOriginalNextHop || p.ASN == s.running.ASN
+			err := s.bgp.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: soft, Direction: api.ResetPeerRequest_OUT})
 			if err != nil {
 				return fmt.Errorf("bgp: re-advertise to peer %s: %w", addr, err)
 			}

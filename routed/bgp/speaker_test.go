@@ -246,9 +246,19 @@ func TestKeepOriginalNextHop(t *testing.T) {
 	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
 	c.sp.SetPeers([]Peer{meshPeer(l, c, b, 64512)})
 	block := netip.MustParsePrefix("10.65.1.0/26")
+	own := netip.MustParsePrefix("10.65.2.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityConfirmed}, false)
-	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, b.addr)); err != nil {
-		t.Fatalf("eBGP next hop self: %v", err)
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: own, State: AffinityConfirmed}, false)
+	// By default an eBGP peer gets only b's own block, from b: a block b
+	// merely learned would draw traffic for node1 through node2.
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("own block to eBGP peer: %v", err)
+	}
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	if err := c.sink.WaitFor(ctxT(t, 3*time.Second), bgptest.Has(block, b.addr)); err == nil {
+		t.Fatal("a learned block was re-advertised to the eBGP peer with next hop self")
 	}
 	toC.KeepOriginalNextHop = true
 	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
@@ -257,8 +267,11 @@ func TestKeepOriginalNextHop(t *testing.T) {
 	}
 	toC.KeepOriginalNextHop = false
 	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
-	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, b.addr)); err != nil {
-		t.Fatalf("keepOriginalNextHop off again: %v", err)
+	if err := c.sink.WaitFor(ctxT(t, 90*time.Second), bgptest.Lacks(block)); err != nil {
+		t.Fatalf("keepOriginalNextHop off again: learned block still sent: %v", err)
+	}
+	if err := c.sink.WaitFor(ctxT(t, 5*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("own block lost: %v", err)
 	}
 }
 
