@@ -51,3 +51,29 @@ func (l *Lab) NodeProcessRunning(node string) bool {
 	p := l.nodes[node]
 	return p != nil && p.running()
 }
+
+// NodeLinks returns `ip link` of a node's namespace.
+func (l *Lab) NodeLinks(ctx context.Context, node string) (string, error) {
+	return nsRun(ctx, node, "ip", "-o", "link", "show")
+}
+
+// ForgetPod removes a pod's namespace without a CNI DEL, as when its
+// node dies, and stops tracking it.
+func (l *Lab) ForgetPod(p Pod) {
+	for i, q := range l.pods {
+		if q.NS == p.NS {
+			l.pods = append(l.pods[:i], l.pods[i+1:]...)
+			break
+		}
+	}
+	_ = ip(context.Background(), "", "netns", "del", p.NS)
+}
+
+// NodeMetrics fetches a node's Prometheus metrics from inside its namespace.
+func (l *Lab) NodeMetrics(ctx context.Context, node string) (string, error) {
+	n, err := l.node(node)
+	if err != nil {
+		return "", err
+	}
+	return nsRun(ctx, node, "busybox", "wget", "-q", "-O", "-", "http://"+n.Addr.Addr().String()+":9091/metrics")
+}

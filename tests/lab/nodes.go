@@ -55,6 +55,7 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 		"--state-dir", l.stateDir(name),
 		"--no-default-ipv4-pool",
 		"--ipam-gc-grace", "30s",
+		"--ipam-gc-interval", "5s",
 	)
 	if err != nil {
 		return err
