@@ -206,15 +206,12 @@ func onlyNextHopPolicy(old, p Peer) bool {
 	return sameSession(old, p)
 }
 
-// Names of the export policy that keeps next hops for some peers.
-const (
-	keepNHSet    = "routed-keep-nexthop"
-	keepNHPolicy = "routed-keep-nexthop"
-)
+// keepNHPolicy names the export policy (and its neighbor set) that keeps
+// next hops for some peers.
+const keepNHPolicy = "routed-keep-nexthop"
 
 // applyKeepNextHop installs a global export policy leaving the next hop
-// unchanged towards peers with KeepOriginalNextHop. GoBGP only has global
-// policies for ordinary peers, so the policy matches a neighbor set.
+// unchanged towards peers with KeepOriginalNextHop.
 func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 	var want []string
 	for _, p := range peers {
@@ -223,41 +220,55 @@ func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 		}
 	}
 	slices.Sort(want)
-	if slices.Equal(want, s.keepNH) {
+	stmts := []*api.Statement{{
+		Name:    keepNHPolicy,
+		Actions: &api.Actions{RouteAction: api.RouteAction_NONE, Nexthop: &api.NexthopAction{Unchanged: true}},
+	}}
+	return s.applyNeighborPolicy(ctx, keepNHPolicy, want, stmts, &s.keepNH)
+}
+
+// applyNeighborPolicy keeps a global export policy named name whose
+// statements apply to the peers in want (address/32, sorted): the policy
+// and its neighbor set exist only while want is not empty, and *cur
+// remembers what was installed. GoBGP only has global policies for
+// ordinary peers, so each statement is limited by the neighbor set.
+func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []string, stmts []*api.Statement, cur *[]string) error {
+	if slices.Equal(want, *cur) {
 		return nil
 	}
 	if len(want) == 0 {
 		_ = s.bgp.DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
 			Assignment: &api.PolicyAssignment{Name: "global", Direction: api.PolicyDirection_EXPORT,
-				Policies: []*api.Policy{{Name: keepNHPolicy}}}})
-		_ = s.bgp.DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: keepNHPolicy}, All: true})
+				Policies: []*api.Policy{{Name: name}}}})
+		_ = s.bgp.DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
 		_ = s.bgp.DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
-			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: keepNHSet}, All: true})
-		s.keepNH = nil
+			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: name}, All: true})
+		*cur = nil
 		return nil
 	}
-	set := &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: keepNHSet, List: want}
+	set := &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: name, List: want}
 	if err := s.bgp.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-		return fmt.Errorf("bgp: keep-next-hop neighbor set: %w", err)
+		return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
 	}
-	if s.keepNH == nil {
-		pol := &api.Policy{Name: keepNHPolicy, Statements: []*api.Statement{{
-			Name:       keepNHPolicy,
-			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Name: keepNHSet, Type: api.MatchSet_ANY}},
-			Actions:    &api.Actions{RouteAction: api.RouteAction_NONE, Nexthop: &api.NexthopAction{Unchanged: true}},
-		}}}
-		if err := s.bgp.AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
-			return fmt.Errorf("bgp: keep-next-hop policy: %w", err)
+	if *cur == nil {
+		for _, st := range stmts {
+			if st.Conditions == nil {
+				st.Conditions = &api.Conditions{}
+			}
+			st.Conditions.NeighborSet = &api.MatchSet{Name: name, Type: api.MatchSet_ANY}
+		}
+		if err := s.bgp.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
+			return fmt.Errorf("bgp: %s policy: %w", name, err)
 		}
 		err := s.bgp.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 			Name: "global", Direction: api.PolicyDirection_EXPORT,
-			Policies: []*api.Policy{{Name: keepNHPolicy}}, DefaultAction: api.RouteAction_ACCEPT,
+			Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ACCEPT,
 		}})
 		if err != nil {
-			return fmt.Errorf("bgp: keep-next-hop policy assignment: %w", err)
+			return fmt.Errorf("bgp: %s policy assignment: %w", name, err)
 		}
 	}
-	s.keepNH = want
+	*cur = want
 	return nil
 }
 
