@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 )
 
-// CmdAdd attaches the container: IPAM, veth pair, addresses and routes on
-// both sides, then the WorkloadEndpoint. Any failure undoes every step
-// done so far.
+// CmdAdd attaches the container: IPAM (routed-ipam in-process, any other
+// plugin executed), veth pair, addresses and routes on both sides, then
+// the WorkloadEndpoint. Any failure undoes every step done so far,
+// including the address assignment.
 func (p *Plugin) CmdAdd(args *skel.CmdArgs) error {
 	c, err := begin(args, "ADD")
 	if err != nil {
@@ -67,13 +67,12 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 		}
 	}()
 
-	r, err := invoke.DelegateAdd(ctx, conf.IPAM.Type, args.StdinData, nil)
+	ipam := ipamFor(c, store)
+	r, err := ipam.add(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", conf.IPAM.Type, c.describe(), err)
 	}
-	undo.add("release addresses (IPAM "+conf.IPAM.Type+" DEL)", func() error {
-		return invoke.DelegateDel(ctx, conf.IPAM.Type, args.StdinData, nil)
-	})
+	undo.add("release addresses (IPAM "+conf.IPAM.Type+" DEL)", func() error { return ipam.del(ctx) })
 	ipamResult, err := current.NewResultFromResult(r)
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s returned an unreadable result: %w", conf.IPAM.Type, err)

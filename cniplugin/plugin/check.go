@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
@@ -49,7 +48,12 @@ func (p *Plugin) check(ctx context.Context, c *call) error {
 	if err != nil {
 		return fmt.Errorf("%w: prevResult: %v", errConfig, err)
 	}
-	if err := invoke.DelegateCheck(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
+	store, err := p.openStore(conf)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := ipamFor(c, store).check(ctx, prev); err != nil {
 		return fmt.Errorf("IPAM plugin %s CHECK: %w", conf.IPAM.Type, err)
 	}
 	var want []net.IP
@@ -70,11 +74,6 @@ func (p *Plugin) check(ctx context.Context, c *call) error {
 	hostIndex := checkHost(c.hostVeth, want, d)
 	checkContainer(args.Netns, args.IfName, hostIndex, want, d)
 
-	store, err := p.openStore(conf)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	wep, err := getEndpoint(ctx, store, c.wepName())
 	if err != nil {
 		return err

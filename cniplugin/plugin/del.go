@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // CmdDel detaches the container. It may run any number of times and
@@ -32,28 +33,22 @@ func (p *Plugin) del(ctx context.Context, c *call) error {
 	args, conf := c.args, c.conf
 	c.log.WithField("netns", args.Netns).Info("DEL")
 
-	// Deleting the container end removes the pair and the host routes on
-	// it. The namespace may be gone already: then so is the veth, unless
-	// something else holds the namespace open.
-	if args.Netns != "" {
-		err := ns.WithNetNSPath(args.Netns, func(ns.NetNS) error { return delLink(args.IfName) })
-		var notExist ns.NSPathNotExistErr
-		var notNS ns.NSPathNotNSErr
-		switch {
-		case errors.As(err, &notExist), errors.As(err, &notNS):
-			c.log.WithError(err).Debug("network namespace already gone")
-		case err != nil:
-			return fmt.Errorf("delete %s in %s: %w", args.IfName, args.Netns, err)
-		}
-	}
-
+	// Deleting the container end waits for the kernel (an RCU grace
+	// period: the slowest step of DEL), so the datastore connection is
+	// set up and the endpoint read meanwhile. Only reads overlap it: the
+	// endpoint and the addresses are still changed after the veth is gone.
+	linkDone := make(chan error, 1)
+	go func() { linkDone <- delContainerLink(c) }()
 	store, err := p.openStore(conf)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	var wep *api.WorkloadEndpoint
 	name := c.wepName()
-	wep, err := getEndpoint(ctx, store, name)
+	if err == nil {
+		defer store.Close()
+		wep, err = getEndpoint(ctx, store, name)
+	}
+	if lerr := <-linkDone; lerr != nil {
+		return lerr
+	}
 	if err != nil {
 		return err
 	}
@@ -72,8 +67,28 @@ func (p *Plugin) del(ctx context.Context, c *call) error {
 			return err
 		}
 	}
-	if err := invoke.DelegateDel(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
+	if err := ipamFor(c, store).del(ctx); err != nil {
 		return fmt.Errorf("IPAM plugin %s failed to release the addresses of %s: %w", conf.IPAM.Type, c.describe(), err)
+	}
+	return nil
+}
+
+// delContainerLink deletes the container end, which removes the pair and
+// the host routes on it. The namespace may be gone already: then so is
+// the veth, unless something else holds the namespace open.
+func delContainerLink(c *call) error {
+	netns, ifName := c.args.Netns, c.args.IfName
+	if netns == "" {
+		return nil
+	}
+	err := ns.WithNetNSPath(netns, func(ns.NetNS) error { return delLink(ifName) })
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	switch {
+	case errors.As(err, &notExist), errors.As(err, &notNS):
+		c.log.WithError(err).Debug("network namespace already gone")
+	case err != nil:
+		return fmt.Errorf("delete %s in %s: %w", ifName, netns, err)
 	}
 	return nil
 }

@@ -21,9 +21,12 @@ var (
 	errNotReady = errors.New("routed-cni: not ready")
 )
 
-// toCNIError gives err the CNI spec's error code; the message is the
+// ToCNIError gives err the CNI spec's error code (7 for a configuration
+// error from ParseNetConf, ParseK8sArgs or NodeName); the message is the
 // full error chain so an operator sees what failed and on what object.
 // An error from a delegated plugin keeps that plugin's code.
+func ToCNIError(err error) error { return toCNIError(err) }
+
 func toCNIError(err error) error {
 	if err == nil {
 		return nil

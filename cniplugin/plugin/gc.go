@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -17,8 +15,9 @@ import (
 // CmdGC removes what belongs to attachments of this network on this node
 // that the runtime no longer lists in cni.dev/valid-attachments: their
 // WorkloadEndpoints, host veths and addresses (released through the IPAM
-// plugin's DEL, which works for any IPAM plugin), then lets the IPAM
-// plugin collect allocations that never got an endpoint (IPAM GC).
+// plugin's DEL, which works for any IPAM plugin; routed-ipam's runs
+// in-process), then lets the IPAM plugin collect allocations that never
+// got an endpoint (IPAM GC).
 func (p *Plugin) CmdGC(args *skel.CmdArgs) error {
 	c, err := begin(args, "GC")
 	if err != nil {
@@ -46,9 +45,10 @@ func (p *Plugin) gc(ctx context.Context, c *call) error {
 	if err != nil {
 		return fmt.Errorf("list WorkloadEndpoints: %w", err)
 	}
-	ipamPath, err := invoke.FindInPath(conf.IPAM.Type, filepath.SplitList(c.args.Path))
+	ipam := ipamFor(c, store)
+	release, err := ipam.staleReleaser()
 	if err != nil {
-		return fmt.Errorf("%w: IPAM plugin %s not found in CNI_PATH %s", errConfig, conf.IPAM.Type, c.args.Path)
+		return err
 	}
 	var errs []error
 	var removed int
@@ -66,14 +66,14 @@ func (p *Plugin) gc(ctx context.Context, c *call) error {
 		}
 		log := c.log.WithFields(map[string]any{"endpoint": wep.Metadata.Name, "staleContainerID": s.ContainerID})
 		log.Info("GC: removing stale attachment")
-		if err := gcOne(ctx, c, store, ipamPath, wep); err != nil {
+		if err := gcOne(ctx, store, release, wep); err != nil {
 			log.WithError(err).Warn("GC: could not remove stale attachment")
 			errs = append(errs, err)
 			continue
 		}
 		removed++
 	}
-	if err := invoke.DelegateGC(ctx, conf.IPAM.Type, c.args.StdinData, nil); err != nil {
+	if err := ipam.gc(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("IPAM plugin %s GC: %w", conf.IPAM.Type, err))
 	}
 	c.log.Infof("GC done: %d stale attachments removed, %d valid attachments kept", removed, len(valid))
@@ -82,7 +82,7 @@ func (p *Plugin) gc(ctx context.Context, c *call) error {
 
 // gcOne removes one stale attachment in DEL's order: host veth, endpoint,
 // then its addresses (the IPAM plugin's DEL, run as that container).
-func gcOne(ctx context.Context, c *call, store Store, ipamPath string, wep *api.WorkloadEndpoint) error {
+func gcOne(ctx context.Context, store Store, release releaseFunc, wep *api.WorkloadEndpoint) error {
 	s := wep.Spec
 	if strings.HasPrefix(s.InterfaceName, HostVethPrefix) {
 		if err := delLink(s.InterfaceName); err != nil {
@@ -96,8 +96,7 @@ func gcOne(ctx context.Context, c *call, store Store, ipamPath string, wep *api.
 	if ifName == "" {
 		ifName = s.Endpoint
 	}
-	delArgs := &invoke.Args{Command: "DEL", ContainerID: s.ContainerID, IfName: ifName, Path: c.args.Path}
-	if err := invoke.ExecPluginWithoutResult(ctx, ipamPath, c.args.StdinData, delArgs, nil); err != nil {
+	if err := release(ctx, s.ContainerID, ifName); err != nil {
 		return fmt.Errorf("release addresses of stale container %s: %w", s.ContainerID, err)
 	}
 	return nil

@@ -12,6 +12,10 @@
 //     the endpoint that names it is deleted.
 //   - No node-wide lock: concurrent ADDs only share the datastore and
 //     the IPAM plugin, which are safe for concurrent use.
+//   - IPAM goes through ipamBackend: routed-ipam (ipamcore) runs
+//     in-process on the invocation's etcd connection, any other
+//     ipam.type is executed; either way its errors carry the IPAM
+//     plugin's own CNI code and message.
 package plugin
 
 import (
@@ -51,6 +55,8 @@ type LabelSource interface {
 // production plugin (real etcd, no Kubernetes label source).
 type Plugin struct {
 	// OpenStore connects to the datastore; nil means datastore.New.
+	// routed-ipam runs in-process only over a *datastore.Client; over
+	// any other Store (a fake) its executable is run instead.
 	OpenStore func(datastore.Config) (Store, error)
 	// Labels fetches pod labels; nil writes endpoints without labels.
 	Labels LabelSource

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -40,7 +39,7 @@ func (p *Plugin) status(ctx context.Context, c *call) error {
 	if err != nil && !datastore.IsNotFound(err) {
 		return fmt.Errorf("%w: datastore at %s is not usable, pods cannot be added: %v", errNotReady, c.conf.EtcdEndpoints, err)
 	}
-	if err := invoke.DelegateStatus(ctx, c.conf.IPAM.Type, c.args.StdinData, nil); err != nil {
+	if err := ipamFor(c, store).status(ctx); err != nil {
 		var te *types.Error
 		if errors.As(err, &te) && (te.Code == types.ErrPluginNotAvailable || te.Code == types.ErrLimitedConnectivity) {
 			return fmt.Errorf("IPAM plugin %s not ready: %w", c.conf.IPAM.Type, err)

@@ -1,0 +1,93 @@
+package plugin
+
+import (
+	"context"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/routed-net/routed/cniplugin/ipamcore"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// localIPAM is routed-ipam run in-process. Each verb does what the
+// routed-ipam executable does for the same stdin and CNI_ARGS, and fails
+// with the same code and message: the executable's own input checks are
+// repeated here (ParseNetConf, CNI_ARGS and the node name were already
+// checked by begin), and errors become CNI errors the way it reports
+// them.
+type localIPAM struct {
+	c    *call
+	core *ipamcore.IPAM
+	// confErr is set when the ipam section is unusable; every verb then
+	// fails with it, as the executable would before doing anything.
+	confErr error
+}
+
+func newLocalIPAM(c *call, ds *datastore.Client) *localIPAM {
+	conf, err := ipamcore.ParseConf(c.args.StdinData)
+	if err != nil {
+		return &localIPAM{c: c, confErr: ipamcore.CNIError(err)}
+	}
+	return &localIPAM{c: c, core: ipamcore.New(ds, conf, c.log.WithField("component", ipamcore.PluginName))}
+}
+
+func (l *localIPAM) add(ctx context.Context) (types.Result, error) {
+	if l.confErr != nil {
+		return nil, l.confErr
+	}
+	c := l.c
+	addrs, err := l.core.Add(ctx, ipamcore.Assignment{
+		Network:     c.conf.Name,
+		ContainerID: c.args.ContainerID,
+		Node:        c.node,
+		Namespace:   c.k8s.Namespace,
+		Pod:         c.k8s.Pod,
+		RuntimeIPs:  c.conf.RuntimeConfig.IPs,
+		ArgsIPs:     c.k8s.RequestedIP,
+	})
+	if err != nil {
+		return nil, ipamcore.CNIError(err)
+	}
+	return ipamcore.Result(addrs), nil
+}
+
+func (l *localIPAM) del(ctx context.Context) error {
+	return l.release(ctx, l.c.args.ContainerID, l.c.args.IfName)
+}
+
+func (l *localIPAM) release(ctx context.Context, containerID, _ string) error {
+	if l.confErr != nil {
+		return l.confErr
+	}
+	_, err := l.core.Release(ctx, l.c.conf.Name, containerID)
+	return ipamcore.CNIError(err)
+}
+
+func (l *localIPAM) check(ctx context.Context, prev *current.Result) error {
+	if l.confErr != nil {
+		return l.confErr
+	}
+	return ipamcore.CNIError(l.core.Check(ctx, l.c.conf.Name, l.c.args.ContainerID, prev))
+}
+
+func (l *localIPAM) gc(ctx context.Context) error {
+	if l.confErr != nil {
+		return l.confErr
+	}
+	return ipamcore.CNIError(l.core.GC(ctx, l.c.conf.Name, l.c.node, l.c.conf.ValidAttachments))
+}
+
+func (l *localIPAM) status(ctx context.Context) error {
+	if l.confErr != nil {
+		return l.confErr
+	}
+	if err := l.core.Status(ctx, l.c.node, l.c.conf.EtcdEndpoints); err != nil {
+		return ipamcore.NotReady(err)
+	}
+	return nil
+}
+
+// staleReleaser needs no executable: the handle is derived from the
+// container ID alone.
+func (l *localIPAM) staleReleaser() (releaseFunc, error) { return l.release, nil }
