@@ -21,7 +21,10 @@ import (
 var labIndex atomic.Int32
 
 // startLab brings up a lab unique to this test and tears it down after.
-func startLab(t *testing.T) *lab.Lab {
+func startLab(t *testing.T) *lab.Lab { return startLabWith(t, nil) }
+
+// startLabWith is startLab with a change to the default topology.
+func startLabWith(t *testing.T, mutate func(*lab.Topology)) *lab.Lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
@@ -49,6 +52,9 @@ func startLab(t *testing.T) *lab.Lab {
 	idx := int(labIndex.Add(1)) + 10*(os.Getpid()%5)
 	prefix := fmt.Sprintf("re%d", idx)
 	topo := lab.DefaultTopology(prefix, idx)
+	if mutate != nil {
+		mutate(&topo)
+	}
 	dir := t.TempDir()
 	l := lab.New(topo, bins, dir, t.Logf)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -148,4 +154,35 @@ func hasLine(text string, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestDedicatedRouteReflector: n1 runs `routed --role route-reflector`
+// (BGP only). It reflects every block between the nodes, programs no
+// routes itself, and pods on the other nodes reach each other.
+func TestDedicatedRouteReflector(t *testing.T) {
+	l := startLabWith(t, func(topo *lab.Topology) { topo.Nodes[0].Dedicated = true })
+	ctx := context.Background()
+	var out strings.Builder
+	rep := lab.Check(ctx, l, 1, &out)
+	t.Log(out.String())
+	if !rep.OK() || rep.Pods != 3 {
+		t.Fatalf("lab check with a dedicated route reflector: %s", rep)
+	}
+	rr := l.Topo.Nodes[0].Name
+	routes, err := l.NodeRoutes(ctx, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(routes, "proto 82") {
+		t.Errorf("the route-reflector role programmed routes (it runs no felix):\n%s", routes)
+	}
+	shown, err := l.NodeCtl(ctx, rr, "show", "route")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range l.Topo.Nodes[1:] {
+		if !strings.Contains(shown, n.Addr.Addr().String()) {
+			t.Errorf("route reflector has no route from %s:\n%s", n.Name, shown)
+		}
+	}
 }

@@ -33,6 +33,9 @@ func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report 
 	r := &Report{}
 	fail := func(f string, a ...any) { r.Failures = append(r.Failures, fmt.Sprintf(f, a...)) }
 	for i, n := range l.Topo.Nodes {
+		if n.Dedicated {
+			continue // a dedicated route reflector runs no pods
+		}
 		for j := 0; j < podsPerNode; j++ {
 			name := fmt.Sprintf("pod%d%d", i+1, j+1)
 			p, err := l.AddPod(ctx, n.Name, name)

@@ -44,8 +44,13 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 		return err
 	}
 	addr := n.Addr.Addr().String()
+	role := "node"
+	if n.Dedicated {
+		role = "route-reflector"
+	}
 	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil,
 		l.Bins.Routed,
+		"--role", role,
 		"--nodename", name,
 		"--ip", n.Addr.String(),
 		"--etcd-endpoints", l.Topo.EtcdEndpoint(),

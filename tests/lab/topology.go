@@ -16,6 +16,9 @@ type NodeSpec struct {
 	Subnet string       // "a" or "b"
 	Addr   netip.Prefix // node address with the subnet's prefix
 	RR     bool         // route reflector
+	// Dedicated runs routed with --role route-reflector: BGP only, no
+	// dataplane and no pods.
+	Dedicated bool
 }
 
 // Topology is the lab's shape; names are prefixed so labs can run side
@@ -29,6 +32,10 @@ type Topology struct {
 	NodeAS   uint32
 	// SubnetA/B are the two node subnets; the router owns .1 in each.
 	SubnetA, SubnetB netip.Prefix
+	// NoRouterBGP leaves BIRD out: the router only forwards between the
+	// node subnets and no node peers with it. Pod traffic then crosses
+	// subnets only through IPIP (IPIPMode Always or CrossSubnet).
+	NoRouterBGP bool
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.
