@@ -12,7 +12,7 @@ import (
 // applyConfig writes the lab's pool, BGP configuration and peers: mesh
 // off, n1 the route reflector for everyone, and every node peering eBGP
 // with the router on its own subnet (the router needs the pod routes to
-// forward between subnets when there is no IPIP).
+// forward between subnets when there is no IPIP) unless Topo.NoRouterBGP.
 func (l *Lab) applyConfig(ctx context.Context) error {
 	t := l.Topo
 	var b strings.Builder
@@ -32,6 +32,9 @@ metadata: {name: peer-with-route-reflectors}
 spec: {nodeSelector: "!has(route-reflector)", peerSelector: "has(route-reflector)"}
 `, t.PoolCIDR, t.IPIPMode, t.NodeAS)
 	for _, s := range []string{"a", "b"} {
+		if t.NoRouterBGP {
+			break
+		}
 		fmt.Fprintf(&b, `---
 apiVersion: routed.io/v1
 kind: BGPPeer

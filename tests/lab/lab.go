@@ -89,6 +89,9 @@ func (l *Lab) Up(ctx context.Context) error {
 		{"CNI configuration", l.writeCNIConfig},
 	}
 	for _, s := range steps {
+		if s.name == "router BGP (BIRD)" && l.Topo.NoRouterBGP {
+			continue
+		}
 		l.Logf("lab: %s", s.name)
 		if err := s.f(ctx); err != nil {
 			return fmt.Errorf("lab %s: %w", s.name, err)

@@ -2,15 +2,33 @@
 # build-initramfs.sh CACHE_DIR TEST_BINARY OUT_DIR [TEST_ARGS...]
 #
 # Prepares a Debian 6.1 cloud kernel and an initramfs that loads veth and
-# ipip (with their dependencies from modules.dep), runs TEST_BINARY with
-# ROUTED_IN_VM=1 and TEST_ARGS, prints "ROUTED-VM-EXIT <code>" and powers
-# off. Downloads (kernel, busybox-static) are cached in CACHE_DIR.
-# Writes OUT_DIR/vmlinuz and OUT_DIR/initrd.gz.
+# ipip (with their dependencies from each module's modinfo), runs
+# TEST_BINARY with ROUTED_IN_VM=1 and TEST_ARGS, prints
+# "ROUTED-VM-EXIT <code>" and powers off. Downloads (kernel,
+# busybox-static) are cached in CACHE_DIR. Writes OUT_DIR/vmlinuz and
+# OUT_DIR/initrd.gz.
+#
+# Optional environment:
+#   VM_MODULES  more modules to load after veth and ipip (e.g. "bridge
+#               nf_tables nft_chain_nat nft_masq"); dependencies follow.
+#   VM_FILES    a directory copied into the initramfs root as it is
+#               (symlinks followed), e.g. opt/routed/bin/routed.
+#   VM_DYNBINS  host executables (dynamically linked is fine) copied to
+#               the same path in the initramfs with every library ldd
+#               lists and the dynamic loader, e.g. "/usr/bin/ip".
+# The VM gets PATH=/usr/sbin:/usr/bin:/sbin:/bin; busybox's applet links
+# go to /bin and never replace a file already there, so VM_DYNBINS win.
 set -eu
 cache=$1 bin=$2 out=$3
 shift 3
 mkdir -p "$cache" "$out"
 cache=$(cd "$cache" && pwd)
+
+# Tests may build initramfs images side by side: one download at a time.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$cache/.lock"
+	flock 9
+fi
 
 # The newest 6.1 cloud kernel apt knows about.
 if [ ! -f "$cache/kernel.done" ]; then
@@ -30,16 +48,35 @@ if [ ! -f "$cache/busybox.done" ]; then
 	rm -f "$cache"/busybox-static_*.deb
 	touch "$cache/busybox.done"
 fi
+# Downloads are done; building the image needs no lock.
+if command -v flock >/dev/null 2>&1; then
+	flock -u 9
+	exec 9>&-
+fi
 
 kdir=$(ls -d "$cache"/kernel/lib/modules/* | head -n1)
 cp "$(ls "$cache"/kernel/boot/vmlinuz-* | head -n1)" "$out/vmlinuz"
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root/bin" "$root/modules" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run" "$root/var/run" "$root/var/lib"
+mkdir -p "$root/bin" "$root/modules" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run" "$root/var/lib" "$root/etc"
+# /var/run is /run, as on Debian: `ip netns` keeps namespaces in
+# /run/netns and CNI runtimes name them /var/run/netns/NAME.
+ln -s ../run "$root/var/run"
 cp "$cache/busybox/bin/busybox" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
 cp "$bin" "$root/test.bin"
+if [ -n "${VM_FILES:-}" ]; then
+	cp -RL "$VM_FILES/." "$root/"
+fi
+# Dynamically linked host tools: the binary, its libraries and the loader
+# at the paths the host uses (ld.so finds them in its default dirs).
+for b in ${VM_DYNBINS:-}; do
+	for f in "$b" $(ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+		mkdir -p "$root$(dirname "$f")"
+		[ -e "$root$f" ] || cp -L "$f" "$root$f"
+	done
+done
 
 # Modules in load order: each module's dependencies before it. The
 # package ships no modules.dep (depmod makes it at install time), so the
@@ -70,7 +107,7 @@ add_module() { # module name
 	done
 	echo "$name" >>"$root/modules/order"
 }
-for want in veth ipip; do
+for want in veth ipip ${VM_MODULES:-}; do
 	add_module "$want"
 done
 
@@ -79,12 +116,14 @@ for a in "$@"; do args="$args '$a'"; done
 cat >"$root/init" <<INIT
 #!/bin/sh
 /bin/busybox --install -s /bin
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /var/run
+mkdir -p /run/netns
+ip link set lo up
 for m in \$(cat /modules/order); do
 	insmod /modules/\$m.ko || echo "ROUTED-VM: insmod \$m failed"
 done
