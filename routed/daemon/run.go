@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 
-	aff := &affinityFanout{handlers: []ipam.AffinityHandler{speakerAffinities{speaker}}}
+	aff := &affinityFanout{handlers: []ipam.AffinityHandler{speaker}}
 	if fx != nil {
 		aff.handlers = append(aff.handlers, fx)
 		goRun("felix", fx.Run)
