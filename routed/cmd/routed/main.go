@@ -23,8 +23,8 @@ func main() {
 		Long: `routed runs on every node (role node: dataplane, BGP, IPAM GC) or as a
 dedicated route reflector (role route-reflector: BGP only).
 
-Every flag can also be set from the environment; the names in brackets are
-read (routed's own first, then Calico's). Datastore: ETCD_ENDPOINTS,
+Every flag can also be set from the environment: the names after "env",
+routed's own first, then Calico's. Datastore: ETCD_ENDPOINTS,
 ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE. Node: NODENAME, IP
 (ADDR/PREFIX or autodetect), IP_AUTODETECTION_METHOD (first-found,
 interface=REGEX, can-reach=DEST). Default pool when none exists:
