@@ -125,6 +125,22 @@ func TestLabEndToEnd(t *testing.T) {
 		t.Errorf("%s: no route through the router %s to cross-subnet node %s's block:\n%s", n1.Name, rtrA, n3.Name, routes)
 	}
 
+	// Health and metrics: every node ready, and its metrics show the
+	// routes felix programmed and the IPAM usage.
+	for _, node := range l.Topo.Nodes {
+		body, err := l.NodeHTTP(ctx, node.Name, 9099, "/readiness")
+		if err != nil || !strings.Contains(body, `"felix"`) || !strings.Contains(body, `"bgp"`) {
+			t.Errorf("%s: /readiness not 200 with its components: %v\n%s", node.Name, err, body)
+		}
+		if _, err := l.NodeHTTP(ctx, node.Name, 9099, "/liveness"); err != nil {
+			t.Errorf("%s: /liveness: %v", node.Name, err)
+		}
+		m, err := l.NodeMetrics(ctx, node.Name)
+		if err != nil || !strings.Contains(m, "routed_felix_") || !strings.Contains(m, "routed_ipam_") {
+			t.Errorf("%s: /metrics lacks felix or IPAM metrics: %v", node.Name, err)
+		}
+	}
+
 	// IPAM: as many addresses in use as pods.
 	show, err := l.Ctl(ctx, "ipam", "show")
 	if err != nil {

@@ -69,11 +69,17 @@ func (l *Lab) ForgetPod(p Pod) {
 	_ = ip(context.Background(), "", "netns", "del", p.NS)
 }
 
-// NodeMetrics fetches a node's Prometheus metrics from inside its namespace.
+// NodeMetrics fetches a node's Prometheus metrics.
 func (l *Lab) NodeMetrics(ctx context.Context, node string) (string, error) {
+	return l.NodeHTTP(ctx, node, 9091, "/metrics")
+}
+
+// NodeHTTP fetches a path from a node's health (9099) or metrics (9091)
+// port from inside its namespace; a non-2xx answer is an error.
+func (l *Lab) NodeHTTP(ctx context.Context, node string, port int, path string) (string, error) {
 	n, err := l.node(node)
 	if err != nil {
 		return "", err
 	}
-	return nsRun(ctx, node, "busybox", "wget", "-q", "-O", "-", "http://"+n.Addr.Addr().String()+":9091/metrics")
+	return nsRun(ctx, node, "busybox", "wget", "-q", "-O", "-", fmt.Sprintf("http://%s:%d%s", n.Addr.Addr(), port, path))
 }
