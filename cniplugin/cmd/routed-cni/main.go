@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/containernetworking/cni/pkg/skel"
+
 	"github.com/routed-net/routed/cniplugin/install"
+	"github.com/routed-net/routed/cniplugin/k8spod"
 	"github.com/routed-net/routed/cniplugin/plugin"
 )
 
@@ -23,5 +26,8 @@ func main() {
 	if filepath.Base(os.Args[0]) == "install" || (len(os.Args) > 1 && os.Args[1] == "install") {
 		os.Exit(install.Main(os.Args[0]))
 	}
-	plugin.Main("routed-cni: routed's CNI plugin (run \"routed-cni install\" to install it on a node)")
+	// Pod labels and IPAM annotations come from the Kubernetes API.
+	pods := k8spod.NewSource()
+	p := &plugin.Plugin{Labels: pods}
+	skel.PluginMainFuncs(pods.Funcs(p), plugin.Versions, "routed-cni: routed's CNI plugin (run \"routed-cni install\" to install it on a node)")
 }
