@@ -216,26 +216,45 @@ func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node
 	}
 }
 
-// gcLoop frees leaked IPAM allocations and releases empty blocks.
+// gcLoop releases this node's empty blocks every period, and, on the one
+// node elected for it, removes endpoints of deleted nodes and frees leaked
+// allocations cluster-wide.
 func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config) error {
-	t := time.NewTicker(cfg.IPAMGCPeriod)
+	go runAsLeader(ctx, ds, gcElection, cfg.NodeName, func(ctx context.Context) {
+		every(ctx, cfg.IPAMGCPeriod, func() { clusterGC(ctx, ds, ic, cfg.IPAMGCGrace) })
+	})
+	every(ctx, cfg.IPAMGCPeriod, func() {
+		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
+			log.WithError(err).Warn("releasing empty blocks failed")
+		}
+	})
+	return nil
+}
+
+// clusterGC removes endpoints of deleted nodes, then frees leaks.
+func clusterGC(ctx context.Context, ds *datastore.Client, ic *ipam.Client, grace time.Duration) {
+	if _, err := RemoveOrphanEndpoints(ctx, ds, grace, time.Now()); err != nil {
+		log.WithError(err).Warn("removing endpoints of deleted nodes failed")
+	}
+	rep, err := ic.GC(ctx, grace)
+	switch {
+	case err != nil:
+		log.WithError(err).Warn("IPAM GC failed")
+	case len(rep.Released) > 0 || len(rep.RemovedBlocks) > 0:
+		log.WithFields(logrus.Fields{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC freed leaked addresses")
+	}
+}
+
+// every runs f each period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
-		}
-		if _, err := RemoveOrphanEndpoints(ctx, ds, cfg.IPAMGCGrace, time.Now()); err != nil {
-			log.WithError(err).Warn("removing endpoints of deleted nodes failed")
-		}
-		if rep, err := ic.GC(ctx, cfg.IPAMGCGrace); err != nil {
-			log.WithError(err).Warn("IPAM GC failed")
-		} else if len(rep.Released) > 0 || len(rep.RemovedBlocks) > 0 {
-			log.WithFields(logrus.Fields{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC freed leaked addresses")
-		}
-		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
-			log.WithError(err).Warn("releasing empty blocks failed")
+			f()
 		}
 	}
 }

@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestOneGCLeader: of two candidates exactly one runs at a time, and when
+// the leader stops the other takes over.
+func TestOneGCLeader(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	var running, maxRunning atomic.Int32
+	var mu sync.Mutex
+	leaders := map[string]int{}
+	work := func(name string) func(context.Context) {
+		return func(ctx context.Context) {
+			n := running.Add(1)
+			for {
+				m := maxRunning.Load()
+				if n <= m || maxRunning.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			mu.Lock()
+			leaders[name]++
+			mu.Unlock()
+			<-ctx.Done()
+			running.Add(-1)
+		}
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	doneA := make(chan struct{})
+	go func() { runAsLeader(ctxA, ds, gcElection+"-test", "a", work("a")); close(doneA) }()
+	waitFor(t, func() bool { return running.Load() == 1 })
+	go runAsLeader(ctxB, ds, gcElection+"-test", "b", work("b"))
+	time.Sleep(time.Second) // b campaigns while a leads
+	if got := running.Load(); got != 1 {
+		t.Fatalf("%d leaders while a leads", got)
+	}
+	stopA() // a resigns: b must take over
+	<-doneA
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return leaders["b"] == 1 && running.Load() == 1
+	})
+	if m := maxRunning.Load(); m != 1 {
+		t.Fatalf("at some point %d leaders ran at once", m)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
