@@ -34,18 +34,14 @@ import (
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/tests/testbin"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // requireRoot fails (in CI) or skips loudly (elsewhere) without root.
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("CNI tests need root (network namespaces, veths, routes); CI runs as root")
-	}
-	t.Skip("SKIPPING: CNI tests need root (network namespaces, veths, routes)")
+	testenv.RequireRoot(t, "network namespaces, veths, routes")
 }
 
 // refBinDir holds the reference plugins installed by tests/ensure-deps.sh.

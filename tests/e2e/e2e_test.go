@@ -16,6 +16,8 @@ import (
 
 	"github.com/routed-net/routed/tests/lab"
 	"github.com/routed-net/routed/tests/testbin"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 var labIndex atomic.Int32
@@ -26,12 +28,7 @@ func startLab(t *testing.T) *lab.Lab { return startLabWith(t, nil) }
 // startLabWith is startLab with a change to the default topology.
 func startLabWith(t *testing.T, mutate func(*lab.Topology)) *lab.Lab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("end-to-end tests need root, and CI runs as root")
-		}
-		t.Skip("SKIPPING: end-to-end tests need root (network namespaces)")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	cnitool, err := exec.LookPath("cnitool")
 	if err != nil {
 		gopath, _ := exec.Command("go", "env", "GOPATH").Output()

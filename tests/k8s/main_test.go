@@ -29,6 +29,8 @@ import (
 
 	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 var shared struct {
@@ -114,13 +116,7 @@ func skipShort(t *testing.T) {
 // requireRoot fails (in CI) or skips loudly (elsewhere) without root.
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("the CNI tests of the Kubernetes tier need root (network namespaces, veths, routes); CI runs as root")
-	}
-	t.Skip("SKIPPING: the CNI tests of the Kubernetes tier need root (network namespaces, veths, routes)")
+	testenv.RequireRoot(t, "network namespaces, veths, routes")
 }
 
 // repoRoot is the module root, found from this file.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/tests/testbin"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // cnitoolModule is the CNI runtime client the lab drives pods with.
@@ -39,12 +41,7 @@ var routedPkgs = map[string]string{
 // move) and same-subnet traffic must not. tests/vm/labvm does the
 // checking inside the VM.
 func TestLabIPIPInVM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("the VM tests need root, and CI runs as root")
-		}
-		t.Skip("!!! SKIPPED: the VM test needs root (apt-get, network namespaces); CI runs as root !!!")
-	}
+	testenv.RequireRoot(t, "apt-get, network namespaces")
 	ctx, cancel := context.WithTimeout(context.Background(), 13*time.Minute)
 	defer cancel()
 	here, err := os.Getwd()

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // cacheDir holds downloaded packages between runs.
@@ -41,9 +43,7 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
 // with veth and ipip loaded and runs felix's TestIPIPInVM there.
 func TestIPIPInVM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("!!! SKIPPED: the VM test needs root (apt-get, network namespaces); CI runs as root !!!")
-	}
+	testenv.RequireRoot(t, "apt-get, network namespaces")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	here, err := os.Getwd()

@@ -20,6 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // NS is a test network namespace.
@@ -32,14 +34,11 @@ type NS struct {
 	Name string
 }
 
-// RequireRoot skips the test loudly when not running as root. CI runs as
-// root, so there this never skips.
+// RequireRoot stops the test when not running as root: a failure under
+// CI (which runs as root), a loud skip elsewhere.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("!!! SKIPPED: this privileged test needs root (it creates network namespaces); " +
-			"CI runs as root, so a skip there would hide a failure !!!")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 }
 
 // New creates a fresh namespace with loopback up, removed at cleanup.

@@ -14,20 +14,15 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
-// RequireRoot skips a test that needs root, loudly; under CI (CI set)
-// it fails instead, because CI runs as root and a skip there would hide
-// a broken test.
+// RequireRoot stops a test that needs root: a failure under CI (which
+// runs as root), a loud skip elsewhere.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("this test needs root (network namespaces); CI must run it as root")
-	}
-	t.Skip("SKIPPED: needs root for network namespaces (run the tests as root)")
+	testenv.RequireRoot(t, "network namespaces")
 }
 
 // Lab is a set of network namespaces ("hosts") on one subnet, each
