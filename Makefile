@@ -51,7 +51,8 @@ bench: deps build
 	{ $(BENCH) -bench . -benchtime 3x ./felix/routetable/ && \
 	  $(BENCH) -bench . -benchtime 2000x ./pkg/ipam/ && \
 	  $(BENCH) -bench . -benchtime 1x ./routed/bgp/bench/ && \
-	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ ; } | tee $(BIN)/bench.txt
+	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ && \
+	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ ; } | tee $(BIN)/bench.txt
 
 demo: deps build
 	$(GO) run ./tests/demo -bin $(BIN)

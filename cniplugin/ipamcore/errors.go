@@ -11,7 +11,8 @@ import (
 )
 
 // CodeOf is the CNI error code routed-ipam reports for err: 11 when etcd
-// is unreachable or too contended (retry later), 7 for configuration and
+// is unreachable or too contended, or the host IPAM lock is still busy
+// (retry later), 7 for configuration and
 // requests no pool can serve, the code of a wrapped *types.Error, else
 // 999.
 func CodeOf(err error) uint {
@@ -19,7 +20,7 @@ func CodeOf(err error) uint {
 	switch {
 	case errors.As(err, &te):
 		return te.Code
-	case errors.Is(err, datastore.ErrUnavailable), errors.Is(err, ipam.ErrContention):
+	case errors.Is(err, datastore.ErrUnavailable), errors.Is(err, ipam.ErrContention), errors.Is(err, ErrLock):
 		return types.ErrTryAgainLater
 	case errors.Is(err, ErrConfig), errors.Is(err, datastore.ErrConfig), errors.Is(err, api.ErrInvalid),
 		errors.Is(err, ipam.ErrNoPool), errors.Is(err, ipam.ErrNotInPool), errors.Is(err, ipam.ErrInvalidArgument):

@@ -45,16 +45,21 @@ func (m *IPAM) GC(ctx context.Context, network, node string, validAttachments []
 			stale[l.Handle] = true
 		}
 	}
-	var errs []error
-	for h := range stale {
-		ips, err := m.ipam.ReleaseByHandle(ctx, h)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("release handle %s: %w", h, err))
-			continue
-		}
-		m.log.WithFields(logrus.Fields{"handle": h, "ips": ips}).Info("GC released stale allocation")
+	if len(stale) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	return m.locked(ctx, func(ctx context.Context) error {
+		var errs []error
+		for h := range stale {
+			ips, err := m.ipam.ReleaseByHandle(ctx, h)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release handle %s: %w", h, err))
+				continue
+			}
+			m.log.WithFields(logrus.Fields{"handle": h, "ips": ips}).Info("GC released stale allocation")
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // Status succeeds when the datastore answers and some enabled pool

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -58,12 +59,16 @@ type IPAMConf struct {
 	// GCGraceSeconds overrides DefaultGCGrace; 0 means the default,
 	// negative means no grace.
 	GCGraceSeconds int `json:"gc_grace_seconds"`
+	// LockFile is the host-wide IPAM lock (the netconf's top-level
+	// "ipam_lock_file", as Calico's); empty means DefaultLockFile.
+	LockFile string `json:"-"`
 }
 
 // netConf is the part of the network configuration routed-ipam reads
 // itself; the type's name appears in JSON decoding errors.
 type netConf struct {
-	IPAM IPAMConf `json:"ipam"`
+	IPAM     IPAMConf `json:"ipam"`
+	LockFile string   `json:"ipam_lock_file"`
 }
 
 // ParseConf reads the "ipam" section of a network configuration (the
@@ -76,6 +81,13 @@ func ParseConf(stdin []byte) (*IPAMConf, error) {
 	}
 	if v := nc.IPAM.AssignIPv6; v != nil && *v == "true" {
 		return nil, fmt.Errorf("%w: assign_ipv6 \"true\" is not supported: routed is IPv4-only", ErrConfig)
+	}
+	nc.IPAM.LockFile = nc.LockFile
+	if nc.IPAM.LockFile == "" {
+		nc.IPAM.LockFile = DefaultLockFile
+	}
+	if !filepath.IsAbs(nc.IPAM.LockFile) {
+		return nil, fmt.Errorf("%w: ipam_lock_file %q must be an absolute path", ErrConfig, nc.IPAM.LockFile)
 	}
 	return &nc.IPAM, nil
 }
@@ -93,17 +105,41 @@ func (c *IPAMConf) GCGrace() time.Duration {
 }
 
 // IPAM serves routed-ipam's verbs over one datastore connection. It is
-// meant for one CNI invocation; it is safe for concurrent use.
+// meant for one CNI invocation; it is safe for concurrent use. Verbs that
+// write (Add, Release, GC) run under the host-wide IPAM lock, and their
+// OpTimeout starts once it is held.
 type IPAM struct {
 	conf *IPAMConf
 	ds   *datastore.Client
 	ipam *ipam.Client
+	lock hostLock
 	log  *logrus.Entry
 }
 
 // New returns routed-ipam over ds, which the caller owns and closes.
 func New(ds *datastore.Client, conf *IPAMConf, log *logrus.Entry) *IPAM {
-	return &IPAM{conf: conf, ds: ds, ipam: ipam.New(ds), log: log}
+	path := conf.LockFile
+	if path == "" {
+		path = DefaultLockFile
+	}
+	return &IPAM{conf: conf, ds: ds, ipam: ipam.New(ds), lock: hostLock{path: path, wait: DefaultLockWait}, log: log}
+}
+
+// locked runs f under the host lock with OpTimeout, counted from when
+// the lock is held.
+func (m *IPAM) locked(ctx context.Context, f func(ctx context.Context) error) error {
+	start := time.Now()
+	unlock, err := m.lock.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if waited := time.Since(start); waited > time.Second {
+		m.log.WithField("waited", waited.Round(time.Millisecond)).Info("waited for the host IPAM lock")
+	}
+	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // Assignment is what one ADD asks for.
@@ -126,6 +162,22 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 		return nil, err
 	}
 	handle := ipam.PodHandle(a.Network, a.ContainerID)
+	var addrs []netip.Addr
+	err = m.locked(ctx, func(ctx context.Context) error {
+		var err error
+		addrs, err = m.assign(ctx, handle, ip, a)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.log.WithField("ips", addrs).Info("assigned")
+	return addrs, nil
+}
+
+// assign runs one assignment under the host lock; on failure it releases
+// whatever part of the handle it took.
+func (m *IPAM) assign(ctx context.Context, handle string, ip netip.Addr, a Assignment) ([]netip.Addr, error) {
 	addrs, err := m.ipam.AutoAssign(ctx, ipam.AssignArgs{
 		Node:     a.Node,
 		HandleID: handle,
@@ -146,7 +198,6 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 		}
 		return nil, fmt.Errorf("assign an address to handle %s on node %s: %w", handle, a.Node, err)
 	}
-	m.log.WithField("ips", addrs).Info("assigned")
 	return addrs, nil
 }
 
@@ -154,7 +205,12 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 // handle is success, so DEL may run any number of times.
 func (m *IPAM) Release(ctx context.Context, network, containerID string) ([]netip.Addr, error) {
 	handle := ipam.PodHandle(network, containerID)
-	released, err := m.ipam.ReleaseByHandle(ctx, handle)
+	var released []netip.Addr
+	err := m.locked(ctx, func(ctx context.Context) error {
+		var err error
+		released, err = m.ipam.ReleaseByHandle(ctx, handle)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("release handle %s: %w", handle, err)
 	}

@@ -92,7 +92,8 @@ func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr,
 		return nil, err
 	}
 	defer unlock()
-	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, attr: attr}
+	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, attr: attr,
+		tries: c.retries(fmt.Sprintf("allocating for node %q handle %q", args.Node, args.HandleID))}
 	return a.run(ctx)
 }
 
@@ -115,8 +116,9 @@ type assigner struct {
 	// hKnown is set once h was read from etcd during this call.
 	hKnown bool
 	// snap is set by a refresh and cleared when it may be out of date.
-	snap      *nodeSnap
-	conflicts int
+	snap *nodeSnap
+	// tries is the call's retry budget, started once the node is locked.
+	tries *retries
 	// sinceRefresh counts lost writes since the last refresh.
 	sinceRefresh int
 }
@@ -129,15 +131,15 @@ func (a *assigner) run(ctx context.Context) ([]netip.Addr, error) {
 	if err := a.load(ctx); err != nil {
 		return nil, err
 	}
-	for rounds := 0; ; rounds++ {
+	for {
 		held := a.held()
 		if len(held) >= a.num {
 			return held, nil
 		}
-		if rounds > 4*a.c.maxRetries+20 {
-			// Every round either writes or learns something, so this only
-			// trips if the datastore keeps changing under us.
-			return held, a.c.contention(fmt.Sprintf("allocating for node %q handle %q", a.node, a.attr.Handle), a.conflicts)
+		// Every round either writes or learns something, so this only
+		// trips if the datastore keeps changing under us.
+		if err := a.tries.spent(); err != nil {
+			return held, err
 		}
 		key, pool, err := a.pickBlock(ctx)
 		if err != nil {
@@ -151,13 +153,9 @@ func (a *assigner) run(ctx context.Context) ([]netip.Addr, error) {
 			return held, err
 		}
 		if !ok {
-			a.conflicts++
-			if a.conflicts >= a.c.maxRetries {
-				return a.held(), a.c.contention(fmt.Sprintf("allocating for node %q handle %q", a.node, a.attr.Handle), a.conflicts)
-			}
-			slept, err := backoff(ctx, a.conflicts)
+			slept, err := a.tries.lost(ctx)
 			if err != nil {
-				return a.held(), a.c.ds.Wrap(err)
+				return a.held(), err
 			}
 			if a.sinceRefresh++; slept || a.sinceRefresh >= 2 {
 				// One lost write is a race: the failed write returned the
@@ -252,14 +250,14 @@ func (a *assigner) pickBlock(ctx context.Context) (string, *poolInfo, error) {
 		// a request the handle already has addresses for.
 		return "", nil, a.readHandle(ctx)
 	}
-	progressed, err := a.c.finishPendingClaims(ctx, a.node, a.snap, a.pools)
+	progressed, err := a.c.finishPendingClaims(ctx, a.node, a.snap, a.pools, a.tries)
 	if err != nil || progressed {
 		a.snap = nil
 		return "", nil, err
 	}
 	why := a.claimBlocked()
 	if why == "" {
-		key, err := a.c.claimNext(ctx, a.node, a.pools, a.snap, a.snap.view.cfg.MaxBlocksPerHost > 0)
+		key, err := a.c.claimNext(ctx, a.node, a.pools, a.snap, a.snap.view.cfg.MaxBlocksPerHost > 0, a.tries)
 		switch {
 		case err == nil:
 			a.ns.own = append(a.ns.own, key)
@@ -267,11 +265,7 @@ func (a *assigner) pickBlock(ctx context.Context) (string, *poolInfo, error) {
 			return "", nil, nil
 		case errors.Is(err, errRecount):
 			a.snap = nil
-			a.conflicts++
-			if a.conflicts >= a.c.maxRetries {
-				return "", nil, a.c.contention(fmt.Sprintf("claiming a block for node %q", a.node), a.conflicts)
-			}
-			_, err := backoff(ctx, a.conflicts)
+			_, err := a.tries.lost(ctx)
 			return "", nil, err
 		case !errors.Is(err, errNoFreeBlock):
 			return "", nil, err

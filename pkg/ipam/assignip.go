@@ -40,6 +40,7 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 	hkey := handleKey(handle)
 	var h *handleRec // assumed absent until a write says otherwise
 	var hrev int64
+	tries := c.retries(fmt.Sprintf("assigning %s to handle %q", ip, handle))
 	for attempt := 1; ; attempt++ {
 		pool, err := c.poolFor(ctx, ip, attempt > 1)
 		if err != nil {
@@ -57,7 +58,7 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 			return err
 		}
 		if b == nil {
-			err := c.claimSpecific(ctx, node, cidr)
+			err := c.claimSpecific(ctx, node, cidr, tries)
 			if err != nil && !errors.Is(err, errBlockTaken) {
 				return err
 			}
@@ -97,11 +98,8 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 			return err
 		}
 		hrev = modRev(res.cur[hkey])
-		if attempt >= c.maxRetries {
-			return c.contention(fmt.Sprintf("assigning %s to handle %q", ip, handle), attempt)
-		}
-		if slept, err := backoff(ctx, attempt); err != nil {
-			return c.ds.Wrap(err)
+		if slept, err := tries.lost(ctx); err != nil {
+			return err
 		} else if slept {
 			c.blocks.drop(bkey)
 		}
@@ -121,7 +119,7 @@ func describeHolder(a *attribute) string {
 // claimSpecific claims the block holding a requested address for node,
 // regardless of maxBlocksPerHost and autoAllocateBlocks: an explicit
 // address is an explicit request.
-func (c *Client) claimSpecific(ctx context.Context, node string, cidr netip.Prefix) error {
+func (c *Client) claimSpecific(ctx context.Context, node string, cidr netip.Prefix, tries *retries) error {
 	resp, err := c.get(ctx, blockKey(cidr), clientv3.WithCountOnly())
 	if err != nil {
 		return err
@@ -130,7 +128,7 @@ func (c *Client) claimSpecific(ctx context.Context, node string, cidr netip.Pref
 		return errBlockTaken
 	}
 	s := &nodeSnap{rev: resp.Header.Revision}
-	return c.claimBlock(ctx, node, cidr, s, false)
+	return c.claimBlock(ctx, node, cidr, s, false, tries)
 }
 
 // cachedBlock returns a block from the cache, reading it on a miss; nil

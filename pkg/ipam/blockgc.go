@@ -97,6 +97,10 @@ func (c *Client) releaseEmpty(ctx context.Context, s *snapshot, node string, dea
 	return out, errors.Join(errs...)
 }
 
+// blockReleaseTries bounds the attempts to remove one empty block: a
+// block that keeps changing is in use, and the next pass decides again.
+const blockReleaseTries = 10
+
 // releaseBlock removes an empty block and its affinity: mark the affinity
 // pendingDeletion (watchers stop routing the block), delete block and
 // affinity together only if the block is still empty at the revision
@@ -116,7 +120,7 @@ func (c *Client) releaseBlock(ctx context.Context, a affKV, bkv blockKV) (bool, 
 		arev = res.rev
 	}
 	b := bkv.b
-	for attempt := 1; attempt <= c.maxRetries; attempt++ {
+	for attempt := 1; attempt <= blockReleaseTries; attempt++ {
 		if b == nil {
 			return false, c.deleteAt(ctx, akey, arev)
 		}

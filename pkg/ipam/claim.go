@@ -3,7 +3,6 @@ package ipam
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 
@@ -27,9 +26,9 @@ var (
 // that nodes claiming at the same moment rarely pick the same block.
 // maxGuard makes the claim fail with errRecount if the node's affinities
 // changed since s was read, so concurrent claimers cannot together exceed
-// maxBlocksPerHost.
-func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, s *nodeSnap, maxGuard bool) (string, error) {
-	taken := 0
+// maxBlocksPerHost. Blocks other nodes claim meanwhile count against
+// tries, the caller's retry budget.
+func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, s *nodeSnap, maxGuard bool, tries *retries) (string, error) {
 	for _, p := range pools {
 		bits := p.pool.Spec.BlockSize
 		n := 1 << (bits - p.prefix.Bits())
@@ -39,7 +38,7 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 			if _, exists := s.blockRevs[blockKey(cidr)]; exists {
 				continue
 			}
-			err := c.claimBlock(ctx, node, cidr, s, maxGuard)
+			err := c.claimBlock(ctx, node, cidr, s, maxGuard, tries)
 			if !errors.Is(err, errBlockTaken) {
 				if err == nil {
 					log.WithFields(map[string]any{"node": node, "block": cidr.String()}).Info("claimed block")
@@ -48,8 +47,11 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 				return "", err
 			}
 			s.blockRevs[blockKey(cidr)] = -1 // someone else's now
-			if taken++; taken >= c.maxRetries {
-				return "", c.contention(fmt.Sprintf("claiming a block for node %q", node), taken)
+			// The next candidate is free as far as we know: no need to
+			// wait before trying it, only to respect the budget.
+			tries.n++
+			if err := tries.spent(); err != nil {
+				return "", err
 			}
 		}
 	}
@@ -63,7 +65,7 @@ func blockAt(pool netip.Prefix, bits, i int) netip.Prefix {
 
 // claimBlock claims one block for node: pending affinity, then the block
 // itself (create-if-absent), then the confirmed affinity.
-func (c *Client) claimBlock(ctx context.Context, node string, cidr netip.Prefix, s *nodeSnap, maxGuard bool) error {
+func (c *Client) claimBlock(ctx context.Context, node string, cidr netip.Prefix, s *nodeSnap, maxGuard bool, tries *retries) error {
 	akey := affinityKey(node, cidr)
 	var extra []clientv3.Cmp
 	if maxGuard {
@@ -93,14 +95,14 @@ func (c *Client) claimBlock(ctx context.Context, node string, cidr netip.Prefix,
 		}
 		arev = cur.ModRevision
 	}
-	return c.finishClaim(ctx, node, cidr, arev, uint64(s.rev))
+	return c.finishClaim(ctx, node, cidr, arev, uint64(s.rev), tries)
 }
 
 // finishClaim drives a pending affinity (at arev) to confirmed, creating
 // the block if it does not exist, or withdraws it if the block belongs to
 // another node. Every step is conditional, so several processes may run
 // it for the same claim at once.
-func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix, arev int64, seqBase uint64) error {
+func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix, arev int64, seqBase uint64, tries *retries) error {
 	akey, bkey := affinityKey(node, cidr), blockKey(cidr)
 	nb := newBlock(cidr, node, seqBase, c.now())
 	res, err := c.cas(ctx, []write{{key: bkey, rev: 0, val: nb.encode()}})
@@ -115,7 +117,7 @@ func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix
 		}
 		return errBlockTaken
 	}
-	for attempt := 1; attempt <= c.maxRetries; attempt++ {
+	for {
 		// The block guard: if the block vanished (released by GC in the
 		// meantime) confirming would leave an affinity without a block.
 		res, err := c.cas(ctx, []write{{key: akey, rev: arev, val: encodeAffinity(StateConfirmed, c.now())}},
@@ -150,11 +152,10 @@ func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix
 		// was being created (then it is recreated, still guarded on the
 		// block): try again at the current revision.
 		arev = modRev(cur)
-		if _, err := backoff(ctx, attempt); err != nil {
-			return c.ds.Wrap(err)
+		if _, err := tries.lost(ctx); err != nil {
+			return err
 		}
 	}
-	return c.contention(fmt.Sprintf("confirming block %s for node %q", cidr, node), c.maxRetries)
 }
 
 // deleteAt deletes key if it is still at rev; a changed or missing key is
@@ -167,7 +168,7 @@ func (c *Client) deleteAt(ctx context.Context, key string, rev int64) error {
 // finishPendingClaims completes claims this node left pending (a crashed
 // or concurrent claimer), so their blocks become usable. It reports
 // whether it changed anything.
-func (c *Client) finishPendingClaims(ctx context.Context, node string, s *nodeSnap, pools []*poolInfo) (bool, error) {
+func (c *Client) finishPendingClaims(ctx context.Context, node string, s *nodeSnap, pools []*poolInfo, tries *retries) (bool, error) {
 	changed := false
 	for key, a := range s.affs {
 		if a.rec.State != StatePending {
@@ -182,7 +183,7 @@ func (c *Client) finishPendingClaims(ctx context.Context, node string, s *nodeSn
 			changed = true
 			continue
 		}
-		err := c.finishClaim(ctx, node, a.cidr, a.rev, uint64(s.rev))
+		err := c.finishClaim(ctx, node, a.cidr, a.rev, uint64(s.rev), tries)
 		if err != nil && !errors.Is(err, errBlockTaken) {
 			return changed, err
 		}

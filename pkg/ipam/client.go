@@ -23,7 +23,12 @@ type mvccpbKV = mvccpb.KeyValue
 // Defaults for Client options.
 const (
 	DefaultEmptyBlockGrace = 5 * time.Minute
-	DefaultMaxRetries      = 10
+	// DefaultRetryBudget is how long an assignment keeps retrying writes
+	// that lose to other writers (other nodes claiming blocks or
+	// borrowing) before it fails with ErrContention. It is a time, not a
+	// count: a busy cluster makes more writers collide, not fewer, and a
+	// count that suffices for two writers fails for twenty.
+	DefaultRetryBudget = 30 * time.Second
 )
 
 // Client allocates and releases pod and tunnel addresses. It is safe for
@@ -34,7 +39,7 @@ type Client struct {
 	ds         *datastore.Client
 	kv         clientv3.KV
 	emptyGrace time.Duration
-	maxRetries int
+	budget     time.Duration
 	now        func() time.Time
 
 	blocks  *revCache[*block]
@@ -54,9 +59,13 @@ type Option func(*Client)
 // ReleaseEmptyBlocks gives its affinity up (default 5m).
 func WithEmptyBlockGrace(d time.Duration) Option { return func(c *Client) { c.emptyGrace = d } }
 
-// WithMaxRetries sets how many conflicting writes an operation tolerates
-// before failing with ErrContention (default 10).
-func WithMaxRetries(n int) Option { return func(c *Client) { c.maxRetries = max(n, 1) } }
+// WithRetryBudget sets how long an assignment keeps retrying conflicting
+// writes before it fails with ErrContention (default DefaultRetryBudget).
+// The budget starts when the operation starts, so a caller that first
+// waits for a host lock does not spend it waiting. Releases are not
+// bounded by it: they retry until their context ends, since giving up
+// would leave the address allocated.
+func WithRetryBudget(d time.Duration) Option { return func(c *Client) { c.budget = d } }
 
 // New returns a Client on ds.
 func New(ds *datastore.Client, opts ...Option) *Client {
@@ -64,7 +73,7 @@ func New(ds *datastore.Client, opts ...Option) *Client {
 		ds:         ds,
 		kv:         ds.Etcd().KV,
 		emptyGrace: DefaultEmptyBlockGrace,
-		maxRetries: DefaultMaxRetries,
+		budget:     DefaultRetryBudget,
 		now:        time.Now,
 		blocks:     newRevCache[*block](4096),
 		handles:    newRevCache[*handleRec](4096),
@@ -209,9 +218,58 @@ func backoff(ctx context.Context, attempt int) (bool, error) {
 	}
 }
 
-func (c *Client) contention(what string, n int) error {
-	log.WithField("op", what).Warn("giving up after repeated write conflicts")
-	return fmt.Errorf("%w: %s: gave up after %d conflicting writes", ErrContention, what, n)
+// retries tracks the lost writes of one operation. Every operation keeps
+// retrying while its time budget lasts (none for releases) and its
+// context is live; each lost write returned the current state, so every
+// retry is an informed one.
+type retries struct {
+	c     *Client
+	what  string
+	start time.Time
+	// budget is how long the operation may keep losing; 0 means until
+	// its context ends.
+	budget time.Duration
+	n      int
+}
+
+// retries starts the retry budget of an assignment described by what.
+func (c *Client) retries(what string) *retries {
+	return &retries{c: c, what: what, start: time.Now(), budget: c.budget}
+}
+
+// releaseRetries starts an unbounded retry loop for a release: a release
+// that gave up would leave its address allocated, so only its context
+// (the caller's deadline) ends it.
+func (c *Client) releaseRetries(what string) *retries {
+	return &retries{c: c, what: what, start: time.Now()}
+}
+
+// lost records a lost write and waits before the next try. It fails with
+// ErrContention once the budget is spent, and reports whether it slept:
+// the state the failed write returned is then likely stale too.
+func (r *retries) lost(ctx context.Context) (bool, error) {
+	r.n++
+	if err := r.spent(); err != nil {
+		return false, err
+	}
+	slept, err := backoff(ctx, r.n)
+	if err != nil {
+		return false, r.c.ds.Wrap(err)
+	}
+	return slept, nil
+}
+
+// spent returns ErrContention once the budget is used up.
+func (r *retries) spent() error {
+	if r.budget <= 0 {
+		return nil
+	}
+	elapsed := time.Since(r.start)
+	if elapsed < r.budget {
+		return nil
+	}
+	log.WithFields(logrus.Fields{"op": r.what, "conflicts": r.n, "elapsed": elapsed.Round(time.Millisecond)}).Warn("giving up after repeated write conflicts")
+	return fmt.Errorf("%w: %s: %d conflicting writes in %s (retry budget %s)", ErrContention, r.what, r.n, elapsed.Round(time.Millisecond), r.budget)
 }
 
 // nodeState is what a Client remembers about one node. Fields other than

@@ -12,7 +12,7 @@ var (
 	// ErrExhausted means no address could be found for the request.
 	ErrExhausted = errors.New("ipam: no free addresses")
 	// ErrContention means optimistic writes kept conflicting with other
-	// writers and the operation gave up after a bounded number of retries.
+	// writers for the whole retry budget (WithRetryBudget).
 	ErrContention = errors.New("ipam: too much contention")
 	// ErrNoPool means no IP pool is usable for the request.
 	ErrNoPool = errors.New("ipam: no usable IP pool")

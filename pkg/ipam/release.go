@@ -26,7 +26,8 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 			return nil, err
 		}
 	}
-	for attempt := 1; ; attempt++ {
+	tries := c.releaseRetries(fmt.Sprintf("releasing handle %q", handle))
+	for {
 		if h == nil {
 			return nil, nil
 		}
@@ -86,12 +87,9 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 			return nil, err
 		}
 		hrev = modRev(res.cur[hkey])
-		if attempt >= c.maxRetries {
-			return nil, c.contention(fmt.Sprintf("releasing handle %q", handle), attempt)
-		}
-		slept, err := backoff(ctx, attempt)
+		slept, err := tries.lost(ctx)
 		if err != nil {
-			return nil, c.ds.Wrap(err)
+			return nil, err
 		}
 		if slept {
 			for _, k := range keys {
@@ -175,7 +173,8 @@ func (c *Client) releaseInBlock(ctx context.Context, key string, rels []Release)
 	// refuse or skip releases that are valid now, and neither case writes
 	// anything that would expose the staleness.
 	c.blocks.drop(key)
-	for attempt := 1; ; attempt++ {
+	tries := c.releaseRetries("releasing addresses in block " + key)
+	for {
 		b, rev, err := c.cachedBlock(ctx, key)
 		if err != nil || b == nil {
 			return nil, err
@@ -247,12 +246,9 @@ func (c *Client) releaseInBlock(ctx context.Context, key string, rels []Release)
 				return nil, err
 			}
 		}
-		if attempt >= c.maxRetries {
-			return nil, c.contention("releasing addresses in block "+nb.CIDR, attempt)
-		}
-		slept, err := backoff(ctx, attempt)
+		slept, err := tries.lost(ctx)
 		if err != nil {
-			return nil, c.ds.Wrap(err)
+			return nil, err
 		}
 		if slept {
 			c.blocks.drop(key)

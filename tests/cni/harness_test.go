@@ -184,6 +184,8 @@ func (n *node) routedConf(subnet string) netconf {
 		"log_file_path":  n.logFile,
 		"log_level":      "debug",
 		"mtu_file":       filepath.Join(n.ipamDir, "no-mtu-file"),
+		// Each test node is its own host, with its own host IPAM lock.
+		"ipam_lock_file": filepath.Join(n.ipamDir, "ipam.lock"),
 		"ipam": map[string]any{
 			"type":    "host-local",
 			"subnet":  subnet,

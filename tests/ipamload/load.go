@@ -1,0 +1,223 @@
+// Package ipamload execs routed-ipam the way a container runtime does
+// (libcni's invoke), many at once on several nodes, against a real etcd
+// with fsync on, and counts what failed and what stayed allocated. It is
+// shared by the test (no failures, nothing left) and the benchmark (ADDs
+// per second beside the previous release's binary).
+package ipamload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// Cluster is a real etcd (fsync on, as production runs it) holding one
+// pool and Nodes records for the simulated nodes.
+type Cluster struct {
+	Endpoints []string
+	Store     *datastore.Client
+}
+
+// NewCluster starts etcd in a temp dir and creates pool cidr (blocks of
+// blockSize) and the nodes. Everything stops when the test ends.
+func NewCluster(t testing.TB, cidr string, blockSize int, nodes []string) *Cluster {
+	t.Helper()
+	srv, err := etcdserver.Start(context.Background(), etcdserver.Config{
+		Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", LogLevel: "fatal",
+	})
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ds.Close() })
+	ctx := context.Background()
+	pool := &api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool},
+		Metadata: api.ObjectMeta{Name: "load-pool"}, Spec: api.IPPoolSpec{CIDR: cidr, BlockSize: blockSize}}
+	if _, err := ds.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nodes {
+		node := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode},
+			Metadata: api.ObjectMeta{Name: n}}
+		node.Spec.BGP = &api.NodeBGPSpec{IPv4Address: fmt.Sprintf("10.250.0.%d/24", i+1)}
+		if _, err := ds.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Cluster{Endpoints: srv.Endpoints, Store: ds}
+}
+
+// Run describes one load run: Parallel ADDs at a time on each node, each
+// worker adding Rounds pods one after the other, then every pod deleted
+// with the same parallelism.
+type Run struct {
+	Plugin   string // path of the routed-ipam binary
+	Nodes    []string
+	Parallel int
+	Rounds   int
+	// Network names the CNI network; runs on one cluster use distinct
+	// networks so their handles never meet.
+	Network string
+	// LockDir holds one lock file per node (each simulated node is its
+	// own host).
+	LockDir string
+	LogFile string
+}
+
+// Result is what a Run measured.
+type Result struct {
+	Adds, AddFailures int
+	Dels, DelFailures int
+	AddTime           time.Duration
+	// Left counts addresses the run's network still holds afterwards.
+	Left int
+	// Errors holds a few distinct failure messages.
+	Errors []string
+}
+
+// AddsPerSecond is the ADD throughput of the whole run.
+func (r Result) AddsPerSecond() float64 { return float64(r.Adds) / r.AddTime.Seconds() }
+
+// Execute runs r against c.
+func Execute(t testing.TB, c *Cluster, r Run) Result {
+	t.Helper()
+	var res Result
+	var mu sync.Mutex
+	errs := map[string]bool{}
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) < 5 {
+			errs[err.Error()] = true
+		}
+	}
+	type pod struct{ node, id string }
+	var pods []pod
+	var addFail, delFail atomic.Int64
+	var wg sync.WaitGroup
+	before := c.InUse(t)
+	start := time.Now()
+	for _, node := range r.Nodes {
+		for w := range r.Parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range r.Rounds {
+					id := fmt.Sprintf("%s-%s-w%d-r%d", r.Network, node, w, i)
+					if err := r.exec(c, "ADD", node, id); err != nil {
+						addFail.Add(1)
+						fail(err)
+						continue
+					}
+					mu.Lock()
+					pods = append(pods, pod{node, id})
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	res.AddTime = time.Since(start)
+	res.Adds = len(r.Nodes) * r.Parallel * r.Rounds
+	res.AddFailures = int(addFail.Load())
+
+	// DEL every pod, also those whose ADD failed (a runtime does that
+	// too): a failed ADD must leave nothing, and DEL must be idempotent.
+	work := make(chan pod)
+	for range len(r.Nodes) * r.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				if err := r.exec(c, "DEL", p.node, p.id); err != nil {
+					delFail.Add(1)
+					fail(err)
+				}
+			}
+		}()
+	}
+	for _, node := range r.Nodes {
+		for w := range r.Parallel {
+			for i := range r.Rounds {
+				work <- pod{node, fmt.Sprintf("%s-%s-w%d-r%d", r.Network, node, w, i)}
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	res.Dels = res.Adds
+	res.DelFailures = int(delFail.Load())
+	res.Left = c.InUse(t) - before
+	for e := range errs {
+		res.Errors = append(res.Errors, e)
+	}
+	sort.Strings(res.Errors)
+	return res
+}
+
+// exec runs the plugin once, as libcni does.
+func (r Run) exec(c *Cluster, verb, node, containerID string) error {
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion":     "1.0.0",
+		"name":           r.Network,
+		"type":           "routed-cni",
+		"etcd_endpoints": c.Endpoints[0],
+		"nodename":       node,
+		"log_file_path":  r.LogFile,
+		"ipam_lock_file": filepath.Join(r.LockDir, node+".lock"),
+		"ipam":           map[string]any{"type": "routed-ipam"},
+	})
+	if err != nil {
+		return err
+	}
+	args := &invoke.Args{
+		Command:       verb,
+		ContainerID:   containerID,
+		NetNS:         "/var/run/netns/" + containerID,
+		IfName:        "eth0",
+		PluginArgsStr: "K8S_POD_NAMESPACE=load;K8S_POD_NAME=" + containerID,
+		Path:          filepath.Dir(r.Plugin),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if verb == "ADD" {
+		_, err = invoke.ExecPluginWithResult(ctx, r.Plugin, conf, args, nil)
+	} else {
+		err = invoke.ExecPluginWithoutResult(ctx, r.Plugin, conf, args, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s on %s: %w", verb, containerID, node, err)
+	}
+	return nil
+}
+
+// InUse counts the allocated addresses of every pool.
+func (c *Cluster) InUse(t testing.TB) int {
+	t.Helper()
+	u, err := ipam.New(c.Store).Usage(context.Background())
+	if err != nil {
+		t.Fatalf("ipam usage: %v", err)
+	}
+	n := 0
+	for _, p := range u.Pools {
+		n += p.InUse
+	}
+	return n
+}
