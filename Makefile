@@ -54,7 +54,8 @@ bench: deps build
 	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ && \
 	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ ; } | tee $(BIN)/bench.txt
 
-demo: deps build
+demo: build
+	./tests/ensure-deps.sh demo
 	$(GO) run ./tests/demo -bin $(BIN)
 
 soak: deps build
