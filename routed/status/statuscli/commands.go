@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -133,7 +132,7 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 	} else {
 		t := table{header: []string{"PEER ADDRESS", "PEER TYPE", "STATE", "SINCE", "INFO"}}
 		for _, p := range peers {
-			t.add(p.Address, p.Type, p.State, since(p.Since, time.Now()), p.Info)
+			t.add(p.Address, p.Type, p.State, since(p.Since, clock()), p.Info)
 		}
 		t.write(out)
 	}
@@ -161,7 +160,7 @@ func showProtocols(ctx context.Context, out io.Writer, c *status.Client) error {
 	}
 	t := table{plain: true, header: []string{"Name", "Proto", "State", "Since", "Info"}}
 	for _, p := range peers {
-		t.add(protoName(p), "BGP", p.State, since(p.Since, time.Now()), p.Info)
+		t.add(protoName(p), "BGP", p.State, since(p.Since, clock()), p.Info)
 	}
 	t.write(out)
 	if len(peers) > 0 {
@@ -216,7 +215,7 @@ func showRoute(ctx context.Context, out io.Writer, c *status.Client, filter stri
 		return notRunning(out, err)
 	}
 	t := table{plain: true, header: []string{"Prefix", "Next hop", "Peer", "Best", "Age", "Programmed"}}
-	now := time.Now()
+	now := clock()
 	for _, r := range routes {
 		if !match(r.Prefix) {
 			continue

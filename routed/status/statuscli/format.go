@@ -8,6 +8,10 @@ import (
 	"unicode/utf8"
 )
 
+// clock is the time ages and "since" columns are measured against; tests
+// pin it so rendered ages do not depend on how long the test took.
+var clock = time.Now
+
 // table renders rows either boxed (calicoctl style) or as plain aligned
 // columns (birdc style).
 type table struct {

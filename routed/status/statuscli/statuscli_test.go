@@ -66,6 +66,8 @@ func code(err error) int {
 
 var now = time.Now()
 
+func init() { clock = func() time.Time { return now } }
+
 var peers = []status.Peer{
 	{Address: "10.0.0.2", Type: "node-to-node mesh", State: "up", BGPState: "Established", Since: now, Info: "Established",
 		PeerASN: 64512, LocalASN: 64512, Received: 1, Accepted: 1, Advertised: 2, MessagesSent: 10, MessagesReceived: 9},
