@@ -17,13 +17,15 @@ type plan struct {
 	nodeAddr   netip.Prefix // invalid when unknown
 	allPools   []netip.Prefix
 	natPools   []netip.Prefix
+	// rejected lists the learned routes the import guard refused.
+	rejected map[netip.Prefix]*rejection
 }
 
 // computePlan derives the wanted dataplane. Route precedence for one
 // prefix: a local pod, then a local block's blackhole, then a remote
 // block from IPAM, then a BGP-learned path.
 func computePlan(cfg *Config, s *state) *plan {
-	p := &plan{routes: map[netip.Prefix]routetable.Route{}}
+	p := &plan{routes: map[netip.Prefix]routetable.Route{}, rejected: map[netip.Prefix]*rejection{}}
 	pools := s.sortedPools()
 	local := s.nodes[cfg.NodeName]
 	var labels map[string]string
@@ -47,9 +49,18 @@ func computePlan(cfg *Config, s *state) *plan {
 		p.ipip = false
 	}
 
-	// Lowest precedence first; later writes win.
-	for dst, nh := range s.learned {
-		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, nh, s.gateway); ok {
+	// Lowest precedence first; later writes win. Learned routes pass the
+	// import guard first (guard.go).
+	g := newGuard(cfg, s, pools)
+	for dst, lr := range s.learned {
+		if !dst.Addr().Is4() {
+			continue
+		}
+		if rej := g.check(dst, lr); rej != nil {
+			p.rejected[dst] = rej
+			continue
+		}
+		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, lr.nextHop, s.gateway); ok {
 			p.routes[dst] = r
 		}
 	}

@@ -55,9 +55,11 @@ func TestComputePlanRouteShapes(t *testing.T) {
 	} {
 		s.affinities[affKey{a.Node, a.CIDR}] = a
 	}
-	s.learned[pfx("10.2.3.0/26")] = addr("198.51.100.7")
-	s.learned[pfx("10.3.0.5/32")] = addr("192.0.2.2")   // loses to the local pod
-	s.learned[pfx("172.16.0.0/12")] = addr("192.0.2.1") // via ourselves: ignored
+	// "far" borrowed 10.2.1.7 from "same"'s block and announces it.
+	s.borrowed[pfx("10.2.1.0/26")] = map[netip.Addr]string{addr("10.2.1.7"): "far"}
+	s.learned[pfx("10.2.1.7/32")] = learnedRoute{addr("198.51.100.3"), addr("198.51.100.3")}
+	s.learned[pfx("10.3.0.5/32")] = learnedRoute{addr("192.0.2.2"), addr("192.0.2.2")}     // inside our block: guarded
+	s.learned[pfx("172.16.0.0/12")] = learnedRoute{addr("192.0.2.1"), addr("192.0.2.254")} // from a ToR, via ourselves: ignored
 
 	p := computePlan(cfg, s)
 	want := map[netip.Prefix]routetable.Route{
@@ -67,7 +69,7 @@ func TestComputePlanRouteShapes(t *testing.T) {
 		pfx("10.2.2.0/26"): {Dst: pfx("10.2.2.0/26"), Gw: addr("198.51.100.3"), Iface: "tunl0", OnLink: true},
 		pfx("10.1.1.0/26"): {Dst: pfx("10.1.1.0/26"), Gw: addr("192.0.2.2"), Iface: "tunl0", OnLink: true},
 		pfx("10.3.1.0/26"): {Dst: pfx("10.3.1.0/26"), Gw: addr("192.0.2.2")},
-		pfx("10.2.3.0/26"): {Dst: pfx("10.2.3.0/26"), Gw: addr("198.51.100.7"), Iface: "tunl0", OnLink: true},
+		pfx("10.2.1.7/32"): {Dst: pfx("10.2.1.7/32"), Gw: addr("198.51.100.3"), Iface: "tunl0", OnLink: true},
 	}
 	if len(p.routes) != len(want) {
 		t.Errorf("got %d routes, want %d: %v", len(p.routes), len(want), p.routes)
@@ -90,13 +92,18 @@ func TestCrossSubnetUsesTheLocalPrefixLength(t *testing.T) {
 	s := newState()
 	s.setResource("a", testPool("cross", "10.2.0.0/16", "CrossSubnet", false, ""))
 	s.setResource("a", testNode("a", "10.0.0.5/24", "", nil))
-	s.learned[pfx("10.2.1.0/26")] = addr("10.0.0.9") // same /24
-	s.learned[pfx("10.2.2.0/26")] = addr("10.0.1.9") // other /24
+	// Blocks of nodes b (same /24) and c (other /24), known only from BGP.
+	s.setResource("a", testNode("b", "10.0.0.9/24", "", nil))
+	s.setResource("a", testNode("c", "10.0.1.9/24", "", nil))
+	s.borrowed[pfx("10.2.1.0/26")] = map[netip.Addr]string{addr("10.2.1.1"): "b"}
+	s.borrowed[pfx("10.2.2.0/26")] = map[netip.Addr]string{addr("10.2.2.1"): "c"}
+	s.learned[pfx("10.2.1.1/32")] = learnedRoute{addr("10.0.0.9"), addr("10.0.0.9")}
+	s.learned[pfx("10.2.2.1/32")] = learnedRoute{addr("10.0.1.9"), addr("10.0.1.9")}
 	p := computePlan(cfg, s)
-	if r := p.routes[pfx("10.2.1.0/26")]; r.Iface != "" || r.OnLink {
+	if r := p.routes[pfx("10.2.1.1/32")]; !r.Gw.IsValid() || r.Iface != "" || r.OnLink {
 		t.Errorf("same-subnet peer got %v, want a direct route", r)
 	}
-	if r := p.routes[pfx("10.2.2.0/26")]; r.Iface != "tunl0" || !r.OnLink {
+	if r := p.routes[pfx("10.2.2.1/32")]; r.Iface != "tunl0" || !r.OnLink {
 		t.Errorf("cross-subnet peer got %v, want via tunl0 onlink", r)
 	}
 	// With IPIP only in CrossSubnet pools selected by label, a node
@@ -106,7 +113,7 @@ func TestCrossSubnetUsesTheLocalPrefixLength(t *testing.T) {
 		t.Error("an IPIP pool that does not select this node enabled tunl0")
 	}
 	cfg.Features.DisableIPIP = true
-	if r := computePlan(cfg, s).routes[pfx("10.2.2.0/26")]; r.Iface != "" {
+	if r := computePlan(cfg, s).routes[pfx("10.2.2.1/32")]; !r.Gw.IsValid() || r.Iface != "" {
 		t.Errorf("with IPIP disabled got %v", r)
 	}
 }

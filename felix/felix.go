@@ -23,6 +23,7 @@ type Felix struct {
 	cfg     Config
 	log     *logrus.Entry
 	metrics *routetable.Metrics
+	filters *filterState
 
 	mu      sync.Mutex
 	pending []func(*loop)
@@ -37,11 +38,6 @@ type Felix struct {
 // least once since it started; readiness waits for it.
 func (f *Felix) Applied() bool { return f.applied.Load() }
 
-var (
-	_ RouteSink   = (*Felix)(nil)
-	_ RouteStatus = (*Felix)(nil)
-)
-
 // New validates cfg and returns a Felix ready for inputs and Run.
 func New(cfg Config) (*Felix, error) {
 	cfg, err := cfg.withDefaults()
@@ -50,13 +46,16 @@ func New(cfg Config) (*Felix, error) {
 	}
 	return &Felix{
 		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
-		metrics: routetable.NewMetrics(), wake: make(chan struct{}, 1),
+		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1),
 	}, nil
 }
 
 // Collectors returns felix's Prometheus collectors (routes programmed,
-// resync duration, apply failures); nothing is registered globally.
-func (f *Felix) Collectors() []prometheus.Collector { return f.metrics.Collectors() }
+// resync duration, apply failures, learned routes filtered); nothing is
+// registered globally.
+func (f *Felix) Collectors() []prometheus.Collector {
+	return append(f.metrics.Collectors(), f.filters.gauge)
+}
 
 // Register registers Collectors with reg.
 func (f *Felix) Register(reg prometheus.Registerer) error {
@@ -140,15 +139,17 @@ func (f *Felix) UpdateAffinity(a BlockAffinity, deleted bool) {
 	})
 }
 
-// RouteUpdate implements RouteSink.
-func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop netip.Addr) {
+// RouteUpdate records the best path the BGP speaker learned for prefix
+// from peer. Whether it reaches the kernel is the import guard's call
+// (guard.go). Safe for concurrent use; it only queues the change.
+func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr) {
 	f.enqueue(func(l *loop) {
-		l.st.learned[prefix.Masked()] = nextHop.Unmap()
+		l.st.learned[prefix.Masked()] = learnedRoute{nextHop: nextHop.Unmap(), peer: peer.Unmap()}
 		l.planDirty = true
 	})
 }
 
-// RouteWithdraw implements RouteSink.
+// RouteWithdraw removes a learned route; unknown prefixes are ignored.
 func (f *Felix) RouteWithdraw(prefix netip.Prefix) {
 	f.enqueue(func(l *loop) {
 		if _, ok := l.st.learned[prefix.Masked()]; ok {
@@ -158,8 +159,8 @@ func (f *Felix) RouteWithdraw(prefix netip.Prefix) {
 	})
 }
 
-// Programmed implements RouteStatus: whether felix's route for prefix is
-// in the kernel as wanted. Safe for concurrent use.
+// Programmed reports whether felix's route for prefix is in the kernel as
+// wanted. Safe for concurrent use.
 func (f *Felix) Programmed(prefix netip.Prefix) bool {
 	rt := f.rt.Load()
 	return rt != nil && rt.Programmed(prefix.Masked())

@@ -3,6 +3,7 @@ package felix_test
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -66,8 +67,10 @@ func TestIPIPInVM(t *testing.T) {
 	h.routeIs(t, "10.244.2.0/26", 5*time.Second, viaRoute("192.0.2.2", eth0), "same subnet (CrossSubnet): via 192.0.2.2 dev eth0")
 	h.routeIs(t, "10.244.3.0/26", 5*time.Second, onlinkVia("198.51.100.3"), "cross subnet: via 198.51.100.3 dev tunl0 onlink")
 	h.routeIs(t, "10.246.2.0/26", 5*time.Second, onlinkVia("192.0.2.2"), "IPIP Always: via 192.0.2.2 dev tunl0 onlink")
-	h.f.RouteUpdate(pfx("10.246.9.0/26"), addr("203.0.113.9"))
-	h.routeIs(t, "10.246.9.0/26", 5*time.Second, onlinkVia("203.0.113.9"), "learned, IPIP Always: via tunl0 onlink")
+	// node-c borrowed 10.246.2.9 from node-b's block and announces it.
+	h.f.OnBorrowedBlock(pfx("10.246.2.0/26"), map[netip.Addr]string{addr("10.246.2.9"): "node-c"})
+	h.f.RouteUpdate(pfx("10.246.2.9/32"), addr("198.51.100.3"), addr("198.51.100.3"))
+	h.routeIs(t, "10.246.2.9/32", 5*time.Second, onlinkVia("198.51.100.3"), "learned, IPIP Always: via tunl0 onlink")
 	nstest.Eventually(t, 5*time.Second, func() string {
 		if got, err := felix.ReadMTUFile(h.cfg.MTUFile); err != nil || got != 1380 {
 			return fmt.Sprintf("MTU file = %d (%v), want 1380", got, err)

@@ -245,6 +245,7 @@ func (l *loop) apply() {
 		old := l.plan
 		l.plan = computePlan(l.cfg, l.st)
 		l.planDirty = false
+		l.f.filters.set(l.plan.rejected)
 		if err := l.rt.SetRoutes(l.plan.routes); err != nil {
 			l.log.WithError(err).Warn("some routes are invalid and were skipped")
 		}

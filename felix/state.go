@@ -43,7 +43,10 @@ type state struct {
 	nodes      map[string]*api.Node
 	weps       map[string]*api.WorkloadEndpoint // this node's only
 	affinities map[affKey]BlockAffinity
-	learned    map[netip.Prefix]netip.Addr
+	learned    map[netip.Prefix]learnedRoute
+	// borrowed holds, per block, the addresses allocated to nodes other
+	// than the block's (pkg/ipam's borrowed /32s) and their node.
+	borrowed map[netip.Prefix]map[netip.Addr]string
 	// gateway resolves a next hop that is not on a local subnet to the
 	// gateway the kernel uses for it (zero: directly reachable/unknown).
 	gateway func(netip.Addr) netip.Addr
@@ -53,7 +56,7 @@ func newState() *state {
 	return &state{
 		pools: map[string]*pool{}, nodes: map[string]*api.Node{},
 		weps: map[string]*api.WorkloadEndpoint{}, affinities: map[affKey]BlockAffinity{},
-		learned: map[netip.Prefix]netip.Addr{},
+		learned: map[netip.Prefix]learnedRoute{}, borrowed: map[netip.Prefix]map[netip.Addr]string{},
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-
-	"github.com/routed-net/routed/felix"
 )
 
 // ErrConfig wraps invalid speaker configuration.
@@ -30,10 +28,10 @@ type Config struct {
 
 	// RouteSink receives learned best paths; nil on a route reflector
 	// that runs no felix.
-	RouteSink felix.RouteSink
-	// RouteStatus answers whether felix programmed a route; nil when no
-	// felix runs here.
-	RouteStatus felix.RouteStatus
+	RouteSink RouteSink
+	// RouteStatus answers whether felix programmed or filtered a route;
+	// nil when no felix runs here.
+	RouteStatus RouteStatus
 
 	// BorrowedIPs, when set, is polled every BorrowedPollInterval for the
 	// /32s this node holds in other nodes' blocks (ipam.Client.BorrowedIPs).

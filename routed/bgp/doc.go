@@ -1,7 +1,7 @@
 // Package bgp is routed's BGP speaker: an embedded GoBGP v3 server that
 // advertises the local node's IPAM blocks (next hop self), borrowed /32s
 // and service CIDRs, and hands the best paths it learns to felix through
-// a felix.RouteSink.
+// a RouteSink (learned.go), which felix implements.
 //
 // How a daemon composes it (see README.md for the model):
 //

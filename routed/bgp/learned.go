@@ -5,22 +5,43 @@ import (
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/sirupsen/logrus"
-
-	"github.com/routed-net/routed/felix"
 )
+
+// RouteSink is how the speaker hands over the best paths it learned (felix
+// on a node). Calls come from one goroutine at a time; implementations
+// must be safe for concurrent use and must not block for long. The sink
+// decides what reaches the kernel: it is told the peer each path came
+// from so it can tell cluster sessions from external peers.
+type RouteSink interface {
+	// RouteUpdate adds or replaces the best path for prefix.
+	RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr)
+	// RouteWithdraw removes prefix; unknown prefixes are ignored.
+	RouteWithdraw(prefix netip.Prefix)
+}
+
+// RouteStatus lets status output say what became of a learned route.
+type RouteStatus interface {
+	// Programmed reports whether the route is in the kernel as wanted.
+	Programmed(prefix netip.Prefix) bool
+	// Filtered says why the route is kept out of the kernel ("" if not).
+	Filtered(prefix netip.Prefix) string
+}
 
 // feeder turns GoBGP best-path events into RouteSink calls. GoBGP runs
 // the callback of one watch on one goroutine, in order, so that
 // goroutine alone owns installed.
 type feeder struct {
-	sink felix.RouteSink
+	sink RouteSink
 	log  *logrus.Entry
-	// installed is what the sink was told: prefix -> next hop.
-	installed map[netip.Prefix]netip.Addr
+	// installed is what the sink was told, per prefix.
+	installed map[netip.Prefix]hop
 }
 
-func newFeeder(sink felix.RouteSink, log *logrus.Entry) *feeder {
-	return &feeder{sink: sink, log: log, installed: map[netip.Prefix]netip.Addr{}}
+// hop is where a learned best path leads and who said so.
+type hop struct{ nextHop, peer netip.Addr }
+
+func newFeeder(sink RouteSink, log *logrus.Entry) *feeder {
+	return &feeder{sink: sink, log: log, installed: map[netip.Prefix]hop{}}
 }
 
 // onEvent handles one batch of best-path changes.
@@ -53,11 +74,12 @@ func (f *feeder) bestChanged(pi pathInfo) {
 		}
 		return
 	}
-	if had && old == pi.nextHop {
+	h := hop{pi.nextHop, pi.neighbor}
+	if had && old == h {
 		return // the best path changed, not where it leads
 	}
-	f.installed[pi.prefix] = pi.nextHop
-	f.sink.RouteUpdate(pi.prefix, pi.nextHop)
+	f.installed[pi.prefix] = h
+	f.sink.RouteUpdate(pi.prefix, pi.nextHop, pi.neighbor)
 	if f.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		f.log.WithFields(logrus.Fields{"prefix": pi.prefix, "nextHop": pi.nextHop, "from": pi.neighbor}).Debug("learned route")
 	}

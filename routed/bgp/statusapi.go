@@ -131,6 +131,7 @@ func (s *Speaker) Routes(ctx context.Context) ([]status.Route, error) {
 				if r.Best && !r.Local && s.cfg.RouteStatus != nil {
 					prog := s.cfg.RouteStatus.Programmed(pi.prefix)
 					r.Programmed = &prog
+					r.Filtered = s.cfg.RouteStatus.Filtered(pi.prefix)
 				}
 				out = append(out, r)
 			}

@@ -129,6 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if fx != nil {
 		aff.handlers = append(aff.handlers, fx)
 		goRun("felix", fx.Run)
+		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, fx) })
 		goRun("felix datastore sync", func(ctx context.Context) error {
 			return ds.Sync(ctx, []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, fx)
 		})

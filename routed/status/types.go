@@ -99,6 +99,9 @@ type Route struct {
 	// Programmed says whether felix has the route in the kernel; nil when
 	// it does not apply (local or non-best paths) or no felix runs here.
 	Programmed *bool `json:"programmed,omitempty"`
+	// Filtered says why felix's import guard keeps the route out of the
+	// kernel; empty when it does not.
+	Filtered string `json:"filtered,omitempty"`
 }
 
 // Process describes the running routed.

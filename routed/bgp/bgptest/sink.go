@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Recorder is a felix.RouteSink (and felix.RouteStatus) that records the
+// Recorder is a bgp.RouteSink (and bgp.RouteStatus) that records the
 // routes it holds and every call, safe for concurrent use.
 type Recorder struct {
 	mu        sync.Mutex
@@ -34,8 +34,8 @@ func NewRecorder() *Recorder {
 	}
 }
 
-// RouteUpdate implements felix.RouteSink.
-func (r *Recorder) RouteUpdate(p netip.Prefix, nh netip.Addr) {
+// RouteUpdate implements bgp.RouteSink.
+func (r *Recorder) RouteUpdate(p netip.Prefix, nh, _ netip.Addr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.routes[p]; !ok {
@@ -46,7 +46,7 @@ func (r *Recorder) RouteUpdate(p netip.Prefix, nh netip.Addr) {
 	r.notify()
 }
 
-// RouteWithdraw implements felix.RouteSink.
+// RouteWithdraw implements bgp.RouteSink.
 func (r *Recorder) RouteWithdraw(p netip.Prefix) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -58,7 +58,7 @@ func (r *Recorder) RouteWithdraw(p netip.Prefix) {
 	r.notify()
 }
 
-// Programmed implements felix.RouteStatus: a route counts as programmed
+// Programmed implements bgp.RouteStatus: a route counts as programmed
 // while the recorder holds it.
 func (r *Recorder) Programmed(p netip.Prefix) bool {
 	r.mu.Lock()
@@ -66,6 +66,9 @@ func (r *Recorder) Programmed(p netip.Prefix) bool {
 	_, ok := r.routes[p]
 	return ok
 }
+
+// Filtered implements bgp.RouteStatus: the recorder filters nothing.
+func (r *Recorder) Filtered(netip.Prefix) string { return "" }
 
 func (r *Recorder) notify() {
 	close(r.changed)

@@ -235,6 +235,9 @@ func showRoute(ctx context.Context, out io.Writer, c *status.Client, filter stri
 				prog = "yes"
 			}
 		}
+		if r.Filtered != "" {
+			prog = "filtered: " + r.Filtered
+		}
 		t.add(r.Prefix, r.NextHop, peer, best, age(r.Since, now), prog)
 	}
 	t.write(out)

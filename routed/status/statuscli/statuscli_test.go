@@ -132,6 +132,8 @@ func TestShowRoute(t *testing.T) {
 		{Prefix: "10.65.1.0/26", NextHop: "10.0.0.1", Local: true, Best: true, Since: now.Add(-90 * time.Second)},
 		{Prefix: "10.65.2.0/26", NextHop: "10.0.0.2", Peer: "10.0.0.2", Best: true, Since: now.Add(-3 * time.Hour), Programmed: &yes},
 		{Prefix: "10.65.3.0/26", NextHop: "10.0.0.3", Peer: "10.0.0.3", Best: true, Since: now, Programmed: &no},
+		{Prefix: "0.0.0.0/0", NextHop: "10.0.0.9", Peer: "10.0.0.9", Best: true, Since: now, Programmed: &no,
+			Filtered: "cluster-peer-outside-pools: outside every IP pool, from node rogue"},
 	}})
 	out, err := run("show", "route", "--status-socket", sock)
 	if err != nil {
@@ -141,6 +143,7 @@ func TestShowRoute(t *testing.T) {
 		"10.65.1.0/26  10.0.0.1  local     *     1m30s  -",
 		"10.65.2.0/26  10.0.0.2  10.0.0.2  *     3h00m  yes",
 		"10.65.3.0/26  10.0.0.3  10.0.0.3  *     0s     no",
+		"0.0.0.0/0     10.0.0.9  10.0.0.9  *     0s     filtered: cluster-peer-outside-pools: outside every IP pool, from node rogue",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)

@@ -1,0 +1,99 @@
+package felix
+
+import (
+	"net/netip"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestImportGuard plans the routes a rogue mesh node, honest nodes and a
+// ToR announce, and checks which reach the plan and why the rest do not.
+func TestImportGuard(t *testing.T) {
+	cfg := &Config{NodeName: "a"}
+	s := newState()
+	s.setResource("a", testPool("pods", "10.65.0.0/16", "Never", false, ""))
+	s.setResource("a", testNode("a", "10.0.0.1/24", "", nil))
+	s.setResource("a", testNode("b", "10.0.0.2/24", "", nil))
+	s.setResource("a", testNode("rogue", "10.0.0.66/24", "", nil))
+	s.affinities[affKey{"a", pfx("10.65.1.0/26")}] = BlockAffinity{"a", pfx("10.65.1.0/26"), AffinityConfirmed}
+	s.affinities[affKey{"b", pfx("10.65.2.0/26")}] = BlockAffinity{"b", pfx("10.65.2.0/26"), AffinityConfirmed}
+	// b borrowed 10.65.1.60 from a's block and 10.65.3.7 from a block
+	// this node has not heard of yet.
+	s.borrowed[pfx("10.65.1.0/26")] = map[netip.Addr]string{addr("10.65.1.60"): "b"}
+	s.borrowed[pfx("10.65.3.0/26")] = map[netip.Addr]string{addr("10.65.3.7"): "b"}
+
+	rogue := learnedRoute{addr("10.0.0.66"), addr("10.0.0.66")}
+	fromB := learnedRoute{addr("10.0.0.2"), addr("10.0.0.2")}
+	tor := learnedRoute{addr("10.0.0.254"), addr("10.0.0.254")}
+	cases := []struct {
+		dst    string
+		from   learnedRoute
+		reason string // "" = accepted
+	}{
+		{"0.0.0.0/0", rogue, FilterClusterOutside},
+		{"10.96.0.0/12", rogue, FilterClusterOutside}, // the service range
+		{"10.65.2.9/32", rogue, FilterNotInIPAM},      // a pod in b's block
+		{"10.65.1.32/27", rogue, FilterOwnBlock},      // beats a's blackhole
+		{"10.65.1.0/26", rogue, FilterOwnBlock},
+		{"10.65.1.5/32", fromB, FilterOwnBlock}, // not lent to b
+		{"10.65.2.0/26", rogue, FilterWrongNextHop},
+		{"10.65.3.7/32", rogue, FilterWrongNextHop},
+		{"10.65.9.0/26", fromB, FilterNotInIPAM},
+		{"10.65.0.0/16", fromB, FilterNotInIPAM},
+		{"10.65.2.0/26", fromB, ""},
+		{"10.65.1.60/32", fromB, ""}, // lent to b from a's own block
+		{"10.65.3.7/32", fromB, ""},
+		{"0.0.0.0/0", tor, ""},    // a ToR's default route
+		{"10.65.2.0/26", tor, ""}, // a ToR re-announcing b's block
+		{"10.65.1.32/27", tor, FilterOwnBlock},
+		{"10.65.9.0/26", tor, FilterNotInIPAM},
+	}
+	for _, c := range cases {
+		s.learned = map[netip.Prefix]learnedRoute{pfx(c.dst): c.from}
+		p := computePlan(cfg, s)
+		rej := p.rejected[pfx(c.dst)]
+		_, planned := p.routes[pfx(c.dst)]
+		switch {
+		case c.reason == "" && (rej != nil || !planned):
+			t.Errorf("%s from %s: refused (%v), want it planned", c.dst, c.from.peer, rej)
+		case c.reason != "" && (rej == nil || rej.kind != c.reason):
+			t.Errorf("%s from %s: rejection %v, want %s", c.dst, c.from.peer, rej, c.reason)
+		case c.reason != "" && planned && p.routes[pfx(c.dst)].Gw == c.from.nextHop:
+			// (IPAM's own route for the prefix may stay planned.)
+			t.Errorf("%s from %s: refused but still planned via it: %v", c.dst, c.from.peer, p.routes[pfx(c.dst)])
+		}
+	}
+}
+
+// TestFilterStatePublishes checks what Filtered and the metric report.
+func TestFilterStatePublishes(t *testing.T) {
+	fs := newFilterState()
+	fs.set(map[netip.Prefix]*rejection{
+		pfx("0.0.0.0/0"):     {FilterClusterOutside, "outside every IP pool, from node rogue"},
+		pfx("10.65.1.32/27"): {FilterOwnBlock, "inside 10.65.1.0/26"},
+	})
+	f := &Felix{filters: fs}
+	if got := f.Filtered(pfx("0.0.0.0/0")); got != FilterClusterOutside+": outside every IP pool, from node rogue" {
+		t.Errorf("Filtered(0/0) = %q", got)
+	}
+	if got := f.Filtered(pfx("10.65.2.0/26")); got != "" {
+		t.Errorf("Filtered(unfiltered) = %q", got)
+	}
+	if got := gauge(t, fs, FilterOwnBlock); got != 1 {
+		t.Errorf("gauge own-block = %v, want 1", got)
+	}
+	fs.set(nil)
+	if got := gauge(t, fs, FilterOwnBlock); got != 0 {
+		t.Errorf("gauge own-block after clearing = %v, want 0", got)
+	}
+}
+
+func gauge(t *testing.T, fs *filterState, reason string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := fs.gauge.WithLabelValues(reason).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
