@@ -11,7 +11,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build deps test test-unit bench demo soak lint image clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image clean $(BINARIES)
 
 all: build
 
@@ -57,6 +57,14 @@ bench: deps build
 demo: build
 	./tests/ensure-deps.sh demo
 	$(GO) run ./tests/demo -bin $(BIN)
+
+# scale starts SCALE_NODES real routed nodes (own namespace and kernel
+# routes each), 3 route reflectors and one etcd, creates pods in bursts
+# and prints per-node cost and claim->FIB latency (docs/benchmarks.md).
+SCALE_NODES ?= 100
+scale: build
+	@[ "$$(id -u)" = 0 ] || { echo "make scale needs root (network namespaces)"; exit 1; }
+	$(GO) run ./tests/scale -bin $(BIN) -nodes $(SCALE_NODES)
 
 soak: deps build
 	$(GO) run ./tests/soak -bin $(BIN)

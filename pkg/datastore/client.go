@@ -11,12 +11,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -51,12 +53,19 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: etcd TLS files: %v", ErrConfig, err)
 		}
 	}
-	ec, err := clientv3.New(clientv3.Config{
+	ecfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if cfg.Dialer != nil {
+		dial := cfg.Dialer
+		ecfg.DialOptions = append(ecfg.DialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		}))
+	}
+	ec, err := clientv3.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}

@@ -1,6 +1,8 @@
 package datastore
 
 import (
+	"context"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +20,9 @@ type Config struct {
 	// so nothing hangs when etcd is down.
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// Dialer, when set, opens the TCP connections to etcd (tests and
+	// harnesses reaching an etcd inside another network namespace).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Defaults for Config.

@@ -62,8 +62,11 @@ func Cleanup(ctx context.Context, prefix, dir string) {
 	}
 }
 
-func (l *Lab) recordPID(p *proc) {
-	f, err := os.OpenFile(filepath.Join(l.Dir, "pids"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func (l *Lab) recordPID(p *proc) { recordPID(l.Dir, p) }
+
+// recordPID appends p's PID to dir's pid file, which Cleanup reads.
+func recordPID(dir string, p *proc) {
+	f, err := os.OpenFile(filepath.Join(dir, "pids"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err == nil {
 		fmt.Fprintln(f, p.cmd.Process.Pid)
 		f.Close()
@@ -187,19 +190,7 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 
 // waitFor polls f until it succeeds or timeout passes.
 func (l *Lab) waitFor(ctx context.Context, timeout time.Duration, what string, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("waited %s for %s: %w", timeout, what, err)
+	return waitUntil(ctx, timeout, what, f)
 }
 
 // Ctl runs routedctl against the lab's etcd from inside the router

@@ -1,0 +1,317 @@
+// Command scale starts N real routed nodes (each in its own network
+// namespace with its own kernel routes), 3 route reflectors and one etcd
+// on this machine, creates pods in bursts, and prints what a node costs
+// and how fast block routes reach every kernel. `make scale` runs it.
+//
+// A pod here is what the CNI plugin writes to the datastore: an IPAM
+// allocation for the node (the first of a block claims it) and its
+// WorkloadEndpoint. No veth is made: the figures are about the datastore
+// and the routes, and the harness would otherwise need 100 x 8 netns.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/tests/lab"
+)
+
+var pool = netip.MustParsePrefix("10.240.0.0/14")
+
+const podsPerBurst = 8 // per node: one /29 block
+
+func main() {
+	nodes := flag.Int("nodes", 100, "routed nodes (felix + speaker)")
+	rrs := flag.Int("rrs", 3, "dedicated route reflectors")
+	bursts := flag.Int("bursts", 0, "pod bursts (0: enough for 200 block-claim samples, at least 2)")
+	idle := flag.Duration("idle", time.Minute, "idle measurement window")
+	bin := flag.String("bin", "bin", "directory with routed and routedctl")
+	dir := flag.String("dir", "", "work directory (default: a temporary one)")
+	flag.Parse()
+	logrus.SetLevel(logrus.WarnLevel) // the IPAM client logs every block claim
+	if *bursts == 0 {
+		*bursts = max(2, int(math.Ceil(200/float64(*nodes))))
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "routed-scale-")
+		if err != nil {
+			fatal(err)
+		}
+		*dir = d
+	}
+	abs, err := filepath.Abs(*bin)
+	if err != nil {
+		fatal(err)
+	}
+	s := lab.NewScale(lab.ScaleConfig{
+		Nodes: *nodes, RRs: *rrs, Prefix: "sc", Dir: *dir,
+		Bins: lab.Binaries{Routed: filepath.Join(abs, "routed"), Routedctl: filepath.Join(abs, "routedctl")},
+		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = run(ctx, s, *nodes, *bursts, *idle)
+	s.Down(context.Background())
+	if err != nil {
+		fmt.Printf("logs in %s\n", *dir)
+		fatal(err)
+	}
+	_ = os.RemoveAll(*dir)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "scale: FAIL:", err)
+	os.Exit(1)
+}
+
+func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration) error {
+	if err := s.Up(ctx); err != nil {
+		return err
+	}
+	// Idle: settle, then count etcd requests and CPU over the window.
+	fmt.Printf("scale: settling 20s, then measuring idle for %s\n", idle)
+	if !sleep(ctx, 20*time.Second) {
+		return ctx.Err()
+	}
+	all := append(append([]string(nil), s.RRs...), s.Nodes...)
+	e0, err := s.Etcd(ctx)
+	if err != nil {
+		return err
+	}
+	cpu0 := map[string]int64{}
+	for _, name := range all {
+		st, err := s.Stat(name)
+		if err != nil {
+			return err
+		}
+		cpu0[name] = st.CPUTicks
+	}
+	t0 := time.Now()
+	if !sleep(ctx, idle) {
+		return ctx.Err()
+	}
+	e1, err := s.Etcd(ctx)
+	if err != nil {
+		return err
+	}
+	window := time.Since(t0)
+	var rss, cpu []float64
+	for _, name := range s.Nodes {
+		st, err := s.Stat(name)
+		if err != nil {
+			return err
+		}
+		rss = append(rss, float64(st.RSSKiB)/1024)
+		cpu = append(cpu, float64(st.CPUTicks-cpu0[name])/100/window.Minutes())
+	}
+	var rrRSS []float64
+	for _, name := range s.RRs {
+		st, err := s.Stat(name)
+		if err != nil {
+			return err
+		}
+		rrRSS = append(rrRSS, float64(st.RSSKiB)/1024)
+	}
+	procs := float64(len(all))
+	idleReq := (e1.Unary - e0.Unary) / window.Seconds() / procs
+	// The harness holds one watcher of its own (none yet).
+	watchers := e1.Watchers / procs
+	fmt.Printf("idle: etcd unary requests %.4f/s per routed (%.0f in %s: %s), watchers per routed %.1f\n",
+		idleReq, e1.Unary-e0.Unary, window.Round(time.Second), e1.Delta(e0), watchers)
+	fmt.Printf("idle: RSS per node p50 %.1f MiB max %.1f MiB; route reflector RSS max %.1f MiB\n",
+		pct(rss, 50), pct(rss, 100), pct(rrRSS, 100))
+	fmt.Printf("idle: CPU per node %.2f s/min p50, %.2f s/min max\n", pct(cpu, 50), pct(cpu, 100))
+
+	// Bursts: every node starts podsPerBurst pods; the first claims a
+	// block, whose route must reach every node's kernel.
+	fib, err := s.WatchFIBs(pool)
+	if err != nil {
+		return err
+	}
+	defer fib.Stop()
+	claims := &claimLog{at: map[netip.Prefix]time.Time{}}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() { _ = ipam.WatchAffinities(wctx, s.DS, claims) }()
+	ic := ipam.New(s.DS)
+	var lat []float64
+	var missing int
+	churnStart, err := s.Etcd(ctx)
+	if err != nil {
+		return err
+	}
+	ct0 := time.Now()
+	for b := 0; b < bursts; b++ {
+		bt := time.Now()
+		blocks, err := burst(ctx, s, ic, b)
+		if err != nil {
+			return err
+		}
+		// Wait for every block on every node, 60 s at most.
+		deadline := time.Now().Add(60 * time.Second)
+		pending := blocks
+		for len(pending) > 0 && time.Now().Before(deadline) {
+			var rest []netip.Prefix
+			for _, blk := range pending {
+				last, ok := fib.AllSeen(blk, n)
+				claimed, cok := claims.get(blk)
+				if !ok || !cok {
+					rest = append(rest, blk)
+					continue
+				}
+				lat = append(lat, float64(max(0, last.Sub(claimed)))/float64(time.Millisecond))
+			}
+			pending = rest
+			if len(pending) > 0 && !sleep(ctx, 50*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+		missing += len(pending)
+		fmt.Printf("burst %d: %d pods on %d nodes, %d blocks, all in every kernel after %s (%d missing)\n",
+			b+1, n*podsPerBurst, n, len(blocks), time.Since(bt).Round(time.Millisecond), len(pending))
+	}
+	churnEnd, err := s.Etcd(ctx)
+	if err != nil {
+		return err
+	}
+	churnReq := (churnEnd.Unary - churnStart.Unary) / time.Since(ct0).Seconds() / procs
+	if err := fib.Err(); err != nil {
+		return err
+	}
+	fmt.Printf("claim->all FIBs: %d samples, p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d blocks never reached every kernel\n",
+		len(lat), pct(lat, 50), pct(lat, 99), pct(lat, 100), missing)
+	fmt.Printf("churn: etcd unary requests %.2f/s per routed (harness's own writes included)\n", churnReq)
+
+	// A route reflector restarts: time until it has every session and
+	// every block again; no node may lose a route meanwhile (GR, and the
+	// other reflectors).
+	lost0 := fib.Lost()
+	rr := s.RRs[0]
+	rt := time.Now()
+	s.StopNode(rr)
+	if err := s.StartNode(rr); err != nil {
+		return err
+	}
+	if err := s.WaitReady(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	reconverge := time.Since(rt)
+	fmt.Printf("route reflector %s restart: all %d sessions back in %s; pool routes lost from node kernels meanwhile: %d\n",
+		rr, n, reconverge.Round(time.Millisecond), fib.Lost()-lost0)
+	if len(lat) < 200 {
+		fmt.Printf("note: %d samples; p99 needs at least 200 (raise -bursts)\n", len(lat))
+	}
+	fmt.Printf("scale: %d nodes, claim->all FIBs p99 %.0f ms, idle etcd req/s/node %.4f, RSS p50 %.1f MiB\n",
+		n, pct(lat, 99), idleReq, pct(rss, 50))
+	if missing > 0 {
+		return fmt.Errorf("%d blocks never reached every kernel", missing)
+	}
+	return nil
+}
+
+// burst starts podsPerBurst pods on every node, 16 nodes at a time, and
+// returns the blocks they claimed.
+func burst(ctx context.Context, s *lab.Scale, ic *ipam.Client, b int) ([]netip.Prefix, error) {
+	var mu sync.Mutex
+	var blocks []netip.Prefix
+	var firstErr error
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, node := range s.Nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for i := 0; i < podsPerBurst; i++ {
+				pod := fmt.Sprintf("b%d-p%d", b, i)
+				handle := "scale." + node + "." + pod
+				ips, err := ic.AutoAssign(ctx, ipam.AssignArgs{Node: node, HandleID: handle,
+					Attrs: ipam.Attributes{Namespace: "default", Pod: pod}})
+				if err == nil && len(ips) == 1 {
+					_, err = s.DS.Create(ctx, &api.WorkloadEndpoint{
+						TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+						Metadata: api.ObjectMeta{Name: node + "-k8s-" + pod + "-eth0"},
+						Spec: api.WorkloadEndpointSpec{Node: node, Orchestrator: "k8s", Namespace: "default", Pod: pod,
+							ContainerID: handle, Endpoint: "eth0", InterfaceName: "cali" + fmt.Sprintf("%011x", i+b*podsPerBurst),
+							IPNetworks: []string{netip.PrefixFrom(ips[0], 32).String()}, Handle: handle},
+					})
+				}
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("pod %s on %s: %w", pod, node, err)
+				}
+				if err == nil && i == 0 {
+					blocks = append(blocks, netip.PrefixFrom(ips[0], 29).Masked())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return blocks, firstErr
+}
+
+// claimLog keeps when each block's affinity was first seen confirmed.
+type claimLog struct {
+	mu sync.Mutex
+	at map[netip.Prefix]time.Time
+}
+
+func (c *claimLog) OnAffinitySnapshot(all []ipam.Affinity) {
+	for _, a := range all {
+		c.OnAffinityUpdate(a, false)
+	}
+}
+
+func (c *claimLog) OnAffinityUpdate(a ipam.Affinity, deleted bool) {
+	if deleted || a.State != "confirmed" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.at[a.CIDR]; !ok {
+		c.at[a.CIDR] = time.Now()
+	}
+}
+
+func (c *claimLog) get(p netip.Prefix) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.at[p]
+	return t, ok
+}
+
+// pct is the nearest-rank percentile (100: the maximum).
+func pct(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
