@@ -99,9 +99,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
-		bcfg.BorrowedIPs = func(ctx context.Context) ([]netip.Addr, error) {
-			return ic.BorrowedIPs(ctx, cfg.NodeName)
-		}
 		reg.MustRegister(ipam.NewCollector(ic, 5*time.Second))
 	}
 	speaker, err := bgp.New(bcfg)
@@ -129,7 +126,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if fx != nil {
 		aff.handlers = append(aff.handlers, fx)
 		goRun("felix", fx.Run)
-		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, fx) })
+		borrowed := &borrowFanout{node: cfg.NodeName, felix: fx, speaker: speaker}
+		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, borrowed) })
 		goRun("felix datastore sync", func(ctx context.Context) error {
 			return ds.Sync(ctx, []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, fx)
 		})
