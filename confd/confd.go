@@ -36,6 +36,11 @@ type Confd struct {
 	secretsDir string
 	resync     time.Duration
 	log        *logrus.Entry
+	// external: the datastore feed comes through Handler (a shared
+	// datastore.Fanout) instead of a Sync of confd's own.
+	external bool
+	ch       chan func(*cache)
+	done     chan struct{}
 }
 
 // Option changes a Confd setting.
@@ -49,22 +54,36 @@ func WithSecretsDir(dir string) Option { return func(c *Confd) { c.secretsDir = 
 // datastore change (default 30 s), so rotated secrets are picked up.
 func WithResyncInterval(d time.Duration) Option { return func(c *Confd) { c.resync = d } }
 
+// WithExternalSync makes Run wait for the datastore feed on Handler
+// instead of running a Sync of its own: a daemon feeds confd and felix
+// from one datastore.Fanout.
+func WithExternalSync() Option { return func(c *Confd) { c.external = true } }
+
 // New returns a Confd for nodeName.
 func New(ds *datastore.Client, sp Speaker, nodeName string, opts ...Option) *Confd {
 	c := &Confd{ds: ds, sp: sp, node: nodeName, secretsDir: DefaultSecretsDir, resync: 30 * time.Second,
-		log: logrus.WithFields(logrus.Fields{"component": "confd", "node": nodeName})}
+		log: logrus.WithFields(logrus.Fields{"component": "confd", "node": nodeName}),
+		ch:  make(chan func(*cache), 64), done: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
 }
 
-var kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer}
+// Kinds are the resource kinds confd reads.
+var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer}
 
-// Run configures the speaker until ctx ends.
+// Handler is confd's datastore feed (for WithExternalSync); its calls
+// block until Run takes them, and return at once after Run ended.
+func (c *Confd) Handler() datastore.Handler { return &handler{ch: c.ch, done: c.done} }
+
+// Run configures the speaker until ctx ends. Run once.
 func (c *Confd) Run(ctx context.Context) error {
-	ch := make(chan func(*cache), 64)
-	go func() { _ = c.ds.Sync(ctx, kinds, &handler{ch: ch, ctx: ctx}) }()
+	defer close(c.done)
+	ch := c.ch
+	if !c.external {
+		go func() { _ = c.ds.Sync(ctx, Kinds, c.Handler()) }()
+	}
 
 	st := &state{cache: newCache()}
 	tick := time.NewTicker(c.resync)
@@ -196,14 +215,14 @@ func (c *cache) input(node string) Input {
 // handler forwards datastore callbacks to Run's goroutine as closures
 // over the cache it owns.
 type handler struct {
-	ch  chan<- func(*cache)
-	ctx context.Context
+	ch   chan<- func(*cache)
+	done <-chan struct{}
 }
 
 func (h *handler) send(f func(*cache)) {
 	select {
 	case h.ch <- f:
-	case <-h.ctx.Done():
+	case <-h.done:
 	}
 }
 

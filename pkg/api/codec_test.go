@@ -183,7 +183,7 @@ spec: {peerIP: 10.0.0.1, asNumber: 65001}
 ---
 apiVersion: routed.io/v1
 kind: WorkloadEndpoint
-metadata: {name: w}
+metadata: {name: n1-k8s-default-w-eth0}
 spec: {node: n1, containerID: c1, interfaceName: cali1, ipNetworks: [10.244.0.5/32]}
 `)
 	pool := d.Resources[0].(*api.IPPool)
@@ -524,7 +524,7 @@ func sampleResources() []api.Resource {
 			Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: "10.0.0.5/24", ASNumber: 65546, RouteReflectorClusterID: "224.0.0.1"}}},
 		&api.BGPPeer{Metadata: api.ObjectMeta{Name: "rr"},
 			Spec: api.BGPPeerSpec{NodeSelector: "!has(rr)", PeerSelector: "has(rr)", Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "s", Key: "k"}}}},
-		&api.WorkloadEndpoint{Metadata: api.ObjectMeta{Name: "w1", Labels: map[string]string{"app": "web"}},
+		&api.WorkloadEndpoint{Metadata: api.ObjectMeta{Name: "node1-k8s-default-w1-eth0", Labels: map[string]string{"app": "web"}},
 			Spec: api.WorkloadEndpointSpec{Node: "node1", Namespace: "default", Pod: "web", ContainerID: "c", InterfaceName: "cali1", ContainerInterface: "eth0", IPNetworks: []string{"10.244.0.5/32"}, MAC: "ee:ee:ee:ee:ee:ee", Handle: "h"}},
 		&api.IPAMConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.IPAMConfigurationSpec{StrictAffinity: true, MaxBlocksPerHost: 3, AutoAllocateBlocks: &off}},
 	}

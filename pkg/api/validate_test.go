@@ -546,6 +546,12 @@ func TestWorkloadEndpointValidate(t *testing.T) {
 		{name: "address without prefix", mutate: func(w *api.WorkloadEndpoint) { w.Spec.IPNetworks = []string{"10.244.1.5/32", "10.244.1.6"} }, fields: []string{"spec.ipNetworks[1]"}},
 		{name: "bad label", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Labels = map[string]string{"app": "no spaces"} }, fields: []string{"metadata.labels.app"}},
 		{name: "missing name", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "" }, fields: []string{"metadata.name"}},
+		{name: "named for another node", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "node2-k8s-default-web--0-eth0" }, fields: []string{"metadata.name"}},
+		{name: "named for a node with a longer name", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "node1--b-k8s-default-web--0-eth0" }, fields: []string{"metadata.name"}},
+		{name: "named freely", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "web" }, fields: []string{"metadata.name"}},
+		{name: "node with dashes", mutate: func(w *api.WorkloadEndpoint) {
+			w.Spec.Node, w.Metadata.Name = "node-1", "node--1-k8s-default-web--0-eth0"
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

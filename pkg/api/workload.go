@@ -57,6 +57,14 @@ func WorkloadEndpointName(node, orchestrator, namespace, pod, containerID, iface
 	return strings.Join(parts, "-")
 }
 
+// WorkloadEndpointNamePrefix is how the names of node's endpoints start:
+// the node with '-' doubled, then a single '-'. The next character is
+// never '-' (that would be a longer node name), so the names of one
+// node's endpoints form a key range: nodes watch only their own.
+func WorkloadEndpointNamePrefix(node string) string {
+	return strings.ReplaceAll(node, "-", "--") + "-"
+}
+
 // Validate implements Resource.
 func (w *WorkloadEndpoint) Validate() error {
 	var v errs
@@ -65,6 +73,8 @@ func (w *WorkloadEndpoint) Validate() error {
 	validateLabels(&v, "metadata.labels", w.Metadata.Labels)
 	if s.Node == "" {
 		v.add("spec.node", nil, "is required")
+	} else if p := WorkloadEndpointNamePrefix(s.Node); !strings.HasPrefix(w.Metadata.Name, p) || strings.HasPrefix(w.Metadata.Name, p+"-") {
+		v.add("metadata.name", w.Metadata.Name, "must start with %q for node %q: endpoint names are <node>-<orchestrator>-<namespace>-<pod>-<interface> with '-' doubled inside each part, as Calico's, and each node watches only its own", p, s.Node)
 	}
 	if s.ContainerID == "" {
 		v.add("spec.containerID", nil, "is required")

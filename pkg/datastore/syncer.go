@@ -41,14 +41,44 @@ type Handler interface {
 	OnEvent(e Event)
 }
 
+// SyncOption narrows what Sync streams.
+type SyncOption func(*syncScope)
+
+type syncScope struct{ endpointsOf string }
+
+// EndpointsOf limits WorkloadEndpoints to node's own: their names form
+// one key range (api.WorkloadEndpointNamePrefix), so the node's watch
+// carries no other node's pods.
+func EndpointsOf(node string) SyncOption { return func(s *syncScope) { s.endpointsOf = node } }
+
 // Sync streams the given kinds to h until ctx ends, resyncing by itself
-// after compaction or a broken watch. It returns ctx's error.
-func (c *Client) Sync(ctx context.Context, kinds []api.Kind, h Handler) error {
+// after compaction or a broken watch. Each kind is listed (paged) and
+// watched on its own key range, so IPAM writes and other kinds' changes
+// never reach h's watch. It returns ctx's error.
+func (c *Client) Sync(ctx context.Context, kinds []api.Kind, h Handler, opts ...SyncOption) error {
+	var scope syncScope
+	for _, o := range opts {
+		o(&scope)
+	}
 	want := make(map[string]api.Kind, len(kinds))
+	ranges := make([]KeyRange, 0, len(kinds))
 	for _, k := range kinds {
 		want[k.Plural()] = k
+		ranges = append(ranges, kindRange(k, scope))
 	}
-	return c.WatchPrefix(ctx, KeyPrefix, &typedHandler{want: want, h: h})
+	return c.WatchRanges(ctx, ranges, &typedHandler{want: want, h: h})
+}
+
+// kindRange is the key range holding kind's resources within scope.
+func kindRange(k api.Kind, scope syncScope) KeyRange {
+	base := KeyPrefix + k.Plural() + "/"
+	if k != api.KindWorkloadEndpoint || scope.endpointsOf == "" {
+		return KeyRange{Key: base}
+	}
+	// "<node>-" followed by anything but '-' (that is a longer node's
+	// name): every other valid name character sorts at or after '.'.
+	p := base + api.WorkloadEndpointNamePrefix(scope.endpointsOf)
+	return KeyRange{Key: p + ".", End: clientv3.GetPrefixRangeEnd(p)}
 }
 
 type typedHandler struct {

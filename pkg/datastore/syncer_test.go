@@ -289,7 +289,7 @@ func TestWatchOnceReportsCompaction(t *testing.T) {
 	}
 	h := newBlockingRawHandler()
 	done := make(chan error, 1)
-	go func() { done <- c.watchOnce(ctx, prefix, h) }()
+	go func() { done <- c.watchOnce(ctx, []KeyRange{{Key: prefix}}, h) }()
 	<-h.first
 	moveOnAndCompact(t, c, prefix)
 	close(h.release)

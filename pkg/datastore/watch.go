@@ -25,21 +25,44 @@ const (
 	resyncMaxBackoff = 5 * time.Second
 )
 
+// KeyRange is a span of keys: [Key, End), or every key starting with Key
+// when End is empty.
+type KeyRange struct{ Key, End string }
+
+func (r KeyRange) end() string {
+	if r.End == "" {
+		return clientv3.GetPrefixRangeEnd(r.Key)
+	}
+	return r.End
+}
+
+// listPage bounds each list request, so a large cluster's state is read
+// in pieces etcd can serve without one huge response.
+const listPage = 500
+
 // WatchPrefix lists prefix and watches it from that revision until ctx
 // ends, resyncing by itself whenever the watch cannot continue. It
 // returns only ctx's error.
 func (c *Client) WatchPrefix(ctx context.Context, prefix string, h RawHandler) error {
+	return c.WatchRanges(ctx, []KeyRange{{Key: prefix}}, h)
+}
+
+// WatchRanges is WatchPrefix over several key ranges: one snapshot of all
+// of them at one revision, then one watch per range. Events of one range
+// arrive in revision order; events of different ranges may interleave
+// out of order.
+func (c *Client) WatchRanges(ctx context.Context, ranges []KeyRange, h RawHandler) error {
 	backoff := resyncMinBackoff
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := c.watchOnce(ctx, prefix, h)
+		err := c.watchOnce(ctx, ranges, h)
 		if ctx.Err() != nil {
 			break
 		}
 		if time.Since(start) > 10*time.Second {
 			backoff = resyncMinBackoff // it ran a while: not a tight failure loop
 		}
-		log.WithError(err).WithField("prefix", prefix).Info("resyncing watch")
+		log.WithError(err).WithField("range", ranges[0].Key).Info("resyncing watch")
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -49,8 +72,39 @@ func (c *Client) WatchPrefix(ctx context.Context, prefix string, h RawHandler) e
 	return ctx.Err()
 }
 
-// watchOnce does one snapshot and follows the watch until it breaks.
-func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) error {
+// list reads every key of ranges at one revision, listPage keys per
+// request, and returns them with that revision.
+func (c *Client) list(ctx context.Context, ranges []KeyRange) ([]*mvccpb.KeyValue, int64, error) {
+	var kvs []*mvccpb.KeyValue
+	var rev int64
+	for _, r := range ranges {
+		key, end := r.Key, r.end()
+		for {
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			lctx, cancel := c.Ctx(ctx)
+			resp, err := c.etcd.Get(lctx, key, opts...)
+			cancel()
+			if err != nil {
+				return nil, 0, c.wrap(err)
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			kvs = append(kvs, resp.Kvs...)
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	return kvs, rev, nil
+}
+
+// watchOnce does one snapshot and follows the watches until one breaks.
+func (c *Client) watchOnce(ctx context.Context, ranges []KeyRange, h RawHandler) error {
 	// RequireLeader makes a member cut off from the cluster end the
 	// watch instead of going silent.
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -63,24 +117,52 @@ func (c *Client) watchOnce(ctx context.Context, prefix string, h RawHandler) err
 	lost := make(chan struct{})
 	go watchConnection(wctx, c.etcd.ActiveConnection(), func() { close(lost); wcancel() })
 
-	lctx, cancel := c.Ctx(ctx)
-	resp, err := c.etcd.Get(lctx, prefix, clientv3.WithPrefix())
-	cancel()
+	kvs, rev, err := c.list(ctx, ranges)
 	if err != nil {
-		return c.wrap(err)
+		return err
 	}
-	rev := resp.Header.Revision
-	h.OnRawSnapshot(resp.Kvs, rev)
+	h.OnRawSnapshot(kvs, rev)
 
-	wch := c.etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-	for wr := range wch {
-		if wr.CompactRevision != 0 {
+	// The watches share wctx, so clientv3 multiplexes them on one gRPC
+	// stream. Each range's responses keep their order through the merge.
+	type item struct {
+		wr  clientv3.WatchResponse
+		end bool
+	}
+	merged := make(chan item)
+	for _, r := range ranges {
+		wch := c.etcd.Watch(wctx, r.Key, clientv3.WithRange(r.end()), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		go func() {
+			for wr := range wch {
+				select {
+				case merged <- item{wr: wr}:
+				case <-wctx.Done():
+					return
+				}
+			}
+			select {
+			case merged <- item{end: true}:
+			case <-wctx.Done():
+			}
+		}()
+	}
+	for {
+		var it item
+		select {
+		case it = <-merged:
+		case <-wctx.Done():
+			it.end = true
+		}
+		if it.end {
+			break
+		}
+		if it.wr.CompactRevision != 0 {
 			return errCompacted
 		}
-		if err := wr.Err(); err != nil {
+		if err := it.wr.Err(); err != nil {
 			return err
 		}
-		for _, ev := range wr.Events {
+		for _, ev := range it.wr.Events {
 			h.OnRawEvent(ev)
 		}
 	}

@@ -133,7 +133,7 @@ func TestRemoveOrphanEndpoints(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"alive", "gone"} {
-		apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: w-"+n+"}\nspec: {node: "+n+", containerID: c1, interfaceName: cali1, ipNetworks: [10.1.0.1/32]}\n")
+		apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: "+n+"-k8s-default-w-eth0}\nspec: {node: "+n+", containerID: c1, interfaceName: cali1, ipNetworks: [10.1.0.1/32]}\n")
 	}
 	if err := ds.Delete(ctx, api.KindNode, "gone", ""); err != nil {
 		t.Fatal(err)
@@ -146,10 +146,10 @@ func TestRemoveOrphanEndpoints(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("after grace: removed %d, %v", n, err)
 	}
-	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "w-alive"); err != nil {
+	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "alive-k8s-default-w-eth0"); err != nil {
 		t.Fatalf("live node's endpoint removed: %v", err)
 	}
-	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "w-gone"); !datastore.IsNotFound(err) {
+	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "gone-k8s-default-w-eth0"); !datastore.IsNotFound(err) {
 		t.Fatalf("orphan endpoint kept: %v", err)
 	}
 }

@@ -105,7 +105,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	cd := confd.New(ds, speaker, cfg.NodeName, confd.WithSecretsDir(cfg.SecretsDir))
+	cd := confd.New(ds, speaker, cfg.NodeName, confd.WithSecretsDir(cfg.SecretsDir), confd.WithExternalSync())
+	// One datastore sync for felix and confd: each kind is watched once,
+	// and this node's endpoints only.
+	feed := &datastore.Fanout{}
+	feed.Add(confd.Kinds, cd.Handler())
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -128,9 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		goRun("felix", fx.Run)
 		borrowed := &borrowFanout{node: cfg.NodeName, felix: fx, speaker: speaker}
 		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, borrowed) })
-		goRun("felix datastore sync", func(ctx context.Context) error {
-			return ds.Sync(ctx, []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, fx)
-		})
+		feed.Add(felix.SyncKinds, fx)
 		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName) })
 		if cfg.IPAMGCPeriod > 0 {
 			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg) })
@@ -139,6 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("affinity watch", func(ctx context.Context) error { return ipam.WatchAffinities(ctx, ds, aff) })
 	goRun("bgp", speaker.Run)
 	goRun("confd", cd.Run)
+	goRun("datastore sync", func(ctx context.Context) error { return feed.Run(ctx, ds, datastore.EndpointsOf(cfg.NodeName)) })
 	goRun("status socket", status.NewServer(cfg.StatusSocket, speaker).Run)
 	goRun("readiness", func(ctx context.Context) error { return readinessLoop(ctx, ds, speaker, fx, health) })
 	if cfg.HealthAddr != "" {
