@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -70,6 +71,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return &Client{cfg: cfg, tls: tlsCfg, etcd: ec}, nil
+}
+
+// Connected reports whether the client's connection to etcd is up,
+// without a request.
+func (c *Client) Connected() bool {
+	return c.etcd.ActiveConnection().GetState() == connectivity.Ready
 }
 
 // Close releases the connection.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/routed-net/routed/confd"
 	"github.com/routed-net/routed/felix"
-	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/pkg/ipam"
@@ -133,7 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 		borrowed := &borrowFanout{node: cfg.NodeName, felix: fx, speaker: speaker}
 		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, borrowed) })
 		feed.Add(felix.SyncKinds, fx)
-		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName) })
+		tk := newTunnelKick(cfg.NodeName)
+		feed.Add(tunnelKinds, tk)
+		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName, tk.ch) })
 		if cfg.IPAMGCPeriod > 0 {
 			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg) })
 		}
@@ -204,19 +205,31 @@ func retry(ctx context.Context, what string, f func() error) error {
 	}
 }
 
-// tunnelLoop keeps the node's tunnel address in line with the pools.
-func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node string) error {
+// tunnelLoop keeps the node's tunnel address in line with the pools: it
+// runs when kicked (a pool or this Node changed), retries failures with
+// backoff, and otherwise re-checks only every tunnelRecheck.
+func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node string, kick <-chan struct{}) error {
+	backoff := time.Second
 	for {
+		wait := tunnelRecheck
 		if err := EnsureTunnelAddress(ctx, ds, ic, node); err != nil && ctx.Err() == nil {
 			log.WithError(err).Warn("tunnel address not settled; will retry")
+			wait, backoff = backoff, min(backoff*2, 30*time.Second)
+		} else {
+			backoff = time.Second
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(30 * time.Second):
+		case <-kick:
+		case <-time.After(wait):
 		}
 	}
 }
+
+// tunnelRecheck bounds how long a tunnel address missed through a lost
+// event could stay wrong.
+const tunnelRecheck = 10 * time.Minute
 
 // gcLoop releases this node's empty blocks every period, and, on the one
 // node elected for it, removes endpoints of deleted nodes and frees leaked
@@ -271,7 +284,12 @@ func readinessLoop(ctx context.Context, ds *datastore.Client, sp *bgp.Speaker, f
 		h.Report("felix", true, true, "not running in this role")
 	}
 	for {
-		_, _, err := ds.List(ctx, api.KindBGPConfiguration)
+		// The connection's state, not a request: an idle node must not
+		// load etcd (make scale counts this).
+		var err error
+		if !ds.Connected() {
+			err = errors.New("not connected to etcd")
+		}
 		h.Report("datastore", true, err == nil, errText(err))
 		peers, err := sp.Peers(ctx)
 		var down []string
