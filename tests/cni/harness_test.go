@@ -32,6 +32,7 @@ import (
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/tests/testbin"
 
@@ -77,11 +78,15 @@ type node struct {
 	ipamDir string // host-local dataDir
 }
 
-func newNode(t testing.TB) *node {
+func newNode(t testing.TB) *node { return newNodeWith(t, etcdtest.Start) }
+
+// newNodeWith is newNode with its etcd started by startEtcd
+// (etcdtest.StartDurable for benchmarks).
+func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server) *node {
 	t.Helper()
 	requireRoot(t)
 	n := &node{t: t, name: "node-" + strings.ToLower(randHex(3))}
-	srv := etcdtest.Start(t)
+	srv := startEtcd(t)
 	n.etcd = srv.Endpoints
 	hostNS := newNetNS(t)
 	n.hostNS = hostNS

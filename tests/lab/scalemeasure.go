@@ -66,9 +66,15 @@ type EtcdCounters struct {
 
 // Etcd reads etcd's Prometheus metrics.
 func (s *Scale) Etcd(ctx context.Context) (EtcdCounters, error) {
-	var c EtcdCounters
 	client := &http.Client{Transport: &http.Transport{DialContext: s.Dial}, Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.EtcdMetricsURL(), nil)
+	return ReadEtcdCounters(ctx, client, s.EtcdMetricsURL())
+}
+
+// ReadEtcdCounters reads the request and watcher counters from an etcd's
+// /metrics (embedded etcd serves it on its client URL).
+func ReadEtcdCounters(ctx context.Context, client *http.Client, url string) (EtcdCounters, error) {
+	var c EtcdCounters
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return c, err
 	}

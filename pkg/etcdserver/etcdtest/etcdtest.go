@@ -10,14 +10,21 @@ import (
 )
 
 // Start runs an embedded etcd on free loopback ports with its data in a
-// fresh temp dir, and returns it; it is closed when the test ends.
-func Start(t testing.TB) *etcdserver.Server {
+// fresh temp dir, and returns it; it is closed when the test ends. It
+// does not fsync: tests need correctness, not durability.
+func Start(t testing.TB) *etcdserver.Server { return start(t, true) }
+
+// StartDurable is Start with fsync on, as production runs etcd: for
+// benchmarks, whose figures must include the disk.
+func StartDurable(t testing.TB) *etcdserver.Server { return start(t, false) }
+
+func start(t testing.TB, noFsync bool) *etcdserver.Server {
 	t.Helper()
 	s, err := etcdserver.Start(context.Background(), etcdserver.Config{
 		Dir:        t.TempDir(),
 		ClientAddr: "127.0.0.1:0",
 		PeerAddr:   "127.0.0.1:0",
-		NoFsync:    true,
+		NoFsync:    noFsync,
 		LogLevel:   "fatal", // shutdown is noisy at error level
 	})
 	if err != nil {
