@@ -111,11 +111,35 @@ func poolOverlap(p, other *IPPool) error {
 	}}}
 }
 
+// poolImmutable refuses a change of cidr or blockSize: the pool's blocks
+// were carved with them, and IPAM with new ones claims blocks overlapping
+// existing ones (two pods on two nodes with one address).
+func poolImmutable(p, old *IPPool) error {
+	var fields []FieldError
+	how := fmt.Sprintf("it cannot change once the pool exists (its blocks were carved with the old value). "+
+		"To migrate: create a new pool with the new value, set disabled: true on %q so new pods use the new pool, "+
+		"recreate the pods still in %q, then delete it", old.Metadata.Name, old.Metadata.Name)
+	if p.Prefix() != old.Prefix() {
+		fields = append(fields, FieldError{Field: "spec.cidr", Value: p.Spec.CIDR, Detail: fmt.Sprintf("was %s: %s", old.Spec.CIDR, how)})
+	}
+	if p.Spec.BlockSize != old.Spec.BlockSize {
+		fields = append(fields, FieldError{Field: "spec.blockSize", Value: p.Spec.BlockSize, Detail: fmt.Sprintf("was %d: %s", old.Spec.BlockSize, how)})
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return &ValidationError{Kind: KindIPPool, Name: p.Metadata.Name, Fields: fields}
+}
+
 // ValidatePoolAgainst reports an error if p overlaps any pool in existing
-// other than one with p's own name (which p replaces). Both must be valid.
+// other than one with p's own name (which p replaces), or changes that
+// pool's cidr or blockSize. Both must be valid.
 func ValidatePoolAgainst(p *IPPool, existing []*IPPool) error {
 	for _, o := range existing {
 		if o.Metadata.Name == p.Metadata.Name {
+			if err := poolImmutable(p, o); err != nil {
+				return err
+			}
 			continue
 		}
 		if p.Prefix().Overlaps(o.Prefix()) {

@@ -32,6 +32,16 @@ type Report struct {
 	EmptyHandles []string
 	// Inconsistencies are records that contradict each other; see Verify.
 	Inconsistencies []string
+	// Overlaps are blocks claiming the same addresses (a pool's
+	// blockSize changed under them, or a bug): duplicate pod IPs.
+	Overlaps []BlockOverlap
+	// OutsidePools are blocks no pool contains any more.
+	OutsidePools []BlockUsage
+	// SharedAddresses are addresses more than one endpoint names.
+	SharedAddresses []SharedAddress
+	// EndpointMismatches are endpoints whose address IPAM does not hold
+	// for them.
+	EndpointMismatches []EndpointMismatch
 
 	// What GC did.
 	Released          []netip.Addr
@@ -51,7 +61,8 @@ type Leak struct {
 
 // Problems counts what Check found.
 func (r *Report) Problems() int {
-	return len(r.Leaks) + len(r.DeadNodeBlocks) + len(r.DanglingAffinities) + len(r.EmptyHandles) + len(r.Inconsistencies)
+	return len(r.Leaks) + len(r.DeadNodeBlocks) + len(r.DanglingAffinities) + len(r.EmptyHandles) + len(r.Inconsistencies) +
+		len(r.Overlaps) + len(r.OutsidePools) + len(r.SharedAddresses) + len(r.EndpointMismatches)
 }
 
 // Check reports leaked allocations, blocks of deleted nodes, affinities
@@ -67,6 +78,7 @@ func (c *Client) Check(ctx context.Context, grace time.Duration) (*Report, error
 
 func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 	r := &Report{Revision: s.rev, Inconsistencies: s.inconsistencies()}
+	s.checkPlacement(r)
 	wepHandles, wepIPs := map[string]bool{}, map[netip.Addr]bool{}
 	for _, w := range s.weps {
 		if w.Spec.Handle != "" {

@@ -15,13 +15,22 @@ import (
 // The invariants: each block is internally consistent (see block); each
 // block has an affinity record for its node; each affinity has a block
 // affine to the same node, and is confirmed; handle records say exactly
-// what the blocks say each handle holds; no two blocks overlap.
+// what the blocks say each handle holds; no two blocks overlap; every
+// block is inside a pool.
 func (c *Client) Verify(ctx context.Context) ([]string, error) {
 	s, err := c.snapshot(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	out := s.inconsistencies()
+	var r Report
+	s.checkPlacement(&r) // without endpoints (not read here): overlaps and pools
+	for _, o := range r.Overlaps {
+		out = append(out, fmt.Sprintf("blocks %s and %s overlap", o.A.CIDR, o.B.CIDR))
+	}
+	for _, b := range r.OutsidePools {
+		out = append(out, fmt.Sprintf("block %s is outside every pool", b.CIDR))
+	}
 	for _, a := range s.sortedAffinities() {
 		switch {
 		case s.danglingAffinity(a):
@@ -44,16 +53,11 @@ func (c *Client) Verify(ctx context.Context) ([]string, error) {
 func (s *snapshot) inconsistencies() []string {
 	out := slices.Clone(s.unreadable)
 	keys := s.sortedBlocks()
-	for i, key := range keys {
+	for _, key := range keys {
 		b := s.blocks[key].b
 		out = append(out, verifyBlock(b)...)
 		if _, ok := s.affinityOf(b); !ok && b.owner() != "" {
 			out = append(out, fmt.Sprintf("block %s is affine to %s but has no affinity record", b.CIDR, b.owner()))
-		}
-		if i > 0 {
-			if prev := s.blocks[keys[i-1]].b; prev.prefix.Overlaps(b.prefix) {
-				out = append(out, fmt.Sprintf("blocks %s and %s overlap", prev.CIDR, b.CIDR))
-			}
 		}
 	}
 	derived := s.derivedHandles()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
 )
 
 // readFile reads -f FILE, or standard input for "-".
@@ -114,6 +115,7 @@ func pastTense(verb string) string {
 
 func newDeleteCmd(g *globals) *cobra.Command {
 	var file string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "delete (-f FILE | KIND NAME...)",
 		Short: "Delete resources named in a file or on the command line",
@@ -151,7 +153,14 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			}
 			defer c.Close()
 			for i, r := range refs {
-				if err := c.Delete(cmd.Context(), r.kind, r.name, ""); err != nil {
+				err := error(nil)
+				if r.kind == api.KindIPPool && !force {
+					err = poolInUse(cmd.Context(), c, r.name)
+				}
+				if err == nil {
+					err = c.Delete(cmd.Context(), r.kind, r.name, "")
+				}
+				if err != nil {
 					if i > 0 {
 						fmt.Fprintf(g.out, "Partial success: %d of %d resource(s) deleted before the error\n", i, len(refs))
 					}
@@ -163,5 +172,30 @@ func newDeleteCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "file naming the resources to delete (- for stdin)")
+	cmd.Flags().BoolVar(&force, "force", false, "delete IP pools even while addresses in them are allocated")
 	return cmd
+}
+
+// poolInUse refuses to delete a pool whose addresses pods still hold:
+// its blocks would stay behind, outside every pool.
+func poolInUse(ctx context.Context, c *datastore.Client, name string) error {
+	u, err := ipam.New(c).Usage(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range u.Pools {
+		if p.Name != name || p.InUse == 0 {
+			continue
+		}
+		blocks := 0
+		for _, b := range p.Blocks {
+			if b.InUse > 0 {
+				blocks++
+			}
+		}
+		return fmt.Errorf("IPPool %q still has %d address(es) allocated in %d block(s): its pods would keep addresses no pool holds. "+
+			"Set disabled: true on it, move or delete its pods (routedctl ipam show --show-blocks lists them), then delete it; "+
+			"or delete it anyway with --force", name, p.InUse, blocks)
+	}
+	return nil
 }

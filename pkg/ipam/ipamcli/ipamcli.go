@@ -183,18 +183,33 @@ func (r *runner) checkCmd() *cobra.Command {
 		Long: `Report leaked addresses, blocks of deleted nodes and inconsistent IPAM records.
 
 Nothing is changed. Allocations younger than --grace are not reported:
-a pod being created holds its address before its endpoint exists. The
-command fails only if it cannot run; problems are reported, not errors.`,
+a pod being created holds its address before its endpoint exists.
+
+Besides leaks it finds what can give two pods one address: overlapping
+blocks, blocks outside every pool, addresses named by two endpoints, and
+endpoints whose address IPAM does not hold for them.
+
+Exit status: 0 when nothing was found, 1 when problems were found, 2
+when the check could not run (for example etcd is unreachable).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return r.with(cmd, func(ctx context.Context, _ *datastore.Client, c *ipam.Client) error {
+			var found int
+			err := r.with(cmd, func(ctx context.Context, _ *datastore.Client, c *ipam.Client) error {
 				rep, err := c.Check(ctx, grace)
 				if err != nil {
 					return err
 				}
 				printCheck(r.out, rep, grace)
+				found = rep.Problems()
 				return nil
 			})
+			switch {
+			case err != nil:
+				return &ExitError{Code: 2, Err: fmt.Errorf("ipam check could not run: %w", err)}
+			case found > 0:
+				return &ExitError{Code: 1, Err: fmt.Errorf("ipam check found %d problem(s)", found), Reported: true}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&grace, "grace", DefaultGrace, "ignore allocations younger than this")
@@ -318,3 +333,22 @@ func inUseBy(ctx context.Context, ds *datastore.Client, a *ipam.Allocation) (str
 	}
 	return "", nil
 }
+
+// ExitError carries the exit status of a command; routedctl finds it with
+// errors.As (ExitCode). Reported means the output already told the user.
+type ExitError struct {
+	Code     int
+	Err      error
+	Reported bool
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is the process exit status.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// Silent reports whether the error was already shown to the user.
+func (e *ExitError) Silent() bool { return e.Reported }

@@ -3,6 +3,7 @@ package ipamcli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/netip"
 	"strings"
@@ -116,10 +117,14 @@ func TestCheckReleaseGC(t *testing.T) {
 	other := f.assign("k8s-pod-network.other", "other")
 
 	wantAll(t, "check", f.mustRun("check"), "No IPAM problems found", "2 unused allocation(s) younger than 10m0s")
-	wantAll(t, "check --grace 0s", f.mustRun("check", "--grace", "0s"),
-		"2 IPAM problem(s)", "Leaked addresses", leaked.String(), other.String(), "no workload endpoint uses handle")
+	out, err := f.run("check", "--grace", "0s")
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !ee.Silent() {
+		t.Errorf("check with problems: %v, want exit status 1, already reported", err)
+	}
+	wantAll(t, "check --grace 0s", out, "2 IPAM problem(s)", "Leaked addresses", leaked.String(), other.String(), "no workload endpoint uses handle")
 
-	out, err := f.run("release", "--ip", live.String())
+	out, err = f.run("release", "--ip", live.String())
 	if err == nil || !strings.Contains(err.Error(), "refusing") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("release of a live address: %v\n%s", err, out)
 	}

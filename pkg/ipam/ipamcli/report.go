@@ -52,6 +52,40 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			fmt.Fprintf(out, "  %s\n", h)
 		}
 	}
+	if len(r.Overlaps) > 0 {
+		section(out, "Overlapping blocks (two nodes can give one address to two pods)")
+		t := newTable(out, "BLOCK", "NODE", "OVERLAPS", "NODE", "ALLOCATED IN BOTH")
+		for _, o := range r.Overlaps {
+			t.row(o.A.CIDR, orDash(o.A.Node), o.B.CIDR, orDash(o.B.Node), orDash(joinAddrs(o.Shared)))
+		}
+		t.flush()
+		fmt.Fprintln(out, "  A pool's blockSize or cidr was changed under its blocks. Move the pods off one block, release it, then run ipam gc.")
+	}
+	if len(r.OutsidePools) > 0 {
+		section(out, "Blocks outside every pool")
+		t := newTable(out, "BLOCK", "NODE", "IN USE")
+		for _, b := range r.OutsidePools {
+			t.row(b.CIDR, orDash(b.Node), b.InUse)
+		}
+		t.flush()
+		fmt.Fprintln(out, "  Their pool was deleted or shrunk. Recreate the pool, or move their pods and release the addresses.")
+	}
+	if len(r.SharedAddresses) > 0 {
+		section(out, "Addresses named by more than one endpoint")
+		t := newTable(out, "IP", "ENDPOINTS")
+		for _, a := range r.SharedAddresses {
+			t.row(a.IP, strings.Join(a.Endpoints, ", "))
+		}
+		t.flush()
+	}
+	if len(r.EndpointMismatches) > 0 {
+		section(out, "Endpoints whose address IPAM does not hold for them")
+		t := newTable(out, "ENDPOINT", "NODE", "IP", "REASON")
+		for _, m := range r.EndpointMismatches {
+			t.row(m.Endpoint, m.Node, m.IP, m.Reason)
+		}
+		t.flush()
+	}
 	if len(r.Inconsistencies) > 0 {
 		section(out, "Inconsistent records")
 		for _, s := range r.Inconsistencies {
