@@ -125,9 +125,19 @@ func TestLabEndToEnd(t *testing.T) {
 	// Health and metrics: every node ready, and its metrics show the
 	// routes felix programmed and the IPAM usage.
 	for _, node := range l.Topo.Nodes {
-		body, err := l.NodeHTTP(ctx, node.Name, 9099, "/readiness")
-		if err != nil || !strings.Contains(body, `"felix"`) || !strings.Contains(body, `"bgp"`) {
-			t.Errorf("%s: /readiness not 200 with its components: %v\n%s", node.Name, err, body)
+		// Readiness follows the sessions the pings just used; wait for
+		// it (a session may still be settling) rather than sample once.
+		var body string
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			body, err = l.NodeHTTP(ctx, node.Name, 9099, "/readiness")
+			if err == nil && strings.Contains(body, `"felix"`) && strings.Contains(body, `"bgp"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /readiness not 200 with its components within 30 s: %v\n%s", node.Name, err, body)
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 		if _, err := l.NodeHTTP(ctx, node.Name, 9099, "/liveness"); err != nil {
 			t.Errorf("%s: /liveness: %v", node.Name, err)
