@@ -196,9 +196,9 @@ func (c *Client) Delete(ctx context.Context, k api.Kind, name, resourceVersion s
 		}
 		resourceVersion = cur.Meta().ResourceVersion
 	}
-	rev, err := strconv.ParseInt(resourceVersion, 10, 64)
+	rev, err := parseRev(k, name, resourceVersion)
 	if err != nil {
-		return fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, k, name, resourceVersion)
+		return err
 	}
 	key := Key(k, name)
 	ctx, cancel := c.Ctx(ctx)
@@ -215,6 +215,14 @@ func (c *Client) Delete(ctx context.Context, k api.Kind, name, resourceVersion s
 		return objErr(k, name, ErrConflict)
 	}
 	return nil
+}
+
+func parseRev(k api.Kind, name, resourceVersion string) (int64, error) {
+	rev, err := strconv.ParseInt(resourceVersion, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, k, name, resourceVersion)
+	}
+	return rev, nil
 }
 
 // poolOverlapGuard checks p against the stored pools and returns a

@@ -313,19 +313,26 @@ func TestPoolOverlapRejected(t *testing.T) {
 		}
 	}
 
-	// A pool never overlaps itself: changing its own settings is fine,
-	// and so is growing it into free space.
+	// A pool never overlaps itself: changing its own settings is fine.
 	p := *b.(*api.IPPool)
-	p.Spec.BlockSize = 28
-	p.Spec.CIDR = "10.245.0.0/16"
+	p.Spec.NATOutgoing = !p.Spec.NATOutgoing
 	upd, err := c.Update(ctx, &p)
 	if err != nil {
 		t.Fatalf("update own pool: %v", err)
 	}
-	p = *upd.(*api.IPPool)
-	p.Spec.CIDR = "10.246.0.0/15" // 10.246-10.247, free
-	if _, err := c.Update(ctx, &p); err != nil {
-		t.Fatalf("move pool into free space: %v", err)
+	// Its cidr and blockSize are fixed once it exists, even into free
+	// space: its blocks were carved with them.
+	for field, change := range map[string]func(*api.IPPool){
+		"spec.blockSize": func(p *api.IPPool) { p.Spec.BlockSize = 28 },
+		"spec.cidr":      func(p *api.IPPool) { p.Spec.CIDR = "10.246.0.0/15" },
+	} {
+		p = *upd.(*api.IPPool)
+		change(&p)
+		_, err := c.Update(ctx, &p)
+		wantErr(t, field, err, api.ErrInvalid)
+		if !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), "create a new pool") {
+			t.Errorf("changing %s: %v", field, err)
+		}
 	}
 	list, _, _ := c.List(ctx, api.KindIPPool)
 	if len(list) != 2 {

@@ -78,7 +78,7 @@ func (c *Client) releaseEmpty(ctx context.Context, s *snapshot, node string, dea
 			continue // dangling: GC's business
 		}
 		b := bkv.b
-		dead := deadNodes && s.nodes[a.node] == nil
+		dead := deadNodes && s.gone(a.node)
 		switch {
 		case a.rec.State == StatePendingDeletion:
 		case a.rec.State != StateConfirmed || b.inUse() > 0:

@@ -50,6 +50,12 @@ type Client struct {
 	nodes map[string]*nodeState
 
 	stats counters
+	// fence, when set, conditions every write on an election (GC runs on
+	// the elected node only; a deposed leader must not write).
+	fence *datastore.Fence
+	// reclaimable says whether a node absent from the datastore may lose
+	// its tunnel address (default: every absent node).
+	reclaimable func(node string) bool
 }
 
 // Option configures a Client.
@@ -66,6 +72,15 @@ func WithEmptyBlockGrace(d time.Duration) Option { return func(c *Client) { c.em
 // bounded by it: they retry until their context ends, since giving up
 // would leave the address allocated.
 func WithRetryBudget(d time.Duration) Option { return func(c *Client) { c.budget = d } }
+
+// WithFence makes every write conditional on f; a write after the
+// election is lost fails with datastore.ErrFenced.
+func WithFence(f datastore.Fence) Option { return func(c *Client) { c.fence = &f } }
+
+// WithReclaimable tells Check and GC which absent nodes may be treated as
+// gone (their tunnel addresses are leaks). The daemon's GC passes nodes
+// absent for the whole grace period; by default every absent node is.
+func WithReclaimable(f func(node string) bool) Option { return func(c *Client) { c.reclaimable = f } }
 
 // New returns a Client on ds.
 func New(ds *datastore.Client, opts ...Option) *Client {
@@ -166,6 +181,10 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 		}
 	}
 	cmps = append(cmps, extra...)
+	if c.fence != nil {
+		cmps = append(cmps, c.fence.Cmp())
+		els = append(els, c.fence.Get())
+	}
 	c.stats.txns.Add(1)
 	tctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
@@ -175,6 +194,9 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	}
 	if resp.Succeeded {
 		return casResult{ok: true, rev: resp.Header.Revision}, nil
+	}
+	if c.fence != nil && !c.fence.Held(resp.Responses[len(resp.Responses)-1]) {
+		return casResult{}, datastore.ErrFenced
 	}
 	c.stats.conflicts.Add(1)
 	res := casResult{rev: resp.Header.Revision, cur: make(map[string]*mvccpb.KeyValue, len(ws))}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // Report is what Check found and, after GC, what GC did about it.
@@ -73,6 +75,7 @@ func (c *Client) Check(ctx context.Context, grace time.Duration) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	s.reclaimable = c.reclaimable
 	return s.check(c.now(), grace), nil
 }
 
@@ -92,7 +95,7 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 	}
 	for _, key := range s.sortedBlocks() {
 		b := s.blocks[key].b
-		if s.nodes[b.owner()] == nil {
+		if s.gone(b.owner()) {
 			r.DeadNodeBlocks = append(r.DeadNodeBlocks, usageOf(s, key))
 		}
 		for o := range b.Allocations {
@@ -102,7 +105,7 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 			}
 			var reason string
 			switch {
-			case hold.Type == TypeTunnel && s.nodes[hold.Node] == nil:
+			case hold.Type == TypeTunnel && s.gone(hold.Node):
 				reason = fmt.Sprintf("tunnel address of deleted node %q", hold.Node)
 			case hold.Type != TypeTunnel && !wepHandles[hold.Handle] && !wepIPs[b.addr(o)]:
 				reason = fmt.Sprintf("no workload endpoint uses handle %q", hold.Handle)
@@ -143,19 +146,27 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.reclaimable = c.reclaimable
 	r := s.check(c.now(), grace)
-	fail := func(what string, err error) {
+	// fail records a failed step; it reports whether GC must stop: a
+	// fenced write means this process is no longer the GC leader.
+	fail := func(what string, err error) bool {
 		if err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", what, err))
 			log.WithError(err).Warn("IPAM GC step failed: " + what)
 		}
+		return errors.Is(err, datastore.ErrFenced)
 	}
-	fail("repairing handles", c.repairHandles(ctx, s, r))
-	fail("repairing blocks without affinity", c.repairBlockAffinities(ctx, s, r))
+	if fail("repairing handles", c.repairHandles(ctx, s, r)) ||
+		fail("repairing blocks without affinity", c.repairBlockAffinities(ctx, s, r)) {
+		return r, datastore.ErrFenced
+	}
 	for _, a := range r.DanglingAffinities {
 		akey, bkey := affinityKey(a.Node, a.CIDR), blockKey(a.CIDR)
 		ok, err := c.casOK(ctx, []write{{key: akey, rev: s.affs[akey].rev}, {key: bkey, rev: s.blocks[bkey].rev, guard: true}})
-		fail("deleting affinity "+akey, err)
+		if fail("deleting affinity "+akey, err) {
+			return r, datastore.ErrFenced
+		}
 		if ok {
 			r.RemovedAffinities = append(r.RemovedAffinities, a)
 		}
@@ -167,8 +178,8 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	released, err := c.ReleaseIPs(ctx, rels...)
 	r.Released = released
 	var stale *StaleSequenceError
-	if !errors.As(err, &stale) { // a stale release is a race GC lost, not a failure
-		fail("releasing leaked addresses", err)
+	if !errors.As(err, &stale) && fail("releasing leaked addresses", err) { // a stale release is a race GC lost, not a failure
+		return r, datastore.ErrFenced
 	}
 
 	// Re-read: the releases may have emptied blocks of deleted nodes.
@@ -177,9 +188,12 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 		fail("re-reading", err)
 		return r, nil
 	}
+	s2.reclaimable = c.reclaimable
 	removed, err := c.releaseEmpty(ctx, s2, "", true)
 	r.RemovedBlocks = append(r.RemovedBlocks, removed...)
-	fail("releasing empty blocks", err)
+	if fail("releasing empty blocks", err) {
+		return r, datastore.ErrFenced
+	}
 	return r, nil
 }
 
@@ -251,7 +265,7 @@ func (c *Client) repairBlockAffinities(ctx context.Context, s *snapshot, r *Repo
 			if ok {
 				r.Repaired = append(r.Repaired, fmt.Sprintf("recreated affinity of block %s for node %s", b.CIDR, b.owner()))
 			}
-		case b.inUse() == 0:
+		case b.inUse() == 0 && s.gone(b.owner()):
 			ok, err := c.casOK(ctx, []write{{key: key, rev: bkv.rev}, {key: akey, rev: 0, guard: true}})
 			errs = append(errs, err)
 			if ok {

@@ -28,6 +28,9 @@ type snapshot struct {
 	weps  []*api.WorkloadEndpoint
 	// unreadable lists records that could not be decoded.
 	unreadable []string
+	// reclaimable is the Client's (see WithReclaimable); nil: any absent
+	// node.
+	reclaimable func(node string) bool
 }
 
 type blockKV struct {
@@ -168,3 +171,9 @@ func (s *snapshot) affinityOf(b *block) (affKV, bool) {
 }
 
 func (s *snapshot) poolOf(p netip.Prefix) *poolInfo { return poolOfBlock(s.view.pools, p) }
+
+// gone reports whether node is absent from the datastore and may be
+// treated as gone for good (see WithReclaimable).
+func (s *snapshot) gone(node string) bool {
+	return s.nodes[node] == nil && (s.reclaimable == nil || s.reclaimable(node))
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -120,36 +119,5 @@ func TestTunnelAddressFollowsPools(t *testing.T) {
 	}
 	if _, err := ic.IPInfo(ctx, netip.MustParseAddr(tun)); !errors.Is(err, ipam.ErrNotAllocated) {
 		t.Fatalf("tunnel address still allocated: %v", err)
-	}
-}
-
-func TestRemoveOrphanEndpoints(t *testing.T) {
-	t.Parallel()
-	ds := newDS(t)
-	ctx := context.Background()
-	for _, n := range []string{"alive", "gone"} {
-		if _, err := RegisterNode(ctx, ds, n, netip.MustParsePrefix("10.0.0.5/24")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range []string{"alive", "gone"} {
-		apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: "+n+"-k8s-default-w-eth0}\nspec: {node: "+n+", containerID: c1, interfaceName: cali1, ipNetworks: [10.1.0.1/32]}\n")
-	}
-	if err := ds.Delete(ctx, api.KindNode, "gone", ""); err != nil {
-		t.Fatal(err)
-	}
-	// Young endpoints are left alone.
-	if n, err := RemoveOrphanEndpoints(ctx, ds, time.Hour, time.Now()); err != nil || n != 0 {
-		t.Fatalf("within grace: removed %d, %v", n, err)
-	}
-	n, err := RemoveOrphanEndpoints(ctx, ds, time.Hour, time.Now().Add(2*time.Hour))
-	if err != nil || n != 1 {
-		t.Fatalf("after grace: removed %d, %v", n, err)
-	}
-	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "alive-k8s-default-w-eth0"); err != nil {
-		t.Fatalf("live node's endpoint removed: %v", err)
-	}
-	if _, err := ds.Get(ctx, api.KindWorkloadEndpoint, "gone-k8s-default-w-eth0"); !datastore.IsNotFound(err) {
-		t.Fatalf("orphan endpoint kept: %v", err)
 	}
 }

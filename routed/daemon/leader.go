@@ -20,7 +20,10 @@ const leaseTTL = 15
 // runAsLeader runs f whenever this node holds the election, and stops it
 // (by cancelling its context) when the lease is lost. It returns when ctx
 // ends. A lost etcd connection loses the lease after leaseTTL at most.
-func runAsLeader(ctx context.Context, ds *datastore.Client, election, name string, f func(context.Context)) {
+// f gets the election's fence: its writes made with it fail once the
+// election is lost, even before f notices (a paused or partitioned
+// leader cannot write over its successor).
+func runAsLeader(ctx context.Context, ds *datastore.Client, election, name string, f func(context.Context, datastore.Fence)) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		if err := leadOnce(ctx, ds, election, name, f); err != nil && ctx.Err() == nil {
@@ -36,7 +39,7 @@ func runAsLeader(ctx context.Context, ds *datastore.Client, election, name strin
 	}
 }
 
-func leadOnce(ctx context.Context, ds *datastore.Client, election, name string, f func(context.Context)) error {
+func leadOnce(ctx context.Context, ds *datastore.Client, election, name string, f func(context.Context, datastore.Fence)) error {
 	sess, err := concurrency.NewSession(ds.Etcd(), concurrency.WithTTL(leaseTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return ds.Wrap(err)
@@ -56,7 +59,7 @@ func leadOnce(ctx context.Context, ds *datastore.Client, election, name string, 
 		case <-lctx.Done():
 		}
 	}()
-	f(lctx)
+	f(lctx, datastore.Fence{Key: e.Key(), Rev: e.Rev()})
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer rcancel()
 	_ = e.Resign(rctx)

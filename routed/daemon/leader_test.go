@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // TestOneGCLeader: of two candidates exactly one runs at a time, and when
@@ -16,8 +18,8 @@ func TestOneGCLeader(t *testing.T) {
 	var running, maxRunning atomic.Int32
 	var mu sync.Mutex
 	leaders := map[string]int{}
-	work := func(name string) func(context.Context) {
-		return func(ctx context.Context) {
+	work := func(name string) func(context.Context, datastore.Fence) {
+		return func(ctx context.Context, _ datastore.Fence) {
 			n := running.Add(1)
 			for {
 				m := maxRunning.Load()

@@ -109,6 +109,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// and this node's endpoints only.
 	feed := &datastore.Fanout{}
 	feed.Add(confd.Kinds, cd.Handler())
+	keeper := newNodeKeeper(cfg.NodeName, addr)
+	feed.Add(nodeKeeperKinds, keeper)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -142,6 +144,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("affinity watch", func(ctx context.Context) error { return ipam.WatchAffinities(ctx, ds, aff) })
 	goRun("bgp", speaker.Run)
 	goRun("confd", cd.Run)
+	goRun("node record keeper", func(ctx context.Context) error { return keeper.run(ctx, ds) })
 	goRun("datastore sync", func(ctx context.Context) error { return feed.Run(ctx, ds, datastore.EndpointsOf(cfg.NodeName)) })
 	goRun("status socket", status.NewServer(cfg.StatusSocket, speaker).Run)
 	goRun("readiness", func(ctx context.Context) error { return readinessLoop(ctx, ds, speaker, fx, health) })
@@ -235,8 +238,8 @@ const tunnelRecheck = 10 * time.Minute
 // node elected for it, removes endpoints of deleted nodes and frees leaked
 // allocations cluster-wide.
 func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config) error {
-	go runAsLeader(ctx, ds, gcElection, cfg.NodeName, func(ctx context.Context) {
-		every(ctx, cfg.IPAMGCPeriod, func() { clusterGC(ctx, ds, ic, cfg.IPAMGCGrace) })
+	go runAsLeader(ctx, ds, gcElection, cfg.NodeName, func(ctx context.Context, fence datastore.Fence) {
+		every(ctx, cfg.IPAMGCPeriod, func() { clusterGC(ctx, ds, fence, cfg.IPAMGCGrace) })
 	})
 	every(ctx, cfg.IPAMGCPeriod, func() {
 		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
@@ -244,20 +247,6 @@ func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Conf
 		}
 	})
 	return nil
-}
-
-// clusterGC removes endpoints of deleted nodes, then frees leaks.
-func clusterGC(ctx context.Context, ds *datastore.Client, ic *ipam.Client, grace time.Duration) {
-	if _, err := RemoveOrphanEndpoints(ctx, ds, grace, time.Now()); err != nil {
-		log.WithError(err).Warn("removing endpoints of deleted nodes failed")
-	}
-	rep, err := ic.GC(ctx, grace)
-	switch {
-	case err != nil:
-		log.WithError(err).Warn("IPAM GC failed")
-	case len(rep.Released) > 0 || len(rep.RemovedBlocks) > 0:
-		log.WithFields(logrus.Fields{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC freed leaked addresses")
-	}
 }
 
 // every runs f each period until ctx ends.

@@ -169,6 +169,42 @@ func TestFaults(t *testing.T) {
 		reach(t, l, p3, p.IP)
 	})
 
+	t.Run("Node record deleted under a running routed", func(t *testing.T) {
+		node := n[2]
+		before := snapshot(t, l)
+		var back time.Duration
+		res := pingDuring(t, l, p1, p3.IP, func() {
+			if _, err := l.Ctl(ctx, "delete", "node", node.Name); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for {
+				if out, err := l.Ctl(ctx, "get", "node", node.Name, "-o", "yaml"); err == nil {
+					back = time.Since(start)
+					if !strings.Contains(out, "subnet: b") || !strings.Contains(out, node.Addr.String()) {
+						t.Errorf("re-created Node lost its labels or address:\n%s", out)
+					}
+					break
+				}
+				if time.Since(start) > 15*time.Second {
+					t.Fatalf("routed on %s did not re-create its Node record within 15 s", node.Name)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		t.Logf("Node %s deleted: re-created after %s; pings %s", node.Name, back.Round(time.Millisecond), res)
+		if res.Sent == 0 || res.Lost() != 0 {
+			t.Errorf("packets lost while the Node record was gone: %s", res)
+		}
+		if after := snapshot(t, l); after != before {
+			t.Errorf("endpoints or addresses changed:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		if err := l.WaitNodeReady(ctx, node.Name, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		reach(t, l, p2, p3.IP)
+	})
+
 	t.Run("node deleted", func(t *testing.T) {
 		gone := n[3]
 		blocks, err := l.Ctl(ctx, "ipam", "show", "--show-blocks")
