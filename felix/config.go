@@ -2,6 +2,7 @@ package felix
 
 import (
 	"errors"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -48,6 +49,9 @@ type Config struct {
 	Features Features
 	// Log is the base logger; default logrus with component=felix.
 	Log *logrus.Entry
+	// Beat, when set, is marked each time the loop goes round (at least
+	// every heartbeat.Interval): the daemon's liveness reads it.
+	Beat *heartbeat.Beat
 }
 
 // Features are toggles for parts of the dataplane; all are on by default.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"net"
 	"net/netip"
 	"strings"
@@ -123,7 +124,10 @@ func (l *loop) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var resubscribe <-chan time.Time
+	beat := time.NewTicker(heartbeat.Interval)
+	defer beat.Stop()
 	for {
+		l.cfg.Beat.Mark()
 		for _, fn := range l.f.takePending() {
 			fn(l)
 		}
@@ -151,6 +155,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-resync.C:
 			l.fullResync = true
 		case <-timer.C:
+		case <-beat.C:
 		}
 	}
 }

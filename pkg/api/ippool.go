@@ -137,13 +137,15 @@ func poolImmutable(p, old *IPPool) error {
 func ValidatePoolAgainst(p *IPPool, existing []*IPPool) error {
 	for _, o := range existing {
 		if o.Metadata.Name == p.Metadata.Name {
-			if err := poolImmutable(p, o); err != nil {
-				return err
-			}
 			continue
 		}
 		if p.Prefix().Overlaps(o.Prefix()) {
 			return poolOverlap(p, o)
+		}
+	}
+	for _, o := range existing {
+		if o.Metadata.Name == p.Metadata.Name {
+			return poolImmutable(p, o)
 		}
 	}
 	return nil

@@ -157,7 +157,7 @@ func TestValidatePoolAgainst(t *testing.T) {
 	}{
 		{name: "disjoint", pool: pool("c", "10.245.0.0/16")},
 		{name: "adjacent below", pool: pool("c", "10.243.0.0/16")},
-		{name: "same name replaces itself", pool: pool("a", "10.244.0.0/17")},
+		{name: "same name replaces itself", pool: pool("a", "10.244.0.0/16")},
 		{name: "identical cidr", pool: pool("c", "10.244.0.0/16"), overlap: "a"},
 		{name: "subset", pool: pool("c", "10.244.128.0/17"), overlap: "a"},
 		{name: "superset", pool: pool("c", "10.0.0.0/8"), overlap: "a"},
@@ -180,6 +180,16 @@ func TestValidatePoolAgainst(t *testing.T) {
 		})
 	}
 	checkValid(t, api.ValidatePoolAgainst(pool("x", "10.0.0.0/8"), nil))
+
+	// A pool's cidr and blockSize are fixed once it exists.
+	err := api.ValidatePoolAgainst(pool("a", "10.244.0.0/17"), existing)
+	checkValid(t, err, "spec.cidr")
+	checkDetail(t, err, "cannot change once the pool exists")
+	bigger := pool("a", "10.244.0.0/16")
+	bigger.Spec.BlockSize = 24
+	err = api.ValidatePoolAgainst(bigger, existing)
+	checkValid(t, err, "spec.blockSize")
+	checkDetail(t, err, `set disabled: true on "a"`)
 }
 
 func TestParseASNumber(t *testing.T) {

@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -12,7 +13,12 @@ import (
 // consumer only the kinds it asked for. Add every consumer before Run.
 type Fanout struct {
 	subs []fanoutSub
+	// synced is set once the first snapshot went to every consumer.
+	synced atomic.Bool
 }
+
+// Synced reports whether the consumers have had a snapshot.
+func (f *Fanout) Synced() bool { return f.synced.Load() }
 
 type fanoutSub struct {
 	kinds []api.Kind
@@ -51,6 +57,7 @@ func (f *Fanout) OnSnapshot(s Snapshot) {
 		}
 		sub.h.OnSnapshot(own)
 	}
+	f.synced.Store(true)
 }
 
 // OnEvent implements Handler.

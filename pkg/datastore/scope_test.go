@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/heartbeat"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -148,5 +149,50 @@ func TestFanout(t *testing.T) {
 	bs := map[string]bool{got(b): true, got(b): true}
 	if !bs["event BGPPeer tor"] || !bs["event Node n1"] {
 		t.Errorf("b: %v", bs)
+	}
+}
+
+// wedgedHandler takes the snapshot and then blocks on the first event,
+// as a wedged consumer would.
+type wedgedHandler struct{ release chan struct{} }
+
+func (b *wedgedHandler) OnSnapshot(Snapshot) {}
+func (b *wedgedHandler) OnEvent(Event)       { <-b.release }
+
+// TestWatchBeatStopsWhenStalled: the sync's heartbeat goes round while
+// the watch works and stops when its consumer wedges, which is what the
+// daemon's liveness reads.
+func TestWatchBeatStopsWhenStalled(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestClient(t)
+	ctx := testCtx(t)
+	beat := &heartbeat.Beat{}
+	h := &wedgedHandler{release: make(chan struct{})}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Sync(sctx, []api.Kind{api.KindNode}, h, WithBeat(beat)) }()
+	t.Cleanup(func() { cancel(); close(h.release); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if age, ok := beat.Age(time.Now()); ok && age < time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch never beat")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := c.Create(ctx, newNode("n1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if age, _ := beat.Age(time.Now()); age > 2*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a wedged consumer did not stop the beat")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -35,7 +36,9 @@ type Snapshot struct {
 }
 
 // Handler receives a Snapshot, then Events; a later Snapshot (after a
-// resync) replaces all earlier state. Calls come from one goroutine.
+// resync) replaces all earlier state. Calls come from one goroutine; the
+// events of one kind come in revision order, different kinds may
+// interleave (each kind is its own watch).
 type Handler interface {
 	OnSnapshot(s Snapshot)
 	OnEvent(e Event)
@@ -44,7 +47,14 @@ type Handler interface {
 // SyncOption narrows what Sync streams.
 type SyncOption func(*syncScope)
 
-type syncScope struct{ endpointsOf string }
+type syncScope struct {
+	endpointsOf string
+	beat        *heartbeat.Beat
+}
+
+// WithBeat marks beat whenever the sync's watch makes progress (see
+// heartbeat): the daemon's liveness reads it.
+func WithBeat(b *heartbeat.Beat) SyncOption { return func(s *syncScope) { s.beat = b } }
 
 // EndpointsOf limits WorkloadEndpoints to node's own: their names form
 // one key range (api.WorkloadEndpointNamePrefix), so the node's watch
@@ -66,7 +76,7 @@ func (c *Client) Sync(ctx context.Context, kinds []api.Kind, h Handler, opts ...
 		want[k.Plural()] = k
 		ranges = append(ranges, kindRange(k, scope))
 	}
-	return c.WatchRanges(ctx, ranges, &typedHandler{want: want, h: h})
+	return c.watchRanges(ctx, ranges, &typedHandler{want: want, h: h}, scope.beat)
 }
 
 // kindRange is the key range holding kind's resources within scope.

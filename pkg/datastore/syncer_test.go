@@ -199,16 +199,34 @@ func TestSyncSnapshotThenEvents(t *testing.T) {
 		{EventSet, api.KindNode, "n2"},
 		{EventDelete, api.KindNode, "n1"},
 	}
-	last := snap.Revision
-	for i, w := range want {
+	// Each kind is its own watch: events of one kind arrive in revision
+	// order, kinds may interleave. Match each event to the next expected
+	// one of its kind.
+	got := make([]Event, len(want))
+	for n := range want {
 		e := rec.event(t)
+		i := -1
+		for j, w := range want {
+			if got[j].Kind == "" && w.kind == e.Kind {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			t.Fatalf("event %d: unexpected %v %s/%s", n, e.Type, e.Kind, e.Name)
+		}
+		got[i] = e
+	}
+	last := map[api.Kind]int64{}
+	for i, w := range want {
+		e := got[i]
 		if e.Type != w.typ || e.Kind != w.kind || e.Name != w.name {
 			t.Fatalf("event %d: got %v %s/%s, want %v %s/%s", i, e.Type, e.Kind, e.Name, w.typ, w.kind, w.name)
 		}
-		if e.Revision <= last {
-			t.Errorf("event %d: revision %d not after %d", i, e.Revision, last)
+		if e.Revision <= max(last[e.Kind], snap.Revision) {
+			t.Errorf("event %d: revision %d not after %d", i, e.Revision, max(last[e.Kind], snap.Revision))
 		}
-		last = e.Revision
+		last[e.Kind] = e.Revision
 		if wantRevs[i] != 0 && e.Revision != wantRevs[i] {
 			t.Errorf("event %d: revision %d, want the write's %d", i, e.Revision, wantRevs[i])
 		}
@@ -289,7 +307,7 @@ func TestWatchOnceReportsCompaction(t *testing.T) {
 	}
 	h := newBlockingRawHandler()
 	done := make(chan error, 1)
-	go func() { done <- c.watchOnce(ctx, []KeyRange{{Key: prefix}}, h) }()
+	go func() { done <- c.watchOnce(ctx, []KeyRange{{Key: prefix}}, h, nil) }()
 	<-h.first
 	moveOnAndCompact(t, c, prefix)
 	close(h.release)

@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,7 +14,8 @@ import (
 // RawHandler receives the raw key-values under a prefix: first a full
 // snapshot, then every change. After a resync (compaction, a broken
 // watch, an etcd outage) it receives a fresh snapshot that replaces all
-// earlier state. Calls come from one goroutine, in revision order.
+// earlier state. Calls come from one goroutine; the events of one key
+// range come in revision order (see WatchRanges for several).
 type RawHandler interface {
 	OnRawSnapshot(kvs []*mvccpb.KeyValue, rev int64)
 	OnRawEvent(ev *clientv3.Event)
@@ -52,10 +54,23 @@ func (c *Client) WatchPrefix(ctx context.Context, prefix string, h RawHandler) e
 // arrive in revision order; events of different ranges may interleave
 // out of order.
 func (c *Client) WatchRanges(ctx context.Context, ranges []KeyRange, h RawHandler) error {
+	return c.watchRanges(ctx, ranges, h, nil)
+}
+
+// progressEvery is how often a watch asks etcd for a progress
+// notification (a message on the watch stream, not a request): a watch
+// that gets no answer for a while has stalled.
+const progressEvery = 30 * time.Second
+
+// watchRanges is WatchRanges marking beat whenever the watch makes
+// progress: a response, a progress notification, or an attempt to
+// resync. A handler that blocks or a stream that hangs stops the beat.
+func (c *Client) watchRanges(ctx context.Context, ranges []KeyRange, h RawHandler, beat *heartbeat.Beat) error {
 	backoff := resyncMinBackoff
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := c.watchOnce(ctx, ranges, h)
+		beat.Mark()
+		err := c.watchOnce(ctx, ranges, h, beat)
 		if ctx.Err() != nil {
 			break
 		}
@@ -104,7 +119,7 @@ func (c *Client) list(ctx context.Context, ranges []KeyRange) ([]*mvccpb.KeyValu
 }
 
 // watchOnce does one snapshot and follows the watches until one breaks.
-func (c *Client) watchOnce(ctx context.Context, ranges []KeyRange, h RawHandler) error {
+func (c *Client) watchOnce(ctx context.Context, ranges []KeyRange, h RawHandler, beat *heartbeat.Beat) error {
 	// RequireLeader makes a member cut off from the cluster end the
 	// watch instead of going silent.
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -122,6 +137,19 @@ func (c *Client) watchOnce(ctx context.Context, ranges []KeyRange, h RawHandler)
 		return err
 	}
 	h.OnRawSnapshot(kvs, rev)
+	beat.Mark()
+	go func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				_ = c.etcd.RequestProgress(wctx)
+			}
+		}
+	}()
 
 	// The watches share wctx, so clientv3 multiplexes them on one gRPC
 	// stream. Each range's responses keep their order through the merge.
@@ -156,6 +184,7 @@ func (c *Client) watchOnce(ctx context.Context, ranges []KeyRange, h RawHandler)
 		if it.end {
 			break
 		}
+		beat.Mark()
 		if it.wr.CompactRevision != 0 {
 			return errCompacted
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"net/netip"
 	"time"
 
@@ -60,6 +61,9 @@ type Config struct {
 	// Log is the parent logger (default: logrus standard logger with
 	// component=bgp).
 	Log *logrus.Entry
+	// Beat, when set, is marked each time the programming loop goes round
+	// (at least every heartbeat.Interval): the daemon's liveness reads it.
+	Beat *heartbeat.Beat
 }
 
 // Defaults for Config.

@@ -3,6 +3,7 @@ package bgp
 import (
 	"context"
 	"errors"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"net/netip"
 	"slices"
 	"sync"
@@ -161,7 +162,10 @@ func (s *Speaker) Run(ctx context.Context) error {
 	resync := time.NewTicker(time.Minute)
 	defer resync.Stop()
 	backoff := 500 * time.Millisecond
+	beat := time.NewTicker(heartbeat.Interval)
+	defer beat.Stop()
 	for {
+		s.cfg.Beat.Mark()
 		select {
 		case <-ctx.Done():
 			s.shutdownGracefully()
@@ -169,6 +173,9 @@ func (s *Speaker) Run(ctx context.Context) error {
 		case <-s.want.kick:
 		case <-retry.C:
 		case <-resync.C:
+		case <-beat.C:
+			s.cfg.Beat.Mark()
+			continue // nothing to program: only show the loop is alive
 		}
 		again, err := s.apply(ctx, s.want.snapshot())
 		switch {

@@ -1,84 +1,162 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
+
+	"github.com/routed-net/routed/internal/heartbeat"
 )
 
-// Health aggregates readiness reported by components. routed is ready
-// when every registered component says so; it is live while no
-// component has reported itself dead.
+// Check reports whether one part of routed is fine, and if not why.
+type Check func(ctx context.Context) (ok bool, detail string)
+
+// Health answers /liveness and /readiness by running its checks when
+// asked, so an answer is never older than the request. Readiness checks
+// say whether the node can serve (datastore, dataplane, BGP); liveness
+// checks say whether its loops still go round (a stalled loop is only
+// cured by a restart).
 type Health struct {
 	mu    sync.Mutex
-	items map[string]healthItem
+	ready []namedCheck
+	live  []namedCheck
+	// since remembers when each check last changed, for the body.
+	since map[string]state
 }
 
-type healthItem struct {
-	Ready  bool      `json:"ready"`
-	Live   bool      `json:"live"`
+type namedCheck struct {
+	name string
+	f    Check
+}
+
+type state struct {
+	ok    bool
+	since time.Time
+}
+
+// checkTimeout bounds one check, so a wedged component cannot hang the
+// probe (the probe then says why).
+const checkTimeout = 2 * time.Second
+
+// NewHealth returns a Health with no checks (always ready and live).
+func NewHealth() *Health { return &Health{since: map[string]state{}} }
+
+// AddReadiness adds a readiness check.
+func (h *Health) AddReadiness(name string, f Check) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ready = append(h.ready, namedCheck{name, f})
+}
+
+// AddLiveness adds a liveness check.
+func (h *Health) AddLiveness(name string, f Check) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live = append(h.live, namedCheck{name, f})
+}
+
+// HeartbeatCheck fails once b has not beaten for max: the loop marking
+// it has stalled. Before the first beat it allows max from now (start-up).
+func HeartbeatCheck(b *heartbeat.Beat, max time.Duration) Check {
+	start := time.Now()
+	return func(context.Context) (bool, string) {
+		now := time.Now()
+		age, ok := b.Age(now)
+		if !ok {
+			if waited := now.Sub(start); waited > max {
+				return false, fmt.Sprintf("loop never ran in %s", waited.Round(time.Second))
+			}
+			return true, "starting"
+		}
+		if age > max {
+			return false, fmt.Sprintf("loop stalled: last went round %s ago (limit %s)", age.Round(time.Second), max)
+		}
+		return true, ""
+	}
+}
+
+// Result is one check's answer in a probe's body.
+type Result struct {
+	OK     bool      `json:"ok"`
 	Detail string    `json:"detail,omitempty"`
 	Since  time.Time `json:"since"`
 }
 
-// NewHealth returns an empty aggregator.
-func NewHealth() *Health { return &Health{items: map[string]healthItem{}} }
-
-// Register adds a component that starts live and not ready.
-func (h *Health) Register(name string) {
-	h.Report(name, true, false, "starting")
-}
-
-// Report records a component's state.
-func (h *Health) Report(name string, live, ready bool, detail string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old, ok := h.items[name]
-	since := time.Now()
-	if ok && old.Ready == ready && old.Live == live {
-		since = old.Since
+// run evaluates checks (in parallel, each bounded) and reports whether
+// all passed.
+func (h *Health) run(ctx context.Context, checks []namedCheck) (bool, map[string]Result) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	type answer struct {
+		ok     bool
+		detail string
 	}
-	h.items[name] = healthItem{Ready: ready, Live: live, Detail: detail, Since: since}
-}
-
-// Ready reports whether every component is ready.
-func (h *Health) Ready() bool { return h.check(func(i healthItem) bool { return i.Ready }) }
-
-// Live reports whether every component is live.
-func (h *Health) Live() bool { return h.check(func(i healthItem) bool { return i.Live }) }
-
-func (h *Health) check(f func(healthItem) bool) bool {
+	answers := make([]answer, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan answer, 1)
+			go func() {
+				ok, d := c.f(ctx)
+				done <- answer{ok, d}
+			}()
+			select {
+			case a := <-done:
+				answers[i] = a
+			case <-ctx.Done():
+				answers[i] = answer{false, "check timed out"}
+			}
+		}()
+	}
+	wg.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, i := range h.items {
-		if !f(i) {
-			return false
+	all := true
+	out := make(map[string]Result, len(checks))
+	now := time.Now()
+	for i, c := range checks {
+		a := answers[i]
+		all = all && a.ok
+		st, seen := h.since[c.name]
+		if !seen || st.ok != a.ok {
+			st = state{ok: a.ok, since: now}
+			h.since[c.name] = st
 		}
+		out[c.name] = Result{OK: a.ok, Detail: a.detail, Since: st.since}
 	}
-	return true
+	return all, out
 }
 
-// Handler serves /liveness and /readiness with a JSON body listing each
-// component, 200 when good and 503 when not.
+// Ready runs the readiness checks now.
+func (h *Health) Ready(ctx context.Context) (bool, map[string]Result) {
+	h.mu.Lock()
+	checks := append([]namedCheck(nil), h.ready...)
+	h.mu.Unlock()
+	return h.run(ctx, checks)
+}
+
+// Live runs the liveness checks now.
+func (h *Health) Live(ctx context.Context) (bool, map[string]Result) {
+	h.mu.Lock()
+	checks := append([]namedCheck(nil), h.live...)
+	h.mu.Unlock()
+	return h.run(ctx, checks)
+}
+
+// Handler serves /liveness and /readiness: 200 or 503, with a JSON body
+// giving each check's answer.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
-	serve := func(ok func() bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			h.mu.Lock()
-			names := make([]string, 0, len(h.items))
-			for n := range h.items {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			body := make(map[string]healthItem, len(names))
-			for _, n := range names {
-				body[n] = h.items[n]
-			}
-			h.mu.Unlock()
+	serve := func(probe func(context.Context) (bool, map[string]Result)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			ok, body := probe(r.Context())
 			w.Header().Set("Content-Type", "application/json")
-			if !ok() {
+			if !ok {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}
 			_ = json.NewEncoder(w).Encode(body)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/routed-net/routed/internal/heartbeat"
 	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -76,17 +76,20 @@ func Run(ctx context.Context, cfg Config) error {
 	ic := ipam.New(ds)
 
 	health := NewHealth()
+	beats := loopBeats{felix: &heartbeat.Beat{}, bgp: &heartbeat.Beat{}, datastore: &heartbeat.Beat{}}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var fx *felix.Felix
 	bcfg := bgp.Config{
+		Beat:       beats.bgp,
 		NodeName:   cfg.NodeName,
 		ListenPort: int32(cfg.BGPPort),
 		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
 	}
 	if cfg.Role == RoleNode {
 		fx, err = felix.New(felix.Config{
+			Beat:           beats.felix,
 			NodeName:       cfg.NodeName,
 			ResyncInterval: cfg.FelixResync,
 			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
@@ -145,9 +148,11 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("bgp", speaker.Run)
 	goRun("confd", cd.Run)
 	goRun("node record keeper", func(ctx context.Context) error { return keeper.run(ctx, ds) })
-	goRun("datastore sync", func(ctx context.Context) error { return feed.Run(ctx, ds, datastore.EndpointsOf(cfg.NodeName)) })
+	goRun("datastore sync", func(ctx context.Context) error {
+		return feed.Run(ctx, ds, datastore.EndpointsOf(cfg.NodeName), datastore.WithBeat(beats.datastore))
+	})
 	goRun("status socket", status.NewServer(cfg.StatusSocket, speaker).Run)
-	goRun("readiness", func(ctx context.Context) error { return readinessLoop(ctx, ds, speaker, fx, health) })
+	addHealthChecks(health, ds, feed, speaker, fx, beats)
 	if cfg.HealthAddr != "" {
 		goRun("health server", func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, health.Handler()) })
 	}
@@ -261,54 +266,6 @@ func every(ctx context.Context, period time.Duration, f func()) {
 			f()
 		}
 	}
-}
-
-// readinessLoop reports readiness: datastore reachable, felix applied at
-// least once, and every BGP session that should be up established.
-func readinessLoop(ctx context.Context, ds *datastore.Client, sp *bgp.Speaker, fx *felix.Felix, h *Health) error {
-	for _, n := range []string{"datastore", "bgp", "felix"} {
-		h.Register(n)
-	}
-	if fx == nil {
-		h.Report("felix", true, true, "not running in this role")
-	}
-	for {
-		// The connection's state, not a request: an idle node must not
-		// load etcd (make scale counts this).
-		var err error
-		if !ds.Connected() {
-			err = errors.New("not connected to etcd")
-		}
-		h.Report("datastore", true, err == nil, errText(err))
-		peers, err := sp.Peers(ctx)
-		var down []string
-		for _, p := range peers {
-			if !p.Established() {
-				down = append(down, p.Address)
-			}
-		}
-		detail := errText(err)
-		if len(down) > 0 {
-			detail = "not established: " + strings.Join(down, ", ")
-		}
-		h.Report("bgp", true, err == nil && len(down) == 0, detail)
-		if fx != nil {
-			ok := fx.Applied()
-			h.Report("felix", true, ok, map[bool]string{true: "", false: "dataplane not programmed yet"}[ok])
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // serveHTTP serves h on addr until ctx ends.

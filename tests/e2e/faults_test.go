@@ -87,6 +87,26 @@ func TestFaults(t *testing.T) {
 		res := pingDuring(t, l, p1, p3.IP, func() {
 			l.StopNode(n[2].Name, true)
 			time.Sleep(3 * time.Second)
+			// The route reflector (n1) saw its client go and stays
+			// ready for the others.
+			rrReady := func() string {
+				body, err := l.NodeHTTP(ctx, n[0].Name, 9099, "/readiness")
+				if err != nil {
+					return err.Error() + " " + body
+				}
+				if !strings.Contains(body, "route reflector: 3 of 4 sessions established") {
+					return "ready without having seen the client go: " + body
+				}
+				return ""
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for why := rrReady(); why != ""; why = rrReady() {
+				if time.Now().After(deadline) {
+					t.Errorf("route reflector while one client is down: %s", why)
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
 			if err := l.StartNode(ctx, n[2].Name); err != nil {
 				t.Fatal(err)
 			}
