@@ -25,6 +25,16 @@ func (g *globals) connect() (*datastore.Client, error) {
 	return datastore.New(g.ds)
 }
 
+// with connects, runs f and closes the connection.
+func (g *globals) with(f func(*datastore.Client) error) error {
+	c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
+}
+
 // NewRoot builds the routedctl command tree. Extra commands (IPAM,
 // status) are added by the caller so this package stays small.
 func NewRoot(out, errOut io.Writer) (*cobra.Command, func() (*datastore.Client, error)) {
@@ -50,6 +60,7 @@ and ETCD_KEY_FILE.`,
 		newWriteCmd(g, "replace", "Replace existing resources from a file; fails if any is missing"),
 		newDeleteCmd(g),
 		newGetCmd(g),
+		newDatastoreCmd(g),
 	)
 	return root, g.connect
 }

@@ -63,6 +63,11 @@ func newWriteCmd(g *globals, verb, short string) *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			// A datastore routedctl writes to has an identity from then
+			// on, so one without it is known to be wiped or replaced.
+			if _, err := c.InitClusterInfo(cmd.Context()); err != nil {
+				return err
+			}
 			return writeAll(cmd.Context(), c, verb, rs, g.out)
 		},
 	}

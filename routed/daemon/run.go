@@ -61,15 +61,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log = log.WithField("address", addr)
 	// etcd may come up after us (DaemonSet start order); keep trying.
-	if err := retry(ctx, "register the node", func() error {
-		_, err := RegisterNode(ctx, ds, cfg.NodeName, addr)
-		return err
-	}); err != nil {
+	guard := newDatastoreGuard(ds, cfg.StateDir)
+	if err := retry(ctx, "read the cluster identity", func() error { return guard.start(ctx) }); err != nil {
 		return err
 	}
-	if err := EnsureDefaultPool(ctx, ds, cfg.Pool); err != nil {
-		log.WithError(err).Warn("could not create the default pool")
+	if frozen, why := guard.Frozen(); frozen {
+		// Write nothing into a datastore we do not trust: the node
+		// registers once it is restored or re-initialised (nodeKeeper).
+		log.WithField("reason", why).Error("not registering: the datastore is not the one this node knows")
+	} else {
+		if err := retry(ctx, "register the node", func() error {
+			_, err := RegisterNode(ctx, ds, cfg.NodeName, addr)
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := EnsureDefaultPool(ctx, ds, cfg.Pool); err != nil {
+			log.WithError(err).Warn("could not create the default pool")
+		}
 	}
+	held := func() bool { f, _ := guard.Frozen(); return f }
 	if err := writeStateFile(cfg.StateDir, "nodename", cfg.NodeName); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
@@ -135,24 +146,35 @@ func Run(ctx context.Context, cfg Config) error {
 		aff.handlers = append(aff.handlers, fx)
 		goRun("felix", fx.Run)
 		borrowed := &borrowFanout{node: cfg.NodeName, felix: fx, speaker: speaker}
-		goRun("borrowed addresses watch", func(ctx context.Context) error { return ipam.WatchBorrowed(ctx, ds, borrowed) })
+		goRun("borrowed addresses watch", guard.restartable(func(ctx context.Context) error {
+			return ipam.WatchBorrowed(ctx, ds, gatedBorrows{guard, borrowed})
+		}))
 		feed.Add(felix.SyncKinds, fx)
 		tk := newTunnelKick(cfg.NodeName)
 		feed.Add(tunnelKinds, tk)
-		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName, tk.ch) })
+		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName, tk.ch, held) })
 		if cfg.IPAMGCPeriod > 0 {
-			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg) })
+			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg, held) })
 		}
 	}
-	goRun("affinity watch", func(ctx context.Context) error { return ipam.WatchAffinities(ctx, ds, aff) })
+	goRun("affinity watch", guard.restartable(func(ctx context.Context) error {
+		return ipam.WatchAffinities(ctx, ds, gatedAffinities{guard, aff})
+	}))
+	goRun("datastore guard", guard.watch)
 	goRun("bgp", speaker.Run)
 	goRun("confd", cd.Run)
 	goRun("node record keeper", func(ctx context.Context) error { return keeper.run(ctx, ds) })
-	goRun("datastore sync", func(ctx context.Context) error {
-		return feed.Run(ctx, ds, datastore.EndpointsOf(cfg.NodeName), datastore.WithBeat(beats.datastore))
-	})
+	goRun("datastore sync", guard.restartable(func(ctx context.Context) error {
+		return ds.Sync(ctx, feed.Kinds(), gatedFeed{guard, feed}, datastore.EndpointsOf(cfg.NodeName), datastore.WithBeat(beats.datastore))
+	}))
 	goRun("status socket", status.NewServer(cfg.StatusSocket, speaker).Run)
 	addHealthChecks(health, ds, feed, speaker, fx, beats)
+	health.AddReadiness("datastore identity", func(context.Context) (bool, string) {
+		if frozen, why := guard.Frozen(); frozen {
+			return false, "holding the dataplane and BGP as they are: " + why
+		}
+		return true, ""
+	})
 	if cfg.HealthAddr != "" {
 		goRun("health server", func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, health.Handler()) })
 	}
@@ -216,11 +238,13 @@ func retry(ctx context.Context, what string, f func() error) error {
 // tunnelLoop keeps the node's tunnel address in line with the pools: it
 // runs when kicked (a pool or this Node changed), retries failures with
 // backoff, and otherwise re-checks only every tunnelRecheck.
-func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node string, kick <-chan struct{}) error {
+func tunnelLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, node string, kick <-chan struct{}, held func() bool) error {
 	backoff := time.Second
 	for {
 		wait := tunnelRecheck
-		if err := EnsureTunnelAddress(ctx, ds, ic, node); err != nil && ctx.Err() == nil {
+		if held() {
+			wait = 3 * time.Second // write nothing into an untrusted datastore
+		} else if err := EnsureTunnelAddress(ctx, ds, ic, node); err != nil && ctx.Err() == nil {
 			log.WithError(err).Warn("tunnel address not settled; will retry")
 			wait, backoff = backoff, min(backoff*2, 30*time.Second)
 		} else {
@@ -242,11 +266,18 @@ const tunnelRecheck = 10 * time.Minute
 // gcLoop releases this node's empty blocks every period, and, on the one
 // node elected for it, removes endpoints of deleted nodes and frees leaked
 // allocations cluster-wide.
-func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config) error {
+func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config, held func() bool) error {
 	go runAsLeader(ctx, ds, gcElection, cfg.NodeName, func(ctx context.Context, fence datastore.Fence) {
-		every(ctx, cfg.IPAMGCPeriod, func() { clusterGC(ctx, ds, fence, cfg.IPAMGCGrace) })
+		every(ctx, cfg.IPAMGCPeriod, func() {
+			if !held() {
+				clusterGC(ctx, ds, fence, cfg.IPAMGCGrace)
+			}
+		})
 	})
 	every(ctx, cfg.IPAMGCPeriod, func() {
+		if held() {
+			return
+		}
 		if _, err := ic.ReleaseEmptyBlocks(ctx, cfg.NodeName); err != nil {
 			log.WithError(err).Warn("releasing empty blocks failed")
 		}

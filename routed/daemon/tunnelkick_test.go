@@ -26,7 +26,10 @@ func TestTunnelLoopFollowsPoolEvents(t *testing.T) {
 	feed.Add(tunnelKinds, tk)
 	done := make(chan struct{}, 2)
 	go func() { _ = feed.Run(ctx, ds); done <- struct{}{} }()
-	go func() { _ = tunnelLoop(ctx, ds, ipam.New(ds), "n1", tk.ch); done <- struct{}{} }()
+	go func() {
+		_ = tunnelLoop(ctx, ds, ipam.New(ds), "n1", tk.ch, func() bool { return false })
+		done <- struct{}{}
+	}()
 	t.Cleanup(func() { cancel(); <-done; <-done })
 
 	tunnel := func() string {

@@ -3,9 +3,15 @@ package lab
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netns"
 )
 
 // StopEtcd stops the lab's etcd (its data stays).
@@ -82,4 +88,51 @@ func (l *Lab) NodeHTTP(ctx context.Context, node string, port int, path string) 
 		return "", err
 	}
 	return nsRun(ctx, node, "busybox", "wget", "-q", "-O", "-", fmt.Sprintf("http://%s:%d%s", n.Addr.Addr(), port, path))
+}
+
+// NodeProbe fetches a path from a node's health port (9099) from inside
+// its namespace and returns the status code and body, whatever the code.
+func (l *Lab) NodeProbe(ctx context.Context, node, path string) (int, string, error) {
+	n, err := l.node(node)
+	if err != nil {
+		return 0, "", err
+	}
+	h, err := netns.GetFromName(node)
+	if err != nil {
+		return 0, "", err
+	}
+	defer h.Close()
+	client := &http.Client{Transport: &http.Transport{DialContext: dialIn(h)}, Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:9099%s", n.Addr.Addr(), path), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// SwapEtcdData stops etcd, moves its data to saveTo (empty: deletes it),
+// puts restoreFrom's in its place (empty: none, a fresh datastore) and
+// starts it again: a wiped or swapped datastore, or a restore.
+func (l *Lab) SwapEtcdData(ctx context.Context, saveTo, restoreFrom string) error {
+	l.StopEtcd()
+	data := filepath.Join(l.Dir, "etcd")
+	if saveTo != "" {
+		if err := os.Rename(data, saveTo); err != nil {
+			return err
+		}
+	} else if err := os.RemoveAll(data); err != nil {
+		return err
+	}
+	if restoreFrom != "" {
+		if err := os.Rename(restoreFrom, data); err != nil {
+			return err
+		}
+	}
+	return l.startEtcd(ctx)
 }

@@ -194,13 +194,27 @@ when the check could not run (for example etcd is unreachable).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var found int
-			err := r.with(cmd, func(ctx context.Context, _ *datastore.Client, c *ipam.Client) error {
+			err := r.with(cmd, func(ctx context.Context, ds *datastore.Client, c *ipam.Client) error {
 				rep, err := c.Check(ctx, grace)
 				if err != nil {
 					return err
 				}
 				printCheck(r.out, rep, grace)
 				found = rep.Problems()
+				// Nodes hold still on a datastore without its identity
+				// or marked not ready: say so here too.
+				ci, err := ds.GetClusterInfo(ctx, 0)
+				switch {
+				case errors.Is(err, datastore.ErrNoClusterInfo):
+					found++
+					fmt.Fprintln(r.out, "\nDatastore: no cluster identity. If nodes ran on it, it was wiped or replaced: they hold their routes "+
+						"until you restore etcd from a backup or accept it with `routedctl datastore reinit`.")
+				case err != nil:
+					return err
+				case !ci.DatastoreReady:
+					found++
+					fmt.Fprintln(r.out, "\nDatastore: marked not ready; nodes hold their routes until `routedctl datastore set-ready true`.")
+				}
 				return nil
 			})
 			switch {

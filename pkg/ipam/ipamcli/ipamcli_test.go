@@ -31,6 +31,9 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { ds.Close() })
 	f := &fixture{t: t, cfg: cfg, ds: ds, c: ipam.New(ds)}
+	if _, err := ds.InitClusterInfo(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	f.apply(&api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool},
 		Metadata: api.ObjectMeta{Name: "default"}, Spec: api.IPPoolSpec{CIDR: "10.244.0.0/24", BlockSize: 26}})
 	f.apply(&api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "n1"}})
@@ -139,4 +142,37 @@ func TestCheckReleaseGC(t *testing.T) {
 	if _, err := f.run("release"); err == nil {
 		t.Error("release without --ip succeeded")
 	}
+}
+
+// TestCheckReportsDatastoreIdentity: a datastore whose cluster identity is
+// gone (wiped or replaced) or that is marked not ready is a problem.
+func TestCheckReportsDatastoreIdentity(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.mustRun("check")
+	if _, err := f.ds.SetDatastoreReady(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.run("check")
+	if code := exitCode(err); code != 1 || !strings.Contains(out, "marked not ready") {
+		t.Errorf("not ready: exit %d\n%s", code, out)
+	}
+	if _, err := f.ds.Etcd().Delete(context.Background(), datastore.ClusterInfoKey); err != nil {
+		t.Fatal(err)
+	}
+	out, err = f.run("check")
+	if code := exitCode(err); code != 1 || !strings.Contains(out, "no cluster identity") {
+		t.Errorf("identity gone: exit %d\n%s", code, out)
+	}
+}
+
+func exitCode(err error) int {
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

@@ -1,0 +1,122 @@
+package datastore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ClusterInfoKey holds the cluster's identity, like Calico's
+// ClusterInformation.
+const ClusterInfoKey = KeyPrefix + "clusterinformation/default"
+
+// ClusterInfo identifies the datastore a cluster runs on. Nodes remember
+// the GUID they first saw: a datastore without it, or with another one,
+// was wiped or swapped, and they keep their dataplane as it is instead
+// of following it.
+type ClusterInfo struct {
+	GUID string `json:"clusterGUID"`
+	// DatastoreReady false tells every node to hold still (as Calico's
+	// datastoreReady, e.g. during a migration or a restore).
+	DatastoreReady bool      `json:"datastoreReady"`
+	Created        time.Time `json:"created"`
+	// Adopt is set by `routedctl datastore reinit`: nodes that remember
+	// another GUID accept this one (the operator declared this datastore
+	// the truth) instead of holding still.
+	Adopt bool `json:"adopt,omitempty"`
+	// Revision is the etcd revision the record was read at.
+	Revision int64 `json:"-"`
+}
+
+// ErrNoClusterInfo means the datastore has no identity record.
+var ErrNoClusterInfo = errors.New("datastore: no cluster identity (ClusterInformation) in the datastore")
+
+// GetClusterInfo reads the identity; at rev > 0 as of that revision.
+func (c *Client) GetClusterInfo(ctx context.Context, rev int64) (*ClusterInfo, error) {
+	var opts []clientv3.OpOption
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	cctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Get(cctx, ClusterInfoKey, opts...)
+	if err != nil {
+		return nil, c.wrap(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return &ClusterInfo{Revision: resp.Header.Revision}, ErrNoClusterInfo
+	}
+	var ci ClusterInfo
+	if err := json.Unmarshal(resp.Kvs[0].Value, &ci); err != nil {
+		return nil, fmt.Errorf("datastore: corrupt cluster identity: %w", err)
+	}
+	ci.Revision = resp.Header.Revision
+	return &ci, nil
+}
+
+// InitClusterInfo creates the identity if there is none, and returns the
+// one in the datastore.
+func (c *Client) InitClusterInfo(ctx context.Context) (*ClusterInfo, error) {
+	ci := ClusterInfo{GUID: newGUID(), DatastoreReady: true, Created: time.Now().UTC()}
+	if err := c.putClusterInfo(ctx, ci, true); err != nil && !errors.Is(err, ErrExists) {
+		return nil, err
+	}
+	return c.GetClusterInfo(ctx, 0)
+}
+
+// ReinitClusterInfo gives the datastore a new identity that every node
+// adopts: the operator accepts this datastore as it is.
+func (c *Client) ReinitClusterInfo(ctx context.Context) (*ClusterInfo, error) {
+	ci := ClusterInfo{GUID: newGUID(), DatastoreReady: true, Created: time.Now().UTC(), Adopt: true}
+	if err := c.putClusterInfo(ctx, ci, false); err != nil {
+		return nil, err
+	}
+	return c.GetClusterInfo(ctx, 0)
+}
+
+// SetDatastoreReady sets the ready flag of the existing identity.
+func (c *Client) SetDatastoreReady(ctx context.Context, ready bool) (*ClusterInfo, error) {
+	ci, err := c.GetClusterInfo(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	ci.DatastoreReady = ready
+	if err := c.putClusterInfo(ctx, *ci, false); err != nil {
+		return nil, err
+	}
+	return c.GetClusterInfo(ctx, 0)
+}
+
+func (c *Client) putClusterInfo(ctx context.Context, ci ClusterInfo, onlyIfAbsent bool) error {
+	b, err := json.Marshal(ci)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	if !onlyIfAbsent {
+		_, err := c.etcd.Put(cctx, ClusterInfoKey, string(b))
+		return c.wrap(err)
+	}
+	resp, err := c.etcd.Txn(cctx).If(clientv3.Compare(clientv3.Version(ClusterInfoKey), "=", 0)).
+		Then(clientv3.OpPut(ClusterInfoKey, string(b))).Commit()
+	if err != nil {
+		return c.wrap(err)
+	}
+	if !resp.Succeeded {
+		return ErrExists
+	}
+	return nil
+}
+
+func newGUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

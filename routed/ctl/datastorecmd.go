@@ -1,0 +1,89 @@
+package ctl
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// newDatastoreCmd manages the cluster identity that protects nodes from a
+// wiped, swapped or rolled-back datastore (datastore.ClusterInfo).
+func newDatastoreCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "datastore",
+		Short: "Show or change the datastore's cluster identity and ready flag",
+		Long: `Every routed remembers its cluster's identity (a GUID in the datastore) and
+the newest revision it saw. When the datastore has no identity (wiped or
+replaced), another cluster's, an older revision (restored from an old
+backup) or is marked not ready, the nodes keep their routes and BGP as they
+are and report why on /readiness, until the datastore is restored or
+re-initialised.`,
+	}
+	show := &cobra.Command{
+		Use:   "show",
+		Short: "Print the cluster identity and whether the datastore is ready",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.with(func(c *datastore.Client) error {
+				ci, err := c.GetClusterInfo(cmd.Context(), 0)
+				if errors.Is(err, datastore.ErrNoClusterInfo) {
+					fmt.Fprintln(g.out, "No cluster identity: the datastore is new, or was wiped or replaced.")
+				}
+				if err != nil {
+					return err
+				}
+				printClusterInfo(g, ci)
+				return nil
+			})
+		},
+	}
+	reinit := &cobra.Command{
+		Use:   "reinit",
+		Short: "Accept this datastore as it is: give it a new identity every node adopts",
+		Long: `reinit gives the datastore a new cluster identity that every node adopts,
+ending the hold that a wiped, replaced or rolled-back datastore put them in.
+Nodes then follow the datastore as it is: pods whose endpoints or addresses
+are not in it lose their routes. Restore a backup instead if you have one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.with(func(c *datastore.Client) error {
+				ci, err := c.ReinitClusterInfo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				printClusterInfo(g, ci)
+				fmt.Fprintln(g.out, "Nodes adopt this identity within seconds and resync from the datastore as it is.")
+				return nil
+			})
+		},
+	}
+	setReady := &cobra.Command{
+		Use:   "set-ready true|false",
+		Short: "Mark the datastore ready or not; while not ready every node holds still",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ready, err := strconv.ParseBool(args[0])
+			if err != nil {
+				return usageError("set-ready takes true or false, not %q", args[0])
+			}
+			return g.with(func(c *datastore.Client) error {
+				ci, err := c.SetDatastoreReady(cmd.Context(), ready)
+				if err != nil {
+					return err
+				}
+				printClusterInfo(g, ci)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(show, reinit, setReady)
+	return cmd
+}
+
+func printClusterInfo(g *globals, ci *datastore.ClusterInfo) {
+	fmt.Fprintf(g.out, "Cluster GUID:    %s\nDatastore ready: %t\nCreated:         %s\n", ci.GUID, ci.DatastoreReady, ci.Created.Format("2006-01-02T15:04:05Z"))
+}

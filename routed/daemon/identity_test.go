@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// TestDatastoreGuard walks the guard through what makes a node hold
+// still and what lets it go on, on a real etcd.
+func TestDatastoreGuard(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	g := newDatastoreGuard(ds, dir)
+	if err := g.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := func(frozen bool, reason string) {
+		t.Helper()
+		_, _ = g.verify(ctx, 0)
+		f, why := g.Frozen()
+		if f != frozen || !strings.Contains(why, reason) {
+			t.Fatalf("frozen %v (%q), want %v (%q)", f, why, frozen, reason)
+		}
+	}
+	want(false, "")
+	ci, err := ds.GetClusterInfo(ctx, 0)
+	if err != nil || ci.GUID == "" || !ci.DatastoreReady {
+		t.Fatalf("the first node did not initialise the identity: %+v %v", ci, err)
+	}
+
+	if _, err := ds.SetDatastoreReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	want(true, "marked not ready")
+	restart := g.restarts
+	if _, err := ds.SetDatastoreReady(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	want(false, "")
+	select {
+	case <-restart:
+	default:
+		t.Fatal("thawing did not restart the feeds")
+	}
+
+	// Another cluster's identity.
+	other, _ := json.Marshal(datastore.ClusterInfo{GUID: "other", DatastoreReady: true, Created: time.Now()})
+	if _, err := ds.Etcd().Put(ctx, datastore.ClusterInfoKey, string(other)); err != nil {
+		t.Fatal(err)
+	}
+	want(true, "belongs to another cluster")
+	if _, err := ds.Etcd().Delete(ctx, datastore.ClusterInfoKey); err != nil {
+		t.Fatal(err)
+	}
+	want(true, "no cluster identity")
+
+	// A restarted routed remembers: it freezes at start, writes nothing.
+	g2 := newDatastoreGuard(ds, dir)
+	g.save(true)
+	if err := g2.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, why := g2.Frozen(); !f || !strings.Contains(why, "no cluster identity") {
+		t.Fatalf("restarted node on a wiped datastore: frozen %v %q", f, why)
+	}
+	if _, err := ds.GetClusterInfo(ctx, 0); err == nil {
+		t.Fatal("a node that remembers its cluster created a new identity")
+	}
+
+	// The operator accepts the datastore: every node adopts it.
+	if _, err := ds.ReinitClusterInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(false, "")
+
+	// Back in time: a restore of an older backup.
+	g.mu.Lock()
+	g.maxRev += 1000
+	g.mu.Unlock()
+	want(true, "went back in time")
+}
