@@ -1,4 +1,4 @@
-// Package bgp is routed's BGP speaker: an embedded GoBGP v3 server that
+// Package bgp is routed's BGP speaker: an embedded GoBGP v4 server that
 // advertises the local node's IPAM blocks (next hop self), borrowed /32s
 // and service CIDRs, and hands the best paths it learns to felix through
 // a RouteSink (learned.go), which felix implements.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 )
 
 // ownOnlyPolicy names the export policy (and its neighbor set) that
@@ -40,7 +40,7 @@ func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 		return &api.Statement{
 			Name:       ownOnlyPolicy + suffix,
 			Conditions: &api.Conditions{RouteType: rt},
-			Actions:    &api.Actions{RouteAction: api.RouteAction_REJECT},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT},
 		}
 	}
 	stmts := []*api.Statement{

@@ -5,9 +5,10 @@ import (
 	"net/netip"
 	"strings"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // This file converts between routed's types and GoBGP's API messages.
@@ -78,21 +79,21 @@ func sessionFingerprint(p Peer) string {
 }
 
 // apiPath builds a locally originated IPv4 unicast path with next hop
-// self, or its withdrawal.
-func apiPath(prefix netip.Prefix, nextHop netip.Addr) (*api.Path, error) {
-	nlri, err := anypb.New(&api.IPAddressPrefix{Prefix: prefix.Addr().String(), PrefixLen: uint32(prefix.Bits())})
+// self.
+func apiPath(prefix netip.Prefix, nextHop netip.Addr) (*apiutil.Path, error) {
+	nlri, err := bgp.NewIPAddrPrefix(prefix)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bgp: prefix %s: %w", prefix, err)
 	}
-	origin, err := anypb.New(&api.OriginAttribute{Origin: 0}) // IGP
+	nh, err := bgp.NewPathAttributeNextHop(nextHop)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bgp: next hop %s: %w", nextHop, err)
 	}
-	nh, err := anypb.New(&api.NextHopAttribute{NextHop: nextHop.String()})
-	if err != nil {
-		return nil, err
-	}
-	return &api.Path{Family: familyIPv4, Nlri: nlri, Pattrs: []*anypb.Any{origin, nh}}, nil
+	return &apiutil.Path{
+		Family: bgp.RF_IPv4_UC,
+		Nlri:   nlri,
+		Attrs:  []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
+	}, nil
 }
 
 // pathInfo is what routed needs from a GoBGP path.
@@ -106,40 +107,32 @@ type pathInfo struct {
 }
 
 // parsePath extracts prefix, next hop and source of an IPv4 unicast path.
-func parsePath(p *api.Path) (pathInfo, error) {
+func parsePath(p *apiutil.Path) (pathInfo, error) {
 	var pi pathInfo
-	if p.GetFamily().GetAfi() != api.Family_AFI_IP || p.GetFamily().GetSafi() != api.Family_SAFI_UNICAST {
+	if p.Family != bgp.RF_IPv4_UC {
 		return pi, fmt.Errorf("bgp: not IPv4 unicast")
 	}
-	var nlri api.IPAddressPrefix
-	if err := p.GetNlri().UnmarshalTo(&nlri); err != nil {
-		return pi, fmt.Errorf("bgp: path NLRI: %w", err)
+	nlri, ok := p.Nlri.(*bgp.IPAddrPrefix)
+	if !ok {
+		return pi, fmt.Errorf("bgp: path NLRI %T is not an IPv4 prefix", p.Nlri)
 	}
-	addr, err := netip.ParseAddr(nlri.Prefix)
-	if err != nil {
-		return pi, fmt.Errorf("bgp: path prefix %q: %w", nlri.Prefix, err)
-	}
-	pi.prefix = netip.PrefixFrom(addr, int(nlri.PrefixLen)).Masked()
-	pi.withdraw = p.IsWithdraw
-	// Local paths have no source address ("<nil>" in the API).
-	if a, err := netip.ParseAddr(p.NeighborIp); err == nil && !a.IsUnspecified() {
+	pi.prefix = nlri.Prefix.Masked()
+	pi.withdraw = p.Withdrawal
+	// Local paths have no source address.
+	if a := p.PeerAddress; a.IsValid() && !a.IsUnspecified() {
 		pi.neighbor = a
 	}
-	for _, a := range p.Pattrs {
-		m, err := a.UnmarshalNew()
-		if err != nil {
-			continue
-		}
-		switch v := m.(type) {
-		case *api.NextHopAttribute:
-			pi.nextHop, _ = netip.ParseAddr(v.NextHop)
-		case *api.MpReachNLRIAttribute:
-			if len(v.NextHops) > 0 {
-				pi.nextHop, _ = netip.ParseAddr(v.NextHops[0])
+	for _, a := range p.Attrs {
+		switch v := a.(type) {
+		case *bgp.PathAttributeNextHop:
+			pi.nextHop = v.Value
+		case *bgp.PathAttributeMpReachNLRI:
+			if v.Nexthop.IsValid() {
+				pi.nextHop = v.Nexthop
 			}
-		case *api.AsPathAttribute:
-			for _, seg := range v.Segments {
-				pi.asPath = append(pi.asPath, seg.Numbers...)
+		case *bgp.PathAttributeAsPath:
+			for _, seg := range v.Value {
+				pi.asPath = append(pi.asPath, seg.GetAS()...)
 			}
 		}
 	}

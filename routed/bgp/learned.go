@@ -2,8 +2,10 @@ package bgp
 
 import (
 	"net/netip"
+	"sync"
+	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/sirupsen/logrus"
 )
 
@@ -28,11 +30,13 @@ type RouteStatus interface {
 }
 
 // feeder turns GoBGP best-path events into RouteSink calls. GoBGP runs
-// the callback of one watch on one goroutine, in order, so that
-// goroutine alone owns installed.
+// the callback of one watch on one goroutine, in order; across a BGP
+// restart the old server's watch may still deliver while the new one's
+// starts, so mu serialises them.
 type feeder struct {
 	sink RouteSink
 	log  *logrus.Entry
+	mu   sync.Mutex
 	// installed is what the sink was told, per prefix.
 	installed map[netip.Prefix]hop
 }
@@ -44,13 +48,11 @@ func newFeeder(sink RouteSink, log *logrus.Entry) *feeder {
 	return &feeder{sink: sink, log: log, installed: map[netip.Prefix]hop{}}
 }
 
-// onEvent handles one batch of best-path changes.
-func (f *feeder) onEvent(ev *api.WatchEventResponse) {
-	t := ev.GetTable()
-	if t == nil {
-		return
-	}
-	for _, p := range t.Paths {
+// onBest handles one batch of best-path changes.
+func (f *feeder) onBest(paths []*apiutil.Path, _ time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range paths {
 		pi, err := parsePath(p)
 		if err != nil {
 			continue // other families, End-of-RIB markers

@@ -3,11 +3,14 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"github.com/google/uuid"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/server"
 	"net/netip"
 	"slices"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 )
 
 // apply converges GoBGP on w. It returns a delay after which it wants to
@@ -63,12 +66,14 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 			return nil
 		}
 		s.log.WithField("old", r).WithField("new", g).Warn("BGP identity changed: restarting BGP, all sessions reset")
-		if err := s.bgp.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
+		if err := s.srv().StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
 			return fmt.Errorf("bgp: stop for restart: %w", err)
 		}
+		s.newServer()
+		s.watching = false // the watches went with the old server
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
-		s.paths = map[netip.Prefix]string{}
+		s.paths = map[netip.Prefix]uuid.UUID{}
 		s.keepNH, s.ownOnly = nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
@@ -77,7 +82,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		addrs = []string{"0.0.0.0"}
 	}
 	port := s.listenPort(g)
-	err := s.bgp.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+	err := s.srv().StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn:             g.ASN,
 		RouterId:        g.RouterID.String(),
 		ListenPort:      port,
@@ -89,16 +94,22 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 	s.running = &g
 	s.setView(func(v *view) { v.global = &g; v.listenPort = port; v.started = true })
 	s.log.WithFields(map[string]any{"asn": g.ASN, "routerID": g.RouterID, "port": port}).Info("BGP started")
-	if !s.watching && s.cfg.RouteSink != nil {
-		f := newFeeder(s.cfg.RouteSink, s.log)
-		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
-			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST, Init: true}},
-		}}
-		// The watch lives as long as the process: it survives a BGP
+	if !s.watching {
+		// The watches live as long as the process: they survive a BGP
 		// restart, during which the withdrawals of every learned route
-		// arrive through it like any other change.
-		if err := s.bgp.WatchEvent(context.Background(), req, f.onEvent); err != nil {
-			return fmt.Errorf("bgp: watch best paths: %w", err)
+		// arrive through them like any other change. Peer state changes
+		// (with the reason a session went down) feed the diagnostics.
+		cb := server.WatchEventMessageCallbacks{OnPeerUpdate: s.diag.onPeer}
+		opts := []server.WatchOption{server.WatchPeer()}
+		if s.cfg.RouteSink != nil {
+			if s.feeder == nil {
+				s.feeder = newFeeder(s.cfg.RouteSink, s.log)
+			}
+			cb.OnBestPath = s.feeder.onBest
+			opts = append(opts, server.WatchBestPath(true))
+		}
+		if err := s.srv().WatchEvent(context.Background(), cb, opts...); err != nil {
+			return fmt.Errorf("bgp: watch best paths and peers: %w", err)
 		}
 		s.watching = true
 	}
@@ -111,7 +122,7 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) er
 		if want[p] {
 			continue
 		}
-		err := s.bgp.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: familyIPv4, Uuid: []byte(id)})
+		err := s.srv().DeletePath(apiutil.DeletePathRequest{UUIDs: []uuid.UUID{id}})
 		if err != nil {
 			return fmt.Errorf("bgp: withdraw %s: %w", p, err)
 		}
@@ -126,11 +137,14 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) er
 		if err != nil {
 			return err
 		}
-		resp, err := s.bgp.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
+		resp, err := s.srv().AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{path}})
+		if err == nil && len(resp) == 1 {
+			err = resp[0].Error
+		}
 		if err != nil {
 			return fmt.Errorf("bgp: advertise %s: %w", p, err)
 		}
-		s.paths[p] = string(resp.Uuid)
+		s.paths[p] = resp[0].UUID
 		s.log.WithField("prefix", p).Info("advertising route")
 	}
 	return nil
@@ -149,7 +163,7 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 		if _, ok := wanted[addr]; ok {
 			continue
 		}
-		if err := s.bgp.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
+		if err := s.srv().DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
 			return fmt.Errorf("bgp: remove peer %s: %w", addr, err)
 		}
 		delete(s.applied, addr)
@@ -164,7 +178,7 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 		switch {
 		case !exists:
 			s.diag.configure(addr.String(), p.Password != "")
-			err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, restarting)})
+			err := s.srv().AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, restarting)})
 			if err != nil {
 				s.diag.forget(addr.String())
 				return fmt.Errorf("bgp: add peer %s: %w", addr, err)
@@ -178,13 +192,13 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 			// restart it keeps our routes until End-of-RIB, then drops
 			// the learned ones we no longer send.
 			soft := p.KeepOriginalNextHop || p.ASN == s.running.ASN
-			err := s.bgp.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: soft, Direction: api.ResetPeerRequest_OUT})
+			err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: soft, Direction: api.ResetPeerRequest_DIRECTION_OUT})
 			if err != nil {
 				return fmt.Errorf("bgp: re-advertise to peer %s: %w", addr, err)
 			}
 		case !sameSession(old, p):
 			s.diag.setPassword(addr.String(), p.Password != "")
-			_, err := s.bgp.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.apiPeer(p, false)})
+			_, err := s.srv().UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.apiPeer(p, false)})
 			if err != nil {
 				return fmt.Errorf("bgp: update peer %s: %w", addr, err)
 			}
@@ -222,7 +236,7 @@ func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 	slices.Sort(want)
 	stmts := []*api.Statement{{
 		Name:    keepNHPolicy,
-		Actions: &api.Actions{RouteAction: api.RouteAction_NONE, Nexthop: &api.NexthopAction{Unchanged: true}},
+		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Unchanged: true}},
 	}}
 	return s.applyNeighborPolicy(ctx, keepNHPolicy, want, stmts, &s.keepNH)
 }
@@ -237,17 +251,17 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		return nil
 	}
 	if len(want) == 0 {
-		_ = s.bgp.DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
-			Assignment: &api.PolicyAssignment{Name: "global", Direction: api.PolicyDirection_EXPORT,
+		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+			Assignment: &api.PolicyAssignment{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
 				Policies: []*api.Policy{{Name: name}}}})
-		_ = s.bgp.DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
-		_ = s.bgp.DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
-			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: name}, All: true})
+		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
+		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name}, All: true})
 		*cur = nil
 		return nil
 	}
-	set := &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: name, List: want}
-	if err := s.bgp.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+	set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: want}
+	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
 		return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
 	}
 	if *cur == nil {
@@ -255,14 +269,14 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 			if st.Conditions == nil {
 				st.Conditions = &api.Conditions{}
 			}
-			st.Conditions.NeighborSet = &api.MatchSet{Name: name, Type: api.MatchSet_ANY}
+			st.Conditions.NeighborSet = &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}
 		}
-		if err := s.bgp.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
+		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
 			return fmt.Errorf("bgp: %s policy: %w", name, err)
 		}
-		err := s.bgp.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: api.PolicyDirection_EXPORT,
-			Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ACCEPT,
+		err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
+			Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
 		}})
 		if err != nil {
 			return fmt.Errorf("bgp: %s policy assignment: %w", name, err)

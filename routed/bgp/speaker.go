@@ -3,15 +3,17 @@ package bgp
 import (
 	"context"
 	"errors"
+	"github.com/google/uuid"
 	"github.com/routed-net/routed/internal/heartbeat"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/server"
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/ipam"
@@ -28,9 +30,11 @@ var ErrAlreadyRunning = errors.New("bgp: speaker already running")
 // they only record the wanted state. Run's loop alone programs GoBGP,
 // touching only what differs.
 type Speaker struct {
-	cfg   Config
-	log   *logrus.Entry
-	bgp   *server.BgpServer
+	cfg Config
+	log *logrus.Entry
+	// bgp is the GoBGP server; a new one replaces it when the BGP
+	// identity changes (a v4 server cannot start again once stopped).
+	bgp   atomic.Pointer[server.BgpServer]
 	logs  *logAdapter
 	diag  *diag
 	want  *desired
@@ -38,10 +42,13 @@ type Speaker struct {
 	ran   atomic.Bool
 
 	// Owned by the loop in Run.
-	running      *Global
-	watching     bool
+	running  *Global
+	watching bool
+	// feeder outlives servers: what the sink was told stays known across
+	// a restart of BGP.
+	feeder       *feeder
 	applied      map[netip.Addr]Peer
-	paths        map[netip.Prefix]string // prefix -> GoBGP path UUID
+	paths        map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
 	keepNH       []string
 	ownOnly      []string // eBGP peers limited to our own routes
 	restartUntil time.Time
@@ -68,7 +75,7 @@ func New(cfg Config) (*Speaker, error) {
 		return nil, err
 	}
 	d := newDiag()
-	logs := newLogAdapter(cfg.Log, d)
+	logs := newLogAdapter(cfg.Log)
 	s := &Speaker{
 		cfg:     cfg,
 		log:     cfg.Log,
@@ -77,15 +84,23 @@ func New(cfg Config) (*Speaker, error) {
 		want:    newDesired(),
 		start:   time.Now(),
 		applied: map[netip.Addr]Peer{},
-		paths:   map[netip.Prefix]string{},
+		paths:   map[netip.Prefix]uuid.UUID{},
 		view:    view{peers: map[string]Peer{}},
 	}
-	s.bgp = server.NewBgpServer(server.LoggerOption(logs))
-	// Serve never returns in GoBGP v3; the goroutine lives as long as the
-	// process, which is how routed uses it (one speaker per process).
-	go s.bgp.Serve()
+	s.newServer()
 	return s, nil
 }
+
+// newServer starts a GoBGP server and makes it current. Its Serve
+// goroutine ends when the server is stopped.
+func (s *Speaker) newServer() {
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(s.logs), s.logs.level))
+	go srv.Serve()
+	s.bgp.Store(srv)
+}
+
+// srv is the current GoBGP server.
+func (s *Speaker) srv() *server.BgpServer { return s.bgp.Load() }
 
 // SetGlobal sets the local AS, router ID and listen port. Changing the
 // AS or router ID restarts BGP (all sessions reset).
@@ -195,7 +210,7 @@ func (s *Speaker) Run(ctx context.Context) error {
 // drop this node's routes at once. Call it only after Run returned, and
 // only when the node leaves the cluster, never for a restart.
 func (s *Speaker) Stop(ctx context.Context) error {
-	if err := s.bgp.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
+	if err := s.srv().StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
 		return err
 	}
 	s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })

@@ -3,11 +3,14 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/routed-net/routed/routed/status"
 )
@@ -16,13 +19,13 @@ import (
 var _ status.Provider = (*Speaker)(nil)
 
 var fsmNames = map[api.PeerState_SessionState]string{
-	api.PeerState_UNKNOWN:     "Idle",
-	api.PeerState_IDLE:        "Idle",
-	api.PeerState_CONNECT:     "Connect",
-	api.PeerState_ACTIVE:      "Active",
-	api.PeerState_OPENSENT:    "OpenSent",
-	api.PeerState_OPENCONFIRM: "OpenConfirm",
-	api.PeerState_ESTABLISHED: "Established",
+	api.PeerState_SESSION_STATE_UNSPECIFIED: "Idle",
+	api.PeerState_SESSION_STATE_IDLE:        "Idle",
+	api.PeerState_SESSION_STATE_CONNECT:     "Connect",
+	api.PeerState_SESSION_STATE_ACTIVE:      "Active",
+	api.PeerState_SESSION_STATE_OPENSENT:    "OpenSent",
+	api.PeerState_SESSION_STATE_OPENCONFIRM: "OpenConfirm",
+	api.PeerState_SESSION_STATE_ESTABLISHED: "Established",
 }
 
 // Peers implements status.Provider: every configured session, sorted by
@@ -31,7 +34,7 @@ func (s *Speaker) Peers(ctx context.Context) ([]status.Peer, error) {
 	v := s.getView()
 	live := map[string]*api.Peer{}
 	if v.started {
-		err := s.bgp.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		err := s.srv().ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 			live[p.GetConf().GetNeighborAddress()] = p
 		})
 		if err != nil {
@@ -62,7 +65,7 @@ func (s *Speaker) Peers(ctx context.Context) ([]status.Peer, error) {
 }
 
 func (s *Speaker) peerStatus(addr string, cfg Peer, lp *api.Peer, v view) status.Peer {
-	lastErr, since := s.diag.get(addr)
+	lastErr, since, hasPassword := s.diag.get(addr)
 	p := status.Peer{
 		Address: addr, Type: cfg.Type, Name: cfg.Name,
 		State: status.StateStart, BGPState: "Idle", Since: since,
@@ -92,10 +95,16 @@ func (s *Speaker) peerStatus(addr string, cfg Peer, lp *api.Peer, v view) status
 		p.State, p.Info = status.StateDown, "Idle: "+cfg.ConfigError
 	case p.BGPState == "Established":
 		p.State, p.Info = status.StateUp, "Established"
-	case lp != nil && lp.GetState().GetAdminState() != api.PeerState_UP:
+	case lp != nil && lp.GetState().GetAdminState() != api.PeerState_ADMIN_STATE_UP:
 		p.State, p.Info = status.StateDown, "Idle: administratively down"
 	case lastErr != "":
 		p.Info = p.BGPState + ": " + lastErr
+	case p.BGPState == "Active" || p.BGPState == "Connect":
+		// GoBGP reports no event for a connection attempt that fails.
+		p.Info = p.BGPState + ": no BGP connection yet (peer down, unreachable, or not configured for this node)"
+		if hasPassword {
+			p.Info += "; TCP MD5 password mismatch?"
+		}
 	default:
 		p.Info = p.BGPState
 	}
@@ -108,9 +117,9 @@ func (s *Speaker) Routes(ctx context.Context) ([]status.Route, error) {
 		return nil, nil
 	}
 	var out []status.Route
-	err := s.bgp.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: familyIPv4},
-		func(d *api.Destination) {
-			for _, p := range d.Paths {
+	err := s.srv().ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: bgp.RF_IPv4_UC},
+		func(_ bgp.NLRI, paths []*apiutil.Path) {
+			for _, p := range paths {
 				pi, err := parsePath(p)
 				if err != nil {
 					continue
@@ -122,8 +131,8 @@ func (s *Speaker) Routes(ctx context.Context) ([]status.Route, error) {
 				if !r.Local {
 					r.Peer = pi.neighbor.String()
 				}
-				if p.Age != nil {
-					r.Since = p.Age.AsTime()
+				if p.Age != 0 {
+					r.Since = time.Unix(p.Age, 0)
 				}
 				if len(pi.asPath) > 0 {
 					r.ASPath = strings.Trim(fmt.Sprint(pi.asPath), "[]")

@@ -3,84 +3,67 @@ package bgp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/routed/status"
 )
 
-// TestDiagMessages pins how GoBGP v3.37.0's log messages become INFO.
-func TestDiagMessages(t *testing.T) {
+// TestDiagPeerEvents pins how GoBGP's peer events become INFO.
+func TestDiagPeerEvents(t *testing.T) {
 	const peer = "10.0.0.2"
-	refused := &netErr{"dial tcp 10.0.0.1:0->10.0.0.2:179: connect: connection refused"}
-	timeout := &netErr{"dial tcp 10.0.0.1:0->10.0.0.2:179: i/o timeout"}
+	ev := func(addr string, st bgp.FSMState, r api.PeerState_DisconnectReason, msg string) *apiutil.WatchEventMessage_PeerEvent {
+		return &apiutil.WatchEventMessage_PeerEvent{Type: apiutil.PEER_EVENT_STATE, Peer: apiutil.Peer{State: apiutil.PeerState{
+			NeighborAddress: netip.MustParseAddr(addr), SessionState: st, DisconnectReason: r, DisconnectMessage: msg}}}
+	}
 	tests := []struct {
-		name   string
-		md5    bool
-		msg    string
-		fields gobgplog.Fields
-		want   string
+		name  string
+		wasUp bool
+		event *apiutil.WatchEventMessage_PeerEvent
+		want  string
 	}{
-		{"refused", false, "failed to connect", gobgplog.Fields{"Key": peer, "Error": refused}, "connect: connection refused"},
-		{"timeout", false, "failed to connect", gobgplog.Fields{"Key": peer, "Error": timeout}, "connect: timed out"},
-		{"timeout with md5", true, "failed to connect", gobgplog.Fields{"Key": peer, "Error": timeout},
-			"connect: timed out (TCP MD5 password mismatch?)"},
-		{"notification received", false, "received notification",
-			gobgplog.Fields{"Key": peer, "Code": uint8(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR), "Subcode": uint8(bgp.BGP_ERROR_SUB_BAD_PEER_AS)},
-			"received notification: open: bad peer AS"},
-		{"notification sent", false, "sent notification",
-			gobgplog.Fields{"Key": peer, "Data": bgp.NewMessageError(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR, bgp.BGP_ERROR_SUB_BAD_PEER_AS, nil, "as number mismatch expected 1, received 2")},
-			"sent notification: open: bad peer AS (as number mismatch expected 1, received 2)"},
-		{"hard reset", false, "state changed",
-			gobgplog.Fields{"Key": peer, "old": "BGP_FSM_ESTABLISHED", "reason": "notification-received code 6(cease) subcode 9(undefined)"},
-			"received notification: cease: hard reset"},
-		{"closed", false, "state changed", gobgplog.Fields{"Key": peer, "old": "BGP_FSM_OPENSENT", "reason": "read-failed"}, "connection closed by peer"},
-		{"rejected open", false, "state changed", gobgplog.Fields{"Key": peer, "old": "BGP_FSM_OPENCONFIRM", "reason": "invalid-msg"},
+		{"notification received", false, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED,
+			"notification-received code 2(open) subcode 2(bad peer as)"), "received notification: open: bad peer AS"},
+		{"bad peer AS", false, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_BAD_PEER_AS, "bad-peer-as"),
+			"sent notification: open: bad peer AS (check AS numbers on both sides)"},
+		{"hard reset", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED,
+			"notification-received code 6(cease) subcode 9(undefined)"), "received notification: cease: hard reset"},
+		{"closed", false, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_READ_FAILED, "read-failed"), "connection closed by peer"},
+		{"rejected open", false, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_INVALID_MSG, "invalid-msg"),
 			"peer rejected our OPEN (check AS numbers on both sides)"},
-		{"unknown peer", false, "failed to connect", gobgplog.Fields{"Key": "10.9.9.9", "Error": refused}, ""},
+		{"hold timer", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_HOLD_TIMER_EXPIRED, "hold-timer-expired"), "hold timer expired"},
+		{"unknown peer", false, ev("10.9.9.9", bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_READ_FAILED, ""), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDiag()
-			d.configure(peer, tc.md5)
-			d.observe(tc.msg, tc.fields)
-			if got, _ := d.get(peer); got != tc.want {
+			d.configure(peer, false)
+			if tc.wasUp {
+				d.onPeer(ev(peer, bgp.BGP_FSM_ESTABLISHED, 0, ""), time.Now())
+			}
+			d.onPeer(tc.event, time.Now())
+			if got, _, _ := d.get(peer); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
 	d := newDiag()
 	d.configure(peer, false)
-	d.observe("failed to connect", gobgplog.Fields{"Key": peer, "Error": refused})
-	d.observe("Peer Up", gobgplog.Fields{"Key": peer})
-	if got, _ := d.get(peer); got != "" {
-		t.Fatalf("error kept after Peer Up: %q", got)
-	}
-}
-
-type netErr struct{ s string }
-
-func (e *netErr) Error() string { return e.s }
-
-func TestConnectErrorIsSyscall(t *testing.T) {
-	err := fmt.Errorf("dial tcp 10.0.0.1:179: connect: %w", syscall.EHOSTUNREACH)
-	if got := connectError(err); got != "connect: no route to host" {
-		t.Fatal(got)
-	}
-	if !errors.Is(err, syscall.EHOSTUNREACH) {
-		t.Fatal("wrapping lost")
+	d.onPeer(ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_READ_FAILED, ""), time.Now())
+	_, before, _ := d.get(peer)
+	d.onPeer(ev(peer, bgp.BGP_FSM_ESTABLISHED, 0, ""), time.Now())
+	if got, since, _ := d.get(peer); got != "" || !since.After(before) {
+		t.Fatalf("after Established: error %q kept, or since %v not moved", got, since)
 	}
 }
 
@@ -91,16 +74,15 @@ func TestPathRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ap.NeighborIp = "<nil>"
 	pi, err := parsePath(ap)
 	if err != nil || pi.prefix != p || pi.nextHop != nh || pi.neighbor.IsValid() || pi.withdraw {
 		t.Fatalf("%+v %v", pi, err)
 	}
-	ap.NeighborIp, ap.IsWithdraw = "10.0.0.9", true
+	ap.PeerAddress, ap.Withdrawal = netip.MustParseAddr("10.0.0.9"), true
 	if pi, _ = parsePath(ap); pi.neighbor != netip.MustParseAddr("10.0.0.9") || !pi.withdraw {
 		t.Fatalf("%+v", pi)
 	}
-	if _, err := parsePath(&api.Path{Family: &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}}); err == nil {
+	if _, err := parsePath(&apiutil.Path{Family: bgp.RF_IPv6_UC}); err == nil {
 		t.Fatal("IPv6 path accepted")
 	}
 }

@@ -301,7 +301,7 @@ func raceReports(out string) []string {
 }
 
 // racesInOurCode reports whether one of the racing accesses runs routed
-// code. GoBGP v3.37.0 has races of its own (its WatchEvent goroutine
+// code. GoBGP has races of its own (its WatchEvent goroutine
 // reads paths its server goroutine marks stale); a stack whose only
 // routed frame is the go statement that started GoBGP's Serve is
 // GoBGP's alone.
