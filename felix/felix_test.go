@@ -192,9 +192,14 @@ func TestFelixProgramsTheNode(t *testing.T) {
 	if _, ok := h.ns.Routes(t)[pfx("10.244.3.0/26")]; ok {
 		t.Error("a pending affinity was routed")
 	}
-	if !h.f.Programmed(pfx("10.50.0.0/24")) {
-		t.Error("Programmed(learned route) = false")
-	}
+	// The kernel can show the route a moment before felix's table
+	// records the write: wait for it rather than sample once.
+	nstest.Eventually(t, 3*time.Second, func() string {
+		if !h.f.Programmed(pfx("10.50.0.0/24")) {
+			return "Programmed(learned route) = false"
+		}
+		return ""
+	})
 	// Every plan refuses the /27, so once one has, it was never handed
 	// to the kernel.
 	nstest.Eventually(t, 3*time.Second, func() string {
