@@ -3,6 +3,7 @@ package felix
 import (
 	"net/netip"
 	"sort"
+	"strings"
 
 	"github.com/routed-net/routed/felix/routetable"
 )
@@ -19,6 +20,15 @@ type plan struct {
 	natPools   []netip.Prefix
 	// rejected lists the learned routes the import guard refused.
 	rejected map[netip.Prefix]*rejection
+	// badIfaces names endpoints whose interface is not a pod device.
+	badIfaces []string
+}
+
+// workloadIface reports whether name is a pod device felix may route to:
+// the configured prefix and a valid Linux interface name.
+func workloadIface(cfg *Config, name string) bool {
+	return len(name) > len(cfg.WorkloadInterfacePrefix) && len(name) <= 15 &&
+		strings.HasPrefix(name, cfg.WorkloadInterfacePrefix) && !strings.ContainsAny(name, "/ \t\n")
 }
 
 // computePlan derives the wanted dataplane. Route precedence for one
@@ -89,9 +99,15 @@ func computePlan(cfg *Config, s *state) *plan {
 	sort.Strings(names)
 	for _, n := range names {
 		w := s.weps[n]
+		// Only pod devices: an endpoint naming eth0 or lo must not steer
+		// a pod address to the host's own interfaces.
+		if !workloadIface(cfg, w.Spec.InterfaceName) {
+			p.badIfaces = append(p.badIfaces, n)
+			continue
+		}
 		for _, cidr := range w.Spec.IPNetworks {
 			pfx, err := netip.ParsePrefix(cidr)
-			if err != nil || !pfx.Addr().Is4() || w.Spec.InterfaceName == "" {
+			if err != nil || !pfx.Addr().Is4() {
 				continue
 			}
 			pfx = pfx.Masked()

@@ -97,3 +97,33 @@ func gauge(t *testing.T, fs *filterState, reason string) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// TestOnlyPodDevicesGetPodRoutes: an endpoint naming a host interface
+// (eth0, lo) or a bare prefix gets no route; pod devices do.
+func TestOnlyPodDevicesGetPodRoutes(t *testing.T) {
+	cfg := &Config{NodeName: "a", WorkloadInterfacePrefix: "cali"}
+	s := newState()
+	s.setResource("a", testPool("p", "10.3.0.0/16", "Never", false, ""))
+	s.setResource("a", testNode("a", "10.0.0.1/24", "", nil))
+	for _, w := range []struct{ name, iface, ip string }{
+		{"good", "cali12345", "10.3.0.5/32"},
+		{"host", "eth0", "10.3.0.6/32"},
+		{"loop", "lo", "10.3.0.7/32"},
+		{"bare", "cali", "10.3.0.8/32"},
+		{"long", "cali0123456789ab", "10.3.0.9/32"},
+	} {
+		s.setResource("a", testWEP(w.name, "a", w.iface, w.ip))
+	}
+	p := computePlan(cfg, s)
+	if r, ok := p.routes[pfx("10.3.0.5/32")]; !ok || r.Iface != "cali12345" {
+		t.Errorf("pod device: %v %v", r, ok)
+	}
+	for _, ip := range []string{"10.3.0.6/32", "10.3.0.7/32", "10.3.0.8/32", "10.3.0.9/32"} {
+		if r, ok := p.routes[pfx(ip)]; ok {
+			t.Errorf("%s routed to %q", ip, r.Iface)
+		}
+	}
+	if len(p.badIfaces) != 4 {
+		t.Errorf("bad interfaces %v, want 4", p.badIfaces)
+	}
+}

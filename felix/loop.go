@@ -7,6 +7,7 @@ import (
 	"github.com/routed-net/routed/internal/heartbeat"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -251,6 +252,11 @@ func (l *loop) apply() {
 		l.plan = computePlan(l.cfg, l.st)
 		l.planDirty = false
 		l.f.filters.set(l.plan.rejected)
+		for _, n := range l.plan.badIfaces {
+			if old == nil || !slices.Contains(old.badIfaces, n) {
+				l.log.WithField("endpoint", n).Warnf("not routing: its interface is not a pod device (%q prefix)", l.cfg.WorkloadInterfacePrefix)
+			}
+		}
 		if err := l.rt.SetRoutes(l.plan.routes); err != nil {
 			l.log.WithError(err).Warn("some routes are invalid and were skipped")
 		}

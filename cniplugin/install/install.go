@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/routed-net/routed/pkg/datastore"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,6 +167,11 @@ func Main(argv0 string) int {
 // everything it refers to is in place.
 func (c *Config) Run(out *os.File) error {
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
+	ds := datastore.Config{Endpoints: datastore.SplitEndpoints(c.EtcdEndpoints),
+		CertFile: c.EtcdCertFile, KeyFile: c.EtcdKeyFile, CACertFile: c.EtcdCACertFile}
+	if err := ds.Validate(); err != nil {
+		return fmt.Errorf("ETCD_ENDPOINTS and the etcd TLS files: %w", err)
+	}
 	if err := c.installBinaries(say); err != nil {
 		return err
 	}

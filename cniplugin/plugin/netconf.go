@@ -109,13 +109,8 @@ func (c *NetConf) DatastoreConfig() (datastore.Config, error) {
 	if len(cfg.Endpoints) == 0 {
 		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", errConfig)
 	}
-	for _, ep := range cfg.Endpoints {
-		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
-			return cfg, fmt.Errorf("%w: etcd_endpoints: %q must start with http:// or https://", errConfig, ep)
-		}
-	}
-	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
-		return cfg, fmt.Errorf("%w: etcd_cert_file and etcd_key_file must be given together", errConfig)
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", errConfig, err)
 	}
 	return cfg, nil
 }

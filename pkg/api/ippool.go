@@ -77,6 +77,12 @@ func (p *IPPool) Validate() error {
 		v.add("spec.cidr", p.Spec.CIDR, "only IPv4 pools are supported")
 	case pfx.Bits() > 32 || pfx.Bits() < 8:
 		v.add("spec.cidr", p.Spec.CIDR, "prefix length must be between /8 and /32")
+	default:
+		for _, r := range reservedRanges {
+			if pfx.Overlaps(r.prefix) {
+				v.add("spec.cidr", p.Spec.CIDR, "overlaps %s (%s): pods there would be unreachable or hijack host traffic", r.prefix, r.what)
+			}
+		}
 	}
 	bs := p.Spec.BlockSize
 	if bs < 20 || bs > 32 {
@@ -96,6 +102,18 @@ func (p *IPPool) Validate() error {
 	}
 	validateSelector(&v, "spec.nodeSelector", p.Spec.NodeSelector)
 	return v.result(KindIPPool, p.Metadata.Name)
+}
+
+// reservedRanges are IPv4 ranges a pool must not touch.
+var reservedRanges = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "\"this network\""},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, holds the pods' gateway 169.254.1.1"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, includes broadcast"},
 }
 
 func validMode(m string) bool {

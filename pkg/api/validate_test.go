@@ -639,3 +639,17 @@ func TestParseKind(t *testing.T) {
 		t.Errorf("New(Pod): want ErrUnknownKind, got %v", err)
 	}
 }
+
+func TestPoolRefusesReservedRanges(t *testing.T) {
+	t.Parallel()
+	for _, cidr := range []string{"127.0.0.0/16", "169.254.0.0/16", "169.0.0.0/8", "224.1.0.0/16", "0.0.0.0/8", "240.0.0.0/8"} {
+		p := validPool()
+		p.Spec.CIDR = cidr
+		err := p.Validate()
+		checkValid(t, err, "spec.cidr")
+		checkDetail(t, err, "overlaps")
+	}
+	p := validPool()
+	p.Spec.CIDR = "10.244.0.0/16"
+	checkValid(t, p.Validate())
+}

@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -40,16 +39,11 @@ type Client struct {
 // fail with ErrUnavailable after the request timeout instead.
 func New(cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
-	for _, ep := range cfg.Endpoints {
-		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
-			return nil, fmt.Errorf("%w: endpoint %q must start with http:// or https://", ErrConfig, ep)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	var tlsCfg *tls.Config
 	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CACertFile != "" {
-		if (cfg.CertFile == "") != (cfg.KeyFile == "") {
-			return nil, fmt.Errorf("%w: etcd cert file and key file must be given together", ErrConfig)
-		}
 		info := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CACertFile}
 		var err error
 		if tlsCfg, err = info.ClientConfig(); err != nil {

@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"fmt"
 	"context"
 	"net"
 	"os"
@@ -85,4 +86,26 @@ func (c *Config) withDefaults() Config {
 		out.RequestTimeout = DefaultRequestTimeout
 	}
 	return out
+}
+
+// Validate checks the connection settings: every endpoint is http:// or
+// https://, cert and key come together, and TLS files are never given
+// with an http:// endpoint (that would silently run in plaintext).
+func (c Config) Validate() error {
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf("%w: etcd cert file and key file must be given together", ErrConfig)
+	}
+	tlsFiles := c.CertFile != "" || c.KeyFile != "" || c.CACertFile != ""
+	for _, ep := range c.Endpoints {
+		switch {
+		case strings.HasPrefix(ep, "https://"):
+		case strings.HasPrefix(ep, "http://"):
+			if tlsFiles {
+				return fmt.Errorf("%w: endpoint %q is plain http but TLS files are given: the connection would not be encrypted; use https://", ErrConfig, ep)
+			}
+		default:
+			return fmt.Errorf("%w: endpoint %q must start with http:// or https://", ErrConfig, ep)
+		}
+	}
+	return nil
 }

@@ -1,7 +1,9 @@
 package datastore
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +140,24 @@ func TestEndpointFlagWithSpaces(t *testing.T) {
 	defer c.Close()
 	if got, want := c.Endpoints(), []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Endpoints() = %q, want %q", got, want)
+	}
+}
+
+// TestTLSFilesNeedHTTPS: TLS files with an http:// endpoint used to run
+// in plaintext without a word; now it is a configuration error.
+func TestTLSFilesNeedHTTPS(t *testing.T) {
+	for _, cfg := range []Config{
+		{Endpoints: []string{"http://10.0.0.1:2379"}, CACertFile: "/ca"},
+		{Endpoints: []string{"https://10.0.0.1:2379", "http://10.0.0.2:2379"}, CertFile: "/c", KeyFile: "/k"},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "plain http") {
+			t.Errorf("%+v: %v, want a configuration error about plain http", cfg, err)
+		}
+	}
+	if err := (Config{Endpoints: []string{"https://10.0.0.1:2379"}, CACertFile: "/ca"}).Validate(); err != nil {
+		t.Errorf("https with TLS files: %v", err)
+	}
+	if err := (Config{Endpoints: []string{"http://10.0.0.1:2379"}}).Validate(); err != nil {
+		t.Errorf("plain http without TLS files: %v", err)
 	}
 }
