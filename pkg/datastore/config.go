@@ -1,8 +1,8 @@
 package datastore
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strings"
