@@ -39,13 +39,19 @@ func (f Fence) Held(r *etcdserverpb.ResponseOp) bool {
 	return len(kvs) == 1 && kvs[0].CreateRevision == f.Rev
 }
 
-// DeleteFenced is Delete at resourceVersion, only while fence holds.
-func (c *Client) DeleteFenced(ctx context.Context, k api.Kind, name, resourceVersion string, fence Fence) error {
+// DeleteFenced is Delete at resourceVersion, only while fence holds and
+// every cmp in also holds (ErrConflict when one does not).
+func (c *Client) DeleteFenced(ctx context.Context, k api.Kind, name, resourceVersion string, fence Fence, also ...clientv3.Cmp) error {
 	rev, err := parseRev(k, name, resourceVersion)
 	if err != nil {
 		return err
 	}
-	return c.writeFenced(ctx, Key(k, name), rev, clientv3.OpDelete(Key(k, name)), fence, objErr(k, name, ErrConflict), objErr(k, name, ErrNotFound))
+	return c.writeFenced(ctx, Key(k, name), rev, clientv3.OpDelete(Key(k, name)), fence, objErr(k, name, ErrConflict), objErr(k, name, ErrNotFound), also...)
+}
+
+// Absent is a comparison that holds while the resource does not exist.
+func Absent(k api.Kind, name string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(Key(k, name)), "=", 0)
 }
 
 // PutRawFenced writes value at key when the key is at rev (0: absent),
@@ -59,11 +65,12 @@ func (c *Client) DeleteRawFenced(ctx context.Context, key string, rev int64, fen
 	return c.writeFenced(ctx, key, rev, clientv3.OpDelete(key), fence, fmt.Errorf("%w: %s", ErrConflict, key), nil)
 }
 
-func (c *Client) writeFenced(ctx context.Context, key string, rev int64, op clientv3.Op, fence Fence, conflict, notFound error) error {
+func (c *Client) writeFenced(ctx context.Context, key string, rev int64, op clientv3.Op, fence Fence, conflict, notFound error, also ...clientv3.Cmp) error {
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev), fence.Cmp()}, also...)
 	resp, err := c.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev), fence.Cmp()).
+		If(cmps...).
 		Then(op).
 		Else(clientv3.OpGet(key, clientv3.WithCountOnly()), fence.Get()).Commit()
 	if err != nil {

@@ -37,6 +37,9 @@ type nodeGC struct {
 	fence datastore.Fence
 	grace time.Duration
 	now   func() time.Time
+	// reclaiming, when set, runs after the pass decided which nodes are
+	// gone and before it deletes anything (tests race a node's return).
+	reclaiming func(gone map[string]bool)
 }
 
 // run does one pass and returns the nodes it treated as gone.
@@ -98,17 +101,26 @@ func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
 			}
 		}
 	}
+	if g.reclaiming != nil && len(gone) > 0 {
+		g.reclaiming(gone)
+	}
 	for _, r := range weps {
 		w := r.(*api.WorkloadEndpoint)
 		if !gone[w.Spec.Node] {
 			continue
 		}
-		err := g.ds.DeleteFenced(ctx, api.KindWorkloadEndpoint, w.Metadata.Name, w.Metadata.ResourceVersion, g.fence)
+		// Only while the node is still absent: one that re-registered
+		// since the list above keeps its endpoints.
+		err := g.ds.DeleteFenced(ctx, api.KindWorkloadEndpoint, w.Metadata.Name, w.Metadata.ResourceVersion, g.fence,
+			datastore.Absent(api.KindNode, w.Spec.Node))
 		switch {
 		case err == nil:
 			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("removed endpoint of a deleted node")
 		case errors.Is(err, datastore.ErrFenced):
 			return nil, err
+		case errors.Is(err, datastore.ErrConflict):
+			delete(gone, w.Spec.Node) // it came back (or the endpoint changed): not gone after all
+			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("kept endpoint: its node came back or it changed during GC")
 		case datastore.IsNotFound(err):
 		default:
 			log.WithError(err).WithField("endpoint", w.Metadata.Name).Warn("could not remove endpoint of a deleted node")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -132,5 +133,110 @@ func TestDeposedLeaderCannotWrite(t *testing.T) {
 	}
 	if rep, err := ipam.New(ds).Check(ctx, 0); err != nil || len(rep.Leaks) != 1 {
 		t.Fatalf("the leak must still be there: %+v, %v", rep, err)
+	}
+}
+
+// TestNodeGCSparesANodeThatComesBack: a node that re-registers after the
+// pass decided it was gone (and before its endpoints were deleted) keeps
+// them: every delete is conditioned on the Node record still being
+// absent.
+func TestNodeGCSparesANodeThatComesBack(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: back-k8s-default-w-eth0}\nspec: {node: back, containerID: c1, interfaceName: cali1, ipNetworks: [10.1.0.1/32]}\n")
+	fence, _ := elect(t, ds, gcElection+"-back", "a")
+	t0 := time.Now()
+	g := &nodeGC{ds: ds, fence: fence, grace: time.Minute, now: func() time.Time { return t0 }}
+	if _, err := g.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.now = func() time.Time { return t0.Add(time.Minute) }
+	g.reclaiming = func(gone map[string]bool) {
+		if !gone["back"] {
+			t.Errorf("the pass did not find node back gone: %v", gone)
+		}
+		if _, err := RegisterNode(ctx, ds, "back", netip.MustParsePrefix("10.0.0.7/24")); err != nil {
+			t.Error(err)
+		}
+	}
+	gone, err := g.run(ctx)
+	if err != nil || len(gone) != 0 {
+		t.Fatalf("node back re-registered during the pass: gone %v, %v; want none", gone, err)
+	}
+	if !wepExists(t, ds, "back-k8s-default-w-eth0") {
+		t.Fatal("endpoint of a node that came back during GC was removed")
+	}
+}
+
+// TestLeaderDeposedMidGC: the elected GC runs through runAsLeader; its
+// lease is revoked in the middle of a pass (after it decided a node was
+// gone, before it deleted anything). Every write it then makes fails
+// with ErrFenced, nothing is reclaimed, and its context is cancelled.
+func TestLeaderDeposedMidGC(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.53.0.0/24}\n")
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: gone-k8s-default-w-eth0}\nspec: {node: gone, containerID: c1, interfaceName: cali1, ipNetworks: [10.53.0.1/32]}\n")
+	if _, err := ipam.New(ds).AutoAssign(ctx, ipam.AssignArgs{Node: "gone", HandleID: "leaked"}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		first, second, ipamErr error
+		stopped                bool
+	}
+	done := make(chan result, 1)
+	election := gcElection + "-mid"
+	go runAsLeader(ctx, ds, election, "old", func(lctx context.Context, fence datastore.Fence) {
+		var r result
+		t0 := time.Now()
+		g := &nodeGC{ds: ds, fence: fence, grace: time.Hour, now: func() time.Time { return t0 }}
+		_, r.first = g.run(lctx) // writes the missing-since record: it leads
+		g.now = func() time.Time { return t0.Add(time.Hour) }
+		g.reclaiming = func(map[string]bool) {
+			kv, err := ds.Etcd().Get(ctx, fence.Key)
+			if err != nil || len(kv.Kvs) != 1 {
+				t.Errorf("reading the election key: %v", err)
+				return
+			}
+			if _, err := ds.Etcd().Revoke(ctx, clientv3.LeaseID(kv.Kvs[0].Lease)); err != nil {
+				t.Error(err)
+			}
+		}
+		_, r.second = g.run(lctx)
+		_, r.ipamErr = ipam.New(ds, ipam.WithFence(fence)).GC(ctx, 0)
+		select {
+		case <-lctx.Done():
+			r.stopped = true
+		case <-time.After(20 * time.Second):
+		}
+		done <- r
+		cancel() // stop campaigning again
+	})
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the GC leader never ran")
+	}
+	if r.first != nil {
+		t.Fatalf("first pass as leader: %v", r.first)
+	}
+	if !errors.Is(r.second, datastore.ErrFenced) {
+		t.Errorf("node GC pass during which the leader was deposed: %v, want ErrFenced", r.second)
+	}
+	if !errors.Is(r.ipamErr, datastore.ErrFenced) {
+		t.Errorf("IPAM GC by the deposed leader: %v, want ErrFenced", r.ipamErr)
+	}
+	if !r.stopped {
+		t.Error("runAsLeader did not cancel the deposed leader's context within 20 s")
+	}
+	if !wepExists(t, ds, "gone-k8s-default-w-eth0") {
+		t.Error("a deposed leader removed an endpoint")
+	}
+	if rep, err := ipam.New(ds).Check(context.Background(), 0); err != nil || len(rep.Leaks) != 1 {
+		t.Errorf("the leak must still be there: %+v, %v", rep, err)
 	}
 }

@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// TestNodeKeeperRecreatesDeletedNode reproduces the fault (a running
+// routed never re-registered after its Node record was deleted) and
+// checks the fix: the keeper re-creates the record within seconds, each
+// time, with its labels, AS number, route-reflector cluster ID and
+// tunnel address as they were.
+func TestNodeKeeperRecreatesDeletedNode(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := netip.MustParsePrefix("10.0.0.9/24")
+	if _, err := RegisterNode(ctx, ds, "keep", addr); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, ds, `apiVersion: routed.io/v1
+kind: Node
+metadata: {name: keep, labels: {kubernetes.io/hostname: keep, rack: r7}}
+spec: {bgp: {ipv4Address: 10.0.0.9/24, asNumber: 64517, routeReflectorClusterID: 224.0.0.9, ipv4IPIPTunnelAddr: 10.54.0.1}}
+`)
+	want := getNode(t, ds, "keep")
+
+	k := newNodeKeeper("keep", addr)
+	feed := &datastore.Fanout{}
+	feed.Add(nodeKeeperKinds, k)
+	go feed.Run(ctx, ds)
+	go k.run(ctx, ds)
+	waitFor(t, func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.last != nil && k.last.Spec.BGP.ASNumber == 64517
+	})
+
+	for i := 0; i < 2; i++ {
+		if err := ds.Delete(ctx, api.KindNode, "keep", ""); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		deadline := start.Add(5 * time.Second)
+		for {
+			r, err := ds.Get(ctx, api.KindNode, "keep")
+			if err == nil {
+				got := r.(*api.Node)
+				t.Logf("deletion %d: re-created after %s", i+1, time.Since(start).Round(time.Microsecond))
+				if !reflect.DeepEqual(got.Spec, want.Spec) || !reflect.DeepEqual(got.Metadata.Labels, want.Metadata.Labels) {
+					t.Fatalf("re-created Node differs:\ngot  %+v %+v\nwant %+v %+v", got.Metadata.Labels, *got.Spec.BGP, want.Metadata.Labels, *want.Spec.BGP)
+				}
+				break
+			}
+			if !datastore.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("deletion %d: Node record not re-created within 5 s", i+1)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func getNode(t *testing.T, ds *datastore.Client, name string) *api.Node {
+	t.Helper()
+	r, err := ds.Get(context.Background(), api.KindNode, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.(*api.Node)
+}
