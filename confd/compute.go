@@ -119,6 +119,13 @@ func Compute(in Input) Desired {
 	if def == nil || def.MeshEnabled() {
 		for _, n := range sortedNodes(nodes) {
 			if c, ok := nodePeer(n, prioMesh, bgp.PeerTypeMesh, n.Metadata.Name); ok {
+				if def != nil {
+					if pw := def.Spec.NodeMeshPassword; pw != nil {
+						cp := *pw
+						c.PasswordSource = &cp
+					}
+					c.RestartTime = firstDuration(def.Spec.NodeMeshMaxRestartTime)
+				}
 				cands = append(cands, c)
 			}
 		}
@@ -148,11 +155,14 @@ func Compute(in Input) Desired {
 				pw := *s.Password
 				c.PasswordSource = &pw
 			}
+			c.RestartTime = firstDuration(s.MaxRestartTime)
+			c.AllowOwnAS = uint32(max(s.NumAllowedLocalASNumbers, 0))
+			c.TTLHops = s.TTLSecurity
 			return c
 		}
 
 		if s.PeerIP != "" {
-			a, err := netip.ParseAddr(s.PeerIP)
+			a, port, err := s.PeerAddrPort()
 			if err != nil || !a.Is4() {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %q is not an IPv4 address", bp.Metadata.Name, s.PeerIP))
 				continue
@@ -161,7 +171,7 @@ func Compute(in Input) Desired {
 				continue
 			}
 			cands = append(cands, finish(candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
-				Address: a, ASN: uint32(s.ASNumber), Type: typ, Name: bp.Metadata.Name, LocalAddress: myAddr,
+				Address: a, Port: port, ASN: uint32(s.ASNumber), Type: typ, Name: bp.Metadata.Name, LocalAddress: myAddr,
 			}}}))
 			continue
 		}

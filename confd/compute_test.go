@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/routed/bgp"
@@ -323,6 +324,41 @@ func TestNodePeeringsHaveOnePassiveSide(t *testing.T) {
 	for _, p := range ext {
 		if p.Name == "tor" && p.Passive {
 			t.Fatal("external peers must be dialled")
+		}
+	}
+}
+
+// TestCalicoPeerOptions: Calico's nodeMeshPassword and
+// nodeMeshMaxRestartTime reach the mesh sessions; a BGPPeer's
+// "IP:port", maxRestartTime, numAllowedLocalASNumbers and ttlSecurity
+// reach its session.
+func TestCalicoPeerOptions(t *testing.T) {
+	in := Input{
+		NodeName: "n1",
+		Nodes:    []*api.Node{node("n1", "10.0.0.1/24", 0, ""), node("n2", "10.0.0.2/24", 0, "")},
+		Configs: []*api.BGPConfiguration{cfg("default", func(s *api.BGPConfigurationSpec) {
+			s.NodeMeshPassword = &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "mesh"}}
+			s.NodeMeshMaxRestartTime = "90s"
+		})},
+		Peers: []*api.BGPPeer{{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+			PeerIP: "10.0.0.254:1179", ASNumber: 65000, MaxRestartTime: "45s", NumAllowedLocalASNumbers: 2, TTLSecurity: 1}}},
+	}
+	d := Compute(in)
+	if d.Problem != "" || len(d.Peers) != 2 {
+		t.Fatalf("%+v", d)
+	}
+	for _, p := range d.Peers {
+		switch p.Address.String() {
+		case "10.0.0.2":
+			if p.PasswordSource == nil || p.PasswordSource.SecretKeyRef.Key != "mesh" || p.RestartTime != 90*time.Second {
+				t.Errorf("mesh peer: %+v", p)
+			}
+		case "10.0.0.254":
+			if p.Port != 1179 || p.RestartTime != 45*time.Second || p.AllowOwnAS != 2 || p.TTLHops != 1 || p.PasswordSource != nil {
+				t.Errorf("ToR peer: %+v", p)
+			}
+		default:
+			t.Errorf("unexpected peer %+v", p)
 		}
 	}
 }

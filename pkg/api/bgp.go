@@ -29,6 +29,12 @@ type BGPConfigurationSpec struct {
 	HoldTime          string             `json:"holdTime,omitempty"`
 	ServiceClusterIPs []ServiceClusterIP `json:"serviceClusterIPs,omitempty"`
 	LogSeverity       string             `json:"logSeverity,omitempty"`
+	// NodeMeshPassword is the TCP MD5 password of node-to-node mesh
+	// sessions (Calico's nodeMeshPassword).
+	NodeMeshPassword *PasswordSource `json:"nodeMeshPassword,omitempty"`
+	// NodeMeshMaxRestartTime is the graceful-restart time of mesh
+	// sessions (a Go duration, "120s").
+	NodeMeshMaxRestartTime string `json:"nodeMeshMaxRestartTime,omitempty"`
 }
 
 // ServiceClusterIP is a service CIDR to advertise over BGP.
@@ -74,6 +80,8 @@ func (c *BGPConfiguration) Validate() error {
 	}
 	validateASN(&v, "spec.asNumber", c.Spec.ASNumber, true)
 	validateTimers(&v, c.Spec.KeepaliveTime, c.Spec.HoldTime)
+	validatePassword(&v, "spec.nodeMeshPassword", c.Spec.NodeMeshPassword)
+	validateDuration(&v, "spec.nodeMeshMaxRestartTime", c.Spec.NodeMeshMaxRestartTime)
 	for i, s := range c.Spec.ServiceClusterIPs {
 		if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
 			v.add(indexed("spec.serviceClusterIPs", i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
@@ -109,6 +117,28 @@ type BGPPeerSpec struct {
 	KeepOriginalNextHop bool            `json:"keepOriginalNextHop,omitempty"`
 	KeepaliveTime       string          `json:"keepaliveTime,omitempty"`
 	HoldTime            string          `json:"holdTime,omitempty"`
+	// MaxRestartTime is the graceful-restart time of these sessions.
+	MaxRestartTime string `json:"maxRestartTime,omitempty"`
+	// NumAllowedLocalASNumbers accepts routes whose AS path already holds
+	// the local AS up to this many times.
+	NumAllowedLocalASNumbers int32 `json:"numAllowedLocalASNumbers,omitempty"`
+	// TTLSecurity enables GTSM (RFC 5082): the peer is at most this many
+	// hops away (1-255).
+	TTLSecurity uint8 `json:"ttlSecurity,omitempty"`
+	// Filters names BGPFilter resources. routed does not implement
+	// BGPFilter yet, and accepting the session without them would let in
+	// routes the filters reject, so setting it is an error.
+	Filters []string `json:"filters,omitempty"`
+}
+
+// PeerAddrPort splits peerIP into address and port: Calico writes a
+// non-default port as "IP:port" ("[IPv6]:port"); 0 means the default.
+func (s BGPPeerSpec) PeerAddrPort() (netip.Addr, uint16, error) {
+	if ap, err := netip.ParseAddrPort(s.PeerIP); err == nil {
+		return ap.Addr(), ap.Port(), nil
+	}
+	a, err := netip.ParseAddr(s.PeerIP)
+	return a, 0, err
 }
 
 // PasswordSource says where a BGP MD5 password comes from. The password
@@ -158,26 +188,39 @@ func (p *BGPPeer) Validate() error {
 	case s.PeerSelector == "" && s.PeerIP == "":
 		v.add("spec.peerIP", nil, "is required unless spec.peerSelector is set")
 	case s.PeerSelector == "":
-		if a, err := netip.ParseAddr(s.PeerIP); err != nil || !a.Is4() {
-			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 address")
+		if a, _, err := s.PeerAddrPort(); err != nil || !a.Is4() {
+			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 address (or IP:port)")
 		}
 		validateASN(&v, "spec.asNumber", s.ASNumber, false)
 	}
 	if s.SourceAddress != SourceUseNodeIP && s.SourceAddress != SourceNone {
 		v.add("spec.sourceAddress", s.SourceAddress, "must be UseNodeIP or None")
 	}
-	if pw := s.Password; pw != nil {
-		switch {
-		case pw.File != "" && pw.SecretKeyRef != nil:
-			v.add("spec.password", nil, "set either file or secretKeyRef, not both")
-		case pw.File == "" && pw.SecretKeyRef == nil:
-			v.add("spec.password", nil, "needs file or secretKeyRef")
-		case pw.SecretKeyRef != nil && (pw.SecretKeyRef.Name == "" || pw.SecretKeyRef.Key == ""):
-			v.add("spec.password.secretKeyRef", nil, "needs both name and key")
-		}
-	}
 	validateTimers(&v, s.KeepaliveTime, s.HoldTime)
+	validateDuration(&v, "spec.maxRestartTime", s.MaxRestartTime)
+	if s.NumAllowedLocalASNumbers < 0 || s.NumAllowedLocalASNumbers > 10 {
+		v.add("spec.numAllowedLocalASNumbers", s.NumAllowedLocalASNumbers, "must be between 0 and 10")
+	}
+	if len(s.Filters) > 0 {
+		v.add("spec.filters", s.Filters, "BGPFilter is not supported by routed yet; a session without its filters would accept routes they reject. Remove spec.filters (and filter on the peer) to peer without them")
+	}
+	validatePassword(&v, "spec.password", s.Password)
 	return v.result(KindBGPPeer, p.Metadata.Name)
+}
+
+// validatePassword checks a password source.
+func validatePassword(v *errs, field string, pw *PasswordSource) {
+	if pw == nil {
+		return
+	}
+	switch {
+	case pw.File != "" && pw.SecretKeyRef != nil:
+		v.add(field, nil, "set either file or secretKeyRef, not both")
+	case pw.File == "" && pw.SecretKeyRef == nil:
+		v.add(field, nil, "needs file or secretKeyRef")
+	case pw.SecretKeyRef != nil && (pw.SecretKeyRef.Name == "" || pw.SecretKeyRef.Key == ""):
+		v.add(field+".secretKeyRef", nil, "needs both name and key")
+	}
 }
 
 // validateTimers checks spec.keepaliveTime and spec.holdTime. RFC 4271

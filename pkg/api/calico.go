@@ -10,11 +10,10 @@ import (
 // existing Calico files apply unchanged. Paths are relative to the object.
 var calicoIgnored = map[Kind][]string{
 	KindIPPool: {"spec.allowedUses", "spec.disableBGPExport", "spec.assignmentMode", "spec.ipip", "spec.nat-outgoing"},
-	KindBGPConfiguration: {"spec.nodeMeshPassword", "spec.nodeMeshMaxRestartTime", "spec.bindMode",
+	KindBGPConfiguration: {"spec.bindMode",
 		"spec.prefixAdvertisements", "spec.communities", "spec.serviceExternalIPs", "spec.serviceLoadBalancerIPs",
 		"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
-	KindBGPPeer: {"spec.maxRestartTime", "spec.numAllowedLocalASNumbers", "spec.ttlSecurity", "spec.filters",
-		"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
+	KindBGPPeer: {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
 	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr", "spec.ipv4VXLANTunnelAddr", "spec.vxlanTunnelMACAddr",
 		"spec.vxlanTunnelMACAddrV6", "spec.ipv6VXLANTunnelAddr", "spec.orchRefs", "spec.addresses", "spec.wireguard", "status"},
 }

@@ -400,7 +400,6 @@ func TestDecodeCalico(t *testing.T) {
 		{"document 3", "spec.orchRefs"},
 		{"document 3", "status"},
 		{"document 3", "metadata.generation"},
-		{"document 4", "spec.maxRestartTime"},
 	}
 	if len(d.Warnings) != len(wantWarnings) {
 		t.Errorf("want %d warnings, got %d: %q", len(wantWarnings), len(d.Warnings), d.Warnings)
@@ -414,6 +413,12 @@ func TestDecodeCalico(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no warning for %s %s in %q", w.where, w.field, d.Warnings)
+		}
+	}
+	// spec.maxRestartTime is honoured now, not dropped.
+	for _, r := range d.Resources {
+		if p, ok := r.(*api.BGPPeer); ok && p.Spec.MaxRestartTime != "2m" {
+			t.Errorf("BGPPeer %s: maxRestartTime %q, want 2m", p.Metadata.Name, p.Spec.MaxRestartTime)
 		}
 	}
 	for _, w := range d.Warnings {

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -36,6 +37,7 @@ func (s *Speaker) apiPeer(p Peer, restarting bool) *api.Peer {
 			// description makes UpdatePeer apply them.
 			Description: sessionFingerprint(p),
 			AdminDown:   p.ConfigError != "",
+			AllowOwnAsn: p.AllowOwnAS,
 		},
 		Transport: &api.Transport{RemotePort: port, PassiveMode: p.Passive},
 		Timers: &api.Timers{Config: &api.TimersConfig{
@@ -50,13 +52,16 @@ func (s *Speaker) apiPeer(p Peer, restarting bool) *api.Peer {
 	if p.LocalAddress.IsValid() {
 		ap.Transport.LocalAddress = p.LocalAddress.String()
 	}
+	if p.TTLHops > 0 {
+		ap.TtlSecurity = &api.TtlSecurity{Enabled: true, TtlMin: uint32(256 - int(p.TTLHops))}
+	}
 	if p.RRClient {
 		ap.RouteReflector = &api.RouteReflector{RouteReflectorClient: true, RouteReflectorClusterId: p.RRClusterID}
 	}
 	if !s.cfg.DisableGracefulRestart {
 		ap.GracefulRestart = &api.GracefulRestart{
 			Enabled:             true,
-			RestartTime:         uint32(s.cfg.RestartTime.Seconds()),
+			RestartTime:         uint32(cmp.Or(p.RestartTime, s.cfg.RestartTime).Seconds()),
 			DeferralTime:        uint32(s.deferralTime().Seconds()),
 			NotificationEnabled: true,
 			LocalRestarting:     restarting,

@@ -93,6 +93,15 @@ type Peer struct {
 	// KeepaliveTime and HoldTime override GoBGP's defaults (30 s, 90 s).
 	KeepaliveTime time.Duration
 	HoldTime      time.Duration
+	// RestartTime, when set, is the graceful-restart time announced to
+	// this peer instead of Config.RestartTime (Calico's maxRestartTime).
+	RestartTime time.Duration
+	// AllowOwnAS accepts routes whose AS path holds the local AS up to
+	// this many times (Calico's numAllowedLocalASNumbers).
+	AllowOwnAS uint32
+	// TTLHops, when set, enables GTSM (RFC 5082, Calico's ttlSecurity):
+	// packets from the peer must arrive with TTL >= 256 - TTLHops.
+	TTLHops uint8
 	// KeepOriginalNextHop stops this node rewriting the next hop of the
 	// routes it sends to this (eBGP) peer.
 	KeepOriginalNextHop bool

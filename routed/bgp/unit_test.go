@@ -178,3 +178,17 @@ func TestSingleSpeaker(t *testing.T) {
 		t.Fatal("marker must be read once")
 	}
 }
+
+// TestAPIPeerCalicoOptions: per-peer restart time, own-AS allowance and
+// GTSM reach GoBGP's peer configuration.
+func TestAPIPeerCalicoOptions(t *testing.T) {
+	s := &Speaker{cfg: Config{RestartTime: 120 * time.Second}}
+	ap := s.apiPeer(Peer{Address: netip.MustParseAddr("10.0.0.2"), ASN: 65000, RestartTime: 45 * time.Second, AllowOwnAS: 2, TTLHops: 1}, false)
+	if ap.GracefulRestart.RestartTime != 45 || ap.Conf.AllowOwnAsn != 2 || !ap.TtlSecurity.GetEnabled() || ap.TtlSecurity.GetTtlMin() != 255 {
+		t.Fatalf("%v", ap)
+	}
+	ap = s.apiPeer(Peer{Address: netip.MustParseAddr("10.0.0.2"), ASN: 65000}, false)
+	if ap.GracefulRestart.RestartTime != 120 || ap.TtlSecurity != nil || ap.Conf.AllowOwnAsn != 0 {
+		t.Fatalf("defaults: %v", ap)
+	}
+}

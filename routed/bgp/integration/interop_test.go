@@ -136,3 +136,43 @@ func TestGobgpdRouteReflector(t *testing.T) {
 	out, _ := g.CLI("neighbor")
 	t.Logf("gobgpd neighbors:\n%s", out)
 }
+
+// TestBirdCalicoPeerOptions: a BGPPeer written as Calico writes it, with
+// peerIP "IP:port", ttlSecurity and numAllowedLocalASNumbers, against
+// BIRD 2 listening on port 1179 with GTSM on. BIRD sends a route whose
+// AS path already holds the nodes' AS: only accepted because of
+// numAllowedLocalASNumbers.
+func TestBirdCalicoPeerOptions(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream {
+	ipv4;
+	route 192.168.101.0/24 blackhole;
+}
+filter to_nodes { if net = 192.168.101.0/24 then { bgp_path.prepend(64512); accept; } reject; }
+protocol bgp node_a {
+	local %[1]s port 1179 as 65000;
+	neighbor %[2]s as 64512;
+	ttl security yes;
+	ipv4 { import all; export filter to_nodes; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr.String() + ":1179", ASNumber: 65000, TTLSecurity: 1, NumAllowedLocalASNumbers: 1, MaxRestartTime: "45s"}})
+
+	a.waitPeers("ToR session up on port 1179 with GTSM", 30*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, tor.Addr)
+		return ok && p.Established()
+	})
+	a.waitRoutes("route whose AS path holds our AS", 30*time.Second, has("192.168.101.0/24", tor.Addr.String()))
+	out, _ := bird.Ctl("show protocols all node_a")
+	if !strings.Contains(out, "Established") {
+		t.Fatalf("BIRD's side:\n%s", out)
+	}
+	t.Logf("BIRD's session:\n%s", out)
+}
