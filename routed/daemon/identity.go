@@ -81,9 +81,10 @@ func (g *datastoreGuard) Frozen() (bool, string) {
 	return g.frozen, g.reason
 }
 
-// verify checks the datastore's identity now, and that rev (a snapshot's
-// revision; 0: the current one) is not behind what this node saw, and
-// freezes when either is wrong. It reports whether the feeds may go on.
+// verify checks the datastore's identity now, and that its current
+// revision (rev when non-zero, for tests) is not behind what this node
+// saw, and freezes when either is wrong. It reports whether the feeds
+// may go on.
 func (g *datastoreGuard) verify(ctx context.Context, rev int64) (bool, error) {
 	ci, err := g.ds.GetClusterInfo(ctx, 0)
 	g.mu.Lock()
