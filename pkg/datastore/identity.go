@@ -26,13 +26,19 @@ type ClusterInfo struct {
 	// datastoreReady, e.g. during a migration or a restore).
 	DatastoreReady bool      `json:"datastoreReady"`
 	Created        time.Time `json:"created"`
-	// Adopt is set by `routedctl datastore reinit`: nodes that remember
-	// another GUID accept this one (the operator declared this datastore
-	// the truth) instead of holding still.
-	Adopt bool `json:"adopt,omitempty"`
+	// AdoptUntil is set by `routedctl datastore reinit`: until then,
+	// nodes that remember another GUID accept this one (the operator
+	// declared this datastore the truth) instead of holding still. It is
+	// a window, not a flag: a node of another cluster pointed at this
+	// datastore by mistake later must still hold still.
+	AdoptUntil time.Time `json:"adoptUntil,omitzero"`
 	// Revision is the etcd revision the record was read at.
 	Revision int64 `json:"-"`
 }
+
+// Adoptable reports whether a node that remembers another identity may
+// adopt this one now.
+func (ci *ClusterInfo) Adoptable(now time.Time) bool { return now.Before(ci.AdoptUntil) }
 
 // ErrNoClusterInfo means the datastore has no identity record.
 var ErrNoClusterInfo = errors.New("datastore: no cluster identity (ClusterInformation) in the datastore")
@@ -70,10 +76,18 @@ func (c *Client) InitClusterInfo(ctx context.Context) (*ClusterInfo, error) {
 	return c.GetClusterInfo(ctx, 0)
 }
 
+// DefaultAdoptWindow is how long nodes adopt a re-initialised identity.
+const DefaultAdoptWindow = 24 * time.Hour
+
 // ReinitClusterInfo gives the datastore a new identity that every node
-// adopts: the operator accepts this datastore as it is.
-func (c *Client) ReinitClusterInfo(ctx context.Context) (*ClusterInfo, error) {
-	ci := ClusterInfo{GUID: newGUID(), DatastoreReady: true, Created: time.Now().UTC(), Adopt: true}
+// held on it adopts within window: the operator accepts this datastore as
+// it is.
+func (c *Client) ReinitClusterInfo(ctx context.Context, window time.Duration) (*ClusterInfo, error) {
+	if window <= 0 {
+		return nil, fmt.Errorf("datastore: the adoption window must be positive, not %s", window)
+	}
+	now := time.Now().UTC()
+	ci := ClusterInfo{GUID: newGUID(), DatastoreReady: true, Created: now, AdoptUntil: now.Add(window)}
 	if err := c.putClusterInfo(ctx, ci, false); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -41,26 +42,36 @@ re-initialised.`,
 			})
 		},
 	}
+	var window time.Duration
 	reinit := &cobra.Command{
 		Use:   "reinit",
 		Short: "Accept this datastore as it is: give it a new identity every node adopts",
 		Long: `reinit gives the datastore a new cluster identity that every node adopts,
 ending the hold that a wiped, replaced or rolled-back datastore put them in.
 Nodes then follow the datastore as it is: pods whose endpoints or addresses
-are not in it lose their routes. Restore a backup instead if you have one.`,
+are not in it lose their routes. Restore a backup instead if you have one.
+
+Nodes adopt the new identity during --adopt-window only: a node that comes
+back later, or a node of another cluster pointed here by mistake, holds
+still as before (run reinit again to let it in).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if window <= 0 {
+				return usageError("--adopt-window must be positive, not %s", window)
+			}
 			return g.with(func(c *datastore.Client) error {
-				ci, err := c.ReinitClusterInfo(cmd.Context())
+				ci, err := c.ReinitClusterInfo(cmd.Context(), window)
 				if err != nil {
 					return err
 				}
 				printClusterInfo(g, ci)
-				fmt.Fprintln(g.out, "Nodes adopt this identity within seconds and resync from the datastore as it is.")
+				fmt.Fprintf(g.out, "Running nodes adopt this identity within seconds and resync from the datastore as it is; nodes that return by %s adopt it too.\n",
+					ci.AdoptUntil.Format(time.RFC3339))
 				return nil
 			})
 		},
 	}
+	reinit.Flags().DurationVar(&window, "adopt-window", datastore.DefaultAdoptWindow, "how long nodes that remember another identity adopt this one")
 	setReady := &cobra.Command{
 		Use:   "set-ready true|false",
 		Short: "Mark the datastore ready or not; while not ready every node holds still",
@@ -86,4 +97,7 @@ are not in it lose their routes. Restore a backup instead if you have one.`,
 
 func printClusterInfo(g *globals, ci *datastore.ClusterInfo) {
 	fmt.Fprintf(g.out, "Cluster GUID:    %s\nDatastore ready: %t\nCreated:         %s\n", ci.GUID, ci.DatastoreReady, ci.Created.Format("2006-01-02T15:04:05Z"))
+	if !ci.AdoptUntil.IsZero() {
+		fmt.Fprintf(g.out, "Adopted until:   %s\n", ci.AdoptUntil.Format("2006-01-02T15:04:05Z"))
+	}
 }

@@ -100,13 +100,16 @@ func (g *datastoreGuard) verify(ctx context.Context, rev int64) (bool, error) {
 	case err != nil:
 		// Unreachable or unreadable: hold, and retry until it answers.
 		why = "cannot read the cluster identity: " + err.Error()
-	case ci.GUID != g.guid && ci.Adopt:
+	case ci.GUID != g.guid && ci.Adoptable(time.Now()):
 		log.WithFields(map[string]any{"from": g.guid, "to": ci.GUID}).Warn("adopting the re-initialised datastore's identity")
 		g.guid, g.maxRev = ci.GUID, rev
 		g.saveLocked(true)
 	case ci.GUID != g.guid:
 		why = fmt.Sprintf("the datastore belongs to another cluster (identity %s, this node's cluster is %s): routed points at the wrong etcd, or it was replaced. "+
 			"Point routed back at its etcd, or accept this one with `routedctl datastore reinit`", ci.GUID, g.guid)
+		if !ci.AdoptUntil.IsZero() {
+			why += fmt.Sprintf(" (it was re-initialised, but nodes could adopt it only until %s)", ci.AdoptUntil.UTC().Format(time.RFC3339))
+		}
 	case !ci.DatastoreReady:
 		why = "the datastore is marked not ready (datastoreReady: false); `routedctl datastore set-ready true` when the work on it is done"
 	case rev < g.maxRev:

@@ -75,7 +75,7 @@ func TestDatastoreGuard(t *testing.T) {
 	}
 
 	// The operator accepts the datastore: every node adopts it.
-	if _, err := ds.ReinitClusterInfo(ctx); err != nil {
+	if _, err := ds.ReinitClusterInfo(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	want(false, "")
@@ -85,4 +85,41 @@ func TestDatastoreGuard(t *testing.T) {
 	g.maxRev += 1000
 	g.mu.Unlock()
 	want(true, "went back in time")
+}
+
+// TestReinitIsNotAdoptedForever: a re-initialised datastore is adopted by
+// the nodes that were held on it, but not, long after, by a node of
+// another cluster pointed at it by mistake; that node holds still.
+func TestReinitIsNotAdoptedForever(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	if _, err := ds.ReinitClusterInfo(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A node that remembers another cluster, inside the window: adopts.
+	inside := newDatastoreGuard(ds, t.TempDir())
+	inside.guid = "a-held-node"
+	if ok, _ := inside.verify(ctx, 0); !ok {
+		_, why := inside.Frozen()
+		t.Fatalf("a held node did not adopt the re-initialised datastore: %s", why)
+	}
+	// The same record, its window closed.
+	ci, err := ds.GetClusterInfo(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci.AdoptUntil = time.Now().Add(-time.Minute)
+	b, _ := json.Marshal(ci)
+	if _, err := ds.Etcd().Put(ctx, datastore.ClusterInfoKey, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	stranger := newDatastoreGuard(ds, t.TempDir())
+	stranger.guid = "another-cluster"
+	if ok, _ := stranger.verify(ctx, 0); ok {
+		t.Fatal("a node of another cluster adopted a datastore re-initialised long ago")
+	}
+	if _, why := stranger.Frozen(); !strings.Contains(why, "belongs to another cluster") {
+		t.Fatalf("reason: %q", why)
+	}
 }
