@@ -14,9 +14,18 @@ import (
 type Collector struct {
 	c       *Client
 	timeout time.Duration
+	// usageWhen, when set, says whether this process exports the
+	// cluster-wide usage (it reads every block): only one process of the
+	// cluster should, or every scrape of every node lists all of IPAM.
+	usageWhen func() bool
 
 	up, poolSize, inUse, borrowed, blocks, txns, conflicts *prometheus.Desc
 }
+
+// UsageWhen makes the collector export the cluster-wide usage only while
+// f says so (the daemon: while it is the elected IPAM GC node); its own
+// transaction counters are always exported.
+func (m *Collector) UsageWhen(f func() bool) *Collector { m.usageWhen = f; return m }
 
 // NewCollector returns a Collector reading through c; each scrape gives
 // up after timeout (0 means 5s).
@@ -52,6 +61,9 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := m.c.Stats()
 	ch <- prometheus.MustNewConstMetric(m.txns, prometheus.CounterValue, float64(st.Txns))
 	ch <- prometheus.MustNewConstMetric(m.conflicts, prometheus.CounterValue, float64(st.Conflicts))
+	if m.usageWhen != nil && !m.usageWhen() {
+		return // another node exports the cluster's usage
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	u, err := m.c.Usage(ctx)

@@ -1,7 +1,9 @@
 package ipam
 
 import (
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -54,4 +56,34 @@ func value(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return 0
+}
+
+// TestCollectorUsageOnlyWhenAsked: a collector told it is not the one
+// exporting usage reads nothing from etcd at scrape time (every node
+// scraping every block was a full IPAM listing per node per scrape).
+func TestCollectorUsageOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.pool("p", "10.11.0.0/24", 26)
+	c := New(e.ds)
+	assign(t, c, "n1", "h1")
+	var leading atomic.Bool
+	col := NewCollector(c, time.Second).UsageWhen(leading.Load)
+	count := func() (metrics int, gets uint64) {
+		before := c.Stats().Gets + c.Stats().Txns
+		ch := make(chan prometheus.Metric, 100)
+		col.Collect(ch)
+		close(ch)
+		for range ch {
+			metrics++
+		}
+		return metrics, c.Stats().Gets + c.Stats().Txns - before
+	}
+	if n, reads := count(); n != 2 || reads != 0 {
+		t.Errorf("not leading: %d metrics, %d reads; want the 2 counters and no read", n, reads)
+	}
+	leading.Store(true)
+	if n, _ := count(); n <= 2 {
+		t.Errorf("leading: %d metrics, want usage too", n)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,6 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var fx *felix.Felix
+	var gcLeading atomic.Bool // while this node is the elected IPAM GC node
 	bcfg := bgp.Config{
 		Beat:       beats.bgp,
 		NodeName:   cfg.NodeName,
@@ -112,7 +114,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
-		reg.MustRegister(ipam.NewCollector(ic, 5*time.Second))
+		// Only the elected IPAM GC node exports the cluster-wide usage.
+		reg.MustRegister(ipam.NewCollector(ic, 5*time.Second).UsageWhen(gcLeading.Load))
 	}
 	speaker, err := bgp.New(bcfg)
 	if err != nil {
@@ -154,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 		feed.Add(tunnelKinds, tk)
 		goRun("tunnel address", func(ctx context.Context) error { return tunnelLoop(ctx, ds, ic, cfg.NodeName, tk.ch, held) })
 		if cfg.IPAMGCPeriod > 0 {
-			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg, held) })
+			goRun("ipam gc", func(ctx context.Context) error { return gcLoop(ctx, ds, ic, cfg, held, &gcLeading) })
 		}
 	}
 	goRun("affinity watch", guard.restartable(func(ctx context.Context) error {
@@ -266,8 +269,10 @@ const tunnelRecheck = 10 * time.Minute
 // gcLoop releases this node's empty blocks every period, and, on the one
 // node elected for it, removes endpoints of deleted nodes and frees leaked
 // allocations cluster-wide.
-func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config, held func() bool) error {
+func gcLoop(ctx context.Context, ds *datastore.Client, ic *ipam.Client, cfg Config, held func() bool, gcLeading *atomic.Bool) error {
 	go runAsLeader(ctx, ds, gcElection, cfg.NodeName, func(ctx context.Context, fence datastore.Fence) {
+		gcLeading.Store(true)
+		defer gcLeading.Store(false)
 		every(ctx, cfg.IPAMGCPeriod, func() {
 			if !held() {
 				clusterGC(ctx, ds, fence, cfg.IPAMGCGrace)
