@@ -14,7 +14,7 @@ var calicoIgnored = map[Kind][]string{
 		"spec.prefixAdvertisements", "spec.communities", "spec.serviceExternalIPs", "spec.serviceLoadBalancerIPs",
 		"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
 	KindBGPPeer: {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
-	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr", "spec.ipv4VXLANTunnelAddr", "spec.vxlanTunnelMACAddr",
+	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr",
 		"spec.vxlanTunnelMACAddrV6", "spec.ipv6VXLANTunnelAddr", "spec.orchRefs", "spec.addresses", "spec.wireguard", "status"},
 }
 

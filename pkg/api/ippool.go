@@ -5,7 +5,7 @@ import (
 	"net/netip"
 )
 
-// Encapsulation modes for IPIP (and, later, VXLAN).
+// Encapsulation modes for IPIP and VXLAN (a pool uses at most one).
 const (
 	EncapNever       = "Never"
 	EncapAlways      = "Always"
@@ -93,12 +93,11 @@ func (p *IPPool) Validate() error {
 	if !validMode(p.Spec.IPIPMode) {
 		v.add("spec.ipipMode", p.Spec.IPIPMode, "must be one of Never, Always, CrossSubnet")
 	}
-	switch {
-	case p.Spec.VXLANMode == EncapNever:
-	case validMode(p.Spec.VXLANMode):
-		v.add("spec.vxlanMode", p.Spec.VXLANMode, "VXLAN is not supported yet; use Never")
-	default:
-		v.add("spec.vxlanMode", p.Spec.VXLANMode, "must be Never (VXLAN is not supported yet)")
+	if !validMode(p.Spec.VXLANMode) {
+		v.add("spec.vxlanMode", p.Spec.VXLANMode, "must be one of Never, Always, CrossSubnet")
+	}
+	if p.Spec.IPIPMode != EncapNever && p.Spec.VXLANMode != EncapNever && validMode(p.Spec.IPIPMode) && validMode(p.Spec.VXLANMode) {
+		v.add("spec.vxlanMode", p.Spec.VXLANMode, "a pool uses one encapsulation: set ipipMode or vxlanMode to Never (ipipMode is %s)", p.Spec.IPIPMode)
 	}
 	validateSelector(&v, "spec.nodeSelector", p.Spec.NodeSelector)
 	return v.result(KindIPPool, p.Metadata.Name)

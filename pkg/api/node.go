@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net"
 	"net/netip"
 	"strconv"
 )
@@ -15,6 +16,13 @@ type Node struct {
 // NodeSpec is the desired state of a Node.
 type NodeSpec struct {
 	BGP *NodeBGPSpec `json:"bgp,omitempty"`
+	// IPv4VXLANTunnelAddr is the address of the node's VXLAN device
+	// (its VTEP address), allocated from a VXLAN pool; empty when no
+	// VXLAN pool selects the node. Calico's field of the same name.
+	IPv4VXLANTunnelAddr string `json:"ipv4VXLANTunnelAddr,omitempty"`
+	// VXLANTunnelMACAddr is the MAC of the node's VXLAN device, which
+	// other nodes put in their ARP and FDB entries for it.
+	VXLANTunnelMACAddr string `json:"vxlanTunnelMACAddr,omitempty"`
 }
 
 // NodeBGPSpec is a node's BGP settings.
@@ -66,6 +74,16 @@ func (n *Node) Validate() error {
 			if a, err := netip.ParseAddr(t); err != nil || !a.Is4() {
 				v.add("spec.bgp.ipv4IPIPTunnelAddr", t, "must be an IPv4 address")
 			}
+		}
+	}
+	if t := n.Spec.IPv4VXLANTunnelAddr; t != "" {
+		if a, err := netip.ParseAddr(t); err != nil || !a.Is4() {
+			v.add("spec.ipv4VXLANTunnelAddr", t, "must be an IPv4 address")
+		}
+	}
+	if m := n.Spec.VXLANTunnelMACAddr; m != "" {
+		if hw, err := net.ParseMAC(m); err != nil || len(hw) != 6 {
+			v.add("spec.vxlanTunnelMACAddr", m, "must be a MAC address, e.g. 66:da:0e:45:1c:2b")
 		}
 	}
 	return v.result(KindNode, n.Metadata.Name)

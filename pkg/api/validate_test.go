@@ -92,8 +92,9 @@ func TestIPPoolValidate(t *testing.T) {
 		{name: "unknown ipip mode", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "Sometimes" }, fields: []string{"spec.ipipMode"}, detail: "Never, Always, CrossSubnet"},
 		{name: "ipip mode is case sensitive", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "always" }, fields: []string{"spec.ipipMode"}},
 		{name: "empty ipip mode", mutate: func(p *api.IPPool) { p.Spec.IPIPMode = "" }, fields: []string{"spec.ipipMode"}},
-		{name: "vxlan always", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapAlways }, fields: []string{"spec.vxlanMode"}, detail: "VXLAN is not supported yet"},
-		{name: "vxlan cross-subnet", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapCrossSubnet }, fields: []string{"spec.vxlanMode"}, detail: "VXLAN is not supported yet"},
+		{name: "vxlan always", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapAlways }},
+		{name: "vxlan cross-subnet", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapCrossSubnet }},
+		{name: "ipip and vxlan", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = api.EncapAlways; p.Spec.IPIPMode = api.EncapCrossSubnet }, fields: []string{"spec.vxlanMode"}, detail: "one encapsulation"},
 		{name: "unknown vxlan mode", mutate: func(p *api.IPPool) { p.Spec.VXLANMode = "Maybe" }, fields: []string{"spec.vxlanMode"}},
 		{name: "bad node selector", mutate: func(p *api.IPPool) { p.Spec.NodeSelector = "rack == " }, fields: []string{"spec.nodeSelector"}},
 		{name: "unbalanced node selector", mutate: func(p *api.IPPool) { p.Spec.NodeSelector = "(has(rack)" }, fields: []string{"spec.nodeSelector"}},
@@ -303,6 +304,11 @@ func TestNodeValidate(t *testing.T) {
 		{name: "bad cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "cluster-1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
 		{name: "ipv6 cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "::1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
 		{name: "tunnel address with prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv4IPIPTunnelAddr = "10.244.3.1/32" }, fields: []string{"spec.bgp.ipv4IPIPTunnelAddr"}},
+		{name: "vxlan tunnel", mutate: func(n *api.Node) {
+			n.Spec.IPv4VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddr = "10.244.3.1", "66:da:0e:45:1c:2b"
+		}},
+		{name: "vxlan tunnel address with prefix", mutate: func(n *api.Node) { n.Spec.IPv4VXLANTunnelAddr = "10.244.3.1/32" }, fields: []string{"spec.ipv4VXLANTunnelAddr"}},
+		{name: "bad vxlan mac", mutate: func(n *api.Node) { n.Spec.VXLANTunnelMACAddr = "66:da:0e" }, fields: []string{"spec.vxlanTunnelMACAddr"}},
 		{name: "bad label key", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"bad key": "v"} }, fields: []string{"metadata.labels"}},
 		{name: "bad label value", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"k": "bad value"} }, fields: []string{"metadata.labels.k"}},
 		{name: "bad name", mutate: func(n *api.Node) { n.Metadata.Name = "Node_1" }, fields: []string{"metadata.name"}},
