@@ -16,8 +16,15 @@ type plan struct {
 	ipip       bool
 	tunnelAddr netip.Addr
 	nodeAddr   netip.Prefix // invalid when unknown
-	allPools   []netip.Prefix
-	natPools   []netip.Prefix
+	// vxlan is true when a VXLAN pool selects this node: vxlan.routed is
+	// then configured with vxlanAddr and vxlanMAC, and vteps are the
+	// remote nodes it reaches (vxlan.go).
+	vxlan     bool
+	vxlanAddr netip.Addr
+	vxlanMAC  string
+	vteps     map[netip.Addr]vtep // by node address
+	allPools  []netip.Prefix
+	natPools  []netip.Prefix
 	// rejected lists the learned routes the import guard refused.
 	rejected map[netip.Prefix]*rejection
 	// badIfaces names endpoints whose interface is not a pod device.
@@ -45,7 +52,10 @@ func computePlan(cfg *Config, s *state) *plan {
 		if local.Spec.BGP != nil {
 			p.tunnelAddr, _ = netip.ParseAddr(local.Spec.BGP.IPv4IPIPTunnelAddr)
 		}
+		p.vxlanAddr, _ = netip.ParseAddr(local.Spec.IPv4VXLANTunnelAddr)
+		p.vxlanMAC = local.Spec.VXLANTunnelMACAddr
 	}
+	p.vteps = remoteVTEPs(cfg.NodeName, s)
 	for _, pl := range pools {
 		p.allPools = append(p.allPools, pl.cidr)
 		if pl.nat {
@@ -54,6 +64,12 @@ func computePlan(cfg *Config, s *state) *plan {
 		if pl.ipip != "" && pl.ipip != "Never" && local != nil && pl.nodes != nil && pl.nodes.Evaluate(labels) {
 			p.ipip = true
 		}
+		if pl.vxlan != "" && pl.vxlan != "Never" && local != nil && pl.nodes != nil && pl.nodes.Evaluate(labels) {
+			p.vxlan = true
+		}
+	}
+	if !p.vxlan {
+		p.vteps = nil
 	}
 	if cfg.Features.DisableIPIP {
 		p.ipip = false
@@ -70,7 +86,7 @@ func computePlan(cfg *Config, s *state) *plan {
 			p.rejected[dst] = rej
 			continue
 		}
-		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, lr.nextHop, s.gateway); ok {
+		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, lr.nextHop, s.gateway, p.vteps); ok {
 			p.routes[dst] = r
 		}
 	}
@@ -84,10 +100,15 @@ func computePlan(cfg *Config, s *state) *plan {
 			continue
 		}
 		if nh, ok := s.nodeAddr(a.Node); ok {
-			if r, ok := routeVia(cfg, pools, p.nodeAddr, a.CIDR, nh.Addr(), s.gateway); ok {
+			if r, ok := routeVia(cfg, pools, p.nodeAddr, a.CIDR, nh.Addr(), s.gateway, p.vteps); ok {
 				p.routes[a.CIDR] = r
 			}
 		}
+	}
+	// Without BGP nothing announces addresses borrowed from another
+	// node's block: VXLAN routes them from IPAM, as it does blocks.
+	for _, r := range borrowedVXLANRoutes(cfg, s, pools, p) {
+		p.routes[r.Dst] = r
 	}
 	for _, h := range holes {
 		p.routes[h] = routetable.Route{Dst: h, Type: routetable.Blackhole}
@@ -139,7 +160,11 @@ func sortedAffinities(s *state) []BlockAffinity {
 // "gateway recursive" does: the kernel refuses a gateway it cannot reach
 // directly, and that router must then know the pod routes (e.g. a ToR
 // peering with the nodes).
-func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, nh netip.Addr, gw func(netip.Addr) netip.Addr) (routetable.Route, bool) {
+//
+// A pool with VXLAN goes over vxlan.routed to the VTEP of the node at nh
+// (vteps, by node address) the same way; a node without a VTEP yet is
+// reached directly.
+func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, nh netip.Addr, gw func(netip.Addr) netip.Addr, vteps map[netip.Addr]vtep) (routetable.Route, bool) {
 	if !dst.Addr().Is4() || !nh.Is4() || (local.IsValid() && nh == local.Addr()) {
 		return routetable.Route{}, false
 	}
@@ -150,19 +175,28 @@ func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, 
 			direct.Gw = g
 		}
 	}
-	if cfg.Features.DisableIPIP {
-		return direct, true
-	}
 	for _, pl := range pools {
 		if !pl.cidr.Contains(dst.Addr()) || pl.cidr.Bits() > dst.Bits() {
 			continue
 		}
+		if v, ok := vteps[nh]; ok && encapTo(pl.vxlan, local, nh) {
+			return routetable.Route{Dst: dst, Iface: VXLANDevice, Gw: v.addr, OnLink: true}, true
+		}
+		if cfg.Features.DisableIPIP {
+			return direct, true
+		}
 		// An unknown local subnet makes every peer look remote.
-		encap := pl.ipip == "Always" || (pl.ipip == "CrossSubnet" && (!local.IsValid() || !local.Masked().Contains(nh)))
-		if encap {
+		if encapTo(pl.ipip, local, nh) {
 			return routetable.Route{Dst: dst, Iface: TunnelDevice, Gw: nh, OnLink: true}, true
 		}
 		return direct, true
 	}
 	return direct, true
+}
+
+// encapTo reports whether traffic to the node at nh is encapsulated in
+// mode: always, or across subnets when nh is outside local's subnet. An
+// unknown local subnet makes every peer look remote.
+func encapTo(mode string, local netip.Prefix, nh netip.Addr) bool {
+	return mode == "Always" || (mode == "CrossSubnet" && (!local.IsValid() || !local.Masked().Contains(nh)))
 }

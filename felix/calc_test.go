@@ -136,14 +136,14 @@ func TestRouteViaRecursiveGateway(t *testing.T) {
 		{"10.0.1.12", "10.0.1.12"}, // same subnet: straight to the node
 	}
 	for _, c := range cases {
-		r, ok := routeVia(cfg, pools, local, dst, netip.MustParseAddr(c.nh), gw)
+		r, ok := routeVia(cfg, pools, local, dst, netip.MustParseAddr(c.nh), gw, nil)
 		if !ok || r.Gw != netip.MustParseAddr(c.want) || r.OnLink {
 			t.Errorf("next hop %s: got %v (ok %v), want via %s", c.nh, r, ok, c.want)
 		}
 	}
 	// CrossSubnet IPIP pools keep the tunnel next hop: the node itself.
 	pools[0].ipip = "CrossSubnet"
-	r, _ := routeVia(cfg, pools, local, dst, netip.MustParseAddr("10.0.2.13"), gw)
+	r, _ := routeVia(cfg, pools, local, dst, netip.MustParseAddr("10.0.2.13"), gw, nil)
 	if r.Gw != netip.MustParseAddr("10.0.2.13") || !r.OnLink || r.Iface != TunnelDevice {
 		t.Errorf("CrossSubnet IPIP: got %v, want via 10.0.2.13 dev tunl0 onlink", r)
 	}

@@ -37,6 +37,7 @@ type loop struct {
 	rt      *routetable.RouteTable
 	nat     *natout.Table
 	tun     *tunnel
+	vx      *vxlanDev
 	plan    *plan
 	hostMTU int
 	lastMTU int // last value written to the MTU file
@@ -44,6 +45,7 @@ type loop struct {
 	resourcesSynced, affinitiesSynced bool
 	planDirty, fullResync             bool
 	tunnelDirty, mtuDirty             bool
+	vxlanDirty                        bool
 	sysctlsNeeded                     map[string]struct{} // device names
 	failures                          int
 	retryAt                           time.Time
@@ -85,6 +87,7 @@ func (f *Felix) open() (*loop, error) {
 	l.h = l.kernel.Handle()
 	l.st.gateway = l.gatewayFor
 	l.tun = &tunnel{h: l.h, log: l.log}
+	l.vx = &vxlanDev{h: l.h, log: l.log}
 	if !f.cfg.Features.DisableNATOutgoing {
 		fd := -1
 		if l.nsh.IsOpen() {
@@ -224,6 +227,8 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 		}
 	case a.Name == TunnelDevice:
 		l.tunnelDirty = true
+	case a.Name == VXLANDevice:
+		l.vxlanDirty = true
 	default:
 		l.mtuDirty = true
 	}
@@ -245,7 +250,7 @@ func (l *loop) apply() {
 	if full {
 		l.rt.Resync()
 		// Recompute too: recursive next hops follow the kernel's routes.
-		l.tunnelDirty, l.mtuDirty, l.planDirty = true, true, true
+		l.tunnelDirty, l.mtuDirty, l.planDirty, l.vxlanDirty = true, true, true, true
 	}
 	if l.planDirty {
 		old := l.plan
@@ -266,12 +271,18 @@ func (l *loop) apply() {
 		if old == nil || old.ipip != l.plan.ipip || old.tunnelAddr != l.plan.tunnelAddr || old.nodeAddr != l.plan.nodeAddr {
 			l.tunnelDirty, l.mtuDirty = true, true
 		}
+		if old == nil || vxlanChanged(old, l.plan) {
+			l.vxlanDirty, l.mtuDirty = true, true
+		}
 	}
 	if l.mtuDirty {
 		l.detectMTU()
 	}
 	if l.tunnelDirty {
 		errs = append(errs, l.applyTunnel())
+	}
+	if l.vxlanDirty {
+		errs = append(errs, l.applyVXLAN())
 	}
 	errs = append(errs, l.writeMTU(full))
 	errs = append(errs, l.applySysctls(full))
@@ -314,7 +325,7 @@ func (l *loop) detectMTU() {
 	}
 	if mtu != l.hostMTU {
 		l.hostMTU = mtu
-		l.tunnelDirty = true
+		l.tunnelDirty, l.vxlanDirty = true, true
 	}
 	l.mtuDirty = false
 }
@@ -327,6 +338,9 @@ func (l *loop) writeMTU(full bool) error {
 		return nil
 	}
 	pod := PodMTU(l.hostMTU, l.plan.ipip && !l.cfg.Features.DisableIPIP && !l.tun.noIPIP)
+	if l.plan.vxlan {
+		pod = min(pod, l.hostMTU-VXLANOverhead)
+	}
 	if pod == l.lastMTU && !full {
 		return nil
 	}
@@ -351,15 +365,21 @@ func (l *loop) applyTunnel() error {
 		return nil
 	}
 	link, err := l.tun.reconcile(l.plan.ipip, l.plan.tunnelAddr, l.hostMTU-IPIPOverhead)
-	if link != nil {
-		a := link.Attrs()
-		l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, false)
-	}
+	l.noteDevice(link)
 	if err != nil {
 		return err
 	}
 	l.tunnelDirty = false
 	return nil
+}
+
+// noteDevice tells the route table about a tunnel device felix just
+// reconciled (nil: none), before the link watch reports it.
+func (l *loop) noteDevice(link netlink.Link) {
+	if link != nil {
+		a := link.Attrs()
+		l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, false)
+	}
 }
 
 // applySysctls sets the global sysctls and those of new pod devices; on

@@ -32,6 +32,7 @@ type pool struct {
 	name   string
 	cidr   netip.Prefix
 	ipip   string
+	vxlan  string
 	nat    bool
 	nodes  selector.Selector // nil: selects no node (unparseable)
 	exists bool
@@ -107,7 +108,7 @@ func (s *state) replaceResources(node string, rs map[api.Kind][]api.Resource) {
 
 func newPool(p *api.IPPool) *pool {
 	api.SetDefaults(p)
-	out := &pool{name: p.Metadata.Name, ipip: p.Spec.IPIPMode, nat: p.Spec.NATOutgoing}
+	out := &pool{name: p.Metadata.Name, ipip: p.Spec.IPIPMode, vxlan: p.Spec.VXLANMode, nat: p.Spec.NATOutgoing}
 	if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is4() {
 		out.cidr, out.exists = pfx.Masked(), true
 	}

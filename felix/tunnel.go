@@ -97,9 +97,16 @@ func (t *tunnel) create(mtu int) (netlink.Link, error) {
 
 // setAddrs leaves exactly addr/32 (none when addr is invalid) on link.
 func (t *tunnel) setAddrs(link netlink.Link, addr netip.Addr) error {
-	addrs, err := t.h.AddrList(link, netlink.FAMILY_V4)
+	return setHostAddr(t.h, t.log, link, addr)
+}
+
+// setHostAddr leaves exactly addr/32 (none when addr is invalid) on a
+// tunnel device felix owns.
+func setHostAddr(h *netlink.Handle, log *logrus.Entry, link netlink.Link, addr netip.Addr) error {
+	name := link.Attrs().Name
+	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
 	if err != nil {
-		return fmt.Errorf("felix: listing %s addresses: %w", TunnelDevice, err)
+		return fmt.Errorf("felix: listing %s addresses: %w", name, err)
 	}
 	have := false
 	for _, a := range addrs {
@@ -109,17 +116,17 @@ func (t *tunnel) setAddrs(link netlink.Link, addr netip.Addr) error {
 			have = true
 			continue
 		}
-		if err := t.h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("felix: removing %s from %s: %w", a.IPNet, TunnelDevice, err)
+		if err := h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("felix: removing %s from %s: %w", a.IPNet, name, err)
 		}
-		t.log.WithField("addr", a.IPNet.String()).Info("removed tunl0 address")
+		log.WithFields(logrus.Fields{"addr": a.IPNet.String(), "device": name}).Info("removed tunnel address")
 	}
 	if addr.IsValid() && !have {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
-		if err := t.h.AddrAdd(link, a); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("felix: adding %s to %s: %w", addr, TunnelDevice, err)
+		if err := h.AddrAdd(link, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("felix: adding %s to %s: %w", addr, name, err)
 		}
-		t.log.WithField("addr", addr).Info("set tunl0 address")
+		log.WithFields(logrus.Fields{"addr": addr, "device": name}).Info("set tunnel address")
 	}
 	return nil
 }

@@ -5,22 +5,23 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/ipam"
 	"github.com/routed-net/routed/pkg/selector"
 )
 
-// ipipPoolsFor returns the enabled IPIP pools that select the node.
-func ipipPoolsFor(ctx context.Context, ds *datastore.Client, node *api.Node) ([]string, error) {
-	list, _, err := ds.List(ctx, api.KindIPPool)
-	if err != nil {
-		return nil, err
-	}
+// VXLANTunnelHandle is the IPAM handle of a node's VXLAN tunnel address
+// (its VTEP), as Calico names it.
+func VXLANTunnelHandle(node string) string { return "vxlan-tunnel-addr-" + node }
+
+// encapPoolsFor returns the enabled pools selecting the node whose
+// encapsulation mode (picked by mode) is not Never.
+func encapPoolsFor(pools []*api.IPPool, node *api.Node, mode func(*api.IPPool) string) []string {
 	var names []string
-	for _, r := range list {
-		p := r.(*api.IPPool)
-		if p.Spec.Disabled || p.Spec.IPIPMode == api.EncapNever || p.Spec.IPIPMode == "" {
+	for _, p := range pools {
+		if m := mode(p); p.Spec.Disabled || m == api.EncapNever || m == "" {
 			continue
 		}
 		sel, err := selector.Parse(p.Spec.NodeSelector)
@@ -29,13 +30,32 @@ func ipipPoolsFor(ctx context.Context, ds *datastore.Client, node *api.Node) ([]
 		}
 		names = append(names, p.Metadata.Name)
 	}
-	return names, nil
+	return names
+}
+
+// tunnelAddr allocates the handle's address from pools, or releases it
+// when pools is empty, and returns the address ("" when released).
+func tunnelAddr(ctx context.Context, ic *ipam.Client, node, handle string, pools []string) (string, error) {
+	if len(pools) == 0 {
+		_, err := ic.ReleaseByHandle(ctx, handle)
+		return "", err
+	}
+	addrs, err := ic.AutoAssign(ctx, ipam.AssignArgs{
+		Node: node, HandleID: handle, Num: 1, Pools: pools,
+		Attrs: ipam.Attributes{Type: ipam.TypeTunnel},
+	})
+	if err != nil {
+		return "", fmt.Errorf("tunnel address for %q: %w", node, err)
+	}
+	return addrs[0].String(), nil
 }
 
 // EnsureTunnelAddress gives the node an IPIP tunnel address from an IPIP
-// pool that selects it, and records it on the Node; when no IPIP pool
-// applies it releases the address and clears the field. Idempotent: the
-// tunnel handle makes a repeat allocation return the same address.
+// pool that selects it and a VXLAN tunnel address (and MAC) from a VXLAN
+// pool that selects it, and records them on the Node; when no pool of a
+// kind applies it releases that address and clears the fields.
+// Idempotent: the tunnel handles make a repeat allocation return the
+// same address, and the MAC is derived from the node name.
 func EnsureTunnelAddress(ctx context.Context, ds *datastore.Client, ic *ipam.Client, name string) error {
 	for i := 0; i < writeRetries; i++ {
 		r, err := ds.Get(ctx, api.KindNode, name)
@@ -46,34 +66,39 @@ func EnsureTunnelAddress(ctx context.Context, ds *datastore.Client, ic *ipam.Cli
 		if node.Spec.BGP == nil {
 			return fmt.Errorf("tunnel address: node %q has no BGP address yet", name)
 		}
-		pools, err := ipipPoolsFor(ctx, ds, node)
+		list, _, err := ds.List(ctx, api.KindIPPool)
 		if err != nil {
 			return err
 		}
-		handle := ipam.TunnelHandle(name)
-		want := ""
-		if len(pools) > 0 {
-			addrs, err := ic.AutoAssign(ctx, ipam.AssignArgs{
-				Node: name, HandleID: handle, Num: 1, Pools: pools,
-				Attrs: ipam.Attributes{Type: ipam.TypeTunnel},
-			})
-			if err != nil {
-				return fmt.Errorf("tunnel address for %q: %w", name, err)
-			}
-			want = addrs[0].String()
-		} else if _, err := ic.ReleaseByHandle(ctx, handle); err != nil {
+		pools := make([]*api.IPPool, 0, len(list))
+		for _, r := range list {
+			pools = append(pools, r.(*api.IPPool))
+		}
+		ipip, err := tunnelAddr(ctx, ic, name, ipam.TunnelHandle(name),
+			encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.IPIPMode }))
+		if err != nil {
 			return err
 		}
-		if node.Spec.BGP.IPv4IPIPTunnelAddr == want {
+		vxlan, err := tunnelAddr(ctx, ic, name, VXLANTunnelHandle(name),
+			encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.VXLANMode }))
+		if err != nil {
+			return err
+		}
+		mac := ""
+		if vxlan != "" {
+			mac = felix.VXLANMAC(name).String()
+		}
+		s := &node.Spec
+		if s.BGP.IPv4IPIPTunnelAddr == ipip && s.IPv4VXLANTunnelAddr == vxlan && s.VXLANTunnelMACAddr == mac {
 			return nil
 		}
-		node.Spec.BGP.IPv4IPIPTunnelAddr = want
+		s.BGP.IPv4IPIPTunnelAddr, s.IPv4VXLANTunnelAddr, s.VXLANTunnelMACAddr = ipip, vxlan, mac
 		_, err = ds.Update(ctx, node)
 		if errors.Is(err, datastore.ErrConflict) {
 			continue
 		}
 		if err == nil {
-			log.WithField("tunnelAddr", want).Info("IPIP tunnel address updated")
+			log.WithFields(map[string]any{"ipipTunnelAddr": ipip, "vxlanTunnelAddr": vxlan, "vxlanMAC": mac}).Info("tunnel addresses updated")
 		}
 		return err
 	}
