@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -119,5 +120,49 @@ func TestTunnelAddressFollowsPools(t *testing.T) {
 	}
 	if _, err := ic.IPInfo(ctx, netip.MustParseAddr(tun)); !errors.Is(err, ipam.ErrNotAllocated) {
 		t.Fatalf("tunnel address still allocated: %v", err)
+	}
+}
+
+func TestVXLANTunnelAddressFollowsPools(t *testing.T) {
+	t.Parallel()
+	ds := newDS(t)
+	ctx := context.Background()
+	ic := ipam.New(ds)
+	if _, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+		t.Fatal(err)
+	}
+	node := func() *api.Node {
+		r, err := ds.Get(ctx, api.KindNode, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.(*api.Node)
+	}
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.51.0.0/24, vxlanMode: CrossSubnet}\n")
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n := node()
+	vtep := n.Spec.IPv4VXLANTunnelAddr
+	if a, err := netip.ParseAddr(vtep); err != nil || !netip.MustParsePrefix("10.51.0.0/24").Contains(a) {
+		t.Fatalf("VXLAN tunnel address %q not from the VXLAN pool", vtep)
+	}
+	if n.Spec.VXLANTunnelMACAddr != felix.VXLANMAC("n1").String() || n.Spec.BGP.IPv4IPIPTunnelAddr != "" {
+		t.Fatalf("MAC %q (want %s), IPIP address %q (want none)", n.Spec.VXLANTunnelMACAddr, felix.VXLANMAC("n1"), n.Spec.BGP.IPv4IPIPTunnelAddr)
+	}
+	if info, err := ic.IPInfo(ctx, netip.MustParseAddr(vtep)); err != nil || info.Handle != VXLANTunnelHandle("n1") {
+		t.Fatalf("VTEP allocation %+v (%v), want handle %s", info, err, VXLANTunnelHandle("n1"))
+	}
+	// The pool switches to IPIP: the VXLAN address goes, an IPIP one comes.
+	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.51.0.0/24, ipipMode: Always}\n")
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n = node()
+	if n.Spec.IPv4VXLANTunnelAddr != "" || n.Spec.VXLANTunnelMACAddr != "" || n.Spec.BGP.IPv4IPIPTunnelAddr == "" {
+		t.Fatalf("after switching to IPIP: vxlan %q mac %q ipip %q", n.Spec.IPv4VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddr, n.Spec.BGP.IPv4IPIPTunnelAddr)
+	}
+	if info, err := ic.IPInfo(ctx, netip.MustParseAddr(vtep)); err == nil && info.Handle == VXLANTunnelHandle("n1") {
+		t.Fatalf("VXLAN tunnel address %s still held by %s", vtep, info.Handle)
 	}
 }

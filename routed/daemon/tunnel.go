@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/pkg/api"
@@ -74,15 +75,22 @@ func EnsureTunnelAddress(ctx context.Context, ds *datastore.Client, ic *ipam.Cli
 		for _, r := range list {
 			pools = append(pools, r.(*api.IPPool))
 		}
-		ipip, err := tunnelAddr(ctx, ic, name, ipam.TunnelHandle(name),
-			encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.IPIPMode }))
-		if err != nil {
-			return err
+		var ipip, vxlan string
+		kinds := []struct {
+			handle string
+			pools  []string
+			addr   *string
+		}{
+			{ipam.TunnelHandle(name), encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.IPIPMode }), &ipip},
+			{VXLANTunnelHandle(name), encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.VXLANMode }), &vxlan},
 		}
-		vxlan, err := tunnelAddr(ctx, ic, name, VXLANTunnelHandle(name),
-			encapPoolsFor(pools, node, func(p *api.IPPool) string { return p.Spec.VXLANMode }))
-		if err != nil {
-			return err
+		// Releases first, so a pool switching encapsulation can hand the
+		// released address straight to the other tunnel.
+		sort.SliceStable(kinds, func(i, j int) bool { return len(kinds[i].pools) == 0 && len(kinds[j].pools) > 0 })
+		for _, k := range kinds {
+			if *k.addr, err = tunnelAddr(ctx, ic, name, k.handle, k.pools); err != nil {
+				return err
+			}
 		}
 		mac := ""
 		if vxlan != "" {
