@@ -22,15 +22,16 @@ func main() {
 	dir := flag.String("dir", "/tmp/routed-demo", "lab state: logs, sockets, CNI config")
 	podsPerNode := flag.Int("pods", 2, "pods per node")
 	keep := flag.Bool("keep", false, "leave the lab running after the checks (tear down with Ctrl-C)")
+	encap := flag.String("encap", "auto", "pod traffic between subnets: auto (IPIP CrossSubnet when the kernel has ipip, else routed through the router), ipip, none, or vxlan (VXLAN CrossSubnet with no BGP at all)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "make demo needs root: it creates network namespaces, routes and BGP sessions. Run: sudo make demo")
 		os.Exit(2)
 	}
-	os.Exit(run(*bin, *dir, *podsPerNode, *keep))
+	os.Exit(run(*bin, *dir, *podsPerNode, *keep, *encap))
 }
 
-func run(bin, dir string, podsPerNode int, keep bool) int {
+func run(bin, dir string, podsPerNode int, keep bool, encap string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	abs, _ := filepath.Abs(bin)
@@ -45,8 +46,20 @@ func run(bin, dir string, podsPerNode int, keep bool) int {
 		Cnitool: cnitool,
 	}
 	topo := lab.DefaultTopology("rdemo", 0)
-	if lab.KernelHasIPIP() {
+	switch encap {
+	case "auto":
+		if lab.KernelHasIPIP() {
+			topo.IPIPMode = "CrossSubnet"
+		}
+	case "ipip":
 		topo.IPIPMode = "CrossSubnet"
+	case "none":
+	case "vxlan":
+		// Routes come from the datastore alone: no BIRD, no BGP sessions.
+		topo.VXLANMode, topo.NoRouterBGP, topo.NoNodeBGP = "CrossSubnet", true, true
+	default:
+		fmt.Fprintf(os.Stderr, "-encap %q: want auto, ipip, none or vxlan\n", encap)
+		return 2
 	}
 	l := lab.New(topo, bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
 	// Tear down on every path out, with a fresh context: ctx may be cancelled.
@@ -54,7 +67,7 @@ func run(bin, dir string, podsPerNode int, keep bool) int {
 		fmt.Println("==> tearing the lab down")
 		l.Down(context.Background())
 	}()
-	fmt.Printf("==> IPIP mode %s (kernel ipip support: %v)\n", topo.IPIPMode, lab.KernelHasIPIP())
+	fmt.Printf("==> IPIP mode %s, VXLAN mode %s (kernel ipip support: %v)\n", topo.IPIPMode, topo.VXLANMode, lab.KernelHasIPIP())
 	if err := l.Up(ctx); err != nil {
 		fmt.Printf("FAIL: bringing the lab up: %v\n(logs in %s)\n", err, dir)
 		return 1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -16,21 +17,21 @@ import (
 func (l *Lab) applyConfig(ctx context.Context) error {
 	t := l.Topo
 	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: routed.io/v1
-kind: IPPool
-metadata: {name: lab-pool}
-spec: {cidr: %s, blockSize: 26, ipipMode: %s, natOutgoing: false}
----
+	b.WriteString(t.poolYAML())
+	fmt.Fprintf(&b, `---
 apiVersion: routed.io/v1
 kind: BGPConfiguration
 metadata: {name: default}
 spec: {asNumber: %d, nodeToNodeMeshEnabled: false}
----
+`, t.NodeAS)
+	if !t.NoNodeBGP {
+		b.WriteString(`---
 apiVersion: routed.io/v1
 kind: BGPPeer
 metadata: {name: peer-with-route-reflectors}
 spec: {nodeSelector: "!has(route-reflector)", peerSelector: "has(route-reflector)"}
-`, t.PoolCIDR, t.IPIPMode, t.NodeAS)
+`)
+	}
 	for _, s := range []string{"a", "b"} {
 		if t.NoRouterBGP {
 			break
@@ -62,6 +63,41 @@ spec: {bgp: {ipv4Address: %s%s}}
 	}
 	_, err := l.Ctl(ctx, "apply", "-f", path)
 	return err
+}
+
+// poolYAML is the lab pool with the topology's encapsulation.
+func (t Topology) poolYAML() string {
+	vxlan := t.VXLANMode
+	if vxlan == "" {
+		vxlan = "Never"
+	}
+	return fmt.Sprintf(`apiVersion: routed.io/v1
+kind: IPPool
+metadata: {name: lab-pool}
+spec: {cidr: %s, blockSize: 26, ipipMode: %s, vxlanMode: %s, natOutgoing: false}
+`, t.PoolCIDR, t.IPIPMode, vxlan)
+}
+
+// SetPoolEncap switches the lab pool's encapsulation on the running lab.
+func (l *Lab) SetPoolEncap(ctx context.Context, ipipMode, vxlanMode string) error {
+	l.Topo.IPIPMode, l.Topo.VXLANMode = ipipMode, vxlanMode
+	path := filepath.Join(l.Dir, "pool.yaml")
+	pool := l.Topo.poolYAML()
+	if err := os.WriteFile(path, []byte(pool), 0o644); err != nil {
+		return err
+	}
+	_, err := l.Ctl(ctx, "apply", "-f", path)
+	return err
+}
+
+// TunnelTxPackets is the count of packets a node sent through a device
+// (vxlan.routed, tunl0).
+func (l *Lab) TunnelTxPackets(ctx context.Context, node, dev string) (uint64, error) {
+	out, err := nsRun(ctx, node, "cat", "/sys/class/net/"+dev+"/statistics/tx_packets")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 }
 
 // startBird runs BIRD 2 in the router namespace as the top-of-rack

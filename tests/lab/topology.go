@@ -28,14 +28,20 @@ type Topology struct {
 	Nodes    []NodeSpec
 	PoolCIDR string
 	IPIPMode string // Never, Always or CrossSubnet
-	RouterAS uint32
-	NodeAS   uint32
+	// VXLANMode is the pool's vxlanMode (empty: Never); at most one of
+	// IPIPMode and VXLANMode is not Never.
+	VXLANMode string
+	RouterAS  uint32
+	NodeAS    uint32
 	// SubnetA/B are the two node subnets; the router owns .1 in each.
 	SubnetA, SubnetB netip.Prefix
 	// NoRouterBGP leaves BIRD out: the router only forwards between the
 	// node subnets and no node peers with it. Pod traffic then crosses
 	// subnets only through IPIP (IPIPMode Always or CrossSubnet).
 	NoRouterBGP bool
+	// NoNodeBGP leaves out the peering with the route reflector too: no
+	// BGP session anywhere, routes come only from the datastore (VXLAN).
+	NoNodeBGP bool
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.

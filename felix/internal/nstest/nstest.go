@@ -146,17 +146,7 @@ func IPNetPrefix(n *net.IPNet) netip.Prefix {
 // then fails with cond's last message.
 func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, 20*time.Millisecond, cond)
 }
 
 // Do runs f inside the namespace on a locked OS thread.
