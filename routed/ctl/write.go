@@ -158,11 +158,12 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			}
 			defer c.Close()
 			for i, r := range refs {
-				err := error(nil)
-				if r.kind == api.KindIPPool && !force {
-					err = poolInUse(cmd.Context(), c, r.name)
-				}
-				if err == nil {
+				var err error
+				if r.kind == api.KindIPPool {
+					// Counted and deleted in one conditional write, so
+					// an address allocated meanwhile cannot slip by.
+					err = ipam.New(c).DeletePool(cmd.Context(), r.name, force)
+				} else {
 					err = c.Delete(cmd.Context(), r.kind, r.name, "")
 				}
 				if err != nil {
@@ -179,28 +180,4 @@ func newDeleteCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "file naming the resources to delete (- for stdin)")
 	cmd.Flags().BoolVar(&force, "force", false, "delete IP pools even while addresses in them are allocated")
 	return cmd
-}
-
-// poolInUse refuses to delete a pool whose addresses pods still hold:
-// its blocks would stay behind, outside every pool.
-func poolInUse(ctx context.Context, c *datastore.Client, name string) error {
-	u, err := ipam.New(c).Usage(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range u.Pools {
-		if p.Name != name || p.InUse == 0 {
-			continue
-		}
-		blocks := 0
-		for _, b := range p.Blocks {
-			if b.InUse > 0 {
-				blocks++
-			}
-		}
-		return fmt.Errorf("IPPool %q still has %d address(es) allocated in %d block(s): its pods would keep addresses no pool holds. "+
-			"Set disabled: true on it, move or delete its pods (routedctl ipam show --show-blocks lists them), then delete it; "+
-			"or delete it anyway with --force", name, p.InUse, blocks)
-	}
-	return nil
 }

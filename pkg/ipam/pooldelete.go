@@ -1,0 +1,93 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// ErrPoolInUse means a pool still has allocated addresses, so deleting it
+// would leave pods holding addresses no pool contains.
+var ErrPoolInUse = errors.New("ipam: IP pool still has allocated addresses")
+
+// PoolInUseError says how much of a pool is still allocated.
+type PoolInUseError struct {
+	Pool string
+	// Addresses are allocated in Blocks blocks inside the pool's cidr.
+	Addresses, Blocks int
+}
+
+// Error names the pool, the counts and the way out.
+func (e *PoolInUseError) Error() string {
+	return fmt.Sprintf("IPPool %q still has %d address(es) allocated in %d block(s): its pods would keep addresses no pool holds. "+
+		"Set disabled: true on it, move or delete its pods (routedctl ipam show --show-blocks lists its blocks), then delete it; "+
+		"or delete it anyway with --force", e.Pool, e.Addresses, e.Blocks)
+}
+
+// Unwrap makes errors.Is(err, ErrPoolInUse) true.
+func (e *PoolInUseError) Unwrap() error { return ErrPoolInUse }
+
+// DeletePool deletes the IP pool name. Unless force is set it refuses,
+// with a PoolInUseError, while any block inside the pool's cidr (of any
+// size: blocks carved before a blockSize change count too) has an
+// address allocated. The delete is conditional on the pool and every
+// block being as counted, so an address allocated after the count makes
+// it count again instead of slipping through.
+func (c *Client) DeletePool(ctx context.Context, name string, force bool) error {
+	tries := c.retries("deleting IP pool " + name)
+	for {
+		s, err := c.snapshot(ctx, false)
+		if err != nil {
+			return err
+		}
+		ok, err := c.deletePoolAt(ctx, s, name, force)
+		if err != nil || ok {
+			return err
+		}
+		if _, err := tries.lost(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// deletePoolAt deletes the pool as snapshot s saw it; false means
+// something changed since and the caller should read again.
+func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, force bool) (bool, error) {
+	var pool *poolInfo
+	for _, p := range s.view.pools {
+		if p.name() == name {
+			pool = p
+		}
+	}
+	if pool == nil {
+		// Absent, or stored but unreadable (then only --force removes it).
+		_, err := c.ds.Get(ctx, api.KindIPPool, name)
+		switch {
+		case err != nil:
+			return false, err
+		case !force:
+			return false, fmt.Errorf("%w: IPPool %q cannot be read, so its allocations cannot be counted; delete it with --force", ErrCorrupt, name)
+		}
+		return true, c.ds.Delete(ctx, api.KindIPPool, name, "")
+	}
+	var extra []clientv3.Cmp
+	if !force {
+		inUse := &PoolInUseError{Pool: name}
+		for _, key := range s.sortedBlocks() {
+			b := s.blocks[key].b
+			if n := b.inUse(); n > 0 && pool.prefix.Overlaps(b.prefix) {
+				inUse.Addresses += n
+				inUse.Blocks++
+			}
+		}
+		if inUse.Addresses > 0 {
+			return false, inUse
+		}
+		extra = append(extra, clientv3.Compare(clientv3.ModRevision(blockPrefix).WithPrefix(), "<", s.rev+1))
+	}
+	return c.casOK(ctx, []write{{key: poolKey(name), rev: pool.rev}}, extra...)
+}
