@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
@@ -19,7 +20,7 @@ type Report struct {
 	Revision int64
 	// Leaks are allocations older than the grace period that nothing uses:
 	// pod addresses whose handle no WorkloadEndpoint names, tunnel
-	// addresses of deleted nodes.
+	// addresses of deleted nodes or that their Node no longer names.
 	Leaks []Leak
 	// YoungLeaks counts suspects younger than the grace period, left
 	// alone because a CNI ADD allocates before it writes the endpoint.
@@ -107,6 +108,8 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 			switch {
 			case hold.Type == TypeTunnel && s.gone(hold.Node):
 				reason = fmt.Sprintf("tunnel address of deleted node %q", hold.Node)
+			case hold.Type == TypeTunnel && s.nodes[hold.Node] != nil && tunnelAddr(s.nodes[hold.Node]) != b.addr(o):
+				reason = fmt.Sprintf("tunnel address node %q no longer uses (its Node names %s)", hold.Node, orNone(tunnelAddr(s.nodes[hold.Node])))
 			case hold.Type != TypeTunnel && !wepHandles[hold.Handle] && !wepIPs[b.addr(o)]:
 				reason = fmt.Sprintf("no workload endpoint uses handle %q", hold.Handle)
 			default:
@@ -275,4 +278,21 @@ func (c *Client) repairBlockAffinities(ctx context.Context, s *snapshot, r *Repo
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// tunnelAddr is the IPIP tunnel address a Node record names; the zero
+// Addr if it names none.
+func tunnelAddr(n *api.Node) netip.Addr {
+	if n.Spec.BGP == nil {
+		return netip.Addr{}
+	}
+	a, _ := netip.ParseAddr(n.Spec.BGP.IPv4IPIPTunnelAddr)
+	return a
+}
+
+func orNone(a netip.Addr) string {
+	if !a.IsValid() {
+		return "none"
+	}
+	return a.String()
 }

@@ -176,3 +176,41 @@ func exitCode(err error) int {
 	}
 	return 0
 }
+
+// TestCheckNamesEachProblemWithAHint: a leak, an address two endpoints
+// name (one of which IPAM does not hold it for) and a block left outside
+// every pool; check lists each with the addresses involved and a line
+// saying what to do, and exits 1.
+func TestCheckNamesEachProblemWithAHint(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	leaked := f.assign("k8s-pod-network.leaked", "leaked")
+	shared := f.assign("k8s-pod-network.a", "a")
+	f.wep("a", "k8s-pod-network.a", shared)
+	f.wep("b", "k8s-pod-network.b", shared)
+	f.apply(&api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool},
+		Metadata: api.ObjectMeta{Name: "gone"}, Spec: api.IPPoolSpec{CIDR: "10.245.0.0/24", BlockSize: 26}})
+	orphan, err := f.c.AutoAssign(context.Background(), ipam.AssignArgs{Node: "n1", HandleID: "k8s-pod-network.c", Pools: []string{"gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wep("c", "k8s-pod-network.c", orphan[0])
+	if err := f.c.DeletePool(context.Background(), "gone", true); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := f.run("check", "--grace", "0s")
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("check with problems: %v, want exit status 1", err)
+	}
+	wantAll(t, "check", out,
+		"Leaked addresses", leaked.String(), "ipam gc` frees them",
+		"Addresses named by more than one endpoint", shared.String(), "recreate all but the one",
+		"Endpoints whose address IPAM does not hold for them", `allocated to handle "k8s-pod-network.a"`, "routedctl delete workloadendpoint",
+		"Blocks outside every pool", netip.PrefixFrom(orphan[0], 26).Masked().String(), "recreate the pool as it was")
+	sections := strings.Count(out, ":\n") - 1 // the summary line ends in ":" too
+	if hints := strings.Count(out, "  Fix: "); hints != sections || sections < 4 {
+		t.Errorf("%d sections but %d hints:\n%s", sections, hints, out)
+	}
+}

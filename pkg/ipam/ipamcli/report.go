@@ -29,6 +29,7 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(l.IP, l.Handle, l.Node, pod, l.Block, l.AllocatedAt.UTC().Format(time.RFC3339), l.Reason)
 		}
 		t.flush()
+		hint(out, "nothing uses them: `routedctl ipam gc` frees them (or `routedctl ipam release --ip ADDRESS`, one at a time).")
 	}
 	if len(r.DeadNodeBlocks) > 0 {
 		section(out, "Blocks of deleted nodes (removed by gc once empty)")
@@ -37,6 +38,7 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(b.CIDR, b.Node, b.InUse)
 		}
 		t.flush()
+		hint(out, "`routedctl ipam gc` removes each one once nothing in it is allocated (delete the pods still in it first).")
 	}
 	if len(r.DanglingAffinities) > 0 {
 		section(out, "Affinities without a block")
@@ -45,12 +47,14 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(a.Node, a.CIDR, a.State)
 		}
 		t.flush()
+		hint(out, "left by an interrupted block claim or release: `routedctl ipam gc` removes them.")
 	}
 	if len(r.EmptyHandles) > 0 {
 		section(out, "Handles holding no address")
 		for _, h := range r.EmptyHandles {
 			fmt.Fprintf(out, "  %s\n", h)
 		}
+		hint(out, "left by an interrupted release: `routedctl ipam gc` removes them.")
 	}
 	if len(r.Overlaps) > 0 {
 		section(out, "Overlapping blocks (two nodes can give one address to two pods)")
@@ -59,7 +63,7 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(o.A.CIDR, orDash(o.A.Node), o.B.CIDR, orDash(o.B.Node), orDash(joinAddrs(o.Shared)))
 		}
 		t.flush()
-		fmt.Fprintln(out, "  A pool's blockSize or cidr was changed under its blocks. Move the pods off one block, release it, then run ipam gc.")
+		hint(out, "a pool's blockSize or cidr was changed under its blocks: recreate the pods holding the addresses listed so they move off one block, then run `routedctl ipam gc`.")
 	}
 	if len(r.OutsidePools) > 0 {
 		section(out, "Blocks outside every pool")
@@ -68,7 +72,7 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(b.CIDR, orDash(b.Node), b.InUse)
 		}
 		t.flush()
-		fmt.Fprintln(out, "  Their pool was deleted or shrunk. Recreate the pool, or move their pods and release the addresses.")
+		hint(out, "their pool was deleted or changed: recreate the pool as it was, or recreate their pods (new addresses from a current pool) and run `routedctl ipam gc`.")
 	}
 	if len(r.SharedAddresses) > 0 {
 		section(out, "Addresses named by more than one endpoint")
@@ -77,6 +81,7 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(a.IP, strings.Join(a.Endpoints, ", "))
 		}
 		t.flush()
+		hint(out, "two pods use one address: recreate all but the one IPAM holds it for (see the endpoints below), so each gets its own.")
 	}
 	if len(r.EndpointMismatches) > 0 {
 		section(out, "Endpoints whose address IPAM does not hold for them")
@@ -85,12 +90,14 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 			t.row(m.Endpoint, m.Node, m.IP, m.Reason)
 		}
 		t.flush()
+		hint(out, "recreate these pods so IPAM allocates their addresses; an endpoint whose pod is gone: `routedctl delete workloadendpoint NAME`.")
 	}
 	if len(r.Inconsistencies) > 0 {
 		section(out, "Inconsistent records")
 		for _, s := range r.Inconsistencies {
 			fmt.Fprintf(out, "  %s\n", s)
 		}
+		hint(out, "`routedctl ipam gc` rewrites handle records and affinities from the blocks; anything it cannot repair is a bug worth reporting.")
 	}
 	if r.YoungLeaks > 0 {
 		fmt.Fprintf(out, "\n%d unused allocation(s) younger than %s not reported (pods may still be starting).\n", r.YoungLeaks, grace)
@@ -128,6 +135,11 @@ func printGC(out io.Writer, r *ipam.Report) {
 	if r.YoungLeaks > 0 {
 		fmt.Fprintf(out, "%d unused allocation(s) are younger than the grace period and were left alone.\n", r.YoungLeaks)
 	}
+}
+
+// hint is the one line under a section that says what to do about it.
+func hint(out io.Writer, what string) {
+	fmt.Fprintln(out, "  Fix: "+what)
 }
 
 func section(out io.Writer, format string, args ...any) {
