@@ -1,6 +1,7 @@
 package confd
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -359,6 +360,29 @@ func TestCalicoPeerOptions(t *testing.T) {
 			}
 		default:
 			t.Errorf("unexpected peer %+v", p)
+		}
+	}
+}
+
+// TestPasswordFilesStayInTheSecretsDir: a BGPPeer could name any host
+// file as its password (and routed would send it to a peer as MD5 key);
+// now only files in the secrets directory are read, and a symlink there
+// cannot point out of it.
+func TestPasswordFilesStayInTheSecretsDir(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	mustWrite(t, outside+"/host-secret", "not-for-bgp")
+	mustWrite(t, dir+"/ok", "fine")
+	if err := os.Symlink(outside+"/host-secret", dir+"/escape"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{outside + "/host-secret", "../" + filepath.Base(outside) + "/host-secret", dir + "/../x", dir + "/escape"} {
+		if pw, err := readPassword(&api.PasswordSource{File: f}, dir); err == nil || !errors.Is(err, ErrPassword) {
+			t.Errorf("file %s: read %q, %v; want refused", f, pw, err)
+		}
+	}
+	for _, f := range []string{dir + "/ok", "ok"} {
+		if pw, err := readPassword(&api.PasswordSource{File: f}, dir); err != nil || pw != "fine" {
+			t.Errorf("file %s inside the secrets dir: %q, %v", f, pw, err)
 		}
 	}
 }

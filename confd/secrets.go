@@ -22,10 +22,19 @@ var ErrPassword = errors.New("confd: cannot read BGP password")
 // name the file, never its content. A trailing newline (as left by
 // editors and echo) is not part of the password.
 func readPassword(src *api.PasswordSource, secretsDir string) (bgp.Secret, error) {
-	var path string
+	var rel string
 	switch {
 	case src.File != "":
-		path = src.File
+		// Only files in the secrets directory: a BGPPeer must not make
+		// routed read (and send to a peer) any file of the host.
+		r, err := filepath.Rel(secretsDir, filepath.Join(secretsDir, src.File))
+		if filepath.IsAbs(src.File) {
+			r, err = filepath.Rel(secretsDir, filepath.Clean(src.File))
+		}
+		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+			return "", fmt.Errorf("%w: password file %s is outside the secrets directory %s", ErrPassword, src.File, secretsDir)
+		}
+		rel = r
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
 		for _, part := range []string{ref.Name, ref.Key} {
@@ -33,11 +42,19 @@ func readPassword(src *api.PasswordSource, secretsDir string) (bgp.Secret, error
 				return "", fmt.Errorf("%w: secretKeyRef %q/%q is not a valid secret name and key", ErrPassword, ref.Name, ref.Key)
 			}
 		}
-		path = filepath.Join(secretsDir, ref.Name, ref.Key)
+		rel = filepath.Join(ref.Name, ref.Key)
 	default:
 		return "", fmt.Errorf("%w: password needs file or secretKeyRef", ErrPassword)
 	}
-	b, err := os.ReadFile(path)
+	path := filepath.Join(secretsDir, rel)
+	// os.Root keeps symlinks (Kubernetes' ..data links) inside the
+	// directory: one pointing out of it fails.
+	root, err := os.OpenRoot(secretsDir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrPassword, err)
+	}
+	defer root.Close()
+	b, err := root.ReadFile(rel)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrPassword, err)
 	}
