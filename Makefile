@@ -52,7 +52,8 @@ bench: deps build
 	  $(BENCH) -bench . -benchtime 2000x ./pkg/ipam/ && \
 	  $(BENCH) -bench . -benchtime 1x ./routed/bgp/bench/ && \
 	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ && \
-	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ ; } | tee $(BIN)/bench.txt
+	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ && \
+	  $(BENCH) -bench PodThroughput -benchtime 1x ./tests/e2e/ ; } | tee $(BIN)/bench.txt
 
 demo: build
 	./tests/ensure-deps.sh demo

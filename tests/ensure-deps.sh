@@ -22,6 +22,7 @@ if [ "$(id -u)" = 0 ]; then
 		[ -x /usr/lib/cni/portmap ] || want_pkg containernetworking-plugins
 		have kubectl || want_pkg kubectl
 		have tcpdump || want_pkg tcpdump
+		have iperf3 || want_pkg iperf3   # make bench: pod-to-pod throughput
 	fi
 	if [ ${#need_apt[@]} -gt 0 ]; then
 		echo "ensure-deps: installing ${need_apt[*]}"

@@ -25,7 +25,7 @@ import (
 // index names the lab's namespaces, and a lab starting with a name in
 // use cleans up the running one's (pid%5 slots collided between
 // engineers running the suite at once). DefaultTopology needs <= 55.
-func claimLabIndex(t *testing.T) int {
+func claimLabIndex(t testing.TB) int {
 	t.Helper()
 	for idx := 1; idx <= 55; idx++ {
 		f, err := os.OpenFile(fmt.Sprintf("/run/routed-e2e-lab-%d.lock", idx), os.O_CREATE|os.O_RDWR, 0o600)
@@ -44,10 +44,10 @@ func claimLabIndex(t *testing.T) int {
 }
 
 // startLab brings up a lab unique to this test and tears it down after.
-func startLab(t *testing.T) *lab.Lab { return startLabWith(t, nil) }
+func startLab(t testing.TB) *lab.Lab { return startLabWith(t, nil) }
 
 // startLabWith is startLab with a change to the default topology.
-func startLabWith(t *testing.T, mutate func(*lab.Topology)) *lab.Lab {
+func startLabWith(t testing.TB, mutate func(*lab.Topology)) *lab.Lab {
 	t.Helper()
 	testenv.RequireRoot(t, "network namespaces")
 	cnitool, err := exec.LookPath("cnitool")
@@ -89,7 +89,7 @@ func startLabWith(t *testing.T, mutate func(*lab.Topology)) *lab.Lab {
 	return l
 }
 
-func dumpLogs(t *testing.T, dir string) {
+func dumpLogs(t testing.TB, dir string) {
 	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
 		if err == nil && strings.HasSuffix(p, ".log") {
 			b, _ := os.ReadFile(p)
