@@ -58,7 +58,8 @@ func New(cfg Config) (*Client, error) {
 		// Notice a dead connection (etcd gone without a FIN) in seconds.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-		PermitWithoutStream:  true,
+		// etcd refuses pings on a connection without streams (too_many_pings).
+		PermitWithoutStream: false,
 		// gRPC's default reconnect backoff grows to 120 s: after an
 		// outage the client stayed disconnected 20-30 s after etcd was
 		// back. Cap it at 1 s (one dial per second per process while etcd
