@@ -35,10 +35,16 @@ func TestPoolInUseIsProtected(t *testing.T) {
 	}
 
 	for field, spec := range map[string]string{"spec.blockSize": "cidr: 10.61.0.0/24, blockSize: 28", "spec.cidr": "cidr: 10.61.0.0/23, blockSize: 26"} {
-		_, errOut, code := ctl(t, ep, pool(spec), "apply", "-f", "-")
-		if code == 0 || !strings.Contains(errOut, field) || !strings.Contains(errOut, "create a new pool") || !strings.Contains(errOut, "disabled: true") {
-			t.Errorf("%s change: exit %d, stderr %q; want an error naming the field and how to migrate", field, code, errOut)
+		for _, verb := range []string{"apply", "replace"} {
+			_, errOut, code := ctl(t, ep, pool(spec), verb, "-f", "-")
+			if code == 0 || !strings.Contains(errOut, field) || !strings.Contains(errOut, "create a new pool") || !strings.Contains(errOut, "disabled: true") {
+				t.Errorf("%s %s change: exit %d, stderr %q; want an error naming the field and how to migrate", verb, field, code, errOut)
+			}
 		}
+	}
+	// Other fields still change.
+	if _, errOut, code := ctl(t, ep, pool("cidr: 10.61.0.0/24, blockSize: 26, natOutgoing: true"), "replace", "-f", "-"); code != 0 {
+		t.Fatalf("replace natOutgoing: %s", errOut)
 	}
 
 	out, _, code := ctl(t, ep, "", "ipam", "check")
@@ -58,8 +64,8 @@ func TestPoolInUseIsProtected(t *testing.T) {
 	}
 	out, _, code = ctl(t, ep, "", "ipam", "check")
 	block := netip.PrefixFrom(ip[0], 26).Masked().String()
-	if code != 1 || !strings.Contains(out, "Blocks outside every pool") || !strings.Contains(out, block) {
-		t.Errorf("ipam check after a forced delete: exit %d, want 1 naming the block\n%s", code, out)
+	if code != 1 || !strings.Contains(out, "Blocks outside every pool") || !strings.Contains(out, block) || !strings.Contains(out, "Fix: ") {
+		t.Errorf("ipam check after a forced delete: exit %d, want 1 naming the block with a Fix: hint\n%s", code, out)
 	}
 	_, errOut, code = ctl(t, "http://127.0.0.1:1", "", "ipam", "check")
 	if code != 2 || !strings.Contains(errOut, "ipam check could not run") {
