@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -87,7 +90,23 @@ func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, for
 		if inUse.Addresses > 0 {
 			return false, inUse
 		}
-		extra = append(extra, clientv3.Compare(clientv3.ModRevision(blockPrefix).WithPrefix(), "<", s.rev+1))
+		extra = append(extra, clientv3.Compare(clientv3.ModRevision(blockKeysWithin(pool.prefix)).WithPrefix(), "<", s.rev+1))
 	}
 	return c.casOK(ctx, []write{{key: poolKey(name), rev: pool.rev}}, extra...)
+}
+
+// blockKeysWithin returns a key prefix that every block key inside p
+// starts with: the dotted octets p fixes whole (10.4.0.0/20 -> "10.4.").
+// Blocks of other pools outside it then do not disturb a guard on it.
+func blockKeysWithin(p netip.Prefix) string {
+	a := p.Addr().As4()
+	whole := p.Bits() / 8
+	parts := make([]string, whole)
+	for i := range whole {
+		parts[i] = strconv.Itoa(int(a[i]))
+	}
+	if whole == 4 {
+		return blockPrefix + strings.Join(parts, ".") + "-"
+	}
+	return blockPrefix + strings.Join(parts, ".") + "."
 }

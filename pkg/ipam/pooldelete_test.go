@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -93,6 +95,18 @@ func TestDeletePoolCountsAtCommit(t *testing.T) {
 		t.Fatalf("DeletePool after the allocation = %v, want ErrPoolInUse", err)
 	}
 
+	// Allocations in other pools meanwhile do not stop it.
+	e.pool("other", "10.40.0.0/24", 26)
+	e.pool("empty", "10.4.1.0/24", 26)
+	before, err = c.snapshot(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assign(t, c, "n1", "elsewhere", func(a *AssignArgs) { a.Pools = []string{"other"} })
+	if ok, err := c.deletePoolAt(ctx, before, "empty", false); err != nil || !ok {
+		t.Fatalf("delete of an empty pool after an allocation in another = %v, %v; want deleted", ok, err)
+	}
+
 	// A blockSize written behind the datastore's back (before pools were
 	// immutable): the /26 with the address no longer matches the pool's
 	// block size, and must still count.
@@ -104,5 +118,23 @@ func TestDeletePoolCountsAtCommit(t *testing.T) {
 	var inUse *PoolInUseError
 	if err := c.DeletePool(ctx, "p", false); !errors.As(err, &inUse) || inUse.Addresses != 1 || inUse.Blocks != 1 {
 		t.Fatalf("DeletePool with a block of the old size in use = %v, want 1 address in 1 block", err)
+	}
+}
+
+func TestBlockKeysWithin(t *testing.T) {
+	for cidr, want := range map[string]string{
+		"10.0.0.0/8": "10.", "10.4.0.0/16": "10.4.", "10.4.0.0/20": "10.4.", "10.4.1.0/24": "10.4.1.",
+		"10.4.1.64/26": "10.4.1.", "10.4.1.7/32": "10.4.1.7-",
+	} {
+		p := pfx(cidr)
+		if got := blockKeysWithin(p); got != blockPrefix+want {
+			t.Errorf("blockKeysWithin(%s) = %q, want %q", cidr, got, blockPrefix+want)
+		}
+		if !strings.HasPrefix(blockKey(netip.PrefixFrom(p.Addr(), 32)), blockKeysWithin(p)) {
+			t.Errorf("%s: its own block key is outside %q", cidr, blockKeysWithin(p))
+		}
+	}
+	if strings.HasPrefix(blockKey(pfx("100.0.0.0/26")), blockKeysWithin(pfx("10.0.0.0/8"))) {
+		t.Error("10.0.0.0/8 covers 100.0.0.0/26")
 	}
 }
