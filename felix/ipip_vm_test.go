@@ -19,9 +19,7 @@ import (
 // module, which CI's kernel lacks, so tests/vm boots a VM that runs it
 // with ROUTED_IN_VM=1; elsewhere it is skipped on purpose.
 func TestIPIPInVM(t *testing.T) {
-	if os.Getenv("ROUTED_IN_VM") != "1" {
-		t.Skip("runs inside the VM booted by tests/vm (TestIPIPInVM there), which sets ROUTED_IN_VM=1")
-	}
+	requireVM(t)
 	// eth0 192.0.2.1/24, MTU 1400; the VM has no nf_tables modules.
 	h := newHarness(t, func(c *felix.Config) { c.Features.DisableNATOutgoing = true })
 	h.f.ReplaceResources(resources(
@@ -116,4 +114,13 @@ func tunnelAddrs(t *testing.T, h *harness, l netlink.Link) string {
 		s += a.IPNet.String()
 	}
 	return s
+}
+
+// requireVM skips a test that needs kernel modules CI lacks (ipip) unless
+// it runs inside the VM booted by tests/vm, which sets ROUTED_IN_VM=1.
+func requireVM(t *testing.T) {
+	t.Helper()
+	if os.Getenv("ROUTED_IN_VM") != "1" {
+		t.Skip("runs inside the VM booted by tests/vm (TestIPIPInVM there), which sets ROUTED_IN_VM=1")
+	}
 }

@@ -41,7 +41,8 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 }
 
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
-// with veth and ipip loaded and runs felix's TestIPIPInVM there.
+// with veth, ipip and vxlan loaded and runs felix's TestIPIPInVM and
+// TestIPIPVXLANSwitchInVM there.
 func TestIPIPInVM(t *testing.T) {
 	testenv.RequireRoot(t, "apt-get, network namespaces")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -57,8 +58,9 @@ func TestIPIPInVM(t *testing.T) {
 	bin := filepath.Join(work, "felix.test")
 	run(t, ctx, root, []string{"CGO_ENABLED=0"}, "go", "test", "-c", "-o", bin, "./felix")
 	start := time.Now()
-	run(t, ctx, here, nil, "sh", "build-initramfs.sh", cacheDir(), bin, work,
-		"-test.v", "-test.run", "^TestIPIPInVM$", "-test.timeout", "240s")
+	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
+	run(t, ctx, here, []string{"VM_MODULES=vxlan"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
+		"-test.v", "-test.run", "^(TestIPIPInVM|TestIPIPVXLANSwitchInVM)$", "-test.timeout", "240s")
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
@@ -77,11 +79,11 @@ func TestIPIPInVM(t *testing.T) {
 	switch {
 	case m == nil:
 		t.Fatalf("the VM did not report a result (qemu: %v); serial console:\n%s", err, out)
-	case m[1] != "0" || !strings.Contains(out, "--- PASS: TestIPIPInVM"):
-		t.Fatalf("felix's TestIPIPInVM failed in the VM (exit %s); serial console:\n%s", m[1], out)
+	case m[1] != "0" || !strings.Contains(out, "--- PASS: TestIPIPInVM") || !strings.Contains(out, "--- PASS: TestIPIPVXLANSwitchInVM"):
+		t.Fatalf("felix's TestIPIPInVM or TestIPIPVXLANSwitchInVM failed in the VM (exit %s); serial console:\n%s", m[1], out)
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") {
+		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") || strings.Contains(line, "converged") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
