@@ -333,22 +333,36 @@ func firstDuration(s ...string) time.Duration {
 // serviceCIDRs are advertised from every node: the node's own
 // BGPConfiguration's list if it has one, else the default's.
 func serviceCIDRs(local, def *api.BGPConfiguration) ([]netip.Prefix, []string) {
-	src := def
-	if local != nil && len(local.Spec.ServiceClusterIPs) > 0 {
-		src = local
-	}
-	if src == nil {
-		return nil, nil
-	}
 	var out []netip.Prefix
 	var warn []string
-	for _, s := range src.Spec.ServiceClusterIPs {
-		p, err := netip.ParsePrefix(s.CIDR)
-		if err != nil || !p.Addr().Is4() {
-			warn = append(warn, fmt.Sprintf("BGPConfiguration %q: serviceClusterIPs %q is not an IPv4 CIDR", src.Metadata.Name, s.CIDR))
+	// Each list comes from the node's own BGPConfiguration when it sets
+	// it, else from "default".
+	lists := []struct {
+		name string
+		get  func(*api.BGPConfiguration) []api.ServiceClusterIP
+	}{
+		{"serviceClusterIPs", func(c *api.BGPConfiguration) []api.ServiceClusterIP { return c.Spec.ServiceClusterIPs }},
+		{"serviceExternalIPs", func(c *api.BGPConfiguration) []api.ServiceClusterIP { return c.Spec.ServiceExternalIPs }},
+		{"serviceLoadBalancerIPs", func(c *api.BGPConfiguration) []api.ServiceClusterIP { return c.Spec.ServiceLoadBalancerIPs }},
+	}
+	for _, l := range lists {
+		src := def
+		if local != nil && len(l.get(local)) > 0 {
+			src = local
+		}
+		if src == nil {
 			continue
 		}
-		out = append(out, p.Masked())
+		for _, s := range l.get(src) {
+			p, err := netip.ParsePrefix(s.CIDR)
+			if err != nil || !p.Addr().Is4() {
+				warn = append(warn, fmt.Sprintf("BGPConfiguration %q: %s %q is not an IPv4 CIDR", src.Metadata.Name, l.name, s.CIDR))
+				continue
+			}
+			if !slices.Contains(out, p.Masked()) {
+				out = append(out, p.Masked())
+			}
+		}
 	}
 	return out, warn
 }

@@ -28,6 +28,10 @@ type BGPConfigurationSpec struct {
 	KeepaliveTime     string             `json:"keepaliveTime,omitempty"`
 	HoldTime          string             `json:"holdTime,omitempty"`
 	ServiceClusterIPs []ServiceClusterIP `json:"serviceClusterIPs,omitempty"`
+	// ServiceExternalIPs and ServiceLoadBalancerIPs are further service
+	// ranges every node advertises, as Calico does for static CIDRs.
+	ServiceExternalIPs     []ServiceClusterIP `json:"serviceExternalIPs,omitempty"`
+	ServiceLoadBalancerIPs []ServiceClusterIP `json:"serviceLoadBalancerIPs,omitempty"`
 	LogSeverity       string             `json:"logSeverity,omitempty"`
 	// NodeMeshPassword is the TCP MD5 password of node-to-node mesh
 	// sessions (Calico's nodeMeshPassword).
@@ -82,9 +86,12 @@ func (c *BGPConfiguration) Validate() error {
 	validateTimers(&v, c.Spec.KeepaliveTime, c.Spec.HoldTime)
 	validatePassword(&v, "spec.nodeMeshPassword", c.Spec.NodeMeshPassword)
 	validateDuration(&v, "spec.nodeMeshMaxRestartTime", c.Spec.NodeMeshMaxRestartTime)
-	for i, s := range c.Spec.ServiceClusterIPs {
-		if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
-			v.add(indexed("spec.serviceClusterIPs", i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
+	for field, list := range map[string][]ServiceClusterIP{"spec.serviceClusterIPs": c.Spec.ServiceClusterIPs,
+		"spec.serviceExternalIPs": c.Spec.ServiceExternalIPs, "spec.serviceLoadBalancerIPs": c.Spec.ServiceLoadBalancerIPs} {
+		for i, s := range list {
+			if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
+				v.add(indexed(field, i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
+			}
 		}
 	}
 	ok := false

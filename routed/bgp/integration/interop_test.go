@@ -176,3 +176,32 @@ protocol bgp node_a {
 	}
 	t.Logf("BIRD's session:\n%s", out)
 }
+
+// TestBirdLearnsServiceRanges: Calico's serviceExternalIPs and
+// serviceLoadBalancerIPs (static CIDRs) are advertised like
+// serviceClusterIPs, to a real BIRD 2.
+func TestBirdLearnsServiceRanges(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 64512;
+	ipv4 { import all; export none; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		ServiceClusterIPs:      []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}},
+		ServiceExternalIPs:     []api.ServiceClusterIP{{CIDR: "203.0.113.0/24"}},
+		ServiceLoadBalancerIPs: []api.ServiceClusterIP{{CIDR: "198.51.100.0/24"}},
+	}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	out := bird.WaitCtl(t, "show route", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "10.96.0.0/12") && strings.Contains(s, "203.0.113.0/24") && strings.Contains(s, "198.51.100.0/24")
+	})
+	t.Logf("BIRD's routes:\n%s", out)
+}
