@@ -32,7 +32,7 @@ type BGPConfigurationSpec struct {
 	// ranges every node advertises, as Calico does for static CIDRs.
 	ServiceExternalIPs     []ServiceClusterIP `json:"serviceExternalIPs,omitempty"`
 	ServiceLoadBalancerIPs []ServiceClusterIP `json:"serviceLoadBalancerIPs,omitempty"`
-	LogSeverity       string             `json:"logSeverity,omitempty"`
+	LogSeverity            string             `json:"logSeverity,omitempty"`
 	// NodeMeshPassword is the TCP MD5 password of node-to-node mesh
 	// sessions (Calico's nodeMeshPassword).
 	NodeMeshPassword *PasswordSource `json:"nodeMeshPassword,omitempty"`
