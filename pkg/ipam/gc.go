@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -108,8 +110,8 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 			switch {
 			case hold.Type == TypeTunnel && s.gone(hold.Node):
 				reason = fmt.Sprintf("tunnel address of deleted node %q", hold.Node)
-			case hold.Type == TypeTunnel && s.nodes[hold.Node] != nil && tunnelAddr(s.nodes[hold.Node]) != b.addr(o):
-				reason = fmt.Sprintf("tunnel address node %q no longer uses (its Node names %s)", hold.Node, orNone(tunnelAddr(s.nodes[hold.Node])))
+			case hold.Type == TypeTunnel && s.nodes[hold.Node] != nil && !slices.Contains(tunnelAddrs(s.nodes[hold.Node]), b.addr(o)):
+				reason = fmt.Sprintf("tunnel address node %q no longer uses (its Node names %s)", hold.Node, namesOf(tunnelAddrs(s.nodes[hold.Node])))
 			case hold.Type != TypeTunnel && !wepHandles[hold.Handle] && !wepIPs[b.addr(o)]:
 				reason = fmt.Sprintf("no workload endpoint uses handle %q", hold.Handle)
 			default:
@@ -280,19 +282,29 @@ func (c *Client) repairBlockAffinities(ctx context.Context, s *snapshot, r *Repo
 	return errors.Join(errs...)
 }
 
-// tunnelAddr is the IPIP tunnel address a Node record names; the zero
-// Addr if it names none.
-func tunnelAddr(n *api.Node) netip.Addr {
-	if n.Spec.BGP == nil {
-		return netip.Addr{}
+// tunnelAddrs are the tunnel addresses a Node record names: IPIP and
+// VXLAN, each only if set.
+func tunnelAddrs(n *api.Node) []netip.Addr {
+	var out []netip.Addr
+	if n.Spec.BGP != nil {
+		if a, err := netip.ParseAddr(n.Spec.BGP.IPv4IPIPTunnelAddr); err == nil {
+			out = append(out, a)
+		}
 	}
-	a, _ := netip.ParseAddr(n.Spec.BGP.IPv4IPIPTunnelAddr)
-	return a
+	if a, err := netip.ParseAddr(n.Spec.IPv4VXLANTunnelAddr); err == nil {
+		out = append(out, a)
+	}
+	return out
 }
 
-func orNone(a netip.Addr) string {
-	if !a.IsValid() {
+// namesOf lists addresses for a message ("none" when empty).
+func namesOf(as []netip.Addr) string {
+	if len(as) == 0 {
 		return "none"
 	}
-	return a.String()
+	parts := make([]string, len(as))
+	for i, a := range as {
+		parts[i] = a.String()
+	}
+	return strings.Join(parts, " and ")
 }
