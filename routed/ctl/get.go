@@ -79,14 +79,14 @@ func columns(k api.Kind, wide bool) ([]string, func(api.Resource) []string) {
 					[]string{strconv.Itoa(p.Spec.BlockSize), p.Spec.IPIPMode, p.Spec.VXLANMode, strconv.FormatBool(p.Spec.NATOutgoing), strconv.FormatBool(p.Spec.Disabled)})
 			}
 	case api.KindNode:
-		return pick(wide, []string{"NAME"}, []string{"ASN", "IPV4", "RRCLUSTERID", "TUNNELADDR"}),
+		return pick(wide, []string{"NAME"}, []string{"ASN", "IPV4", "RRCLUSTERID", "TUNNELADDR", "VXLANADDR", "VXLANMAC"}),
 			func(r api.Resource) []string {
 				n := r.(*api.Node)
 				b := n.Spec.BGP
 				if b == nil {
 					b = &api.NodeBGPSpec{}
 				}
-				return pick(wide, []string{n.Metadata.Name}, []string{asn(b.ASNumber), dash(b.IPv4Address), dash(b.RouteReflectorClusterID), dash(b.IPv4IPIPTunnelAddr)})
+				return pick(wide, []string{n.Metadata.Name}, []string{asn(b.ASNumber), dash(b.IPv4Address), dash(b.RouteReflectorClusterID), dash(b.IPv4IPIPTunnelAddr), dash(n.Spec.IPv4VXLANTunnelAddr), dash(n.Spec.VXLANTunnelMACAddr)})
 			}
 	case api.KindBGPPeer:
 		return pick(wide, []string{"NAME", "PEERIP", "NODE", "ASN"}, []string{"PEERSELECTOR", "PASSWORD"}),

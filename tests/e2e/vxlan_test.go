@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
@@ -47,6 +48,16 @@ func TestVXLANCrossSubnetWithoutBGP(t *testing.T) {
 	for _, n := range l.Topo.Nodes {
 		if s, err := l.NodeCtl(ctx, n.Name, "node", "status"); err != nil || strings.Contains(s, "Established") {
 			t.Errorf("%s has BGP sessions (want none): %v\n%s", n.Name, err, s)
+		}
+	}
+	// Every node's VTEP MAC is on its Node (the address is checked by the routes below).
+	wide, err := l.Ctl(ctx, "get", "nodes", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range l.Topo.Nodes {
+		if !hasLine(wide, n.Name, felix.VXLANMAC(n.Name).String()) {
+			t.Errorf("routedctl get nodes -o wide shows no VXLAN MAC for %s:\n%s", n.Name, wide)
 		}
 	}
 	pods := l.Pods()
