@@ -37,6 +37,8 @@ type Desired struct {
 	Problem      string
 	Peers        []PeerSpec
 	ServiceCIDRs []netip.Prefix
+	// Communities to attach to originated routes, by prefix.
+	Communities []bgp.PrefixCommunities
 	// Warnings are resources that were skipped, and why.
 	Warnings []string
 }
@@ -100,6 +102,7 @@ func Compute(in Input) Desired {
 		LogSeverity: firstNonEmpty(str(local, logSeverity), str(def, logSeverity)),
 	}
 	d.ServiceCIDRs, d.Warnings = serviceCIDRs(local, def)
+	d.Communities = prefixCommunities(local, def)
 	ka, hold := timers(local, def)
 
 	var cands []candidate
@@ -365,6 +368,27 @@ func serviceCIDRs(local, def *api.BGPConfiguration) ([]netip.Prefix, []string) {
 		}
 	}
 	return out, warn
+}
+
+// prefixCommunities is the node's BGPConfiguration's prefixAdvertisements
+// when it has any, else "default"'s, with community names resolved.
+func prefixCommunities(local, def *api.BGPConfiguration) []bgp.PrefixCommunities {
+	src := def
+	if local != nil && len(local.Spec.PrefixAdvertisements) > 0 {
+		src = local
+	}
+	if src == nil {
+		return nil
+	}
+	var out []bgp.PrefixCommunities
+	for _, pa := range src.Spec.PrefixAdvertisements {
+		p, err := netip.ParsePrefix(pa.CIDR)
+		if err != nil || !p.Addr().Is4() {
+			continue // refused by validation
+		}
+		out = append(out, bgp.PrefixCommunities{CIDR: p.Masked(), Communities: src.CommunityValues(pa.Communities)})
+	}
+	return out
 }
 
 func sortedNodes(m map[string]*api.Node) []*api.Node {

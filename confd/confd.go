@@ -26,6 +26,7 @@ type Speaker interface {
 	SetGlobal(bgp.Global)
 	SetPeers([]bgp.Peer)
 	SetServiceCIDRs([]netip.Prefix)
+	SetPrefixCommunities([]bgp.PrefixCommunities)
 }
 
 // Confd watches the datastore and configures a Speaker.
@@ -117,6 +118,8 @@ type state struct {
 	lastGlobal *bgp.Global
 	lastPeers  []bgp.Peer
 	lastSvc    []netip.Prefix
+	lastComms  []bgp.PrefixCommunities
+	commsSent  bool
 	peersSent  bool
 	lastProb   string
 	lastWarn   []string
@@ -149,6 +152,12 @@ func (c *Confd) push(st *state) {
 	if !slices.Equal(d.ServiceCIDRs, st.lastSvc) {
 		st.lastSvc = d.ServiceCIDRs
 		c.sp.SetServiceCIDRs(d.ServiceCIDRs)
+	}
+	if !st.commsSent || !slices.EqualFunc(d.Communities, st.lastComms, func(a, b bgp.PrefixCommunities) bool {
+		return a.CIDR == b.CIDR && slices.Equal(a.Communities, b.Communities)
+	}) {
+		st.lastComms, st.commsSent = d.Communities, true
+		c.sp.SetPrefixCommunities(d.Communities)
 	}
 	peers := resolvePeers(d.Peers, c.secretsDir)
 	if st.peersSent && slices.Equal(peers, st.lastPeers) {

@@ -19,6 +19,7 @@ type fakeSpeaker struct {
 	global  bgp.Global
 	peers   []bgp.Peer
 	svc     []netip.Prefix
+	comms   []bgp.PrefixCommunities
 	setCall int
 	changed chan struct{}
 }
@@ -30,6 +31,9 @@ func (f *fakeSpeaker) SetPeers(p []bgp.Peer) {
 	f.do(func() { f.peers = p; f.setCall++ })
 }
 func (f *fakeSpeaker) SetServiceCIDRs(s []netip.Prefix) { f.do(func() { f.svc = s }) }
+func (f *fakeSpeaker) SetPrefixCommunities(c []bgp.PrefixCommunities) {
+	f.do(func() { f.comms = c })
+}
 
 func (f *fakeSpeaker) do(fn func()) {
 	f.mu.Lock()

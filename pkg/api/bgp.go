@@ -1,7 +1,9 @@
 package api
 
 import (
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -33,12 +35,67 @@ type BGPConfigurationSpec struct {
 	ServiceExternalIPs     []ServiceClusterIP `json:"serviceExternalIPs,omitempty"`
 	ServiceLoadBalancerIPs []ServiceClusterIP `json:"serviceLoadBalancerIPs,omitempty"`
 	LogSeverity            string             `json:"logSeverity,omitempty"`
+	// Communities names BGP community values; PrefixAdvertisements
+	// attaches them (by name or value) to the routes a node originates
+	// inside a CIDR, as Calico's fields of the same names.
+	Communities          []Community           `json:"communities,omitempty"`
+	PrefixAdvertisements []PrefixAdvertisement `json:"prefixAdvertisements,omitempty"`
 	// NodeMeshPassword is the TCP MD5 password of node-to-node mesh
 	// sessions (Calico's nodeMeshPassword).
 	NodeMeshPassword *PasswordSource `json:"nodeMeshPassword,omitempty"`
 	// NodeMeshMaxRestartTime is the graceful-restart time of mesh
 	// sessions (a Go duration, "120s").
 	NodeMeshMaxRestartTime string `json:"nodeMeshMaxRestartTime,omitempty"`
+}
+
+// Community is a named BGP community value: "AS:value" (standard) or
+// "AS:data1:data2" (large).
+type Community struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// PrefixAdvertisement attaches communities (names from Communities, or
+// values) to routes inside CIDR.
+type PrefixAdvertisement struct {
+	CIDR        string   `json:"cidr"`
+	Communities []string `json:"communities"`
+}
+
+// ParseCommunity checks a community value and says whether it is a
+// large community (AS:data1:data2, 32-bit parts) rather than a standard
+// one (AS:value, 16-bit parts).
+func ParseCommunity(v string) (large bool, err error) {
+	parts := strings.Split(v, ":")
+	bits := 16
+	switch len(parts) {
+	case 2:
+	case 3:
+		bits, large = 32, true
+	default:
+		return false, fmt.Errorf("community %q: want AS:value or AS:data1:data2", v)
+	}
+	for _, p := range parts {
+		if _, err := strconv.ParseUint(p, 10, bits); err != nil {
+			return false, fmt.Errorf("community %q: %q is not a %d-bit number", v, p, bits)
+		}
+	}
+	return large, nil
+}
+
+// CommunityValues resolves PrefixAdvertisements' community names.
+func (c *BGPConfiguration) CommunityValues(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		v := n
+		for _, cm := range c.Spec.Communities {
+			if cm.Name == n {
+				v = cm.Value
+			}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // ServiceClusterIP is a service CIDR to advertise over BGP.
@@ -85,6 +142,21 @@ func (c *BGPConfiguration) Validate() error {
 	validateASN(&v, "spec.asNumber", c.Spec.ASNumber, true)
 	validateTimers(&v, c.Spec.KeepaliveTime, c.Spec.HoldTime)
 	validatePassword(&v, "spec.nodeMeshPassword", c.Spec.NodeMeshPassword)
+	for i, cm := range c.Spec.Communities {
+		if _, err := ParseCommunity(cm.Value); cm.Name == "" || err != nil {
+			v.add(indexed("spec.communities", i), cm, "needs a name and a value AS:value or AS:data1:data2 (%v)", err)
+		}
+	}
+	for i, pa := range c.Spec.PrefixAdvertisements {
+		if p, err := netip.ParsePrefix(pa.CIDR); err != nil || !p.Addr().Is4() {
+			v.add(indexed("spec.prefixAdvertisements", i)+".cidr", pa.CIDR, "is not an IPv4 CIDR")
+		}
+		for _, val := range c.CommunityValues(pa.Communities) {
+			if _, err := ParseCommunity(val); err != nil {
+				v.add(indexed("spec.prefixAdvertisements", i)+".communities", val, "is neither a name from spec.communities nor a community value: %v", err)
+			}
+		}
+	}
 	validateDuration(&v, "spec.nodeMeshMaxRestartTime", c.Spec.NodeMeshMaxRestartTime)
 	for field, list := range map[string][]ServiceClusterIP{"spec.serviceClusterIPs": c.Spec.ServiceClusterIPs,
 		"spec.serviceExternalIPs": c.Spec.ServiceExternalIPs, "spec.serviceLoadBalancerIPs": c.Spec.ServiceLoadBalancerIPs} {

@@ -11,7 +11,6 @@ import (
 var calicoIgnored = map[Kind][]string{
 	KindIPPool: {"spec.allowedUses", "spec.disableBGPExport", "spec.assignmentMode", "spec.ipip", "spec.nat-outgoing"},
 	KindBGPConfiguration: {"spec.bindMode",
-		"spec.prefixAdvertisements", "spec.communities",
 		"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
 	KindBGPPeer: {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
 	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr",

@@ -663,3 +663,19 @@ func TestPoolRefusesReservedRanges(t *testing.T) {
 	p.Spec.CIDR = "10.244.0.0/16"
 	checkValid(t, p.Validate())
 }
+
+func TestCommunities(t *testing.T) {
+	t.Parallel()
+	c := &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		LogSeverity:          "Info",
+		Communities:          []api.Community{{Name: "ok", Value: "65001:100"}, {Name: "big", Value: "4200000000:1:2"}},
+		PrefixAdvertisements: []api.PrefixAdvertisement{{CIDR: "10.65.0.0/16", Communities: []string{"ok", "big", "1:2"}}},
+	}}
+	checkValid(t, c.Validate())
+	if got := c.CommunityValues([]string{"ok", "1:2"}); len(got) != 2 || got[0] != "65001:100" || got[1] != "1:2" {
+		t.Errorf("CommunityValues = %v", got)
+	}
+	c.Spec.Communities = append(c.Spec.Communities, api.Community{Name: "bad", Value: "70000:1"})
+	c.Spec.PrefixAdvertisements = append(c.Spec.PrefixAdvertisements, api.PrefixAdvertisement{CIDR: "10.0.0.0/8", Communities: []string{"nope"}})
+	checkValid(t, c.Validate(), "spec.communities[2]", "spec.prefixAdvertisements[1].communities")
+}

@@ -3,6 +3,7 @@ package bgp
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -18,6 +19,7 @@ type desired struct {
 	peers    []Peer
 	peersSet bool
 	services []netip.Prefix
+	adverts  []PrefixCommunities
 	// blocks are the local node's confirmed affinities.
 	blocks       map[netip.Prefix]bool
 	blocksSynced bool
@@ -51,29 +53,31 @@ type snapshot struct {
 	peers        []Peer
 	peersSet     bool
 	blocksSynced bool
-	// routes are all prefixes to originate, with next hop self.
-	routes map[netip.Prefix]bool
+	// routes are all prefixes to originate, with next hop self, and the
+	// communities each carries ("" for none).
+	routes map[netip.Prefix]string
 }
 
 func (d *desired) snapshot() snapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := snapshot{peersSet: d.peersSet, blocksSynced: d.blocksSynced, routes: map[netip.Prefix]bool{}}
+	s := snapshot{peersSet: d.peersSet, blocksSynced: d.blocksSynced, routes: map[netip.Prefix]string{}}
 	if d.global != nil {
 		g := *d.global
 		s.global = &g
 	}
 	s.peers = slices.Clone(d.peers)
+	add := func(p netip.Prefix) { s.routes[p] = strings.Join(communitiesFor(p, d.adverts), " ") }
 	for p := range d.blocks {
-		s.routes[p] = true
+		add(p)
 	}
 	for _, a := range d.borrowed {
 		if a.Is4() {
-			s.routes[netip.PrefixFrom(a, 32)] = true
+			add(netip.PrefixFrom(a, 32))
 		}
 	}
 	for _, p := range d.services {
-		s.routes[p.Masked()] = true
+		add(p.Masked())
 	}
 	return s
 }

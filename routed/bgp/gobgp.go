@@ -85,7 +85,7 @@ func sessionFingerprint(p Peer) string {
 
 // apiPath builds a locally originated IPv4 unicast path with next hop
 // self.
-func apiPath(prefix netip.Prefix, nextHop netip.Addr) (*apiutil.Path, error) {
+func apiPath(prefix netip.Prefix, nextHop netip.Addr, communities ...string) (*apiutil.Path, error) {
 	nlri, err := bgp.NewIPAddrPrefix(prefix)
 	if err != nil {
 		return nil, fmt.Errorf("bgp: prefix %s: %w", prefix, err)
@@ -97,7 +97,8 @@ func apiPath(prefix netip.Prefix, nextHop netip.Addr) (*apiutil.Path, error) {
 	return &apiutil.Path{
 		Family: bgp.RF_IPv4_UC,
 		Nlri:   nlri,
-		Attrs:  []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
+		Attrs: append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
+			communityAttrs(communities)...),
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	api "github.com/osrg/gobgp/v4/api"
@@ -73,7 +74,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.watching = false // the watches went with the old server
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
-		s.paths = map[netip.Prefix]uuid.UUID{}
+		s.paths, s.pathComms = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.ownOnly = nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
@@ -117,9 +118,9 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 }
 
 // applyPaths originates exactly the wanted prefixes, next hop self.
-func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) error {
+func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) error {
 	for p, id := range s.paths {
-		if want[p] {
+		if comms, ok := want[p]; ok && comms == s.pathComms[p] {
 			continue
 		}
 		err := s.srv().DeletePath(apiutil.DeletePathRequest{UUIDs: []uuid.UUID{id}})
@@ -127,13 +128,16 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) er
 			return fmt.Errorf("bgp: withdraw %s: %w", p, err)
 		}
 		delete(s.paths, p)
-		s.log.WithField("prefix", p).Info("withdrew route")
+		delete(s.pathComms, p)
+		if _, again := want[p]; !again {
+			s.log.WithField("prefix", p).Info("withdrew route")
+		}
 	}
 	for _, p := range sortedPrefixes(want) {
 		if _, ok := s.paths[p]; ok {
 			continue
 		}
-		path, err := apiPath(p, s.running.RouterID)
+		path, err := apiPath(p, s.running.RouterID, strings.Fields(want[p])...)
 		if err != nil {
 			return err
 		}
@@ -144,7 +148,7 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]bool) er
 		if err != nil {
 			return fmt.Errorf("bgp: advertise %s: %w", p, err)
 		}
-		s.paths[p] = resp[0].UUID
+		s.paths[p], s.pathComms[p] = resp[0].UUID, want[p]
 		s.log.WithField("prefix", p).Info("advertising route")
 	}
 	return nil
@@ -286,12 +290,10 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 	return nil
 }
 
-func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
+func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(m))
-	for p, ok := range m {
-		if ok {
-			out = append(out, p)
-		}
+	for p := range m {
+		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {

@@ -49,6 +49,7 @@ type Speaker struct {
 	feeder       *feeder
 	applied      map[netip.Addr]Peer
 	paths        map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
+	pathComms    map[netip.Prefix]string    // prefix -> communities it was sent with
 	keepNH       []string
 	ownOnly      []string // eBGP peers limited to our own routes
 	restartUntil time.Time
@@ -77,15 +78,16 @@ func New(cfg Config) (*Speaker, error) {
 	d := newDiag()
 	logs := newLogAdapter(cfg.Log)
 	s := &Speaker{
-		cfg:     cfg,
-		log:     cfg.Log,
-		logs:    logs,
-		diag:    d,
-		want:    newDesired(),
-		start:   time.Now(),
-		applied: map[netip.Addr]Peer{},
-		paths:   map[netip.Prefix]uuid.UUID{},
-		view:    view{peers: map[string]Peer{}},
+		cfg:       cfg,
+		log:       cfg.Log,
+		logs:      logs,
+		diag:      d,
+		want:      newDesired(),
+		start:     time.Now(),
+		applied:   map[netip.Addr]Peer{},
+		paths:     map[netip.Prefix]uuid.UUID{},
+		pathComms: map[netip.Prefix]string{},
+		view:      view{peers: map[string]Peer{}},
 	}
 	s.newServer()
 	return s, nil
@@ -119,6 +121,13 @@ func (s *Speaker) SetPeers(peers []Peer) {
 func (s *Speaker) SetServiceCIDRs(cidrs []netip.Prefix) {
 	cidrs = slices.Clone(cidrs)
 	s.want.update(func() { s.want.services = cidrs })
+}
+
+// SetPrefixCommunities sets the communities attached to originated
+// routes by prefix (Calico's prefixAdvertisements).
+func (s *Speaker) SetPrefixCommunities(adverts []PrefixCommunities) {
+	adverts = slices.Clone(adverts)
+	s.want.update(func() { s.want.adverts = adverts })
 }
 
 // SetBorrowedIPs sets the /32s this node uses from other nodes' blocks.

@@ -185,15 +185,7 @@ func TestBirdLearnsServiceRanges(t *testing.T) {
 	c := newCluster(t)
 	tor := c.lab.AddHost("tor", 100)
 	a := c.addNode("a", 1, nil, "10.65.1.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export none; };
-}
-`, tor.Addr, a.host.Addr))
+	bird := listeningBird(t, tor, a)
 	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
 		ServiceClusterIPs:      []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}},
 		ServiceExternalIPs:     []api.ServiceClusterIP{{CIDR: "203.0.113.0/24"}},
@@ -204,4 +196,52 @@ protocol bgp node_a {
 		return strings.Contains(s, "10.96.0.0/12") && strings.Contains(s, "203.0.113.0/24") && strings.Contains(s, "198.51.100.0/24")
 	})
 	t.Logf("BIRD's routes:\n%s", out)
+}
+
+// TestBirdSeesCommunities: Calico's communities and prefixAdvertisements
+// put standard and large communities on the routes a node originates
+// inside the CIDR, and only there; removing them re-advertises without.
+func TestBirdSeesCommunities(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := listeningBird(t, tor, a)
+	conf := &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		ServiceClusterIPs: []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}},
+		Communities:       []api.Community{{Name: "pods", Value: "65001:100"}},
+		PrefixAdvertisements: []api.PrefixAdvertisement{
+			{CIDR: "10.65.0.0/16", Communities: []string{"pods", "65001:1:2"}},
+		},
+	}}
+	c.apply(conf)
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	out := bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "(65001,100)") && strings.Contains(s, "(65001, 1, 2)")
+	})
+	t.Logf("BIRD's route to the block:\n%s", out)
+	svc := bird.WaitCtl(t, "show route 10.96.0.0/12 all", 30*time.Second, func(s string) bool { return strings.Contains(s, "10.96.0.0/12") })
+	if strings.Contains(svc, "community") {
+		t.Errorf("the service range outside the advertisement got communities:\n%s", svc)
+	}
+	conf.Spec.PrefixAdvertisements = nil
+	c.apply(conf)
+	bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "10.65.1.0/26") && !strings.Contains(s, "community")
+	})
+}
+
+// listeningBird runs BIRD 2 on tor as an eBGP peer (AS 65000) of node a
+// that takes every route and sends none.
+func listeningBird(t *testing.T, tor *bgptest.Host, a *node) *bgptest.Bird {
+	t.Helper()
+	return bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 64512;
+	ipv4 { import all; export none; };
+}
+`, tor.Addr, a.host.Addr))
 }
