@@ -54,6 +54,7 @@ type DefaultPool struct {
 	CIDR        string
 	BlockSize   int
 	IPIPMode    string
+	VXLANMode   string
 	NATOutgoing bool
 	Disabled    bool // ROUTED_NO_DEFAULT_IPPOOLS
 }
@@ -102,6 +103,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Pool.CIDR, "default-ipv4-pool-cidr", env("192.168.0.0/16", "ROUTED_IPV4POOL_CIDR", "CALICO_IPV4POOL_CIDR"), "CIDR of the pool created when none exists (env ROUTED_IPV4POOL_CIDR, CALICO_IPV4POOL_CIDR)")
 	fs.IntVar(&c.Pool.BlockSize, "default-ipv4-pool-block-size", envInt(26, "ROUTED_IPV4POOL_BLOCK_SIZE", "CALICO_IPV4POOL_BLOCK_SIZE"), "block size of the default pool (env ROUTED_IPV4POOL_BLOCK_SIZE, CALICO_IPV4POOL_BLOCK_SIZE)")
 	fs.StringVar(&c.Pool.IPIPMode, "default-ipv4-pool-ipip", env("Never", "ROUTED_IPV4POOL_IPIP", "CALICO_IPV4POOL_IPIP"), "ipipMode of the default pool: Never, Always, CrossSubnet (env ROUTED_IPV4POOL_IPIP, CALICO_IPV4POOL_IPIP)")
+	fs.StringVar(&c.Pool.VXLANMode, "default-ipv4-pool-vxlan", env("Never", "ROUTED_IPV4POOL_VXLAN", "CALICO_IPV4POOL_VXLAN"), "vxlanMode of the default pool: Never, Always, CrossSubnet; at most one of ipip and vxlan (env ROUTED_IPV4POOL_VXLAN, CALICO_IPV4POOL_VXLAN)")
 	fs.BoolVar(&c.Pool.NATOutgoing, "default-ipv4-pool-nat-outgoing", envBool(true, "ROUTED_IPV4POOL_NAT_OUTGOING", "CALICO_IPV4POOL_NAT_OUTGOING"), "natOutgoing of the default pool (env ROUTED_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_NAT_OUTGOING)")
 	fs.BoolVar(&c.Pool.Disabled, "no-default-ipv4-pool", envBool(false, "ROUTED_NO_DEFAULT_IPPOOLS", "NO_DEFAULT_POOLS"), "do not create a default pool (env ROUTED_NO_DEFAULT_IPPOOLS, NO_DEFAULT_POOLS)")
 	fs.StringVar(&c.HealthAddr, "health-listen", env(":9099", "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off) (env ROUTED_HEALTH_LISTEN)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/routed-net/routed/felix"
@@ -164,5 +165,23 @@ func TestVXLANTunnelAddressFollowsPools(t *testing.T) {
 	}
 	if info, err := ic.IPInfo(ctx, netip.MustParseAddr(vtep)); err == nil && info.Handle == VXLANTunnelHandle("n1") {
 		t.Fatalf("VXLAN tunnel address %s still held by %s", vtep, info.Handle)
+	}
+}
+
+func TestDefaultPoolVXLAN(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ds := newDS(t)
+	if err := EnsureDefaultPool(ctx, ds, DefaultPool{CIDR: "10.9.0.0/16", BlockSize: 26, IPIPMode: "Never", VXLANMode: "CrossSubnet"}); err != nil {
+		t.Fatal(err)
+	}
+	pools, _, err := ds.List(ctx, api.KindIPPool)
+	if err != nil || len(pools) != 1 || pools[0].(*api.IPPool).Spec.VXLANMode != "CrossSubnet" {
+		t.Fatalf("pools: %v %v, want one with vxlanMode CrossSubnet", err, pools)
+	}
+	// Both encapsulations: an error naming the field, no pool.
+	err = EnsureDefaultPool(ctx, newDS(t), DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 26, IPIPMode: "Always", VXLANMode: "Always"})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "spec.vxlanMode") {
+		t.Fatalf("IPIP and VXLAN together: %v", err)
 	}
 }

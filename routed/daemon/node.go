@@ -72,7 +72,7 @@ func EnsureDefaultPool(ctx context.Context, ds *datastore.Client, p DefaultPool)
 	}
 	pool := &api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool}}
 	pool.Metadata.Name = "default-ipv4-ippool"
-	pool.Spec = api.IPPoolSpec{CIDR: p.CIDR, BlockSize: p.BlockSize, IPIPMode: p.IPIPMode, NATOutgoing: p.NATOutgoing}
+	pool.Spec = api.IPPoolSpec{CIDR: p.CIDR, BlockSize: p.BlockSize, IPIPMode: p.IPIPMode, VXLANMode: p.VXLANMode, NATOutgoing: p.NATOutgoing}
 	_, err = ds.Create(ctx, pool)
 	switch {
 	case err == nil:
