@@ -100,6 +100,8 @@ func Compute(in Input) Desired {
 		RouterID:    myAddr,
 		ListenPort:  listenPort(in.NodeName, cfgs),
 		LogSeverity: firstNonEmpty(str(local, logSeverity), str(def, logSeverity)),
+		BindRouterID: firstNonEmpty(str(local, func(c *api.BGPConfiguration) string { return c.Spec.BindMode }),
+			str(def, func(c *api.BGPConfiguration) string { return c.Spec.BindMode })) == "NodeIP",
 	}
 	d.ServiceCIDRs, d.Warnings = serviceCIDRs(local, def)
 	d.Communities = prefixCommunities(local, def)

@@ -40,6 +40,9 @@ type BGPConfigurationSpec struct {
 	// inside a CIDR, as Calico's fields of the same names.
 	Communities          []Community           `json:"communities,omitempty"`
 	PrefixAdvertisements []PrefixAdvertisement `json:"prefixAdvertisements,omitempty"`
+	// BindMode NodeIP makes BGP listen on the node's address only
+	// (Calico's bindMode); None (or empty) listens on every address.
+	BindMode string `json:"bindMode,omitempty"`
 	// NodeMeshPassword is the TCP MD5 password of node-to-node mesh
 	// sessions (Calico's nodeMeshPassword).
 	NodeMeshPassword *PasswordSource `json:"nodeMeshPassword,omitempty"`
@@ -142,6 +145,9 @@ func (c *BGPConfiguration) Validate() error {
 	validateASN(&v, "spec.asNumber", c.Spec.ASNumber, true)
 	validateTimers(&v, c.Spec.KeepaliveTime, c.Spec.HoldTime)
 	validatePassword(&v, "spec.nodeMeshPassword", c.Spec.NodeMeshPassword)
+	if c.Spec.BindMode != "" && c.Spec.BindMode != "None" && c.Spec.BindMode != "NodeIP" {
+		v.add("spec.bindMode", c.Spec.BindMode, "must be None or NodeIP")
+	}
 	for i, cm := range c.Spec.Communities {
 		if _, err := ParseCommunity(cm.Value); cm.Name == "" || err != nil {
 			v.add(indexed("spec.communities", i), cm, "needs a name and a value AS:value or AS:data1:data2 (%v)", err)

@@ -9,10 +9,9 @@ import (
 // acting on them. They become warnings rather than unknown-field errors so
 // existing Calico files apply unchanged. Paths are relative to the object.
 var calicoIgnored = map[Kind][]string{
-	KindIPPool: {"spec.allowedUses", "spec.disableBGPExport", "spec.assignmentMode", "spec.ipip", "spec.nat-outgoing"},
-	KindBGPConfiguration: {"spec.bindMode",
-		"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
-	KindBGPPeer: {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
+	KindIPPool:           {"spec.allowedUses", "spec.disableBGPExport", "spec.assignmentMode", "spec.ipip", "spec.nat-outgoing"},
+	KindBGPConfiguration: {"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
+	KindBGPPeer:          {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
 	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr",
 		"spec.vxlanTunnelMACAddrV6", "spec.ipv6VXLANTunnelAddr", "spec.orchRefs", "spec.addresses", "spec.wireguard", "status"},
 }

@@ -395,7 +395,6 @@ func TestDecodeCalico(t *testing.T) {
 	wantWarnings := []struct{ where, field string }{
 		{"document 1", "spec.allowedUses"},
 		{"document 1", "spec.disableBGPExport"},
-		{"document 2", "spec.bindMode"},
 		{"document 3", "spec.addresses"},
 		{"document 3", "spec.orchRefs"},
 		{"document 3", "status"},
@@ -415,7 +414,12 @@ func TestDecodeCalico(t *testing.T) {
 			t.Errorf("no warning for %s %s in %q", w.where, w.field, d.Warnings)
 		}
 	}
-	// spec.maxRestartTime is honoured now, not dropped.
+	// spec.bindMode and spec.maxRestartTime are honoured now, not dropped.
+	for _, r := range d.Resources {
+		if c, ok := r.(*api.BGPConfiguration); ok && c.Spec.BindMode == "" {
+			t.Errorf("BGPConfiguration %s: bindMode dropped", c.Metadata.Name)
+		}
+	}
 	for _, r := range d.Resources {
 		if p, ok := r.(*api.BGPPeer); ok && p.Spec.MaxRestartTime != "2m" {
 			t.Errorf("BGPPeer %s: maxRestartTime %q, want 2m", p.Metadata.Name, p.Spec.MaxRestartTime)

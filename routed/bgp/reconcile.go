@@ -61,7 +61,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 	s.logs.setSeverity(g.LogSeverity)
 	if s.running != nil {
 		r := *s.running
-		if r.ASN == g.ASN && r.RouterID == g.RouterID && s.listenPort(r) == s.listenPort(g) {
+		if r.ASN == g.ASN && r.RouterID == g.RouterID && s.listenPort(r) == s.listenPort(g) && r.BindRouterID == g.BindRouterID {
 			s.running = &g
 			s.setView(func(v *view) { v.global = &g })
 			return nil
@@ -79,6 +79,9 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
 	addrs := s.cfg.ListenAddresses
+	if g.BindRouterID && len(addrs) == 0 {
+		addrs = []string{g.RouterID.String()}
+	}
 	if len(addrs) == 0 {
 		addrs = []string{"0.0.0.0"}
 	}

@@ -305,3 +305,39 @@ func TestIdentityChangeRestartsBGP(t *testing.T) {
 		t.Fatalf("process %+v", p)
 	}
 }
+
+// TestBindRouterID: with Calico's bindMode NodeIP the speaker listens on
+// its router ID only; other local addresses refuse BGP connections.
+func TestBindRouterID(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	logger := logrus.New()
+	logger.SetLevel(testLogLevel)
+	sp, err := New(Config{NodeName: "bind", ListenPort: int32(l.port), StateDir: t.TempDir(), Log: logrus.NewEntry(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sp.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	sp.SetGlobal(Global{ASN: 64512, RouterID: l.addr(1), BindRouterID: true})
+	sp.SetPeers(nil)
+	dial := func(a netip.Addr) error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(a, l.port).String(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for dial(l.addr(1)) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("BGP never listened on the router ID")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := dial(l.addr(2)); err == nil {
+		t.Fatal("BGP answered on another local address with bindMode NodeIP")
+	}
+}

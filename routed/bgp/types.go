@@ -33,6 +33,9 @@ type Global struct {
 	// LogSeverity is BGPConfiguration's logSeverity for GoBGP's messages
 	// ("" leaves the process's logrus level).
 	LogSeverity string
+	// BindRouterID makes BGP listen on the router ID only (Calico's
+	// bindMode: NodeIP) instead of every address.
+	BindRouterID bool
 }
 
 // String describes g for logs.
