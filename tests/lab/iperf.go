@@ -22,34 +22,42 @@ func (l *Lab) Throughput(ctx context.Context, from, to Pod, seconds int) (float6
 	l.recordPID(srv)
 	defer srv.stop(syscall.SIGTERM, 2*time.Second)
 	var out string
-	var res iperfResult
+	var bps float64
 	err = l.waitFor(ctx, 10*time.Second, "iperf3 server to accept", func() error {
 		var err error
 		out, err = nsRun(ctx, from.NS, "iperf3", "-c", to.IP, "-p", "5201", "-t", strconv.Itoa(seconds), "-J")
-		res = iperfResult{}
-		if jerr := json.Unmarshal([]byte(out), &res); err == nil && jerr != nil {
-			err = jerr
+		if err != nil {
+			return err
 		}
-		if err == nil && res.Error != "" {
-			err = errors.New(res.Error) // e.g. the server not listening yet
-		}
+		bps, err = ParseIperf(out)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 %s -> %s: %w", from.Name, to.Name, err)
 	}
-	if res.End.SumReceived.BitsPerSecond == 0 {
-		return 0, fmt.Errorf("iperf3 %s -> %s: no bits received: %.300s", from.Name, to.Name, out)
-	}
-	return res.End.SumReceived.BitsPerSecond, nil
+	return bps, nil
 }
 
-// iperfResult is the part of iperf3 -J output the lab reads.
-type iperfResult struct {
-	Error string `json:"error"`
-	End   struct {
-		SumReceived struct {
-			BitsPerSecond float64 `json:"bits_per_second"`
-		} `json:"sum_received"`
-	} `json:"end"`
+// ParseIperf reads the receiver's bits per second from `iperf3 -J`
+// output; iperf3's own error (e.g. the server not listening yet) is
+// returned as an error.
+func ParseIperf(out string) (float64, error) {
+	var res struct {
+		Error string `json:"error"`
+		End   struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		return 0, fmt.Errorf("iperf3 output: %w", err)
+	}
+	if res.Error != "" {
+		return 0, errors.New(res.Error)
+	}
+	if res.End.SumReceived.BitsPerSecond == 0 {
+		return 0, fmt.Errorf("iperf3 received nothing: %.300s", out)
+	}
+	return res.End.SumReceived.BitsPerSecond, nil
 }

@@ -40,9 +40,11 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 	return string(out)
 }
 
+// vmTests are felix's tests that need the VM's kernel (ipip).
+var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM"}
+
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
-// with veth, ipip and vxlan loaded and runs felix's TestIPIPInVM and
-// TestIPIPVXLANSwitchInVM there.
+// with veth, ipip and vxlan loaded (and iperf3) and runs vmTests there.
 func TestIPIPInVM(t *testing.T) {
 	testenv.RequireRoot(t, "apt-get, network namespaces")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -59,8 +61,10 @@ func TestIPIPInVM(t *testing.T) {
 	run(t, ctx, root, []string{"CGO_ENABLED=0"}, "go", "test", "-c", "-o", bin, "./felix")
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
-	run(t, ctx, here, []string{"VM_MODULES=vxlan"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
-		"-test.v", "-test.run", "^(TestIPIPInVM|TestIPIPVXLANSwitchInVM)$", "-test.timeout", "240s")
+	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
+	run(t, ctx, here, nil, "sh", "-c", "command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null")
+	run(t, ctx, here, []string{"VM_MODULES=vxlan", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
+		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", "240s")
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
@@ -79,11 +83,16 @@ func TestIPIPInVM(t *testing.T) {
 	switch {
 	case m == nil:
 		t.Fatalf("the VM did not report a result (qemu: %v); serial console:\n%s", err, out)
-	case m[1] != "0" || !strings.Contains(out, "--- PASS: TestIPIPInVM") || !strings.Contains(out, "--- PASS: TestIPIPVXLANSwitchInVM"):
-		t.Fatalf("felix's TestIPIPInVM or TestIPIPVXLANSwitchInVM failed in the VM (exit %s); serial console:\n%s", m[1], out)
+	case m[1] != "0":
+		t.Fatalf("felix's tests failed in the VM (exit %s); serial console:\n%s", m[1], out)
+	}
+	for _, name := range vmTests {
+		if !strings.Contains(out, "--- PASS: "+name) {
+			t.Fatalf("felix's %s did not pass in the VM; serial console:\n%s", name, out)
+		}
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") || strings.Contains(line, "converged") {
+		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") || strings.Contains(line, "converged") || strings.Contains(line, "ENCAP-THROUGHPUT") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
