@@ -19,6 +19,20 @@ import (
 // written as PEM files for etcd and the datastore client to load.
 type testPKI struct {
 	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
+
+	dir   string
+	caKey *ecdsa.PrivateKey
+	ca    *x509.Certificate
+}
+
+// issueClient writes a client certificate with common name cn (the etcd
+// user when etcd runs with --client-cert-auth and auth enabled).
+func (p testPKI) issueClient(t *testing.T, cn string) (certFile, keyFile string) {
+	t.Helper()
+	return issueCert(t, p.dir, cn, p.caKey, p.ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
 }
 
 // newTestPKI writes a CA, a server certificate for 127.0.0.1/localhost and
@@ -27,7 +41,7 @@ func newTestPKI(t *testing.T) testPKI {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, caCert := newCA(t)
-	p := testPKI{CAFile: filepath.Join(dir, "ca.pem")}
+	p := testPKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, caKey: caKey, ca: caCert}
 	writePEM(t, p.CAFile, "CERTIFICATE", caCert.Raw)
 
 	p.ServerCert, p.ServerKey = issueCert(t, dir, "server", caKey, caCert, &x509.Certificate{

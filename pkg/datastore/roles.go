@@ -1,0 +1,98 @@
+package datastore
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// Permission is one etcd RBAC grant: read, or read and write, on every
+// key under Prefix (or on the one key Prefix when Exact).
+type Permission struct {
+	Prefix string
+	Write  bool
+	Exact  bool
+}
+
+// Role is the etcd identity of one component: the etcd user (the common
+// name of its client certificate) and the role granted to it.
+type Role struct {
+	Name    string // role and user name
+	Purpose string
+	Perms   []Permission
+}
+
+// Etcd role names, one per component. A client certificate's common name
+// is its etcd user, so each component gets a certificate with its own CN.
+const (
+	RoleNode           = "routed-node"
+	RoleCNI            = "routed-cni"
+	RoleRouteReflector = "routed-rr"
+	RoleAdmin          = "routed-admin"
+)
+
+// Prefixes of the datastore that are not one resource kind.
+const (
+	IPAMPrefix        = KeyPrefix + "ipam/"
+	LeasesPrefix      = KeyPrefix + "leases/"
+	NodeGCPrefix      = KeyPrefix + "nodegc/"
+	ClusterInfoPrefix = KeyPrefix + "clusterinformation/"
+)
+
+func rw(prefix string) Permission { return Permission{Prefix: prefix, Write: true} }
+
+// Roles returns the least-privilege etcd roles of routed's components.
+// The node daemon writes IPAM, Node and endpoint records (GC), the
+// cluster identity, its GC election and the default pool, but never
+// BGP peers, BGP or IPAM configuration. The CNI plugin writes only IPAM
+// and endpoint keys. A route reflector reads everything and writes only
+// its own Node record (one key per name in reflectors).
+func Roles(reflectors []string) []Role {
+	readAll := Permission{Prefix: KeyPrefix}
+	rrPerms := []Permission{readAll}
+	for _, n := range reflectors {
+		rrPerms = append(rrPerms, Permission{Prefix: Key(api.KindNode, n), Write: true, Exact: true})
+	}
+	return []Role{
+		{Name: RoleNode, Purpose: "routed on every node", Perms: []Permission{readAll,
+			rw(IPAMPrefix), rw(KindPrefix(api.KindNode)), rw(KindPrefix(api.KindWorkloadEndpoint)),
+			rw(KindPrefix(api.KindIPPool)), rw(ClusterInfoPrefix), rw(LeasesPrefix), rw(NodeGCPrefix)}},
+		{Name: RoleCNI, Purpose: "routed-cni and routed-ipam (key copied to every node's /etc/cni/net.d)", Perms: []Permission{readAll,
+			rw(IPAMPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
+		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
+		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
+	}
+}
+
+// WriteEtcdctlRoles prints the etcdctl commands that create the roles and
+// users of Roles, then enable auth. Users authenticate with client
+// certificates (etcd --client-cert-auth): their CN is the user name, so
+// they are created without a password.
+func WriteEtcdctlRoles(w io.Writer, reflectors []string) error {
+	var b strings.Builder
+	b.WriteString("# etcd RBAC for routed: one identity per component.\n")
+	b.WriteString("# Run with etcdctl as an existing root user (or before auth is enabled).\n")
+	b.WriteString("etcdctl user add root --no-password\netcdctl user grant-role root root\n")
+	for _, r := range Roles(reflectors) {
+		fmt.Fprintf(&b, "\n# %s: %s\n", r.Name, r.Purpose)
+		fmt.Fprintf(&b, "etcdctl role add %s\n", r.Name)
+		for _, p := range r.Perms {
+			kind := "read"
+			if p.Write {
+				kind = "readwrite"
+			}
+			if p.Exact {
+				fmt.Fprintf(&b, "etcdctl role grant-permission %s %s %s\n", r.Name, kind, p.Prefix)
+			} else {
+				fmt.Fprintf(&b, "etcdctl role grant-permission %s %s %s --prefix\n", r.Name, kind, p.Prefix)
+			}
+		}
+		fmt.Fprintf(&b, "etcdctl user add %s --no-password\n", r.Name)
+		fmt.Fprintf(&b, "etcdctl user grant-role %s %s\n", r.Name, r.Name)
+	}
+	b.WriteString("\netcdctl auth enable\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
