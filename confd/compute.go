@@ -19,6 +19,7 @@ type Input struct {
 	Nodes    []*api.Node
 	Configs  []*api.BGPConfiguration
 	Peers    []*api.BGPPeer
+	Filters  map[string]*api.BGPFilter
 }
 
 // PeerSpec is one wanted session before its password is read.
@@ -26,6 +27,8 @@ type PeerSpec struct {
 	bgp.Peer
 	// PasswordSource says where the MD5 password comes from; nil for none.
 	PasswordSource *api.PasswordSource
+	// Filters are the session's BGPFilter rules; nil for none.
+	Filters *bgp.PeerFilters
 }
 
 // Desired is what the local speaker should do.
@@ -39,6 +42,8 @@ type Desired struct {
 	ServiceCIDRs []netip.Prefix
 	// Communities to attach to originated routes, by prefix.
 	Communities []bgp.PrefixCommunities
+	// Filters are the BGPFilter rules per session.
+	Filters map[netip.Addr]bgp.PeerFilters
 	// Warnings are resources that were skipped, and why.
 	Warnings []string
 }
@@ -163,6 +168,15 @@ func Compute(in Input) Desired {
 			c.RestartTime = firstDuration(s.MaxRestartTime)
 			c.AllowOwnAS = uint32(max(s.NumAllowedLocalASNumbers, 0))
 			c.TTLHops = s.TTLSecurity
+			if len(s.Filters) > 0 {
+				pf, err := peerFilters(s.Filters, in.Filters)
+				if err != nil {
+					// Down rather than unfiltered: it would accept
+					// routes the missing filter rejects.
+					c.ConfigError = fmt.Sprintf("BGPPeer %q: %v", bp.Metadata.Name, err)
+				}
+				c.Filters = &pf
+			}
 			return c
 		}
 
@@ -213,7 +227,44 @@ func Compute(in Input) Desired {
 	}
 
 	d.Peers = merge(cands)
+	for _, p := range d.Peers {
+		if p.Filters != nil {
+			if d.Filters == nil {
+				d.Filters = map[netip.Addr]bgp.PeerFilters{}
+			}
+			d.Filters[p.Address] = *p.Filters
+		}
+	}
 	return d
+}
+
+// peerFilters flattens the named BGPFilters' IPv4 rules, in order.
+func peerFilters(names []string, all map[string]*api.BGPFilter) (bgp.PeerFilters, error) {
+	var pf bgp.PeerFilters
+	conv := func(rules []api.BGPFilterRule) []bgp.FilterRule {
+		var out []bgp.FilterRule
+		for _, r := range rules {
+			fr := bgp.FilterRule{Accept: r.Action == api.FilterAccept, Op: r.MatchOperator}
+			if r.CIDR != "" {
+				p, err := netip.ParsePrefix(r.CIDR)
+				if err != nil {
+					continue // refused by validation
+				}
+				fr.CIDR = p.Masked()
+			}
+			out = append(out, fr)
+		}
+		return out
+	}
+	for _, n := range names {
+		f := all[n]
+		if f == nil {
+			return pf, fmt.Errorf("BGPFilter %q does not exist: session kept down", n)
+		}
+		pf.Import = append(pf.Import, conv(f.Spec.ImportV4)...)
+		pf.Export = append(pf.Export, conv(f.Spec.ExportV4)...)
+	}
+	return pf, nil
 }
 
 // merge keeps one candidate per address: the highest priority, and among

@@ -27,6 +27,7 @@ type Speaker interface {
 	SetPeers([]bgp.Peer)
 	SetServiceCIDRs([]netip.Prefix)
 	SetPrefixCommunities([]bgp.PrefixCommunities)
+	SetFilters(map[netip.Addr]bgp.PeerFilters)
 }
 
 // Confd watches the datastore and configures a Speaker.
@@ -72,7 +73,7 @@ func New(ds *datastore.Client, sp Speaker, nodeName string, opts ...Option) *Con
 }
 
 // Kinds are the resource kinds confd reads.
-var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer}
+var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter}
 
 // Handler is confd's datastore feed (for WithExternalSync); its calls
 // block until Run takes them, and return at once after Run ended.
@@ -114,15 +115,17 @@ func (c *Confd) Run(ctx context.Context) error {
 
 // state is owned by Run's goroutine.
 type state struct {
-	cache      *cache
-	lastGlobal *bgp.Global
-	lastPeers  []bgp.Peer
-	lastSvc    []netip.Prefix
-	lastComms  []bgp.PrefixCommunities
-	commsSent  bool
-	peersSent  bool
-	lastProb   string
-	lastWarn   []string
+	cache       *cache
+	lastGlobal  *bgp.Global
+	lastPeers   []bgp.Peer
+	lastSvc     []netip.Prefix
+	lastComms   []bgp.PrefixCommunities
+	commsSent   bool
+	lastFilter  string // fmt of the filters last set
+	filtersSent bool
+	peersSent   bool
+	lastProb    string
+	lastWarn    []string
 }
 
 // push computes the wanted configuration and hands the speaker what
@@ -159,6 +162,10 @@ func (c *Confd) push(st *state) {
 		st.lastComms, st.commsSent = d.Communities, true
 		c.sp.SetPrefixCommunities(d.Communities)
 	}
+	if key := fmt.Sprint(d.Filters); !st.filtersSent || key != st.lastFilter {
+		st.lastFilter, st.filtersSent = key, true
+		c.sp.SetFilters(d.Filters)
+	}
 	peers := resolvePeers(d.Peers, c.secretsDir)
 	if st.peersSent && slices.Equal(peers, st.lastPeers) {
 		return
@@ -179,10 +186,12 @@ type cache struct {
 	nodes   map[string]*api.Node
 	configs map[string]*api.BGPConfiguration
 	peers   map[string]*api.BGPPeer
+	filters map[string]*api.BGPFilter
 }
 
 func newCache() *cache {
-	return &cache{nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{}}
+	return &cache{nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{},
+		filters: map[string]*api.BGPFilter{}}
 }
 
 func (c *cache) set(r api.Resource) {
@@ -193,6 +202,8 @@ func (c *cache) set(r api.Resource) {
 		c.configs[v.Metadata.Name] = v
 	case *api.BGPPeer:
 		c.peers[v.Metadata.Name] = v
+	case *api.BGPFilter:
+		c.filters[v.Metadata.Name] = v
 	}
 }
 
@@ -204,6 +215,8 @@ func (c *cache) del(k api.Kind, name string) {
 		delete(c.configs, name)
 	case api.KindBGPPeer:
 		delete(c.peers, name)
+	case api.KindBGPFilter:
+		delete(c.filters, name)
 	}
 }
 
@@ -218,6 +231,7 @@ func (c *cache) input(node string) Input {
 	for _, p := range c.peers {
 		in.Peers = append(in.Peers, p)
 	}
+	in.Filters = c.filters
 	return in
 }
 

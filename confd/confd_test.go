@@ -20,6 +20,7 @@ type fakeSpeaker struct {
 	peers   []bgp.Peer
 	svc     []netip.Prefix
 	comms   []bgp.PrefixCommunities
+	filters map[netip.Addr]bgp.PeerFilters
 	setCall int
 	changed chan struct{}
 }
@@ -30,7 +31,9 @@ func (f *fakeSpeaker) SetGlobal(g bgp.Global) { f.do(func() { f.global = g }) }
 func (f *fakeSpeaker) SetPeers(p []bgp.Peer) {
 	f.do(func() { f.peers = p; f.setCall++ })
 }
-func (f *fakeSpeaker) SetServiceCIDRs(s []netip.Prefix) { f.do(func() { f.svc = s }) }
+func (f *fakeSpeaker) SetServiceCIDRs(s []netip.Prefix)            { f.do(func() { f.svc = s }) }
+func (f *fakeSpeaker) SetFilters(m map[netip.Addr]bgp.PeerFilters) { f.do(func() { f.filters = m }) }
+
 func (f *fakeSpeaker) SetPrefixCommunities(c []bgp.PrefixCommunities) {
 	f.do(func() { f.comms = c })
 }

@@ -210,9 +210,9 @@ type BGPPeerSpec struct {
 	// TTLSecurity enables GTSM (RFC 5082): the peer is at most this many
 	// hops away (1-255).
 	TTLSecurity uint8 `json:"ttlSecurity,omitempty"`
-	// Filters names BGPFilter resources. routed does not implement
-	// BGPFilter yet, and accepting the session without them would let in
-	// routes the filters reject, so setting it is an error.
+	// Filters names BGPFilter resources applied to these sessions, in
+	// order. A session whose filter does not exist stays down: without
+	// it, it would accept routes the filter rejects.
 	Filters []string `json:"filters,omitempty"`
 }
 
@@ -286,8 +286,10 @@ func (p *BGPPeer) Validate() error {
 	if s.NumAllowedLocalASNumbers < 0 || s.NumAllowedLocalASNumbers > 10 {
 		v.add("spec.numAllowedLocalASNumbers", s.NumAllowedLocalASNumbers, "must be between 0 and 10")
 	}
-	if len(s.Filters) > 0 {
-		v.add("spec.filters", s.Filters, "BGPFilter is not supported by routed yet; a session without its filters would accept routes they reject. Remove spec.filters (and filter on the peer) to peer without them")
+	for i, f := range s.Filters {
+		if f == "" {
+			v.add(indexed("spec.filters", i), f, "must name a BGPFilter")
+		}
 	}
 	validatePassword(&v, "spec.password", s.Password)
 	return v.result(KindBGPPeer, p.Metadata.Name)

@@ -23,11 +23,12 @@ const (
 	KindBGPPeer           Kind = "BGPPeer"
 	KindWorkloadEndpoint  Kind = "WorkloadEndpoint"
 	KindIPAMConfiguration Kind = "IPAMConfiguration"
+	KindBGPFilter         Kind = "BGPFilter"
 )
 
 // Kinds lists every kind in the order routedctl prints and applies them:
 // pools and configuration before the objects that refer to them.
-var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindNode, KindBGPPeer, KindWorkloadEndpoint}
+var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindBGPFilter, KindNode, KindBGPPeer, KindWorkloadEndpoint}
 
 // Plural is the lower-case plural used in datastore keys and by routedctl.
 func (k Kind) Plural() string {
@@ -109,6 +110,8 @@ func New(k Kind) (Resource, error) {
 		return &WorkloadEndpoint{TypeMeta: tm}, nil
 	case KindIPAMConfiguration:
 		return &IPAMConfiguration{TypeMeta: tm}, nil
+	case KindBGPFilter:
+		return &BGPFilter{TypeMeta: tm}, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
 }

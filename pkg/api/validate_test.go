@@ -500,7 +500,7 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "ipv6 peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fd00::1" }, fields: []string{"spec.peerIP"}},
 		{name: "peer ip with port (Calico's IP:port)", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:1179" }},
 		{name: "peer ip with a bad port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:99999" }, fields: []string{"spec.peerIP"}},
-		{name: "filters", mutate: func(p *api.BGPPeer) { p.Spec.Filters = []string{"f"} }, fields: []string{"spec.filters"}},
+		{name: "empty filter name", mutate: func(p *api.BGPPeer) { p.Spec.Filters = []string{""} }, fields: []string{"spec.filters[0]"}},
 		{name: "too many own AS numbers", mutate: func(p *api.BGPPeer) { p.Spec.NumAllowedLocalASNumbers = 11 }, fields: []string{"spec.numAllowedLocalASNumbers"}},
 		{name: "bad restart time", mutate: func(p *api.BGPPeer) { p.Spec.MaxRestartTime = "soon" }, fields: []string{"spec.maxRestartTime"}},
 		{name: "peer ip with prefix", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1/32" }, fields: []string{"spec.peerIP"}},
@@ -678,4 +678,15 @@ func TestCommunities(t *testing.T) {
 	c.Spec.Communities = append(c.Spec.Communities, api.Community{Name: "bad", Value: "70000:1"})
 	c.Spec.PrefixAdvertisements = append(c.Spec.PrefixAdvertisements, api.PrefixAdvertisement{CIDR: "10.0.0.0/8", Communities: []string{"nope"}})
 	checkValid(t, c.Validate(), "spec.communities[2]", "spec.prefixAdvertisements[1].communities")
+}
+
+func TestBGPFilterValidate(t *testing.T) {
+	t.Parallel()
+	f := &api.BGPFilter{Metadata: api.ObjectMeta{Name: "f"}, Spec: api.BGPFilterSpec{
+		ImportV4: []api.BGPFilterRule{{Action: "Reject", MatchOperator: "In", CIDR: "192.168.0.0/16"}, {Action: "Accept"}},
+		ExportV6: []api.BGPFilterRule{{Action: "Accept", MatchOperator: "Equal", CIDR: "fd00::/64"}},
+	}}
+	checkValid(t, f.Validate())
+	f.Spec.ExportV4 = []api.BGPFilterRule{{Action: "Drop", MatchOperator: "Like", CIDR: "fd00::/64"}, {Action: "Accept", CIDR: "10.0.0.0/8"}}
+	checkValid(t, f.Validate(), "spec.exportV4[0].action", "spec.exportV4[0].cidr", "spec.exportV4[0].matchOperator", "spec.exportV4[1]")
 }

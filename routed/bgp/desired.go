@@ -20,6 +20,7 @@ type desired struct {
 	peersSet bool
 	services []netip.Prefix
 	adverts  []PrefixCommunities
+	filters  map[netip.Addr]PeerFilters
 	// blocks are the local node's confirmed affinities.
 	blocks       map[netip.Prefix]bool
 	blocksSynced bool
@@ -56,6 +57,9 @@ type snapshot struct {
 	// routes are all prefixes to originate, with next hop self, and the
 	// communities each carries ("" for none).
 	routes map[netip.Prefix]string
+	// filters are the sessions' BGPFilter rules (not copied: SetFilters
+	// replaces the map, never changes it).
+	filters map[netip.Addr]PeerFilters
 }
 
 func (d *desired) snapshot() snapshot {
@@ -67,6 +71,7 @@ func (d *desired) snapshot() snapshot {
 		s.global = &g
 	}
 	s.peers = slices.Clone(d.peers)
+	s.filters = d.filters
 	add := func(p netip.Prefix) { s.routes[p] = strings.Join(communitiesFor(p, d.adverts), " ") }
 	for p := range d.blocks {
 		add(p)

@@ -43,7 +43,12 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyOwnRoutesOnly(ctx, w.peers); err != nil {
 		return 0, err
 	}
-	return 0, s.applyPeers(ctx, w.peers)
+	if err := s.applyPeers(ctx, w.peers); err != nil {
+		return 0, err
+	}
+	reorder := s.exportAdded
+	s.exportAdded = false
+	return 0, s.applyFilters(ctx, w.filters, reorder)
 }
 
 func (s *Speaker) listenPort(g Global) int32 {
@@ -76,6 +81,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathComms = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.ownOnly = nil, nil
+		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
 	addrs := s.cfg.ListenAddresses
@@ -288,6 +294,7 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		if err != nil {
 			return fmt.Errorf("bgp: %s policy assignment: %w", name, err)
 		}
+		s.exportAdded = true
 	}
 	*cur = want
 	return nil

@@ -46,14 +46,20 @@ type Speaker struct {
 	watching bool
 	// feeder outlives servers: what the sink was told stays known across
 	// a restart of BGP.
-	feeder       *feeder
-	applied      map[netip.Addr]Peer
-	paths        map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
-	pathComms    map[netip.Prefix]string    // prefix -> communities it was sent with
-	keepNH       []string
-	ownOnly      []string // eBGP peers limited to our own routes
-	restartUntil time.Time
-	runStart     time.Time
+	feeder    *feeder
+	applied   map[netip.Addr]Peer
+	paths     map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
+	pathComms map[netip.Prefix]string    // prefix -> communities it was sent with
+	// BGPFilter policies installed (filter.go); exportAdded says routed's
+	// own export policies were added after them (they must come first).
+	filterKey      string
+	filterPolicies []string
+	filterSets     []*api.DefinedSet
+	exportAdded    bool
+	keepNH         []string
+	ownOnly        []string // eBGP peers limited to our own routes
+	restartUntil   time.Time
+	runStart       time.Time
 
 	// view is what status readers may see of the loop's state.
 	mu   sync.Mutex

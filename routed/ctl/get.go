@@ -111,6 +111,12 @@ func columns(k api.Kind, wide bool) ([]string, func(api.Resource) []string) {
 				c := r.(*api.BGPConfiguration)
 				return []string{c.Metadata.Name, dash(c.Spec.LogSeverity), strconv.FormatBool(c.MeshEnabled()), asn(c.Spec.ASNumber)}
 			}
+	case api.KindBGPFilter:
+		return []string{"NAME", "IMPORTV4", "EXPORTV4"},
+			func(r api.Resource) []string {
+				f := r.(*api.BGPFilter)
+				return []string{f.Metadata.Name, strconv.Itoa(len(f.Spec.ImportV4)) + " rules", strconv.Itoa(len(f.Spec.ExportV4)) + " rules"}
+			}
 	case api.KindWorkloadEndpoint:
 		return pick(wide, []string{"WORKLOAD", "NODE", "NETWORKS", "INTERFACE"}, []string{"CONTAINER", "MAC"}),
 			func(r api.Resource) []string {

@@ -245,3 +245,54 @@ protocol bgp node_a {
 }
 `, tor.Addr, a.host.Addr))
 }
+
+// TestBirdBGPFilter: a BGPFilter on the ToR's BGPPeer rejects one of the
+// two routes BIRD sends (import) and keeps the node's block from BIRD
+// while its service range goes out (export). A BGPPeer naming a filter
+// that does not exist keeps its session down rather than unfiltered.
+func TestBirdBGPFilter(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream {
+	ipv4;
+	route 192.168.100.0/24 blackhole;
+	route 192.168.200.0/24 blackhole;
+}
+filter to_nodes { if net ~ [192.168.0.0/16+] then accept; reject; }
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 64512;
+	ipv4 { import all; export filter to_nodes; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		ServiceClusterIPs: []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}}}})
+	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPFilterSpec{
+		ImportV4: []api.BGPFilterRule{{Action: "Reject", MatchOperator: "In", CIDR: "192.168.200.0/24"}},
+		ExportV4: []api.BGPFilterRule{{Action: "Reject", MatchOperator: "Equal", CIDR: "10.65.1.0/26"}, {Action: "Accept"}},
+	}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"tor"}}})
+
+	a.waitRoutes("the accepted route", 30*time.Second, has("192.168.100.0/24", tor.Addr.String()))
+	out := bird.WaitCtl(t, "show route", 30*time.Second, func(s string) bool { return strings.Contains(s, "10.96.0.0/12") })
+	if strings.Contains(out, "10.65.1.0/26") {
+		t.Errorf("the export filter let the block out:\n%s", out)
+	}
+	if routes := a.sink().Routes; routes["192.168.200.0/24"] != "" {
+		t.Errorf("the import filter let 192.168.200.0/24 in: %v", routes)
+	}
+
+	// A filter that does not exist: the session goes down, not open.
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"missing"}}})
+	a.waitPeers("session held down", 30*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, tor.Addr)
+		return ok && !p.Established() && strings.Contains(p.Info, "does not exist")
+	})
+}

@@ -1,0 +1,150 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	api "github.com/osrg/gobgp/v4/api"
+)
+
+// FilterRule is one BGPFilter rule: routes whose prefix matches (Op on
+// CIDR; no CIDR matches every route) are accepted or rejected. Op is
+// api's Equal, NotEqual, In or NotIn.
+type FilterRule struct {
+	Accept bool
+	Op     string
+	CIDR   netip.Prefix
+}
+
+// PeerFilters are the rules of one session's BGPFilters, in order: the
+// first matching rule decides, unmatched routes are accepted.
+type PeerFilters struct {
+	Import, Export []FilterRule
+}
+
+// SetFilters sets the BGPFilter rules of each session, by peer address.
+func (s *Speaker) SetFilters(f map[netip.Addr]PeerFilters) {
+	c := make(map[netip.Addr]PeerFilters, len(f))
+	for a, pf := range f {
+		c[a] = PeerFilters{Import: slices.Clone(pf.Import), Export: slices.Clone(pf.Export)}
+	}
+	s.want.update(func() { s.want.filters = c })
+}
+
+const filterPolicyPrefix = "routed-filter-"
+
+// filterKey describes filters for change detection.
+func filterKey(f map[netip.Addr]PeerFilters) string {
+	addrs := make([]netip.Addr, 0, len(f))
+	for a := range f {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	var b strings.Builder
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "%s %v %v;", a, f[a].Import, f[a].Export)
+	}
+	return b.String()
+}
+
+// applyFilters installs one global policy per session and direction with
+// a statement per rule, limited to that session by a neighbor set. GoBGP
+// stops at the first statement that accepts or rejects, which is
+// BGPFilter's first-match rule. The policies are re-installed when they
+// change, or when other export policies were added (they must come
+// after routed's own), and the sessions are soft-reset so routes already
+// exchanged are judged again.
+func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
+	key := filterKey(want)
+	if key == s.filterKey && !reorder {
+		return nil
+	}
+	for _, name := range s.filterPolicies {
+		for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+			_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+				Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}}})
+		}
+		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
+	}
+	for _, set := range s.filterSets {
+		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: set, All: true})
+	}
+	s.filterPolicies, s.filterSets = nil, nil
+	addrs := make([]netip.Addr, 0, len(want))
+	for a := range want {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	for _, a := range addrs {
+		for _, d := range []struct {
+			name  string
+			dir   api.PolicyDirection
+			rules []FilterRule
+		}{{"import", api.PolicyDirection_POLICY_DIRECTION_IMPORT, want[a].Import}, {"export", api.PolicyDirection_POLICY_DIRECTION_EXPORT, want[a].Export}} {
+			if len(d.rules) == 0 {
+				continue
+			}
+			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
+			if err := s.addFilterPolicy(ctx, name, a, d.dir, d.rules); err != nil {
+				return err
+			}
+		}
+	}
+	s.filterKey = key
+	for a := range want {
+		if _, ok := s.applied[a]; ok {
+			_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_BOTH})
+		}
+	}
+	return nil
+}
+
+func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule) error {
+	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{peer.String() + "/32"}}
+	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: nset, Replace: true}); err != nil {
+		return fmt.Errorf("bgp: filter %s: %w", name, err)
+	}
+	s.filterSets = append(s.filterSets, nset)
+	var stmts []*api.Statement
+	for i, r := range rules {
+		st := &api.Statement{
+			Name:       fmt.Sprintf("%s-%d", name, i),
+			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT},
+		}
+		if r.Accept {
+			st.Actions.RouteAction = api.RouteAction_ROUTE_ACTION_ACCEPT
+		}
+		if r.CIDR.IsValid() {
+			p := &api.Prefix{IpPrefix: r.CIDR.String(), MaskLengthMin: uint32(r.CIDR.Bits()), MaskLengthMax: uint32(r.CIDR.Bits())}
+			if r.Op == "In" || r.Op == "NotIn" {
+				p.MaskLengthMax = 32
+			}
+			pset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: st.Name, Prefixes: []*api.Prefix{p}}
+			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: pset, Replace: true}); err != nil {
+				return fmt.Errorf("bgp: filter %s: %w", st.Name, err)
+			}
+			s.filterSets = append(s.filterSets, pset)
+			match := api.MatchSet_TYPE_ANY
+			if r.Op == "NotEqual" || r.Op == "NotIn" {
+				match = api.MatchSet_TYPE_INVERT
+			}
+			st.Conditions.PrefixSet = &api.MatchSet{Name: st.Name, Type: match}
+		}
+		stmts = append(stmts, st)
+	}
+	if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
+		return fmt.Errorf("bgp: filter %s: %w", name, err)
+	}
+	s.filterPolicies = append(s.filterPolicies, name)
+	err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
+	}})
+	if err != nil {
+		return fmt.Errorf("bgp: filter %s assignment: %w", name, err)
+	}
+	return nil
+}
