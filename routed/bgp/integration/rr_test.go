@@ -181,3 +181,27 @@ func TestGracefulRestart(t *testing.T) {
 		t.Fatal("a's route missing after its restart")
 	}
 }
+
+// TestMeshMD5 uses Calico's nodeMeshPassword: every node-to-node mesh
+// session carries the mounted secret as TCP MD5 key; a node with another
+// password stays down, with the same password the session comes up.
+func TestMeshMD5(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		NodeMeshPassword: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "mesh"}}}})
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26")
+	writeSecret(t, a, "bgp", "mesh", "mesh-one")
+	writeSecret(t, b, "bgp", "mesh", "mesh-two")
+	a.waitPeers("MD5 mismatch on the mesh", 30*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, b.host.Addr)
+		return ok && !p.Established() && p.Type == bgp.PeerTypeMesh && strings.Contains(p.Info, "MD5")
+	})
+	if _, ok := a.sink().Routes["10.65.2.0/26"]; ok {
+		t.Fatal("route learned over a mesh session with the wrong password")
+	}
+	writeSecret(t, b, "bgp", "mesh", "mesh-one")
+	a.waitPeers("same mesh password: up", 30*time.Second, allEstablished(b.host.Addr))
+	a.waitRoutes("b's block", 10*time.Second, has("10.65.2.0/26", b.host.Addr.String()))
+}
