@@ -292,9 +292,15 @@ func TestManifestReferences(t *testing.T) {
 			sawInstall = len(cmd) == 2 && cmd[1] == "install" && strings.HasSuffix(str(cmd[0]), "/routed-cni")
 		case "routed":
 			sawRouted = true
-			for _, p := range []string{"livenessProbe", "readinessProbe"} {
-				if port := asMap(asMap(c[p])["httpGet"])["port"]; port != float64(9099) {
-					t.Errorf("routed %s port %v, want 9099", p, port)
+			// Health listens on loopback; the probes exec routed health.
+			for p, flag := range map[string]string{"livenessProbe": "--liveness", "readinessProbe": "--readiness"} {
+				if cmd := list(asMap(asMap(c[p])["exec"])["command"]); len(cmd) != 3 || cmd[1] != "health" || cmd[2] != flag {
+					t.Errorf("routed %s exec %v, want [routed health %s]", p, cmd, flag)
+				}
+			}
+			for _, e := range list(c["env"]) {
+				if m := asMap(e); m["name"] == "ROUTED_HEALTH_LISTEN" && m["value"] != "127.0.0.1:9099" {
+					t.Errorf("ROUTED_HEALTH_LISTEN %v, want 127.0.0.1:9099", m["value"])
 				}
 			}
 			if asMap(c["securityContext"])["privileged"] != true {
