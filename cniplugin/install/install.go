@@ -288,8 +288,8 @@ func (c *Config) placeholders(say func(string, ...any)) (map[string]string, erro
 		if f.src == "" {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Join(c.NetDir, TLSDirName), 0o700); err != nil {
-			return nil, fmt.Errorf("create %s: %w", TLSDirName, err)
+		if err := privateDir(filepath.Join(c.NetDir, TLSDirName)); err != nil {
+			return nil, err
 		}
 		if err := copyAtomic(f.src, filepath.Join(c.NetDir, TLSDirName, f.name), 0o600); err != nil {
 			return nil, fmt.Errorf("copy etcd TLS file %s: %w", f.src, err)

@@ -161,6 +161,42 @@ func TestInstallKeepsAndSkips(t *testing.T) {
 	}
 }
 
+// TestInstallTLSDirIsPrivate: install enforces mode 0700 on an existing
+// routed-tls directory and refuses one that is a symlink (the keys were
+// copied wherever it pointed).
+func TestInstallTLSDirIsPrivate(t *testing.T) {
+	f := newFixture(t)
+	bin := filepath.Join(f.src, "routed-cni")
+	tlsDir := filepath.Join(f.net, "routed-tls")
+	if err := os.MkdirAll(tlsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tlsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.run(t, bin, []string{"install"}); err != nil {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(tlsDir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("routed-tls mode %v (%v), want 0700", st.Mode().Perm(), err)
+	}
+
+	elsewhere := t.TempDir()
+	if err := os.RemoveAll(tlsDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, tlsDir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.run(t, bin, []string{"install"})
+	if err == nil || !strings.Contains(out, "symlink") {
+		t.Fatalf("install with routed-tls a symlink: want an error naming the symlink, got %v\n%s", err, out)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Fatalf("keys copied through the symlink: %v", ents)
+	}
+}
+
 func TestInstallErrors(t *testing.T) {
 	f := newFixture(t)
 	bin := filepath.Join(f.src, "routed-cni")

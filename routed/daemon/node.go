@@ -86,13 +86,31 @@ func EnsureDefaultPool(ctx context.Context, ds *datastore.Client, p DefaultPool)
 }
 
 // writeStateFile writes a small file the CNI plugin reads, atomically.
-func writeStateFile(dir, name, content string) error {
+// The temporary file gets a fresh random name (CreateTemp opens with
+// O_EXCL): a fixed name could be pre-created as a symlink by anyone who
+// can write the directory, and the write would follow it.
+func writeStateFile(dir, name, content string) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, name))
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }

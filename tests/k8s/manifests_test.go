@@ -278,6 +278,9 @@ func TestManifestReferences(t *testing.T) {
 
 	ds := find(t, objs, "DaemonSet", "routed-node")
 	spec := podSpec(ds)
+	if spec["automountServiceAccountToken"] != false {
+		t.Errorf("routed-node: automountServiceAccountToken %v, want false (no container calls the API with the pod's token)", spec["automountServiceAccountToken"])
+	}
 	if spec["hostNetwork"] != true || spec["priorityClassName"] != "system-node-critical" {
 		t.Errorf("routed-node: hostNetwork %v, priorityClassName %v", spec["hostNetwork"], spec["priorityClassName"])
 	}
