@@ -1,13 +1,48 @@
 package plugin
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	"gopkg.in/natefinch/lumberjack.v2"
 )
+
+// Log rotation defaults, as Calico's CNI plugin: 100 MB, 30 days, 10 files.
+const (
+	DefaultLogFileMaxSize  = 100
+	DefaultLogFileMaxAge   = 30
+	DefaultLogFileMaxCount = 10
+)
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// openLogFile returns a rotating writer for path (lumberjack: rotated by
+// size, old files pruned by age and count). A path that is a symlink is
+// refused: the plugin runs as root and would append to whatever the link
+// names.
+func openLogFile(conf *NetConf, path string) (io.WriteCloser, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("log file %s is not a regular file (a symlink?): not following it", path)
+	}
+	return &lumberjack.Logger{
+		Filename:   path,
+		MaxSize:    orDefault(conf.LogFileMaxSize, DefaultLogFileMaxSize),
+		MaxAge:     orDefault(conf.LogFileMaxAge, DefaultLogFileMaxAge),
+		MaxBackups: orDefault(conf.LogFileMaxCount, DefaultLogFileMaxCount),
+	}, nil
+}
 
 // OpenLog returns a logger for one invocation that writes to the
 // configured log file (created 0600: it names pods and addresses), with
@@ -33,11 +68,10 @@ func OpenLog(conf *NetConf, containerID, verb string) (*logrus.Entry, func()) {
 		path = DefaultLogFile
 	}
 	var out io.Writer = os.Stderr
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err == nil {
-		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			out = f
-			closeFn = func() { _ = f.Close() }
-		}
+	f, logErr := openLogFile(conf, path)
+	if logErr == nil {
+		out = f
+		closeFn = func() { _ = f.Close() }
 	}
 	l.SetOutput(out)
 	fields := logrus.Fields{"containerID": containerID, "verb": verb}
@@ -50,6 +84,9 @@ func OpenLog(conf *NetConf, containerID, verb string) (*logrus.Entry, func()) {
 	std.SetFormatter(l.Formatter)
 	std.ReplaceHooks(logrus.LevelHooks{})
 	std.AddHook(fieldHook(fields))
+	if logErr != nil {
+		e.WithError(logErr).Warn("cannot open the log file; logging to stderr")
+	}
 	if badLevel {
 		e.Warnf("log_level %q is not a level (debug, info, warning, error); using info", conf.LogLevel)
 	}

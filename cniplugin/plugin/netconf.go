@@ -38,6 +38,11 @@ type NetConf struct {
 
 	LogLevel    string `json:"log_level"`
 	LogFilePath string `json:"log_file_path"`
+	// Rotation of the log file (Calico's names): size in MB before it is
+	// rotated, days and number of rotated files kept. Zero: the defaults.
+	LogFileMaxSize  int `json:"log_file_max_size"`
+	LogFileMaxAge   int `json:"log_file_max_age"`
+	LogFileMaxCount int `json:"log_file_max_count"`
 
 	// MTU of both veth ends; 0 means read MTUFile, else DefaultMTU.
 	MTU     int    `json:"mtu"`
