@@ -66,6 +66,10 @@ func WorkloadEndpointNamePrefix(node string) string {
 }
 
 // Validate implements Resource.
+// WorkloadInterfacePrefix starts the host-side name of every pod device
+// (Calico's "cali"); felix routes endpoint addresses only to such devices.
+const WorkloadInterfacePrefix = "cali"
+
 func (w *WorkloadEndpoint) Validate() error {
 	var v errs
 	s := w.Spec
@@ -79,8 +83,13 @@ func (w *WorkloadEndpoint) Validate() error {
 	if s.ContainerID == "" {
 		v.add("spec.containerID", nil, "is required")
 	}
-	if s.InterfaceName == "" {
+	switch n := s.InterfaceName; {
+	case n == "":
 		v.add("spec.interfaceName", nil, "is required")
+	case !strings.HasPrefix(n, WorkloadInterfacePrefix) || len(n) <= len(WorkloadInterfacePrefix) || len(n) > 15 || strings.ContainsAny(n, "/: \t\n"):
+		// felix routes the endpoint's addresses to this device: naming
+		// eth0 or lo would steer pod addresses to the host's interfaces.
+		v.add("spec.interfaceName", n, "must be a pod device: %q followed by up to %d characters, a valid Linux interface name", WorkloadInterfacePrefix, 15-len(WorkloadInterfacePrefix))
 	}
 	for i, n := range s.IPNetworks {
 		if _, err := netip.ParsePrefix(n); err != nil {
