@@ -245,9 +245,11 @@ func TestManifestReferences(t *testing.T) {
 			t.Errorf("%s: serviceAccountName %q is not defined", o.id(), sa)
 		}
 		volumes := map[string]bool{}
+		secretOf := map[string]string{}
 		for _, v := range list(spec["volumes"]) {
 			vm := asMap(v)
 			volumes[str(vm["name"])] = true
+			secretOf[str(vm["name"])] = str(asMap(vm["secret"])["secretName"])
 			if s := str(asMap(vm["secret"])["secretName"]); s != "" && !have["Secret/"+s] {
 				t.Errorf("%s: volume %s: Secret %q is not defined", o.id(), vm["name"], s)
 			}
@@ -268,6 +270,13 @@ func TestManifestReferences(t *testing.T) {
 			for _, m := range list(c["volumeMounts"]) {
 				if n := str(asMap(m)["name"]); !volumes[n] {
 					t.Errorf("%s: container %s mounts undefined volume %q", o.id(), c["name"], n)
+				}
+				// One etcd identity per component (docs/etcd-rbac.md).
+				if str(asMap(m)["mountPath"]) == "/etc/routed/etcd-secrets" {
+					want := map[string]string{"routed-node/routed": "routed-etcd-secrets", "routed-node/install-cni": "routed-cni-etcd-secrets", "routed-route-reflector/routed": "routed-rr-etcd-secrets"}[o.name()+"/"+str(c["name"])]
+					if got := secretOf[str(asMap(m)["name"])]; got != want {
+						t.Errorf("%s: container %s takes its etcd identity from Secret %q, want %q", o.id(), c["name"], got, want)
+					}
 				}
 			}
 		}
