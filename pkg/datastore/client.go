@@ -54,6 +54,8 @@ func New(cfg Config) (*Client, error) {
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		TLS:         tlsCfg,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
 		// Notice a dead connection (etcd gone without a FIN) in seconds.
 		DialKeepAliveTime:    10 * time.Second,

@@ -17,6 +17,10 @@ type Config struct {
 	CACertFile string
 	CertFile   string
 	KeyFile    string
+	// Username and Password authenticate with etcd's user/password auth
+	// instead of a client certificate's common name (embedding, tests).
+	Username string
+	Password string
 	// DialTimeout bounds connecting; RequestTimeout bounds each operation,
 	// so nothing hangs when etcd is down.
 	DialTimeout    time.Duration

@@ -1,9 +1,12 @@
 package datastore
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -95,4 +98,53 @@ func WriteEtcdctlRoles(w io.Writer, reflectors []string) error {
 	b.WriteString("\netcdctl auth enable\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ApplyRoles creates the roles and users of Roles (and a root user) on
+// etcd through ec, then enables auth: what the printed etcdctl commands
+// do. Users get the password in passwords, or none (client-certificate
+// authentication) when it has no entry.
+func ApplyRoles(ctx context.Context, ec *clientv3.Client, reflectors []string, passwords map[string]string) error {
+	addUser := func(name string) error {
+		if pw, ok := passwords[name]; ok {
+			_, err := ec.UserAdd(ctx, name, pw)
+			return err
+		}
+		_, err := ec.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true})
+		return err
+	}
+	if err := addUser("root"); err != nil {
+		return fmt.Errorf("etcd user root: %w", err)
+	}
+	if _, err := ec.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("etcd user root: %w", err)
+	}
+	for _, r := range Roles(reflectors) {
+		if _, err := ec.RoleAdd(ctx, r.Name); err != nil {
+			return fmt.Errorf("etcd role %s: %w", r.Name, err)
+		}
+		for _, p := range r.Perms {
+			typ := clientv3.PermissionType(clientv3.PermRead)
+			if p.Write {
+				typ = clientv3.PermissionType(clientv3.PermReadWrite)
+			}
+			end := clientv3.GetPrefixRangeEnd(p.Prefix)
+			if p.Exact {
+				end = ""
+			}
+			if _, err := ec.RoleGrantPermission(ctx, r.Name, p.Prefix, end, typ); err != nil {
+				return fmt.Errorf("etcd role %s, %s: %w", r.Name, p.Prefix, err)
+			}
+		}
+		if err := addUser(r.Name); err != nil {
+			return fmt.Errorf("etcd user %s: %w", r.Name, err)
+		}
+		if _, err := ec.UserGrantRole(ctx, r.Name, r.Name); err != nil {
+			return fmt.Errorf("etcd user %s: %w", r.Name, err)
+		}
+	}
+	if _, err := ec.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcd auth enable: %w", err)
+	}
+	return nil
 }

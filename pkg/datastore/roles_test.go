@@ -7,54 +7,11 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/routed-net/routed/pkg/api"
 )
-
-// setupRBAC creates the routed roles and users (plus root) through the
-// root identity's client and enables auth, as the printed etcdctl
-// commands do.
-func setupRBAC(t *testing.T, root *Client, reflectors []string) {
-	t.Helper()
-	ctx := testCtx(t)
-	ec := root.Etcd()
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	noPass := &clientv3.UserAddOptions{NoPassword: true}
-	_, err := ec.UserAddWithOptions(ctx, "root", "", noPass)
-	must("add root", err)
-	_, err = ec.UserGrantRole(ctx, "root", "root")
-	must("grant root", err)
-	for _, r := range Roles(reflectors) {
-		_, err := ec.RoleAdd(ctx, r.Name)
-		must("role add "+r.Name, err)
-		for _, p := range r.Perms {
-			typ := clientv3.PermissionType(clientv3.PermRead)
-			if p.Write {
-				typ = clientv3.PermissionType(clientv3.PermReadWrite)
-			}
-			end := clientv3.GetPrefixRangeEnd(p.Prefix)
-			if p.Exact {
-				end = ""
-			}
-			_, err := ec.RoleGrantPermission(ctx, r.Name, p.Prefix, end, typ)
-			must("grant "+r.Name+" "+p.Prefix, err)
-		}
-		_, err = ec.UserAddWithOptions(ctx, r.Name, "", noPass)
-		must("user add "+r.Name, err)
-		_, err = ec.UserGrantRole(ctx, r.Name, r.Name)
-		must("user grant "+r.Name, err)
-	}
-	_, err = ec.AuthEnable(ctx)
-	must("auth enable", err)
-}
 
 func denied(err error) bool {
 	return errors.Is(err, rpctypes.ErrPermissionDenied) || status.Code(err) == codes.PermissionDenied
@@ -74,8 +31,10 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 		cert, k := pki.issueClient(t, cn)
 		return connect(t, Config{Endpoints: s.Endpoints, CACertFile: pki.CAFile, CertFile: cert, KeyFile: k})
 	}
-	setupRBAC(t, identity("root"), []string{"rr1"})
 	ctx := testCtx(t)
+	if err := ApplyRoles(ctx, identity("root").Etcd(), []string{"rr1"}, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	admin := identity(RoleAdmin)
 	if _, err := admin.Create(ctx, newPool("p1", "10.60.0.0/16")); err != nil {
