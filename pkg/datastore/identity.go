@@ -69,6 +69,11 @@ func (c *Client) GetClusterInfo(ctx context.Context, rev int64) (*ClusterInfo, e
 // InitClusterInfo creates the identity if there is none, and returns the
 // one in the datastore.
 func (c *Client) InitClusterInfo(ctx context.Context) (*ClusterInfo, error) {
+	// Read first: a read-only identity (a route reflector's etcd role)
+	// may not even attempt the create, which etcd checks as a write.
+	if ci, err := c.GetClusterInfo(ctx, 0); !errors.Is(err, ErrNoClusterInfo) {
+		return ci, err
+	}
 	ci := ClusterInfo{GUID: newGUID(), DatastoreReady: true, Created: time.Now().UTC()}
 	if err := c.putClusterInfo(ctx, ci, true); err != nil && !errors.Is(err, ErrExists) {
 		return nil, err

@@ -71,24 +71,6 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 			t.Fatalf("cni deleting the cluster identity: want permission denied, got %v", err)
 		}
 	})
-	t.Run("route reflector", func(t *testing.T) {
-		c := identity(RoleRouteReflector)
-		if _, _, err := c.List(ctx, api.KindBGPPeer); err != nil {
-			t.Fatalf("rr reads peers: %v", err)
-		}
-		if _, err := c.Create(ctx, newNode("rr1", nil)); err != nil {
-			t.Fatalf("rr registers its own Node: %v", err)
-		}
-		if _, err := c.Create(ctx, newNode("node7", nil)); !denied(err) {
-			t.Fatalf("rr creating another Node: want permission denied, got %v", err)
-		}
-		if _, err := c.Etcd().Put(ctx, IPAMPrefix+"handles/x", "{}"); !denied(err) {
-			t.Fatalf("rr writing IPAM: want permission denied, got %v", err)
-		}
-		if _, err := c.Create(ctx, peer("evil")); !denied(err) {
-			t.Fatalf("rr creating a BGPPeer: want permission denied, got %v", err)
-		}
-	})
 	t.Run("node", func(t *testing.T) {
 		c := identity(RoleNode)
 		if _, err := c.Create(ctx, newNode("n1", nil)); err != nil {
@@ -109,6 +91,28 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 		bc := &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}}
 		if _, err := c.Create(ctx, bc); !denied(err) {
 			t.Fatalf("node creating BGPConfiguration: want permission denied, got %v", err)
+		}
+	})
+	t.Run("route reflector", func(t *testing.T) {
+		c := identity(RoleRouteReflector)
+		if _, _, err := c.List(ctx, api.KindBGPPeer); err != nil {
+			t.Fatalf("rr reads peers: %v", err)
+		}
+		// The node created the identity; the read-only reflector learns it.
+		if ci, err := c.InitClusterInfo(ctx); err != nil || ci.GUID == "" {
+			t.Fatalf("rr learns the cluster identity: %v %v", ci, err)
+		}
+		if _, err := c.Create(ctx, newNode("rr1", nil)); err != nil {
+			t.Fatalf("rr registers its own Node: %v", err)
+		}
+		if _, err := c.Create(ctx, newNode("node7", nil)); !denied(err) {
+			t.Fatalf("rr creating another Node: want permission denied, got %v", err)
+		}
+		if _, err := c.Etcd().Put(ctx, IPAMPrefix+"handles/x", "{}"); !denied(err) {
+			t.Fatalf("rr writing IPAM: want permission denied, got %v", err)
+		}
+		if _, err := c.Create(ctx, peer("evil")); !denied(err) {
+			t.Fatalf("rr creating a BGPPeer: want permission denied, got %v", err)
 		}
 	})
 }
