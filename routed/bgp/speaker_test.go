@@ -301,8 +301,18 @@ func TestIdentityChangeRestartsBGP(t *testing.T) {
 	if err := a.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(blockB, b.addr)); err != nil {
 		t.Fatalf("b's block not re-advertised after the restart: %v", err)
 	}
-	if p, _ := b.sp.Process(context.Background()); p.ASN != 64513 {
-		t.Fatalf("process %+v", p)
+	// The status view follows the restart; wait for it rather than
+	// sample it once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, _ := b.sp.Process(context.Background())
+		if p.ASN == 64513 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %+v, want AS 64513 after the restart", p)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
