@@ -19,14 +19,7 @@ const ownOnlyPolicy = "routed-ebgp-own-routes"
 // a loop. Each node is authoritative for its own blocks, so the router
 // learns each block from its owner.
 func ownRoutesOnly(peers []Peer, localASN uint32) []string {
-	var out []string
-	for _, p := range peers {
-		if p.Address.IsValid() && p.ASN != localASN && !p.KeepOriginalNextHop {
-			out = append(out, p.Address.String()+"/32")
-		}
-	}
-	slices.Sort(out)
-	return out
+	return ebgpPeers(peers, localASN, func(p Peer) bool { return !p.KeepOriginalNextHop })
 }
 
 // applyOwnRoutesOnly installs or updates the global export policy that
@@ -47,5 +40,39 @@ func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 		reject("-internal", api.Conditions_ROUTE_TYPE_INTERNAL),
 		reject("-external", api.Conditions_ROUTE_TYPE_EXTERNAL),
 	}
-	return s.applyNeighborPolicy(ctx, ownOnlyPolicy, ownRoutesOnly(peers, s.running.ASN), stmts, &s.ownOnly)
+	return s.applyNeighborPolicy(ctx, ownOnlyPolicy, ownRoutesOnly(peers, s.running.ASN), exportDir, stmts, &s.ownOnly)
+}
+
+// emptyPathPolicy names the import policy (and its neighbor set) that
+// drops routes with an empty AS_PATH from eBGP peers.
+const emptyPathPolicy = "routed-ebgp-empty-as-path"
+
+// ebgpPeers lists the eBGP peers that match (address/32, sorted); a nil
+// match takes them all.
+func ebgpPeers(peers []Peer, localASN uint32, match func(Peer) bool) []string {
+	var out []string
+	for _, p := range peers {
+		if p.Address.IsValid() && p.ASN != localASN && (match == nil || match(p)) {
+			out = append(out, p.Address.String()+"/32")
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// applyEmptyPathReject drops routes whose AS_PATH is empty when they
+// come from an eBGP peer. An external speaker always prepends its own AS
+// (RFC 4271 section 5.1.2), so an empty path is malformed (RFC 7606
+// section 7.2: treat as withdraw); GoBGP accepts it, and such a route
+// would look like it came from this AS and win on path length.
+func (s *Speaker) applyEmptyPathReject(ctx context.Context, peers []Peer) error {
+	if s.running == nil {
+		return nil
+	}
+	stmts := []*api.Statement{{
+		Name:       emptyPathPolicy,
+		Conditions: &api.Conditions{AsPathLength: &api.AsPathLength{Type: api.Comparison_COMPARISON_EQ, Length: 0}},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT},
+	}}
+	return s.applyNeighborPolicy(ctx, emptyPathPolicy, ebgpPeers(peers, s.running.ASN, nil), importDir, stmts, &s.emptyPath)
 }

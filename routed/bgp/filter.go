@@ -54,8 +54,8 @@ func filterKey(f map[netip.Addr]PeerFilters) string {
 // a statement per rule, limited to that session by a neighbor set. GoBGP
 // stops at the first statement that accepts or rejects, which is
 // BGPFilter's first-match rule. The policies are re-installed when they
-// change, or when other export policies were added (they must come
-// after routed's own), and the sessions are soft-reset so routes already
+// change, or when routed's own policies were added after them (they
+// must come after routed's own), and the sessions are soft-reset so routes already
 // exchanged are judged again.
 func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
 	key := filterKey(want)

@@ -43,11 +43,14 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyOwnRoutesOnly(ctx, w.peers); err != nil {
 		return 0, err
 	}
+	if err := s.applyEmptyPathReject(ctx, w.peers); err != nil {
+		return 0, err
+	}
 	if err := s.applyPeers(ctx, w.peers); err != nil {
 		return 0, err
 	}
-	reorder := s.exportAdded
-	s.exportAdded = false
+	reorder := s.ownPolicyAdded
+	s.ownPolicyAdded = false
 	return 0, s.applyFilters(ctx, w.filters, reorder)
 }
 
@@ -80,7 +83,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathComms = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
-		s.keepNH, s.ownOnly = nil, nil
+		s.keepNH, s.ownOnly, s.emptyPath = nil, nil, nil
 		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
@@ -251,21 +254,26 @@ func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 		Name:    keepNHPolicy,
 		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Unchanged: true}},
 	}}
-	return s.applyNeighborPolicy(ctx, keepNHPolicy, want, stmts, &s.keepNH)
+	return s.applyNeighborPolicy(ctx, keepNHPolicy, want, exportDir, stmts, &s.keepNH)
 }
 
-// applyNeighborPolicy keeps a global export policy named name whose
+const (
+	importDir = api.PolicyDirection_POLICY_DIRECTION_IMPORT
+	exportDir = api.PolicyDirection_POLICY_DIRECTION_EXPORT
+)
+
+// applyNeighborPolicy keeps a global policy (dir: import or export) named name whose
 // statements apply to the peers in want (address/32, sorted): the policy
 // and its neighbor set exist only while want is not empty, and *cur
 // remembers what was installed. GoBGP only has global policies for
 // ordinary peers, so each statement is limited by the neighbor set.
-func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []string, stmts []*api.Statement, cur *[]string) error {
+func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []string, dir api.PolicyDirection, stmts []*api.Statement, cur *[]string) error {
 	if slices.Equal(want, *cur) {
 		return nil
 	}
 	if len(want) == 0 {
 		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
-			Assignment: &api.PolicyAssignment{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
+			Assignment: &api.PolicyAssignment{Name: "global", Direction: dir,
 				Policies: []*api.Policy{{Name: name}}}})
 		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
 		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
@@ -273,11 +281,28 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		*cur = nil
 		return nil
 	}
-	set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: want}
-	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-		return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
-	}
-	if *cur == nil {
+	if *cur != nil {
+		// Change the set in place: GoBGP's statements hold the set they
+		// were made with, so replacing it would not reach them. Add
+		// before removing, as an empty neighbor set matches every peer.
+		added, removed := setDiff(want, *cur), setDiff(*cur, want)
+		if len(added) > 0 {
+			set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: added}
+			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set}); err != nil {
+				return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
+			}
+		}
+		if len(removed) > 0 {
+			set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: removed}
+			if err := s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: set}); err != nil {
+				return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
+			}
+		}
+	} else {
+		set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: want}
+		if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+			return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
+		}
 		for _, st := range stmts {
 			if st.Conditions == nil {
 				st.Conditions = &api.Conditions{}
@@ -288,16 +313,27 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 			return fmt.Errorf("bgp: %s policy: %w", name, err)
 		}
 		err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
+			Name: "global", Direction: dir,
 			Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
 		}})
 		if err != nil {
 			return fmt.Errorf("bgp: %s policy assignment: %w", name, err)
 		}
-		s.exportAdded = true
+		s.ownPolicyAdded = true
 	}
 	*cur = want
 	return nil
+}
+
+// setDiff returns the elements of a that are not in b.
+func setDiff(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {

@@ -50,14 +50,15 @@ type Speaker struct {
 	applied   map[netip.Addr]Peer
 	paths     map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
 	pathComms map[netip.Prefix]string    // prefix -> communities it was sent with
-	// BGPFilter policies installed (filter.go); exportAdded says routed's
-	// own export policies were added after them (they must come first).
+	// BGPFilter policies installed (filter.go); ownPolicyAdded says
+	// routed's own policies were added after them (they must come first).
 	filterKey      string
 	filterPolicies []string
 	filterSets     []*api.DefinedSet
-	exportAdded    bool
+	ownPolicyAdded bool
 	keepNH         []string
 	ownOnly        []string // eBGP peers limited to our own routes
+	emptyPath      []string // eBGP peers whose empty AS paths are dropped
 	restartUntil   time.Time
 	runStart       time.Time
 

@@ -351,3 +351,46 @@ func TestBindRouterID(t *testing.T) {
 		t.Fatal("BGP answered on another local address with bindMode NodeIP")
 	}
 }
+
+// TestOwnRoutesOnlyForPeerAddedLater: an eBGP peer configured after the
+// first one is limited to the node's own routes too. GoBGP's policies
+// keep the neighbor set they were made with, so a replaced set never
+// reached them and the second peer got every learned route.
+func TestOwnRoutesOnlyForPeerAddedLater(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	c, d := l.speaker(3, 65000), l.speaker(4, 65001)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	toC, toD := meshPeer(l, b, c, 65000), meshPeer(l, b, d, 65001)
+	toC.Type, toD.Type = PeerTypeGlobal, PeerTypeGlobal
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC})
+	c.sp.SetPeers([]Peer{meshPeer(l, c, b, 64512)})
+	d.sp.SetPeers([]Peer{meshPeer(l, d, b, 64512)})
+	block := netip.MustParsePrefix("10.65.1.0/26")
+	own := netip.MustParsePrefix("10.65.2.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityConfirmed}, false)
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: own, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(block, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("own block to the first eBGP peer: %v", err)
+	}
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toC, toD})
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("own block to the second eBGP peer: %v", err)
+	}
+	// A block b claims now is sent after anything b sent d before: once
+	// d has it, a learned block sent to d would have arrived too.
+	later := netip.MustParsePrefix("10.65.3.0/26")
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: later, State: AffinityConfirmed}, false)
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, b.addr)); err != nil {
+		t.Fatalf("later own block to the second eBGP peer: %v", err)
+	}
+	for _, n := range []*testNode{c, d} {
+		if _, ok := n.sink.Routes()[block]; ok {
+			t.Errorf("eBGP peer %s got a block b only learned (next hop self)", n.addr)
+		}
+	}
+}

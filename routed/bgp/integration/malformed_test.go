@@ -1,0 +1,273 @@
+package integration
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// TestMalformedUpdatesFromAPeer sends the malformed messages of the
+// advisories that made GoBGP v3 panic (GHSA-7235-89m6-f4px,
+// GHSA-p3w2-64xm-833j, GHSA-4p9m-8gc4-rw2h, GHSA-8rxh-r2p6-7f2q,
+// GHSA-frrj-87jh-2772) from established eBGP peers (a hand-written
+// speaker, one lab host per message) to a real routed node that also
+// peers with BIRD 2 as its top-of-rack router. The node process must
+// stay up, and its session with BIRD must never go down: checked on both
+// sides (routed's and BIRD's "since"), and BIRD's route stays in place.
+func TestMalformedUpdatesFromAPeer(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream {
+	ipv4;
+	route 192.168.102.0/24 blackhole;
+}
+filter to_nodes { if net = 192.168.102.0/24 then accept; reject; }
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 64512;
+	ipv4 { import all; export filter to_nodes; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+
+	origin := attr(0x40, 1, []byte{0})
+	const rogueAS = 4200000001
+	path := attr(0x40, 2, asPath4(rogueAS))
+	cases := []struct {
+		name  string
+		attrs func(nh []byte) [][]byte
+	}{
+		{"unknown well-known attribute", func(nh []byte) [][]byte {
+			return [][]byte{origin, path, attr(0x40, 3, nh), attr(0x40, 0x63, []byte{1})}
+		}},
+		{"NEXT_HOP of 3 bytes", func(nh []byte) [][]byte { return [][]byte{origin, path, attr(0x40, 3, nh[:3])} }},
+		{"NEXT_HOP missing", func([]byte) [][]byte { return [][]byte{origin, path} }},
+		{"AS_PATH and AS4_PATH", func(nh []byte) [][]byte {
+			return [][]byte{origin, path, attr(0x40, 3, nh), attr(0xc0, 17, asPath4(rogueAS, 65001))}
+		}},
+		{"zero-length AS_PATH from eBGP", func(nh []byte) [][]byte { return [][]byte{origin, attr(0x40, 2, nil), attr(0x40, 3, nh)} }},
+		{"AS_PATH segment longer than the attribute", func(nh []byte) [][]byte {
+			return [][]byte{origin, attr(0x40, 2, []byte{2, 9, 0, 0, 0, 1}), attr(0x40, 3, nh)}
+		}},
+		{"attribute length past the message", func(nh []byte) [][]byte { return [][]byte{origin, path, attr(0x40, 3, nh), {0x40, 5, 200, 0}} }},
+	}
+	// One rogue host per case: a peer that got a NOTIFICATION must wait
+	// out GoBGP's idle hold time before it may connect again.
+	rogues := make([]*bgptest.Host, len(cases))
+	for i := range cases {
+		rogues[i] = c.lab.AddHost(fmt.Sprintf("rogue%d", i), 50+i)
+		c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: fmt.Sprintf("rogue%d", i)},
+			Spec: api.BGPPeerSpec{PeerIP: rogues[i].Addr.String(), ASNumber: rogueAS}})
+	}
+
+	a.waitRoutes("route from BIRD", 30*time.Second, has("192.168.102.0/24", tor.Addr.String()))
+	before := a.waitPeers("BIRD session up", 10*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, tor.Addr)
+		return ok && p.Established()
+	})
+	good, _ := findPeer(before, tor.Addr)
+	birdSince := birdSessionSince(t, bird)
+
+	for i, tc := range cases {
+		r := rogues[i]
+		rp := dialRaw(t, r, a.host.Addr, rogueAS)
+		bad := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(8 * i)}), 29)
+		marker := netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(8 * i)}), 29)
+		rp.send(t, update(bad, tc.attrs(r.Addr.AsSlice())...))
+		rp.send(t, update(marker, origin, path, attr(0x40, 3, r.Addr.AsSlice())))
+		// The node either ends the session (NOTIFICATION, close) or keeps
+		// it and takes the next, valid UPDATE: wait for either.
+		closed := make(chan struct{})
+		go func() {
+			for rp.read() != 0 {
+			}
+			close(closed)
+		}()
+		outcome := ""
+		deadline := time.Now().Add(20 * time.Second)
+		for outcome == "" {
+			select {
+			case <-closed:
+				outcome = "session closed"
+			case <-a.done:
+				t.Fatalf("%s: the routed node exited:\n%s", tc.name, a.out.String())
+			case <-time.After(100 * time.Millisecond):
+				if a.sink().Routes[marker.String()] == r.Addr.String() {
+					outcome = "session kept, malformed route dropped or repaired"
+				} else if time.Now().After(deadline) {
+					t.Fatalf("%s: the node neither closed the session nor took the next UPDATE", tc.name)
+				}
+			}
+		}
+		rp.c.Close()
+		if _, learned := a.sink().Routes[bad.String()]; learned && tc.name != "unknown well-known attribute" && tc.name != "AS_PATH and AS4_PATH" {
+			t.Errorf("%s: the malformed route %s reached the node's routes", tc.name, bad)
+		}
+		t.Logf("%s: %s", tc.name, outcome)
+	}
+
+	select {
+	case <-a.done:
+		t.Fatalf("the routed node exited:\n%s", a.out.String())
+	default:
+	}
+	after := a.waitPeers("BIRD session still up", 10*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, tor.Addr)
+		return ok && p.Established()
+	})
+	if now, _ := findPeer(after, tor.Addr); !now.Since.Equal(good.Since) {
+		t.Errorf("routed's session with BIRD went down while peers sent malformed messages (up since %s, now since %s)", good.Since, now.Since)
+	}
+	if now := birdSessionSince(t, bird); now != birdSince {
+		t.Errorf("BIRD's session with the node went down meanwhile (since %q, now %q)", birdSince, now)
+	}
+	a.waitRoutes("route from BIRD kept", 5*time.Second, has("192.168.102.0/24", tor.Addr.String()))
+}
+
+var birdEstablished = regexp.MustCompile(`(?m)^node_a\s+BGP\s+\S+\s+up\s+(.+?)\s+Established`)
+
+// birdSessionSince returns when BIRD's session with node a last came up,
+// waiting until it is Established.
+func birdSessionSince(t *testing.T, bird *bgptest.Bird) string {
+	t.Helper()
+	out := bird.WaitCtl(t, "show protocols node_a", 30*time.Second, birdEstablished.MatchString)
+	return birdEstablished.FindStringSubmatch(out)[1]
+}
+
+// rawPeer is a minimal BGP speaker written for this test: it opens a
+// session and sends whatever bytes the test crafts.
+type rawPeer struct {
+	c net.Conn
+}
+
+func bgpMsg(typ byte, body []byte) []byte {
+	m := make([]byte, 19, 19+len(body))
+	for i := 0; i < 16; i++ {
+		m[i] = 0xff
+	}
+	binary.BigEndian.PutUint16(m[16:], uint16(19+len(body)))
+	m[18] = typ
+	return append(m, body...)
+}
+
+// dialRaw connects from host h to the node at remote:179 and completes
+// the OPEN/KEEPALIVE exchange (IPv4 unicast, 4-byte AS numbers). The
+// node may not know the peer yet, or still hold it idle: keep trying.
+func dialRaw(t *testing.T, h *bgptest.Host, remote netip.Addr, asn uint32) *rawPeer {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var p *rawPeer
+		err := h.Do(func() error {
+			var err error
+			p, err = tryRaw(h.Addr, remote, asn)
+			return err
+		})
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raw peer %s: no session within 60 s: %v", h.Addr, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func tryRaw(local, remote netip.Addr, asn uint32) (*rawPeer, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", netip.AddrPortFrom(remote, 179).String())
+	if err != nil {
+		return nil, err
+	}
+	p := &rawPeer{c: c}
+	caps := []byte{
+		1, 4, 0, 1, 0, 1, // multiprotocol IPv4 unicast
+		65, 4, 0, 0, 0, 0, // 4-byte AS
+	}
+	binary.BigEndian.PutUint32(caps[8:], asn)
+	open := []byte{4, 0, 0, 0, 90}
+	binary.BigEndian.PutUint16(open[1:], 23456) // AS_TRANS; the real AS is in the capability
+	open = append(open, local.AsSlice()...)
+	open = append(open, byte(2+len(caps)), 2, byte(len(caps)))
+	open = append(open, caps...)
+	if _, err := c.Write(bgpMsg(1, open)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if typ := p.read(); typ != 1 {
+		c.Close()
+		return nil, fmt.Errorf("want OPEN, got message type %d", typ)
+	}
+	if _, err := c.Write(bgpMsg(4, nil)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *rawPeer) send(t *testing.T, b []byte) {
+	t.Helper()
+	if _, err := p.c.Write(b); err != nil {
+		t.Fatalf("raw peer: write: %v", err)
+	}
+}
+
+// read returns the next message's type (0 when the connection closed).
+func (p *rawPeer) read() byte {
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	h := make([]byte, 19)
+	if _, err := io.ReadFull(p.c, h); err != nil {
+		return 0
+	}
+	body := make([]byte, int(binary.BigEndian.Uint16(h[16:]))-19)
+	if _, err := io.ReadFull(p.c, body); err != nil {
+		return 0
+	}
+	return h[18]
+}
+
+// attr encodes one path attribute.
+func attr(flags, typ byte, val []byte) []byte {
+	if len(val) > 255 {
+		panic("attribute too long for this test")
+	}
+	return append([]byte{flags, typ, byte(len(val))}, val...)
+}
+
+func asPath4(asns ...uint32) []byte {
+	if len(asns) == 0 {
+		return nil
+	}
+	b := []byte{2, byte(len(asns))} // AS_SEQUENCE
+	for _, a := range asns {
+		b = binary.BigEndian.AppendUint32(b, a)
+	}
+	return b
+}
+
+// update builds an UPDATE announcing nlri with attrs.
+func update(nlri netip.Prefix, attrs ...[]byte) []byte {
+	var pa []byte
+	for _, a := range attrs {
+		pa = append(pa, a...)
+	}
+	body := []byte{0, 0}
+	body = binary.BigEndian.AppendUint16(body, uint16(len(pa)))
+	body = append(body, pa...)
+	body = append(body, byte(nlri.Bits()))
+	return bgpMsg(2, append(body, nlri.Addr().AsSlice()[:(nlri.Bits()+7)/8]...))
+}
