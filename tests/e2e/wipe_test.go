@@ -34,7 +34,8 @@ func waitProbe(t *testing.T, l *lab.Lab, what string, want func(code int, body s
 // by an empty one: every pod route was removed within ~7 s, /readiness
 // stayed 200, ipam check found nothing) and checks the fix: nodes hold
 // their routes, readiness says why, ipam check reports it; once the
-// datastore is restored they resume.
+// datastore is restored they resume, also a node whose routed was
+// restarted while the datastore was empty.
 func TestDatastoreWipeKeepsTheDataplane(t *testing.T) {
 	l := startLab(t)
 	ctx := context.Background()
@@ -75,6 +76,15 @@ func TestDatastoreWipeKeepsTheDataplane(t *testing.T) {
 			return code == 503 && strings.Contains(body, "no cluster identity")
 		})
 		t.Logf("every node's readiness said why within %s of the wipe", time.Since(start).Round(time.Millisecond))
+		// A routed restarted meanwhile starts on the empty datastore: it
+		// must come up holding, not tear down or re-create anything.
+		l.StopNode(n[2].Name, false)
+		if err := l.StartNode(ctx, n[2].Name); err != nil {
+			t.Fatal(err)
+		}
+		waitProbe(t, l, "after restarting "+n[2].Name+"'s routed on the wiped datastore", func(code int, body string) bool {
+			return code == 503 && strings.Contains(body, "no cluster identity")
+		})
 		// Hold for a while with pings flowing: nothing may be torn down.
 		time.Sleep(8 * time.Second)
 		frozenFor = time.Since(start)
@@ -102,6 +112,10 @@ func TestDatastoreWipeKeepsTheDataplane(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitProbe(t, l, "after the restore", func(code int, body string) bool { return code == 200 })
+	// The node restarted during the wipe has its BGP sessions back.
+	if err := l.WaitNodeReady(ctx, n[2].Name, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	reach(t, l, p3, p1.IP)
 	reach(t, l, p1, p4.IP)
 }
