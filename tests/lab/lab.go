@@ -51,8 +51,14 @@ func Cleanup(ctx context.Context, prefix, dir string) {
 		}
 		_ = os.Remove(filepath.Join(dir, "pids"))
 	}
-	// A lab starts from an empty datastore every time.
+	// A lab is a new cluster every time: an empty datastore, and nodes
+	// that remember no earlier cluster (a node that does holds its
+	// dataplane and BGP rather than join another cluster's datastore).
 	_ = os.RemoveAll(filepath.Join(dir, "etcd"))
+	states, _ := filepath.Glob(filepath.Join(dir, "*", "state"))
+	for _, s := range states {
+		_ = os.RemoveAll(s)
+	}
 	out, _ := run(ctx, "ip", "netns", "list")
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
