@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/routed/cnitoken"
 )
 
 // Roles routed can run in.
@@ -47,6 +48,19 @@ type Config struct {
 	IPAMGCGrace   time.Duration
 	SecretsDir    string
 	ShutdownGrace time.Duration
+
+	CNIToken CNITokenConfig
+}
+
+// CNITokenConfig is the CNI plugin's kubeconfig routed keeps supplied
+// with a short-lived token (routed/cnitoken). Off when Kubeconfig is
+// empty.
+type CNITokenConfig struct {
+	Kubeconfig     string // the host's /etc/cni/net.d/routed-kubeconfig as mounted
+	ServiceAccount string
+	Namespace      string // "" : routed's own (the pod's namespace)
+	Validity       time.Duration
+	RefreshBefore  time.Duration
 }
 
 // DefaultPool is the pool created at start when no pool exists.
@@ -117,6 +131,11 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IPAMGCGrace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be before GC frees it")
 	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>) (env ROUTED_BGP_SECRETS_DIR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
+	fs.StringVar(&c.CNIToken.Kubeconfig, "cni-kubeconfig", env("", "ROUTED_CNI_KUBECONFIG"), "write the CNI plugin's kubeconfig here with a TokenRequest token and keep it refreshed (empty: off) (env ROUTED_CNI_KUBECONFIG)")
+	fs.StringVar(&c.CNIToken.ServiceAccount, "cni-service-account", env(cnitoken.DefaultServiceAccount, "ROUTED_CNI_SERVICE_ACCOUNT"), "the CNI plugin's ServiceAccount (env ROUTED_CNI_SERVICE_ACCOUNT)")
+	fs.StringVar(&c.CNIToken.Namespace, "cni-service-account-namespace", env("", "ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE"), "its namespace (empty: routed's own) (env ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)")
+	fs.DurationVar(&c.CNIToken.Validity, "cni-token-validity", cnitoken.DefaultValidity, "lifetime of the CNI plugin's token (at least 10m)")
+	fs.DurationVar(&c.CNIToken.RefreshBefore, "cni-token-refresh-before", cnitoken.DefaultRefreshBefore, "request a new CNI token once less than this is left of the current one")
 }
 
 // Validate checks the configuration before anything starts.

@@ -42,6 +42,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := log.WithFields(logrus.Fields{"node": cfg.NodeName, "role": cfg.Role})
 
+	// The CNI plugin's kubeconfig does not depend on etcd: it is written
+	// first, before the datastore retries below can hold the start up.
+	if cfg.Role == RoleNode && cfg.CNIToken.Kubeconfig != "" {
+		stop, err := startCNIToken(ctx, cfg.CNIToken)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	if cfg.EmbeddedEtcdDir != "" {
 		srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: cfg.EmbeddedEtcdDir, ClientAddr: cfg.EmbeddedEtcdAddr})
 		if err != nil {

@@ -1,0 +1,272 @@
+// Package cnitoken keeps the CNI plugin's kubeconfig on the host
+// supplied with a short-lived token, as calico-node does for Calico's
+// plugin. The plugin runs on the host (kubelet execs it), so it has no
+// pod and no projected token of its own; routed, on the same node, asks
+// the TokenRequest API for a token of the plugin's ServiceAccount
+// (routed-cni-plugin: get pods and namespaces only), writes the
+// kubeconfig atomically with mode 0600, and asks again well before the
+// token expires. RBAC lets routed-node create tokens for that one
+// ServiceAccount and no other.
+//
+// The token is not bound to routed's pod: it must keep working while
+// routed restarts. It expires after Validity (24 h by default) unless
+// refreshed, so a node whose routed stays down longer than that stops
+// wiring pods that need the API server, rather than holding a credential
+// forever.
+package cnitoken
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/routed-net/routed/internal/atomicfile"
+)
+
+// Defaults, Calico's: a day's token refreshed after a quarter of its
+// life, so a node rides out an API server outage of 18 hours.
+const (
+	DefaultServiceAccount = "routed-cni-plugin"
+	DefaultValidity       = 24 * time.Hour
+	DefaultRefreshBefore  = 18 * time.Hour
+	// MinValidity is the shortest token the API server issues.
+	MinValidity = 10 * time.Minute
+)
+
+// Errors.
+var (
+	// ErrConfig: the refresher cannot start as configured.
+	ErrConfig = errors.New("cnitoken: configuration")
+	// ErrRequest: the API server did not issue a token.
+	ErrRequest = errors.New("cnitoken: token request failed")
+)
+
+// Config says whose token to request and where to write it.
+type Config struct {
+	// Client is routed's own access to the API server (routed-node's
+	// ServiceAccount); only its ServiceAccounts(namespace).CreateToken
+	// is used.
+	Client corev1client.ServiceAccountsGetter
+	// Namespace and ServiceAccount name the plugin's account.
+	Namespace, ServiceAccount string
+	// Path is the kubeconfig file as routed sees it (the host's
+	// /etc/cni/net.d/routed-kubeconfig, mounted).
+	Path string
+	// Server is the API server URL the plugin uses; CAFile (re-read on
+	// every write, the cluster CA can rotate) or CAData its CA.
+	Server string
+	CAFile string
+	CAData []byte
+	// Validity is the lifetime asked for (at least MinValidity).
+	Validity time.Duration
+	// RefreshBefore: a new token is requested once less than this is
+	// left of the current one's life. Must be below Validity.
+	RefreshBefore time.Duration
+	// MinRetry and MaxRetry bound the backoff after a failed request.
+	MinRetry, MaxRetry time.Duration
+	// Log receives one line per write and per failure.
+	Log logrus.FieldLogger
+	// Written, when set, is called after each kubeconfig write.
+	Written func(Token)
+}
+
+// Token is an issued token and when it expires.
+type Token struct {
+	Value   string
+	Expires time.Time
+}
+
+// InCluster returns a Config for routed running in a pod: its own
+// identity from the pod's projected service account token, the API
+// server and CA the plugin is given from the same place (the service
+// address, KUBERNETES_SERVICE_HOST/PORT, which a hostNetwork pod and the
+// host share).
+func InCluster(path, namespace, serviceAccount string) (Config, error) {
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: no in-cluster Kubernetes API access (%v): routed-node needs its service account token mounted at %s, or unset ROUTED_CNI_KUBECONFIG", ErrConfig, err, "/var/run/secrets/kubernetes.io/serviceaccount")
+	}
+	rc.UserAgent = "routed-node"
+	client, err := corev1client.NewForConfig(rc)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if namespace == "" {
+		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: namespace of the CNI plugin's ServiceAccount: %v (set ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)", ErrConfig, err)
+		}
+		namespace = string(b)
+	}
+	return Config{Client: client, Namespace: namespace, ServiceAccount: serviceAccount,
+		Path: path, Server: rc.Host, CAFile: rc.TLSClientConfig.CAFile}, nil
+}
+
+// Validate fills in the defaults and checks the configuration.
+func (c *Config) Validate() error {
+	if c.ServiceAccount == "" {
+		c.ServiceAccount = DefaultServiceAccount
+	}
+	if c.Validity == 0 {
+		c.Validity = DefaultValidity
+	}
+	if c.RefreshBefore == 0 {
+		c.RefreshBefore = DefaultRefreshBefore
+	}
+	if c.MinRetry == 0 {
+		c.MinRetry = time.Second
+	}
+	if c.MaxRetry == 0 {
+		c.MaxRetry = time.Minute
+	}
+	if c.Log == nil {
+		c.Log = logrus.WithField("component", "cnitoken")
+	}
+	switch {
+	case c.Client == nil || c.Path == "" || c.Server == "" || c.Namespace == "":
+		return fmt.Errorf("%w: client, path, server and namespace are required", ErrConfig)
+	case c.Validity < MinValidity:
+		return fmt.Errorf("%w: token validity %s is below the API server's minimum %s", ErrConfig, c.Validity, MinValidity)
+	case c.RefreshBefore >= c.Validity:
+		return fmt.Errorf("%w: refresh-before %s must be shorter than the validity %s", ErrConfig, c.RefreshBefore, c.Validity)
+	}
+	return nil
+}
+
+// Request asks the API server for a token of the plugin's account. It
+// has no audience (the API server's own) and is bound to no object.
+func (c *Config) Request(ctx context.Context) (Token, error) {
+	secs := int64(c.Validity / time.Second)
+	tr, err := c.Client.ServiceAccounts(c.Namespace).CreateToken(ctx, c.ServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}},
+		metav1.CreateOptions{})
+	sa := c.Namespace + "/" + c.ServiceAccount
+	switch {
+	case apierrors.IsForbidden(err):
+		return Token{}, fmt.Errorf("%w: routed-node may not create tokens for ServiceAccount %s: %v (the Role routed-node-cni-token of deploy/routed.yaml grants create on serviceaccounts/token for it)", ErrRequest, sa, err)
+	case apierrors.IsNotFound(err):
+		return Token{}, fmt.Errorf("%w: ServiceAccount %s does not exist: %v (apply deploy/routed.yaml)", ErrRequest, sa, err)
+	case err != nil:
+		return Token{}, fmt.Errorf("%w: token for ServiceAccount %s: %v", ErrRequest, sa, err)
+	case tr.Status.Token == "" || tr.Status.ExpirationTimestamp.IsZero():
+		return Token{}, fmt.Errorf("%w: the API server answered the token request for %s without a token or expiry", ErrRequest, sa)
+	}
+	return Token{Value: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp.Time}, nil
+}
+
+// Write replaces the kubeconfig with one holding tok.
+func (c *Config) Write(tok Token) error {
+	ca := c.CAData
+	if c.CAFile != "" {
+		b, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return fmt.Errorf("%w: read the cluster CA: %v", ErrConfig, err)
+		}
+		ca = b
+	}
+	if err := atomicfile.Write(c.Path, Kubeconfig(c.Server, ca, tok.Value), 0o600); err != nil {
+		return fmt.Errorf("write the CNI kubeconfig %s: %w (mount the host's /etc/cni/net.d read-write)", c.Path, err)
+	}
+	return nil
+}
+
+// Kubeconfig is the file the plugin reads: one cluster, one user with a
+// bearer token.
+func Kubeconfig(server string, caPEM []byte, token string) []byte {
+	return []byte(fmt.Sprintf(`# Written by routed on this node, which refreshes the token before it
+# expires; kubelet's CNI plugin routed-cni reads it.
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: routed-cni-plugin
+  user:
+    token: %q
+contexts:
+- name: routed-cni
+  context:
+    cluster: local
+    user: routed-cni-plugin
+current-context: routed-cni
+`, server, base64.StdEncoding.EncodeToString(caPEM), token))
+}
+
+// Run writes the kubeconfig and keeps its token fresh until ctx ends: a
+// new token once less than RefreshBefore is left (refreshIn), and after a failure
+// a retry with exponential backoff between MinRetry and MaxRetry. The
+// old file stays in place while requests fail; its token works until it
+// expires. Run returns nil when ctx ends, an error only for a bad Config.
+func Run(ctx context.Context, c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log := c.Log.WithFields(logrus.Fields{"serviceAccount": c.Namespace + "/" + c.ServiceAccount, "path": c.Path})
+	backoff := c.MinRetry
+	var last Token
+	for {
+		tok, err := c.Request(ctx)
+		if err == nil {
+			err = c.Write(tok)
+		}
+		var wait time.Duration
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			f := logrus.Fields{"retryIn": backoff}
+			if !last.Expires.IsZero() {
+				f["currentTokenExpires"] = last.Expires
+			}
+			log.WithError(err).WithFields(f).Error("could not refresh the CNI plugin's token")
+			wait = backoff
+			backoff = min(2*backoff, c.MaxRetry)
+		} else {
+			last, backoff = tok, c.MinRetry
+			wait = refreshIn(time.Now(), tok.Expires, c.RefreshBefore, c.MinRetry)
+			log.WithFields(logrus.Fields{"expires": tok.Expires.UTC().Format(time.RFC3339), "refreshIn": wait.Round(time.Second)}).
+				Info("wrote the CNI kubeconfig with a new token")
+			if c.Written != nil {
+				c.Written(tok)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refreshIn is how long to wait before replacing a token that expires
+// at exp: until refreshBefore is left, plus up to 10% jitter (the nodes
+// of a cluster spread their requests). A server that issued a shorter
+// token than refreshBefore (a capped maximum) is asked again after a
+// quarter of what it gave, not in a loop; never sooner than floor.
+func refreshIn(now, exp time.Time, refreshBefore, floor time.Duration) time.Duration {
+	left := exp.Sub(now)
+	d := left - refreshBefore
+	if d <= 0 {
+		d = left / 4
+	}
+	if d > 0 {
+		d += rand.N(d/10 + 1)
+	}
+	return max(d, floor)
+}
