@@ -10,12 +10,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/routed-net/routed/pkg/datastore"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/routed-net/routed/internal/atomicfile"
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // Config is what the installer does; FromEnv fills it from the
@@ -41,8 +43,14 @@ type Config struct {
 	// EtcdKeyFile, EtcdCertFile and EtcdCACertFile are the TLS files as
 	// mounted in the container; they are copied into the net dir.
 	EtcdKeyFile, EtcdCertFile, EtcdCACertFile string
-	// Kubernetes API access for the kubeconfig.
-	KubeHost, KubePort, ServiceAccountDir string
+	// KubeHost and KubePort are the API server as the pod sees it
+	// (KUBERNETES_SERVICE_HOST/PORT): set means in a cluster, and the
+	// plugin is pointed at the kubeconfig routed writes.
+	KubeHost, KubePort string
+	// ServiceAccountDir may hold a token for the __SERVICEACCOUNT_TOKEN__
+	// placeholder of a custom template (Calico's); the shipped template
+	// does not use it and the DaemonSet mounts none.
+	ServiceAccountDir string
 }
 
 // Names of the files written into the net dir.
@@ -193,7 +201,7 @@ func (c *Config) Run(out *os.File) error {
 		mode = 0o600 // carries a credential
 	}
 	dst := filepath.Join(c.NetDir, c.ConfName)
-	if err := writeAtomic(dst, []byte(conf), mode); err != nil {
+	if err := atomicfile.Write(dst, []byte(conf), mode); err != nil {
 		return fmt.Errorf("write network configuration: %w (CNI_NET_DIR must be the host's CNI config directory, mounted read-write)", err)
 	}
 	say("wrote %s", dst)
@@ -259,8 +267,8 @@ func verifyPlugin(path string) error {
 	return nil
 }
 
-// placeholders computes the template values, writing the kubeconfig and
-// the etcd TLS copies they refer to.
+// placeholders computes the template values, writing the etcd TLS
+// copies they refer to.
 func (c *Config) placeholders(say func(string, ...any)) (map[string]string, error) {
 	r := map[string]string{
 		"__ETCD_ENDPOINTS__":          c.EtcdEndpoints,
@@ -304,16 +312,11 @@ func (c *Config) placeholders(say func(string, ...any)) (map[string]string, erro
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("read service account token: %w", err)
 	}
-	if c.KubeHost != "" && err == nil {
-		kc, err := c.kubeconfig(strings.TrimSpace(string(token)))
-		if err != nil {
-			return nil, err
-		}
-		if err := writeAtomic(filepath.Join(c.NetDir, KubeconfigName), kc, 0o600); err != nil {
-			return nil, fmt.Errorf("write kubeconfig: %w", err)
-		}
+	if c.KubeHost != "" {
+		// routed on the node writes this file with a short-lived token
+		// of the routed-cni-plugin ServiceAccount and refreshes it
+		// (routed/cnitoken); install only points the plugin at it.
 		r["__KUBECONFIG_FILEPATH__"] = filepath.Join(c.HostNetDir, KubeconfigName)
-		say("wrote %s", filepath.Join(c.NetDir, KubeconfigName))
 	}
 	return r, nil
 }

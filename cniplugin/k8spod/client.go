@@ -115,7 +115,7 @@ func statusError(code int, body []byte, host, what string) error {
 	}
 	switch {
 	case code == http.StatusUnauthorized:
-		return fmt.Errorf("%w: get %s: API server %s rejected the kubeconfig's credentials (401 %s); the token may be stale: re-run the install-cni init container (restart the routed-node pod)", ErrConfig, what, host, msg)
+		return fmt.Errorf("%w: get %s: API server %s rejected the kubeconfig's credentials (401 %s); the token may have expired: routed-node on this node refreshes it, check that it runs and its log (component cnitoken)", ErrConfig, what, host, msg)
 	case code == http.StatusForbidden:
 		return fmt.Errorf("%w: get %s: forbidden by the API server %s (403 %s); the CNI plugin's ServiceAccount needs get on pods and namespaces (ClusterRole routed-cni-plugin)", ErrConfig, what, host, msg)
 	case code == http.StatusNotFound:

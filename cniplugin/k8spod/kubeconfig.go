@@ -3,6 +3,7 @@ package k8spod
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -73,6 +74,9 @@ type client struct {
 // kubeconfig's own directory, as kubectl does. Errors wrap ErrConfig.
 func loadKubeconfig(path string, timeout time.Duration) (*client, error) {
 	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no kubeconfig %s yet: routed-node writes it when it starts on this node (ROUTED_CNI_KUBECONFIG); check that it runs", ErrConfig, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: read kubeconfig %s: %v", ErrConfig, path, err)
 	}

@@ -1,7 +1,7 @@
 package cnitoken
 
 import (
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"testing"
 	"time"
 )
@@ -30,8 +30,12 @@ func TestRefreshIn(t *testing.T) {
 }
 
 func TestConfigRejects(t *testing.T) {
+	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := func() Config {
-		return Config{Client: fakeGetter{}, Namespace: "kube-system", Path: "/x", Server: "https://a"}
+		return Config{Client: client, Namespace: "kube-system", Path: "/x", Server: "https://a"}
 	}
 	for name, mod := range map[string]func(*Config){
 		"validity below the API server's minimum": func(c *Config) { c.Validity = 5 * time.Minute },
@@ -49,8 +53,3 @@ func TestConfigRejects(t *testing.T) {
 		t.Errorf("defaults: %v %+v", err, c)
 	}
 }
-
-// fakeGetter only satisfies the type; validation never calls it.
-type fakeGetter struct{}
-
-func (fakeGetter) ServiceAccounts(string) corev1client.ServiceAccountInterface { return nil }

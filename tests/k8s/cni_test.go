@@ -9,10 +9,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/routed/cnitoken"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
 
@@ -66,16 +69,22 @@ func TestCNIPodSource(t *testing.T) {
 	k := k8s{t, srv}
 
 	// RBAC and accounts exactly as deploy/routed.yaml has them.
-	if out, stderr, err := kubectl(t, srv, "apply", "--validate=strict", "-f", deployPath("routed.yaml")); err != nil {
-		t.Fatalf("kubectl apply routed.yaml: %v\n%s%s", err, out, stderr)
-	}
-	token, err := srv.ServiceAccountToken(ctx, "kube-system", "routed-cni-plugin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodeToken := applyRouted(t, srv)
 
 	n := newNode(t, srv)
-	n.install(srv, token)
+	n.install()
+	// routed on the node writes the plugin's kubeconfig with a
+	// TokenRequest token (TestCNIToken covers its refresh).
+	var token string
+	kubeconfig := filepath.Join(n.netDir, "routed-kubeconfig")
+	runCNIToken(t, srv, nodeToken, kubeconfig, "https://"+n.apiAddr, cnitoken.DefaultValidity, cnitoken.DefaultRefreshBefore)
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+		var err error
+		if token, _, err = kubeconfigToken(kubeconfig); err != nil {
+			return "routed wrote no kubeconfig: " + err.Error()
+		}
+		return ""
+	})
 	n.createPool("pool-a", "10.244.0.0/16")
 	n.createPool("pool-b", "10.245.0.0/16")
 	conf := n.conflist("")
@@ -93,10 +102,6 @@ func TestCNIPodSource(t *testing.T) {
 	k.expectStatus(token, "/api/v1/pods", http.StatusForbidden)
 	k.expectStatus(token, "/api/v1/namespaces/kube-system/secrets", http.StatusForbidden)
 	k.expectStatus(token, "/api/v1/namespaces/kube-system/secrets/routed-cni-plugin-token", http.StatusForbidden)
-	nodeToken, err := srv.ServiceAccountToken(ctx, "kube-system", "routed-node")
-	if err != nil {
-		t.Fatal(err)
-	}
 	k.expectStatus(nodeToken, "/api/v1/nodes", http.StatusOK)
 	k.expectStatus(nodeToken, "/api/v1/namespaces/"+ns1+"/pods/probe", http.StatusForbidden)
 

@@ -288,7 +288,22 @@ func TestManifestReferences(t *testing.T) {
 	ds := find(t, objs, "DaemonSet", "routed-node")
 	spec := podSpec(ds)
 	if spec["automountServiceAccountToken"] != false {
-		t.Errorf("routed-node: automountServiceAccountToken %v, want false (no container calls the API with the pod's token)", spec["automountServiceAccountToken"])
+		t.Errorf("routed-node: automountServiceAccountToken %v, want false (install-cni makes no API call)", spec["automountServiceAccountToken"])
+	}
+	// Only routed, which requests the CNI plugin's token, holds the
+	// pod's; the plugin's comes from the TokenRequest API, never from a
+	// long-lived token Secret.
+	for _, c := range containers(spec) {
+		for _, m := range list(c["volumeMounts"]) {
+			if str(asMap(m)["name"]) == "routed-node-token" && c["name"] != "routed" {
+				t.Errorf("routed-node: container %s mounts the pod's service account token", c["name"])
+			}
+		}
+	}
+	for _, o := range objs {
+		if o.kind() == "Secret" && str(o["type"]) == "kubernetes.io/service-account-token" {
+			t.Errorf("%s: a never-expiring legacy token Secret; routed requests the CNI plugin's token (TokenRequest)", o.id())
+		}
 	}
 	if spec["hostNetwork"] != true || spec["priorityClassName"] != "system-node-critical" {
 		t.Errorf("routed-node: hostNetwork %v, priorityClassName %v", spec["hostNetwork"], spec["priorityClassName"])
@@ -348,14 +363,24 @@ func TestManifestReferences(t *testing.T) {
 	if !reflect.DeepEqual(cni["rules"], wantRules) {
 		t.Errorf("ClusterRole routed-cni-plugin rules %v, want get on pods and namespaces only", cni["rules"])
 	}
+	// The one write: routed-node creates tokens for routed-cni-plugin
+	// and no other account (TestCNIToken checks it against the server).
+	tokenRule := map[string]any{"apiGroups": []any{""}, "resources": []any{"serviceaccounts/token"},
+		"resourceNames": []any{"routed-cni-plugin"}, "verbs": []any{"create"}}
+	if r := find(t, objs, "Role", "routed-node-cni-token"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{tokenRule}) {
+		t.Errorf("Role routed-node-cni-token in %q, rules %v, want in kube-system %v only", r.namespace(), r["rules"], tokenRule)
+	}
 	for _, o := range objs {
 		if o.kind() != "ClusterRole" && o.kind() != "Role" {
 			continue
 		}
 		for _, r := range list(o["rules"]) {
+			if reflect.DeepEqual(r, tokenRule) {
+				continue
+			}
 			for _, v := range list(asMap(r)["verbs"]) {
 				if v != "get" && v != "list" && v != "watch" {
-					t.Errorf("%s grants %v: routed only reads the API", o.id(), v)
+					t.Errorf("%s grants %v: routed only reads the API, but for the CNI plugin's token", o.id(), v)
 				}
 			}
 			for _, res := range list(asMap(r)["resources"]) {

@@ -82,10 +82,9 @@ func newNode(t *testing.T, srv *kubeapiserver.Server) *node {
 // install runs `routed-cni install` the way the routed-node DaemonSet's
 // init container does: its environment from deploy/routed.yaml, values
 // from routed-config, paths mapped from the container's mounts to this
-// node's directories, and the routed-cni-plugin account's token. Only
-// ETCD_ENDPOINTS (a placeholder in the manifest) and the Kubernetes
+// node's directories. Only ETCD_ENDPOINTS (a placeholder in the manifest) and the Kubernetes
 // service address (which kubelet sets) are the test's.
-func (n *node) install(srv *kubeapiserver.Server, token string) {
+func (n *node) install() {
 	t := n.t
 	t.Helper()
 	objs := readDocs(t, deployPath("routed.yaml"))
@@ -106,16 +105,13 @@ func (n *node) install(srv *kubeapiserver.Server, token string) {
 	for _, b := range []string{"routed-cni", "routed-ipam"} {
 		copyFile(t, testbin.Path(t, b), filepath.Join(src, b))
 	}
-	saDir, secretsDir := t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(saDir, "token"), []byte(token), 0o600)
-	os.WriteFile(filepath.Join(saDir, "ca.crt"), srv.CAPEM, 0o600)
+	secretsDir := t.TempDir()
 	paths := map[string]string{
-		"/host/opt/cni/bin":                  n.binDir,
-		"/host/etc/cni/net.d":                n.netDir,
-		"/etc/routed/etcd-secrets":           secretsDir,
-		"/var/run/secrets/routed-cni-plugin": saDir,
-		"/opt/cni/bin":                       src, // the image's plugins (CNI_SOURCE_DIR)
-		"/etc/cni/net.d":                     n.netDir,
+		"/host/opt/cni/bin":        n.binDir,
+		"/host/etc/cni/net.d":      n.netDir,
+		"/etc/routed/etcd-secrets": secretsDir,
+		"/opt/cni/bin":             src, // the image's plugins (CNI_SOURCE_DIR)
+		"/etc/cni/net.d":           n.netDir,
 	}
 	for _, m := range list(ic["volumeMounts"]) {
 		if _, ok := paths[str(asMap(m)["mountPath"])]; !ok {

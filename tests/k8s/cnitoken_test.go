@@ -1,0 +1,216 @@
+package k8s_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/routed-net/routed/cniplugin/k8spod"
+	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/routed/cnitoken"
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+)
+
+// applyRouted applies deploy/routed.yaml (its accounts and RBAC) and
+// returns a token of the routed-node account, routed's identity.
+func applyRouted(t *testing.T, srv *kubeapiserver.Server) string {
+	t.Helper()
+	if out, stderr, err := kubectl(t, srv, "apply", "--validate=strict", "-f", deployPath("routed.yaml")); err != nil {
+		t.Fatalf("kubectl apply routed.yaml: %v\n%s%s", err, out, stderr)
+	}
+	tok, err := srv.ServiceAccountToken(context.Background(), "kube-system", "routed-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// runCNIToken runs routed's CNI token refresher as routed does on a
+// node: with the routed-node account's identity (nodeToken), writing
+// path with server as the API server the plugin reaches. It stops at
+// the test's end.
+func runCNIToken(t *testing.T, srv *kubeapiserver.Server, nodeToken, path, server string, validity, refreshBefore time.Duration) {
+	t.Helper()
+	cfg := cnitokenConfig(t, srv, nodeToken)
+	cfg.Path, cfg.Server, cfg.CAData = path, server, srv.CAPEM
+	cfg.Validity, cfg.RefreshBefore = validity, refreshBefore
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cnitoken.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("cnitoken.Run: %v", err)
+		}
+	})
+}
+
+// cnitokenConfig is a refresher configuration for the routed-cni-plugin
+// account, acting with nodeToken.
+func cnitokenConfig(t *testing.T, srv *kubeapiserver.Server, nodeToken string) cnitoken.Config {
+	t.Helper()
+	client, err := cnitoken.NewClient(&rest.Config{Host: srv.URL, BearerToken: nodeToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cnitoken.Config{Client: client, Namespace: "kube-system", ServiceAccount: "routed-cni-plugin"}
+}
+
+// claims is what the tests read of a service account token.
+type claims struct {
+	Sub        string `json:"sub"`
+	Iat        int64  `json:"iat"`
+	Exp        int64  `json:"exp"`
+	Kubernetes struct {
+		Pod *struct {
+			Name string `json:"name"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// kubeconfigToken reads the bearer token of a kubeconfig file and
+// decodes its claims (the JWT payload; the API server checks the
+// signature whenever the token is used).
+func kubeconfigToken(path string) (string, claims, error) {
+	var c claims
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", c, err
+	}
+	var kc struct {
+		Users []struct {
+			User struct {
+				Token string `json:"token"`
+			} `json:"user"`
+		} `json:"users"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil || len(kc.Users) != 1 {
+		return "", c, errors.New("not a kubeconfig with one user: " + string(b))
+	}
+	tok := kc.Users[0].User.Token
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return "", c, errors.New("token is not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", c, err
+	}
+	return tok, c, json.Unmarshal(payload, &c)
+}
+
+// TestCNIToken runs routed's CNI token refresher (routed/cnitoken)
+// against the real API server with the RBAC of deploy/routed.yaml: the
+// plugin's kubeconfig appears with a TokenRequest token of
+// routed-cni-plugin that expires, the plugin's own client reads pods
+// with it, routed-node can get tokens for that account only, and the
+// file gets a new token before the old one expires.
+func TestCNIToken(t *testing.T) {
+	srv := cluster(t)
+	ctx := context.Background()
+	k := k8s{t, srv}
+	nodeToken := applyRouted(t, srv)
+
+	// routed-node may create tokens for routed-cni-plugin in kube-system
+	// and for nothing else.
+	req := map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 600}}
+	for path, want := range map[string]int{
+		"/api/v1/namespaces/kube-system/serviceaccounts/routed-cni-plugin/token": http.StatusCreated,
+		"/api/v1/namespaces/kube-system/serviceaccounts/routed-node/token":       http.StatusForbidden,
+		"/api/v1/namespaces/kube-system/serviceaccounts/default/token":           http.StatusForbidden,
+		"/api/v1/namespaces/default/serviceaccounts/routed-cni-plugin/token":     http.StatusForbidden,
+	} {
+		code, body, err := srv.DoAs(ctx, nodeToken, http.MethodPost, path, req)
+		if err != nil || code != want {
+			t.Errorf("routed-node POST %s: %v %d, want %d: %.200s", path, err, code, want, body)
+		}
+	}
+	k.expectStatus(nodeToken, "/api/v1/namespaces/kube-system/secrets", http.StatusForbidden)
+	// The refresher says which grant is missing.
+	other := cnitokenConfig(t, srv, nodeToken)
+	other.ServiceAccount, other.Validity = "routed-node", cnitoken.MinValidity
+	if _, err := other.Request(ctx); !errors.Is(err, cnitoken.ErrRequest) || !strings.Contains(err.Error(), "routed-node-cni-token") {
+		t.Errorf("token for routed-node as routed-node: %v, want ErrRequest naming the Role routed-node-cni-token", err)
+	}
+
+	// The shortest token the API server issues, refreshed once less
+	// than validity-4s is left: a new one about every 4 s.
+	const validity = cnitoken.MinValidity
+	path := filepath.Join(t.TempDir(), "routed-kubeconfig")
+	start := time.Now()
+	runCNIToken(t, srv, nodeToken, path, srv.URL, validity, validity-4*time.Second)
+
+	var (
+		first       string
+		firstClaims claims
+		err         error
+	)
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+		first, firstClaims, err = kubeconfigToken(path)
+		if err != nil {
+			return "no kubeconfig with a token yet: " + err.Error()
+		}
+		return ""
+	})
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig %s: %v %v, want a regular file of mode 0600", path, st.Mode(), err)
+	}
+	c := firstClaims
+	if c.Sub != "system:serviceaccount:kube-system:routed-cni-plugin" {
+		t.Errorf("token subject %q, want the routed-cni-plugin ServiceAccount", c.Sub)
+	}
+	if life := time.Duration(c.Exp-c.Iat) * time.Second; life != validity {
+		t.Errorf("token lifetime (exp-iat) %s, want %s", life, validity)
+	}
+	if exp := time.Unix(c.Exp, 0); exp.Before(start) || exp.After(start.Add(validity+time.Minute)) {
+		t.Errorf("token expires at %s, want about %s after %s", exp, validity, start)
+	}
+	if c.Kubernetes.Pod != nil {
+		t.Errorf("token bound to pod %s: it must outlive routed's pod", c.Kubernetes.Pod.Name)
+	}
+
+	// The plugin's own API client reads pods with it.
+	ns := "cnitoken-" + randHex(3)
+	k.namespace(ns, nil)
+	k.pod(ns, "web", map[string]string{"app": "web"}, nil)
+	pod, err := k8spod.NewSource().Pod(ctx, path, ns, "web")
+	if err != nil || pod.Metadata.Labels["app"] != "web" {
+		t.Fatalf("routed-cni's client with the refreshed kubeconfig: %v %+v", err, pod)
+	}
+
+	// A new token replaces the old one well before the old one expires.
+	var second string
+	var secondClaims claims
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+		second, secondClaims, err = kubeconfigToken(path)
+		if err != nil {
+			return "kubeconfig unreadable while being refreshed: " + err.Error()
+		}
+		if second == first {
+			return "the kubeconfig still holds the first token"
+		}
+		return ""
+	})
+	if now := time.Now(); !now.Before(time.Unix(firstClaims.Exp, 0)) {
+		t.Errorf("refreshed at %s, after the old token expired (%s)", now, time.Unix(firstClaims.Exp, 0))
+	}
+	if secondClaims.Exp <= firstClaims.Exp || secondClaims.Sub != firstClaims.Sub {
+		t.Errorf("new token: exp %d sub %s, old exp %d sub %s", secondClaims.Exp, secondClaims.Sub, firstClaims.Exp, firstClaims.Sub)
+	}
+	t.Logf("first token written %s after start, replaced %s after it was issued", time.Unix(firstClaims.Iat, 0).Sub(start).Round(100*time.Millisecond), time.Unix(secondClaims.Iat, 0).Sub(time.Unix(firstClaims.Iat, 0)))
+	if _, err := k8spod.NewSource().Pod(ctx, path, ns, "web"); err != nil {
+		t.Errorf("routed-cni's client with the new token: %v", err)
+	}
+}
