@@ -7,8 +7,10 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/cnitoken"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+	"github.com/routed-net/routed/tests/testbin"
 )
 
 // applyRouted applies deploy/routed.yaml (its accounts and RBAC) and
@@ -213,4 +216,88 @@ func TestCNIToken(t *testing.T) {
 	if _, err := k8spod.NewSource().Pod(ctx, path, ns, "web"); err != nil {
 		t.Errorf("routed-cni's client with the new token: %v", err)
 	}
+}
+
+// TestRoutedWritesCNIKubeconfig runs the routed binary as the DaemonSet
+// does (ROUTED_CNI_KUBECONFIG, the pod's token, CA and namespace at the
+// in-cluster path, KUBERNETES_SERVICE_HOST/PORT) on a netns node with
+// its own mount namespace, and checks the kubeconfig it writes: the
+// routed-cni-plugin account's token, the service address and the
+// cluster CA.
+func TestRoutedWritesCNIKubeconfig(t *testing.T) {
+	srv := cluster(t)
+	requireRoot(t)
+	nodeToken := applyRouted(t, srv)
+	n := newNode(t, srv)
+
+	// What kubelet projects into the routed container (volume
+	// routed-node-token); mounted in place below, in a tmpfs over /run
+	// that only routed's mount namespace sees.
+	sa := t.TempDir()
+	for name, body := range map[string][]byte{"token": []byte(nodeToken), "ca.crt": srv.CAPEM, "namespace": []byte("kube-system")} {
+		if err := os.WriteFile(filepath.Join(sa, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := t.TempDir()
+	kubeconfig := filepath.Join(n.netDir, "routed-kubeconfig")
+	script := `mount -t tmpfs routed-test /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount &&
+cp "$SA"/token "$SA"/ca.crt "$SA"/namespace /run/secrets/kubernetes.io/serviceaccount/ &&
+exec "$ROUTED" --nodename "$NODE" --ip 10.77.0.1/24 --no-default-ipv4-pool --ipam-gc-interval 0 \
+  --state-dir "$STATE" --status-socket "$STATE/routed.sock" --health-listen "" --metrics-listen ""`
+	cmd := exec.Command("nsenter", "--net="+n.hostNS.Path(), "--", "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script)
+	logf, err := os.Create(filepath.Join(state, "routed.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SA=" + sa, "ROUTED=" + testbin.Path(t, "routed"), "NODE=" + n.name, "STATE=" + state,
+		"ETCD_ENDPOINTS=" + n.etcdEP, "ROUTED_CNI_KUBECONFIG=" + kubeconfig,
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=" + portOf(n.apiAddr)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("routed's log:\n%s", b)
+		}
+	})
+
+	var token string
+	var c claims
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+		select {
+		case err := <-exited:
+			exited <- err
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("routed exited: %v\n%s", err, b)
+		default:
+		}
+		if token, c, err = kubeconfigToken(kubeconfig); err != nil {
+			return "routed wrote no CNI kubeconfig: " + err.Error()
+		}
+		return ""
+	})
+	if c.Sub != "system:serviceaccount:kube-system:routed-cni-plugin" || time.Duration(c.Exp-c.Iat)*time.Second != cnitoken.DefaultValidity {
+		t.Errorf("token of %q valid %ds, want routed-cni-plugin's for %s", c.Sub, c.Exp-c.Iat, cnitoken.DefaultValidity)
+	}
+	b, _ := os.ReadFile(kubeconfig)
+	if want := string(cnitoken.Kubeconfig("https://"+n.apiAddr, srv.CAPEM, token)); string(b) != want {
+		t.Errorf("kubeconfig:\n%s\nwant:\n%s", b, want)
+	}
+	k := k8s{t, srv}
+	k.expectStatus(token, "/api/v1/namespaces/kube-system", http.StatusOK)
+	k.expectStatus(token, "/api/v1/namespaces/kube-system/secrets", http.StatusForbidden)
 }
