@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -300,4 +302,67 @@ exec "$ROUTED" --nodename "$NODE" --ip 10.77.0.1/24 --no-default-ipv4-pool --ipa
 	k := k8s{t, srv}
 	k.expectStatus(token, "/api/v1/namespaces/kube-system", http.StatusOK)
 	k.expectStatus(token, "/api/v1/namespaces/kube-system/secrets", http.StatusForbidden)
+}
+
+// TestCNITokenRetriesUntilGranted: a refresher whose identity may not
+// yet create the token (RBAC not applied, API server refusing) writes
+// nothing, keeps retrying with backoff, and writes the kubeconfig once
+// the grant exists.
+func TestCNITokenRetriesUntilGranted(t *testing.T) {
+	srv := cluster(t)
+	applyRouted(t, srv)
+	k := k8s{t, srv}
+	name := "routed-test-late-" + randHex(3)
+	identity := mustToken(t, k, srv, name)
+
+	cfg := cnitokenConfig(t, srv, identity)
+	cfg.Path, cfg.Server, cfg.CAData = filepath.Join(t.TempDir(), "routed-kubeconfig"), srv.URL, srv.CAPEM
+	cfg.MinRetry, cfg.MaxRetry = 100*time.Millisecond, time.Second
+	failures := make(chan struct{}, 1)
+	hook := &failureHook{ch: failures}
+	cfg.Log = logrus.New().WithField("test", t.Name())
+	cfg.Log.(*logrus.Entry).Logger.AddHook(hook)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cnitoken.Run(ctx, cfg) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// Refused first: the error is logged and nothing is written.
+	select {
+	case <-failures:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failed token request logged without the grant")
+	}
+	if _, err := os.Lstat(cfg.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("kubeconfig written without a token: %v", err)
+	}
+	// Granted: the next retry writes it.
+	k.create("/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings", map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": name},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "routed-node-cni-token"},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}},
+	})
+	t.Cleanup(func() {
+		srv.Do(context.Background(), http.MethodDelete, "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/"+name, nil)
+	})
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+		if _, c, err := kubeconfigToken(cfg.Path); err != nil || c.Sub != "system:serviceaccount:kube-system:routed-cni-plugin" {
+			return fmt.Sprintf("no kubeconfig with routed-cni-plugin's token after the grant: %v %q", err, c.Sub)
+		}
+		return ""
+	})
+}
+
+// failureHook signals each error the refresher logs.
+type failureHook struct{ ch chan struct{} }
+
+func (h *failureHook) Levels() []logrus.Level { return []logrus.Level{logrus.ErrorLevel} }
+
+func (h *failureHook) Fire(*logrus.Entry) error {
+	select {
+	case h.ch <- struct{}{}:
+	default:
+	}
+	return nil
 }
