@@ -78,8 +78,6 @@ type Config struct {
 	MinRetry, MaxRetry time.Duration
 	// Log receives one line per write and per failure.
 	Log logrus.FieldLogger
-	// Written, when set, is called after each kubeconfig write.
-	Written func(Token)
 }
 
 // Token is an issued token and when it expires.
@@ -259,9 +257,6 @@ func Run(ctx context.Context, c Config) error {
 			wait = refreshIn(time.Now(), tok.Expires, c.RefreshBefore, c.MinRetry)
 			log.WithFields(logrus.Fields{"expires": tok.Expires.UTC().Format(time.RFC3339), "refreshIn": wait.Round(time.Second)}).
 				Info("wrote the CNI kubeconfig with a new token")
-			if c.Written != nil {
-				c.Written(tok)
-			}
 		}
 		t := time.NewTimer(wait)
 		select {
