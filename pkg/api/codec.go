@@ -37,6 +37,7 @@ func Decode(data []byte) (*Decoded, error) {
 		if obj == nil {
 			continue // empty document
 		}
+		stringifyMeta(doc, obj)
 		if err := decodeObject(obj, fmt.Sprintf("document %d", i+1), out); err != nil {
 			return nil, err
 		}
@@ -45,6 +46,45 @@ func Decode(data []byte) (*Decoded, error) {
 		return nil, fmt.Errorf("%w: no resources found", ErrDecode)
 	}
 	return out, nil
+}
+
+// metaMaps is what stringifyMeta reads with typed string maps.
+type metaMaps struct {
+	Metadata *struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Items []metaMaps `json:"items"`
+}
+
+// stringifyMeta replaces obj's labels and annotations (and its List
+// items') with doc's read into typed string maps, as calicoctl and
+// kubectl read them: an unquoted scalar (true, yes, 1) is its string
+// form rather than an error. Where the typed read fails (a list as a
+// value), obj is left for decodeObject to report.
+func stringifyMeta(doc []byte, obj map[string]any) {
+	var typed metaMaps
+	if yaml.Unmarshal(doc, &typed) != nil {
+		return
+	}
+	typed.apply(obj)
+}
+
+func (t metaMaps) apply(obj map[string]any) {
+	if meta, ok := obj["metadata"].(map[string]any); ok && t.Metadata != nil {
+		if t.Metadata.Labels != nil {
+			meta["labels"] = t.Metadata.Labels
+		}
+		if t.Metadata.Annotations != nil {
+			meta["annotations"] = t.Metadata.Annotations
+		}
+	}
+	items, _ := obj["items"].([]any)
+	for i, it := range items {
+		if m, ok := it.(map[string]any); ok && i < len(t.Items) {
+			t.Items[i].apply(m)
+		}
+	}
 }
 
 // splitDocuments splits YAML on "---" lines, and a JSON stream into its
