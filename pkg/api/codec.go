@@ -136,15 +136,11 @@ func splitJSON(data []byte) ([][]byte, bool) {
 }
 
 func decodeObject(obj map[string]any, where string, out *Decoded) error {
-	apiVersion, _ := obj["apiVersion"].(string)
-	kind, _ := obj["kind"].(string)
-	if kind == "" {
-		return fmt.Errorf("%w: %s: missing kind", ErrDecode, where)
+	apiVersion, kind, err := header(obj, where)
+	if err != nil {
+		return err
 	}
-	if apiVersion != APIVersion && apiVersion != CalicoAPIVersion {
-		return fmt.Errorf("%w: %s: apiVersion %q not supported (use %s or %s)", ErrDecode, where, apiVersion, APIVersion, CalicoAPIVersion)
-	}
-	if kind == "List" || strings.HasSuffix(kind, "List") {
+	if _, isList := listItems(obj, kind); isList {
 		items, ok := obj["items"].([]any)
 		if !ok && obj["items"] != nil {
 			return fmt.Errorf("%w: %s: items must be a list", ErrDecode, where)
@@ -154,12 +150,7 @@ func decodeObject(obj map[string]any, where string, out *Decoded) error {
 			if !ok {
 				return fmt.Errorf("%w: %s item %d: not an object", ErrDecode, where, j+1)
 			}
-			if _, has := m["apiVersion"]; !has {
-				m["apiVersion"] = apiVersion
-			}
-			if _, has := m["kind"]; !has {
-				m["kind"] = strings.TrimSuffix(kind, "List")
-			}
+			inheritHeader(m, apiVersion, kind)
 			if err := decodeObject(m, fmt.Sprintf("%s item %d", where, j+1), out); err != nil {
 				return err
 			}

@@ -134,12 +134,19 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			case file != "" && len(args) > 0:
 				return usageError("give either -f FILE or KIND NAME, not both")
 			case file != "":
-				rs, err := decodeFile(cmd, g, file)
+				// Only kind and name count, as with calicoctl: a file
+				// holding just those (or a spec that no longer
+				// validates) deletes what it names.
+				data, err := readFile(cmd, file)
 				if err != nil {
 					return err
 				}
+				rs, err := api.DecodeRefs(data)
+				if err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
 				for _, r := range rs {
-					refs = append(refs, ref{r.GetKind(), r.Meta().Name})
+					refs = append(refs, ref{r.Kind, r.Name})
 				}
 			case len(args) >= 2:
 				k, err := api.ParseKind(args[0])
