@@ -53,6 +53,14 @@ func fromCalico(k Kind, obj map[string]any, where string) []string {
 		}
 		delete(md, "resourceVersion") // a Calico revision means nothing here
 		delete(md, "uid")
+		// Kubernetes' bookkeeping on Calico's custom resources.
+		if ann, ok := md["annotations"].(map[string]any); ok {
+			delete(ann, "projectcalico.org/metadata")
+			delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+			if len(ann) == 0 {
+				delete(md, "annotations")
+			}
+		}
 	}
 	return warnings
 }

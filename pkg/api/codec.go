@@ -73,10 +73,10 @@ func stringifyMeta(doc []byte, obj map[string]any) {
 func (t metaMaps) apply(obj map[string]any) {
 	if meta, ok := obj["metadata"].(map[string]any); ok && t.Metadata != nil {
 		if t.Metadata.Labels != nil {
-			meta["labels"] = t.Metadata.Labels
+			meta["labels"] = anyMap(t.Metadata.Labels)
 		}
 		if t.Metadata.Annotations != nil {
-			meta["annotations"] = t.Metadata.Annotations
+			meta["annotations"] = anyMap(t.Metadata.Annotations)
 		}
 	}
 	items, _ := obj["items"].([]any)
@@ -85,6 +85,15 @@ func (t metaMaps) apply(obj map[string]any) {
 			t.Items[i].apply(m)
 		}
 	}
+}
+
+// anyMap gives m the shape generic decoding gives maps.
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // splitDocuments splits YAML on "---" lines, and a JSON stream into its
@@ -162,7 +171,7 @@ func decodeObject(obj map[string]any, where string, out *Decoded) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: kind %q is not a routed resource", ErrUnknownKind, where, kind)
 	}
-	if apiVersion == CalicoAPIVersion {
+	if isCalico(apiVersion) {
 		if k == KindWorkloadEndpoint || k == KindIPAMConfiguration {
 			return fmt.Errorf("%w: %s: %s is only accepted as %s", ErrDecode, where, k, APIVersion)
 		}

@@ -78,8 +78,13 @@ func header(obj map[string]any, where string) (apiVersion, kind string, err erro
 	if kind == "" {
 		return "", "", fmt.Errorf("%w: %s: missing kind", ErrDecode, where)
 	}
-	if apiVersion != APIVersion && apiVersion != CalicoAPIVersion {
-		return "", "", fmt.Errorf("%w: %s: apiVersion %q not supported (use %s or %s)", ErrDecode, where, apiVersion, APIVersion, CalicoAPIVersion)
+	// kubectl prints several objects as a core "v1" List whose items
+	// carry their own apiVersion.
+	if apiVersion == "v1" && kind == "List" {
+		return apiVersion, kind, nil
+	}
+	if apiVersion != APIVersion && !isCalico(apiVersion) {
+		return "", "", fmt.Errorf("%w: %s: apiVersion %q not supported (use %s, %s or %s)", ErrDecode, where, apiVersion, APIVersion, CalicoAPIVersion, CalicoCRDAPIVersion)
 	}
 	return apiVersion, kind, nil
 }

@@ -12,6 +12,16 @@ const APIVersion = "routed.io/v1"
 // Calico shares with routed so operators can bring existing files.
 const CalicoAPIVersion = "projectcalico.org/v3"
 
+// CalicoCRDAPIVersion is the form Calico keeps its resources in as
+// Kubernetes custom resources (what `kubectl get ippools.crd.projectcalico.org
+// -o yaml` prints); read like CalicoAPIVersion.
+const CalicoCRDAPIVersion = "crd.projectcalico.org/v1"
+
+// isCalico reports whether apiVersion is one of Calico's forms.
+func isCalico(apiVersion string) bool {
+	return apiVersion == CalicoAPIVersion || apiVersion == CalicoCRDAPIVersion
+}
+
 // Kind names a resource type, as written in the "kind" field.
 type Kind string
 
