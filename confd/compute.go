@@ -74,7 +74,7 @@ type candidate struct {
 //     spec.nodeSelector, or to every node when both are empty. With
 //     peerIP they peer with that address (node specific or global); with
 //     peerSelector they peer with the selected routed nodes, in both
-//     directions.
+//     directions unless reversePeering is Manual.
 //   - Route reflectors: a node with routeReflectorClusterID treats a
 //     selector peer as its RR client unless the peer is an RR of the same
 //     cluster (those peer as plain iBGP non-clients).
@@ -168,6 +168,7 @@ func Compute(in Input) Desired {
 			c.RestartTime = firstDuration(s.MaxRestartTime)
 			c.AllowOwnAS = uint32(max(s.NumAllowedLocalASNumbers, 0))
 			c.TTLHops = s.TTLSecurity
+			c.LocalASN = uint32(s.LocalASNumber)
 			if len(s.Filters) > 0 {
 				pf, err := peerFilters(s.Filters, in.Filters)
 				if err != nil {
@@ -207,7 +208,7 @@ func Compute(in Input) Desired {
 				continue
 			}
 			forward := appliesTo(me) && sel.Evaluate(n.Metadata.Labels)
-			reverse := appliesTo(n) && sel.Evaluate(me.Metadata.Labels)
+			reverse := s.ReversePeering != api.ReversePeeringManual && appliesTo(n) && sel.Evaluate(me.Metadata.Labels)
 			if !forward && !reverse {
 				continue
 			}

@@ -57,6 +57,9 @@ func brief(ps []PeerSpec) []string {
 		if p.PasswordSource != nil {
 			s += " md5"
 		}
+		if p.LocalASN != 0 {
+			s += fmt.Sprintf(" local-as=%d", p.LocalASN)
+		}
 		if p.KeepOriginalNextHop {
 			s += " keepnh"
 		}
@@ -144,6 +147,33 @@ func TestComputePeers(t *testing.T) {
 			s.PeerSelector = "rack == '2'"
 		})},
 		want: []string{"10.0.0.1 AS64512 global/a"},
+	}, {
+		// Calico's reversePeering Manual: rack 1 peers with rack 2, but
+		// rack 2 does not peer back without a BGPPeer of its own.
+		name: "reversePeering Manual is one-way (the selected side)", local: "b", nodes: []*api.Node{
+			node("a", "10.0.0.1/24", 0, "", "rack=1"), node("b", "10.0.0.2/24", 0, "", "rack=2")},
+		configs: []*api.BGPConfiguration{cfg("default", meshOff)},
+		peers: []*api.BGPPeer{peer("racks", func(s *api.BGPPeerSpec) {
+			s.NodeSelector = "rack == '1'"
+			s.PeerSelector = "rack == '2'"
+			s.ReversePeering = api.ReversePeeringManual
+		})},
+		want: nil,
+	}, {
+		name: "reversePeering Manual is one-way (the selecting side)", local: "a", nodes: []*api.Node{
+			node("a", "10.0.0.1/24", 0, "", "rack=1"), node("b", "10.0.0.2/24", 0, "", "rack=2")},
+		configs: []*api.BGPConfiguration{cfg("default", meshOff)},
+		peers: []*api.BGPPeer{peer("racks", func(s *api.BGPPeerSpec) {
+			s.NodeSelector = "rack == '1'"
+			s.PeerSelector = "rack == '2'"
+			s.ReversePeering = api.ReversePeeringManual
+		})},
+		want: []string{"10.0.0.2 AS64512 global/b"},
+	}, {
+		name: "localASNumber", local: "a", nodes: []*api.Node{node("a", "10.0.0.1/24", 0, "")},
+		configs: []*api.BGPConfiguration{cfg("default", meshOff)},
+		peers: []*api.BGPPeer{peer("tor", func(s *api.BGPPeerSpec) { s.PeerIP = "192.0.2.1"; s.ASNumber = 65000; s.LocalASNumber = 65100 })},
+		want:  []string{"192.0.2.1 AS65000 global/tor local-as=65100"},
 	}, {
 		name: "global, node-specific and node-selected external peers", local: "a", nodes: []*api.Node{
 			node("a", "10.0.0.1/24", 0, "", "tor=t1"), node("b", "10.0.0.2/24", 0, "")},

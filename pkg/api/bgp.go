@@ -214,7 +214,20 @@ type BGPPeerSpec struct {
 	// order. A session whose filter does not exist stays down: without
 	// it, it would accept routes the filter rejects.
 	Filters []string `json:"filters,omitempty"`
+	// LocalASNumber is the AS number this node uses on these sessions
+	// instead of its own (Calico's localASNumber).
+	LocalASNumber ASNumber `json:"localASNumber,omitempty"`
+	// ReversePeering Manual makes a peerSelector peering one-way: the
+	// selected nodes do not peer back unless a BGPPeer of their own says
+	// so (Calico's reversePeering; Auto, the default, peers both ways).
+	ReversePeering string `json:"reversePeering,omitempty"`
 }
+
+// Calico's reversePeering values.
+const (
+	ReversePeeringAuto   = "Auto"
+	ReversePeeringManual = "Manual"
+)
 
 // PeerAddrPort splits peerIP into address and port: Calico writes a
 // non-default port as "IP:port" ("[IPv6]:port"); 0 means the default.
@@ -292,6 +305,10 @@ func (p *BGPPeer) Validate() error {
 		}
 	}
 	validatePassword(&v, "spec.password", s.Password)
+	validateASN(&v, "spec.localASNumber", s.LocalASNumber, true)
+	if s.ReversePeering != "" && s.ReversePeering != ReversePeeringAuto && s.ReversePeering != ReversePeeringManual {
+		v.add("spec.reversePeering", s.ReversePeering, "must be Auto or Manual")
+	}
 	return v.result(KindBGPPeer, p.Metadata.Name)
 }
 

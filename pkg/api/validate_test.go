@@ -502,6 +502,8 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "peer ip with a bad port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:99999" }, fields: []string{"spec.peerIP"}},
 		{name: "empty filter name", mutate: func(p *api.BGPPeer) { p.Spec.Filters = []string{""} }, fields: []string{"spec.filters[0]"}},
 		{name: "too many own AS numbers", mutate: func(p *api.BGPPeer) { p.Spec.NumAllowedLocalASNumbers = 11 }, fields: []string{"spec.numAllowedLocalASNumbers"}},
+		{name: "unknown reversePeering", mutate: func(p *api.BGPPeer) { p.Spec.ReversePeering = "Sometimes" }, fields: []string{"spec.reversePeering"}},
+		{name: "reserved local AS", mutate: func(p *api.BGPPeer) { p.Spec.LocalASNumber = 23456 }, fields: []string{"spec.localASNumber"}},
 		{name: "bad restart time", mutate: func(p *api.BGPPeer) { p.Spec.MaxRestartTime = "soon" }, fields: []string{"spec.maxRestartTime"}},
 		{name: "peer ip with prefix", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1/32" }, fields: []string{"spec.peerIP"}},
 		{name: "node and node selector", mutate: func(p *api.BGPPeer) { p.Spec.Node = "n1"; p.Spec.NodeSelector = "all()" }, fields: []string{"spec.nodeSelector"}},

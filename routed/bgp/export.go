@@ -52,7 +52,7 @@ const emptyPathPolicy = "routed-ebgp-empty-as-path"
 func ebgpPeers(peers []Peer, localASN uint32, match func(Peer) bool) []string {
 	var out []string
 	for _, p := range peers {
-		if p.Address.IsValid() && p.ASN != localASN && (match == nil || match(p)) {
+		if p.Address.IsValid() && p.external(localASN) && (match == nil || match(p)) {
 			out = append(out, p.Address.String()+"/32")
 		}
 	}

@@ -38,6 +38,7 @@ func (s *Speaker) apiPeer(p Peer, restarting bool) *api.Peer {
 			Description: sessionFingerprint(p),
 			AdminDown:   p.ConfigError != "",
 			AllowOwnAsn: p.AllowOwnAS,
+			LocalAsn:    p.LocalASN,
 		},
 		Transport: &api.Transport{RemotePort: port, PassiveMode: p.Passive},
 		Timers: &api.Timers{Config: &api.TimersConfig{

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -108,6 +109,15 @@ type Peer struct {
 	// KeepOriginalNextHop stops this node rewriting the next hop of the
 	// routes it sends to this (eBGP) peer.
 	KeepOriginalNextHop bool
+	// LocalASN, when set, is the AS this node presents on this session
+	// instead of the global one (Calico's localASNumber).
+	LocalASN uint32
+}
+
+// external reports whether the session with p is eBGP for a node whose
+// AS is localASN.
+func (p Peer) external(localASN uint32) bool {
+	return p.ASN != cmp.Or(p.LocalASN, localASN)
 }
 
 // String describes the peer for logs, without the password.

@@ -296,3 +296,28 @@ protocol bgp node_a {
 		return ok && !p.Established() && strings.Contains(p.Info, "does not exist")
 	})
 }
+
+// TestBirdLocalASNumber: Calico's BGPPeer localASNumber. The node
+// presents AS 65100 to BIRD instead of its own 64512; BIRD, configured
+// to expect 65100, establishes and sees the node's block with that AS.
+func TestBirdLocalASNumber(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 65100;
+	ipv4 { import all; export none; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr.String(), ASNumber: 65000, LocalASNumber: 65100}})
+	out := bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "BGP.as_path: 65100")
+	})
+	t.Logf("BIRD's route to the block:\n%s", out)
+}
