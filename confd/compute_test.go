@@ -172,8 +172,8 @@ func TestComputePeers(t *testing.T) {
 	}, {
 		name: "localASNumber", local: "a", nodes: []*api.Node{node("a", "10.0.0.1/24", 0, "")},
 		configs: []*api.BGPConfiguration{cfg("default", meshOff)},
-		peers: []*api.BGPPeer{peer("tor", func(s *api.BGPPeerSpec) { s.PeerIP = "192.0.2.1"; s.ASNumber = 65000; s.LocalASNumber = 65100 })},
-		want:  []string{"192.0.2.1 AS65000 global/tor local-as=65100"},
+		peers:   []*api.BGPPeer{peer("tor", func(s *api.BGPPeerSpec) { s.PeerIP = "192.0.2.1"; s.ASNumber = 65000; s.LocalASNumber = 65100 })},
+		want:    []string{"192.0.2.1 AS65000 global/tor local-as=65100"},
 	}, {
 		name: "global, node-specific and node-selected external peers", local: "a", nodes: []*api.Node{
 			node("a", "10.0.0.1/24", 0, "", "tor=t1"), node("b", "10.0.0.2/24", 0, "")},
