@@ -2,18 +2,133 @@ package api
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 )
 
-// calicoIgnored lists Calico fields, per kind, that routed reads without
-// acting on them. They become warnings rather than unknown-field errors so
-// existing Calico files apply unchanged. Paths are relative to the object.
-var calicoIgnored = map[Kind][]string{
-	KindIPPool:           {"spec.allowedUses", "spec.disableBGPExport", "spec.assignmentMode", "spec.ipip", "spec.nat-outgoing"},
-	KindBGPConfiguration: {"spec.ignoredInterfaces", "spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6", "spec.nodeMeshPeerPassword"},
-	KindBGPPeer:          {"spec.reachableBy", "spec.localWorkloadSelector", "spec.nextHopMode"},
-	KindNode: {"spec.bgp.ipv6Address", "spec.bgp.ipv4VXLANTunnelAddr",
-		"spec.vxlanTunnelMACAddrV6", "spec.ipv6VXLANTunnelAddr", "spec.orchRefs", "spec.addresses", "spec.wireguard", "status"},
+// calicoField says what routed does with one Calico field that routed
+// has no field of its own for (fields routed implements are read as its
+// own). A value refuse objects to makes the file an error naming why:
+// ignoring it would change routing or security. Any other value is
+// dropped, with a warning carrying note (silently when note is empty:
+// the value is what routed does anyway). honour, when set, carries the
+// value over into routed's fields first.
+type calicoField struct {
+	path   string // dotted; "[]" after a key visits each list element
+	refuse func(v any) string
+	note   string
+	honour func(spec map[string]any, v any)
+}
+
+// calicoFields is the table of Calico v3 fields routed reads without a
+// field of its own, per kind (TestCalicoFieldTable checks each verdict
+// against real Calico files).
+var calicoFields = map[Kind][]calicoField{
+	KindIPPool: {
+		{path: "spec.allowedUses", note: "routed uses every pool for workloads and tunnel addresses",
+			refuse: func(v any) string {
+				if !listHas(v, "Workload") {
+					return "routed gives pods addresses from every enabled pool; a pool not allowed for Workload would hand them out"
+				}
+				return ""
+			}},
+		{path: "spec.disableBGPExport", refuse: whenTrue("routed advertises every pool's blocks over BGP; ignoring it would advertise a pool meant to stay private")},
+		{path: "spec.assignmentMode", refuse: unless("Automatic", "routed assigns addresses from every enabled pool automatically; a Manual pool would be handed out to any pod")},
+		{path: "spec.namespaceSelector", refuse: unless("all()", "routed does not choose pools by namespace; pods of every namespace would get addresses from this pool")},
+		{path: "spec.ipip", refuse: always("a Calico v1 field (Calico v3 refuses it too): use ipipMode")},
+		{path: "spec.nat-outgoing", refuse: always("a Calico v1 field (Calico v3 refuses it too): use natOutgoing")},
+	},
+	KindBGPConfiguration: {
+		{path: "spec.ignoredInterfaces", note: "routed's address autodetection does not read it (set --ip or IP_AUTODETECTION_METHOD)"},
+		{path: "spec.localWorkloadPeeringIPV4", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those"},
+		{path: "spec.localWorkloadPeeringIPV6", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those"},
+		{path: "spec.nodeMeshPeerPassword", note: "not a Calico v3 field; the mesh password is nodeMeshPassword"},
+		{path: "spec.programClusterRoutes", refuse: unless("Enabled", "routed always programs the routes to other nodes' blocks")},
+		{path: "spec.serviceLoadBalancerAggregation", refuse: unless("Enabled", "routed advertises serviceLoadBalancerIPs as the configured CIDRs, not per-service /32s")},
+		{path: "spec.ipv4NormalRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(1024, routePriorityWhy)},
+		{path: "spec.ipv6NormalRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(1024, routePriorityWhy)},
+		{path: "spec.ipv4ElevatedRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(512, routePriorityWhy)},
+		{path: "spec.ipv6ElevatedRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(512, routePriorityWhy)},
+	},
+	KindBGPPeer: {
+		{path: "spec.reachableBy", refuse: always("routed does not add the static route through this gateway; the session would not come up, or go another way")},
+		{path: "spec.localWorkloadSelector", refuse: always("routed does not peer with workloads")},
+		{path: "spec.nextHopMode", refuse: func(v any) string {
+			if v == "Self" {
+				return "routed sets next hop self only on the routes it originates; forcing it on reflected routes is not supported"
+			}
+			if v != "Auto" && v != "Keep" {
+				return "must be Auto, Self or Keep"
+			}
+			return ""
+		}, honour: func(spec map[string]any, v any) {
+			if v == "Keep" {
+				spec["keepOriginalNextHop"] = true
+			}
+		}},
+	},
+	KindNode: {
+		{path: "spec.bgp.ipv6Address", note: "routed routes IPv4 only"},
+		{path: "spec.ipv6VXLANTunnelAddr", note: "routed routes IPv4 only"},
+		{path: "spec.vxlanTunnelMACAddrV6", note: "routed routes IPv4 only"},
+		{path: "spec.orchRefs", note: "routed names nodes by their Kubernetes node name"},
+		{path: "spec.addresses", note: "routed reads the node's address from spec.bgp.ipv4Address"},
+		{path: "spec.wireguard", note: "written by Calico's WireGuard support, which routed does not have"},
+		{path: "status", note: "status is written by the node, not applied"},
+	},
+	KindBGPFilter: filterRuleFields(),
+}
+
+const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"
+
+// filterRuleFields refuses the BGPFilter rule fields routed lacks in
+// every rule list: a rule that ignored them would match routes it must
+// not.
+func filterRuleFields() []calicoField {
+	var out []calicoField
+	for _, list := range []string{"exportV4", "importV4", "exportV6", "importV6"} {
+		for _, f := range []string{"prefixLength", "source", "interface", "peerType", "priority", "communities", "operations"} {
+			out = append(out, calicoField{path: "spec." + list + "[]." + f,
+				refuse: always("routed's BGPFilter rules match on cidr and matchOperator and only accept or reject; ignoring it would make the rule match, or pass, routes it must not")})
+		}
+	}
+	return out
+}
+
+func always(why string) func(any) string { return func(any) string { return why } }
+
+func whenTrue(why string) func(any) string {
+	return func(v any) string {
+		if v == true {
+			return why
+		}
+		return ""
+	}
+}
+
+// unless refuses every value but ok (and the empty string).
+func unless(ok, why string) func(any) string {
+	return func(v any) string {
+		if v == ok || v == "" || v == nil {
+			return ""
+		}
+		return why
+	}
+}
+
+func unlessNumber(ok float64, why string) func(any) string {
+	return func(v any) string {
+		if n, isNum := v.(float64); isNum && n == ok {
+			return ""
+		}
+		return why
+	}
+}
+
+func listHas(v any, want string) bool {
+	l, _ := v.([]any)
+	return slices.Contains(l, any(want))
 }
 
 // calicoRenamed maps Calico field paths to routed's names.
@@ -21,13 +136,36 @@ var calicoRenamed = map[Kind]map[string]string{
 	KindBGPConfiguration: {"spec.logSeverityScreen": "logSeverity"},
 }
 
-// fromCalico rewrites a projectcalico.org/v3 object in place into routed's
-// shape and returns warnings for what it dropped.
-func fromCalico(k Kind, obj map[string]any, where string) []string {
+// fromCalico rewrites a Calico object in place into routed's shape,
+// following calicoFields, and returns warnings for what it dropped, or
+// an error naming a field that cannot be ignored.
+func fromCalico(k Kind, obj map[string]any, where string) ([]string, error) {
 	var warnings []string
-	for _, path := range calicoIgnored[k] {
-		if removePath(obj, path) {
-			warnings = append(warnings, fmt.Sprintf("%s (%s %s): Calico field %s is not supported by routed and was ignored", where, k, nameOf(obj), path))
+	for _, f := range calicoFields[k] {
+		var refused error
+		visitPath(obj, f.path, "", func(parent map[string]any, key, path string) {
+			v := parent[key]
+			if refused != nil {
+				return
+			}
+			if f.refuse != nil {
+				if why := f.refuse(v); why != "" {
+					refused = fmt.Errorf("%w: %s (%s %s): Calico field %s (%v) cannot be ignored: %s", ErrDecode, where, k, nameOf(obj), path, v, why)
+					return
+				}
+			}
+			if f.honour != nil {
+				if spec, ok := obj["spec"].(map[string]any); ok {
+					f.honour(spec, v)
+				}
+			}
+			delete(parent, key)
+			if f.note != "" {
+				warnings = append(warnings, fmt.Sprintf("%s (%s %s): Calico field %s is not used by routed and was ignored: %s", where, k, nameOf(obj), path, f.note))
+			}
+		})
+		if refused != nil {
+			return nil, refused
 		}
 	}
 	for path, to := range calicoRenamed[k] {
@@ -62,7 +200,31 @@ func fromCalico(k Kind, obj map[string]any, where string) []string {
 			}
 		}
 	}
-	return warnings
+	return warnings, nil
+}
+
+// visitPath calls fn for every place path (dotted, "key[]" for each
+// element of a list) exists in m, with the concrete path ("spec.a[2].b").
+func visitPath(m map[string]any, path, prefix string, fn func(parent map[string]any, key, concrete string)) {
+	head, rest, more := strings.Cut(path, ".")
+	if !more {
+		if _, ok := m[head]; ok {
+			fn(m, head, join(prefix, head))
+		}
+		return
+	}
+	if key, isList := strings.CutSuffix(head, "[]"); isList {
+		l, _ := m[key].([]any)
+		for i, e := range l {
+			if em, ok := e.(map[string]any); ok {
+				visitPath(em, rest, fmt.Sprintf("%s[%d]", join(prefix, key), i), fn)
+			}
+		}
+		return
+	}
+	if next, ok := m[head].(map[string]any); ok {
+		visitPath(next, rest, join(prefix, head), fn)
+	}
 }
 
 func nameOf(obj map[string]any) string {
@@ -89,9 +251,4 @@ func takePath(obj map[string]any, path string) (any, bool) {
 	v, ok := m[last]
 	delete(m, last)
 	return v, ok
-}
-
-func removePath(obj map[string]any, path string) bool {
-	_, ok := takePath(obj, path)
-	return ok
 }

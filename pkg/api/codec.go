@@ -175,7 +175,11 @@ func decodeObject(obj map[string]any, where string, out *Decoded) error {
 		if k == KindWorkloadEndpoint || k == KindIPAMConfiguration {
 			return fmt.Errorf("%w: %s: %s is only accepted as %s", ErrDecode, where, k, APIVersion)
 		}
-		out.Warnings = append(out.Warnings, fromCalico(k, obj, where)...)
+		warnings, err := fromCalico(k, obj, where)
+		if err != nil {
+			return err
+		}
+		out.Warnings = append(out.Warnings, warnings...)
 		obj["apiVersion"] = APIVersion
 	}
 	if unknown := unknownFields(obj, r); len(unknown) > 0 {

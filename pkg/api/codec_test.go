@@ -394,7 +394,6 @@ func TestDecodeCalico(t *testing.T) {
 	// One warning per dropped field, each saying where and what.
 	wantWarnings := []struct{ where, field string }{
 		{"document 1", "spec.allowedUses"},
-		{"document 1", "spec.disableBGPExport"},
 		{"document 3", "spec.addresses"},
 		{"document 3", "spec.orchRefs"},
 		{"document 3", "status"},

@@ -1,0 +1,113 @@
+package api_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// TestCalicoFieldTable reads Calico's own sample files (and samples with
+// one field set; see testdata/calico/README.md) and checks each verdict:
+// applies (valid, with exactly the expected warnings, naming the field),
+// or refused with an error naming the field and why.
+func TestCalicoFieldTable(t *testing.T) {
+	tests := []struct {
+		file string
+		// warn lists the fields a warning must name (and no others warn).
+		warn []string
+		// refuse, when set, is what the error must name.
+		refuse []string
+		check  func(t *testing.T, r api.Resource)
+	}{
+		{file: "ippool-reference.yaml", warn: []string{"spec.allowedUses"}, check: func(t *testing.T, r api.Resource) {
+			p := r.(*api.IPPool)
+			if p.Spec.CIDR != "10.1.0.0/16" || p.Spec.IPIPMode != "CrossSubnet" || !p.Spec.NATOutgoing {
+				t.Errorf("pool %+v", p.Spec)
+			}
+		}},
+		{file: "ippool-tunnel-only.yaml", refuse: []string{"spec.allowedUses", "cannot be ignored", "Workload"}},
+		{file: "ippool-no-bgp-export.yaml", refuse: []string{"spec.disableBGPExport", "private"}},
+		{file: "ippool-namespace-selector.yaml", refuse: []string{"spec.namespaceSelector", "namespace"}},
+		{file: "bgppeer-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			p := r.(*api.BGPPeer)
+			if p.Spec.Node != "rack1-host1" || p.Spec.PeerIP != "192.168.1.1" || p.Spec.ASNumber != 63400 {
+				t.Errorf("peer %+v", p.Spec)
+			}
+		}},
+		{file: "bgppeer-route-reflectors.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Spec.PeerSelector != "route-reflector == 'true'" || p.Spec.NodeSelector != "all()" {
+				t.Errorf("peer %+v", p.Spec)
+			}
+		}},
+		{file: "bgppeer-next-hop-keep.yaml", check: func(t *testing.T, r api.Resource) {
+			if !r.(*api.BGPPeer).Spec.KeepOriginalNextHop {
+				t.Error("nextHopMode Keep did not become keepOriginalNextHop")
+			}
+		}},
+		{file: "bgppeer-reachable-by.yaml", refuse: []string{"spec.reachableBy", "static route"}},
+		{file: "bgppeer-local-as.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Spec.LocalASNumber != 64000 || p.Spec.ReversePeering != api.ReversePeeringManual {
+				t.Errorf("peer %+v", p.Spec)
+			}
+		}},
+		{file: "bgpconfig-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			c := r.(*api.BGPConfiguration)
+			if c.Spec.ListenPort != 178 || c.Spec.LogSeverity != "Info" || c.Spec.BindMode != "NodeIP" || len(c.Spec.PrefixAdvertisements) != 1 || len(c.Spec.ServiceExternalIPs) != 2 {
+				t.Errorf("config %+v", c.Spec)
+			}
+		}},
+		{file: "bgpconfig-no-cluster-routes.yaml", refuse: []string{"spec.programClusterRoutes", "always programs"}},
+		// Calico's defaults are what routed does: dropped, the priority with a note.
+		{file: "bgpconfig-route-priority.yaml", warn: []string{"spec.ipv4NormalRoutePriority"}},
+		{file: "node-reference.yaml", warn: []string{"spec.bgp.ipv6Address"}, check: func(t *testing.T, r api.Resource) {
+			n := r.(*api.Node)
+			if n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.IPv4IPIPTunnelAddr != "192.168.0.1" {
+				t.Errorf("node %+v", n.Spec.BGP)
+			}
+		}},
+		{file: "bgpfilter-reference.yaml", refuse: []string{"spec.exportV4[0].source", "cannot be ignored"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "calico", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := api.Decode(data)
+			if tc.refuse != nil {
+				if err == nil {
+					t.Fatalf("applied; want it refused naming %q", tc.refuse)
+				}
+				for _, m := range tc.refuse {
+					if !strings.Contains(err.Error(), m) {
+						t.Errorf("error does not name %q: %v", m, err)
+					}
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Warnings) != len(tc.warn) {
+				t.Errorf("warnings %q, want one each for %q", d.Warnings, tc.warn)
+			}
+			for _, f := range tc.warn {
+				if !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, " "+f+" ") }) {
+					t.Errorf("no warning names %s: %q", f, d.Warnings)
+				}
+			}
+			r := d.Resources[0]
+			if err := r.Validate(); err != nil {
+				t.Fatalf("does not validate: %v", err)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
