@@ -61,6 +61,7 @@ and ETCD_KEY_FILE.`,
 		newDeleteCmd(g),
 		newGetCmd(g),
 		newDatastoreCmd(g),
+		newMigrateCmd(g),
 	)
 	return root, g.connect
 }

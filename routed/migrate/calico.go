@@ -1,0 +1,366 @@
+// Package migrate carries a live Calico cluster's state over to routed.
+package migrate
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// Calico's etcdv3 key layout (libcalico-go's model).
+const (
+	calicoResources   = "/calico/resources/v3/projectcalico.org/"
+	calicoBlockPrefix = "/calico/ipam/v2/assignment/ipv4/block/"
+	calicoAffinities  = "/calico/ipam/v2/host/"
+)
+
+// ErrConflict means routed already holds state that differs from what
+// the migration would write; nothing was written.
+var ErrConflict = errors.New("migrate: routed's datastore already holds different state")
+
+// Item is what the migration does with one resource.
+type Item struct {
+	Kind   api.Kind
+	Name   string
+	Action string // create, unchanged or conflict
+	Detail string
+}
+
+// Report is the plan (dry run) or what was done.
+type Report struct {
+	Items  []Item
+	Blocks []ipam.ImportResult
+	// Skipped lists what could not be carried over, and why.
+	Skipped []string
+	// Warnings are Calico fields routed read without using.
+	Warnings []string
+}
+
+// calicoKinds are the resources carried over, in the order written:
+// pools before the blocks inside them, nodes before their endpoints.
+var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode}
+
+// Calico reads a Calico etcdv3 datastore (from) and writes routed's
+// pools, BGP configuration, filters, peers, nodes, workload endpoints
+// and IPAM state (blocks with their affinity, allocations and handles)
+// into to, so running pods keep their addresses. It is idempotent: what
+// routed already holds identically is left alone. If anything routed
+// holds differs, nothing is written and the report names it. dryRun only
+// plans.
+func Calico(ctx context.Context, from *clientv3.Client, to *datastore.Client, dryRun bool) (*Report, error) {
+	rep := &Report{}
+	var carried []api.Resource
+	for _, k := range calicoKinds {
+		kvs, err := list(ctx, from, calicoResources+k.Plural()+"/")
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range kvs {
+			r, warnings, err := decodeCalico(k, kv.Value)
+			if err != nil {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s %s: %v", k, string(kv.Key), err))
+				continue
+			}
+			rep.Warnings = append(rep.Warnings, warnings...)
+			carried = append(carried, r)
+		}
+	}
+	pools := carriedPools(carried)
+
+	blocks, addrHandle, skipped, err := calicoBlocks(ctx, from, pools)
+	if err != nil {
+		return nil, err
+	}
+	rep.Skipped = append(rep.Skipped, skipped...)
+
+	kvs, err := list(ctx, from, calicoResources+api.KindWorkloadEndpoint.Plural()+"/")
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range kvs {
+		w, err := calicoEndpoint(kv.Value, addrHandle)
+		if err != nil {
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("WorkloadEndpoint %s: %v", string(kv.Key), err))
+			continue
+		}
+		carried = append(carried, w)
+	}
+
+	conflict := false
+	for _, r := range carried {
+		it := Item{Kind: r.GetKind(), Name: r.Meta().Name, Action: "create"}
+		cur, err := to.Get(ctx, r.GetKind(), r.Meta().Name)
+		switch {
+		case datastore.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		default:
+			if why := differs(cur, r); why != "" {
+				it.Action, it.Detail, conflict = "conflict", why, true
+			} else {
+				it.Action = "unchanged"
+			}
+		}
+		rep.Items = append(rep.Items, it)
+	}
+	ic := ipam.New(to)
+	// The blocks are planned first: a conflict there also stops the
+	// resources from being written.
+	rep.Blocks, err = ic.Import(ctx, blocks, true)
+	if err != nil {
+		return rep, err
+	}
+	for _, b := range rep.Blocks {
+		conflict = conflict || b.Action == ipam.ImportConflict
+	}
+	if conflict {
+		return rep, fmt.Errorf("%w: nothing was written; see the entries marked conflict", ErrConflict)
+	}
+	if dryRun {
+		return rep, nil
+	}
+	if _, err := to.InitClusterInfo(ctx); err != nil {
+		return rep, err
+	}
+	for i, r := range carried {
+		if rep.Items[i].Action != "create" {
+			continue
+		}
+		if _, err := to.Create(ctx, r); err != nil {
+			return rep, fmt.Errorf("migrate: %s %s: %w", r.GetKind(), r.Meta().Name, err)
+		}
+	}
+	rep.Blocks, err = ic.Import(ctx, blocks, false)
+	return rep, err
+}
+
+func list(ctx context.Context, c *clientv3.Client, prefix string) ([]kv, error) {
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("migrate: reading Calico's %s: %w", prefix, err)
+	}
+	out := make([]kv, len(resp.Kvs))
+	for i, x := range resp.Kvs {
+		out[i] = kv{Key: x.Key, Value: x.Value}
+	}
+	return out, nil
+}
+
+type kv struct{ Key, Value []byte }
+
+// decodeCalico reads one stored Calico v3 resource the way routedctl
+// reads a Calico file, and validates it.
+func decodeCalico(k api.Kind, data []byte) (api.Resource, []string, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, nil, fmt.Errorf("not JSON: %w", err)
+	}
+	obj["apiVersion"], obj["kind"] = api.CalicoAPIVersion, string(k)
+	raw, _ := json.Marshal(obj)
+	d, err := api.Decode(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := d.Resources[0]
+	if err := r.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return r, d.Warnings, nil
+}
+
+func carriedPools(rs []api.Resource) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range rs {
+		if p, ok := r.(*api.IPPool); ok {
+			if pre, err := netip.ParsePrefix(p.Spec.CIDR); err == nil {
+				out = append(out, pre.Masked())
+			}
+		}
+	}
+	return out
+}
+
+// calicoBlock is libcalico-go's AllocationBlock as stored.
+type calicoBlock struct {
+	CIDR        string  `json:"cidr"`
+	Affinity    *string `json:"affinity"`
+	Allocations []*int  `json:"allocations"`
+	Attributes  []struct {
+		HandleID  *string           `json:"handle_id"`
+		Secondary map[string]string `json:"secondary"`
+	} `json:"attributes"`
+	Deleted bool `json:"deleted"`
+}
+
+// calicoAffinity is libcalico-go's BlockAffinity as stored.
+type calicoAffinity struct {
+	State   string `json:"state"`
+	Deleted bool   `json:"deleted"`
+}
+
+// calicoBlocks converts Calico's blocks: those inside a carried pool,
+// affine to a node with a confirmed affinity. It also returns which
+// handle holds each allocated address.
+func calicoBlocks(ctx context.Context, from *clientv3.Client, pools []netip.Prefix) ([]ipam.ImportBlock, map[netip.Addr]string, []string, error) {
+	affs, err := list(ctx, from, calicoAffinities)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	confirmed := map[string]bool{} // "<node> <cidr>"
+	for _, a := range affs {
+		// /calico/ipam/v2/host/<node>/ipv4/block/<cidr with - for />
+		parts := strings.Split(strings.TrimPrefix(string(a.Key), calicoAffinities), "/")
+		if len(parts) != 4 || parts[1] != "ipv4" || parts[2] != "block" {
+			continue
+		}
+		var rec calicoAffinity
+		_ = json.Unmarshal(a.Value, &rec)
+		// Affinities written before Calico v3.14 have no state: confirmed.
+		if !rec.Deleted && (rec.State == "" || rec.State == "confirmed") {
+			confirmed[parts[0]+" "+strings.Replace(parts[3], "-", "/", 1)] = true
+		}
+	}
+	kvs, err := list(ctx, from, calicoBlockPrefix)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var out []ipam.ImportBlock
+	var skipped []string
+	handles := map[netip.Addr]string{}
+	for _, x := range kvs {
+		var cb calicoBlock
+		if err := json.Unmarshal(x.Value, &cb); err != nil {
+			skipped = append(skipped, fmt.Sprintf("block %s: not JSON: %v", x.Key, err))
+			continue
+		}
+		p, err := netip.ParsePrefix(cb.CIDR)
+		if err != nil || cb.Deleted {
+			skipped = append(skipped, fmt.Sprintf("block %s: bad cidr %q or marked deleted", x.Key, cb.CIDR))
+			continue
+		}
+		node, _ := strings.CutPrefix(deref(cb.Affinity), "host:")
+		var allocs []ipam.ImportAllocation
+		for o, a := range cb.Allocations {
+			if a == nil || *a < 0 || *a >= len(cb.Attributes) {
+				continue
+			}
+			attr := cb.Attributes[*a]
+			s := attr.Secondary
+			ia := ipam.ImportAllocation{Ordinal: o, Handle: deref(attr.HandleID), Namespace: s["namespace"], Pod: s["pod"], Node: s["node"], Type: ipam.TypePod}
+			switch s["type"] {
+			case "":
+			case "ipipTunnelAddress", "vxlanTunnelAddress":
+				ia.Type = ipam.TypeTunnel
+			default:
+				skipped = append(skipped, fmt.Sprintf("block %s: address %s (%s, handle %q): routed has no such allocation type; it will be free in routed", p, addrAt(p, o), s["type"], ia.Handle))
+				continue
+			}
+			if ia.Handle == "" {
+				skipped = append(skipped, fmt.Sprintf("block %s: address %s has no handle; it will be free in routed", p, addrAt(p, o)))
+				continue
+			}
+			allocs = append(allocs, ia)
+			handles[addrAt(p, o)] = ia.Handle
+		}
+		switch {
+		case !slices.ContainsFunc(pools, func(pool netip.Prefix) bool { return pool.Bits() <= p.Bits() && pool.Contains(p.Addr()) }):
+			skipped = append(skipped, fmt.Sprintf("block %s (%d addresses in use): not inside a carried IP pool", p, len(allocs)))
+		case node == "" || !confirmed[node+" "+p.String()]:
+			skipped = append(skipped, fmt.Sprintf("block %s (%d addresses in use): no confirmed affinity to a node", p, len(allocs)))
+		default:
+			out = append(out, ipam.ImportBlock{CIDR: p, Node: node, Allocations: allocs})
+		}
+	}
+	return out, handles, skipped, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func addrAt(p netip.Prefix, o int) netip.Addr {
+	a := p.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(o)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// calicoEndpoint converts a stored Calico v3 WorkloadEndpoint. Its
+// handle is the one holding its address in the imported blocks.
+func calicoEndpoint(data []byte, addrHandle map[netip.Addr]string) (*api.WorkloadEndpoint, error) {
+	var c struct {
+		Metadata struct {
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Orchestrator  string   `json:"orchestrator"`
+			Node          string   `json:"node"`
+			ContainerID   string   `json:"containerID"`
+			Pod           string   `json:"pod"`
+			Endpoint      string   `json:"endpoint"`
+			InterfaceName string   `json:"interfaceName"`
+			IPNetworks    []string `json:"ipNetworks"`
+			MAC           string   `json:"mac"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	w := &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		// routed's name has the namespace in it (Calico's key has it
+		// instead), and is what the CNI plugin looks the endpoint up by.
+		Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(c.Spec.Node, cmp.Or(c.Spec.Orchestrator, "k8s"),
+			c.Metadata.Namespace, c.Spec.Pod, c.Spec.ContainerID, c.Spec.Endpoint), Labels: c.Metadata.Labels},
+		Spec: api.WorkloadEndpointSpec{
+			Node: c.Spec.Node, Orchestrator: c.Spec.Orchestrator, Namespace: c.Metadata.Namespace, Pod: c.Spec.Pod,
+			ContainerID: c.Spec.ContainerID, Endpoint: c.Spec.Endpoint, InterfaceName: c.Spec.InterfaceName,
+			ContainerInterface: c.Spec.Endpoint, IPNetworks: c.Spec.IPNetworks, MAC: c.Spec.MAC,
+		},
+	}
+	for _, n := range c.Spec.IPNetworks {
+		if p, err := netip.ParsePrefix(n); err == nil {
+			if h, ok := addrHandle[p.Addr()]; ok {
+				w.Spec.Handle = h
+			}
+		}
+	}
+	if w.Spec.Handle == "" {
+		return nil, fmt.Errorf("none of its addresses %v is allocated in a carried block", c.Spec.IPNetworks)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// differs says how routed's cur differs from the migrated r ("" if not):
+// spec and labels count, server-side metadata does not.
+func differs(cur, r api.Resource) string {
+	spec := func(x api.Resource) any { return reflect.ValueOf(x).Elem().FieldByName("Spec").Interface() }
+	if !reflect.DeepEqual(spec(cur), spec(r)) {
+		a, _ := json.Marshal(spec(cur))
+		b, _ := json.Marshal(spec(r))
+		return fmt.Sprintf("routed has spec %s, Calico %s", a, b)
+	}
+	if l1, l2 := cur.Meta().Labels, r.Meta().Labels; len(l1)+len(l2) > 0 && !reflect.DeepEqual(l1, l2) {
+		return fmt.Sprintf("routed has labels %v, Calico %v", l1, l2)
+	}
+	return ""
+}
