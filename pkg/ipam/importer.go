@@ -223,22 +223,24 @@ func importedBlock(ib ImportBlock, seq uint64, now time.Time) (*block, error) {
 	return b, nil
 }
 
-// sameAllocations says how cur differs from the imported b ("" if it
-// holds the same node and the same handle at every ordinal).
+// sameAllocations says how cur differs from the imported b ("" if it is
+// the same node's and holds every imported address with the same
+// handle). Addresses routed allocated since an earlier import are
+// routed's own: they do not make a difference.
 func sameAllocations(cur, b *block) string {
 	if cur.Affinity != b.Affinity {
 		return fmt.Sprintf("routed has it for %s, the import for %s", cur.owner(), b.owner())
 	}
-	for o := range b.Allocations {
-		h1, h2 := "", ""
-		if a := cur.Allocations[o]; a != nil {
-			h1 = cur.Attributes[*a].Handle
+	for o, a := range b.Allocations {
+		if a == nil {
+			continue
 		}
-		if a := b.Allocations[o]; a != nil {
-			h2 = b.Attributes[*a].Handle
+		want, have := b.Attributes[*a].Handle, ""
+		if c := cur.Allocations[o]; c != nil {
+			have = cur.Attributes[*c].Handle
 		}
-		if h1 != h2 {
-			return fmt.Sprintf("%s: routed has handle %q, the import %q", b.addr(o), h1, h2)
+		if have != want {
+			return fmt.Sprintf("%s: routed has handle %q, the import %q", b.addr(o), have, want)
 		}
 	}
 	return ""

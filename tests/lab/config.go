@@ -15,7 +15,19 @@ import (
 // with the router on its own subnet (the router needs the pod routes to
 // forward between subnets when there is no IPIP) unless Topo.NoRouterBGP.
 func (l *Lab) applyConfig(ctx context.Context) error {
-	t := l.Topo
+	if l.Topo.Configure != nil {
+		return l.Topo.Configure(ctx, l)
+	}
+	path := filepath.Join(l.Dir, "lab.yaml")
+	if err := os.WriteFile(path, []byte(l.Topo.ConfigYAML()), 0o644); err != nil {
+		return err
+	}
+	_, err := l.Ctl(ctx, "apply", "-f", path)
+	return err
+}
+
+// ConfigYAML is the lab's configuration as routed.io/v1 resources.
+func (t Topology) ConfigYAML() string {
 	var b strings.Builder
 	b.WriteString(t.poolYAML())
 	fmt.Fprintf(&b, `---
@@ -57,12 +69,7 @@ metadata: {name: %s, labels: {%s}}
 spec: {bgp: {ipv4Address: %s%s}}
 `, n.Name, labels, n.Addr, rr)
 	}
-	path := filepath.Join(l.Dir, "lab.yaml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	_, err := l.Ctl(ctx, "apply", "-f", path)
-	return err
+	return b.String()
 }
 
 // poolYAML is the lab pool with the topology's encapsulation.

@@ -6,6 +6,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 )
@@ -42,6 +43,10 @@ type Topology struct {
 	// NoNodeBGP leaves out the peering with the route reflector too: no
 	// BGP session anywhere, routes come only from the datastore (VXLAN).
 	NoNodeBGP bool
+	// Configure, when set, replaces writing ConfigYAML: it runs once etcd
+	// is up, before BIRD and the nodes start (a test that brings its own
+	// datastore state, e.g. a Calico cluster to migrate).
+	Configure func(ctx context.Context, l *Lab) error
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.
