@@ -1,11 +1,11 @@
 package felix
 
 import (
-	"crypto/sha256"
 	"net"
 	"net/netip"
 
 	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // VXLAN device settings, as Calico's vxlan.calico (VNI 4096, IANA port).
@@ -25,15 +25,8 @@ type vtep struct {
 	mac      net.HardwareAddr
 }
 
-// VXLANMAC is the MAC of a node's VXLAN device: derived from the node
-// name so a recreated device (or a restarted routed) keeps it, locally
-// administered and unicast.
-func VXLANMAC(node string) net.HardwareAddr {
-	sum := sha256.Sum256([]byte("routed-vxlan/" + node))
-	mac := net.HardwareAddr(sum[:6])
-	mac[0] = (mac[0] | 0x02) &^ 0x01
-	return mac
-}
+// VXLANMAC is the MAC of a node's VXLAN device (api.VXLANMAC).
+func VXLANMAC(node string) net.HardwareAddr { return api.VXLANMAC(node) }
 
 // remoteVTEPs lists every other node that has a VXLAN address, MAC and
 // node address, by node address.

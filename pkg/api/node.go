@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"net"
 	"net/netip"
 	"strconv"
@@ -23,6 +24,16 @@ type NodeSpec struct {
 	// VXLANTunnelMACAddr is the MAC of the node's VXLAN device, which
 	// other nodes put in their ARP and FDB entries for it.
 	VXLANTunnelMACAddr string `json:"vxlanTunnelMACAddr,omitempty"`
+}
+
+// VXLANMAC is the MAC of a node's VXLAN device: derived from the node
+// name so a recreated device (or a restarted routed) keeps it, locally
+// administered and unicast. The node records it in VXLANTunnelMACAddr.
+func VXLANMAC(node string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("routed-vxlan/" + node))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = (mac[0] | 0x02) &^ 0x01
+	return mac
 }
 
 // NodeBGPSpec is a node's BGP settings.

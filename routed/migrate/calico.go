@@ -74,6 +74,12 @@ func Calico(ctx context.Context, from *clientv3.Client, to *datastore.Client, dr
 				continue
 			}
 			rep.Warnings = append(rep.Warnings, warnings...)
+			if n, ok := r.(*api.Node); ok && n.Spec.VXLANTunnelMACAddr != "" {
+				// Calico's MAC is vxlan.calico's; routed's vxlan.routed has
+				// the MAC its node derives and records, so the Node is
+				// written as routed will keep it (a later run stays a no-op).
+				n.Spec.VXLANTunnelMACAddr = api.VXLANMAC(n.Metadata.Name).String()
+			}
 			carried = append(carried, r)
 		}
 	}
