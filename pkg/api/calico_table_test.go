@@ -70,6 +70,35 @@ func TestCalicoFieldTable(t *testing.T) {
 			}
 		}},
 		{file: "bgpfilter-reference.yaml", refuse: []string{"spec.exportV4[0].source", "cannot be ignored"}},
+		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).
+		// nat-outgoing is a Calico v1 spelling that Calico v3 refuses too.
+		{file: "calicoctl-ippool.yaml", refuse: []string{"spec.nat-outgoing", "natOutgoing"}},
+		{file: "calicoctl-bgppeer-node.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Metadata.Name != "arbitrary.name" || p.Spec.Node != "rack1-host1" || p.Spec.ASNumber != 63400 {
+				t.Errorf("peer %+v", p)
+			}
+		}},
+		{file: "calicoctl-bgppeer-global.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Spec.Node != "" || p.Spec.NodeSelector != "" || p.Spec.PeerIP != "1.1.1.1" || p.Spec.ASNumber != 63444 {
+				t.Errorf("global peer %+v", p.Spec)
+			}
+		}},
+		{file: "calicoctl-convert-bgppeer.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Metadata.Name != "rack1-host1.192-168-1-1" || p.Spec.PeerIP != "192.168.1.1" {
+				t.Errorf("peer %+v", p)
+			}
+		}},
+		// creationTimestamp: null and status: {} as calicoctl convert writes them.
+		{file: "calicoctl-convert-ippool.yaml", warn: []string{"spec.allowedUses"}, check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.IPPool); p.Spec.CIDR != "10.1.0.0/16" || p.Spec.BlockSize != 26 || p.Spec.IPIPMode != "CrossSubnet" || !p.Spec.NATOutgoing || p.Spec.NodeSelector != "all()" {
+				t.Errorf("pool %+v", p.Spec)
+			}
+		}},
+		{file: "calicoctl-convert-node.yaml", warn: []string{"spec.bgp.ipv6Address", "status"}, check: func(t *testing.T, r api.Resource) {
+			if n := r.(*api.Node); n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.ASNumber != 64512 {
+				t.Errorf("node %+v", n.Spec.BGP)
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
