@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -25,10 +26,10 @@ func denied(err error) bool {
 // BGP configuration.
 func TestEtcdRolesLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	s := startTLSEtcd(t, pki)
 	identity := func(cn string) *Client {
-		cert, k := pki.issueClient(t, cn)
+		cert, k := pki.IssueClient(t, cn)
 		return connect(t, Config{Endpoints: s.Endpoints, CACertFile: pki.CAFile, CertFile: cert, KeyFile: k})
 	}
 	ctx := testCtx(t)

@@ -8,13 +8,14 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
+	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/etcdserver"
 )
 
 // startTLSEtcd runs an embedded etcd that serves only TLS and requires a
 // client certificate signed by pki's CA.
-func startTLSEtcd(t *testing.T, pki testPKI) *etcdserver.Server {
+func startTLSEtcd(t *testing.T, pki testpki.PKI) *etcdserver.Server {
 	t.Helper()
 	s, err := etcdserver.Start(context.Background(), etcdserver.Config{
 		Dir:        t.TempDir(),
@@ -40,7 +41,7 @@ func startTLSEtcd(t *testing.T, pki testPKI) *etcdserver.Server {
 
 func TestMutualTLS(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	s := startTLSEtcd(t, pki)
 
 	t.Run("crud with client certificate", func(t *testing.T) {
@@ -76,7 +77,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 	})
 
-	other := newTestPKI(t) // a different CA
+	other := testpki.New(t) // a different CA
 	rejected := []struct {
 		name    string
 		cfg     Config
@@ -130,7 +131,7 @@ func TestMutualTLS(t *testing.T) {
 
 func TestNewTLSConfigErrors(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	ep := []string{"https://127.0.0.1:2379"}
 	tests := []struct {
 		name string

@@ -1,4 +1,6 @@
-package datastore
+// Package testpki writes a throw-away CA and certificates for tests that
+// run etcd over TLS.
+package testpki
 
 import (
 	"crypto/ecdsa"
@@ -15,9 +17,9 @@ import (
 	"time"
 )
 
-// testPKI is a throw-away CA with one server and one client certificate,
+// PKI is a throw-away CA with one server and one client certificate,
 // written as PEM files for etcd and the datastore client to load.
-type testPKI struct {
+type PKI struct {
 	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
 
 	dir   string
@@ -25,9 +27,9 @@ type testPKI struct {
 	ca    *x509.Certificate
 }
 
-// issueClient writes a client certificate with common name cn (the etcd
+// IssueClient writes a client certificate with common name cn (the etcd
 // user when etcd runs with --client-cert-auth and auth enabled).
-func (p testPKI) issueClient(t *testing.T, cn string) (certFile, keyFile string) {
+func (p PKI) IssueClient(t testing.TB, cn string) (certFile, keyFile string) {
 	t.Helper()
 	return issueCert(t, p.dir, cn, p.caKey, p.ca, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: cn},
@@ -35,13 +37,13 @@ func (p testPKI) issueClient(t *testing.T, cn string) (certFile, keyFile string)
 	})
 }
 
-// newTestPKI writes a CA, a server certificate for 127.0.0.1/localhost and
-// a client certificate into a fresh temp dir.
-func newTestPKI(t *testing.T) testPKI {
+// New writes a CA, a server certificate for 127.0.0.1/localhost and a
+// client certificate into a fresh temp dir.
+func New(t testing.TB) PKI {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, caCert := newCA(t)
-	p := testPKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, caKey: caKey, ca: caCert}
+	p := PKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, caKey: caKey, ca: caCert}
 	writePEM(t, p.CAFile, "CERTIFICATE", caCert.Raw)
 
 	p.ServerCert, p.ServerKey = issueCert(t, dir, "server", caKey, caCert, &x509.Certificate{
@@ -57,7 +59,7 @@ func newTestPKI(t *testing.T) testPKI {
 	return p
 }
 
-func newCA(t *testing.T) (*ecdsa.PrivateKey, *x509.Certificate) {
+func newCA(t testing.TB) (*ecdsa.PrivateKey, *x509.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -84,7 +86,7 @@ func newCA(t *testing.T) (*ecdsa.PrivateKey, *x509.Certificate) {
 }
 
 // issueCert signs tmpl with the CA and writes <name>.pem and <name>-key.pem.
-func issueCert(t *testing.T, dir, name string, caKey *ecdsa.PrivateKey, ca *x509.Certificate, tmpl *x509.Certificate) (certFile, keyFile string) {
+func issueCert(t testing.TB, dir, name string, caKey *ecdsa.PrivateKey, ca *x509.Certificate, tmpl *x509.Certificate) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -113,7 +115,7 @@ func issueCert(t *testing.T, dir, name string, caKey *ecdsa.PrivateKey, ca *x509
 	return certFile, keyFile
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
