@@ -42,7 +42,7 @@ Calico's datastore is only read. Its etcd may be the same as routed's.`,
 			}
 			defer src.Close()
 			return g.with(func(c *datastore.Client) error {
-				rep, err := migrate.Calico(cmd.Context(), src.Etcd(), c, dryRun)
+				rep, err := migrate.Calico(cmd.Context(), src, c, dryRun)
 				if rep != nil {
 					printMigration(g, rep, dryRun)
 				}

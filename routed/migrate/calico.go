@@ -59,7 +59,7 @@ var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindB
 // routed already holds identically is left alone. If anything routed
 // holds differs, nothing is written and the report names it. dryRun only
 // plans.
-func Calico(ctx context.Context, from *clientv3.Client, to *datastore.Client, dryRun bool) (*Report, error) {
+func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Report, error) {
 	rep := &Report{}
 	var carried []api.Resource
 	for _, k := range calicoKinds {
@@ -152,10 +152,15 @@ func Calico(ctx context.Context, from *clientv3.Client, to *datastore.Client, dr
 	return rep, err
 }
 
-func list(ctx context.Context, c *clientv3.Client, prefix string) ([]kv, error) {
-	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+// list reads every key under prefix from Calico's etcd, within the
+// source's request timeout (an etcd that never completes the handshake,
+// e.g. one asking for a client certificate, is an error, not a hang).
+func list(ctx context.Context, c *datastore.Client, prefix string) ([]kv, error) {
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.Etcd().Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("migrate: reading Calico's %s: %w", prefix, err)
+		return nil, fmt.Errorf("migrate: reading Calico's %s: %w", prefix, c.Wrap(err))
 	}
 	out := make([]kv, len(resp.Kvs))
 	for i, x := range resp.Kvs {
@@ -219,7 +224,7 @@ type calicoAffinity struct {
 // calicoBlocks converts Calico's blocks: those inside a carried pool,
 // affine to a node with a confirmed affinity. It also returns which
 // handle holds each allocated address.
-func calicoBlocks(ctx context.Context, from *clientv3.Client, pools []netip.Prefix) ([]ipam.ImportBlock, map[netip.Addr]string, []string, error) {
+func calicoBlocks(ctx context.Context, from *datastore.Client, pools []netip.Prefix) ([]ipam.ImportBlock, map[netip.Addr]string, []string, error) {
 	affs, err := list(ctx, from, calicoAffinities)
 	if err != nil {
 		return nil, nil, nil, err
