@@ -11,7 +11,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker clean $(BINARIES)
 
 all: build
 
@@ -70,8 +70,15 @@ scale: build
 soak: deps build
 	$(GO) run ./tests/soak -bin $(BIN)
 
+# image builds routed's image without a Docker engine (deploy/image):
+# $(BIN)/routed-image.tar, for `docker load -i` or
+# `ctr -n k8s.io images import`. image-docker builds the same with Docker.
+IMAGE_TAG ?= routed:dev
 image:
-	docker build -t routed:dev -f deploy/Dockerfile .
+	$(GO) run ./deploy/image -o $(BIN)/routed-image.tar -tag $(IMAGE_TAG)
+
+image-docker:
+	docker build -t $(IMAGE_TAG) -f deploy/Dockerfile .
 
 clean:
 	rm -rf $(BIN)

@@ -23,6 +23,8 @@ if [ "$(id -u)" = 0 ]; then
 		have kubectl || want_pkg kubectl
 		have tcpdump || want_pkg tcpdump
 		have iperf3 || want_pkg iperf3   # make bench: pod-to-pod throughput
+		have containerd || want_pkg containerd   # tests/k8s: the image runs under a real runtime
+		[ -x /usr/sbin/runc ] || want_pkg runc
 	fi
 	if [ ${#need_apt[@]} -gt 0 ]; then
 		echo "ensure-deps: installing ${need_apt[*]}"
