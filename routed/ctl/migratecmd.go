@@ -20,9 +20,10 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Copy a Calico etcdv3 datastore's pools, nodes, BGP settings, endpoints and IPAM state",
 		Long: `migrate calico reads a Calico etcdv3 datastore (/calico/resources/v3/...,
 /calico/ipam/v2/...) and writes routed's IP pools, BGP configuration,
-filters and peers, nodes, workload endpoints and IPAM state (blocks with
-their node affinity, allocations and handles), so pods that keep running
-keep their addresses and 'routedctl ipam check' is clean.
+filters and peers, nodes, workload endpoints, IPAM configuration and
+IPAM state (blocks with their node affinity, allocations and handles),
+so pods that keep running keep their addresses and 'routedctl ipam
+check' is clean.
 
 It is idempotent: what routed already holds identically is left alone.
 When routed holds anything that differs, nothing is written and the plan

@@ -24,6 +24,7 @@ const (
 	calicoResources   = "/calico/resources/v3/projectcalico.org/"
 	calicoBlockPrefix = "/calico/ipam/v2/assignment/ipv4/block/"
 	calicoAffinities  = "/calico/ipam/v2/host/"
+	calicoIPAMConfig  = "/calico/ipam/v2/config"
 )
 
 // ErrConflict means routed already holds state that differs from what
@@ -82,6 +83,13 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 			}
 			carried = append(carried, r)
 		}
+	}
+	cfg, err := calicoIPAMConfiguration(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		carried = append(carried, cfg)
 	}
 	pools := carriedPools(carried)
 
@@ -170,6 +178,39 @@ func list(ctx context.Context, c *datastore.Client, prefix string) ([]kv, error)
 }
 
 type kv struct{ Key, Value []byte }
+
+// calicoIPAMConfiguration converts Calico's IPAM configuration
+// (libcalico-go model.IPAMConfig), nil when Calico has none. Calico
+// omits false booleans, so a missing auto_allocate_blocks is false.
+func calicoIPAMConfiguration(ctx context.Context, from *datastore.Client) (*api.IPAMConfiguration, error) {
+	kvs, err := list(ctx, from, calicoIPAMConfig)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range kvs {
+		if string(kv.Key) != calicoIPAMConfig {
+			continue
+		}
+		var c struct {
+			StrictAffinity     bool `json:"strict_affinity"`
+			AutoAllocateBlocks bool `json:"auto_allocate_blocks"`
+			MaxBlocksPerHost   int  `json:"maxBlocksPerHost"`
+		}
+		if err := json.Unmarshal(kv.Value, &c); err != nil {
+			return nil, fmt.Errorf("migrate: Calico's %s is not IPAM configuration JSON: %w", calicoIPAMConfig, err)
+		}
+		r := &api.IPAMConfiguration{
+			TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPAMConfiguration},
+			Metadata: api.ObjectMeta{Name: "default"},
+			Spec:     api.IPAMConfigurationSpec{StrictAffinity: c.StrictAffinity, MaxBlocksPerHost: c.MaxBlocksPerHost, AutoAllocateBlocks: &c.AutoAllocateBlocks},
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("migrate: Calico's %s: %w", calicoIPAMConfig, err)
+		}
+		return r, nil
+	}
+	return nil, nil
+}
 
 // decodeCalico reads one stored Calico v3 resource the way routedctl
 // reads a Calico file, and validates it.

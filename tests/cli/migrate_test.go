@@ -48,6 +48,23 @@ func calicoBlock(cidr, node, tunnel, pod, ns string) string {
 		`","pod":"web-1","timestamp":"2024-05-03 09:00:00.123456789 +0000 UTC"}}],"deleted":false,"sequenceNumber":3,"sequenceNumberForAllocation":{"0":1,"1":2}}`
 }
 
+// putKeys writes raw keys into the etcd at ep, as Calico's code would.
+func putKeys(t *testing.T, ep string, kv map[string]string) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for k, v := range kv {
+		if _, err := cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestMigrateCalico: `routedctl migrate calico --from-etcd` plans
 // (--dry-run writes nothing), carries pools, BGP settings, peers, nodes,
 // endpoints and IPAM state over (ipam check clean, addresses kept with
@@ -56,18 +73,7 @@ func calicoBlock(cidr, node, tunnel, pod, ns string) string {
 func TestMigrateCalico(t *testing.T) {
 	t.Parallel()
 	ep := startEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for k, v := range calicoDatastore {
-		if _, err := cli.Put(ctx, k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putKeys(t, ep, calicoDatastore)
 
 	out, errOut, code := ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep, "--dry-run")
 	if code != 0 || !strings.Contains(out, "Plan: 9 to create, 0 unchanged, 0 conflicts, 0 not carried over") {
@@ -110,10 +116,7 @@ func TestMigrateCalico(t *testing.T) {
 	if _, errOut, code := ctl(t, ep, "apiVersion: routed.io/v1\nkind: BGPPeer\nmetadata: {name: rack1-tor}\nspec: {peerIP: 10.0.0.2, asNumber: 64567}\n", "apply", "-f", "-"); code != 0 {
 		t.Fatal(errOut)
 	}
-	if _, err := cli.Put(ctx, "/calico/resources/v3/projectcalico.org/bgppeers/rack2-tor",
-		`{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","metadata":{"name":"rack2-tor"},"spec":{"peerIP":"10.0.1.1","asNumber":64568}}`); err != nil {
-		t.Fatal(err)
-	}
+	putKeys(t, ep, map[string]string{"/calico/resources/v3/projectcalico.org/bgppeers/rack2-tor": `{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","metadata":{"name":"rack2-tor"},"spec":{"peerIP":"10.0.1.1","asNumber":64568}}`})
 	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
 	if code == 0 || !strings.Contains(out, "rack1-tor") || !strings.Contains(out, "conflict") || !strings.Contains(errOut, "nothing was written") {
 		t.Fatalf("conflict: code %d\n%s%s", code, out, errOut)

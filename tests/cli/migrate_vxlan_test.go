@@ -44,11 +44,7 @@ func TestMigrateCalicoVXLANNodeStaysNoOp(t *testing.T) {
 		"/calico/ipam/v2/host/vx-a/ipv4/block/10.245.1.0-26": `{"state":"confirmed","deleted":false}`,
 		"/calico/ipam/v2/handle/vxlan-tunnel-addr-vx-a":      `{"handleID":"vxlan-tunnel-addr-vx-a","block":{"10.245.1.0/26":1},"deleted":false}`,
 	}
-	for k, v := range calico {
-		if _, err := ds.Etcd().Put(ctx, k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putKeys(t, ep, calico)
 	out, errOut, code := ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
 	if code != 0 || !strings.Contains(out, "0 conflicts, 0 not carried over") {
 		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
