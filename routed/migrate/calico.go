@@ -84,6 +84,11 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 			carried = append(carried, r)
 		}
 	}
+	left, err := leftovers(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	rep.Skipped = append(rep.Skipped, left...)
 	cfg, err := calicoIPAMConfiguration(ctx, from)
 	if err != nil {
 		return nil, err

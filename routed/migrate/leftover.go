@@ -1,0 +1,115 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// calicoIPv6Blocks is where Calico keeps its IPv6 blocks; routed routes
+// IPv4 only.
+const calicoIPv6Blocks = "/calico/ipam/v2/assignment/ipv6/block/"
+
+// policyGone is what a Calico cluster loses with its policy resources.
+const policyGone = "routed enforces no Calico network policy: what it allowed and denied is no longer enforced"
+
+// leftoverWhy says, per Calico resource type routed has no counterpart
+// for, what the operator loses. Types not listed get leftoverDefault.
+var leftoverWhy = map[string]string{
+	"networkpolicies":                 policyGone,
+	"globalnetworkpolicies":           policyGone,
+	"stagednetworkpolicies":           policyGone,
+	"stagedglobalnetworkpolicies":     policyGone,
+	"stagedkubernetesnetworkpolicies": policyGone,
+	"tiers":                           policyGone,
+	"hostendpoints":                   policyGone,
+	"networksets":                     policyGone,
+	"globalnetworksets":               policyGone,
+	"profiles":                        "routed enforces no Calico policy, and profiles carry the namespaces' and service accounts' rules",
+	"ipreservations":                  "routed has no IP reservations: the reserved addresses can be given to pods",
+	"felixconfigurations":             "routed's felix is configured by routed's own flags; compare the settings by hand",
+	"clusterinformations":             "routed keeps its own cluster identity",
+	"kubecontrollersconfigurations":   "routed runs no Calico kube-controllers",
+	"caliconodestatuses":              "status, written by Calico's nodes",
+}
+
+const leftoverDefault = "routed has no such resource"
+
+// leftovers lists what of Calico's datastore the migration does not
+// read at all: resource types routed has no counterpart for, grouped by
+// type with a count and the first names, and IPv6 blocks.
+func leftovers(ctx context.Context, from *datastore.Client) ([]string, error) {
+	carried := map[string]bool{api.KindWorkloadEndpoint.Plural(): true}
+	for _, k := range calicoKinds {
+		carried[k.Plural()] = true
+	}
+	keys, err := listKeys(ctx, from, calicoResources)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string][]string{}
+	for _, k := range keys {
+		plural, name, _ := strings.Cut(strings.TrimPrefix(k, calicoResources), "/")
+		if !carried[plural] {
+			names[plural] = append(names[plural], name)
+		}
+	}
+	var out []string
+	for _, plural := range slices.Sorted(maps.Keys(names)) {
+		out = append(out, fmt.Sprintf("%d %s (%s): %s", len(names[plural]), plural, firstNames(names[plural]), why(plural)))
+	}
+	v6, err := listKeys(ctx, from, calicoIPv6Blocks)
+	if err != nil {
+		return nil, err
+	}
+	if len(v6) > 0 {
+		out = append(out, fmt.Sprintf("%d IPv6 blocks (%s): routed routes IPv4 only; IPv6 pod addresses are not kept",
+			len(v6), firstNames(trimAll(v6, calicoIPv6Blocks))))
+	}
+	return out, nil
+}
+
+func why(plural string) string {
+	if w := leftoverWhy[plural]; w != "" {
+		return w
+	}
+	return leftoverDefault
+}
+
+// firstNames shows up to five names, then how many more.
+func firstNames(names []string) string {
+	if len(names) <= 5 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+}
+
+func trimAll(keys []string, prefix string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = strings.TrimPrefix(k, prefix)
+	}
+	return out
+}
+
+// listKeys lists the keys under prefix, sorted, without their values.
+func listKeys(ctx context.Context, c *datastore.Client, prefix string) ([]string, error) {
+	ctx, cancel := c.Ctx(ctx)
+	defer cancel()
+	resp, err := c.Etcd().Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("migrate: reading Calico's %s: %w", prefix, c.Wrap(err))
+	}
+	out := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		out[i] = string(kv.Key)
+	}
+	return out, nil
+}
