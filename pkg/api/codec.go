@@ -24,6 +24,16 @@ type Decoded struct {
 // "<Kind>List" with items). Unknown fields are an error naming them.
 // Defaults are applied; validation is left to the caller.
 func Decode(data []byte) (*Decoded, error) {
+	return decode(data, func(i int) string { return fmt.Sprintf("document %d", i+1) })
+}
+
+// DecodeSource is Decode for data read from one named place (a datastore
+// key): errors and warnings name source instead of "document N".
+func DecodeSource(data []byte, source string) (*Decoded, error) {
+	return decode(data, func(int) string { return source })
+}
+
+func decode(data []byte, where func(i int) string) (*Decoded, error) {
 	out := &Decoded{}
 	docs, err := splitDocuments(data)
 	if err != nil {
@@ -32,13 +42,13 @@ func Decode(data []byte) (*Decoded, error) {
 	for i, doc := range docs {
 		var obj map[string]any
 		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return nil, fmt.Errorf("%w: document %d: %v", ErrDecode, i+1, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrDecode, where(i), err)
 		}
 		if obj == nil {
 			continue // empty document
 		}
 		stringifyMeta(doc, obj)
-		if err := decodeObject(obj, fmt.Sprintf("document %d", i+1), out); err != nil {
+		if err := decodeObject(obj, where(i), out); err != nil {
 			return nil, err
 		}
 	}

@@ -69,9 +69,9 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 			return nil, err
 		}
 		for _, kv := range kvs {
-			r, warnings, err := decodeCalico(k, kv.Value)
+			r, warnings, err := decodeCalico(k, kv)
 			if err != nil {
-				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s %s: %v", k, string(kv.Key), err))
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %v", k, err))
 				continue
 			}
 			rep.Warnings = append(rep.Warnings, warnings...)
@@ -219,20 +219,21 @@ func calicoIPAMConfiguration(ctx context.Context, from *datastore.Client) (*api.
 
 // decodeCalico reads one stored Calico v3 resource the way routedctl
 // reads a Calico file, and validates it.
-func decodeCalico(k api.Kind, data []byte) (api.Resource, []string, error) {
+func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
+	key := "Calico key " + string(x.Key)
 	var obj map[string]any
-	if err := json.Unmarshal(data, &obj); err != nil {
-		return nil, nil, fmt.Errorf("not JSON: %w", err)
+	if err := json.Unmarshal(x.Value, &obj); err != nil {
+		return nil, nil, fmt.Errorf("%s: not JSON: %w", key, err)
 	}
 	obj["apiVersion"], obj["kind"] = api.CalicoAPIVersion, string(k)
 	raw, _ := json.Marshal(obj)
-	d, err := api.Decode(raw)
+	d, err := api.DecodeSource(raw, key)
 	if err != nil {
 		return nil, nil, err
 	}
 	r := d.Resources[0]
 	if err := r.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%s: %w", key, err)
 	}
 	return r, d.Warnings, nil
 }
