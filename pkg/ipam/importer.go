@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +37,11 @@ type ImportBlock struct {
 
 // Import verdicts.
 const (
-	ImportCreate   = "create"
+	ImportCreate = "create"
+	// ImportUpdate is a block routed holds from an earlier import, to
+	// which the other IPAM has since allocated addresses routed's copy
+	// has free: they are added, each with its handle.
+	ImportUpdate   = "update"
 	ImportSame     = "unchanged"
 	ImportConflict = "conflict"
 )
@@ -45,8 +50,10 @@ const (
 type ImportResult struct {
 	CIDR   netip.Prefix
 	Node   string
-	Action string // ImportCreate, ImportSame or ImportConflict
+	Action string // ImportCreate, ImportUpdate, ImportSame or ImportConflict
 	Detail string
+	// added are the allocations an update adds.
+	added []ImportAllocation
 }
 
 // Import writes imported blocks, each with its node's confirmed affinity
@@ -54,7 +61,10 @@ type ImportResult struct {
 // pods that hold them. Blocks whose handles are shared are written in one
 // transaction, conditional on none of their keys existing. A block that
 // routed already holds with the same node and allocations is left alone
-// (importing twice changes nothing); one that differs is a conflict. With
+// (importing twice changes nothing); one that holds every imported
+// address the same way but has some still free gets those (the other
+// IPAM allocated them since the last import); one that differs
+// otherwise is a conflict. With
 // dryRun, or when any block conflicts, nothing is written and the results
 // say what would happen.
 func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) ([]ImportResult, error) {
@@ -80,10 +90,20 @@ func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) 
 		if err != nil {
 			return nil, err
 		}
-		if why := sameAllocations(cur, b); why != "" {
+		why, missing := sameAllocations(cur, b)
+		switch {
+		case why != "":
 			results[i].Action, results[i].Detail = ImportConflict, why
 			conflict = true
-		} else {
+		case len(missing) > 0:
+			for _, a := range ib.Allocations {
+				if slices.Contains(missing, a.Ordinal) {
+					results[i].added = append(results[i].added, a)
+				}
+			}
+			results[i].Action = ImportUpdate
+			results[i].Detail = fmt.Sprintf("%d address(es) allocated since the last import", len(missing))
+		default:
 			results[i].Action = ImportSame
 		}
 	}
@@ -96,6 +116,17 @@ func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) 
 	for _, group := range handleGroups(recs, results) {
 		if err := c.importGroup(ctx, recs, group); err != nil {
 			return results, err
+		}
+	}
+	for _, r := range results {
+		for _, a := range r.added {
+			// AssignIP updates the block and the handle under their
+			// revisions; asking again with the same handle succeeds, so
+			// an interrupted import completes when run again.
+			node := cmp.Or(a.Node, r.Node)
+			if err := c.AssignIP(ctx, addrAt(r.CIDR, a.Ordinal), a.Handle, node, Attributes{Namespace: a.Namespace, Pod: a.Pod, Type: a.Type}); err != nil {
+				return results, fmt.Errorf("ipam: import into %s: %w", r.CIDR, err)
+			}
 		}
 	}
 	return results, nil
@@ -224,24 +255,27 @@ func importedBlock(ib ImportBlock, seq uint64, now time.Time) (*block, error) {
 }
 
 // sameAllocations says how cur differs from the imported b ("" if it is
-// the same node's and holds every imported address with the same
-// handle). Addresses routed allocated since an earlier import are
-// routed's own: they do not make a difference.
-func sameAllocations(cur, b *block) string {
+// the same node's and holds every imported address it has allocated with
+// the same handle), and lists the imported ordinals cur has free.
+// Addresses routed allocated since an earlier import are routed's own:
+// they do not make a difference.
+func sameAllocations(cur, b *block) (string, []int) {
 	if cur.Affinity != b.Affinity {
-		return fmt.Sprintf("routed has it for %s, the import for %s", cur.owner(), b.owner())
+		return fmt.Sprintf("routed has it for %s, the import for %s", cur.owner(), b.owner()), nil
 	}
+	var missing []int
 	for o, a := range b.Allocations {
 		if a == nil {
 			continue
 		}
-		want, have := b.Attributes[*a].Handle, ""
-		if c := cur.Allocations[o]; c != nil {
-			have = cur.Attributes[*c].Handle
+		c := cur.Allocations[o]
+		if c == nil {
+			missing = append(missing, o)
+			continue
 		}
-		if have != want {
-			return fmt.Sprintf("%s: routed has handle %q, the import %q", b.addr(o), have, want)
+		if have, want := cur.Attributes[*c].Handle, b.Attributes[*a].Handle; have != want {
+			return fmt.Sprintf("%s: routed has handle %q, the import %q", b.addr(o), have, want), nil
 		}
 	}
-	return ""
+	return "", missing
 }

@@ -83,6 +83,6 @@ func printMigration(g *globals, rep *migrate.Report, dryRun bool) {
 	if dryRun {
 		verb = "Plan"
 	}
-	fmt.Fprintf(g.out, "%s: %d to create, %d unchanged, %d conflicts, %d not carried over\n",
-		verb, counts["create"], counts["unchanged"], counts["conflict"], len(rep.Skipped))
+	fmt.Fprintf(g.out, "%s: %d to create, %d to update, %d unchanged, %d conflicts, %d not carried over\n",
+		verb, counts["create"], counts["update"], counts["unchanged"], counts["conflict"], len(rep.Skipped))
 }

@@ -25,7 +25,7 @@ func TestMigrateCalicoIPAMConfig(t *testing.T) {
 		}
 	}
 	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
-	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 1 unchanged, 0 conflicts") {
+	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 1 unchanged, 0 conflicts") {
 		t.Fatalf("second run: code %d\n%s%s", code, out, errOut)
 	}
 }

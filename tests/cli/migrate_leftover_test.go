@@ -31,7 +31,7 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 		"Not carried over: 1 felixconfigurations (default):",
 		"Not carried over: 1 ipreservations (gateways): routed has no IP reservations",
 		"Not carried over: 1 IPv6 blocks (fd00:10:244:1::-122): routed routes IPv4 only",
-		"Migrated: 1 to create, 0 unchanged, 0 conflicts, 5 not carried over",
+		"Migrated: 1 to create, 0 to update, 0 unchanged, 0 conflicts, 5 not carried over",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -76,7 +76,7 @@ func TestMigrateCalico(t *testing.T) {
 	putKeys(t, ep, calicoDatastore)
 
 	out, errOut, code := ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep, "--dry-run")
-	if code != 0 || !strings.Contains(out, "Plan: 9 to create, 0 unchanged, 0 conflicts, 0 not carried over") {
+	if code != 0 || !strings.Contains(out, "Plan: 9 to create, 0 to update, 0 unchanged, 0 conflicts, 0 not carried over") {
 		t.Fatalf("dry run: code %d\n%s%s", code, out, errOut)
 	}
 	t.Logf("plan:\n%s", out)
@@ -112,7 +112,7 @@ func TestMigrateCalico(t *testing.T) {
 	}
 
 	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
-	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 9 unchanged, 0 conflicts") {
+	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 9 unchanged, 0 conflicts") {
 		t.Fatalf("second run is not a no-op: code %d\n%s%s", code, out, errOut)
 	}
 

@@ -60,7 +60,7 @@ func TestMigrateCalicoVXLANNodeStaysNoOp(t *testing.T) {
 		t.Errorf("node after its start: %+v (want Calico's tunnel address 10.245.1.0, routed's MAC %s)", n.Spec, api.VXLANMAC("vx-a"))
 	}
 	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
-	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 3 unchanged, 0 conflicts") {
+	if code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 3 unchanged, 0 conflicts") {
 		t.Fatalf("second migration after the node started is not a no-op: code %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = ctl(t, ep, "", "ipam", "check")
