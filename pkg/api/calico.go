@@ -54,6 +54,14 @@ var calicoFields = map[Kind][]calicoField{
 	KindBGPPeer: {
 		{path: "spec.reachableBy", refuse: always("routed does not add the static route through this gateway; the session would not come up, or go another way")},
 		{path: "spec.localWorkloadSelector", refuse: always("routed does not peer with workloads")},
+		{path: "spec.failureDetectionMode", refuse: unless("None", "routed runs no BFD: a failed peer would be noticed only after the BGP hold time, and traffic sent to it meanwhile lost")},
+		{path: "spec.restartMode", refuse: unless("GracefulRestart", "routed's sessions use plain graceful restart: the peer's routes would be dropped when maxRestartTime runs out instead of kept as long-lived stale routes")},
+		{path: "spec.birdGatewayMode", note: "routed installs each route a peer sends with its next hop as the gateway; BIRD's gateway mode has no counterpart", refuse: func(v any) string {
+			if v != "Recursive" && v != "DirectIfDirectlyConnected" {
+				return "must be Recursive or DirectIfDirectlyConnected"
+			}
+			return ""
+		}},
 		{path: "spec.nextHopMode", refuse: func(v any) string {
 			if v == "Self" {
 				return "routed sets next hop self only on the routes it originates; forcing it on reflected routes is not supported"
