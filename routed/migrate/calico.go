@@ -27,6 +27,9 @@ const (
 	calicoIPAMConfig  = "/calico/ipam/v2/config"
 )
 
+// ErrNoCalico means the source etcd holds no Calico keys at all.
+var ErrNoCalico = errors.New("migrate: no Calico datastore")
+
 // ErrConflict means routed already holds state that differs from what
 // the migration would write; nothing was written.
 var ErrConflict = errors.New("migrate: routed's datastore already holds different state")
@@ -61,6 +64,9 @@ var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindB
 // holds differs, nothing is written and the report names it. dryRun only
 // plans.
 func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Report, error) {
+	if err := hasCalico(ctx, from); err != nil {
+		return nil, err
+	}
 	rep := &Report{}
 	var carried []api.Resource
 	for _, k := range calicoKinds {

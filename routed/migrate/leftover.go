@@ -13,6 +13,9 @@ import (
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
+// calicoRoot holds every key of Calico's etcdv3 datastore.
+const calicoRoot = "/calico/"
+
 // calicoIPv6Blocks is where Calico keeps its IPv6 blocks; routed routes
 // IPv4 only.
 const calicoIPv6Blocks = "/calico/ipam/v2/assignment/ipv6/block/"
@@ -112,4 +115,20 @@ func listKeys(ctx context.Context, c *datastore.Client, prefix string) ([]string
 		out[i] = string(kv.Key)
 	}
 	return out, nil
+}
+
+// hasCalico fails with ErrNoCalico when from holds nothing under /calico/:
+// the wrong endpoint, or a Calico cluster on the Kubernetes datastore.
+func hasCalico(ctx context.Context, from *datastore.Client) error {
+	ctx, cancel := from.Ctx(ctx)
+	defer cancel()
+	resp, err := from.Etcd().Get(ctx, calicoRoot, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("migrate: reading Calico's %s: %w", calicoRoot, from.Wrap(err))
+	}
+	if resp.Count == 0 {
+		return fmt.Errorf("%w: the etcd at %s holds no %s keys; check --from-etcd (a Calico cluster on the Kubernetes datastore keeps its state in the API server: export it with calicoctl get -o yaml and apply the files)",
+			ErrNoCalico, strings.Join(from.Endpoints(), ","), calicoRoot)
+	}
+	return nil
 }
