@@ -65,10 +65,18 @@ func (v *vxlanDev) reconcile(want vxlanWant) (netlink.Link, error) {
 			LinkAttrs: netlink.LinkAttrs{Name: VXLANDevice, MTU: want.mtu, HardwareAddr: want.mac},
 			VxlanId:   VXLANVNI, Port: VXLANPort, SrcAddr: want.local.AsSlice(), Learning: false,
 		}
-		if err := v.h.LinkAdd(dev); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", VXLANDevice, VXLANVNI, VXLANPort, err)
+		addErr := v.h.LinkAdd(dev)
+		if addErr != nil && !errors.Is(addErr, unix.EEXIST) {
+			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", VXLANDevice, VXLANVNI, VXLANPort, addErr)
 		}
 		if link, err = v.h.LinkByName(VXLANDevice); err != nil {
+			if other := v.holderOfVNI(); addErr != nil && other != "" {
+				// EEXIST without our device: the kernel allows one VXLAN
+				// device per VNI and port (Calico's vxlan.calico, left on a
+				// node moved from Calico).
+				return nil, fmt.Errorf("felix: creating %s: %s already uses VNI %d on port %d; delete it (ip link del %s): %w",
+					VXLANDevice, other, VXLANVNI, VXLANPort, other, addErr)
+			}
 			return nil, fmt.Errorf("felix: %s after creating it: %w", VXLANDevice, err)
 		}
 		v.log.WithFields(logrus.Fields{"vni": VXLANVNI, "port": VXLANPort, "local": want.local, "mac": want.mac.String()}).Info("created " + VXLANDevice)
@@ -96,6 +104,21 @@ func (v *vxlanDev) reconcile(want vxlanWant) (netlink.Link, error) {
 		link = l
 	}
 	return link, errors.Join(v.syncNeighbours(link, want.tunnelTo), v.syncFDB(link, want.tunnelTo))
+}
+
+// holderOfVNI names another VXLAN device using routed's VNI and port,
+// "" if none.
+func (v *vxlanDev) holderOfVNI() string {
+	links, err := v.h.LinkList()
+	if err != nil {
+		return ""
+	}
+	for _, l := range links {
+		if x, ok := l.(*netlink.Vxlan); ok && x.Name != VXLANDevice && x.VxlanId == VXLANVNI && x.Port == VXLANPort {
+			return x.Name
+		}
+	}
+	return ""
 }
 
 func (v *vxlanDev) matches(link netlink.Link, want vxlanWant) bool {
