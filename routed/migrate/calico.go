@@ -416,7 +416,27 @@ func calicoEndpoint(data []byte, addrHandle map[netip.Addr]string) (*api.Workloa
 
 // differs says how routed's cur differs from the migrated r ("" if not):
 // spec and labels count, server-side metadata does not.
+// withNodeTunnels returns Calico's Node n with the tunnel fields Calico
+// left empty taken from routed's cur: a running node allocates and
+// records its own tunnel addresses (and MAC) where Calico had none (a
+// node Calico gave no VXLAN address yet), which is no conflict.
+func withNodeTunnels(n, cur *api.Node) *api.Node {
+	c := *n
+	if c.Spec.IPv4VXLANTunnelAddr == "" && c.Spec.VXLANTunnelMACAddr == "" {
+		c.Spec.IPv4VXLANTunnelAddr, c.Spec.VXLANTunnelMACAddr = cur.Spec.IPv4VXLANTunnelAddr, cur.Spec.VXLANTunnelMACAddr
+	}
+	if c.Spec.BGP != nil && cur.Spec.BGP != nil && c.Spec.BGP.IPv4IPIPTunnelAddr == "" {
+		bgp := *c.Spec.BGP
+		bgp.IPv4IPIPTunnelAddr = cur.Spec.BGP.IPv4IPIPTunnelAddr
+		c.Spec.BGP = &bgp
+	}
+	return &c
+}
+
 func differs(cur, r api.Resource) string {
+	if n, ok := r.(*api.Node); ok {
+		r = withNodeTunnels(n, cur.(*api.Node))
+	}
 	spec := func(x api.Resource) any { return reflect.ValueOf(x).Elem().FieldByName("Spec").Interface() }
 	if !reflect.DeepEqual(spec(cur), spec(r)) {
 		a, _ := json.Marshal(spec(cur))
