@@ -64,6 +64,8 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 	}
 
 	pool := netip.MustParsePrefix(l.Topo.PoolCIDR).Masked()
+	vxlan := l.Topo.VXLANMode != "" && l.Topo.VXLANMode != "Never"
+	tunnelled := map[string]bool{}
 	var out []Pod
 	for i, p := range pods {
 		a := pool.Addr().As4()
@@ -79,18 +81,32 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 		dash := func(s string) string { return strings.ReplaceAll(s, "-", "--") }
 		blockKey := strings.Replace(block.String(), "/", "-", 1)
 
+		// On a VXLAN pool, the node's first block also holds its VXLAN
+		// tunnel address at ordinal 0, as calico-node allocates it.
+		tunnel := vxlan && !tunnelled[p.Node]
+		tunnelled[p.Node] = tunnelled[p.Node] || tunnel
 		allocs := make([]string, 64)
 		var unalloc []string
 		for o := range allocs {
-			allocs[o] = "null"
-			if o == 1 {
+			switch {
+			case o == 1:
 				allocs[o] = "0"
-			} else {
+			case o == 0 && tunnel:
+				allocs[o] = "1"
+			default:
+				allocs[o] = "null"
 				unalloc = append(unalloc, fmt.Sprint(o))
 			}
 		}
-		kv["/calico/ipam/v2/assignment/ipv4/block/"+blockKey] = fmt.Sprintf(`{"cidr":%q,"affinity":"host:%s","strictAffinity":false,"allocations":[%s],"unallocated":[%s],"attributes":[{"handle_id":%q,"secondary":{"namespace":"default","node":%q,"pod":%q,"timestamp":"2024-05-03 09:00:00.123456789 +0000 UTC"}}],"deleted":false,"sequenceNumber":2,"sequenceNumberForAllocation":{"1":1}}`,
-			block, p.Node, strings.Join(allocs, ","), strings.Join(unalloc, ","), handle, p.Node, p.Name)
+		attrs := fmt.Sprintf(`{"handle_id":%q,"secondary":{"namespace":"default","node":%q,"pod":%q,"timestamp":"2024-05-03 09:00:00.123456789 +0000 UTC"}}`, handle, p.Node, p.Name)
+		if tunnel {
+			if err := l.seedCalicoVXLAN(ctx, kv, p.Node, block); err != nil {
+				return nil, err
+			}
+			attrs += fmt.Sprintf(`,{"handle_id":"vxlan-tunnel-addr-%s","secondary":{"node":%q,"type":"vxlanTunnelAddress"}}`, p.Node, p.Node)
+		}
+		kv["/calico/ipam/v2/assignment/ipv4/block/"+blockKey] = fmt.Sprintf(`{"cidr":%q,"affinity":"host:%s","strictAffinity":false,"allocations":[%s],"unallocated":[%s],"attributes":[%s],"deleted":false,"sequenceNumber":2,"sequenceNumberForAllocation":{"1":1}}`,
+			block, p.Node, strings.Join(allocs, ","), strings.Join(unalloc, ","), attrs)
 		kv[fmt.Sprintf("/calico/ipam/v2/host/%s/ipv4/block/%s", p.Node, blockKey)] = `{"state":"confirmed","deleted":false}`
 		kv["/calico/ipam/v2/handle/"+handle] = fmt.Sprintf(`{"handleID":%q,"block":{%q:1},"deleted":false}`, handle, block)
 		wep := fmt.Sprintf("%s-k8s-%s-eth0", dash(p.Node), dash(p.Name))
@@ -130,4 +146,56 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 func calicoVeth(namespace, pod string) string {
 	sum := sha1.Sum([]byte(namespace + "." + pod))
 	return "cali" + hex.EncodeToString(sum[:])[:11]
+}
+
+// seedCalicoVXLAN gives a Calico node its VXLAN tunnel: the address
+// (ordinal 0 of block) with its handle and on the Node (spec
+// ipv4VXLANTunnelAddr and vxlanTunnelMACAddr), and the vxlan.calico
+// device calico-node leaves on the host (VNI 4096, port 4789).
+func (l *Lab) seedCalicoVXLAN(ctx context.Context, kv map[string]string, node string, block netip.Prefix) error {
+	addr := block.Addr()
+	a := addr.As4()
+	mac := fmt.Sprintf("66:c4:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
+	handle := "vxlan-tunnel-addr-" + node
+	kv["/calico/ipam/v2/handle/"+handle] = fmt.Sprintf(`{"handleID":%q,"block":{%q:1},"deleted":false}`, handle, block)
+	key := "/calico/resources/v3/projectcalico.org/nodes/" + node
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(kv[key]), &obj); err != nil {
+		return fmt.Errorf("calico node %s: %w", node, err)
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	spec["ipv4VXLANTunnelAddr"], spec["vxlanTunnelMACAddr"] = addr.String(), mac
+	raw, _ := json.Marshal(obj)
+	kv[key] = string(raw)
+	n, err := l.node(node)
+	if err != nil {
+		return err
+	}
+	for _, c := range [][]string{
+		{"link", "add", "vxlan.calico", "address", mac, "type", "vxlan", "id", "4096", "dstport", "4789", "local", n.Addr.Addr().String(), "dev", "eth0", "nolearning"},
+		{"addr", "add", addr.String() + "/32", "dev", "vxlan.calico"},
+		{"link", "set", "vxlan.calico", "up"},
+	} {
+		if err := ip(ctx, node, c...); err != nil {
+			return fmt.Errorf("calico node %s: ip %v: %w", node, c, err)
+		}
+	}
+	return nil
+}
+
+// ClearCalicoDataplane does on a node what docs/migrate-calico.md says to
+// do before routed starts there: delete vxlan.calico (its routes go with
+// it) and flush BIRD's routes.
+func (l *Lab) ClearCalicoDataplane(ctx context.Context, node string) error {
+	if _, err := nsRun(ctx, node, "ip", "link", "show", "vxlan.calico"); err == nil {
+		if err := ip(ctx, node, "link", "del", "vxlan.calico"); err != nil {
+			return err
+		}
+	}
+	return ip(ctx, node, "route", "flush", "proto", "bird")
+}
+
+// NodeAddrs returns `ip -4 -o addr show` of a node's namespace.
+func (l *Lab) NodeAddrs(ctx context.Context, node string) (string, error) {
+	return nsRun(ctx, node, "ip", "-4", "-o", "addr", "show")
 }
