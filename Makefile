@@ -11,7 +11,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo clean $(BINARIES)
 
 all: build
 
@@ -76,6 +76,15 @@ soak: deps build
 IMAGE_TAG ?= routed:dev
 image:
 	$(GO) run ./deploy/image -o $(BIN)/routed-image.tar -tag $(IMAGE_TAG)
+
+# k8s-demo brings up a real one-node Kubernetes cluster here (etcd,
+# kube-apiserver, controller-manager, scheduler, containerd, kubelet,
+# kube-proxy), installs routed from the shipped manifests and checks it;
+# last line PASS or FAIL; everything is torn down (also on Ctrl-C).
+k8s-demo: build
+	@[ "$$(id -u)" = 0 ] || { echo "make k8s-demo needs root (network namespaces, containerd)"; exit 1; }
+	./tests/ensure-deps.sh
+	$(GO) run ./tests/k8s/demo/cmd -bin $(BIN)
 
 image-docker:
 	docker build -t $(IMAGE_TAG) -f deploy/Dockerfile .

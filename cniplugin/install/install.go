@@ -60,10 +60,11 @@ const (
 )
 
 // DefaultTemplate is used when neither CNI_NETWORK_CONFIG nor
-// CNI_NETWORK_CONFIG_FILE is set.
+// CNI_NETWORK_CONFIG_FILE is set. cniVersion 1.0.0: containerd 1.6
+// cannot read 1.1.0 results.
 const DefaultTemplate = `{
   "name": "k8s-pod-network",
-  "cniVersion": "1.1.0",
+  "cniVersion": "1.0.0",
   "plugins": [
     {
       "type": "routed-cni",

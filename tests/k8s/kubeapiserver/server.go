@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,12 @@ type Config struct {
 	Dir string
 	// EtcdServers are the etcd client URLs (http).
 	EtcdServers []string
+	// Advertise, when valid, is the address a cluster's nodes reach the
+	// server at: it listens on every address, puts Advertise in its
+	// certificate and in the "kubernetes" Service's endpoints (kept by
+	// the lease reconciler), for kubelets and kube-proxy. Otherwise it
+	// serves on 127.0.0.1 only, with no endpoints for that Service.
+	Advertise netip.Addr
 }
 
 // Server is a running kube-apiserver on 127.0.0.1 with RBAC and an
@@ -68,7 +75,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	files, err := writeCredentials(cfg.Dir)
+	files, err := writeCredentials(cfg.Dir, cfg.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("kubeapiserver: credentials: %w", err)
 	}
@@ -110,8 +117,6 @@ func start(ctx context.Context, cfg Config, files *credentials) (*Server, error)
 	s.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 
 	args := []string{
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--etcd-servers=" + strings.Join(cfg.EtcdServers, ","),
 		"--tls-cert-file=" + files.cert,
@@ -126,12 +131,18 @@ func start(ctx context.Context, cfg Config, files *credentials) (*Server, error)
 		// routed-node is privileged (see deploy/base/node.yaml); kubeadm
 		// clusters allow that too.
 		"--allow-privileged=true",
-		// No controller manager or kubelets here: nothing to reconcile
-		// the "kubernetes" Service's endpoints to.
-		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--v=1",
+	}
+	if cfg.Advertise.IsValid() {
+		args = append(args, "--bind-address=0.0.0.0", "--advertise-address="+cfg.Advertise.String(),
+			// Nodes have no DNS names here (kubectl exec, logs).
+			"--kubelet-preferred-address-types=InternalIP")
+	} else {
+		// No nodes reach this server: nothing to reconcile the
+		// "kubernetes" Service's endpoints to.
+		args = append(args, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none")
 	}
 	logFile, err := os.Create(s.LogPath)
 	if err != nil {
@@ -321,7 +332,7 @@ func firstLine(b []byte) string {
 
 // writeCredentials generates a CA, a serving certificate for 127.0.0.1
 // and localhost, the service account signing key and an admin token.
-func writeCredentials(dir string) (*credentials, error) {
+func writeCredentials(dir string, advertise netip.Addr) (*credentials, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -354,6 +365,9 @@ func writeCredentials(dir string) (*credentials, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default.svc"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)},
+	}
+	if advertise.IsValid() {
+		srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, advertise.AsSlice())
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

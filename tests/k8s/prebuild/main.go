@@ -1,5 +1,6 @@
-// Command prebuild builds the kube-apiserver the tests/k8s tier runs
-// into the test cache ahead of the tests (about 6 minutes on 2 cores the
+// Command prebuild builds the kube-apiserver and the kube-node binary
+// (kubelet, kube-controller-manager, kube-scheduler) the tests/k8s tier
+// runs into the test cache ahead of the tests (minutes on 2 cores the
 // first time, nothing once cached), e.g. from a deps step:
 //
 //	go run ./tests/k8s/prebuild
@@ -19,10 +20,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "prebuild: "+format+"\n", a...) }
-	bin, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	for _, build := range []func(context.Context, string, string, func(string, ...any)) (string, error){kubeapiserver.Build, kubeapiserver.BuildNode} {
+		bin, err := build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(bin)
 	}
-	fmt.Println(bin)
 }

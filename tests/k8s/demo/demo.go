@@ -1,0 +1,335 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/routed-net/routed/internal/ociimage"
+	"github.com/routed-net/routed/tests/k8s/cluster"
+)
+
+// RoutedImage is the tag the demo builds routed's image under; the
+// overlay points the shipped manifests at it.
+const RoutedImage = "docker.io/library/routed:k8s-demo"
+
+// Run installs routed with `kubectl apply -k` of an overlay on the shipped
+// manifests (image reference and etcd endpoint only) into the running
+// cluster c, and checks what an operator checks, step by step, logging
+// as it goes. bin holds routedctl. It returns the first failure.
+func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(string, ...any)) error {
+	step := func(format string, a ...any) { logf("==> "+format, a...) }
+	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
+	routedctl := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, filepath.Join(bin, "routedctl"), append([]string{"--etcd-endpoints", c.Etcd}, args...)...).CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("routedctl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out), nil
+	}
+
+	step("routed's image, built without Docker (deploy/build.sh + internal/ociimage), imported into containerd")
+	tree := filepath.Join(os.TempDir(), fmt.Sprintf("routed-k8s-image-%d", os.Getpid()))
+	defer os.RemoveAll(tree)
+	build := exec.CommandContext(ctx, "sh", "deploy/build.sh", tree)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("deploy/build.sh: %v: %s", err, out)
+	}
+	tar := tree + ".tar"
+	defer os.Remove(tar)
+	if _, err := ociimage.WriteFile(tar, RoutedImage, tree, ociimage.Config{Entrypoint: []string{"/usr/local/bin/routed"}}); err != nil {
+		return err
+	}
+	if err := c.ImportImage(ctx, tar); err != nil {
+		return err
+	}
+
+	step("kubectl apply -k: the shipped deploy/base with an overlay for the image and the etcd endpoint")
+	overlay, err := writeOverlay(root, c.Etcd)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(overlay)
+	if out, err := kubectl("apply", "-k", overlay); err != nil {
+		return err
+	} else {
+		logf("%s", out)
+	}
+	step("routed-node DaemonSet Ready")
+	if out, err := kubectl("-n", "kube-system", "rollout", "status", "ds/routed-node", "--timeout=180s"); err != nil {
+		logf("routed pod logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/name=routed"))
+		return err
+	} else {
+		logf("%s", out)
+	}
+	out, _ := kubectl("-n", "kube-system", "get", "ds", "routed-node", "-o", "wide")
+	logf("%s", out)
+
+	step("install-cni's files on the node (the kubelet's CNI dirs)")
+	files := []string{"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam", "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth",
+		"/etc/cni/net.d/10-routed.conflist", "/etc/cni/net.d/routed-kubeconfig"}
+	if err := cluster.WaitFor(ctx, 60*time.Second, "routed-kubeconfig written by routed", func() error {
+		_, err := os.Stat("/etc/cni/net.d/routed-kubeconfig")
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			return fmt.Errorf("install-cni: %w", err)
+		}
+		logf("  %s %8d %s", st.Mode(), st.Size(), f)
+	}
+
+	step("a Deployment of 10 pods")
+	if err := applyYAML(ctx, c, deploymentYAML); err != nil {
+		return err
+	}
+	if out, err := kubectl("rollout", "status", "deployment/web", "--timeout=180s"); err != nil {
+		logf("%s", describe(ctx, c))
+		return err
+	} else {
+		logf("%s", out)
+	}
+	pods, err := podIPs(ctx, c, "app=web")
+	if err != nil {
+		return err
+	}
+	pool := netip.MustParsePrefix("192.168.0.0/16")
+	if len(pods) != 10 {
+		return fmt.Errorf("want 10 Running pods, have %d: %v", len(pods), pods)
+	}
+	for name, ip := range pods {
+		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
+			return fmt.Errorf("pod %s has %q, not an address from the pool %s", name, ip, pool)
+		}
+	}
+	out, _ = kubectl("get", "pods", "-o", "wide")
+	logf("%s", out)
+
+	step("each pod's WorkloadEndpoint, with its labels")
+	out, err = routedctl("get", "wep", "-o", "yaml")
+	if err != nil {
+		return err
+	}
+	for name := range pods {
+		if !strings.Contains(out, "pod: "+name) {
+			return fmt.Errorf("no WorkloadEndpoint for pod %s", name)
+		}
+	}
+	if n := strings.Count(out, "app: web"); n < 10 {
+		return fmt.Errorf("%d WorkloadEndpoints carry the pods' label app=web, want 10", n)
+	}
+	wide, _ := routedctl("get", "wep", "-o", "wide")
+	logf("%s", wide)
+
+	step("a pod asking for 192.168.77.7 with cni.projectcalico.org/ipAddrs")
+	if err := applyYAML(ctx, c, fixedPodYAML); err != nil {
+		return err
+	}
+	if _, err := kubectl("wait", "--for=condition=Ready", "pod/fixed", "--timeout=120s"); err != nil {
+		logf("%s", describe(ctx, c))
+		return err
+	}
+	fixed, err := kubectl("get", "pod", "fixed", "-o", "jsonpath={.status.podIP}")
+	if err != nil || fixed != "192.168.77.7" {
+		return fmt.Errorf("pod fixed got %q, want 192.168.77.7 (%v)", fixed, err)
+	}
+	logf("pod fixed: %s", fixed)
+
+	step("pod to pod: kubectl exec ... ping")
+	var from string
+	for name := range pods {
+		from = name
+		break
+	}
+	for _, to := range []string{fixed, pods[otherThan(pods, from)]} {
+		out, err := kubectl("exec", from, "--", "/bin/busybox", "ping", "-c", "3", "-W", "2", to)
+		if err != nil || !strings.Contains(out, " 0% packet loss") {
+			return fmt.Errorf("%s cannot ping %s: %v\n%s", from, to, err, out)
+		}
+		logf("%s -> %s: %s", from, to, lastLine(out, "packet loss"))
+	}
+
+	step("pods deleted: their addresses released")
+	if _, err := kubectl("delete", "deployment", "web", "--wait=true"); err != nil {
+		return err
+	}
+	if _, err := kubectl("delete", "pod", "fixed", "--wait=true"); err != nil {
+		return err
+	}
+	if err := cluster.WaitFor(ctx, 120*time.Second, "every pod address released", func() error {
+		out, err := routedctl("ipam", "show")
+		if err != nil {
+			return err
+		}
+		for _, ip := range append(values(pods), fixed) {
+			if o, _ := routedctl("ipam", "show", "--ip", ip); strings.Contains(o, "k8s-pod-network") {
+				return fmt.Errorf("%s still allocated:\n%s", ip, out)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	out, err = routedctl("ipam", "check")
+	if err != nil {
+		return err
+	}
+	logf("%s", out)
+	return nil
+}
+
+func writeOverlay(root, etcd string) (string, error) {
+	dir, err := os.MkdirTemp("", "routed-k8s-overlay-")
+	if err != nil {
+		return "", err
+	}
+	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "base"))
+	if err != nil {
+		return "", err
+	}
+	name, tag, _ := strings.Cut(RoutedImage, ":")
+	k := fmt.Sprintf(`# The shipped manifests, with the image reference and the etcd endpoint
+# changed; nothing else.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: ghcr.io/routed-net/routed
+  newName: %s
+  newTag: %s
+patches:
+- target: {kind: ConfigMap, name: routed-config}
+  patch: |-
+    - op: replace
+      path: /data/etcd_endpoints
+      value: %s
+`, base, name, tag, etcd)
+	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+const deploymentYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web, tier: demo}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: busybox
+        image: ` + cluster.BusyboxImage + `
+        imagePullPolicy: Never
+        command: ["/bin/busybox", "sleep", "3600"]
+`
+
+const fixedPodYAML = `apiVersion: v1
+kind: Pod
+metadata:
+  name: fixed
+  namespace: default
+  annotations: {cni.projectcalico.org/ipAddrs: '["192.168.77.7"]'}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: busybox
+    image: ` + cluster.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "sleep", "3600"]
+`
+
+func applyYAML(ctx context.Context, c *cluster.Cluster, yaml string) error {
+	f, err := os.CreateTemp("", "routed-k8s-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(yaml); err != nil {
+		return err
+	}
+	f.Close()
+	_, err = c.Kubectl(ctx, "apply", "-f", f.Name())
+	return err
+}
+
+func podIPs(ctx context.Context, c *cluster.Cluster, selector string) (map[string]string, error) {
+	out, err := c.Kubectl(ctx, "get", "pods", "-l", selector, "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Status   struct{ Phase, PodIP string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, p := range list.Items {
+		if p.Status.Phase == "Running" && p.Status.PodIP != "" {
+			m[p.Metadata.Name] = p.Status.PodIP
+		}
+	}
+	return m, nil
+}
+
+func otherThan(m map[string]string, name string) string {
+	for k := range m {
+		if k != name {
+			return k
+		}
+	}
+	return name
+}
+
+func values(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+func lastLine(s, containing string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, containing) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+func describe(ctx context.Context, c *cluster.Cluster) string {
+	out, _ := c.Kubectl(ctx, "get", "pods", "-A", "-o", "wide")
+	ev, _ := c.Kubectl(ctx, "get", "events", "-A", "--sort-by=.lastTimestamp")
+	return out + "\n" + lastLines(ev, 30) + "\nkubelet:\n" + c.Logs("kubelet", 30)
+}
+
+func podLogs(ctx context.Context, c *cluster.Cluster, ns, selector string) string {
+	out, _ := c.Kubectl(ctx, "-n", ns, "logs", "-l", selector, "--all-containers", "--tail=40")
+	return out + "\n" + describe(ctx, c)
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
