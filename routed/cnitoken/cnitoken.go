@@ -18,12 +18,14 @@ package cnitoken
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"time"
 
+	"github.com/routed-net/routed/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,8 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
-
-	"github.com/routed-net/routed/internal/atomicfile"
 )
 
 // Defaults, Calico's: a day's token refreshed after a quarter of its
@@ -283,4 +283,73 @@ func refreshIn(now, exp time.Time, refreshBefore, floor time.Duration) time.Dura
 		d += rand.N(d/10 + 1)
 	}
 	return max(d, floor)
+}
+
+// DaemonSetGone reports whether the DaemonSet namespace/name no longer
+// exists or is being deleted: routed then stops for good (kubectl delete
+// of its manifests), not for a restart or an update.
+func (c *Config) DaemonSetGone(ctx context.Context, namespace, name string) (bool, error) {
+	raw, err := c.Client.Get().AbsPath("/apis/apps/v1/namespaces", namespace, "daemonsets", name).Do(ctx).Raw()
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cnitoken: get DaemonSet %s/%s: %w", namespace, name, err)
+	}
+	var ds struct {
+		Metadata struct {
+			DeletionTimestamp *string `json:"deletionTimestamp"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &ds); err != nil {
+		return false, fmt.Errorf("cnitoken: DaemonSet %s/%s: %w", namespace, name, err)
+	}
+	return ds.Metadata.DeletionTimestamp != nil, nil
+}
+
+// WatchDaemonSet reports through deleted when the DaemonSet
+// namespace/name is deleted or gets a deletion timestamp, until ctx
+// ends. It keeps a watch open from routed's start: `kubectl delete` of
+// routed's manifests also deletes the Role that lets routed ask, so by
+// the time routed is told to stop it may no longer be allowed to; a
+// watch opened earlier still delivers the deletion.
+func (c *Config) WatchDaemonSet(ctx context.Context, namespace, name string, deleted func()) {
+	backoff := c.MinRetry
+	for ctx.Err() == nil {
+		rv := ""
+		if err := c.watchOnce(ctx, namespace, name, &rv, deleted); err != nil && ctx.Err() == nil {
+			c.Log.WithError(err).Debug("DaemonSet watch ended; watching again")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, c.MaxRetry)
+	}
+}
+
+func (c *Config) watchOnce(ctx context.Context, namespace, name string, rv *string, deleted func()) error {
+	stream, err := c.Client.Get().AbsPath("/apis/apps/v1/namespaces", namespace, "daemonsets").
+		Param("watch", "true").Param("fieldSelector", "metadata.name="+name).Stream(ctx)
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	dec := json.NewDecoder(stream)
+	for {
+		var ev struct {
+			Type   string `json:"type"`
+			Object struct {
+				Metadata struct {
+					DeletionTimestamp *string `json:"deletionTimestamp"`
+				} `json:"metadata"`
+			} `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return err
+		}
+		if ev.Type == "DELETED" || ev.Object.Metadata.DeletionTimestamp != nil {
+			deleted()
+		}
+	}
 }

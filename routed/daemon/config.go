@@ -61,6 +61,15 @@ type CNITokenConfig struct {
 	Namespace      string // "" : routed's own (the pod's namespace)
 	Validity       time.Duration
 	RefreshBefore  time.Duration
+	// DaemonSet names routed's DaemonSet (in routed's namespace): when
+	// routed stops and it is gone or being deleted, routed removes what
+	// it and install-cni put on the host (UninstallPaths). Empty: never.
+	DaemonSet string
+	// CNIBinDir is the host's CNI bin dir as mounted; CNIConfName the
+	// conflist install-cni writes into the kubeconfig's directory.
+	CNIBinDir, CNIConfName string
+	// LogDir is the host's directory of the CNI plugin's log, as mounted.
+	LogDir string
 }
 
 // DefaultPool is the pool created at start when no pool exists.
@@ -136,6 +145,10 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CNIToken.Namespace, "cni-service-account-namespace", env("", "ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE"), "its namespace (empty: routed's own) (env ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)")
 	fs.DurationVar(&c.CNIToken.Validity, "cni-token-validity", cnitoken.DefaultValidity, "lifetime of the CNI plugin's token (at least 10m)")
 	fs.DurationVar(&c.CNIToken.RefreshBefore, "cni-token-refresh-before", cnitoken.DefaultRefreshBefore, "request a new CNI token once less than this is left of the current one")
+	fs.StringVar(&c.CNIToken.DaemonSet, "uninstall-with-daemonset", env("", "ROUTED_DAEMONSET"), "when routed stops and this DaemonSet (routed's own) is gone or being deleted, remove routed's files from the host: CNI plugins, conflist, kubeconfig, state, logs (empty: never) (env ROUTED_DAEMONSET)")
+	fs.StringVar(&c.CNIToken.CNIBinDir, "cni-bin-dir", env("/host/opt/cni/bin", "ROUTED_CNI_BIN_DIR"), "the host's CNI bin dir as mounted, for the uninstall (env ROUTED_CNI_BIN_DIR)")
+	fs.StringVar(&c.CNIToken.CNIConfName, "cni-conf-name", env("10-routed.conflist", "CNI_CONF_NAME"), "the conflist install-cni writes, for the uninstall (env CNI_CONF_NAME)")
+	fs.StringVar(&c.CNIToken.LogDir, "cni-log-dir", env("/var/log/routed", "ROUTED_CNI_LOG_DIR"), "the host's directory of the CNI plugin's log as mounted, for the uninstall (env ROUTED_CNI_LOG_DIR)")
 }
 
 // Validate checks the configuration before anything starts.

@@ -45,7 +45,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The CNI plugin's kubeconfig does not depend on etcd: it is written
 	// first, before the datastore retries below can hold the start up.
 	if cfg.Role == RoleNode && cfg.CNIToken.Kubeconfig != "" {
-		stop, err := startCNIToken(ctx, cfg.CNIToken)
+		stop, err := startCNIToken(ctx, cfg.CNIToken, cfg.StateDir, filepath.Dir(cfg.StatusSocket))
 		if err != nil {
 			return err
 		}

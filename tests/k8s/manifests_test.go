@@ -364,11 +364,14 @@ func TestManifestReferences(t *testing.T) {
 		t.Errorf("ClusterRole routed-cni-plugin rules %v, want get on pods and namespaces only", cni["rules"])
 	}
 	// The one write: routed-node creates tokens for routed-cni-plugin
-	// and no other account (TestCNIToken checks it against the server).
+	// and no other account (TestCNIToken checks it against the server);
+	// and it reads its own DaemonSet, to tell an uninstall from a restart.
 	tokenRule := map[string]any{"apiGroups": []any{""}, "resources": []any{"serviceaccounts/token"},
 		"resourceNames": []any{"routed-cni-plugin"}, "verbs": []any{"create"}}
-	if r := find(t, objs, "Role", "routed-node-cni-token"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{tokenRule}) {
-		t.Errorf("Role routed-node-cni-token in %q, rules %v, want in kube-system %v only", r.namespace(), r["rules"], tokenRule)
+	dsRule := map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"daemonsets"},
+		"resourceNames": []any{"routed-node"}, "verbs": []any{"get", "list", "watch"}}
+	if r := find(t, objs, "Role", "routed-node-cni-token"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{tokenRule, dsRule}) {
+		t.Errorf("Role routed-node-cni-token in %q, rules %v, want in kube-system %v and %v only", r.namespace(), r["rules"], tokenRule, dsRule)
 	}
 	for _, o := range objs {
 		if o.kind() != "ClusterRole" && o.kind() != "Role" {

@@ -185,6 +185,62 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 		return err
 	}
 	logf("%s", out)
+
+	step("routed restarted (kubectl rollout restart): its files stay on the host")
+	// install-cni and routed write their files again as they start; the
+	// CNI plugin's log is nobody's to rewrite: only an uninstall removes it.
+	const cniLog = "/var/log/routed/cni.log"
+	before, err := os.Stat(cniLog)
+	if err != nil {
+		return fmt.Errorf("the CNI plugin's log: %w", err)
+	}
+	if _, err := kubectl("-n", "kube-system", "rollout", "restart", "ds/routed-node"); err != nil {
+		return err
+	}
+	if _, err := kubectl("-n", "kube-system", "rollout", "status", "ds/routed-node", "--timeout=120s"); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("after a restart of routed: %w", err)
+		}
+	}
+	if after, err := os.Stat(cniLog); err != nil || after.Size() < before.Size() {
+		return fmt.Errorf("a restart of routed removed or truncated %s (%v)", cniLog, err)
+	}
+	logf("%d files and the CNI log still in place after the restart", len(files))
+
+	step("kubectl delete -k: no routed files left on the host")
+	if _, err := kubectl("delete", "-k", overlay, "--wait=true"); err != nil {
+		return err
+	}
+	if err := cluster.WaitFor(ctx, 90*time.Second, "routed's pod gone", func() error {
+		out, err := kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=routed", "-o", "name")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("still there: %s", out)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	var left []string
+	for _, p := range append(cluster.HostPaths, "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth") {
+		st, err := os.Stat(p)
+		switch {
+		case err != nil:
+		case st.IsDir():
+			// hostPath mount points stay; what was in them must not.
+			if entries, _ := os.ReadDir(p); len(entries) > 0 {
+				left = append(left, fmt.Sprintf("%s (%d entries)", p, len(entries)))
+			}
+		default:
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("routed's files left on the host after kubectl delete: %v", left)
+	}
+	logf("no routed files left: %s checked (the hostPath directories kubelet created stay, empty)", strings.Join(cluster.HostPaths, " "))
 	return nil
 }
 
