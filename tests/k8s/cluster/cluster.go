@@ -450,7 +450,7 @@ func (p *proc) output() string {
 func (p *proc) exitedErr() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited: %s", p.name, lastLines(p.output(), 20))
+		return fmt.Errorf("%s exited: %s", p.name, LastLines(p.output(), 20))
 	default:
 		return errors.New("not yet")
 	}
@@ -471,7 +471,8 @@ func (p *proc) stop() {
 	}
 }
 
-func lastLines(s string, n int) string {
+// LastLines returns the last n lines of s.
+func LastLines(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(l) > n {
 		l = l[len(l)-n:]

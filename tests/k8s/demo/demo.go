@@ -374,18 +374,10 @@ func lastLine(s, containing string) string {
 func describe(ctx context.Context, c *cluster.Cluster) string {
 	out, _ := c.Kubectl(ctx, "get", "pods", "-A", "-o", "wide")
 	ev, _ := c.Kubectl(ctx, "get", "events", "-A", "--sort-by=.lastTimestamp")
-	return out + "\n" + lastLines(ev, 30) + "\nkubelet:\n" + c.Logs("kubelet", 30)
+	return out + "\n" + cluster.LastLines(ev, 30) + "\nkubelet:\n" + c.Logs("kubelet", 30)
 }
 
 func podLogs(ctx context.Context, c *cluster.Cluster, ns, selector string) string {
 	out, _ := c.Kubectl(ctx, "-n", ns, "logs", "-l", selector, "--all-containers", "--tail=40")
 	return out + "\n" + describe(ctx, c)
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }
