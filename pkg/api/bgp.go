@@ -286,8 +286,8 @@ func (p *BGPPeer) Validate() error {
 	case s.PeerSelector == "" && s.PeerIP == "":
 		v.add("spec.peerIP", nil, "is required unless spec.peerSelector is set")
 	case s.PeerSelector == "":
-		if a, _, err := s.PeerAddrPort(); err != nil || !a.Is4() {
-			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 address (or IP:port)")
+		if a, _, err := s.PeerAddrPort(); err != nil || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 or IPv6 address (or IP:port, [IPv6]:port)")
 		}
 		validateASN(&v, "spec.asNumber", s.ASNumber, false)
 	}

@@ -63,9 +63,10 @@ func TestCalicoFieldTable(t *testing.T) {
 		{file: "bgpconfig-no-cluster-routes.yaml", refuse: []string{"spec.programClusterRoutes", "always programs"}},
 		// Calico's defaults are what routed does: dropped, the priority with a note.
 		{file: "bgpconfig-route-priority.yaml", warn: []string{"spec.ipv4NormalRoutePriority"}},
-		{file: "node-reference.yaml", warn: []string{"spec.bgp.ipv6Address"}, check: func(t *testing.T, r api.Resource) {
+		{file: "node-reference.yaml", check: func(t *testing.T, r api.Resource) {
 			n := r.(*api.Node)
-			if n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.IPv4IPIPTunnelAddr != "192.168.0.1" {
+			if n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.IPv4IPIPTunnelAddr != "192.168.0.1" ||
+				n.Spec.BGP.IPv6Address != "2001:db8:85a3::8a2e:370:7334/120" {
 				t.Errorf("node %+v", n.Spec.BGP)
 			}
 		}},
@@ -94,8 +95,8 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("pool %+v", p.Spec)
 			}
 		}},
-		{file: "calicoctl-convert-node.yaml", warn: []string{"spec.bgp.ipv6Address", "status"}, check: func(t *testing.T, r api.Resource) {
-			if n := r.(*api.Node); n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.ASNumber != 64512 {
+		{file: "calicoctl-convert-node.yaml", warn: []string{"status"}, check: func(t *testing.T, r api.Resource) {
+			if n := r.(*api.Node); n.Spec.BGP.IPv4Address != "10.244.0.1/24" || n.Spec.BGP.ASNumber != 64512 || n.Spec.BGP.IPv6Address != "2001:db8:85a3::8a2e:370:7334/120" {
 				t.Errorf("node %+v", n.Spec.BGP)
 			}
 		}},

@@ -12,8 +12,13 @@ const (
 	EncapCrossSubnet = "CrossSubnet"
 )
 
-// DefaultBlockSize is the prefix length of IPAM blocks when a pool sets none.
-const DefaultBlockSize = 26
+// DefaultBlockSize is the prefix length of IPAM blocks when an IPv4 pool
+// sets none; DefaultBlockSize6 when an IPv6 pool does (Calico's defaults:
+// 64 addresses either way).
+const (
+	DefaultBlockSize  = 26
+	DefaultBlockSize6 = 122
+)
 
 // IPPool is a range of pod addresses, carved into blocks that nodes claim.
 type IPPool struct {
@@ -42,6 +47,9 @@ func (p *IPPool) Meta() *ObjectMeta { return &p.Metadata }
 func (p *IPPool) setDefaults() {
 	if p.Spec.BlockSize == 0 {
 		p.Spec.BlockSize = DefaultBlockSize
+		if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is6() {
+			p.Spec.BlockSize = DefaultBlockSize6
+		}
 	}
 	if p.Spec.IPIPMode == "" {
 		p.Spec.IPIPMode = EncapNever
@@ -56,6 +64,9 @@ func (p *IPPool) setDefaults() {
 		p.Spec.CIDR = pfx.Masked().String()
 	}
 }
+
+// IsIPv6 reports whether the pool holds IPv6 addresses.
+func (p *IPPool) IsIPv6() bool { return p.Prefix().Addr().Is6() }
 
 // Prefix returns the pool's CIDR; call only on a validated pool.
 func (p *IPPool) Prefix() netip.Prefix {
@@ -73,10 +84,12 @@ func (p *IPPool) Validate() error {
 		v.add("spec.cidr", nil, "is required")
 	case err != nil:
 		v.add("spec.cidr", p.Spec.CIDR, "is not a CIDR (want e.g. 10.244.0.0/16)")
-	case !pfx.Addr().Is4():
-		v.add("spec.cidr", p.Spec.CIDR, "only IPv4 pools are supported")
-	case pfx.Bits() > 32 || pfx.Bits() < 8:
+	case pfx.Addr().Zone() != "" || pfx.Addr().Is4In6():
+		v.add("spec.cidr", p.Spec.CIDR, "must be a plain IPv4 or IPv6 CIDR (no zone, no IPv4-mapped form)")
+	case pfx.Addr().Is4() && (pfx.Bits() > 32 || pfx.Bits() < 8):
 		v.add("spec.cidr", p.Spec.CIDR, "prefix length must be between /8 and /32")
+	case pfx.Addr().Is6() && pfx.Bits() < 16:
+		v.add("spec.cidr", p.Spec.CIDR, "IPv6 prefix length must be between /16 and /128")
 	default:
 		for _, r := range reservedRanges {
 			if pfx.Overlaps(r.prefix) {
@@ -85,10 +98,20 @@ func (p *IPPool) Validate() error {
 		}
 	}
 	bs := p.Spec.BlockSize
-	if bs < 20 || bs > 32 {
+	v6 := err == nil && pfx.Addr().Is6()
+	switch {
+	case !v6 && (bs < 20 || bs > 32):
 		v.add("spec.blockSize", bs, "must be between 20 and 32")
-	} else if err == nil && pfx.Addr().Is4() && bs < pfx.Bits() {
+	case v6 && (bs < 116 || bs > 128):
+		v.add("spec.blockSize", bs, "must be between 116 and 128 for an IPv6 pool (default 122)")
+	case err == nil && bs < pfx.Bits():
 		v.add("spec.blockSize", bs, "blocks must fit in the pool: block size /%d is larger than the pool %s", bs, p.Spec.CIDR)
+	}
+	if v6 && p.Spec.IPIPMode != EncapNever && validMode(p.Spec.IPIPMode) {
+		v.add("spec.ipipMode", p.Spec.IPIPMode, "IPIP carries IPv4 only: an IPv6 pool must use ipipMode Never")
+	}
+	if v6 && p.Spec.VXLANMode != EncapNever && validMode(p.Spec.VXLANMode) {
+		v.add("spec.vxlanMode", p.Spec.VXLANMode, "routed routes IPv6 pools natively: vxlanMode must be Never (IPv6 VXLAN is not supported)")
 	}
 	if !validMode(p.Spec.IPIPMode) {
 		v.add("spec.ipipMode", p.Spec.IPIPMode, "must be one of Never, Always, CrossSubnet")
@@ -103,7 +126,7 @@ func (p *IPPool) Validate() error {
 	return v.result(KindIPPool, p.Metadata.Name)
 }
 
-// reservedRanges are IPv4 ranges a pool must not touch.
+// reservedRanges are ranges a pool must not touch.
 var reservedRanges = []struct {
 	prefix netip.Prefix
 	what   string
@@ -113,6 +136,10 @@ var reservedRanges = []struct {
 	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, holds the pods' gateway 169.254.1.1"},
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, includes broadcast"},
+	{netip.MustParsePrefix("::/127"), "the unspecified and loopback addresses"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped addresses"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local, holds the pods' IPv6 gateway"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 }
 
 func validMode(m string) bool {

@@ -40,7 +40,11 @@ func VXLANMAC(node string) net.HardwareAddr {
 type NodeBGPSpec struct {
 	// IPv4Address is the node's address with its prefix length
 	// (10.0.0.5/24); the prefix decides which peers are cross-subnet.
-	IPv4Address             string   `json:"ipv4Address,omitempty"`
+	IPv4Address string `json:"ipv4Address,omitempty"`
+	// IPv6Address is the node's IPv6 address with its prefix length
+	// (fd00:10::5/64); empty on nodes without IPv6. BGP peers over IPv6
+	// and IPv6 pod routes go to this address.
+	IPv6Address             string   `json:"ipv6Address,omitempty"`
 	ASNumber                ASNumber `json:"asNumber,omitempty"`
 	RouteReflectorClusterID string   `json:"routeReflectorClusterID,omitempty"`
 	IPv4IPIPTunnelAddr      string   `json:"ipv4IPIPTunnelAddr,omitempty"`
@@ -63,6 +67,16 @@ func (n *Node) Address() (netip.Prefix, bool) {
 	return p, err == nil
 }
 
+// Address6 returns the node's IPv6 BGP address with prefix, if it has a
+// valid one.
+func (n *Node) Address6() (netip.Prefix, bool) {
+	if n.Spec.BGP == nil {
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(n.Spec.BGP.IPv6Address)
+	return p, err == nil && p.Addr().Is6() && !p.Addr().Is4In6()
+}
+
 // Validate implements Resource.
 func (n *Node) Validate() error {
 	var v errs
@@ -73,6 +87,12 @@ func (n *Node) Validate() error {
 			p, err := netip.ParsePrefix(b.IPv4Address)
 			if err != nil || !p.Addr().Is4() {
 				v.add("spec.bgp.ipv4Address", b.IPv4Address, "must be an IPv4 address with prefix length, e.g. 10.0.0.5/24")
+			}
+		}
+		if b.IPv6Address != "" {
+			p, err := netip.ParsePrefix(b.IPv6Address)
+			if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() || p.Addr().IsLinkLocalUnicast() || p.Addr().Zone() != "" {
+				v.add("spec.bgp.ipv6Address", b.IPv6Address, "must be a global or unique-local IPv6 address with prefix length, e.g. fd00:10::5/64")
 			}
 		}
 		validateASN(&v, "spec.bgp.asNumber", b.ASNumber, true)

@@ -83,7 +83,15 @@ func TestIPPoolValidate(t *testing.T) {
 		{name: "address without prefix", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.244.0.0" }, fields: []string{"spec.cidr"}},
 		{name: "prefix too long", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.244.0.0/33" }, fields: []string{"spec.cidr"}},
 		{name: "prefix too short", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/7"; p.Spec.BlockSize = 20 }, fields: []string{"spec.cidr"}, detail: "/8"},
-		{name: "ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48" }, fields: []string{"spec.cidr"}, detail: "IPv4"},
+		{name: "ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122 }},
+		{name: "ipv6 pool with ipv4 block size", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48" }, fields: []string{"spec.blockSize"}, detail: "between 116 and 128"},
+		{name: "ipv6 block size 115", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 115 }, fields: []string{"spec.blockSize"}, detail: "between 116 and 128"},
+		{name: "ipv6 block larger than pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/124"; p.Spec.BlockSize = 122 }, fields: []string{"spec.blockSize"}, detail: "larger than the pool"},
+		{name: "ipv6 pool too wide", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00::/8"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "/16 and /128"},
+		{name: "ipv6 link-local pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fe80::/64"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "link-local"},
+		{name: "ipv6 multicast pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "ff05::/64"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "multicast"},
+		{name: "ipv6 pool with ipip", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122; p.Spec.IPIPMode = api.EncapAlways }, fields: []string{"spec.ipipMode"}, detail: "IPv4 only"},
+		{name: "ipv6 pool with vxlan", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122; p.Spec.VXLANMode = api.EncapCrossSubnet }, fields: []string{"spec.vxlanMode"}, detail: "IPv6 VXLAN"},
 		{name: "ipv4-mapped ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "::ffff:10.0.0.0/104" }, fields: []string{"spec.cidr"}},
 		{name: "block size 19", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 19 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
 		{name: "block size 33", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 33 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
@@ -107,7 +115,7 @@ func TestIPPoolValidate(t *testing.T) {
 			name: "every problem is reported at once",
 			mutate: func(p *api.IPPool) {
 				p.Metadata.Name = ""
-				p.Spec.CIDR = "fd00::/64"
+				p.Spec.CIDR = "fd00::/8"
 				p.Spec.BlockSize = 40
 				p.Spec.IPIPMode = "x"
 			},
@@ -133,6 +141,12 @@ func TestIPPoolDefaults(t *testing.T) {
 	want := api.IPPoolSpec{CIDR: "10.244.0.0/16", BlockSize: 26, IPIPMode: "Never", VXLANMode: "Never", NodeSelector: "all()"}
 	if p.Spec != want {
 		t.Fatalf("defaults: got %+v, want %+v", p.Spec, want)
+	}
+	p = &api.IPPool{Metadata: api.ObjectMeta{Name: "p6"}, Spec: api.IPPoolSpec{CIDR: "fd00:10:244::7/48"}}
+	api.SetDefaults(p)
+	want = api.IPPoolSpec{CIDR: "fd00:10:244::/48", BlockSize: 122, IPIPMode: "Never", VXLANMode: "Never", NodeSelector: "all()"}
+	if p.Spec != want {
+		t.Fatalf("IPv6 defaults: got %+v, want %+v", p.Spec, want)
 	}
 	// Explicit values are kept.
 	p = &api.IPPool{Spec: api.IPPoolSpec{CIDR: "10.0.0.0/8", BlockSize: 24, IPIPMode: "Always", NodeSelector: "has(x)"}}
@@ -301,6 +315,10 @@ func TestNodeValidate(t *testing.T) {
 		{name: "address without prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "10.0.0.5" }, fields: []string{"spec.bgp.ipv4Address"}},
 		{name: "ipv6 address", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "fd00::5/64" }, fields: []string{"spec.bgp.ipv4Address"}},
 		{name: "garbage address", mutate: func(n *api.Node) { n.Spec.BGP.IPv4Address = "node1/24" }, fields: []string{"spec.bgp.ipv4Address"}},
+		{name: "ipv6 node address", mutate: func(n *api.Node) { n.Spec.BGP.IPv6Address = "fd00:10::5/64" }},
+		{name: "ipv6 address without prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv6Address = "fd00:10::5" }, fields: []string{"spec.bgp.ipv6Address"}},
+		{name: "ipv4 in ipv6Address", mutate: func(n *api.Node) { n.Spec.BGP.IPv6Address = "10.0.0.5/24" }, fields: []string{"spec.bgp.ipv6Address"}},
+		{name: "link-local ipv6Address", mutate: func(n *api.Node) { n.Spec.BGP.IPv6Address = "fe80::5/64" }, fields: []string{"spec.bgp.ipv6Address"}},
 		{name: "bad cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "cluster-1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
 		{name: "ipv6 cluster id", mutate: func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "::1" }, fields: []string{"spec.bgp.routeReflectorClusterID"}},
 		{name: "tunnel address with prefix", mutate: func(n *api.Node) { n.Spec.BGP.IPv4IPIPTunnelAddr = "10.244.3.1/32" }, fields: []string{"spec.bgp.ipv4IPIPTunnelAddr"}},
@@ -497,7 +515,9 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "peer selector with both", mutate: func(p *api.BGPPeer) { p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
 		{name: "neither peer ip nor selector", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "" }, fields: []string{"spec.peerIP"}},
 		{name: "peer ip without as number", mutate: func(p *api.BGPPeer) { p.Spec.ASNumber = 0 }, fields: []string{"spec.asNumber"}},
-		{name: "ipv6 peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fd00::1" }, fields: []string{"spec.peerIP"}},
+		{name: "ipv6 peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fd00::1" }},
+		{name: "ipv6 peer with port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "[fd00::1]:1179" }},
+		{name: "link-local ipv6 peer with zone", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fe80::1%eth0" }, fields: []string{"spec.peerIP"}},
 		{name: "peer ip with port (Calico's IP:port)", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:1179" }},
 		{name: "peer ip with a bad port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1:99999" }, fields: []string{"spec.peerIP"}},
 		{name: "empty filter name", mutate: func(p *api.BGPPeer) { p.Spec.Filters = []string{""} }, fields: []string{"spec.filters[0]"}},
