@@ -90,8 +90,16 @@ func TestIPPoolValidate(t *testing.T) {
 		{name: "ipv6 pool too wide", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00::/8"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "/16 and /128"},
 		{name: "ipv6 link-local pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fe80::/64"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "link-local"},
 		{name: "ipv6 multicast pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "ff05::/64"; p.Spec.BlockSize = 122 }, fields: []string{"spec.cidr"}, detail: "multicast"},
-		{name: "ipv6 pool with ipip", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122; p.Spec.IPIPMode = api.EncapAlways }, fields: []string{"spec.ipipMode"}, detail: "IPv4 only"},
-		{name: "ipv6 pool with vxlan", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122; p.Spec.VXLANMode = api.EncapCrossSubnet }, fields: []string{"spec.vxlanMode"}, detail: "IPv6 VXLAN"},
+		{name: "ipv6 pool with ipip", mutate: func(p *api.IPPool) {
+			p.Spec.CIDR = "fd00:10:244::/48"
+			p.Spec.BlockSize = 122
+			p.Spec.IPIPMode = api.EncapAlways
+		}, fields: []string{"spec.ipipMode"}, detail: "IPv4 only"},
+		{name: "ipv6 pool with vxlan", mutate: func(p *api.IPPool) {
+			p.Spec.CIDR = "fd00:10:244::/48"
+			p.Spec.BlockSize = 122
+			p.Spec.VXLANMode = api.EncapCrossSubnet
+		}, fields: []string{"spec.vxlanMode"}, detail: "IPv6 VXLAN"},
 		{name: "ipv4-mapped ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "::ffff:10.0.0.0/104" }, fields: []string{"spec.cidr"}},
 		{name: "block size 19", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 19 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
 		{name: "block size 33", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 33 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
