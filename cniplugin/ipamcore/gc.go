@@ -63,7 +63,7 @@ func (m *IPAM) GC(ctx context.Context, network, node string, validAttachments []
 }
 
 // Status succeeds when the datastore answers and some enabled pool
-// (among ipv4_pools, if given) selects node. Whatever the cause, a
+// (among ipv4_pools/ipv6_pools, if given) selects node. Whatever the cause, a
 // failure means CNI code 50 (plugin not available); etcdEndpoints is the
 // configured value, for the message.
 func (m *IPAM) Status(ctx context.Context, node, etcdEndpoints string) error {
@@ -80,7 +80,11 @@ func (m *IPAM) Status(ctx context.Context, node, etcdEndpoints string) error {
 	var why []string
 	for _, r := range pools {
 		p, ok := r.(*api.IPPool)
-		if !ok || !wanted(p, m.conf.IPv4Pools) {
+		fam := 4
+		if ok && p.IsIPv6() {
+			fam = 6
+		}
+		if !ok || m.conf.mode(fam) == familyOff || !wanted(p, m.conf.pools(fam)) {
 			continue
 		}
 		sel, err := selector.Parse(p.Spec.NodeSelector)
@@ -96,7 +100,7 @@ func (m *IPAM) Status(ctx context.Context, node, etcdEndpoints string) error {
 		}
 	}
 	if len(why) == 0 {
-		why = []string{"no IP pool exists" + poolsNote(m.conf.IPv4Pools)}
+		why = []string{"no IP pool exists" + poolsNote("ipv4_pools", m.conf.IPv4Pools) + poolsNote("ipv6_pools", m.conf.IPv6Pools)}
 	}
 	return fmt.Errorf("no IP pool can serve node %s: %s", node, strings.Join(why, "; "))
 }
@@ -113,9 +117,9 @@ func wanted(p *api.IPPool, refs []string) bool {
 	return false
 }
 
-func poolsNote(refs []string) string {
+func poolsNote(field string, refs []string) string {
 	if len(refs) == 0 {
 		return ""
 	}
-	return " among ipv4_pools " + strings.Join(refs, ",")
+	return " among " + field + " " + strings.Join(refs, ",")
 }

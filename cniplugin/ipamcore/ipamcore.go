@@ -5,7 +5,8 @@
 //
 // Invariants, whoever calls:
 //   - An attachment's addresses are held under the handle
-//     "<network>.<containerID>" (ipam.PodHandle), one IPv4 /32 each.
+//     "<network>.<containerID>" (ipam.PodHandle): at most one IPv4 /32
+//     and one IPv6 /128.
 //   - A failed assignment releases whatever part of the handle it took,
 //     so a failed ADD leaks nothing even if the caller never runs DEL.
 //   - Errors map to CNI codes through CodeOf; callers turn them into
@@ -49,12 +50,16 @@ var ErrConfig = errors.New("routed-ipam: invalid configuration")
 // IPAMConf is the "ipam" section; field names follow calico-ipam.
 type IPAMConf struct {
 	Type string `json:"type"`
-	// IPv4Pools restricts allocation to these pools (names or CIDRs), in
-	// order of preference.
+	// IPv4Pools and IPv6Pools restrict allocation to these pools (names
+	// or CIDRs), in order of preference.
 	IPv4Pools []string `json:"ipv4_pools"`
-	// AssignIPv4 is accepted for Calico compatibility ("true" or unset).
+	IPv6Pools []string `json:"ipv6_pools"`
+	// AssignIPv4 and AssignIPv6 ("true" or "false", as calico-ipam) say
+	// whether the pod gets an address of that family. Unset means: when
+	// an enabled pool of the family selects the node (so a dual-stack
+	// cluster's pods get both, a single-stack one's the one), or when
+	// the family's pools are named in ipv4_pools/ipv6_pools.
 	AssignIPv4 *string `json:"assign_ipv4"`
-	// AssignIPv6 "true" is refused: routed is IPv4-only for now.
 	AssignIPv6 *string `json:"assign_ipv6"`
 	// GCGraceSeconds overrides DefaultGCGrace; 0 means the default,
 	// negative means no grace.
@@ -79,8 +84,20 @@ func ParseConf(stdin []byte) (*IPAMConf, error) {
 	if err := json.Unmarshal(stdin, &nc); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	if v := nc.IPAM.AssignIPv6; v != nil && *v == "true" {
-		return nil, fmt.Errorf("%w: assign_ipv6 \"true\" is not supported: routed is IPv4-only", ErrConfig)
+	for i, v := range []*string{nc.IPAM.AssignIPv4, nc.IPAM.AssignIPv6} {
+		name := []string{"assign_ipv4", "assign_ipv6"}[i]
+		if v != nil && *v != "true" && *v != "false" {
+			return nil, fmt.Errorf("%w: %s is %q; want \"true\" or \"false\" (or leave it out: a family is assigned when a pool of it selects the node)", ErrConfig, name, *v)
+		}
+	}
+	if off(nc.IPAM.AssignIPv4) && off(nc.IPAM.AssignIPv6) {
+		return nil, fmt.Errorf("%w: assign_ipv4 and assign_ipv6 are both \"false\": the pod would get no address", ErrConfig)
+	}
+	if off(nc.IPAM.AssignIPv4) && len(nc.IPAM.IPv4Pools) > 0 {
+		return nil, fmt.Errorf("%w: ipv4_pools is set but assign_ipv4 is \"false\"", ErrConfig)
+	}
+	if off(nc.IPAM.AssignIPv6) && len(nc.IPAM.IPv6Pools) > 0 {
+		return nil, fmt.Errorf("%w: ipv6_pools is set but assign_ipv6 is \"false\"", ErrConfig)
 	}
 	nc.IPAM.LockFile = nc.LockFile
 	if nc.IPAM.LockFile == "" {
@@ -90,6 +107,40 @@ func ParseConf(stdin []byte) (*IPAMConf, error) {
 		return nil, fmt.Errorf("%w: ipam_lock_file %q must be an absolute path", ErrConfig, nc.IPAM.LockFile)
 	}
 	return &nc.IPAM, nil
+}
+
+func off(v *string) bool { return v != nil && *v == "false" }
+
+// familyMode says how an ADD treats one address family.
+type familyMode int
+
+const (
+	familyOff  familyMode = iota // assign_ipvX "false"
+	familyAuto                   // unset: assign when a pool of the family serves the node
+	familyOn                     // "true", or pools of the family named
+)
+
+// mode returns how family (4 or 6) is assigned.
+func (c *IPAMConf) mode(family int) familyMode {
+	v, pools := c.AssignIPv4, c.IPv4Pools
+	if family == 6 {
+		v, pools = c.AssignIPv6, c.IPv6Pools
+	}
+	switch {
+	case off(v):
+		return familyOff
+	case v != nil || len(pools) > 0:
+		return familyOn
+	}
+	return familyAuto
+}
+
+// pools returns the configured pools of family.
+func (c *IPAMConf) pools(family int) []string {
+	if family == 6 {
+		return c.IPv6Pools
+	}
+	return c.IPv4Pools
 }
 
 // GCGrace is how old an allocation without an endpoint must be before GC
@@ -149,23 +200,29 @@ type Assignment struct {
 	// K8S_POD_NAMESPACE and K8S_POD_NAME; empty for bare containers).
 	Namespace, Pod string
 	// RuntimeIPs (runtimeConfig.ips, the "ips" capability) win over
-	// ArgsIPs (CNI_ARGS IP=): at most one fixed IPv4 address in all.
+	// ArgsIPs (CNI_ARGS IP=): at most one fixed address per family.
 	RuntimeIPs, ArgsIPs []string
 }
 
-// Add makes the handle of the attachment hold one address (the fixed one
-// if requested) and returns it. A retried ADD gets the same address back.
-// On failure the handle is released, so nothing stays allocated.
+// Add makes the handle of the attachment hold one address of each
+// family it is assigned (the fixed ones if requested) and returns them,
+// IPv4 first. A retried ADD gets the same addresses back. On failure the
+// handle is released, so nothing stays allocated.
 func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
-	ip, err := requestedIP(a.RuntimeIPs, a.ArgsIPs)
+	fixed, err := requestedIPs(a.RuntimeIPs, a.ArgsIPs)
 	if err != nil {
 		return nil, err
+	}
+	for fam, ip := range fixed {
+		if m.conf.mode(fam) == familyOff {
+			return nil, fmt.Errorf("%w: fixed address %s requested, but assign_ipv%d is \"false\"", ErrConfig, ip, fam)
+		}
 	}
 	handle := ipam.PodHandle(a.Network, a.ContainerID)
 	var addrs []netip.Addr
 	err = m.locked(ctx, func(ctx context.Context) error {
 		var err error
-		addrs, err = m.assign(ctx, handle, ip, a)
+		addrs, err = m.assign(ctx, handle, fixed, a)
 		return err
 	})
 	if err != nil {
@@ -177,15 +234,8 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 
 // assign runs one assignment under the host lock; on failure it releases
 // whatever part of the handle it took.
-func (m *IPAM) assign(ctx context.Context, handle string, ip netip.Addr, a Assignment) ([]netip.Addr, error) {
-	addrs, err := m.ipam.AutoAssign(ctx, ipam.AssignArgs{
-		Node:     a.Node,
-		HandleID: handle,
-		Num:      1,
-		Pools:    m.conf.IPv4Pools,
-		IP:       ip,
-		Attrs:    ipam.Attributes{Namespace: a.Namespace, Pod: a.Pod},
-	})
+func (m *IPAM) assign(ctx context.Context, handle string, fixed map[int]netip.Addr, a Assignment) ([]netip.Addr, error) {
+	addrs, err := m.assignFamilies(ctx, handle, fixed, a)
 	if err != nil {
 		// A failed assignment may have left part of the request held.
 		// With etcd unreachable a release would only wait out another
@@ -197,6 +247,42 @@ func (m *IPAM) assign(ctx context.Context, handle string, ip netip.Addr, a Assig
 			m.log.WithError(rerr).Warnf("could not release handle %s after the failed assignment; GC will", handle)
 		}
 		return nil, fmt.Errorf("assign an address to handle %s on node %s: %w", handle, a.Node, err)
+	}
+	return addrs, nil
+}
+
+// assignFamilies assigns one address per family in use. A family left
+// to auto is skipped when no pool of it serves the node; the ADD fails
+// only if it then gets no address at all.
+func (m *IPAM) assignFamilies(ctx context.Context, handle string, fixed map[int]netip.Addr, a Assignment) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	var skipped []error
+	for _, fam := range []int{4, 6} {
+		mode := m.conf.mode(fam)
+		ip, isFixed := fixed[fam]
+		if mode == familyOff {
+			continue
+		}
+		got, err := m.ipam.AutoAssign(ctx, ipam.AssignArgs{
+			Node:     a.Node,
+			HandleID: handle,
+			Num:      1,
+			Family:   fam,
+			Pools:    m.conf.pools(fam),
+			IP:       ip,
+			Attrs:    ipam.Attributes{Namespace: a.Namespace, Pod: a.Pod},
+		})
+		if err != nil && mode == familyAuto && !isFixed && errors.Is(err, ipam.ErrNoPool) {
+			skipped = append(skipped, err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, got...)
+	}
+	if len(addrs) == 0 {
+		return nil, errors.Join(skipped...)
 	}
 	return addrs, nil
 }
@@ -268,27 +354,31 @@ func Result(addrs []netip.Addr) *current.Result {
 	return res
 }
 
-// requestedIP is the fixed address asked for through runtimeConfig.ips
-// or, failing that, CNI_ARGS IP=, if any.
-func requestedIP(runtimeIPs, argsIPs []string) (netip.Addr, error) {
+// requestedIPs returns the fixed addresses asked for through
+// runtimeConfig.ips or, failing that, CNI_ARGS IP=, by family: at most
+// one of each.
+func requestedIPs(runtimeIPs, argsIPs []string) (map[int]netip.Addr, error) {
 	reqs := runtimeIPs
 	if len(reqs) == 0 {
 		reqs = argsIPs
 	}
-	switch len(reqs) {
-	case 0:
-		return netip.Addr{}, nil
-	case 1:
-	default:
-		return netip.Addr{}, fmt.Errorf("%w: %d fixed IPs requested (%s); routed-ipam assigns one IPv4 address", ErrConfig, len(reqs), strings.Join(reqs, ","))
+	out := map[int]netip.Addr{}
+	for _, s := range reqs {
+		a, err := netip.ParseAddr(s)
+		if p, perr := netip.ParsePrefix(s); perr == nil {
+			a, err = p.Addr(), nil
+		}
+		if err != nil || a.Is4In6() || a.Zone() != "" {
+			return nil, fmt.Errorf("%w: requested IP %q is not an IPv4 or IPv6 address", ErrConfig, s)
+		}
+		fam := 4
+		if a.Is6() {
+			fam = 6
+		}
+		if prev, dup := out[fam]; dup {
+			return nil, fmt.Errorf("%w: fixed IPs %s and %s requested (%s); routed-ipam assigns one address per family", ErrConfig, prev, a, strings.Join(reqs, ","))
+		}
+		out[fam] = a
 	}
-	s := reqs[0]
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Addr(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return netip.Addr{}, fmt.Errorf("%w: requested IP %q is not an IPv4 address", ErrConfig, s)
-	}
-	return a, nil
+	return out, nil
 }

@@ -12,21 +12,23 @@ import (
 	"github.com/routed-net/routed/pkg/ipam"
 )
 
-func TestRequestedIP(t *testing.T) {
-	if ip, err := requestedIP(nil, nil); err != nil || ip.IsValid() {
-		t.Fatalf("none: %v %v", ip, err)
+func TestRequestedIPs(t *testing.T) {
+	if ips, err := requestedIPs(nil, nil); err != nil || len(ips) != 0 {
+		t.Fatalf("none: %v %v", ips, err)
 	}
-	if ip, err := requestedIP([]string{"10.0.0.7/24"}, []string{"10.0.0.8"}); err != nil || ip.String() != "10.0.0.7" {
-		t.Fatalf("runtimeConfig wins: %v %v", ip, err)
+	if ips, err := requestedIPs([]string{"10.0.0.7/24"}, []string{"10.0.0.8"}); err != nil || ips[4].String() != "10.0.0.7" || len(ips) != 1 {
+		t.Fatalf("runtimeConfig wins: %v %v", ips, err)
 	}
-	if ip, err := requestedIP(nil, []string{"10.0.0.8"}); err != nil || ip.String() != "10.0.0.8" {
-		t.Fatalf("CNI_ARGS: %v %v", ip, err)
+	if ips, err := requestedIPs(nil, []string{"10.0.0.8"}); err != nil || ips[4].String() != "10.0.0.8" {
+		t.Fatalf("CNI_ARGS: %v %v", ips, err)
 	}
-	if _, err := requestedIP(nil, []string{"10.0.0.8", "10.0.0.9"}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("two IPs: %v", err)
+	if ips, err := requestedIPs([]string{"10.0.0.8", "fd00::8/64"}, nil); err != nil || ips[4].String() != "10.0.0.8" || ips[6].String() != "fd00::8" {
+		t.Fatalf("one per family: %v %v", ips, err)
 	}
-	if _, err := requestedIP(nil, []string{"fd00::1"}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("IPv6: %v", err)
+	for _, bad := range [][]string{{"10.0.0.8", "10.0.0.9"}, {"fd00::1", "fd00::2"}, {"::ffff:10.0.0.1"}, {"fe80::1%eth0"}, {"x"}} {
+		if _, err := requestedIPs(nil, bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("%v: %v", bad, err)
+		}
 	}
 }
 
@@ -63,8 +65,16 @@ func TestParseConf(t *testing.T) {
 	if c.GCGraceSeconds = 5; c.GCGrace() != 5*time.Second {
 		t.Errorf("grace %v", c.GCGrace())
 	}
+	if c, err := ParseConf([]byte(`{"ipam":{"type":"routed-ipam","ipv6_pools":["v6"]}}`)); err != nil || c.mode(6) != familyOn || c.mode(4) != familyAuto {
+		t.Errorf("ipv6_pools: %+v %v", c, err)
+	}
+	if c, err := ParseConf([]byte(`{"ipam":{"type":"routed-ipam","assign_ipv4":"false","assign_ipv6":"true"}}`)); err != nil || c.mode(4) != familyOff || c.mode(6) != familyOn {
+		t.Errorf("IPv6 only: %+v %v", c, err)
+	}
 	for _, bad := range []string{
-		`{"ipam":{"assign_ipv6":"true"}}`,
+		`{"ipam":{"assign_ipv6":"yes"}}`,
+		`{"ipam":{"assign_ipv4":"false","assign_ipv6":"false"}}`,
+		`{"ipam":{"assign_ipv6":"false","ipv6_pools":["v6"]}}`,
 		`{"ipam":{"ipv4_pools":"pool-a"}}`,
 		`not json`,
 	} {

@@ -35,6 +35,11 @@ type AssignArgs struct {
 	// Pools restricts allocation to these pools, by name or CIDR, in order
 	// of preference. Empty means every pool, by name.
 	Pools []string
+	// Family is 4 or 6: the address family to assign from (0 means 4).
+	// A handle may hold addresses of both families: each family's
+	// AutoAssign counts only the addresses the handle holds in pools of
+	// that family.
+	Family int
 	// IP asks for one specific address instead (see AssignIP).
 	IP    netip.Addr
 	Attrs Attributes
@@ -81,6 +86,16 @@ func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr,
 	if num < 0 || (args.IP.IsValid() && num != 1) {
 		return nil, fmt.Errorf("%w: num %d (a specific IP is one address)", ErrInvalidArgument, args.Num)
 	}
+	family := args.Family
+	if family == 0 {
+		family = 4
+	}
+	if family != 4 && family != 6 {
+		return nil, fmt.Errorf("%w: family %d (want 4 or 6)", ErrInvalidArgument, args.Family)
+	}
+	if args.IP.IsValid() && args.Family != 0 && familyOf(netip.PrefixFrom(args.IP, 0)) != family {
+		return nil, fmt.Errorf("%w: %s is not an IPv%d address", ErrInvalidArgument, args.IP, family)
+	}
 	if args.IP.IsValid() {
 		if err := c.AssignIP(ctx, args.IP, args.HandleID, args.Node, args.Attrs); err != nil {
 			return nil, err
@@ -92,7 +107,7 @@ func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr,
 		return nil, err
 	}
 	defer unlock()
-	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, attr: attr,
+	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, family: family, attr: attr,
 		tries: c.retries(fmt.Sprintf("allocating for node %q handle %q", args.Node, args.HandleID))}
 	return a.run(ctx)
 }
@@ -106,7 +121,9 @@ type assigner struct {
 	hkey string
 	num  int
 	want []string
-	attr attribute
+	// family is 4 or 6: only pools of it are eligible.
+	family int
+	attr   attribute
 
 	pools []*poolInfo
 	// h and hrev are what we believe the handle is; a wrong belief only
@@ -180,7 +197,7 @@ func (a *assigner) load(ctx context.Context) error {
 	if view == nil || !a.ns.niKnown || a.ns.own == nil {
 		return a.refresh(ctx)
 	}
-	pools, err := view.eligible(a.node, a.ns.ni, a.want)
+	pools, err := view.eligible(a.node, a.ns.ni, a.want, a.family)
 	if err != nil {
 		return a.refresh(ctx) // maybe a pool was created or changed since
 	}
@@ -199,7 +216,7 @@ func (a *assigner) refresh(ctx context.Context) error {
 	if err := a.c.fetchBlocks(ctx, a.ns.own, s.blockRevs); err != nil {
 		return err
 	}
-	a.pools, err = s.view.eligible(a.node, s.node, a.want)
+	a.pools, err = s.view.eligible(a.node, s.node, a.want, a.family)
 	return err
 }
 

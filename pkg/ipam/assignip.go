@@ -24,8 +24,8 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 	if err := checkName("handle", handle); err != nil {
 		return err
 	}
-	if !ip.Is4() {
-		return fmt.Errorf("%w: %s is not an IPv4 address", ErrInvalidArgument, ip)
+	if !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" {
+		return fmt.Errorf("%w: %s is not an IPv4 or IPv6 address", ErrInvalidArgument, ip)
 	}
 	attr, err := attrs.record(handle, node)
 	if err != nil {

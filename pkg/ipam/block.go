@@ -1,8 +1,10 @@
 package ipam
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"time"
@@ -63,7 +65,7 @@ type attribute struct {
 
 // newBlock returns an empty block claimed by node.
 func newBlock(p netip.Prefix, node string, seqBase uint64, now time.Time) *block {
-	n := 1 << (32 - p.Bits())
+	n := 1 << (p.Addr().BitLen() - p.Bits())
 	b := &block{
 		CIDR:           p.String(),
 		Affinity:       hostAffinity(node),
@@ -89,7 +91,7 @@ func decodeBlock(data []byte) (*block, error) {
 		return nil, fmt.Errorf("%w: block: %v", ErrCorrupt, err)
 	}
 	p, err := netip.ParsePrefix(b.CIDR)
-	if err != nil || !p.Addr().Is4() || p.Bits() < 16 {
+	if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" || p.Addr().BitLen()-p.Bits() > 16 {
 		return nil, fmt.Errorf("%w: block has bad cidr %q", ErrCorrupt, b.CIDR)
 	}
 	b.prefix = p.Masked()
@@ -118,7 +120,7 @@ func (b *block) encode() []byte {
 	return data
 }
 
-func (b *block) size() int { return 1 << (32 - b.prefix.Bits()) }
+func (b *block) size() int { return 1 << (b.prefix.Addr().BitLen() - b.prefix.Bits()) }
 
 func (b *block) free() int { return len(b.Unallocated) }
 
@@ -134,22 +136,62 @@ func (b *block) owner() string {
 
 func (b *block) addr(o int) netip.Addr { return addrAt(b.prefix, o) }
 
-// addrAt returns the address at offset o from the start of p.
-func addrAt(p netip.Prefix, o int) netip.Addr {
-	a := p.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v += uint32(o)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+// familyOf returns 4 or 6.
+func familyOf(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 4
+	}
+	return 6
+}
+
+// addrAt returns the address at offset o from the start of p (IPv4 or
+// IPv6; o must fit in the prefix).
+func addrAt(p netip.Prefix, o int) netip.Addr { return addrPlus(p.Addr(), uint64(o), 0) }
+
+// addrPlus returns a + (off << shift), in a's family (wrapping within
+// it). shift lets a block index address pools wider than 64 bits of
+// blocks' worth.
+func addrPlus(a netip.Addr, off uint64, shift int) netip.Addr {
+	if a.Is4() {
+		b := a.As4()
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		v += uint32(off << shift)
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	b := a.As16()
+	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+	var addHi, addLo uint64
+	switch {
+	case shift == 0:
+		addLo = off
+	case shift < 64:
+		addHi, addLo = off>>(64-shift), off<<shift
+	default:
+		addHi = off << (shift - 64)
+	}
+	lo2, carry := bits.Add64(lo, addLo, 0)
+	hi2, _ := bits.Add64(hi, addHi, carry)
+	binary.BigEndian.PutUint64(b[:8], hi2)
+	binary.BigEndian.PutUint64(b[8:], lo2)
+	return netip.AddrFrom16(b)
 }
 
 func (b *block) ordinal(ip netip.Addr) (int, bool) {
 	if !b.prefix.Contains(ip) {
 		return 0, false
 	}
-	x, y := ip.As4(), b.prefix.Addr().As4()
-	v := uint32(x[0])<<24 | uint32(x[1])<<16 | uint32(x[2])<<8 | uint32(x[3])
-	w := uint32(y[0])<<24 | uint32(y[1])<<16 | uint32(y[2])<<8 | uint32(y[3])
-	return int(v - w), true
+	return addrOffset(b.prefix.Addr(), ip), true
+}
+
+// addrOffset returns ip - base for an ip a block (at most 2^16 addresses)
+// past base, in either family.
+func addrOffset(base, ip netip.Addr) int {
+	if base.Is4() {
+		x, y := ip.As4(), base.As4()
+		return int(binary.BigEndian.Uint32(x[:]) - binary.BigEndian.Uint32(y[:]))
+	}
+	x, y := ip.As16(), base.As16()
+	return int(binary.BigEndian.Uint64(x[8:]) - binary.BigEndian.Uint64(y[8:]))
 }
 
 // holder returns the attribute of an allocated ordinal, or nil.

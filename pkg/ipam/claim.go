@@ -31,7 +31,9 @@ var (
 func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, s *nodeSnap, maxGuard bool, tries *retries) (string, error) {
 	for _, p := range pools {
 		bits := p.pool.Spec.BlockSize
-		n := 1 << (bits - p.prefix.Bits())
+		// An IPv6 pool may hold more blocks than an int counts; its
+		// first 2^62 are plenty.
+		n := 1 << min(bits-p.prefix.Bits(), 62)
 		start := rand.IntN(n)
 		for i := range n {
 			cidr := blockAt(p.prefix, bits, (start+i)%n)
@@ -60,7 +62,7 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 
 // blockAt returns block number i of size bits inside pool.
 func blockAt(pool netip.Prefix, bits, i int) netip.Prefix {
-	return netip.PrefixFrom(addrAt(pool, i<<(32-bits)), bits)
+	return netip.PrefixFrom(addrPlus(pool.Addr(), uint64(i), pool.Addr().BitLen()-bits), bits)
 }
 
 // claimBlock claims one block for node: pending affinity, then the block

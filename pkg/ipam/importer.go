@@ -221,8 +221,8 @@ func handleGroups(blocks []*block, results []ImportResult) [][]int {
 // importedBlock builds routed's record of an imported block.
 func importedBlock(ib ImportBlock, seq uint64, now time.Time) (*block, error) {
 	p := ib.CIDR.Masked()
-	if !p.Addr().Is4() || p.Bits() < 16 || p != ib.CIDR {
-		return nil, fmt.Errorf("%w: imported block %s is not an IPv4 block (/16 to /32)", ErrInvalidArgument, ib.CIDR)
+	if p.Addr().Is4In6() || p.Addr().BitLen()-p.Bits() > 16 || p != ib.CIDR {
+		return nil, fmt.Errorf("%w: imported block %s is not a block (/16 to /32, or /112 to /128 for IPv6)", ErrInvalidArgument, ib.CIDR)
 	}
 	if err := checkName("imported block's node", ib.Node); err != nil {
 		return nil, err

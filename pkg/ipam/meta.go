@@ -47,14 +47,22 @@ type nodeInfo struct {
 // order: the requested pools in the order given, or every pool by name.
 // Disabled pools and pools whose nodeSelector does not select the node are
 // skipped; if none is left the error says why for each.
-func (v *clusterView) eligible(node string, ni nodeInfo, want []string) ([]*poolInfo, error) {
-	cands := v.pools
+func (v *clusterView) eligible(node string, ni nodeInfo, want []string, family int) ([]*poolInfo, error) {
+	var cands []*poolInfo
+	for _, p := range v.pools {
+		if familyOf(p.prefix) == family {
+			cands = append(cands, p)
+		}
+	}
 	if len(want) > 0 {
 		cands = nil
 		for _, ref := range want {
 			p := v.poolByRef(ref)
 			if p == nil {
 				return nil, fmt.Errorf("%w for node %q: requested pool %q does not exist", ErrNoPool, node, ref)
+			}
+			if familyOf(p.prefix) != family {
+				return nil, fmt.Errorf("%w: requested pool %q (%s) is not an IPv%d pool; name IPv4 pools in ipv4_pools/ipv4pools and IPv6 pools in ipv6_pools/ipv6pools", ErrInvalidArgument, ref, p.prefix, family)
 			}
 			if !slices.Contains(cands, p) {
 				cands = append(cands, p)
@@ -77,7 +85,7 @@ func (v *clusterView) eligible(node string, ni nodeInfo, want []string) ([]*pool
 		return out, nil
 	}
 	if len(why) == 0 {
-		why = []string{"no IP pools exist"}
+		why = []string{fmt.Sprintf("no IPv%d pools exist", family)}
 	}
 	return nil, fmt.Errorf("%w for node %q: %s", ErrNoPool, node, strings.Join(why, "; "))
 }

@@ -98,7 +98,12 @@ func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, for
 // blockKeysWithin returns a key prefix that every block key inside p
 // starts with: the dotted octets p fixes whole (10.4.0.0/20 -> "10.4.").
 // Blocks of other pools outside it then do not disturb a guard on it.
+// IPv6 addresses are written compressed in keys, so no fixed text
+// starts them all: for an IPv6 pool the guard covers every block.
 func blockKeysWithin(p netip.Prefix) string {
+	if !p.Addr().Is4() {
+		return blockPrefix
+	}
 	a := p.Addr().As4()
 	whole := p.Bits() / 8
 	parts := make([]string, whole)

@@ -138,7 +138,7 @@ func (s *snapshot) usage() *Usage {
 	for i, p := range s.view.pools {
 		u.Pools = append(u.Pools, PoolUsage{
 			Name: p.name(), CIDR: p.prefix, BlockSize: p.pool.Spec.BlockSize, Disabled: p.pool.Spec.Disabled,
-			Size: 1 << (32 - p.prefix.Bits()),
+			Size: 1 << (p.prefix.Addr().BitLen() - p.prefix.Bits()),
 		})
 		idx[p.name()] = i
 	}
