@@ -16,12 +16,15 @@ const (
 
 // Annotation names after the prefix.
 const (
-	// AnnotIPAddrs is a JSON list holding the pod's fixed IPv4 address,
-	// e.g. ["10.244.1.5"]; read from the pod only.
+	// AnnotIPAddrs is a JSON list holding the pod's fixed addresses, at
+	// most one per family, e.g. ["10.244.1.5", "fd00:10:244::5"]; read
+	// from the pod only.
 	AnnotIPAddrs = "ipAddrs"
-	// AnnotIPv4Pools is a JSON list of IP pool names or CIDRs to assign
-	// from, in order; read from the pod, else from its namespace.
+	// AnnotIPv4Pools and AnnotIPv6Pools are JSON lists of IP pool names
+	// or CIDRs to assign from, in order; read from the pod, else from
+	// its namespace.
 	AnnotIPv4Pools = "ipv4pools"
+	AnnotIPv6Pools = "ipv6pools"
 	// annotIPAddrsNoIPAM is Calico's "address without IPAM", which
 	// routed does not offer: refused rather than silently ignored.
 	annotIPAddrsNoIPAM = "ipAddrsNoIpam"
@@ -30,11 +33,13 @@ const (
 // Request is what a pod's (and its namespace's) annotations ask of
 // IPAM.
 type Request struct {
-	// IP is the fixed address, invalid when none is asked for.
-	IP netip.Addr
-	// Pools restricts assignment to these pools; nil when not set.
-	Pools []string
-	// PoolsFrom says where Pools came from, for the log.
+	// IPs are the fixed addresses, at most one per family; nil when none
+	// is asked for.
+	IPs []netip.Addr
+	// Pools4 and Pools6 restrict assignment to these pools; nil when not
+	// set.
+	Pools4, Pools6 []string
+	// PoolsFrom says where the pools came from, for the log.
 	PoolsFrom string
 }
 
@@ -72,42 +77,65 @@ func stringList(value, key, owner string) ([]string, error) {
 	return list, nil
 }
 
-// ParseIPAddrs reads the fixed-address annotation of a pod. routed is
-// IPv4-only and gives a pod one address, so the list must hold exactly
-// one IPv4 address (a /32 prefix is accepted too).
-func ParseIPAddrs(annots map[string]string, owner string) (netip.Addr, error) {
+// ParseIPAddrs reads the fixed-address annotation of a pod: at most one
+// IPv4 and one IPv6 address (a /32 or /128 prefix is accepted too).
+func ParseIPAddrs(annots map[string]string, owner string) ([]netip.Addr, error) {
 	if _, key, _ := lookup(annots, annotIPAddrsNoIPAM, owner); key != "" {
-		return netip.Addr{}, fmt.Errorf("%w: %s annotation %s is not supported by routed (every address comes from routed-ipam); use %s%s instead", ErrAnnotation, owner, key, RoutedPrefix, AnnotIPAddrs)
+		return nil, fmt.Errorf("%w: %s annotation %s is not supported by routed (every address comes from routed-ipam); use %s%s instead", ErrAnnotation, owner, key, RoutedPrefix, AnnotIPAddrs)
 	}
 	value, key, err := lookup(annots, AnnotIPAddrs, owner)
 	if err != nil || key == "" {
-		return netip.Addr{}, err
+		return nil, err
 	}
 	list, err := stringList(value, key, owner)
 	if err != nil {
-		return netip.Addr{}, err
+		return nil, err
 	}
-	if len(list) > 1 {
-		return netip.Addr{}, fmt.Errorf("%w: %s annotation %s=%s names %d addresses; routed assigns a pod one IPv4 address", ErrAnnotation, owner, key, value, len(list))
-	}
-	a, err := netip.ParseAddr(list[0])
-	if err != nil {
-		p, perr := netip.ParsePrefix(list[0])
-		if perr != nil || !p.IsSingleIP() {
-			return netip.Addr{}, fmt.Errorf("%w: %s annotation %s: %q is not an IP address", ErrAnnotation, owner, key, list[0])
+	var out []netip.Addr
+	for _, s := range list {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			p, perr := netip.ParsePrefix(s)
+			if perr != nil || !p.IsSingleIP() {
+				return nil, fmt.Errorf("%w: %s annotation %s: %q is not an IP address", ErrAnnotation, owner, key, s)
+			}
+			a = p.Addr()
 		}
-		a = p.Addr()
+		if a.Is4In6() || a.Zone() != "" {
+			return nil, fmt.Errorf("%w: %s annotation %s: %q is not a plain IPv4 or IPv6 address", ErrAnnotation, owner, key, s)
+		}
+		for _, prev := range out {
+			if prev.Is4() == a.Is4() {
+				return nil, fmt.Errorf("%w: %s annotation %s=%s names two IPv%d addresses; routed assigns a pod one address per family", ErrAnnotation, owner, key, value, familyOf(a))
+			}
+		}
+		out = append(out, a)
 	}
-	if !a.Is4() {
-		return netip.Addr{}, fmt.Errorf("%w: %s annotation %s: %s is not IPv4; routed is IPv4-only", ErrAnnotation, owner, key, a)
-	}
-	return a, nil
+	return out, nil
 }
 
-// ParsePools reads the pool annotation of a pod or namespace: pool names
-// or IPv4 CIDRs. Whether a name or CIDR matches a pool is IPAM's to say.
-func ParsePools(annots map[string]string, owner string) ([]string, error) {
-	value, key, err := lookup(annots, AnnotIPv4Pools, owner)
+func familyOf(a netip.Addr) int {
+	if a.Is4() {
+		return 4
+	}
+	return 6
+}
+
+// ParsePools reads the pool annotations of a pod or namespace: pool
+// names or CIDRs of the annotation's family (ipv4pools, ipv6pools).
+// Whether a name or CIDR matches a pool is IPAM's to say.
+func ParsePools(annots map[string]string, owner string) (v4, v6 []string, err error) {
+	if v4, err = parsePools(annots, owner, AnnotIPv4Pools, 4); err != nil {
+		return nil, nil, err
+	}
+	if v6, err = parsePools(annots, owner, AnnotIPv6Pools, 6); err != nil {
+		return nil, nil, err
+	}
+	return v4, v6, nil
+}
+
+func parsePools(annots map[string]string, owner, name string, family int) ([]string, error) {
+	value, key, err := lookup(annots, name, owner)
 	if err != nil || key == "" {
 		return nil, err
 	}
@@ -119,8 +147,8 @@ func ParsePools(annots map[string]string, owner string) ([]string, error) {
 		if !strings.Contains(s, "/") {
 			continue
 		}
-		if p, err := netip.ParsePrefix(s); err != nil || !p.Addr().Is4() {
-			return nil, fmt.Errorf("%w: %s annotation %s: %q is neither a pool name nor an IPv4 CIDR", ErrAnnotation, owner, key, s)
+		if p, err := netip.ParsePrefix(s); err != nil || familyOf(p.Addr()) != family {
+			return nil, fmt.Errorf("%w: %s annotation %s: %q is neither a pool name nor an IPv%d CIDR", ErrAnnotation, owner, key, s, family)
 		}
 	}
 	return list, nil

@@ -233,18 +233,29 @@ func TestParseAnnotations(t *testing.T) {
 		{map[string]string{"routed.io/ipAddrs": `["10.0.0.1"]`, "cni.projectcalico.org/ipAddrs": `["10.0.0.1"]`}, "10.0.0.1", nil},
 		{map[string]string{"cni.projectcalico.org/ipv4pools": `["pool-a","10.245.0.0/16"]`}, "", []string{"pool-a", "10.245.0.0/16"}},
 		{map[string]string{"routed.io/ipv4pools": `["b"]`, "other/annotation": "x"}, "", []string{"b"}},
+		{map[string]string{"cni.projectcalico.org/ipAddrs": `["10.244.1.5", "fd00:10::5"]`}, "[10.244.1.5 fd00:10::5]", nil},
+		{map[string]string{"cni.projectcalico.org/ipAddrs": `["fd00:10::5/128"]`}, "fd00:10::5", nil},
+		{map[string]string{"cni.projectcalico.org/ipv6pools": `["v6","fd00:10::/48"]`}, "", []string{"v6", "fd00:10::/48"}},
 	}
 	for _, c := range ok {
-		ip, err := ParseIPAddrs(c.annots, "pod x")
+		ips, err := ParseIPAddrs(c.annots, "pod x")
 		if err != nil {
 			t.Fatalf("%v: %v", c.annots, err)
 		}
-		if (c.ip == "" && ip.IsValid()) || (c.ip != "" && ip.String() != c.ip) {
-			t.Errorf("%v: ip %v, want %q", c.annots, ip, c.ip)
+		got := ""
+		switch len(ips) {
+		case 0:
+		case 1:
+			got = ips[0].String()
+		default:
+			got = fmt.Sprint(ips)
 		}
-		pools, err := ParsePools(c.annots, "pod x")
-		if err != nil || fmt.Sprint(pools) != fmt.Sprint(c.pools) {
-			t.Errorf("%v: pools %v (%v), want %v", c.annots, pools, err, c.pools)
+		if got != c.ip {
+			t.Errorf("%v: ips %v, want %q", c.annots, ips, c.ip)
+		}
+		v4, v6, err := ParsePools(c.annots, "pod x")
+		if err != nil || fmt.Sprint(append(v4, v6...)) != fmt.Sprint(c.pools) {
+			t.Errorf("%v: pools %v %v (%v), want %v", c.annots, v4, v6, err, c.pools)
 		}
 	}
 	bad := []map[string]string{
@@ -252,7 +263,10 @@ func TestParseAnnotations(t *testing.T) {
 		{"cni.projectcalico.org/ipAddrs": `["10.244.1.5"`},
 		{"cni.projectcalico.org/ipAddrs": `[]`},
 		{"cni.projectcalico.org/ipAddrs": `["10.0.0.1","10.0.0.2"]`},
-		{"cni.projectcalico.org/ipAddrs": `["fd00::1"]`},
+		{"cni.projectcalico.org/ipAddrs": `["fd00::1", "fd00::2"]`},
+		{"cni.projectcalico.org/ipAddrs": `["::ffff:10.0.0.1"]`},
+		{"cni.projectcalico.org/ipv6pools": `["10.0.0.0/24"]`},
+		{"cni.projectcalico.org/ipv4pools": `["fd00::/64"]`},
 		{"cni.projectcalico.org/ipAddrs": `["10.0.0.0/24"]`},
 		{"routed.io/ipAddrs": `["nope"]`},
 		{"routed.io/ipAddrs": `["10.0.0.1"]`, "cni.projectcalico.org/ipAddrs": `["10.0.0.2"]`},
@@ -264,7 +278,7 @@ func TestParseAnnotations(t *testing.T) {
 	}
 	for _, a := range bad {
 		_, err1 := ParseIPAddrs(a, "pod x")
-		_, err2 := ParsePools(a, "pod x")
+		_, _, err2 := ParsePools(a, "pod x")
 		err := errors.Join(err1, err2)
 		if !errors.Is(err, ErrAnnotation) || code(CNIError(err1)) != 7 && code(CNIError(err2)) != 7 {
 			t.Errorf("%v: %v, want a code 7 annotation error", a, err)
@@ -279,8 +293,8 @@ func TestApplyRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip, _ := ParseIPAddrs(map[string]string{"routed.io/ipAddrs": `["10.1.2.3"]`}, "pod")
-	out, err := applyRequest(stdin, conf, Request{IP: ip, Pools: []string{"b", "10.2.0.0/16"}}, "pod x")
+	ip, _ := ParseIPAddrs(map[string]string{"routed.io/ipAddrs": `["10.1.2.3", "fd00::3"]`}, "pod")
+	out, err := applyRequest(stdin, conf, Request{IPs: ip, Pools4: []string{"b", "10.2.0.0/16"}, Pools6: []string{"v6"}}, "pod x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,25 +302,26 @@ func TestApplyRequest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rewritten stdin does not parse: %v\n%s", err, out)
 	}
-	if fmt.Sprint(got.RuntimeConfig.IPs) != "[10.1.2.3]" || got.MTU != 1400 {
+	if fmt.Sprint(got.RuntimeConfig.IPs) != "[10.1.2.3 fd00::3]" || got.MTU != 1400 {
 		t.Errorf("rewritten: %s", out)
 	}
 	var m struct {
 		IPAM struct {
-			Pools []string `json:"ipv4_pools"`
-			Grace int      `json:"gc_grace_seconds"`
+			Pools  []string `json:"ipv4_pools"`
+			Pools6 []string `json:"ipv6_pools"`
+			Grace  int      `json:"gc_grace_seconds"`
 		} `json:"ipam"`
 		RC map[string]json.RawMessage `json:"runtimeConfig"`
 	}
 	json.Unmarshal(out, &m)
-	if fmt.Sprint(m.IPAM.Pools) != "[b 10.2.0.0/16]" || m.IPAM.Grace != 5 || m.RC["portMappings"] == nil {
+	if fmt.Sprint(m.IPAM.Pools) != "[b 10.2.0.0/16]" || fmt.Sprint(m.IPAM.Pools6) != "[v6]" || m.IPAM.Grace != 5 || m.RC["portMappings"] == nil {
 		t.Errorf("rewritten: %s", out)
 	}
 
 	// A different fixed IP from the runtime is a conflict.
 	withIPs := []byte(`{"cniVersion":"1.0.0","name":"n","type":"routed-cni","etcd_endpoints":"http://127.0.0.1:2379","ipam":{"type":"routed-ipam"},"runtimeConfig":{"ips":["10.9.9.9"]}}`)
 	conf, _ = plugin.ParseNetConf(withIPs)
-	if _, err := applyRequest(withIPs, conf, Request{IP: ip}, "pod x"); !errors.Is(err, ErrAnnotation) {
+	if _, err := applyRequest(withIPs, conf, Request{IPs: ip}, "pod x"); !errors.Is(err, ErrAnnotation) {
 		t.Errorf("conflicting runtimeConfig.ips: %v", err)
 	}
 }

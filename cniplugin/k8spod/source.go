@@ -5,13 +5,14 @@
 // its annotations steer IPAM:
 //
 //   - cni.projectcalico.org/ipAddrs or routed.io/ipAddrs: a JSON list
-//     with the pod's fixed IPv4 address, e.g. ["10.244.1.5"];
-//   - cni.projectcalico.org/ipv4pools or routed.io/ipv4pools: a JSON
-//     list of pool names or CIDRs; on the pod, else on its namespace
-//     (routed-ipam only).
+//     with the pod's fixed addresses, one per family at most, e.g.
+//     ["10.244.1.5", "fd00:10:244::5"];
+//   - cni.projectcalico.org/ipv4pools and ipv6pools (or routed.io/...):
+//     JSON lists of pool names or CIDRs; on the pod, else on its
+//     namespace (routed-ipam only).
 //
 // They reach IPAM the way a runtime's requests do, by rewriting the
-// invocation's stdin (runtimeConfig.ips, ipam.ipv4_pools), so the
+// invocation's stdin (runtimeConfig.ips, ipam.ipv4_pools, ipam.ipv6_pools), so the
 // in-process routed-ipam and an executed IPAM plugin see the same thing.
 //
 // It talks to the API server with net/http and a kubeconfig parsed with
@@ -31,6 +32,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,30 +246,30 @@ func (s *Source) prepare(ctx context.Context, conf *plugin.NetConf, k8s plugin.K
 	}
 	owner := "pod " + k8s.Namespace + "/" + k8s.Pod
 	var req Request
-	if req.IP, err = ParseIPAddrs(pod.Metadata.Annotations, owner); err != nil {
+	if req.IPs, err = ParseIPAddrs(pod.Metadata.Annotations, owner); err != nil {
 		return nil, err
 	}
-	if req.Pools, err = ParsePools(pod.Metadata.Annotations, owner); err != nil {
+	if req.Pools4, req.Pools6, err = ParsePools(pod.Metadata.Annotations, owner); err != nil {
 		return nil, err
 	}
 	req.PoolsFrom = owner
 	usesPools := conf.IPAM.Type == ipamcore.PluginName
-	if req.Pools == nil && usesPools {
+	if req.Pools4 == nil && req.Pools6 == nil && usesPools {
 		nsObj, err := s.Namespace(ctx, kc, k8s.Namespace)
 		if err != nil {
 			return nil, err
 		}
 		req.PoolsFrom = "namespace " + k8s.Namespace
-		if req.Pools, err = ParsePools(nsObj.Metadata.Annotations, req.PoolsFrom); err != nil {
+		if req.Pools4, req.Pools6, err = ParsePools(nsObj.Metadata.Annotations, req.PoolsFrom); err != nil {
 			return nil, err
 		}
 	}
-	if req.Pools != nil && !usesPools {
-		log.Warnf("%s asks for IP pools %v, but ipam.type is %s, not %s: ignored", req.PoolsFrom, req.Pools, conf.IPAM.Type, ipamcore.PluginName)
-		req.Pools = nil
+	if (req.Pools4 != nil || req.Pools6 != nil) && !usesPools {
+		log.Warnf("%s asks for IP pools %v %v, but ipam.type is %s, not %s: ignored", req.PoolsFrom, req.Pools4, req.Pools6, conf.IPAM.Type, ipamcore.PluginName)
+		req.Pools4, req.Pools6 = nil, nil
 	}
-	log.WithField("took", time.Since(start).Round(time.Microsecond)).Debugf("read %s: %d labels, fixed IP %v, pools %v", owner, len(pod.Metadata.Labels), req.IP, req.Pools)
-	if !req.IP.IsValid() && req.Pools == nil {
+	log.WithField("took", time.Since(start).Round(time.Microsecond)).Debugf("read %s: %d labels, fixed IPs %v, pools %v %v", owner, len(pod.Metadata.Labels), req.IPs, req.Pools4, req.Pools6)
+	if req.IPs == nil && req.Pools4 == nil && req.Pools6 == nil {
 		return stdin, nil
 	}
 	return applyRequest(stdin, conf, req, owner)
@@ -274,24 +277,31 @@ func (s *Source) prepare(ctx context.Context, conf *plugin.NetConf, k8s plugin.K
 
 // applyRequest writes the request into the network configuration:
 // runtimeConfig.ips (which routed-ipam prefers to CNI_ARGS IP=) and
-// ipam.ipv4_pools. Every other field is kept as it was.
+// ipam.ipv4_pools/ipv6_pools. Every other field is kept as it was.
 func applyRequest(stdin []byte, conf *plugin.NetConf, req Request, owner string) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &top); err != nil {
 		return nil, fmt.Errorf("%w: network configuration: %v", ErrConfig, err)
 	}
-	if req.IP.IsValid() {
+	if req.IPs != nil {
+		var ips []string
+		for _, ip := range req.IPs {
+			ips = append(ips, ip.String())
+		}
 		for _, s := range conf.RuntimeConfig.IPs {
-			if a, err := addrOf(s); err != nil || a != req.IP {
-				return nil, fmt.Errorf("%w: %s asks for IP %s, but the runtime asks for %s (runtimeConfig.ips); ask in one place", ErrAnnotation, owner, req.IP, s)
+			if a, err := addrOf(s); err != nil || !slices.Contains(req.IPs, a) {
+				return nil, fmt.Errorf("%w: %s asks for IPs %s, but the runtime asks for %s (runtimeConfig.ips); ask in one place", ErrAnnotation, owner, strings.Join(ips, ","), s)
 			}
 		}
-		if err := setField(top, "runtimeConfig", "ips", []string{req.IP.String()}); err != nil {
+		if err := setField(top, "runtimeConfig", "ips", ips); err != nil {
 			return nil, err
 		}
 	}
-	if req.Pools != nil {
-		if err := setField(top, "ipam", "ipv4_pools", req.Pools); err != nil {
+	for field, pools := range map[string][]string{"ipv4_pools": req.Pools4, "ipv6_pools": req.Pools6} {
+		if pools == nil {
+			continue
+		}
+		if err := setField(top, "ipam", field, pools); err != nil {
 			return nil, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -25,7 +26,7 @@ func (p *Plugin) CmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return c.finish("ADD", err)
 	}
-	c.log.WithField("ips", result.IPs[0].Address.String()).Infof("ADD done: %s on %s", args.IfName, c.hostVeth)
+	c.log.WithField("ips", resultIPs(result)).Infof("ADD done: %s on %s", args.IfName, c.hostVeth)
 	return types.PrintResult(result, c.conf.CNIVersion)
 }
 
@@ -77,7 +78,7 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s returned an unreadable result: %w", conf.IPAM.Type, err)
 	}
-	ips, err := ipv4Addresses(ipamResult, conf.IPAM.Type)
+	ips, err := podAddresses(ipamResult, conf.IPAM.Type)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostLink, err := configureHostSide(c.hostVeth)
+	hostLink, err := configureHostSide(c.hostVeth, hasIPv6(ips))
 	if err != nil {
 		return nil, err
 	}
@@ -122,16 +123,22 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 	return buildResult(c, ipamResult, ips, contMAC, contNS.Path()), nil
 }
 
-// ipv4Addresses extracts the assigned addresses; routed's data path is
-// IPv4 only for now, so an IPv6 assignment is a configuration error.
-func ipv4Addresses(r *current.Result, ipamType string) ([]net.IP, error) {
+// podAddresses extracts the assigned addresses, at most one per family
+// (one interface holds them, and felix routes one per family).
+func podAddresses(r *current.Result, ipamType string) ([]net.IP, error) {
 	var ips []net.IP
+	seen := map[int]net.IP{}
 	for _, ipc := range r.IPs {
-		v4 := ipc.Address.IP.To4()
-		if v4 == nil {
-			return nil, fmt.Errorf("%w: IPAM plugin %s assigned IPv6 address %s; routed-cni supports IPv4 only: remove IPv6 ranges from the ipam section", errConfig, ipamType, ipc.Address.IP)
+		ip := ipc.Address.IP
+		if v4 := ip.To4(); v4 != nil {
+			ip = v4
 		}
-		ips = append(ips, v4)
+		fam := familyOf(ip)
+		if prev, dup := seen[fam]; dup {
+			return nil, fmt.Errorf("%w: IPAM plugin %s assigned %s and %s; routed-cni gives a pod one address per family: configure one range per family", errConfig, ipamType, prev, ip)
+		}
+		seen[fam] = ip
+		ips = append(ips, ip)
 	}
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("IPAM plugin %s returned no addresses", ipamType)
@@ -141,7 +148,8 @@ func ipv4Addresses(r *current.Result, ipamType string) ([]net.IP, error) {
 
 // buildResult describes the attachment for the runtime and for chained
 // plugins: interface 0 is the host end, 1 the container end (with its
-// sandbox), each address a /32 on interface 1.
+// sandbox), each address a /32 or /128 on interface 1, with a default
+// route per family.
 func buildResult(c *call, ipamResult *current.Result, ips []net.IP, contMAC net.HardwareAddr, sandbox string) *current.Result {
 	res := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
@@ -149,16 +157,29 @@ func buildResult(c *call, ipamResult *current.Result, ips []net.IP, contMAC net.
 			{Name: c.hostVeth, Mac: HostMAC.String()},
 			{Name: c.args.IfName, Mac: contMAC.String(), Sandbox: sandbox},
 		},
-		Routes: []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: GatewayIP}},
-		DNS:    ipamResult.DNS,
+		DNS: ipamResult.DNS,
 	}
 	for _, ip := range ips {
 		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(1), Address: *hostPrefix(ip)})
+		gw := GatewayIP
+		if ip.To4() == nil {
+			gw = GatewayIP6
+		}
+		res.Routes = append(res.Routes, &types.Route{Dst: *defaultDst(gw), GW: gw})
 	}
 	if dnsSet(c.conf.DNS) {
 		res.DNS = c.conf.DNS
 	}
 	return res
+}
+
+// resultIPs lists a result's addresses for the log.
+func resultIPs(r *current.Result) string {
+	var s []string
+	for _, ipc := range r.IPs {
+		s = append(s, ipc.Address.String())
+	}
+	return strings.Join(s, ",")
 }
 
 func dnsSet(d types.DNS) bool {

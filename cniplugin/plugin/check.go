@@ -102,19 +102,27 @@ func checkHost(name string, ips []net.IP, d func(string, ...any)) int {
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		d("host interface %s is down", name)
 	}
-	for _, s := range hostSysctls {
+	sysctls := hostSysctls
+	if hasIPv6(ips) {
+		sysctls = append(slices.Clip(sysctls), hostSysctls6...)
+		if addrs, err := addrList(link, netlink.FAMILY_V6); err != nil || !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(GatewayIP6) }) {
+			d("host interface %s lacks the pods' IPv6 gateway address %s (err %v)", name, GatewayIP6, err)
+		}
+	}
+	for _, s := range sysctls {
 		if v, err := readSysctl(s.path, name); err != nil || v != s.value {
 			d("host sysctl %s is %q (err %v), want %s", fmt.Sprintf(s.path, name), v, err, s.value)
 		}
 	}
-	routes, err := routeListFiltered(netlink.FAMILY_V4,
+	routes, err := routeListFiltered(netlink.FAMILY_ALL,
 		&netlink.Route{LinkIndex: link.Attrs().Index, Protocol: RouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		d("list host routes on %s: %v", name, err)
 	}
 	for _, ip := range ips {
 		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
-			return r.Dst != nil && r.Dst.String() == hostPrefix(ip).String() && r.Scope == netlink.SCOPE_LINK
+			// The kernel keeps IPv6 routes at universe scope.
+			return r.Dst != nil && r.Dst.String() == hostPrefix(ip).String() && (r.Scope == netlink.SCOPE_LINK || ip.To4() == nil)
 		}) {
 			d("host route %s dev %s scope link proto %d is missing", hostPrefix(ip), name, RouteProtocol)
 		}
@@ -136,7 +144,7 @@ func checkContainer(netnsPath, ifName string, hostIndex int, ips []net.IP, d fun
 		if hostIndex != 0 && link.Attrs().ParentIndex != hostIndex {
 			d("container interface %s is not paired with the host interface (peer ifindex %d, host ifindex %d)", ifName, link.Attrs().ParentIndex, hostIndex)
 		}
-		addrs, err := addrList(link, netlink.FAMILY_V4)
+		addrs, err := addrList(link, netlink.FAMILY_ALL)
 		if err != nil {
 			d("list addresses of %s: %v", ifName, err)
 		}
@@ -145,19 +153,27 @@ func checkContainer(netnsPath, ifName string, hostIndex int, ips []net.IP, d fun
 				d("container interface %s lacks address %s", ifName, hostPrefix(ip))
 			}
 		}
-		routes, err := routeList(link, netlink.FAMILY_V4)
+		routes, err := routeList(link, netlink.FAMILY_ALL)
 		if err != nil {
 			d("list container routes: %v", err)
 		}
-		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
-			return r.Dst != nil && r.Dst.String() == hostPrefix(GatewayIP).String() && r.Scope == netlink.SCOPE_LINK
-		}) {
-			d("container route %s dev %s scope link is missing", GatewayIP, ifName)
+		hasDefault := func(gw net.IP) bool {
+			return slices.ContainsFunc(routes, func(r netlink.Route) bool {
+				return (r.Dst == nil || r.Dst.String() == defaultDst(gw).String()) && r.Gw.Equal(gw)
+			})
 		}
-		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
-			return (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP)
-		}) {
-			d("container default route via %s is missing", GatewayIP)
+		if slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.To4() != nil }) {
+			if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+				return r.Dst != nil && r.Dst.String() == hostPrefix(GatewayIP).String() && r.Scope == netlink.SCOPE_LINK
+			}) {
+				d("container route %s dev %s scope link is missing", GatewayIP, ifName)
+			}
+			if !hasDefault(GatewayIP) {
+				d("container default route via %s is missing", GatewayIP)
+			}
+		}
+		if hasIPv6(ips) && !hasDefault(GatewayIP6) {
+			d("container IPv6 default route via %s is missing", GatewayIP6)
 		}
 		return nil
 	})

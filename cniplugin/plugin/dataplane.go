@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -21,6 +22,35 @@ var hostSysctls = []struct{ path, value string }{
 	{"net/ipv4/conf/%s/proxy_arp", "1"},
 	{"net/ipv4/neigh/%s/proxy_delay", "0"},
 	{"net/ipv4/conf/%s/forwarding", "1"},
+}
+
+// hostSysctls6 are set on the host side when the pod has an IPv6
+// address: IPv6 on, no router advertisements taken from the pod, no
+// kernel-made link-local address (routed-cni adds GatewayIP6 itself,
+// without duplicate address detection, so it is usable at once), and
+// forwarding.
+var hostSysctls6 = []struct{ path, value string }{
+	{"net/ipv6/conf/%s/disable_ipv6", "0"},
+	{"net/ipv6/conf/%s/accept_ra", "0"},
+	{"net/ipv6/conf/%s/addr_gen_mode", "1"},
+	{"net/ipv6/conf/%s/forwarding", "1"},
+}
+
+// containerSysctls6 are set on the container end when the pod has an
+// IPv6 address: IPv6 on, and no duplicate address detection, so its
+// link-local address can source neighbour solicitations for the gateway
+// at once.
+var containerSysctls6 = []struct{ path, value string }{
+	{"net/ipv6/conf/%s/disable_ipv6", "0"},
+	{"net/ipv6/conf/%s/accept_dad", "0"},
+}
+
+// errNoIPv6 marks a host or container without IPv6 (booted with
+// ipv6.disable=1): an IPv6 pod address cannot work there.
+var errNoIPv6 = errors.New("routed-cni: IPv6 is disabled")
+
+func hasIPv6(ips []net.IP) bool {
+	return slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.To4() == nil })
 }
 
 func writeSysctl(pattern, iface, value string) error {
@@ -87,9 +117,24 @@ func createVeth(contNS, hostNS ns.NetNS, ifName, hostName string, mtu int) (cont
 	return contMAC, created, err
 }
 
-// configureHostSide sets the host end's sysctls and brings it up. Runs in
-// the host namespace.
-func configureHostSide(hostName string) (netlink.Link, error) {
+// setSysctls6 writes IPv6 sysctls of iface, naming a missing IPv6 stack
+// for what it is.
+func setSysctls6(list []struct{ path, value string }, iface, where string) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return fmt.Errorf("%w in the %s (no /proc/sys/net/ipv6; was the kernel booted with ipv6.disable=1?): the pod cannot have an IPv6 address: remove the IPv6 pools or set assign_ipv6 \"false\"", errNoIPv6, where)
+	}
+	for _, s := range list {
+		if err := writeSysctl(s.path, iface, s.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configureHostSide sets the host end's sysctls (and, for an IPv6 pod,
+// its link-local gateway address) and brings it up. Runs in the host
+// namespace.
+func configureHostSide(hostName string, v6 bool) (netlink.Link, error) {
 	link, err := linkByName(hostName)
 	if err != nil {
 		return nil, fmt.Errorf("look up host interface %s: %w", hostName, err)
@@ -99,39 +144,80 @@ func configureHostSide(hostName string) (netlink.Link, error) {
 			return nil, err
 		}
 	}
+	if v6 {
+		if err := setSysctls6(hostSysctls6, hostName, "host"); err != nil {
+			return nil, err
+		}
+		gw := &netlink.Addr{IPNet: &net.IPNet{IP: GatewayIP6, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD, Scope: unix.RT_SCOPE_LINK}
+		if err := netlink.AddrAdd(link, gw); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("add gateway address %s to host interface %s: %w", gw.IPNet, hostName, err)
+		}
+	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return nil, fmt.Errorf("set %s up: %w", hostName, err)
 	}
 	return link, nil
 }
 
+// hostPrefix is ip as a host prefix: /32 or /128.
 func hostPrefix(ip net.IP) *net.IPNet {
-	return &net.IPNet{IP: ip.To4(), Mask: net.CIDRMask(32, 32)}
+	if v4 := ip.To4(); v4 != nil {
+		return &net.IPNet{IP: v4, Mask: net.CIDRMask(32, 32)}
+	}
+	return &net.IPNet{IP: ip.To16(), Mask: net.CIDRMask(128, 128)}
+}
+
+// defaultDst is the default route's destination in ip's family.
+func defaultDst(ip net.IP) *net.IPNet {
+	if ip.To4() != nil {
+		return &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+	}
+	return &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 }
 
 // configureContainerSide brings the container end up with each address
-// as a /32, a scope-link route to the gateway and a default route via it.
+// as a host prefix; IPv4: a scope-link route to 169.254.1.1 and a default
+// route via it; IPv6: a default route via the host side's link-local
+// GatewayIP6.
 func configureContainerSide(contNS ns.NetNS, ifName string, ips []net.IP) error {
 	return contNS.Do(func(ns.NetNS) error {
 		link, err := linkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("look up container interface %s: %w", ifName, err)
 		}
+		v4, v6 := slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.To4() != nil }), hasIPv6(ips)
+		if v6 {
+			if err := setSysctls6(containerSysctls6, ifName, "container's network namespace"); err != nil {
+				return err
+			}
+		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return fmt.Errorf("set container interface %s up: %w", ifName, err)
 		}
 		for _, ip := range ips {
-			if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostPrefix(ip)}); err != nil {
-				return fmt.Errorf("add %s/32 to container interface %s: %w", ip, ifName, err)
+			a := &netlink.Addr{IPNet: hostPrefix(ip)}
+			if ip.To4() == nil {
+				a.Flags = unix.IFA_F_NODAD
+			}
+			if err := netlink.AddrAdd(link, a); err != nil {
+				return fmt.Errorf("add %s to container interface %s: %w", a.IPNet, ifName, err)
 			}
 		}
-		gw := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(GatewayIP), Scope: netlink.SCOPE_LINK}
-		if err := netlink.RouteAdd(gw); err != nil {
-			return fmt.Errorf("add route %s dev %s scope link in container: %w", GatewayIP, ifName, err)
+		if v4 {
+			gw := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(GatewayIP), Scope: netlink.SCOPE_LINK}
+			if err := netlink.RouteAdd(gw); err != nil {
+				return fmt.Errorf("add route %s dev %s scope link in container: %w", GatewayIP, ifName, err)
+			}
+			def := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: defaultDst(GatewayIP), Gw: GatewayIP}
+			if err := netlink.RouteAdd(def); err != nil {
+				return fmt.Errorf("add default route via %s in container: %w", GatewayIP, err)
+			}
 		}
-		def := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: GatewayIP}
-		if err := netlink.RouteAdd(def); err != nil {
-			return fmt.Errorf("add default route via %s in container: %w", GatewayIP, err)
+		if v6 {
+			def := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: defaultDst(GatewayIP6), Gw: GatewayIP6}
+			if err := netlink.RouteAdd(def); err != nil {
+				return fmt.Errorf("add IPv6 default route via %s dev %s in container: %w", GatewayIP6, ifName, err)
+			}
 		}
 		return nil
 	})
@@ -155,7 +241,7 @@ func addHostRoute(link netlink.Link, ip net.IP) (*netlink.Route, error) {
 	if !errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("add host route %s dev %s: %w", r.Dst, link.Attrs().Name, err)
 	}
-	existing, lerr := routeListFiltered(netlink.FAMILY_V4,
+	existing, lerr := routeListFiltered(familyOf(ip),
 		&netlink.Route{Dst: r.Dst, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if lerr != nil {
 		return nil, fmt.Errorf("add host route %s: exists, and listing it failed: %w", r.Dst, lerr)
@@ -173,6 +259,14 @@ func addHostRoute(link netlink.Link, ip net.IP) (*netlink.Route, error) {
 		return nil, fmt.Errorf("replace stale routed route %s: %w", r.Dst, err)
 	}
 	return r, nil
+}
+
+// familyOf is ip's netlink address family.
+func familyOf(ip net.IP) int {
+	if ip.To4() != nil {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
 }
 
 // delRoute removes a route this plugin programmed; already gone is fine.

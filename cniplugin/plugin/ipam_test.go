@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -53,7 +54,7 @@ func TestLocalIPAMBadConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	c := testCall(t, `{"name":"n","etcd_endpoints":"http://127.0.0.1:1","ipam":{"type":"routed-ipam","assign_ipv6":"true"}}`)
+	c := testCall(t, `{"name":"n","etcd_endpoints":"http://127.0.0.1:1","ipam":{"type":"routed-ipam","assign_ipv6":"yes"}}`)
 	l := ipamFor(c, ds)
 	ctx := context.Background()
 	_, addErr := l.add(ctx)
@@ -63,7 +64,7 @@ func TestLocalIPAMBadConf(t *testing.T) {
 		"release": release(ctx, "c2", "eth0"),
 	} {
 		var te *types.Error
-		if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig || te.Msg != `routed-ipam: invalid configuration: assign_ipv6 "true" is not supported: routed is IPv4-only` {
+		if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig || !strings.HasPrefix(te.Msg, `routed-ipam: invalid configuration: assign_ipv6 is "yes"; want "true" or "false"`) {
 			t.Errorf("%s: %#v", name, err)
 		}
 	}

@@ -28,6 +28,8 @@ type Config struct {
 	NodeName  string
 	IP        string // ADDR/PREFIX, "autodetect" or ""
 	IPMethod  string // IP_AUTODETECTION_METHOD
+	IP6       string // ADDR/PREFIX, "autodetect", or ""/"none" (no IPv6)
+	IP6Method string // IP6_AUTODETECTION_METHOD
 	Datastore datastore.Config
 	// EmbeddedEtcdDir, when set, runs an embedded etcd with data there and
 	// uses it as the datastore (single machine, labs).
@@ -120,6 +122,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NodeName, "nodename", env(host, "NODENAME", "ROUTED_NODENAME"), "this node's name, default the hostname (env NODENAME, ROUTED_NODENAME)")
 	fs.StringVar(&c.IP, "ip", env("autodetect", "IP"), "node IPv4 address with prefix length, e.g. 10.0.0.5/24, or autodetect (env IP)")
 	fs.StringVar(&c.IPMethod, "ip-autodetection-method", env("first-found", "IP_AUTODETECTION_METHOD"), "first-found, interface=REGEX or can-reach=DEST (env IP_AUTODETECTION_METHOD)")
+	fs.StringVar(&c.IP6, "ip6", env("none", "IP6"), "node IPv6 address with prefix length, e.g. fd00:10::5/64, autodetect, or none (no IPv6 BGP or IPv6 pod routes) (env IP6)")
+	fs.StringVar(&c.IP6Method, "ip6-autodetection-method", env("first-found", "IP6_AUTODETECTION_METHOD"), "first-found, interface=REGEX or can-reach=DEST, for --ip6 autodetect (env IP6_AUTODETECTION_METHOD)")
 	c.Datastore.BindFlags(fs)
 	fs.StringVar(&c.EmbeddedEtcdDir, "embedded-etcd-dir", env("", "ROUTED_EMBEDDED_ETCD_DIR"), "run an embedded etcd with its data here and use it (single machine) (env ROUTED_EMBEDDED_ETCD_DIR)")
 	fs.StringVar(&c.EmbeddedEtcdAddr, "embedded-etcd-listen", env("127.0.0.1:2379", "ROUTED_EMBEDDED_ETCD_LISTEN"), "client address of the embedded etcd (env ROUTED_EMBEDDED_ETCD_LISTEN)")

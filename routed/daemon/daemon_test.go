@@ -47,7 +47,7 @@ kind: Node
 metadata: {name: n1, labels: {rack: r1}}
 spec: {bgp: {asNumber: 65001, routeReflectorClusterID: 224.0.0.1}}
 `)
-	n, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24"))
+	n, err := RegisterNode(ctx, ds, "n1", Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ spec: {bgp: {asNumber: 65001, routeReflectorClusterID: 224.0.0.1}}
 		t.Fatalf("registration lost operator settings or the address: %+v %+v", n.Spec.BGP, n.Metadata.Labels)
 	}
 	// A fresh node is created with its hostname label.
-	n2, err := RegisterNode(ctx, ds, "n2", netip.MustParsePrefix("10.0.1.6/24"))
+	n2, err := RegisterNode(ctx, ds, "n2", Addresses{V4: netip.MustParsePrefix("10.0.1.6/24")})
 	if err != nil || n2.Metadata.Labels["kubernetes.io/hostname"] != "n2" {
 		t.Fatalf("new node: %v %+v", err, n2)
 	}
@@ -90,7 +90,7 @@ func TestTunnelAddressFollowsPools(t *testing.T) {
 	ds := newDS(t)
 	ctx := context.Background()
 	ic := ipam.New(ds)
-	if _, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+	if _, err := RegisterNode(ctx, ds, "n1", Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.50.0.0/24, ipipMode: CrossSubnet}\n")
@@ -129,7 +129,7 @@ func TestVXLANTunnelAddressFollowsPools(t *testing.T) {
 	ds := newDS(t)
 	ctx := context.Background()
 	ic := ipam.New(ds)
-	if _, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+	if _, err := RegisterNode(ctx, ds, "n1", Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
 		t.Fatal(err)
 	}
 	node := func() *api.Node {

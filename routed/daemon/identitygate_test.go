@@ -67,12 +67,12 @@ func TestWipeHoldsTheFeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"wipe-a", "wipe-b", "wipe-c"} {
-		if _, err := RegisterNode(ctx, ds, n, netip.MustParsePrefix("10.0.0.9/24")); err != nil {
+		if _, err := RegisterNode(ctx, ds, n, Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	behind := &feedRecorder{}
-	keeper := newNodeKeeper("wipe-a", netip.MustParsePrefix("10.0.0.9/24"))
+	keeper := newNodeKeeper("wipe-a", Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")})
 	fan := &datastore.Fanout{}
 	fan.Add([]api.Kind{api.KindNode}, behind)
 	fan.Add(nodeKeeperKinds, keeper)

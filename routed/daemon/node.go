@@ -15,9 +15,25 @@ import (
 // writeRetries bounds read-modify-write loops that lose to other writers.
 const writeRetries = 10
 
-// RegisterNode creates or updates this node's Node with its address,
+// Addresses are a node's own addresses with their prefix lengths: V4
+// always, V6 when the node has IPv6 (invalid otherwise).
+type Addresses struct {
+	V4, V6 netip.Prefix
+}
+
+// set records a in the Node's spec: routed owns both fields (an IPv6
+// address the node no longer has is removed).
+func (a Addresses) set(b *api.NodeBGPSpec) {
+	b.IPv4Address = a.V4.String()
+	b.IPv6Address = ""
+	if a.V6.IsValid() {
+		b.IPv6Address = a.V6.String()
+	}
+}
+
+// RegisterNode creates or updates this node's Node with its addresses,
 // keeping everything an operator set (labels, ASN, RR cluster ID).
-func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr netip.Prefix) (*api.Node, error) {
+func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr Addresses) (*api.Node, error) {
 	for i := 0; i < writeRetries; i++ {
 		r, err := ds.Get(ctx, api.KindNode, name)
 		var n *api.Node
@@ -39,10 +55,11 @@ func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr n
 		if _, ok := n.Metadata.Labels["kubernetes.io/hostname"]; !ok {
 			n.Metadata.Labels["kubernetes.io/hostname"] = name
 		}
-		if n.Spec.BGP.IPv4Address == addr.String() && n.Metadata.ResourceVersion != "" {
+		before := *n.Spec.BGP
+		addr.set(n.Spec.BGP)
+		if *n.Spec.BGP == before && n.Metadata.ResourceVersion != "" {
 			return n, nil
 		}
-		n.Spec.BGP.IPv4Address = addr.String()
 		if n.Metadata.ResourceVersion == "" {
 			_, err = ds.Create(ctx, n)
 		} else {
@@ -54,7 +71,7 @@ func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr n
 		if err != nil {
 			return nil, fmt.Errorf("register node %q: %w", name, err)
 		}
-		log.WithField("address", addr).Info("node registered")
+		log.WithField("address", addr.V4).WithField("address6", n.Spec.BGP.IPv6Address).Info("node registered")
 		return n, nil
 	}
 	return nil, fmt.Errorf("register node %q: %w after %d attempts", name, datastore.ErrConflict, writeRetries)

@@ -52,7 +52,7 @@ func TestNodeGCCountsFromMissing(t *testing.T) {
 	ds := newDS(t)
 	ctx := context.Background()
 	for _, n := range []string{"alive", "gone"} {
-		if _, err := RegisterNode(ctx, ds, n, netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+		if _, err := RegisterNode(ctx, ds, n, Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
 			t.Fatal(err)
 		}
 		// Endpoints created long ago, as a long-running pod's are.
@@ -91,7 +91,7 @@ func TestNodeGCCountsFromMissing(t *testing.T) {
 	// A node that comes back is forgotten: its clock restarts if it goes
 	// missing again.
 	apply(t, ds, "apiVersion: routed.io/v1\nkind: WorkloadEndpoint\nmetadata: {name: gone-k8s-default-w2-eth0}\nspec: {node: gone, containerID: c2, interfaceName: cali2, ipNetworks: [10.1.0.2/32]}\n")
-	if _, err := RegisterNode(ctx, ds, "gone", netip.MustParsePrefix("10.0.0.6/24")); err != nil {
+	if _, err := RegisterNode(ctx, ds, "gone", Addresses{V4: netip.MustParsePrefix("10.0.0.6/24")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.run(ctx); err != nil {
@@ -156,7 +156,7 @@ func TestNodeGCSparesANodeThatComesBack(t *testing.T) {
 		if !gone["back"] {
 			t.Errorf("the pass did not find node back gone: %v", gone)
 		}
-		if _, err := RegisterNode(ctx, ds, "back", netip.MustParsePrefix("10.0.0.7/24")); err != nil {
+		if _, err := RegisterNode(ctx, ds, "back", Addresses{V4: netip.MustParsePrefix("10.0.0.7/24")}); err != nil {
 			t.Error(err)
 		}
 	}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -18,14 +17,14 @@ import (
 // route-reflector settings, tunnel address) with the current address.
 type nodeKeeper struct {
 	name string
-	addr netip.Prefix
+	addr Addresses
 	lost chan struct{}
 
 	mu   sync.Mutex
 	last *api.Node
 }
 
-func newNodeKeeper(name string, addr netip.Prefix) *nodeKeeper {
+func newNodeKeeper(name string, addr Addresses) *nodeKeeper {
 	return &nodeKeeper{name: name, addr: addr, lost: make(chan struct{}, 1)}
 }
 
@@ -105,7 +104,7 @@ func (k *nodeKeeper) restore(ctx context.Context, ds *datastore.Client) error {
 	if n.Spec.BGP == nil {
 		n.Spec.BGP = &api.NodeBGPSpec{}
 	}
-	n.Spec.BGP.IPv4Address = k.addr.String()
+	k.addr.set(n.Spec.BGP)
 	_, err := ds.Create(ctx, n)
 	switch {
 	case errors.Is(err, datastore.ErrExists):

@@ -21,14 +21,14 @@ func TestNodeKeeperRecreatesDeletedNode(t *testing.T) {
 	ds := newDS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr := netip.MustParsePrefix("10.0.0.9/24")
+	addr := Addresses{V4: netip.MustParsePrefix("10.0.0.9/24"), V6: netip.MustParsePrefix("fd00:10::9/64")}
 	if _, err := RegisterNode(ctx, ds, "keep", addr); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, ds, `apiVersion: routed.io/v1
 kind: Node
 metadata: {name: keep, labels: {kubernetes.io/hostname: keep, rack: r7}}
-spec: {bgp: {ipv4Address: 10.0.0.9/24, asNumber: 64517, routeReflectorClusterID: 224.0.0.9, ipv4IPIPTunnelAddr: 10.54.0.1}}
+spec: {bgp: {ipv4Address: 10.0.0.9/24, ipv6Address: "fd00:10::9/64", asNumber: 64517, routeReflectorClusterID: 224.0.0.9, ipv4IPIPTunnelAddr: 10.54.0.1}}
 `)
 	want := getNode(t, ds, "keep")
 

@@ -70,7 +70,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log = log.WithField("address", addr)
+	log = log.WithField("address", addr.V4)
+	if addr.V6.IsValid() {
+		log = log.WithField("address6", addr.V6)
+	}
 	// etcd may come up after us (DaemonSet start order); keep trying.
 	guard := newDatastoreGuard(ds, cfg.StateDir)
 	if err := retry(ctx, "read the cluster identity", func() error { return guard.start(ctx) }); err != nil {
@@ -215,16 +218,39 @@ func Run(ctx context.Context, cfg Config) error {
 	return runErr
 }
 
-// nodeAddress is --ip when given, else the autodetected address.
-func nodeAddress(cfg Config) (netip.Prefix, error) {
+// nodeAddress is --ip when given, else the autodetected address; the
+// same for --ip6, which is off ("none") unless set.
+func nodeAddress(cfg Config) (Addresses, error) {
+	var a Addresses
 	if cfg.IP != "" && cfg.IP != "autodetect" {
 		p, err := netip.ParsePrefix(cfg.IP)
 		if err != nil || !p.Addr().Is4() {
-			return netip.Prefix{}, fmt.Errorf("--ip %q: want an IPv4 address with prefix length, e.g. 10.0.0.5/24", cfg.IP)
+			return a, fmt.Errorf("--ip %q: want an IPv4 address with prefix length, e.g. 10.0.0.5/24", cfg.IP)
 		}
-		return p, nil
+		a.V4 = p
+	} else {
+		p, err := DetectAddress(cfg.IPMethod)
+		if err != nil {
+			return a, err
+		}
+		a.V4 = p
 	}
-	return DetectAddress(cfg.IPMethod)
+	switch cfg.IP6 {
+	case "", "none":
+	case "autodetect":
+		p, err := DetectAddress6(cfg.IP6Method)
+		if err != nil {
+			return a, fmt.Errorf("--ip6 autodetect: %w", err)
+		}
+		a.V6 = p
+	default:
+		p, err := netip.ParsePrefix(cfg.IP6)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() || p.Addr().IsLinkLocalUnicast() {
+			return a, fmt.Errorf("--ip6 %q: want a global or unique-local IPv6 address with prefix length, e.g. fd00:10::5/64, autodetect or none", cfg.IP6)
+		}
+		a.V6 = p
+	}
+	return a, nil
 }
 
 // retry runs f until it succeeds, backing off up to 10 s, while ctx lasts.

@@ -18,7 +18,7 @@ func TestTunnelLoopFollowsPoolEvents(t *testing.T) {
 	t.Parallel()
 	ds := newDS(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := RegisterNode(ctx, ds, "n1", netip.MustParsePrefix("10.0.0.5/24")); err != nil {
+	if _, err := RegisterNode(ctx, ds, "n1", Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
 		t.Fatal(err)
 	}
 	feed := &datastore.Fanout{}

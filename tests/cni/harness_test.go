@@ -30,6 +30,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver"
@@ -293,11 +294,16 @@ func (n *node) hostLinkExists(name string) bool {
 	return found
 }
 
-// hostRoutes lists the host netns' IPv4 main-table routes with dst ip/32.
+// hostRoutes lists the host netns' main-table routes with dst ip/32 (or
+// ip/128).
 func (n *node) hostRoutes(ip net.IP) []netlink.Route {
 	var out []netlink.Route
+	family, dst := netlink.FAMILY_V4, &net.IPNet{IP: ip.To4(), Mask: net.CIDRMask(32, 32)}
+	if ip.To4() == nil {
+		family, dst = netlink.FAMILY_V6, &net.IPNet{IP: ip, Mask: net.CIDRMask(128, 128)}
+	}
 	n.inHost(func() error {
-		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: &net.IPNet{IP: ip.To4(), Mask: net.CIDRMask(32, 32)}}, netlink.RT_FILTER_DST)
+		rs, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
 		out = rs
 		return err
 	})
@@ -354,7 +360,7 @@ func (n *node) assertClean(t testing.TB, network string, ips ...net.IP) {
 	}
 	for _, ip := range ips {
 		for _, r := range n.hostRoutes(ip) {
-			if r.Protocol == 80 {
+			if r.Protocol == plugin.RouteProtocol {
 				t.Errorf("leaked host route %v", r)
 			}
 		}

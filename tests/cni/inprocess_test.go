@@ -155,8 +155,8 @@ func TestRoutedIPAMInProcess(t *testing.T) {
 		n.assertCleanRoutedIPAM(t)
 	})
 	t.Run("bad ipam section", func(t *testing.T) {
-		_, err := add(conf(map[string]any{"assign_ipv6": "true"}), newPod(t, "v6").rt())
-		if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), `assign_ipv6 "true" is not supported`) {
+		_, err := add(conf(map[string]any{"assign_ipv6": "yes"}), newPod(t, "v6").rt())
+		if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), `assign_ipv6 is "yes"; want "true" or "false"`) {
 			t.Fatalf("got %v (code %d), want code 7 about assign_ipv6", err, cniCode(err))
 		}
 		n.assertCleanRoutedIPAM(t)
@@ -194,11 +194,12 @@ func TestRoutedIPAMSameErrorsAsBinary(t *testing.T) {
 		ipam map[string]any
 		args string
 	}{
-		"address taken":   {args: ";IP=10.94.1.1"},
-		"unknown pool":    {ipam: map[string]any{"ipv4_pools": []string{"no-such-pool"}}},
-		"two fixed IPs":   {args: ";IP=10.94.1.2,10.94.1.3"},
-		"ipv6 requested":  {ipam: map[string]any{"assign_ipv6": "true"}},
-		"pools not names": {ipam: map[string]any{"ipv4_pools": "pool-a"}},
+		"address taken":     {args: ";IP=10.94.1.1"},
+		"unknown pool":      {ipam: map[string]any{"ipv4_pools": []string{"no-such-pool"}}},
+		"two fixed IPs":     {args: ";IP=10.94.1.2,10.94.1.3"},
+		"ipv6 without pool": {ipam: map[string]any{"assign_ipv6": "true"}},
+		"no family":         {ipam: map[string]any{"assign_ipv4": "false", "assign_ipv6": "false"}},
+		"pools not names":   {ipam: map[string]any{"ipv4_pools": "pool-a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := newPod(t, "dup")
