@@ -22,16 +22,17 @@ func main() {
 	dir := flag.String("dir", "/tmp/routed-demo", "lab state: logs, sockets, CNI config")
 	podsPerNode := flag.Int("pods", 2, "pods per node")
 	keep := flag.Bool("keep", false, "leave the lab running after the checks (tear down with Ctrl-C)")
+	dualStack := flag.Bool("dual-stack", false, "give the nodes IPv6 subnets and addresses, add an IPv6 pool and IPv6 BGP sessions: every pod gets both families and every pair is pinged over both")
 	encap := flag.String("encap", "auto", "pod traffic between subnets: auto (IPIP CrossSubnet when the kernel has ipip, else routed through the router), ipip, none, or vxlan (VXLAN CrossSubnet with no BGP at all)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "make demo needs root: it creates network namespaces, routes and BGP sessions. Run: sudo make demo")
 		os.Exit(2)
 	}
-	os.Exit(run(*bin, *dir, *podsPerNode, *keep, *encap))
+	os.Exit(run(*bin, *dir, *podsPerNode, *keep, *encap, *dualStack))
 }
 
-func run(bin, dir string, podsPerNode int, keep bool, encap string) int {
+func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bool) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	abs, _ := filepath.Abs(bin)
@@ -61,13 +62,20 @@ func run(bin, dir string, podsPerNode int, keep bool, encap string) int {
 		fmt.Fprintf(os.Stderr, "-encap %q: want auto, ipip, none or vxlan\n", encap)
 		return 2
 	}
+	if dualStack {
+		if topo.NoRouterBGP {
+			fmt.Fprintln(os.Stderr, "-dual-stack needs BGP (IPv6 pools are routed natively, without VXLAN): use -encap auto, ipip or none")
+			return 2
+		}
+		topo = topo.WithDualStack(0)
+	}
 	l := lab.New(topo, bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
 	// Tear down on every path out, with a fresh context: ctx may be cancelled.
 	defer func() {
 		fmt.Println("==> tearing the lab down")
 		l.Down(context.Background())
 	}()
-	fmt.Printf("==> IPIP mode %s, VXLAN mode %s (kernel ipip support: %v)\n", topo.IPIPMode, topo.VXLANMode, lab.KernelHasIPIP())
+	fmt.Printf("==> IPIP mode %s, VXLAN mode %s (kernel ipip support: %v), dual-stack %v\n", topo.IPIPMode, topo.VXLANMode, lab.KernelHasIPIP(), dualStack)
 	if err := l.Up(ctx); err != nil {
 		fmt.Printf("FAIL: bringing the lab up: %v\n(logs in %s)\n", err, dir)
 		return 1

@@ -13,14 +13,22 @@ import (
 type Report struct {
 	Pods          int
 	Pairs, PairOK int
-	Failures      []string
+	// Pairs6 and PairOK6 count IPv6 pairs in a dual-stack lab.
+	Pairs6, PairOK6 int
+	DualStack       bool
+	Failures        []string
 }
 
 // OK reports whether every check passed.
-func (r *Report) OK() bool { return len(r.Failures) == 0 && r.Pairs > 0 && r.Pairs == r.PairOK }
+func (r *Report) OK() bool {
+	return len(r.Failures) == 0 && r.Pairs > 0 && r.Pairs == r.PairOK && (!r.DualStack || (r.Pairs6 > 0 && r.Pairs6 == r.PairOK6))
+}
 
 func (r *Report) String() string {
 	s := fmt.Sprintf("%d pods, %d/%d pod pairs reachable", r.Pods, r.PairOK, r.Pairs)
+	if r.DualStack {
+		s += fmt.Sprintf(", %d/%d IPv6 pod pairs reachable", r.PairOK6, r.Pairs6)
+	}
 	if len(r.Failures) > 0 {
 		s += "; " + strings.Join(r.Failures, "; ")
 	}
@@ -30,7 +38,7 @@ func (r *Report) String() string {
 // Check creates podsPerNode pods on every node, prints node status,
 // routes and IPAM, and pings every pod from every other pod.
 func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report {
-	r := &Report{}
+	r := &Report{DualStack: l.Topo.DualStack}
 	fail := func(f string, a ...any) { r.Failures = append(r.Failures, fmt.Sprintf(f, a...)) }
 	for i, n := range l.Topo.Nodes {
 		if n.Dedicated {
@@ -43,7 +51,11 @@ func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report 
 				fail("create %s on %s: %v", name, n.Name, err)
 				continue
 			}
-			fmt.Fprintf(out, "==> pod %s on %s got %s\n", p.Name, p.Node, p.IP)
+			if p.IP6 != "" {
+				fmt.Fprintf(out, "==> pod %s on %s got %s and %s\n", p.Name, p.Node, p.IP, p.IP6)
+			} else {
+				fmt.Fprintf(out, "==> pod %s on %s got %s\n", p.Name, p.Node, p.IP)
+			}
 		}
 	}
 	pods := l.Pods()
@@ -73,28 +85,40 @@ func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report 
 	// claimed; give convergence a bounded wait before judging.
 	fmt.Fprintf(out, "\n==> pinging every pod from every other pod (%d pairs)\n", len(pods)*(len(pods)-1))
 	deadline := time.Now().Add(20 * time.Second)
+	r.Pairs, r.PairOK = pingAll(ctx, l, pods, deadline, func(p Pod) string { return p.IP }, fail)
+	fmt.Fprintf(out, "%d/%d pairs reachable\n", r.PairOK, r.Pairs)
+	if r.DualStack {
+		fmt.Fprintf(out, "\n==> ping -6 from every pod to every other pod (%d pairs)\n", len(pods)*(len(pods)-1))
+		r.Pairs6, r.PairOK6 = pingAll(ctx, l, pods, time.Now().Add(20*time.Second), func(p Pod) string { return p.IP6 }, fail)
+		fmt.Fprintf(out, "%d/%d IPv6 pairs reachable\n", r.PairOK6, r.Pairs6)
+	}
+	return r
+}
+
+// pingAll pings addr(to) from every pod to every other, retrying each
+// pair until deadline, and returns the pair count and the reachable ones.
+func pingAll(ctx context.Context, l *Lab, pods []Pod, deadline time.Time, addr func(Pod) string, fail func(string, ...any)) (pairs, ok int) {
 	for _, from := range pods {
 		for _, to := range pods {
 			if from.NS == to.NS {
 				continue
 			}
-			r.Pairs++
+			pairs++
 			for {
-				got, err := l.Ping(ctx, from, to.IP, 1)
+				got, err := l.Ping(ctx, from, addr(to), 1)
 				if err == nil && got == 1 {
-					r.PairOK++
+					ok++
 					break
 				}
 				if time.Now().After(deadline) || ctx.Err() != nil {
-					fail("%s (%s) -> %s (%s) unreachable", from.Name, from.Node, to.Name, to.IP)
+					fail("%s (%s) -> %s (%s) unreachable", from.Name, from.Node, to.Name, addr(to))
 					break
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
 		}
 	}
-	fmt.Fprintf(out, "%d/%d pairs reachable\n", r.PairOK, r.Pairs)
-	return r
+	return pairs, ok
 }
 
 // KernelHasIPIP reports whether this kernel can create ipip devices.

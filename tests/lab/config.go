@@ -54,6 +54,14 @@ kind: BGPPeer
 metadata: {name: tor-%s}
 spec: {nodeSelector: "subnet == '%s'", peerIP: %s, asNumber: %d}
 `, s, s, t.routerAddr(s).Addr(), t.RouterAS)
+		if t.DualStack {
+			fmt.Fprintf(&b, `---
+apiVersion: routed.io/v1
+kind: BGPPeer
+metadata: {name: tor-%s-v6}
+spec: {nodeSelector: "subnet == '%s'", peerIP: "%s", asNumber: %d}
+`, s, s, t.routerAddr6(s).Addr(), t.RouterAS)
+		}
 	}
 	for _, n := range t.Nodes {
 		rr := ""
@@ -61,6 +69,9 @@ spec: {nodeSelector: "subnet == '%s'", peerIP: %s, asNumber: %d}
 		if n.RR {
 			rr = ", routeReflectorClusterID: 224.0.0.1"
 			labels += ", route-reflector: \"true\""
+		}
+		if n.Addr6.IsValid() {
+			rr += fmt.Sprintf(", ipv6Address: \"%s\"", n.Addr6)
 		}
 		fmt.Fprintf(&b, `---
 apiVersion: routed.io/v1
@@ -78,11 +89,20 @@ func (t Topology) poolYAML() string {
 	if vxlan == "" {
 		vxlan = "Never"
 	}
-	return fmt.Sprintf(`apiVersion: routed.io/v1
+	pool := fmt.Sprintf(`apiVersion: routed.io/v1
 kind: IPPool
 metadata: {name: lab-pool}
 spec: {cidr: %s, blockSize: 26, ipipMode: %s, vxlanMode: %s, natOutgoing: false}
 `, t.PoolCIDR, t.IPIPMode, vxlan)
+	if t.DualStack {
+		pool += fmt.Sprintf(`---
+apiVersion: routed.io/v1
+kind: IPPool
+metadata: {name: lab-pool-v6}
+spec: {cidr: "%s", blockSize: 122, natOutgoing: false}
+`, t.Pool6CIDR)
+	}
+	return pool
 }
 
 // SetPoolEncap switches the lab pool's encapsulation on the running lab.
@@ -119,6 +139,14 @@ func (l *Lab) startBird(ctx context.Context) error {
 	for i, n := range t.Nodes {
 		fmt.Fprintf(&b, "protocol bgp node%d from nodes { neighbor %s as %d; source address %s; }\n",
 			i+1, n.Addr.Addr(), t.NodeAS, t.routerAddr(n.Subnet).Addr())
+	}
+	if t.DualStack {
+		b.WriteString("protocol kernel kernel6 { ipv6 { import none; export all; }; }\n")
+		fmt.Fprintf(&b, "template bgp nodes6 { local as %d; ipv6 { import all; export none; }; }\n", t.RouterAS)
+		for i, n := range t.Nodes {
+			fmt.Fprintf(&b, "protocol bgp node%d_v6 from nodes6 { neighbor %s as %d; source address %s; }\n",
+				i+1, n.Addr6.Addr(), t.NodeAS, t.routerAddr6(n.Subnet).Addr())
+		}
 	}
 	conf := filepath.Join(l.Dir, "bird.conf")
 	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {

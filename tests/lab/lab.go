@@ -33,6 +33,8 @@ type Lab struct {
 type Pod struct {
 	Name, Node, NS, ContainerID string
 	IP                          string
+	// IP6 is the pod's IPv6 address in a dual-stack lab ("" otherwise).
+	IP6 string
 }
 
 // New prepares a lab in dir; call Up to build it and Down to remove it.
@@ -155,6 +157,16 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 	if _, err := nsRun(ctx, rtr, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
 		return err
 	}
+	if t.DualStack {
+		if _, err := nsRun(ctx, rtr, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"); err != nil {
+			return err
+		}
+		for _, s := range []string{"a", "b"} {
+			if err := ip(ctx, rtr, "addr", "add", t.routerAddr6(s).String(), "dev", "br-"+s, "nodad"); err != nil {
+				return err
+			}
+		}
+	}
 	for i, n := range t.Nodes {
 		ns := t.NodeNS(n)
 		peer := fmt.Sprintf("%s-v%d", t.Prefix, i+1) // router side, <= 15 chars
@@ -169,6 +181,15 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 			{ns, []string{"route", "add", "default", "via", t.routerAddr(n.Subnet).Addr().String()}},
 			{rtr, []string{"link", "set", peer, "master", "br-" + n.Subnet}},
 			{rtr, []string{"link", "set", peer, "up"}},
+		}
+		if t.DualStack {
+			steps = append(steps, []struct {
+				ns   string
+				args []string
+			}{
+				{ns, []string{"addr", "add", n.Addr6.String(), "dev", "eth0", "nodad"}},
+				{ns, []string{"-6", "route", "add", "default", "via", t.routerAddr6(n.Subnet).Addr().String()}},
+			}...)
 		}
 		for _, s := range steps {
 			if err := ip(ctx, s.ns, s.args...); err != nil {

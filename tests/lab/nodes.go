@@ -48,9 +48,14 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 	if n.Dedicated {
 		role = "route-reflector"
 	}
+	ip6 := "none"
+	if n.Addr6.IsValid() {
+		ip6 = n.Addr6.String()
+	}
 	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil,
 		l.Bins.Routed,
 		"--role", role,
+		"--ip6", ip6,
 		"--nodename", name,
 		"--ip", n.Addr.String(),
 		"--etcd-endpoints", l.Topo.EtcdEndpoint(),

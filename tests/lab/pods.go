@@ -34,7 +34,19 @@ func (l *Lab) AddPod(ctx context.Context, node, name string) (Pod, error) {
 		_ = ip(ctx, "", "netns", "del", ns)
 		return Pod{}, fmt.Errorf("cnitool add %s: no IP in result %q (%v)", name, out, err)
 	}
-	p.IP = strings.Split(res.IPs[0].Address, "/")[0]
+	for _, ipc := range res.IPs {
+		a := strings.Split(ipc.Address, "/")[0]
+		if strings.Contains(a, ":") {
+			p.IP6 = a
+		} else {
+			p.IP = a
+		}
+	}
+	if l.Topo.DualStack && (p.IP == "" || p.IP6 == "") {
+		_, _ = l.cnitool(ctx, p, "del")
+		_ = ip(ctx, "", "netns", "del", ns)
+		return Pod{}, fmt.Errorf("cnitool add %s: want an IPv4 and an IPv6 address, got %q", name, out)
+	}
 	l.pods = append(l.pods, p)
 	return p, nil
 }
@@ -71,7 +83,11 @@ func (l *Lab) cnitool(ctx context.Context, p Pod, verb string) (string, error) {
 // Ping sends count pings from one pod to another's IP and reports the
 // packets received.
 func (l *Lab) Ping(ctx context.Context, from Pod, to string, count int) (int, error) {
-	out, err := nsRun(ctx, from.NS, "ping", "-n", "-q", "-c", fmt.Sprint(count), "-i", "0.2", "-W", "1", to)
+	args := []string{"ping", "-n", "-q", "-c", fmt.Sprint(count), "-i", "0.2", "-W", "1", to}
+	if strings.Contains(to, ":") {
+		args = append(args[:1], append([]string{"-6"}, args[1:]...)...)
+	}
+	out, err := nsRun(ctx, from.NS, args...)
 	var sent, recv int
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "packets transmitted") {
@@ -84,7 +100,13 @@ func (l *Lab) Ping(ctx context.Context, from Pod, to string, count int) (int, er
 	return recv, nil
 }
 
-// NodeRoutes returns `ip route` of a node's namespace.
+// NodeRoutes returns `ip route` of a node's namespace (and `ip -6
+// route` in a dual-stack lab).
 func (l *Lab) NodeRoutes(ctx context.Context, node string) (string, error) {
-	return nsRun(ctx, node, "ip", "-4", "route", "show")
+	out, err := nsRun(ctx, node, "ip", "-4", "route", "show")
+	if err != nil || !l.Topo.DualStack {
+		return out, err
+	}
+	out6, err := nsRun(ctx, node, "ip", "-6", "route", "show")
+	return out + out6, err
 }

@@ -16,7 +16,10 @@ type NodeSpec struct {
 	Name   string
 	Subnet string       // "a" or "b"
 	Addr   netip.Prefix // node address with the subnet's prefix
-	RR     bool         // route reflector
+	// Addr6 is the node's IPv6 address in a dual-stack lab (invalid
+	// otherwise).
+	Addr6 netip.Prefix
+	RR    bool // route reflector
 	// Dedicated runs routed with --role route-reflector: BGP only, no
 	// dataplane and no pods.
 	Dedicated bool
@@ -43,6 +46,13 @@ type Topology struct {
 	// NoNodeBGP leaves out the peering with the route reflector too: no
 	// BGP session anywhere, routes come only from the datastore (VXLAN).
 	NoNodeBGP bool
+	// DualStack adds an IPv6 subnet per node subnet (SubnetA6/B6, the
+	// router ::1 in each), an IPv6 address per node, an IPv6 pool
+	// (Pool6CIDR) and IPv6 BGP sessions (ToR and route reflector): every
+	// pod gets an address of each family.
+	DualStack          bool
+	SubnetA6, SubnetB6 netip.Prefix
+	Pool6CIDR          string
 	// Configure, when set, replaces writing ConfigYAML: it runs once etcd
 	// is up, before BIRD and the nodes start (a test that brings its own
 	// datastore state, e.g. a Calico cluster to migrate).
@@ -75,6 +85,43 @@ func DefaultTopology(prefix string, index int) Topology {
 		SubnetB:  b,
 	}
 }
+
+// WithDualStack returns t with IPv6 subnets, node addresses and pool
+// added; index picks distinct ranges, as for DefaultTopology.
+func (t Topology) WithDualStack(index int) Topology {
+	t.DualStack = true
+	t.SubnetA6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:1::/64", 100+index))
+	t.SubnetB6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:2::/64", 100+index))
+	t.Pool6CIDR = fmt.Sprintf("fd00:%d:ff::/48", 200+index)
+	nodes := make([]NodeSpec, len(t.Nodes))
+	for i, n := range t.Nodes {
+		host := n.Addr.Addr().As4()[3]
+		n.Addr6 = hostIn(t.subnet6(n.Subnet), uint64(host))
+		nodes[i] = n
+	}
+	t.Nodes = nodes
+	return t
+}
+
+// hostIn is address number n of p, with p's prefix length.
+func hostIn(p netip.Prefix, n uint64) netip.Prefix {
+	b := p.Addr().As16()
+	for i := 15; i >= 8 && n > 0; i-- {
+		b[i] += byte(n)
+		n >>= 8
+	}
+	return netip.PrefixFrom(netip.AddrFrom16(b), p.Bits())
+}
+
+func (t Topology) subnet6(subnet string) netip.Prefix {
+	if subnet == "b" {
+		return t.SubnetB6
+	}
+	return t.SubnetA6
+}
+
+// routerAddr6 is the router's IPv6 address on a node's subnet.
+func (t Topology) routerAddr6(subnet string) netip.Prefix { return hostIn(t.subnet6(subnet), 1) }
 
 // routerAddr is the router's address on a node's subnet.
 func (t Topology) routerAddr(subnet string) netip.Prefix {
