@@ -67,7 +67,7 @@ func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bo
 			fmt.Fprintln(os.Stderr, "-dual-stack needs BGP (IPv6 pools are routed natively, without VXLAN): use -encap auto, ipip or none")
 			return 2
 		}
-		topo = topo.WithDualStack(0)
+		topo = topo.WithDualStack()
 	}
 	l := lab.New(topo, bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
 	// Tear down on every path out, with a fresh context: ctx may be cancelled.

@@ -87,12 +87,14 @@ func DefaultTopology(prefix string, index int) Topology {
 }
 
 // WithDualStack returns t with IPv6 subnets, node addresses and pool
-// added; index picks distinct ranges, as for DefaultTopology.
-func (t Topology) WithDualStack(index int) Topology {
+// added, numbered after SubnetA's second octet (distinct per lab index,
+// as DefaultTopology's ranges are).
+func (t Topology) WithDualStack() Topology {
+	n := t.SubnetA.Addr().As4()[1]
 	t.DualStack = true
-	t.SubnetA6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:1::/64", 100+index))
-	t.SubnetB6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:2::/64", 100+index))
-	t.Pool6CIDR = fmt.Sprintf("fd00:%d:ff::/48", 200+index)
+	t.SubnetA6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:1::/64", n))
+	t.SubnetB6 = netip.MustParsePrefix(fmt.Sprintf("fd00:%d:2::/64", n))
+	t.Pool6CIDR = fmt.Sprintf("fd00:%d:ff::/48", n)
 	nodes := make([]NodeSpec, len(t.Nodes))
 	for i, n := range t.Nodes {
 		host := n.Addr.Addr().As4()[3]
