@@ -22,7 +22,8 @@ import (
 // Calico's etcdv3 key layout (libcalico-go's model).
 const (
 	calicoResources   = "/calico/resources/v3/projectcalico.org/"
-	calicoBlockPrefix = "/calico/ipam/v2/assignment/ipv4/block/"
+	calicoBlockPrefix  = "/calico/ipam/v2/assignment/ipv4/block/"
+	calicoBlockPrefix6 = "/calico/ipam/v2/assignment/ipv6/block/"
 	calicoAffinities  = "/calico/ipam/v2/host/"
 	calicoIPAMConfig  = "/calico/ipam/v2/config"
 )
@@ -286,7 +287,7 @@ func calicoBlocks(ctx context.Context, from *datastore.Client, pools []netip.Pre
 	for _, a := range affs {
 		// /calico/ipam/v2/host/<node>/ipv4/block/<cidr with - for />
 		parts := strings.Split(strings.TrimPrefix(string(a.Key), calicoAffinities), "/")
-		if len(parts) != 4 || parts[1] != "ipv4" || parts[2] != "block" {
+		if len(parts) != 4 || (parts[1] != "ipv4" && parts[1] != "ipv6") || parts[2] != "block" {
 			continue
 		}
 		var rec calicoAffinity
@@ -300,6 +301,11 @@ func calicoBlocks(ctx context.Context, from *datastore.Client, pools []netip.Pre
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	kvs6, err := list(ctx, from, calicoBlockPrefix6)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kvs = append(kvs, kvs6...)
 	var out []ipam.ImportBlock
 	var skipped []string
 	handles := map[netip.Addr]string{}
@@ -357,10 +363,14 @@ func deref(s *string) string {
 	return *s
 }
 
+// addrAt is the address at offset o (within a block) from p's start, in
+// either family.
 func addrAt(p netip.Prefix, o int) netip.Addr {
-	a := p.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(o)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	a := p.Addr()
+	for range o {
+		a = a.Next()
+	}
+	return a
 }
 
 // calicoEndpoint converts a stored Calico v3 WorkloadEndpoint. Its

@@ -16,10 +16,6 @@ import (
 // calicoRoot holds every key of Calico's etcdv3 datastore.
 const calicoRoot = "/calico/"
 
-// calicoIPv6Blocks is where Calico keeps its IPv6 blocks; routed routes
-// IPv4 only.
-const calicoIPv6Blocks = "/calico/ipam/v2/assignment/ipv6/block/"
-
 // policyGone is what a Calico cluster loses with its policy resources.
 const policyGone = "routed enforces no Calico network policy: what it allowed and denied is no longer enforced"
 
@@ -47,7 +43,7 @@ const leftoverDefault = "routed has no such resource"
 
 // leftovers lists what of Calico's datastore the migration does not
 // read at all: resource types routed has no counterpart for, grouped by
-// type with a count and the first names, and IPv6 blocks.
+// type with a count and the first names.
 func leftovers(ctx context.Context, from *datastore.Client) ([]string, error) {
 	carried := map[string]bool{api.KindWorkloadEndpoint.Plural(): true}
 	for _, k := range calicoKinds {
@@ -67,14 +63,6 @@ func leftovers(ctx context.Context, from *datastore.Client) ([]string, error) {
 	var out []string
 	for _, plural := range slices.Sorted(maps.Keys(names)) {
 		out = append(out, fmt.Sprintf("%d %s (%s): %s", len(names[plural]), plural, firstNames(names[plural]), why(plural)))
-	}
-	v6, err := listKeys(ctx, from, calicoIPv6Blocks)
-	if err != nil {
-		return nil, err
-	}
-	if len(v6) > 0 {
-		out = append(out, fmt.Sprintf("%d IPv6 blocks (%s): routed routes IPv4 only; IPv6 pod addresses are not kept",
-			len(v6), firstNames(trimAll(v6, calicoIPv6Blocks))))
 	}
 	return out, nil
 }

@@ -7,7 +7,7 @@ import (
 
 // TestMigrateCalicoNamesWhatItLeaves: a Calico datastore also holding
 // network policy, a FelixConfiguration, an IP reservation and an IPv6
-// block is migrated; what routed has no counterpart for is printed as
+// block outside every pool is migrated; what routed has no counterpart for is printed as
 // not carried over, each with what the operator loses (policy is no
 // longer enforced), instead of being passed over in silence.
 func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
@@ -30,7 +30,7 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 		"Not carried over: 1 networkpolicies (shop/default.allow-web): routed enforces no Calico network policy",
 		"Not carried over: 1 felixconfigurations (default):",
 		"Not carried over: 1 ipreservations (gateways): routed has no IP reservations",
-		"Not carried over: 1 IPv6 blocks (fd00:10:244:1::-122): routed routes IPv4 only",
+		"Not carried over: block fd00:10:244:1::/122 (0 addresses in use): not inside a carried IP pool",
 		"Migrated: 1 to create, 0 to update, 0 unchanged, 0 conflicts, 5 not carried over",
 	} {
 		if !strings.Contains(out, want) {
