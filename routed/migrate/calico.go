@@ -21,11 +21,11 @@ import (
 
 // Calico's etcdv3 key layout (libcalico-go's model).
 const (
-	calicoResources   = "/calico/resources/v3/projectcalico.org/"
+	calicoResources    = "/calico/resources/v3/projectcalico.org/"
 	calicoBlockPrefix  = "/calico/ipam/v2/assignment/ipv4/block/"
 	calicoBlockPrefix6 = "/calico/ipam/v2/assignment/ipv6/block/"
-	calicoAffinities  = "/calico/ipam/v2/host/"
-	calicoIPAMConfig  = "/calico/ipam/v2/config"
+	calicoAffinities   = "/calico/ipam/v2/host/"
+	calicoIPAMConfig   = "/calico/ipam/v2/config"
 )
 
 // ErrNoCalico means the source etcd holds no Calico keys at all.
