@@ -2,6 +2,7 @@ package confd
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -36,7 +37,7 @@ type Desired struct {
 	// Global is valid only when Problem is empty.
 	Global bgp.Global
 	// Problem says why BGP cannot run on this node yet (no Node resource,
-	// no IPv4 address).
+	// neither an IPv4 nor an IPv6 address).
 	Problem      string
 	Peers        []PeerSpec
 	ServiceCIDRs []netip.Prefix
@@ -69,10 +70,16 @@ type candidate struct {
 //   - AS number: the Node's, else BGPConfiguration "node.<name>", else
 //     "default", else 64512. The same rule gives every peer node's AS.
 //   - Node-to-node mesh with every other node that has an IPv4 address,
-//     unless "default" sets nodeToNodeMeshEnabled: false.
+//     unless "default" sets nodeToNodeMeshEnabled: false; and, between
+//     nodes that both have an IPv6 address, a second session over IPv6
+//     carrying IPv6 routes (as Calico's separate BIRD for IPv6). Selector
+//     peerings (route reflectors) do the same per family.
+//   - Router ID: the node's IPv4 address; a node with only an IPv6
+//     address gets one derived from its name (routerIDFromName).
 //   - BGPPeers apply to a node named by spec.node, or selected by
 //     spec.nodeSelector, or to every node when both are empty. With
-//     peerIP they peer with that address (node specific or global); with
+//     peerIP they peer with that address (node specific or global; an
+//     IPv6 peerIP from the node's IPv6 address, on nodes that have one); with
 //     peerSelector they peer with the selected routed nodes, in both
 //     directions unless reversePeering is Manual.
 //   - Route reflectors: a node with routeReflectorClusterID treats a
@@ -95,16 +102,30 @@ func Compute(in Input) Desired {
 		d.Problem = fmt.Sprintf("no Node resource named %q", in.NodeName)
 		return d
 	}
-	myAddr, ok := nodeAddr(me)
-	if !ok {
-		d.Problem = fmt.Sprintf("Node %q has no valid spec.bgp.ipv4Address", in.NodeName)
+	myAddr, has4 := nodeAddr(me)
+	myAddr6, has6 := nodeAddr6(me)
+	if !has4 && !has6 {
+		d.Problem = fmt.Sprintf("Node %q has neither a valid spec.bgp.ipv4Address nor a valid spec.bgp.ipv6Address", in.NodeName)
 		return d
 	}
+	routerID := myAddr
+	if !has4 {
+		routerID = routerIDFromName(in.NodeName)
+	}
+	// mine is this node's address of a's family (invalid if it has none).
+	mine := func(a netip.Addr) netip.Addr {
+		if a.Is6() {
+			return myAddr6
+		}
+		return myAddr
+	}
 	d.Global = bgp.Global{
-		ASN:         uint32(nodeASN(me, cfgs)),
-		RouterID:    myAddr,
-		ListenPort:  listenPort(in.NodeName, cfgs),
-		LogSeverity: firstNonEmpty(str(local, logSeverity), str(def, logSeverity)),
+		ASN:             uint32(nodeASN(me, cfgs)),
+		RouterID:        routerID,
+		RouterIDDerived: !has4,
+		IPv6:            myAddr6,
+		ListenPort:      listenPort(in.NodeName, cfgs),
+		LogSeverity:     firstNonEmpty(str(local, logSeverity), str(def, logSeverity)),
 		BindRouterID: firstNonEmpty(str(local, func(c *api.BGPConfiguration) string { return c.Spec.BindMode }),
 			str(def, func(c *api.BGPConfiguration) string { return c.Spec.BindMode })) == "NodeIP",
 	}
@@ -113,22 +134,32 @@ func Compute(in Input) Desired {
 	ka, hold := timers(local, def)
 
 	var cands []candidate
-	nodePeer := func(n *api.Node, prio int, typ, name string) (candidate, bool) {
-		a, ok := nodeAddr(n)
-		if !ok || n.Metadata.Name == in.NodeName || a == myAddr {
-			return candidate{}, false
+	// nodePeers are the sessions with another routed node: one per
+	// family both nodes have an address of.
+	nodePeers := func(n *api.Node, prio int, typ, name string) []candidate {
+		if n.Metadata.Name == in.NodeName {
+			return nil
 		}
-		return candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
-			Address: a, Port: listenPort(n.Metadata.Name, cfgs), ASN: uint32(nodeASN(n, cfgs)),
-			Type: typ, Name: name, LocalAddress: myAddr, KeepaliveTime: ka, HoldTime: hold,
-			// The node with the higher address waits for the other to dial.
-			Passive: myAddr.Compare(a) > 0,
-		}}}, true
+		var out []candidate
+		for _, addrOf := range []func(*api.Node) (netip.Addr, bool){nodeAddr, nodeAddr6} {
+			a, ok := addrOf(n)
+			local := mine(a)
+			if !ok || !local.IsValid() || a == local {
+				continue
+			}
+			out = append(out, candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
+				Address: a, Port: listenPort(n.Metadata.Name, cfgs), ASN: uint32(nodeASN(n, cfgs)),
+				Type: typ, Name: name, LocalAddress: local, KeepaliveTime: ka, HoldTime: hold,
+				// The node with the higher address waits for the other to dial.
+				Passive: local.Compare(a) > 0,
+			}}})
+		}
+		return out
 	}
 
 	if def == nil || def.MeshEnabled() {
 		for _, n := range sortedNodes(nodes) {
-			if c, ok := nodePeer(n, prioMesh, bgp.PeerTypeMesh, n.Metadata.Name); ok {
+			for _, c := range nodePeers(n, prioMesh, bgp.PeerTypeMesh, n.Metadata.Name) {
 				if def != nil {
 					if pw := def.Spec.NodeMeshPassword; pw != nil {
 						cp := *pw
@@ -156,6 +187,7 @@ func Compute(in Input) Desired {
 		}
 		bka, bhold := peerTimers(bp, ka, hold)
 		finish := func(c candidate) candidate {
+			v6 := c.Address.Is6()
 			c.KeepaliveTime, c.HoldTime = bka, bhold
 			c.KeepOriginalNextHop = s.KeepOriginalNextHop
 			if s.SourceAddress == api.SourceNone {
@@ -170,7 +202,7 @@ func Compute(in Input) Desired {
 			c.TTLHops = s.TTLSecurity
 			c.LocalASN = uint32(s.LocalASNumber)
 			if len(s.Filters) > 0 {
-				pf, err := peerFilters(s.Filters, in.Filters)
+				pf, err := peerFilters(s.Filters, in.Filters, v6)
 				if err != nil {
 					// Down rather than unfiltered: it would accept
 					// routes the missing filter rejects.
@@ -183,15 +215,24 @@ func Compute(in Input) Desired {
 
 		if s.PeerIP != "" {
 			a, port, err := s.PeerAddrPort()
-			if err != nil || !a.Is4() {
-				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %q is not an IPv4 address", bp.Metadata.Name, s.PeerIP))
+			if err != nil || !a.IsValid() || a.Zone() != "" {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %q is not an IPv4 or IPv6 address", bp.Metadata.Name, s.PeerIP))
 				continue
 			}
-			if !appliesTo(me) || a == myAddr {
+			a = a.Unmap()
+			if !appliesTo(me) || a == myAddr || a == myAddr6 {
+				continue
+			}
+			local := mine(a)
+			if !local.IsValid() {
+				// As Calico: IPv6 sessions run from the node's IPv6
+				// address (and IPv4 ones from its IPv4 address).
+				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %s needs an %s on node %q (spec.bgp.%s): no session",
+					bp.Metadata.Name, a, familyName(a), in.NodeName, addressField(a)))
 				continue
 			}
 			cands = append(cands, finish(candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
-				Address: a, Port: port, ASN: uint32(s.ASNumber), Type: typ, Name: bp.Metadata.Name, LocalAddress: myAddr,
+				Address: a, Port: port, ASN: uint32(s.ASNumber), Type: typ, Name: bp.Metadata.Name, LocalAddress: local,
 			}}}))
 			continue
 		}
@@ -212,18 +253,16 @@ func Compute(in Input) Desired {
 			if !forward && !reverse {
 				continue
 			}
-			c, ok := nodePeer(n, prioSelector, typ, n.Metadata.Name)
-			if !ok {
-				continue
+			for _, c := range nodePeers(n, prioSelector, typ, n.Metadata.Name) {
+				myCID, peerCID := clusterID(me), clusterID(n)
+				if myCID != "" || peerCID != "" {
+					c.Type = bgp.PeerTypeRouteReflector
+				}
+				if myCID != "" && myCID != peerCID {
+					c.RRClient, c.RRClusterID = true, myCID
+				}
+				cands = append(cands, finish(c))
 			}
-			myCID, peerCID := clusterID(me), clusterID(n)
-			if myCID != "" || peerCID != "" {
-				c.Type = bgp.PeerTypeRouteReflector
-			}
-			if myCID != "" && myCID != peerCID {
-				c.RRClient, c.RRClusterID = true, myCID
-			}
-			cands = append(cands, finish(c))
 		}
 	}
 
@@ -239,8 +278,9 @@ func Compute(in Input) Desired {
 	return d
 }
 
-// peerFilters flattens the named BGPFilters' IPv4 rules, in order.
-func peerFilters(names []string, all map[string]*api.BGPFilter) (bgp.PeerFilters, error) {
+// peerFilters flattens the named BGPFilters' IPv4 rules (IPv6 rules for
+// an IPv6 session), in order.
+func peerFilters(names []string, all map[string]*api.BGPFilter, v6 bool) (bgp.PeerFilters, error) {
 	var pf bgp.PeerFilters
 	conv := func(rules []api.BGPFilterRule) []bgp.FilterRule {
 		var out []bgp.FilterRule
@@ -261,6 +301,11 @@ func peerFilters(names []string, all map[string]*api.BGPFilter) (bgp.PeerFilters
 		f := all[n]
 		if f == nil {
 			return pf, fmt.Errorf("BGPFilter %q does not exist: session kept down", n)
+		}
+		if v6 {
+			pf.Import = append(pf.Import, conv(f.Spec.ImportV6)...)
+			pf.Export = append(pf.Export, conv(f.Spec.ExportV6)...)
+			continue
 		}
 		pf.Import = append(pf.Import, conv(f.Spec.ImportV4)...)
 		pf.Export = append(pf.Export, conv(f.Spec.ExportV4)...)
@@ -307,6 +352,41 @@ func nodeAddr(n *api.Node) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return p.Addr(), true
+}
+
+func nodeAddr6(n *api.Node) (netip.Addr, bool) {
+	p, ok := n.Address6()
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return p.Addr(), true
+}
+
+func familyName(a netip.Addr) string {
+	if a.Is6() {
+		return "IPv6 address"
+	}
+	return "IPv4 address"
+}
+
+func addressField(a netip.Addr) string {
+	if a.Is6() {
+		return "ipv6Address"
+	}
+	return "ipv4Address"
+}
+
+// routerIDFromName derives a BGP router ID for a node without an IPv4
+// address from its name (as Calico's CALICO_ROUTER_ID=hash): stable
+// across restarts, and distinct between nodes unless two names collide
+// in 32 bits. It avoids 0.0.0.0, which BGP forbids.
+func routerIDFromName(name string) netip.Addr {
+	h := sha256.Sum256([]byte(name))
+	id := [4]byte(h[:4])
+	if id == [4]byte{} {
+		id[3] = 1
+	}
+	return netip.AddrFrom4(id)
 }
 
 func clusterID(n *api.Node) string {
@@ -412,8 +492,8 @@ func serviceCIDRs(local, def *api.BGPConfiguration) ([]netip.Prefix, []string) {
 		}
 		for _, s := range l.get(src) {
 			p, err := netip.ParsePrefix(s.CIDR)
-			if err != nil || !p.Addr().Is4() {
-				warn = append(warn, fmt.Sprintf("BGPConfiguration %q: %s %q is not an IPv4 CIDR", src.Metadata.Name, l.name, s.CIDR))
+			if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+				warn = append(warn, fmt.Sprintf("BGPConfiguration %q: %s %q is not an IPv4 or IPv6 CIDR", src.Metadata.Name, l.name, s.CIDR))
 				continue
 			}
 			if !slices.Contains(out, p.Masked()) {
@@ -437,7 +517,7 @@ func prefixCommunities(local, def *api.BGPConfiguration) []bgp.PrefixCommunities
 	var out []bgp.PrefixCommunities
 	for _, pa := range src.Spec.PrefixAdvertisements {
 		p, err := netip.ParsePrefix(pa.CIDR)
-		if err != nil || !p.Addr().Is4() {
+		if err != nil {
 			continue // refused by validation
 		}
 		out = append(out, bgp.PrefixCommunities{CIDR: p.Masked(), Communities: src.CommunityValues(pa.Communities)})

@@ -275,7 +275,7 @@ func TestComputeGlobal(t *testing.T) {
 	}, {
 		name: "no Node", nodes: []*api.Node{node("b", "10.0.0.6/24", 0, "")}, problem: `no Node resource named "a"`,
 	}, {
-		name: "no address", nodes: []*api.Node{{Metadata: api.ObjectMeta{Name: "a"}}}, problem: "no valid spec.bgp.ipv4Address",
+		name: "no address", nodes: []*api.Node{{Metadata: api.ObjectMeta{Name: "a"}}}, problem: "neither a valid spec.bgp.ipv4Address nor a valid spec.bgp.ipv6Address",
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"github.com/routed-net/routed/internal/heartbeat"
 	"net/netip"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -23,8 +25,8 @@ type Config struct {
 	// 0 uses Global.ListenPort (default 179), -1 does not listen at all
 	// (sessions are then only dialled out), >0 listens there.
 	ListenPort int32
-	// ListenAddresses restricts the listener; empty listens on all
-	// IPv4 addresses.
+	// ListenAddresses restricts the listener; empty listens on every
+	// IPv4 and IPv6 address (Global.BindRouterID: on the node's own).
 	ListenAddresses []string
 
 	// RouteSink receives learned best paths; nil on a route reflector
@@ -108,3 +110,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// hostHasIPv6 reports whether this kernel has IPv6 sockets, so that
+// listening on "::" cannot fail on a host booted with ipv6.disable=1.
+var hostHasIPv6 = sync.OnceValue(func() bool {
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	_ = syscall.Close(fd)
+	return true
+})

@@ -77,8 +77,9 @@ func (d *desired) snapshot() snapshot {
 		add(p)
 	}
 	for _, a := range d.borrowed {
-		if a.Is4() {
-			add(netip.PrefixFrom(a, 32))
+		if a.IsValid() {
+			a = a.Unmap()
+			add(netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
 	for _, p := range d.services {

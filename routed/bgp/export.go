@@ -47,13 +47,13 @@ func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 // drops routes with an empty AS_PATH from eBGP peers.
 const emptyPathPolicy = "routed-ebgp-empty-as-path"
 
-// ebgpPeers lists the eBGP peers that match (address/32, sorted); a nil
+// ebgpPeers lists the eBGP peers that match (address/32 or /128, sorted); a nil
 // match takes them all.
 func ebgpPeers(peers []Peer, localASN uint32, match func(Peer) bool) []string {
 	var out []string
 	for _, p := range peers {
 		if p.Address.IsValid() && p.external(localASN) && (match == nil || match(p)) {
-			out = append(out, p.Address.String()+"/32")
+			out = append(out, hostPrefix(p.Address))
 		}
 	}
 	slices.Sort(out)

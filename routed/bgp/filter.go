@@ -103,7 +103,7 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 }
 
 func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule) error {
-	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{peer.String() + "/32"}}
+	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{hostPrefix(peer)}}
 	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: nset, Replace: true}); err != nil {
 		return fmt.Errorf("bgp: filter %s: %w", name, err)
 	}
@@ -121,7 +121,7 @@ func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.A
 		if r.CIDR.IsValid() {
 			p := &api.Prefix{IpPrefix: r.CIDR.String(), MaskLengthMin: uint32(r.CIDR.Bits()), MaskLengthMax: uint32(r.CIDR.Bits())}
 			if r.Op == "In" || r.Op == "NotIn" {
-				p.MaskLengthMax = 32
+				p.MaskLengthMax = uint32(r.CIDR.Addr().BitLen())
 			}
 			pset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: st.Name, Prefixes: []*api.Prefix{p}}
 			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: pset, Replace: true}); err != nil {

@@ -14,7 +14,27 @@ import (
 
 // This file converts between routed's types and GoBGP's API messages.
 
-var familyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+var (
+	familyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	familyIPv6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+)
+
+// sessionFamily is the one address family a session with peer carries:
+// IPv4 unicast over IPv4, IPv6 unicast over IPv6.
+func sessionFamily(peer netip.Addr) *api.Family {
+	if peer.Is6() {
+		return familyIPv6
+	}
+	return familyIPv4
+}
+
+// routeFamily is GoBGP's family for a route to prefix.
+func routeFamily(prefix netip.Prefix) bgp.Family {
+	if prefix.Addr().Is6() {
+		return bgp.RF_IPv6_UC
+	}
+	return bgp.RF_IPv4_UC
+}
 
 // apiPeer builds GoBGP's peer configuration for p.
 //
@@ -47,7 +67,7 @@ func (s *Speaker) apiPeer(p Peer, restarting bool) *api.Peer {
 			KeepaliveInterval: uint64(p.KeepaliveTime.Seconds()),
 		}},
 		AfiSafis: []*api.AfiSafi{{
-			Config: &api.AfiSafiConfig{Family: familyIPv4, Enabled: true},
+			Config: &api.AfiSafiConfig{Family: sessionFamily(p.Address), Enabled: true},
 		}},
 	}
 	if p.LocalAddress.IsValid() {
@@ -84,8 +104,9 @@ func sessionFingerprint(p Peer) string {
 	return b.String()
 }
 
-// apiPath builds a locally originated IPv4 unicast path with next hop
-// self.
+// apiPath builds a locally originated unicast path (IPv4 or IPv6, by
+// prefix) with next hop self. GoBGP turns an IPv6 next hop into
+// MP_REACH_NLRI.
 func apiPath(prefix netip.Prefix, nextHop netip.Addr, communities ...string) (*apiutil.Path, error) {
 	nlri, err := bgp.NewIPAddrPrefix(prefix)
 	if err != nil {
@@ -96,7 +117,7 @@ func apiPath(prefix netip.Prefix, nextHop netip.Addr, communities ...string) (*a
 		return nil, fmt.Errorf("bgp: next hop %s: %w", nextHop, err)
 	}
 	return &apiutil.Path{
-		Family: bgp.RF_IPv4_UC,
+		Family: routeFamily(prefix),
 		Nlri:   nlri,
 		Attrs: append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
 			communityAttrs(communities)...),
@@ -113,15 +134,16 @@ type pathInfo struct {
 	withdraw bool
 }
 
-// parsePath extracts prefix, next hop and source of an IPv4 unicast path.
+// parsePath extracts prefix, next hop and source of an IPv4 or IPv6
+// unicast path.
 func parsePath(p *apiutil.Path) (pathInfo, error) {
 	var pi pathInfo
-	if p.Family != bgp.RF_IPv4_UC {
-		return pi, fmt.Errorf("bgp: not IPv4 unicast")
+	if p.Family != bgp.RF_IPv4_UC && p.Family != bgp.RF_IPv6_UC {
+		return pi, fmt.Errorf("bgp: not IPv4 or IPv6 unicast")
 	}
 	nlri, ok := p.Nlri.(*bgp.IPAddrPrefix)
 	if !ok {
-		return pi, fmt.Errorf("bgp: path NLRI %T is not an IPv4 prefix", p.Nlri)
+		return pi, fmt.Errorf("bgp: path NLRI %T is not an IP prefix", p.Nlri)
 	}
 	pi.prefix = nlri.Prefix.Masked()
 	pi.withdraw = p.Withdrawal
@@ -134,6 +156,7 @@ func parsePath(p *apiutil.Path) (pathInfo, error) {
 		case *bgp.PathAttributeNextHop:
 			pi.nextHop = v.Value
 		case *bgp.PathAttributeMpReachNLRI:
+			// The global next hop; a link-local one may follow it.
 			if v.Nexthop.IsValid() {
 				pi.nextHop = v.Nexthop
 			}

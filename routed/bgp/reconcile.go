@@ -69,7 +69,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 	s.logs.setSeverity(g.LogSeverity)
 	if s.running != nil {
 		r := *s.running
-		if r.ASN == g.ASN && r.RouterID == g.RouterID && s.listenPort(r) == s.listenPort(g) && r.BindRouterID == g.BindRouterID {
+		if r.ASN == g.ASN && r.RouterID == g.RouterID && s.listenPort(r) == s.listenPort(g) && slices.Equal(s.listenAddrs(r), s.listenAddrs(g)) {
 			s.running = &g
 			s.setView(func(v *view) { v.global = &g })
 			return nil
@@ -82,18 +82,12 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.watching = false // the watches went with the old server
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
-		s.paths, s.pathComms = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
+		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.ownOnly, s.emptyPath = nil, nil, nil
 		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
-	addrs := s.cfg.ListenAddresses
-	if g.BindRouterID && len(addrs) == 0 {
-		addrs = []string{g.RouterID.String()}
-	}
-	if len(addrs) == 0 {
-		addrs = []string{"0.0.0.0"}
-	}
+	addrs := s.listenAddrs(g)
 	port := s.listenPort(g)
 	err := s.srv().StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn:             g.ASN,
@@ -129,10 +123,44 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 	return nil
 }
 
-// applyPaths originates exactly the wanted prefixes, next hop self.
+// listenAddrs are the addresses BGP listens on for g: Config's, else
+// the node's own addresses with BindRouterID, else every IPv4 address
+// and, when this host has IPv6, every IPv6 address.
+func (s *Speaker) listenAddrs(g Global) []string {
+	switch {
+	case len(s.cfg.ListenAddresses) > 0:
+		return s.cfg.ListenAddresses
+	case g.BindRouterID:
+		var out []string
+		if !g.RouterIDDerived {
+			out = append(out, g.RouterID.String())
+		}
+		if g.IPv6.IsValid() {
+			out = append(out, g.IPv6.String())
+		}
+		return out
+	case hostHasIPv6():
+		return []string{"0.0.0.0", "::"}
+	}
+	return []string{"0.0.0.0"}
+}
+
+// applyPaths originates exactly the wanted prefixes, next hop self (the
+// node's address of the prefix's family). A prefix of a family this node
+// has no address of is not originated.
 func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) error {
+	// attrs is what each originated path carries: next hop and
+	// communities; a path whose attributes change is replaced.
+	attrs := make(map[netip.Prefix]string, len(want))
+	for p, comms := range want {
+		if nh := s.running.nextHop(p); nh.IsValid() {
+			attrs[p] = nh.String() + " " + comms
+		} else if _, had := s.paths[p]; !had {
+			s.log.WithField("prefix", p).Debug("no address of this family on the node: route not advertised")
+		}
+	}
 	for p, id := range s.paths {
-		if comms, ok := want[p]; ok && comms == s.pathComms[p] {
+		if a, ok := attrs[p]; ok && a == s.pathAttrs[p] {
 			continue
 		}
 		err := s.srv().DeletePath(apiutil.DeletePathRequest{UUIDs: []uuid.UUID{id}})
@@ -140,16 +168,16 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) 
 			return fmt.Errorf("bgp: withdraw %s: %w", p, err)
 		}
 		delete(s.paths, p)
-		delete(s.pathComms, p)
-		if _, again := want[p]; !again {
+		delete(s.pathAttrs, p)
+		if _, again := attrs[p]; !again {
 			s.log.WithField("prefix", p).Info("withdrew route")
 		}
 	}
-	for _, p := range sortedPrefixes(want) {
+	for _, p := range sortedPrefixes(attrs) {
 		if _, ok := s.paths[p]; ok {
 			continue
 		}
-		path, err := apiPath(p, s.running.RouterID, strings.Fields(want[p])...)
+		path, err := apiPath(p, s.running.nextHop(p), strings.Fields(want[p])...)
 		if err != nil {
 			return err
 		}
@@ -160,7 +188,7 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) 
 		if err != nil {
 			return fmt.Errorf("bgp: advertise %s: %w", p, err)
 		}
-		s.paths[p], s.pathComms[p] = resp[0].UUID, want[p]
+		s.paths[p], s.pathAttrs[p] = resp[0].UUID, attrs[p]
 		s.log.WithField("prefix", p).Info("advertising route")
 	}
 	return nil
@@ -171,7 +199,7 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) 
 func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 	wanted := make(map[netip.Addr]Peer, len(want))
 	for _, p := range want {
-		if p.Address.IsValid() && p.Address != s.running.RouterID {
+		if p.Address.IsValid() && !s.running.isSelf(p.Address) {
 			wanted[p.Address] = p
 		}
 	}
@@ -246,7 +274,7 @@ func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 	var want []string
 	for _, p := range peers {
 		if p.KeepOriginalNextHop && p.Address.IsValid() {
-			want = append(want, p.Address.String()+"/32")
+			want = append(want, hostPrefix(p.Address))
 		}
 	}
 	slices.Sort(want)
@@ -263,7 +291,7 @@ const (
 )
 
 // applyNeighborPolicy keeps a global policy (dir: import or export) named name whose
-// statements apply to the peers in want (address/32, sorted): the policy
+// statements apply to the peers in want (address/32 or /128, sorted): the policy
 // and its neighbor set exist only while want is not empty, and *cur
 // remembers what was installed. GoBGP only has global policies for
 // ordinary peers, so each statement is limited by the neighbor set.

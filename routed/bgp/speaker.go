@@ -49,7 +49,7 @@ type Speaker struct {
 	feeder    *feeder
 	applied   map[netip.Addr]Peer
 	paths     map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
-	pathComms map[netip.Prefix]string    // prefix -> communities it was sent with
+	pathAttrs map[netip.Prefix]string    // prefix -> next hop and communities it was sent with
 	// BGPFilter policies installed (filter.go); ownPolicyAdded says
 	// routed's own policies were added after them (they must come first).
 	filterKey      string
@@ -93,7 +93,7 @@ func New(cfg Config) (*Speaker, error) {
 		start:     time.Now(),
 		applied:   map[netip.Addr]Peer{},
 		paths:     map[netip.Prefix]uuid.UUID{},
-		pathComms: map[netip.Prefix]string{},
+		pathAttrs: map[netip.Prefix]string{},
 		view:      view{peers: map[string]Peer{}},
 	}
 	s.newServer()
@@ -137,7 +137,8 @@ func (s *Speaker) SetPrefixCommunities(adverts []PrefixCommunities) {
 	s.want.update(func() { s.want.adverts = adverts })
 }
 
-// SetBorrowedIPs sets the /32s this node uses from other nodes' blocks.
+// SetBorrowedIPs sets the addresses this node uses from other nodes'
+// blocks; each is advertised as a /32 (IPv4) or /128 (IPv6).
 func (s *Speaker) SetBorrowedIPs(addrs []netip.Addr) {
 	addrs = slices.Clone(addrs)
 	s.want.update(func() { s.want.borrowed = addrs })

@@ -50,7 +50,7 @@ func (s *Speaker) Peers(ctx context.Context) ([]status.Peer, error) {
 	w := s.want.snapshot()
 	for _, p := range w.peers {
 		addr := p.Address.String()
-		if _, ok := v.peers[addr]; ok || !p.Address.IsValid() || (v.global != nil && p.Address == v.global.RouterID) {
+		if _, ok := v.peers[addr]; ok || !p.Address.IsValid() || (v.global != nil && v.global.isSelf(p.Address)) {
 			continue
 		}
 		why := "Idle: waiting for this node's blocks from IPAM"
@@ -83,7 +83,7 @@ func (s *Speaker) peerStatus(addr string, cfg Peer, lp *api.Peer, v view) status
 			p.UpdatesSent, p.UpdatesReceived = m.GetSent().GetUpdate(), m.GetReceived().GetUpdate()
 		}
 		for _, af := range lp.GetAfiSafis() {
-			if af.GetState().GetFamily().GetAfi() == api.Family_AFI_IP {
+			if afi := af.GetState().GetFamily().GetAfi(); afi == api.Family_AFI_IP || afi == api.Family_AFI_IP6 {
 				p.Received += af.GetState().GetReceived()
 				p.Accepted += af.GetState().GetAccepted()
 				p.Advertised += af.GetState().GetAdvertised()
@@ -111,13 +111,28 @@ func (s *Speaker) peerStatus(addr string, cfg Peer, lp *api.Peer, v view) status
 	return p
 }
 
-// Routes implements status.Provider: every IPv4 path in the RIB.
+// Routes implements status.Provider: every IPv4 then every IPv6 path in
+// the RIB.
 func (s *Speaker) Routes(ctx context.Context) ([]status.Route, error) {
 	if !s.getView().started {
 		return nil, nil
 	}
 	var out []status.Route
-	err := s.srv().ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: bgp.RF_IPv4_UC},
+	for _, f := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
+		routes, err := s.routes(f)
+		if err != nil {
+			return nil, err
+		}
+		slices.SortStableFunc(routes, func(a, b status.Route) int { return strings.Compare(a.Prefix, b.Prefix) })
+		out = append(out, routes...)
+	}
+	return out, nil
+}
+
+// routes lists the paths of one family in the RIB.
+func (s *Speaker) routes(family bgp.Family) ([]status.Route, error) {
+	var out []status.Route
+	err := s.srv().ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: family},
 		func(_ bgp.NLRI, paths []*apiutil.Path) {
 			for _, p := range paths {
 				pi, err := parsePath(p)
@@ -146,9 +161,8 @@ func (s *Speaker) Routes(ctx context.Context) ([]status.Route, error) {
 			}
 		})
 	if err != nil {
-		return nil, fmt.Errorf("bgp: list paths: %w", err)
+		return nil, fmt.Errorf("bgp: list %s paths: %w", family, err)
 	}
-	slices.SortStableFunc(out, func(a, b status.Route) int { return strings.Compare(a.Prefix, b.Prefix) })
 	return out, nil
 }
 

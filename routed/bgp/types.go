@@ -26,8 +26,17 @@ type Global struct {
 	// ASN is the local AS number.
 	ASN uint32
 	// RouterID is the node's IPv4 address. It is also the source address
-	// of node-to-node sessions and the next hop of every advertised route.
+	// of node-to-node IPv4 sessions and the next hop of every advertised
+	// IPv4 route. On a node without an IPv4 address it is derived from
+	// the node's name (RouterIDDerived), as Calico's CALICO_ROUTER_ID=hash.
 	RouterID netip.Addr
+	// RouterIDDerived says RouterID is not an address of this node: no
+	// IPv4 route is originated (it would have no next hop).
+	RouterIDDerived bool
+	// IPv6 is the node's IPv6 address: the source of its IPv6 sessions
+	// and the next hop of every IPv6 route it originates. Invalid on a
+	// node without IPv6: no IPv6 route is originated then.
+	IPv6 netip.Addr
 	// ListenPort is the configured BGP port (0 means 179). Config.ListenPort
 	// overrides it on this process.
 	ListenPort uint16
@@ -41,7 +50,28 @@ type Global struct {
 
 // String describes g for logs.
 func (g Global) String() string {
-	return fmt.Sprintf("AS%d router-id %s port %d", g.ASN, g.RouterID, g.ListenPort)
+	s := fmt.Sprintf("AS%d router-id %s port %d", g.ASN, g.RouterID, g.ListenPort)
+	if g.IPv6.IsValid() {
+		s += " ipv6 " + g.IPv6.String()
+	}
+	return s
+}
+
+// nextHop is the next hop of routes this node originates for prefix: its
+// IPv4 or IPv6 address; invalid when it has none of that family.
+func (g Global) nextHop(prefix netip.Prefix) netip.Addr {
+	if prefix.Addr().Is6() {
+		return g.IPv6
+	}
+	if g.RouterIDDerived {
+		return netip.Addr{}
+	}
+	return g.RouterID
+}
+
+// isSelf reports whether a is one of this node's own BGP addresses.
+func (g Global) isSelf(a netip.Addr) bool {
+	return a == g.RouterID || (g.IPv6.IsValid() && a == g.IPv6)
 }
 
 // Valid reports whether g can start a BGP server.
@@ -67,7 +97,10 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Peer is one BGP session the speaker should have.
 type Peer struct {
-	// Address is the peer's IPv4 address; sessions are keyed by it.
+	// Address is the peer's IPv4 or IPv6 address; sessions are keyed by
+	// it. The session carries the unicast family of its address only
+	// (IPv4 routes over IPv4 sessions, IPv6 over IPv6), as Calico's
+	// separate IPv4 and IPv6 BIRD sessions do.
 	Address netip.Addr
 	// Port is the peer's BGP port; 0 means 179.
 	Port uint16
@@ -83,7 +116,8 @@ type Peer struct {
 	// (e.g. its password file is unreadable). The peer is then kept
 	// administratively down and the error shown as its INFO.
 	ConfigError string
-	// LocalAddress is the source address; invalid lets the kernel choose.
+	// LocalAddress is the source address (of the same family as
+	// Address); invalid lets the kernel choose.
 	LocalAddress netip.Addr
 	// Passive waits for the peer to connect instead of dialling. Between
 	// two routed nodes one side is passive: GoBGP closes connections
@@ -133,6 +167,12 @@ func (p Peer) String() string {
 		s += " passive"
 	}
 	return s
+}
+
+// hostPrefix is a as a one-address prefix (a/32 or a/128), as GoBGP's
+// neighbor sets want it.
+func hostPrefix(a netip.Addr) string {
+	return netip.PrefixFrom(a, a.BitLen()).String()
 }
 
 // sameSession reports whether a and b describe the same session, ignoring

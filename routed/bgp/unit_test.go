@@ -82,8 +82,8 @@ func TestPathRoundTrip(t *testing.T) {
 	if pi, _ = parsePath(ap); pi.neighbor != netip.MustParseAddr("10.0.0.9") || !pi.withdraw {
 		t.Fatalf("%+v", pi)
 	}
-	if _, err := parsePath(&apiutil.Path{Family: bgp.RF_IPv6_UC}); err == nil {
-		t.Fatal("IPv6 path accepted")
+	if _, err := parsePath(&apiutil.Path{Family: bgp.RF_IPv4_VPN}); err == nil {
+		t.Fatal("VPN path accepted")
 	}
 }
 
@@ -158,7 +158,14 @@ func TestSingleSpeaker(t *testing.T) {
 		routes[1].Prefix != "10.96.0.0/12" {
 		t.Fatalf("routes %+v (%v)", routes, err)
 	}
-	peers, err := sp.Peers(context.Background())
+	// Routes are originated before sessions are configured in the same
+	// pass: wait for the peer too.
+	var peers []status.Peer
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if peers, err = sp.Peers(context.Background()); err == nil && len(peers) == 1 && peers[0].State == status.StateDown {
+			break
+		}
+	}
 	if err != nil || len(peers) != 1 || peers[0].State != status.StateDown || !strings.Contains(peers[0].Info, "no such file") {
 		t.Fatalf("peers %+v %v", peers, err)
 	}

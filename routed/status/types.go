@@ -66,7 +66,8 @@ type Peer struct {
 	// RouterID is the peer's BGP identifier once an OPEN was received.
 	RouterID string `json:"routerID,omitempty"`
 
-	// Prefix counters for IPv4 unicast.
+	// Prefix counters of the session's family (IPv4 unicast on an IPv4
+	// session, IPv6 unicast on an IPv6 one).
 	Received   uint64 `json:"received"`
 	Accepted   uint64 `json:"accepted"`
 	Advertised uint64 `json:"advertised"`

@@ -64,9 +64,10 @@ func NewCommands(out io.Writer) []*cobra.Command {
 	node.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Show whether routed runs and the state of its BGP sessions",
-		Long: `Prints "routed process is running." and a table of BGP sessions, like
-calicoctl node status. Exit code 0 when every configured session is
-Established, 2 when one is not, 1 when routed is not running.`,
+		Long: `Prints "routed process is running." and a table of BGP sessions for
+IPv4 then IPv6, like calicoctl node status. Exit code 0 when every
+configured session (of either family) is Established, 2 when one is not,
+1 when routed is not running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return nodeStatus(cmd.Context(), out, client())
@@ -84,8 +85,9 @@ Established, 2 when one is not, 1 when routed is not running.`,
 	}, &cobra.Command{
 		Use:   "route [PREFIX|ADDRESS]",
 		Short: "List the BGP RIB: prefix, next hop, peer, age and whether felix programmed it",
-		Long: `Without an argument lists every path. A PREFIX (10.65.0.0/26) shows that
-prefix only; an ADDRESS (10.65.0.7) shows the prefixes that contain it.`,
+		Long: `Without an argument lists every path, IPv4 then IPv6. A PREFIX
+(10.65.0.0/26, fd00:10:244::40/122) shows that prefix only; an ADDRESS
+(10.65.0.7, fd00:10:244::47) shows the prefixes that contain it.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			filter := ""
@@ -125,20 +127,16 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 		return notRunning(out, err)
 	}
 	fmt.Fprintln(out, "routed process is running.")
-	fmt.Fprintln(out)
-	fmt.Fprintln(out, "IPv4 BGP status")
-	if len(peers) == 0 {
-		fmt.Fprintln(out, "No IPv4 peers found.")
-	} else {
-		t := table{header: []string{"PEER ADDRESS", "PEER TYPE", "STATE", "SINCE", "INFO"}}
-		for _, p := range peers {
-			t.add(p.Address, p.Type, p.State, since(p.Since, clock()), p.Info)
+	var v4, v6 []status.Peer
+	for _, p := range peers {
+		if a, err := netip.ParseAddr(p.Address); err == nil && a.Unmap().Is6() {
+			v6 = append(v6, p)
+		} else {
+			v4 = append(v4, p)
 		}
-		t.write(out)
 	}
-	fmt.Fprintln(out)
-	fmt.Fprintln(out, "IPv6 BGP status")
-	fmt.Fprintln(out, "No IPv6 peers found.")
+	peerTable(out, "IPv4", v4)
+	peerTable(out, "IPv6", v6)
 	fmt.Fprintln(out)
 	down := 0
 	for _, p := range peers {
@@ -150,6 +148,22 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 		return &ExitError{Code: ExitSessionDown, Err: fmt.Errorf("%d of %d BGP sessions not established", down, len(peers)), Reported: true}
 	}
 	return nil
+}
+
+// peerTable prints one family's sessions as calicoctl does, or "No
+// IPv6 peers found." when there are none.
+func peerTable(out io.Writer, family string, peers []status.Peer) {
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%s BGP status\n", family)
+	if len(peers) == 0 {
+		fmt.Fprintf(out, "No %s peers found.\n", family)
+		return
+	}
+	t := table{header: []string{"PEER ADDRESS", "PEER TYPE", "STATE", "SINCE", "INFO"}}
+	for _, p := range peers {
+		t.add(p.Address, p.Type, p.State, since(p.Since, clock()), p.Info)
+	}
+	t.write(out)
 }
 
 func showProtocols(ctx context.Context, out io.Writer, c *status.Client) error {
@@ -184,7 +198,8 @@ func showProtocols(ctx context.Context, out io.Writer, c *status.Client) error {
 }
 
 // protoName names a session the way Calico's BIRD config does:
-// Mesh_10_0_0_2, Node_10_0_0_9 or Global_10_0_0_9.
+// Mesh_10_0_0_2, Node_10_0_0_9 or Global_10_0_0_9 (Mesh_fd00__2 for
+// IPv6).
 func protoName(p status.Peer) string {
 	prefix := "Global_"
 	switch p.Type {

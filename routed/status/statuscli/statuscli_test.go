@@ -161,3 +161,58 @@ func TestShowRoute(t *testing.T) {
 		t.Error("bad filter accepted")
 	}
 }
+
+// TestNodeStatusIPv6: IPv6 sessions get their own table with the same
+// columns; a down IPv6 session alone makes the exit code 2.
+func TestNodeStatusIPv6(t *testing.T) {
+	v6 := []status.Peer{
+		{Address: "fd00:10::2", Type: "node-to-node mesh", State: "up", BGPState: "Established", Since: now, Info: "Established"},
+		{Address: "fd00:10::99", Type: "global", State: "start", BGPState: "Active", Since: now,
+			Info: "Active: no BGP connection yet"},
+	}
+	sock := serve(t, provider{peers: append(peers[:1:1], v6...)})
+	out, err := run("node", "status", "--status-socket", sock)
+	if code(err) != ExitSessionDown {
+		t.Fatalf("exit code %d (%v), want 2\n%s", code(err), err, out)
+	}
+	v4At, v6At := strings.Index(out, "IPv4 BGP status"), strings.Index(out, "IPv6 BGP status")
+	if v4At < 0 || v6At < v4At {
+		t.Fatalf("no IPv4 then IPv6 section:\n%s", out)
+	}
+	v4Part, v6Part := out[v4At:v6At], out[v6At:]
+	for _, want := range []string{
+		"| PEER ADDRESS |     PEER TYPE     | STATE |  SINCE   |             INFO              |",
+		"| fd00:10::2   | node-to-node mesh | up    | " + now.Format("15:04:05") + " | Established                   |",
+		"| fd00:10::99  | global            | start | " + now.Format("15:04:05") + " | Active: no BGP connection yet |",
+	} {
+		if !strings.Contains(v6Part, want) {
+			t.Errorf("missing %q in the IPv6 section of\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "No IPv6 peers found.") || strings.Contains(v4Part, "fd00") || !strings.Contains(v4Part, "| 10.0.0.2 ") {
+		t.Errorf("sessions in the wrong section:\n%s", out)
+	}
+
+	sock = serve(t, provider{peers: v6[:1]})
+	out, err = run("node", "status", "--status-socket", sock)
+	if err != nil || !strings.Contains(out, "No IPv4 peers found.") || !strings.Contains(out, "| fd00:10::2 ") {
+		t.Fatalf("IPv6-only node: %v\n%s", err, out)
+	}
+}
+
+func TestShowRouteIPv6(t *testing.T) {
+	yes := true
+	sock := serve(t, provider{routes: []status.Route{
+		{Prefix: "10.65.1.0/26", NextHop: "10.0.0.1", Local: true, Best: true, Since: now},
+		{Prefix: "fd00:10:244::40/122", NextHop: "fd00:10::1", Local: true, Best: true, Since: now},
+		{Prefix: "fd00:10:244::80/122", NextHop: "fd00:10::2", Peer: "fd00:10::2", Best: true, Since: now, Programmed: &yes},
+	}})
+	out, err := run("show", "route", "fd00:10:244::85", "--status-socket", sock)
+	if err != nil || !strings.Contains(out, "fd00:10:244::80/122  fd00:10::2  fd00:10::2  *     0s   yes") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("IPv6 address filter: %v\n%s", err, out)
+	}
+	out, _ = run("show", "protocols", "--status-socket", serve(t, provider{peers: []status.Peer{{Address: "fd00:10::2", Type: "node-to-node mesh", State: "up"}}}))
+	if !strings.Contains(out, "Mesh_fd00_10__2") {
+		t.Fatalf("IPv6 protocol name:\n%s", out)
+	}
+}
