@@ -1,6 +1,6 @@
 // Package bgp is routed's BGP speaker: an embedded GoBGP v4 server that
-// advertises the local node's IPAM blocks (next hop self), borrowed /32s
-// and service CIDRs, and hands the best paths it learns to felix through
+// advertises the local node's IPAM blocks (next hop self: its IPv4 or
+// IPv6 address), borrowed /32s and /128s and service CIDRs, and hands the best paths it learns to felix through
 // a RouteSink (learned.go), which felix implements.
 //
 // How a daemon composes it (see README.md for the model):

@@ -67,69 +67,89 @@ func TestAPIPeerFamily(t *testing.T) {
 	}
 }
 
-// TestDualStackOrigination: one speaker that does not listen originates
-// its IPv4 blocks and borrowed /32s with its IPv4 address as next hop
-// and its IPv6 blocks and borrowed /128s with its IPv6 address; a new
-// IPv6 address re-sends the IPv6 routes; a node without an IPv6 address
-// originates no IPv6 route, one without IPv4 no IPv4 route.
-func TestDualStackOrigination(t *testing.T) {
+// startSpeaker runs a speaker that does not listen until the test ends.
+func startSpeaker(t *testing.T, node string) *Speaker {
+	t.Helper()
 	logger := logrus.New()
 	logger.SetLevel(logrus.WarnLevel)
-	sp, err := New(Config{NodeName: "n1", ListenPort: -1, StateDir: t.TempDir(), Log: logrus.NewEntry(logger)})
+	sp, err := New(Config{NodeName: node, ListenPort: -1, StateDir: t.TempDir(), Log: logrus.NewEntry(logger)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sp.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done; _ = sp.Stop(context.Background()) })
+	return sp
+}
 
-	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00:10::1")})
-	sp.OnAffinitySnapshot([]Affinity{
-		{Node: "n1", CIDR: netip.MustParsePrefix("10.65.1.0/26"), State: AffinityConfirmed},
-		{Node: "n1", CIDR: netip.MustParsePrefix("fd00:10:244::40/122"), State: AffinityConfirmed},
-		{Node: "n1", CIDR: netip.MustParsePrefix("fd00:10:244::80/122"), State: AffinityPending},
-		{Node: "n2", CIDR: netip.MustParsePrefix("fd00:10:244::c0/122"), State: AffinityConfirmed},
-	})
-	sp.SetBorrowedIPs([]netip.Addr{netip.MustParseAddr("10.65.2.7"), netip.MustParseAddr("fd00:10:244::c7")})
-	sp.SetPeers(nil)
-
-	waitRoutes := func(what string, want ...string) {
-		t.Helper()
-		var got []string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			routes, err := sp.Routes(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = got[:0]
-			for _, r := range routes {
-				if r.Local {
-					got = append(got, r.Prefix+" via "+r.NextHop)
-				}
-			}
-			if slices.Equal(got, want) {
-				return
+// waitLocalRoutes waits until sp originates exactly want ("prefix via
+// next hop", IPv4 then IPv6).
+func waitLocalRoutes(t *testing.T, sp *Speaker, what string, want ...string) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		routes, err := sp.Routes(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, r := range routes {
+			if r.Local {
+				got = append(got, r.Prefix+" via "+r.NextHop)
 			}
 		}
-		t.Fatalf("%s: routes %q, want %q", what, got, want)
+		if slices.Equal(got, want) {
+			return
+		}
 	}
-	waitRoutes("dual stack",
+	t.Fatalf("%s: routes %q, want %q", what, got, want)
+}
+
+var dualStackInputs = []Affinity{
+	{Node: "n1", CIDR: netip.MustParsePrefix("10.65.1.0/26"), State: AffinityConfirmed},
+	{Node: "n1", CIDR: netip.MustParsePrefix("fd00:10:244::40/122"), State: AffinityConfirmed},
+	{Node: "n1", CIDR: netip.MustParsePrefix("fd00:10:244::80/122"), State: AffinityPending},
+	{Node: "n2", CIDR: netip.MustParsePrefix("fd00:10:244::c0/122"), State: AffinityConfirmed},
+}
+
+var dualStackBorrowed = []netip.Addr{netip.MustParseAddr("10.65.2.7"), netip.MustParseAddr("fd00:10:244::c7")}
+
+// TestDualStackOrigination: a speaker originates its IPv4 blocks and
+// borrowed /32s with its IPv4 address as next hop and its IPv6 blocks
+// and borrowed /128s with its IPv6 address; a new IPv6 address re-sends
+// the IPv6 routes (no BGP restart); without an IPv6 address no IPv6
+// route is originated.
+func TestDualStackOrigination(t *testing.T) {
+	sp := startSpeaker(t, "n1")
+	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00:10::1")})
+	sp.OnAffinitySnapshot(dualStackInputs)
+	sp.SetBorrowedIPs(dualStackBorrowed)
+	sp.SetPeers(nil)
+	waitLocalRoutes(t, sp, "dual stack",
 		"10.65.1.0/26 via 10.0.0.1", "10.65.2.7/32 via 10.0.0.1",
 		"fd00:10:244::40/122 via fd00:10::1", "fd00:10:244::c7/128 via fd00:10::1")
 
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00:10::2")})
-	waitRoutes("new IPv6 address",
+	waitLocalRoutes(t, sp, "new IPv6 address",
 		"10.65.1.0/26 via 10.0.0.1", "10.65.2.7/32 via 10.0.0.1",
 		"fd00:10:244::40/122 via fd00:10::2", "fd00:10:244::c7/128 via fd00:10::2")
 
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
-	waitRoutes("IPv6 address gone", "10.65.1.0/26 via 10.0.0.1", "10.65.2.7/32 via 10.0.0.1")
+	waitLocalRoutes(t, sp, "IPv6 address gone", "10.65.1.0/26 via 10.0.0.1", "10.65.2.7/32 via 10.0.0.1")
+}
 
+// TestIPv6OnlyOrigination: a node without an IPv4 address runs BGP with
+// a derived router ID and originates its IPv6 routes only (an IPv4 route
+// would have no next hop).
+func TestIPv6OnlyOrigination(t *testing.T) {
+	sp := startSpeaker(t, "n1")
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.200.0.1"), RouterIDDerived: true, IPv6: netip.MustParseAddr("fd00:10::1")})
-	waitRoutes("IPv6-only node", "fd00:10:244::40/122 via fd00:10::1", "fd00:10:244::c7/128 via fd00:10::1")
-	proc, _ := sp.Process(context.Background())
-	if proc.RouterID != "10.200.0.1" {
+	sp.OnAffinitySnapshot(dualStackInputs)
+	sp.SetBorrowedIPs(dualStackBorrowed)
+	sp.SetPeers(nil)
+	waitLocalRoutes(t, sp, "IPv6-only node", "fd00:10:244::40/122 via fd00:10::1", "fd00:10:244::c7/128 via fd00:10::1")
+	if proc, _ := sp.Process(context.Background()); proc.RouterID != "10.200.0.1" {
 		t.Fatalf("process %+v", proc)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/internal/testenv"
 )
@@ -35,17 +36,23 @@ type Lab struct {
 	// Subnet is the hosts' subnet; the switch's bridge has its last
 	// address (.254 in a /24).
 	Subnet netip.Prefix
-	Switch *Host
-	mu     sync.Mutex
-	hosts  []*Host
+	// Subnet6, once EnableIPv6 set it, is the hosts' IPv6 subnet: each
+	// host gets the address ending in its index, the switch ::fe.
+	Subnet6 netip.Prefix
+	Switch  *Host
+	mu      sync.Mutex
+	hosts   []*Host
 }
 
 // Host is one network namespace with an address on the lab subnet.
 type Host struct {
 	Name string
 	// NetNS is the namespace name (as ip netns shows it).
-	NetNS  string
-	Addr   netip.Addr
+	NetNS string
+	Addr  netip.Addr
+	// Addr6 is the host's IPv6 address on the lab's Subnet6 (invalid
+	// when the lab has none).
+	Addr6  netip.Addr
 	handle netns.NsHandle
 	lab    *Lab
 }
@@ -90,6 +97,39 @@ func (l *Lab) addr(i int) netip.Addr {
 	b := l.Subnet.Addr().As4()
 	b[3] = byte(i)
 	return netip.AddrFrom4(b)
+}
+
+// EnableIPv6 gives the lab an IPv6 subnet (a /64 such as fd00:77::/64):
+// the switch's bridge gets ::fe and every host added afterwards the
+// address ending in its index, without duplicate address detection so
+// that they are usable at once.
+func (l *Lab) EnableIPv6(subnet string) {
+	l.t.Helper()
+	l.Subnet6 = netip.MustParsePrefix(subnet).Masked()
+	h, err := netlink.NewHandleAt(l.Switch.handle)
+	if err != nil {
+		l.t.Fatalf("lab: %v", err)
+	}
+	defer h.Close()
+	br, err := h.LinkByName("br0")
+	if err != nil {
+		l.t.Fatalf("lab: %v", err)
+	}
+	l.Switch.Addr6 = l.addr6(0xfe)
+	if err := h.AddrAdd(br, addr6(l.Switch.Addr6, l.Subnet6.Bits())); err != nil {
+		l.t.Fatalf("lab: bridge IPv6 address: %v", err)
+	}
+}
+
+func (l *Lab) addr6(i int) netip.Addr {
+	b := l.Subnet6.Addr().As16()
+	b[14], b[15] = byte(i>>8), byte(i)
+	return netip.AddrFrom16(b)
+}
+
+// addr6 is an IPv6 interface address without duplicate address detection.
+func addr6(a netip.Addr, bits int) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 128)}, Flags: unix.IFA_F_NODAD}
 }
 
 // newNS creates a named namespace without moving this goroutine into it.
@@ -160,6 +200,12 @@ func (l *Lab) AddHost(name string, index int) *Host {
 	}
 	if err := hn.AddrAdd(eth, &netlink.Addr{IPNet: ipnet(host.Addr, l.Subnet.Bits())}); err != nil {
 		l.t.Fatalf("lab: %v", err)
+	}
+	if l.Subnet6.IsValid() {
+		host.Addr6 = l.addr6(index)
+		if err := hn.AddrAdd(eth, addr6(host.Addr6, l.Subnet6.Bits())); err != nil {
+			l.t.Fatalf("lab: IPv6 address: %v", err)
+		}
 	}
 	for _, n := range []string{"eth0", "lo"} {
 		if err := setUp(hn, n); err != nil {

@@ -83,9 +83,23 @@ func (c *cluster) addNode(name string, index int, labels map[string]string, bloc
 // addNodeWith is addNode with a hook to change the node's configuration.
 func (c *cluster) addNodeWith(name string, index int, labels map[string]string, f func(*childConfig)) *node {
 	c.t.Helper()
+	return c.addNodeSpec(name, index, labels, nil, f)
+}
+
+// addNodeSpec is addNodeWith with a hook to change the Node resource
+// too. On a lab with IPv6 the Node has both addresses.
+func (c *cluster) addNodeSpec(name string, index int, labels map[string]string, nf func(*api.Node), f func(*childConfig)) *node {
+	c.t.Helper()
 	h := c.lab.AddHost(name, index)
-	c.apply(&api.Node{Metadata: api.ObjectMeta{Name: name, Labels: labels},
-		Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: h.Addr.String() + "/24"}}})
+	res := &api.Node{Metadata: api.ObjectMeta{Name: name, Labels: labels},
+		Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: h.Addr.String() + "/24"}}}
+	if h.Addr6.IsValid() {
+		res.Spec.BGP.IPv6Address = netip.PrefixFrom(h.Addr6, c.lab.Subnet6.Bits()).String()
+	}
+	if nf != nil {
+		nf(res)
+	}
+	c.apply(res)
 	dir := c.t.TempDir()
 	n := &node{name: name, host: h, c: c, dir: dir, cfg: childConfig{
 		Node: name, Etcd: c.etcd, LogLevel: childLogLevel(),

@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// newCluster6 is newCluster on a dual-stack lab: every node's Node has
+// an IPv6 address too.
+func newCluster6(t *testing.T) *cluster {
+	c := newCluster(t)
+	c.lab.EnableIPv6("fd00:77::/64")
+	return c
+}
+
+func v4(n *node) string { return n.host.Addr.String() }
+func v6(n *node) string { return n.host.Addr6.String() }
+
+// TestMeshIPv6: dual-stack nodes mesh over both families, each session
+// carrying its own family only; a node with only an IPv6 address meshes
+// over IPv6 with a derived router ID; IPv6 blocks go and come; node
+// status and show route show the IPv6 sessions and routes.
+func TestMeshIPv6(t *testing.T) {
+	t.Parallel()
+	c := newCluster6(t)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26", "fd00:65:2::/122")
+	cc := c.addNodeSpec("c", 3, nil, func(n *api.Node) { n.Spec.BGP.IPv4Address = "" },
+		func(cfg *childConfig) { cfg.Blocks = []string{"fd00:65:3::/122"} })
+
+	start := time.Now()
+	a.waitRoutes("b's blocks over each family, c's over IPv6", 30*time.Second,
+		has("10.65.2.0/26", v4(b), "fd00:65:2::/122", v6(b), "fd00:65:3::/122", v6(cc)))
+	b.waitRoutes("a's blocks over each family, c's over IPv6", 30*time.Second,
+		has("10.65.1.0/26", v4(a), "fd00:65:1::/122", v6(a), "fd00:65:3::/122", v6(cc)))
+	cc.waitRoutes("a's and b's IPv6 blocks", 30*time.Second, has("fd00:65:1::/122", v6(a), "fd00:65:2::/122", v6(b)))
+	t.Logf("dual-stack mesh converged in %s", time.Since(start))
+
+	// Each session carries one route of its own family: the IPv4
+	// session no IPv6 route and the reverse.
+	one := func(ps []status.Peer, addr string) bool {
+		for _, p := range ps {
+			if p.Address == addr {
+				return p.Established() && p.Type == bgp.PeerTypeMesh && p.Received == 1 && p.Accepted == 1
+			}
+		}
+		return false
+	}
+	a.waitPeers("b over both families, c over IPv6, one route each", 10*time.Second, func(ps []status.Peer) bool {
+		return allEstablished(b.host.Addr, b.host.Addr6, cc.host.Addr6)(ps) && one(ps, v4(b)) && one(ps, v6(b)) && one(ps, v6(cc))
+	})
+	cc.waitPeers("IPv6 sessions only", 10*time.Second, allEstablished(a.host.Addr6, b.host.Addr6))
+
+	// c has no IPv4 address: its router ID is derived, and its peers see it.
+	proc, err := cc.Status.Process(context.Background())
+	if err != nil || proc.RouterID == "" {
+		t.Fatalf("c's process: %+v %v", proc, err)
+	}
+	a.waitPeers("c's derived router ID", 10*time.Second, func(ps []status.Peer) bool {
+		p, ok := findPeer(ps, cc.host.Addr6)
+		return ok && p.RouterID == proc.RouterID
+	})
+
+	var out bytes.Buffer
+	if err := statusCmd(&out, "node", "status", "--status-socket", a.cfg.StatusSocket).Execute(); err != nil {
+		t.Fatalf("node status: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	v6At := strings.Index(s, "IPv6 BGP status")
+	if v6At < 0 || strings.Count(s[:v6At], "| node-to-node mesh |") != 1 || strings.Count(s[v6At:], "| node-to-node mesh |") != 2 ||
+		strings.Count(s[v6At:], "Established") != 2 || strings.Contains(s, "No IPv6 peers found.") || !strings.Contains(s[v6At:], v6(cc)) {
+		t.Fatalf("node status:\n%s", s)
+	}
+	t.Logf("routedctl node status:\n%s", s)
+	out.Reset()
+	if err := statusCmd(&out, "show", "route", "--status-socket", a.cfg.StatusSocket).Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fd00:65:1::/122  " + v6(a) + "  local", "fd00:65:2::/122  " + v6(b) + "  " + v6(b) + "  *"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("show route lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// A new IPv6 block appears, a released one disappears, everywhere.
+	a.affinity("fd00:65:1::40/122", "confirmed", false)
+	a.affinity("fd00:65:1::/122", "confirmed", true)
+	for _, n := range []*node{b, cc} {
+		n.waitRoutes("a's new IPv6 block, not the released one", 10*time.Second,
+			func(m map[string]string) bool {
+				return has("fd00:65:1::40/122", v6(a))(m) && lacks("fd00:65:1::/122")(m)
+			})
+	}
+}
+
+// TestBirdIPv6: BIRD 2 as an eBGP top-of-rack router over IPv6, with TCP
+// MD5 and graceful restart: it learns each node's IPv6 block from that
+// node only (eBGP peers get a node's own routes), the nodes learn its
+// IPv6 route, and a node's planned restart keeps its route at BIRD.
+func TestBirdIPv6(t *testing.T) {
+	t.Parallel()
+	c := newCluster6(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26", "fd00:65:2::/122")
+	for _, n := range []*node{a, b} {
+		writeSecret(t, n, "bgp", "tor6", "v6-secret")
+	}
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream6 {
+	ipv6;
+	route 2001:db8:100::/48 blackhole;
+}
+filter to_nodes { if net = 2001:db8:100::/48 then accept; reject; }
+template bgp nodes {
+	local %[2]s as 65000;
+	password "v6-secret";
+	graceful restart on;
+	ipv6 { import all; export filter to_nodes; };
+}
+protocol bgp node_a from nodes { neighbor %[3]s as 64512; }
+protocol bgp node_b from nodes { neighbor %[4]s as 64512; }
+`, tor.Addr, tor.Addr6, a.host.Addr6, b.host.Addr6))
+	// a knows b's block before its session with BIRD starts, so a's first
+	// UPDATEs to BIRD would carry it if the own-routes rule missed IPv6.
+	a.waitRoutes("b's IPv6 block over the mesh", 30*time.Second, has("fd00:65:2::/122", v6(b)))
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor6"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr6.String(), ASNumber: 65000,
+		Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "tor6"}}}})
+
+	for _, n := range []*node{a, b} {
+		n.waitRoutes("BIRD's IPv6 route", 30*time.Second, has("2001:db8:100::/48", tor.Addr6.String()))
+		n.waitPeers("IPv6 ToR session up", 10*time.Second, func(ps []status.Peer) bool {
+			p, ok := findPeer(ps, tor.Addr6)
+			return ok && p.Established() && p.Type == bgp.PeerTypeGlobal && p.PeerASN == 65000
+		})
+	}
+	out := bird.WaitCtl(t, "show route", 20*time.Second, func(s string) bool {
+		return strings.Contains(s, "fd00:65:1::/122") && strings.Contains(s, "fd00:65:2::/122")
+	})
+	t.Logf("BIRD's routes:\n%s", out)
+	for _, n := range []*node{a, b} {
+		block := map[*node]string{a: "fd00:65:1::/122", b: "fd00:65:2::/122"}[n]
+		out, _ = bird.Ctl("show route " + block + " all")
+		if !strings.Contains(out, "via "+v6(n)) || !strings.Contains(out, "64512") || strings.Count(out, "via ") != 1 {
+			t.Fatalf("BIRD's routes to %s's block (want one, from %s):\n%s", n.name, n.name, out)
+		}
+	}
+
+	// Planned restart of a: BIRD keeps a's block while a is away.
+	a.stop()
+	bird.WaitCtl(t, "show protocols node_a", 15*time.Second, func(s string) bool { return !strings.Contains(s, "Established") })
+	if out, _ := bird.Ctl("show route fd00:65:1::/122"); !strings.Contains(out, "via "+v6(a)) {
+		t.Fatalf("BIRD dropped a's IPv6 block during its graceful restart:\n%s", out)
+	}
+	a.start()
+	bird.WaitCtl(t, "show protocols node_a", 30*time.Second, func(s string) bool { return strings.Contains(s, "Established") })
+	a.waitRoutes("BIRD's IPv6 route after the restart", 30*time.Second, has("2001:db8:100::/48", tor.Addr6.String()))
+}
