@@ -25,17 +25,23 @@ func newCluster6(t *testing.T) *cluster {
 func v4(n *node) string { return n.host.Addr.String() }
 func v6(n *node) string { return n.host.Addr6.String() }
 
-// TestMeshIPv6: dual-stack nodes mesh over both families, each session
-// carrying its own family only; a node with only an IPv6 address meshes
-// over IPv6 with a derived router ID; IPv6 blocks go and come; node
-// status and show route show the IPv6 sessions and routes.
+// TestMeshIPv6: dual-stack nodes mesh over both families with the mesh
+// password (TCP MD5), each session carrying its own family only; a node
+// with only an IPv6 address meshes over IPv6 with a derived router ID;
+// IPv6 blocks go and come; node status and show route show the IPv6
+// sessions and routes.
 func TestMeshIPv6(t *testing.T) {
 	t.Parallel()
 	c := newCluster6(t)
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		NodeMeshPassword: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "mesh"}}}})
 	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
 	b := c.addNode("b", 2, nil, "10.65.2.0/26", "fd00:65:2::/122")
 	cc := c.addNodeSpec("c", 3, nil, func(n *api.Node) { n.Spec.BGP.IPv4Address = "" },
 		func(cfg *childConfig) { cfg.Blocks = []string{"fd00:65:3::/122"} })
+	for _, n := range []*node{a, b, cc} {
+		writeSecret(t, n, "bgp", "mesh", "mesh-secret")
+	}
 
 	start := time.Now()
 	a.waitRoutes("b's blocks over each family, c's over IPv6", 30*time.Second,
@@ -166,4 +172,46 @@ protocol bgp node_b from nodes { neighbor %[4]s as 64512; }
 	a.start()
 	bird.WaitCtl(t, "show protocols node_a", 30*time.Second, func(s string) bool { return strings.Contains(s, "Established") })
 	a.waitRoutes("BIRD's IPv6 route after the restart", 30*time.Second, has("2001:db8:100::/48", tor.Addr6.String()))
+}
+
+// TestRouteReflectorIPv6: with the mesh off, a routed route reflector
+// reflects IPv6 blocks between its clients over IPv6 sessions, keeping
+// the originator's next hop, beside the IPv4 sessions.
+func TestRouteReflectorIPv6(t *testing.T) {
+	t.Parallel()
+	c := newCluster6(t)
+	f := false
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "peer-with-rrs"},
+		Spec: api.BGPPeerSpec{NodeSelector: "all()", PeerSelector: "route-reflector == 'true'"}})
+	rr := c.addNodeSpec("rr", 11, map[string]string{"route-reflector": "true"},
+		func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "224.0.0.1" }, func(*childConfig) {})
+	c1 := c.addNode("c1", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	c2 := c.addNode("c2", 2, nil, "10.65.2.0/26", "fd00:65:2::/122")
+
+	c1.waitRoutes("c2's blocks through the RR", 30*time.Second, has("10.65.2.0/26", v4(c2), "fd00:65:2::/122", v6(c2)))
+	c2.waitRoutes("c1's blocks through the RR", 30*time.Second, has("10.65.1.0/26", v4(c1), "fd00:65:1::/122", v6(c1)))
+	c1.waitPeers("only the RR, over both families", 10*time.Second, allEstablished(rr.host.Addr, rr.host.Addr6))
+	rr.waitPeers("clients over both families", 10*time.Second, func(ps []status.Peer) bool {
+		n := 0
+		for _, p := range ps {
+			if p.Type == bgp.PeerTypeRouteReflector && p.Established() {
+				n++
+			}
+		}
+		return n == 4
+	})
+	routes, err := c1.Status.Routes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range routes {
+		if r.Prefix == "fd00:65:2::/122" && r.Best {
+			found = r.NextHop == v6(c2) && r.Peer == v6(rr)
+		}
+	}
+	if !found {
+		t.Fatalf("c1's best route to c2's IPv6 block is not via c2 from the RR: %+v", routes)
+	}
 }
