@@ -120,6 +120,15 @@ func TestDualStackAssignment(t *testing.T) {
 		t.Fatalf("v4 pool for an IPv6 request: %v", err)
 	}
 
+	u, err := c.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range u.Pools {
+		if p.Name == "v6" && (p.SizeBits != 80 || p.Size <= 0 || p.InUse != 72 || p.Free <= 0) {
+			t.Errorf("usage of the /48: %+v (want 2^80 addresses, 72 in use, none negative)", p)
+		}
+	}
 	freed, err := c.ReleaseByHandle(ctx, "net.c1")
 	if err != nil || len(freed) != 2 {
 		t.Fatalf("release = %v, %v; want both addresses", freed, err)

@@ -3,6 +3,7 @@ package ipam
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -82,9 +83,12 @@ type PoolUsage struct {
 	CIDR      netip.Prefix
 	BlockSize int
 	Disabled  bool
-	// Size counts every address of the pool; InUse the allocated ones;
-	// Free is Size-InUse (including addresses in unclaimed blocks).
+	// Size counts every address of the pool (at most math.MaxInt: an
+	// IPv6 pool may hold more; SizeBits is exact); InUse the allocated
+	// ones; Free is Size-InUse (including addresses in unclaimed blocks).
 	Size, InUse, Free int
+	// SizeBits is log2 of the pool's address count (the CIDR's host bits).
+	SizeBits int
 	// Borrowed counts allocations made for a node other than the block's.
 	Borrowed int
 	Blocks   []BlockUsage
@@ -138,7 +142,8 @@ func (s *snapshot) usage() *Usage {
 	for i, p := range s.view.pools {
 		u.Pools = append(u.Pools, PoolUsage{
 			Name: p.name(), CIDR: p.prefix, BlockSize: p.pool.Spec.BlockSize, Disabled: p.pool.Spec.Disabled,
-			Size: 1 << (p.prefix.Addr().BitLen() - p.prefix.Bits()),
+			Size:     poolSize(p.prefix),
+			SizeBits: p.prefix.Addr().BitLen() - p.prefix.Bits(),
 		})
 		idx[p.name()] = i
 	}
@@ -172,6 +177,14 @@ func (u *Usage) BlocksPerNode() map[string]int {
 		out[b.Node]++
 	}
 	return out
+}
+
+// poolSize is the address count of p, capped at math.MaxInt.
+func poolSize(p netip.Prefix) int {
+	if bits := p.Addr().BitLen() - p.Bits(); bits < 63 {
+		return 1 << bits
+	}
+	return math.MaxInt
 }
 
 // BlocksForNode returns the blocks affine to node (by the block records,

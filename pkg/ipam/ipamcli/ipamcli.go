@@ -101,7 +101,12 @@ func (r *runner) printUsage(u *ipam.Usage, showBlocks bool) {
 		if p.Disabled {
 			name += " (disabled)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%s)\t%d\t%d\n", name, p.CIDR, p.Size, p.InUse, percent(p.InUse, p.Size), p.Free, p.Borrowed)
+		size, free := fmt.Sprint(p.Size), fmt.Sprint(p.Free)
+		if p.SizeBits > 40 {
+			// An IPv6 pool: 2^80 addresses do not print usefully.
+			size, free = fmt.Sprintf("2^%d", p.SizeBits), fmt.Sprintf("~2^%d", p.SizeBits)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d (%s)\t%s\t%d\n", name, p.CIDR, size, p.InUse, percent(p.InUse, p.Size), free, p.Borrowed)
 	}
 	tw.Flush()
 	if len(u.Pools) == 0 {
