@@ -31,10 +31,10 @@ type Op struct {
 type Kernel interface {
 	// Links lists all devices.
 	Links() ([]Link, error)
-	// Routes calls fn for every IPv4 route in table.
+	// Routes calls fn for every IPv4 and IPv6 route in table.
 	Routes(table int, fn func(KernelRoute)) error
-	// LinkRoutes calls fn for every IPv4 route in table whose output
-	// device is ifindex.
+	// LinkRoutes calls fn for every IPv4 and IPv6 route in table whose
+	// output device is ifindex.
 	LinkRoutes(table, ifindex int, fn func(KernelRoute)) error
 	// Write performs ops in order and returns one error per op (nil on
 	// success). Deleting a route that is already gone is a success.
@@ -119,25 +119,39 @@ func (k *NetlinkKernel) Links() ([]Link, error) {
 // resyncs again rather than trusting partial state.
 func (k *NetlinkKernel) Routes(table int, fn func(KernelRoute)) error {
 	filter := &netlink.Route{Table: table}
-	err := k.h.RouteListFilteredIter(netlink.FAMILY_V4, filter, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
-		fn(fromNetlink(r))
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("routetable: listing routes: %w", err)
+	for _, fam := range families {
+		err := k.h.RouteListFilteredIter(fam, filter, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
+			fn(fromNetlink(r, fam))
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("routetable: listing %s routes: %w", familyName(fam), err)
+		}
 	}
 	return nil
+}
+
+// families are the address families routed programs, one dump each.
+var families = []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
+
+func familyName(fam int) string {
+	if fam == netlink.FAMILY_V6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }
 
 // LinkRoutes implements Kernel.
 func (k *NetlinkKernel) LinkRoutes(table, ifindex int, fn func(KernelRoute)) error {
 	filter := &netlink.Route{Table: table, LinkIndex: ifindex}
-	err := k.strict.RouteListFilteredIter(netlink.FAMILY_V4, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF, func(r netlink.Route) bool {
-		fn(fromNetlink(r))
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("routetable: listing routes of device %d: %w", ifindex, err)
+	for _, fam := range families {
+		err := k.strict.RouteListFilteredIter(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF, func(r netlink.Route) bool {
+			fn(fromNetlink(r, fam))
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("routetable: listing %s routes of device %d: %w", familyName(fam), ifindex, err)
+		}
 	}
 	return nil
 }
@@ -145,7 +159,9 @@ func (k *NetlinkKernel) LinkRoutes(table, ifindex int, fn func(KernelRoute)) err
 // Write implements Kernel.
 func (k *NetlinkKernel) Write(table int, ops []Op) []error { return k.w.write(table, ops) }
 
-func fromNetlink(r netlink.Route) KernelRoute {
+// fromNetlink converts a route of family fam (which names the default
+// route, whose Dst netlink leaves nil).
+func fromNetlink(r netlink.Route, fam int) KernelRoute {
 	k := KernelRoute{
 		Type:      uint8(r.Type),
 		Protocol:  uint8(r.Protocol),
@@ -155,6 +171,9 @@ func fromNetlink(r netlink.Route) KernelRoute {
 		Priority:  uint32(r.Priority),
 		Tos:       uint8(r.Tos),
 		Dst:       netip.PrefixFrom(netip.IPv4Unspecified(), 0),
+	}
+	if fam == netlink.FAMILY_V6 {
+		k.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 	}
 	if r.Dst != nil {
 		if a, ok := netip.AddrFromSlice(r.Dst.IP); ok {

@@ -65,9 +65,10 @@ func (r Route) String() string {
 	return s
 }
 
-// scope is the scope the kernel stores for r.
+// scope is the scope the kernel stores for r. IPv6 has no route scopes:
+// the kernel reports every IPv6 route as universe.
 func (r Route) scope() uint8 {
-	if r.Type == Unicast && !r.Gw.IsValid() {
+	if r.Type == Unicast && !r.Gw.IsValid() && r.Dst.Addr().Is4() {
 		return unix.RT_SCOPE_LINK
 	}
 	return unix.RT_SCOPE_UNIVERSE
@@ -76,24 +77,37 @@ func (r Route) scope() uint8 {
 // validate rejects routes the kernel would refuse or felix cannot key.
 func (r Route) validate() error {
 	switch {
-	case !r.Dst.IsValid() || !r.Dst.Addr().Is4():
-		return fmt.Errorf("routetable: route %v: only IPv4 destinations are supported", r)
+	case !r.Dst.IsValid() || r.Dst.Addr().Is4In6() || r.Dst.Addr().Zone() != "":
+		return fmt.Errorf("routetable: route %v: destination must be a plain IPv4 or IPv6 prefix", r)
 	case r.Dst != r.Dst.Masked():
 		return fmt.Errorf("routetable: route %v: destination has host bits set", r)
 	case r.Type != Unicast && r.Type != Blackhole:
 		return fmt.Errorf("routetable: route %v: unsupported type %d", r, r.Type)
 	case r.Type == Unicast && r.Iface == "" && !r.Gw.IsValid():
 		return fmt.Errorf("routetable: route %v: needs a device or a gateway", r)
-	case r.Gw.IsValid() && !r.Gw.Is4():
-		return fmt.Errorf("routetable: route %v: gateway must be IPv4", r)
+	case r.Gw.IsValid() && (r.Gw.Is4() != r.Dst.Addr().Is4() || r.Gw.Zone() != ""):
+		return fmt.Errorf("routetable: route %v: gateway must be a global address of the destination's family", r)
 	case r.OnLink && r.Iface == "":
 		return fmt.Errorf("routetable: route %v: onlink needs a device", r)
 	}
 	return nil
 }
 
-// KernelRoute is a main-table IPv4 route as the kernel reports it, or as
-// felix asks the kernel to write it (then LinkIndex is resolved).
+// DefaultMetric is the metric of the routes felix owns and reconciles
+// for dst's family: 0 for IPv4; for IPv6 the kernel's own default
+// (IP6_RT_PRIO_USER, 1024), which it gives any route written without
+// one, so routes the CNI plugin writes without a metric are felix's too.
+// Routes of felix's protocol at any other metric are stale.
+func DefaultMetric(dst netip.Prefix) uint32 {
+	if dst.Addr().Is4() {
+		return 0
+	}
+	return 1024
+}
+
+// KernelRoute is a main-table IPv4 or IPv6 route as the kernel reports
+// it, or as felix asks the kernel to write it (then LinkIndex is
+// resolved).
 type KernelRoute struct {
 	Dst       netip.Prefix
 	Type      uint8 // RTN_*

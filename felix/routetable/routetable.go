@@ -1,5 +1,5 @@
-// Package routetable keeps the kernel's main IPv4 route table in line with
-// the routes felix wants, touching only routes that carry felix's route
+// Package routetable keeps the kernel's main IPv4 and IPv6 route tables
+// in line with the routes felix wants, touching only routes that carry felix's route
 // protocol number.
 //
 // The model (after Calico felix's routetable): callers set the wanted
@@ -255,9 +255,9 @@ func (rt *RouteTable) resync() error {
 	var strays []KernelRoute
 	err = rt.k.Routes(rt.cfg.Table, func(k KernelRoute) {
 		switch {
-		case k.Protocol == rt.cfg.Protocol && (k.Priority != 0 || k.Tos != 0):
+		case k.Protocol == rt.cfg.Protocol && !atDefault(k):
 			strays = append(strays, k)
-		case k.Priority != 0 || k.Tos != 0:
+		case !atDefault(k):
 		case k.Protocol == rt.cfg.Protocol:
 			ours[k.Dst] = k
 		default:
@@ -439,10 +439,15 @@ func (rt *RouteTable) plan(p netip.Prefix, now time.Time) (op Op, write, inSync,
 	}
 	k := KernelRoute{
 		Dst: p, Type: want.Type.rtn(), Protocol: rt.cfg.Protocol, Scope: want.scope(),
-		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink,
+		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: DefaultMetric(p),
 	}
 	return Op{Route: k}, true, false, false
 }
+
+// atDefault reports whether k is at the metric and TOS felix manages;
+// the rest of felix's protocol are strays, and foreign ones at other
+// metrics do not conflict with felix's.
+func atDefault(k KernelRoute) bool { return k.Priority == DefaultMetric(k.Dst) && k.Tos == 0 }
 
 // checkNewLinks reads the routes of devices whose grace period ended.
 func (rt *RouteTable) checkNewLinks(now time.Time) error {
@@ -453,7 +458,7 @@ func (rt *RouteTable) checkNewLinks(now time.Time) error {
 		}
 		err := rt.k.LinkRoutes(rt.cfg.Table, idx, func(k KernelRoute) {
 			switch {
-			case k.Priority != 0 || k.Tos != 0:
+			case !atDefault(k):
 			case k.Protocol == rt.cfg.Protocol:
 				rt.ours[k.Dst] = k
 				rt.dirty[k.Dst] = struct{}{}

@@ -297,7 +297,9 @@ func TestInvalidRoutesAreRejected(t *testing.T) {
 		{Dst: pfx("10.0.0.1/24"), Iface: "x"},
 		{Dst: pfx("10.0.0.0/24")},
 		{Dst: pfx("10.0.0.0/24"), Gw: netip.MustParseAddr("10.1.1.1"), OnLink: true},
-		{Dst: pfx("fd00::/64"), Iface: "x"},
+		{Dst: pfx("fd00::1/64"), Iface: "x"},
+		{Dst: pfx("fd00::/64"), Gw: netip.MustParseAddr("10.1.1.1")},
+		{Dst: pfx("10.0.0.0/24"), Gw: netip.MustParseAddr("fd00::1")},
 	}
 	for _, r := range bad {
 		if err := rt.SetRoutes(map[netip.Prefix]routetable.Route{r.Dst: r}); err == nil {

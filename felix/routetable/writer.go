@@ -209,20 +209,22 @@ func appendRouteMsg(b []byte, seq uint32, table int, op Op) []byte {
 	b = ne.AppendUint32(b, seq)
 	b = ne.AppendUint32(b, 0)
 	// rtmsg
-	b = append(b, unix.AF_INET, uint8(r.Dst.Bits()), 0, r.Tos, rtTable, r.Protocol, scope, rtType)
+	family := uint8(unix.AF_INET)
+	if r.Dst.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	b = append(b, family, uint8(r.Dst.Bits()), 0, r.Tos, rtTable, r.Protocol, scope, rtType)
 	b = ne.AppendUint32(b, rtFlags)
 	b = appendAttr(b, unix.RTA_TABLE, ne.AppendUint32(nil, uint32(table)))
 	if r.Dst.Bits() > 0 {
-		a := r.Dst.Addr().As4()
-		b = appendAttr(b, unix.RTA_DST, a[:])
+		b = appendAttr(b, unix.RTA_DST, r.Dst.Addr().AsSlice())
 	}
 	if r.Priority != 0 {
 		b = appendAttr(b, unix.RTA_PRIORITY, ne.AppendUint32(nil, r.Priority))
 	}
 	if !op.Delete {
 		if r.Gw.IsValid() {
-			a := r.Gw.As4()
-			b = appendAttr(b, unix.RTA_GATEWAY, a[:])
+			b = appendAttr(b, unix.RTA_GATEWAY, r.Gw.AsSlice())
 		}
 		if r.LinkIndex != 0 {
 			b = appendAttr(b, unix.RTA_OIF, ne.AppendUint32(nil, uint32(r.LinkIndex)))

@@ -97,7 +97,8 @@ func (n *NS) Veth(t testing.TB, name, peer string) netlink.Link {
 	return l
 }
 
-// AddAddr puts an address with prefix (10.0.0.5/24) on a link.
+// AddAddr puts an address with prefix (10.0.0.5/24, fd00::5/64) on a
+// link; IPv6 ones without duplicate address detection.
 func (n *NS) AddAddr(t testing.TB, link string, addr string) {
 	t.Helper()
 	l, err := n.Handle.LinkByName(link)
@@ -108,6 +109,9 @@ func (n *NS) AddAddr(t testing.TB, link string, addr string) {
 	if err != nil {
 		t.Fatalf("parse %s: %v", addr, err)
 	}
+	if a.IP.To4() == nil {
+		a.Flags |= unix.IFA_F_NODAD // usable at once, no DAD delay
+	}
 	if err := n.Handle.AddrAdd(l, a); err != nil {
 		t.Fatalf("adding %s to %s: %v", addr, link, err)
 	}
@@ -117,16 +121,28 @@ func (n *NS) AddAddr(t testing.TB, link string, addr string) {
 // (only metric 0, the ones routed manages).
 func (n *NS) Routes(t testing.TB) map[netip.Prefix]netlink.Route {
 	t.Helper()
-	rs, err := n.Handle.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+	return n.routes(t, netlink.FAMILY_V4, 0, "0.0.0.0/0")
+}
+
+// Routes6 returns the namespace's main-table IPv6 routes keyed by prefix
+// (only metric 1024, the kernel's default and the one routed manages).
+func (n *NS) Routes6(t testing.TB) map[netip.Prefix]netlink.Route {
+	t.Helper()
+	return n.routes(t, netlink.FAMILY_V6, 1024, "::/0")
+}
+
+func (n *NS) routes(t testing.TB, family, metric int, defaultDst string) map[netip.Prefix]netlink.Route {
+	t.Helper()
+	rs, err := n.Handle.RouteListFiltered(family, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatalf("listing routes: %v", err)
 	}
 	out := map[netip.Prefix]netlink.Route{}
 	for _, r := range rs {
-		if r.Priority != 0 {
+		if r.Priority != metric {
 			continue
 		}
-		p := netip.MustParsePrefix("0.0.0.0/0")
+		p := netip.MustParsePrefix(defaultDst)
 		if r.Dst != nil {
 			p = IPNetPrefix(r.Dst)
 		}
