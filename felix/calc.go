@@ -16,6 +16,12 @@ type plan struct {
 	ipip       bool
 	tunnelAddr netip.Addr
 	nodeAddr   netip.Prefix // invalid when unknown
+	// nodeAddr6 is this node's IPv6 address (invalid when unknown): the
+	// subnet that tells on-link IPv6 next hops from remote ones.
+	nodeAddr6 netip.Prefix
+	// ipv6 is true when an IPv6 pool exists: the IPv6 sysctls are then
+	// set (sysctl.go).
+	ipv6 bool
 	// vxlan is true when a VXLAN pool selects this node: vxlan.routed is
 	// then configured with vxlanAddr and vxlanMAC, and vteps are the
 	// remote nodes it reaches (vxlan.go).
@@ -49,6 +55,7 @@ func computePlan(cfg *Config, s *state) *plan {
 	if local != nil {
 		labels = local.Metadata.Labels
 		p.nodeAddr, _ = s.nodeAddr(cfg.NodeName)
+		p.nodeAddr6, _ = s.nodeAddr6(cfg.NodeName)
 		if local.Spec.BGP != nil {
 			p.tunnelAddr, _ = netip.ParseAddr(local.Spec.BGP.IPv4IPIPTunnelAddr)
 		}
@@ -58,6 +65,7 @@ func computePlan(cfg *Config, s *state) *plan {
 	p.vteps = remoteVTEPs(cfg.NodeName, s)
 	for _, pl := range pools {
 		p.allPools = append(p.allPools, pl.cidr)
+		p.ipv6 = p.ipv6 || pl.cidr.Addr().Is6()
 		if pl.nat {
 			p.natPools = append(p.natPools, pl.cidr)
 		}
@@ -79,28 +87,27 @@ func computePlan(cfg *Config, s *state) *plan {
 	// import guard first (guard.go).
 	g := newGuard(cfg, s, pools)
 	for dst, lr := range s.learned {
-		if !dst.Addr().Is4() {
-			continue
-		}
 		if rej := g.check(dst, lr); rej != nil {
 			p.rejected[dst] = rej
 			continue
 		}
-		if r, ok := routeVia(cfg, pools, p.nodeAddr, dst, lr.nextHop, s.gateway, p.vteps); ok {
+		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vteps); ok {
 			p.routes[dst] = r
 		}
 	}
 	var holes []netip.Prefix
 	for _, a := range sortedAffinities(s) {
-		if a.State != AffinityConfirmed || !a.CIDR.Addr().Is4() {
+		if a.State != AffinityConfirmed || !a.CIDR.IsValid() {
 			continue
 		}
 		if a.Node == cfg.NodeName {
-			holes = append(holes, a.CIDR)
+			holes = append(holes, a.CIDR.Masked())
 			continue
 		}
-		if nh, ok := s.nodeAddr(a.Node); ok {
-			if r, ok := routeVia(cfg, pools, p.nodeAddr, a.CIDR, nh.Addr(), s.gateway, p.vteps); ok {
+		// A remote block is reached through its node's address of the
+		// block's family: IPv6 blocks via the node's IPv6 address.
+		if nh, ok := s.nodeAddrFor(a.Node, a.CIDR.Addr()); ok {
+			if r, ok := routeVia(cfg, pools, p.local(a.CIDR.Addr()), a.CIDR, nh.Addr(), s.gateway, p.vteps); ok {
 				p.routes[a.CIDR] = r
 			}
 		}
@@ -128,7 +135,7 @@ func computePlan(cfg *Config, s *state) *plan {
 		}
 		for _, cidr := range w.Spec.IPNetworks {
 			pfx, err := netip.ParsePrefix(cidr)
-			if err != nil || !pfx.Addr().Is4() {
+			if err != nil || pfx.Addr().Is4In6() || pfx.Addr().Zone() != "" {
 				continue
 			}
 			pfx = pfx.Masked()
@@ -136,6 +143,14 @@ func computePlan(cfg *Config, s *state) *plan {
 		}
 	}
 	return p
+}
+
+// local is this node's address with prefix in the family of a.
+func (p *plan) local(a netip.Addr) netip.Prefix {
+	if a.Is4() {
+		return p.nodeAddr
+	}
+	return p.nodeAddr6
 }
 
 func sortedAffinities(s *state) []BlockAffinity {
@@ -164,16 +179,24 @@ func sortedAffinities(s *state) []BlockAffinity {
 // A pool with VXLAN goes over vxlan.routed to the VTEP of the node at nh
 // (vteps, by node address) the same way; a node without a VTEP yet is
 // reached directly.
+//
+// IPv6 works the same way with local the node's IPv6 address, and is
+// never encapsulated. A link-local IPv6 gateway (an IPv6 router learned
+// from router advertisements) comes from gw with its device as zone and
+// is written "via fe80::1 dev eth0".
 func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, nh netip.Addr, gw func(netip.Addr) netip.Addr, vteps map[netip.Addr]vtep) (routetable.Route, bool) {
-	if !dst.Addr().Is4() || !nh.Is4() || (local.IsValid() && nh == local.Addr()) {
+	if !dst.IsValid() || dst.Addr().Is4() != nh.Is4() || (local.IsValid() && nh == local.Addr()) {
 		return routetable.Route{}, false
 	}
 	dst = dst.Masked()
 	direct := routetable.Route{Dst: dst, Gw: nh}
 	if gw != nil && local.IsValid() && !local.Masked().Contains(nh) {
-		if g := gw(nh); g.IsValid() {
-			direct.Gw = g
+		if g := gw(nh); g.IsValid() && g.Is4() == nh.Is4() {
+			direct.Gw, direct.Iface = g.WithZone(""), g.Zone()
 		}
+	}
+	if dst.Addr().Is6() {
+		return direct, true
 	}
 	for _, pl := range pools {
 		if !pl.cidr.Contains(dst.Addr()) || pl.cidr.Bits() > dst.Bits() {

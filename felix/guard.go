@@ -52,16 +52,18 @@ type guard struct {
 	// blocks in any state.
 	owner map[netip.Prefix]string
 	own   []netip.Prefix
-	// nodeAt maps node addresses to node names.
-	nodeAt map[netip.Addr]string
-	addrOf map[string]netip.Addr
+	// nodeAt maps node addresses (IPv4 and IPv6) to node names; addrOf
+	// and addrOf6 map node names to their addresses.
+	nodeAt          map[netip.Addr]string
+	addrOf, addrOf6 map[string]netip.Addr
 	// borrowed maps borrowed /32s to the node that holds them.
 	borrowed map[netip.Addr]string
 }
 
 func newGuard(cfg *Config, s *state, pools []*pool) *guard {
 	g := &guard{pools: pools, self: cfg.NodeName, owner: map[netip.Prefix]string{},
-		nodeAt: map[netip.Addr]string{}, addrOf: map[string]netip.Addr{}, borrowed: map[netip.Addr]string{}}
+		nodeAt: map[netip.Addr]string{}, addrOf: map[string]netip.Addr{}, addrOf6: map[string]netip.Addr{},
+		borrowed: map[netip.Addr]string{}}
 	for _, a := range s.affinities {
 		switch {
 		case a.Node == cfg.NodeName:
@@ -74,6 +76,10 @@ func newGuard(cfg *Config, s *state, pools []*pool) *guard {
 		if p, ok := s.nodeAddr(name); ok {
 			g.nodeAt[p.Addr()] = name
 			g.addrOf[name] = p.Addr()
+		}
+		if p, ok := s.nodeAddr6(name); ok {
+			g.nodeAt[p.Addr()] = name
+			g.addrOf6[name] = p.Addr()
 		}
 	}
 	for _, br := range s.borrowed {
@@ -93,7 +99,7 @@ func (g *guard) check(dst netip.Prefix, r learnedRoute) *rejection {
 		// The one route allowed inside our own block: an address IPAM
 		// lent to another node, announced by that node.
 		if holder := g.borrowed[dst.Addr()]; dst.IsSingleIP() && holder != "" && holder != g.self {
-			return g.nextHopFor(holder, "borrowed address", r)
+			return g.nextHopFor(holder, "borrowed address", dst, r)
 		}
 		return &rejection{FilterOwnBlock, fmt.Sprintf("inside %s, a block of this node", b)}
 	}
@@ -117,15 +123,21 @@ func (g *guard) check(dst netip.Prefix, r learnedRoute) *rejection {
 	if holder == "" {
 		return &rejection{FilterNotInIPAM, fmt.Sprintf("inside pool %s but neither a confirmed block nor a borrowed address in IPAM", in.name)}
 	}
-	return g.nextHopFor(holder, what, r)
+	return g.nextHopFor(holder, what, dst, r)
 }
 
 // nextHopFor accepts a pool route of holder's when it leads to holder. A
 // routed node must announce it with holder's own address as next hop (a
 // node cannot pull another node's traffic); an explicit peer such as a
 // ToR may re-announce it with itself as next hop (AS-per-rack designs).
-func (g *guard) nextHopFor(holder, what string, r learnedRoute) *rejection {
-	want, ok := g.addrOf[holder]
+// The holder's address is the one of dst's family: an IPv6 block must
+// come with the node's IPv6 address as next hop.
+func (g *guard) nextHopFor(holder, what string, dst netip.Prefix, r learnedRoute) *rejection {
+	addrs := g.addrOf
+	if dst.Addr().Is6() {
+		addrs = g.addrOf6
+	}
+	want, ok := addrs[holder]
 	if ok && want == r.nextHop {
 		return nil
 	}

@@ -47,6 +47,7 @@ type loop struct {
 	tunnelDirty, mtuDirty             bool
 	vxlanDirty                        bool
 	sysctlsNeeded                     map[string]struct{} // device names
+	sysctlsAll                        bool                // re-check every device
 	failures                          int
 	retryAt                           time.Time
 }
@@ -271,6 +272,9 @@ func (l *loop) apply() {
 		if old == nil || old.ipip != l.plan.ipip || old.tunnelAddr != l.plan.tunnelAddr || old.nodeAddr != l.plan.nodeAddr {
 			l.tunnelDirty, l.mtuDirty = true, true
 		}
+		if old != nil && old.ipv6 != l.plan.ipv6 {
+			l.sysctlsAll = true // the IPv6 settings now apply
+		}
 		if old == nil || vxlanChanged(old, l.plan) {
 			l.vxlanDirty, l.mtuDirty = true, true
 		}
@@ -383,14 +387,16 @@ func (l *loop) noteDevice(link netlink.Link) {
 }
 
 // applySysctls sets the global sysctls and those of new pod devices; on
-// a full resync it re-checks every pod device.
+// a full resync, or when the first IPv6 pool appears, it re-checks every
+// pod device.
 func (l *loop) applySysctls(full bool) error {
 	if l.cfg.Features.DisableSysctls {
 		return nil
 	}
 	var settings []sysctl
-	if full {
-		settings = globalSysctls()
+	ipv6 := l.plan.ipv6
+	if full || l.sysctlsAll {
+		settings = globalSysctls(ipv6)
 		links, err := l.h.LinkList()
 		if err != nil {
 			return fmt.Errorf("felix: listing links: %w", err)
@@ -402,7 +408,7 @@ func (l *loop) applySysctls(full bool) error {
 		}
 	}
 	for n := range l.sysctlsNeeded {
-		settings = append(settings, workloadSysctls(n)...)
+		settings = append(settings, workloadSysctls(n, ipv6)...)
 	}
 	if len(settings) == 0 {
 		return nil
@@ -415,5 +421,6 @@ func (l *loop) applySysctls(full bool) error {
 		return err
 	}
 	clear(l.sysctlsNeeded)
+	l.sysctlsAll = false
 	return nil
 }

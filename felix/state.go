@@ -109,8 +109,13 @@ func (s *state) replaceResources(node string, rs map[api.Kind][]api.Resource) {
 func newPool(p *api.IPPool) *pool {
 	api.SetDefaults(p)
 	out := &pool{name: p.Metadata.Name, ipip: p.Spec.IPIPMode, vxlan: p.Spec.VXLANMode, nat: p.Spec.NATOutgoing}
-	if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is4() {
+	if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && !pfx.Addr().Is4In6() && pfx.Addr().Zone() == "" {
 		out.cidr, out.exists = pfx.Masked(), true
+	}
+	if out.cidr.Addr().Is6() {
+		// IPv6 pools are never encapsulated (the API refuses it; a pool
+		// written around it is routed natively all the same).
+		out.ipip, out.vxlan = "Never", "Never"
 	}
 	if sel, err := selector.Parse(p.Spec.NodeSelector); err == nil {
 		out.nodes = sel
@@ -136,7 +141,7 @@ func (s *state) sortedPools() []*pool {
 	return ps
 }
 
-// nodeAddr is a node's address with prefix (10.0.0.5/24).
+// nodeAddr is a node's IPv4 address with prefix (10.0.0.5/24).
 func (s *state) nodeAddr(name string) (netip.Prefix, bool) {
 	n, ok := s.nodes[name]
 	if !ok {
@@ -147,4 +152,21 @@ func (s *state) nodeAddr(name string) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	return p, true
+}
+
+// nodeAddr6 is a node's IPv6 address with prefix (fd00:10::5/64).
+func (s *state) nodeAddr6(name string) (netip.Prefix, bool) {
+	n, ok := s.nodes[name]
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	return n.Address6()
+}
+
+// nodeAddrFor is a node's address in the family of a.
+func (s *state) nodeAddrFor(name string, a netip.Addr) (netip.Prefix, bool) {
+	if a.Is4() {
+		return s.nodeAddr(name)
+	}
+	return s.nodeAddr6(name)
 }

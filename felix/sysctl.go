@@ -18,19 +18,38 @@ type sysctl struct {
 	optional bool
 }
 
-func globalSysctls() []sysctl {
-	return []sysctl{{path: "net/ipv4/ip_forward", value: "1"}}
+// globalSysctls turn on forwarding: IPv4 always, IPv6 when an IPv6 pool
+// exists (as Calico's felix does). With IPv6 forwarding on, the kernel
+// ignores router advertisements on interfaces whose accept_ra is 1: a
+// node that takes its own IPv6 default route from RAs needs accept_ra=2
+// on that interface.
+func globalSysctls(ipv6 bool) []sysctl {
+	out := []sysctl{{path: "net/ipv4/ip_forward", value: "1"}}
+	if ipv6 {
+		out = append(out, sysctl{path: "net/ipv6/conf/all/forwarding", value: "1"})
+	}
+	return out
 }
 
 // workloadSysctls are what a pod's host-side device needs: answer ARP for
 // every address (the pod's gateway 169.254.1.1 exists nowhere) at once,
-// and forward.
-func workloadSysctls(iface string) []sysctl {
-	return []sysctl{
+// and forward. With IPv6 pools also: proxy NDP (the IPv6 counterpart of
+// proxy ARP), forwarding, and no router advertisements taken from the
+// pod (one could otherwise steer the host's IPv6 routes).
+func workloadSysctls(iface string, ipv6 bool) []sysctl {
+	out := []sysctl{
 		{path: "net/ipv4/conf/" + iface + "/proxy_arp", value: "1", optional: true},
 		{path: "net/ipv4/neigh/" + iface + "/proxy_delay", value: "0", optional: true},
 		{path: "net/ipv4/conf/" + iface + "/forwarding", value: "1", optional: true},
 	}
+	if ipv6 {
+		out = append(out,
+			sysctl{path: "net/ipv6/conf/" + iface + "/proxy_ndp", value: "1", optional: true},
+			sysctl{path: "net/ipv6/conf/" + iface + "/forwarding", value: "1", optional: true},
+			sysctl{path: "net/ipv6/conf/" + iface + "/accept_ra", value: "0", optional: true},
+		)
+	}
+	return out
 }
 
 // writeSysctls sets each value that differs. /proc/sys/net shows the
