@@ -114,11 +114,16 @@ func (h *harness) ip(t *testing.T, args ...string) {
 	}
 }
 
-// routeIs waits until dst's route satisfies ok (nil ok: until it is gone).
+// routeIs waits until dst's route (IPv4 or IPv6) satisfies ok (nil ok:
+// until it is gone).
 func (h *harness) routeIs(t *testing.T, dst string, timeout time.Duration, ok func(netlink.Route) bool, what string) {
 	t.Helper()
+	routes := h.ns.Routes
+	if pfx(dst).Addr().Is6() {
+		routes = h.ns.Routes6
+	}
 	nstest.Eventually(t, timeout, func() string {
-		r, present := h.ns.Routes(t)[pfx(dst)]
+		r, present := routes(t)[pfx(dst)]
 		switch {
 		case ok == nil && present:
 			return fmt.Sprintf("route %s still present: %v", dst, r)
@@ -133,6 +138,20 @@ func (h *harness) routeIs(t *testing.T, dst string, timeout time.Duration, ok fu
 		}
 		return ""
 	})
+}
+
+// sysctlsAre waits until each sysctl (path under /proc/sys) in the
+// node's namespace holds its value.
+func (h *harness) sysctlsAre(t *testing.T, want map[string]string) {
+	t.Helper()
+	for name, v := range want {
+		nstest.Eventually(t, 3*time.Second, func() string {
+			if got := strings.TrimSpace(h.ns.ReadSysctl(t, name)); got != v {
+				return fmt.Sprintf("%s = %s, want %s", name, got, v)
+			}
+			return ""
+		})
+	}
 }
 
 func (h *harness) index(t *testing.T, name string) int {
@@ -222,19 +241,12 @@ func TestFelixProgramsTheNode(t *testing.T) {
 	}
 
 	t.Run("sysctls", func(t *testing.T) {
-		for name, want := range map[string]string{
+		h.sysctlsAre(t, map[string]string{
 			"net/ipv4/ip_forward":              "1",
 			"net/ipv4/conf/cali1/proxy_arp":    "1",
 			"net/ipv4/neigh/cali1/proxy_delay": "0",
 			"net/ipv4/conf/cali1/forwarding":   "1",
-		} {
-			nstest.Eventually(t, 3*time.Second, func() string {
-				if got := strings.TrimSpace(h.ns.ReadSysctl(t, name)); got != want {
-					return fmt.Sprintf("%s = %s, want %s", name, got, want)
-				}
-				return ""
-			})
-		}
+		})
 		// Sysctls are per namespace: someone resets one, the resync fixes it.
 		h.ns.Do(t, func() error { return os.WriteFile("/proc/sys/net/ipv4/conf/cali1/proxy_arp", []byte("0"), 0) })
 		nstest.Eventually(t, 4*time.Second, func() string {
