@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,31 @@ func TestRouteReflectorIPv6(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("c1's best route to c2's IPv6 block is not via c2 from the RR: %+v", routes)
+	}
+}
+
+// TestEmptyASPathIPv6: an IPv6 route with an empty AS_PATH from an eBGP
+// peer over IPv6 is dropped (routed-ebgp-empty-as-path has /128
+// neighbor entries), while the same peer's next, well-formed route is
+// learned with its IPv6 next hop.
+func TestEmptyASPathIPv6(t *testing.T) {
+	t.Parallel()
+	c := newCluster6(t)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	r := c.lab.AddHost("ebgp6", 60)
+	const peerAS = 4200000002
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "ebgp6"}, Spec: api.BGPPeerSpec{PeerIP: r.Addr6.String(), ASNumber: peerAS}})
+	rp := dialRaw(t, r, a.host.Addr6, peerAS)
+	defer rp.c.Close()
+
+	origin := attr(0x40, 1, []byte{0})
+	bad, marker := netip.MustParsePrefix("2001:db8:bad::/48"), netip.MustParsePrefix("2001:db8:600d::/48")
+	rp.send(t, update6(origin, attr(0x40, 2, nil), mpReach6(r.Addr6, bad)))
+	rp.send(t, update6(origin, attr(0x40, 2, asPath4(peerAS)), mpReach6(r.Addr6, marker)))
+	// UPDATEs of one session are handled in order: once the second is
+	// learned, the first was judged.
+	a.waitRoutes("the well-formed IPv6 route", 20*time.Second, has(marker.String(), r.Addr6.String()))
+	if nh, learned := a.sink().Routes[bad.String()]; learned {
+		t.Fatalf("IPv6 route with an empty AS_PATH from an eBGP peer learned (via %s)", nh)
 	}
 }

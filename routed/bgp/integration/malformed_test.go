@@ -165,29 +165,35 @@ func bgpMsg(typ byte, body []byte) []byte {
 }
 
 // dialRaw connects from host h to the node at remote:179 and completes
-// the OPEN/KEEPALIVE exchange (IPv4 unicast, 4-byte AS numbers). The
-// node may not know the peer yet, or still hold it idle: keep trying.
+// the OPEN/KEEPALIVE exchange (the unicast family of remote, 4-byte AS
+// numbers; over IPv6 from h's IPv6 address). The node may not know the
+// peer yet, or still hold it idle: keep trying.
 func dialRaw(t *testing.T, h *bgptest.Host, remote netip.Addr, asn uint32) *rawPeer {
 	t.Helper()
+	local := h.Addr
+	if remote.Is6() {
+		local = h.Addr6
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var p *rawPeer
 		err := h.Do(func() error {
 			var err error
-			p, err = tryRaw(h.Addr, remote, asn)
+			p, err = tryRaw(local, remote, h.Addr, asn)
 			return err
 		})
 		if err == nil {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("raw peer %s: no session within 60 s: %v", h.Addr, err)
+			t.Fatalf("raw peer %s: no session within 60 s: %v", local, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 }
 
-func tryRaw(local, remote netip.Addr, asn uint32) (*rawPeer, error) {
+// tryRaw opens a session from local to remote with BGP identifier id.
+func tryRaw(local, remote, id netip.Addr, asn uint32) (*rawPeer, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", netip.AddrPortFrom(remote, 179).String())
 	if err != nil {
@@ -198,10 +204,13 @@ func tryRaw(local, remote netip.Addr, asn uint32) (*rawPeer, error) {
 		1, 4, 0, 1, 0, 1, // multiprotocol IPv4 unicast
 		65, 4, 0, 0, 0, 0, // 4-byte AS
 	}
+	if remote.Is6() {
+		caps[3] = 2 // AFI IPv6
+	}
 	binary.BigEndian.PutUint32(caps[8:], asn)
 	open := []byte{4, 0, 0, 0, 90}
 	binary.BigEndian.PutUint16(open[1:], 23456) // AS_TRANS; the real AS is in the capability
-	open = append(open, local.AsSlice()...)
+	open = append(open, id.AsSlice()...)
 	open = append(open, byte(2+len(caps)), 2, byte(len(caps)))
 	open = append(open, caps...)
 	if _, err := c.Write(bgpMsg(1, open)); err != nil {
@@ -257,6 +266,28 @@ func asPath4(asns ...uint32) []byte {
 		b = binary.BigEndian.AppendUint32(b, a)
 	}
 	return b
+}
+
+// mpReach6 is an MP_REACH_NLRI attribute announcing the IPv6 prefix
+// nlri with next hop nh.
+func mpReach6(nh netip.Addr, nlri netip.Prefix) []byte {
+	v := []byte{0, 2, 1, 16} // AFI IPv6, SAFI unicast, next hop length
+	v = append(v, nh.AsSlice()...)
+	v = append(v, 0, byte(nlri.Bits()))
+	v = append(v, nlri.Addr().AsSlice()[:(nlri.Bits()+7)/8]...)
+	return attr(0x80, 14, v)
+}
+
+// update6 builds an UPDATE with attrs only (IPv6 routes ride in
+// MP_REACH_NLRI).
+func update6(attrs ...[]byte) []byte {
+	var pa []byte
+	for _, a := range attrs {
+		pa = append(pa, a...)
+	}
+	body := []byte{0, 0}
+	body = binary.BigEndian.AppendUint16(body, uint16(len(pa)))
+	return bgpMsg(2, append(body, pa...))
 }
 
 // update builds an UPDATE announcing nlri with attrs.
