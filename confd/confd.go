@@ -149,7 +149,14 @@ func (c *Confd) push(st *state) {
 	if st.lastGlobal == nil || *st.lastGlobal != d.Global {
 		g := d.Global
 		st.lastGlobal = &g
-		c.log.WithFields(logrus.Fields{"asn": g.ASN, "routerID": g.RouterID, "port": g.ListenPort}).Info("BGP identity")
+		f := logrus.Fields{"asn": g.ASN, "routerID": g.RouterID, "port": g.ListenPort}
+		if g.IPv6.IsValid() {
+			f["ipv6"] = g.IPv6
+		}
+		if g.RouterIDDerived {
+			f["routerIDFrom"] = "node name (no IPv4 address)"
+		}
+		c.log.WithFields(f).Info("BGP identity")
 		c.sp.SetGlobal(g)
 	}
 	if !slices.Equal(d.ServiceCIDRs, st.lastSvc) {
