@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/natout"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -81,6 +83,16 @@ func TestFelixProgramsIPv6(t *testing.T) {
 		"net/ipv6/conf/cali1/proxy_ndp":  "1",
 		"net/ipv6/conf/cali1/forwarding": "1",
 		"net/ipv6/conf/cali1/accept_ra":  "0",
+	})
+
+	// NAT outgoing for the IPv6 pool, in the ip6 table.
+	c := nftConn(t, h)
+	nstest.Eventually(t, 3*time.Second, func() string {
+		got, err := natout.ReadSet6(c, natout.NATPoolsSet)
+		if err != nil || !slices.Equal(got, []netip.Prefix{pfx("fd00:244::/112")}) {
+			return fmt.Sprintf("ip6 nat-pools = %v (%v), want [fd00:244::/112]", got, err)
+		}
+		return ""
 	})
 
 	// Resync (every second here): a stale IPv6 route of protocol 82

@@ -1,7 +1,8 @@
 // Package natout programs NAT outgoing for pools with natOutgoing: traffic
 // from such a pool to anywhere outside all pools is masqueraded.
 //
-// It owns one nftables table, "routed" (family ip), and nothing else:
+// It owns one nftables table per family, both named "routed", and nothing
+// else:
 //
 //	table ip routed {
 //		set all-pools { type ipv4_addr; flags interval; elements = { every pool } }
@@ -12,8 +13,10 @@
 //		}
 //	}
 //
-// Every change is one nftables transaction, so the rule never sees a
-// half-updated set. Uninstall removes the table.
+// and, once an IPv6 pool exists, the same as "table ip6 routed" with
+// ipv6_addr sets and "ip6 saddr ... ip6 daddr". Every change is one
+// nftables transaction per family, so a rule never sees a half-updated
+// set. Uninstall removes both tables.
 package natout
 
 import (
@@ -29,23 +32,41 @@ import (
 
 // Names of the objects this package owns.
 const (
-	TableName    = "routed"
-	AllPoolsSet  = "all-pools"
-	NATPoolsSet  = "nat-pools"
-	ChainName    = "postrouting"
-	tableFamily  = nftables.TableFamilyIPv4
-	ipv4SrcOff   = 12
-	ipv4DstOff   = 16
-	ipv4AddrSize = 4
+	TableName   = "routed"
+	AllPoolsSet = "all-pools"
+	NATPoolsSet = "nat-pools"
+	ChainName   = "postrouting"
 )
 
-// Table keeps the routed NAT table in line with the pools. It is used
-// from one goroutine.
+// family is what differs between the ip and ip6 tables.
+type family struct {
+	name           string
+	nft            nftables.TableFamily
+	key            nftables.SetDatatype
+	srcOff, dstOff uint32 // in the network header
+	addrLen        uint32
+	is4            bool
+}
+
+var (
+	ipv4 = &family{name: "ip", nft: nftables.TableFamilyIPv4, key: nftables.TypeIPAddr, srcOff: 12, dstOff: 16, addrLen: 4, is4: true}
+	ipv6 = &family{name: "ip6", nft: nftables.TableFamilyIPv6, key: nftables.TypeIP6Addr, srcOff: 8, dstOff: 24, addrLen: 16}
+)
+
+// Table keeps the routed NAT tables in line with the pools: "ip routed"
+// always, "ip6 routed" once an IPv6 pool exists. It is used from one
+// goroutine.
 type Table struct {
-	conn     *nftables.Conn
-	all, nat []netip.Prefix
-	// installed is what the last successful write put in the kernel;
-	// nil before the first.
+	conn *nftables.Conn
+	v4   famTable
+	v6   famTable
+}
+
+// famTable is one family's table: the wanted pools and what the last
+// successful write installed (nil before the first).
+type famTable struct {
+	fam       *family
+	all, nat  []netip.Prefix
 	installed *state
 }
 
@@ -58,7 +79,7 @@ func New(netnsFd int) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Table{conn: c}, nil
+	return &Table{conn: c, v4: famTable{fam: ipv4}, v6: famTable{fam: ipv6}}, nil
 }
 
 // ErrUnsupported means the kernel has no nf_tables netlink interface.
@@ -86,102 +107,114 @@ func newConn(netnsFd int) (*nftables.Conn, error) {
 // Close releases the netlink socket. The table stays in the kernel.
 func (t *Table) Close() error { return t.conn.CloseLasting() }
 
-// SetPools sets the CIDRs of all pools and of the natOutgoing ones.
+// SetPools sets the CIDRs of all pools and of the natOutgoing ones, of
+// both families.
 func (t *Table) SetPools(all, nat []netip.Prefix) {
-	t.all, t.nat = normalize(all), normalize(nat)
+	t.v4.all, t.v4.nat = normalize(all, true), normalize(nat, true)
+	t.v6.all, t.v6.nat = normalize(all, false), normalize(nat, false)
 }
 
 // Apply writes the sets if they changed since the last write. With
-// verify, it first reads the table back from the kernel and rewrites
-// all of it if anything differs (someone flushed or edited it).
+// verify, it first reads the tables back from the kernel and rewrites
+// all of one if anything differs (someone flushed or edited it). The
+// ip6 table is left out until an IPv6 pool exists.
 func (t *Table) Apply(verify bool) error {
-	want := &state{all: t.all, nat: t.nat}
-	if verify && t.installed != nil {
-		ok, err := t.matchesKernel(want)
+	err := t.v4.apply(t.conn, verify)
+	if len(t.v6.all) > 0 || t.v6.installed != nil {
+		err = errors.Join(err, t.v6.apply(t.conn, verify))
+	}
+	return err
+}
+
+func (ft *famTable) apply(c *nftables.Conn, verify bool) error {
+	want := &state{all: ft.all, nat: ft.nat}
+	if verify && ft.installed != nil {
+		ok, err := ft.fam.matchesKernel(c, want)
 		if err != nil || !ok {
-			t.installed = nil
+			ft.installed = nil
 		}
 	}
 	switch {
-	case t.installed == nil:
-		if err := t.writeAll(want); err != nil {
+	case ft.installed == nil:
+		if err := ft.fam.writeAll(c, want); err != nil {
 			return err
 		}
-	case !slices.Equal(t.installed.all, want.all) || !slices.Equal(t.installed.nat, want.nat):
-		if err := t.writeSets(want); err != nil {
-			t.installed = nil
+	case !slices.Equal(ft.installed.all, want.all) || !slices.Equal(ft.installed.nat, want.nat):
+		if err := ft.fam.writeSets(c, want); err != nil {
+			ft.installed = nil
 			return err
 		}
 	}
-	t.installed = want
+	ft.installed = want
 	return nil
 }
 
-func table() *nftables.Table { return &nftables.Table{Name: TableName, Family: tableFamily} }
+func (f *family) table() *nftables.Table { return &nftables.Table{Name: TableName, Family: f.nft} }
 
-func set(tbl *nftables.Table, name string) *nftables.Set {
-	return &nftables.Set{Table: tbl, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
+func (f *family) set(tbl *nftables.Table, name string) *nftables.Set {
+	return &nftables.Set{Table: tbl, Name: name, KeyType: f.key, Interval: true}
 }
 
 // writeAll (re)creates the table, both sets and the chain with its rule
 // in one transaction; existing objects are reused and emptied.
-func (t *Table) writeAll(want *state) error {
-	tbl := t.conn.AddTable(table())
-	all, nat := set(tbl, AllPoolsSet), set(tbl, NATPoolsSet)
+func (f *family) writeAll(c *nftables.Conn, want *state) error {
+	tbl := c.AddTable(f.table())
+	all, nat := f.set(tbl, AllPoolsSet), f.set(tbl, NATPoolsSet)
 	for _, s := range []*nftables.Set{all, nat} {
-		if err := t.conn.AddSet(s, nil); err != nil {
-			return fmt.Errorf("natout: set %s: %w", s.Name, err)
+		if err := c.AddSet(s, nil); err != nil {
+			return fmt.Errorf("natout: %s set %s: %w", f.name, s.Name, err)
 		}
 	}
-	if err := t.fillSets(all, nat, want); err != nil {
+	if err := f.fillSets(c, all, nat, want); err != nil {
 		return err
 	}
-	ch := t.conn.AddChain(&nftables.Chain{
+	ch := c.AddChain(&nftables.Chain{
 		Name: ChainName, Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
-	t.conn.FlushChain(ch)
-	t.conn.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: ruleExprs(all, nat)})
-	if err := t.conn.Flush(); err != nil {
-		return fmt.Errorf("natout: installing table %s: %w", TableName, err)
+	c.FlushChain(ch)
+	c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: f.ruleExprs(all, nat)})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("natout: installing table %s %s: %w", f.name, TableName, err)
 	}
 	return nil
 }
 
 // writeSets replaces both sets' contents in one transaction.
-func (t *Table) writeSets(want *state) error {
-	tbl := table()
-	if err := t.fillSets(set(tbl, AllPoolsSet), set(tbl, NATPoolsSet), want); err != nil {
+func (f *family) writeSets(c *nftables.Conn, want *state) error {
+	tbl := f.table()
+	if err := f.fillSets(c, f.set(tbl, AllPoolsSet), f.set(tbl, NATPoolsSet), want); err != nil {
 		return err
 	}
-	if err := t.conn.Flush(); err != nil {
-		return fmt.Errorf("natout: updating pool sets: %w", err)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("natout: updating %s pool sets: %w", f.name, err)
 	}
 	return nil
 }
 
-func (t *Table) fillSets(all, nat *nftables.Set, want *state) error {
+func (f *family) fillSets(c *nftables.Conn, all, nat *nftables.Set, want *state) error {
 	for _, x := range []struct {
 		s *nftables.Set
 		p []netip.Prefix
 	}{{all, want.all}, {nat, want.nat}} {
-		t.conn.FlushSet(x.s)
+		c.FlushSet(x.s)
 		if len(x.p) == 0 {
 			continue
 		}
-		if err := t.conn.SetAddElements(x.s, elements(x.p)); err != nil {
-			return fmt.Errorf("natout: set %s: %w", x.s.Name, err)
+		if err := c.SetAddElements(x.s, elements(x.p)); err != nil {
+			return fmt.Errorf("natout: %s set %s: %w", f.name, x.s.Name, err)
 		}
 	}
 	return nil
 }
 
-// ruleExprs is: ip saddr @nat-pools ip daddr != @all-pools masquerade.
-func ruleExprs(all, nat *nftables.Set) []expr.Any {
+// ruleExprs is: ip saddr @nat-pools ip daddr != @all-pools masquerade
+// (ip6 saddr/daddr in the ip6 table).
+func (f *family) ruleExprs(all, nat *nftables.Set) []expr.Any {
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv4SrcOff, Len: ipv4AddrSize},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOff, Len: f.addrLen},
 		&expr.Lookup{SourceRegister: 1, SetName: nat.Name, SetID: nat.ID},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv4DstOff, Len: ipv4AddrSize},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.dstOff, Len: f.addrLen},
 		&expr.Lookup{SourceRegister: 1, SetName: all.Name, SetID: all.ID, Invert: true},
 		&expr.Masq{},
 	}
@@ -189,38 +222,35 @@ func ruleExprs(all, nat *nftables.Set) []expr.Any {
 
 // elements encodes prefixes as interval set elements: the first address,
 // and the address after the last flagged as an interval end (omitted
-// when the range runs to 255.255.255.255).
+// when the range runs to the family's last address).
 func elements(ps []netip.Prefix) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, p := range ps {
-		start := p.Addr().As4()
-		out = append(out, nftables.SetElement{Key: start[:]})
-		if end, ok := afterLast(p); ok {
-			e := end.As4()
-			out = append(out, nftables.SetElement{Key: e[:], IntervalEnd: true})
+		out = append(out, nftables.SetElement{Key: p.Addr().AsSlice()})
+		if end := lastAddr(p).Next(); end.IsValid() {
+			out = append(out, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
 		}
 	}
 	return out
 }
 
-func afterLast(p netip.Prefix) (netip.Addr, bool) {
-	a := p.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	size := uint64(1) << (32 - p.Bits())
-	next := uint64(v) + size
-	if next > 0xffffffff {
-		return netip.Addr{}, false
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
 	}
-	n := uint32(next)
-	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
-// normalize sorts, masks and drops prefixes covered by another (pools
-// never overlap once validated, but an interval set rejects overlaps).
-func normalize(ps []netip.Prefix) []netip.Prefix {
+// normalize keeps one family's prefixes (IPv4 when v4), sorted and
+// masked, and drops prefixes covered by another (pools never overlap
+// once validated, but an interval set rejects overlaps).
+func normalize(ps []netip.Prefix, v4 bool) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range ps {
-		if p.IsValid() && p.Addr().Is4() {
+		if p.IsValid() && p.Addr().Is4() == v4 {
 			out = append(out, p.Masked())
 		}
 	}
@@ -241,18 +271,18 @@ func normalize(ps []netip.Prefix) []netip.Prefix {
 }
 
 // matchesKernel reads the table back and compares it with want.
-func (t *Table) matchesKernel(want *state) (bool, error) {
-	tbl := table()
+func (f *family) matchesKernel(c *nftables.Conn, want *state) (bool, error) {
+	tbl := f.table()
 	for _, x := range []struct {
 		name string
 		p    []netip.Prefix
 	}{{AllPoolsSet, want.all}, {NATPoolsSet, want.nat}} {
-		got, err := ReadSet(t.conn, x.name)
+		got, err := f.readSet(c, x.name)
 		if err != nil || !slices.Equal(got, x.p) {
 			return false, err
 		}
 	}
-	rules, err := t.conn.GetRules(tbl, &nftables.Chain{Name: ChainName, Table: tbl})
+	rules, err := c.GetRules(tbl, &nftables.Chain{Name: ChainName, Table: tbl})
 	if err != nil || len(rules) != 1 {
 		return false, err
 	}
@@ -264,65 +294,81 @@ func (t *Table) matchesKernel(want *state) (bool, error) {
 	return masq, nil
 }
 
-// ReadSet reads one of the table's sets back as prefixes. Exported for
-// tests and status tools.
-func ReadSet(c *nftables.Conn, name string) ([]netip.Prefix, error) {
-	s, err := c.GetSetByName(table(), name)
+// ReadSet reads one of the ip table's sets back as prefixes. Exported
+// for tests and status tools.
+func ReadSet(c *nftables.Conn, name string) ([]netip.Prefix, error) { return ipv4.readSet(c, name) }
+
+// ReadSet6 is ReadSet for the ip6 table.
+func ReadSet6(c *nftables.Conn, name string) ([]netip.Prefix, error) { return ipv6.readSet(c, name) }
+
+func (f *family) readSet(c *nftables.Conn, name string) ([]netip.Prefix, error) {
+	s, err := c.GetSetByName(f.table(), name)
 	if err != nil {
-		return nil, fmt.Errorf("natout: reading set %s: %w", name, err)
+		return nil, fmt.Errorf("natout: reading %s set %s: %w", f.name, name, err)
 	}
 	els, err := c.GetSetElements(s)
 	if err != nil {
-		return nil, fmt.Errorf("natout: reading set %s: %w", name, err)
+		return nil, fmt.Errorf("natout: reading %s set %s: %w", f.name, name, err)
 	}
-	return rangesToPrefixes(els), nil
+	return f.rangesToPrefixes(els), nil
 }
 
-func rangesToPrefixes(els []nftables.SetElement) []netip.Prefix {
-	var starts, ends []uint32
+// rangesToPrefixes turns interval elements back into prefixes: each
+// start with the smallest end marker above it (none: the range runs to
+// the family's last address).
+func (f *family) rangesToPrefixes(els []nftables.SetElement) []netip.Prefix {
+	var starts, ends []netip.Addr
 	for _, e := range els {
-		if len(e.Key) != 4 {
+		a, ok := netip.AddrFromSlice(e.Key)
+		if !ok || len(e.Key) != int(f.addrLen) {
 			continue
 		}
-		v := uint32(e.Key[0])<<24 | uint32(e.Key[1])<<16 | uint32(e.Key[2])<<8 | uint32(e.Key[3])
 		if e.IntervalEnd {
-			ends = append(ends, v)
+			ends = append(ends, a)
 		} else {
-			starts = append(starts, v)
+			starts = append(starts, a)
 		}
 	}
-	slices.Sort(starts)
-	slices.Sort(ends)
+	slices.SortFunc(starts, netip.Addr.Compare)
+	slices.SortFunc(ends, netip.Addr.Compare)
 	var out []netip.Prefix
 	for _, s := range starts {
-		// The range's end is the smallest end marker above its start.
-		size := uint64(1) << 32
-		if i, _ := slices.BinarySearch(ends, s+1); i < len(ends) && s != 0xffffffff {
-			size = uint64(ends[i]) - uint64(s)
-		} else {
-			size -= uint64(s)
+		var end netip.Addr // zero: to the last address
+		i, found := slices.BinarySearchFunc(ends, s, netip.Addr.Compare)
+		if found {
+			i++
 		}
-		bits := 32
-		for uint64(1)<<(32-bits) < size && bits > 0 {
-			bits--
+		if i < len(ends) {
+			end = ends[i]
 		}
-		a := netip.AddrFrom4([4]byte{byte(s >> 24), byte(s >> 16), byte(s >> 8), byte(s)})
-		out = append(out, netip.PrefixFrom(a, bits))
+		// The longest prefix from s that reaches the end.
+		bits := s.BitLen()
+		for ; bits > 0; bits-- {
+			next := lastAddr(netip.PrefixFrom(s, bits)).Next()
+			if !next.IsValid() || (end.IsValid() && next.Compare(end) >= 0) {
+				break
+			}
+		}
+		out = append(out, netip.PrefixFrom(s, bits))
 	}
 	return out
 }
 
-// Uninstall removes the routed table from the namespace open as netnsFd
-// (-1 for the caller's own). A missing table is success.
+// Uninstall removes the routed tables (ip and ip6) from the namespace
+// open as netnsFd (-1 for the caller's own). A missing table is success.
 func Uninstall(netnsFd int) error {
 	c, err := newConn(netnsFd)
 	if err != nil {
 		return err
 	}
 	defer c.CloseLasting()
-	c.DelTable(table())
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("natout: removing table %s: %w", TableName, err)
+	var errs []error
+	// One transaction each: a missing ip6 table must not keep the ip one.
+	for _, f := range []*family{ipv4, ipv6} {
+		c.DelTable(f.table())
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("natout: removing table %s %s: %w", f.name, TableName, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
