@@ -112,7 +112,8 @@ func TestMeshIPv6(t *testing.T) {
 // TestBirdIPv6: BIRD 2 as an eBGP top-of-rack router over IPv6, with TCP
 // MD5 and graceful restart: it learns each node's IPv6 block from that
 // node only (eBGP peers get a node's own routes), the nodes learn its
-// IPv6 route, and a node's planned restart keeps its route at BIRD.
+// IPv6 route, a node's planned restart keeps its route at BIRD, and with
+// keepOriginalNextHop a node passes on the other's block unchanged.
 func TestBirdIPv6(t *testing.T) {
 	t.Parallel()
 	c := newCluster6(t)
@@ -173,6 +174,15 @@ protocol bgp node_b from nodes { neighbor %[4]s as 64512; }
 	a.start()
 	bird.WaitCtl(t, "show protocols node_a", 30*time.Second, func(s string) bool { return strings.Contains(s, "Established") })
 	a.waitRoutes("BIRD's IPv6 route after the restart", 30*time.Second, has("2001:db8:100::/48", tor.Addr6.String()))
+
+	// keepOriginalNextHop: each node now also passes on the other's
+	// block, with the originator's IPv6 address as next hop.
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor6"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr6.String(), ASNumber: 65000,
+		KeepOriginalNextHop: true, Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "tor6"}}}})
+	out = bird.WaitCtl(t, "show route fd00:65:2::/122 all", 30*time.Second, func(s string) bool {
+		return strings.Count(s, "via "+v6(b)) == 2 && strings.Contains(s, "[node_a ")
+	})
+	t.Logf("BIRD's paths to b's block with keepOriginalNextHop:\n%s", out)
 }
 
 // TestRouteReflectorIPv6: with the mesh off, a routed route reflector
