@@ -157,7 +157,7 @@ func TestCRUDErrors(t *testing.T) {
 			return err
 		}, api.ErrInvalid},
 		{"create invalid", func() error {
-			_, err := c.Create(ctx, newPool("bad", "fd00::/64"))
+			_, err := c.Create(ctx, newPool("bad", "fe80::/64")) // link-local
 			return err
 		}, api.ErrInvalid},
 		{"delete at stale version", func() error { return c.Delete(ctx, api.KindNode, "n1", rv) }, ErrConflict},

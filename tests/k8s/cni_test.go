@@ -181,8 +181,9 @@ func TestCNIPodSource(t *testing.T) {
 		mention    string
 	}{
 		{"ipaddrs-not-json", map[string]string{"cni.projectcalico.org/ipAddrs": `10.244.1.5`}, false, "", 7, "ipAddrs"},
-		{"ipaddrs-two", map[string]string{"routed.io/ipAddrs": `["10.244.1.5","10.244.1.6"]`}, false, "", 7, "one IPv4 address"},
-		{"ipaddrs-v6", map[string]string{"routed.io/ipAddrs": `["fd00::5"]`}, false, "", 7, "IPv4"},
+		{"ipaddrs-two", map[string]string{"routed.io/ipAddrs": `["10.244.1.5","10.244.1.6"]`}, false, "", 7, "one address per family"},
+		// No IPv6 pool exists here: the IPv6 address is in none.
+		{"ipaddrs-v6", map[string]string{"routed.io/ipAddrs": `["fd00::5"]`}, false, "", 7, "fd00::5"},
 		{"ipaddrs-outside-pools", map[string]string{"routed.io/ipAddrs": `["172.31.0.5"]`}, false, "", 7, "172.31.0.5"},
 		{"pools-not-json", map[string]string{"routed.io/ipv4pools": `["pool-b"`}, false, "", 7, "ipv4pools"},
 		{"pools-unknown", map[string]string{"cni.projectcalico.org/ipv4pools": `["no-such-pool"]`}, false, "", 7, "no-such-pool"},

@@ -190,10 +190,14 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
     "log_level": "info",
     "log_file_path": %q,
     "mtu_file": %q,
+    "ipam_lock_file": %q,
     "ipam": {"type": "routed-ipam"}
   }]
 }
-`, l.Topo.EtcdEndpoint(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"))
+`, l.Topo.EtcdEndpoint(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"),
+			// Each lab node is a host of its own: its own host IPAM lock,
+			// not this machine's /var/run/routed/ipam.lock.
+			filepath.Join(l.Dir, n.Name, "ipam.lock"))
 		if err := os.WriteFile(filepath.Join(dir, "10-routed.conflist"), []byte(conf), 0o644); err != nil {
 			return err
 		}
