@@ -82,6 +82,12 @@ type DefaultPool struct {
 	VXLANMode   string
 	NATOutgoing bool
 	Disabled    bool // ROUTED_NO_DEFAULT_IPPOOLS
+	// CIDR6, when set, is the IPv6 pool created when no IPv6 pool
+	// exists (Calico's CALICO_IPV6POOL_CIDR), with BlockSize6 and
+	// NATOutgoing6.
+	CIDR6        string
+	BlockSize6   int
+	NATOutgoing6 bool
 }
 
 // env returns the first set variable of names, else def.
@@ -132,6 +138,9 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Pool.IPIPMode, "default-ipv4-pool-ipip", env("Never", "ROUTED_IPV4POOL_IPIP", "CALICO_IPV4POOL_IPIP"), "ipipMode of the default pool: Never, Always, CrossSubnet (env ROUTED_IPV4POOL_IPIP, CALICO_IPV4POOL_IPIP)")
 	fs.StringVar(&c.Pool.VXLANMode, "default-ipv4-pool-vxlan", env("Never", "ROUTED_IPV4POOL_VXLAN", "CALICO_IPV4POOL_VXLAN"), "vxlanMode of the default pool: Never, Always, CrossSubnet; at most one of ipip and vxlan (env ROUTED_IPV4POOL_VXLAN, CALICO_IPV4POOL_VXLAN)")
 	fs.BoolVar(&c.Pool.NATOutgoing, "default-ipv4-pool-nat-outgoing", envBool(true, "ROUTED_IPV4POOL_NAT_OUTGOING", "CALICO_IPV4POOL_NAT_OUTGOING"), "natOutgoing of the default pool (env ROUTED_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_NAT_OUTGOING)")
+	fs.StringVar(&c.Pool.CIDR6, "default-ipv6-pool-cidr", env("", "ROUTED_IPV6POOL_CIDR", "CALICO_IPV6POOL_CIDR"), "CIDR of the IPv6 pool created when no IPv6 pool exists, e.g. fd00:10:244::/48 (empty: none) (env ROUTED_IPV6POOL_CIDR, CALICO_IPV6POOL_CIDR)")
+	fs.IntVar(&c.Pool.BlockSize6, "default-ipv6-pool-block-size", envInt(122, "ROUTED_IPV6POOL_BLOCK_SIZE", "CALICO_IPV6POOL_BLOCK_SIZE"), "block size of the default IPv6 pool (env ROUTED_IPV6POOL_BLOCK_SIZE, CALICO_IPV6POOL_BLOCK_SIZE)")
+	fs.BoolVar(&c.Pool.NATOutgoing6, "default-ipv6-pool-nat-outgoing", envBool(false, "ROUTED_IPV6POOL_NAT_OUTGOING", "CALICO_IPV6POOL_NAT_OUTGOING"), "natOutgoing of the default IPv6 pool (env ROUTED_IPV6POOL_NAT_OUTGOING, CALICO_IPV6POOL_NAT_OUTGOING)")
 	fs.BoolVar(&c.Pool.Disabled, "no-default-ipv4-pool", envBool(false, "ROUTED_NO_DEFAULT_IPPOOLS", "NO_DEFAULT_POOLS"), "do not create a default pool (env ROUTED_NO_DEFAULT_IPPOOLS, NO_DEFAULT_POOLS)")
 	fs.StringVar(&c.HealthAddr, "health-listen", env(DefaultHealthAddr, "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off; loopback by default: probe with routed health) (env ROUTED_HEALTH_LISTEN)")
 	fs.StringVar(&c.MetricsAddr, "metrics-listen", env(DefaultMetricsAddr, "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (empty: off; give the node IP to let Prometheus scrape it) (env ROUTED_METRICS_LISTEN)")

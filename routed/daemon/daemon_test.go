@@ -77,6 +77,20 @@ func TestEnsureDefaultPool(t *testing.T) {
 	if err != nil || len(pools) != 1 || pools[0].(*api.IPPool).Spec.CIDR != "10.9.0.0/16" {
 		t.Fatalf("pools: %v %v", err, pools)
 	}
+	// The IPv6 pool is added once, next to existing pools.
+	v6 := DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 26, IPIPMode: "Never", CIDR6: "fd00:9::/48", BlockSize6: 122}
+	for range 2 {
+		if err := EnsureDefaultPool(ctx, ds, v6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pools, _, err = ds.List(ctx, api.KindIPPool)
+	if err != nil || len(pools) != 2 || pools[1].(*api.IPPool).Spec.CIDR != "fd00:9::/48" || pools[1].Meta().Name != "default-ipv6-ippool" {
+		t.Fatalf("pools after the IPv6 default: %v %v", err, pools)
+	}
+	if err := EnsureDefaultPool(ctx, newDS(t), DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 26, IPIPMode: "Never", CIDR6: "fd00:9::/48", BlockSize6: 64}); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "ROUTED_IPV6POOL") {
+		t.Fatalf("bad IPv6 block size: %v", err)
+	}
 	// A bad pool from the environment is an error naming the field.
 	ds2 := newDS(t)
 	err = EnsureDefaultPool(ctx, ds2, DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 40, IPIPMode: "Never"})

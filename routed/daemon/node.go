@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -77,27 +78,41 @@ func RegisterNode(ctx context.Context, ds *datastore.Client, name string, addr A
 	return nil, fmt.Errorf("register node %q: %w after %d attempts", name, datastore.ErrConflict, writeRetries)
 }
 
-// EnsureDefaultPool creates the default pool when no pool exists. Several
-// nodes may race here; losing the race is fine.
+// EnsureDefaultPool creates the default pool when no pool exists, and
+// the default IPv6 pool (when configured) when no IPv6 pool exists.
+// Several nodes may race here; losing the race is fine.
 func EnsureDefaultPool(ctx context.Context, ds *datastore.Client, p DefaultPool) error {
 	if p.Disabled {
 		return nil
 	}
 	pools, _, err := ds.List(ctx, api.KindIPPool)
-	if err != nil || len(pools) > 0 {
+	if err != nil {
 		return err
 	}
-	pool := &api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool}}
-	pool.Metadata.Name = "default-ipv4-ippool"
-	pool.Spec = api.IPPoolSpec{CIDR: p.CIDR, BlockSize: p.BlockSize, IPIPMode: p.IPIPMode, VXLANMode: p.VXLANMode, NATOutgoing: p.NATOutgoing}
-	_, err = ds.Create(ctx, pool)
+	if len(pools) == 0 {
+		spec := api.IPPoolSpec{CIDR: p.CIDR, BlockSize: p.BlockSize, IPIPMode: p.IPIPMode, VXLANMode: p.VXLANMode, NATOutgoing: p.NATOutgoing}
+		if err := createDefaultPool(ctx, ds, "default-ipv4-ippool", spec, "ROUTED_IPV4POOL_*"); err != nil {
+			return err
+		}
+	}
+	if p.CIDR6 == "" || slices.ContainsFunc(pools, func(r api.Resource) bool { ip, ok := r.(*api.IPPool); return ok && ip.IsIPv6() }) {
+		return nil
+	}
+	spec := api.IPPoolSpec{CIDR: p.CIDR6, BlockSize: p.BlockSize6, NATOutgoing: p.NATOutgoing6}
+	return createDefaultPool(ctx, ds, "default-ipv6-ippool", spec, "ROUTED_IPV6POOL_*")
+}
+
+func createDefaultPool(ctx context.Context, ds *datastore.Client, name string, spec api.IPPoolSpec, from string) error {
+	pool := &api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool}, Spec: spec}
+	pool.Metadata.Name = name
+	_, err := ds.Create(ctx, pool)
 	switch {
 	case err == nil:
-		log.WithField("cidr", pool.Spec.CIDR).Info("created the default IP pool")
+		log.WithField("cidr", pool.Spec.CIDR).Infof("created the default IP pool %s", name)
 	case errors.Is(err, datastore.ErrExists), errors.Is(err, datastore.ErrConflict):
 		err = nil // another node created a pool meanwhile
 	case errors.Is(err, api.ErrInvalid):
-		err = fmt.Errorf("default pool from ROUTED_IPV4POOL_*: %w", err)
+		err = fmt.Errorf("default pool from %s: %w", from, err)
 	}
 	return err
 }
