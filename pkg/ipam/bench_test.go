@@ -19,9 +19,13 @@ import (
 // has: it first reads the node's affinities and block.
 func BenchmarkAutoAssign(b *testing.B) {
 	for _, nodes := range []int{1, 8} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchAssign(b, nodes, false) })
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchAssign(b, nodes, false, 4) })
 	}
-	b.Run("nodes=1/cold", func(b *testing.B) { benchAssign(b, 1, true) })
+	b.Run("nodes=1/cold", func(b *testing.B) { benchAssign(b, 1, true, 4) })
+	// IPv6 (/122 blocks of a /48) beside IPv4 in the same run.
+	for _, nodes := range []int{1, 8} {
+		b.Run(fmt.Sprintf("ipv6/nodes=%d", nodes), func(b *testing.B) { benchAssign(b, nodes, false, 6) })
+	}
 }
 
 func newDurableEnv(t testing.TB) *env {
@@ -30,14 +34,19 @@ func newDurableEnv(t testing.TB) *env {
 	return &env{t: t, ds: connect(t, srv.Endpoints)}
 }
 
-func benchAssign(b *testing.B, nodes int, cold bool) {
+func benchAssign(b *testing.B, nodes int, cold bool, family int) {
 	e := newDurableEnv(b)
-	e.pool("bench", "10.128.0.0/12", 26)
+	if family == 6 {
+		e.pool("bench", "fd00:128::/48", 122)
+	} else {
+		e.pool("bench", "10.128.0.0/12", 26)
+	}
 	clients := make([]*Client, nodes)
 	for n := range clients {
 		clients[n] = New(connect(b, e.ds.Endpoints()))
 		e.node(fmt.Sprintf("n%d", n), nil)
-		assign(b, clients[n], fmt.Sprintf("n%d", n), fmt.Sprintf("warm-%d", n)) // first claim, caches
+		// First claim, caches.
+		assign(b, clients[n], fmt.Sprintf("n%d", n), fmt.Sprintf("warm-%d", n), func(a *AssignArgs) { a.Family = family })
 	}
 	// used[n] is what node n's allocations cost; each goroutine owns its.
 	used := make([]Stats, nodes)
@@ -54,7 +63,7 @@ func benchAssign(b *testing.B, nodes int, cold bool) {
 				if cold {
 					c, before = New(c.ds), Stats{}
 				}
-				if _, err := c.AutoAssign(ctx, AssignArgs{Node: fmt.Sprintf("n%d", n), HandleID: fmt.Sprintf("h%d", i)}); err != nil {
+				if _, err := c.AutoAssign(ctx, AssignArgs{Node: fmt.Sprintf("n%d", n), HandleID: fmt.Sprintf("h%d", i), Family: family}); err != nil {
 					b.Error(err)
 					return
 				}
