@@ -13,12 +13,14 @@ import (
 	"github.com/routed-net/routed/tests/testbin"
 )
 
-// TestRealNodeRunsRouted is `make k8s-demo` as a test: a real one-node
-// cluster (kubelet and containerd among its parts) installs routed from
-// the shipped manifests, and the demo's checks pass: the DaemonSet
-// Ready, install-cni's files, 10 pods Running with pool addresses and
-// WorkloadEndpoints, the ipAddrs annotation, pod-to-pod ping through
-// kubectl exec, addresses released.
+// TestRealNodeRunsRouted is `make k8s-demo` as a test: a real two-node
+// cluster (a kubelet and a containerd per node) installs routed from the
+// shipped manifests, and the demo's checks pass: the DaemonSet Ready on
+// both nodes, install-cni's files on each, 10 pods Running with pool
+// addresses and WorkloadEndpoints, the ipAddrs annotation, pod-to-pod
+// ping through kubectl exec across the nodes, the route reflector
+// Deployment running as a pod on the second node and peering with the
+// first, addresses released, no routed files left on either node.
 func TestRealNodeRunsRouted(t *testing.T) {
 	skipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -33,7 +35,7 @@ func TestRealNodeRunsRouted(t *testing.T) {
 	}
 	routed := testbin.Path(t, "routed")
 	dir := t.TempDir()
-	c, err := k8scluster.Up(ctx, k8scluster.Config{Dir: dir, Prefix: "rk8t", Subnet: netip.MustParsePrefix("10.252.0.0/24"),
+	c, err := k8scluster.Up(ctx, k8scluster.Config{Dir: dir, Prefix: "rk8t", Subnet: netip.MustParsePrefix("10.252.0.0/24"), Nodes: 2,
 		Routed: routed, KubeAPIServer: api, KubeNode: node, Logf: t.Logf})
 	t.Cleanup(c.Down)
 	if err != nil {

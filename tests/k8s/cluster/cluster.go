@@ -1,13 +1,18 @@
-// Package cluster runs a real one-node Kubernetes cluster on this
-// machine for routed's tests and `make k8s-demo`: etcd (`routed etcd`),
-// kube-apiserver, kube-controller-manager and kube-scheduler in the
-// test's network namespace; containerd (Debian's, CRI plugin), kubelet
-// and kube-proxy in a node network namespace joined to it by a veth
-// pair. Pods, routed's DaemonSet among them, run in that namespace
-// (hostNetwork pods) or their own; the node's CNI directories are the
-// host's /opt/cni/bin and /etc/cni/net.d, where routed's install-cni
-// puts its files. No registry is reachable: the pause and busybox images
-// are built locally (internal/ociimage) and imported into containerd.
+// Package cluster runs a real Kubernetes cluster of one or two nodes on
+// this machine for routed's tests and `make k8s-demo`: etcd (`routed
+// etcd`), kube-apiserver, kube-controller-manager and kube-scheduler in
+// the test's network namespace; per node, containerd (Debian's, CRI
+// plugin), kubelet and kube-proxy in a node network namespace, the
+// nodes and the host on one bridge (one L2 subnet). Pods, routed's
+// DaemonSet among them, run in their node's namespace (hostNetwork
+// pods) or their own. The first node's CNI directories are the host's
+// /opt/cni/bin and /etc/cni/net.d, where routed's install-cni puts its
+// files; the second node runs in a mount namespace of its own where
+// those and routed's other host paths (HostPaths) are per-node
+// directories (Node.Root), so two nodes on one machine do not share
+// them, as two machines would not. No registry is reachable: the pause
+// and busybox images are built locally (internal/ociimage) and imported
+// into every node's containerd.
 package cluster
 
 import (
@@ -42,6 +47,12 @@ var HostPaths = []string{
 	"/var/lib/routed", "/var/run/routed", "/var/log/routed",
 }
 
+// NodePaths are the host paths a node's containers write through
+// hostPath volumes: HostPaths' directories, and kubelet's pod logs. The
+// second node gets its own copy of each (bind mounts in its mount
+// namespace).
+var NodePaths = []string{"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/routed", "/var/run/routed", "/var/log/routed", "/var/log/pods", "/var/log/containers"}
+
 // Config says where and how to run the cluster.
 type Config struct {
 	// Dir holds every component's state and log.
@@ -49,8 +60,11 @@ type Config struct {
 	// Prefix names the node namespace (<prefix>-node, also the node's
 	// name) and the host-side veth (<prefix>-h).
 	Prefix string
-	// Subnet joins the host (.1: etcd, kube-apiserver) and the node (.2).
+	// Subnet joins the host (.1: etcd, kube-apiserver) and the nodes (.2,
+	// .3).
 	Subnet netip.Prefix
+	// Nodes is 1 (the default) or 2.
+	Nodes int
 	// Routed is the routed binary (`routed etcd`).
 	Routed string
 	// KubeAPIServer and KubeNode are the Kubernetes binaries
@@ -59,11 +73,34 @@ type Config struct {
 	Logf                    func(string, ...any)
 }
 
-// Cluster is a running one-node cluster.
+// Node is one of the cluster's nodes.
+type Node struct {
+	Name string // Kubernetes node name, also its network namespace
+	Addr netip.Addr
+	// Containerd is the node's containerd socket.
+	Containerd string
+	// Root, for a node in a mount namespace of its own, is the directory
+	// standing in for / under NodePaths: Root+"/etc/cni/net.d" is what
+	// the node's /etc/cni/net.d holds. Empty for the first node, whose
+	// paths are the host's.
+	Root string
+	// mnt is the node's mount namespace (bind-mounted file), or "".
+	mnt string
+	// suffix tells the node's files in Dir apart ("" for the first).
+	suffix string
+}
+
+// HostPath is where path (one of NodePaths or below) is on this machine
+// for the node.
+func (n *Node) HostPath(path string) string { return n.Root + path }
+
+// Cluster is a running cluster.
 type Cluster struct {
-	cfg      Config
-	Node     string
-	NodeNS   string
+	cfg    Config
+	Node   string
+	NodeNS string
+	// Nodes are all the nodes; Nodes[0] is Node.
+	Nodes    []*Node
 	HostAddr netip.Addr
 	NodeAddr netip.Addr
 	// Etcd is the etcd endpoint, reachable from the node (routed uses it
@@ -71,7 +108,7 @@ type Cluster struct {
 	Etcd       string
 	API        *kubeapiserver.Server
 	Kubeconfig string
-	Containerd string // containerd's socket
+	Containerd string // the first node's containerd socket
 	procs      []*proc
 }
 
@@ -81,6 +118,14 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, Node: cfg.Prefix + "-node", NodeNS: cfg.Prefix + "-node"}
 	c.HostAddr = cfg.Subnet.Addr().Next()
 	c.NodeAddr = c.HostAddr.Next()
+	c.Containerd = c.path("containerd.sock")
+	c.Nodes = []*Node{{Name: c.Node, Addr: c.NodeAddr, Containerd: c.Containerd}}
+	if cfg.Nodes == 2 {
+		c.Nodes = append(c.Nodes, &Node{Name: cfg.Prefix + "-node2", Addr: c.NodeAddr.Next(), Containerd: c.path("containerd2.sock"),
+			Root: c.path("node2-root"), mnt: c.path("mnt/node2"), suffix: "2"})
+	} else if cfg.Nodes > 2 {
+		return c, fmt.Errorf("cluster: %d nodes: at most 2", cfg.Nodes)
+	}
 	Cleanup(cfg.Prefix, cfg.Dir)
 	// A new cluster every time: no etcd data, containerd or kubelet
 	// state from an earlier run.
@@ -95,6 +140,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		f    func(context.Context) error
 	}{
 		{"network", c.network},
+		{"second node's mount namespace", c.mountNS},
 		{"etcd", c.etcd},
 		{"kube-apiserver", c.apiserver},
 		{"kube-controller-manager and kube-scheduler", c.controlPlane},
@@ -136,22 +182,32 @@ func Cleanup(prefix, dir string) {
 		}
 		_ = os.Remove(filepath.Join(dir, "pids"))
 	}
-	// Pods' sandboxes (containerd-shim) live on in the node namespace
+	// Pods' sandboxes (containerd-shim) live on in the node namespaces
 	// after containerd is killed: end every process there.
-	if out, err := exec.Command("ip", "netns", "pids", prefix+"-node").Output(); err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, ns := range []string{prefix + "-node", prefix + "-node2"} {
+		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+			for _, f := range strings.Fields(string(out)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
 			}
 		}
+		_ = exec.Command("ip", "netns", "del", ns).Run()
 	}
-	_ = exec.Command("ip", "netns", "del", prefix+"-node").Run()
+	// The second node's mount namespace (its file, then the private
+	// mount holding it).
+	if dir != "" {
+		_ = syscall.Unmount(filepath.Join(dir, "mnt", "node2"), syscall.MNT_DETACH)
+		_ = syscall.Unmount(filepath.Join(dir, "mnt"), syscall.MNT_DETACH)
+	}
 	// What an earlier run's routed left on the host (hostPath volumes):
 	// a node that remembers another cluster holds against this one.
 	for _, p := range HostPaths {
 		_ = os.RemoveAll(p)
 	}
-	_ = exec.Command("ip", "link", "del", prefix+"-h").Run()
+	for _, l := range []string{prefix + "-h", prefix + "-h2", prefix + "-br"} {
+		_ = exec.Command("ip", "link", "del", l).Run()
+	}
 	// Mounts containerd and kubelet left (overlay snapshots, pod volumes).
 	if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
 		var mounts []string
@@ -178,18 +234,69 @@ func ipCmd(args ...string) error {
 
 func (c *Cluster) network(context.Context) error {
 	bits := strconv.Itoa(c.cfg.Subnet.Bits())
-	for _, args := range [][]string{
-		{"netns", "add", c.NodeNS},
-		{"link", "add", c.cfg.Prefix + "-h", "type", "veth", "peer", "name", "eth0", "netns", c.NodeNS},
-		{"addr", "add", c.HostAddr.String() + "/" + bits, "dev", c.cfg.Prefix + "-h"},
-		{"link", "set", c.cfg.Prefix + "-h", "up"},
-		{"-n", c.NodeNS, "addr", "add", c.NodeAddr.String() + "/" + bits, "dev", "eth0"},
-		{"-n", c.NodeNS, "link", "set", "eth0", "up"},
-		{"-n", c.NodeNS, "link", "set", "lo", "up"},
-		{"-n", c.NodeNS, "route", "add", "default", "via", c.HostAddr.String()},
-	} {
+	br := c.cfg.Prefix + "-br"
+	cmds := [][]string{
+		{"link", "add", br, "type", "bridge"},
+		{"addr", "add", c.HostAddr.String() + "/" + bits, "dev", br},
+		{"link", "set", br, "up"},
+	}
+	for _, n := range c.Nodes {
+		host := c.cfg.Prefix + "-h" + n.suffix
+		cmds = append(cmds, [][]string{
+			{"netns", "add", n.Name},
+			{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.Name},
+			{"link", "set", host, "master", br},
+			{"link", "set", host, "up"},
+			{"-n", n.Name, "addr", "add", n.Addr.String() + "/" + bits, "dev", "eth0"},
+			{"-n", n.Name, "link", "set", "eth0", "up"},
+			{"-n", n.Name, "link", "set", "lo", "up"},
+			{"-n", n.Name, "route", "add", "default", "via", c.HostAddr.String()},
+		}...)
+	}
+	for _, args := range cmds {
 		if err := ipCmd(args...); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// mountNS gives the second node a mount namespace of its own in which
+// NodePaths are bind mounts of directories under its Root: containerd,
+// kubelet and every container they start (hostPath volumes resolve
+// there) see the node's own /etc/cni/net.d, /opt/cni/bin and routed's
+// directories, not the first node's.
+func (c *Cluster) mountNS(context.Context) error {
+	if len(c.Nodes) < 2 {
+		return nil
+	}
+	n := c.Nodes[1]
+	dir := filepath.Dir(n.mnt)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// A namespace file must sit on a private mount.
+	for _, args := range [][]string{{"--bind", dir, dir}, {"--make-private", dir}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("mount %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	if err := os.WriteFile(n.mnt, nil, 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.Command("unshare", "--mount="+n.mnt, "--propagation", "private", "true").CombinedOutput(); err != nil {
+		return fmt.Errorf("unshare --mount: %v: %s", err, out)
+	}
+	for _, p := range NodePaths {
+		src := n.HostPath(p)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if out, err := exec.Command("nsenter", "--mount="+n.mnt, "mount", "--bind", src, p).CombinedOutput(); err != nil {
+			return fmt.Errorf("bind %s over %s in %s's mount namespace: %v: %s", src, p, n.Name, err, out)
 		}
 	}
 	return nil
@@ -239,7 +346,15 @@ func (c *Cluster) controlPlane(ctx context.Context) error {
 }
 
 func (c *Cluster) containerd(ctx context.Context) error {
-	c.Containerd = c.path("containerd.sock")
+	for _, n := range c.Nodes {
+		if err := c.startContainerd(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startContainerd(ctx context.Context, n *Node) error {
 	conf := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -256,28 +371,31 @@ state = %q
     conf_dir = "/etc/cni/net.d"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
-`, c.path("containerd/root"), c.path("containerd/state"), c.Containerd, PauseImage)
-	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf), 0o600); err != nil {
+`, c.path("containerd"+n.suffix+"/root"), c.path("containerd"+n.suffix+"/state"), n.Containerd, PauseImage)
+	confFile := c.path("containerd" + n.suffix + ".toml")
+	if err := os.WriteFile(confFile, []byte(conf), 0o600); err != nil {
 		return err
 	}
-	p, err := c.start("containerd", c.NodeNS, "containerd", "--config", c.path("containerd.toml"))
+	p, err := c.startOn(n, "containerd"+n.suffix, "containerd", "--config", confFile)
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, 30*time.Second, "containerd serving", func() error {
-		if out, err := exec.Command("ctr", "--address", c.Containerd, "version").CombinedOutput(); err == nil && strings.Contains(string(out), "Server:") {
+	return waitFor(ctx, 30*time.Second, "containerd serving on "+n.Name, func() error {
+		if out, err := exec.Command("ctr", "--address", n.Containerd, "version").CombinedOutput(); err == nil && strings.Contains(string(out), "Server:") {
 			return nil
 		}
 		return p.exitedErr()
 	})
 }
 
-// ImportImage loads an image tarball into containerd's k8s.io namespace,
-// where kubelet finds it.
+// ImportImage loads an image tarball into every node's containerd, in
+// its k8s.io namespace, where kubelet finds it.
 func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.Containerd, "-n", "k8s.io", "images", "import", tarball).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ctr images import %s: %v: %s", tarball, err, out)
+	for _, n := range c.Nodes {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", n.Containerd, "-n", "k8s.io", "images", "import", tarball).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images import %s on %s: %v: %s", tarball, n.Name, err, out)
+		}
 	}
 	return nil
 }
@@ -324,6 +442,15 @@ func (c *Cluster) images(ctx context.Context) error {
 }
 
 func (c *Cluster) kubelet(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if err := c.startKubelet(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startKubelet(ctx context.Context, n *Node) error {
 	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine has cgroup v1.
@@ -347,22 +474,23 @@ imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
 serializeImagePulls: false
 resolvConf: ""
-`, c.NodeAddr, c.Containerd)
-	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(conf), 0o600); err != nil {
+`, n.Addr, n.Containerd)
+	confFile := c.path("kubelet" + n.suffix + ".yaml")
+	if err := os.WriteFile(confFile, []byte(conf), 0o600); err != nil {
 		return err
 	}
-	if _, err := c.start("kubelet", c.NodeNS, c.cfg.KubeNode, "kubelet",
-		"--config", c.path("kubelet.yaml"), "--kubeconfig", c.path("node.kubeconfig"),
-		"--root-dir", c.path("kubelet"), "--hostname-override", c.Node, "--node-ip", c.NodeAddr.String(), "--v=1"); err != nil {
+	if _, err := c.startOn(n, "kubelet"+n.suffix, c.cfg.KubeNode, "kubelet",
+		"--config", confFile, "--kubeconfig", c.path("node.kubeconfig"),
+		"--root-dir", c.path("kubelet"+n.suffix), "--hostname-override", n.Name, "--node-ip", n.Addr.String(), "--v=1"); err != nil {
 		return err
 	}
-	if _, err := c.start("kube-proxy", c.NodeNS, c.cfg.KubeNode, "kube-proxy",
-		"--kubeconfig", c.path("node.kubeconfig"), "--hostname-override", c.Node, "--proxy-mode", "iptables",
+	if _, err := c.startOn(n, "kube-proxy"+n.suffix, c.cfg.KubeNode, "kube-proxy",
+		"--kubeconfig", c.path("node.kubeconfig"), "--hostname-override", n.Name, "--proxy-mode", "iptables",
 		"--conntrack-max-per-core", "0", "--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v=1"); err != nil {
 		return err
 	}
-	return waitFor(ctx, 60*time.Second, "node "+c.Node+" registered", func() error {
-		_, err := c.Kubectl(ctx, "get", "node", c.Node)
+	return waitFor(ctx, 60*time.Second, "node "+n.Name+" registered", func() error {
+		_, err := c.Kubectl(ctx, "get", "node", n.Name)
 		return err
 	})
 }
@@ -373,6 +501,19 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// NodeExecOn runs a command in node n's network (and mount) namespace.
+func (c *Cluster) NodeExecOn(ctx context.Context, n *Node, args ...string) (string, error) {
+	ns := []string{"--net=/var/run/netns/" + n.Name}
+	if n.mnt != "" {
+		ns = append(ns, "--mount="+n.mnt)
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", append(ns, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %v: %s", strings.Join(args, " "), n.Name, err, out)
 	}
 	return string(out), nil
 }
@@ -413,7 +554,17 @@ type proc struct {
 	done chan struct{}
 }
 
+// startOn starts a process in node n's network namespace (and mount
+// namespace, if it has its own).
+func (c *Cluster) startOn(n *Node, name, bin string, args ...string) (*proc, error) {
+	return c.startIn(name, n.Name, n.mnt, bin, args...)
+}
+
 func (c *Cluster) start(name, netns, bin string, args ...string) (*proc, error) {
+	return c.startIn(name, netns, "", bin, args...)
+}
+
+func (c *Cluster) startIn(name, netns, mnt, bin string, args ...string) (*proc, error) {
 	log := c.path(name + ".log")
 	f, err := os.Create(log)
 	if err != nil {
@@ -422,7 +573,11 @@ func (c *Cluster) start(name, netns, bin string, args ...string) (*proc, error) 
 	if netns != "" {
 		// nsenter, not "ip netns exec": that also remounts /sys for the
 		// namespace, hiding the cgroup mounts kubelet and runc need.
-		args = append([]string{"--net=/var/run/netns/" + netns, bin}, args...)
+		ns := []string{"--net=/var/run/netns/" + netns}
+		if mnt != "" {
+			ns = append(ns, "--mount="+mnt)
+		}
+		args = append(append(ns, bin), args...)
 		bin = "nsenter"
 	}
 	cmd := exec.Command(bin, args...)

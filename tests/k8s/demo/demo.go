@@ -72,21 +72,24 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	out, _ := kubectl("-n", "kube-system", "get", "ds", "routed-node", "-o", "wide")
 	logf("%s", out)
 
-	step("install-cni's files on the node (the kubelet's CNI dirs)")
+	step("install-cni's files on every node (the kubelet's CNI dirs)")
 	files := []string{"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam", "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth",
 		"/etc/cni/net.d/10-routed.conflist", "/etc/cni/net.d/routed-kubeconfig"}
-	if err := cluster.WaitFor(ctx, 60*time.Second, "routed-kubeconfig written by routed", func() error {
-		_, err := os.Stat("/etc/cni/net.d/routed-kubeconfig")
-		return err
-	}); err != nil {
-		return err
-	}
-	for _, f := range files {
-		st, err := os.Stat(f)
-		if err != nil {
-			return fmt.Errorf("install-cni: %w", err)
+	for _, n := range c.Nodes {
+		if err := cluster.WaitFor(ctx, 60*time.Second, "routed-kubeconfig written by routed on "+n.Name, func() error {
+			_, err := os.Stat(n.HostPath("/etc/cni/net.d/routed-kubeconfig"))
+			return err
+		}); err != nil {
+			return err
 		}
-		logf("  %s %8d %s", st.Mode(), st.Size(), f)
+		logf("  %s:", n.Name)
+		for _, f := range files {
+			st, err := os.Stat(n.HostPath(f))
+			if err != nil {
+				return fmt.Errorf("install-cni on %s: %w", n.Name, err)
+			}
+			logf("  %s %8d %s", st.Mode(), st.Size(), f)
+		}
 	}
 
 	step("a Deployment of 10 pods")
@@ -146,17 +149,39 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	logf("pod fixed: %s", fixed)
 
 	step("pod to pod: kubectl exec ... ping")
-	var from string
-	for name := range pods {
-		from = name
-		break
+	nodeOf, err := podNodes(ctx, c, "app=web")
+	if err != nil {
+		return err
 	}
-	for _, to := range []string{fixed, pods[otherThan(pods, from)]} {
-		out, err := kubectl("exec", from, "--", "/bin/busybox", "ping", "-c", "3", "-W", "2", to)
+	from, to := crossNodePair(nodeOf, c.Node)
+	targets := []string{fixed, pods[to]}
+	if len(c.Nodes) > 1 && nodeOf[to] == c.Node {
+		return fmt.Errorf("no web pod was scheduled on %s: %v", c.Nodes[1].Name, nodeOf)
+	}
+	for _, ip := range targets {
+		out, err := kubectl("exec", from, "--", "/bin/busybox", "ping", "-c", "3", "-W", "2", ip)
 		if err != nil || !strings.Contains(out, " 0% packet loss") {
-			return fmt.Errorf("%s cannot ping %s: %v\n%s", from, to, err, out)
+			return fmt.Errorf("%s cannot ping %s: %v\n%s", from, ip, err, out)
 		}
-		logf("%s -> %s: %s", from, to, lastLine(out, "packet loss"))
+		logf("%s (%s) -> %s: %s", from, nodeOf[from], ip, lastLine(out, "packet loss"))
+	}
+	if len(c.Nodes) > 1 {
+		// The pool's blocks are /26s: the block of the pod on the other
+		// node, as routed on this node learned it over BGP from that node.
+		block := netip.PrefixFrom(netip.MustParseAddr(pods[to]), 26).Masked().String()
+		learned, err := routedOn(ctx, c, c.Node, "show", "route")
+		if err != nil {
+			return err
+		}
+		if !hasRow(learned, block, c.Nodes[1].Addr.String()) {
+			return fmt.Errorf("routed on %s did not learn %s (the block of %s on %s) over BGP from %s:\n%s", c.Node, block, to, nodeOf[to], c.Nodes[1].Addr, learned)
+		}
+		logf("%s is on %s: that ping crossed nodes; routed on %s learned its block %s over BGP from %s:\n%s", to, nodeOf[to], c.Node, block, c.Nodes[1].Addr, learned)
+		out, err := routedStatus(ctx, c, c.Node)
+		if err != nil {
+			return err
+		}
+		logf("routedctl node status on %s:\n%s", c.Node, out)
 	}
 
 	step("pods deleted: their addresses released")
@@ -185,6 +210,12 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 		return err
 	}
 	logf("%s", out)
+
+	if len(c.Nodes) > 1 {
+		if err := routeReflectorPod(ctx, c, root, routedctl, step, logf); err != nil {
+			return err
+		}
+	}
 
 	step("routed restarted (kubectl rollout restart): its files stay on the host")
 	// install-cni and routed write their files again as they start; the
@@ -224,7 +255,13 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 		return err
 	}
 	var left []string
-	for _, p := range append(cluster.HostPaths, "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth") {
+	var paths []string
+	for _, n := range c.Nodes {
+		for _, p := range append(cluster.HostPaths, "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth") {
+			paths = append(paths, n.HostPath(p))
+		}
+	}
+	for _, p := range paths {
 		st, err := os.Stat(p)
 		switch {
 		case err != nil:
@@ -240,7 +277,7 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	if len(left) > 0 {
 		return fmt.Errorf("routed's files left on the host after kubectl delete: %v", left)
 	}
-	logf("no routed files left: %s checked (the hostPath directories kubelet created stay, empty)", strings.Join(cluster.HostPaths, " "))
+	logf("no routed files left on %d node(s): %s checked (the hostPath directories kubelet created stay, empty)", len(c.Nodes), strings.Join(cluster.HostPaths, " "))
 	return nil
 }
 
@@ -320,6 +357,56 @@ func applyYAML(ctx context.Context, c *cluster.Cluster, yaml string) error {
 	f.Close()
 	_, err = c.Kubectl(ctx, "apply", "-f", f.Name())
 	return err
+}
+
+// podNodes maps the Running pods of selector to their nodes.
+func podNodes(ctx context.Context, c *cluster.Cluster, selector string) (map[string]string, error) {
+	out, err := c.Kubectl(ctx, "get", "pods", "-l", selector, "-o", "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{\"\\n\"}{end}")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if name, node, ok := strings.Cut(line, " "); ok {
+			m[name] = node
+		}
+	}
+	return m, nil
+}
+
+// crossNodePair picks a pod on first and, if there is one, a pod on
+// another node (else another pod on first).
+func crossNodePair(nodeOf map[string]string, first string) (from, to string) {
+	for p, n := range nodeOf {
+		if n == first && from == "" {
+			from = p
+		}
+	}
+	for p, n := range nodeOf {
+		if n != first {
+			return from, p
+		}
+	}
+	for p := range nodeOf {
+		if p != from {
+			return from, p
+		}
+	}
+	return from, from
+}
+
+// routedStatus is `routedctl node status` in the routed-node pod on node.
+func routedStatus(ctx context.Context, c *cluster.Cluster, node string) (string, error) {
+	return routedOn(ctx, c, node, "node", "status")
+}
+
+// routedOn runs routedctl in the routed-node pod on node.
+func routedOn(ctx context.Context, c *cluster.Cluster, node string, args ...string) (string, error) {
+	pod, err := c.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}")
+	if err != nil {
+		return "", err
+	}
+	return c.Kubectl(ctx, append([]string{"-n", "kube-system", "exec", pod, "-c", "routed", "--", "routedctl"}, args...)...)
 }
 
 func podIPs(ctx context.Context, c *cluster.Cluster, selector string) (map[string]string, error) {

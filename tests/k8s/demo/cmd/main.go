@@ -34,7 +34,7 @@ func main() {
 		fmt.Printf("FAIL: %v (logs in %s)\n", err, *dir)
 		os.Exit(1)
 	}
-	fmt.Println("PASS: routed installed from the shipped manifests on a real kubelet + containerd node; 10 pods Running with pool addresses and WorkloadEndpoints, ipAddrs honoured, pod-to-pod ping, addresses released")
+	fmt.Println("PASS: routed installed from the shipped manifests on two real kubelet + containerd nodes; 10 pods Running with pool addresses and WorkloadEndpoints, ipAddrs honoured, pod-to-pod ping across nodes over routed's BGP, the route reflector Deployment running as a pod and peering, addresses released, no files left")
 }
 
 func run(ctx context.Context, bin, dir string, logf func(string, ...any)) error {
@@ -48,7 +48,7 @@ func run(ctx context.Context, bin, dir string, logf func(string, ...any)) error 
 	if err != nil {
 		return err
 	}
-	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Prefix: "rk8s", Subnet: netip.MustParsePrefix("10.251.0.0/24"),
+	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Prefix: "rk8s", Subnet: netip.MustParsePrefix("10.251.0.0/24"), Nodes: 2,
 		Routed: filepath.Join(bin, "routed"), KubeAPIServer: api, KubeNode: node, Logf: logf})
 	defer func() {
 		logf("==> tearing the cluster down")
