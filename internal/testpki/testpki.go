@@ -1,5 +1,5 @@
-// Package testpki writes a throw-away CA and certificates for tests that
-// run etcd over TLS.
+// Package testpki writes a throw-away CA and certificates for tests (and
+// the k8s demo) that run etcd over TLS.
 package testpki
 
 import (
@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -31,39 +32,61 @@ type PKI struct {
 // user when etcd runs with --client-cert-auth and auth enabled).
 func (p PKI) IssueClient(t testing.TB, cn string) (certFile, keyFile string) {
 	t.Helper()
-	return issueCert(t, p.dir, cn, p.caKey, p.ca, &x509.Certificate{
+	certFile, keyFile, err := issueCert(p.dir, cn, p.caKey, p.ca, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: cn},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 // New writes a CA, a server certificate for 127.0.0.1/localhost and a
 // client certificate into a fresh temp dir.
 func New(t testing.TB) PKI {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, caCert := newCA(t)
-	p := PKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, caKey: caKey, ca: caCert}
-	writePEM(t, p.CAFile, "CERTIFICATE", caCert.Raw)
-
-	p.ServerCert, p.ServerKey = issueCert(t, dir, "server", caKey, caCert, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "etcd"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	p.ClientCert, p.ClientKey = issueCert(t, dir, "client", caKey, caCert, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "routed"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+	p, err := Write(t.TempDir(), net.IPv4(127, 0, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
-func newCA(t testing.TB) (*ecdsa.PrivateKey, *x509.Certificate) {
-	t.Helper()
+// Write writes a CA, a server certificate for localhost and serverIPs,
+// and a client certificate (CN routed) into dir.
+func Write(dir string, serverIPs ...net.IP) (PKI, error) {
+	caKey, caCert, err := newCA()
+	if err != nil {
+		return PKI{}, err
+	}
+	p := PKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, caKey: caKey, ca: caCert}
+	if err := writePEM(p.CAFile, "CERTIFICATE", caCert.Raw); err != nil {
+		return PKI{}, err
+	}
+	p.ServerCert, p.ServerKey, err = issueCert(dir, "server", caKey, caCert, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "etcd"},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: serverIPs,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return PKI{}, err
+	}
+	p.ClientCert, p.ClientKey, err = issueCert(dir, "client", caKey, caCert, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "routed"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return PKI{}, err
+	}
+	return p, nil
+}
+
+func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -76,25 +99,21 @@ func newCA(t testing.TB) (*ecdsa.PrivateKey, *x509.Certificate) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, cert
+	return key, cert, err
 }
 
 // issueCert signs tmpl with the CA and writes <name>.pem and <name>-key.pem.
-func issueCert(t testing.TB, dir, name string, caKey *ecdsa.PrivateKey, ca *x509.Certificate, tmpl *x509.Certificate) (certFile, keyFile string) {
-	t.Helper()
+func issueCert(dir, name string, caKey *ecdsa.PrivateKey, ca *x509.Certificate, tmpl *x509.Certificate) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	sn, err := rand.Int(rand.Reader, big.NewInt(1<<62))
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	tmpl.SerialNumber = sn
 	tmpl.NotBefore = time.Now().Add(-time.Hour)
@@ -102,22 +121,20 @@ func issueCert(t testing.TB, dir, name string, caKey *ecdsa.PrivateKey, ca *x509
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", fmt.Errorf("issue %s: %w", name, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	certFile = filepath.Join(dir, name+".pem")
 	keyFile = filepath.Join(dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, writePEM(keyFile, "PRIVATE KEY", keyDER)
 }
 
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/ociimage"
+	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
 
@@ -103,9 +104,12 @@ type Cluster struct {
 	Nodes    []*Node
 	HostAddr netip.Addr
 	NodeAddr netip.Addr
-	// Etcd is the etcd endpoint, reachable from the node (routed uses it
-	// too, under its own key prefix).
-	Etcd       string
+	// Etcd is the Kubernetes control plane's etcd endpoint (plain http).
+	Etcd string
+	// RoutedEtcd is routed's own etcd, over TLS with client certificates
+	// (EtcdTLS: CA, server and client files), reachable from the nodes.
+	RoutedEtcd string
+	EtcdTLS    testpki.PKI
 	API        *kubeapiserver.Server
 	Kubeconfig string
 	Containerd string // the first node's containerd socket
@@ -142,6 +146,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		{"network", c.network},
 		{"second node's mount namespace", c.mountNS},
 		{"etcd", c.etcd},
+		{"routed's etcd (TLS, client certificates)", c.routedEtcd},
 		{"kube-apiserver", c.apiserver},
 		{"kube-controller-manager and kube-scheduler", c.controlPlane},
 		{"containerd", c.containerd},
@@ -310,6 +315,31 @@ func (c *Cluster) etcd(ctx context.Context) error {
 	}
 	c.Etcd = "http://" + addr
 	return waitFor(ctx, 30*time.Second, "etcd ready", func() error {
+		if strings.Contains(p.output(), "etcd ready at") {
+			return nil
+		}
+		return p.exitedErr()
+	})
+}
+
+func (c *Cluster) routedEtcd(ctx context.Context) error {
+	dir := c.path("routed-etcd-pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	pki, err := testpki.Write(dir, c.HostAddr.AsSlice())
+	if err != nil {
+		return err
+	}
+	c.EtcdTLS = pki
+	addr := netip.AddrPortFrom(c.HostAddr, 2479).String()
+	p, err := c.start("routed-etcd", "", c.cfg.Routed, "etcd", "--data-dir", c.path("routed-etcd"), "--listen-client", addr,
+		"--cert-file", pki.ServerCert, "--key-file", pki.ServerKey, "--trusted-ca-file", pki.CAFile)
+	if err != nil {
+		return err
+	}
+	c.RoutedEtcd = "https://" + addr
+	return waitFor(ctx, 30*time.Second, "routed's etcd ready", func() error {
 		if strings.Contains(p.output(), "etcd ready at") {
 			return nil
 		}

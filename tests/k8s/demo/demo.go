@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -27,7 +28,9 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	step := func(format string, a ...any) { logf("==> "+format, a...) }
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
 	routedctl := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "routedctl"), append([]string{"--etcd-endpoints", c.Etcd}, args...)...).CombinedOutput()
+		tls := c.EtcdTLS
+		out, err := exec.CommandContext(ctx, filepath.Join(bin, "routedctl"), append([]string{"--etcd-endpoints", c.RoutedEtcd,
+			"--etcd-ca-cert-file", tls.CAFile, "--etcd-cert-file", tls.ClientCert, "--etcd-key-file", tls.ClientKey}, args...)...).CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("routedctl %s: %v: %s", strings.Join(args, " "), err, out)
 		}
@@ -51,8 +54,8 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 		return err
 	}
 
-	step("kubectl apply -k: the shipped deploy/base with an overlay for the image and the etcd endpoint")
-	overlay, err := writeOverlay(root, c.Etcd)
+	step("kubectl apply -k: the shipped deploy/base with an overlay for the image and the etcd endpoint (TLS: its CA and client certificate in the Secrets, their paths in routed-config)")
+	overlay, err := writeOverlay(root, c)
 	if err != nil {
 		return err
 	}
@@ -74,7 +77,10 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 
 	step("install-cni's files on every node (the kubelet's CNI dirs)")
 	files := []string{"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam", "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth",
-		"/etc/cni/net.d/10-routed.conflist", "/etc/cni/net.d/routed-kubeconfig"}
+		"/etc/cni/net.d/10-routed.conflist", "/etc/cni/net.d/routed-kubeconfig",
+		"/etc/cni/net.d/routed-tls", "/etc/cni/net.d/routed-tls/etcd-ca", "/etc/cni/net.d/routed-tls/etcd-cert", "/etc/cni/net.d/routed-tls/etcd-key"}
+	private := map[string]os.FileMode{"/etc/cni/net.d/routed-kubeconfig": 0o600, "/etc/cni/net.d/routed-tls": os.ModeDir | 0o700,
+		"/etc/cni/net.d/routed-tls/etcd-key": 0o600, "/etc/cni/net.d/routed-tls/etcd-cert": 0o600, "/etc/cni/net.d/routed-tls/etcd-ca": 0o600}
 	for _, n := range c.Nodes {
 		if err := cluster.WaitFor(ctx, 60*time.Second, "routed-kubeconfig written by routed on "+n.Name, func() error {
 			_, err := os.Stat(n.HostPath("/etc/cni/net.d/routed-kubeconfig"))
@@ -87,6 +93,9 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 			st, err := os.Stat(n.HostPath(f))
 			if err != nil {
 				return fmt.Errorf("install-cni on %s: %w", n.Name, err)
+			}
+			if want, ok := private[f]; ok && st.Mode() != want {
+				return fmt.Errorf("install-cni on %s: %s has mode %s, want %s", n.Name, f, st.Mode(), want)
 			}
 			logf("  %s %8d %s", st.Mode(), st.Size(), f)
 		}
@@ -281,7 +290,7 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	return nil
 }
 
-func writeOverlay(root, etcd string) (string, error) {
+func writeOverlay(root string, c *cluster.Cluster) (string, error) {
 	dir, err := os.MkdirTemp("", "routed-k8s-overlay-")
 	if err != nil {
 		return "", err
@@ -290,9 +299,14 @@ func writeOverlay(root, etcd string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	secrets, err := secretPatches(c, "routed-etcd-secrets", "routed-cni-etcd-secrets")
+	if err != nil {
+		return "", err
+	}
 	name, tag, _ := strings.Cut(RoutedImage, ":")
 	k := fmt.Sprintf(`# The shipped manifests, with the image reference and the etcd endpoint
-# changed; nothing else.
+# changed (TLS: the Secrets hold the CA and a client certificate,
+# routed-config names the files as mounted); nothing else.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -307,8 +321,36 @@ patches:
     - op: replace
       path: /data/etcd_endpoints
       value: %s
-`, base, name, tag, etcd)
+    - op: replace
+      path: /data/etcd_ca
+      value: /etc/routed/etcd-secrets/etcd-ca
+    - op: replace
+      path: /data/etcd_cert
+      value: /etc/routed/etcd-secrets/etcd-cert
+    - op: replace
+      path: /data/etcd_key
+      value: /etc/routed/etcd-secrets/etcd-key
+%s`, base, name, tag, c.RoutedEtcd, secrets)
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+// secretPatches fills the named etcd Secrets with the cluster's etcd CA
+// and client certificate, as an operator does with kubectl create
+// secret --from-file.
+func secretPatches(c *cluster.Cluster, names ...string) (string, error) {
+	var data []string
+	for _, f := range []struct{ key, path string }{{"etcd-ca", c.EtcdTLS.CAFile}, {"etcd-cert", c.EtcdTLS.ClientCert}, {"etcd-key", c.EtcdTLS.ClientKey}} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return "", err
+		}
+		data = append(data, fmt.Sprintf("%s: %s", f.key, base64.StdEncoding.EncodeToString(b)))
+	}
+	var out strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&out, "- target: {kind: Secret, name: %s}\n  patch: |-\n    - op: add\n      path: /data\n      value: {%s}\n", n, strings.Join(data, ", "))
+	}
+	return out.String(), nil
 }
 
 const deploymentYAML = `apiVersion: apps/v1

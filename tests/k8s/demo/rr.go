@@ -50,7 +50,7 @@ func routeReflectorPod(ctx context.Context, c *cluster.Cluster, root string, rou
 	if _, err := routedctl("apply", "-f", nodeFile); err != nil {
 		return err
 	}
-	overlay, err := rrOverlay(root)
+	overlay, err := rrOverlay(root, c)
 	if err != nil {
 		return err
 	}
@@ -145,10 +145,10 @@ func hasRow(table string, parts ...string) bool {
 	return false
 }
 
-// rrOverlay is deploy/rr-mode.yaml with the image reference changed,
-// nothing else (the file is copied: kustomize loads resources only from
+// rrOverlay is deploy/rr-mode.yaml with the image reference changed and
+// the reflectors' etcd Secret filled, nothing else (the file is copied: kustomize loads resources only from
 // below its directory).
-func rrOverlay(root string) (string, error) {
+func rrOverlay(root string, c *cluster.Cluster) (string, error) {
 	dir, err := os.MkdirTemp("", "routed-k8s-rr-overlay-")
 	if err != nil {
 		return "", err
@@ -160,6 +160,10 @@ func rrOverlay(root string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "rr-mode.yaml"), b, 0o644); err != nil {
 		return "", err
 	}
+	secrets, err := secretPatches(c, "routed-rr-etcd-secrets")
+	if err != nil {
+		return "", err
+	}
 	name, tag, _ := strings.Cut(RoutedImage, ":")
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -169,6 +173,7 @@ images:
 - name: ghcr.io/routed-net/routed
   newName: %s
   newTag: %s
-`, name, tag)
+patches:
+%s`, name, tag, secrets)
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
 }
