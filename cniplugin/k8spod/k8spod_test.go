@@ -332,6 +332,7 @@ func TestFuncsAdd(t *testing.T) {
 	a.addPod("default", "fixed", nil, map[string]string{"cni.projectcalico.org/ipAddrs": `["10.244.1.5"]`})
 	a.addPod("default", "plain", nil, nil)
 	a.addPod("default", "broken", nil, map[string]string{"cni.projectcalico.org/ipAddrs": `{oops`})
+	a.addPod("default", "v6pods", nil, map[string]string{"cni.projectcalico.org/ipv6pools": `["pod-v6"]`})
 	a.addNamespace("default", map[string]string{"routed.io/ipv4pools": `["ns-pool"]`})
 	kc := tokenKubeconfig(t, a)
 	logFile := filepath.Join(t.TempDir(), "cni.log")
@@ -354,6 +355,12 @@ func TestFuncsAdd(t *testing.T) {
 	seen, err = run(conf(kc), "plain")
 	if err != nil || !strings.Contains(string(seen), `"ipv4_pools":["ns-pool"]`) || strings.Contains(string(seen), `"ips"`) {
 		t.Fatalf("plain: %v\n%s", err, seen)
+	}
+	// Each family falls back to the namespace on its own: the pod's IPv6
+	// pools, the namespace's IPv4 pools.
+	seen, err = run(conf(kc), "v6pods")
+	if err != nil || !strings.Contains(string(seen), `"ipv4_pools":["ns-pool"]`) || !strings.Contains(string(seen), `"ipv6_pools":["pod-v6"]`) {
+		t.Fatalf("v6pods: %v\n%s", err, seen)
 	}
 	seen, err = run(conf(kc), "broken")
 	if code(err) != 7 || seen != nil {

@@ -254,14 +254,29 @@ func (s *Source) prepare(ctx context.Context, conf *plugin.NetConf, k8s plugin.K
 	}
 	req.PoolsFrom = owner
 	usesPools := conf.IPAM.Type == ipamcore.PluginName
-	if req.Pools4 == nil && req.Pools6 == nil && usesPools {
+	// Each family's pools come from the pod's annotation, else from its
+	// namespace's, as Calico reads them.
+	if (req.Pools4 == nil || req.Pools6 == nil) && usesPools {
 		nsObj, err := s.Namespace(ctx, kc, k8s.Namespace)
 		if err != nil {
 			return nil, err
 		}
-		req.PoolsFrom = "namespace " + k8s.Namespace
-		if req.Pools4, req.Pools6, err = ParsePools(nsObj.Metadata.Annotations, req.PoolsFrom); err != nil {
+		nsName := "namespace " + k8s.Namespace
+		ns4, ns6, err := ParsePools(nsObj.Metadata.Annotations, nsName)
+		if err != nil {
 			return nil, err
+		}
+		switch {
+		case req.Pools4 == nil && req.Pools6 == nil:
+			req.PoolsFrom = nsName
+		case (req.Pools4 == nil && ns4 != nil) || (req.Pools6 == nil && ns6 != nil):
+			req.PoolsFrom = owner + " and " + nsName
+		}
+		if req.Pools4 == nil {
+			req.Pools4 = ns4
+		}
+		if req.Pools6 == nil {
+			req.Pools6 = ns6
 		}
 	}
 	if (req.Pools4 != nil || req.Pools6 != nil) && !usesPools {
