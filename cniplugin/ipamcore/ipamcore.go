@@ -273,6 +273,7 @@ func (m *IPAM) assignFamilies(ctx context.Context, handle string, fixed map[int]
 			Attrs:    ipam.Attributes{Namespace: a.Namespace, Pod: a.Pod},
 		})
 		if err != nil && mode == familyAuto && !isFixed && errors.Is(err, ipam.ErrNoPool) {
+			m.log.Debugf("no IPv%d address: %v (set assign_ipv%d \"true\" to make that an error)", fam, err, fam)
 			skipped = append(skipped, err)
 			continue
 		}
