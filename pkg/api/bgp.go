@@ -154,8 +154,8 @@ func (c *BGPConfiguration) Validate() error {
 		}
 	}
 	for i, pa := range c.Spec.PrefixAdvertisements {
-		if p, err := netip.ParsePrefix(pa.CIDR); err != nil || !p.Addr().Is4() {
-			v.add(indexed("spec.prefixAdvertisements", i)+".cidr", pa.CIDR, "is not an IPv4 CIDR")
+		if !plainCIDR(pa.CIDR) {
+			v.add(indexed("spec.prefixAdvertisements", i)+".cidr", pa.CIDR, "is not an IPv4 or IPv6 CIDR (want e.g. 10.65.0.0/16 or fd00:65::/48)")
 		}
 		for _, val := range c.CommunityValues(pa.Communities) {
 			if _, err := ParseCommunity(val); err != nil {
@@ -167,8 +167,8 @@ func (c *BGPConfiguration) Validate() error {
 	for field, list := range map[string][]ServiceClusterIP{"spec.serviceClusterIPs": c.Spec.ServiceClusterIPs,
 		"spec.serviceExternalIPs": c.Spec.ServiceExternalIPs, "spec.serviceLoadBalancerIPs": c.Spec.ServiceLoadBalancerIPs} {
 		for i, s := range list {
-			if p, err := netip.ParsePrefix(s.CIDR); err != nil || !p.Addr().Is4() {
-				v.add(indexed(field, i)+".cidr", s.CIDR, "is not an IPv4 CIDR")
+			if !plainCIDR(s.CIDR) {
+				v.add(indexed(field, i)+".cidr", s.CIDR, "is not an IPv4 or IPv6 CIDR (want e.g. 10.96.0.0/12 or fd00:96::/108)")
 			}
 		}
 	}
@@ -180,6 +180,14 @@ func (c *BGPConfiguration) Validate() error {
 		v.add("spec.logSeverity", c.Spec.LogSeverity, "must be one of Trace, Debug, Info, Warning, Error, Fatal")
 	}
 	return v.result(KindBGPConfiguration, name)
+}
+
+// plainCIDR reports whether s is an IPv4 or IPv6 CIDR without a zone
+// and not in the IPv4-mapped IPv6 form (which would be advertised as an
+// IPv6 route to an IPv4 range).
+func plainCIDR(s string) bool {
+	p, err := netip.ParsePrefix(s)
+	return err == nil && p.Addr().Zone() == "" && !p.Addr().Is4In6()
 }
 
 // BGPPeer configures BGP sessions: which routed nodes (Node or

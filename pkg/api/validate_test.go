@@ -445,9 +445,16 @@ func TestBGPConfigurationValidate(t *testing.T) {
 		{name: "hold 2999ms", mutate: func(c *api.BGPConfiguration) { c.Spec.HoldTime = "2999ms" }, fields: []string{"spec.holdTime"}},
 		{name: "keepalive over hold/3", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "31s"; c.Spec.HoldTime = "90s" }, fields: []string{"spec.keepaliveTime"}, detail: "third of holdTime"},
 		{name: "keepalive over hold", mutate: func(c *api.BGPConfiguration) { c.Spec.KeepaliveTime = "2m"; c.Spec.HoldTime = "1m" }, fields: []string{"spec.keepaliveTime"}},
-		{name: "ipv6 service cidr", mutate: func(c *api.BGPConfiguration) {
+		{name: "ipv6 service cidrs", mutate: func(c *api.BGPConfiguration) {
 			c.Spec.ServiceClusterIPs = []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/108"}}
-		}, fields: []string{"spec.serviceClusterIPs[1].cidr"}},
+			c.Spec.ServiceExternalIPs = []api.ServiceClusterIP{{CIDR: "2001:db8:e::/64"}}
+			c.Spec.ServiceLoadBalancerIPs = []api.ServiceClusterIP{{CIDR: "2001:db8:1b::/64"}}
+			c.Spec.PrefixAdvertisements = []api.PrefixAdvertisement{{CIDR: "fd00:65::/48", Communities: []string{"65001:1"}}}
+		}},
+		{name: "ipv4-mapped service cidr", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.ServiceExternalIPs = []api.ServiceClusterIP{{CIDR: "::ffff:10.96.0.0/108"}}
+			c.Spec.PrefixAdvertisements = []api.PrefixAdvertisement{{CIDR: "fe80::1%eth0/64"}}
+		}, fields: []string{"spec.serviceExternalIPs[0].cidr", "spec.prefixAdvertisements[0].cidr"}},
 		{name: "service ip without prefix", mutate: func(c *api.BGPConfiguration) {
 			c.Spec.ServiceClusterIPs = []api.ServiceClusterIP{{CIDR: "10.96.0.1"}}
 		}, fields: []string{"spec.serviceClusterIPs[0].cidr"}},
