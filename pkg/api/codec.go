@@ -206,6 +206,9 @@ func decodeObject(obj map[string]any, where string, out *Decoded) error {
 		}
 		return fmt.Errorf("%w: %s (%s): %v", ErrDecode, where, kind, err)
 	}
+	if ns := r.Meta().Namespace; ns != "" && !k.Namespaced() {
+		return fmt.Errorf("%w: %s (%s): metadata.namespace %q: %s is not namespaced", ErrDecode, where, kind, ns, k)
+	}
 	r.setDefaults()
 	out.Resources = append(out.Resources, r)
 	return nil

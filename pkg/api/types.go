@@ -27,18 +27,26 @@ type Kind string
 
 // The resource kinds routed knows.
 const (
-	KindIPPool            Kind = "IPPool"
-	KindNode              Kind = "Node"
-	KindBGPConfiguration  Kind = "BGPConfiguration"
-	KindBGPPeer           Kind = "BGPPeer"
-	KindWorkloadEndpoint  Kind = "WorkloadEndpoint"
-	KindIPAMConfiguration Kind = "IPAMConfiguration"
-	KindBGPFilter         Kind = "BGPFilter"
+	KindIPPool              Kind = "IPPool"
+	KindNode                Kind = "Node"
+	KindBGPConfiguration    Kind = "BGPConfiguration"
+	KindBGPPeer             Kind = "BGPPeer"
+	KindWorkloadEndpoint    Kind = "WorkloadEndpoint"
+	KindIPAMConfiguration   Kind = "IPAMConfiguration"
+	KindBGPFilter           Kind = "BGPFilter"
+	KindTier                Kind = "Tier"
+	KindProfile             Kind = "Profile"
+	KindGlobalNetworkSet    Kind = "GlobalNetworkSet"
+	KindNetworkSet          Kind = "NetworkSet"
+	KindGlobalNetworkPolicy Kind = "GlobalNetworkPolicy"
+	KindNetworkPolicy       Kind = "NetworkPolicy"
 )
 
 // Kinds lists every kind in the order routedctl prints and applies them:
-// pools and configuration before the objects that refer to them.
-var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindBGPFilter, KindNode, KindBGPPeer, KindWorkloadEndpoint}
+// pools and configuration before the objects that refer to them, tiers
+// before their policies.
+var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindBGPFilter, KindNode, KindBGPPeer, KindWorkloadEndpoint,
+	KindTier, KindProfile, KindGlobalNetworkSet, KindNetworkSet, KindGlobalNetworkPolicy, KindNetworkPolicy}
 
 // Plural is the lower-case plural used in datastore keys and by routedctl.
 func (k Kind) Plural() string {
@@ -47,6 +55,10 @@ func (k Kind) Plural() string {
 		return "ipamconfigurations"
 	case KindBGPConfiguration:
 		return "bgpconfigurations"
+	case KindNetworkPolicy:
+		return "networkpolicies"
+	case KindGlobalNetworkPolicy:
+		return "globalnetworkpolicies"
 	}
 	return strings.ToLower(string(k)) + "s"
 }
@@ -69,8 +81,49 @@ func ParseKind(s string) (Kind, error) {
 		return KindBGPConfiguration, nil
 	case "ipamconfig", "ipamconfigs":
 		return KindIPAMConfiguration, nil
+	case "policy", "policies", "netpol", "netpols", "np":
+		return KindNetworkPolicy, nil
+	case "globalpolicy", "globalpolicies", "gnp", "gnps":
+		return KindGlobalNetworkPolicy, nil
+	case "netset", "netsets":
+		return KindNetworkSet, nil
+	case "globalnetset", "globalnetsets", "gns":
+		return KindGlobalNetworkSet, nil
+	case "pro", "pros":
+		return KindProfile, nil
 	}
-	return "", fmt.Errorf("%w: %q (known: ippool, node, bgpconfiguration, bgppeer, workloadendpoint, ipamconfiguration)", ErrUnknownKind, s)
+	return "", fmt.Errorf("%w: %q (known: ippool, node, bgpconfiguration, bgppeer, bgpfilter, workloadendpoint, ipamconfiguration, tier, networkpolicy, globalnetworkpolicy, profile, networkset, globalnetworkset)", ErrUnknownKind, s)
+}
+
+// Namespaced reports whether resources of the kind live in a Kubernetes
+// namespace (metadata.namespace), as Calico's NetworkPolicy and
+// NetworkSet do.
+func (k Kind) Namespaced() bool { return k == KindNetworkPolicy || k == KindNetworkSet }
+
+// StoreName is the name r is stored and watched under: its name, or for
+// a namespaced kind "<namespace>.<name>" (namespaces are DNS labels
+// without dots, so the first dot splits it again: SplitStoreName).
+// datastore keys, Get, Delete and sync events use this name.
+func StoreName(r Resource) string {
+	return NamespacedName(r.GetKind(), r.Meta().Namespace, r.Meta().Name)
+}
+
+// NamespacedName is the store name of the object name in namespace, for
+// kind k; namespace is ignored for kinds without one.
+func NamespacedName(k Kind, namespace, name string) string {
+	if !k.Namespaced() {
+		return name
+	}
+	return namespace + "." + name
+}
+
+// SplitStoreName undoes StoreName for kind k.
+func SplitStoreName(k Kind, storeName string) (namespace, name string) {
+	if !k.Namespaced() {
+		return "", storeName
+	}
+	namespace, name, _ = strings.Cut(storeName, ".")
+	return namespace, name
 }
 
 // TypeMeta is the apiVersion/kind header of every resource.
@@ -82,6 +135,8 @@ type TypeMeta struct {
 // ObjectMeta is the metadata of every resource.
 type ObjectMeta struct {
 	Name string `json:"name"`
+	// Namespace is set for namespaced kinds only (Kind.Namespaced).
+	Namespace string `json:"namespace,omitempty"`
 	// ResourceVersion is the datastore revision the object was read at.
 	// Updates and deletes succeed only if it is still current.
 	ResourceVersion   string            `json:"resourceVersion,omitempty"`
@@ -122,6 +177,18 @@ func New(k Kind) (Resource, error) {
 		return &IPAMConfiguration{TypeMeta: tm}, nil
 	case KindBGPFilter:
 		return &BGPFilter{TypeMeta: tm}, nil
+	case KindTier:
+		return &Tier{TypeMeta: tm}, nil
+	case KindProfile:
+		return &Profile{TypeMeta: tm}, nil
+	case KindGlobalNetworkSet:
+		return &GlobalNetworkSet{TypeMeta: tm}, nil
+	case KindNetworkSet:
+		return &NetworkSet{TypeMeta: tm}, nil
+	case KindGlobalNetworkPolicy:
+		return &GlobalNetworkPolicy{TypeMeta: tm}, nil
+	case KindNetworkPolicy:
+		return &NetworkPolicy{TypeMeta: tm}, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
 }

@@ -43,11 +43,11 @@ func decode(k api.Kind, kv []byte, rev int64) (api.Resource, error) {
 func revision(r api.Resource) (int64, error) {
 	rv := r.Meta().ResourceVersion
 	if rv == "" {
-		return 0, fmt.Errorf("%w: %s %q has no resourceVersion; read it first", ErrConflict, r.GetKind(), r.Meta().Name)
+		return 0, fmt.Errorf("%w: %s %q has no resourceVersion; read it first", ErrConflict, r.GetKind(), api.StoreName(r))
 	}
 	n, err := strconv.ParseInt(rv, 10, 64)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, r.GetKind(), r.Meta().Name, rv)
+		return 0, fmt.Errorf("%w: %s %q: bad resourceVersion %q", ErrConflict, r.GetKind(), api.StoreName(r), rv)
 	}
 	return n, nil
 }
@@ -62,7 +62,7 @@ func (c *Client) Create(ctx context.Context, r api.Resource) (api.Resource, erro
 	if err != nil {
 		return nil, err
 	}
-	k, name := r.GetKind(), r.Meta().Name
+	k, name := r.GetKind(), api.StoreName(r)
 	key := Key(k, name)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
 	if pool, ok := r.(*api.IPPool); ok {
@@ -100,7 +100,7 @@ func (c *Client) Update(ctx context.Context, r api.Resource) (api.Resource, erro
 	if err != nil {
 		return nil, err
 	}
-	k, name := r.GetKind(), r.Meta().Name
+	k, name := r.GetKind(), api.StoreName(r)
 	key := Key(k, name)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
 	if pool, ok := r.(*api.IPPool); ok {
@@ -131,14 +131,14 @@ func (c *Client) Update(ctx context.Context, r api.Resource) (api.Resource, erro
 // replace is still conditional on the revision just read, so a concurrent
 // writer yields ErrConflict rather than a lost update.
 func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error) {
-	cur, err := c.Get(ctx, r.GetKind(), r.Meta().Name)
+	cur, err := c.Get(ctx, r.GetKind(), api.StoreName(r))
 	switch {
 	case IsNotFound(err):
 		r.Meta().ResourceVersion = ""
 		out, err := c.Create(ctx, r)
 		if errors.Is(err, ErrExists) {
 			// Created by someone else since our read: that is a conflict.
-			return nil, objErr(r.GetKind(), r.Meta().Name, ErrConflict)
+			return nil, objErr(r.GetKind(), api.StoreName(r), ErrConflict)
 		}
 		return out, err
 	case err != nil:

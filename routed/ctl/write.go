@@ -88,7 +88,7 @@ func writeAll(ctx context.Context, c *datastore.Client, verb string, rs []api.Re
 			// replace fail if someone changed the object since.
 			if r.Meta().ResourceVersion == "" {
 				var cur api.Resource
-				if cur, err = c.Get(ctx, r.GetKind(), r.Meta().Name); err != nil {
+				if cur, err = c.Get(ctx, r.GetKind(), api.StoreName(r)); err != nil {
 					break
 				}
 				r.Meta().ResourceVersion = cur.Meta().ResourceVersion

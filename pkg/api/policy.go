@@ -1,0 +1,109 @@
+package api
+
+// DefaultTierName is the tier a policy belongs to when it names none.
+const DefaultTierName = "default"
+
+// NetworkPolicy is Calico's namespaced policy: it applies to the
+// workload endpoints of its namespace that Selector picks, in Tier at
+// Order, and its rules' selectors see its own namespace unless they say
+// otherwise. It is stored under StoreName: "<namespace>.<name>".
+type NetworkPolicy struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta        `json:"metadata"`
+	Spec     NetworkPolicySpec `json:"spec"`
+}
+
+// PolicySpec holds what NetworkPolicy and GlobalNetworkPolicy share:
+// Calico's v3 policy spec less the fields routed cannot honour (those
+// are refused when read from Calico's files).
+type PolicySpec struct {
+	// Tier defaults to "default"; the tier must exist.
+	Tier string `json:"tier,omitempty"`
+	// Order within the tier, lower first; nil is after every number.
+	// Equal orders go by name.
+	Order   *float64 `json:"order,omitempty"`
+	Ingress []Rule   `json:"ingress,omitempty"`
+	Egress  []Rule   `json:"egress,omitempty"`
+	// Selector picks the endpoints the policy applies to; empty is all().
+	Selector string `json:"selector,omitempty"`
+	// Types defaults from the rules present, as in Calico: Egress alone
+	// if there are only egress rules, both if both, else Ingress.
+	Types []PolicyType `json:"types,omitempty"`
+	// ServiceAccountSelector further limits the endpoints to pods whose
+	// service account's labels match.
+	ServiceAccountSelector string `json:"serviceAccountSelector,omitempty"`
+	// PerformanceHints never change enforcement; kept for round trips.
+	PerformanceHints []string `json:"performanceHints,omitempty"`
+}
+
+// NetworkPolicySpec is Calico's v3 NetworkPolicySpec.
+type NetworkPolicySpec struct {
+	PolicySpec `json:",inline"`
+}
+
+// GlobalNetworkPolicy is Calico's cluster-wide policy: like
+// NetworkPolicy, for endpoints of every namespace NamespaceSelector
+// picks.
+type GlobalNetworkPolicy struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta              `json:"metadata"`
+	Spec     GlobalNetworkPolicySpec `json:"spec"`
+}
+
+// GlobalNetworkPolicySpec is Calico's v3 GlobalNetworkPolicySpec less
+// the host-endpoint fields (doNotTrack, preDNAT, applyOnForward), which
+// routed, having no host endpoints, refuses.
+type GlobalNetworkPolicySpec struct {
+	PolicySpec `json:",inline"`
+	// NamespaceSelector picks the namespaces (by their profile's labels)
+	// whose endpoints the policy may apply to; empty is all.
+	NamespaceSelector string `json:"namespaceSelector,omitempty"`
+}
+
+// Policy is either kind of policy, for code that treats them alike.
+type Policy interface {
+	Resource
+	// Policy returns the spec both kinds share.
+	Policy() *PolicySpec
+}
+
+// Policy implements Policy.
+func (p *NetworkPolicy) Policy() *PolicySpec { return &p.Spec.PolicySpec }
+
+// Policy implements Policy.
+func (p *GlobalNetworkPolicy) Policy() *PolicySpec { return &p.Spec.PolicySpec }
+
+// GetKind implements Resource.
+func (p *NetworkPolicy) GetKind() Kind { return KindNetworkPolicy }
+
+// Meta implements Resource.
+func (p *NetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
+
+func (p *NetworkPolicy) setDefaults() { p.Spec.setDefaults() }
+
+// GetKind implements Resource.
+func (p *GlobalNetworkPolicy) GetKind() Kind { return KindGlobalNetworkPolicy }
+
+// Meta implements Resource.
+func (p *GlobalNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
+
+func (p *GlobalNetworkPolicy) setDefaults() { p.Spec.setDefaults() }
+
+// setDefaults applies Calico's defaults: tier "default", and types
+// from the rule lists present when none are given.
+func (s *PolicySpec) setDefaults() {
+	if s.Tier == "" {
+		s.Tier = DefaultTierName
+	}
+	if len(s.Types) > 0 {
+		return
+	}
+	switch {
+	case len(s.Ingress) > 0 && len(s.Egress) > 0:
+		s.Types = []PolicyType{PolicyTypeIngress, PolicyTypeEgress}
+	case len(s.Egress) > 0:
+		s.Types = []PolicyType{PolicyTypeEgress}
+	default:
+		s.Types = []PolicyType{PolicyTypeIngress}
+	}
+}
