@@ -1,0 +1,215 @@
+package polab
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routed-net/routed/felix/internal/nstest"
+)
+
+// ProbeTimeout is how long a probe waits for an answer. The lab's
+// namespaces answer in microseconds, so a probe that times out was
+// dropped.
+var ProbeTimeout = 400 * time.Millisecond
+
+// Serve starts TCP and UDP echo servers on port in the namespace, on
+// every address of both families, until the test ends.
+func Serve(t testing.TB, n *nstest.NS, port int) {
+	t.Helper()
+	var l net.Listener
+	var pc net.PacketConn
+	n.Do(t, func() error {
+		var err error
+		if l, err = net.Listen("tcp", ":"+strconv.Itoa(port)); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp", ":"+strconv.Itoa(port))
+		return err
+	})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); pc.Close(); wg.Wait() })
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 64)
+				k, err := c.Read(buf)
+				if err == nil {
+					_, _ = c.Write(buf[:k])
+				}
+			}()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64)
+		for {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:k], from)
+		}
+	}()
+}
+
+// Probe is one attempt: the protocol ("tcp", "udp", "icmp"), the
+// destination and, for tcp and udp, the port and an optional source port.
+type Probe struct {
+	Proto   string
+	Dst     netip.Addr
+	Port    int
+	SrcPort int
+}
+
+func (p Probe) String() string {
+	if p.Proto == "icmp" {
+		return fmt.Sprintf("icmp %s", p.Dst)
+	}
+	s := fmt.Sprintf("%s %s", p.Proto, netip.AddrPortFrom(p.Dst, uint16(p.Port)))
+	if p.SrcPort != 0 {
+		s += fmt.Sprintf(" from port %d", p.SrcPort)
+	}
+	return s
+}
+
+// Send runs the probe from the namespace and reports whether an answer
+// came back within ProbeTimeout (err is for setup failures only).
+func (p Probe) Send(n *nstest.NS) (bool, error) {
+	var ok bool
+	err := n.NetNS.Do(func(_ ns.NetNS) error {
+		var err error
+		switch p.Proto {
+		case "tcp":
+			ok, err = p.tcp()
+		case "udp":
+			ok, err = p.udp()
+		case "icmp":
+			ok, err = p.icmp()
+		default:
+			err = fmt.Errorf("polab: unknown probe protocol %q", p.Proto)
+		}
+		return err
+	})
+	return ok, err
+}
+
+func (p Probe) local() net.Addr {
+	if p.SrcPort == 0 {
+		return nil
+	}
+	if p.Proto == "udp" {
+		return &net.UDPAddr{Port: p.SrcPort}
+	}
+	return &net.TCPAddr{Port: p.SrcPort}
+}
+
+func (p Probe) tcp() (bool, error) {
+	d := net.Dialer{Timeout: ProbeTimeout, LocalAddr: p.local()}
+	c, err := d.Dial("tcp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return false, nil
+		}
+		return false, nil // refused or reset: no echo either
+	}
+	defer c.Close()
+	return echo(c)
+}
+
+func (p Probe) udp() (bool, error) {
+	d := net.Dialer{LocalAddr: p.local()}
+	c, err := d.Dial("udp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	return echo(c)
+}
+
+func echo(c net.Conn) (bool, error) {
+	_ = c.SetDeadline(time.Now().Add(ProbeTimeout))
+	if _, err := c.Write([]byte("probe")); err != nil {
+		return false, nil
+	}
+	buf := make([]byte, 16)
+	k, err := c.Read(buf)
+	return err == nil && string(buf[:k]) == "probe", nil
+}
+
+// icmp sends one echo request on a raw socket and waits for its reply.
+func (p Probe) icmp() (bool, error) {
+	network, typ, reply := "ip4:icmp", byte(8), byte(0)
+	if p.Dst.Is6() {
+		network, typ, reply = "ip6:ipv6-icmp", 128, 129
+	}
+	c, err := net.ListenPacket(network, "")
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	id := uint16(time.Now().UnixNano())
+	msg := []byte{typ, 0, 0, 0, byte(id >> 8), byte(id), 0, 1, 'p', 'r', 'o', 'b', 'e'}
+	if typ == 8 { // the kernel checksums ICMPv6 itself
+		binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+	}
+	if _, err := c.WriteTo(msg, &net.IPAddr{IP: p.Dst.AsSlice()}); err != nil {
+		return false, nil
+	}
+	deadline := time.Now().Add(ProbeTimeout)
+	_ = c.SetReadDeadline(deadline)
+	buf := make([]byte, 1500)
+	for {
+		k, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return false, nil
+		}
+		if k >= 8 && buf[0] == reply && binary.BigEndian.Uint16(buf[4:]) == id {
+			return true, nil
+		}
+	}
+}
+
+func checksum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+// Expect sends the probe and fails the test unless the answer is want.
+func Expect(t testing.TB, from *nstest.NS, p Probe, want bool, why string) {
+	t.Helper()
+	got, err := p.Send(from)
+	if err != nil {
+		t.Fatalf("%s: probe %v: %v", why, p, err)
+	}
+	if got != want {
+		verdict := map[bool]string{true: "answered", false: "dropped"}
+		t.Errorf("%s: %v from %s was %s, want %s", why, p, from.Name, verdict[got], verdict[want])
+	}
+}

@@ -1,0 +1,379 @@
+package nftdp
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/sirupsen/logrus"
+)
+
+var log = logrus.WithField("component", "policy-dataplane")
+
+// famTable is one family's table as the kernel has it, as far as this
+// package knows: read back in full when loaded is false, then kept up to
+// date by every successful transaction.
+type famTable struct {
+	fam    *family
+	table  *nftables.Table
+	rd     renderer
+	loaded bool
+
+	tableExists bool
+	chains      map[string]*chainHave
+	sets        map[string]*setHave
+	dispatch    map[string]map[string]string // map -> interface -> chain
+}
+
+type chainHave struct {
+	keys []string
+	hook string // "" for regular chains
+}
+
+type setHave struct {
+	kind  SetKind
+	elems map[Member]bool
+}
+
+func (h *hook) String() string {
+	if h == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", *h.num, *h.prio)
+}
+
+// txn counts the operations queued in one transaction.
+type txn struct {
+	c    *nftables.Conn
+	n    int
+	what []string // at debug level only
+}
+
+func (t *txn) note(format string, args ...any) {
+	t.n++
+	if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		t.what = append(t.what, fmt.Sprintf(format, args...))
+	}
+}
+
+// applyFamily writes one family's differences in one transaction.
+func (d *Dataplane) applyFamily(ft *famTable) error {
+	full := !ft.loaded
+	if full {
+		if err := d.load(ft); err != nil {
+			return err
+		}
+	}
+	t := &txn{c: d.conn}
+	if !ft.tableExists {
+		t.c.AddTable(ft.table)
+		t.note("add table")
+		ft.tableExists = true
+	}
+	for _, m := range []string{FromWLDispatch, ToWLDispatch} {
+		if _, ok := ft.dispatch[m]; !ok {
+			if err := t.c.AddSet(ft.dispatchMap(m), nil); err != nil {
+				return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, m, err)
+			}
+			t.note("add map %s", m)
+			ft.dispatch[m] = map[string]string{}
+		}
+	}
+
+	setNames := keysOf(d.dirtySets)
+	chainNames := keysOf(d.dirtyChains)
+	epNames := keysOf(d.dirtyEndpoints)
+	if full {
+		setNames = union(keysOf(d.sets), keysOf(ft.sets))
+		chainNames = union(keysOf(d.chains), keysOf(ft.chains))
+		epNames = union(keysOf(d.endpoints), keysOf(ft.dispatch[FromWLDispatch]), keysOf(ft.dispatch[ToWLDispatch]))
+	}
+
+	// Sets first: rules added below may look them up.
+	var delSets []string
+	for _, name := range setNames {
+		want, have := d.sets[name], ft.sets[name]
+		if want == nil {
+			if have != nil {
+				delSets = append(delSets, name)
+			}
+			continue
+		}
+		if err := d.syncSet(t, ft, name, want, full); err != nil {
+			return err
+		}
+	}
+
+	// New chains exist before any rule jumps to them; changed chains
+	// are flushed and refilled; gone chains are emptied now and deleted
+	// last, once nothing refers to them.
+	var fill, del []string
+	for _, name := range chainNames {
+		want, have := d.chains[name], ft.chains[name]
+		switch {
+		case want == nil && have != nil:
+			t.c.FlushChain(&nftables.Chain{Table: ft.table, Name: name})
+			t.note("flush gone chain %s", name)
+			del = append(del, name)
+		case want != nil && have != nil && have.hook != want.hook.String():
+			// A base chain with the wrong hook: make it anew.
+			c := &nftables.Chain{Table: ft.table, Name: name}
+			t.c.FlushChain(c)
+			t.c.DelChain(c)
+			t.note("remake base chain %s (hook %s, want %s)", name, have.hook, want.hook)
+			delete(ft.chains, name)
+			have = nil
+			fallthrough
+		case want != nil && have == nil:
+			c := &nftables.Chain{Table: ft.table, Name: name}
+			if want.hook != nil {
+				c.Type, c.Hooknum, c.Priority = nftables.ChainTypeFilter, want.hook.num, want.hook.prio
+			}
+			t.c.AddChain(c)
+			t.note("add chain %s", name)
+			ft.chains[name] = &chainHave{hook: want.hook.String()}
+			fill = append(fill, name)
+		case want != nil && !slices.Equal(have.keys, ft.keysFor(want)):
+			t.c.FlushChain(&nftables.Chain{Table: ft.table, Name: name})
+			t.note("refill chain %s", name)
+			fill = append(fill, name)
+		}
+	}
+	for _, name := range fill {
+		if err := d.fillChain(t, ft, name, d.chains[name]); err != nil {
+			return err
+		}
+	}
+
+	for _, m := range []struct {
+		name  string
+		chain func(string) string
+	}{{FromWLDispatch, FromWLChain}, {ToWLDispatch, ToWLChain}} {
+		if err := d.syncDispatch(t, ft, m.name, m.chain, epNames); err != nil {
+			return err
+		}
+	}
+
+	for _, name := range del {
+		t.c.DelChain(&nftables.Chain{Table: ft.table, Name: name})
+		t.note("delete chain %s", name)
+		delete(ft.chains, name)
+	}
+	for _, name := range delSets {
+		t.c.DelSet(&nftables.Set{Table: ft.table, Name: name})
+		t.note("delete set %s", name)
+		delete(ft.sets, name)
+	}
+	if t.n == 0 {
+		return nil
+	}
+	d.writes++
+	if len(t.what) > 0 {
+		log.WithFields(logrus.Fields{"family": ft.fam.name, "ops": t.what}).Debug("writing")
+	}
+	if err := t.c.Flush(); err != nil {
+		return fmt.Errorf("nftdp: writing table %s %s (%d operations): %w", ft.fam.name, ft.table.Name, t.n, err)
+	}
+	return nil
+}
+
+// keysFor lists the keys of a chain's rules that exist in ft's family.
+func (ft *famTable) keysFor(c *chainWant) []string {
+	out := make([]string, 0, len(c.keys))
+	for i := range c.rules {
+		if ft.fam.applies(&c.rules[i]) {
+			out = append(out, c.keys[i])
+		}
+	}
+	return out
+}
+
+func (d *Dataplane) fillChain(t *txn, ft *famTable, name string, want *chainWant) error {
+	ch := &nftables.Chain{Table: ft.table, Name: name}
+	anon := func(s *nftables.Set, els []nftables.SetElement) error {
+		t.n++ // anonymous sets come with their rule
+		return t.c.AddSet(s, els)
+	}
+	keys := make([]string, 0, len(want.rules))
+	for i := range want.rules {
+		ex, ok, err := ft.rd.render(&want.rules[i], anon)
+		if err != nil {
+			return fmt.Errorf("nftdp: %s chain %s rule %d: %w", ft.fam.name, name, i, err)
+		}
+		if !ok {
+			continue
+		}
+		t.c.AddRule(&nftables.Rule{Table: ft.table, Chain: ch, Exprs: ex, UserData: comment(want.keys[i])})
+		t.n++ // the chain's refill was noted
+		keys = append(keys, want.keys[i])
+	}
+	ft.chains[name].keys = keys
+	return nil
+}
+
+// syncSet creates a set if needed and writes the elements that differ:
+// all of them when full or when the set holds nets (a net may cover
+// other members), else only the members marked dirty.
+func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, full bool) error {
+	f := ft.fam
+	s := &nftables.Set{Table: ft.table, Name: name}
+	switch want.kind {
+	case AddrSet:
+		s.KeyType, s.Interval = f.addrType, true
+	case NamedPortSet:
+		s.KeyType, s.Concatenation = f.namedPortType, true
+	}
+	have := ft.sets[name]
+	if have != nil && have.kind != want.kind {
+		return fmt.Errorf("nftdp: %s set %s: kind changed from %d to %d; sets are named by what they hold", f.name, name, have.kind, want.kind)
+	}
+	if have == nil {
+		if err := t.c.AddSet(s, nil); err != nil {
+			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
+		}
+		t.note("add set %s", name)
+		have = &setHave{kind: want.kind, elems: map[Member]bool{}}
+		ft.sets[name] = have
+		full = true
+	}
+	dirty, partial := d.dirtySets[name]
+	var add, del []Member
+	if full || !partial || dirty == nil || want.nets > 0 {
+		wantElems := ft.wantElems(want)
+		for m := range have.elems {
+			if !wantElems[m] {
+				del = append(del, m)
+			}
+		}
+		for m := range wantElems {
+			if !have.elems[m] {
+				add = append(add, m)
+			}
+		}
+	} else {
+		for m := range dirty {
+			if !f.has(m.Prefix) {
+				continue
+			}
+			switch w := want.members[m] > 0; {
+			case w && !have.elems[m]:
+				add = append(add, m)
+			case !w && have.elems[m]:
+				del = append(del, m)
+			}
+		}
+	}
+	if len(del) > 0 {
+		if err := t.c.SetDeleteElements(s, elemsOf(want.kind, del)); err != nil {
+			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
+		}
+		t.note("set %s: delete %v", name, del)
+	}
+	if len(add) > 0 {
+		if err := t.c.SetAddElements(s, elemsOf(want.kind, add)); err != nil {
+			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
+		}
+		t.note("set %s: add %v", name, add)
+	}
+	for _, m := range del {
+		delete(have.elems, m)
+	}
+	for _, m := range add {
+		have.elems[m] = true
+	}
+	return nil
+}
+
+// wantElems is what a set should hold in ft's family: its members, and
+// in an address set without those another member covers.
+func (ft *famTable) wantElems(want *setWant) map[Member]bool {
+	out := make(map[Member]bool, len(want.members))
+	if want.kind == AddrSet && want.nets > 0 {
+		var ps []netip.Prefix
+		for m := range want.members {
+			if ft.fam.has(m.Prefix) {
+				ps = append(ps, m.Prefix)
+			}
+		}
+		for _, p := range dropCovered(ps) {
+			out[Member{Prefix: p}] = true
+		}
+		return out
+	}
+	for m := range want.members {
+		if ft.fam.has(m.Prefix) {
+			out[m] = true
+		}
+	}
+	return out
+}
+
+func elemsOf(kind SetKind, ms []Member) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, m := range ms {
+		if kind == NamedPortSet {
+			out = append(out, nftables.SetElement{Key: namedPortKey(m)})
+		} else {
+			out = append(out, prefixElems(m.Prefix)...)
+		}
+	}
+	return out
+}
+
+// syncDispatch makes one dispatch map send each wanted interface to its
+// chain and forget the others.
+func (d *Dataplane) syncDispatch(t *txn, ft *famTable, mapName string, chain func(string) string, ifaces []string) error {
+	have := ft.dispatch[mapName]
+	m := ft.dispatchMap(mapName)
+	var add, del []nftables.SetElement
+	for _, ifc := range ifaces {
+		want := ""
+		if d.endpoints[ifc] {
+			want = chain(ifc)
+		}
+		got, ok := have[ifc]
+		if ok && got == want {
+			continue
+		}
+		if ok {
+			del = append(del, nftables.SetElement{Key: ifnameKey(ifc)})
+			delete(have, ifc)
+		}
+		if want != "" {
+			add = append(add, nftables.SetElement{Key: ifnameKey(ifc), VerdictData: gotoVerdict(want)})
+			have[ifc] = want
+		}
+	}
+	if len(del) > 0 {
+		if err := t.c.SetDeleteElements(m, del); err != nil {
+			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
+		}
+		t.note("map %s: delete %d", mapName, len(del))
+	}
+	if len(add) > 0 {
+		if err := t.c.SetAddElements(m, add); err != nil {
+			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
+		}
+		t.note("map %s: add %d", mapName, len(add))
+	}
+	return nil
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func union(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,94 @@
+package nftdp
+
+import (
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// hook makes a chain a base chain.
+type hook struct {
+	num  *nftables.ChainHook
+	prio *nftables.ChainPriority
+}
+
+// Base and shared chains. Egress and ingress of forwarded traffic are two
+// base chains on the forward hook so that an egress Allow (accept) ends
+// only the egress evaluation and the packet still meets the destination
+// pod's ingress chain at the next priority.
+const (
+	chainFwdEgress  = "forward-egress"
+	chainFwdIngress = "forward-ingress"
+	chainInput      = "input"
+	chainFromWL     = "from-wl"
+	chainToWL       = "to-wl"
+	chainFromWLHost = "from-wl-host"
+)
+
+// ICMPv6 neighbour discovery and router solicitation a pod needs to
+// reach its host at all (types 133-136), and MLD reports (131, 143).
+var ndTypes = []uint8{131, 133, 134, 135, 136, 143}
+
+func (d *Dataplane) addBase() {
+	p := d.cfg.IfacePrefix
+	prio := func(v int32) *nftables.ChainPriority { return nftables.ChainPriorityRef(nftables.ChainPriority(v)) }
+	base := func(name string, h *nftables.ChainHook, pr int32, rules ...Rule) {
+		d.addInternal(name, &hook{num: h, prio: prio(pr)}, rules)
+	}
+	established := []Rule{
+		{CtState: expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED, Action: ActAccept},
+		{CtState: expr.CtStateBitINVALID, Action: ActDrop},
+	}
+	unknown := func(dir string) []Rule {
+		var rs []Rule
+		if d.cfg.DropLogGroup != 0 {
+			rs = append(rs, Rule{Action: ActLog, LogGroup: d.cfg.DropLogGroup, LogRate: d.cfg.DropLogRate, LogPrefix: "D unknown-iface " + dir})
+		}
+		return append(rs, Rule{ID: "unknown-iface/" + dir, Counter: true, Action: ActDrop})
+	}
+
+	base(chainFwdEgress, nftables.ChainHookForward, 0, Rule{InIface: p, Action: ActJump, Target: chainFromWL})
+	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
+	base(chainInput, nftables.ChainHookInput, 0, Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
+
+	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLDispatch})
+	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))
+	toWL := append(append([]Rule{}, established...), Rule{OutIface: p, Action: ActDispatch, Target: ToWLDispatch})
+	d.addInternal(chainToWL, nil, append(toWL, unknown("ingress")...))
+
+	host := append([]Rule{}, established...)
+	for _, t := range ndTypes {
+		host = append(host, Rule{IPVersion: 6, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, Action: ActAccept})
+	}
+	host = append(host, Rule{InIface: p, Action: ActDispatch, Target: FromWLDispatch})
+	d.addInternal(chainFromWLHost, nil, append(host, unknown("to-host")...))
+}
+
+// addInternal adds a chain this package owns and callers may not set.
+func (d *Dataplane) addInternal(name string, h *hook, rules []Rule) {
+	keys := make([]string, len(rules))
+	for i := range rules {
+		keys[i] = rules[i].key()
+	}
+	d.chains[name] = &chainWant{rules: rules, keys: keys, hook: h}
+	d.dirtyChains[name] = true
+}
+
+// isInternal reports whether callers may not set or delete the chain.
+func isInternal(name string) bool {
+	switch name {
+	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost:
+		return true
+	}
+	return false
+}
+
+func (ft *famTable) dispatchMap(name string) *nftables.Set {
+	return &nftables.Set{Table: ft.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
+// ifnameKey pads an interface name to the 16 bytes of the ifname type.
+func ifnameKey(name string) []byte {
+	k := make([]byte, 16)
+	copy(k, name)
+	return k
+}

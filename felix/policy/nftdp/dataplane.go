@@ -1,0 +1,353 @@
+// Package nftdp is the policy dataplane's kernel side: it keeps one
+// nftables table per family ("ip routed-policy" and "ip6 routed-policy")
+// equal to a desired state of chains, sets and endpoint dispatch entries,
+// and touches nothing outside those tables.
+//
+// Callers describe the state with family-neutral Rules and Members;
+// Apply writes the difference to both tables, each in one atomic
+// transaction, and Resync first reads the tables back so that anything
+// edited, flushed or deleted behind our back is put right. When nothing
+// differs neither makes a single write (Writes counts them).
+//
+// The base chains (see base.go) send every packet from or to an
+// interface starting with the workload prefix to its endpoint chain
+// through the dispatch verdict maps, and drop it when the interface has
+// no entry: an endpoint is closed until SetEndpoint and Apply have run.
+//
+// A Dataplane is used from one goroutine.
+package nftdp
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// Names of the objects this package owns in its tables.
+const (
+	DefaultTable = "routed-policy"
+	// FromWLDispatch and ToWLDispatch map interfaces to their chains.
+	FromWLDispatch = "from-wl-dispatch"
+	ToWLDispatch   = "to-wl-dispatch"
+	// DefaultPassMark is the mark bit that carries Pass from a policy
+	// chain back to its endpoint chain (Calico keeps its bits in
+	// 0xffff0000 too; kube-proxy uses 0x4000 and 0x8000).
+	DefaultPassMark = 0x00200000
+)
+
+// FromWLChain and ToWLChain name an endpoint's chains for traffic it
+// sends (egress) and receives (ingress).
+func FromWLChain(iface string) string { return "fw-" + iface }
+
+// ToWLChain names an endpoint's ingress chain.
+func ToWLChain(iface string) string { return "tw-" + iface }
+
+// Config says where and how to program.
+type Config struct {
+	// NetnsFd is the network namespace to program (-1: the caller's).
+	NetnsFd int
+	// Table is the table name in both families (DefaultTable if empty).
+	Table string
+	// IfacePrefix starts every workload interface's name ("cali").
+	IfacePrefix string
+	// PassMark is the one mark bit this package may use (DefaultPassMark).
+	PassMark uint32
+	// DropLogGroup, when not 0, sends packets dropped because no rule
+	// allowed them (unknown interface) to this nflog group.
+	DropLogGroup uint16
+	// DropLogRate limits that log to packets a second (default 10).
+	DropLogRate uint32
+}
+
+// ErrUnsupported means the kernel has no nf_tables netlink interface.
+var ErrUnsupported = errors.New("nftdp: kernel has no nftables support")
+
+// Dataplane keeps the routed-policy tables equal to the desired state.
+type Dataplane struct {
+	conn *nftables.Conn
+	cfg  Config
+	fams []*famTable
+
+	chains    map[string]*chainWant
+	sets      map[string]*setWant
+	endpoints map[string]bool
+
+	// What changed since the last successful Apply of both families.
+	dirtyChains    map[string]bool
+	dirtySets      map[string]map[Member]bool // nil map: the whole set
+	dirtyEndpoints map[string]bool
+
+	writes int
+}
+
+type chainWant struct {
+	rules []Rule
+	keys  []string
+	hook  *hook // base chains only
+}
+
+type setWant struct {
+	kind    SetKind
+	members map[Member]int // reference counts
+	nets    int            // members wider than one address
+}
+
+// New opens nftables in the configured namespace. Nothing is written
+// before the first Apply.
+func New(cfg Config) (*Dataplane, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.IfacePrefix == "" {
+		cfg.IfacePrefix = "cali"
+	}
+	if cfg.PassMark == 0 {
+		cfg.PassMark = DefaultPassMark
+	}
+	if cfg.PassMark&(cfg.PassMark-1) != 0 {
+		return nil, fmt.Errorf("nftdp: PassMark %#x: must be a single bit", cfg.PassMark)
+	}
+	if cfg.DropLogRate == 0 {
+		cfg.DropLogRate = 10
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		// The library crashes instead of failing without nfnetlink.
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	unix.Close(fd)
+	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if cfg.NetnsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(cfg.NetnsFd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftdp: opening nftables: %w", err)
+	}
+	d := &Dataplane{
+		conn: c, cfg: cfg,
+		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]bool{},
+		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{},
+	}
+	for _, f := range []*family{ipv4, ipv6} {
+		tbl := &nftables.Table{Name: cfg.Table, Family: f.nft}
+		d.fams = append(d.fams, &famTable{fam: f, table: tbl, rd: renderer{fam: f, table: tbl, passMark: cfg.PassMark}})
+	}
+	d.addBase()
+	return d, nil
+}
+
+// Close releases the netlink socket; the tables stay and keep enforcing.
+func (d *Dataplane) Close() error { return d.conn.CloseLasting() }
+
+// Writes is how many transactions the Dataplane has sent to the kernel.
+func (d *Dataplane) Writes() int { return d.writes }
+
+// ErrInternalChain is returned for a chain name this package keeps for
+// its own base and dispatch chains.
+var ErrInternalChain = errors.New("nftdp: chain name is reserved for the dataplane's own chains")
+
+// SetChain sets a regular chain's rules. The endpoint chains
+// (FromWLChain, ToWLChain) are the caller's to fill too; the base and
+// dispatch chains are not.
+func (d *Dataplane) SetChain(name string, rules []Rule) error {
+	if isInternal(name) {
+		return fmt.Errorf("%w: %q", ErrInternalChain, name)
+	}
+	keys := make([]string, len(rules))
+	for i := range rules {
+		keys[i] = rules[i].key()
+	}
+	if c, ok := d.chains[name]; ok && slices.Equal(c.keys, keys) {
+		return nil
+	}
+	d.chains[name] = &chainWant{rules: rules, keys: keys}
+	d.dirtyChains[name] = true
+	return nil
+}
+
+// DeleteChain removes a chain; a missing one is no change.
+func (d *Dataplane) DeleteChain(name string) {
+	if c, ok := d.chains[name]; ok && c.hook == nil {
+		delete(d.chains, name)
+		d.dirtyChains[name] = true
+	}
+}
+
+// HasChain reports whether a chain is in the desired state.
+func (d *Dataplane) HasChain(name string) bool { return d.chains[name] != nil }
+
+// AddSet creates an empty set of that kind (no change if it exists).
+func (d *Dataplane) AddSet(name string, kind SetKind) {
+	if s, ok := d.sets[name]; ok && s.kind == kind {
+		return
+	}
+	d.sets[name] = &setWant{kind: kind, members: map[Member]int{}}
+	d.dirtySets[name] = nil
+}
+
+// DeleteSet removes a set; rules that use it must be gone by the same
+// Apply.
+func (d *Dataplane) DeleteSet(name string) {
+	if _, ok := d.sets[name]; ok {
+		delete(d.sets, name)
+		d.dirtySets[name] = nil
+	}
+}
+
+// AddMember adds one reference to m in set name (which must exist).
+// Members are reference counted: an address two network sets share, or
+// a pod and a network set, stays until the last reference goes.
+func (d *Dataplane) AddMember(name string, m Member) {
+	s := d.sets[name]
+	if s == nil {
+		return
+	}
+	m.Prefix = m.Prefix.Masked()
+	s.members[m]++
+	if s.members[m] == 1 {
+		d.memberChanged(name, s, m)
+	}
+}
+
+// RemoveMember drops one reference to m from set name.
+func (d *Dataplane) RemoveMember(name string, m Member) {
+	s := d.sets[name]
+	if s == nil {
+		return
+	}
+	m.Prefix = m.Prefix.Masked()
+	switch n := s.members[m]; {
+	case n <= 0:
+		return
+	case n == 1:
+		delete(s.members, m)
+		d.memberChanged(name, s, m)
+	default:
+		s.members[m] = n - 1
+	}
+}
+
+func (d *Dataplane) memberChanged(name string, s *setWant, m Member) {
+	if !m.Prefix.IsSingleIP() {
+		// A net covers or uncovers other members: diff the whole set.
+		s.nets += map[bool]int{true: 1, false: -1}[s.members[m] > 0]
+		d.dirtySets[name] = nil
+		return
+	}
+	dm, ok := d.dirtySets[name]
+	if ok && dm == nil {
+		return // already whole
+	}
+	if dm == nil {
+		dm = map[Member]bool{}
+		d.dirtySets[name] = dm
+	}
+	dm[m] = true
+}
+
+// Members returns a copy of a set's desired members (for tests).
+func (d *Dataplane) Members(name string) []Member {
+	s := d.sets[name]
+	if s == nil {
+		return nil
+	}
+	return sortedMembers(maps.Keys(s.members))
+}
+
+// SetEndpoint adds an interface to both dispatch maps; its chains
+// FromWLChain and ToWLChain must be set by the same Apply.
+func (d *Dataplane) SetEndpoint(iface string) {
+	if !d.endpoints[iface] {
+		d.endpoints[iface] = true
+		d.dirtyEndpoints[iface] = true
+	}
+}
+
+// DeleteEndpoint removes an interface from the dispatch maps: its
+// traffic is dropped from the next Apply on.
+func (d *Dataplane) DeleteEndpoint(iface string) {
+	if d.endpoints[iface] {
+		delete(d.endpoints, iface)
+		d.dirtyEndpoints[iface] = true
+	}
+}
+
+// Apply writes what changed to both tables, one transaction each. On an
+// error the family's table is read back in full at the next Apply.
+func (d *Dataplane) Apply() error {
+	for ep := range d.endpoints {
+		if d.chains[FromWLChain(ep)] == nil || d.chains[ToWLChain(ep)] == nil {
+			return fmt.Errorf("nftdp: endpoint %s: chains %s and %s must be set before it is dispatched to", ep, FromWLChain(ep), ToWLChain(ep))
+		}
+	}
+	var errs []error
+	for _, ft := range d.fams {
+		if err := d.applyFamily(ft); err != nil {
+			ft.loaded = false // read the kernel back next time
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	clear(d.dirtyChains)
+	clear(d.dirtySets)
+	clear(d.dirtyEndpoints)
+	return nil
+}
+
+// Resync reads both tables back from the kernel and writes whatever
+// differs from the desired state (nothing, when nothing does).
+func (d *Dataplane) Resync() error {
+	for _, ft := range d.fams {
+		ft.loaded = false
+	}
+	return d.Apply()
+}
+
+// Uninstall removes both tables from the namespace open as netnsFd (-1:
+// the caller's). A missing table is success.
+func Uninstall(netnsFd int, table string) error {
+	d, err := New(Config{NetnsFd: netnsFd, Table: table})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var errs []error
+	for _, ft := range d.fams {
+		d.conn.DelTable(ft.table)
+		if err := d.conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("nftdp: removing table %s %s: %w", ft.fam.name, ft.table.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedMembers(seq func(func(Member) bool)) []Member {
+	var out []Member
+	for m := range seq {
+		out = append(out, m)
+	}
+	sortMembers(out)
+	return out
+}
+
+func sortMembers(ms []Member) {
+	slices.SortFunc(ms, func(a, b Member) int {
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+		if a.Prefix.Bits() != b.Prefix.Bits() {
+			return a.Prefix.Bits() - b.Prefix.Bits()
+		}
+		if a.Proto != b.Proto {
+			return int(a.Proto) - int(b.Proto)
+		}
+		return int(a.Port) - int(b.Port)
+	})
+}

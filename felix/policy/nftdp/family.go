@@ -1,0 +1,153 @@
+package nftdp
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+)
+
+// family is what differs between the ip and ip6 tables.
+type family struct {
+	name           string
+	nft            nftables.TableFamily
+	addrType       nftables.SetDatatype
+	srcOff, dstOff uint32 // in the network header
+	addrLen        uint32
+	version        uint8
+	icmpProto      uint8 // ICMP or ICMPv6
+	namedPortType  nftables.SetDatatype
+}
+
+var (
+	ipv4 = &family{name: "ip", nft: nftables.TableFamilyIPv4, addrType: nftables.TypeIPAddr,
+		srcOff: 12, dstOff: 16, addrLen: 4, version: 4, icmpProto: 1,
+		namedPortType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)}
+	ipv6 = &family{name: "ip6", nft: nftables.TableFamilyIPv6, addrType: nftables.TypeIP6Addr,
+		srcOff: 8, dstOff: 24, addrLen: 16, version: 6, icmpProto: 58,
+		namedPortType: nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)}
+)
+
+func (f *family) has(p netip.Prefix) bool { return p.Addr().Is4() == (f.version == 4) }
+
+// prefixes keeps f's prefixes, masked, sorted, without any that another
+// covers: interval sets refuse overlapping elements.
+func (f *family) prefixes(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.IsValid() && f.has(p) {
+			out = append(out, p.Masked())
+		}
+	}
+	return dropCovered(out)
+}
+
+// dropCovered sorts ps and removes every prefix another one covers.
+func dropCovered(ps []netip.Prefix) []netip.Prefix {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	kept := ps[:0]
+	for _, p := range ps {
+		if len(kept) > 0 && kept[len(kept)-1].Overlaps(p) {
+			continue // sorted: the earlier one is the same or wider
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+// prefixElems is a prefix as interval elements: its first address, and
+// the address after its last flagged as the interval's end (left out
+// when the prefix runs to the family's last address).
+func prefixElems(p netip.Prefix) []nftables.SetElement {
+	out := []nftables.SetElement{{Key: p.Addr().AsSlice()}}
+	if end := prefixLast(p).Next(); end.IsValid() {
+		out = append(out, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+	}
+	return out
+}
+
+// prefixLast is the highest address of p.
+func prefixLast(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// portElems is an inclusive port range as interval elements.
+func portElems(r PortRange) []nftables.SetElement {
+	out := []nftables.SetElement{{Key: be16(r.First)}}
+	if r.Last < 0xffff {
+		out = append(out, nftables.SetElement{Key: be16(r.Last + 1), IntervalEnd: true})
+	}
+	return out
+}
+
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+
+// namedPortKey is address . protocol . port, each padded to 4 bytes as
+// nftables lays out concatenations in registers.
+func namedPortKey(m Member) []byte {
+	k := m.Prefix.Addr().AsSlice()
+	k = append(k, m.Proto, 0, 0, 0)
+	return append(k, byte(m.Port>>8), byte(m.Port), 0, 0)
+}
+
+// memberFromNamedPortKey decodes namedPortKey.
+func (f *family) memberFromNamedPortKey(k []byte) (Member, bool) {
+	n := int(f.addrLen)
+	if len(k) != n+8 {
+		return Member{}, false
+	}
+	a, _ := netip.AddrFromSlice(k[:n])
+	return Member{Prefix: netip.PrefixFrom(a, a.BitLen()), Proto: k[n], Port: binary.BigEndian.Uint16(k[n+4:])}, true
+}
+
+// intervalsToPrefixes reads interval elements back as prefixes: each
+// start with the smallest end above it (none: to the last address), as
+// the longest prefix from the start that reaches that end. Only what
+// prefixElems wrote reads back exactly; anything else still reads back
+// as something different, which is all a resync needs.
+func (f *family) intervalsToPrefixes(els []nftables.SetElement) []netip.Prefix {
+	var starts, ends []netip.Addr
+	for _, e := range els {
+		a, ok := netip.AddrFromSlice(e.Key)
+		if !ok || len(e.Key) != int(f.addrLen) {
+			continue
+		}
+		if e.IntervalEnd {
+			ends = append(ends, a)
+		} else {
+			starts = append(starts, a)
+		}
+	}
+	slices.SortFunc(ends, netip.Addr.Compare)
+	out := make([]netip.Prefix, 0, len(starts))
+	for _, s := range starts {
+		i, found := slices.BinarySearchFunc(ends, s, netip.Addr.Compare)
+		if found {
+			i++
+		}
+		var end netip.Addr
+		if i < len(ends) {
+			end = ends[i]
+		}
+		bits := s.BitLen()
+		for ; bits > 0; bits-- {
+			next := prefixLast(netip.PrefixFrom(s, bits-1)).Next()
+			if netip.PrefixFrom(s, bits-1).Masked().Addr() != s || !next.IsValid() && end.IsValid() || end.IsValid() && next.Compare(end) > 0 {
+				break
+			}
+		}
+		out = append(out, netip.PrefixFrom(s, bits))
+	}
+	return out
+}

@@ -1,0 +1,154 @@
+package nftdp
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Action is what a rule does when all its matches hold.
+type Action uint8
+
+// Rule actions. Accept and Drop end evaluation for the hook; Pass sets the
+// pass mark bit and returns to the endpoint chain, which then skips the
+// rest of the tier; Log sends the packet to nflog and goes on; Jump and
+// Return are for the chains this package builds around the policies.
+const (
+	ActNone Action = iota // match only (with a counter): no verdict
+	ActAccept
+	ActDrop
+	ActPass
+	ActLog
+	ActReturn
+	ActJump
+	ActClearPass // clears the pass bit, then goes on
+	ActDispatch  // goto the chain the interface maps to in map Target
+)
+
+var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("action(%d)", a)
+}
+
+// PortRange is an inclusive range of ports; First == Last for one port.
+type PortRange struct{ First, Last uint16 }
+
+// ICMPMatch matches an ICMP (or ICMPv6) type and, when Code >= 0, code.
+type ICMPMatch struct {
+	Type uint8
+	Code int // -1: any code
+}
+
+// Side is what a rule matches on one end of the packet (source or
+// destination). Every non-empty field must hold.
+type Side struct {
+	// Nets: the address is in one of them. NotNets: in none of them.
+	Nets, NotNets []netip.Prefix
+	// Sets: the address is in every named address set. NotSets: in none.
+	Sets, NotSets []string
+	// Ports: the port is in one of the ranges. NotPorts: in none.
+	Ports, NotPorts []PortRange
+	// NamedPortSet: address . protocol . port is in that set.
+	// NotNamedPortSets: in none of them.
+	NamedPortSet     string
+	NotNamedPortSets []string
+}
+
+// Rule is one nftables rule in the family-neutral form the calculator
+// produces. The dataplane renders it for each family, leaving a rule out
+// of a family it cannot match in (an IPv4-only net, ICMP in ip6).
+type Rule struct {
+	// ID names the rule for counters and logs (tier/policy/direction/index);
+	// empty for the rules this package builds itself.
+	ID string
+	// IPVersion restricts the rule to 4 or 6; 0 for both.
+	IPVersion uint8
+	// Proto and NotProto are IP protocol numbers; 0 means unset.
+	Proto, NotProto uint8
+	ICMP, NotICMP   *ICMPMatch
+	Src, Dst        Side
+	// InIface and OutIface match interface names starting with them.
+	InIface, OutIface string
+	// CtState matches when the conntrack state has any of these bits
+	// (expr.CtStateBit*); 0 for no conntrack match.
+	CtState uint32
+	// IfPassClear: the rule applies only while the pass bit is clear.
+	IfPassClear bool
+	// IfPassSet: the rule applies only while the pass bit is set.
+	IfPassSet bool
+	Action    Action
+	// Target is the chain of ActJump, the map of ActDispatch (matched on
+	// the input interface when InIface is set, else the output one).
+	Target string
+	// LogPrefix is the nflog prefix of ActLog.
+	LogPrefix string
+	// LogGroup is the nflog group of ActLog.
+	LogGroup uint16
+	// LogRate limits ActLog to that many packets a second (0: unlimited).
+	LogRate uint32
+	// Counter adds a packets/bytes counter.
+	Counter bool
+}
+
+// key identifies a rule's content: the same key means the same rendered
+// rule in either family. It is stored in the rule's comment so a resync
+// can compare the kernel's rules without decoding expressions.
+func (r *Rule) key() string {
+	c := *r
+	c.ICMP, c.NotICMP = nil, nil // pointers: hash what they point to
+	s := fmt.Sprintf("%+v|%+v|%+v", c, deref(r.ICMP), deref(r.NotICMP))
+	h := sha256.Sum256([]byte(s))
+	k := base64.RawURLEncoding.EncodeToString(h[:12])
+	if r.ID != "" {
+		return r.ID + " " + k
+	}
+	return k
+}
+
+func deref(m *ICMPMatch) ICMPMatch {
+	if m == nil {
+		return ICMPMatch{Code: -2}
+	}
+	return *m
+}
+
+// ruleID is the ID part of a stored comment.
+func ruleID(comment string) string {
+	if i := strings.LastIndexByte(comment, ' '); i >= 0 {
+		return comment[:i]
+	}
+	return ""
+}
+
+// SetKind is the type of an nftables set this package manages.
+type SetKind uint8
+
+// Set kinds: addresses and networks of one family (an interval set), or
+// address . protocol . port for named ports.
+const (
+	AddrSet SetKind = iota + 1
+	NamedPortSet
+)
+
+// Member is one element of a set: a prefix (addresses are /32 or /128),
+// and for NamedPortSet also the protocol and port.
+type Member struct {
+	Prefix netip.Prefix
+	Proto  uint8
+	Port   uint16
+}
+
+func (m Member) is4() bool { return m.Prefix.Addr().Is4() }
+
+func (m Member) String() string {
+	if m.Port != 0 {
+		return fmt.Sprintf("%s . %d . %d", m.Prefix.Addr(), m.Proto, m.Port)
+	}
+	return m.Prefix.String()
+}
