@@ -28,7 +28,40 @@ type WorkloadEndpointSpec struct {
 	MAC                string   `json:"mac,omitempty"`
 	// Handle is the IPAM handle that holds the addresses.
 	Handle string `json:"handle,omitempty"`
+	// ServiceAccountName is the pod's service account (Kubernetes).
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// Profiles name the Profiles whose labels the endpoint inherits and
+	// whose rules apply when no policy selects it: for a pod, Calico's
+	// "kns.<namespace>" and "ksa.<namespace>.<serviceaccount>".
+	Profiles []string `json:"profiles,omitempty"`
+	// Ports are the pod's named container ports, which rules' named
+	// ports resolve to.
+	Ports []WorkloadEndpointPort `json:"ports,omitempty"`
 }
+
+// WorkloadEndpointPort is one named port of a workload (Calico's).
+type WorkloadEndpointPort struct {
+	Name     string   `json:"name"`
+	Protocol Protocol `json:"protocol"`
+	Port     uint16   `json:"port"`
+	HostPort uint16   `json:"hostPort,omitempty"`
+	HostIP   string   `json:"hostIP,omitempty"`
+}
+
+// Identity labels Calico's CNI plugin puts on every pod endpoint, which
+// policy selectors may match.
+const (
+	LabelNamespace      = "projectcalico.org/namespace"
+	LabelOrchestrator   = "projectcalico.org/orchestrator"
+	LabelServiceAccount = "projectcalico.org/serviceaccount"
+)
+
+// Profile name prefixes Calico gives Kubernetes namespaces and service
+// accounts: "kns.<namespace>", "ksa.<namespace>.<serviceaccount>".
+const (
+	NamespaceProfilePrefix      = "kns."
+	ServiceAccountProfilePrefix = "ksa."
+)
 
 // GetKind implements Resource.
 func (w *WorkloadEndpoint) GetKind() Kind { return KindWorkloadEndpoint }
