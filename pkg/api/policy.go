@@ -1,5 +1,7 @@
 package api
 
+import "net/netip"
+
 // DefaultTierName is the tier a policy belongs to when it names none.
 const DefaultTierName = "default"
 
@@ -92,6 +94,8 @@ func (p *GlobalNetworkPolicy) setDefaults() { p.Spec.setDefaults() }
 // setDefaults applies Calico's defaults: tier "default", and types
 // from the rule lists present when none are given.
 func (s *PolicySpec) setDefaults() {
+	normalizeRules(s.Ingress)
+	normalizeRules(s.Egress)
 	if s.Tier == "" {
 		s.Tier = DefaultTierName
 	}
@@ -105,5 +109,25 @@ func (s *PolicySpec) setDefaults() {
 		s.Types = []PolicyType{PolicyTypeEgress}
 	default:
 		s.Types = []PolicyType{PolicyTypeIngress}
+	}
+}
+
+// normalizeRules writes the bare addresses of rules' nets as CIDRs.
+func normalizeRules(rules []Rule) {
+	for i := range rules {
+		for _, e := range []*EntityRule{&rules[i].Source, &rules[i].Destination} {
+			normalizeNets(e.Nets)
+			normalizeNets(e.NotNets)
+		}
+	}
+}
+
+// normalizeNets writes a bare address ("10.0.0.1", which Calico accepts)
+// as its /32 or /128, so what is stored is always a CIDR.
+func normalizeNets(nets []string) {
+	for i, n := range nets {
+		if a, err := netip.ParseAddr(n); err == nil {
+			nets[i] = netip.PrefixFrom(a, a.BitLen()).String()
+		}
 	}
 }

@@ -68,8 +68,11 @@ func TestPolicyModelDecode(t *testing.T) {
 	if n, _ := icmp.Protocol.Num(); n != 1 || *icmp.ICMP.Type != 8 || *icmp.ICMP.Code != 0 || icmp.Action != api.ActionLog {
 		t.Errorf("icmp rule = %+v", icmp)
 	}
-	if n, _ := np.Spec.Ingress[2].NotProtocol.Num(); n != 58 || *np.Spec.Ingress[2].NotICMP.Type != 128 || np.Spec.Ingress[2].NotICMP.Code != nil {
-		t.Errorf("notProtocol rule = %+v", np.Spec.Ingress[2])
+	if n, _ := np.Spec.Ingress[2].Protocol.Num(); n != 58 || *np.Spec.Ingress[2].NotICMP.Type != 128 || np.Spec.Ingress[2].NotICMP.Code != nil {
+		t.Errorf("notICMP rule = %+v", np.Spec.Ingress[2])
+	}
+	if n, _ := np.Spec.Ingress[3].NotProtocol.Num(); n != 17 {
+		t.Errorf("notProtocol rule = %+v", np.Spec.Ingress[3])
 	}
 	// A quoted number is the number, as Calico reads it.
 	if eg := np.Spec.Egress[0]; eg.Protocol.Name != "" || eg.Protocol.Number != 17 || eg.Action != api.ActionPass {
@@ -151,12 +154,15 @@ func TestPolicyModelRoundTrip(t *testing.T) {
 
 func TestDefaultTiers(t *testing.T) {
 	t.Parallel()
+	// Calico's orders; the Kubernetes admin and baseline tiers pass what
+	// their policies leave undecided.
 	want := map[string]float64{"kube-admin": 1000, "default": 1e6, "kube-baseline": 1e7}
+	action := map[string]api.Action{"kube-admin": api.ActionPass, "default": api.ActionDeny, "kube-baseline": api.ActionPass}
 	for _, tr := range api.DefaultTiers() {
 		if err := tr.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if o, ok := want[tr.Metadata.Name]; !ok || *tr.Spec.Order != o || *tr.Spec.DefaultAction != api.ActionDeny {
+		if o, ok := want[tr.Metadata.Name]; !ok || *tr.Spec.Order != o || *tr.Spec.DefaultAction != action[tr.Metadata.Name] {
 			t.Errorf("tier %s order %v action %v", tr.Metadata.Name, *tr.Spec.Order, *tr.Spec.DefaultAction)
 		}
 		delete(want, tr.Metadata.Name)

@@ -28,16 +28,28 @@ type TierSpec struct {
 	DefaultAction *Action `json:"defaultAction,omitempty"`
 }
 
+// wellKnownTiers are the tiers that always exist, with the order and
+// default action Calico fixes for them: the Kubernetes admin and
+// baseline tiers pass what their policies do not decide.
+var wellKnownTiers = map[string]TierSpec{
+	KubeAdminTierName:    {Order: ptr(float64(KubeAdminTierOrder)), DefaultAction: ptr(ActionPass)},
+	DefaultTierName:      {Order: ptr(float64(DefaultTierOrder)), DefaultAction: ptr(ActionDeny)},
+	KubeBaselineTierName: {Order: ptr(float64(KubeBaselineTierOrder)), DefaultAction: ptr(ActionPass)},
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // DefaultTiers returns the tiers routed creates when they are missing:
-// default, kube-admin and kube-baseline with Calico's orders.
+// kube-admin (order 1000, Pass), default (1e6, Deny) and kube-baseline
+// (1e7, Pass), as Calico has them.
 func DefaultTiers() []*Tier {
-	mk := func(name string, order float64) *Tier {
-		t := &Tier{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindTier}, Metadata: ObjectMeta{Name: name}}
-		t.Spec.Order = &order
-		t.setDefaults()
-		return t
+	var out []*Tier
+	for _, name := range []string{KubeAdminTierName, DefaultTierName, KubeBaselineTierName} {
+		w := wellKnownTiers[name]
+		out = append(out, &Tier{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindTier}, Metadata: ObjectMeta{Name: name},
+			Spec: TierSpec{Order: ptr(*w.Order), DefaultAction: ptr(*w.DefaultAction)}})
 	}
-	return []*Tier{mk(KubeAdminTierName, KubeAdminTierOrder), mk(DefaultTierName, DefaultTierOrder), mk(KubeBaselineTierName, KubeBaselineTierOrder)}
+	return out
 }
 
 // GetKind implements Resource.
@@ -47,6 +59,14 @@ func (t *Tier) GetKind() Kind { return KindTier }
 func (t *Tier) Meta() *ObjectMeta { return &t.Metadata }
 
 func (t *Tier) setDefaults() {
+	if w, ok := wellKnownTiers[t.Metadata.Name]; ok {
+		if t.Spec.Order == nil {
+			t.Spec.Order = ptr(*w.Order)
+		}
+		if t.Spec.DefaultAction == nil {
+			t.Spec.DefaultAction = ptr(*w.DefaultAction)
+		}
+	}
 	if t.Spec.DefaultAction == nil {
 		a := ActionDeny
 		t.Spec.DefaultAction = &a
@@ -76,7 +96,10 @@ func (p *Profile) GetKind() Kind { return KindProfile }
 // Meta implements Resource.
 func (p *Profile) Meta() *ObjectMeta { return &p.Metadata }
 
-func (p *Profile) setDefaults() {}
+func (p *Profile) setDefaults() {
+	normalizeRules(p.Spec.Ingress)
+	normalizeRules(p.Spec.Egress)
+}
 
 // NetworkSet is a labelled list of CIDRs in one namespace that rule
 // selectors match like endpoints. It is stored under StoreName.
@@ -106,7 +129,7 @@ func (s *NetworkSet) GetKind() Kind { return KindNetworkSet }
 // Meta implements Resource.
 func (s *NetworkSet) Meta() *ObjectMeta { return &s.Metadata }
 
-func (s *NetworkSet) setDefaults() {}
+func (s *NetworkSet) setDefaults() { normalizeNets(s.Spec.Nets) }
 
 // GetKind implements Resource.
 func (s *GlobalNetworkSet) GetKind() Kind { return KindGlobalNetworkSet }
@@ -114,4 +137,4 @@ func (s *GlobalNetworkSet) GetKind() Kind { return KindGlobalNetworkSet }
 // Meta implements Resource.
 func (s *GlobalNetworkSet) Meta() *ObjectMeta { return &s.Metadata }
 
-func (s *GlobalNetworkSet) setDefaults() {}
+func (s *GlobalNetworkSet) setDefaults() { normalizeNets(s.Spec.Nets) }
