@@ -28,6 +28,13 @@ import (
 // each veth carries it (Calico uses a link-local address there too).
 const HostLinkLocal = "fe80::1"
 
+// HostIPv4 and HostIPv6 are the node's own addresses, which pods reach
+// and which the node uses as its source towards them.
+const (
+	HostIPv4 = "169.254.1.1"
+	HostIPv6 = "fd00:65::ff"
+)
+
 // Node is the namespace that holds the cali devices and the policy
 // tables.
 type Node struct {
@@ -61,7 +68,8 @@ func NewNode(t testing.TB) *Node {
 	// Pods resolve their gateway 169.254.1.1 through proxy ARP, which
 	// answers for addresses the node has: like a Calico node, this one
 	// holds it (on lo) and uses it as its source towards pods.
-	n.AddAddr(t, "lo", "169.254.1.1/32")
+	n.AddAddr(t, "lo", HostIPv4+"/32")
+	n.AddAddr(t, "lo", HostIPv6+"/128")
 	return &Node{NS: n, Fd: int(f.Fd()), Pods: map[string]*Pod{}}
 }
 

@@ -1,0 +1,328 @@
+package policy
+
+import (
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// Sink receives the desired dataplane state; *nftdp.Dataplane is one.
+type Sink interface {
+	SetChain(name string, rules []nftdp.Rule) error
+	DeleteChain(name string)
+	AddSet(name string, kind nftdp.SetKind)
+	DeleteSet(name string)
+	AddMember(set string, m nftdp.Member)
+	RemoveMember(set string, m nftdp.Member)
+	SetEndpoint(iface string)
+	DeleteEndpoint(iface string)
+}
+
+// Calc keeps the policy model and writes the state it implies to a Sink,
+// incrementally: a new endpoint changes the members of the sets that
+// select it and, if local, its own chains and dispatch entry; a policy
+// edit re-renders that policy's chains and the chains of the local
+// endpoints whose policy list changed. It is used from one goroutine.
+type Calc struct {
+	sink Sink
+	log  LogConfig
+
+	tiers    map[string]tierInfo
+	policies map[string]*cpolicy
+	ordered  []*cpolicy // every policy in evaluation order
+	profiles map[string]*profile
+	netsets  map[string]*netset
+	eps      map[string]*endpoint
+	locals   map[string]*local
+	sets     map[string]*aset
+	// Local endpoints referring to each profile name (existing or not).
+	profileRefs map[string]int
+}
+
+// local is a local endpoint and what applies to it.
+type local struct {
+	ep      *endpoint
+	in, out []*cpolicy
+}
+
+// aset is a set some active chain uses, with the members each endpoint
+// ("ep:"+key) and network set ("ns:"+key) contributes.
+type aset struct {
+	spec    setSpec
+	refs    int
+	contrib map[string][]nftdp.Member
+}
+
+// NewCalc returns a calculator writing to sink, with Calico's default
+// tiers.
+func NewCalc(sink Sink, lc LogConfig) *Calc {
+	c := &Calc{
+		sink: sink, log: lc,
+		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
+		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{},
+	}
+	for _, t := range api.DefaultTiers() {
+		c.tiers[t.Metadata.Name] = compileTier(t)
+	}
+	return c
+}
+
+func compileTier(t *api.Tier) tierInfo {
+	ti := tierInfo{order: math.Inf(1)}
+	if t.Spec.Order != nil {
+		ti.order = *t.Spec.Order
+	}
+	ti.pass = t.Spec.DefaultAction != nil && *t.Spec.DefaultAction == api.ActionPass
+	return ti
+}
+
+// tier returns a tier's info; a tier that does not exist sorts last and
+// drops at its end, so a policy in it still denies what it denies.
+func (c *Calc) tier(name string) tierInfo {
+	if t, ok := c.tiers[name]; ok {
+		return t
+	}
+	return tierInfo{order: math.Inf(1)}
+}
+
+// less orders policies as Calico evaluates them: tier order, tier name,
+// policy order, policy name.
+func (c *Calc) less(a, b *cpolicy) int {
+	ta, tb := c.tier(a.tier), c.tier(b.tier)
+	switch {
+	case ta.order != tb.order:
+		return cmpF(ta.order, tb.order)
+	case a.tier != b.tier:
+		return cmpS(a.tier, b.tier)
+	case a.order != b.order:
+		return cmpF(a.order, b.order)
+	}
+	return cmpS(a.name, b.name)
+}
+
+func cmpF(a, b float64) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+func cmpS(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (c *Calc) sortPolicies() {
+	c.ordered = c.ordered[:0]
+	for _, p := range c.policies {
+		c.ordered = append(c.ordered, p)
+	}
+	slices.SortFunc(c.ordered, c.less)
+}
+
+// SetTier adds or changes a tier: every local endpoint's chains follow.
+func (c *Calc) SetTier(t *api.Tier) {
+	c.tiers[t.Metadata.Name] = compileTier(t)
+	c.resortAll()
+}
+
+// DeleteTier removes a tier; its policies sort last and still deny.
+func (c *Calc) DeleteTier(name string) {
+	delete(c.tiers, name)
+	c.resortAll()
+}
+
+func (c *Calc) resortAll() {
+	c.sortPolicies()
+	for _, l := range c.locals {
+		slices.SortFunc(l.in, c.less)
+		slices.SortFunc(l.out, c.less)
+		c.renderEndpoint(l)
+	}
+}
+
+// SetPolicy adds or replaces a policy. On an error nothing changes.
+func (c *Calc) SetPolicy(p api.Policy) error {
+	np, err := compilePolicy(p)
+	if err != nil {
+		return err
+	}
+	c.replacePolicy(np.key, np)
+	return nil
+}
+
+// DeletePolicy removes a policy by PolicyKey; a missing one is no change.
+func (c *Calc) DeletePolicy(key string) { c.replacePolicy(key, nil) }
+
+func (c *Calc) replacePolicy(key string, np *cpolicy) {
+	old := c.policies[key]
+	if old == nil && np == nil {
+		return
+	}
+	if np != nil {
+		c.policies[key] = np
+	} else {
+		delete(c.policies, key)
+	}
+	c.sortPolicies()
+	var affected []*local
+	for k, l := range c.locals {
+		was := old != nil && old.selected[k]
+		sel := np != nil && np.sel.endpoint(l.ep)
+		if !was && !sel {
+			continue
+		}
+		l.in = slices.DeleteFunc(l.in, func(p *cpolicy) bool { return p == old })
+		l.out = slices.DeleteFunc(l.out, func(p *cpolicy) bool { return p == old })
+		if sel {
+			np.selected[k] = true
+			if np.hasIn {
+				l.in = insertSorted(l.in, np, c.less)
+			}
+			if np.hasOut {
+				l.out = insertSorted(l.out, np, c.less)
+			}
+		}
+		affected = append(affected, l)
+	}
+	// New sets are referenced before old ones are released, so a set
+	// both versions use is never emptied and refilled.
+	if np != nil && len(np.selected) > 0 {
+		c.activate(np)
+	}
+	if old != nil && len(old.selected) > 0 {
+		for _, in := range []bool{true, false} {
+			if old.applies(in) && (np == nil || len(np.selected) == 0 || !np.applies(in) || np.chain(in) != old.chain(in)) {
+				c.sink.DeleteChain(old.chain(in))
+			}
+		}
+		c.unrefSets(old.sets())
+	}
+	for _, l := range affected {
+		c.renderEndpoint(l)
+	}
+}
+
+func insertSorted(ps []*cpolicy, p *cpolicy, less func(a, b *cpolicy) int) []*cpolicy {
+	i, _ := slices.BinarySearchFunc(ps, p, less)
+	return slices.Insert(ps, i, p)
+}
+
+// activate references a policy's sets and renders its chains.
+func (c *Calc) activate(p *cpolicy) {
+	c.refSets(p.sets())
+	for _, in := range []bool{true, false} {
+		if !p.applies(in) {
+			continue
+		}
+		var rules []nftdp.Rule
+		for i, r := range p.rules(in) {
+			id := p.chain(in) + "/" + strconv.Itoa(i)
+			rules = append(rules, c.log.expand(r, id, logPrefix("P", p.tier, p.name, dirName(in), i), false)...)
+		}
+		_ = c.sink.SetChain(p.chain(in), rules)
+	}
+}
+
+func (c *Calc) deactivate(p *cpolicy) {
+	for _, in := range []bool{true, false} {
+		if p.applies(in) {
+			c.sink.DeleteChain(p.chain(in))
+		}
+	}
+	c.unrefSets(p.sets())
+}
+
+// SetProfile adds or replaces a profile. On an error nothing changes.
+func (c *Calc) SetProfile(p *api.Profile) error {
+	np, err := compileProfile(p)
+	if err != nil {
+		return err
+	}
+	c.replaceProfile(np.name, np)
+	return nil
+}
+
+// DeleteProfile removes a profile; a missing one is no change.
+func (c *Calc) DeleteProfile(name string) { c.replaceProfile(name, nil) }
+
+func (c *Calc) replaceProfile(name string, np *profile) {
+	old := c.profiles[name]
+	if old == nil && np == nil {
+		return
+	}
+	if np != nil {
+		c.profiles[name] = np
+	} else {
+		delete(c.profiles, name)
+	}
+	if c.profileRefs[name] > 0 {
+		if np != nil {
+			c.activateProfile(np)
+		}
+		if old != nil {
+			if np == nil {
+				c.sink.DeleteChain(old.chain(true))
+				c.sink.DeleteChain(old.chain(false))
+			}
+			c.unrefSets(old.sets())
+		}
+	}
+	// Labels flow from profiles to endpoints (and, for namespace
+	// profiles, to network sets): re-derive those that use it.
+	for _, e := range c.eps {
+		if slices.Contains(e.Profiles, name) || name == NamespaceProfile+e.Namespace || name == ServiceAcctProfile+e.Namespace+"."+e.ServiceAccount {
+			c.SetEndpoint(e.Endpoint)
+		}
+	}
+	for _, s := range c.netsets {
+		if name == NamespaceProfile+s.Namespace {
+			c.SetNetworkSet(s.NetworkSet)
+		}
+	}
+}
+
+func (c *Calc) activateProfile(p *profile) {
+	c.refSets(p.sets())
+	for _, in := range []bool{true, false} {
+		var rules []nftdp.Rule
+		rs := p.egress
+		if in {
+			rs = p.ingress
+		}
+		for i, r := range rs {
+			id := p.chain(in) + "/" + strconv.Itoa(i)
+			rules = append(rules, c.log.expand(r, id, logPrefix("R", "", p.name, dirName(in), i), true)...)
+		}
+		_ = c.sink.SetChain(p.chain(in), rules)
+	}
+}
+
+func (c *Calc) refProfile(name string) {
+	c.profileRefs[name]++
+	if c.profileRefs[name] == 1 && c.profiles[name] != nil {
+		c.activateProfile(c.profiles[name])
+	}
+}
+
+func (c *Calc) unrefProfile(name string) {
+	c.profileRefs[name]--
+	if c.profileRefs[name] > 0 {
+		return
+	}
+	delete(c.profileRefs, name)
+	if p := c.profiles[name]; p != nil {
+		c.sink.DeleteChain(p.chain(true))
+		c.sink.DeleteChain(p.chain(false))
+		c.unrefSets(p.sets())
+	}
+}

@@ -1,0 +1,279 @@
+package policy
+
+import (
+	"slices"
+
+	"github.com/routed-net/routed/felix/policy/nftdp"
+)
+
+// SetEndpoint adds or replaces an endpoint: its addresses join the sets
+// that select it and, when local, its chains and dispatch entry follow.
+func (c *Calc) SetEndpoint(ep Endpoint) {
+	old := c.eps[ep.Key]
+	e := derive(ep, c.profiles)
+	c.eps[ep.Key] = e
+	for _, s := range c.sets {
+		c.contribute(s, "ep:"+ep.Key, s.endpointMembers(e))
+	}
+	if l := c.locals[ep.Key]; l != nil && old != nil && (!e.Local || old.Iface != e.Iface) {
+		c.removeLocal(l)
+	}
+	if e.Local {
+		c.updateLocal(e)
+	}
+}
+
+// DeleteEndpoint removes an endpoint; a missing one is no change.
+func (c *Calc) DeleteEndpoint(key string) {
+	if c.eps[key] == nil {
+		return
+	}
+	delete(c.eps, key)
+	for _, s := range c.sets {
+		c.contribute(s, "ep:"+key, nil)
+	}
+	if l := c.locals[key]; l != nil {
+		c.removeLocal(l)
+	}
+}
+
+// SetNetworkSet adds or replaces a network set (namespaced when
+// Namespace is set).
+func (c *Calc) SetNetworkSet(s NetworkSet) {
+	ns := &netset{NetworkSet: s, nsLabels: scopeLabels(nil, nsLabelPrefix, c.profiles[NamespaceProfile+s.Namespace], s.Namespace)}
+	if s.Namespace == "" {
+		ns.nsLabels = nil
+	}
+	c.netsets[s.Key] = ns
+	for _, as := range c.sets {
+		c.contribute(as, "ns:"+s.Key, as.netsetMembers(ns))
+	}
+}
+
+// DeleteNetworkSet removes a network set by key.
+func (c *Calc) DeleteNetworkSet(key string) {
+	if c.netsets[key] == nil {
+		return
+	}
+	delete(c.netsets, key)
+	for _, as := range c.sets {
+		c.contribute(as, "ns:"+key, nil)
+	}
+}
+
+// updateLocal recomputes which policies and profiles apply to a local
+// endpoint and renders its chains.
+func (c *Calc) updateLocal(e *endpoint) {
+	l := c.locals[e.Key]
+	var oldPols []*cpolicy
+	var oldProfiles []string
+	if l == nil {
+		l = &local{}
+		c.locals[e.Key] = l
+	} else {
+		oldPols = union(l.in, l.out)
+		oldProfiles = l.ep.Profiles
+	}
+	l.ep = e
+	l.in, l.out = l.in[:0], l.out[:0]
+	for _, p := range c.ordered {
+		if (p.hasIn || p.hasOut) && p.sel.endpoint(e) {
+			if p.hasIn {
+				l.in = append(l.in, p)
+			}
+			if p.hasOut {
+				l.out = append(l.out, p)
+			}
+		}
+	}
+	newPols := union(l.in, l.out)
+	for _, p := range newPols {
+		if !p.selected[e.Key] {
+			p.selected[e.Key] = true
+			if len(p.selected) == 1 {
+				c.activate(p)
+			}
+		}
+	}
+	for _, p := range oldPols {
+		if !slices.Contains(newPols, p) {
+			c.unselect(p, e.Key)
+		}
+	}
+	for _, name := range e.Profiles {
+		c.refProfile(name)
+	}
+	for _, name := range oldProfiles {
+		c.unrefProfile(name)
+	}
+	c.renderEndpoint(l)
+	c.sink.SetEndpoint(e.Iface)
+}
+
+func (c *Calc) unselect(p *cpolicy, key string) {
+	if !p.selected[key] {
+		return
+	}
+	delete(p.selected, key)
+	if len(p.selected) == 0 && c.policies[p.key] == p {
+		c.deactivate(p)
+	}
+}
+
+func (c *Calc) removeLocal(l *local) {
+	for _, p := range union(l.in, l.out) {
+		c.unselect(p, l.ep.Key)
+	}
+	for _, name := range l.ep.Profiles {
+		c.unrefProfile(name)
+	}
+	c.sink.DeleteEndpoint(l.ep.Iface)
+	c.sink.DeleteChain(nftdp.FromWLChain(l.ep.Iface))
+	c.sink.DeleteChain(nftdp.ToWLChain(l.ep.Iface))
+	delete(c.locals, l.ep.Key)
+}
+
+func union(a, b []*cpolicy) []*cpolicy {
+	out := append([]*cpolicy{}, a...)
+	for _, p := range b {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// renderEndpoint writes a local endpoint's two chains: per tier, a jump
+// to each policy while no Pass was seen, the tier's end (drop, unless
+// its default action is Pass), then its profiles, then drop.
+func (c *Calc) renderEndpoint(l *local) {
+	e := l.ep
+	for _, in := range []bool{true, false} {
+		dir := dirName(in)
+		pols := l.out
+		if in {
+			pols = l.in
+		}
+		var rules []nftdp.Rule
+		if len(pols) > 0 {
+			rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
+		}
+		for i := 0; i < len(pols); {
+			tier := pols[i].tier
+			j := i
+			for ; j < len(pols) && pols[j].tier == tier; j++ {
+				rules = append(rules, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[j].chain(in)})
+			}
+			if !c.tier(tier).pass {
+				rules = append(rules, c.dropRules(e.Iface+"/"+dir+"/tier-end/"+tier, "D "+e.Iface+" "+dir+" tier "+tier, true)...)
+			}
+			rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
+			i = j
+		}
+		for _, name := range e.Profiles {
+			if p := c.profiles[name]; p != nil {
+				rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
+			}
+		}
+		rules = append(rules, c.dropRules(e.Iface+"/"+dir+"/no-profile-allowed", "D "+e.Iface+" "+dir+" profiles", false)...)
+		chain := nftdp.FromWLChain(e.Iface)
+		if in {
+			chain = nftdp.ToWLChain(e.Iface)
+		}
+		_ = c.sink.SetChain(chain, rules)
+	}
+}
+
+func (c *Calc) dropRules(id, prefix string, ifPassClear bool) []nftdp.Rule {
+	var out []nftdp.Rule
+	if c.log.Drops {
+		out = append(out, nftdp.Rule{IfPassClear: ifPassClear, Action: nftdp.ActLog, LogGroup: c.log.Group, LogRate: c.log.rate(), LogPrefix: prefix})
+	}
+	return append(out, nftdp.Rule{ID: id, IfPassClear: ifPassClear, Counter: true, Action: nftdp.ActDrop})
+}
+
+// refSets takes a reference on each set, creating and filling new ones
+// from every endpoint and network set.
+func (c *Calc) refSets(specs []setSpec) {
+	for _, sp := range specs {
+		s := c.sets[sp.name]
+		if s == nil {
+			s = &aset{spec: sp, contrib: map[string][]nftdp.Member{}}
+			c.sets[sp.name] = s
+			c.sink.AddSet(sp.name, sp.kind)
+			for k, e := range c.eps {
+				c.contribute(s, "ep:"+k, s.endpointMembers(e))
+			}
+			for k, n := range c.netsets {
+				c.contribute(s, "ns:"+k, s.netsetMembers(n))
+			}
+		}
+		s.refs++
+	}
+}
+
+func (c *Calc) unrefSets(specs []setSpec) {
+	for _, sp := range specs {
+		s := c.sets[sp.name]
+		if s == nil {
+			continue
+		}
+		if s.refs--; s.refs == 0 {
+			delete(c.sets, sp.name)
+			c.sink.DeleteSet(sp.name)
+		}
+	}
+}
+
+// contribute replaces what one endpoint or network set gives a set.
+func (c *Calc) contribute(s *aset, key string, ms []nftdp.Member) {
+	old := s.contrib[key]
+	if len(old) == 0 && len(ms) == 0 {
+		return
+	}
+	for _, m := range ms {
+		if !slices.Contains(old, m) {
+			c.sink.AddMember(s.spec.name, m)
+		}
+	}
+	for _, m := range old {
+		if !slices.Contains(ms, m) {
+			c.sink.RemoveMember(s.spec.name, m)
+		}
+	}
+	if len(ms) == 0 {
+		delete(s.contrib, key)
+	} else {
+		s.contrib[key] = ms
+	}
+}
+
+func (s *aset) endpointMembers(e *endpoint) []nftdp.Member {
+	if !s.spec.m.endpoint(e) {
+		return nil
+	}
+	var out []nftdp.Member
+	for _, ip := range e.IPs {
+		if s.spec.kind == nftdp.AddrSet {
+			out = append(out, nftdp.Member{Prefix: ip})
+			continue
+		}
+		for _, p := range e.Ports {
+			if p.Name == s.spec.port && (s.spec.proto == 0 || p.Proto == s.spec.proto) {
+				out = append(out, nftdp.Member{Prefix: ip, Proto: p.Proto, Port: p.Port})
+			}
+		}
+	}
+	return out
+}
+
+func (s *aset) netsetMembers(n *netset) []nftdp.Member {
+	if s.spec.kind != nftdp.AddrSet || !s.spec.m.netset(n) {
+		return nil
+	}
+	out := make([]nftdp.Member, 0, len(n.Nets))
+	for _, p := range n.Nets {
+		out = append(out, nftdp.Member{Prefix: p})
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/selector"
+)
+
+// ErrInvalid is matched by every error about a resource the calculator
+// cannot use; the message names the field and what it accepts.
+var ErrInvalid = errors.New("policy: invalid resource")
+
+func fieldErr(field string, i int, val any, msg string) error {
+	if i >= 0 {
+		field = fmt.Sprintf("%s[%d]", field, i)
+	}
+	return fmt.Errorf("%w: %s %q %s", ErrInvalid, field, fmt.Sprint(val), msg)
+}
+
+// scope says which namespaces a matcher looks in.
+type scope uint8
+
+const (
+	scopeAll   scope = iota // every namespace, and global network sets
+	scopeOwnNS              // one namespace (a NetworkPolicy's own)
+	scopeNSSel              // namespaces whose labels match nsSel
+)
+
+// matcher picks endpoints (and network sets) the way one side of a rule,
+// or a policy's own selector, does. Matchers with the same id pick the
+// same things, so they share one nftables set.
+type matcher struct {
+	id    string
+	sel   selector.Selector // nil: all()
+	scope scope
+	ns    string
+	nsSel selector.Selector
+	// Service accounts: the endpoint's must be in saNames (when given)
+	// and its labels match saSel (when given). Network sets never match.
+	hasSA   bool
+	saNames []string
+	saSel   selector.Selector
+}
+
+func parseSel(field, s string) (selector.Selector, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	sel, err := selector.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, field, err)
+	}
+	return sel, nil
+}
+
+// newMatcher compiles selector, namespace selector and service accounts.
+// policyNS is the namespace of a NetworkPolicy ("" for a global one):
+// without a namespace selector its rules see only their own namespace.
+func newMatcher(field, sel, nsSel, policyNS string, saNames []string, saSel string) (*matcher, error) {
+	m := &matcher{ns: policyNS}
+	var err error
+	if m.sel, err = parseSel(field+".selector", sel); err != nil {
+		return nil, err
+	}
+	if m.nsSel, err = parseSel(field+".namespaceSelector", nsSel); err != nil {
+		return nil, err
+	}
+	if m.saSel, err = parseSel(field+".serviceAccounts.selector", saSel); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.nsSel != nil:
+		m.scope = scopeNSSel
+	case policyNS != "":
+		m.scope = scopeOwnNS
+	}
+	m.saNames = slices.Sorted(slices.Values(saNames))
+	m.hasSA = len(saNames) > 0 || m.saSel != nil
+	m.id = fmt.Sprintf("sel=%s;scope=%d;ns=%s;nssel=%s;sa=%t:%s:%s",
+		selString(m.sel), m.scope, m.ns, selString(m.nsSel), m.hasSA, strings.Join(m.saNames, ","), selString(m.saSel))
+	if m.scope != scopeOwnNS {
+		m.id = strings.Replace(m.id, ";ns="+m.ns+";", ";ns=;", 1)
+	}
+	return m, nil
+}
+
+func selString(s selector.Selector) string {
+	if s == nil {
+		return "all()"
+	}
+	return s.String()
+}
+
+func eval(s selector.Selector, labels map[string]string) bool { return s == nil || s.Evaluate(labels) }
+
+// endpoint reports whether the matcher picks e.
+func (m *matcher) endpoint(e *endpoint) bool {
+	switch m.scope {
+	case scopeOwnNS:
+		if e.Namespace != m.ns {
+			return false
+		}
+	case scopeNSSel:
+		if !eval(m.nsSel, e.nsLabels) {
+			return false
+		}
+	}
+	if m.hasSA {
+		if len(m.saNames) > 0 && !slices.Contains(m.saNames, e.ServiceAccount) {
+			return false
+		}
+		if !eval(m.saSel, e.saLabels) {
+			return false
+		}
+	}
+	return eval(m.sel, e.labels)
+}
+
+// netset reports whether the matcher picks a network set; nsLabels are
+// the labels of the set's namespace.
+func (m *matcher) netset(s *netset) bool {
+	if m.hasSA {
+		return false
+	}
+	switch m.scope {
+	case scopeOwnNS:
+		if s.Namespace != m.ns {
+			return false
+		}
+	case scopeNSSel:
+		if s.Namespace == "" || !eval(m.nsSel, s.nsLabels) {
+			return false
+		}
+	}
+	return eval(m.sel, s.Labels)
+}
+
+// netset is a NetworkSet with its namespace's labels.
+type netset struct {
+	NetworkSet
+	nsLabels map[string]string
+}
+
+// hashName makes a short nftables-safe name from an identity string.
+func hashName(prefix, id string) string {
+	h := sha256.Sum256([]byte(id))
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:10]))
+}

@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// LogConfig says where Log rules and default drops are logged.
+type LogConfig struct {
+	// Group is the nflog group of Log rules (and of drop logs).
+	Group uint16
+	// Rate limits each logging rule to that many packets a second (0:
+	// 10).
+	Rate uint32
+	// Drops also logs packets dropped because no rule allowed them (at
+	// a tier's end or after the profiles).
+	Drops bool
+}
+
+// expand renders one compiled rule as nftables rules: a rule with named
+// ports becomes one rule per alternative (the numeric ports, then each
+// named port's set) on each side, as nftables cannot OR across sets.
+// inProfile renders Pass as Return (profiles have no next tier).
+func (lc LogConfig) expand(r *rule, id, logPrefix string, inProfile bool) []nftdp.Rule {
+	base := nftdp.Rule{
+		ID: id, IPVersion: r.ipVersion, Proto: r.proto, NotProto: r.notProto,
+		ICMP: r.icmp, NotICMP: r.notICMP, Counter: true,
+	}
+	switch r.action {
+	case api.ActionAllow:
+		base.Action = nftdp.ActAccept
+	case api.ActionDeny:
+		base.Action = nftdp.ActDrop
+	case api.ActionPass:
+		base.Action = nftdp.ActPass
+		if inProfile {
+			base.Action = nftdp.ActReturn
+		}
+	case api.ActionLog:
+		base.Action = nftdp.ActLog
+		base.LogGroup, base.LogRate, base.LogPrefix = lc.Group, lc.rate(), logPrefix
+	}
+	var out []nftdp.Rule
+	for _, src := range alternatives(&r.src, r.proto) {
+		for _, dst := range alternatives(&r.dst, r.proto) {
+			x := base
+			x.Src, x.Dst = src, dst
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (lc LogConfig) rate() uint32 {
+	if lc.Rate == 0 {
+		return 10
+	}
+	return lc.Rate
+}
+
+// alternatives are the nftdp sides one compiled side becomes.
+func alternatives(s *side, proto uint8) []nftdp.Side {
+	b := nftdp.Side{Nets: s.nets, NotNets: s.notNets, NotPorts: s.notPorts}
+	if s.sel != nil {
+		b.Sets = []string{addrSet(s.sel).name}
+	}
+	if s.notSel != nil {
+		b.NotSets = []string{addrSet(s.notSel).name}
+	}
+	for _, n := range s.notNamed {
+		b.NotNamedPortSets = append(b.NotNamedPortSets, namedPortSet(s.portMatcher, proto, n).name)
+	}
+	if len(s.named) == 0 {
+		b.Ports = s.ports
+		return []nftdp.Side{b}
+	}
+	var out []nftdp.Side
+	if len(s.ports) > 0 {
+		x := b
+		x.Ports = s.ports
+		out = append(out, x)
+	}
+	for _, n := range s.named {
+		x := b
+		x.NamedPortSet = namedPortSet(s.portMatcher, proto, n).name
+		out = append(out, x)
+	}
+	return out
+}
+
+// logPrefix is what an nflog line carries to name the rule: at most 127
+// bytes, the kernel's limit.
+func logPrefix(kind, tier, name, dir string, i int) string {
+	s := fmt.Sprintf("%s %s|%s|%s|%d", kind, tier, name, dir, i)
+	if len(s) > 127 {
+		s = s[:127]
+	}
+	return s
+}
+
+// dirName is "ingress" or "egress".
+func dirName(ingress bool) string {
+	if ingress {
+		return "ingress"
+	}
+	return "egress"
+}
