@@ -121,9 +121,9 @@ func scopeLabels(labels map[string]string, prefix string, p *profile, name strin
 
 // profile is a compiled Profile.
 type profile struct {
-	name             string
-	labels           map[string]string
-	ingress, egress  []*rule
+	name            string
+	labels          map[string]string
+	ingress, egress []*rule
 }
 
 // EndpointFromAPI reads what the calculator needs from a
