@@ -280,12 +280,12 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	// Labels flow from profiles to endpoints (and, for namespace
 	// profiles, to network sets): re-derive those that use it.
 	for _, e := range c.eps {
-		if slices.Contains(e.Profiles, name) || name == NamespaceProfile+e.Namespace || name == ServiceAcctProfile+e.Namespace+"."+e.ServiceAccount {
+		if slices.Contains(e.Profiles, name) || name == api.NamespaceProfilePrefix+e.Namespace || name == api.ServiceAccountProfilePrefix+e.Namespace+"."+e.ServiceAccount {
 			c.SetEndpoint(e.Endpoint)
 		}
 	}
 	for _, s := range c.netsets {
-		if name == NamespaceProfile+s.Namespace {
+		if name == api.NamespaceProfilePrefix+s.Namespace {
 			c.SetNetworkSet(s.NetworkSet)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // SetEndpoint adds or replaces an endpoint: its addresses join the sets
@@ -40,7 +41,7 @@ func (c *Calc) DeleteEndpoint(key string) {
 // SetNetworkSet adds or replaces a network set (namespaced when
 // Namespace is set).
 func (c *Calc) SetNetworkSet(s NetworkSet) {
-	ns := &netset{NetworkSet: s, nsLabels: scopeLabels(nil, nsLabelPrefix, c.profiles[NamespaceProfile+s.Namespace], s.Namespace)}
+	ns := &netset{NetworkSet: s, nsLabels: scopeLabels(nil, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+s.Namespace], s.Namespace)}
 	if s.Namespace == "" {
 		ns.nsLabels = nil
 	}

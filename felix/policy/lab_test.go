@@ -81,7 +81,7 @@ func (l *lab) addPod(name, ns, sa string, labels map[string]string, ports []poli
 		Key: "node-k8s-" + ns + "-" + name + "-eth0", Iface: p.Iface, Local: true,
 		Namespace: ns, ServiceAccount: sa, Labels: labels,
 		Profiles: []string{"kns." + ns, "ksa." + ns + "." + sa},
-		IPs:      []netip.Prefix{netip.PrefixFrom(p.IPv4, 32), netip.PrefixFrom(p.IPv6, 128)},
+		IPs:      p.Prefixes(),
 		Ports:    ports,
 	}
 	l.eps[name] = ep

@@ -8,23 +8,20 @@
 package policy
 
 import (
+	"maps"
 	"net/netip"
 	"strings"
 
 	"github.com/routed-net/routed/pkg/api"
 )
 
-// Calico's identity labels and the prefixes its Kubernetes profiles use
-// to carry namespace and service account labels onto endpoints.
+// Calico's label for a namespace's or service account's own name, and
+// the prefixes its Kubernetes profiles use to carry namespace and service
+// account labels onto endpoints.
 const (
-	LabelNamespace      = "projectcalico.org/namespace"
-	LabelOrchestrator   = "projectcalico.org/orchestrator"
-	LabelServiceAccount = "projectcalico.org/serviceaccount"
-	LabelName           = "projectcalico.org/name"
-	NamespaceProfile    = "kns."
-	ServiceAcctProfile  = "ksa."
-	nsLabelPrefix       = "pcns."
-	saLabelPrefix       = "pcsa."
+	LabelName     = "projectcalico.org/name"
+	nsLabelPrefix = "pcns."
+	saLabelPrefix = "pcsa."
 )
 
 // Endpoint is one workload interface as the policy calculator needs it.
@@ -84,13 +81,13 @@ func derive(ep Endpoint, profiles map[string]*profile) *endpoint {
 		e.labels[k] = v
 	}
 	if ep.Namespace != "" {
-		e.labels[LabelNamespace] = ep.Namespace
+		e.labels[api.LabelNamespace] = ep.Namespace
 	}
 	if ep.ServiceAccount != "" {
-		e.labels[LabelServiceAccount] = ep.ServiceAccount
+		e.labels[api.LabelServiceAccount] = ep.ServiceAccount
 	}
-	e.nsLabels = scopeLabels(e.labels, nsLabelPrefix, profiles[NamespaceProfile+ep.Namespace], ep.Namespace)
-	e.saLabels = scopeLabels(e.labels, saLabelPrefix, profiles[ServiceAcctProfile+ep.Namespace+"."+ep.ServiceAccount], ep.ServiceAccount)
+	e.nsLabels = scopeLabels(e.labels, nsLabelPrefix, profiles[api.NamespaceProfilePrefix+ep.Namespace], ep.Namespace)
+	e.saLabels = scopeLabels(e.labels, saLabelPrefix, profiles[api.ServiceAccountProfilePrefix+ep.Namespace+"."+ep.ServiceAccount], ep.ServiceAccount)
 	return e
 }
 
@@ -130,11 +127,27 @@ type profile struct {
 // WorkloadEndpoint: local tells whether it is on this node.
 func EndpointFromAPI(w *api.WorkloadEndpoint, local bool) (Endpoint, error) {
 	ep := Endpoint{
-		Key:       w.Metadata.Name,
-		Iface:     w.Spec.InterfaceName,
-		Local:     local,
-		Namespace: w.Spec.Namespace,
-		Labels:    w.Metadata.Labels,
+		Key:            w.Metadata.Name,
+		Iface:          w.Spec.InterfaceName,
+		Local:          local,
+		Namespace:      w.Spec.Namespace,
+		ServiceAccount: w.Spec.ServiceAccountName,
+		Labels:         w.Metadata.Labels,
+		Profiles:       w.Spec.Profiles,
+	}
+	if o := w.Spec.Orchestrator; o != "" {
+		ep.Labels = maps.Clone(ep.Labels)
+		if ep.Labels == nil {
+			ep.Labels = map[string]string{}
+		}
+		ep.Labels[api.LabelOrchestrator] = o
+	}
+	for i, p := range w.Spec.Ports {
+		n, ok := p.Protocol.Num()
+		if !ok || p.Name == "" || p.Port == 0 {
+			return Endpoint{}, fieldErr("spec.ports", i, p.Name, "needs a name, a protocol and a port 1-65535")
+		}
+		ep.Ports = append(ep.Ports, NamedPort{Name: p.Name, Proto: n, Port: p.Port})
 	}
 	for i, n := range w.Spec.IPNetworks {
 		p, err := netip.ParsePrefix(n)

@@ -142,3 +142,12 @@ func (p *Pod) Addr(v6 bool) netip.Addr {
 }
 
 func (p *Pod) String() string { return fmt.Sprintf("%s(%s)", p.Iface, p.IPv4) }
+
+// Prefixes returns the pod's addresses as host prefixes.
+func (p *Pod) Prefixes() []netip.Prefix {
+	out := []netip.Prefix{netip.PrefixFrom(p.IPv4, 32)}
+	if p.IPv6.IsValid() {
+		out = append(out, netip.PrefixFrom(p.IPv6, 128))
+	}
+	return out
+}
