@@ -202,7 +202,8 @@ func Compute(in Input) Desired {
 			c.TTLHops = s.TTLSecurity
 			c.LocalASN = uint32(s.LocalASNumber)
 			if len(s.Filters) > 0 {
-				pf, err := peerFilters(s.Filters, in.Filters, v6)
+				localAS := cmp.Or(c.LocalASN, d.Global.ASN)
+				pf, err := peerFilters(s.Filters, in.Filters, v6, c.ASN != localAS, localAS)
 				if err != nil {
 					// Down rather than unfiltered: it would accept
 					// routes the missing filter rejects.
@@ -279,19 +280,27 @@ func Compute(in Input) Desired {
 }
 
 // peerFilters flattens the named BGPFilters' IPv4 rules (IPv6 rules for
-// an IPv6 session), in order.
-func peerFilters(names []string, all map[string]*api.BGPFilter, v6 bool) (bgp.PeerFilters, error) {
+// an IPv6 session), in order, leaving out the rules whose peerType is
+// not this session's (eBGP when ebgp, else iBGP). localAS is the AS this
+// node presents on the session.
+func peerFilters(names []string, all map[string]*api.BGPFilter, v6, ebgp bool, localAS uint32) (bgp.PeerFilters, error) {
 	var pf bgp.PeerFilters
-	conv := func(rules []api.BGPFilterRule) []bgp.FilterRule {
+	kind := api.FilterPeerIBGP
+	if ebgp {
+		kind = api.FilterPeerEBGP
+	}
+	conv := func(rules []api.BGPFilterRule, export bool) []bgp.FilterRule {
 		var out []bgp.FilterRule
 		for _, r := range rules {
-			fr := bgp.FilterRule{Accept: r.Action == api.FilterAccept, Op: r.MatchOperator}
-			if r.CIDR != "" {
-				p, err := netip.ParsePrefix(r.CIDR)
-				if err != nil {
-					continue // refused by validation
-				}
-				fr.CIDR = p.Masked()
+			if r.PeerType != "" && r.PeerType != kind {
+				continue
+			}
+			fr, err := filterRule(r, export)
+			if err != nil {
+				continue // refused by validation
+			}
+			if export && ebgp {
+				fr.EBGPLocalAS = localAS
 			}
 			out = append(out, fr)
 		}
@@ -303,14 +312,57 @@ func peerFilters(names []string, all map[string]*api.BGPFilter, v6 bool) (bgp.Pe
 			return pf, fmt.Errorf("BGPFilter %q does not exist: session kept down", n)
 		}
 		if v6 {
-			pf.Import = append(pf.Import, conv(f.Spec.ImportV6)...)
-			pf.Export = append(pf.Export, conv(f.Spec.ExportV6)...)
+			pf.Import = append(pf.Import, conv(f.Spec.ImportV6, false)...)
+			pf.Export = append(pf.Export, conv(f.Spec.ExportV6, true)...)
 			continue
 		}
-		pf.Import = append(pf.Import, conv(f.Spec.ImportV4)...)
-		pf.Export = append(pf.Export, conv(f.Spec.ExportV4)...)
+		pf.Import = append(pf.Import, conv(f.Spec.ImportV4, false)...)
+		pf.Export = append(pf.Export, conv(f.Spec.ExportV4, true)...)
 	}
 	return pf, nil
+}
+
+// filterRule converts a validated BGPFilter rule. Source RemotePeers
+// only narrows export rules: every imported route comes from a peer.
+func filterRule(r api.BGPFilterRule, export bool) (bgp.FilterRule, error) {
+	fr := bgp.FilterRule{Accept: r.Action == api.FilterAccept, Op: r.MatchOperator,
+		RemoteOnly: export && r.Source == api.FilterSourceRemotePeer}
+	if r.CIDR != "" {
+		p, err := netip.ParsePrefix(r.CIDR)
+		if err != nil {
+			return fr, err
+		}
+		fr.CIDR = p.Masked()
+		if pl := r.PrefixLength; pl != nil {
+			fr.MinLen, fr.MaxLen = uint8(p.Bits()), uint8(p.Addr().BitLen())
+			if pl.Min != nil {
+				fr.MinLen = uint8(max(*pl.Min, int32(p.Bits())))
+			}
+			if pl.Max != nil {
+				fr.MaxLen = uint8(min(*pl.Max, int32(p.Addr().BitLen())))
+			}
+		}
+	}
+	if r.Communities != nil && len(r.Communities.Values) > 0 {
+		fr.Community = r.Communities.Values[0]
+	}
+	for _, a := range r.ASPathPrefix {
+		fr.ASPathPrefix = append(fr.ASPathPrefix, uint32(a))
+	}
+	for _, op := range r.Operations {
+		if op.AddCommunity != nil {
+			fr.AddCommunities = append(fr.AddCommunities, op.AddCommunity.Value)
+		}
+		if op.PrependASPath != nil {
+			// Each prepend goes in front of what the earlier ones made.
+			var p []uint32
+			for _, a := range op.PrependASPath.Prefix {
+				p = append(p, uint32(a))
+			}
+			fr.Prepend = append(p, fr.Prepend...)
+		}
+	}
+	return fr, nil
 }
 
 // merge keeps one candidate per address: the highest priority, and among

@@ -1,10 +1,13 @@
 package api
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // BGPFilter holds import and export rules for the BGP sessions of the
 // BGPPeers that name it in spec.filters (Calico's BGPFilter). Rules are
-// tried in order; the first whose CIDR matches decides; a route no rule
+// tried in order; the first that matches decides; a route no rule
 // matches is accepted.
 type BGPFilter struct {
 	TypeMeta `json:",inline"`
@@ -12,8 +15,8 @@ type BGPFilter struct {
 	Spec     BGPFilterSpec `json:"spec"`
 }
 
-// BGPFilterSpec lists the rules per direction and family. routed routes
-// IPv4 only: IPv6 rules are accepted and have nothing to act on.
+// BGPFilterSpec lists the rules per direction and family: IPv4 rules act
+// on the IPv4 sessions, IPv6 rules on the IPv6 sessions.
 type BGPFilterSpec struct {
 	ExportV4 []BGPFilterRule `json:"exportV4,omitempty"`
 	ImportV4 []BGPFilterRule `json:"importV4,omitempty"`
@@ -21,24 +24,75 @@ type BGPFilterSpec struct {
 	ImportV6 []BGPFilterRule `json:"importV6,omitempty"`
 }
 
-// BGPFilterRule accepts or rejects routes whose prefix matches CIDR:
-// Equal (exactly it), NotEqual, In (it or inside it), NotIn.
+// BGPFilterRule matches routes on every condition it sets (none set:
+// every route) and accepts them, after applying Operations, or rejects
+// them. Conditions, as Calico's:
+//   - CIDR with MatchOperator: Equal (exactly it), NotEqual, In (it or
+//     inside it), NotIn; PrefixLength narrows In to prefix lengths
+//     between Min and Max.
+//   - Source RemotePeers: only routes learned from a BGP peer (on
+//     export: not the routes this node originates; on import every route
+//     is).
+//   - PeerType eBGP or iBGP: only on sessions of that kind.
+//   - Communities: routes carrying that standard or large community.
+//   - ASPathPrefix: routes whose AS path starts with these AS numbers.
 type BGPFilterRule struct {
-	Action        string `json:"action"`
-	MatchOperator string `json:"matchOperator,omitempty"`
-	CIDR          string `json:"cidr,omitempty"`
+	Action        string                 `json:"action"`
+	MatchOperator string                 `json:"matchOperator,omitempty"`
+	CIDR          string                 `json:"cidr,omitempty"`
+	PrefixLength  *BGPFilterPrefixLength `json:"prefixLength,omitempty"`
+	Source        string                 `json:"source,omitempty"`
+	PeerType      string                 `json:"peerType,omitempty"`
+	Communities   *BGPFilterCommunities  `json:"communities,omitempty"`
+	ASPathPrefix  []ASNumber             `json:"asPathPrefix,omitempty"`
+	// Operations change an accepted route, in order.
+	Operations []BGPFilterOperation `json:"operations,omitempty"`
 }
 
-// Filter actions and match operators.
+// BGPFilterPrefixLength bounds the prefix length of routes an In (or
+// NotIn) rule matches; unset bounds are the CIDR's length and the
+// family's full length.
+type BGPFilterPrefixLength struct {
+	Min *int32 `json:"min,omitempty"`
+	Max *int32 `json:"max,omitempty"`
+}
+
+// BGPFilterCommunities matches routes carrying a community; Calico
+// allows exactly one value.
+type BGPFilterCommunities struct {
+	Values []string `json:"values"`
+}
+
+// BGPFilterOperation is one change to an accepted route; exactly one
+// field is set.
+type BGPFilterOperation struct {
+	AddCommunity  *BGPFilterAddCommunity  `json:"addCommunity,omitempty"`
+	PrependASPath *BGPFilterPrependASPath `json:"prependASPath,omitempty"`
+}
+
+// BGPFilterAddCommunity adds a standard ("AS:value") or large
+// ("AS:data1:data2") community.
+type BGPFilterAddCommunity struct {
+	Value string `json:"value"`
+}
+
+// BGPFilterPrependASPath puts Prefix in front of the AS path: [a, b]
+// makes "a b <path>".
+type BGPFilterPrependASPath struct {
+	Prefix []ASNumber `json:"prefix"`
+}
+
+// Filter actions, match operators, sources and peer types.
 const (
-	FilterAccept  = "Accept"
-	FilterReject  = "Reject"
-	MatchEqual    = "Equal"
-	MatchNotEqual = "NotEqual"
-	MatchIn       = "In"
-	MatchNotIn    = "NotIn"
-	bgpFilterIPv6 = true
-	bgpFilterIPv4 = false
+	FilterAccept           = "Accept"
+	FilterReject           = "Reject"
+	MatchEqual             = "Equal"
+	MatchNotEqual          = "NotEqual"
+	MatchIn                = "In"
+	MatchNotIn             = "NotIn"
+	FilterSourceRemotePeer = "RemotePeers"
+	FilterPeerEBGP         = "eBGP"
+	FilterPeerIBGP         = "iBGP"
 )
 
 // GetKind implements Resource.
@@ -60,26 +114,94 @@ func (f *BGPFilter) Validate() error {
 	}{{"spec.exportV4", f.Spec.ExportV4, false}, {"spec.importV4", f.Spec.ImportV4, false},
 		{"spec.exportV6", f.Spec.ExportV6, true}, {"spec.importV6", f.Spec.ImportV6, true}} {
 		for i, r := range l.rules {
-			field := indexed(l.field, i)
-			if r.Action != FilterAccept && r.Action != FilterReject {
-				v.add(field+".action", r.Action, "must be Accept or Reject")
-			}
-			switch {
-			case r.CIDR == "" && r.MatchOperator == "":
-				// matches every route
-			case r.CIDR == "" || r.MatchOperator == "":
-				v.add(field, r, "cidr and matchOperator go together")
-			default:
-				if p, err := netip.ParsePrefix(r.CIDR); err != nil || p.Addr().Is6() != l.v6 {
-					v.add(field+".cidr", r.CIDR, "is not a CIDR of this rule list's family")
-				}
-				switch r.MatchOperator {
-				case MatchEqual, MatchNotEqual, MatchIn, MatchNotIn:
-				default:
-					v.add(field+".matchOperator", r.MatchOperator, "must be Equal, NotEqual, In or NotIn")
-				}
-			}
+			validateFilterRule(&v, indexed(l.field, i), r, l.v6)
 		}
 	}
 	return v.result(KindBGPFilter, f.Metadata.Name)
+}
+
+func validateFilterRule(v *errs, field string, r BGPFilterRule, v6 bool) {
+	if r.Action != FilterAccept && r.Action != FilterReject {
+		v.add(field+".action", r.Action, "must be Accept or Reject")
+	}
+	bits := 32
+	if v6 {
+		bits = 128
+	}
+	var cidr netip.Prefix
+	switch {
+	case r.CIDR == "" && r.MatchOperator == "":
+		if r.PrefixLength != nil {
+			v.add(field+".prefixLength", nil, "needs cidr and matchOperator")
+		}
+	case r.CIDR == "" || r.MatchOperator == "":
+		v.add(field, r, "cidr and matchOperator go together")
+	default:
+		p, err := netip.ParsePrefix(r.CIDR)
+		if err != nil || p.Addr().Is6() != v6 || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			v.add(field+".cidr", r.CIDR, "is not a CIDR of this rule list's family")
+		} else {
+			cidr = p
+		}
+		switch r.MatchOperator {
+		case MatchEqual, MatchNotEqual, MatchIn, MatchNotIn:
+		default:
+			v.add(field+".matchOperator", r.MatchOperator, "must be Equal, NotEqual, In or NotIn")
+		}
+	}
+	if pl := r.PrefixLength; pl != nil && cidr.IsValid() {
+		lo, hi := int32(cidr.Bits()), int32(bits)
+		if pl.Min != nil {
+			lo = *pl.Min
+		}
+		if pl.Max != nil {
+			hi = *pl.Max
+		}
+		if lo < 0 || hi > int32(bits) || lo > hi {
+			v.add(field+".prefixLength", fmt.Sprintf("min %d max %d", lo, hi), "needs 0 <= min <= max <= %d", bits)
+		}
+	}
+	if r.Source != "" && r.Source != FilterSourceRemotePeer {
+		v.add(field+".source", r.Source, "must be RemotePeers (or unset)")
+	}
+	if r.PeerType != "" && r.PeerType != FilterPeerEBGP && r.PeerType != FilterPeerIBGP {
+		v.add(field+".peerType", r.PeerType, "must be eBGP or iBGP (or unset)")
+	}
+	if c := r.Communities; c != nil {
+		if len(c.Values) != 1 {
+			v.add(field+".communities.values", c.Values, "must hold exactly one community")
+		}
+		for _, val := range c.Values {
+			if _, err := ParseCommunity(val); err != nil {
+				v.add(field+".communities.values", val, "%v", err)
+			}
+		}
+	}
+	for j, asn := range r.ASPathPrefix {
+		validateASN(v, indexed(field+".asPathPrefix", j), asn, false)
+	}
+	if len(r.Operations) > 0 && r.Action != FilterAccept {
+		v.add(field+".operations", nil, "only a rule with action Accept may have operations")
+	}
+	if len(r.Operations) > 10 {
+		v.add(field+".operations", len(r.Operations), "at most 10 operations")
+	}
+	for j, op := range r.Operations {
+		of := indexed(field+".operations", j)
+		switch {
+		case (op.AddCommunity == nil) == (op.PrependASPath == nil):
+			v.add(of, nil, "set exactly one of addCommunity and prependASPath")
+		case op.AddCommunity != nil:
+			if _, err := ParseCommunity(op.AddCommunity.Value); err != nil {
+				v.add(of+".addCommunity.value", op.AddCommunity.Value, "%v", err)
+			}
+		default:
+			if n := len(op.PrependASPath.Prefix); n < 1 || n > 10 {
+				v.add(of+".prependASPath.prefix", op.PrependASPath.Prefix, "must hold 1 to 10 AS numbers")
+			}
+			for k, asn := range op.PrependASPath.Prefix {
+				validateASN(v, indexed(of+".prependASPath.prefix", k), asn, false)
+			}
+		}
+	}
 }

@@ -90,18 +90,21 @@ var calicoFields = map[Kind][]calicoField{
 const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"
 
 // filterRuleFields refuses the BGPFilter rule fields routed lacks in
-// every rule list: a rule that ignored them would match routes it must
-// not.
+// every rule list: a rule that ignored them would match, or change,
+// routes it must not.
 func filterRuleFields() []calicoField {
 	var out []calicoField
 	for _, list := range []string{"exportV4", "importV4", "exportV6", "importV6"} {
-		for _, f := range []string{"prefixLength", "source", "interface", "peerType", "priority", "communities", "operations"} {
-			out = append(out, calicoField{path: "spec." + list + "[]." + f,
-				refuse: always("routed's BGPFilter rules match on cidr and matchOperator and only accept or reject; ignoring it would make the rule match, or pass, routes it must not")})
-		}
+		rule := "spec." + list + "[]."
+		out = append(out,
+			calicoField{path: rule + "interface", refuse: always("routed's speaker originates no route from an interface and installs learned routes through felix, so no route has an interface to match; ignoring it would make the rule match routes it must not")},
+			calicoField{path: rule + "priority", refuse: always(filterPriorityWhy)},
+			calicoField{path: rule + "operations[].setPriority", refuse: always(filterPriorityWhy)})
 	}
 	return out
 }
+
+const filterPriorityWhy = "routed installs every learned route at the kernel's default priority (felix is told no priority per route), so a route priority can neither be matched nor set"
 
 func always(why string) func(any) string { return func(any) string { return why } }
 

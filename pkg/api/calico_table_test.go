@@ -70,7 +70,7 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("node %+v", n.Spec.BGP)
 			}
 		}},
-		{file: "bgpfilter-reference.yaml", refuse: []string{"spec.exportV4[0].source", "cannot be ignored"}},
+		{file: "bgpfilter-reference.yaml", refuse: []string{"spec.exportV4[1].interface", "cannot be ignored"}},
 		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).
 		// nat-outgoing is a Calico v1 spelling that Calico v3 refuses too.
 		{file: "calicoctl-ippool.yaml", refuse: []string{"spec.nat-outgoing", "natOutgoing"}},

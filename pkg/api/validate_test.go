@@ -733,3 +733,30 @@ func TestBGPFilterValidate(t *testing.T) {
 	f.Spec.ExportV4 = []api.BGPFilterRule{{Action: "Drop", MatchOperator: "Like", CIDR: "fd00::/64"}, {Action: "Accept", CIDR: "10.0.0.0/8"}}
 	checkValid(t, f.Validate(), "spec.exportV4[0].action", "spec.exportV4[0].cidr", "spec.exportV4[0].matchOperator", "spec.exportV4[1]")
 }
+
+// TestBGPFilterRuleFields: Calico's newer rule fields, valid and not.
+func TestBGPFilterRuleFields(t *testing.T) {
+	t.Parallel()
+	lo, hi := int32(16), int32(24)
+	f := &api.BGPFilter{Metadata: api.ObjectMeta{Name: "f"}, Spec: api.BGPFilterSpec{
+		ExportV4: []api.BGPFilterRule{{Action: "Accept", Source: "RemotePeers", PeerType: "eBGP",
+			MatchOperator: "In", CIDR: "10.0.0.0/8", PrefixLength: &api.BGPFilterPrefixLength{Min: &lo, Max: &hi},
+			Communities: &api.BGPFilterCommunities{Values: []string{"65000:1"}}, ASPathPrefix: []api.ASNumber{65000},
+			Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "65000:1:2"}},
+				{PrependASPath: &api.BGPFilterPrependASPath{Prefix: []api.ASNumber{65001, 65001}}}}}},
+	}}
+	checkValid(t, f.Validate())
+	big := int32(40)
+	f.Spec.ImportV4 = []api.BGPFilterRule{
+		{Action: "Reject", Source: "Local", PeerType: "external", Operations: []api.BGPFilterOperation{{}}},
+		{Action: "Accept", PrefixLength: &api.BGPFilterPrefixLength{Max: &hi}},
+		{Action: "Accept", MatchOperator: "In", CIDR: "10.0.0.0/8", PrefixLength: &api.BGPFilterPrefixLength{Max: &big},
+			Communities: &api.BGPFilterCommunities{Values: []string{"1:2", "3:4"}}, ASPathPrefix: []api.ASNumber{0},
+			Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "70000:1"}},
+				{PrependASPath: &api.BGPFilterPrependASPath{}}}},
+	}
+	checkValid(t, f.Validate(), "spec.importV4[0].source", "spec.importV4[0].peerType", "spec.importV4[0].operations",
+		"spec.importV4[0].operations[0]", "spec.importV4[1].prefixLength", "spec.importV4[2].prefixLength",
+		"spec.importV4[2].communities.values", "spec.importV4[2].asPathPrefix[0]",
+		"spec.importV4[2].operations[0].addCommunity.value", "spec.importV4[2].operations[1].prependASPath.prefix")
+}

@@ -10,13 +10,37 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 )
 
-// FilterRule is one BGPFilter rule: routes whose prefix matches (Op on
-// CIDR; no CIDR matches every route) are accepted or rejected. Op is
-// api's Equal, NotEqual, In or NotIn.
+// FilterRule is one BGPFilter rule: routes that match every condition
+// set are accepted (after Operations) or rejected.
 type FilterRule struct {
 	Accept bool
-	Op     string
-	CIDR   netip.Prefix
+	// Op (api's Equal, NotEqual, In or NotIn) compares the route's
+	// prefix with CIDR; no CIDR matches every route. MinLen and MaxLen,
+	// when MaxLen is set, are the prefix lengths the match takes
+	// (Calico's prefixLength): the rule then matches the range for
+	// Equal and In, and its complement for NotEqual and NotIn.
+	Op             string
+	CIDR           netip.Prefix
+	MinLen, MaxLen uint8
+	// RemoteOnly matches only routes learned from a peer, not those this
+	// node originates (Calico's source: RemotePeers).
+	RemoteOnly bool
+	// Community matches routes carrying this standard ("AS:value") or
+	// large ("AS:data1:data2") community.
+	Community string
+	// ASPathPrefix matches routes whose AS path starts with these ASNs.
+	ASPathPrefix []uint32
+	// AddCommunities are added to accepted routes, and Prepend put in
+	// front of their AS path (Prepend[0] first).
+	AddCommunities []string
+	Prepend        []uint32
+	// EBGPLocalAS is set on export rules of an eBGP session to the AS
+	// this node presents there. GoBGP runs export policy after it has
+	// put that AS in front of the path, where BIRD (Calico) runs it
+	// before: AS path prefixes are matched behind it, and a prepend of
+	// other ASNs goes in front of it with it repeated first, so the
+	// peer still sees its neighbor's AS first (see ruleStatements).
+	EBGPLocalAS uint32
 }
 
 // PeerFilters are the rules of one session's BGPFilters, in order: the
@@ -110,31 +134,15 @@ func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.A
 	s.filterSets = append(s.filterSets, nset)
 	var stmts []*api.Statement
 	for i, r := range rules {
-		st := &api.Statement{
-			Name:       fmt.Sprintf("%s-%d", name, i),
-			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}},
-			Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT},
-		}
-		if r.Accept {
-			st.Actions.RouteAction = api.RouteAction_ROUTE_ACTION_ACCEPT
-		}
-		if r.CIDR.IsValid() {
-			p := &api.Prefix{IpPrefix: r.CIDR.String(), MaskLengthMin: uint32(r.CIDR.Bits()), MaskLengthMax: uint32(r.CIDR.Bits())}
-			if r.Op == "In" || r.Op == "NotIn" {
-				p.MaskLengthMax = uint32(r.CIDR.Addr().BitLen())
+		base := fmt.Sprintf("%s-%d", name, i)
+		rs, sets := ruleStatements(base, name, r)
+		for _, set := range sets {
+			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+				return fmt.Errorf("bgp: filter %s: %w", base, err)
 			}
-			pset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: st.Name, Prefixes: []*api.Prefix{p}}
-			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: pset, Replace: true}); err != nil {
-				return fmt.Errorf("bgp: filter %s: %w", st.Name, err)
-			}
-			s.filterSets = append(s.filterSets, pset)
-			match := api.MatchSet_TYPE_ANY
-			if r.Op == "NotEqual" || r.Op == "NotIn" {
-				match = api.MatchSet_TYPE_INVERT
-			}
-			st.Conditions.PrefixSet = &api.MatchSet{Name: st.Name, Type: match}
+			s.filterSets = append(s.filterSets, set)
 		}
-		stmts = append(stmts, st)
+		stmts = append(stmts, rs...)
 	}
 	if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
 		return fmt.Errorf("bgp: filter %s: %w", name, err)
