@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// recSink records the state a Calc writes and the operations since the
+// last reset.
+type recSink struct {
+	chains map[string][]nftdp.Rule
+	sets   map[string]map[nftdp.Member]int
+	eps    map[string]bool
+	ops    []string
+}
+
+func newRecSink() *recSink {
+	return &recSink{chains: map[string][]nftdp.Rule{}, sets: map[string]map[nftdp.Member]int{}, eps: map[string]bool{}}
+}
+
+func (s *recSink) SetChain(name string, rules []nftdp.Rule) error {
+	s.chains[name] = rules
+	s.ops = append(s.ops, "chain "+name)
+	return nil
+}
+func (s *recSink) DeleteChain(name string) { delete(s.chains, name); s.ops = append(s.ops, "-chain "+name) }
+func (s *recSink) AddSet(name string, _ nftdp.SetKind) {
+	s.sets[name] = map[nftdp.Member]int{}
+	s.ops = append(s.ops, "set "+name)
+}
+func (s *recSink) DeleteSet(name string) { delete(s.sets, name); s.ops = append(s.ops, "-set "+name) }
+func (s *recSink) AddMember(set string, m nftdp.Member) {
+	s.sets[set][m]++
+	s.ops = append(s.ops, "member "+m.String())
+}
+func (s *recSink) RemoveMember(set string, m nftdp.Member) {
+	if s.sets[set][m]--; s.sets[set][m] == 0 {
+		delete(s.sets[set], m)
+	}
+	s.ops = append(s.ops, "-member "+m.String())
+}
+func (s *recSink) SetEndpoint(iface string)    { s.eps[iface] = true; s.ops = append(s.ops, "ep "+iface) }
+func (s *recSink) DeleteEndpoint(iface string) { delete(s.eps, iface); s.ops = append(s.ops, "-ep "+iface) }
+
+func (s *recSink) opsOf(prefix string) []string {
+	var out []string
+	for _, o := range s.ops {
+		if strings.HasPrefix(o, prefix) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func ep(name string, local bool, ip string, labels map[string]string) Endpoint {
+	return Endpoint{Key: name, Iface: "cali" + name, Local: local, Namespace: "prod", Labels: labels,
+		IPs: []netip.Prefix{netip.MustParsePrefix(ip + "/32")}}
+}
+
+func mustPolicy(t *testing.T, c *Calc, y string) {
+	t.Helper()
+	d, err := api.Decode([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetPolicy(d.Resources[0].(api.Policy)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gnpYAML(name, order, tier, rest string) string {
+	return fmt.Sprintf("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: %s}\nspec:\n  order: %s\n  tier: %s\n%s\n", name, order, tier, rest)
+}
+
+// TestIncremental: a remote pod only changes set members; a local pod
+// adds its own chains, dispatch entry and memberships and re-renders no
+// policy chain; sets and policy chains exist only while a local
+// endpoint uses them.
+func TestIncremental(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	mustPolicy(t, c, gnpYAML("web", "10", "default", "  selector: app == 'web'\n  ingress: [{action: Allow, source: {selector: app == 'client'}}]"))
+	if len(s.ops) != 0 {
+		t.Fatalf("a policy selecting no local endpoint wrote %v", s.ops)
+	}
+	c.SetEndpoint(ep("w1", true, "10.0.0.1", map[string]string{"app": "web"}))
+	if _, ok := s.chains["pi-gnp:web"]; !ok || len(s.sets) != 1 {
+		t.Fatalf("after a selected local endpoint: chains %v sets %v", keys(s.chains), keys(s.sets))
+	}
+	s.ops = nil
+	c.SetEndpoint(ep("r1", false, "10.0.1.1", map[string]string{"app": "client"}))
+	if want := []string{"member 10.0.1.1/32"}; !slices.Equal(s.ops, want) {
+		t.Errorf("remote client pod: ops %v, want %v", s.ops, want)
+	}
+	s.ops = nil
+	c.SetEndpoint(ep("c2", true, "10.0.0.2", map[string]string{"app": "client"}))
+	if got := s.opsOf("chain "); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"chain fw-calic2", "chain tw-calic2"}) {
+		t.Errorf("local client pod re-rendered chains %v, want only its own", got)
+	}
+	if !s.eps["calic2"] || len(s.opsOf("member")) != 1 {
+		t.Errorf("local client pod: ops %v", s.ops)
+	}
+	s.ops = nil
+	c.DeleteEndpoint("w1")
+	if _, ok := s.chains["pi-gnp:web"]; ok || len(s.sets) != 0 || s.eps["caliw1"] {
+		t.Errorf("last selected endpoint gone: chains %v sets %v eps %v", keys(s.chains), keys(s.sets), s.eps)
+	}
+}
+
+// TestEvaluationOrder: endpoint chains jump to policies by tier order,
+// then policy order, then name; a tier's end drops unless its
+// defaultAction is Pass; profiles come after the tiers.
+func TestEvaluationOrder(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	pass := api.ActionPass
+	o := func(f float64) *float64 { return &f }
+	c.SetTier(&api.Tier{Metadata: api.ObjectMeta{Name: "early"}, Spec: api.TierSpec{Order: o(5), DefaultAction: &pass}})
+	for _, p := range [][3]string{{"b", "10", "default"}, {"a", "10", "default"}, {"z", "1", "default"}, {"x", "100", "early"}} {
+		mustPolicy(t, c, gnpYAML(p[0], p[1], p[2], "  selector: all()\n  types: [Ingress]"))
+	}
+	if err := c.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: "kns.prod"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := ep("w", true, "10.0.0.1", nil)
+	e.Profiles = []string{"kns.prod"}
+	c.SetEndpoint(e)
+	var got []string
+	for _, r := range s.chains["tw-caliw"] {
+		switch {
+		case r.Action == nftdp.ActJump:
+			got = append(got, r.Target)
+		case r.Action == nftdp.ActDrop:
+			got = append(got, "drop:"+r.ID)
+		}
+	}
+	want := []string{"pi-gnp:x", "pi-gnp:z", "pi-gnp:a", "pi-gnp:b", "drop:caliw/ingress/tier-end/default", "pri-kns.prod", "drop:caliw/ingress/no-profile-allowed"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ingress chain order\n got %v\nwant %v", got, want)
+	}
+	if out := s.chains["fw-caliw"]; len(out) != 2 || out[0].Target != "pro-kns.prod" {
+		t.Errorf("egress (no policy): %+v, want the profile then drop", out)
+	}
+}
+
+// TestNamedPortsAndNetsets: named-port sets hold address . protocol .
+// port of the endpoints the side selects; network sets add their nets.
+func TestNamedPortsAndNetsets(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	mustPolicy(t, c, gnpYAML("p", "1", "default", "  selector: app == 'web'\n  ingress: [{action: Allow, protocol: TCP, source: {selector: role == 'db'}, destination: {ports: [http]}}]"))
+	web := ep("w", true, "10.0.0.1", map[string]string{"app": "web"})
+	web.Ports = []NamedPort{{Name: "http", Proto: 6, Port: 8080}, {Name: "http", Proto: 17, Port: 8081}}
+	c.SetEndpoint(web)
+	c.SetNetworkSet(NetworkSet{Key: "gns:db", Labels: map[string]string{"role": "db"}, Nets: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}})
+	var named, addrs []string
+	for name, ms := range s.sets {
+		for m := range ms {
+			if strings.HasPrefix(name, "n-") {
+				named = append(named, m.String())
+			} else {
+				addrs = append(addrs, m.String())
+			}
+		}
+	}
+	if !slices.Equal(named, []string{"10.0.0.1 . 6 . 8080"}) || !slices.Equal(addrs, []string{"192.168.0.0/16"}) {
+		t.Errorf("named-port members %v, address members %v", named, addrs)
+	}
+}
+
+// TestInvalidPolicyRefused: a bad field is an ErrInvalid naming it, and
+// the previous version stays.
+func TestInvalidPolicyRefused(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	mustPolicy(t, c, gnpYAML("p", "1", "default", "  selector: all()\n  ingress: [{action: Allow}]"))
+	c.SetEndpoint(ep("w", true, "10.0.0.1", nil))
+	before := len(s.chains["pi-gnp:p"])
+	for _, bad := range []string{
+		"  selector: all()\n  ingress: [{action: Allow, source: {selector: 'a ==='}}]",
+		"  selector: all()\n  ingress: [{action: Allow, source: {nets: [10.0.0.0/33]}}]",
+		"  selector: all()\n  ingress: [{action: Allow, protocol: ICMP, destination: {ports: [80]}}]",
+	} {
+		d, err := api.Decode([]byte(gnpYAML("p", "1", "default", bad)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.SetPolicy(d.Resources[0].(api.Policy))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "spec.ingress[0].") {
+			t.Errorf("%q: error %v, want ErrInvalid naming spec.ingress[0]", bad, err)
+		}
+	}
+	if len(s.chains["pi-gnp:p"]) != before {
+		t.Error("a refused policy changed the chain")
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
