@@ -30,7 +30,10 @@ func (s *recSink) SetChain(name string, rules []nftdp.Rule) error {
 	s.ops = append(s.ops, "chain "+name)
 	return nil
 }
-func (s *recSink) DeleteChain(name string) { delete(s.chains, name); s.ops = append(s.ops, "-chain "+name) }
+func (s *recSink) DeleteChain(name string) {
+	delete(s.chains, name)
+	s.ops = append(s.ops, "-chain "+name)
+}
 func (s *recSink) AddSet(name string, _ nftdp.SetKind) {
 	s.sets[name] = map[nftdp.Member]int{}
 	s.ops = append(s.ops, "set "+name)
@@ -46,8 +49,11 @@ func (s *recSink) RemoveMember(set string, m nftdp.Member) {
 	}
 	s.ops = append(s.ops, "-member "+m.String())
 }
-func (s *recSink) SetEndpoint(iface string)    { s.eps[iface] = true; s.ops = append(s.ops, "ep "+iface) }
-func (s *recSink) DeleteEndpoint(iface string) { delete(s.eps, iface); s.ops = append(s.ops, "-ep "+iface) }
+func (s *recSink) SetEndpoint(iface string) { s.eps[iface] = true; s.ops = append(s.ops, "ep "+iface) }
+func (s *recSink) DeleteEndpoint(iface string) {
+	delete(s.eps, iface)
+	s.ops = append(s.ops, "-ep "+iface)
+}
 
 func (s *recSink) opsOf(prefix string) []string {
 	var out []string
