@@ -168,12 +168,17 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	if old == nil && np == nil {
 		return
 	}
+	if old != nil {
+		if i := slices.Index(c.ordered, old); i >= 0 {
+			c.ordered = slices.Delete(c.ordered, i, i+1)
+		}
+	}
 	if np != nil {
 		c.policies[key] = np
+		c.ordered = insertSorted(c.ordered, np, c.less)
 	} else {
 		delete(c.policies, key)
 	}
-	c.sortPolicies()
 	var affected []*local
 	for k, l := range c.locals {
 		was := old != nil && old.selected[k]

@@ -13,8 +13,9 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	old := c.eps[ep.Key]
 	e := derive(ep, c.profiles)
 	c.eps[ep.Key] = e
+	key := "ep:" + ep.Key
 	for _, s := range c.sets {
-		c.contribute(s, "ep:"+ep.Key, s.endpointMembers(e))
+		c.contribute(s, key, s.endpointMembers(e))
 	}
 	if l := c.locals[ep.Key]; l != nil && old != nil && (!e.Local || old.Iface != e.Iface) {
 		c.removeLocal(l)
@@ -30,8 +31,9 @@ func (c *Calc) DeleteEndpoint(key string) {
 		return
 	}
 	delete(c.eps, key)
+	ck := "ep:" + key
 	for _, s := range c.sets {
-		c.contribute(s, "ep:"+key, nil)
+		c.contribute(s, ck, nil)
 	}
 	if l := c.locals[key]; l != nil {
 		c.removeLocal(l)

@@ -57,6 +57,33 @@ func (t *txn) note(format string, args ...any) {
 	}
 }
 
+// elemChunk is how many elements go in one netlink message: a message's
+// element list is one attribute, whose length field has 16 bits.
+const elemChunk = 512
+
+// elements queues adding (or deleting) set elements, a chunk per
+// message; the chunks still go in the one transaction. An interval's
+// start and end elements stay in the same chunk.
+func (t *txn) elements(s *nftables.Set, els []nftables.SetElement, del bool) error {
+	for len(els) > 0 {
+		n := min(len(els), elemChunk)
+		if n < len(els) && els[n].IntervalEnd {
+			n++
+		}
+		var err error
+		if del {
+			err = t.c.SetDeleteElements(s, els[:n])
+		} else {
+			err = t.c.SetAddElements(s, els[:n])
+		}
+		if err != nil {
+			return err
+		}
+		els = els[n:]
+	}
+	return nil
+}
+
 // applyFamily writes one family's differences in one transaction.
 func (d *Dataplane) applyFamily(ft *famTable) error {
 	full := !ft.loaded
@@ -265,13 +292,13 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 		}
 	}
 	if len(del) > 0 {
-		if err := t.c.SetDeleteElements(s, elemsOf(want.kind, del)); err != nil {
+		if err := t.elements(s, elemsOf(want.kind, del), true); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("set %s: delete %v", name, del)
 	}
 	if len(add) > 0 {
-		if err := t.c.SetAddElements(s, elemsOf(want.kind, add)); err != nil {
+		if err := t.elements(s, elemsOf(want.kind, add), false); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("set %s: add %v", name, add)
@@ -346,13 +373,13 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, mapName string, chain fun
 		}
 	}
 	if len(del) > 0 {
-		if err := t.c.SetDeleteElements(m, del); err != nil {
+		if err := t.elements(m, del, true); err != nil {
 			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
 		}
 		t.note("map %s: delete %d", mapName, len(del))
 	}
 	if len(add) > 0 {
-		if err := t.c.SetAddElements(m, add); err != nil {
+		if err := t.elements(m, add, false); err != nil {
 			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
 		}
 		t.note("map %s: add %d", mapName, len(add))

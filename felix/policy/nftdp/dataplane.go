@@ -24,6 +24,7 @@ import (
 	"slices"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,7 +121,7 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
 	unix.Close(fd)
-	opts := []nftables.ConnOption{nftables.AsLasting()}
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	if cfg.NetnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(cfg.NetnsFd))
 	}
@@ -139,6 +140,34 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d.addBase()
 	return d, nil
+}
+
+// sockBuf is the socket buffer size in each direction. A transaction is
+// one sendmsg (the whole batch, so that it is atomic) and the kernel
+// acknowledges every message in it: a full program of a large node
+// (1,000 policies, 10,000 endpoints) is tens of MB. Memory is only used
+// while a transaction is in flight.
+const sockBuf = 256 << 20
+
+// bigBuffers raises the socket's buffers past the system maximum, which
+// CAP_NET_ADMIN (needed for nftables anyway) allows.
+func bigBuffers(c *netlink.Conn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, sockBuf); e != nil {
+				serr = fmt.Errorf("nftdp: raising netlink socket buffers: %w", e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 // Close releases the netlink socket; the tables stay and keep enforcing.
@@ -285,6 +314,11 @@ func (d *Dataplane) Apply() error {
 			return fmt.Errorf("nftdp: endpoint %s: chains %s and %s must be set before it is dispatched to", ep, FromWLChain(ep), ToWLChain(ep))
 		}
 	}
+	for name := range d.dirtyChains {
+		if err := d.checkRefs(name); err != nil {
+			return err
+		}
+	}
 	var errs []error
 	for _, ft := range d.fams {
 		if err := d.applyFamily(ft); err != nil {
@@ -298,6 +332,33 @@ func (d *Dataplane) Apply() error {
 	clear(d.dirtyChains)
 	clear(d.dirtySets)
 	clear(d.dirtyEndpoints)
+	return nil
+}
+
+// checkRefs makes sure every chain and set a wanted chain refers to is
+// wanted too: the kernel would refuse the whole transaction.
+func (d *Dataplane) checkRefs(chain string) error {
+	c := d.chains[chain]
+	if c == nil {
+		return nil
+	}
+	for i := range c.rules {
+		r := &c.rules[i]
+		if r.Action == ActJump && d.chains[r.Target] == nil {
+			return fmt.Errorf("nftdp: chain %s rule %d jumps to chain %s, which is not set", chain, i, r.Target)
+		}
+		for _, sd := range []*Side{&r.Src, &r.Dst} {
+			names := append(append(append([]string{}, sd.Sets...), sd.NotSets...), sd.NotNamedPortSets...)
+			if sd.NamedPortSet != "" {
+				names = append(names, sd.NamedPortSet)
+			}
+			for _, n := range names {
+				if d.sets[n] == nil {
+					return fmt.Errorf("nftdp: chain %s rule %d uses set %s, which is not set", chain, i, n)
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,190 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// benchModel is the synthetic cluster of BenchmarkProgramming: nEP
+// endpoints over 50 namespaces and 200 apps, nLocal of them on this
+// node (one of each app first, so every policy is active), and nPol
+// policies in the default tier, each selecting one app and allowing TCP
+// 8080 and the named port "http" from another app, every tenth from a
+// whole namespace instead, and DNS egress to the dns pods.
+type benchModel struct {
+	nEP, nLocal, nPol int
+}
+
+const benchApps = 200
+
+func (bm benchModel) endpoint(i int) policy.Endpoint {
+	ns := "ns-" + strconv.Itoa(i%50)
+	labels := map[string]string{"app": "app-" + strconv.Itoa(i%benchApps)}
+	if i%100 == 7 {
+		labels["role"] = "dns"
+	}
+	return policy.Endpoint{
+		Key: fmt.Sprintf("node-k8s-%s-pod%d-eth0", ns, i), Iface: fmt.Sprintf("cali%011x", i), Local: i < bm.nLocal,
+		Namespace: ns, Labels: labels, Profiles: []string{"kns." + ns},
+		IPs:   []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(64 + i>>16), byte(i >> 8), byte(i)}), 32)},
+		Ports: []policy.NamedPort{{Name: "http", Proto: 6, Port: 8080}},
+	}
+}
+
+func (bm benchModel) policy(i, port int) api.Policy {
+	src := fmt.Sprintf("{selector: app == 'app-%d'}", (i*7+3)%benchApps)
+	if i%10 == 0 {
+		src = fmt.Sprintf("{namespaceSelector: projectcalico.org/name == 'ns-%d'}", i%50)
+	}
+	y := fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: pol-%d}
+spec:
+  order: %d
+  selector: app == 'app-%d'
+  types: [Ingress, Egress]
+  ingress: [{action: Allow, protocol: TCP, source: %s, destination: {ports: [%d, http]}}]
+  egress: [{action: Allow, protocol: UDP, destination: {selector: role == 'dns', ports: [53]}}, {action: Allow, protocol: TCP}]
+`, i, i, i%benchApps, src, port)
+	d, err := api.Decode([]byte(y))
+	if err != nil {
+		panic(err)
+	}
+	return d.Resources[0].(api.Policy)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkProgramming measures, in a netns with real nftables: the
+// full program of 1,000 policies over 10,000 endpoints, a no-op resync,
+// one pod added until its memberships (and, if local, its chains and
+// dispatch entry) are in the kernel, and one policy edit until enforced.
+// Run: go test -run XXX -bench Programming -benchtime 1x ./felix/policy
+// (POLICY_BENCH_EPS, _LOCAL, _POLICIES, _SAMPLES change the shape).
+func BenchmarkProgramming(b *testing.B) {
+	bm := benchModel{nEP: envInt("POLICY_BENCH_EPS", 10000), nLocal: envInt("POLICY_BENCH_LOCAL", 200), nPol: envInt("POLICY_BENCH_POLICIES", 1000)}
+	samples := envInt("POLICY_BENCH_SAMPLES", 200)
+	for range b.N {
+		n := nstest.New(b)
+		f, err := os.Open(n.Path())
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		apply := func() {
+			if err := m.Apply(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+
+		t0 := time.Now()
+		for k := range 50 {
+			if err := m.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: "kns.ns-" + strconv.Itoa(k)},
+				Spec: api.ProfileSpec{LabelsToApply: map[string]string{"pcns.team": "t" + strconv.Itoa(k%5)},
+					Ingress: []api.Rule{{Action: api.ActionAllow}}, Egress: []api.Rule{{Action: api.ActionAllow}}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range bm.nPol {
+			if err := m.SetPolicy(bm.policy(i, 8080)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range bm.nEP {
+			if err := m.SetEndpoint(bm.endpoint(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		calc := time.Since(t0)
+		t1 := time.Now()
+		apply()
+		full := time.Since(t1)
+		b.Logf("full program: %d policies, %d endpoints (%d local): calc %v, kernel %v, total %v, %d transactions",
+			bm.nPol, bm.nEP, bm.nLocal, calc.Round(time.Millisecond), full.Round(time.Millisecond), (calc + full).Round(time.Millisecond), m.Writes())
+		b.ReportMetric(float64((calc + full).Milliseconds()), "full-ms")
+
+		w := m.Writes()
+		t2 := time.Now()
+		if err := m.Resync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		resync := time.Since(t2)
+		b.Logf("no-op resync: %v, %d writes", resync.Round(time.Millisecond), m.Writes()-w)
+		b.ReportMetric(float64(resync.Milliseconds()), "resync-ms")
+		if m.Writes() != w {
+			b.Errorf("no-op resync wrote %d transactions", m.Writes()-w)
+		}
+
+		// Each sample: the model change (calc) and the transaction that
+		// programs it (kernel), timed separately and together.
+		var remote, local, edit, remoteK, localK, editK []time.Duration
+		timed := func(change func() error, total, kernel *[]time.Duration) {
+			t := time.Now()
+			if err := change(); err != nil {
+				b.Fatal(err)
+			}
+			tk := time.Now()
+			apply()
+			*kernel = append(*kernel, time.Since(tk))
+			*total = append(*total, time.Since(t))
+		}
+		for s := range samples {
+			e := bm.endpoint(bm.nEP + s)
+			e.Local = s%2 == 1
+			if e.Local {
+				timed(func() error { return m.SetEndpoint(e) }, &local, &localK)
+			} else {
+				timed(func() error { return m.SetEndpoint(e) }, &remote, &remoteK)
+			}
+		}
+		for s := range samples {
+			timed(func() error { return m.SetPolicy(bm.policy(s*5%bm.nPol, 8081+s%2)) }, &edit, &editK)
+		}
+		r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+		for _, x := range []struct {
+			name      string
+			ds, kernl []time.Duration
+		}{{"pod added (remote: set members)", remote, remoteK}, {"pod added (local: + chains, dispatch)", local, localK}, {"policy edited", edit, editK}} {
+			b.Logf("%s: p50 %v p99 %v max %v (kernel transaction p50 %v p99 %v; %d samples)", x.name, r(percentile(x.ds, 0.5)),
+				r(percentile(x.ds, 0.99)), r(slices.Max(x.ds)), r(percentile(x.kernl, 0.5)), r(percentile(x.kernl, 0.99)), len(x.ds))
+		}
+		b.ReportMetric(float64(percentile(local, 0.99).Microseconds())/1000, "pod-add-p99-ms")
+		b.ReportMetric(float64(percentile(edit, 0.99).Microseconds())/1000, "policy-edit-p99-ms")
+		m.Close()
+		f.Close()
+	}
+}
+
+func init() {
+	if os.Getenv("NFTDP_DEBUG") != "" {
+		logrus.SetLevel(logrus.DebugLevel)
+	}
+}
