@@ -48,11 +48,15 @@ spec:
   labelsToApply: {pcsa.role: frontend}
 `
 
-func newLab(t *testing.T) *lab {
+func newLab(t *testing.T) *lab { return newLabWithLog(t, false) }
+
+// newLabWithLog is newLab with Log rules on nflog group 7 and, with
+// drops, the drops logged too.
+func newLabWithLog(t *testing.T, drops bool) *lab {
 	t.Helper()
 	l := &lab{t: t, node: polab.NewNode(t), pods: map[string]*polab.Pod{}, eps: map[string]policy.Endpoint{}}
 	var err error
-	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: policy.LogConfig{Group: 7}})
+	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: policy.LogConfig{Group: 7, Drops: drops}})
 	if err != nil {
 		t.Fatal(err)
 	}
