@@ -189,7 +189,14 @@ func Compute(in Input) Desired {
 		finish := func(c candidate) candidate {
 			v6 := c.Address.Is6()
 			c.KeepaliveTime, c.HoldTime = bka, bhold
-			c.KeepOriginalNextHop = s.KeepOriginalNextHop
+			switch s.NextHopMode {
+			case "":
+				c.KeepOriginalNextHop = s.KeepOriginalNextHop
+			case api.NextHopKeep:
+				c.KeepOriginalNextHop = true
+			case api.NextHopSelf:
+				c.NextHopSelf = true
+			}
 			if s.SourceAddress == api.SourceNone {
 				c.LocalAddress = netip.Addr{}
 			}
@@ -221,6 +228,23 @@ func Compute(in Input) Desired {
 				continue
 			}
 			a = a.Unmap()
+			if target := nodeAt(nodes, a); target != nil && (s.ASNumber == 0 || s.ASNumber == nodeASN(target, cfgs)) {
+				// As Calico: a peerIP that is a node's address peers
+				// with that node like a peerSelector choosing it, both
+				// ways, over that address's family only.
+				for _, n := range byIPPeers(nodes, me, target, appliesTo) {
+					for _, c := range nodePeers(n, prioSelector, typ, n.Metadata.Name) {
+						if c.Address.Is6() == a.Is6() {
+							cands = append(cands, finish(markRR(c, me, n)))
+						}
+					}
+				}
+				continue
+			}
+			if s.ASNumber == 0 {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %s has no asNumber and is no node's address: no session", bp.Metadata.Name, a))
+				continue
+			}
 			if !appliesTo(me) || a == myAddr || a == myAddr6 {
 				continue
 			}
@@ -255,14 +279,7 @@ func Compute(in Input) Desired {
 				continue
 			}
 			for _, c := range nodePeers(n, prioSelector, typ, n.Metadata.Name) {
-				myCID, peerCID := clusterID(me), clusterID(n)
-				if myCID != "" || peerCID != "" {
-					c.Type = bgp.PeerTypeRouteReflector
-				}
-				if myCID != "" && myCID != peerCID {
-					c.RRClient, c.RRClusterID = true, myCID
-				}
-				cands = append(cands, finish(c))
+				cands = append(cands, finish(markRR(c, me, n)))
 			}
 		}
 	}

@@ -63,6 +63,9 @@ func brief(ps []PeerSpec) []string {
 		if p.KeepOriginalNextHop {
 			s += " keepnh"
 		}
+		if p.NextHopSelf {
+			s += " nhself"
+		}
 		if p.HoldTime != 0 || p.KeepaliveTime != 0 {
 			s += fmt.Sprintf(" ka=%s hold=%s", p.KeepaliveTime, p.HoldTime)
 		}

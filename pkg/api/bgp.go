@@ -225,11 +225,25 @@ type BGPPeerSpec struct {
 	// LocalASNumber is the AS number this node uses on these sessions
 	// instead of its own (Calico's localASNumber).
 	LocalASNumber ASNumber `json:"localASNumber,omitempty"`
+	// NextHopMode is Calico's: Auto (the default: next hop self on
+	// eBGP sessions and for the routes this node originates, the
+	// original next hop on reflected iBGP routes), Self (this node's
+	// address on every route sent, reflected ones included) or Keep (the
+	// original next hop on every learned route, as keepOriginalNextHop,
+	// on iBGP sessions too). When set, keepOriginalNextHop is ignored.
+	NextHopMode string `json:"nextHopMode,omitempty"`
 	// ReversePeering Manual makes a peerSelector peering one-way: the
 	// selected nodes do not peer back unless a BGPPeer of their own says
 	// so (Calico's reversePeering; Auto, the default, peers both ways).
 	ReversePeering string `json:"reversePeering,omitempty"`
 }
+
+// Calico's nextHopMode values.
+const (
+	NextHopAuto = "Auto"
+	NextHopSelf = "Self"
+	NextHopKeep = "Keep"
+)
 
 // Calico's reversePeering values.
 const (
@@ -297,7 +311,8 @@ func (p *BGPPeer) Validate() error {
 		if a, _, err := s.PeerAddrPort(); err != nil || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
 			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 or IPv6 address (or IP:port, [IPv6]:port)")
 		}
-		validateASN(&v, "spec.asNumber", s.ASNumber, false)
+		// Without asNumber, peerIP must be a routed node's address (confd).
+		validateASN(&v, "spec.asNumber", s.ASNumber, true)
 	}
 	if s.SourceAddress != SourceUseNodeIP && s.SourceAddress != SourceNone {
 		v.add("spec.sourceAddress", s.SourceAddress, "must be UseNodeIP or None")
@@ -314,6 +329,9 @@ func (p *BGPPeer) Validate() error {
 	}
 	validatePassword(&v, "spec.password", s.Password)
 	validateASN(&v, "spec.localASNumber", s.LocalASNumber, true)
+	if s.NextHopMode != "" && s.NextHopMode != NextHopAuto && s.NextHopMode != NextHopSelf && s.NextHopMode != NextHopKeep {
+		v.add("spec.nextHopMode", s.NextHopMode, "must be Auto, Self or Keep")
+	}
 	if s.ReversePeering != "" && s.ReversePeering != ReversePeeringAuto && s.ReversePeering != ReversePeeringManual {
 		v.add("spec.reversePeering", s.ReversePeering, "must be Auto or Manual")
 	}

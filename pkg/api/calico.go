@@ -62,19 +62,6 @@ var calicoFields = map[Kind][]calicoField{
 			}
 			return ""
 		}},
-		{path: "spec.nextHopMode", refuse: func(v any) string {
-			if v == "Self" {
-				return "routed sets next hop self only on the routes it originates; forcing it on reflected routes is not supported"
-			}
-			if v != "Auto" && v != "Keep" {
-				return "must be Auto, Self or Keep"
-			}
-			return ""
-		}, honour: func(spec map[string]any, v any) {
-			if v == "Keep" {
-				spec["keepOriginalNextHop"] = true
-			}
-		}},
 	},
 	KindNode: {
 		{path: "spec.ipv6VXLANTunnelAddr", note: "routed routes IPv6 pools natively, without VXLAN"},

@@ -44,8 +44,8 @@ func TestCalicoFieldTable(t *testing.T) {
 			}
 		}},
 		{file: "bgppeer-next-hop-keep.yaml", check: func(t *testing.T, r api.Resource) {
-			if !r.(*api.BGPPeer).Spec.KeepOriginalNextHop {
-				t.Error("nextHopMode Keep did not become keepOriginalNextHop")
+			if r.(*api.BGPPeer).Spec.NextHopMode != api.NextHopKeep {
+				t.Error("nextHopMode Keep was not read")
 			}
 		}},
 		{file: "bgppeer-reachable-by.yaml", refuse: []string{"spec.reachableBy", "static route"}},

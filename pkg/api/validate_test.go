@@ -267,10 +267,10 @@ func TestASNumberValidation(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		asn    api.ASNumber
-		peerOK bool // BGPPeer.spec.asNumber is required
+		peerOK bool // BGPPeer.spec.asNumber is optional (peerIP of a node: its AS)
 		nodeOK bool // Node.spec.bgp.asNumber is optional
 	}{
-		{asn: 0, peerOK: false, nodeOK: true},
+		{asn: 0, peerOK: true, nodeOK: true},
 		{asn: 1, peerOK: true, nodeOK: true},
 		{asn: 64512, peerOK: true, nodeOK: true},
 		{asn: 23456, peerOK: false, nodeOK: false}, // AS_TRANS
@@ -529,7 +529,8 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "peer selector with as number", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = ""; p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
 		{name: "peer selector with both", mutate: func(p *api.BGPPeer) { p.Spec.PeerSelector = "all()" }, fields: []string{"spec.peerSelector"}},
 		{name: "neither peer ip nor selector", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "" }, fields: []string{"spec.peerIP"}},
-		{name: "peer ip without as number", mutate: func(p *api.BGPPeer) { p.Spec.ASNumber = 0 }, fields: []string{"spec.asNumber"}},
+		// As Calico: a peerIP that is a node's address peers with that node at its AS.
+		{name: "peer ip without as number", mutate: func(p *api.BGPPeer) { p.Spec.ASNumber = 0 }},
 		{name: "ipv6 peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fd00::1" }},
 		{name: "ipv6 peer with port", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "[fd00::1]:1179" }},
 		{name: "link-local ipv6 peer with zone", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "fe80::1%eth0" }, fields: []string{"spec.peerIP"}},

@@ -40,6 +40,9 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyKeepNextHop(ctx, w.peers); err != nil {
 		return 0, err
 	}
+	if err := s.applyNextHopSelf(ctx, w.peers); err != nil {
+		return 0, err
+	}
 	if err := s.applyOwnRoutesOnly(ctx, w.peers); err != nil {
 		return 0, err
 	}
@@ -83,7 +86,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
-		s.keepNH, s.ownOnly, s.emptyPath = nil, nil, nil
+		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath = nil, nil, nil, nil
 		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
@@ -255,12 +258,12 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 }
 
 // onlyNextHopPolicy reports whether old and p differ only in
-// KeepOriginalNextHop.
+// KeepOriginalNextHop and NextHopSelf (export policy, not session).
 func onlyNextHopPolicy(old, p Peer) bool {
-	if old.KeepOriginalNextHop == p.KeepOriginalNextHop {
+	if old.KeepOriginalNextHop == p.KeepOriginalNextHop && old.NextHopSelf == p.NextHopSelf {
 		return false
 	}
-	old.KeepOriginalNextHop = p.KeepOriginalNextHop
+	old.KeepOriginalNextHop, old.NextHopSelf = p.KeepOriginalNextHop, p.NextHopSelf
 	return sameSession(old, p)
 }
 
@@ -283,6 +286,28 @@ func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
 		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Unchanged: true}},
 	}}
 	return s.applyNeighborPolicy(ctx, keepNHPolicy, want, exportDir, stmts, &s.keepNH)
+}
+
+// selfNHPolicy names the export policy (and its neighbor set) that sets
+// next hop self towards some peers.
+const selfNHPolicy = "routed-next-hop-self"
+
+// applyNextHopSelf installs a global export policy setting this node as
+// the next hop towards peers with NextHopSelf: GoBGP would otherwise
+// pass reflected iBGP routes on with their original next hop.
+func (s *Speaker) applyNextHopSelf(ctx context.Context, peers []Peer) error {
+	var want []string
+	for _, p := range peers {
+		if p.NextHopSelf && p.Address.IsValid() {
+			want = append(want, hostPrefix(p.Address))
+		}
+	}
+	slices.Sort(want)
+	stmts := []*api.Statement{{
+		Name:    selfNHPolicy,
+		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Self: true}},
+	}}
+	return s.applyNeighborPolicy(ctx, selfNHPolicy, want, exportDir, stmts, &s.selfNH)
 }
 
 const (

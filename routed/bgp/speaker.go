@@ -57,6 +57,7 @@ type Speaker struct {
 	filterSets     []*api.DefinedSet
 	ownPolicyAdded bool
 	keepNH         []string
+	selfNH         []string // peers with next hop self
 	ownOnly        []string // eBGP peers limited to our own routes
 	emptyPath      []string // eBGP peers whose empty AS paths are dropped
 	restartUntil   time.Time

@@ -143,6 +143,10 @@ type Peer struct {
 	// KeepOriginalNextHop stops this node rewriting the next hop of the
 	// routes it sends to this (eBGP) peer.
 	KeepOriginalNextHop bool
+	// NextHopSelf makes this node the next hop of every route it sends to
+	// this peer, reflected iBGP routes included (Calico's nextHopMode
+	// Self).
+	NextHopSelf bool
 	// LocalASN, when set, is the AS this node presents on this session
 	// instead of the global one (Calico's localASNumber).
 	LocalASN uint32
