@@ -158,7 +158,9 @@ func compileSide(field string, e *api.EntityRule, policyNS string, proto uint8) 
 			switch {
 			case p.Invalid != "":
 				return s, fieldErr(field+"."+x.name, i, p.Invalid, "must be a port, a range lo:hi or a port name")
-			case proto != 0 && proto != 6 && proto != 17 && proto != 132 && proto != 136:
+			case proto != 6 && proto != 17 && proto != 132 && proto != 136:
+				// Without a port protocol the transport header is not
+				// ports (ICMP's checksum would be read as one).
 				return s, fieldErr(field+"."+x.name, i, p, "needs protocol TCP, UDP, SCTP or UDPLite")
 			case p.PortName != "":
 				*x.names = append(*x.names, p.PortName)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/felix/natout"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
 )
@@ -63,6 +64,17 @@ func TestDispatchFailClosed(t *testing.T) {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	conn.AddRule(&nftables.Rule{Table: ft, Chain: fc, Exprs: []expr.Any{&expr.Counter{}}})
 	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// felix/natout's tables, named "routed", live next to ours.
+	nat, err := natout.New(node.Fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nat.Close()
+	nat.SetPools([]netip.Prefix{netip.MustParsePrefix("10.65.0.0/16")}, []netip.Prefix{netip.MustParsePrefix("10.65.0.0/16")})
+	if err := nat.Apply(false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -159,6 +171,9 @@ func TestDispatchFailClosed(t *testing.T) {
 	}
 	if cnt := rules[0].Exprs[0].(*expr.Counter); cnt.Packets == 0 {
 		t.Error("foreign counter saw no packets")
+	}
+	if got, err := natout.ReadSet(conn, natout.NATPoolsSet); err != nil || len(got) != 1 {
+		t.Errorf("natout's set after our programs and resyncs: %v, %v", got, err)
 	}
 }
 
