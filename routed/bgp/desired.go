@@ -21,6 +21,7 @@ type desired struct {
 	services []netip.Prefix
 	adverts  []PrefixCommunities
 	filters  map[netip.Addr]PeerFilters
+	noExport []netip.Prefix
 	// blocks are the local node's confirmed affinities.
 	blocks       map[netip.Prefix]bool
 	blocksSynced bool
@@ -60,6 +61,9 @@ type snapshot struct {
 	// filters are the sessions' BGPFilter rules (not copied: SetFilters
 	// replaces the map, never changes it).
 	filters map[netip.Addr]PeerFilters
+	// noExport are the CIDRs sent to no peer (SetNoExportCIDRs replaces
+	// the slice, never changes it).
+	noExport []netip.Prefix
 }
 
 func (d *desired) snapshot() snapshot {
@@ -72,6 +76,7 @@ func (d *desired) snapshot() snapshot {
 	}
 	s.peers = slices.Clone(d.peers)
 	s.filters = d.filters
+	s.noExport = d.noExport
 	add := func(p netip.Prefix) { s.routes[p] = strings.Join(communitiesFor(p, d.adverts), " ") }
 	for p := range d.blocks {
 		add(p)

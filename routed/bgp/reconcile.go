@@ -52,6 +52,9 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyPeers(ctx, w.peers); err != nil {
 		return 0, err
 	}
+	if err := s.applyNoExport(ctx, w.noExport); err != nil {
+		return 0, err
+	}
 	reorder := s.ownPolicyAdded
 	s.ownPolicyAdded = false
 	return 0, s.applyFilters(ctx, w.filters, reorder)
@@ -86,7 +89,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
-		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath = nil, nil, nil, nil
+		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport = nil, nil, nil, nil, nil
 		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}

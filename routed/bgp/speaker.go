@@ -57,9 +57,10 @@ type Speaker struct {
 	filterSets     []*api.DefinedSet
 	ownPolicyAdded bool
 	keepNH         []string
-	selfNH         []string // peers with next hop self
-	ownOnly        []string // eBGP peers limited to our own routes
-	emptyPath      []string // eBGP peers whose empty AS paths are dropped
+	selfNH         []string       // peers with next hop self
+	noExport       []netip.Prefix // CIDRs kept from every peer
+	ownOnly        []string       // eBGP peers limited to our own routes
+	emptyPath      []string       // eBGP peers whose empty AS paths are dropped
 	restartUntil   time.Time
 	runStart       time.Time
 

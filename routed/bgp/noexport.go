@@ -1,0 +1,80 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	api "github.com/osrg/gobgp/v4/api"
+)
+
+// noExportPolicy names the export policy (and its prefix set) that keeps
+// the routes of pools with disableBGPExport from every peer.
+const noExportPolicy = "routed-no-export"
+
+// SetNoExportCIDRs sets the CIDRs (Calico's IP pools with
+// disableBGPExport) whose routes, and routes inside them, are sent to no
+// BGP peer: neither this node's blocks nor routes learned from others.
+// They stay in the local RIB.
+func (s *Speaker) SetNoExportCIDRs(cidrs []netip.Prefix) {
+	c := make([]netip.Prefix, 0, len(cidrs))
+	for _, p := range cidrs {
+		if p.IsValid() {
+			c = append(c, p.Masked())
+		}
+	}
+	slices.SortFunc(c, func(a, b netip.Prefix) int {
+		if x := a.Addr().Compare(b.Addr()); x != 0 {
+			return x
+		}
+		return a.Bits() - b.Bits()
+	})
+	c = slices.Compact(c)
+	s.want.update(func() { s.want.noExport = c })
+}
+
+// applyNoExport installs, replaces or removes the global export policy
+// rejecting routes inside the no-export CIDRs towards every peer. GoBGP
+// statements hold the set they were made with, so a change re-creates
+// policy and set; the peers are then soft-reset so routes they already
+// have are withdrawn or sent.
+func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error {
+	if slices.Equal(want, s.noExport) {
+		return nil
+	}
+	if s.noExport != nil {
+		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noExportPolicy}}}})
+		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: noExportPolicy}, All: true})
+		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: noExportPolicy}, All: true})
+		s.noExport = nil
+	}
+	if len(want) > 0 {
+		set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: noExportPolicy}
+		for _, p := range want {
+			set.Prefixes = append(set.Prefixes, &api.Prefix{IpPrefix: p.String(), MaskLengthMin: uint32(p.Bits()), MaskLengthMax: uint32(p.Addr().BitLen())})
+		}
+		if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+			return fmt.Errorf("bgp: no-export prefix set: %w", err)
+		}
+		stmt := &api.Statement{Name: noExportPolicy,
+			Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Name: noExportPolicy, Type: api.MatchSet_TYPE_ANY}},
+			Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}}
+		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: noExportPolicy, Statements: []*api.Statement{stmt}}}); err != nil {
+			return fmt.Errorf("bgp: no-export policy: %w", err)
+		}
+		if err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noExportPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
+		}}); err != nil {
+			return fmt.Errorf("bgp: no-export policy assignment: %w", err)
+		}
+		s.noExport = want
+		s.ownPolicyAdded = true
+	}
+	for _, a := range sortedAddrs(s.applied) {
+		_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
+	}
+	return nil
+}
