@@ -17,7 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/routed/bgp"
 )
 
@@ -30,19 +30,16 @@ type Speaker interface {
 	SetFilters(map[netip.Addr]bgp.PeerFilters)
 }
 
-// Confd watches the datastore and configures a Speaker.
+// Confd takes its resources from the node feed (Consumer) and configures
+// a Speaker.
 type Confd struct {
-	ds         *datastore.Client
 	sp         Speaker
 	node       string
 	secretsDir string
 	resync     time.Duration
 	log        *logrus.Entry
-	// external: the datastore feed comes through Handler (a shared
-	// datastore.Fanout) instead of a Sync of confd's own.
-	external bool
-	ch       chan func(*cache)
-	done     chan struct{}
+	ch         chan func(*cache)
+	done       chan struct{}
 }
 
 // Option changes a Confd setting.
@@ -56,14 +53,10 @@ func WithSecretsDir(dir string) Option { return func(c *Confd) { c.secretsDir = 
 // datastore change (default 30 s), so rotated secrets are picked up.
 func WithResyncInterval(d time.Duration) Option { return func(c *Confd) { c.resync = d } }
 
-// WithExternalSync makes Run wait for the datastore feed on Handler
-// instead of running a Sync of its own: a daemon feeds confd and felix
-// from one datastore.Fanout.
-func WithExternalSync() Option { return func(c *Confd) { c.external = true } }
-
-// New returns a Confd for nodeName.
-func New(ds *datastore.Client, sp Speaker, nodeName string, opts ...Option) *Confd {
-	c := &Confd{ds: ds, sp: sp, node: nodeName, secretsDir: DefaultSecretsDir, resync: 30 * time.Second,
+// New returns a Confd for nodeName. Subscribe its Consumer to the node
+// feed for Kinds, then Run it.
+func New(sp Speaker, nodeName string, opts ...Option) *Confd {
+	c := &Confd{sp: sp, node: nodeName, secretsDir: DefaultSecretsDir, resync: 30 * time.Second,
 		log: logrus.WithFields(logrus.Fields{"component": "confd", "node": nodeName}),
 		ch:  make(chan func(*cache), 64), done: make(chan struct{})}
 	for _, o := range opts {
@@ -75,17 +68,14 @@ func New(ds *datastore.Client, sp Speaker, nodeName string, opts ...Option) *Con
 // Kinds are the resource kinds confd reads.
 var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter}
 
-// Handler is confd's datastore feed (for WithExternalSync); its calls
-// block until Run takes them, and return at once after Run ended.
-func (c *Confd) Handler() datastore.Handler { return &handler{ch: c.ch, done: c.done} }
+// Consumer is confd's subscription to the node feed (for Kinds); its
+// calls block until Run takes them, and return at once after Run ended.
+func (c *Confd) Consumer() feed.Consumer { return &handler{ch: c.ch, done: c.done} }
 
 // Run configures the speaker until ctx ends. Run once.
 func (c *Confd) Run(ctx context.Context) error {
 	defer close(c.done)
 	ch := c.ch
-	if !c.external {
-		go func() { _ = c.ds.Sync(ctx, Kinds, c.Handler()) }()
-	}
 
 	st := &state{cache: newCache()}
 	tick := time.NewTicker(c.resync)
@@ -256,27 +246,19 @@ func (h *handler) send(f func(*cache)) {
 	}
 }
 
-// OnSnapshot implements datastore.Handler.
-func (h *handler) OnSnapshot(s datastore.Snapshot) {
+// OnBatch implements feed.Consumer.
+func (h *handler) OnBatch(b feed.Batch) {
 	h.send(func(c *cache) {
-		fresh := newCache()
-		for _, rs := range s.Resources {
-			for _, r := range rs {
-				fresh.set(r)
+		if b.Snapshot {
+			*c = *newCache()
+			c.synced = true
+		}
+		for _, u := range b.Updates {
+			if u.Deleted {
+				c.del(u.Kind, u.Name)
+			} else {
+				c.set(u.Resource)
 			}
 		}
-		*c = *fresh
-		c.synced = true
-	})
-}
-
-// OnEvent implements datastore.Handler.
-func (h *handler) OnEvent(e datastore.Event) {
-	h.send(func(c *cache) {
-		if e.Type == datastore.EventDelete {
-			c.del(e.Kind, e.Name)
-			return
-		}
-		c.set(e.Resource)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/routed/bgp"
 )
 
@@ -85,9 +86,11 @@ func TestConfdFollowsDatastore(t *testing.T) {
 	secrets := t.TempDir()
 	mustWrite(t, secrets+"/bgp/tor", "pw1")
 	sp := newFakeSpeaker()
-	go func() {
-		_ = New(ds, sp, "a", WithSecretsDir(secrets), WithResyncInterval(200*time.Millisecond)).Run(ctx)
-	}()
+	cd := New(sp, "a", WithSecretsDir(secrets), WithResyncInterval(200*time.Millisecond))
+	fd := feed.New(ds, feed.Options{})
+	fd.Subscribe("confd", Kinds, cd.Consumer())
+	go func() { _ = fd.Run(ctx) }()
+	go func() { _ = cd.Run(ctx) }()
 
 	sp.waitFor(t, "mesh peer b", func() bool {
 		return sp.global.RouterID == netip.MustParseAddr("10.0.0.1") && len(sp.peers) == 1 && sp.peers[0].Name == "b"

@@ -2,25 +2,15 @@ package felix
 
 import (
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/feed"
 )
 
-// SyncKinds are the resource kinds felix needs from datastore.Sync.
+// SyncKinds are the resource kinds felix takes from the node feed.
 var SyncKinds = []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}
 
-var _ datastore.Handler = (*Felix)(nil)
-
-// OnSnapshot implements datastore.Handler: pass a Felix straight to
-// (*datastore.Client).Sync(ctx, felix.SyncKinds, f).
-func (f *Felix) OnSnapshot(s datastore.Snapshot) { f.ReplaceResources(s.Resources) }
-
-// OnEvent implements datastore.Handler.
-func (f *Felix) OnEvent(e datastore.Event) {
-	if e.Type == datastore.EventDelete {
-		f.DeleteResource(e.Kind, e.Name)
-		return
-	}
-	if e.Resource != nil {
-		f.SetResource(e.Resource)
-	}
+// Consumer is felix's subscription to the node feed: its resource kinds,
+// every node's block affinities and every block's borrowed addresses, in
+// one ordered stream.
+func (f *Felix) Consumer() feed.Dispatch {
+	return feed.Dispatch{Kinds: SyncKinds, Resources: f, Affinities: f, Borrowed: f}
 }

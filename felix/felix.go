@@ -100,16 +100,18 @@ func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) {
 // WorkloadEndpoint; other kinds are ignored.
 func (f *Felix) SetResource(r api.Resource) {
 	f.enqueue(func(l *loop) {
-		l.st.setResource(l.cfg.NodeName, r)
-		l.planDirty = true
+		if l.st.setResource(l.cfg.NodeName, r) {
+			l.planDirty = true
+		}
 	})
 }
 
 // DeleteResource records a deletion.
 func (f *Felix) DeleteResource(k api.Kind, name string) {
 	f.enqueue(func(l *loop) {
-		l.st.deleteResource(k, name)
-		l.planDirty = true
+		if l.st.deleteResource(k, name) {
+			l.planDirty = true
+		}
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
 )
 
@@ -139,10 +140,12 @@ func TestFelixIPv6FromEtcd(t *testing.T) {
 	h := newHarness(t, nil)
 	h.ns.AddAddr(t, "eth0", "fd00:10::1/64")
 	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	t.Cleanup(func() { cancel(); <-done; <-done })
-	go func() { _ = ds.Sync(wctx, felix.SyncKinds, h.f, datastore.EndpointsOf("node-a")); done <- struct{}{} }()
-	go func() { _ = ipam.WatchAffinities(wctx, ds, h.f); done <- struct{}{} }()
+	done := make(chan struct{}, 1)
+	t.Cleanup(func() { cancel(); <-done })
+	fd := feed.New(ds, feed.Options{})
+	fc := h.f.Consumer()
+	fd.Subscribe("felix", fc.SubscribedKinds(), fc)
+	go func() { _ = fd.Run(wctx); done <- struct{}{} }()
 
 	ic := ipam.New(ds, ipam.WithEmptyBlockGrace(time.Nanosecond))
 	assign := func(node, handle string) netip.Addr {

@@ -61,9 +61,10 @@ func newState() *state {
 	}
 }
 
-// setResource records a created or updated resource. Kinds felix does not
-// use are ignored.
-func (s *state) setResource(node string, r api.Resource) {
+// setResource records a created or updated resource and reports whether
+// it changes anything felix uses: kinds felix does not use, and other
+// nodes' endpoints (the feed carries every node's), change nothing.
+func (s *state) setResource(node string, r api.Resource) bool {
 	switch v := r.(type) {
 	case *api.IPPool:
 		s.pools[v.Metadata.Name] = newPool(v)
@@ -72,21 +73,33 @@ func (s *state) setResource(node string, r api.Resource) {
 	case *api.WorkloadEndpoint:
 		if v.Spec.Node == node {
 			s.weps[v.Metadata.Name] = v
-		} else {
+		} else if _, had := s.weps[v.Metadata.Name]; had {
 			delete(s.weps, v.Metadata.Name) // moved away (not expected)
+		} else {
+			return false
 		}
+	default:
+		return false
 	}
+	return true
 }
 
-func (s *state) deleteResource(k api.Kind, name string) {
+// deleteResource records a deletion and reports whether felix used it.
+func (s *state) deleteResource(k api.Kind, name string) bool {
 	switch k {
 	case api.KindIPPool:
 		delete(s.pools, name)
 	case api.KindNode:
 		delete(s.nodes, name)
 	case api.KindWorkloadEndpoint:
+		if _, had := s.weps[name]; !had {
+			return false
+		}
 		delete(s.weps, name)
+	default:
+		return false
 	}
+	return true
 }
 
 // replaceResources replaces everything of the kinds present in rs.

@@ -59,3 +59,12 @@ func wantErr(t *testing.T, what string, err, target error) {
 		t.Fatalf("%s: want %v, got %v", what, target, err)
 	}
 }
+
+func newWEP(node, pod string) *api.WorkloadEndpoint {
+	return &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(node, "k8s", "default", pod, "", "eth0")},
+		Spec: api.WorkloadEndpointSpec{Node: node, ContainerID: "c-" + pod, InterfaceName: "cali" + pod,
+			IPNetworks: []string{"10.1.0.1/32"}},
+	}
+}

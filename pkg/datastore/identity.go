@@ -58,12 +58,12 @@ func (c *Client) GetClusterInfo(ctx context.Context, rev int64) (*ClusterInfo, e
 	if len(resp.Kvs) == 0 {
 		return &ClusterInfo{Revision: resp.Header.Revision}, ErrNoClusterInfo
 	}
-	var ci ClusterInfo
-	if err := json.Unmarshal(resp.Kvs[0].Value, &ci); err != nil {
-		return nil, fmt.Errorf("datastore: corrupt cluster identity: %w", err)
+	ci, err := DecodeClusterInfo(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, err
 	}
 	ci.Revision = resp.Header.Revision
-	return &ci, nil
+	return ci, nil
 }
 
 // InitClusterInfo creates the identity if there is none, and returns the

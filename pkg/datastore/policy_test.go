@@ -1,9 +1,8 @@
 package datastore
 
 import (
-	"context"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -67,36 +66,20 @@ func TestPolicyKindsStored(t *testing.T) {
 		t.Fatalf("Apply over an existing policy: %v", err)
 	}
 
-	// The syncer names namespaced objects by store name too.
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	h := &recordingHandler{events: make(chan Event, 16), snaps: make(chan Snapshot, 4)}
-	go c.Sync(sctx, []api.Kind{api.KindNetworkPolicy}, h)
-	select {
-	case s := <-h.snaps:
-		if len(s.Resources[api.KindNetworkPolicy]) != 2 {
-			t.Fatalf("snapshot has %d policies", len(s.Resources[api.KindNetworkPolicy]))
+	// The node feed's stream names namespaced objects by store name too.
+	r := newStreamRecorder()
+	startStream(t, c, KindPrefix(api.KindNetworkPolicy), r, "")
+	r.waitFor(t, "the list", func() bool { return len(r.state) == 2 })
+	for key := range r.state {
+		if k, name, ok := ParseKey(key); !ok || k != api.KindNetworkPolicy || !strings.Contains(name, ".allow-web") {
+			t.Errorf("ParseKey(%q) = %v %q %v", key, k, name, ok)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no snapshot")
 	}
 	if err := c.Delete(ctx, api.KindNetworkPolicy, "blog.allow-web", ""); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case e := <-h.events:
-		if e.Type != EventDelete || e.Name != "blog.allow-web" {
-			t.Errorf("event %+v", e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delete event")
+	r.waitFor(t, "the delete", func() bool { return len(r.state) == 1 })
+	if _, ok := r.state[Key(api.KindNetworkPolicy, "blog.allow-web")]; ok {
+		t.Error("the deleted policy is still in the stream's state")
 	}
 }
-
-type recordingHandler struct {
-	events chan Event
-	snaps  chan Snapshot
-}
-
-func (h *recordingHandler) OnSnapshot(s Snapshot) { h.snaps <- s }
-func (h *recordingHandler) OnEvent(e Event)       { h.events <- e }

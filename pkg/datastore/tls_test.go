@@ -65,16 +65,14 @@ func TestMutualTLS(t *testing.T) {
 		if err := c.Delete(ctx, api.KindIPPool, "tls", ""); err != nil {
 			t.Fatalf("Delete over mTLS: %v", err)
 		}
-		// The syncer works over TLS too.
-		rec := newRecorder()
-		startSync(t, c, []api.Kind{api.KindIPPool}, rec)
-		rec.snapshot(t)
+		// The stream works over TLS too.
+		rec := newStreamRecorder()
+		startStream(t, c, KindPrefix(api.KindIPPool), rec, "")
+		rec.waitFor(t, "the list over mTLS", func() bool { return len(rec.reasons) == 1 })
 		if _, err := c.Create(ctx, newPool("tls2", "10.51.0.0/16")); err != nil {
 			t.Fatal(err)
 		}
-		if e := rec.event(t); e.Name != "tls2" {
-			t.Fatalf("event over mTLS: %+v", e)
-		}
+		rec.waitFor(t, "the event over mTLS", func() bool { _, ok := rec.state[Key(api.KindIPPool, "tls2")]; return ok })
 	})
 
 	other := testpki.New(t) // a different CA

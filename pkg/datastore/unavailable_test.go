@@ -103,21 +103,21 @@ func TestRequestTimeoutIsUsed(t *testing.T) {
 	}
 }
 
-func TestSyncAgainstDeadEtcdStopsWithContext(t *testing.T) {
+func TestStreamAgainstDeadEtcdStopsWithContext(t *testing.T) {
 	t.Parallel()
 	c := connect(t, Config{Endpoints: []string{closedEndpoint(t)}, RequestTimeout: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	rec := newRecorder()
+	rec := newStreamRecorder()
 	start := time.Now()
-	err := c.Sync(ctx, []api.Kind{api.KindNode}, rec)
+	err := c.Stream(ctx, KeyPrefix, rec, StreamOptions{})
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Sync must return the context's error, got %v", err)
+		t.Fatalf("Stream must return the context's error, got %v", err)
 	}
 	if elapsed := time.Since(start); elapsed > 5*time.Second {
-		t.Fatalf("Sync kept retrying %v after its context ended", elapsed)
+		t.Fatalf("Stream kept retrying %v after its context ended", elapsed)
 	}
-	if n := len(rec.ch); n != 0 {
-		t.Fatalf("no snapshot can come from a dead etcd, got %d calls", n)
+	if n := len(rec.reasons); n != 0 {
+		t.Fatalf("no list can come from a dead etcd, got %d", n)
 	}
 }

@@ -2,12 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/internal/heartbeat"
-	"github.com/routed-net/routed/pkg/datastore"
-	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/health"
 )
 
 // loopBeats are the heartbeats of the loops liveness watches.
@@ -24,27 +23,40 @@ const (
 )
 
 // addHealthChecks registers what /readiness and /liveness ask, on
-// request. fx is nil on a dedicated route reflector.
-func addHealthChecks(h *Health, ds *datastore.Client, feed *datastore.Fanout, sp *bgp.Speaker, fx *felix.Felix, beats loopBeats) {
+// request.
+func (n *node) addHealthChecks() {
+	h := n.health
 	h.AddReadiness("datastore", func(context.Context) (bool, string) {
 		switch {
-		case !ds.Connected():
+		case !n.ds.Connected():
 			return false, "not connected to etcd"
-		case !feed.Synced():
+		case !n.feed.Synced():
 			return false, "datastore not read yet"
 		}
 		return true, ""
 	})
-	h.AddReadiness("bgp", sp.Readiness)
-	h.AddLiveness("bgp loop", HeartbeatCheck(beats.bgp, loopStallLimit))
-	h.AddLiveness("datastore watch", HeartbeatCheck(beats.datastore, watchStallLimit))
-	if fx != nil {
+	h.AddReadiness("datastore identity", func(context.Context) (bool, string) {
+		if frozen, why := n.guard.Frozen(); frozen {
+			return false, "holding the dataplane and BGP as they are: " + why
+		}
+		return true, ""
+	})
+	h.AddReadiness("bgp", n.speaker.Readiness)
+	h.AddLiveness("bgp loop", health.HeartbeatCheck(n.beats.bgp, loopStallLimit))
+	h.AddLiveness("datastore watch", health.HeartbeatCheck(n.beats.datastore, watchStallLimit))
+	h.AddLiveness("datastore consumers", func(context.Context) (bool, string) {
+		if name, d := n.feed.Stalled(time.Now(), loopStallLimit); name != "" {
+			return false, fmt.Sprintf("%s has been taking one update for %s", name, d.Round(time.Second))
+		}
+		return true, ""
+	})
+	if fx := n.felix; fx != nil {
 		h.AddReadiness("felix", func(context.Context) (bool, string) {
 			if !fx.Applied() {
 				return false, "dataplane not programmed yet"
 			}
 			return true, ""
 		})
-		h.AddLiveness("felix loop", HeartbeatCheck(beats.felix, loopStallLimit))
+		h.AddLiveness("felix loop", health.HeartbeatCheck(n.beats.felix, loopStallLimit))
 	}
 }

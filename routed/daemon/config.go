@@ -1,9 +1,12 @@
-// Package daemon composes the routed node daemon: it registers the Node,
-// ensures the default pool and tunnel address, and runs felix, confd, the
-// BGP speaker, IPAM GC, health, metrics and the status socket.
+// Package daemon is routed's composition root: it reads the
+// configuration, builds the node's parts (the node feed, felix, confd,
+// the BGP speaker, the Node record keeper, tunnel addressing, GC,
+// health, metrics and the status socket) from their own packages and
+// runs them under one supervisor. It owns no state of its own.
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/routed/cnitoken"
+	"github.com/routed-net/routed/routed/health"
+	"github.com/routed-net/routed/routed/noderecord"
 )
 
 // Roles routed can run in.
@@ -36,7 +41,7 @@ type Config struct {
 	EmbeddedEtcdDir  string
 	EmbeddedEtcdAddr string
 
-	Pool DefaultPool
+	Pool noderecord.DefaultPool
 
 	HealthAddr   string
 	MetricsAddr  string
@@ -52,6 +57,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 
 	CNIToken CNITokenConfig
+
+	// envErrs are environment values BindFlags could not read.
+	envErrs []error
 }
 
 // CNITokenConfig is the CNI plugin's kubeconfig routed keeps supplied
@@ -74,50 +82,52 @@ type CNITokenConfig struct {
 	LogDir string
 }
 
-// DefaultPool is the pool created at start when no pool exists.
-type DefaultPool struct {
-	CIDR        string
-	BlockSize   int
-	IPIPMode    string
-	VXLANMode   string
-	NATOutgoing bool
-	Disabled    bool // ROUTED_NO_DEFAULT_IPPOOLS
-	// CIDR6, when set, is the IPv6 pool created when no IPv6 pool
-	// exists (Calico's CALICO_IPV6POOL_CIDR), with BlockSize6 and
-	// NATOutgoing6.
-	CIDR6        string
-	BlockSize6   int
-	NATOutgoing6 bool
-}
-
 // env returns the first set variable of names, else def.
 func env(def string, names ...string) string {
-	for _, n := range names {
-		if v, ok := os.LookupEnv(n); ok && v != "" {
-			return v
-		}
+	if v, _ := lookupEnv(names...); v != "" {
+		return v
 	}
 	return def
 }
 
-func envBool(def bool, names ...string) bool {
-	v := env("", names...)
+// lookupEnv returns the first non-empty variable of names and its name.
+func lookupEnv(names ...string) (value, name string) {
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok && v != "" {
+			return v, n
+		}
+	}
+	return "", ""
+}
+
+// envBool is the boolean in the first set variable of names, else def;
+// a value that is not a boolean is recorded in c.envErrs (Validate
+// refuses to start), never silently read as def.
+func (c *Config) envBool(def bool, names ...string) bool {
+	v, n := lookupEnv(names...)
 	if v == "" {
 		return def
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
+		c.envErrs = append(c.envErrs, fmt.Errorf("environment variable %s=%q: want true or false (or 1, 0, t, f)", n, v))
 		return def
 	}
 	return b
 }
 
-func envInt(def int, names ...string) int {
-	v, err := strconv.Atoi(env("", names...))
-	if err != nil {
+// envInt is envBool for integers.
+func (c *Config) envInt(def int, names ...string) int {
+	v, n := lookupEnv(names...)
+	if v == "" {
 		return def
 	}
-	return v
+	i, err := strconv.Atoi(v)
+	if err != nil {
+		c.envErrs = append(c.envErrs, fmt.Errorf("environment variable %s=%q: want a whole number", n, v))
+		return def
+	}
+	return i
 }
 
 // BindFlags registers every flag on fs, with defaults from the
@@ -134,18 +144,18 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.EmbeddedEtcdDir, "embedded-etcd-dir", env("", "ROUTED_EMBEDDED_ETCD_DIR"), "run an embedded etcd with its data here and use it (single machine) (env ROUTED_EMBEDDED_ETCD_DIR)")
 	fs.StringVar(&c.EmbeddedEtcdAddr, "embedded-etcd-listen", env("127.0.0.1:2379", "ROUTED_EMBEDDED_ETCD_LISTEN"), "client address of the embedded etcd (env ROUTED_EMBEDDED_ETCD_LISTEN)")
 	fs.StringVar(&c.Pool.CIDR, "default-ipv4-pool-cidr", env("192.168.0.0/16", "ROUTED_IPV4POOL_CIDR", "CALICO_IPV4POOL_CIDR"), "CIDR of the pool created when none exists (env ROUTED_IPV4POOL_CIDR, CALICO_IPV4POOL_CIDR)")
-	fs.IntVar(&c.Pool.BlockSize, "default-ipv4-pool-block-size", envInt(26, "ROUTED_IPV4POOL_BLOCK_SIZE", "CALICO_IPV4POOL_BLOCK_SIZE"), "block size of the default pool (env ROUTED_IPV4POOL_BLOCK_SIZE, CALICO_IPV4POOL_BLOCK_SIZE)")
+	fs.IntVar(&c.Pool.BlockSize, "default-ipv4-pool-block-size", c.envInt(26, "ROUTED_IPV4POOL_BLOCK_SIZE", "CALICO_IPV4POOL_BLOCK_SIZE"), "block size of the default pool (env ROUTED_IPV4POOL_BLOCK_SIZE, CALICO_IPV4POOL_BLOCK_SIZE)")
 	fs.StringVar(&c.Pool.IPIPMode, "default-ipv4-pool-ipip", env("Never", "ROUTED_IPV4POOL_IPIP", "CALICO_IPV4POOL_IPIP"), "ipipMode of the default pool: Never, Always, CrossSubnet (env ROUTED_IPV4POOL_IPIP, CALICO_IPV4POOL_IPIP)")
 	fs.StringVar(&c.Pool.VXLANMode, "default-ipv4-pool-vxlan", env("Never", "ROUTED_IPV4POOL_VXLAN", "CALICO_IPV4POOL_VXLAN"), "vxlanMode of the default pool: Never, Always, CrossSubnet; at most one of ipip and vxlan (env ROUTED_IPV4POOL_VXLAN, CALICO_IPV4POOL_VXLAN)")
-	fs.BoolVar(&c.Pool.NATOutgoing, "default-ipv4-pool-nat-outgoing", envBool(true, "ROUTED_IPV4POOL_NAT_OUTGOING", "CALICO_IPV4POOL_NAT_OUTGOING"), "natOutgoing of the default pool (env ROUTED_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_NAT_OUTGOING)")
+	fs.BoolVar(&c.Pool.NATOutgoing, "default-ipv4-pool-nat-outgoing", c.envBool(true, "ROUTED_IPV4POOL_NAT_OUTGOING", "CALICO_IPV4POOL_NAT_OUTGOING"), "natOutgoing of the default pool (env ROUTED_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_NAT_OUTGOING)")
 	fs.StringVar(&c.Pool.CIDR6, "default-ipv6-pool-cidr", env("", "ROUTED_IPV6POOL_CIDR", "CALICO_IPV6POOL_CIDR"), "CIDR of the IPv6 pool created when no IPv6 pool exists, e.g. fd00:10:244::/48 (empty: none) (env ROUTED_IPV6POOL_CIDR, CALICO_IPV6POOL_CIDR)")
-	fs.IntVar(&c.Pool.BlockSize6, "default-ipv6-pool-block-size", envInt(122, "ROUTED_IPV6POOL_BLOCK_SIZE", "CALICO_IPV6POOL_BLOCK_SIZE"), "block size of the default IPv6 pool (env ROUTED_IPV6POOL_BLOCK_SIZE, CALICO_IPV6POOL_BLOCK_SIZE)")
-	fs.BoolVar(&c.Pool.NATOutgoing6, "default-ipv6-pool-nat-outgoing", envBool(false, "ROUTED_IPV6POOL_NAT_OUTGOING", "CALICO_IPV6POOL_NAT_OUTGOING"), "natOutgoing of the default IPv6 pool (env ROUTED_IPV6POOL_NAT_OUTGOING, CALICO_IPV6POOL_NAT_OUTGOING)")
-	fs.BoolVar(&c.Pool.Disabled, "no-default-ipv4-pool", envBool(false, "ROUTED_NO_DEFAULT_IPPOOLS", "NO_DEFAULT_POOLS"), "do not create a default pool (env ROUTED_NO_DEFAULT_IPPOOLS, NO_DEFAULT_POOLS)")
-	fs.StringVar(&c.HealthAddr, "health-listen", env(DefaultHealthAddr, "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off; loopback by default: probe with routed health) (env ROUTED_HEALTH_LISTEN)")
-	fs.StringVar(&c.MetricsAddr, "metrics-listen", env(DefaultMetricsAddr, "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (empty: off; give the node IP to let Prometheus scrape it) (env ROUTED_METRICS_LISTEN)")
+	fs.IntVar(&c.Pool.BlockSize6, "default-ipv6-pool-block-size", c.envInt(122, "ROUTED_IPV6POOL_BLOCK_SIZE", "CALICO_IPV6POOL_BLOCK_SIZE"), "block size of the default IPv6 pool (env ROUTED_IPV6POOL_BLOCK_SIZE, CALICO_IPV6POOL_BLOCK_SIZE)")
+	fs.BoolVar(&c.Pool.NATOutgoing6, "default-ipv6-pool-nat-outgoing", c.envBool(false, "ROUTED_IPV6POOL_NAT_OUTGOING", "CALICO_IPV6POOL_NAT_OUTGOING"), "natOutgoing of the default IPv6 pool (env ROUTED_IPV6POOL_NAT_OUTGOING, CALICO_IPV6POOL_NAT_OUTGOING)")
+	fs.BoolVar(&c.Pool.Disabled, "no-default-ipv4-pool", c.envBool(false, "ROUTED_NO_DEFAULT_IPPOOLS", "NO_DEFAULT_POOLS"), "do not create a default pool (env ROUTED_NO_DEFAULT_IPPOOLS, NO_DEFAULT_POOLS)")
+	fs.StringVar(&c.HealthAddr, "health-listen", env(health.DefaultHealthAddr, "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off; loopback by default: probe with routed health) (env ROUTED_HEALTH_LISTEN)")
+	fs.StringVar(&c.MetricsAddr, "metrics-listen", env(health.DefaultMetricsAddr, "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (empty: off; give the node IP to let Prometheus scrape it) (env ROUTED_METRICS_LISTEN)")
 	fs.StringVar(&c.StatusSocket, "status-socket", env("/var/run/routed/routed.sock", "ROUTED_STATUS_SOCKET"), "unix socket routedctl node status and show talk to (env ROUTED_STATUS_SOCKET)")
-	fs.IntVar(&c.BGPPort, "bgp-port", envInt(0, "ROUTED_BGP_PORT"), "BGP listen port (0: BGPConfiguration listenPort, default 179) (env ROUTED_BGP_PORT)")
+	fs.IntVar(&c.BGPPort, "bgp-port", c.envInt(0, "ROUTED_BGP_PORT"), "BGP listen port (0: BGPConfiguration listenPort, default 179) (env ROUTED_BGP_PORT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("info", "ROUTED_LOG_LEVEL", "CALICO_LOG_LEVEL"), "trace, debug, info, warning, error (env ROUTED_LOG_LEVEL, CALICO_LOG_LEVEL)")
 	fs.StringVar(&c.StateDir, "state-dir", env("/var/lib/routed", "ROUTED_STATE_DIR"), "where routed writes nodename and mtu for the CNI plugin (env ROUTED_STATE_DIR)")
 	fs.DurationVar(&c.FelixResync, "route-refresh-interval", 90*time.Second, "how often felix re-reads the kernel routes")
@@ -166,6 +176,9 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 
 // Validate checks the configuration before anything starts.
 func (c *Config) Validate() error {
+	if err := errors.Join(c.envErrs...); err != nil {
+		return err
+	}
 	if c.Role != RoleNode && c.Role != RoleRouteReflector {
 		return fmt.Errorf("--role: %q is not node or route-reflector", c.Role)
 	}

@@ -10,13 +10,13 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/ipam"
-	"github.com/routed-net/routed/routed/daemon"
+	"github.com/routed-net/routed/routed/tunneladdr"
 )
 
 // TestMigrateCalicoVXLANNodeStaysNoOp: a Calico node on a VXLAN pool
 // (its spec.ipv4VXLANTunnelAddr and the MAC of Calico's vxlan.calico) is
 // migrated; its routed then starts and records its tunnel (as every node
-// does at start, daemon.EnsureTunnelAddress). The node keeps Calico's
+// does at start, tunneladdr.EnsureTunnelAddress). The node keeps Calico's
 // tunnel address, and a second migration is still a no-op: the Node was
 // written with routed's MAC, not Calico's (which the node replaced, so
 // the re-run called the Node a conflict).
@@ -49,7 +49,7 @@ func TestMigrateCalicoVXLANNodeStaysNoOp(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "0 conflicts, 0 not carried over") {
 		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
 	}
-	if err := daemon.EnsureTunnelAddress(ctx, ds, ipam.New(ds), "vx-a"); err != nil {
+	if err := tunneladdr.EnsureTunnelAddress(ctx, ds, ipam.New(ds), "vx-a"); err != nil {
 		t.Fatal(err)
 	}
 	r, err := ds.Get(ctx, api.KindNode, "vx-a")

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
 	"github.com/routed-net/routed/tests/lab"
 )
@@ -147,7 +148,9 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration) e
 	claims := &claimLog{at: map[netip.Prefix]time.Time{}}
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	go func() { _ = ipam.WatchAffinities(wctx, s.DS, claims) }()
+	fd := feed.New(s.DS, feed.Options{})
+	fd.Subscribe("claims", []api.Kind{feed.KindAffinity}, feed.Dispatch{Affinities: claims})
+	go func() { _ = fd.Run(wctx) }()
 	ic := ipam.New(s.DS)
 	var lat []float64
 	var missing int

@@ -31,7 +31,7 @@ import (
 
 	"github.com/routed-net/routed/confd"
 	"github.com/routed-net/routed/pkg/datastore"
-	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/routed/bgp"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/routed/status"
@@ -49,8 +49,8 @@ type childConfig struct {
 	SecretsDir    string
 	Blocks        []string
 	LogLevel      string
-	// IPAM takes affinities from ipam.WatchAffinities (as the daemon
-	// does) instead of Blocks and the control socket.
+	// IPAM takes affinities and borrowed addresses from the node feed
+	// (as the daemon does) instead of Blocks and the control socket.
 	IPAM bool
 }
 
@@ -96,8 +96,14 @@ func runChild(raw string) int {
 		fmt.Fprintln(os.Stderr, "speaker:", err)
 		return 2
 	}
+	// The daemon's wiring: one node feed, confd and the speaker
+	// subscribed to it.
+	fd := feed.New(ds, feed.Options{})
+	cd := confd.New(sp, cfg.Node, confd.WithSecretsDir(cfg.SecretsDir), confd.WithResyncInterval(time.Second))
+	fd.Subscribe("confd", confd.Kinds, cd.Consumer())
 	if cfg.IPAM {
-		go func() { _ = ipam.WatchAffinities(ctx, ds, sp) }()
+		spc := sp.Consumer()
+		fd.Subscribe("bgp", spc.SubscribedKinds(), spc)
 	} else {
 		var aff []bgp.Affinity
 		for _, b := range cfg.Blocks {
@@ -108,9 +114,8 @@ func runChild(raw string) int {
 
 	spDone := make(chan struct{})
 	go func() { defer close(spDone); _ = sp.Run(ctx) }()
-	go func() {
-		_ = confd.New(ds, sp, cfg.Node, confd.WithSecretsDir(cfg.SecretsDir), confd.WithResyncInterval(time.Second)).Run(ctx)
-	}()
+	go func() { _ = cd.Run(ctx) }()
+	go func() { _ = fd.Run(ctx) }()
 	go func() {
 		if err := status.NewServer(cfg.StatusSocket, sp).Run(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "status server:", err)

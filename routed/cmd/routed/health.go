@@ -4,9 +4,8 @@ import (
 	"errors"
 	"os"
 
+	"github.com/routed-net/routed/routed/health"
 	"github.com/spf13/cobra"
-
-	"github.com/routed-net/routed/routed/daemon"
 )
 
 func newHealthCmd() *cobra.Command {
@@ -28,12 +27,12 @@ this command instead of fetching a port on every host interface.`,
 			if readiness {
 				path = "/readiness"
 			}
-			return daemon.Probe(cmd.Context(), addr, path)
+			return health.Probe(cmd.Context(), addr, path)
 		},
 	}
 	def := os.Getenv("ROUTED_HEALTH_LISTEN")
 	if def == "" {
-		def = daemon.DefaultHealthAddr
+		def = health.DefaultHealthAddr
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "health-listen", def, "routed's health address (env ROUTED_HEALTH_LISTEN)")

@@ -1,0 +1,294 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/routed-net/routed/internal/backoff"
+	"github.com/routed-net/routed/internal/heartbeat"
+)
+
+// StreamHandler receives one key range in etcd's order: a full list, then
+// every change. Calls come from the Stream goroutine, one at a time.
+type StreamHandler interface {
+	// OnList delivers every key of the range at rev. It replaces all
+	// earlier state; reason says why the range was listed.
+	OnList(kvs []*mvccpb.KeyValue, rev int64, reason ListReason)
+	// OnEvents delivers one watch response: whole revisions, in revision
+	// order. rev is the revision everything up to which has now been
+	// delivered (it also moves on progress notifications, with no events).
+	OnEvents(evs []*clientv3.Event, rev int64)
+}
+
+// ListReason says why a Stream listed its range (again).
+type ListReason string
+
+// Why a stream lists: the first time, and each time it cannot resume.
+const (
+	ListStart ListReason = "start"
+	// ListCompacted: the revision to resume from was compacted away.
+	ListCompacted ListReason = "compacted"
+	// ListRolledBack: etcd's revision is behind what was delivered
+	// (restored from a backup, or a wiped member).
+	ListRolledBack ListReason = "revision went back"
+	// ListClusterChanged: the endpoints now answer for another etcd
+	// cluster.
+	ListClusterChanged ListReason = "etcd cluster changed"
+	// ListDiverged: the probe key differs from what was delivered at a
+	// revision already seen: etcd holds another history.
+	ListDiverged ListReason = "history diverged"
+)
+
+// StreamOptions tune a Stream; the zero value is usable.
+type StreamOptions struct {
+	// Beat is marked whenever the stream makes progress (a response, a
+	// progress notification, an attempt to reconnect): liveness reads it.
+	Beat *heartbeat.Beat
+	// ProbeKey is a key in the range that identifies its history (the
+	// cluster identity). When resuming, a probe key whose revision
+	// differs from the one delivered, at a revision already delivered,
+	// means etcd holds other data: the stream lists instead.
+	ProbeKey string
+	// OnResume is called each time the watch resumes from its revision
+	// after breaking, without a list.
+	OnResume func()
+}
+
+// listPage bounds each list request, so a large cluster's state is read
+// in pieces etcd can serve without one huge response.
+const listPage = 500
+
+// progressEvery is how often a watch asks etcd for a progress
+// notification (a message on the watch stream, not a request): a watch
+// that gets no answer for a while has stalled.
+const progressEvery = 30 * time.Second
+
+// Stream lists every key under prefix and follows it with one watch, so
+// h sees all changes of the range in etcd's order, until ctx ends. After
+// the watch breaks it resumes from the last revision delivered when etcd
+// still holds that history, and lists again (with the reason) when it
+// cannot: compaction, a rollback, another cluster. It returns ctx's
+// error.
+func (c *Client) Stream(ctx context.Context, prefix string, h StreamHandler, o StreamOptions) error {
+	s := &stream{c: c, prefix: prefix, h: h, o: o, reason: ListStart}
+	retry := backoff.New(100*time.Millisecond, 5*time.Second)
+	for ctx.Err() == nil {
+		start := time.Now()
+		o.Beat.Mark()
+		err := s.once(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			retry.Reset() // it ran a while: not a tight failure loop
+		}
+		log.WithError(err).WithField("prefix", prefix).Info("watch broke; resuming")
+		if !retry.Wait(ctx) {
+			break
+		}
+	}
+	return ctx.Err()
+}
+
+type stream struct {
+	c      *Client
+	prefix string
+	h      StreamHandler
+	o      StreamOptions
+	// rev is the revision delivered so far; 0 until the first list and
+	// after anything that forces a list (reason says what).
+	rev       int64
+	reason    ListReason
+	clusterID uint64
+	probeRev  int64 // ModRevision of ProbeKey as delivered; 0 when absent
+}
+
+// once lists or resumes, then follows the watch until it breaks.
+func (s *stream) once(ctx context.Context) error {
+	if s.rev != 0 {
+		if err := s.checkResume(ctx); err != nil {
+			return err
+		}
+	}
+	if s.rev == 0 {
+		kvs, rev, cluster, err := s.c.listPrefix(ctx, s.prefix)
+		if err != nil {
+			return err
+		}
+		s.rev, s.clusterID, s.probeRev = rev, cluster, 0
+		for _, kv := range kvs {
+			if string(kv.Key) == s.o.ProbeKey {
+				s.probeRev = kv.ModRevision
+			}
+		}
+		log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": len(kvs)}).Info("listed the datastore")
+		s.h.OnList(kvs, rev, s.reason)
+	} else if s.o.OnResume != nil {
+		s.o.OnResume()
+	}
+	err := s.follow(ctx)
+	if errors.Is(err, errCompacted) {
+		s.rev, s.reason = 0, ListCompacted
+	}
+	return err
+}
+
+// checkResume decides whether etcd still holds the history delivered so
+// far, with one read; when it does not, it clears rev to list again.
+func (s *stream) checkResume(ctx context.Context) error {
+	key := s.o.ProbeKey
+	if key == "" {
+		key = s.prefix
+	}
+	cctx, cancel := s.c.Ctx(ctx)
+	resp, err := s.c.etcd.Get(cctx, key, clientv3.WithLimit(1))
+	cancel()
+	if err != nil {
+		return s.c.wrap(err)
+	}
+	probeRev := int64(0)
+	if s.o.ProbeKey != "" && len(resp.Kvs) == 1 {
+		probeRev = resp.Kvs[0].ModRevision
+	}
+	switch {
+	case resp.Header.ClusterId != s.clusterID:
+		s.reason = ListClusterChanged
+	case resp.Header.Revision < s.rev:
+		s.reason = ListRolledBack
+	case s.o.ProbeKey != "" && probeRev != s.probeRev && probeRev <= s.rev:
+		s.reason = ListDiverged
+	default:
+		return nil
+	}
+	log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "delivered": s.rev, "etcd": resp.Header.Revision}).Warn("cannot resume the watch; listing again")
+	s.rev = 0
+	return nil
+}
+
+// listPrefix reads every key under prefix at one revision, listPage keys
+// per request, and returns them with that revision and etcd's cluster ID.
+func (c *Client) listPrefix(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, int64, uint64, error) {
+	var kvs []*mvccpb.KeyValue
+	var rev int64
+	var cluster uint64
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		lctx, cancel := c.Ctx(ctx)
+		resp, err := c.etcd.Get(lctx, key, opts...)
+		cancel()
+		if err != nil {
+			return nil, 0, 0, c.wrap(err)
+		}
+		if rev == 0 {
+			rev, cluster = resp.Header.Revision, resp.Header.ClusterId
+		}
+		kvs = append(kvs, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return kvs, rev, cluster, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// follow watches from s.rev+1 until the watch breaks, delivering each
+// response in order and moving s.rev on.
+func (s *stream) follow(ctx context.Context) error {
+	// RequireLeader makes a member cut off from the cluster end the
+	// watch instead of going silent.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	// clientv3 silently re-opens a watch whose connection broke. A lost
+	// connection ends this watch instead, so that checkResume runs
+	// before anything etcd says afterwards is believed.
+	lost := make(chan struct{})
+	go watchConnection(wctx, s.c.etcd.ActiveConnection(), func() { close(lost); wcancel() })
+	go func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				_ = s.c.etcd.RequestProgress(wctx)
+			}
+		}
+	}()
+	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify())
+	for wr := range wch {
+		s.o.Beat.Mark()
+		if wr.CompactRevision != 0 {
+			return errCompacted
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		rev := s.rev
+		switch {
+		case len(wr.Events) > 0:
+			rev = wr.Events[len(wr.Events)-1].Kv.ModRevision
+		case wr.IsProgressNotify():
+			rev = max(rev, wr.Header.Revision)
+		}
+		for _, ev := range wr.Events {
+			if string(ev.Kv.Key) == s.o.ProbeKey {
+				s.probeRev = ev.Kv.ModRevision
+				if ev.Type == clientv3.EventTypeDelete {
+					s.probeRev = 0
+				}
+			}
+		}
+		s.rev = rev
+		s.h.OnEvents(wr.Events, rev)
+	}
+	select {
+	case <-lost:
+		return errConnectionLost
+	default:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errWatchClosed
+	}
+}
+
+// watchConnection calls lost once conn, having been ready, stops being
+// ready; it returns when ctx ends. With several endpoints conn stays ready
+// while any one is, and a watch that moves to another member of the same
+// cluster resumes correctly, so only a total loss counts.
+func watchConnection(ctx context.Context, conn *grpc.ClientConn, lost func()) {
+	wasReady := false
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready {
+			wasReady = true
+		} else if wasReady {
+			lost()
+			return
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
+}
+
+type watchError string
+
+func (e watchError) Error() string { return string(e) }
+
+const (
+	errCompacted   = watchError("datastore: watch revision was compacted")
+	errWatchClosed = watchError("datastore: watch channel closed")
+	// errConnectionLost ends a watch whose connection to etcd broke.
+	errConnectionLost = watchError("datastore: connection to etcd lost")
+)

@@ -1,0 +1,123 @@
+package feed
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// Resources returns a snapshot batch's resources of kinds, by kind; every
+// kind asked for has an entry, empty when none exists.
+func (b Batch) Resources(kinds []api.Kind) map[api.Kind][]api.Resource {
+	out := make(map[api.Kind][]api.Resource, len(kinds))
+	for _, k := range kinds {
+		out[k] = nil
+	}
+	for _, u := range b.Updates {
+		if _, ok := out[u.Kind]; ok && u.Resource != nil {
+			out[u.Kind] = append(out[u.Kind], u.Resource)
+		}
+	}
+	return out
+}
+
+// Affinities returns a snapshot batch's block affinities, sorted by node
+// and block.
+func (b Batch) Affinities() []ipam.Affinity {
+	var out []ipam.Affinity
+	for _, u := range b.Updates {
+		if u.Kind == KindAffinity {
+			out = append(out, u.Affinity)
+		}
+	}
+	slices.SortFunc(out, func(x, y ipam.Affinity) int {
+		if c := strings.Compare(x.Node, y.Node); c != 0 {
+			return c
+		}
+		return x.CIDR.Addr().Compare(y.CIDR.Addr())
+	})
+	return out
+}
+
+// Borrowed returns a snapshot batch's borrowed addresses, per block.
+func (b Batch) Borrowed() map[netip.Prefix]map[netip.Addr]string {
+	out := map[netip.Prefix]map[netip.Addr]string{}
+	for _, u := range b.Updates {
+		if u.Kind == KindBorrowed && len(u.Borrowed) > 0 {
+			out[u.Block] = u.Borrowed
+		}
+	}
+	return out
+}
+
+// Dispatch is a Consumer that hands a batch, in order, to the handlers a
+// component already has: resource snapshots and changes, affinities and
+// borrowed addresses. Nil handlers are skipped.
+type Dispatch struct {
+	// Kinds are the resource kinds Resources takes (a snapshot replaces
+	// exactly these).
+	Kinds      []api.Kind
+	Resources  ResourceHandler
+	Affinities ipam.AffinityHandler
+	Borrowed   ipam.BorrowHandler
+}
+
+// ResourceHandler takes resources: a snapshot replaces everything of its
+// kinds; then single changes.
+type ResourceHandler interface {
+	ReplaceResources(map[api.Kind][]api.Resource)
+	SetResource(api.Resource)
+	DeleteResource(k api.Kind, name string)
+}
+
+// SubscribedKinds is every kind d needs from the feed.
+func (d Dispatch) SubscribedKinds() []api.Kind {
+	kinds := slices.Clone(d.Kinds)
+	if d.Affinities != nil {
+		kinds = append(kinds, KindAffinity)
+	}
+	if d.Borrowed != nil {
+		kinds = append(kinds, KindBorrowed)
+	}
+	return kinds
+}
+
+// OnBatch implements Consumer.
+func (d Dispatch) OnBatch(b Batch) {
+	if b.Snapshot {
+		if d.Resources != nil {
+			d.Resources.ReplaceResources(b.Resources(d.Kinds))
+		}
+		if d.Affinities != nil {
+			d.Affinities.OnAffinitySnapshot(b.Affinities())
+		}
+		if d.Borrowed != nil {
+			d.Borrowed.OnBorrowedSnapshot(b.Borrowed())
+		}
+		return
+	}
+	for _, u := range b.Updates {
+		switch u.Kind {
+		case KindAffinity:
+			if d.Affinities != nil {
+				d.Affinities.OnAffinityUpdate(u.Affinity, u.Deleted)
+			}
+		case KindBorrowed:
+			if d.Borrowed != nil {
+				d.Borrowed.OnBorrowedBlock(u.Block, u.Borrowed)
+			}
+		default:
+			if d.Resources == nil {
+				continue
+			}
+			if u.Deleted {
+				d.Resources.DeleteResource(u.Kind, u.Name)
+			} else {
+				d.Resources.SetResource(u.Resource)
+			}
+		}
+	}
+}

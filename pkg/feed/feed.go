@@ -1,0 +1,335 @@
+// Package feed is a routed node's one view of the datastore: one list and
+// one watch over routed's whole key space (datastore.Stream), turned into
+// one ordered stream of typed updates (resources, block affinities, the
+// addresses blocks lend to other nodes) that components subscribe to by
+// kind.
+//
+// Invariants:
+//   - Every consumer sees updates in etcd's revision order, across kinds.
+//   - Nothing is delivered while the Gate holds the datastore (wiped,
+//     swapped, rolled back, not ready); when it lets go, every consumer
+//     gets a fresh snapshot.
+//   - The feed never waits for a consumer. Each has its own queue; one
+//     that falls more than MaxPending updates behind gets one snapshot of
+//     the current state instead of the backlog. The same rule holds for
+//     every consumer, so a slow BGP push cannot stall felix.
+//   - No consumer reads etcd: what they need comes in the feed.
+package feed
+
+import (
+	"context"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/internal/heartbeat"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// Kinds the feed carries besides the resource kinds of pkg/api.
+const (
+	// KindAffinity updates carry an ipam.Affinity (every node's).
+	KindAffinity api.Kind = "BlockAffinity"
+	// KindBorrowed updates carry one block's addresses held by nodes
+	// other than the block's own; only changes of that set are sent.
+	KindBorrowed api.Kind = "BorrowedAddresses"
+)
+
+// MaxPending is how many undelivered updates a consumer may have before
+// its backlog is replaced by one snapshot.
+const MaxPending = 4096
+
+// Update is one change, or in a snapshot one current object.
+type Update struct {
+	Kind     api.Kind
+	Name     string // resource name; affinity "<node>/<cidr>"; block CIDR
+	Deleted  bool
+	Revision int64
+	Resource api.Resource          // resource kinds; nil when Deleted
+	Affinity ipam.Affinity         // KindAffinity
+	Block    netip.Prefix          // KindBorrowed
+	Borrowed map[netip.Addr]string // KindBorrowed; empty: none
+}
+
+// Batch is what a consumer receives at once.
+type Batch struct {
+	// Snapshot batches hold the whole current state of the consumer's
+	// kinds and replace everything before them; after the first the
+	// consumer is in sync.
+	Snapshot bool
+	Revision int64
+	Updates  []Update
+}
+
+// Consumer takes the feed's batches. OnBatch runs on the consumer's own
+// delivery goroutine, one batch at a time, in order; it may block (only
+// its own queue waits).
+type Consumer interface {
+	OnBatch(Batch)
+}
+
+// Gate judges the datastore before the consumers follow it.
+type Gate interface {
+	// Admit reports whether consumers may follow the datastore whose
+	// identity is ci (nil: it has none) at revision rev.
+	Admit(ci *datastore.ClusterInfo, rev int64) bool
+	// Seen records a revision delivered to the consumers.
+	Seen(rev int64)
+}
+
+// Options tune a Feed; the zero value is usable.
+type Options struct {
+	Gate Gate            // nil: every datastore is followed
+	Beat *heartbeat.Beat // marked as the watch makes progress
+}
+
+// Feed is one node's datastore feed. Subscribe every consumer, then Run.
+type Feed struct {
+	ds    *datastore.Client
+	opt   Options
+	subs  []*sub
+	kinds map[api.Kind]bool
+	log   *logrus.Entry
+
+	synced  atomic.Bool
+	held    atomic.Bool
+	seen    atomic.Int64 // the revision the feed has read up to
+	metrics metrics
+
+	// Owned by Run's goroutine (the Stream's handler calls).
+	cache    map[string]*mvccpb.KeyValue // subscribed resources and affinities
+	borrowed map[netip.Prefix]map[netip.Addr]string
+	ci       *datastore.ClusterInfo
+	rev      int64
+}
+
+// New returns a Feed reading ds.
+func New(ds *datastore.Client, opt Options) *Feed {
+	return &Feed{ds: ds, opt: opt, kinds: map[api.Kind]bool{}, metrics: newMetrics(),
+		log: logrus.WithField("component", "feed")}
+}
+
+// Subscribe registers c for kinds (resource kinds, KindAffinity,
+// KindBorrowed) under name (logs and metrics). Call before Run.
+func (f *Feed) Subscribe(name string, kinds []api.Kind, c Consumer) {
+	s := newSub(name, kinds, c)
+	for k := range s.kinds {
+		f.kinds[k] = true
+	}
+	f.subs = append(f.subs, s)
+}
+
+// Synced reports whether the consumers have been handed a snapshot.
+func (f *Feed) Synced() bool { return f.synced.Load() }
+
+// Revision is the datastore revision the feed has read up to (delivered,
+// or held).
+func (f *Feed) Revision() int64 { return f.seen.Load() }
+
+// Held reports whether the gate holds the consumers.
+func (f *Feed) Held() bool { return f.held.Load() }
+
+// Stalled names a consumer whose OnBatch call has run longer than max,
+// and for how long ("" when none): a wedged consumer no longer holds
+// up the feed, so liveness asks here.
+func (f *Feed) Stalled(now time.Time, max time.Duration) (string, time.Duration) {
+	for _, s := range f.subs {
+		if t := s.busySince.Load(); t != 0 {
+			if d := now.Sub(time.Unix(0, t)); d > max {
+				return s.name, d
+			}
+		}
+	}
+	return "", 0
+}
+
+// Collectors are the feed's Prometheus metrics.
+func (f *Feed) Collectors() []prometheus.Collector { return f.metrics.all() }
+
+// Run follows the datastore until ctx ends; it returns nil then.
+func (f *Feed) Run(ctx context.Context) error {
+	for _, s := range f.subs {
+		go s.deliver(ctx)
+	}
+	err := f.ds.Stream(ctx, datastore.KeyPrefix, f, datastore.StreamOptions{
+		Beat:     f.opt.Beat,
+		ProbeKey: datastore.ClusterInfoKey,
+		OnResume: func() { f.metrics.resumes.Inc() },
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// OnList implements datastore.StreamHandler.
+func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListReason) {
+	f.metrics.lists.WithLabelValues(string(reason)).Inc()
+	f.cache = make(map[string]*mvccpb.KeyValue, len(kvs))
+	f.borrowed = map[netip.Prefix]map[netip.Addr]string{}
+	f.ci, f.rev = nil, rev
+	for _, kv := range kvs {
+		f.take(kv, false)
+	}
+	f.judge(true)
+	f.seen.Store(rev)
+}
+
+// OnEvents implements datastore.StreamHandler.
+func (f *Feed) OnEvents(evs []*clientv3.Event, rev int64) {
+	f.rev = rev
+	defer f.seen.Store(rev)
+	var out []item
+	identity := false
+	for _, ev := range evs {
+		deleted := ev.Type == clientv3.EventTypeDelete
+		if string(ev.Kv.Key) == datastore.ClusterInfoKey {
+			identity = true
+		}
+		if it, ok := f.take(ev.Kv, deleted); ok {
+			out = append(out, it)
+		}
+	}
+	if identity || f.held.Load() {
+		if f.judge(false) || f.held.Load() {
+			return // released with a snapshot, or still held
+		}
+	}
+	if len(out) > 0 {
+		for _, s := range f.subs {
+			s.push(f, false, rev, out)
+		}
+	}
+	if f.opt.Gate != nil {
+		f.opt.Gate.Seen(rev)
+	}
+}
+
+// judge asks the gate about the datastore as the cache holds it now. It
+// holds the consumers, or releases them with a snapshot when they were
+// held or listed is set. It reports whether a snapshot went out.
+func (f *Feed) judge(listed bool) bool {
+	if f.opt.Gate != nil && !f.opt.Gate.Admit(f.ci, f.rev) {
+		if !f.held.Swap(true) {
+			f.log.WithField("revision", f.rev).Warn("holding every consumer: the datastore is not trusted (see the identity guard's log)")
+		}
+		return false
+	}
+	wasHeld := f.held.Swap(false)
+	if !listed && !wasHeld {
+		return false
+	}
+	for _, s := range f.subs {
+		s.push(f, true, f.rev, nil)
+	}
+	f.synced.Store(true)
+	if f.opt.Gate != nil {
+		f.opt.Gate.Seen(f.rev)
+	}
+	return true
+}
+
+// take records one key's new value (or deletion) in the cache and
+// returns the update it makes, if any subscriber wants it.
+func (f *Feed) take(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
+	key := string(kv.Key)
+	switch {
+	case key == datastore.ClusterInfoKey:
+		f.ci = nil
+		if !deleted {
+			ci, err := datastore.DecodeClusterInfo(kv.Value)
+			if err != nil {
+				f.log.WithError(err).Warn("unreadable cluster identity")
+				ci = &datastore.ClusterInfo{} // present but unreadable: no GUID matches
+			}
+			f.ci = ci
+		}
+		return item{}, false
+	case ipam.IsBlockKey(key):
+		if !f.kinds[KindBorrowed] {
+			return item{}, false
+		}
+		return f.takeBlock(kv, deleted)
+	case ipam.IsAffinityKey(key):
+		if !f.kinds[KindAffinity] {
+			return item{}, false
+		}
+		f.store(key, kv, deleted)
+		return item{kind: KindAffinity, key: key, kv: kv, deleted: deleted}, true
+	}
+	k, name, ok := datastore.ParseKey(key)
+	if !ok || !f.kinds[k] {
+		return item{}, false
+	}
+	f.store(key, kv, deleted)
+	return item{kind: k, key: key, name: name, kv: kv, deleted: deleted}, true
+}
+
+func (f *Feed) store(key string, kv *mvccpb.KeyValue, deleted bool) {
+	if deleted {
+		delete(f.cache, key)
+	} else {
+		f.cache[key] = kv
+	}
+}
+
+// takeBlock keeps each block's borrowed addresses and reports a block
+// only when they changed (most block writes change none).
+func (f *Feed) takeBlock(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
+	p, br, err := ipam.DecodeBorrowed(string(kv.Key), kv.Value, deleted)
+	if err != nil {
+		f.log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable block")
+		return item{}, false
+	}
+	if sameBorrowed(f.borrowed[p], br) {
+		return item{}, false
+	}
+	if len(br) == 0 {
+		delete(f.borrowed, p)
+	} else {
+		f.borrowed[p] = br
+	}
+	return item{kind: KindBorrowed, block: p, borrowed: br, rev: kv.ModRevision}, true
+}
+
+func sameBorrowed(a, b map[netip.Addr]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshotItems lists the cache's current objects of kinds.
+func (f *Feed) snapshotItems(kinds map[api.Kind]bool) []item {
+	var out []item
+	for key, kv := range f.cache {
+		if ipam.IsAffinityKey(key) {
+			if kinds[KindAffinity] {
+				out = append(out, item{kind: KindAffinity, key: key, kv: kv})
+			}
+			continue
+		}
+		k, name, _ := datastore.ParseKey(key)
+		if kinds[k] {
+			out = append(out, item{kind: k, key: key, name: name, kv: kv})
+		}
+	}
+	if kinds[KindBorrowed] {
+		for p, br := range f.borrowed {
+			out = append(out, item{kind: KindBorrowed, block: p, borrowed: br})
+		}
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/routed-net/routed/confd"
+	"github.com/routed-net/routed/felix"
+	"github.com/routed-net/routed/internal/heartbeat"
+	"github.com/routed-net/routed/internal/supervise"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/feed"
+	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/gc"
+	"github.com/routed-net/routed/routed/health"
+	"github.com/routed-net/routed/routed/identity"
+	"github.com/routed-net/routed/routed/noderecord"
+	"github.com/routed-net/routed/routed/status"
+	"github.com/routed-net/routed/routed/tunneladdr"
+)
+
+// node is the running daemon's parts, wired together.
+type node struct {
+	ds      *datastore.Client
+	guard   *identity.Guard
+	feed    *feed.Feed
+	felix   *felix.Felix // nil on a dedicated route reflector
+	speaker *bgp.Speaker
+	confd   *confd.Confd
+	keeper  *noderecord.Keeper
+	tunnel  *tunneladdr.Loop // nil on a route reflector
+	ipam    *ipam.Client
+	health  *health.Health
+	reg     *prometheus.Registry
+	beats   loopBeats
+	// gcLeading is set while this node is the elected cluster GC node.
+	gcLeading atomic.Bool
+}
+
+// build makes every part and subscribes each consumer to the node feed.
+func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderecord.Addresses) (*node, error) {
+	n := &node{ds: ds, guard: guard, ipam: ipam.New(ds), health: health.New(), reg: prometheus.NewRegistry(),
+		beats: loopBeats{felix: &heartbeat.Beat{}, bgp: &heartbeat.Beat{}, datastore: &heartbeat.Beat{}}}
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.feed = feed.New(ds, feed.Options{Gate: guard, Beat: n.beats.datastore})
+	n.reg.MustRegister(n.feed.Collectors()...)
+
+	bcfg := bgp.Config{
+		Beat:       n.beats.bgp,
+		NodeName:   cfg.NodeName,
+		ListenPort: int32(cfg.BGPPort),
+		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
+	}
+	if cfg.Role == RoleNode {
+		fx, err := felix.New(felix.Config{
+			Beat:           n.beats.felix,
+			NodeName:       cfg.NodeName,
+			ResyncInterval: cfg.FelixResync,
+			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := fx.Register(n.reg); err != nil {
+			return nil, err
+		}
+		n.felix = fx
+		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
+		// Only the elected IPAM GC node exports the cluster-wide usage.
+		n.reg.MustRegister(ipam.NewCollector(n.ipam, 5*time.Second).UsageWhen(n.gcLeading.Load))
+	}
+	sp, err := bgp.New(bcfg)
+	if err != nil {
+		return nil, err
+	}
+	n.speaker = sp
+	n.confd = confd.New(sp, cfg.NodeName, confd.WithSecretsDir(cfg.SecretsDir))
+	n.keeper = noderecord.NewKeeper(cfg.NodeName, addr)
+
+	n.feed.Subscribe("confd", confd.Kinds, n.confd.Consumer())
+	n.feed.Subscribe("node record keeper", noderecord.Kinds, n.keeper)
+	spc := sp.Consumer()
+	n.feed.Subscribe("bgp", spc.SubscribedKinds(), spc)
+	if n.felix != nil {
+		fxc := n.felix.Consumer()
+		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc)
+		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
+		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
+	}
+	n.addHealthChecks()
+	return n, nil
+}
+
+// held reports whether the datastore is not trusted: parts that write
+// to it write nothing then.
+func (n *node) held() bool { f, _ := n.guard.Frozen(); return f }
+
+// start runs every part under g. Parts that can run again after a
+// failure are restarted; the others stop the daemon with their reason.
+func (n *node) start(g *supervise.Group, cfg Config) {
+	g.Go("node feed", supervise.Fatal, n.feed.Run)
+	g.Go("bgp", supervise.Fatal, n.speaker.Run)
+	g.Go("confd", supervise.Fatal, n.confd.Run)
+	g.Go("node record keeper", supervise.Restart, func(ctx context.Context) error { return n.keeper.Run(ctx, n.ds) })
+	if n.felix != nil {
+		g.Go("felix", supervise.Restart, n.felix.Run)
+		g.Go("tunnel address", supervise.Restart, n.tunnel.Run)
+		if cfg.IPAMGCPeriod > 0 {
+			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
+				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Period: cfg.IPAMGCPeriod,
+					Grace: cfg.IPAMGCGrace, Held: n.held, Leading: &n.gcLeading})
+			})
+		}
+	}
+	g.Go("status socket", supervise.Fatal, status.NewServer(cfg.StatusSocket, n.speaker).Run)
+	if cfg.HealthAddr != "" {
+		g.Go("health server", supervise.Fatal, func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, n.health.Handler()) })
+	}
+	if cfg.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+		g.Go("metrics server", supervise.Fatal, func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsAddr, mux) })
+	}
+}
+
+// serveHTTP serves h on addr until ctx ends.
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// missingPrefix holds, per node that has endpoints or blocks but no Node
+// record, when the GC leader first saw it missing. It lives in etcd so
+// that a new leader keeps counting from the same moment.
+const missingPrefix = datastore.KeyPrefix + "nodegc/missing/"
+
+type missingRec struct {
+	Since time.Time `json:"since"`
+}
+
+type missingKV struct {
+	since time.Time
+	rev   int64
+}
+
+// nodeGC reclaims what deleted nodes leave behind (endpoints, then their
+// addresses and blocks through IPAM GC), only for nodes absent for the
+// whole grace period, counted from when they went missing. Every write
+// is fenced by the leader's election.
+type nodeGC struct {
+	ds    *datastore.Client
+	fence datastore.Fence
+	grace time.Duration
+	now   func() time.Time
+	// reclaiming, when set, runs after the pass decided which nodes are
+	// gone and before it deletes anything (tests race a node's return).
+	reclaiming func(gone map[string]bool)
+}
+
+// run does one pass and returns the nodes it treated as gone.
+func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
+	nodes, _, err := g.ds.List(ctx, api.KindNode)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		live[n.Meta().Name] = true
+	}
+	weps, _, err := g.ds.List(ctx, api.KindWorkloadEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	u, err := ipam.New(g.ds).Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	missing, err := g.readMissing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Nodes something still refers to.
+	referred := map[string]bool{}
+	for _, r := range weps {
+		referred[r.(*api.WorkloadEndpoint).Spec.Node] = true
+	}
+	for n := range u.BlocksPerNode() {
+		referred[n] = true
+	}
+	now := g.now()
+	gone := map[string]bool{}
+	for n := range referred {
+		if n == "" || live[n] {
+			continue
+		}
+		m, ok := missing[n]
+		if !ok {
+			err := g.putMissing(ctx, n, now)
+			if errors.Is(err, datastore.ErrFenced) {
+				return nil, err
+			}
+			if err == nil {
+				log.WithField("node", n).Infof("node is missing; its endpoints and addresses are kept for %s", g.grace)
+			}
+			continue
+		}
+		if now.Sub(m.since) >= g.grace {
+			gone[n] = true
+		}
+	}
+	// Back, or nothing left to reclaim: forget it.
+	for n, m := range missing {
+		if live[n] || !referred[n] {
+			if err := g.ds.DeleteRawFenced(ctx, missingPrefix+n, m.rev, g.fence); errors.Is(err, datastore.ErrFenced) {
+				return nil, err
+			}
+		}
+	}
+	if g.reclaiming != nil && len(gone) > 0 {
+		g.reclaiming(gone)
+	}
+	for _, r := range weps {
+		w := r.(*api.WorkloadEndpoint)
+		if !gone[w.Spec.Node] {
+			continue
+		}
+		// Only while the node is still absent: one that re-registered
+		// since the list above keeps its endpoints.
+		err := g.ds.DeleteFenced(ctx, api.KindWorkloadEndpoint, w.Metadata.Name, w.Metadata.ResourceVersion, g.fence,
+			datastore.Absent(api.KindNode, w.Spec.Node))
+		switch {
+		case err == nil:
+			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("removed endpoint of a deleted node")
+		case errors.Is(err, datastore.ErrFenced):
+			return nil, err
+		case errors.Is(err, datastore.ErrConflict):
+			delete(gone, w.Spec.Node) // it came back (or the endpoint changed): not gone after all
+			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("kept endpoint: its node came back or it changed during GC")
+		case datastore.IsNotFound(err):
+		default:
+			log.WithError(err).WithField("endpoint", w.Metadata.Name).Warn("could not remove endpoint of a deleted node")
+		}
+	}
+	return gone, nil
+}
+
+func (g *nodeGC) readMissing(ctx context.Context) (map[string]missingKV, error) {
+	cctx, cancel := g.ds.Ctx(ctx)
+	defer cancel()
+	resp, err := g.ds.Etcd().Get(cctx, missingPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, g.ds.Wrap(err)
+	}
+	out := map[string]missingKV{}
+	for _, kv := range resp.Kvs {
+		var rec missingRec
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			log.WithError(err).WithField("key", string(kv.Key)).Warn("unreadable missing-node record; restarting its clock")
+			rec.Since = g.now()
+		}
+		out[strings.TrimPrefix(string(kv.Key), missingPrefix)] = missingKV{since: rec.Since, rev: kv.ModRevision}
+	}
+	return out, nil
+}
+
+func (g *nodeGC) putMissing(ctx context.Context, node string, since time.Time) error {
+	b, _ := json.Marshal(missingRec{Since: since.UTC()})
+	return g.ds.PutRawFenced(ctx, missingPrefix+node, 0, string(b), g.fence)
+}
+
+// clusterGC removes what deleted nodes left, then frees leaks, all under
+// the leader's fence.
+func clusterGC(ctx context.Context, ds *datastore.Client, fence datastore.Fence, grace time.Duration) {
+	g := &nodeGC{ds: ds, fence: fence, grace: grace, now: time.Now}
+	gone, err := g.run(ctx)
+	if err != nil {
+		log.WithError(err).Warn("node GC failed")
+		return
+	}
+	ic := ipam.New(ds, ipam.WithFence(fence), ipam.WithReclaimable(func(n string) bool { return gone[n] }))
+	rep, err := ic.GC(ctx, grace)
+	if err != nil {
+		log.WithError(err).Warn("IPAM GC failed")
+		return
+	}
+	if n := len(rep.Released) + len(rep.RemovedBlocks) + len(rep.RemovedAffinities) + len(rep.RemovedHandles); n > 0 {
+		log.WithFields(map[string]any{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC cleaned up")
+	}
+}

@@ -1,0 +1,178 @@
+package identity
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/feed"
+	"github.com/routed-net/routed/routed/noderecord"
+)
+
+// feedRecorder counts what reaches a consumer behind the gate (what
+// felix and confd would have got).
+type feedRecorder struct {
+	mu        sync.Mutex
+	snapshots int
+	nodes     int // Nodes in the consumer's state
+	deletes   int
+	state     map[string]bool
+}
+
+func (r *feedRecorder) OnBatch(b feed.Batch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b.Snapshot {
+		r.snapshots++
+		r.state = map[string]bool{}
+	}
+	for _, u := range b.Updates {
+		if u.Deleted {
+			r.deletes++
+			delete(r.state, u.Name)
+		} else {
+			r.state[u.Name] = true
+		}
+	}
+	r.nodes = len(r.state)
+}
+
+func (r *feedRecorder) get() (snapshots, nodes, deletes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snapshots, r.nodes, r.deletes
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if cond() {
+			return ""
+		}
+		return what
+	})
+}
+
+// TestWipeHoldsTheFeed reproduces the wipe as etcd delivers it (every key
+// deleted in one request: a delete event per key, the identity among
+// them) and checks that none of those deletes reaches a consumer of the
+// node feed, that the node keeper writes nothing into the wiped
+// datastore, and that restoring the keys releases the consumers with a
+// fresh snapshot.
+func TestWipeHoldsTheFeed(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := New(ds, t.TempDir())
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}
+	for _, n := range []string{"wipe-a", "wipe-b", "wipe-c"} {
+		if _, err := noderecord.Register(ctx, ds, n, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	behind := &feedRecorder{}
+	keeper := noderecord.NewKeeper("wipe-a", addr)
+	fd := feed.New(ds, feed.Options{Gate: g})
+	fd.Subscribe("recorder", []api.Kind{api.KindNode}, behind)
+	fd.Subscribe("keeper", noderecord.Kinds, keeper)
+	go func() { _ = fd.Run(ctx) }()
+	go func() { _ = keeper.Run(ctx, ds) }()
+	waitFor(t, "the consumer never saw the three Nodes", func() bool { _, n, _ := behind.get(); return n == 3 })
+
+	all, err := ds.Etcd().Get(ctx, "\x00", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := ds.Etcd().Delete(ctx, "\x00", clientv3.WithFromKey()); err != nil {
+		t.Fatal(err)
+	}
+	// Positive event: the feed got the wipe and holds its consumers.
+	waitFor(t, "the feed did not hold its consumers after the wipe", fd.Held)
+	frozen, why := g.Frozen()
+	if !frozen {
+		t.Fatal("the feed holds but the guard is not frozen")
+	}
+	t.Logf("held %s after the wipe: %s", time.Since(start).Round(time.Microsecond), why)
+	if _, _, d := behind.get(); d != 0 {
+		t.Fatalf("%d of the wipe's deletes reached a consumer", d)
+	}
+	if resp, err := ds.Etcd().Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("something was written into the wiped datastore: %d keys, %v", resp.Count, err)
+	}
+
+	// Restore the keys (a backup): the guard thaws and the consumers get
+	// a fresh snapshot holding the three Nodes.
+	snaps, _, _ := behind.get()
+	ops := make([]clientv3.Op, 0, len(all.Kvs))
+	for _, kv := range all.Kvs {
+		ops = append(ops, clientv3.OpPut(string(kv.Key), string(kv.Value)))
+	}
+	restored := time.Now()
+	if _, err := ds.Etcd().Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no fresh snapshot with the three Nodes after the restore", func() bool { s, n, _ := behind.get(); return s > snaps && n == 3 })
+	t.Logf("resumed %s after the restore", time.Since(restored).Round(time.Millisecond))
+	if frozen, why := g.Frozen(); frozen {
+		t.Fatalf("still frozen after the restore: %s", why)
+	}
+	if _, _, d := behind.get(); d != 0 {
+		t.Fatalf("%d deletes reached a consumer", d)
+	}
+}
+
+// TestIdentityDeletedFirstHoldsLaterDeletes: a wipe done key by key,
+// the identity first, as a tool deleting the keys in order would. The
+// feed is ordered, so the later deletes arrive after the identity's and
+// are held; the guard never reads etcd for them.
+func TestIdentityDeletedFirstHoldsLaterDeletes(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := New(ds, t.TempDir())
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}
+	for _, n := range []string{"kbk-a", "kbk-b"} {
+		if _, err := noderecord.Register(ctx, ds, n, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	behind := &feedRecorder{}
+	fd := feed.New(ds, feed.Options{Gate: g})
+	fd.Subscribe("recorder", []api.Kind{api.KindNode}, behind)
+	go func() { _ = fd.Run(ctx) }()
+	waitFor(t, "the consumer never saw the two Nodes", func() bool { _, n, _ := behind.get(); return n == 2 })
+	if _, err := ds.Etcd().Delete(ctx, "/routed/v1/clusterinformation/default"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"kbk-a", "kbk-b"} {
+		if _, err := ds.Etcd().Delete(ctx, "/routed/v1/nodes/"+n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the feed did not hold after the identity went", fd.Held)
+	// A later write proves the feed has gone past the deletes.
+	put, err := ds.Etcd().Put(ctx, "/routed/v1/nodes/kbk-z", `{"apiVersion":"routed.io/v1","kind":"Node","metadata":{"name":"kbk-z"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the feed never read the later write", func() bool { return fd.Revision() >= put.Header.Revision })
+	if _, n, d := behind.get(); d != 0 || n != 2 {
+		t.Fatalf("consumer saw %d deletes and holds %d Nodes; want 0 and 2", d, n)
+	}
+}

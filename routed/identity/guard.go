@@ -1,0 +1,183 @@
+// Package identity is the node's datastore-identity guard: it keeps felix
+// and the BGP speaker from following a datastore that was wiped, swapped
+// for another cluster's, rolled back to an older backup, or marked not
+// ready.
+//
+// Each node remembers the cluster's identity (datastore.ClusterInfo) and
+// the highest revision it saw, in its state directory. The node feed asks
+// the Guard (feed.Gate) about every list and every change of the identity;
+// while the datastore disagrees the feed holds every consumer: what they
+// programmed and advertise stays as it is, readiness says why, and the log
+// says what to do. When the datastore is restored, or the operator
+// re-initialises it (`routedctl datastore reinit`), the feed lets go with
+// a fresh snapshot. The guard reads etcd only at start (Start).
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/internal/atomicfile"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+var log = logrus.WithField("component", "identity")
+
+// Guard judges the datastore; safe for concurrent use.
+type Guard struct {
+	ds        *datastore.Client
+	stateFile string
+
+	mu     sync.Mutex
+	guid   string
+	maxRev int64
+	saved  time.Time
+	frozen bool
+	reason string
+}
+
+// state is what a node keeps on disk about its cluster.
+type state struct {
+	GUID   string `json:"clusterGUID"`
+	MaxRev int64  `json:"maxRevision"`
+}
+
+// New returns a Guard keeping its state in stateDir/cluster-identity.
+func New(ds *datastore.Client, stateDir string) *Guard {
+	return &Guard{ds: ds, stateFile: filepath.Join(stateDir, "cluster-identity")}
+}
+
+// Start loads what this node remembers and checks the datastore once: a
+// node that remembers nothing initialises an empty datastore's identity
+// or learns the existing one. It returns datastore.ErrUnavailable (to
+// retry) when etcd cannot be reached.
+func (g *Guard) Start(ctx context.Context) error {
+	if b, err := os.ReadFile(g.stateFile); err == nil {
+		var st state
+		if err := json.Unmarshal(b, &st); err == nil {
+			g.guid, g.maxRev = st.GUID, st.MaxRev
+		}
+	}
+	if g.guid == "" {
+		ci, err := g.ds.InitClusterInfo(ctx)
+		if err != nil {
+			return err
+		}
+		g.mu.Lock()
+		g.guid = ci.GUID
+		g.mu.Unlock()
+		g.Save()
+		log.WithField("clusterGUID", ci.GUID).Info("cluster identity learnt")
+	}
+	return g.Check(ctx)
+}
+
+// Check reads the identity and judges it now (start-up and tools; the
+// feed judges what it delivers without reading).
+func (g *Guard) Check(ctx context.Context) error {
+	ci, err := g.ds.GetClusterInfo(ctx, 0)
+	switch {
+	case errors.Is(err, datastore.ErrNoClusterInfo):
+		g.Admit(nil, ci.Revision)
+	case err != nil:
+		return err
+	default:
+		g.Admit(ci, ci.Revision)
+	}
+	return nil
+}
+
+// Frozen reports whether the feed is held, and why.
+func (g *Guard) Frozen() (bool, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.frozen, g.reason
+}
+
+// Admit implements feed.Gate: it judges the datastore whose identity is
+// ci (nil: none) at revision rev, freezes when it is wrong, and reports
+// whether consumers may follow it.
+func (g *Guard) Admit(ci *datastore.ClusterInfo, rev int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var why string
+	switch {
+	case ci == nil:
+		why = "the datastore has no cluster identity: etcd was wiped or replaced, or routed points at the wrong etcd. " +
+			"Restore etcd from a backup (routed resumes by itself), or accept this datastore with `routedctl datastore reinit`"
+	case ci.GUID != g.guid && ci.Adoptable(time.Now()):
+		log.WithFields(logrus.Fields{"from": g.guid, "to": ci.GUID}).Warn("adopting the re-initialised datastore's identity")
+		g.guid, g.maxRev = ci.GUID, rev
+		g.saveLocked(true)
+	case ci.GUID != g.guid:
+		why = fmt.Sprintf("the datastore belongs to another cluster (identity %q, this node's cluster is %s): routed points at the wrong etcd, or it was replaced. "+
+			"Point routed back at its etcd, or accept this one with `routedctl datastore reinit`", ci.GUID, g.guid)
+		if !ci.AdoptUntil.IsZero() {
+			why += fmt.Sprintf(" (it was re-initialised, but nodes could adopt it only until %s)", ci.AdoptUntil.UTC().Format(time.RFC3339))
+		}
+	case !ci.DatastoreReady:
+		why = "the datastore is marked not ready (datastoreReady: false); `routedctl datastore set-ready true` when the work on it is done"
+	case rev < g.maxRev:
+		why = fmt.Sprintf("the datastore went back in time (revision %d, this node saw %d): it was restored from an older backup. "+
+			"Restore the newest backup, or accept this one with `routedctl datastore reinit`", rev, g.maxRev)
+	}
+	if why != "" {
+		if !g.frozen || g.reason != why {
+			log.Error("holding the dataplane and BGP as they are: " + why)
+		}
+		g.frozen, g.reason = true, why
+		return false
+	}
+	if g.frozen {
+		log.Warn("the datastore is trusted again: resyncing felix and BGP from it")
+		g.frozen, g.reason = false, ""
+	}
+	g.seenLocked(rev)
+	return true
+}
+
+// Seen implements feed.Gate: it records a revision delivered.
+func (g *Guard) Seen(rev int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seenLocked(rev)
+}
+
+func (g *Guard) seenLocked(rev int64) {
+	if rev > g.maxRev {
+		g.maxRev = rev
+		g.saveLocked(false)
+	}
+}
+
+// Save writes the state file now (at stop).
+func (g *Guard) Save() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.saveLocked(true)
+}
+
+// saveLocked writes the state file, at most every 30 s unless forced.
+func (g *Guard) saveLocked(force bool) {
+	if !force && time.Since(g.saved) < 30*time.Second {
+		return
+	}
+	b, _ := json.Marshal(state{GUID: g.guid, MaxRev: g.maxRev})
+	if err := os.MkdirAll(filepath.Dir(g.stateFile), 0o755); err != nil {
+		log.WithError(err).Warn("cannot save the cluster identity")
+		return
+	}
+	if err := atomicfile.Write(g.stateFile, b, 0o644); err != nil {
+		log.WithError(err).Warn("cannot save the cluster identity")
+		return
+	}
+	g.saved = time.Now()
+}
