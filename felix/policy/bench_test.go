@@ -26,11 +26,21 @@ import (
 // whole namespace instead, and DNS egress to the dns pods.
 type benchModel struct {
 	nEP, nLocal, nPol int
+	dual              bool // IPv6 addresses too
 }
 
 const benchApps = 200
 
 func (bm benchModel) endpoint(i int) policy.Endpoint {
+	ep := bm.endpoint4(i)
+	if bm.dual {
+		a := netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x64, 14: byte(i >> 8), 15: byte(i)})
+		ep.IPs = append(ep.IPs, netip.PrefixFrom(a, 128))
+	}
+	return ep
+}
+
+func (bm benchModel) endpoint4(i int) policy.Endpoint {
 	ns := "ns-" + strconv.Itoa(i%50)
 	labels := map[string]string{"app": "app-" + strconv.Itoa(i%benchApps)}
 	if i%100 == 7 {
@@ -84,9 +94,11 @@ func envInt(name string, def int) int {
 // one pod added until its memberships (and, if local, its chains and
 // dispatch entry) are in the kernel, and one policy edit until enforced.
 // Run: go test -run XXX -bench Programming -benchtime 1x ./felix/policy
-// (POLICY_BENCH_EPS, _LOCAL, _POLICIES, _SAMPLES change the shape).
+// (POLICY_BENCH_EPS, _LOCAL, _POLICIES, _SAMPLES change the shape;
+// POLICY_BENCH_DUAL=1 gives every endpoint an IPv6 address too).
 func BenchmarkProgramming(b *testing.B) {
-	bm := benchModel{nEP: envInt("POLICY_BENCH_EPS", 10000), nLocal: envInt("POLICY_BENCH_LOCAL", 200), nPol: envInt("POLICY_BENCH_POLICIES", 1000)}
+	bm := benchModel{nEP: envInt("POLICY_BENCH_EPS", 10000), nLocal: envInt("POLICY_BENCH_LOCAL", 200), nPol: envInt("POLICY_BENCH_POLICIES", 1000),
+		dual: os.Getenv("POLICY_BENCH_DUAL") == "1"}
 	samples := envInt("POLICY_BENCH_SAMPLES", 200)
 	for range b.N {
 		n := nstest.New(b)
@@ -127,8 +139,8 @@ func BenchmarkProgramming(b *testing.B) {
 		t1 := time.Now()
 		apply()
 		full := time.Since(t1)
-		b.Logf("full program: %d policies, %d endpoints (%d local): calc %v, kernel %v, total %v, %d transactions",
-			bm.nPol, bm.nEP, bm.nLocal, calc.Round(time.Millisecond), full.Round(time.Millisecond), (calc + full).Round(time.Millisecond), m.Writes())
+		b.Logf("full program: %d policies, %d endpoints (%d local, dual-stack %v): calc %v, kernel %v, total %v, %d transactions",
+			bm.nPol, bm.nEP, bm.nLocal, bm.dual, calc.Round(time.Millisecond), full.Round(time.Millisecond), (calc + full).Round(time.Millisecond), m.Writes())
 		b.ReportMetric(float64((calc + full).Milliseconds()), "full-ms")
 
 		w := m.Writes()

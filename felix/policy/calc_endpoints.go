@@ -178,6 +178,15 @@ func (c *Calc) renderEndpoint(l *local) {
 				rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
 			}
 		}
+		// An endpoint with addresses of one family only has no business
+		// with the other: its chain there is just the final drop, which
+		// also keeps the other table's jump graph (walked by the kernel
+		// on every commit) free of it.
+		if v := e.onlyFamily(); v != 0 {
+			for i := range rules {
+				rules[i].IPVersion = v
+			}
+		}
 		rules = append(rules, c.dropRules(e.Iface+"/"+dir+"/no-profile-allowed", "D "+e.Iface+" "+dir+" profiles", false)...)
 		chain := nftdp.FromWLChain(e.Iface)
 		if in {
@@ -279,4 +288,21 @@ func (s *aset) netsetMembers(n *netset) []nftdp.Member {
 		out = append(out, nftdp.Member{Prefix: p})
 	}
 	return out
+}
+
+// onlyFamily is 4 or 6 when all the endpoint's addresses are of that
+// family, else 0.
+func (e *endpoint) onlyFamily() uint8 {
+	var v4, v6 bool
+	for _, p := range e.IPs {
+		v4 = v4 || p.Addr().Is4()
+		v6 = v6 || !p.Addr().Is4()
+	}
+	switch {
+	case v4 && !v6:
+		return 4
+	case v6 && !v4:
+		return 6
+	}
+	return 0
 }

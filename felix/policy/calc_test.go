@@ -154,6 +154,13 @@ func TestEvaluationOrder(t *testing.T) {
 	if out := s.chains["fw-caliw"]; len(out) != 2 || out[0].Target != "pro-kns.prod" {
 		t.Errorf("egress (no policy): %+v, want the profile then drop", out)
 	}
+	// w has IPv4 only: in the ip6 table its chains are the final drop.
+	for i, r := range s.chains["tw-caliw"] {
+		last := i == len(s.chains["tw-caliw"])-1
+		if (r.IPVersion == 4) == last {
+			t.Errorf("rule %d (%v %s): IPVersion %d", i, r.Action, r.Target, r.IPVersion)
+		}
+	}
 }
 
 // TestNamedPortsAndNetsets: named-port sets hold address . protocol .

@@ -105,11 +105,21 @@ func (r *Rule) key() string {
 	s := fmt.Sprintf("%+v|%+v|%+v", c, deref(r.ICMP), deref(r.NotICMP))
 	h := sha256.Sum256([]byte(s))
 	k := base64.RawURLEncoding.EncodeToString(h[:12])
-	if r.ID != "" {
-		return r.ID + " " + k
+	if r.ID == "" {
+		return k
 	}
-	return k
+	id := r.ID
+	if len(id) > maxIDLen {
+		// Rule user data stops at 256 bytes: keep the ID's start and a
+		// hash of the whole, so IDs stay distinct.
+		ih := sha256.Sum256([]byte(id))
+		id = id[:maxIDLen-17] + "~" + base64.RawURLEncoding.EncodeToString(ih[:12])
+	}
+	return id + " " + k
 }
+
+// maxIDLen bounds the ID part of a rule's comment.
+const maxIDLen = 200
 
 func deref(m *ICMPMatch) ICMPMatch {
 	if m == nil {
