@@ -560,6 +560,9 @@ func serviceCIDRs(local, def *api.BGPConfiguration) ([]netip.Prefix, []string) {
 			continue
 		}
 		for _, s := range l.get(src) {
+			if s.CIDR == "" {
+				continue // an empty entry, skipped as Calico does
+			}
 			p, err := netip.ParsePrefix(s.CIDR)
 			if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
 				warn = append(warn, fmt.Sprintf("BGPConfiguration %q: %s %q is not an IPv4 or IPv6 CIDR", src.Metadata.Name, l.name, s.CIDR))

@@ -167,7 +167,8 @@ func (c *BGPConfiguration) Validate() error {
 	for field, list := range map[string][]ServiceClusterIP{"spec.serviceClusterIPs": c.Spec.ServiceClusterIPs,
 		"spec.serviceExternalIPs": c.Spec.ServiceExternalIPs, "spec.serviceLoadBalancerIPs": c.Spec.ServiceLoadBalancerIPs} {
 		for i, s := range list {
-			if !plainCIDR(s.CIDR) {
+			// An empty entry ({}) is skipped, as Calico skips it.
+			if s.CIDR != "" && !plainCIDR(s.CIDR) {
 				v.add(indexed(field, i)+".cidr", s.CIDR, "is not an IPv4 or IPv6 CIDR (want e.g. 10.96.0.0/12 or fd00:96::/108)")
 			}
 		}

@@ -19,6 +19,9 @@ type calicoField struct {
 	refuse func(v any) string
 	note   string
 	honour func(spec map[string]any, v any)
+	// quiet, when set, drops the values it accepts without the note
+	// (they are what routed does anyway).
+	quiet func(v any) bool
 }
 
 // calicoFields is the table of Calico v3 fields routed reads without a
@@ -44,7 +47,8 @@ var calicoFields = map[Kind][]calicoField{
 		{path: "spec.localWorkloadPeeringIPV4", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those"},
 		{path: "spec.localWorkloadPeeringIPV6", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those"},
 		{path: "spec.nodeMeshPeerPassword", note: "not a Calico v3 field; the mesh password is nodeMeshPassword"},
-		{path: "spec.programClusterRoutes", refuse: unless("Enabled", "routed always programs the routes to other nodes' blocks")},
+		{path: "spec.programClusterRoutes", note: "whether BIRD or felix programs the routes to other nodes' blocks; in routed felix always programs them (learned over BGP, VXLAN pools from the datastore), as Calico's Disabled with felix's programClusterRoutes Enabled does",
+			quiet: func(v any) bool { return v == "Enabled" }},
 		{path: "spec.serviceLoadBalancerAggregation", refuse: unless("Enabled", "routed advertises serviceLoadBalancerIPs as the configured CIDRs, not per-service /32s")},
 		{path: "spec.ipv4NormalRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(1024, routePriorityWhy)},
 		{path: "spec.ipv6NormalRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(1024, routePriorityWhy)},
@@ -157,7 +161,7 @@ func fromCalico(k Kind, obj map[string]any, where string) ([]string, error) {
 				}
 			}
 			delete(parent, key)
-			if f.note != "" {
+			if f.note != "" && (f.quiet == nil || !f.quiet(v)) {
 				warnings = append(warnings, fmt.Sprintf("%s (%s %s): Calico field %s is not used by routed and was ignored: %s", where, k, nameOf(obj), path, f.note))
 			}
 		})

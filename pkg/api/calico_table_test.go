@@ -60,7 +60,8 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("config %+v", c.Spec)
 			}
 		}},
-		{file: "bgpconfig-no-cluster-routes.yaml", refuse: []string{"spec.programClusterRoutes", "always programs"}},
+		// Who programs the cluster routes: in routed always felix.
+		{file: "bgpconfig-no-cluster-routes.yaml", warn: []string{"spec.programClusterRoutes"}},
 		// Calico's defaults are what routed does: dropped, the priority with a note.
 		{file: "bgpconfig-route-priority.yaml", warn: []string{"spec.ipv4NormalRoutePriority"}},
 		{file: "node-reference.yaml", check: func(t *testing.T, r api.Resource) {

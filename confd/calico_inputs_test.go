@@ -1,0 +1,196 @@
+package confd
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// calicoRefused are the Calico confd inputs (testdata/calico-confd) that
+// routedctl refuses, with what the error must name: each is a field
+// routed cannot honour (see the field table in pkg/api/calico.go).
+var calicoRefused = map[string]string{
+	"bgpfilter/as_path_and_priority":        "spec.exportV4[0].priority",
+	"bgpfilter/kubevirt_live_migration":     "spec.exportV4[0].priority",
+	"bgpfilter/communities_and_operations":  "setPriority",
+	"bgpfilter/peer_type":                   "setPriority",
+	"bgpfilter/export_only/explicit_peer":   "interface",
+	"bgpfilter/export_only/global_peer":     "interface",
+	"bgpfilter/import_only/explicit_peer":   "interface",
+	"bgpfilter/import_only/global_peer":     "interface",
+	"bgpfilter/match_interface":             "interface",
+	"bgpfilter/multi_filter/explicit_peer":  "interface",
+	"bgpfilter/multi_filter/global_peer":    "interface",
+	"bgpfilter/node_mesh":                   "interface",
+	"bgpfilter/single_filter/explicit_peer": "interface",
+	"bgpfilter/single_filter/global_peer":   "interface",
+	"bgpfilter/v4_only/explicit_peer":       "interface",
+	"bgpfilter/v6_only/explicit_peer":       "interface",
+	"bgpfilter/v6_only/global_peer":         "interface",
+	"local_bgp_peer":                        "localWorkloadSelector",
+	"mesh/bgp-export":                       "disableBGPExport",
+	"mesh/vxlan-always":                     "vxlanMode",
+	"reachable_by/global_peers":             "reachableBy",
+	"reachable_by/route_reflectors":         "reachableBy",
+	// ffee::11 is a multicast address: no TCP session can reach it.
+	"next_hop_mode/global_peers":     "ffee::11",
+	"next_hop_mode/route_reflectors": "ffee::11",
+}
+
+// calicoDiffers are the inputs that apply but whose sessions differ from
+// Calico's BIRD configuration, with why.
+var calicoDiffers = map[string]string{
+	// GoBGP, like routed, knows a neighbor by its address alone.
+	"explicit_peering/global":          "two BGPPeers for one address on two ports make one session, not two",
+	"explicit_peering/global-external": "two BGPPeers for one address on two ports make one session, not two",
+	"explicit_peering/local-as-global": "two BGPPeers for one address on two ports make one session, not two",
+}
+
+// TestCalicoConfdInputs applies every file of Calico's confd BGP test
+// inputs as routedctl does (api.Decode, then each resource's validation)
+// and, for the node Calico's expected BIRD configurations are for
+// (kube-master, or node1 in Calico's daemon tests), compares the sessions confd computes with the BIRD
+// configuration Calico expects: peer address, AS, port, route reflector
+// client, next hop self or keep, local AS.
+func TestCalicoConfdInputs(t *testing.T) {
+	root := filepath.Join("testdata", "calico-confd")
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "input.yaml" {
+			rel, _ := filepath.Rel(root, filepath.Dir(p))
+			dirs = append(dirs, rel)
+		}
+		return err
+	})
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no inputs under %s: %v", root, err)
+	}
+	applied := 0
+	for _, rel := range dirs {
+		t.Run(rel, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(root, rel, "input.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A step2 input is applied on top of the input of its parent.
+			if base, ok := strings.CutSuffix(rel, "/step2"); ok {
+				first, err := os.ReadFile(filepath.Join(root, base, "input.yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				data = append(append(first, "\n---\n"...), data...)
+			}
+			d, err := api.Decode(data)
+			if err == nil {
+				for _, r := range d.Resources {
+					if verr := r.Validate(); verr != nil {
+						err = verr
+					}
+				}
+			}
+			if why, ok := calicoRefused[rel]; ok {
+				if err == nil || !strings.Contains(err.Error(), why) {
+					t.Fatalf("want refused naming %q, got %v", why, err)
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			applied++
+			want, err := os.ReadFile(filepath.Join(root, rel, "expected-peers.txt"))
+			if os.IsNotExist(err) {
+				return // Calico checks something other than BIRD's sessions here
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := inputFrom(d.Resources, "kube-master")
+			if !slices.ContainsFunc(in.Nodes, func(n *api.Node) bool { return n.Metadata.Name == in.NodeName }) {
+				in.NodeName = "node1" // Calico's daemon tests' node
+			}
+			out := Compute(in)
+			if out.Problem != "" || len(out.Warnings) > 0 {
+				t.Logf("problem %q, warnings %q", out.Problem, out.Warnings)
+			}
+			got := sessionLines(out)
+			wantLines := strings.Fields(strings.ReplaceAll(string(want), " ", "_"))
+			for i := range wantLines {
+				wantLines[i] = strings.ReplaceAll(wantLines[i], "_", " ")
+			}
+			if why, ok := calicoDiffers[rel]; ok {
+				t.Logf("differs from Calico (%s):\n got  %q\n want %q", why, got, wantLines)
+				return
+			}
+			if !slices.Equal(got, wantLines) {
+				t.Errorf("sessions differ from Calico's BIRD configuration:\n got  %q\n want %q", got, wantLines)
+			}
+		})
+	}
+	t.Logf("%d of %d inputs apply", applied, len(dirs))
+}
+
+// inputFrom is confd's input from decoded resources.
+func inputFrom(rs []api.Resource, node string) Input {
+	in := Input{NodeName: node, Filters: map[string]*api.BGPFilter{}}
+	// A later resource of the same kind and name replaces an earlier one.
+	last := map[string]int{}
+	for i, r := range rs {
+		last[string(r.GetKind())+"/"+r.Meta().Name] = i
+	}
+	for i, r := range rs {
+		if last[string(r.GetKind())+"/"+r.Meta().Name] != i {
+			continue
+		}
+		switch v := r.(type) {
+		case *api.Node:
+			in.Nodes = append(in.Nodes, v)
+		case *api.BGPConfiguration:
+			in.Configs = append(in.Configs, v)
+		case *api.BGPPeer:
+			in.Peers = append(in.Peers, v)
+		case *api.BGPFilter:
+			in.Filters[v.Metadata.Name] = v
+		}
+	}
+	return in
+}
+
+// sessionLines renders sessions as the test data's expected-peers.txt
+// renders Calico's BIRD protocols, sorted.
+func sessionLines(d Desired) []string {
+	var out []string
+	for _, p := range d.Peers {
+		l := fmt.Sprintf("%s as %d", p.Address, p.ASN)
+		if p.Port != 0 && p.Port != 179 {
+			l += fmt.Sprintf(" port %d", p.Port)
+		}
+		var flags []string
+		if p.LocalASN != 0 {
+			flags = append(flags, fmt.Sprintf("local-as=%d", p.LocalASN))
+		}
+		if p.KeepOriginalNextHop {
+			flags = append(flags, "next-hop-keep")
+		}
+		if p.NextHopSelf {
+			flags = append(flags, "next-hop-self")
+		}
+		if p.RRClient {
+			flags = append(flags, "rr-client")
+		}
+		slices.Sort(flags)
+		for _, f := range flags {
+			l += " " + f
+		}
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
