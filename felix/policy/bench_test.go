@@ -157,7 +157,7 @@ func BenchmarkProgramming(b *testing.B) {
 
 		// Each sample: the model change (calc) and the transaction that
 		// programs it (kernel), timed separately and together.
-		var remote, local, edit, remoteK, localK, editK []time.Duration
+		var remote, local, first, edit, remoteK, localK, firstK, editK []time.Duration
 		timed := func(change func() error, total, kernel *[]time.Duration) {
 			t := time.Now()
 			if err := change(); err != nil {
@@ -170,11 +170,20 @@ func BenchmarkProgramming(b *testing.B) {
 		}
 		for s := range samples {
 			e := bm.endpoint(bm.nEP + s)
-			e.Local = s%2 == 1
-			if e.Local {
-				timed(func() error { return m.SetEndpoint(e) }, &local, &localK)
-			} else {
+			switch s % 3 {
+			case 0:
 				timed(func() error { return m.SetEndpoint(e) }, &remote, &remoteK)
+			case 1: // like the local pods already there (another replica)
+				e.Local = true
+				timed(func() error { return m.SetEndpoint(e) }, &local, &localK)
+			case 2: // the first local pod with its set of policies and profiles
+				e.Local = true
+				e.Profiles = append(e.Profiles, "ksa."+e.Namespace+".sa"+strconv.Itoa(s))
+				if err := m.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: e.Profiles[1]},
+					Spec: api.ProfileSpec{Egress: []api.Rule{{Action: api.ActionAllow}}}}); err != nil {
+					b.Fatal(err)
+				}
+				timed(func() error { return m.SetEndpoint(e) }, &first, &firstK)
 			}
 		}
 		for s := range samples {
@@ -184,7 +193,8 @@ func BenchmarkProgramming(b *testing.B) {
 		for _, x := range []struct {
 			name      string
 			ds, kernl []time.Duration
-		}{{"pod added (remote: set members)", remote, remoteK}, {"pod added (local: + chains, dispatch)", local, localK}, {"policy edited", edit, editK}} {
+		}{{"pod added elsewhere (set members)", remote, remoteK}, {"local pod added, like others (+ dispatch)", local, localK},
+			{"local pod added, first of its kind (+ its chains)", first, firstK}, {"policy edited", edit, editK}} {
 			b.Logf("%s: p50 %v p99 %v max %v (kernel transaction p50 %v p99 %v; %d samples)", x.name, r(percentile(x.ds, 0.5)),
 				r(percentile(x.ds, 0.99)), r(slices.Max(x.ds)), r(percentile(x.kernl, 0.5)), r(percentile(x.kernl, 0.99)), len(x.ds))
 		}

@@ -17,7 +17,7 @@ type Sink interface {
 	DeleteSet(name string)
 	AddMember(set string, m nftdp.Member)
 	RemoveMember(set string, m nftdp.Member)
-	SetEndpoint(iface string)
+	SetEndpoint(iface, fromChain, toChain string)
 	DeleteEndpoint(iface string)
 }
 
@@ -40,12 +40,17 @@ type Calc struct {
 	sets     map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).
 	profileRefs map[string]int
+	// Local endpoints dispatched to each endpoint chain: endpoints with
+	// the same policies and profiles share their chains.
+	epChainRefs map[string]int
 }
 
-// local is a local endpoint and what applies to it.
+// local is a local endpoint, what applies to it, and the chains its
+// traffic is dispatched to (index 0: what it sends, 1: what it receives).
 type local struct {
 	ep      *endpoint
 	in, out []*cpolicy
+	chains  [2]string
 }
 
 // aset is a set some active chain uses, with the members each endpoint
@@ -63,7 +68,7 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc,
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, epChainRefs: map[string]int{},
 	}
 	for _, t := range api.DefaultTiers() {
 		c.tiers[t.Metadata.Name] = compileTier(t)

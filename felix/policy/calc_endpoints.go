@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
@@ -110,7 +111,6 @@ func (c *Calc) updateLocal(e *endpoint) {
 		c.unrefProfile(name)
 	}
 	c.renderEndpoint(l)
-	c.sink.SetEndpoint(e.Iface)
 }
 
 func (c *Calc) unselect(p *cpolicy, key string) {
@@ -131,8 +131,9 @@ func (c *Calc) removeLocal(l *local) {
 		c.unrefProfile(name)
 	}
 	c.sink.DeleteEndpoint(l.ep.Iface)
-	c.sink.DeleteChain(nftdp.FromWLChain(l.ep.Iface))
-	c.sink.DeleteChain(nftdp.ToWLChain(l.ep.Iface))
+	for _, ch := range l.chains {
+		c.unrefEPChain(ch)
+	}
 	delete(c.locals, l.ep.Key)
 }
 
@@ -146,12 +147,16 @@ func union(a, b []*cpolicy) []*cpolicy {
 	return out
 }
 
-// renderEndpoint writes a local endpoint's two chains: per tier, a jump
-// to each policy while no Pass was seen, the tier's end (drop, unless
-// its default action is Pass), then its profiles, then drop.
+// renderEndpoint computes a local endpoint's two chains: per tier, a
+// jump to each policy while no Pass was seen, the tier's end (drop,
+// unless its default action is Pass), then its profiles, then drop. A
+// chain is named by its content, so endpoints with the same policies
+// and profiles share it, and a new pod like an existing one only adds
+// its interface to the dispatch maps (no rule changes at all).
 func (c *Calc) renderEndpoint(l *local) {
 	e := l.ep
-	for _, in := range []bool{true, false} {
+	var names [2]string
+	for k, in := range []bool{false, true} {
 		dir := dirName(in)
 		pols := l.out
 		if in {
@@ -168,7 +173,7 @@ func (c *Calc) renderEndpoint(l *local) {
 				rules = append(rules, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[j].chain(in)})
 			}
 			if !c.tier(tier).pass {
-				rules = append(rules, c.dropRules(e.Iface+"/"+dir+"/tier-end/"+tier, "D "+e.Iface+" "+dir+" tier "+tier, true)...)
+				rules = append(rules, c.dropRules("/tier-end/"+tier, "D "+dir+" tier "+tier, true)...)
 			}
 			rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
 			i = j
@@ -181,18 +186,38 @@ func (c *Calc) renderEndpoint(l *local) {
 		// An endpoint with addresses of one family only has no business
 		// with the other: its chain there is just the final drop, which
 		// also keeps the other table's jump graph (walked by the kernel
-		// on every commit) free of it.
+		// on every commit that adds a jump) free of it.
 		if v := e.onlyFamily(); v != 0 {
 			for i := range rules {
 				rules[i].IPVersion = v
 			}
 		}
-		rules = append(rules, c.dropRules(e.Iface+"/"+dir+"/no-profile-allowed", "D "+e.Iface+" "+dir+" profiles", false)...)
-		chain := nftdp.FromWLChain(e.Iface)
-		if in {
-			chain = nftdp.ToWLChain(e.Iface)
+		rules = append(rules, c.dropRules("/no-profile-allowed", "D "+dir+" profiles", false)...)
+		name := hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
+		for i := range rules {
+			if rules[i].ID != "" {
+				rules[i].ID = name + rules[i].ID
+			}
 		}
-		_ = c.sink.SetChain(chain, rules)
+		names[k] = name
+		if l.chains[k] != name {
+			if c.epChainRefs[name]++; c.epChainRefs[name] == 1 {
+				_ = c.sink.SetChain(name, rules)
+			}
+			c.unrefEPChain(l.chains[k])
+			l.chains[k] = name
+		}
+	}
+	c.sink.SetEndpoint(e.Iface, names[0], names[1])
+}
+
+func (c *Calc) unrefEPChain(name string) {
+	if name == "" {
+		return
+	}
+	if c.epChainRefs[name]--; c.epChainRefs[name] <= 0 {
+		delete(c.epChainRefs, name)
+		c.sink.DeleteChain(name)
 	}
 }
 

@@ -17,12 +17,12 @@ import (
 type recSink struct {
 	chains map[string][]nftdp.Rule
 	sets   map[string]map[nftdp.Member]int
-	eps    map[string]bool
+	eps    map[string][2]string // iface -> from, to chains
 	ops    []string
 }
 
 func newRecSink() *recSink {
-	return &recSink{chains: map[string][]nftdp.Rule{}, sets: map[string]map[nftdp.Member]int{}, eps: map[string]bool{}}
+	return &recSink{chains: map[string][]nftdp.Rule{}, sets: map[string]map[nftdp.Member]int{}, eps: map[string][2]string{}}
 }
 
 func (s *recSink) SetChain(name string, rules []nftdp.Rule) error {
@@ -49,7 +49,10 @@ func (s *recSink) RemoveMember(set string, m nftdp.Member) {
 	}
 	s.ops = append(s.ops, "-member "+m.String())
 }
-func (s *recSink) SetEndpoint(iface string) { s.eps[iface] = true; s.ops = append(s.ops, "ep "+iface) }
+func (s *recSink) SetEndpoint(iface, from, to string) {
+	s.eps[iface] = [2]string{from, to}
+	s.ops = append(s.ops, "ep "+iface)
+}
 func (s *recSink) DeleteEndpoint(iface string) {
 	delete(s.eps, iface)
 	s.ops = append(s.ops, "-ep "+iface)
@@ -86,9 +89,10 @@ func gnpYAML(name, order, tier, rest string) string {
 }
 
 // TestIncremental: a remote pod only changes set members; a local pod
-// adds its own chains, dispatch entry and memberships and re-renders no
-// policy chain; sets and policy chains exist only while a local
-// endpoint uses them.
+// adds its dispatch entry, its memberships and, if no local pod has the
+// same policies yet, its endpoint chains, and re-renders no policy
+// chain; sets and policy chains exist only while a local endpoint uses
+// them.
 func TestIncremental(t *testing.T) {
 	s := newRecSink()
 	c := NewCalc(s, LogConfig{})
@@ -107,16 +111,31 @@ func TestIncremental(t *testing.T) {
 	}
 	s.ops = nil
 	c.SetEndpoint(ep("c2", true, "10.0.0.2", map[string]string{"app": "client"}))
-	if got := s.opsOf("chain "); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"chain fw-calic2", "chain tw-calic2"}) {
-		t.Errorf("local client pod re-rendered chains %v, want only its own", got)
+	ch := s.eps["calic2"]
+	// Its egress chain (no policy, no profile: drop) is w1's already.
+	if got := s.opsOf("chain "); !slices.Equal(got, []string{"chain " + ch[1]}) || s.eps["caliw1"][0] != ch[0] {
+		t.Errorf("first local client pod wrote chains %v, want only its new ingress chain of %v", got, ch)
 	}
-	if !s.eps["calic2"] || len(s.opsOf("member")) != 1 {
+	if len(s.opsOf("member")) != 1 || len(s.opsOf("ep ")) != 1 {
 		t.Errorf("local client pod: ops %v", s.ops)
 	}
 	s.ops = nil
+	c.SetEndpoint(ep("c3", true, "10.0.0.3", map[string]string{"app": "client"}))
+	if want := []string{"member 10.0.0.3/32", "ep calic3"}; !slices.Equal(s.ops, want) || s.eps["calic3"] != ch {
+		t.Errorf("second local client pod: ops %v chains %v, want %v sharing %v", s.ops, s.eps["calic3"], want, ch)
+	}
+	s.ops = nil
 	c.DeleteEndpoint("w1")
-	if _, ok := s.chains["pi-gnp:web"]; ok || len(s.sets) != 0 || s.eps["caliw1"] {
-		t.Errorf("last selected endpoint gone: chains %v sets %v eps %v", keys(s.chains), keys(s.sets), s.eps)
+	if _, ok := s.chains["pi-gnp:web"]; ok || len(s.sets) != 0 {
+		t.Errorf("last selected endpoint gone: chains %v sets %v", keys(s.chains), keys(s.sets))
+	}
+	if _, ok := s.eps["caliw1"]; ok {
+		t.Error("gone endpoint still dispatched")
+	}
+	c.DeleteEndpoint("c2")
+	c.DeleteEndpoint("c3")
+	if _, ok := s.chains[ch[0]]; ok {
+		t.Errorf("endpoint chains left after the last endpoint using them: %v", keys(s.chains))
 	}
 }
 
@@ -138,25 +157,27 @@ func TestEvaluationOrder(t *testing.T) {
 	e := ep("w", true, "10.0.0.1", nil)
 	e.Profiles = []string{"kns.prod"}
 	c.SetEndpoint(e)
+	tw, fw := s.chains[s.eps["caliw"][1]], s.chains[s.eps["caliw"][0]]
 	var got []string
-	for _, r := range s.chains["tw-caliw"] {
+	for _, r := range tw {
 		switch {
 		case r.Action == nftdp.ActJump:
 			got = append(got, r.Target)
 		case r.Action == nftdp.ActDrop:
-			got = append(got, "drop:"+r.ID)
+			_, id, _ := strings.Cut(r.ID, "/")
+			got = append(got, "drop:"+id)
 		}
 	}
-	want := []string{"pi-gnp:x", "pi-gnp:z", "pi-gnp:a", "pi-gnp:b", "drop:caliw/ingress/tier-end/default", "pri-kns.prod", "drop:caliw/ingress/no-profile-allowed"}
+	want := []string{"pi-gnp:x", "pi-gnp:z", "pi-gnp:a", "pi-gnp:b", "drop:tier-end/default", "pri-kns.prod", "drop:no-profile-allowed"}
 	if !slices.Equal(got, want) {
 		t.Errorf("ingress chain order\n got %v\nwant %v", got, want)
 	}
-	if out := s.chains["fw-caliw"]; len(out) != 2 || out[0].Target != "pro-kns.prod" {
-		t.Errorf("egress (no policy): %+v, want the profile then drop", out)
+	if len(fw) != 2 || fw[0].Target != "pro-kns.prod" {
+		t.Errorf("egress (no policy): %+v, want the profile then drop", fw)
 	}
 	// w has IPv4 only: in the ip6 table its chains are the final drop.
-	for i, r := range s.chains["tw-caliw"] {
-		last := i == len(s.chains["tw-caliw"])-1
+	for i, r := range tw {
+		last := i == len(tw)-1
 		if (r.IPVersion == 4) == last {
 			t.Errorf("rule %d (%v %s): IPVersion %d", i, r.Action, r.Target, r.IPVersion)
 		}

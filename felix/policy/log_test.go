@@ -38,5 +38,5 @@ func TestLogToNFLOG(t *testing.T) {
 	l.expect("logged and allowed", pass("a", "b", "tcp", 8080))
 	waitPrefix(t, logs, "P default|logged|ingress|0")
 	l.expect("logged and dropped", drop("a", "b", "tcp", 9090))
-	waitPrefix(t, logs, "D calib ingress tier default")
+	waitPrefix(t, logs, "D ingress tier default")
 }

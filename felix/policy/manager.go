@@ -150,8 +150,9 @@ func (m *Manager) Resync(ctx context.Context) error {
 
 // Counters returns packets and bytes per rule ID: "<chain>/<index>" for
 // policy and profile rules (pi-/po-<policy key>, pri-/pro-<profile>),
-// "<iface>/<direction>/tier-end/<tier>" and
-// "<iface>/<direction>/no-profile-allowed" for an endpoint's drops, and
+// "<endpoint chain>/tier-end/<tier>" and
+// "<endpoint chain>/no-profile-allowed" for drops in the chains that
+// endpoints with the same policies share (ep-in-/ep-eg-<hash>), and
 // "unknown-iface/<direction>" for interfaces not programmed.
 func (m *Manager) Counters() (map[string]nftdp.Counter, error) { return m.dp.Counters(nil) }
 

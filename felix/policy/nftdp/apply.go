@@ -23,7 +23,9 @@ type famTable struct {
 	tableExists bool
 	chains      map[string]*chainHave
 	sets        map[string]*setHave
-	dispatch    map[string]map[string]string // map -> interface -> chain
+	ifaces      map[string]map[string]uint32 // FromWLIfaces/ToWLIfaces -> interface -> id
+	lists       map[uint32]string            // ChainDispatch: id -> chain
+	hasDispatch bool                         // ChainDispatch exists
 }
 
 type chainHave struct {
@@ -85,27 +87,15 @@ func (t *txn) elements(s *nftables.Set, els []nftables.SetElement, del bool) err
 }
 
 // applyFamily writes one family's differences in one transaction.
-func (d *Dataplane) applyFamily(ft *famTable) error {
-	full := !ft.loaded
-	if full {
-		if err := d.load(ft); err != nil {
-			return err
-		}
-	}
+func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
 	t := &txn{c: d.conn}
 	if !ft.tableExists {
 		t.c.AddTable(ft.table)
 		t.note("add table")
 		ft.tableExists = true
 	}
-	for _, m := range []string{FromWLDispatch, ToWLDispatch} {
-		if _, ok := ft.dispatch[m]; !ok {
-			if err := t.c.AddSet(ft.dispatchMap(m), nil); err != nil {
-				return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, m, err)
-			}
-			t.note("add map %s", m)
-			ft.dispatch[m] = map[string]string{}
-		}
+	if err := ft.addDispatchMaps(t); err != nil {
+		return err
 	}
 
 	setNames := keysOf(d.dirtySets)
@@ -114,7 +104,7 @@ func (d *Dataplane) applyFamily(ft *famTable) error {
 	if full {
 		setNames = union(keysOf(d.sets), keysOf(ft.sets))
 		chainNames = union(keysOf(d.chains), keysOf(ft.chains))
-		epNames = union(keysOf(d.endpoints), keysOf(ft.dispatch[FromWLDispatch]), keysOf(ft.dispatch[ToWLDispatch]))
+		epNames = union(keysOf(d.endpoints), keysOf(ft.ifaces[FromWLIfaces]), keysOf(ft.ifaces[ToWLIfaces]))
 	}
 
 	// Sets first: rules added below may look them up.
@@ -173,13 +163,8 @@ func (d *Dataplane) applyFamily(ft *famTable) error {
 		}
 	}
 
-	for _, m := range []struct {
-		name  string
-		chain func(string) string
-	}{{FromWLDispatch, FromWLChain}, {ToWLDispatch, ToWLChain}} {
-		if err := d.syncDispatch(t, ft, m.name, m.chain, epNames); err != nil {
-			return err
-		}
+	if err := d.syncDispatch(t, ft, epNames); err != nil {
+		return err
 	}
 
 	for _, name := range del {
@@ -346,45 +331,6 @@ func elemsOf(kind SetKind, ms []Member) []nftables.SetElement {
 		}
 	}
 	return out
-}
-
-// syncDispatch makes one dispatch map send each wanted interface to its
-// chain and forget the others.
-func (d *Dataplane) syncDispatch(t *txn, ft *famTable, mapName string, chain func(string) string, ifaces []string) error {
-	have := ft.dispatch[mapName]
-	m := ft.dispatchMap(mapName)
-	var add, del []nftables.SetElement
-	for _, ifc := range ifaces {
-		want := ""
-		if d.endpoints[ifc] {
-			want = chain(ifc)
-		}
-		got, ok := have[ifc]
-		if ok && got == want {
-			continue
-		}
-		if ok {
-			del = append(del, nftables.SetElement{Key: ifnameKey(ifc)})
-			delete(have, ifc)
-		}
-		if want != "" {
-			add = append(add, nftables.SetElement{Key: ifnameKey(ifc), VerdictData: gotoVerdict(want)})
-			have[ifc] = want
-		}
-	}
-	if len(del) > 0 {
-		if err := t.elements(m, del, true); err != nil {
-			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
-		}
-		t.note("map %s: delete %d", mapName, len(del))
-	}
-	if len(add) > 0 {
-		if err := t.elements(m, add, false); err != nil {
-			return fmt.Errorf("nftdp: %s map %s: %w", ft.fam.name, mapName, err)
-		}
-		t.note("map %s: add %d", mapName, len(add))
-	}
-	return nil
 }
 
 func keysOf[V any](m map[string]V) []string {

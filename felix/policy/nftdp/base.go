@@ -50,16 +50,16 @@ func (d *Dataplane) addBase() {
 	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
 	base(chainInput, nftables.ChainHookInput, 0, Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
 
-	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLDispatch})
+	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))
-	toWL := append(append([]Rule{}, established...), Rule{OutIface: p, Action: ActDispatch, Target: ToWLDispatch})
+	toWL := append(append([]Rule{}, established...), Rule{OutIface: p, Action: ActDispatch, Target: ToWLIfaces})
 	d.addInternal(chainToWL, nil, append(toWL, unknown("ingress")...))
 
 	host := append([]Rule{}, established...)
 	for _, t := range ndTypes {
 		host = append(host, Rule{IPVersion: 6, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, Action: ActAccept})
 	}
-	host = append(host, Rule{InIface: p, Action: ActDispatch, Target: FromWLDispatch})
+	host = append(host, Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWLHost, nil, append(host, unknown("to-host")...))
 }
 
@@ -80,10 +80,6 @@ func isInternal(name string) bool {
 		return true
 	}
 	return false
-}
-
-func (ft *famTable) dispatchMap(name string) *nftables.Set {
-	return &nftables.Set{Table: ft.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
 }
 
 // ifnameKey pads an interface name to the 16 bytes of the ifname type.

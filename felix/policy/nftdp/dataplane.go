@@ -31,21 +31,19 @@ import (
 // Names of the objects this package owns in its tables.
 const (
 	DefaultTable = "routed-policy"
-	// FromWLDispatch and ToWLDispatch map interfaces to their chains.
-	FromWLDispatch = "from-wl-dispatch"
-	ToWLDispatch   = "to-wl-dispatch"
+	// FromWLIfaces and ToWLIfaces map each workload interface to the id
+	// of its chain for each direction; ChainDispatch maps ids to chains
+	// (goto). Two steps so that a new endpoint whose chains exist is only
+	// a data element: the kernel re-validates the whole table on every
+	// commit that adds a jump or a verdict-map element, not for these.
+	FromWLIfaces  = "from-wl-ifaces"
+	ToWLIfaces    = "to-wl-ifaces"
+	ChainDispatch = "chain-dispatch"
 	// DefaultPassMark is the mark bit that carries Pass from a policy
 	// chain back to its endpoint chain (Calico keeps its bits in
 	// 0xffff0000 too; kube-proxy uses 0x4000 and 0x8000).
 	DefaultPassMark = 0x00200000
 )
-
-// FromWLChain and ToWLChain name an endpoint's chains for traffic it
-// sends (egress) and receives (ingress).
-func FromWLChain(iface string) string { return "fw-" + iface }
-
-// ToWLChain names an endpoint's ingress chain.
-func ToWLChain(iface string) string { return "tw-" + iface }
 
 // Config says where and how to program.
 type Config struct {
@@ -75,7 +73,8 @@ type Dataplane struct {
 
 	chains    map[string]*chainWant
 	sets      map[string]*setWant
-	endpoints map[string]bool
+	endpoints map[string]epWant
+	ids       map[string]uint32 // dispatched chain -> id in ChainDispatch
 
 	// What changed since the last successful Apply of both families.
 	dirtyChains    map[string]bool
@@ -131,7 +130,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d := &Dataplane{
 		conn: c, cfg: cfg,
-		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]bool{},
+		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, ids: map[string]uint32{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
@@ -180,9 +179,8 @@ func (d *Dataplane) Writes() int { return d.writes }
 // its own base and dispatch chains.
 var ErrInternalChain = errors.New("nftdp: chain name is reserved for the dataplane's own chains")
 
-// SetChain sets a regular chain's rules. The endpoint chains
-// (FromWLChain, ToWLChain) are the caller's to fill too; the base and
-// dispatch chains are not.
+// SetChain sets a regular chain's rules: endpoints are dispatched to
+// such chains; the base and dispatch chains are this package's own.
 func (d *Dataplane) SetChain(name string, rules []Rule) error {
 	if isInternal(name) {
 		return fmt.Errorf("%w: %q", ErrInternalChain, name)
@@ -288,11 +286,13 @@ func (d *Dataplane) Members(name string) []Member {
 	return sortedMembers(maps.Keys(s.members))
 }
 
-// SetEndpoint adds an interface to both dispatch maps; its chains
-// FromWLChain and ToWLChain must be set by the same Apply.
-func (d *Dataplane) SetEndpoint(iface string) {
-	if !d.endpoints[iface] {
-		d.endpoints[iface] = true
+// SetEndpoint dispatches an interface: what it sends goes to chain from,
+// what it receives to chain to (both set by the same Apply; endpoints
+// with the same policies may share them).
+func (d *Dataplane) SetEndpoint(iface, from, to string) {
+	w := epWant{from: from, to: to}
+	if old, ok := d.endpoints[iface]; !ok || old != w {
+		d.endpoints[iface] = w
 		d.dirtyEndpoints[iface] = true
 	}
 }
@@ -300,7 +300,7 @@ func (d *Dataplane) SetEndpoint(iface string) {
 // DeleteEndpoint removes an interface from the dispatch maps: its
 // traffic is dropped from the next Apply on.
 func (d *Dataplane) DeleteEndpoint(iface string) {
-	if d.endpoints[iface] {
+	if _, ok := d.endpoints[iface]; ok {
 		delete(d.endpoints, iface)
 		d.dirtyEndpoints[iface] = true
 	}
@@ -309,9 +309,9 @@ func (d *Dataplane) DeleteEndpoint(iface string) {
 // Apply writes what changed to both tables, one transaction each. On an
 // error the family's table is read back in full at the next Apply.
 func (d *Dataplane) Apply() error {
-	for ep := range d.endpoints {
-		if d.chains[FromWLChain(ep)] == nil || d.chains[ToWLChain(ep)] == nil {
-			return fmt.Errorf("nftdp: endpoint %s: chains %s and %s must be set before it is dispatched to", ep, FromWLChain(ep), ToWLChain(ep))
+	for ep, w := range d.endpoints {
+		if d.chains[w.from] == nil || d.chains[w.to] == nil || isInternal(w.from) || isInternal(w.to) {
+			return fmt.Errorf("nftdp: endpoint %s: chains %q and %q must be set before it is dispatched to", ep, w.from, w.to)
 		}
 	}
 	for name := range d.dirtyChains {
@@ -320,8 +320,18 @@ func (d *Dataplane) Apply() error {
 		}
 	}
 	var errs []error
+	full := map[*famTable]bool{}
 	for _, ft := range d.fams {
-		if err := d.applyFamily(ft); err != nil {
+		if !ft.loaded {
+			if err := d.load(ft); err != nil {
+				return err
+			}
+			full[ft] = true
+		}
+	}
+	d.assignIDs()
+	for _, ft := range d.fams {
+		if err := d.applyFamily(ft, full[ft]); err != nil {
 			ft.loaded = false // read the kernel back next time
 			errs = append(errs, err)
 		}

@@ -33,11 +33,11 @@ func apply(t *testing.T, d *nftdp.Dataplane) {
 
 func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 
-// allowAll gives an endpoint chains that accept everything.
+// allowAll dispatches an endpoint to a chain that accepts everything,
+// shared by every endpoint using it.
 func allowAll(d *nftdp.Dataplane, iface string) {
-	d.SetChain(nftdp.FromWLChain(iface), []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d.SetChain(nftdp.ToWLChain(iface), []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d.SetEndpoint(iface)
+	d.SetChain("allow-all", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetEndpoint(iface, "allow-all", "allow-all")
 }
 
 // TestDispatchFailClosed: a cali interface without a dispatch entry
@@ -84,12 +84,12 @@ func TestDispatchFailClosed(t *testing.T) {
 	d.AddSet("s-a", nftdp.AddrSet)
 	d.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv4)})
 	d.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv6)})
-	d.SetChain(nftdp.FromWLChain(b.Iface), []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d.SetChain(nftdp.ToWLChain(b.Iface), []nftdp.Rule{
+	d.SetChain("allow-all", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetChain("tw-b", []nftdp.Rule{
 		{ID: "b/0", Proto: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Dst: nftdp.Side{Ports: []nftdp.PortRange{{8080, 8080}}}, Counter: true, Action: nftdp.ActAccept},
 		{ID: "b/end", Counter: true, Action: nftdp.ActDrop},
 	})
-	d.SetEndpoint(b.Iface)
+	d.SetEndpoint(b.Iface, "allow-all", "tw-b")
 	apply(t, d)
 
 	for _, v6 := range []bool{false, true} {
@@ -136,12 +136,11 @@ func TestDispatchFailClosed(t *testing.T) {
 	d2.AddSet("s-a", nftdp.AddrSet)
 	d2.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv4)})
 	d2.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv6)})
-	d2.SetChain(nftdp.FromWLChain(b.Iface), []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d2.SetChain(nftdp.ToWLChain(b.Iface), []nftdp.Rule{
+	d2.SetChain("tw-b", []nftdp.Rule{
 		{ID: "b/0", Proto: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Dst: nftdp.Side{Ports: []nftdp.PortRange{{8080, 8080}}}, Counter: true, Action: nftdp.ActAccept},
 		{ID: "b/end", Counter: true, Action: nftdp.ActDrop},
 	})
-	d2.SetEndpoint(b.Iface)
+	d2.SetEndpoint(b.Iface, "allow-all", "tw-b")
 	apply(t, d2)
 	if d2.Writes() != 0 {
 		t.Errorf("restart with the same state made %d writes", d2.Writes())
@@ -154,7 +153,7 @@ func TestDispatchFailClosed(t *testing.T) {
 	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv6, Port: 8080}, true, "a's IPv6 still in the set")
 
 	// Someone flushes one of our chains: a resync restores it.
-	conn.FlushChain(&nftables.Chain{Name: nftdp.ToWLChain(b.Iface), Table: &nftables.Table{Name: nftdp.DefaultTable, Family: nftables.TableFamilyIPv6}})
+	conn.FlushChain(&nftables.Chain{Name: "tw-b", Table: &nftables.Table{Name: nftdp.DefaultTable, Family: nftables.TableFamilyIPv6}})
 	if err := conn.Flush(); err != nil {
 		t.Fatal(err)
 	}

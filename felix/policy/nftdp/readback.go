@@ -10,10 +10,6 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-func gotoVerdict(chain string) *expr.Verdict {
-	return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
-}
-
 // load reads ft's table back from the kernel: chains with their rules'
 // keys, named sets with their elements, and the dispatch maps. A missing
 // table reads as empty.
@@ -21,7 +17,9 @@ func (d *Dataplane) load(ft *famTable) error {
 	ft.tableExists = false
 	ft.chains = map[string]*chainHave{}
 	ft.sets = map[string]*setHave{}
-	ft.dispatch = map[string]map[string]string{}
+	ft.ifaces = map[string]map[string]uint32{}
+	ft.lists = map[uint32]string{}
+	ft.hasDispatch = false
 	tables, err := d.conn.ListTablesOfFamily(ft.fam.nft)
 	if err != nil {
 		return fmt.Errorf("nftdp: listing %s tables: %w", ft.fam.name, err)
@@ -68,13 +66,23 @@ func (d *Dataplane) load(ft *famTable) error {
 			return fmt.Errorf("nftdp: reading %s set %s: %w", ft.fam.name, s.Name, err)
 		}
 		switch {
-		case s.IsMap:
-			m := map[string]string{}
+		case s.IsMap && s.Name == ChainDispatch:
+			ft.hasDispatch = true
 			for _, e := range els {
-				chain := verdictChain(e.Val)
-				m[string(bytes.TrimRight(e.Key, "\x00"))] = chain
+				if len(e.Key) == 4 {
+					ft.lists[binary.BigEndian.Uint32(e.Key)] = verdictChain(e.Val)
+				}
 			}
-			ft.dispatch[s.Name] = m
+		case s.IsMap:
+			m := map[string]uint32{}
+			for _, e := range els {
+				id := uint32(0) // never an id we hand out
+				if len(e.Val) == 4 {
+					id = binary.BigEndian.Uint32(e.Val)
+				}
+				m[string(bytes.TrimRight(e.Key, "\x00"))] = id
+			}
+			ft.ifaces[s.Name] = m
 		case s.KeyType.Bytes == ft.fam.namedPortType.Bytes:
 			h := &setHave{kind: NamedPortSet, elems: map[Member]bool{}}
 			for _, e := range els {

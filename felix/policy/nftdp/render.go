@@ -270,8 +270,11 @@ func (rd *renderer) action(r *Rule) []expr.Any {
 		if r.InIface != "" {
 			key = expr.MetaKeyIIFNAME
 		}
+		// Interface -> chain id (a miss ends the rule: the next rule
+		// drops), then id -> goto chain.
 		return []expr.Any{&expr.Meta{Key: key, Register: reg1},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: r.Target}}
+			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: r.Target},
+			&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: ChainDispatch}}
 	case ActLog:
 		var ex []expr.Any
 		if r.LogRate > 0 {
