@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/policy"
 )
 
 // Defaults for Config.
@@ -49,6 +51,9 @@ type Config struct {
 	Features Features
 	// Log is the base logger; default logrus with component=felix.
 	Log *logrus.Entry
+	// PolicyLog configures the policy Log action and the optional log of
+	// default drops (nflog group, rate).
+	PolicyLog policy.LogConfig
 	// Beat, when set, is marked each time the loop goes round (at least
 	// every heartbeat.Interval): the daemon's liveness reads it.
 	Beat *heartbeat.Beat
@@ -58,6 +63,10 @@ type Config struct {
 type Features struct {
 	DisableIPIP        bool
 	DisableNATOutgoing bool
+	// DisablePolicy leaves network policy unenforced (no routed-policy
+	// tables at all). For tests of other parts only: a node without
+	// policy lets every pod reach every pod.
+	DisablePolicy bool
 	DisableSysctls     bool
 	DisableMTUFile     bool
 }

@@ -91,6 +91,7 @@ func (f *Felix) takePending() []func(*loop) {
 func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) {
 	f.enqueue(func(l *loop) {
 		l.st.replaceResources(l.cfg.NodeName, rs)
+		l.policyReplace(rs)
 		l.resourcesSynced = true
 		l.planDirty = true
 	})
@@ -103,6 +104,7 @@ func (f *Felix) SetResource(r api.Resource) {
 		if l.st.setResource(l.cfg.NodeName, r) {
 			l.planDirty = true
 		}
+		l.policySet(r)
 	})
 }
 
@@ -112,6 +114,7 @@ func (f *Felix) DeleteResource(k api.Kind, name string) {
 		if l.st.deleteResource(k, name) {
 			l.planDirty = true
 		}
+		l.policyDelete(k, name)
 	})
 }
 

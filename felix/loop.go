@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix/natout"
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/routetable"
 )
 
@@ -36,6 +37,9 @@ type loop struct {
 	h       *netlink.Handle
 	rt      *routetable.RouteTable
 	nat     *natout.Table
+	policy  *policy.Manager // nil when policy is disabled
+	// policyNames is what policy was given, by kind (policy_glue.go).
+	policyNames names
 	tun     *tunnel
 	vx      *vxlanDev
 	plan    *plan
@@ -44,6 +48,7 @@ type loop struct {
 
 	resourcesSynced, affinitiesSynced bool
 	planDirty, fullResync             bool
+	policyDirty                       bool
 	tunnelDirty, mtuDirty             bool
 	vxlanDirty                        bool
 	sysctlsNeeded                     map[string]struct{} // device names
@@ -74,7 +79,7 @@ func (f *Felix) Run(ctx context.Context) error {
 
 func (f *Felix) open() (*loop, error) {
 	l := &loop{f: f, cfg: &f.cfg, log: f.log, st: newState(), nsh: netns.None(),
-		sysctlsNeeded: map[string]struct{}{}, fullResync: true, planDirty: true}
+		sysctlsNeeded: map[string]struct{}{}, fullResync: true, planDirty: true, policyNames: names{}}
 	var err error
 	if f.cfg.NetNSPath != "" {
 		if l.nsh, err = netns.GetFromPath(f.cfg.NetNSPath); err != nil {
@@ -100,6 +105,11 @@ func (f *Felix) open() (*loop, error) {
 			l.nat = nil
 		}
 	}
+	if err := l.openPolicy(); err != nil {
+		// Policy is a security boundary: without it felix does not run.
+		l.close()
+		return nil, fmt.Errorf("felix: network policy dataplane: %w", err)
+	}
 	l.rt = routetable.New(routetable.Config{
 		Protocol: f.cfg.RouteProtocol, GracePeriod: f.cfg.RouteGracePeriod,
 		Log: l.log, Metrics: f.metrics,
@@ -109,6 +119,9 @@ func (f *Felix) open() (*loop, error) {
 }
 
 func (l *loop) close() {
+	if l.policy != nil {
+		_ = l.policy.Close() // the tables stay and keep enforcing
+	}
 	if l.nat != nil {
 		_ = l.nat.Close()
 	}
@@ -136,7 +149,7 @@ func (l *loop) run(ctx context.Context) error {
 		for _, fn := range l.f.takePending() {
 			fn(l)
 		}
-		l.apply()
+		l.apply(ctx)
 		timer.Reset(l.nextWake())
 		select {
 		case <-ctx.Done():
@@ -237,7 +250,7 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 
 // apply pushes everything that is dirty. Failures schedule a retry with
 // backoff; the route table resyncs by itself after an error.
-func (l *loop) apply() {
+func (l *loop) apply(ctx context.Context) {
 	if !l.resourcesSynced || !l.affinitiesSynced {
 		return // see Run: never act on partial knowledge
 	}
@@ -294,6 +307,7 @@ func (l *loop) apply() {
 		errs = append(errs, l.nat.Apply(full))
 	}
 	errs = append(errs, l.rt.Apply())
+	errs = append(errs, l.applyPolicy(ctx, full))
 	if err := errors.Join(errs...); err != nil {
 		l.failures++
 		backoff := min(time.Duration(1<<min(l.failures-1, 10))*500*time.Millisecond, defaultMaxRetryBackoff, l.cfg.ResyncInterval)

@@ -119,6 +119,9 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 		return deleteEndpoint(context.Background(), store, wep.Metadata.Name, rev)
 	})
 
+	if err := waitForPolicy(ctx, c); err != nil {
+		return nil, err
+	}
 	success = true
 	return buildResult(c, ipamResult, ips, contMAC, contNS.Path()), nil
 }

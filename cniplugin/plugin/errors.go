@@ -45,7 +45,7 @@ func codeOf(err error) uint {
 	switch {
 	case errors.Is(err, errConfig), errors.Is(err, datastore.ErrConfig), errors.Is(err, api.ErrInvalid):
 		return types.ErrInvalidNetworkConfig
-	case errors.Is(err, datastore.ErrUnavailable):
+	case errors.Is(err, datastore.ErrUnavailable), errors.Is(err, errPolicyNotProgrammed):
 		return types.ErrTryAgainLater
 	case errors.Is(err, errInterfaceExists):
 		return types.ErrInvalidEnvironmentVariables

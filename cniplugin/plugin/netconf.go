@@ -60,6 +60,13 @@ type NetConf struct {
 		Type string `json:"type"`
 	} `json:"policy"`
 
+	// PolicySetupTimeoutSeconds (Calico's name): when above 0, ADD
+	// returns only once felix has programmed the pod's interface in the
+	// policy tables, waiting at most this long, and fails (undoing
+	// everything) when it has not. 0 returns at once: the pod's traffic
+	// is then dropped until felix programs it.
+	PolicySetupTimeoutSeconds int `json:"policy_setup_timeout_seconds"`
+
 	RuntimeConfig struct {
 		// IPs are fixed addresses requested by the runtime ("ips"
 		// capability); the IPAM plugin reads them from the same stdin.
@@ -88,6 +95,9 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 	}
 	if conf.IPAM.Type == "" {
 		return nil, fmt.Errorf("%w: ipam.type is required (normally \"routed-ipam\")", errConfig)
+	}
+	if conf.PolicySetupTimeoutSeconds < 0 || conf.PolicySetupTimeoutSeconds > 600 {
+		return nil, fmt.Errorf("%w: policy_setup_timeout_seconds %d is out of range (0: do not wait for felix, else 1..600)", errConfig, conf.PolicySetupTimeoutSeconds)
 	}
 	if conf.MTU < 0 || conf.MTU > 65535 {
 		return nil, fmt.Errorf("%w: mtu %d is out of range (0 reads %s, else 1..65535)", errConfig, conf.MTU, conf.mtuFile())

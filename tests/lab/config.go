@@ -15,15 +15,39 @@ import (
 // with the router on its own subnet (the router needs the pod routes to
 // forward between subnets when there is no IPIP) unless Topo.NoRouterBGP.
 func (l *Lab) applyConfig(ctx context.Context) error {
+	// The profile of the lab's pods' namespace: in a Kubernetes cluster
+	// routed's controllers write it for every namespace; the lab has none.
+	if err := l.ApplyYAML(ctx, "profiles.yaml", NamespaceProfileYAML("default")); err != nil {
+		return err
+	}
 	if l.Topo.Configure != nil {
 		return l.Topo.Configure(ctx, l)
 	}
-	path := filepath.Join(l.Dir, "lab.yaml")
-	if err := os.WriteFile(path, []byte(l.Topo.ConfigYAML()), 0o644); err != nil {
+	return l.ApplyYAML(ctx, "lab.yaml", l.Topo.ConfigYAML())
+}
+
+// ApplyYAML writes yaml into the lab's directory as name and applies it
+// with routedctl.
+func (l *Lab) ApplyYAML(ctx context.Context, name, yaml string) error {
+	path := filepath.Join(l.Dir, name)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		return err
 	}
 	_, err := l.Ctl(ctx, "apply", "-f", path)
 	return err
+}
+
+// NamespaceProfileYAML is the profile routed's controllers keep for a
+// Kubernetes namespace: its pods allow everything until a policy selects
+// them.
+func NamespaceProfileYAML(ns string) string {
+	return fmt.Sprintf(`apiVersion: routed.io/v1
+kind: Profile
+metadata: {name: kns.%s}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+`, ns)
 }
 
 // ConfigYAML is the lab's configuration as routed.io/v1 resources.
@@ -191,6 +215,7 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
     "log_file_path": %q,
     "mtu_file": %q,
     "ipam_lock_file": %q,
+    "policy_setup_timeout_seconds": 30,
     "ipam": {"type": "routed-ipam"}
   }]
 }

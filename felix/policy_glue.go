@@ -1,0 +1,162 @@
+package felix
+
+import (
+	"context"
+	"errors"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// PolicyKinds are the policy model's kinds felix takes from the node
+// feed (with every node's WorkloadEndpoints: selectors match remote pods).
+var PolicyKinds = []api.Kind{api.KindTier, api.KindNetworkPolicy, api.KindGlobalNetworkPolicy,
+	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet}
+
+// openPolicy opens the policy dataplane in felix's namespace. Nothing is
+// written before the first apply, which happens only once felix has the
+// whole datastore: a restarted routed leaves the previous process's
+// tables enforcing until it replaces them in one transaction.
+func (l *loop) openPolicy() error {
+	if l.cfg.Features.DisablePolicy {
+		return nil
+	}
+	fd := -1
+	if l.nsh.IsOpen() {
+		fd = int(l.nsh)
+	}
+	m, err := policy.NewManager(policy.Config{
+		Dataplane: nftdp.Config{NetnsFd: fd, IfacePrefix: l.cfg.WorkloadInterfacePrefix},
+		Log:       l.cfg.PolicyLog,
+	})
+	if err != nil {
+		return err
+	}
+	l.policy = m
+	return nil
+}
+
+// isPolicyKind reports whether k goes to the policy dataplane.
+func isPolicyKind(k api.Kind) bool {
+	for _, p := range PolicyKinds {
+		if p == k {
+			return true
+		}
+	}
+	return k == api.KindWorkloadEndpoint
+}
+
+// policySet hands one resource to the policy dataplane; an invalid one
+// is refused there (the previous version of it stays) and logged.
+func (l *loop) policySet(r api.Resource) {
+	if l.policy == nil || !isPolicyKind(r.GetKind()) {
+		return
+	}
+	var err error
+	switch v := r.(type) {
+	case *api.Tier:
+		l.policy.SetTier(v)
+	case *api.NetworkPolicy:
+		err = l.policy.SetPolicy(v)
+	case *api.GlobalNetworkPolicy:
+		err = l.policy.SetPolicy(v)
+	case *api.Profile:
+		err = l.policy.SetProfile(v)
+	case *api.NetworkSet:
+		err = l.policy.SetNetworkSet(v)
+	case *api.GlobalNetworkSet:
+		err = l.policy.SetGlobalNetworkSet(v)
+	case *api.WorkloadEndpoint:
+		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
+	}
+	l.policyNames.add(r.GetKind(), r.Meta().Name)
+	if err != nil {
+		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("name", r.Meta().Name).Warn("policy input refused; its previous version (if any) stays in force")
+	}
+	l.policyDirty = true
+}
+
+// policyDelete removes one resource from the policy dataplane.
+func (l *loop) policyDelete(k api.Kind, name string) {
+	if l.policy == nil || !isPolicyKind(k) {
+		return
+	}
+	switch k {
+	case api.KindTier:
+		l.policy.DeleteTier(name)
+	case api.KindNetworkPolicy:
+		ns, n := api.SplitStoreName(k, name)
+		l.policy.DeletePolicy("np:" + ns + "/" + n)
+	case api.KindGlobalNetworkPolicy:
+		l.policy.DeletePolicy("gnp:" + name)
+	case api.KindProfile:
+		l.policy.DeleteProfile(name)
+	case api.KindNetworkSet:
+		ns, n := api.SplitStoreName(k, name)
+		l.policy.DeleteNetworkSet(ns, n)
+	case api.KindGlobalNetworkSet:
+		l.policy.DeleteGlobalNetworkSet(name)
+	case api.KindWorkloadEndpoint:
+		l.policy.DeleteEndpoint(name)
+	}
+	l.policyNames.remove(k, name)
+	l.policyDirty = true
+}
+
+// policyReplace makes the policy dataplane's input equal to a snapshot's
+// (the kinds present in rs): what the snapshot no longer has goes.
+func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
+	if l.policy == nil {
+		return
+	}
+	for k, list := range rs {
+		if !isPolicyKind(k) {
+			continue
+		}
+		keep := make(map[string]bool, len(list))
+		for _, r := range list {
+			keep[r.Meta().Name] = true
+		}
+		for name := range l.policyNames[k] {
+			if !keep[name] {
+				l.policyDelete(k, name)
+			}
+		}
+		for _, r := range list {
+			l.policySet(r)
+		}
+	}
+	l.policyDirty = true
+}
+
+// names are the datastore names of what the policy dataplane was given,
+// by kind (to remove what a later snapshot lacks).
+type names map[api.Kind]map[string]bool
+
+func (n names) add(k api.Kind, name string) {
+	if n[k] == nil {
+		n[k] = map[string]bool{}
+	}
+	n[k][name] = true
+}
+
+func (n names) remove(k api.Kind, name string) { delete(n[k], name) }
+
+// applyPolicy writes what changed (full: read the tables back first).
+func (l *loop) applyPolicy(ctx context.Context, full bool) error {
+	if l.policy == nil || (!l.policyDirty && !full) {
+		return nil
+	}
+	var err error
+	if full {
+		err = l.policy.Resync(ctx)
+	} else {
+		err = l.policy.Apply(ctx)
+	}
+	if err != nil {
+		return errors.Join(errors.New("policy"), err)
+	}
+	l.policyDirty = false
+	return nil
+}
