@@ -66,9 +66,9 @@ type Features struct {
 	// DisablePolicy leaves network policy unenforced (no routed-policy
 	// tables at all). For tests of other parts only: a node without
 	// policy lets every pod reach every pod.
-	DisablePolicy bool
-	DisableSysctls     bool
-	DisableMTUFile     bool
+	DisablePolicy  bool
+	DisableSysctls bool
+	DisableMTUFile bool
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -32,19 +32,19 @@ type loop struct {
 	log *logrus.Entry
 	st  *state
 
-	nsh     netns.NsHandle
-	kernel  *routetable.NetlinkKernel
-	h       *netlink.Handle
-	rt      *routetable.RouteTable
-	nat     *natout.Table
-	policy  *policy.Manager // nil when policy is disabled
+	nsh    netns.NsHandle
+	kernel *routetable.NetlinkKernel
+	h      *netlink.Handle
+	rt     *routetable.RouteTable
+	nat    *natout.Table
+	policy *policy.Manager // nil when policy is disabled
 	// policyNames is what policy was given, by kind (policy_glue.go).
 	policyNames names
-	tun     *tunnel
-	vx      *vxlanDev
-	plan    *plan
-	hostMTU int
-	lastMTU int // last value written to the MTU file
+	tun         *tunnel
+	vx          *vxlanDev
+	plan        *plan
+	hostMTU     int
+	lastMTU     int // last value written to the MTU file
 
 	resourcesSynced, affinitiesSynced bool
 	planDirty, fullResync             bool
