@@ -342,8 +342,10 @@ func peerFilters(names []string, all map[string]*api.BGPFilter, v6, ebgp bool, l
 // filterRule converts a validated BGPFilter rule. Source RemotePeers
 // only narrows export rules: every imported route comes from a peer.
 func filterRule(r api.BGPFilterRule, export bool) (bgp.FilterRule, error) {
-	fr := bgp.FilterRule{Accept: r.Action == api.FilterAccept, Op: r.MatchOperator,
-		RemoteOnly: export && r.Source == api.FilterSourceRemotePeer}
+	// An interface rule matches learned routes only (BIRD's originated
+	// routes have no interface): on export, that is RemoteOnly.
+	fr := bgp.FilterRule{Accept: r.Action == api.FilterAccept, Op: r.MatchOperator, Interface: r.Interface,
+		RemoteOnly: export && (r.Source == api.FilterSourceRemotePeer || r.Interface != "")}
 	if r.CIDR != "" {
 		p, err := netip.ParsePrefix(r.CIDR)
 		if err != nil {

@@ -3,6 +3,8 @@ package api
 import (
 	"fmt"
 	"net/netip"
+	"path"
+	"strings"
 )
 
 // BGPFilter holds import and export rules for the BGP sessions of the
@@ -36,6 +38,10 @@ type BGPFilterSpec struct {
 //   - PeerType eBGP or iBGP: only on sessions of that kind.
 //   - Communities: routes carrying that standard or large community.
 //   - ASPathPrefix: routes whose AS path starts with these AS numbers.
+//   - Interface: routes learned from a peer whose next hop lies in a
+//     subnet of an interface whose name matches this glob (* and ?), as
+//     BIRD's ifname of a BGP route is the interface its next hop is
+//     reached through; never the routes this node originates.
 type BGPFilterRule struct {
 	Action        string                 `json:"action"`
 	MatchOperator string                 `json:"matchOperator,omitempty"`
@@ -45,6 +51,7 @@ type BGPFilterRule struct {
 	PeerType      string                 `json:"peerType,omitempty"`
 	Communities   *BGPFilterCommunities  `json:"communities,omitempty"`
 	ASPathPrefix  []ASNumber             `json:"asPathPrefix,omitempty"`
+	Interface     string                 `json:"interface,omitempty"`
 	// Operations change an accepted route, in order.
 	Operations []BGPFilterOperation `json:"operations,omitempty"`
 }
@@ -177,6 +184,9 @@ func validateFilterRule(v *errs, field string, r BGPFilterRule, v6 bool) {
 			}
 		}
 	}
+	if r.Interface != "" && !validIfaceGlob(r.Interface) {
+		v.add(field+".interface", r.Interface, "must be an interface name or a glob of one (* and ?), at most 15 characters")
+	}
 	for j, asn := range r.ASPathPrefix {
 		validateASN(v, indexed(field+".asPathPrefix", j), asn, false)
 	}
@@ -204,4 +214,15 @@ func validateFilterRule(v *errs, field string, r BGPFilterRule, v6 bool) {
 			}
 		}
 	}
+}
+
+// validIfaceGlob reports whether g is an interface name pattern: at most
+// 15 characters (the kernel's limit), no '/' or whitespace, and a valid
+// glob.
+func validIfaceGlob(g string) bool {
+	if len(g) > 15 || strings.ContainsAny(g, "/ \t\n") {
+		return false
+	}
+	_, err := path.Match(g, "")
+	return err == nil
 }

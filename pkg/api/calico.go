@@ -88,7 +88,6 @@ func filterRuleFields() []calicoField {
 	for _, list := range []string{"exportV4", "importV4", "exportV6", "importV6"} {
 		rule := "spec." + list + "[]."
 		out = append(out,
-			calicoField{path: rule + "interface", refuse: always("routed's speaker originates no route from an interface and installs learned routes through felix, so no route has an interface to match; ignoring it would make the rule match routes it must not")},
 			calicoField{path: rule + "priority", refuse: always(filterPriorityWhy)},
 			calicoField{path: rule + "operations[].setPriority", refuse: always(filterPriorityWhy)})
 	}

@@ -71,7 +71,13 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("node %+v", n.Spec.BGP)
 			}
 		}},
-		{file: "bgpfilter-reference.yaml", refuse: []string{"spec.exportV4[1].interface", "cannot be ignored"}},
+		{file: "bgpfilter-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			f := r.(*api.BGPFilter)
+			if len(f.Spec.ExportV4) != 2 || f.Spec.ExportV4[0].Source != "RemotePeers" || f.Spec.ExportV4[1].Interface != "*.calico" ||
+				f.Spec.ImportV4[0].PrefixLength == nil || *f.Spec.ImportV4[0].PrefixLength.Min != 30 {
+				t.Errorf("filter %+v", f.Spec)
+			}
+		}},
 		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).
 		// nat-outgoing is a Calico v1 spelling that Calico v3 refuses too.
 		{file: "calicoctl-ippool.yaml", refuse: []string{"spec.nat-outgoing", "natOutgoing"}},

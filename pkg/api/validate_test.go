@@ -740,7 +740,7 @@ func TestBGPFilterRuleFields(t *testing.T) {
 	t.Parallel()
 	lo, hi := int32(16), int32(24)
 	f := &api.BGPFilter{Metadata: api.ObjectMeta{Name: "f"}, Spec: api.BGPFilterSpec{
-		ExportV4: []api.BGPFilterRule{{Action: "Accept", Source: "RemotePeers", PeerType: "eBGP",
+		ExportV4: []api.BGPFilterRule{{Action: "Accept", Source: "RemotePeers", PeerType: "eBGP", Interface: "*.calico",
 			MatchOperator: "In", CIDR: "10.0.0.0/8", PrefixLength: &api.BGPFilterPrefixLength{Min: &lo, Max: &hi},
 			Communities: &api.BGPFilterCommunities{Values: []string{"65000:1"}}, ASPathPrefix: []api.ASNumber{65000},
 			Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "65000:1:2"}},
@@ -749,14 +749,14 @@ func TestBGPFilterRuleFields(t *testing.T) {
 	checkValid(t, f.Validate())
 	big := int32(40)
 	f.Spec.ImportV4 = []api.BGPFilterRule{
-		{Action: "Reject", Source: "Local", PeerType: "external", Operations: []api.BGPFilterOperation{{}}},
+		{Action: "Reject", Source: "Local", PeerType: "external", Operations: []api.BGPFilterOperation{{}}, Interface: "eth0/1"},
 		{Action: "Accept", PrefixLength: &api.BGPFilterPrefixLength{Max: &hi}},
 		{Action: "Accept", MatchOperator: "In", CIDR: "10.0.0.0/8", PrefixLength: &api.BGPFilterPrefixLength{Max: &big},
 			Communities: &api.BGPFilterCommunities{Values: []string{"1:2", "3:4"}}, ASPathPrefix: []api.ASNumber{0},
 			Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "70000:1"}},
 				{PrependASPath: &api.BGPFilterPrependASPath{}}}},
 	}
-	checkValid(t, f.Validate(), "spec.importV4[0].source", "spec.importV4[0].peerType", "spec.importV4[0].operations",
+	checkValid(t, f.Validate(), "spec.importV4[0].source", "spec.importV4[0].peerType", "spec.importV4[0].operations", "spec.importV4[0].interface",
 		"spec.importV4[0].operations[0]", "spec.importV4[1].prefixLength", "spec.importV4[2].prefixLength",
 		"spec.importV4[2].communities.values", "spec.importV4[2].asPathPrefix[0]",
 		"spec.importV4[2].operations[0].addCommunity.value", "spec.importV4[2].operations[1].prependASPath.prefix")

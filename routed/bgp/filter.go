@@ -30,6 +30,11 @@ type FilterRule struct {
 	Community string
 	// ASPathPrefix matches routes whose AS path starts with these ASNs.
 	ASPathPrefix []uint32
+	// Interface, a glob, matches routes whose next hop is in a subnet of
+	// an interface of this host whose name matches (BIRD's ifname of a
+	// BGP route: the interface towards its next hop). No such interface:
+	// the rule matches nothing.
+	Interface string
 	// AddCommunities are added to accepted routes, and Prepend put in
 	// front of their AS path (Prepend[0] first).
 	AddCommunities []string
@@ -82,7 +87,8 @@ func filterKey(f map[netip.Addr]PeerFilters) string {
 // must come after routed's own), and the sessions are soft-reset so routes already
 // exchanged are judged again.
 func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
-	key := filterKey(want)
+	subnets := interfaceSubnets(want)
+	key := filterKey(want) + fmt.Sprint(subnets)
 	if key == s.filterKey && !reorder {
 		return nil
 	}
@@ -112,7 +118,7 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 				continue
 			}
 			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
-			if err := s.addFilterPolicy(ctx, name, a, d.dir, d.rules); err != nil {
+			if err := s.addFilterPolicy(ctx, name, a, d.dir, d.rules, subnets); err != nil {
 				return err
 			}
 		}
@@ -126,7 +132,7 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	return nil
 }
 
-func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule) error {
+func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule, subnets map[string][]string) error {
 	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{hostPrefix(peer)}}
 	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: nset, Replace: true}); err != nil {
 		return fmt.Errorf("bgp: filter %s: %w", name, err)
@@ -135,7 +141,10 @@ func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.A
 	var stmts []*api.Statement
 	for i, r := range rules {
 		base := fmt.Sprintf("%s-%d", name, i)
-		rs, sets := ruleStatements(base, name, r)
+		if r.Interface != "" && len(subnets[r.Interface]) == 0 {
+			continue // no interface matches: the rule matches no route
+		}
+		rs, sets := ruleStatements(base, name, r, subnets[r.Interface])
 		for _, set := range sets {
 			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
 				return fmt.Errorf("bgp: filter %s: %w", base, err)

@@ -14,7 +14,8 @@ import (
 
 // ruleStatements turns one BGPFilter rule of the session whose neighbor
 // set is nset into GoBGP statements named base-..., and the defined sets
-// they use (to be added first).
+// they use (to be added first). ifaceSubnets are the subnets of the
+// interfaces r.Interface matches (their routes' next hops qualify).
 //
 // GoBGP's statement can prepend one AS number (repeated), so a prefix of
 // several distinct ASNs becomes a chain: every statement but the last
@@ -35,9 +36,12 @@ import (
 // than Calico's L p1..pn <path>. A prepend of L only (AS path padding)
 // is exactly Calico's. A source RemotePeers condition doubles each statement
 // (GoBGP matches one route type at a time: iBGP-learned, eBGP-learned).
-func ruleStatements(base, nset string, r FilterRule) ([]*api.Statement, []*api.DefinedSet) {
+func ruleStatements(base, nset string, r FilterRule, ifaceSubnets []string) ([]*api.Statement, []*api.DefinedSet) {
 	var sets []*api.DefinedSet
 	cond := &api.Conditions{NeighborSet: &api.MatchSet{Name: nset, Type: api.MatchSet_TYPE_ANY}}
+	if r.Interface != "" {
+		cond.NextHopInList = ifaceSubnets
+	}
 	if r.CIDR.IsValid() {
 		p := &api.Prefix{IpPrefix: r.CIDR.String(), MaskLengthMin: uint32(r.CIDR.Bits()), MaskLengthMax: uint32(r.CIDR.Bits())}
 		switch {

@@ -14,7 +14,7 @@ import (
 func TestRuleStatementsPrependChain(t *testing.T) {
 	r := FilterRule{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.0.0.0/8"), MinLen: 16, MaxLen: 24,
 		ASPathPrefix: []uint32{65000}, Prepend: []uint32{1, 2, 2}, AddCommunities: []string{"1:1", "1:2:3"}, RemoteOnly: true}
-	stmts, sets := ruleStatements("f-0", "nb", r)
+	stmts, sets := ruleStatements("f-0", "nb", r, nil)
 	if len(stmts) != 4 {
 		t.Fatalf("%d statements, want 2 steps x 2 route types", len(stmts))
 	}
@@ -50,14 +50,14 @@ func TestRuleStatementsPrependChain(t *testing.T) {
 	// eBGP export: the path prefix is matched behind the local AS, and a
 	// foreign prepend goes in front of it with it repeated first.
 	r = FilterRule{Accept: true, ASPathPrefix: []uint32{7}, Prepend: []uint32{9}, EBGPLocalAS: 64512}
-	stmts, sets = ruleStatements("f-1", "nb", r)
+	stmts, sets = ruleStatements("f-1", "nb", r, nil)
 	if len(stmts) != 2 || stmts[0].Actions.AsPrepend.GetAsn() != 9 || stmts[1].Actions.AsPrepend.GetAsn() != 64512 ||
 		sets[0].List[0] != "^64512_7_" || sets[1].List[0] != "^9_64512_7_" {
 		t.Fatalf("eBGP export chain: %v %v", stmts, sets)
 	}
 	// Padding with the local AS only is Calico's path exactly.
 	r.Prepend, r.ASPathPrefix = []uint32{64512, 64512}, nil
-	if stmts, _ = ruleStatements("f-2", "nb", r); len(stmts) != 1 || stmts[0].Actions.AsPrepend.GetRepeat() != 2 {
+	if stmts, _ = ruleStatements("f-2", "nb", r, nil); len(stmts) != 1 || stmts[0].Actions.AsPrepend.GetRepeat() != 2 {
 		t.Fatalf("padding: %v", stmts)
 	}
 }

@@ -116,3 +116,56 @@ protocol bgp node_a {
 	}
 	t.Logf("gobgpd's RIB:\n%s", rib)
 }
+
+// TestBGPFilterInterface: Calico's interface match, as BIRD reads it
+// (the interface a BGP route's next hop is reached through). BIRD 2's
+// routes come with next hops on node a's eth0: a rule on "lo" passes
+// them by, one on "eth*" rejects the route it names. On export, "eth0"
+// matches b's block (learned over the mesh, next hop b on eth0) and
+// adds a community, but never a's own block, as Calico's originated
+// routes have no interface.
+func TestBGPFilterInterface(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	b := c.addNode("b", 2, nil, "10.65.2.0/26")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream {
+	ipv4;
+	route 192.168.100.0/24 blackhole;
+	route 192.168.200.0/24 blackhole;
+}
+filter to_nodes { if net ~ [192.168.0.0/16+] then accept; reject; }
+protocol bgp node_a {
+	local %[1]s as 65000;
+	neighbor %[2]s as 64512;
+	ipv4 { import all; export filter to_nodes; };
+}
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "ifaces"}, Spec: api.BGPFilterSpec{
+		ImportV4: []api.BGPFilterRule{
+			{Action: "Reject", Interface: "lo"},
+			{Action: "Reject", Interface: "eth*", MatchOperator: "Equal", CIDR: "192.168.200.0/24"},
+		},
+		ExportV4: []api.BGPFilterRule{
+			{Action: "Accept", Interface: "eth0", Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "65001:9"}}}},
+		},
+	}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		Node: "a", PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"ifaces"}, KeepOriginalNextHop: true}})
+
+	a.waitRoutes("BIRD's route past the lo rule, b's block", 30*time.Second,
+		has("192.168.100.0/24", tor.Addr.String(), "10.65.2.0/26", b.host.Addr.String()))
+	if r := a.sink().Routes; r["192.168.200.0/24"] != "" {
+		t.Errorf("the eth* rule let 192.168.200.0/24 in: %v", r)
+	}
+	out := bird.WaitCtl(t, "show route 10.65.2.0/26 all", 30*time.Second, func(s string) bool { return strings.Contains(s, "(65001,9)") })
+	t.Logf("BIRD's route to b's block:\n%s", out)
+	own := bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool { return strings.Contains(s, "10.65.1.0/26") })
+	if strings.Contains(own, "community") {
+		t.Errorf("a's own block matched an interface rule:\n%s", own)
+	}
+}
