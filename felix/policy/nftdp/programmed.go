@@ -12,7 +12,7 @@ import (
 
 // Programmed reports whether felix has programmed iface in the policy
 // tables of the namespace netnsFd (-1: the caller's): the interface is in
-// both dispatch maps of every family table that exists, and at least one
+// both interface maps of every family table that exists, and at least one
 // table exists. The CNI plugin asks before ADD returns, so a pod starts
 // only once its policy (or its profiles' allow) is in force. It only
 // reads.
@@ -33,18 +33,18 @@ func Programmed(netnsFd int, table, iface string) (bool, error) {
 	key := ifnameKey(iface)
 	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
 		t := &nftables.Table{Name: table, Family: fam}
-		for _, m := range []string{FromWLDispatch, ToWLDispatch} {
+		for _, m := range []string{FromWLIfaces, ToWLIfaces} {
 			set, err := c.GetSetByName(t, m)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
-					if m == FromWLDispatch {
+					if m == FromWLIfaces {
 						break // no table of this family (yet)
 					}
 					return false, nil
 				}
 				return false, fmt.Errorf("reading %s %s: %w", table, m, err)
 			}
-			if m == FromWLDispatch {
+			if m == FromWLIfaces {
 				tables++
 			}
 			elems, err := c.GetSetElements(set)
