@@ -26,6 +26,27 @@ type Object struct {
 		Labels      map[string]string `json:"labels"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
+	// Spec holds the few pod fields the endpoint needs.
+	Spec struct {
+		ServiceAccountName string      `json:"serviceAccountName"`
+		Containers         []Container `json:"containers"`
+		InitContainers     []Container `json:"initContainers"`
+	} `json:"spec"`
+}
+
+// Container is the part of a pod's container the endpoint needs: its
+// ports, which named ports in policy rules resolve to.
+type Container struct {
+	Ports []ContainerPort `json:"ports"`
+}
+
+// ContainerPort is one port of a container (core/v1 ContainerPort).
+type ContainerPort struct {
+	Name          string `json:"name"`
+	ContainerPort int    `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostPort      int    `json:"hostPort"`
+	HostIP        string `json:"hostIP"`
 }
 
 // status is the body of an API error answer.

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routed-net/routed/cniplugin/plugin"
+
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // apiServer is a fake API server serving a fixed set of objects over
@@ -111,10 +114,11 @@ func TestPodLabelsTokenAndCache(t *testing.T) {
 	s := NewSource()
 	kc := tokenKubeconfig(t, a)
 	for i := 0; i < 2; i++ {
-		l, err := s.PodLabels(context.Background(), kc, "default", "web")
+		info, err := s.PodInfo(context.Background(), kc, "default", "web")
 		if err != nil {
 			t.Fatal(err)
 		}
+		l := info.Labels
 		if len(l) != 2 || l["app"] != "web" || l["tier"] != "front" {
 			t.Fatalf("labels %v", l)
 		}
@@ -135,9 +139,9 @@ func TestTokenFileCAFileAndRelativePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := writeKubeconfig(t, dir, "    server: "+a.URL+"\n    certificate-authority: ca.crt\n", "    tokenFile: token\n")
-	l, err := NewSource().PodLabels(context.Background(), kc, "ns1", "p")
-	if err != nil || l["k"] != "v" {
-		t.Fatalf("labels %v, %v", l, err)
+	info, err := NewSource().PodInfo(context.Background(), kc, "ns1", "p")
+	if err != nil || info.Labels["k"] != "v" {
+		t.Fatalf("pod %+v, %v", info, err)
 	}
 }
 
@@ -158,11 +162,11 @@ func TestClientCertificate(t *testing.T) {
 	kc := writeKubeconfig(t, t.TempDir(),
 		"    server: "+a.URL+"\n    certificate-authority-data: "+b64(a.caPEM())+"\n",
 		"    client-certificate-data: "+b64(certPEM)+"\n    client-key-data: "+b64(keyPEM)+"\n")
-	if _, err := NewSource().PodLabels(context.Background(), kc, "default", "p"); err != nil {
+	if _, err := NewSource().PodInfo(context.Background(), kc, "default", "p"); err != nil {
 		t.Fatalf("with client certificate: %v", err)
 	}
 	noCert := writeKubeconfig(t, t.TempDir(), "    server: "+a.URL+"\n    certificate-authority-data: "+b64(a.caPEM())+"\n", "    {}\n")
-	if _, err := NewSource().PodLabels(context.Background(), noCert, "default", "p"); err == nil {
+	if _, err := NewSource().PodInfo(context.Background(), noCert, "default", "p"); err == nil {
 		t.Fatal("without client certificate: no error")
 	}
 }
@@ -374,5 +378,35 @@ func TestFuncsAdd(t *testing.T) {
 	seen, err = run(missingConf, "plain")
 	if err != nil || string(seen) != string(missingConf) {
 		t.Fatalf("missing kubeconfig: %v\n%s", err, seen)
+	}
+}
+
+// TestPodInfoServiceAccountAndPorts: the endpoint's service account and
+// ports come from the pod's spec as Calico takes them: named or
+// host-mapped container ports of containers and init containers, TCP by
+// default, ports of protocols policy cannot name left out.
+func TestPodInfoServiceAccountAndPorts(t *testing.T) {
+	a := newAPIServer(t, "s3cret")
+	a.objects[podPath("shop", "web")] = `{"kind":"Pod","metadata":{"name":"web","namespace":"shop","labels":{"app":"web"}},
+	 "spec":{"serviceAccountName":"frontend",
+	  "containers":[{"name":"c","ports":[{"name":"http","containerPort":8080},{"containerPort":9090},
+	     {"name":"dns","containerPort":53,"protocol":"UDP"},{"containerPort":7000,"hostPort":30070,"hostIP":"10.0.0.5","protocol":"SCTP"},
+	     {"name":"odd","containerPort":1,"protocol":"FOO"}]}],
+	  "initContainers":[{"name":"i","ports":[{"name":"metrics","containerPort":9100,"protocol":"TCP"}]}]}}`
+	info, err := NewSource().PodInfo(context.Background(), tokenKubeconfig(t, a), "shop", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ServiceAccount != "frontend" || info.Labels["app"] != "web" {
+		t.Errorf("pod info %+v", info)
+	}
+	want := []api.WorkloadEndpointPort{
+		{Name: "http", Protocol: api.ProtocolFromName("TCP"), Port: 8080},
+		{Name: "dns", Protocol: api.ProtocolFromName("UDP"), Port: 53},
+		{Protocol: api.ProtocolFromName("SCTP"), Port: 7000, HostPort: 30070, HostIP: "10.0.0.5"},
+		{Name: "metrics", Protocol: api.ProtocolFromName("TCP"), Port: 9100},
+	}
+	if !reflect.DeepEqual(info.Ports, want) {
+		t.Errorf("ports\n got %+v\nwant %+v", info.Ports, want)
 	}
 }

@@ -1,7 +1,8 @@
 // Package k8spod is routed-cni's Kubernetes pod source: with
 // kubernetes.kubeconfig in the network configuration, ADD reads the pod
 // (GET /api/v1/namespaces/NS/pods/NAME) before anything is allocated;
-// its labels go on the WorkloadEndpoint (through plugin.LabelSource) and
+// its labels, service account and named ports go on the WorkloadEndpoint
+// (through plugin.PodSource) and
 // its annotations steer IPAM:
 //
 //   - cni.projectcalico.org/ipAddrs or routed.io/ipAddrs: a JSON list
@@ -43,6 +44,7 @@ import (
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
 	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // Sentinels; CNIError maps them to CNI codes.
@@ -99,12 +101,13 @@ type Source struct {
 // NewSource returns an empty Source.
 func NewSource() *Source { return &Source{} }
 
-var _ plugin.LabelSource = (*Source)(nil)
+var _ plugin.PodSource = (*Source)(nil)
 
-// PodLabels returns the pod's labels. A kubeconfig path that does not
-// exist yields no labels, as before this source existed (see Funcs).
-// Errors carry their CNI code.
-func (s *Source) PodLabels(ctx context.Context, kubeconfig, namespace, pod string) (map[string]string, error) {
+// PodInfo returns what the pod's WorkloadEndpoint carries from it: its
+// labels, service account and named or host ports. A kubeconfig path
+// that does not exist yields nil, as before this source existed (see
+// Funcs). Errors carry their CNI code.
+func (s *Source) PodInfo(ctx context.Context, kubeconfig, namespace, pod string) (*plugin.PodInfo, error) {
 	if missing(kubeconfig) {
 		return nil, nil
 	}
@@ -112,11 +115,41 @@ func (s *Source) PodLabels(ctx context.Context, kubeconfig, namespace, pod strin
 	if err != nil {
 		return nil, CNIError(err)
 	}
-	labels := make(map[string]string, len(o.Metadata.Labels))
+	info := &plugin.PodInfo{Labels: make(map[string]string, len(o.Metadata.Labels)), ServiceAccount: o.Spec.ServiceAccountName}
 	for k, v := range o.Metadata.Labels {
-		labels[k] = v
+		info.Labels[k] = v
 	}
-	return labels, nil
+	info.Ports = endpointPorts(append(slices.Clone(o.Spec.Containers), o.Spec.InitContainers...))
+	return info, nil
+}
+
+// endpointPorts lists the container ports policy can refer to, as
+// Calico lists them: those with a name or a host port; the protocol
+// defaults to TCP, and ports of protocols policy cannot name are left
+// out.
+func endpointPorts(containers []Container) []api.WorkloadEndpointPort {
+	var out []api.WorkloadEndpointPort
+	for _, c := range containers {
+		for _, p := range c.Ports {
+			if p.ContainerPort <= 0 || p.ContainerPort > 65535 || (p.Name == "" && p.HostPort == 0) {
+				continue
+			}
+			var proto string
+			switch p.Protocol {
+			case "", "TCP":
+				proto = api.ProtocolTCP
+			case "UDP":
+				proto = api.ProtocolUDP
+			case "SCTP":
+				proto = api.ProtocolSCTP
+			default:
+				continue
+			}
+			out = append(out, api.WorkloadEndpointPort{Name: p.Name, Protocol: api.ProtocolFromName(proto),
+				Port: uint16(p.ContainerPort), HostPort: uint16(min(max(p.HostPort, 0), 65535)), HostIP: p.HostIP})
+		}
+	}
+	return out
 }
 
 // Pod reads a pod, once per process.
@@ -195,8 +228,8 @@ func missing(kubeconfig string) bool {
 	return errors.Is(err, os.ErrNotExist)
 }
 
-// Funcs returns p's verbs with ADD preceded by the pod lookup. p.Labels
-// should be s, so the labels come from the pod already read.
+// Funcs returns p's verbs with ADD preceded by the pod lookup. p.Pods
+// should be s, so the endpoint's identity comes from the pod already read.
 func (s *Source) Funcs(p *plugin.Plugin) skel.CNIFuncs {
 	f := p.Funcs()
 	next := f.Add

@@ -106,11 +106,11 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 		undo.add("delete host route "+rt.Dst.String(), func() error { return delRoute(rt) })
 	}
 
-	labels, err := p.podLabels(ctx, c)
+	pod, err := p.podInfo(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	wep := c.buildEndpoint(ips, contMAC, labels)
+	wep := c.buildEndpoint(ips, contMAC, pod)
 	rev, err := writeEndpoint(ctx, store, wep)
 	if err != nil {
 		return nil, err

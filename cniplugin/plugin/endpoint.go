@@ -4,21 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
-// buildEndpoint describes this attachment for felix and BGP.
-func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, labels map[string]string) *api.WorkloadEndpoint {
+// buildEndpoint describes this attachment for felix and BGP. A pod's
+// endpoint carries Calico's identity: the labels projectcalico.org/
+// namespace, orchestrator and serviceaccount besides the pod's own, and
+// the profiles of its namespace and service account, which policy
+// selectors match.
+func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, pod *PodInfo) *api.WorkloadEndpoint {
 	nets := make([]string, 0, len(ips))
 	for _, ip := range ips {
 		nets = append(nets, hostPrefix(ip).String())
 	}
-	return &api.WorkloadEndpoint{
+	if pod == nil {
+		pod = &PodInfo{}
+	}
+	wep := &api.WorkloadEndpoint{
 		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
-		Metadata: api.ObjectMeta{Name: c.wepName(), Labels: labels},
+		Metadata: api.ObjectMeta{Name: c.wepName()},
 		Spec: api.WorkloadEndpointSpec{
 			Node:               c.node,
 			Orchestrator:       c.orchestrator,
@@ -31,8 +39,29 @@ func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, labels map[
 			IPNetworks:         nets,
 			MAC:                contMAC.String(),
 			Handle:             c.handle(),
+			ServiceAccountName: pod.ServiceAccount,
+			Ports:              pod.Ports,
 		},
 	}
+	labels := maps.Clone(pod.Labels)
+	if c.orchestrator == "k8s" && c.k8s.Namespace != "" {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		ns := c.k8s.Namespace
+		labels[api.LabelNamespace] = ns
+		labels[api.LabelOrchestrator] = c.orchestrator
+		wep.Spec.Profiles = []string{api.NamespaceProfilePrefix + ns}
+		if sa := pod.ServiceAccount; sa != "" {
+			// Calico labels only names that fit a label value.
+			if len(sa) < 63 {
+				labels[api.LabelServiceAccount] = sa
+			}
+			wep.Spec.Profiles = append(wep.Spec.Profiles, api.ServiceAccountProfilePrefix+ns+"."+sa)
+		}
+	}
+	wep.Metadata.Labels = labels
+	return wep
 }
 
 // writeEndpoint creates the endpoint, replacing a leftover of an earlier
@@ -76,19 +105,19 @@ func deleteEndpoint(ctx context.Context, store Store, name, rev string) error {
 	return fmt.Errorf("delete WorkloadEndpoint %s: %w", name, err)
 }
 
-// podLabels asks the label source, when Kubernetes is configured.
-func (p *Plugin) podLabels(ctx context.Context, c *call) (map[string]string, error) {
+// podInfo asks the pod source, when Kubernetes is configured.
+func (p *Plugin) podInfo(ctx context.Context, c *call) (*PodInfo, error) {
 	kc := c.conf.Kubernetes.Kubeconfig
 	if kc == "" || c.k8s.Pod == "" {
 		return nil, nil
 	}
-	if p.Labels == nil {
-		c.log.Debug("kubernetes.kubeconfig is set but this build has no Kubernetes label source; endpoint written without pod labels")
+	if p.Pods == nil {
+		c.log.Debug("kubernetes.kubeconfig is set but this build has no Kubernetes pod source; endpoint written without pod labels")
 		return nil, nil
 	}
-	labels, err := p.Labels.PodLabels(ctx, kc, c.k8s.Namespace, c.k8s.Pod)
+	info, err := p.Pods.PodInfo(ctx, kc, c.k8s.Namespace, c.k8s.Pod)
 	if err != nil {
-		return nil, fmt.Errorf("read labels of %s: %w", c.describe(), err)
+		return nil, fmt.Errorf("read pod %s: %w", c.describe(), err)
 	}
-	return labels, nil
+	return info, nil
 }

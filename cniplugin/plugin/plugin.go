@@ -45,21 +45,31 @@ type Store interface {
 	Close() error
 }
 
-// LabelSource supplies a pod's labels for its WorkloadEndpoint. It is
-// consulted only when kubernetes.kubeconfig is set in the netconf.
-type LabelSource interface {
-	PodLabels(ctx context.Context, kubeconfig, namespace, pod string) (map[string]string, error)
+// PodSource supplies what a pod's WorkloadEndpoint carries from the
+// Kubernetes API. It is consulted only when kubernetes.kubeconfig is set
+// in the netconf; nil info (no error) means nothing is known.
+type PodSource interface {
+	PodInfo(ctx context.Context, kubeconfig, namespace, pod string) (*PodInfo, error)
+}
+
+// PodInfo is a pod's identity for policy: its labels, its service
+// account (spec.serviceAccountName) and its named and host ports.
+type PodInfo struct {
+	Labels         map[string]string
+	ServiceAccount string
+	Ports          []api.WorkloadEndpointPort
 }
 
 // Plugin holds the plugin's collaborators; the zero value is the
-// production plugin (real etcd, no Kubernetes label source).
+// production plugin (real etcd, no Kubernetes pod source).
 type Plugin struct {
 	// OpenStore connects to the datastore; nil means datastore.New.
 	// routed-ipam runs in-process only over a *datastore.Client; over
 	// any other Store (a fake) its executable is run instead.
 	OpenStore func(datastore.Config) (Store, error)
-	// Labels fetches pod labels; nil writes endpoints without labels.
-	Labels LabelSource
+	// Pods reads pods; nil writes endpoints with only the identity
+	// CNI_ARGS give (namespace labels and profile).
+	Pods PodSource
 }
 
 // Funcs returns one function per CNI verb, for skel.PluginMainFuncs.

@@ -129,6 +129,23 @@ func (w *WorkloadEndpoint) Validate() error {
 			v.add(indexed("spec.ipNetworks", i), n, "is not a CIDR")
 		}
 	}
+	for i, p := range s.Profiles {
+		if p == "" || len(p) > 253 || !nameRE.MatchString(p) {
+			v.add(indexed("spec.profiles", i), p, "is not a profile name")
+		}
+	}
+	for i, p := range s.Ports {
+		f := indexed("spec.ports", i)
+		if p.Name != "" && !portNameRE.MatchString(p.Name) {
+			v.add(f+".name", p.Name, "is not a port name")
+		}
+		if !p.Protocol.HasPorts() {
+			v.add(f+".protocol", p.Protocol.String(), "must be TCP, UDP or SCTP")
+		}
+		if p.Port == 0 {
+			v.add(f+".port", nil, "is required (1-65535)")
+		}
+	}
 	return v.result(KindWorkloadEndpoint, w.Metadata.Name)
 }
 

@@ -167,6 +167,12 @@ func verifyAttachment(t *testing.T, n *node, p *pod, res *current.Result, hostVe
 			s.MAC != res.Interfaces[1].Mac || s.Handle != "routed-net."+p.containerID && !strings.HasSuffix(s.Handle, "."+p.containerID) {
 			t.Errorf("endpoint %s: %+v", w.Metadata.Name, s)
 		}
+		// Calico's identity labels and the namespace's profile, which
+		// policy selectors match.
+		if l := w.Metadata.Labels; l["projectcalico.org/namespace"] != p.namespace || l["projectcalico.org/orchestrator"] != "k8s" ||
+			len(s.Profiles) != 1 || s.Profiles[0] != "kns."+p.namespace {
+			t.Errorf("endpoint %s identity: labels %v profiles %v", w.Metadata.Name, l, s.Profiles)
+		}
 	}
 	if !found {
 		t.Errorf("no WorkloadEndpoint for %s among %d", p.containerID, len(weps))

@@ -26,8 +26,9 @@ func main() {
 	if filepath.Base(os.Args[0]) == "install" || (len(os.Args) > 1 && os.Args[1] == "install") {
 		os.Exit(install.Main(os.Args[0]))
 	}
-	// Pod labels and IPAM annotations come from the Kubernetes API.
+	// Pod labels, service account, ports and IPAM annotations come from
+	// the Kubernetes API.
 	pods := k8spod.NewSource()
-	p := &plugin.Plugin{Labels: pods}
+	p := &plugin.Plugin{Pods: pods}
 	skel.PluginMainFuncs(pods.Funcs(p), plugin.Versions, "routed-cni: routed's CNI plugin (run \"routed-cni install\" to install it on a node)")
 }
