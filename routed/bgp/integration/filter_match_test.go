@@ -169,3 +169,48 @@ protocol bgp node_a {
 		t.Errorf("a's own block matched an interface rule:\n%s", own)
 	}
 }
+
+// TestFRRSeesPrependedPaths: FRR 8, which drops eBGP routes whose AS
+// path does not start with its neighbor's AS, takes the routes a
+// BGPFilter prepends to: other ASNs as "64512 65010 64512 ..." (GoBGP
+// adds the node's AS before export policy runs, so it is repeated in
+// front), padding with the node's own AS exactly as Calico's BIRD does.
+func TestFRRSeesPrependedPaths(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26", "10.65.3.0/26")
+	frr := bgptest.StartFRR(t, tor, fmt.Sprintf(`frr defaults traditional
+hostname tor
+router bgp 65000
+ bgp router-id %[1]s
+ no bgp ebgp-requires-policy
+ neighbor %[2]s remote-as 64512
+ address-family ipv4 unicast
+  neighbor %[2]s activate
+ exit-address-family
+`, tor.Addr, a.host.Addr))
+	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "prepend"}, Spec: api.BGPFilterSpec{
+		ExportV4: []api.BGPFilterRule{
+			{Action: "Accept", MatchOperator: "Equal", CIDR: "10.65.1.0/26", Operations: []api.BGPFilterOperation{
+				{PrependASPath: &api.BGPFilterPrependASPath{Prefix: []api.ASNumber{65010}}},
+				{AddCommunity: &api.BGPFilterAddCommunity{Value: "65001:1:1"}}}},
+			{Action: "Accept", MatchOperator: "Equal", CIDR: "10.65.3.0/26", Operations: []api.BGPFilterOperation{
+				{PrependASPath: &api.BGPFilterPrependASPath{Prefix: []api.ASNumber{64512, 64512}}}}},
+		},
+	}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"prepend"}}})
+
+	out := frr.WaitVtysh(t, "show bgp ipv4 unicast 10.65.1.0/26", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "64512 65010 64512") && strings.Contains(s, "65001:1:1")
+	})
+	t.Logf("FRR's route to 10.65.1.0/26:\n%s", out)
+	out = frr.WaitVtysh(t, "show bgp ipv4 unicast 10.65.3.0/26", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "64512 64512 64512")
+	})
+	if strings.Contains(out, "64512 64512 64512 64512") {
+		t.Errorf("padding with the node's AS is one too long:\n%s", out)
+	}
+	t.Logf("FRR's route to 10.65.3.0/26:\n%s", out)
+}
