@@ -78,6 +78,7 @@ const DefaultTemplate = `{
       "nodename": "__KUBERNETES_NODE_NAME__",
       "mtu": __CNI_MTU__,
       "ipam": {"type": "routed-ipam"},
+      "policy_setup_timeout_seconds": 30,
       "policy": {"type": "k8s"},
       "kubernetes": {"kubeconfig": "__KUBECONFIG_FILEPATH__"},
       "capabilities": {"ips": true}
