@@ -11,7 +11,7 @@
 //
 // The base chains (see base.go) send every packet from or to an
 // interface starting with the workload prefix to its endpoint chain
-// through the dispatch verdict maps, and drop it when the interface has
+// through the dispatch maps (dispatch.go), and drop it when the interface has
 // no entry: an endpoint is closed until SetEndpoint and Apply have run.
 //
 // A Dataplane is used from one goroutine.
