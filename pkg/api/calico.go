@@ -75,7 +75,11 @@ var calicoFields = map[Kind][]calicoField{
 		{path: "spec.wireguard", note: "written by Calico's WireGuard support, which routed does not have"},
 		{path: "status", note: "status is written by the node, not applied"},
 	},
-	KindBGPFilter: filterRuleFields(),
+	KindBGPFilter:           filterRuleFields(),
+	KindGlobalNetworkPolicy: policyFields(true),
+	KindNetworkPolicy:       policyFields(false),
+	KindProfile:             ruleFields(),
+	KindTier:                {{path: "status", note: "status is written by Calico's controllers, not applied"}},
 }
 
 const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"

@@ -78,6 +78,42 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("filter %+v", f.Spec)
 			}
 		}},
+		{file: "globalnetworkpolicy-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			p := r.(*api.GlobalNetworkPolicy)
+			in := p.Spec.Ingress[0]
+			if p.Spec.Tier != "default" || len(p.Spec.Types) != 2 || in.Destination.Ports[0] != api.SinglePort(6379) || in.Metadata.Annotations["from"] != "frontend" {
+				t.Errorf("policy %+v", p.Spec)
+			}
+		}},
+		{file: "networkpolicy-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.NetworkPolicy); api.StoreName(p) != "production.allow-tcp-6379" || p.Spec.Selector != "role == 'database'" {
+				t.Errorf("policy %s %+v", api.StoreName(p), p.Spec)
+			}
+		}},
+		{file: "tier-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			if tr := r.(*api.Tier); *tr.Spec.Order != 100 || *tr.Spec.DefaultAction != api.ActionDeny {
+				t.Errorf("tier %+v", tr.Spec)
+			}
+		}},
+		{file: "profile-reference.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.Profile); p.Spec.LabelsToApply["stage"] != "development" {
+				t.Errorf("profile %+v", p.Spec)
+			}
+		}},
+		{file: "globalnetworkset-sample.yaml", check: func(t *testing.T, r api.Resource) {
+			if s := r.(*api.GlobalNetworkSet); len(s.Spec.Nets) != 2 || s.Metadata.Labels["role"] != "external-database" {
+				t.Errorf("set %+v", s)
+			}
+		}},
+		{file: "networkset-sample.yaml", check: func(t *testing.T, r api.Resource) {
+			if s := r.(*api.NetworkSet); api.StoreName(s) != "staging.external-database" || len(s.Spec.Nets) != 2 {
+				t.Errorf("set %+v", s)
+			}
+		}},
+		{file: "globalnetworkpolicy-do-not-track.yaml", refuse: []string{"spec.doNotTrack", "host endpoints"}},
+		{file: "globalnetworkpolicy-apply-on-forward.yaml", warn: []string{"spec.applyOnForward"}},
+		{file: "networkpolicy-http.yaml", refuse: []string{"spec.ingress[0].http", "application-layer"}},
+		{file: "networkpolicy-services.yaml", refuse: []string{"spec.egress[0].destination.services", "Services"}},
 		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).
 		// nat-outgoing is a Calico v1 spelling that Calico v3 refuses too.
 		{file: "calicoctl-ippool.yaml", refuse: []string{"spec.nat-outgoing", "natOutgoing"}},

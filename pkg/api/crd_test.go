@@ -91,3 +91,90 @@ func TestDecodeCalicoCRDForm(t *testing.T) {
 		t.Errorf("core v1 IPPool: %v", err)
 	}
 }
+
+// kubectlPolicyCRDList is `kubectl get tiers.crd.projectcalico.org,
+// networkpolicies.crd.projectcalico.org,globalnetworksets.crd.projectcalico.org
+// -o yaml` on a Calico cluster with the Kubernetes datastore: tier status,
+// policy names with their tier prefix, the API server's metadata.
+const kubectlPolicyCRDList = `apiVersion: v1
+items:
+- apiVersion: crd.projectcalico.org/v1
+  kind: Tier
+  metadata:
+    creationTimestamp: "2024-03-01T10:00:00Z"
+    finalizers: [projectcalico.org/tier-controller]
+    generation: 1
+    name: security
+    resourceVersion: "811"
+    uid: 7c9d6a1e-1111-4000-8000-000000000001
+  spec:
+    defaultAction: Pass
+    order: 300
+  status:
+    conditions:
+    - {lastTransitionTime: "2024-03-01T10:00:01Z", message: "", reason: Ready, status: "True", type: Ready}
+- apiVersion: crd.projectcalico.org/v1
+  kind: NetworkPolicy
+  metadata:
+    annotations:
+      projectcalico.org/metadata: '{"creationTimestamp":null}'
+    creationTimestamp: "2024-03-01T10:05:00Z"
+    generation: 1
+    name: security.allow-dns
+    namespace: shop
+    resourceVersion: "812"
+    uid: 7c9d6a1e-1111-4000-8000-000000000002
+  spec:
+    egress:
+    - action: Allow
+      destination:
+        ports: [53]
+        selector: k8s-app == 'kube-dns'
+        namespaceSelector: projectcalico.org/name == 'kube-system'
+      protocol: UDP
+    order: 10
+    selector: all()
+    tier: security
+    types: [Egress]
+- apiVersion: crd.projectcalico.org/v1
+  kind: GlobalNetworkSet
+  metadata:
+    creationTimestamp: "2024-03-01T10:06:00Z"
+    generation: 1
+    labels: {blocked: "true"}
+    name: blocked
+    resourceVersion: "813"
+    uid: 7c9d6a1e-1111-4000-8000-000000000003
+  spec:
+    nets: [198.51.100.0/24]
+kind: List
+metadata:
+  resourceVersion: ""
+`
+
+// TestDecodePolicyCRDForm: the policy model's kinds in kubectl's CRD
+// form are read like their projectcalico.org/v3 form, the server's
+// bookkeeping dropped, and delete -f names namespaced ones by store name.
+func TestDecodePolicyCRDForm(t *testing.T) {
+	t.Parallel()
+	d := mustDecode(t, kubectlPolicyCRDList)
+	if got := names(d.Resources); strings.Join(got, " ") != "Tier/security NetworkPolicy/security.allow-dns GlobalNetworkSet/blocked" {
+		t.Fatalf("decoded %v", got)
+	}
+	for _, r := range d.Resources {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%v", err)
+		}
+		if len(r.Meta().Annotations) != 0 || r.Meta().UID != "" {
+			t.Errorf("%s kept Kubernetes bookkeeping: %+v", r.GetKind(), r.Meta())
+		}
+	}
+	np := d.Resources[1].(*api.NetworkPolicy)
+	if api.StoreName(np) != "shop.security.allow-dns" || np.Spec.Egress[0].Destination.Ports[0] != api.SinglePort(53) {
+		t.Errorf("policy %s %+v", api.StoreName(np), np.Spec)
+	}
+	refs, err := api.DecodeRefs([]byte(kubectlPolicyCRDList))
+	if err != nil || len(refs) != 3 || refs[1] != (api.Ref{Kind: api.KindNetworkPolicy, Name: "shop.security.allow-dns"}) {
+		t.Errorf("refs %v, %v", refs, err)
+	}
+}

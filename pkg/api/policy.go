@@ -81,7 +81,18 @@ func (p *NetworkPolicy) GetKind() Kind { return KindNetworkPolicy }
 // Meta implements Resource.
 func (p *NetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 
-func (p *NetworkPolicy) setDefaults() { p.Spec.setDefaults() }
+func (p *NetworkPolicy) setDefaults() {
+	defaultNamespace(&p.Metadata)
+	p.Spec.setDefaults()
+}
+
+// defaultNamespace puts a namespaced object that names no namespace in
+// "default", as calicoctl and kubectl do.
+func defaultNamespace(m *ObjectMeta) {
+	if m.Namespace == "" {
+		m.Namespace = "default"
+	}
+}
 
 // GetKind implements Resource.
 func (p *GlobalNetworkPolicy) GetKind() Kind { return KindGlobalNetworkPolicy }

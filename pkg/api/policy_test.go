@@ -184,8 +184,15 @@ func TestNamespacedNames(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "metadata.namespace") {
 		t.Errorf("namespace on a cluster kind: %v", err)
 	}
+	// No namespace is "default", as calicoctl and kubectl have it.
 	d := mustDecode(t, "apiVersion: routed.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\n")
-	if err := d.Resources[0].Validate(); err == nil || !strings.Contains(err.Error(), "metadata.namespace: is required") {
+	if r := d.Resources[0]; r.Validate() != nil || api.StoreName(r) != "default.p" {
+		t.Errorf("namespaced kind without namespace: %q %v", api.StoreName(r), r.Validate())
+	}
+	// Built in code without defaults, it is refused.
+	np := &api.NetworkPolicy{Metadata: api.ObjectMeta{Name: "p"}}
+	np.Spec.Tier = "default"
+	if err := np.Validate(); err == nil || !strings.Contains(err.Error(), "metadata.namespace: is required") {
 		t.Errorf("namespaced kind without namespace: %v", err)
 	}
 	for _, k := range []string{"networkpolicy", "networkpolicies", "gnp", "tiers", "profile", "networksets", "globalnetworkset"} {

@@ -52,7 +52,6 @@ func TestPolicyValidation(t *testing.T) {
 		{"bad policy name", "apiVersion: routed.io/v1\nkind: GlobalNetworkPolicy\nmetadata: {name: a.b.c}\n", []string{"metadata.name", "a.b.c"}},
 		{"bad namespace", "apiVersion: routed.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: a.b}\n", []string{"metadata.namespace", "no dots"}},
 		{"bad set net", "apiVersion: routed.io/v1\nkind: GlobalNetworkSet\nmetadata: {name: s}\nspec: {nets: [bogus]}\n", []string{"spec.nets[0]", "bogus"}},
-		{"bad network set namespace", "apiVersion: routed.io/v1\nkind: NetworkSet\nmetadata: {name: s}\nspec: {nets: [10.0.0.0/8]}\n", []string{"metadata.namespace", "required"}},
 		{"tier default action", "apiVersion: routed.io/v1\nkind: Tier\nmetadata: {name: t}\nspec: {defaultAction: Allow}\n", []string{"spec.defaultAction", "Deny or Pass"}},
 		{"well-known tier order", "apiVersion: routed.io/v1\nkind: Tier\nmetadata: {name: default}\nspec: {order: 5}\n", []string{"spec.order", "fixed at 1e+06"}},
 		{"well-known tier action", "apiVersion: routed.io/v1\nkind: Tier\nmetadata: {name: kube-admin}\nspec: {defaultAction: Deny}\n", []string{"spec.defaultAction", "fixed at Pass"}},

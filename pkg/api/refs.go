@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Ref names one resource: its kind and name.
+// Ref names one resource: its kind and store name (StoreName).
 type Ref struct {
 	Kind Kind
 	Name string
@@ -67,6 +67,13 @@ func appendRefs(refs []Ref, obj map[string]any, where string) ([]Ref, error) {
 	name, _ := md["name"].(string)
 	if name == "" {
 		return nil, fmt.Errorf("%w: %s (%s): metadata.name is required", ErrDecode, where, kind)
+	}
+	if k.Namespaced() {
+		ns, _ := md["namespace"].(string)
+		if ns == "" {
+			ns = "default" // as Decode defaults it
+		}
+		name = NamespacedName(k, ns, name)
 	}
 	return append(refs, Ref{Kind: k, Name: name}), nil
 }

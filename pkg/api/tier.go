@@ -129,7 +129,10 @@ func (s *NetworkSet) GetKind() Kind { return KindNetworkSet }
 // Meta implements Resource.
 func (s *NetworkSet) Meta() *ObjectMeta { return &s.Metadata }
 
-func (s *NetworkSet) setDefaults() { normalizeNets(s.Spec.Nets) }
+func (s *NetworkSet) setDefaults() {
+	defaultNamespace(&s.Metadata)
+	normalizeNets(s.Spec.Nets)
+}
 
 // GetKind implements Resource.
 func (s *GlobalNetworkSet) GetKind() Kind { return KindGlobalNetworkSet }

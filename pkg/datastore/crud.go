@@ -64,13 +64,9 @@ func (c *Client) Create(ctx context.Context, r api.Resource) (api.Resource, erro
 	}
 	k, name := r.GetKind(), api.StoreName(r)
 	key := Key(k, name)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
-	if pool, ok := r.(*api.IPPool); ok {
-		guard, err := c.poolOverlapGuard(ctx, pool)
-		if err != nil {
-			return nil, err
-		}
-		cmps = append(cmps, guard)
+	cmps, err := c.writeGuards(ctx, r, clientv3.Compare(clientv3.Version(key), "=", 0))
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
@@ -102,13 +98,9 @@ func (c *Client) Update(ctx context.Context, r api.Resource) (api.Resource, erro
 	}
 	k, name := r.GetKind(), api.StoreName(r)
 	key := Key(k, name)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
-	if pool, ok := r.(*api.IPPool); ok {
-		guard, err := c.poolOverlapGuard(ctx, pool)
-		if err != nil {
-			return nil, err
-		}
-		cmps = append(cmps, guard)
+	cmps, err := c.writeGuards(ctx, r, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
@@ -201,9 +193,17 @@ func (c *Client) Delete(ctx context.Context, k api.Kind, name, resourceVersion s
 		return err
 	}
 	key := Key(k, name)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+	if k == api.KindTier {
+		guard, err := c.tierUnusedGuard(ctx, name)
+		if err != nil {
+			return err
+		}
+		cmps = append(cmps, guard...)
+	}
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
-	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+	resp, err := c.etcd.Txn(ctx).If(cmps...).
 		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return c.wrap(err)

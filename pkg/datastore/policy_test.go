@@ -15,6 +15,9 @@ func TestPolicyKindsStored(t *testing.T) {
 	t.Parallel()
 	c, _ := newTestClient(t)
 	ctx := testCtx(t)
+	if err := c.EnsureDefaultTiers(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	order := 5.0
 	np := func(ns string) *api.NetworkPolicy {
@@ -31,7 +34,6 @@ func TestPolicyKindsStored(t *testing.T) {
 		&api.NetworkSet{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNetworkSet}, Metadata: api.ObjectMeta{Name: "partners", Namespace: "shop"}, Spec: api.NetworkSetSpec{Nets: []string{"192.0.2.0/24"}}},
 		&api.GlobalNetworkSet{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindGlobalNetworkSet}, Metadata: api.ObjectMeta{Name: "blocked"}, Spec: api.NetworkSetSpec{Nets: []string{"198.51.100.0/24"}}},
 		&api.Profile{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindProfile}, Metadata: api.ObjectMeta{Name: "kns.shop"}, Spec: api.ProfileSpec{Ingress: []api.Rule{{Action: api.ActionAllow}}}},
-		api.DefaultTiers()[0],
 	}
 	for _, r := range objs {
 		if _, err := c.Create(ctx, r); err != nil {

@@ -48,7 +48,8 @@ func rw(prefix string) Permission { return Permission{Prefix: prefix, Write: tru
 
 // Roles returns the least-privilege etcd roles of routed's components.
 // The node daemon writes IPAM, Node and endpoint records (GC), the
-// cluster identity, its GC election and the default pool, but never
+// cluster identity, its GC election, the default pool and the three
+// tiers that always exist (those keys only), but never
 // BGP peers, BGP or IPAM configuration. The CNI plugin writes only IPAM
 // and endpoint keys. A route reflector reads everything and writes only
 // its own Node record (one key per name in reflectors).
@@ -59,14 +60,24 @@ func Roles(reflectors []string) []Role {
 		rrPerms = append(rrPerms, Permission{Prefix: Key(api.KindNode, n), Write: true, Exact: true})
 	}
 	return []Role{
-		{Name: RoleNode, Purpose: "routed on every node", Perms: []Permission{readAll,
+		{Name: RoleNode, Purpose: "routed on every node", Perms: append([]Permission{readAll,
 			rw(IPAMPrefix), rw(KindPrefix(api.KindNode)), rw(KindPrefix(api.KindWorkloadEndpoint)),
-			rw(KindPrefix(api.KindIPPool)), rw(ClusterInfoPrefix), rw(LeasesPrefix), rw(NodeGCPrefix)}},
+			rw(KindPrefix(api.KindIPPool)), rw(ClusterInfoPrefix), rw(LeasesPrefix), rw(NodeGCPrefix)}, defaultTierPerms()...)},
 		{Name: RoleCNI, Purpose: "routed-cni and routed-ipam (key copied to every node's /etc/cni/net.d)", Perms: []Permission{readAll,
 			rw(IPAMPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
 		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
 	}
+}
+
+// defaultTierPerms lets the node create the tiers that always exist
+// (EnsureDefaultTiers), and no other tier.
+func defaultTierPerms() []Permission {
+	var out []Permission
+	for _, t := range api.DefaultTiers() {
+		out = append(out, Permission{Prefix: Key(api.KindTier, t.Metadata.Name), Write: true, Exact: true})
+	}
+	return out
 }
 
 // WriteEtcdctlRoles prints the etcdctl commands that create the roles and

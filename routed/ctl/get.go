@@ -13,12 +13,15 @@ import (
 )
 
 func newGetCmd(g *globals) *cobra.Command {
-	var output string
+	var output, namespace string
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME...]",
 		Short: "Show resources as a table, YAML or JSON",
 		Long: `Show resources. KIND is one of ippool, node, bgpconfiguration, bgppeer,
-workloadendpoint (wep), ipamconfiguration (singular or plural).
+bgpfilter, workloadendpoint (wep), ipamconfiguration, tier, networkpolicy,
+globalnetworkpolicy (gnp), profile, networkset, globalnetworkset (singular or
+plural). NetworkPolicies and NetworkSets are named NAMESPACE/NAME or -n
+NAMESPACE NAME.
 -o yaml and -o json print resources that "apply -f" reads back.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,7 +40,11 @@ workloadendpoint (wep), ipamconfiguration (singular or plural).
 			var rs []api.Resource
 			if len(args) > 1 {
 				for _, name := range args[1:] {
-					r, err := c.Get(cmd.Context(), k, name)
+					sn, err := storeName(k, namespace, name)
+					if err != nil {
+						return err
+					}
+					r, err := c.Get(cmd.Context(), k, sn)
 					if err != nil {
 						return err
 					}
@@ -45,6 +52,8 @@ workloadendpoint (wep), ipamconfiguration (singular or plural).
 				}
 			} else if rs, _, err = c.List(cmd.Context(), k); err != nil {
 				return err
+			} else if namespace != "" {
+				rs = inNamespace(rs, namespace)
 			}
 			switch output {
 			case "yaml", "json":
@@ -54,6 +63,7 @@ workloadendpoint (wep), ipamconfiguration (singular or plural).
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml, json or wide (default: table)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace's NetworkPolicies and NetworkSets (names may also be written NAMESPACE/NAME)")
 	return cmd
 }
 

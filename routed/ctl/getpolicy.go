@@ -1,10 +1,13 @@
 package ctl
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // policyColumns gives the table columns of the policy model's kinds;
@@ -60,4 +63,84 @@ func order(o *float64) string {
 		return "(last)"
 	}
 	return strconv.FormatFloat(*o, 'g', -1, 64)
+}
+
+// storeName turns a name typed on the command line into the name the
+// datastore keeps: for a namespaced kind "NAMESPACE/NAME", or NAME with
+// -n NAMESPACE.
+func storeName(k api.Kind, namespace, arg string) (string, error) {
+	ns, name, hasSlash := strings.Cut(arg, "/")
+	if !k.Namespaced() {
+		if namespace != "" || hasSlash {
+			return "", usageError("%s is not namespaced: give its name alone", k)
+		}
+		return arg, nil
+	}
+	if !hasSlash {
+		ns, name = namespace, arg
+	} else if namespace != "" && namespace != ns {
+		return "", usageError("%q names namespace %q but -n says %q", arg, ns, namespace)
+	}
+	if ns == "" || name == "" {
+		return "", usageError("a %s is named NAMESPACE/NAME or -n NAMESPACE NAME, not %q", k, arg)
+	}
+	return api.NamespacedName(k, ns, name), nil
+}
+
+// inNamespace keeps the resources of one namespace.
+func inNamespace(rs []api.Resource, namespace string) []api.Resource {
+	var out []api.Resource
+	for _, r := range rs {
+		if r.Meta().Namespace == namespace {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ensureTiersFor creates the tiers that always exist before resources
+// that may name them are written, so a policy in the default tier can be
+// applied to a datastore no routed node has started on yet.
+func ensureTiersFor(ctx context.Context, c *datastore.Client, rs []api.Resource) error {
+	for _, r := range rs {
+		if _, isPolicy := r.(api.Policy); isPolicy || r.GetKind() == api.KindTier {
+			return c.EnsureDefaultTiers(ctx)
+		}
+	}
+	return nil
+}
+
+// tiersFirst checks, before anything is written, that every policy's
+// tier exists or is in the same file, and returns rs with the file's
+// tiers moved to the front (otherwise in file order) so they exist when
+// their policies are written.
+func tiersFirst(ctx context.Context, c *datastore.Client, rs []api.Resource) ([]api.Resource, error) {
+	var tiers, rest []api.Resource
+	inFile := map[string]bool{}
+	for _, r := range rs {
+		if r.GetKind() == api.KindTier {
+			tiers = append(tiers, r)
+			inFile[r.Meta().Name] = true
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	known := map[string]bool{}
+	for _, r := range rest {
+		p, ok := r.(api.Policy)
+		if !ok {
+			continue
+		}
+		tier := p.Policy().Tier
+		if inFile[tier] || known[tier] {
+			continue
+		}
+		if _, err := c.Get(ctx, api.KindTier, tier); datastore.IsNotFound(err) {
+			return nil, fmt.Errorf("%s %s: spec.tier %q: %w (not in the datastore nor in the file; nothing was written)", r.GetKind(), qualified(r), tier, datastore.ErrUnknownTier)
+		} else if err != nil {
+			return nil, err
+		}
+		known[tier] = true
+	}
+	return append(tiers, rest...), nil
 }

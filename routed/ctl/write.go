@@ -68,6 +68,12 @@ func newWriteCmd(g *globals, verb, short string) *cobra.Command {
 			if _, err := c.InitClusterInfo(cmd.Context()); err != nil {
 				return err
 			}
+			if err := ensureTiersFor(cmd.Context(), c, rs); err != nil {
+				return err
+			}
+			if rs, err = tiersFirst(cmd.Context(), c, rs); err != nil {
+				return err
+			}
 			return writeAll(cmd.Context(), c, verb, rs, g.out)
 		},
 	}
@@ -119,7 +125,7 @@ func pastTense(verb string) string {
 }
 
 func newDeleteCmd(g *globals) *cobra.Command {
-	var file string
+	var file, namespace string
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "delete (-f FILE | KIND NAME...)",
@@ -154,7 +160,11 @@ func newDeleteCmd(g *globals) *cobra.Command {
 					return err
 				}
 				for _, n := range args[1:] {
-					refs = append(refs, ref{k, n})
+					sn, err := storeName(k, namespace, n)
+					if err != nil {
+						return err
+					}
+					refs = append(refs, ref{k, sn})
 				}
 			default:
 				return usageError("delete needs -f FILE or KIND NAME")
@@ -186,5 +196,6 @@ func newDeleteCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "file naming the resources to delete (- for stdin)")
 	cmd.Flags().BoolVar(&force, "force", false, "delete IP pools even while addresses in them are allocated")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of NetworkPolicy and NetworkSet names (or write NAMESPACE/NAME)")
 	return cmd
 }
