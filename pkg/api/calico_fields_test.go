@@ -7,8 +7,23 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 )
 
+// calicoRuleFields are the fields of Calico's v3 Rule and EntityRule
+// (api/pkg/apis/projectcalico/v3/policy_common.go), each in a rule.
+var calicoRuleFields = []string{
+	"ingress: [{action: Allow, ipVersion: 4}]", "ingress: [{action: Allow, protocol: TCP}]",
+	"ingress: [{action: Allow, protocol: ICMP, icmp: {type: 8, code: 0}}]", "ingress: [{action: Allow, notProtocol: UDP}]",
+	"ingress: [{action: Allow, protocol: ICMP, notICMP: {type: 8}}]", "ingress: [{action: Allow, http: {methods: [GET]}}]",
+	"ingress: [{action: Allow, metadata: {annotations: {a: b}}}]",
+	"egress: [{action: Allow, destination: {nets: [10.0.0.0/8]}}]", "egress: [{action: Allow, destination: {notNets: [10.0.0.0/8]}}]",
+	"egress: [{action: Allow, destination: {selector: all()}}]", "egress: [{action: Allow, destination: {notSelector: all()}}]",
+	"egress: [{action: Allow, destination: {namespaceSelector: all()}}]", "egress: [{action: Allow, destination: {services: {name: s, namespace: shop}}}]",
+	"egress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]", "egress: [{action: Allow, protocol: TCP, destination: {notPorts: ['1:1024']}}]",
+	"egress: [{action: Allow, destination: {serviceAccounts: {names: [a], selector: all()}}}]",
+}
+
 // TestEveryCalicoFieldIsClassified sets each field of Calico's v3
-// IPPool, BGPPeer, BGPConfiguration, Node and BGPFilter (Calico v3.30,
+// IPPool, BGPPeer, BGPConfiguration, Node, BGPFilter and the policy
+// model's kinds (Calico v3.30,
 // https://docs.tigera.io/calico/latest/reference/resources/, one field
 // at a time on a valid resource) and checks that routed knows it: the
 // file applies (honoured, or dropped with a warning) or is refused for a
@@ -50,6 +65,17 @@ func TestEveryCalicoFieldIsClassified(t *testing.T) {
 			"importV4: [{action: Reject, source: RemotePeers}]", "exportV4: [{action: Reject, interface: '*.calico'}]",
 			"exportV6: [{action: Accept, matchOperator: Equal, cidr: 'fd00::/64'}]", "importV6: [{action: Reject}]",
 		}},
+		{"GlobalNetworkPolicy", "selector: all()", append([]string{
+			"tier: default", "order: 10", "types: [Ingress]", "doNotTrack: true", "preDNAT: true", "applyOnForward: true",
+			"serviceAccountSelector: all()", "namespaceSelector: all()", "performanceHints: [AssumeNeededOnEveryNode]",
+		}, calicoRuleFields...)},
+		{"NetworkPolicy", "selector: all()", append([]string{
+			"tier: default", "order: 10", "types: [Ingress]", "serviceAccountSelector: all()", "performanceHints: [AssumeNeededOnEveryNode]",
+		}, calicoRuleFields...)},
+		{"Profile", "labelsToApply: {a: b}", []string{"ingress: [{action: Allow}]", "egress: [{action: Allow}]"}},
+		{"Tier", "order: 1000000", []string{"defaultAction: Deny"}},
+		{"GlobalNetworkSet", "nets: [10.0.0.0/8]", nil},
+		{"NetworkSet", "nets: [10.0.0.0/8]", nil},
 	}
 	for _, k := range kinds {
 		for _, f := range k.fields {

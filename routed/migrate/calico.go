@@ -54,13 +54,16 @@ type Report struct {
 }
 
 // calicoKinds are the resources carried over, in the order written:
-// pools before the blocks inside them, nodes before their endpoints.
-var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode}
+// pools before the blocks inside them, nodes before their endpoints,
+// tiers before their policies.
+var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode,
+	api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy}
 
 // Calico reads a Calico etcdv3 datastore (from) and writes routed's
-// pools, BGP configuration, filters, peers, nodes, workload endpoints
-// and IPAM state (blocks with their affinity, allocations and handles)
-// into to, so running pods keep their addresses. It is idempotent: what
+// pools, BGP configuration, filters, peers, nodes, tiers, policies,
+// profiles, network sets, workload endpoints and IPAM state (blocks with
+// their affinity, allocations and handles) into to, so running pods keep
+// their addresses and their policy. It is idempotent: what
 // routed already holds identically is left alone. If anything routed
 // holds differs, nothing is written and the report names it. dryRun only
 // plans.
@@ -91,6 +94,11 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 			carried = append(carried, r)
 		}
 	}
+	carried, tierSkips, err := withTiers(ctx, to, carried)
+	if err != nil {
+		return nil, err
+	}
+	rep.Skipped = append(rep.Skipped, tierSkips...)
 	left, err := leftovers(ctx, from)
 	if err != nil {
 		return nil, err
@@ -126,8 +134,8 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 
 	conflict := false
 	for _, r := range carried {
-		it := Item{Kind: r.GetKind(), Name: r.Meta().Name, Action: "create"}
-		cur, err := to.Get(ctx, r.GetKind(), r.Meta().Name)
+		it := Item{Kind: r.GetKind(), Name: api.StoreName(r), Action: "create"}
+		cur, err := to.Get(ctx, r.GetKind(), api.StoreName(r))
 		switch {
 		case datastore.IsNotFound(err):
 		case err != nil:
@@ -160,12 +168,22 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 	if _, err := to.InitClusterInfo(ctx); err != nil {
 		return rep, err
 	}
+
+	tiersEnsured := false
 	for i, r := range carried {
 		if rep.Items[i].Action != "create" {
 			continue
 		}
+		// The tiers routed always has are made once Calico's own tiers
+		// (which may include them) are written, before any policy.
+		if _, isPolicy := r.(api.Policy); isPolicy && !tiersEnsured {
+			if err := to.EnsureDefaultTiers(ctx); err != nil {
+				return rep, err
+			}
+			tiersEnsured = true
+		}
 		if _, err := to.Create(ctx, r); err != nil {
-			return rep, fmt.Errorf("migrate: %s %s: %w", r.GetKind(), r.Meta().Name, err)
+			return rep, fmt.Errorf("migrate: %s %s: %w", r.GetKind(), api.StoreName(r), err)
 		}
 	}
 	rep.Blocks, err = ic.Import(ctx, blocks, false)
@@ -233,6 +251,14 @@ func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
 		return nil, nil, fmt.Errorf("%s: not JSON: %w", key, err)
 	}
 	obj["apiVersion"], obj["kind"] = api.CalicoAPIVersion, string(k)
+	if k.Namespaced() {
+		// The key is <plural>/<namespace>/<name>; the value should say
+		// the namespace too, but the key is what Calico goes by.
+		ns, _, _ := strings.Cut(strings.TrimPrefix(string(x.Key), calicoResources+k.Plural()+"/"), "/")
+		if md, ok := obj["metadata"].(map[string]any); ok {
+			md["namespace"] = ns
+		}
+	}
 	raw, _ := json.Marshal(obj)
 	d, err := api.DecodeSource(raw, key)
 	if err != nil {
@@ -391,6 +417,11 @@ func calicoEndpoint(data []byte, addrHandle map[netip.Addr]string) (*api.Workloa
 			InterfaceName string   `json:"interfaceName"`
 			IPNetworks    []string `json:"ipNetworks"`
 			MAC           string   `json:"mac"`
+			// Policy identity: the profiles (kns.<ns>, ksa.<ns>.<sa>),
+			// service account and named ports.
+			Profiles           []string                   `json:"profiles"`
+			ServiceAccountName string                     `json:"serviceAccountName"`
+			Ports              []api.WorkloadEndpointPort `json:"ports"`
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -406,6 +437,7 @@ func calicoEndpoint(data []byte, addrHandle map[netip.Addr]string) (*api.Workloa
 			Node: c.Spec.Node, Orchestrator: c.Spec.Orchestrator, Namespace: c.Metadata.Namespace, Pod: c.Spec.Pod,
 			ContainerID: c.Spec.ContainerID, Endpoint: c.Spec.Endpoint, InterfaceName: c.Spec.InterfaceName,
 			ContainerInterface: c.Spec.Endpoint, IPNetworks: c.Spec.IPNetworks, MAC: c.Spec.MAC,
+			Profiles: c.Spec.Profiles, ServiceAccountName: c.Spec.ServiceAccountName, Ports: c.Spec.Ports,
 		},
 	}
 	for _, n := range c.Spec.IPNetworks {

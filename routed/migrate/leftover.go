@@ -16,28 +16,23 @@ import (
 // calicoRoot holds every key of Calico's etcdv3 datastore.
 const calicoRoot = "/calico/"
 
-// policyGone is what a Calico cluster loses with its policy resources.
-const policyGone = "routed enforces no Calico network policy: what it allowed and denied is no longer enforced"
-
 // leftoverWhy says, per Calico resource type routed has no counterpart
 // for, what the operator loses. Types not listed get leftoverDefault.
 var leftoverWhy = map[string]string{
-	"networkpolicies":                 policyGone,
-	"globalnetworkpolicies":           policyGone,
-	"stagednetworkpolicies":           policyGone,
-	"stagedglobalnetworkpolicies":     policyGone,
-	"stagedkubernetesnetworkpolicies": policyGone,
-	"tiers":                           policyGone,
-	"hostendpoints":                   policyGone,
-	"networksets":                     policyGone,
-	"globalnetworksets":               policyGone,
-	"profiles":                        "routed enforces no Calico policy, and profiles carry the namespaces' and service accounts' rules",
+	"stagednetworkpolicies":           stagedGone,
+	"stagedglobalnetworkpolicies":     stagedGone,
+	"stagedkubernetesnetworkpolicies": stagedGone,
+	"hostendpoints":                   "routed has no host endpoints: the hosts' own interfaces are no longer policed, and policies selecting them apply to nothing",
 	"ipreservations":                  "routed has no IP reservations: the reserved addresses can be given to pods",
 	"felixconfigurations":             "routed's felix is configured by routed's own flags; compare the settings by hand",
 	"clusterinformations":             "routed keeps its own cluster identity",
 	"kubecontrollersconfigurations":   "routed runs no Calico kube-controllers",
 	"caliconodestatuses":              "status, written by Calico's nodes",
 }
+
+// stagedGone is what staged policies (previews Calico never enforces)
+// lose: routed has no preview of policy.
+const stagedGone = "routed has no staged (preview) policies; they were not enforced by Calico either"
 
 const leftoverDefault = "routed has no such resource"
 

@@ -5,36 +5,69 @@ import (
 	"testing"
 )
 
-// TestMigrateCalicoNamesWhatItLeaves: a Calico datastore also holding
-// network policy, a FelixConfiguration, an IP reservation and an IPv6
-// block outside every pool is migrated; what routed has no counterpart for is printed as
-// not carried over, each with what the operator loses (policy is no
-// longer enforced), instead of being passed over in silence.
+// TestMigrateCalicoNamesWhatItLeaves: a Calico datastore also holding a
+// FelixConfiguration, an IP reservation, a host endpoint, a staged
+// policy and an IPv6 block outside every pool is migrated; what routed
+// has no counterpart for is printed as not carried over, each with what
+// the operator loses, instead of being passed over in silence. Network
+// policy, tiers, profiles and network sets are carried; a policy routed
+// cannot honour (an HTTP match) or whose tier exists nowhere is named
+// with the reason.
 func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 	t.Parallel()
 	ep := startEtcd(t)
+	const res = "/calico/resources/v3/projectcalico.org/"
 	putKeys(t, ep, map[string]string{
-		"/calico/resources/v3/projectcalico.org/ippools/default-ipv4-ippool":               `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"default-ipv4-ippool"},"spec":{"cidr":"10.246.0.0/16","ipipMode":"Always","blockSize":26,"nodeSelector":"all()"}}`,
-		"/calico/resources/v3/projectcalico.org/globalnetworkpolicies/default.deny-egress": `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.deny-egress"},"spec":{"tier":"default","order":100,"selector":"all()","types":["Egress"]}}`,
-		"/calico/resources/v3/projectcalico.org/networkpolicies/shop/default.allow-web":    `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.allow-web","namespace":"shop"},"spec":{"tier":"default","selector":"app == 'web'","ingress":[{"action":"Allow","protocol":"TCP","destination":{"ports":[80]}}],"types":["Ingress"]}}`,
-		"/calico/resources/v3/projectcalico.org/felixconfigurations/default":               `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"bpfEnabled":false,"logSeverityScreen":"Info","reportingInterval":"0s"}}`,
-		"/calico/resources/v3/projectcalico.org/ipreservations/gateways":                   `{"kind":"IPReservation","apiVersion":"projectcalico.org/v3","metadata":{"name":"gateways"},"spec":{"reservedCIDRs":["10.246.0.1/32"]}}`,
-		"/calico/ipam/v2/assignment/ipv6/block/fd00:10:244:1::-122":                        `{"cidr":"fd00:10:244:1::/122","affinity":"host:node-a","allocations":[],"unallocated":[],"attributes":[],"deleted":false}`,
+		res + "ippools/default-ipv4-ippool":                  `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"default-ipv4-ippool"},"spec":{"cidr":"10.246.0.0/16","ipipMode":"Always","blockSize":26,"nodeSelector":"all()"}}`,
+		res + "tiers/default":                                `{"kind":"Tier","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"order":1000000}}`,
+		res + "tiers/security":                               `{"kind":"Tier","apiVersion":"projectcalico.org/v3","metadata":{"name":"security"},"spec":{"order":100,"defaultAction":"Pass"}}`,
+		res + "globalnetworkpolicies/default.deny-egress":    `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.deny-egress"},"spec":{"tier":"default","order":100,"selector":"all()","types":["Egress"]}}`,
+		res + "globalnetworkpolicies/security.block":         `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"security.block"},"spec":{"tier":"security","order":1,"egress":[{"action":"Deny","destination":{"selector":"blocked == 'true'"}},{"action":"Pass"}],"types":["Egress"]}}`,
+		res + "globalnetworkpolicies/lost.x":                 `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"lost.x"},"spec":{"tier":"lost","selector":"all()"}}`,
+		res + "networkpolicies/shop/default.allow-web":       `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.allow-web","namespace":"shop"},"spec":{"tier":"default","selector":"app == 'web'","ingress":[{"action":"Allow","protocol":"TCP","destination":{"ports":[80]}}],"types":["Ingress"]}}`,
+		res + "networkpolicies/shop/default.l7":              `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.l7","namespace":"shop"},"spec":{"tier":"default","ingress":[{"action":"Allow","http":{"methods":["GET"]}}]}}`,
+		res + "profiles/kns.shop":                            `{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"kns.shop"},"spec":{"ingress":[{"action":"Allow"}],"egress":[{"action":"Allow"}],"labelsToApply":{"pcns.projectcalico.org/name":"shop"}}}`,
+		res + "globalnetworksets/blocked":                    `{"kind":"GlobalNetworkSet","apiVersion":"projectcalico.org/v3","metadata":{"name":"blocked","labels":{"blocked":"true"}},"spec":{"nets":["198.51.100.0/24"]}}`,
+		res + "networksets/shop/partners":                    `{"kind":"NetworkSet","apiVersion":"projectcalico.org/v3","metadata":{"name":"partners","namespace":"shop"},"spec":{"nets":["192.0.2.0/24"]}}`,
+		res + "hostendpoints/node-a-eth0":                    `{"kind":"HostEndpoint","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-a-eth0"},"spec":{"node":"node-a","interfaceName":"eth0"}}`,
+		res + "stagednetworkpolicies/shop/default.try":       `{"kind":"StagedNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.try","namespace":"shop"},"spec":{"tier":"default"}}`,
+		res + "felixconfigurations/default":                  `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"bpfEnabled":false,"logSeverityScreen":"Info","reportingInterval":"0s"}}`,
+		res + "ipreservations/gateways":                      `{"kind":"IPReservation","apiVersion":"projectcalico.org/v3","metadata":{"name":"gateways"},"spec":{"reservedCIDRs":["10.246.0.1/32"]}}`,
+		"/calico/ipam/v2/assignment/ipv6/block/fd00:10:244:1::-122": `{"cidr":"fd00:10:244:1::/122","affinity":"host:node-a","allocations":[],"unallocated":[],"attributes":[],"deleted":false}`,
 	})
 	out, errOut, code := ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
 	if code != 0 {
 		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{
-		"Not carried over: 1 globalnetworkpolicies (default.deny-egress): routed enforces no Calico network policy",
-		"Not carried over: 1 networkpolicies (shop/default.allow-web): routed enforces no Calico network policy",
+		"Calico key " + res + "networkpolicies/shop/default.l7",
+		"spec.ingress[0].http",
+		`Not carried over: GlobalNetworkPolicy lost.x: its tier "lost" is in neither datastore`,
+		"Not carried over: 1 hostendpoints (node-a-eth0): routed has no host endpoints",
+		"Not carried over: 1 stagednetworkpolicies (shop/default.try): routed has no staged",
 		"Not carried over: 1 felixconfigurations (default):",
 		"Not carried over: 1 ipreservations (gateways): routed has no IP reservations",
 		"Not carried over: block fd00:10:244:1::/122 (0 addresses in use): not inside a carried IP pool",
-		"Migrated: 1 to create, 0 to update, 0 unchanged, 0 conflicts, 5 not carried over",
+		// pool, 2 tiers, profile, 2 sets, 2 global and 1 namespaced policy.
+		"Migrated: 9 to create, 0 to update, 0 unchanged, 0 conflicts, 7 not carried over",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	out, _, _ = ctl(t, ep, "", "get", "networkpolicy", "shop/default.allow-web", "-o", "yaml")
+	if !strings.Contains(out, "namespace: shop") || !strings.Contains(out, "- 80") {
+		t.Errorf("migrated policy:\n%s", out)
+	}
+	out, _, _ = ctl(t, ep, "", "get", "tiers")
+	for _, want := range []string{"security", "kube-admin", "kube-baseline"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("tiers lack %s:\n%s", want, out)
+		}
+	}
+	// A second run finds everything in place.
+	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
+	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 9 unchanged, 0 conflicts") {
+		t.Errorf("second migrate: code %d\n%s%s", code, out, errOut)
 	}
 }
