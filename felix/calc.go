@@ -3,9 +3,9 @@ package felix
 import (
 	"net/netip"
 	"sort"
-	"strings"
 
 	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // plan is what the dataplane should look like, computed from state.
@@ -37,13 +37,6 @@ type plan struct {
 	badIfaces []string
 }
 
-// workloadIface reports whether name is a pod device felix may route to:
-// the configured prefix and a valid Linux interface name.
-func workloadIface(cfg *Config, name string) bool {
-	return len(name) > len(cfg.WorkloadInterfacePrefix) && len(name) <= 15 &&
-		strings.HasPrefix(name, cfg.WorkloadInterfacePrefix) && !strings.ContainsAny(name, "/ \t\n")
-}
-
 // computePlan derives the wanted dataplane. Route precedence for one
 // prefix: a local pod, then a local block's blackhole, then a remote
 // block from IPAM, then a BGP-learned path.
@@ -69,10 +62,10 @@ func computePlan(cfg *Config, s *state) *plan {
 		if pl.nat {
 			p.natPools = append(p.natPools, pl.cidr)
 		}
-		if pl.ipip != "" && pl.ipip != "Never" && local != nil && pl.nodes != nil && pl.nodes.Evaluate(labels) {
+		if pl.ipip != "" && pl.ipip != "Never" && local != nil && pl.nodes.SelectsNode(labels) {
 			p.ipip = true
 		}
-		if pl.vxlan != "" && pl.vxlan != "Never" && local != nil && pl.nodes != nil && pl.nodes.Evaluate(labels) {
+		if pl.vxlan != "" && pl.vxlan != "Never" && local != nil && pl.nodes.SelectsNode(labels) {
 			p.vxlan = true
 		}
 	}
@@ -129,7 +122,7 @@ func computePlan(cfg *Config, s *state) *plan {
 		w := s.weps[n]
 		// Only pod devices: an endpoint naming eth0 or lo must not steer
 		// a pod address to the host's own interfaces.
-		if !workloadIface(cfg, w.Spec.InterfaceName) {
+		if !kernel.IsHostDeviceName(w.Spec.InterfaceName) {
 			p.badIfaces = append(p.badIfaces, n)
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/routed-net/routed/felix/routetable"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // dualNode is a node with both addresses.
@@ -92,7 +93,7 @@ func TestComputePlanIPv6(t *testing.T) {
 		t.Errorf("pools all=%v nat=%v", p.allPools, p.natPools)
 	}
 	// Every route is one the route table accepts.
-	rt := routetable.New(routetable.Config{Protocol: RouteProtocol}, nil)
+	rt := routetable.New(routetable.Config{Protocol: kernel.RouteProtocol}, nil)
 	if err := rt.SetRoutes(p.routes); err != nil {
 		t.Errorf("the route table refuses planned routes: %v", err)
 	}

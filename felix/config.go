@@ -2,9 +2,11 @@ package felix
 
 import (
 	"errors"
-	"github.com/routed-net/routed/internal/heartbeat"
+	"fmt"
 	"time"
 
+	"github.com/routed-net/routed/internal/heartbeat"
+	"github.com/routed-net/routed/pkg/kernel"
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/felix/policy"
@@ -14,7 +16,6 @@ import (
 const (
 	DefaultResyncInterval  = 90 * time.Second
 	DefaultGracePeriod     = 10 * time.Second
-	DefaultWorkloadPrefix  = "cali"
 	DefaultMTUFile         = "/var/lib/routed/mtu"
 	DefaultHostMTU         = 1500
 	TunnelDevice           = "tunl0"
@@ -27,7 +28,8 @@ const (
 type Config struct {
 	// NodeName is this node's name in the datastore (required).
 	NodeName string
-	// RouteProtocol marks programmed routes; default RouteProtocol.
+	// RouteProtocol marks programmed routes; default
+	// kernel.RouteProtocol, the number the CNI plugin writes too.
 	RouteProtocol uint8
 	// ResyncInterval is how often the kernel is re-read in full.
 	ResyncInterval time.Duration
@@ -37,7 +39,9 @@ type Config struct {
 	// NetNSPath is the network namespace to program; empty means the
 	// namespace felix runs in.
 	NetNSPath string
-	// WorkloadInterfacePrefix names pod host-side devices ("cali").
+	// WorkloadInterfacePrefix names pod host-side devices; empty or
+	// kernel.HostDevicePrefix, the only prefix the CNI plugin and the
+	// API know.
 	WorkloadInterfacePrefix string
 	// HostMTU overrides MTU detection when non-zero.
 	HostMTU int
@@ -76,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("felix: config: node name is required")
 	}
 	if c.RouteProtocol == 0 {
-		c.RouteProtocol = RouteProtocol
+		c.RouteProtocol = kernel.RouteProtocol
 	}
 	if c.ResyncInterval <= 0 {
 		c.ResyncInterval = DefaultResyncInterval
@@ -84,8 +88,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RouteGracePeriod == 0 {
 		c.RouteGracePeriod = DefaultGracePeriod
 	}
-	if c.WorkloadInterfacePrefix == "" {
-		c.WorkloadInterfacePrefix = DefaultWorkloadPrefix
+	switch c.WorkloadInterfacePrefix {
+	case "":
+		c.WorkloadInterfacePrefix = kernel.HostDevicePrefix
+	case kernel.HostDevicePrefix:
+	default:
+		return c, fmt.Errorf("felix: config: WorkloadInterfacePrefix %q: must be %q (or empty), the prefix the CNI plugin names pod devices with", c.WorkloadInterfacePrefix, kernel.HostDevicePrefix)
 	}
 	if c.MTUFile == "" {
 		c.MTUFile = DefaultMTUFile

@@ -24,6 +24,7 @@ import (
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/felix/natout"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 var (
@@ -131,7 +132,7 @@ func (h *harness) routeIs(t *testing.T, dst string, timeout time.Duration, ok fu
 			return ""
 		case !present:
 			return fmt.Sprintf("route %s missing, want %s", dst, what)
-		case int(r.Protocol) != felix.RouteProtocol:
+		case int(r.Protocol) != kernel.RouteProtocol:
 			return fmt.Sprintf("route %s has protocol %d", dst, r.Protocol)
 		case !ok(r):
 			return fmt.Sprintf("route %s = %v, want %s", dst, r, what)
@@ -280,7 +281,7 @@ func TestFelixProgramsTheNode(t *testing.T) {
 
 	t.Run("resync", func(t *testing.T) {
 		h.ip(t, "route", "del", "10.244.2.0/26")
-		h.ip(t, "route", "add", "10.77.0.0/24", "via", "192.0.2.4", "proto", fmt.Sprint(felix.RouteProtocol))
+		h.ip(t, "route", "add", "10.77.0.0/24", "via", "192.0.2.4", "proto", fmt.Sprint(kernel.RouteProtocol))
 		// ResyncInterval is 1s: one resync later both are fixed.
 		h.routeIs(t, "10.244.2.0/26", 2500*time.Millisecond, viaRoute("192.0.2.2", eth0), "hand-deleted route back")
 		h.routeIs(t, "10.77.0.0/24", 2500*time.Millisecond, nil, "stale route gone")
@@ -364,7 +365,7 @@ func TestRoutesWaitForTheirInterface(t *testing.T) {
 	// A CNI route on a brand-new interface that felix has not heard of
 	// survives the grace period (2s), then goes.
 	h.ns.Veth(t, "cali3", "pod3")
-	h.ip(t, "route", "add", "10.244.1.10/32", "dev", "cali3", "scope", "link", "proto", fmt.Sprint(felix.RouteProtocol))
+	h.ip(t, "route", "add", "10.244.1.10/32", "dev", "cali3", "scope", "link", "proto", fmt.Sprint(kernel.RouteProtocol))
 	h.f.RouteUpdate(pfx("10.60.0.0/24"), addr("192.0.2.5"), addr("192.0.2.5")) // forces an Apply now
 	time.Sleep(time.Second)
 	if _, ok := h.ns.Routes(t)[pfx("10.244.1.10/32")]; !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 func dualNode(name, addr4, addr6 string) *api.Node {
@@ -98,7 +99,7 @@ func TestFelixProgramsIPv6(t *testing.T) {
 
 	// Resync (every second here): a stale IPv6 route of protocol 82
 	// goes, a hand-deleted one comes back, the foreign one stays.
-	h.ip(t, "-6", "route", "add", "fd00:244::c0/122", "via", "fd00:10::4", "proto", fmt.Sprint(felix.RouteProtocol))
+	h.ip(t, "-6", "route", "add", "fd00:244::c0/122", "via", "fd00:10::4", "proto", fmt.Sprint(kernel.RouteProtocol))
 	h.ip(t, "-6", "route", "del", "fd00:244::40/122")
 	h.routeIs(t, "fd00:244::c0/122", 2500*time.Millisecond, nil, "stale route gone")
 	h.routeIs(t, "fd00:244::40/122", 2500*time.Millisecond, viaRoute("fd00:10::2", eth0), "hand-deleted route back")

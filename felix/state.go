@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/selector"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // Affinity states (pkg/ipam's vocabulary). Only confirmed blocks are routed.
@@ -34,7 +34,7 @@ type pool struct {
 	ipip   string
 	vxlan  string
 	nat    bool
-	nodes  selector.Selector // nil: selects no node (unparseable)
+	nodes  kernel.PoolNodeSelector // zero: selects no node (unparseable)
 	exists bool
 }
 
@@ -130,9 +130,8 @@ func newPool(p *api.IPPool) *pool {
 		// written around it is routed natively all the same).
 		out.ipip, out.vxlan = "Never", "Never"
 	}
-	if sel, err := selector.Parse(p.Spec.NodeSelector); err == nil {
-		out.nodes = sel
-	}
+	// An unparseable selector (the API refuses it) selects no node.
+	out.nodes, _ = kernel.ParsePoolNodeSelector(p.Spec.NodeSelector)
 	return out
 }
 

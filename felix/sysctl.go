@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // sysctl is one /proc/sys setting; path is relative to /proc/sys.
@@ -31,23 +32,13 @@ func globalSysctls(ipv6 bool) []sysctl {
 	return out
 }
 
-// workloadSysctls are what a pod's host-side device needs: answer ARP for
-// every address (the pod's gateway 169.254.1.1 exists nowhere) at once,
-// and forward. With IPv6 pools also: proxy NDP (the IPv6 counterpart of
-// proxy ARP), forwarding, and no router advertisements taken from the
-// pod (one could otherwise steer the host's IPv6 routes).
+// workloadSysctls are what a pod's host-side device keeps: the list the
+// CNI plugin sets at creation (kernel.HostDeviceSysctls), re-asserted.
+// They are optional: the device may vanish meanwhile.
 func workloadSysctls(iface string, ipv6 bool) []sysctl {
-	out := []sysctl{
-		{path: "net/ipv4/conf/" + iface + "/proxy_arp", value: "1", optional: true},
-		{path: "net/ipv4/neigh/" + iface + "/proxy_delay", value: "0", optional: true},
-		{path: "net/ipv4/conf/" + iface + "/forwarding", value: "1", optional: true},
-	}
-	if ipv6 {
-		out = append(out,
-			sysctl{path: "net/ipv6/conf/" + iface + "/proxy_ndp", value: "1", optional: true},
-			sysctl{path: "net/ipv6/conf/" + iface + "/forwarding", value: "1", optional: true},
-			sysctl{path: "net/ipv6/conf/" + iface + "/accept_ra", value: "0", optional: true},
-		)
+	var out []sysctl
+	for _, s := range kernel.HostDeviceSysctls(iface, ipv6) {
+		out = append(out, sysctl{path: s.Path, value: s.Value, optional: true})
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/ipam"
-	"github.com/routed-net/routed/pkg/selector"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // GC releases the network's allocations on node whose container is not
@@ -87,13 +87,13 @@ func (m *IPAM) Status(ctx context.Context, node, etcdEndpoints string) error {
 		if !ok || m.conf.mode(fam) == familyOff || !wanted(p, m.conf.pools(fam)) {
 			continue
 		}
-		sel, err := selector.Parse(p.Spec.NodeSelector)
+		selects, err := kernel.PoolSelectsNode(p.Spec.NodeSelector, labels)
 		switch {
 		case p.Spec.Disabled:
 			why = append(why, fmt.Sprintf("pool %s is disabled", p.Metadata.Name))
 		case err != nil:
 			why = append(why, fmt.Sprintf("pool %s: bad nodeSelector: %v", p.Metadata.Name, err))
-		case !sel.Evaluate(labels):
+		case !selects:
 			why = append(why, fmt.Sprintf("pool %s: nodeSelector %q does not select node %s", p.Metadata.Name, p.Spec.NodeSelector, node))
 		default:
 			return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // errCheck marks a CHECK that found the attachment differing from what
@@ -102,20 +103,19 @@ func checkHost(name string, ips []net.IP, d func(string, ...any)) int {
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		d("host interface %s is down", name)
 	}
-	sysctls := hostSysctls
+	sysctls := hostSysctls(name, hasIPv6(ips))
 	if hasIPv6(ips) {
-		sysctls = append(slices.Clip(sysctls), hostSysctls6...)
 		if addrs, err := addrList(link, netlink.FAMILY_V6); err != nil || !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(GatewayIP6) }) {
 			d("host interface %s lacks the pods' IPv6 gateway address %s (err %v)", name, GatewayIP6, err)
 		}
 	}
 	for _, s := range sysctls {
-		if v, err := readSysctl(s.path, name); err != nil || v != s.value {
-			d("host sysctl %s is %q (err %v), want %s", fmt.Sprintf(s.path, name), v, err, s.value)
+		if v, err := readSysctl(s.Path); err != nil || v != s.Value {
+			d("host sysctl %s is %q (err %v), want %s", s.Path, v, err, s.Value)
 		}
 	}
 	routes, err := routeListFiltered(netlink.FAMILY_ALL,
-		&netlink.Route{LinkIndex: link.Attrs().Index, Protocol: RouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
+		&netlink.Route{LinkIndex: link.Attrs().Index, Protocol: kernel.RouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		d("list host routes on %s: %v", name, err)
 	}
@@ -124,7 +124,7 @@ func checkHost(name string, ips []net.IP, d func(string, ...any)) int {
 			// The kernel keeps IPv6 routes at universe scope.
 			return r.Dst != nil && r.Dst.String() == hostPrefix(ip).String() && (r.Scope == netlink.SCOPE_LINK || ip.To4() == nil)
 		}) {
-			d("host route %s dev %s scope link proto %d is missing", hostPrefix(ip), name, RouteProtocol)
+			d("host route %s dev %s scope link proto %d is missing", hostPrefix(ip), name, kernel.RouteProtocol)
 		}
 	}
 	return link.Attrs().Index

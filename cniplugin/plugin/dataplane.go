@@ -10,39 +10,32 @@ import (
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/routed-net/routed/pkg/kernel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// The host side of a workload veth: proxy ARP answers the pod's ARP for
-// the link-local gateway with the host MAC, without delay, and the
-// interface forwards. Paths are under /proc/sys, in the namespace of the
-// calling thread.
-var hostSysctls = []struct{ path, value string }{
-	{"net/ipv4/conf/%s/proxy_arp", "1"},
-	{"net/ipv4/neigh/%s/proxy_delay", "0"},
-	{"net/ipv4/conf/%s/forwarding", "1"},
-}
-
-// hostSysctls6 are set on the host side when the pod has an IPv6
-// address: IPv6 on, no router advertisements taken from the pod, no
-// kernel-made link-local address (routed-cni adds GatewayIP6 itself,
-// without duplicate address detection, so it is usable at once), and
-// forwarding.
-var hostSysctls6 = []struct{ path, value string }{
-	{"net/ipv6/conf/%s/disable_ipv6", "0"},
-	{"net/ipv6/conf/%s/accept_ra", "0"},
-	{"net/ipv6/conf/%s/addr_gen_mode", "1"},
-	{"net/ipv6/conf/%s/forwarding", "1"},
+// hostSysctls are the host side's settings: for an IPv6 pod the ones
+// made at creation first (IPv6 on, no kernel-made link-local address:
+// routed-cni adds GatewayIP6 itself), then the ones felix re-asserts.
+// The lists belong to the contract with felix (package kernel).
+func hostSysctls(dev string, v6 bool) []kernel.Sysctl {
+	var out []kernel.Sysctl
+	if v6 {
+		out = kernel.HostDeviceCreateSysctls6(dev)
+	}
+	return append(out, kernel.HostDeviceSysctls(dev, v6)...)
 }
 
 // containerSysctls6 are set on the container end when the pod has an
 // IPv6 address: IPv6 on, and no duplicate address detection, so its
 // link-local address can source neighbour solicitations for the gateway
-// at once.
-var containerSysctls6 = []struct{ path, value string }{
-	{"net/ipv6/conf/%s/disable_ipv6", "0"},
-	{"net/ipv6/conf/%s/accept_dad", "0"},
+// at once. Only the plugin programs the container's namespace.
+func containerSysctls6(dev string) []kernel.Sysctl {
+	return []kernel.Sysctl{
+		{Path: "net/ipv6/conf/" + dev + "/disable_ipv6", Value: "0"},
+		{Path: "net/ipv6/conf/" + dev + "/accept_dad", Value: "0"},
+	}
 }
 
 // errNoIPv6 marks a host or container without IPv6 (booted with
@@ -53,16 +46,15 @@ func hasIPv6(ips []net.IP) bool {
 	return slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.To4() == nil })
 }
 
-func writeSysctl(pattern, iface, value string) error {
-	p := filepath.Join("/proc/sys", fmt.Sprintf(pattern, iface))
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("set %s=%s: %w", strings.TrimPrefix(p, "/proc/sys/"), value, err)
+func writeSysctl(s kernel.Sysctl) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", s.Path), []byte(s.Value), 0o644); err != nil {
+		return fmt.Errorf("set %s=%s: %w", s.Path, s.Value, err)
 	}
 	return nil
 }
 
-func readSysctl(pattern, iface string) (string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc/sys", fmt.Sprintf(pattern, iface)))
+func readSysctl(path string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
 	return strings.TrimSpace(string(b)), err
 }
 
@@ -117,14 +109,14 @@ func createVeth(contNS, hostNS ns.NetNS, ifName, hostName string, mtu int) (cont
 	return contMAC, created, err
 }
 
-// setSysctls6 writes IPv6 sysctls of iface, naming a missing IPv6 stack
-// for what it is.
-func setSysctls6(list []struct{ path, value string }, iface, where string) error {
-	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+// setSysctls writes list; with v6 it first names a missing IPv6 stack
+// in where for what it is.
+func setSysctls(list []kernel.Sysctl, v6 bool, where string) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); v6 && err != nil {
 		return fmt.Errorf("%w in the %s (no /proc/sys/net/ipv6; was the kernel booted with ipv6.disable=1?): the pod cannot have an IPv6 address: remove the IPv6 pools or set assign_ipv6 \"false\"", errNoIPv6, where)
 	}
 	for _, s := range list {
-		if err := writeSysctl(s.path, iface, s.value); err != nil {
+		if err := writeSysctl(s); err != nil {
 			return err
 		}
 	}
@@ -139,15 +131,10 @@ func configureHostSide(hostName string, v6 bool) (netlink.Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("look up host interface %s: %w", hostName, err)
 	}
-	for _, s := range hostSysctls {
-		if err := writeSysctl(s.path, hostName, s.value); err != nil {
-			return nil, err
-		}
+	if err := setSysctls(hostSysctls(hostName, v6), v6, "host"); err != nil {
+		return nil, err
 	}
 	if v6 {
-		if err := setSysctls6(hostSysctls6, hostName, "host"); err != nil {
-			return nil, err
-		}
 		gw := &netlink.Addr{IPNet: &net.IPNet{IP: GatewayIP6, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD, Scope: unix.RT_SCOPE_LINK}
 		if err := netlink.AddrAdd(link, gw); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("add gateway address %s to host interface %s: %w", gw.IPNet, hostName, err)
@@ -187,7 +174,7 @@ func configureContainerSide(contNS ns.NetNS, ifName string, ips []net.IP) error 
 		}
 		v4, v6 := slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.To4() != nil }), hasIPv6(ips)
 		if v6 {
-			if err := setSysctls6(containerSysctls6, ifName, "container's network namespace"); err != nil {
+			if err := setSysctls(containerSysctls6(ifName), true, "container's network namespace"); err != nil {
 				return err
 			}
 		}
@@ -224,7 +211,7 @@ func configureContainerSide(contNS ns.NetNS, ifName string, ips []net.IP) error 
 }
 
 // addHostRoute programs "<ip>/32 dev <host veth> scope link proto
-// RouteProtocol". A route to the same destination that routed owns (a
+// kernel.RouteProtocol". A route to the same destination that routed owns (a
 // leftover of an earlier pod) is replaced; a foreign one is an error and
 // is left alone.
 func addHostRoute(link netlink.Link, ip net.IP) (*netlink.Route, error) {
@@ -232,7 +219,7 @@ func addHostRoute(link netlink.Link, ip net.IP) (*netlink.Route, error) {
 		LinkIndex: link.Attrs().Index,
 		Dst:       hostPrefix(ip),
 		Scope:     netlink.SCOPE_LINK,
-		Protocol:  RouteProtocol,
+		Protocol:  kernel.RouteProtocol,
 	}
 	err := netlink.RouteAdd(r)
 	if err == nil {
@@ -247,7 +234,7 @@ func addHostRoute(link netlink.Link, ip net.IP) (*netlink.Route, error) {
 		return nil, fmt.Errorf("add host route %s: exists, and listing it failed: %w", r.Dst, lerr)
 	}
 	for _, e := range existing {
-		if e.Protocol != RouteProtocol {
+		if e.Protocol != kernel.RouteProtocol {
 			dev := fmt.Sprintf("ifindex %d", e.LinkIndex)
 			if l, err := netlink.LinkByIndex(e.LinkIndex); err == nil {
 				dev = l.Attrs().Name

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // CmdGC removes what belongs to attachments of this network on this node
@@ -84,7 +85,7 @@ func (p *Plugin) gc(ctx context.Context, c *call) error {
 // then its addresses (the IPAM plugin's DEL, run as that container).
 func gcOne(ctx context.Context, store Store, release releaseFunc, wep *api.WorkloadEndpoint) error {
 	s := wep.Spec
-	if strings.HasPrefix(s.InterfaceName, HostVethPrefix) {
+	if kernel.IsHostDeviceName(s.InterfaceName) {
 		if err := delLink(s.InterfaceName); err != nil {
 			return err
 		}

@@ -97,20 +97,6 @@ func TestParseK8sArgs(t *testing.T) {
 	}
 }
 
-func TestHostVethName(t *testing.T) {
-	// sha1("default.nginx") = 0eb2... ; the name is "cali" + 11 hex digits.
-	n := HostVethName("default", "nginx", "cid")
-	if len(n) != 15 || !strings.HasPrefix(n, "cali") {
-		t.Fatalf("%q", n)
-	}
-	if n != "cali"+sha1hex("default.nginx")[:11] {
-		t.Errorf("%q does not follow Calico's scheme", n)
-	}
-	if HostVethName("", "", "cid") != "cali"+sha1hex("cid")[:11] {
-		t.Error("without a pod the container ID is hashed")
-	}
-}
-
 func TestErrorCodes(t *testing.T) {
 	cases := map[error]uint{
 		errConfig:                           types.ErrInvalidNetworkConfig,

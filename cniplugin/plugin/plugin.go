@@ -7,7 +7,7 @@
 //     everything it did when it fails (rollback steps run in reverse,
 //     guarded by a success flag).
 //   - Only objects this plugin created are removed: an interface that
-//     already existed, or a route without RouteProtocol, is never touched.
+//     already existed, or a route without kernel.RouteProtocol, is never touched.
 //   - DEL tolerates anything already gone; an IP is released only after
 //     the endpoint that names it is deleted.
 //   - No node-wide lock: concurrent ADDs only share the datastore and
@@ -29,6 +29,7 @@ import (
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // Versions are the CNI spec versions the plugin speaks; results are
@@ -132,7 +133,7 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	if c.k8s.Pod != "" {
 		c.orchestrator = "k8s"
 	}
-	c.hostVeth = HostVethName(c.k8s.Namespace, c.k8s.Pod, args.ContainerID)
+	c.hostVeth = kernel.HostDeviceName(c.k8s.Namespace, c.k8s.Pod, args.ContainerID)
 	if conf.Policy.Type == "k8s" {
 		c.log.Debug("policy type k8s: felix enforces policy, nothing to do here")
 	}

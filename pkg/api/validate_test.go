@@ -607,6 +607,8 @@ func TestWorkloadEndpointValidate(t *testing.T) {
 		{name: "prefix alone", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali" }, fields: []string{"spec.interfaceName"}},
 		{name: "interface name too long", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali0123456789ab" }, fields: []string{"spec.interfaceName"}},
 		{name: "interface name with a slash", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali/../eth0" }, fields: []string{"spec.interfaceName"}},
+		{name: "interface name with a colon", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali:1" }, fields: []string{"spec.interfaceName"}},
+		{name: "interface name with a template", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali%d" }, fields: []string{"spec.interfaceName"}},
 		{name: "longest pod device", mutate: func(w *api.WorkloadEndpoint) { w.Spec.InterfaceName = "cali0123456789a" }},
 		{name: "bad label", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Labels = map[string]string{"app": "no spaces"} }, fields: []string{"metadata.labels.app"}},
 		{name: "missing name", mutate: func(w *api.WorkloadEndpoint) { w.Metadata.Name = "" }, fields: []string{"metadata.name"}},

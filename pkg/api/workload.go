@@ -3,6 +3,8 @@ package api
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // WorkloadEndpoint records one pod interface; the CNI plugin writes it on
@@ -99,10 +101,6 @@ func WorkloadEndpointNamePrefix(node string) string {
 }
 
 // Validate implements Resource.
-// WorkloadInterfacePrefix starts the host-side name of every pod device
-// (Calico's "cali"); felix routes endpoint addresses only to such devices.
-const WorkloadInterfacePrefix = "cali"
-
 func (w *WorkloadEndpoint) Validate() error {
 	var v errs
 	s := w.Spec
@@ -119,10 +117,12 @@ func (w *WorkloadEndpoint) Validate() error {
 	switch n := s.InterfaceName; {
 	case n == "":
 		v.add("spec.interfaceName", nil, "is required")
-	case !strings.HasPrefix(n, WorkloadInterfacePrefix) || len(n) <= len(WorkloadInterfacePrefix) || len(n) > 15 || strings.ContainsAny(n, "/: \t\n"):
+	default:
 		// felix routes the endpoint's addresses to this device: naming
 		// eth0 or lo would steer pod addresses to the host's interfaces.
-		v.add("spec.interfaceName", n, "must be a pod device: %q followed by up to %d characters, a valid Linux interface name", WorkloadInterfacePrefix, 15-len(WorkloadInterfacePrefix))
+		if err := kernel.CheckHostDeviceName(n); err != nil {
+			v.add("spec.interfaceName", n, "must be a pod's host-side device: %v", err)
+		}
 	}
 	for i, n := range s.IPNetworks {
 		if _, err := netip.ParsePrefix(n); err != nil {

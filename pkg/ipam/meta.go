@@ -75,7 +75,7 @@ func (v *clusterView) eligible(node string, ni nodeInfo, want []string, family i
 		switch {
 		case p.pool.Spec.Disabled:
 			why = append(why, p.describe()+" is disabled")
-		case !p.sel.Evaluate(ni.labels):
+		case !p.sel.SelectsNode(ni.labels):
 			why = append(why, fmt.Sprintf("%s: nodeSelector %q does not select the node", p.describe(), p.pool.Spec.NodeSelector))
 		default:
 			out = append(out, p)

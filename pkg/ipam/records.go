@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/selector"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // Affinity states. Only a confirmed affinity means the node owns the
@@ -114,7 +114,7 @@ type poolInfo struct {
 	pool   *api.IPPool
 	prefix netip.Prefix
 	rev    int64
-	sel    selector.Selector
+	sel    kernel.PoolNodeSelector
 }
 
 func (p *poolInfo) name() string { return p.pool.Metadata.Name }
@@ -135,7 +135,7 @@ func decodePool(data []byte, rev int64) (*poolInfo, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	sel, err := selector.Parse(p.Spec.NodeSelector)
+	sel, err := kernel.ParsePoolNodeSelector(p.Spec.NodeSelector)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // enableIPv6Forwarding does in the test's host netns what felix does on
@@ -76,8 +77,8 @@ func TestDualStackPods(t *testing.T) {
 			if err != nil || len(held) != 2 {
 				t.Fatalf("handle holds %v (%v), want both addresses", held, err)
 			}
-			if rs := n.hostRoutes(a6); len(rs) != 1 || rs[0].Protocol != plugin.RouteProtocol {
-				t.Fatalf("host routes to %s/128: %+v, want one of protocol %d", a6, rs, plugin.RouteProtocol)
+			if rs := n.hostRoutes(a6); len(rs) != 1 || rs[0].Protocol != kernel.RouteProtocol {
+				t.Fatalf("host routes to %s/128: %+v, want one of protocol %d", a6, rs, kernel.RouteProtocol)
 			}
 			if out, err := inPod(a, "ping", "-c", "1", "-W", "2", b4.String()); err != nil {
 				t.Fatalf("ping %s: %v\n%s", b4, err, out)

@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // TestRollback drives ADD into real failures at each stage and checks
@@ -31,7 +31,7 @@ func TestRollback(t *testing.T) {
 
 	t.Run("host interface already exists", func(t *testing.T) {
 		p := newPod(t, "clash")
-		hostVeth := plugin.HostVethName(p.namespace, p.name, p.containerID)
+		hostVeth := kernel.HostDeviceName(p.namespace, p.name, p.containerID)
 		n.inHost(func() error {
 			la := netlink.NewLinkAttrs()
 			la.Name = hostVeth
@@ -165,7 +165,7 @@ func TestDelIdempotent(t *testing.T) {
 			}
 		}
 		n.inHost(func() error {
-			return netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK, Protocol: plugin.RouteProtocol})
+			return netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK, Protocol: kernel.RouteProtocol})
 		})
 		if err := n.del(l, p.rt()); err != nil {
 			t.Fatal(err)

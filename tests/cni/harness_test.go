@@ -30,11 +30,11 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+	"github.com/routed-net/routed/pkg/kernel"
 	"github.com/routed-net/routed/tests/testbin"
 
 	"github.com/routed-net/routed/internal/testenv"
@@ -360,7 +360,7 @@ func (n *node) assertClean(t testing.TB, network string, ips ...net.IP) {
 	}
 	for _, ip := range ips {
 		for _, r := range n.hostRoutes(ip) {
-			if r.Protocol == plugin.RouteProtocol {
+			if r.Protocol == kernel.RouteProtocol {
 				t.Errorf("leaked host route %v", r)
 			}
 		}

@@ -16,8 +16,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // noIPAMBinDir is a CNI_PATH directory holding routed-cni but not
@@ -128,7 +128,7 @@ func TestRoutedIPAMInProcess(t *testing.T) {
 			t.Errorf("after GC handle %s holds %v, want %d", h, held, want)
 		}
 	}
-	if n.hostLinkExists(plugin.HostVethName(b.namespace, b.name, b.containerID)) {
+	if n.hostLinkExists(kernel.HostDeviceName(b.namespace, b.name, b.containerID)) {
 		t.Error("GC left the stale host veth")
 	}
 	del(l, ra)

@@ -14,7 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // TestGCAndStatus (spec 1.1.0): GC removes attachments the runtime no
@@ -40,10 +40,10 @@ func TestGCAndStatus(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("GC: %v\n%s", err, n.logTail())
 	}
-	if n.hostLinkExists(plugin.HostVethName(stale.namespace, stale.name, stale.containerID)) {
+	if n.hostLinkExists(kernel.HostDeviceName(stale.namespace, stale.name, stale.containerID)) {
 		t.Error("GC left the stale host veth")
 	}
-	if !n.hostLinkExists(plugin.HostVethName(keep.namespace, keep.name, keep.containerID)) {
+	if !n.hostLinkExists(kernel.HostDeviceName(keep.namespace, keep.name, keep.containerID)) {
 		t.Error("GC removed a valid attachment's veth")
 	}
 	weps := n.endpoints()

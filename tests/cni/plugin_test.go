@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 var specVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
@@ -44,7 +44,7 @@ func TestAddCheckDelEveryVersion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hostVeth := plugin.HostVethName(p.namespace, p.name, p.containerID)
+			hostVeth := kernel.HostDeviceName(p.namespace, p.name, p.containerID)
 			ip := verifyAttachment(t, n, p, cur, hostVeth)
 
 			if v != "0.3.0" && v != "0.3.1" {
@@ -53,7 +53,7 @@ func TestAddCheckDelEveryVersion(t *testing.T) {
 				}
 				// CHECK must notice a removed host route and say so.
 				if err := n.hostDo(func() error {
-					return netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK, Protocol: plugin.RouteProtocol})
+					return netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK, Protocol: kernel.RouteProtocol})
 				}); err != nil {
 					t.Fatal(err)
 				}
@@ -115,12 +115,12 @@ func verifyAttachment(t *testing.T, n *node, p *pod, res *current.Result, hostVe
 		routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
 		found := false
 		for _, r := range routes {
-			if r.Dst != nil && r.Dst.String() == ip.String()+"/32" && r.Scope == netlink.SCOPE_LINK && r.Protocol == plugin.RouteProtocol {
+			if r.Dst != nil && r.Dst.String() == ip.String()+"/32" && r.Scope == netlink.SCOPE_LINK && r.Protocol == kernel.RouteProtocol {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("host route %s/32 dev %s scope link proto %d missing: %v", ip, hostVeth, plugin.RouteProtocol, routes)
+			t.Errorf("host route %s/32 dev %s scope link proto %d missing: %v", ip, hostVeth, kernel.RouteProtocol, routes)
 		}
 		return nil
 	})
@@ -227,7 +227,7 @@ func TestChainedPortmapBandwidth(t *testing.T) {
 		"ips":          []string{"10.79.0.42"},
 	}
 	res := n.mustAdd(l, rt)
-	hostVeth := plugin.HostVethName(p.namespace, p.name, p.containerID)
+	hostVeth := kernel.HostDeviceName(p.namespace, p.name, p.containerID)
 	if got := res.IPs[0].Address.IP.String(); got != "10.79.0.42" {
 		t.Errorf("fixed IP through runtimeConfig ips: got %s", got)
 	}
@@ -303,7 +303,7 @@ func TestCalicoConflist(t *testing.T) {
 	}
 	p := newPod(t, "calico-style")
 	res := n.mustAdd(l, p.rt())
-	verifyAttachment(t, n, p, res, plugin.HostVethName(p.namespace, p.name, p.containerID))
+	verifyAttachment(t, n, p, res, kernel.HostDeviceName(p.namespace, p.name, p.containerID))
 	if err := n.del(l, p.rt()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"crypto/sha1"
 	"crypto/sha512"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // CalicoPod is a pod a Calico cluster is running when it is migrated.
@@ -77,7 +76,7 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 		sum := sha512.Sum512([]byte("/var/run/netns/" + ns))
 		cid := fmt.Sprintf("cnitool-%x", sum[:10])
 		handle := "k8s-pod-network." + cid
-		veth := calicoVeth("default", p.Name)
+		veth := kernel.HostDeviceName("default", p.Name, "") // Calico names it the same
 		dash := func(s string) string { return strings.ReplaceAll(s, "-", "--") }
 		blockKey := strings.Replace(block.String(), "/", "-", 1)
 
@@ -140,12 +139,6 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 		}
 	}
 	return out, nil
-}
-
-// calicoVeth is Calico's host-side device name for a pod.
-func calicoVeth(namespace, pod string) string {
-	sum := sha1.Sum([]byte(namespace + "." + pod))
-	return "cali" + hex.EncodeToString(sum[:])[:11]
 }
 
 // seedCalicoVXLAN gives a Calico node its VXLAN tunnel: the address
