@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"github.com/routed-net/routed/pkg/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,8 @@ type Config struct {
 	NetnsFd int
 	// Table is the table name in both families (DefaultTable if empty).
 	Table string
-	// IfacePrefix starts every workload interface's name ("cali").
+	// IfacePrefix starts every workload interface's name (default
+	// kernel.HostDevicePrefix, the CNI plugin's).
 	IfacePrefix string
 	// PassMark is the one mark bit this package may use (DefaultPassMark).
 	PassMark uint32
@@ -103,7 +105,7 @@ func New(cfg Config) (*Dataplane, error) {
 		cfg.Table = DefaultTable
 	}
 	if cfg.IfacePrefix == "" {
-		cfg.IfacePrefix = "cali"
+		cfg.IfacePrefix = kernel.HostDevicePrefix
 	}
 	if cfg.PassMark == 0 {
 		cfg.PassMark = DefaultPassMark
