@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
@@ -106,32 +107,27 @@ func anyMap(m map[string]string) map[string]any {
 	return out
 }
 
-// splitDocuments splits YAML on "---" lines, and a JSON stream into its
-// objects. The YAML parser reads only the first document of what it is
-// given and silently drops the rest, so every separator must be found here.
+// splitDocuments splits YAML into its documents, and a JSON stream into
+// its objects. The YAML parser reads only the first document of what it
+// is given and silently drops the rest, so every separator must be found
+// here: a "---" line, optionally followed by a comment, as kubectl reads
+// them (content after "---" on the same line is an error).
 func splitDocuments(data []byte) ([][]byte, error) {
 	if docs, ok := splitJSON(data); ok {
 		return docs, nil
 	}
 	var docs [][]byte
-	var cur bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		// "---" may be followed by a comment or the document's first node.
-		if rest, ok := strings.CutPrefix(line, "---"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
-			docs = append(docs, bytes.Clone(cur.Bytes()))
-			cur.Reset()
-			line = rest
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
 		}
-		cur.WriteString(line)
-		cur.WriteByte('\n')
+		if err != nil {
+			return nil, fmt.Errorf("%w: document %d: %v", ErrDecode, len(docs)+1, err)
+		}
+		docs = append(docs, doc)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
-	}
-	return append(docs, cur.Bytes()), nil
 }
 
 // splitJSON splits a stream of JSON objects ({...} {...}); ok is false if

@@ -470,6 +470,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "only separators", in: "---\n---\n", is: api.ErrDecode},
 		{name: "yaml syntax", in: "apiVersion: routed.io/v1\nkind: [IPPool\n", is: api.ErrDecode, mention: []string{"document 1"}},
 		{name: "syntax error in second document", in: pool + "spec: {cidr: 10.0.0.0/8}\n---\nkind: : :\n", is: api.ErrDecode, mention: []string{"document 2"}},
+		{name: "content after a separator", in: pool + "spec: {cidr: 10.0.0.0/8}\n--- kind: Node\n", is: api.ErrDecode, mention: []string{"document 1", "separator", "kind: Node"}},
 		{name: "missing kind", in: "apiVersion: routed.io/v1\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"kind"}},
 		{name: "missing apiVersion", in: "kind: IPPool\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"apiVersion"}},
 		{name: "foreign apiVersion", in: "apiVersion: networking.k8s.io/v1\nkind: IPPool\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"networking.k8s.io/v1", "crd.projectcalico.org/v1"}},
