@@ -163,8 +163,8 @@ func TestLabEndToEnd(t *testing.T) {
 		if _, err := l.NodeHTTP(ctx, node.Name, 9099, "/liveness"); err != nil {
 			t.Errorf("%s: /liveness: %v", node.Name, err)
 		}
-		m, err := l.NodeMetrics(ctx, node.Name)
-		if err != nil || !strings.Contains(m, "routed_felix_") || !strings.Contains(m, "routed_ipam_") {
+		m, err := l.NodeMetricFamilies(ctx, node.Name)
+		if err != nil || !m.HasPrefix("routed_felix_") || !m.HasPrefix("routed_ipam_") {
 			t.Errorf("%s: /metrics lacks felix or IPAM metrics: %v", node.Name, err)
 		}
 	}

@@ -74,9 +74,12 @@ func TestRogueNodeCannotSteerTraffic(t *testing.T) {
 		if strings.Contains(routes+"\n", rogueVia) || strings.Contains(routes, rogue.Addr.String()+" proto 82") {
 			t.Errorf("%s: a rogue route reached the kernel:\n%s", node.Name, routes)
 		}
-		m, err := l.NodeMetrics(ctx, node.Name)
-		if err != nil || !strings.Contains(m, `routed_felix_learned_routes_filtered{reason="cluster-peer-outside-pools"} 2`) {
-			t.Errorf("%s: filtered-routes metric missing or wrong (%v)", node.Name, err)
+		m, err := l.NodeMetricFamilies(ctx, node.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := m.Sum("routed_felix_learned_routes_filtered", map[string]string{"reason": "cluster-peer-outside-pools"}); v != 2 {
+			t.Errorf("%s: routed_felix_learned_routes_filtered{reason=cluster-peer-outside-pools} = %v (found %v), want 2", node.Name, v, ok)
 		}
 	}
 	// Good routes still flow, both ways across the subnets.

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -87,36 +86,16 @@ func ReadEtcdCounters(ctx context.Context, client *http.Client, url string) (Etc
 }
 
 func parseEtcdMetrics(r io.Reader) (EtcdCounters, error) {
-	c := EtcdCounters{ByMethod: map[string]float64{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	seenUnary, seenWatchers := false, false
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(line, "grpc_server_started_total{") && strings.Contains(line, `grpc_type="unary"`):
-			c.Unary += v
-			seenUnary = true
-			if _, m, ok := strings.Cut(line, `grpc_method="`); ok {
-				m, _, _ = strings.Cut(m, `"`)
-				c.ByMethod[m] += v
-			}
-		case strings.HasPrefix(line, "etcd_debugging_mvcc_watcher_total "):
-			c.Watchers = v
-			seenWatchers = true
-		}
+	m, err := ParseMetrics(r)
+	if err != nil {
+		return EtcdCounters{}, err
 	}
-	if err := sc.Err(); err != nil {
-		return c, err
-	}
+	unary := map[string]string{"grpc_type": "unary"}
+	var c EtcdCounters
+	var seenUnary, seenWatchers bool
+	c.Unary, seenUnary = m.Sum("grpc_server_started_total", unary)
+	c.ByMethod = m.SumBy("grpc_server_started_total", "grpc_method", unary)
+	c.Watchers, seenWatchers = m.Sum("etcd_debugging_mvcc_watcher_total", nil)
 	if !seenUnary || !seenWatchers {
 		return c, fmt.Errorf("etcd metrics lack grpc_server_started_total (unary) or etcd_debugging_mvcc_watcher_total")
 	}

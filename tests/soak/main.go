@@ -131,15 +131,12 @@ func leaks(ctx context.Context, l *lab.Lab) []string {
 func goroutines(ctx context.Context, l *lab.Lab) map[string]int {
 	out := map[string]int{}
 	for _, n := range l.Topo.Nodes {
-		s, err := l.NodeMetrics(ctx, n.Name)
+		m, err := l.NodeMetricFamilies(ctx, n.Name)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(s, "\n") {
-			var v int
-			if _, err := fmt.Sscanf(line, "go_goroutines %d", &v); err == nil {
-				out[n.Name] = v
-			}
+		if v, ok := m.Sum("go_goroutines", nil); ok {
+			out[n.Name] = int(v)
 		}
 	}
 	return out
