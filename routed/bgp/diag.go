@@ -1,7 +1,7 @@
 package bgp
 
 import (
-	"regexp"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -92,14 +92,14 @@ func (d *diag) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 }
 
 // disconnectText says why a session left OpenSent, OpenConfirm or
-// Established, from the event's reason and message
-// ("notification-received code 2(open) subcode 2(bad peer as)").
+// Established, from the event's typed reason; for a NOTIFICATION, also
+// its code and subcode (notificationText).
 func disconnectText(r api.PeerState_DisconnectReason, msg string, wasUp bool) string {
 	switch r {
 	case api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED:
-		return "received notification: " + codeFromString(msg)
+		return "received notification: " + notificationText(msg)
 	case api.PeerState_DISCONNECT_REASON_NOTIFICATION_SENT:
-		return "sent notification: " + codeFromString(msg)
+		return "sent notification: " + notificationText(msg)
 	case api.PeerState_DISCONNECT_REASON_BAD_PEER_AS:
 		return "sent notification: open: bad peer AS (check AS numbers on both sides)"
 	case api.PeerState_DISCONNECT_REASON_HOLD_TIMER_EXPIRED:
@@ -119,24 +119,96 @@ func disconnectText(r api.PeerState_DisconnectReason, msg string, wasUp bool) st
 	return ""
 }
 
-var codeRe = regexp.MustCompile(`code \d+\(([^)]*)\) subcode (\d+)\(([^)]*)\)`)
+// notificationCode reads a NOTIFICATION's error code and subcode from a
+// peer event. GoBGP v4 types the disconnect reason but hands the
+// NOTIFICATION itself over only as DisconnectMessage, which it formats
+// with bgp.NotificationErrorCode's String ("notification-received code
+// 2(open) subcode 2(bad peer as)"); only the two numbers are taken from
+// it, and named here (notificationNames) rather than by GoBGP's text.
+func notificationCode(msg string) (code, subcode uint8, ok bool) {
+	_, c, ok1 := strings.Cut(msg, " code ")
+	_, sc, ok2 := strings.Cut(msg, " subcode ")
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(c, "%d(", &code); err != nil {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(sc, "%d(", &subcode); err != nil {
+		return 0, 0, false
+	}
+	return code, subcode, true
+}
 
-// ceaseSubcodes names Cease subcodes GoBGP's table lacks (RFC 8538).
-var ceaseSubcodes = map[string]string{"9": "hard reset", "10": "BFD down"}
+// notificationText names a NOTIFICATION ("open: bad peer AS"); a message
+// without a code is returned as it is.
+func notificationText(msg string) string {
+	code, sub, ok := notificationCode(msg)
+	if !ok {
+		return msg
+	}
+	n, known := notificationNames[code]
+	if !known {
+		return fmt.Sprintf("code %d subcode %d", code, sub)
+	}
+	if s := n.sub[sub]; s != "" {
+		return n.name + ": " + s
+	}
+	return n.name
+}
 
-// codeFromString rewrites GoBGP's "code 2(open) subcode 2(bad peer as)"
-// as "open: bad peer AS".
-func codeFromString(str string) string {
-	m := codeRe.FindStringSubmatch(str)
-	if m == nil {
-		return str
-	}
-	sub := strings.ReplaceAll(m[3], "peer as", "peer AS")
-	if sub == "undefined" && m[1] == "cease" {
-		sub = ceaseSubcodes[m[2]]
-	}
-	if sub == "undefined" || sub == "" {
-		return m[1]
-	}
-	return m[1] + ": " + sub
+// notificationNames names NOTIFICATION codes and subcodes (RFC 4271,
+// 4486, 7313, 8538 and 9384), by GoBGP's typed constants.
+var notificationNames = map[uint8]struct {
+	name string
+	sub  map[uint8]string
+}{
+	bgp.BGP_ERROR_MESSAGE_HEADER_ERROR: {"header", map[uint8]string{
+		bgp.BGP_ERROR_SUB_CONNECTION_NOT_SYNCHRONIZED: "connection not synchronized",
+		bgp.BGP_ERROR_SUB_BAD_MESSAGE_LENGTH:          "bad message length",
+		bgp.BGP_ERROR_SUB_BAD_MESSAGE_TYPE:            "bad message type",
+	}},
+	bgp.BGP_ERROR_OPEN_MESSAGE_ERROR: {"open", map[uint8]string{
+		bgp.BGP_ERROR_SUB_UNSUPPORTED_VERSION_NUMBER:        "unsupported version number",
+		bgp.BGP_ERROR_SUB_BAD_PEER_AS:                       "bad peer AS",
+		bgp.BGP_ERROR_SUB_BAD_BGP_IDENTIFIER:                "bad bgp identifier",
+		bgp.BGP_ERROR_SUB_UNSUPPORTED_OPTIONAL_PARAMETER:    "unsupported optional parameter",
+		bgp.BGP_ERROR_SUB_DEPRECATED_AUTHENTICATION_FAILURE: "deprecated authentication failure",
+		bgp.BGP_ERROR_SUB_UNACCEPTABLE_HOLD_TIME:            "unacceptable hold time",
+		bgp.BGP_ERROR_SUB_UNSUPPORTED_CAPABILITY:            "unsupported capability",
+	}},
+	bgp.BGP_ERROR_UPDATE_MESSAGE_ERROR: {"update", map[uint8]string{
+		bgp.BGP_ERROR_SUB_MALFORMED_ATTRIBUTE_LIST:          "malformed attribute list",
+		bgp.BGP_ERROR_SUB_UNRECOGNIZED_WELL_KNOWN_ATTRIBUTE: "unrecognized well known attribute",
+		bgp.BGP_ERROR_SUB_MISSING_WELL_KNOWN_ATTRIBUTE:      "missing well known attribute",
+		bgp.BGP_ERROR_SUB_ATTRIBUTE_FLAGS_ERROR:             "attribute flags error",
+		bgp.BGP_ERROR_SUB_ATTRIBUTE_LENGTH_ERROR:            "attribute length error",
+		bgp.BGP_ERROR_SUB_INVALID_ORIGIN_ATTRIBUTE:          "invalid origin attribute",
+		bgp.BGP_ERROR_SUB_DEPRECATED_ROUTING_LOOP:           "deprecated routing loop",
+		bgp.BGP_ERROR_SUB_INVALID_NEXT_HOP_ATTRIBUTE:        "invalid next hop attribute",
+		bgp.BGP_ERROR_SUB_OPTIONAL_ATTRIBUTE_ERROR:          "optional attribute error",
+		bgp.BGP_ERROR_SUB_INVALID_NETWORK_FIELD:             "invalid network field",
+		bgp.BGP_ERROR_SUB_MALFORMED_AS_PATH:                 "malformed as path",
+	}},
+	bgp.BGP_ERROR_HOLD_TIMER_EXPIRED: {"hold timer expired", nil},
+	bgp.BGP_ERROR_FSM_ERROR: {"fsm", map[uint8]string{
+		bgp.BGP_ERROR_SUB_RECEIVE_UNEXPECTED_MESSAGE_IN_OPENSENT_STATE:    "receive unexpected message in opensent state",
+		bgp.BGP_ERROR_SUB_RECEIVE_UNEXPECTED_MESSAGE_IN_OPENCONFIRM_STATE: "receive unexpected message in openconfirm state",
+		bgp.BGP_ERROR_SUB_RECEIVE_UNEXPECTED_MESSAGE_IN_ESTABLISHED_STATE: "receive unexpected message in established state",
+	}},
+	bgp.BGP_ERROR_CEASE: {"cease", map[uint8]string{
+		bgp.BGP_ERROR_SUB_MAXIMUM_NUMBER_OF_PREFIXES_REACHED: "maximum number of prefixes reached",
+		bgp.BGP_ERROR_SUB_ADMINISTRATIVE_SHUTDOWN:            "administrative shutdown",
+		bgp.BGP_ERROR_SUB_PEER_DECONFIGURED:                  "peer deconfigured",
+		bgp.BGP_ERROR_SUB_ADMINISTRATIVE_RESET:               "administrative reset",
+		bgp.BGP_ERROR_SUB_CONNECTION_REJECTED:                "connection rejected",
+		bgp.BGP_ERROR_SUB_OTHER_CONFIGURATION_CHANGE:         "other configuration change",
+		bgp.BGP_ERROR_SUB_CONNECTION_COLLISION_RESOLUTION:    "connection collision resolution",
+		bgp.BGP_ERROR_SUB_OUT_OF_RESOURCES:                   "out of resources",
+		bgp.BGP_ERROR_SUB_HARD_RESET:                         "hard reset",
+		bgp.BGP_ERROR_SUB_HARD_RESET + 1:                     "BFD down",
+	}},
+	bgp.BGP_ERROR_ROUTE_REFRESH_MESSAGE_ERROR: {"route refresh", map[uint8]string{
+		bgp.BGP_ERROR_SUB_INVALID_MESSAGE_LENGTH: "invalid message length",
+	}},
 }

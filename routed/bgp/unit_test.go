@@ -42,6 +42,14 @@ func TestDiagPeerEvents(t *testing.T) {
 		{"rejected open", false, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_INVALID_MSG, "invalid-msg"),
 			"peer rejected our OPEN (check AS numbers on both sides)"},
 		{"hold timer", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_HOLD_TIMER_EXPIRED, "hold-timer-expired"), "hold timer expired"},
+		{"admin shutdown sent", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_SENT,
+			"notification-sent code 6(cease) subcode 2(administrative shutdown)"), "sent notification: cease: administrative shutdown"},
+		{"BFD down", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED,
+			"notification-received code 6(cease) subcode 10(undefined)"), "received notification: cease: BFD down"},
+		{"hold timer notification", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED,
+			"notification-received code 4(hold timer expired) subcode 0(undefined)"), "received notification: hold timer expired"},
+		{"unknown code", true, ev(peer, bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED,
+			"notification-received code 9(undefined) subcode 1(undefined)"), "received notification: code 9 subcode 1"},
 		{"unknown peer", false, ev("10.9.9.9", bgp.BGP_FSM_IDLE, api.PeerState_DISCONNECT_REASON_READ_FAILED, ""), ""},
 	}
 	for _, tc := range tests {
@@ -197,5 +205,22 @@ func TestAPIPeerCalicoOptions(t *testing.T) {
 	ap = s.apiPeer(Peer{Address: netip.MustParseAddr("10.0.0.2"), ASN: 65000}, false)
 	if ap.GracefulRestart.RestartTime != 120 || ap.TtlSecurity != nil || ap.Conf.AllowOwnAsn != 0 {
 		t.Fatalf("defaults: %v", ap)
+	}
+}
+
+// notificationCode reads back every code and subcode GoBGP's own
+// formatter writes into DisconnectMessage.
+func TestNotificationCodeFromGoBGP(t *testing.T) {
+	for code := 0; code < 10; code++ {
+		for sub := 0; sub < 12; sub++ {
+			msg := "notification-received " + bgp.NewNotificationErrorCode(uint8(code), uint8(sub)).String()
+			c, s, ok := notificationCode(msg)
+			if !ok || int(c) != code || int(s) != sub {
+				t.Fatalf("%q: read %d/%d (ok %v), want %d/%d", msg, c, s, ok, code, sub)
+			}
+		}
+	}
+	if _, _, ok := notificationCode("read-failed"); ok {
+		t.Error("a message without a code was read as one")
 	}
 }
