@@ -27,9 +27,18 @@ $(BINARIES):
 deps:
 	./tests/ensure-deps.sh
 
+# lint: gofmt, go vet and staticcheck (STATICCHECK_VERSION, installed
+# from the Go module proxy into $(go env GOPATH)/bin when missing or at
+# another version).
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK = $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
+		{ echo "lint: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; \
+		  GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
+	$(STATICCHECK) ./...
 
 # test runs every tier: unit, privileged (netns, real kernel), integration
 # (real etcd, BGP peers, CNI runtime) and the qemu IPIP VM tests.

@@ -280,17 +280,6 @@ func (b *block) dropAttribute(idx int) {
 	}
 }
 
-// ordinalsOf lists the ordinals held by handle, in ascending order.
-func (b *block) ordinalsOf(handle string) []int {
-	var out []int
-	for o := range b.Allocations {
-		if h := b.holder(o); h != nil && h.Handle == handle {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // verifyBlock returns every violated invariant of b, for the consistency
 // checker.
 func verifyBlock(b *block) []string {

@@ -40,13 +40,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func (e *env) create(r api.Resource) {
-	e.t.Helper()
-	if _, err := e.ds.Create(context.Background(), r); err != nil {
-		e.t.Fatalf("create %s %s: %v", r.GetKind(), r.Meta().Name, err)
-	}
-}
-
 func (e *env) apply(r api.Resource) {
 	e.t.Helper()
 	if _, err := e.ds.Apply(context.Background(), r); err != nil {

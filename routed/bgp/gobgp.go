@@ -9,7 +9,6 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
-	"google.golang.org/protobuf/proto"
 )
 
 // This file converts between routed's types and GoBGP's API messages.
@@ -168,6 +167,3 @@ func parsePath(p *apiutil.Path) (pathInfo, error) {
 	}
 	return pi, nil
 }
-
-// clonePeer copies an API peer so that GoBGP never shares our message.
-func clonePeer(p *api.Peer) *api.Peer { return proto.Clone(p).(*api.Peer) }

@@ -39,7 +39,7 @@ Calico's datastore is only read. Its etcd may be the same as routed's.`,
 			}
 			src, err := datastore.New(from)
 			if err != nil {
-				return fmt.Errorf("Calico's etcd: %w", err)
+				return fmt.Errorf("open Calico's etcd: %w", err)
 			}
 			defer src.Close()
 			return g.with(func(c *datastore.Client) error {

@@ -77,14 +77,6 @@ func firstNames(names []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
 }
 
-func trimAll(keys []string, prefix string) []string {
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = strings.TrimPrefix(k, prefix)
-	}
-	return out
-}
-
 // listKeys lists the keys under prefix, sorted, without their values.
 func listKeys(ctx context.Context, c *datastore.Client, prefix string) ([]string, error) {
 	ctx, cancel := c.Ctx(ctx)

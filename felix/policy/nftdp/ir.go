@@ -154,8 +154,6 @@ type Member struct {
 	Port   uint16
 }
 
-func (m Member) is4() bool { return m.Prefix.Addr().Is4() }
-
 func (m Member) String() string {
 	if m.Port != 0 {
 		return fmt.Sprintf("%s . %d . %d", m.Prefix.Addr(), m.Proto, m.Port)

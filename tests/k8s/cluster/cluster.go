@@ -227,8 +227,6 @@ func Cleanup(prefix, dir string) {
 	}
 }
 
-func (c *Cluster) logf(format string, a ...any) { c.cfg.Logf(format, a...) }
-
 func ipCmd(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {

@@ -474,15 +474,6 @@ func podIPs(ctx context.Context, c *cluster.Cluster, selector string) (map[strin
 	return m, nil
 }
 
-func otherThan(m map[string]string, name string) string {
-	for k := range m {
-		if k != name {
-			return k
-		}
-	}
-	return name
-}
-
 func values(m map[string]string) []string {
 	var out []string
 	for _, v := range m {
