@@ -155,6 +155,32 @@ func (h *harness) sysctlsAre(t *testing.T, want map[string]string) {
 	}
 }
 
+// waitResyncs waits until felix has re-read the kernel in full n more
+// times (its route_resync_seconds histogram counts them), or fails.
+func (h *harness) waitResyncs(t *testing.T, reg *prometheus.Registry, n uint64) {
+	t.Helper()
+	count := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "routed_felix_route_resync_seconds" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	start := count()
+	timeout := time.Duration(n+2) * h.cfg.ResyncInterval
+	nstest.Eventually(t, timeout, func() string {
+		if got := count() - start; got < n {
+			return fmt.Sprintf("%d full resyncs, want %d", got, n)
+		}
+		return ""
+	})
+}
+
 func (h *harness) index(t *testing.T, name string) int {
 	l, err := h.ns.Handle.LinkByName(name)
 	if err != nil {
@@ -349,7 +375,12 @@ func TestRoutesWaitForTheirInterface(t *testing.T) {
 		wep("a2", "node-a", "cali2", "10.244.1.9/32"),
 	))
 	h.f.ReplaceAffinities(nil)
-	time.Sleep(200 * time.Millisecond)
+	nstest.Eventually(t, 3*time.Second, func() string {
+		if !h.f.Applied() {
+			return "the first snapshot was never applied"
+		}
+		return ""
+	})
 	if _, ok := h.ns.Routes(t)[pfx("10.244.1.9/32")]; ok {
 		t.Fatal("route appeared before its interface")
 	}
@@ -392,8 +423,14 @@ func TestWithoutKernelIPIP(t *testing.T) {
 		{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed},
 		{Node: "node-b", CIDR: pfx("10.245.2.0/26"), State: felix.AffinityConfirmed},
 	})
+	reg := prometheus.NewRegistry()
+	if err := h.f.Register(reg); err != nil {
+		t.Fatal(err)
+	}
 	h.routeIs(t, "10.245.2.0/26", 5*time.Second, viaRoute("192.0.2.2", h.index(t, "eth0")), "direct route for the non-IPIP pool")
-	time.Sleep(2500 * time.Millisecond) // two more resyncs
+	// Two more full resyncs (1 s apart), each of which tries tunl0 again:
+	// the IPIP route must still be absent and the error not repeated.
+	h.waitResyncs(t, reg, 2)
 	if _, ok := h.ns.Routes(t)[pfx("10.244.2.0/26")]; ok {
 		t.Error("a route for the IPIP pool was programmed without tunl0")
 	}
