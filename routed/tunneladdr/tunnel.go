@@ -13,7 +13,7 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/ipam"
-	"github.com/routed-net/routed/pkg/selector"
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // VXLANTunnelHandle is the IPAM handle of a node's VXLAN tunnel address
@@ -28,8 +28,7 @@ func encapPoolsFor(pools []*api.IPPool, node *api.Node, mode func(*api.IPPool) s
 		if m := mode(p); p.Spec.Disabled || m == api.EncapNever || m == "" {
 			continue
 		}
-		sel, err := selector.Parse(p.Spec.NodeSelector)
-		if err != nil || !sel.Evaluate(node.Metadata.Labels) {
+		if ok, err := kernel.PoolSelectsNode(p.Spec.NodeSelector, node.Metadata.Labels); err != nil || !ok {
 			continue
 		}
 		names = append(names, p.Metadata.Name)
