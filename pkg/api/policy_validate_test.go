@@ -21,6 +21,7 @@ func TestPolicyValidation(t *testing.T) {
 		{"bad selector", gnp + "  selector: app = 'web'\n", []string{"spec.selector"}},
 		{"bad rule selector", rule("{action: Allow, source: {selector: 'has(app'}}"), []string{"spec.ingress[0].source.selector"}},
 		{"bad namespace selector", rule("{action: Allow, destination: {namespaceSelector: 'global() && a == \"b\"'}}"), []string{"spec.ingress[0].destination.namespaceSelector", "global()"}},
+		{"global namespace selector", rule("{action: Allow, source: {namespaceSelector: global(), selector: role == 'db'}}"), []string{"spec.ingress[0].source.namespaceSelector", "not supported"}},
 		{"bad service account selector", rule("{action: Allow, source: {serviceAccounts: {selector: '=='}}}"), []string{"spec.ingress[0].source.serviceAccounts.selector"}},
 		{"missing action", rule("{protocol: TCP}"), []string{"spec.ingress[0].action", "Allow, Deny, Log or Pass"}},
 		{"unknown action", rule("{action: Accept}"), []string{"spec.ingress[0].action", "Accept"}},
@@ -82,7 +83,6 @@ func TestPolicyValidation(t *testing.T) {
 		rule("{action: Allow, destination: {ports: [http]}}"), // named ports carry their protocol
 		rule("{action: Allow, protocol: 132, destination: {ports: ['1:65535']}}"),
 		rule("{action: Deny, protocol: ICMPv6, icmp: {type: 128, code: 0}, ipVersion: 6}"),
-		rule("{action: Allow, source: {namespaceSelector: global(), selector: role == 'db'}}"),
 		rule("{action: Allow, source: {nets: [10.0.0.1, 10.1.0.0/16]}}"),
 		rule("{action: Log}"),
 		"apiVersion: routed.io/v1\nkind: Tier\nmetadata: {name: default}\n",

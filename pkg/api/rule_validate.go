@@ -5,11 +5,6 @@ import (
 	"strings"
 )
 
-// GlobalSelector is the one namespaceSelector value that is not a label
-// selector: in a rule, "global()" limits the rule's selector to
-// GlobalNetworkSets (Calico's meaning; routed has no host endpoints).
-const GlobalSelector = "global()"
-
 // Calico's limits on list sizes.
 const (
 	maxRules = 1024
@@ -186,12 +181,13 @@ func (e *EntityRule) validate(v *errs, field string) {
 	}
 	validateSelector(v, field+".selector", e.Selector)
 	validateSelector(v, field+".notSelector", e.NotSelector)
-	if e.NamespaceSelector != GlobalSelector {
-		if strings.Contains(e.NamespaceSelector, "global(") {
-			v.add(field+".namespaceSelector", e.NamespaceSelector, "global() must be the whole namespaceSelector")
-		} else {
-			validateSelector(v, field+".namespaceSelector", e.NamespaceSelector)
-		}
+	if strings.Contains(e.NamespaceSelector, "global(") {
+		// Calico's global() limits the selector to GlobalNetworkSets
+		// (and host endpoints); felix does not evaluate it, and a rule
+		// it cannot evaluate must not be written.
+		v.add(field+".namespaceSelector", e.NamespaceSelector, "global() is not supported by routed: match global network sets from a GlobalNetworkPolicy, whose rule selectors see them")
+	} else {
+		validateSelector(v, field+".namespaceSelector", e.NamespaceSelector)
 	}
 	if sa := e.ServiceAccounts; sa != nil {
 		validateSelector(v, field+".serviceAccounts.selector", sa.Selector)
