@@ -70,7 +70,7 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	}
-	l.policyNames.add(r.GetKind(), r.Meta().Name)
+	l.policyNames.add(r.GetKind(), api.StoreName(r))
 	if err != nil {
 		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("name", r.Meta().Name).Warn("policy input refused; its previous version (if any) stays in force")
 	}
@@ -116,7 +116,7 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
 		}
 		keep := make(map[string]bool, len(list))
 		for _, r := range list {
-			keep[r.Meta().Name] = true
+			keep[api.StoreName(r)] = true
 		}
 		for name := range l.policyNames[k] {
 			if !keep[name] {

@@ -115,6 +115,11 @@ func register(ctx context.Context, ds *datastore.Client, cfg Config, addr nodere
 	if err := noderecord.EnsureDefaultPool(ctx, ds, cfg.Pool); err != nil {
 		log.WithError(err).Warn("could not create the default pool")
 	}
+	// felix enforces the three tiers even before they are stored; stored,
+	// routedctl shows them and refuses policies in tiers that do not exist.
+	if err := ds.EnsureDefaultTiers(ctx); err != nil {
+		log.WithError(err).Warn("could not create the default tiers")
+	}
 	return guard, nil
 }
 
