@@ -67,3 +67,57 @@ protocol bgp node_a6 {
 		t.Errorf("the IPv4 block (outside the IPv6 advertisement) is missing or got communities:\n%s", r)
 	}
 }
+
+// TestBirdBGPFilterIPv6: importV6/exportV6 rules with Calico's newer
+// fields on an IPv6 session with BIRD 2: a community match accepts one
+// of BIRD's two IPv6 routes (the rule after it rejects the rest); an In
+// rule with prefixLength 100-122 adds a community and prepends an AS to
+// the node's IPv6 block; a NotIn rule keeps the IPv6 service range in.
+func TestBirdBGPFilterIPv6(t *testing.T) {
+	t.Parallel()
+	c := newCluster6(t)
+	tor := c.lab.AddHost("tor", 100)
+	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
+router id %[1]s;
+protocol device {}
+protocol static upstream6 {
+	ipv6;
+	route 2001:db8:100::/48 blackhole { bgp_community.add((65000, 100)); };
+	route 2001:db8:200::/48 blackhole;
+}
+filter to_nodes { if net ~ [2001:db8::/32+] then accept; reject; }
+protocol bgp node_a6 {
+	local %[2]s as 65000;
+	neighbor %[3]s as 64512;
+	ipv6 { import all; export filter to_nodes; };
+}
+`, tor.Addr, tor.Addr6, a.host.Addr6))
+	lo, hi := int32(100), int32(122)
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
+		ServiceClusterIPs: []api.ServiceClusterIP{{CIDR: "fd00:96::/108"}}}})
+	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "v6"}, Spec: api.BGPFilterSpec{
+		ImportV6: []api.BGPFilterRule{
+			{Action: "Accept", Communities: &api.BGPFilterCommunities{Values: []string{"65000:100"}}},
+			{Action: "Reject"},
+		},
+		ExportV6: []api.BGPFilterRule{
+			{Action: "Accept", MatchOperator: "In", CIDR: "fd00:65::/32", PrefixLength: &api.BGPFilterPrefixLength{Min: &lo, Max: &hi},
+				Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "65001:66"}},
+					{PrependASPath: &api.BGPFilterPrependASPath{Prefix: []api.ASNumber{65010}}}}},
+			{Action: "Reject", MatchOperator: "NotIn", CIDR: "fd00:96::/32"},
+		},
+	}})
+	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor6"}, Spec: api.BGPPeerSpec{
+		PeerIP: tor.Addr6.String(), ASNumber: 65000, Filters: []string{"v6"}}})
+
+	a.waitRoutes("the community-matched IPv6 route", 30*time.Second, has("2001:db8:100::/48", tor.Addr6.String()))
+	if r := a.sink().Routes; r["2001:db8:200::/48"] != "" {
+		t.Errorf("the reject-the-rest rule let 2001:db8:200::/48 in: %v", r)
+	}
+	out := bird.WaitCtl(t, "show route fd00:65:1::/122 all", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "BGP.as_path: 64512 65010 64512") && strings.Contains(s, "(65001,66)")
+	})
+	t.Logf("BIRD's route to the IPv6 block:\n%s", out)
+	bird.WaitCtl(t, "show route fd00:96::/108", 30*time.Second, func(s string) bool { return strings.Contains(s, "fd00:96::/108") })
+}
