@@ -229,10 +229,11 @@ func Compute(in Input) Desired {
 			}
 			a = a.Unmap()
 			if target := nodeAt(nodes, a); target != nil && (s.ASNumber == 0 || s.ASNumber == nodeASN(target, cfgs)) {
-				// As Calico: a peerIP that is a node's address peers
-				// with that node like a peerSelector choosing it, both
-				// ways, over that address's family only.
-				for _, n := range byIPPeers(nodes, me, target, appliesTo) {
+				// As Calico: a peerIP that is a node's address (and
+				// AS) peers with that node like a peerSelector choosing
+				// it, over that address's family only, and that node
+				// peers back unless reversePeering is Manual.
+				for _, n := range byIPPeers(nodes, me, target, appliesTo, s.ReversePeering != api.ReversePeeringManual) {
 					for _, c := range nodePeers(n, prioSelector, typ, n.Metadata.Name) {
 						if c.Address.Is6() == a.Is6() {
 							cands = append(cands, finish(markRR(c, me, n)))

@@ -36,12 +36,16 @@ func nodeAt(nodes map[string]*api.Node, a netip.Addr) *api.Node {
 
 // byIPPeers are the nodes me peers with for a BGPPeer whose peerIP is
 // target's address: every other node the BGPPeer applies to when me is
-// the target, else the target when the BGPPeer applies to me.
-func byIPPeers(nodes map[string]*api.Node, me, target *api.Node, appliesTo func(*api.Node) bool) []*api.Node {
+// the target (and reverse, Calico's automatic reverse peering), else
+// the target when the BGPPeer applies to me.
+func byIPPeers(nodes map[string]*api.Node, me, target *api.Node, appliesTo func(*api.Node) bool, reverse bool) []*api.Node {
 	if target.Metadata.Name != me.Metadata.Name {
 		if appliesTo(me) {
 			return []*api.Node{target}
 		}
+		return nil
+	}
+	if !reverse {
 		return nil
 	}
 	var out []*api.Node

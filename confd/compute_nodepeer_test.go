@@ -32,8 +32,14 @@ func TestPeerIPOfANode(t *testing.T) {
 		t.Errorf("client: %q", got)
 	}
 
-	// Another AS than the node's: an external peer at that address, as
-	// before; no AS and no node's address: no session, a warning.
+	// reversePeering Manual: the reflector does not peer back.
+	in.Peers[0].Spec.ReversePeering = api.ReversePeeringManual
+	in.NodeName = "kube-master"
+	if got := brief(Compute(in).Peers); len(got) != 0 {
+		t.Errorf("reflector with reversePeering Manual: %q", got)
+	}
+	in.NodeName = "kube-node-1"
+	// No AS and no node's address: no session, a warning.
 	in.Peers = []*api.BGPPeer{peer("p", func(s *api.BGPPeerSpec) { s.PeerIP = "fe0a::99" })}
 	if d := Compute(in); len(d.Peers) != 0 || len(d.Warnings) != 1 {
 		t.Errorf("unknown address without AS: %q %q", brief(d.Peers), d.Warnings)

@@ -101,7 +101,10 @@ func TestMD5(t *testing.T) {
 	for _, pair := range [][2]*node{{a, b}, {b, a}} {
 		c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "md5-" + pair[0].name}, Spec: api.BGPPeerSpec{
 			Node: pair[0].name, PeerIP: pair[1].host.Addr.String(), ASNumber: 64512,
-			Password: &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "pw"}}}})
+			// One way each: the peerIP is a node's, which Calico (Auto)
+			// would peer back.
+			ReversePeering: api.ReversePeeringManual,
+			Password:       &api.PasswordSource{SecretKeyRef: &api.SecretKeyRef{Name: "bgp", Key: "pw"}}}})
 	}
 	ps := a.waitPeers("MD5 mismatch reported", 30*time.Second, func(ps []status.Peer) bool {
 		p, ok := findPeer(ps, b.host.Addr)
