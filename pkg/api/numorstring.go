@@ -65,6 +65,17 @@ func (p Protocol) IsICMP() (isICMP, v6 bool) {
 	return ok && (n == 1 || n == 58), n == 58
 }
 
+// Canonical returns p with a known name in Calico's spelling ("tcp" is
+// TCP), as Calico's ProtocolFromString reads names; others unchanged.
+func (p Protocol) Canonical() Protocol {
+	for name := range protocolNumbers {
+		if strings.EqualFold(name, p.Name) {
+			return Protocol{Name: name}
+		}
+	}
+	return p
+}
+
 func (p Protocol) String() string {
 	if p.Name != "" {
 		return p.Name

@@ -440,6 +440,10 @@ func calicoEndpoint(data []byte, addrHandle map[netip.Addr]string) (*api.Workloa
 			Profiles: c.Spec.Profiles, ServiceAccountName: c.Spec.ServiceAccountName, Ports: c.Spec.Ports,
 		},
 	}
+	for i := range w.Spec.Ports {
+		// Older Calico wrote port protocols lower-case ("tcp").
+		w.Spec.Ports[i].Protocol = w.Spec.Ports[i].Protocol.Canonical()
+	}
 	for _, n := range c.Spec.IPNetworks {
 		if p, err := netip.ParsePrefix(n); err == nil {
 			if h, ok := addrHandle[p.Addr()]; ok {
