@@ -42,6 +42,17 @@ func (p PKI) IssueClient(t testing.TB, cn string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
+// IssuePeer writes <name>.pem and <name>-key.pem: a certificate for an
+// etcd member's peer port at ips, usable as server and as client (a member
+// dials its peers with the same certificate it serves with).
+func (p PKI) IssuePeer(name string, ips ...net.IP) (certFile, keyFile string, err error) {
+	return issueCert(p.dir, name, p.caKey, p.ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+}
+
 // New writes a CA, a server certificate for 127.0.0.1/localhost and a
 // client certificate into a fresh temp dir.
 func New(t testing.TB) PKI {

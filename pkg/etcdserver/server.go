@@ -1,5 +1,6 @@
-// Package etcdserver runs an embedded single-member etcd: the datastore
-// for single-machine use, the demo lab and the tests.
+// Package etcdserver runs an embedded etcd: a single member (the datastore
+// for single-machine use, the demo lab and the tests) or one member of a
+// static cluster (the lab's 3-member tier).
 package etcdserver
 
 import (
@@ -21,8 +22,19 @@ type Config struct {
 	Dir string
 	// ClientAddr is host:port for clients; port 0 picks a free port.
 	ClientAddr string
-	// PeerAddr is host:port for the (unused) peer listener; port 0 picks one.
+	// PeerAddr is host:port for the peer listener (unused by a single
+	// member); port 0 picks one.
 	PeerAddr string
+	// Name is the member's name (default "routed").
+	Name string
+	// InitialCluster, when set, makes this a member of a static cluster:
+	// name=peerURL pairs, comma separated, this member's among them (its
+	// peer URL must be PeerAddr's). Empty: a single-member cluster.
+	// Ignored on a restart with existing data.
+	InitialCluster string
+	// PeerTLS, when CertFile is set, serves peers over TLS; with
+	// TrustedCAFile and ClientCertAuth it requires peer certificates.
+	PeerTLS transport.TLSInfo
 	// TLS, when CertFile is set, serves clients over TLS; with
 	// TrustedCAFile and ClientCertAuth it requires client certificates.
 	TLS transport.TLSInfo
@@ -80,17 +92,22 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		scheme = "https"
 	}
 	cu := url.URL{Scheme: scheme, Host: clientAddr}
-	pu := url.URL{Scheme: "http", Host: peerAddr}
+	peerScheme := "http"
+	if !cfg.PeerTLS.Empty() {
+		peerScheme = "https"
+	}
+	pu := url.URL{Scheme: peerScheme, Host: peerAddr}
 
 	ec := embed.NewConfig()
-	ec.Name = "routed"
+	ec.Name = orDefault(cfg.Name, "routed")
 	ec.Dir = cfg.Dir
 	ec.ListenClientUrls = []url.URL{cu}
 	ec.AdvertiseClientUrls = []url.URL{cu}
 	ec.ListenPeerUrls = []url.URL{pu}
 	ec.AdvertisePeerUrls = []url.URL{pu}
-	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.Name+"="+pu.String())
 	ec.ClientTLSInfo = cfg.TLS
+	ec.PeerTLSInfo = cfg.PeerTLS
 	ec.UnsafeNoFsync = cfg.NoFsync
 	ec.LogLevel = orDefault(cfg.LogLevel, "error")
 	ec.Logger = "zap"

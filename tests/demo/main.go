@@ -24,15 +24,16 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the lab running after the checks (tear down with Ctrl-C)")
 	dualStack := flag.Bool("dual-stack", false, "give the nodes IPv6 subnets and addresses, add an IPv6 pool and IPv6 BGP sessions: every pod gets both families and every pair is pinged over both")
 	encap := flag.String("encap", "auto", "pod traffic between subnets: auto (IPIP CrossSubnet when the kernel has ipip, else routed through the router), ipip, none, or vxlan (VXLAN CrossSubnet with no BGP at all)")
+	etcdMembers := flag.Int("etcd-members", 1, "etcd members: 1 (one plain etcd in the router) or 3 (a cluster, each member in its own namespace, mTLS on client and peer ports, every client given all three endpoints)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "make demo needs root: it creates network namespaces, routes and BGP sessions. Run: sudo make demo")
 		os.Exit(2)
 	}
-	os.Exit(run(*bin, *dir, *podsPerNode, *keep, *encap, *dualStack))
+	os.Exit(run(*bin, *dir, *podsPerNode, *keep, *encap, *dualStack, *etcdMembers))
 }
 
-func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bool) int {
+func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bool, etcdMembers int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	abs, _ := filepath.Abs(bin)
@@ -69,13 +70,14 @@ func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bo
 		}
 		topo = topo.WithDualStack()
 	}
+	topo.EtcdMembers = etcdMembers
 	l := lab.New(topo, bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
 	// Tear down on every path out, with a fresh context: ctx may be cancelled.
 	defer func() {
 		fmt.Println("==> tearing the lab down")
 		l.Down(context.Background())
 	}()
-	fmt.Printf("==> IPIP mode %s, VXLAN mode %s (kernel ipip support: %v), dual-stack %v\n", topo.IPIPMode, topo.VXLANMode, lab.KernelHasIPIP(), dualStack)
+	fmt.Printf("==> IPIP mode %s, VXLAN mode %s (kernel ipip support: %v), dual-stack %v, etcd members %d\n", topo.IPIPMode, topo.VXLANMode, lab.KernelHasIPIP(), dualStack, etcdMembers)
 	if err := l.Up(ctx); err != nil {
 		fmt.Printf("FAIL: bringing the lab up: %v\n(logs in %s)\n", err, dir)
 		return 1

@@ -209,7 +209,7 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
   "name": "k8s-pod-network",
   "plugins": [{
     "type": "routed-cni",
-    "etcd_endpoints": %q,
+    "etcd_endpoints": %q,%s
     "nodename": %q,
     "log_level": "info",
     "log_file_path": %q,
@@ -219,7 +219,7 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
     "ipam": {"type": "routed-ipam"}
   }]
 }
-`, l.Topo.EtcdEndpoint(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"),
+`, l.Topo.EtcdEndpoint(), l.cniEtcdTLS(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"),
 			// Each lab node is a host of its own: its own host IPAM lock,
 			// not this machine's /var/run/routed/ipam.lock.
 			filepath.Join(l.Dir, n.Name, "ipam.lock"))
@@ -228,4 +228,14 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// cniEtcdTLS is the conflist's etcd_*_file fields for a cluster ("" for
+// the plain-http etcd).
+func (l *Lab) cniEtcdTLS() string {
+	if l.etcdTLS == nil {
+		return ""
+	}
+	return fmt.Sprintf("\n    \"etcd_ca_cert_file\": %q,\n    \"etcd_cert_file\": %q,\n    \"etcd_key_file\": %q,",
+		l.etcdTLS.CAFile, l.etcdTLS.CertFile, l.etcdTLS.KeyFile)
 }

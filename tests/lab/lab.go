@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -26,7 +27,14 @@ type Lab struct {
 	etcd  *proc
 	bird  *proc
 	nodes map[string]*proc
-	pods  []Pod
+	// podsMu guards pods: tests add pods from many goroutines at once.
+	podsMu sync.Mutex
+	pods   []Pod
+	// etcdMembers, etcdTLS and etcdArgs are set for an etcd cluster
+	// (Topo.EtcdMembers > 1).
+	etcdMembers []*proc
+	etcdTLS     *etcdTLS
+	etcdArgs    func(member int) []string
 }
 
 // Pod is a pod the lab created through the CNI plugin.
@@ -84,6 +92,9 @@ func recordPID(dir string, p *proc) {
 // Up builds the network, starts etcd, the router's BIRD and every node's
 // routed, and applies the lab's configuration.
 func (l *Lab) Up(ctx context.Context) error {
+	if err := l.Topo.validateEtcdMembers(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
 		return err
 	}
@@ -123,6 +134,7 @@ func (l *Lab) Down(ctx context.Context) {
 	}
 	l.bird.stop(syscall.SIGTERM, 5*time.Second)
 	l.etcd.stop(syscall.SIGTERM, 5*time.Second)
+	l.stopEtcdMembers()
 	Cleanup(ctx, l.Topo.Prefix, l.Dir)
 }
 
@@ -201,6 +213,9 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 }
 
 func (l *Lab) startEtcd(ctx context.Context) error {
+	if l.Topo.clustered() {
+		return l.startEtcdCluster(ctx)
+	}
 	addr := strings.TrimPrefix(l.Topo.EtcdEndpoint(), "http://")
 	p, err := startProc(l.Topo.RouterNS(), filepath.Join(l.Dir, "etcd.log"), nil,
 		l.Bins.Routed, "etcd", "--data-dir", filepath.Join(l.Dir, "etcd"), "--listen-client", addr)
@@ -220,17 +235,17 @@ func (l *Lab) waitFor(ctx context.Context, timeout time.Duration, what string, f
 	return waitUntil(ctx, timeout, what, f)
 }
 
-// Ctl runs routedctl against the lab's etcd from inside the router
-// namespace and returns its output.
+// Ctl runs routedctl against the lab's etcd (all members, with the
+// client certificate for a cluster) from inside the router namespace and returns its output.
 func (l *Lab) Ctl(ctx context.Context, args ...string) (string, error) {
-	full := append([]string{l.Bins.Routedctl, "--etcd-endpoints", l.Topo.EtcdEndpoint()}, args...)
+	full := append(append([]string{l.Bins.Routedctl}, l.etcdClientArgs()...), args...)
 	return nsRun(ctx, l.Topo.RouterNS(), full...)
 }
 
 // NodeCtl runs routedctl inside a node namespace against that node's
 // status socket (node status, show ...).
 func (l *Lab) NodeCtl(ctx context.Context, node string, args ...string) (string, error) {
-	full := append([]string{"env", "ROUTED_STATUS_SOCKET=" + l.socket(node), "ETCD_ENDPOINTS=" + l.Topo.EtcdEndpoint(), l.Bins.Routedctl}, args...)
+	full := append(append(append([]string{"env", "ROUTED_STATUS_SOCKET=" + l.socket(node)}, l.etcdClientEnv()...), l.Bins.Routedctl), args...)
 	return nsRun(ctx, node, full...)
 }
 

@@ -52,21 +52,20 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 	if n.Addr6.IsValid() {
 		ip6 = n.Addr6.String()
 	}
-	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil,
-		l.Bins.Routed,
+	args := append([]string{l.Bins.Routed,
 		"--role", role,
 		"--ip6", ip6,
 		"--nodename", name,
 		"--ip", n.Addr.String(),
-		"--etcd-endpoints", l.Topo.EtcdEndpoint(),
 		"--status-socket", l.socket(name),
-		"--health-listen", addr+":9099",
-		"--metrics-listen", addr+":9091",
+		"--health-listen", addr + ":9099",
+		"--metrics-listen", addr + ":9091",
 		"--state-dir", l.stateDir(name),
 		"--no-default-ipv4-pool",
 		"--ipam-gc-grace", "30s",
 		"--ipam-gc-interval", "5s",
-	)
+	}, l.etcdClientArgs()...)
+	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil, args...)
 	if err != nil {
 		return err
 	}

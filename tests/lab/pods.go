@@ -47,18 +47,22 @@ func (l *Lab) AddPod(ctx context.Context, node, name string) (Pod, error) {
 		_ = ip(ctx, "", "netns", "del", ns)
 		return Pod{}, fmt.Errorf("cnitool add %s: want an IPv4 and an IPv6 address, got %q", name, out)
 	}
+	l.podsMu.Lock()
 	l.pods = append(l.pods, p)
+	l.podsMu.Unlock()
 	return p, nil
 }
 
 // DelPod runs CNI DEL for a pod and removes its namespace.
 func (l *Lab) DelPod(ctx context.Context, p Pod) error {
+	l.podsMu.Lock()
 	for i, q := range l.pods {
 		if q.NS == p.NS {
 			l.pods = append(l.pods[:i], l.pods[i+1:]...)
 			break
 		}
 	}
+	l.podsMu.Unlock()
 	return l.delPod(ctx, p)
 }
 
@@ -69,7 +73,11 @@ func (l *Lab) delPod(ctx context.Context, p Pod) error {
 }
 
 // Pods returns the pods the lab created.
-func (l *Lab) Pods() []Pod { return append([]Pod(nil), l.pods...) }
+func (l *Lab) Pods() []Pod {
+	l.podsMu.Lock()
+	defer l.podsMu.Unlock()
+	return append([]Pod(nil), l.pods...)
+}
 
 func (l *Lab) cnitool(ctx context.Context, p Pod, verb string) (string, error) {
 	args := []string{"env",

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // NodeSpec describes one lab node.
@@ -57,6 +58,11 @@ type Topology struct {
 	// is up, before BIRD and the nodes start (a test that brings its own
 	// datastore state, e.g. a Calico cluster to migrate).
 	Configure func(ctx context.Context, l *Lab) error
+	// EtcdMembers 3 (or 5, 7) runs an etcd cluster: each member in a
+	// namespace of its own on subnet a (<prefix>-e1...), mTLS on client
+	// and peer ports, every client given all endpoints. 0 or 1: one
+	// plain-http etcd in the router namespace.
+	EtcdMembers int
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.
@@ -142,7 +148,15 @@ func (t Topology) RouterNS() string { return t.Prefix + "-rtr" }
 // NodeNS is a node namespace's name (the node's name).
 func (t Topology) NodeNS(n NodeSpec) string { return n.Name }
 
-// EtcdEndpoint is where the lab's etcd listens, inside the router namespace.
+// EtcdEndpoint is where the lab's etcd listens: inside the router
+// namespace, or every member's URL, comma separated, for a cluster.
 func (t Topology) EtcdEndpoint() string {
+	if t.clustered() {
+		var eps []string
+		for i := 0; i < t.EtcdMembers; i++ {
+			eps = append(eps, t.EtcdMemberEndpoint(i))
+		}
+		return strings.Join(eps, ",")
+	}
 	return "http://" + t.routerAddr("a").Addr().String() + ":2379"
 }

@@ -13,7 +13,7 @@ func newEtcdCmd() *cobra.Command {
 	var cfg etcdserver.Config
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "Run an embedded single-member etcd (for one machine, the demo and tests)",
+		Short: "Run an embedded etcd member (for one machine, the demo and tests)",
 		Long: `Runs etcd inside routed, so a lab or a single machine needs no separate etcd.
 Production clusters should point ETCD_ENDPOINTS at a real etcd cluster.`,
 		Args: cobra.NoArgs,
@@ -36,12 +36,18 @@ Production clusters should point ETCD_ENDPOINTS at a real etcd cluster.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Dir, "data-dir", "/var/lib/routed/etcd", "where etcd keeps its data")
 	f.StringVar(&cfg.ClientAddr, "listen-client", "127.0.0.1:2379", "host:port for clients (port 0 picks one)")
-	f.StringVar(&cfg.PeerAddr, "listen-peer", "127.0.0.1:0", "host:port for the peer listener (single member; port 0 picks one)")
+	f.StringVar(&cfg.PeerAddr, "listen-peer", "127.0.0.1:0", "host:port for the peer listener (port 0 picks one; give a fixed one with --initial-cluster)")
+	f.StringVar(&cfg.Name, "name", "routed", "this member's name")
+	f.StringVar(&cfg.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member of a new static cluster, this one's included (empty: a single member)")
+	f.StringVar(&cfg.PeerTLS.CertFile, "peer-cert-file", "", "serve and dial peers over TLS with this certificate")
+	f.StringVar(&cfg.PeerTLS.KeyFile, "peer-key-file", "", "key for --peer-cert-file")
+	f.StringVar(&cfg.PeerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "require peer certificates signed by this CA")
 	f.StringVar(&cfg.TLS.CertFile, "cert-file", "", "serve clients over TLS with this certificate")
 	f.StringVar(&cfg.TLS.KeyFile, "key-file", "", "key for --cert-file")
 	f.StringVar(&cfg.TLS.TrustedCAFile, "trusted-ca-file", "", "require client certificates signed by this CA")
 	cmd.PreRun = func(*cobra.Command, []string) {
 		cfg.TLS.ClientCertAuth = cfg.TLS.TrustedCAFile != ""
+		cfg.PeerTLS.ClientCertAuth = cfg.PeerTLS.TrustedCAFile != ""
 	}
 	return cmd
 }
