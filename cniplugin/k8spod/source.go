@@ -131,22 +131,9 @@ func endpointPorts(containers []Container) []api.WorkloadEndpointPort {
 	var out []api.WorkloadEndpointPort
 	for _, c := range containers {
 		for _, p := range c.Ports {
-			if p.ContainerPort <= 0 || p.ContainerPort > 65535 || (p.Name == "" && p.HostPort == 0) {
-				continue
+			if wp, ok := api.ContainerPort(p.Name, p.ContainerPort, p.Protocol, p.HostPort, p.HostIP); ok {
+				out = append(out, wp)
 			}
-			var proto string
-			switch p.Protocol {
-			case "", "TCP":
-				proto = api.ProtocolTCP
-			case "UDP":
-				proto = api.ProtocolUDP
-			case "SCTP":
-				proto = api.ProtocolSCTP
-			default:
-				continue
-			}
-			out = append(out, api.WorkloadEndpointPort{Name: p.Name, Protocol: api.ProtocolFromName(proto),
-				Port: uint16(p.ContainerPort), HostPort: uint16(min(max(p.HostPort, 0), 65535)), HostIP: p.HostIP})
 		}
 	}
 	return out

@@ -45,20 +45,7 @@ func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, pod *PodInf
 	}
 	labels := maps.Clone(pod.Labels)
 	if c.orchestrator == "k8s" && c.k8s.Namespace != "" {
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		ns := c.k8s.Namespace
-		labels[api.LabelNamespace] = ns
-		labels[api.LabelOrchestrator] = c.orchestrator
-		wep.Spec.Profiles = []string{api.NamespaceProfilePrefix + ns}
-		if sa := pod.ServiceAccount; sa != "" {
-			// Calico labels only names that fit a label value.
-			if len(sa) < 63 {
-				labels[api.LabelServiceAccount] = sa
-			}
-			wep.Spec.Profiles = append(wep.Spec.Profiles, api.ServiceAccountProfilePrefix+ns+"."+sa)
-		}
+		labels, wep.Spec.Profiles = api.PodIdentity(c.k8s.Namespace, pod.ServiceAccount, pod.Labels)
 	}
 	wep.Metadata.Labels = labels
 	return wep

@@ -191,3 +191,45 @@ func (c *IPAMConfiguration) Validate() error {
 	}
 	return v.result(KindIPAMConfiguration, c.Metadata.Name)
 }
+
+// PodIdentity is what Calico puts on a Kubernetes pod's endpoint besides
+// the pod's own labels (a copy of podLabels is returned with them): the
+// labels projectcalico.org/namespace, /orchestrator and, for names that
+// fit a label value, /serviceaccount; and the profiles kns.<namespace>
+// and, with a service account, ksa.<namespace>.<serviceaccount>. The CNI
+// plugin writes it at ADD and routed's controllers keep it current.
+func PodIdentity(namespace, serviceAccount string, podLabels map[string]string) (labels map[string]string, profiles []string) {
+	labels = make(map[string]string, len(podLabels)+3)
+	for k, v := range podLabels {
+		labels[k] = v
+	}
+	labels[LabelNamespace] = namespace
+	labels[LabelOrchestrator] = "k8s"
+	profiles = []string{NamespaceProfilePrefix + namespace}
+	if serviceAccount != "" {
+		if len(serviceAccount) < 63 {
+			labels[LabelServiceAccount] = serviceAccount
+		}
+		profiles = append(profiles, ServiceAccountProfilePrefix+namespace+"."+serviceAccount)
+	}
+	return labels, profiles
+}
+
+// ContainerPort is how Calico lists a pod's container port on its
+// endpoint: only ports with a name or a host port, TCP when no protocol
+// is given; ok is false for ports it leaves out (unnamed without a host
+// port, out of range, or of a protocol policy cannot name).
+func ContainerPort(name string, containerPort int, protocol string, hostPort int, hostIP string) (p WorkloadEndpointPort, ok bool) {
+	if containerPort <= 0 || containerPort > 65535 || (name == "" && hostPort == 0) {
+		return p, false
+	}
+	switch protocol {
+	case "", ProtocolTCP:
+		protocol = ProtocolTCP
+	case ProtocolUDP, ProtocolSCTP:
+	default:
+		return p, false
+	}
+	return WorkloadEndpointPort{Name: name, Protocol: ProtocolFromName(protocol),
+		Port: uint16(containerPort), HostPort: uint16(min(max(hostPort, 0), 65535)), HostIP: hostIP}, true
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/routed/controllers"
+)
+
+func newControllersCmd() *cobra.Command {
+	var ds datastore.Config
+	cfg := controllers.Config{LeaseNamespace: os.Getenv("POD_NAMESPACE"), Identity: os.Getenv("POD_NAME")}
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "controllers",
+		Short: "Keep routed's datastore in line with Kubernetes (like calico-kube-controllers)",
+		Long: `Runs routed's Kubernetes controllers, one leader at a time (a Lease):
+namespaces and service accounts become profiles kns.<ns> and
+ksa.<ns>.<sa>, pods' labels, service accounts and named ports go onto
+their WorkloadEndpoints, and each networking.k8s.io/v1 NetworkPolicy
+becomes the routed NetworkPolicy knp.default.<name> in tier default.
+A leader resyncs everything when it starts; what it wrote carries the
+annotation routed.io/owner, and nothing else is changed or deleted.
+Kubernetes: in-cluster, or --kubeconfig (KUBECONFIG). Datastore flags
+default to ETCD_ENDPOINTS and the ETCD_*_FILE variables. Lease:
+POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := kubeRESTConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			if cfg.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+				return fmt.Errorf("kubernetes client: %w", err)
+			}
+			store, err := datastore.New(ds)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			cfg.Store = store
+			return controllers.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	ds.BindFlags(f)
+	f.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: in-cluster)")
+	f.StringVar(&cfg.LeaseName, "lease-name", "routed-controllers", "name of the leader election Lease")
+	f.DurationVar(&cfg.Resync, "resync", 0, "how often everything is compared again (default 5m)")
+	return cmd
+}
+
+func kubeRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, errors.Join(errors.New("not in a cluster and no --kubeconfig/KUBECONFIG"), err)
+	}
+	return rc, nil
+}
