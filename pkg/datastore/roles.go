@@ -34,6 +34,7 @@ const (
 	RoleCNI            = "routed-cni"
 	RoleRouteReflector = "routed-rr"
 	RoleAdmin          = "routed-admin"
+	RoleControllers    = "routed-controllers"
 )
 
 // Prefixes of the datastore that are not one resource kind.
@@ -51,7 +52,8 @@ func rw(prefix string) Permission { return Permission{Prefix: prefix, Write: tru
 // cluster identity, its GC election, the default pool and the three
 // tiers that always exist (those keys only), but never
 // BGP peers, BGP or IPAM configuration. The CNI plugin writes only IPAM
-// and endpoint keys. A route reflector reads everything and writes only
+// and endpoint keys. The Kubernetes controllers write only profiles,
+// network policies and endpoints. A route reflector reads everything and writes only
 // its own Node record (one key per name in reflectors).
 func Roles(reflectors []string) []Role {
 	readAll := Permission{Prefix: KeyPrefix}
@@ -66,6 +68,8 @@ func Roles(reflectors []string) []Role {
 		{Name: RoleCNI, Purpose: "routed-cni and routed-ipam (key copied to every node's /etc/cni/net.d)", Perms: []Permission{readAll,
 			rw(IPAMPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
+		{Name: RoleControllers, Purpose: "routed controllers (Kubernetes namespaces, service accounts, pods and NetworkPolicies)", Perms: []Permission{readAll,
+			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint))}},
 		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
 	}
 }

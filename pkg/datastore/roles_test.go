@@ -94,6 +94,35 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 			t.Fatalf("node creating BGPConfiguration: want permission denied, got %v", err)
 		}
 	})
+	t.Run("controllers", func(t *testing.T) {
+		c := identity(RoleControllers)
+		// routed's nodes create the default tiers; policies need them.
+		if _, err := admin.Create(ctx, api.DefaultTiers()[1]); err != nil {
+			t.Fatalf("admin creates tier default: %v", err)
+		}
+		if _, err := c.Create(ctx, &api.Profile{Metadata: api.ObjectMeta{Name: "kns.ns1"}}); err != nil {
+			t.Fatalf("controllers create a profile: %v", err)
+		}
+		np := &api.NetworkPolicy{Metadata: api.ObjectMeta{Name: "knp.default.p1", Namespace: "ns1"}}
+		if _, err := c.Create(ctx, np); err != nil {
+			t.Fatalf("controllers create a NetworkPolicy: %v", err)
+		}
+		if _, err := c.Create(ctx, newWEP("n1", "pod9")); err != nil {
+			t.Fatalf("controllers write an endpoint: %v", err)
+		}
+		if _, err := c.Create(ctx, &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "evil"}}); !denied(err) {
+			t.Fatalf("controllers creating a GlobalNetworkPolicy: want permission denied, got %v", err)
+		}
+		if _, err := c.Create(ctx, &api.Tier{Metadata: api.ObjectMeta{Name: "evil"}}); !denied(err) {
+			t.Fatalf("controllers creating a Tier: want permission denied, got %v", err)
+		}
+		if _, err := c.Create(ctx, newPool("evil2", "10.62.0.0/16")); !denied(err) {
+			t.Fatalf("controllers creating an IPPool: want permission denied, got %v", err)
+		}
+		if _, err := c.Etcd().Put(ctx, IPAMPrefix+"handles/x", "{}"); !denied(err) {
+			t.Fatalf("controllers writing IPAM: want permission denied, got %v", err)
+		}
+	})
 	t.Run("route reflector", func(t *testing.T) {
 		c := identity(RoleRouteReflector)
 		if _, _, err := c.List(ctx, api.KindBGPPeer); err != nil {
