@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -108,7 +109,7 @@ func main() {
 // Progress and the go tool's output go to log (may be nil) and to
 // build.log beside the binary.
 func Build(ctx context.Context, cacheDir, version string, log func(string, ...any)) (string, error) {
-	return build(ctx, cacheDir, version, "kube-apiserver", mainGo, goModHeader, log)
+	return build(ctx, cacheDir, version, mainRecipe("kube-apiserver", mainGo, goModHeader), log)
 }
 
 // BuildNode returns the path of the kube-node binary of version (kubelet,
@@ -116,14 +117,45 @@ func Build(ctx context.Context, cacheDir, version string, log func(string, ...an
 // kubelet --flags`), built like Build's under cacheDir/kube-node/<version>.
 func BuildNode(ctx context.Context, cacheDir, version string, log func(string, ...any)) (string, error) {
 	header := strings.Replace(goModHeader, "module routed-test/kube-apiserver", "module routed-test/kube-node", 1)
-	return build(ctx, cacheDir, version, "kube-node", nodeMainGo, header, log)
+	return build(ctx, cacheDir, version, mainRecipe("kube-node", nodeMainGo, header), log)
 }
 
-func build(ctx context.Context, cacheDir, version, name, mainGo, goModHeader string, log func(string, ...any)) (string, error) {
+// recipe says what one wrapper module holds and which binaries its go
+// commands make, each into the recipe's cache directory.
+type recipe struct {
+	name   string            // cache directory and the first binary
+	files  map[string]string // file name -> contents
+	header string            // go.mod before the replace block
+	// stampInput is what, besides the version and header, names the
+	// result: a change rebuilds.
+	stampInput string
+	// steps build the binaries: the go tool's arguments, with OUT
+	// standing for the output path; the first step makes name.
+	steps []buildStep
+}
+
+type buildStep struct {
+	out  string // binary name in the cache directory
+	args []string
+}
+
+// mainRecipe is a wrapper module of one main package.
+func mainRecipe(name, mainGo, header string) recipe {
+	return recipe{name: name, files: map[string]string{"main.go": mainGo}, header: header, stampInput: mainGo,
+		steps: []buildStep{{out: name, args: []string{"build", "-trimpath", "-ldflags=-s -w", "-o", "OUT", "."}}}}
+}
+
+func build(ctx context.Context, cacheDir, version string, rc recipe, log func(string, ...any)) (string, error) {
+	return buildIn(ctx, cacheDir, rc.name, version, rc, log)
+}
+
+// buildIn builds rc in cacheDir/dirName/version.
+func buildIn(ctx context.Context, cacheDir, dirName, version string, rc recipe, log func(string, ...any)) (string, error) {
+	name, goModHeader := rc.name, rc.header
 	if log == nil {
 		log = func(string, ...any) {}
 	}
-	dir := filepath.Join(cacheDir, name, version)
+	dir := filepath.Join(cacheDir, dirName, version)
 	bin := filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBuild, err)
@@ -141,7 +173,7 @@ func build(ctx context.Context, cacheDir, version, name, mainGo, goModHeader str
 	// The stamp names what made the binary; a change in the generator or
 	// a different version rebuilds. The Go version is left out: any Go
 	// that builds it gives a usable server.
-	h := sha256.Sum256([]byte(version + "\x00" + mainGo + "\x00" + goModHeader))
+	h := sha256.Sum256([]byte(version + "\x00" + rc.stampInput + "\x00" + goModHeader))
 	stamp := hex.EncodeToString(h[:8])
 	if b, err := os.ReadFile(bin + ".stamp"); err == nil && strings.TrimSpace(string(b)) == stamp {
 		if _, err := os.Stat(bin); err == nil {
@@ -191,19 +223,29 @@ func build(ctx context.Context, cacheDir, version, name, mainGo, goModHeader str
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), goMod, 0o644); err != nil {
 		return fail("write go.mod", err)
 	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(mainGo), 0o644); err != nil {
-		return fail("write main.go", err)
+	for f, text := range rc.files {
+		if err := os.WriteFile(filepath.Join(src, f), []byte(text), 0o644); err != nil {
+			return fail("write "+f, err)
+		}
 	}
 	os.Remove(filepath.Join(src, "go.sum"))
 	if err := run("go mod tidy", nil, "go", "mod", "tidy"); err != nil {
 		return fail("go mod tidy", err)
 	}
-	tmp := bin + ".tmp"
-	if err := run("go build", []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, "."); err != nil {
-		return fail("go build", err)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return fail("install the binary", err)
+	for _, st := range rc.steps {
+		out := filepath.Join(dir, st.out)
+		args := slices.Clone(st.args)
+		for i, a := range args {
+			if a == "OUT" {
+				args[i] = out + ".tmp"
+			}
+		}
+		if err := run("go "+args[0], []string{"CGO_ENABLED=0"}, "go", args...); err != nil {
+			return fail("go "+args[0]+" "+st.out, err)
+		}
+		if err := os.Rename(out+".tmp", out); err != nil {
+			return fail("install "+st.out, err)
+		}
 	}
 	if err := os.WriteFile(bin+".stamp", []byte(stamp+"\n"), 0o644); err != nil {
 		return fail("write the stamp", err)
