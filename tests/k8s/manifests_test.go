@@ -273,7 +273,7 @@ func TestManifestReferences(t *testing.T) {
 				}
 				// One etcd identity per component (docs/etcd-rbac.md).
 				if str(asMap(m)["mountPath"]) == "/etc/routed/etcd-secrets" {
-					want := map[string]string{"routed-node/routed": "routed-etcd-secrets", "routed-node/install-cni": "routed-cni-etcd-secrets", "routed-route-reflector/routed": "routed-rr-etcd-secrets"}[o.name()+"/"+str(c["name"])]
+					want := map[string]string{"routed-node/routed": "routed-etcd-secrets", "routed-node/install-cni": "routed-cni-etcd-secrets", "routed-route-reflector/routed": "routed-rr-etcd-secrets", "routed-controllers/controllers": "routed-controllers-etcd-secrets"}[o.name()+"/"+str(c["name"])]
 					if got := secretOf[str(asMap(m)["name"])]; got != want {
 						t.Errorf("%s: container %s takes its etcd identity from Secret %q, want %q", o.id(), c["name"], got, want)
 					}
@@ -373,17 +373,32 @@ func TestManifestReferences(t *testing.T) {
 	if r := find(t, objs, "Role", "routed-node-cni-token"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{tokenRule, dsRule}) {
 		t.Errorf("Role routed-node-cni-token in %q, rules %v, want in kube-system %v and %v only", r.namespace(), r["rules"], tokenRule, dsRule)
 	}
+	// The controllers read the four kinds they convert, record Events and
+	// hold their one Lease; nothing more.
+	eventRule := map[string]any{"apiGroups": []any{""}, "resources": []any{"events"}, "verbs": []any{"create", "patch"}}
+	ctlRules := []any{
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "serviceaccounts", "pods"}, "verbs": []any{"list", "watch"}},
+		map[string]any{"apiGroups": []any{"networking.k8s.io"}, "resources": []any{"networkpolicies"}, "verbs": []any{"list", "watch"}},
+		eventRule}
+	if r := find(t, objs, "ClusterRole", "routed-controllers"); !reflect.DeepEqual(r["rules"], ctlRules) {
+		t.Errorf("ClusterRole routed-controllers rules %v, want %v", r["rules"], ctlRules)
+	}
+	leaseCreate := map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"create"}}
+	leaseUpdate := map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{"routed-controllers"}, "verbs": []any{"get", "update"}}
+	if r := find(t, objs, "Role", "routed-controllers-leader"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{leaseCreate, leaseUpdate}) {
+		t.Errorf("Role routed-controllers-leader in %q, rules %v, want in kube-system %v and %v only", r.namespace(), r["rules"], leaseCreate, leaseUpdate)
+	}
 	for _, o := range objs {
 		if o.kind() != "ClusterRole" && o.kind() != "Role" {
 			continue
 		}
 		for _, r := range list(o["rules"]) {
-			if reflect.DeepEqual(r, tokenRule) {
+			if reflect.DeepEqual(r, tokenRule) || reflect.DeepEqual(r, eventRule) || reflect.DeepEqual(r, leaseCreate) || reflect.DeepEqual(r, leaseUpdate) {
 				continue
 			}
 			for _, v := range list(asMap(r)["verbs"]) {
 				if v != "get" && v != "list" && v != "watch" {
-					t.Errorf("%s grants %v: routed only reads the API, but for the CNI plugin's token", o.id(), v)
+					t.Errorf("%s grants %v: routed only reads the API, but for the CNI plugin's token and the controllers' events and Lease", o.id(), v)
 				}
 			}
 			for _, res := range list(asMap(r)["resources"]) {

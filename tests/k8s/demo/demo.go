@@ -299,7 +299,7 @@ func writeOverlay(root string, c *cluster.Cluster) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	secrets, err := secretPatches(c, "routed-etcd-secrets", "routed-cni-etcd-secrets")
+	secrets, err := secretPatches(c, "routed-etcd-secrets", "routed-cni-etcd-secrets", "routed-controllers-etcd-secrets")
 	if err != nil {
 		return "", err
 	}
