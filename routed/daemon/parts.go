@@ -122,7 +122,11 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 			})
 		}
 	}
-	g.Go("status socket", supervise.Fatal, status.NewServer(cfg.StatusSocket, n.speaker).Run)
+	st := status.NewServer(cfg.StatusSocket, n.speaker)
+	if n.felix != nil {
+		st.WithPolicyCounters(n.policyCounters)
+	}
+	g.Go("status socket", supervise.Fatal, st.Run)
 	if cfg.HealthAddr != "" {
 		g.Go("health server", supervise.Fatal, func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, n.health.Handler()) })
 	}
@@ -150,4 +154,17 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
 		return err
 	}
 	return nil
+}
+
+// policyCounters answers the status socket from felix's kernel counters.
+func (n *node) policyCounters(ctx context.Context) ([]status.PolicyCounter, error) {
+	cs, err := n.felix.PolicyCounters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]status.PolicyCounter, len(cs))
+	for i, c := range cs {
+		out[i] = status.PolicyCounter(c)
+	}
+	return out, nil
 }

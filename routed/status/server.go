@@ -28,8 +28,9 @@ const (
 
 // Server answers status requests on a unix socket.
 type Server struct {
-	path string
-	p    Provider
+	path   string
+	p      Provider
+	policy func(context.Context) ([]PolicyCounter, error) // nil: not served
 }
 
 // NewServer returns a server for path (see SocketPath) asking p.
@@ -106,6 +107,7 @@ func (s *Server) Handler() http.Handler {
 		v, err := s.p.Process(r.Context())
 		reply(w, v, err)
 	})
+	s.handlePolicy(mux)
 	return mux
 }
 

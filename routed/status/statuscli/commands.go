@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -97,11 +99,30 @@ configured session (of either family) is Established, 2 when one is not,
 			return showRoute(cmd.Context(), out, client(), filter)
 		},
 	})
-	for _, c := range []*cobra.Command{node, show} {
+	policy := &cobra.Command{Use: "policy", Short: "Network policy on the local node"}
+	policy.AddCommand(&cobra.Command{
+		Use:   "counters [SUBSTRING]",
+		Short: "Packets and bytes per policy rule, as the kernel counts them on this node",
+		Long: `Lists every rule felix programmed with its kernel counters: policy and
+profile rules as <chain>/<index> (pi-/po-<policy>, pri-/pro-<profile>),
+an endpoint's default drops as <iface>/<direction>/tier-end/<tier> and
+<iface>/<direction>/no-profile-allowed, and packets from or to interfaces
+felix has not programmed as unknown-iface/<direction>. A SUBSTRING keeps
+the rules whose ID contains it.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter := ""
+			if len(args) == 1 {
+				filter = args[0]
+			}
+			return policyCounters(cmd.Context(), out, client(), filter)
+		},
+	})
+	for _, c := range []*cobra.Command{node, show, policy} {
 		c.PersistentFlags().StringVar(&sock, "status-socket", "",
 			"routed's status socket (default $"+status.EnvSocket+" or "+status.DefaultSocketPath+")")
 	}
-	return []*cobra.Command{node, show}
+	return []*cobra.Command{node, show, policy}
 }
 
 func ctxOrBackground(ctx context.Context) context.Context {
@@ -279,4 +300,20 @@ func routeFilter(arg string) (func(string) bool, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("usage: %q is neither a prefix (10.65.0.0/26) nor an address", arg)
+}
+
+func policyCounters(ctx context.Context, out io.Writer, c *status.Client, filter string) error {
+	cs, err := c.PolicyCounters(ctxOrBackground(ctx))
+	if err != nil {
+		return notRunning(out, err)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tPACKETS\tBYTES")
+	for _, p := range cs {
+		if filter != "" && !strings.Contains(p.Rule, filter) {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Rule, p.Packets, p.Bytes)
+	}
+	return tw.Flush()
 }
