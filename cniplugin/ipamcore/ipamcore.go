@@ -221,9 +221,15 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 	handle := ipam.PodHandle(a.Network, a.ContainerID)
 	var addrs []netip.Addr
 	err = m.locked(ctx, func(ctx context.Context) error {
-		var err error
-		addrs, err = m.assign(ctx, handle, fixed, a)
-		return err
+		// An assignment is keyed by its handle, so repeating one that
+		// etcd may or may not have applied (an election, a member lost
+		// mid-request) gets the same addresses: ride that out within
+		// OpTimeout.
+		return datastore.RetryUnavailable(ctx, func() error {
+			var err error
+			addrs, err = m.assign(ctx, handle, fixed, a)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"time"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -51,14 +52,28 @@ func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, pod *PodInf
 	return wep
 }
 
+// endpointWriteBudget bounds writeEndpoint's retries: several etcd
+// elections, well inside a kubelet's CNI timeout.
+const endpointWriteBudget = 30 * time.Second
+
 // writeEndpoint creates the endpoint, replacing a leftover of an earlier
 // sandbox of the same pod (same name, other container ID), and returns
-// the stored revision so rollback deletes exactly what it wrote.
+// the stored revision so rollback deletes exactly what it wrote. An
+// unreachable etcd (an election, a member lost mid-request) is retried
+// for up to endpointWriteBudget: a create that did land comes back as
+// ErrExists and is applied again, the same content.
 func writeEndpoint(ctx context.Context, store Store, wep *api.WorkloadEndpoint) (string, error) {
-	r, err := store.Create(ctx, wep)
-	if errors.Is(err, datastore.ErrExists) {
-		r, err = store.Apply(ctx, wep)
-	}
+	ctx, cancel := context.WithTimeout(ctx, endpointWriteBudget)
+	defer cancel()
+	var r api.Resource
+	err := datastore.RetryUnavailable(ctx, func() error {
+		var err error
+		r, err = store.Create(ctx, wep)
+		if errors.Is(err, datastore.ErrExists) {
+			r, err = store.Apply(ctx, wep)
+		}
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("write WorkloadEndpoint %s: %w", wep.Metadata.Name, err)
 	}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/routed-net/routed/internal/backoff"
+
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -61,9 +63,12 @@ func (c *Client) wrap(err error) error {
 }
 
 // unavailableCode reports gRPC errors that mean "etcd cannot serve now":
-// no connection, no leader, or the deadline passing on the server side.
+// no connection, no leader (or a new one elected while the request was
+// pending: etcd did not apply it), or the deadline passing on the server
+// side.
 func unavailableCode(err error) bool {
-	if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+	if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) ||
+		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrGRPCLeaderChanged) {
 		return true
 	}
 	switch status.Code(err) {
@@ -129,4 +134,20 @@ func (c *Client) probeTLS(raw net.Conn, host string) error {
 		return err
 	}
 	return nil
+}
+
+// RetryUnavailable runs f until it succeeds, fails with an error other
+// than ErrUnavailable, or ctx ends, and returns f's last error (never
+// ctx's, so the caller still learns that etcd was unreachable). An etcd
+// election or a member lost mid-request is a few seconds of
+// ErrUnavailable; a caller whose operation is safe to repeat rides it out
+// within its own budget.
+func RetryUnavailable(ctx context.Context, f func() error) error {
+	b := backoff.New(200*time.Millisecond, 2*time.Second)
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, ErrUnavailable) || !b.Wait(ctx) {
+			return err
+		}
+	}
 }
