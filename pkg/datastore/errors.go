@@ -136,17 +136,23 @@ func (c *Client) probeTLS(raw net.Conn, host string) error {
 	return nil
 }
 
+// UnavailableRideOut is how long RetryUnavailable keeps retrying: an etcd
+// election or a member lost mid-request, not an etcd that is down (a CNI
+// ADD must then fail in seconds, naming etcd, not hang).
+const UnavailableRideOut = 10 * time.Second
+
 // RetryUnavailable runs f until it succeeds, fails with an error other
-// than ErrUnavailable, or ctx ends, and returns f's last error (never
-// ctx's, so the caller still learns that etcd was unreachable). An etcd
-// election or a member lost mid-request is a few seconds of
-// ErrUnavailable; a caller whose operation is safe to repeat rides it out
-// within its own budget.
+// than ErrUnavailable, UnavailableRideOut has passed, or ctx ends, and
+// returns f's last error (never ctx's, so the caller still learns that
+// etcd was unreachable). An etcd election or a member lost mid-request
+// is a few seconds of ErrUnavailable; a caller whose operation is safe to
+// repeat rides it out.
 func RetryUnavailable(ctx context.Context, f func() error) error {
 	b := backoff.New(200*time.Millisecond, 2*time.Second)
+	deadline := time.Now().Add(UnavailableRideOut)
 	for {
 		err := f()
-		if err == nil || !errors.Is(err, ErrUnavailable) || !b.Wait(ctx) {
+		if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) || !b.Wait(ctx) {
 			return err
 		}
 	}
