@@ -52,7 +52,7 @@ func TestEncapThroughputInVM(t *testing.T) {
 	done := make(chan error, 2)
 	for name, ns := range map[string]*nstest.NS{"node-a": a, "node-b": b} {
 		f, err := felix.New(felix.Config{NodeName: name, NetNSPath: ns.Path(), ResyncInterval: time.Second,
-			MTUFile: filepath.Join(t.TempDir(), "mtu"), Features: felix.Features{DisableNATOutgoing: true}})
+			MTUFile: filepath.Join(t.TempDir(), "mtu"), Features: felix.Features{DisableNATOutgoing: true, DisablePolicy: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

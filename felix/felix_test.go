@@ -76,6 +76,9 @@ func newHarness(t *testing.T, mutate func(*felix.Config)) *harness {
 	logger, hook := logtest.NewNullLogger()
 	logger.SetLevel(logrus.DebugLevel)
 	cfg := felix.Config{
+		// These tests are about routes; felix/policy has its own (and
+		// the VM's kernel has no nftables).
+		Features:         felix.Features{DisablePolicy: true},
 		NodeName:         "node-a",
 		NetNSPath:        n.Path(),
 		ResyncInterval:   time.Second,

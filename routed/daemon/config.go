@@ -58,6 +58,10 @@ type Config struct {
 
 	CNIToken CNITokenConfig
 
+	// DisablePolicy runs felix without the network policy dataplane
+	// (kernels without nftables only): every pod then reaches every pod.
+	DisablePolicy bool
+
 	// envErrs are environment values BindFlags could not read.
 	envErrs []error
 }
@@ -163,6 +167,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IPAMGCGrace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be before GC frees it")
 	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>) (env ROUTED_BGP_SECRETS_DIR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
+	fs.BoolVar(&c.DisablePolicy, "disable-policy", c.envBool(false, "ROUTED_DISABLE_POLICY"), "run without network policy enforcement, for kernels without nftables: every pod reaches every pod and CNI ADDs that wait for policy fail (env ROUTED_DISABLE_POLICY)")
 	fs.StringVar(&c.CNIToken.Kubeconfig, "cni-kubeconfig", env("", "ROUTED_CNI_KUBECONFIG"), "write the CNI plugin's kubeconfig here with a TokenRequest token and keep it refreshed (empty: off) (env ROUTED_CNI_KUBECONFIG)")
 	fs.StringVar(&c.CNIToken.ServiceAccount, "cni-service-account", env(cnitoken.DefaultServiceAccount, "ROUTED_CNI_SERVICE_ACCOUNT"), "the CNI plugin's ServiceAccount (env ROUTED_CNI_SERVICE_ACCOUNT)")
 	fs.StringVar(&c.CNIToken.Namespace, "cni-service-account-namespace", env("", "ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE"), "its namespace (empty: routed's own) (env ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)")

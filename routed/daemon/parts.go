@@ -67,6 +67,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 			NodeName:       cfg.NodeName,
 			ResyncInterval: cfg.FelixResync,
 			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
+			Features:       felix.Features{DisablePolicy: cfg.DisablePolicy},
 		})
 		if err != nil {
 			return nil, err
@@ -75,6 +76,9 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 			return nil, err
 		}
 		n.felix = fx
+		if cfg.DisablePolicy {
+			log.Warn("network policy is NOT enforced on this node (--disable-policy): every pod reaches every pod")
+		}
 		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
 		// Only the elected IPAM GC node exports the cluster-wide usage.
 		n.reg.MustRegister(ipam.NewCollector(n.ipam, 5*time.Second).UsageWhen(n.gcLeading.Load))

@@ -178,6 +178,9 @@ func (n *node) conflist(kubeconfig string) *libcni.NetworkConfigList {
 	}
 	p["log_file_path"] = n.logFile
 	p["log_level"] = "debug"
+	// No felix runs on these test nodes: do not wait for it to program
+	// policy (the shipped 30 s wait is checked by the two-node cluster).
+	p["policy_setup_timeout_seconds"] = 0
 	p["mtu_file"] = filepath.Join(n.netDir, "no-mtu-file")
 	asMap(p["ipam"])["ipv4_pools"] = []string{"pool-a"}
 	if kubeconfig != "" {

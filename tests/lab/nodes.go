@@ -65,6 +65,9 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 		"--ipam-gc-grace", "30s",
 		"--ipam-gc-interval", "5s",
 	}, l.etcdClientArgs()...)
+	if l.Topo.NoPolicy {
+		args = append(args, "--disable-policy")
+	}
 	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil, args...)
 	if err != nil {
 		return err

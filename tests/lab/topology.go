@@ -44,6 +44,9 @@ type Topology struct {
 	// node subnets and no node peers with it. Pod traffic then crosses
 	// subnets only through IPIP (IPIPMode Always or CrossSubnet).
 	NoRouterBGP bool
+	// NoPolicy runs routed without network policy and the CNI plugin
+	// without waiting for it (a VM kernel without nftables).
+	NoPolicy bool
 	// NoNodeBGP leaves out the peering with the route reflector too: no
 	// BGP session anywhere, routes come only from the datastore (VXLAN).
 	NoNodeBGP bool

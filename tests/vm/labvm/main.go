@@ -76,6 +76,7 @@ func run(ctx context.Context, binDir, dir, mode string, pings int) (failures []s
 	topo := lab.DefaultTopology("vm", 0)
 	topo.IPIPMode = mode
 	topo.NoRouterBGP = true
+	topo.NoPolicy = true // the VM's kernel has no nftables
 	bins := lab.Binaries{
 		Routed:     filepath.Join(binDir, "routed"),
 		Routedctl:  filepath.Join(binDir, "routedctl"),
