@@ -68,7 +68,11 @@ func (c *Client) wrap(err error) error {
 // side.
 func unavailableCode(err error) bool {
 	if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) ||
-		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrGRPCLeaderChanged) {
+		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrGRPCLeaderChanged) ||
+		// "request timed out" while an election runs: not applied, or
+		// applied and then seen as ErrExists by a keyed retry.
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrGRPCTimeout) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrGRPCTimeoutDueToLeaderFail) {
 		return true
 	}
 	switch status.Code(err) {
