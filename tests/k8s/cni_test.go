@@ -152,8 +152,18 @@ func TestCNIPodSource(t *testing.T) {
 			if w == nil {
 				t.Fatalf("no WorkloadEndpoint for pod %s", c.name)
 			}
-			if len(c.want.labels) == 0 && len(w.Metadata.Labels) != 0 || len(c.want.labels) > 0 && !reflect.DeepEqual(w.Metadata.Labels, c.want.labels) {
-				t.Errorf("WorkloadEndpoint labels %v, want the pod's %v", w.Metadata.Labels, c.want.labels)
+			// The pod's labels plus the three Calico sets on every k8s
+			// endpoint, which policy selectors match on.
+			wantLabels := map[string]string{
+				"projectcalico.org/namespace":      c.ns,
+				"projectcalico.org/orchestrator":   "k8s",
+				"projectcalico.org/serviceaccount": "default",
+			}
+			for k, v := range c.want.labels {
+				wantLabels[k] = v
+			}
+			if !reflect.DeepEqual(w.Metadata.Labels, wantLabels) {
+				t.Errorf("WorkloadEndpoint labels %v, want the pod's plus Calico's %v", w.Metadata.Labels, wantLabels)
 			}
 			if len(w.Spec.IPNetworks) != 1 || w.Spec.IPNetworks[0] != ip.String()+"/32" {
 				t.Errorf("WorkloadEndpoint ipNetworks %v, want %s/32", w.Spec.IPNetworks, ip)
