@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,10 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
-	"github.com/routed-net/routed/pkg/etcdserver"
 )
 
 // TestRunResync drives Run with client-go's fake clientset standing in
@@ -26,20 +24,9 @@ import (
 func TestRunResync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	etcd, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", NoFsync: true, LogLevel: "fatal"})
-	if err != nil {
+	store := dstest.Client(t)
+	if err := store.EnsureDefaultTiers(ctx); err != nil {
 		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Close)
-	store, err := datastore.New(datastore.Config{Endpoints: etcd.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	for _, tier := range api.DefaultTiers() {
-		if _, err := store.Create(ctx, tier); err != nil {
-			t.Fatal(err)
-		}
 	}
 	order := 5.0
 	if _, err := store.Create(ctx, &api.NetworkPolicy{Metadata: api.ObjectMeta{Name: "by-hand", Namespace: "ns1"},
