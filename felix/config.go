@@ -58,6 +58,9 @@ type Config struct {
 	// PolicyLog configures the policy Log action and the optional log of
 	// default drops (nflog group, rate).
 	PolicyLog policy.LogConfig
+	// PolicyCounterPoll is how often the policy rule counters are read
+	// to tell when each rule last matched (DefaultPolicyCounterPoll).
+	PolicyCounterPoll time.Duration
 	// Beat, when set, is marked each time the loop goes round (at least
 	// every heartbeat.Interval): the daemon's liveness reads it.
 	Beat *heartbeat.Beat
@@ -94,6 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 	case kernel.HostDevicePrefix:
 	default:
 		return c, fmt.Errorf("felix: config: WorkloadInterfacePrefix %q: must be %q (or empty), the prefix the CNI plugin names pod devices with", c.WorkloadInterfacePrefix, kernel.HostDevicePrefix)
+	}
+	if c.PolicyCounterPoll <= 0 {
+		c.PolicyCounterPoll = DefaultPolicyCounterPoll
 	}
 	if c.MTUFile == "" {
 		c.MTUFile = DefaultMTUFile

@@ -28,6 +28,8 @@ type Felix struct {
 	mu      sync.Mutex
 	pending []func(*loop)
 	wake    chan struct{}
+	// counterReqs asks the policy counter goroutine for a fresh read.
+	counterReqs chan counterReq
 
 	running atomic.Bool
 	applied atomic.Bool
@@ -47,6 +49,7 @@ func New(cfg Config) (*Felix, error) {
 	return &Felix{
 		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
 		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1),
+		counterReqs: make(chan counterReq),
 	}, nil
 }
 

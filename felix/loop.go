@@ -74,6 +74,14 @@ func (f *Felix) Run(ctx context.Context) error {
 		return err
 	}
 	defer l.close()
+	if l.policy != nil {
+		// The counter goroutine reads on a socket of its own, in the
+		// same namespace, and stops before the namespace handle closes.
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); f.pollCounters(cctx, l.netnsFd()) }()
+		defer func() { cancel(); <-done }()
+	}
 	return l.run(ctx)
 }
 

@@ -3,57 +3,107 @@ package felix
 import (
 	"context"
 	"errors"
-	"sort"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/nftdp"
 )
 
 // ErrNoPolicy means felix is not running with the policy dataplane.
 var ErrNoPolicy = errors.New("felix: network policy is not running on this node")
 
-// PolicyCounter is one rule's kernel counter.
+// DefaultPolicyCounterPoll is how often felix reads the rule counters
+// to tell when each rule last matched.
+const DefaultPolicyCounterPoll = 10 * time.Second
+
+// PolicyCounter is one rule's kernel counter and when it last matched.
 type PolicyCounter struct {
 	Rule    string `json:"rule"`
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// LastHit is when felix first saw the counter grow (felix reads the
+	// counters every PolicyCounterPoll and when asked: the hit happened
+	// at most that long before); nil when it has not grown since felix
+	// started watching.
+	LastHit *time.Time `json:"lastHit,omitempty"`
+	// HitBefore: the counter held packets when felix started watching.
+	HitBefore bool `json:"hitBefore,omitempty"`
 }
 
-// PolicyCounters reads every policy rule's counter from the kernel, on
-// felix's goroutine (which owns the tables), sorted by rule ID. Rule IDs
-// are felix/policy's: "<chain>/<index>" for policy and profile rules,
-// "<iface>/<direction>/tier-end/<tier>" and ".../no-profile-allowed" for
-// an endpoint's drops, "unknown-iface/<direction>" for interfaces not
-// programmed.
+// PolicyCounters reads every policy rule's counter from the kernel now,
+// sorted by rule ID, with when each last matched. Rule IDs are
+// felix/policy's: "<chain>/<index>" for policy and profile rules,
+// "<endpoint chain>/tier-end/<tier>" and ".../no-profile-allowed" for
+// the drops of the chains endpoints with the same policies share,
+// "unknown-iface/<direction>" for interfaces not programmed. The read
+// runs on felix's counter goroutine, never on its programming loop.
 func (f *Felix) PolicyCounters(ctx context.Context) ([]PolicyCounter, error) {
-	type result struct {
-		m   map[string]nftdp.Counter
-		err error
+	if f.cfg.Features.DisablePolicy {
+		return nil, ErrNoPolicy
 	}
-	ch := make(chan result, 1)
-	f.enqueue(func(l *loop) {
-		if l.policy == nil {
-			ch <- result{err: ErrNoPolicy}
-			return
-		}
-		m, err := l.policy.Counters()
-		ch <- result{m, err}
-	})
+	req := counterReq{reply: make(chan counterReply, 1)}
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
+		return nil, fmt.Errorf("felix: policy counters: %w", ctx.Err())
+	case f.counterReqs <- req:
+	}
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("felix: policy counters: %w", ctx.Err())
+	case r := <-req.reply:
+		return r.cs, r.err
+	}
+}
+
+type counterReq struct{ reply chan counterReply }
+
+type counterReply struct {
+	cs  []PolicyCounter
+	err error
+}
+
+// pollCounters owns the counter watch: it reads the kernel's counters
+// every PolicyCounterPoll and for each request, until ctx ends.
+func (f *Felix) pollCounters(ctx context.Context, netnsFd int) {
+	r, err := nftdp.NewCounterReader(netnsFd, "")
+	if err != nil {
+		f.log.WithError(err).Error("policy counters unavailable")
+		return
+	}
+	defer r.Close()
+	w := policy.NewCounterWatch(r.Read)
+	read := func() ([]PolicyCounter, error) {
+		rcs, err := w.Read(time.Now())
+		if err != nil {
+			return nil, err
 		}
-		out := make([]PolicyCounter, 0, len(r.m))
-		for id, c := range r.m {
-			out = append(out, PolicyCounter{Rule: id, Packets: c.Packets, Bytes: c.Bytes})
+		out := make([]PolicyCounter, len(rcs))
+		for i, rc := range rcs {
+			out[i] = PolicyCounter{Rule: rc.ID, Packets: rc.Packets, Bytes: rc.Bytes, HitBefore: rc.HitBefore}
+			if !rc.LastHit.IsZero() {
+				t := rc.LastHit
+				out[i].LastHit = &t
+			}
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Rule < out[j].Rule })
 		return out, nil
+	}
+	tick := time.NewTicker(f.cfg.PolicyCounterPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := read(); err != nil {
+				f.log.WithError(err).Debug("reading policy counters")
+			}
+		case req := <-f.counterReqs:
+			cs, err := read()
+			req.reply <- counterReply{cs, err}
+		}
 	}
 }
 

@@ -22,12 +22,8 @@ func (l *loop) openPolicy() error {
 	if l.cfg.Features.DisablePolicy {
 		return nil
 	}
-	fd := -1
-	if l.nsh.IsOpen() {
-		fd = int(l.nsh)
-	}
 	m, err := policy.NewManager(policy.Config{
-		Dataplane: nftdp.Config{NetnsFd: fd, IfacePrefix: l.cfg.WorkloadInterfacePrefix},
+		Dataplane: nftdp.Config{NetnsFd: l.netnsFd(), IfacePrefix: l.cfg.WorkloadInterfacePrefix},
 		Log:       l.cfg.PolicyLog,
 	})
 	if err != nil {
@@ -35,6 +31,14 @@ func (l *loop) openPolicy() error {
 	}
 	l.policy = m
 	return nil
+}
+
+// netnsFd is felix's namespace for nftables (-1: the process's own).
+func (l *loop) netnsFd() int {
+	if l.nsh.IsOpen() {
+		return int(l.nsh)
+	}
+	return -1
 }
 
 // isPolicyKind reports whether k goes to the policy dataplane.

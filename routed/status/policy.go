@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 // PathPolicyCounters serves the node's network policy rule counters.
@@ -13,6 +14,13 @@ type PolicyCounter struct {
 	Rule    string `json:"rule"`
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// LastHit is when felix first saw the counter grow (it reads the
+	// counters periodically, 10 s by default, and when asked); nil when
+	// it has not grown since felix started watching.
+	LastHit *time.Time `json:"lastHit,omitempty"`
+	// HitBefore: the counter already held packets when felix started
+	// watching (a restart of routed leaves the tables and counters).
+	HitBefore bool `json:"hitBefore,omitempty"`
 }
 
 // WithPolicyCounters makes the server answer PathPolicyCounters from

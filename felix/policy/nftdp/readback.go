@@ -126,20 +126,7 @@ func (d *Dataplane) Counters(match func(chain string) bool) (map[string]Counter,
 			if err != nil {
 				return nil, fmt.Errorf("nftdp: reading %s chain %s: %w", ft.fam.name, name, err)
 			}
-			for _, r := range rules {
-				id := ruleID(commentOf(r))
-				if id == "" {
-					continue
-				}
-				for _, e := range r.Exprs {
-					if c, ok := e.(*expr.Counter); ok {
-						sum := out[id]
-						sum.Packets += c.Packets
-						sum.Bytes += c.Bytes
-						out[id] = sum
-					}
-				}
-			}
+			addCounters(out, rules)
 		}
 	}
 	return out, nil

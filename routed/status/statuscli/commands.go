@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -105,10 +106,16 @@ configured session (of either family) is Established, 2 when one is not,
 		Short: "Packets and bytes per policy rule, as the kernel counts them on this node",
 		Long: `Lists every rule felix programmed with its kernel counters: policy and
 profile rules as <chain>/<index> (pi-/po-<policy>, pri-/pro-<profile>),
-an endpoint's default drops as <iface>/<direction>/tier-end/<tier> and
-<iface>/<direction>/no-profile-allowed, and packets from or to interfaces
-felix has not programmed as unknown-iface/<direction>. A SUBSTRING keeps
-the rules whose ID contains it.`,
+the default drops of the chains that endpoints with the same policies
+share as ep-in-/ep-eg-<hash>/tier-end/<tier> and .../no-profile-allowed,
+and packets from or to interfaces felix has not programmed as
+unknown-iface/<direction>. A SUBSTRING keeps the rules whose ID contains
+it.
+
+LAST HIT is how long ago felix first saw the counter grow. felix reads
+the counters every 10 s and whenever asked, so the rule matched at most
+one such interval before; "before watch" means it already had packets
+when felix started (a restarted routed keeps the tables and counters).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			filter := ""
@@ -308,12 +315,25 @@ func policyCounters(ctx context.Context, out io.Writer, c *status.Client, filter
 		return notRunning(out, err)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tPACKETS\tBYTES")
+	fmt.Fprintln(tw, "RULE\tPACKETS\tBYTES\tLAST HIT")
+	now := clock()
 	for _, p := range cs {
 		if filter != "" && !strings.Contains(p.Rule, filter) {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", p.Rule, p.Packets, p.Bytes)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Rule, p.Packets, p.Bytes, lastHit(p, now))
 	}
 	return tw.Flush()
+}
+
+// lastHit formats when a rule last matched: "12s ago", "before 5m" when
+// it had packets before felix started watching, "-" for never seen.
+func lastHit(p status.PolicyCounter, now time.Time) string {
+	switch {
+	case p.LastHit != nil:
+		return age(*p.LastHit, now) + " ago"
+	case p.HitBefore:
+		return "before watch"
+	}
+	return "-"
 }
