@@ -21,13 +21,18 @@ var calicoRefused = map[string]string{
 	"bgpfilter/communities_and_operations": "setPriority",
 	"bgpfilter/peer_type":                  "setPriority",
 	"local_bgp_peer":                       "localWorkloadSelector",
-	"mesh/bgp-export":                      "disableBGPExport",
 	"mesh/vxlan-always":                    "vxlanMode",
 	"reachable_by/global_peers":            "reachableBy",
 	"reachable_by/route_reflectors":        "reachableBy",
 	// ffee::11 is a multicast address: no TCP session can reach it.
 	"next_hop_mode/global_peers":     "ffee::11",
 	"next_hop_mode/route_reflectors": "ffee::11",
+}
+
+// calicoNoExport are the pools Calico's BIRD export filter rejects
+// (disableBGPExport: true), per input; other inputs have none.
+var calicoNoExport = map[string]string{
+	"mesh/bgp-export": "[192.168.2.0/24 2002:102::/64]",
 }
 
 // calicoDiffers are the inputs that apply but whose sessions differ from
@@ -107,6 +112,9 @@ func TestCalicoConfdInputs(t *testing.T) {
 			if out.Problem != "" || len(out.Warnings) > 0 {
 				t.Logf("problem %q, warnings %q", out.Problem, out.Warnings)
 			}
+			if got, want := fmt.Sprint(out.NoExportCIDRs), calicoNoExport[rel]; got != want && (want != "" || len(out.NoExportCIDRs) > 0) {
+				t.Errorf("no-export CIDRs %s, want %q", got, want)
+			}
 			got := sessionLines(out)
 			wantLines := strings.Fields(strings.ReplaceAll(string(want), " ", "_"))
 			for i := range wantLines {
@@ -145,6 +153,8 @@ func inputFrom(rs []api.Resource, node string) Input {
 			in.Peers = append(in.Peers, v)
 		case *api.BGPFilter:
 			in.Filters[v.Metadata.Name] = v
+		case *api.IPPool:
+			in.Pools = append(in.Pools, v)
 		}
 	}
 	return in

@@ -21,6 +21,7 @@ type Input struct {
 	Configs  []*api.BGPConfiguration
 	Peers    []*api.BGPPeer
 	Filters  map[string]*api.BGPFilter
+	Pools    []*api.IPPool
 }
 
 // PeerSpec is one wanted session before its password is read.
@@ -45,6 +46,9 @@ type Desired struct {
 	Communities []bgp.PrefixCommunities
 	// Filters are the BGPFilter rules per session.
 	Filters map[netip.Addr]bgp.PeerFilters
+	// NoExportCIDRs are the CIDRs of pools with disableBGPExport (disabled
+	// pools included: their existing blocks stay private), sorted.
+	NoExportCIDRs []netip.Prefix
 	// Warnings are resources that were skipped, and why.
 	Warnings []string
 }
@@ -131,6 +135,7 @@ func Compute(in Input) Desired {
 	}
 	d.ServiceCIDRs, d.Warnings = serviceCIDRs(local, def)
 	d.Communities = prefixCommunities(local, def)
+	d.NoExportCIDRs = noExportCIDRs(in.Pools)
 	ka, hold := timers(local, def)
 
 	var cands []candidate
@@ -607,4 +612,24 @@ func sortedNodes(m map[string]*api.Node) []*api.Node {
 	}
 	slices.SortFunc(out, func(a, b *api.Node) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	return out
+}
+
+// noExportCIDRs are the sorted CIDRs of the pools with disableBGPExport.
+func noExportCIDRs(pools []*api.IPPool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range pools {
+		if !p.Spec.DisableBGPExport {
+			continue
+		}
+		if c, err := netip.ParsePrefix(p.Spec.CIDR); err == nil {
+			out = append(out, c.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if x := a.Addr().Compare(b.Addr()); x != 0 {
+			return x
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }

@@ -28,6 +28,7 @@ type Speaker interface {
 	SetServiceCIDRs([]netip.Prefix)
 	SetPrefixCommunities([]bgp.PrefixCommunities)
 	SetFilters(map[netip.Addr]bgp.PeerFilters)
+	SetNoExportCIDRs([]netip.Prefix)
 }
 
 // Confd takes its resources from the node feed (Consumer) and configures
@@ -66,7 +67,7 @@ func New(sp Speaker, nodeName string, opts ...Option) *Confd {
 }
 
 // Kinds are the resource kinds confd reads.
-var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter}
+var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter, api.KindIPPool}
 
 // Consumer is confd's subscription to the node feed (for Kinds); its
 // calls block until Run takes them, and return at once after Run ended.
@@ -109,6 +110,8 @@ type state struct {
 	lastGlobal  *bgp.Global
 	lastPeers   []bgp.Peer
 	lastSvc     []netip.Prefix
+	lastNoExp   []netip.Prefix
+	noExpSent   bool
 	lastComms   []bgp.PrefixCommunities
 	commsSent   bool
 	lastFilter  string // fmt of the filters last set
@@ -153,6 +156,13 @@ func (c *Confd) push(st *state) {
 		st.lastSvc = d.ServiceCIDRs
 		c.sp.SetServiceCIDRs(d.ServiceCIDRs)
 	}
+	if !st.noExpSent || !slices.Equal(d.NoExportCIDRs, st.lastNoExp) {
+		st.lastNoExp, st.noExpSent = d.NoExportCIDRs, true
+		if len(d.NoExportCIDRs) > 0 {
+			c.log.WithField("cidrs", fmt.Sprint(d.NoExportCIDRs)).Info("pools with disableBGPExport: not advertised to any peer")
+		}
+		c.sp.SetNoExportCIDRs(d.NoExportCIDRs)
+	}
 	if !st.commsSent || !slices.EqualFunc(d.Communities, st.lastComms, func(a, b bgp.PrefixCommunities) bool {
 		return a.CIDR == b.CIDR && slices.Equal(a.Communities, b.Communities)
 	}) {
@@ -184,11 +194,12 @@ type cache struct {
 	configs map[string]*api.BGPConfiguration
 	peers   map[string]*api.BGPPeer
 	filters map[string]*api.BGPFilter
+	pools   map[string]*api.IPPool
 }
 
 func newCache() *cache {
 	return &cache{nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{},
-		filters: map[string]*api.BGPFilter{}}
+		filters: map[string]*api.BGPFilter{}, pools: map[string]*api.IPPool{}}
 }
 
 func (c *cache) set(r api.Resource) {
@@ -201,6 +212,8 @@ func (c *cache) set(r api.Resource) {
 		c.peers[v.Metadata.Name] = v
 	case *api.BGPFilter:
 		c.filters[v.Metadata.Name] = v
+	case *api.IPPool:
+		c.pools[v.Metadata.Name] = v
 	}
 }
 
@@ -214,6 +227,8 @@ func (c *cache) del(k api.Kind, name string) {
 		delete(c.peers, name)
 	case api.KindBGPFilter:
 		delete(c.filters, name)
+	case api.KindIPPool:
+		delete(c.pools, name)
 	}
 }
 
@@ -229,6 +244,9 @@ func (c *cache) input(node string) Input {
 		in.Peers = append(in.Peers, p)
 	}
 	in.Filters = c.filters
+	for _, p := range c.pools {
+		in.Pools = append(in.Pools, p)
+	}
 	return in
 }
 

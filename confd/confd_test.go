@@ -16,14 +16,15 @@ import (
 
 // fakeSpeaker records what confd sets.
 type fakeSpeaker struct {
-	mu      sync.Mutex
-	global  bgp.Global
-	peers   []bgp.Peer
-	svc     []netip.Prefix
-	comms   []bgp.PrefixCommunities
-	filters map[netip.Addr]bgp.PeerFilters
-	setCall int
-	changed chan struct{}
+	mu       sync.Mutex
+	global   bgp.Global
+	peers    []bgp.Peer
+	svc      []netip.Prefix
+	comms    []bgp.PrefixCommunities
+	filters  map[netip.Addr]bgp.PeerFilters
+	noExport []netip.Prefix
+	setCall  int
+	changed  chan struct{}
 }
 
 func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{changed: make(chan struct{}, 100)} }
@@ -34,6 +35,7 @@ func (f *fakeSpeaker) SetPeers(p []bgp.Peer) {
 }
 func (f *fakeSpeaker) SetServiceCIDRs(s []netip.Prefix)            { f.do(func() { f.svc = s }) }
 func (f *fakeSpeaker) SetFilters(m map[netip.Addr]bgp.PeerFilters) { f.do(func() { f.filters = m }) }
+func (f *fakeSpeaker) SetNoExportCIDRs(c []netip.Prefix)           { f.do(func() { f.noExport = c }) }
 
 func (f *fakeSpeaker) SetPrefixCommunities(c []bgp.PrefixCommunities) {
 	f.do(func() { f.comms = c })

@@ -36,7 +36,6 @@ var calicoFields = map[Kind][]calicoField{
 				}
 				return ""
 			}},
-		{path: "spec.disableBGPExport", refuse: whenTrue("routed advertises every pool's blocks over BGP; ignoring it would advertise a pool meant to stay private")},
 		{path: "spec.assignmentMode", refuse: unless("Automatic", "routed assigns addresses from every enabled pool automatically; a Manual pool would be handed out to any pod")},
 		{path: "spec.namespaceSelector", refuse: unless("all()", "routed does not choose pools by namespace; pods of every namespace would get addresses from this pool")},
 		{path: "spec.ipip", refuse: always("a Calico v1 field (Calico v3 refuses it too): use ipipMode")},

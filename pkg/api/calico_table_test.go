@@ -30,7 +30,11 @@ func TestCalicoFieldTable(t *testing.T) {
 			}
 		}},
 		{file: "ippool-tunnel-only.yaml", refuse: []string{"spec.allowedUses", "cannot be ignored", "Workload"}},
-		{file: "ippool-no-bgp-export.yaml", refuse: []string{"spec.disableBGPExport", "private"}},
+		{file: "ippool-no-bgp-export.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.IPPool); !p.Spec.DisableBGPExport {
+				t.Errorf("disableBGPExport not carried: %+v", p.Spec)
+			}
+		}},
 		{file: "ippool-namespace-selector.yaml", refuse: []string{"spec.namespaceSelector", "namespace"}},
 		{file: "bgppeer-reference.yaml", check: func(t *testing.T, r api.Resource) {
 			p := r.(*api.BGPPeer)

@@ -36,6 +36,12 @@ type IPPoolSpec struct {
 	NATOutgoing  bool   `json:"natOutgoing,omitempty"`
 	Disabled     bool   `json:"disabled,omitempty"`
 	NodeSelector string `json:"nodeSelector,omitempty"`
+	// DisableBGPExport keeps the pool's blocks, and every route inside the
+	// pool, from all BGP peers, mesh peers included, as Calico's field
+	// does. Other routed nodes still reach a VXLAN pool's pods (felix
+	// programs those routes from the datastore); a pool routed natively or
+	// over IPIP is then reachable only from its own node.
+	DisableBGPExport bool `json:"disableBGPExport,omitempty"`
 }
 
 // GetKind implements Resource.

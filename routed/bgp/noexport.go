@@ -37,8 +37,9 @@ func (s *Speaker) SetNoExportCIDRs(cidrs []netip.Prefix) {
 // applyNoExport installs, replaces or removes the global export policy
 // rejecting routes inside the no-export CIDRs towards every peer. GoBGP
 // statements hold the set they were made with, so a change re-creates
-// policy and set; the peers are then soft-reset so routes they already
-// have are withdrawn or sent.
+// policy and sets; the peers are then soft-reset so routes they already
+// have are withdrawn or sent. A GoBGP prefix set holds one address
+// family, so IPv4 and IPv6 CIDRs get a set and a statement each.
 func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error {
 	if slices.Equal(want, s.noExport) {
 		return nil
@@ -47,22 +48,32 @@ func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error 
 		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noExportPolicy}}}})
 		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: noExportPolicy}, All: true})
-		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
-			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: noExportPolicy}, All: true})
+		for _, name := range noExportSets {
+			_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+				DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: name}, All: true})
+		}
 		s.noExport = nil
 	}
 	if len(want) > 0 {
-		set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: noExportPolicy}
-		for _, p := range want {
-			set.Prefixes = append(set.Prefixes, &api.Prefix{IpPrefix: p.String(), MaskLengthMin: uint32(p.Bits()), MaskLengthMax: uint32(p.Addr().BitLen())})
+		pol := &api.Policy{Name: noExportPolicy}
+		for fam, name := range noExportSets {
+			set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: name}
+			for _, p := range want {
+				if p.Addr().Is6() == (fam == 1) {
+					set.Prefixes = append(set.Prefixes, &api.Prefix{IpPrefix: p.String(), MaskLengthMin: uint32(p.Bits()), MaskLengthMax: uint32(p.Addr().BitLen())})
+				}
+			}
+			if len(set.Prefixes) == 0 {
+				continue
+			}
+			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+				return fmt.Errorf("bgp: no-export prefix set %s: %w", name, err)
+			}
+			pol.Statements = append(pol.Statements, &api.Statement{Name: name,
+				Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}},
+				Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}})
 		}
-		if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-			return fmt.Errorf("bgp: no-export prefix set: %w", err)
-		}
-		stmt := &api.Statement{Name: noExportPolicy,
-			Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Name: noExportPolicy, Type: api.MatchSet_TYPE_ANY}},
-			Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}}
-		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: noExportPolicy, Statements: []*api.Statement{stmt}}}); err != nil {
+		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
 			return fmt.Errorf("bgp: no-export policy: %w", err)
 		}
 		if err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
@@ -78,3 +89,6 @@ func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error 
 	}
 	return nil
 }
+
+// noExportSets are the prefix sets of the no-export policy: IPv4, IPv6.
+var noExportSets = [2]string{noExportPolicy + "-v4", noExportPolicy + "-v6"}

@@ -13,14 +13,15 @@ import (
 // TestNoExportCIDRs: blocks inside a no-export CIDR (Calico's
 // disableBGPExport pool) reach no peer, the others do; lifting it
 // advertises them, setting it again withdraws them, without a session
-// reset.
+// reset. The no-export list mixes IPv4 and IPv6 CIDRs, as a dual-stack
+// cluster's pools do (GoBGP keeps one family per prefix set).
 func TestNoExportCIDRs(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
 	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
 	private := netip.MustParsePrefix("10.66.1.0/26")
 	public := netip.MustParsePrefix("10.65.1.0/26")
-	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.66.0.0/16")})
+	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.66.0.0/16"), netip.MustParsePrefix("fd00:66::/48")})
 	for _, p := range []netip.Prefix{public, private} {
 		a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: p, State: AffinityConfirmed}, false)
 	}
@@ -38,7 +39,7 @@ func TestNoExportCIDRs(t *testing.T) {
 	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(private, a.addr)); err != nil {
 		t.Fatalf("export allowed again: %v", err)
 	}
-	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.66.0.0/16")})
+	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.66.0.0/16"), netip.MustParsePrefix("fd00:66::/48")})
 	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(private)); err != nil {
 		t.Fatalf("export disabled again: %v", err)
 	}

@@ -49,10 +49,11 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyEmptyPathReject(ctx, w.peers); err != nil {
 		return 0, err
 	}
-	if err := s.applyPeers(ctx, w.peers); err != nil {
+	// Before the sessions: a new peer never sees a private pool's routes.
+	if err := s.applyNoExport(ctx, w.noExport); err != nil {
 		return 0, err
 	}
-	if err := s.applyNoExport(ctx, w.noExport); err != nil {
+	if err := s.applyPeers(ctx, w.peers); err != nil {
 		return 0, err
 	}
 	reorder := s.ownPolicyAdded
