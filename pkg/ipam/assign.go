@@ -43,6 +43,12 @@ type AssignArgs struct {
 	// IP asks for one specific address instead (see AssignIP).
 	IP    netip.Addr
 	Attrs Attributes
+	// Extra, when set, is written in the transaction that completes the
+	// assignment; when the handle already holds the addresses (a retried
+	// ADD), in a transaction that requires the handle unchanged. Either
+	// way it is written once the call succeeds, and never with addresses
+	// the handle does not hold.
+	Extra Extra
 }
 
 func (a Attributes) record(handle, node string) (attribute, error) {
@@ -100,6 +106,16 @@ func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr,
 		if err := c.AssignIP(ctx, args.IP, args.HandleID, args.Node, args.Attrs); err != nil {
 			return nil, err
 		}
+		if args.Extra != nil {
+			hkey := handleKey(args.HandleID)
+			_, hrev, err := c.readHandle(ctx, hkey)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.writeExtraHeld(ctx, hkey, hrev, []netip.Addr{args.IP}, args.Extra); err != nil {
+				return nil, err
+			}
+		}
 		return []netip.Addr{args.IP}, nil
 	}
 	ns, unlock, err := c.lockNode(ctx, args.Node)
@@ -107,7 +123,7 @@ func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr,
 		return nil, err
 	}
 	defer unlock()
-	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, family: family, attr: attr,
+	a := &assigner{c: c, ns: ns, node: args.Node, hkey: handleKey(args.HandleID), num: num, want: args.Pools, family: family, attr: attr, extra: args.Extra,
 		tries: c.retries(fmt.Sprintf("allocating for node %q handle %q", args.Node, args.HandleID))}
 	return a.run(ctx)
 }
@@ -124,6 +140,9 @@ type assigner struct {
 	// family is 4 or 6: only pools of it are eligible.
 	family int
 	attr   attribute
+	// extra is written with the assignment; extraDone once it was.
+	extra     Extra
+	extraDone bool
 
 	pools []*poolInfo
 	// h and hrev are what we believe the handle is; a wrong belief only
@@ -151,6 +170,13 @@ func (a *assigner) run(ctx context.Context) ([]netip.Addr, error) {
 	for {
 		held := a.held()
 		if len(held) >= a.num {
+			if a.extra != nil && !a.extraDone {
+				// Already held before this call (a retried ADD): the
+				// handle was read, so a.h and a.hrev are its state.
+				if err := a.c.writeExtraHeld(ctx, a.hkey, a.hrev, held, a.extra); err != nil {
+					return held, err
+				}
+			}
 			return held, nil
 		}
 		// Every round either writes or learns something, so this only
@@ -194,11 +220,14 @@ func (a *assigner) run(ctx context.Context) ([]netip.Addr, error) {
 // empty or does not satisfy the request.
 func (a *assigner) load(ctx context.Context) error {
 	view := a.c.view.Load()
-	if view == nil || !a.ns.niKnown || a.ns.own == nil {
+	if view == nil || !a.ns.niKnown || a.ns.own == nil || a.ns.epoch != a.c.epoch.Load() {
 		return a.refresh(ctx)
 	}
 	pools, err := view.eligible(a.node, a.ns.ni, a.want, a.family)
 	if err != nil {
+		if a.c.watched {
+			return err // the view is current: Invalidate would have dropped it
+		}
 		return a.refresh(ctx) // maybe a pool was created or changed since
 	}
 	a.pools = pools
@@ -206,12 +235,15 @@ func (a *assigner) load(ctx context.Context) error {
 }
 
 func (a *assigner) refresh(ctx context.Context) error {
+	// Read the epoch first: an Invalidate during the read must not be
+	// taken as covered by it.
+	epoch := a.c.epoch.Load()
 	s, err := a.c.refresh(ctx, a.node)
 	if err != nil {
 		return err
 	}
 	a.snap, a.sinceRefresh = s, 0
-	a.ns.ni, a.ns.niKnown = s.node, true
+	a.ns.ni, a.ns.niKnown, a.ns.epoch = s.node, true, epoch
 	a.ns.own = s.ownBlocks()
 	if err := a.c.fetchBlocks(ctx, a.ns.own, s.blockRevs); err != nil {
 		return err
@@ -234,12 +266,15 @@ func (a *assigner) readHandle(ctx context.Context) error {
 }
 
 // held lists the addresses the handle holds in the eligible pools.
-func (a *assigner) held() []netip.Addr {
-	if a.h == nil {
+func (a *assigner) held() []netip.Addr { return a.heldIn(a.h) }
+
+// heldIn lists the addresses h holds in the eligible pools.
+func (a *assigner) heldIn(h *handleRec) []netip.Addr {
+	if h == nil {
 		return nil
 	}
 	var out []netip.Addr
-	for cidr, ords := range a.h.Blocks {
+	for cidr, ords := range h.Blocks {
 		p, err := netip.ParsePrefix(cidr)
 		if err != nil || poolOfBlock(a.pools, p) == nil {
 			continue
@@ -436,13 +471,17 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 		nh = a.h.clone()
 	}
 	nh.add(nb.CIDR, ords...)
+	ews, err := extraWrites(a.extra, a.heldIn(nh))
+	if err != nil {
+		return false, err
+	}
 	pkey, nkey := poolKey(pool.name()), nodeKey(a.node)
-	res, err := a.c.cas(ctx, []write{
+	res, err := a.c.cas(ctx, append([]write{
 		{key: key, rev: rev, val: nb.encode()},
 		{key: a.hkey, rev: a.hrev, val: nh.encode()},
 		{key: pkey, rev: pool.rev, guard: true},
 		{key: nkey, rev: a.ns.ni.rev, guard: true},
-	})
+	}, ews...))
 	if err != nil {
 		return false, err
 	}
@@ -450,7 +489,14 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 		a.c.blocks.put(key, nb, res.rev)
 		a.c.handles.put(a.hkey, nh, res.rev)
 		a.h, a.hrev, a.hKnown = nh, res.rev, true
+		if a.extra != nil {
+			a.extraDone = true
+			committedExtra(a.extra, res.rev)
+		}
 		return true, nil
+	}
+	if err := observeExtra(a.extra, ews, res); err != nil {
+		return false, err
 	}
 	a.c.storeBlockKV(key, res.cur[key])
 	if a.h, err = a.c.storeHandleKV(a.hkey, res.cur[a.hkey]); err != nil {

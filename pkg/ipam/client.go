@@ -56,6 +56,11 @@ type Client struct {
 	// reclaimable says whether a node absent from the datastore may lose
 	// its tunnel address (default: every absent node).
 	reclaimable func(node string) bool
+	// watched is set when the owner calls Invalidate on every change of
+	// the pools, the IPAM configuration and the Nodes (WithWatchedPools);
+	// epoch counts those calls.
+	watched bool
+	epoch   atomic.Uint64
 }
 
 // Option configures a Client.
@@ -81,6 +86,22 @@ func WithFence(f datastore.Fence) Option { return func(c *Client) { c.fence = &f
 // gone (their tunnel addresses are leaks). The daemon's GC passes nodes
 // absent for the whole grace period; by default every absent node is.
 func WithReclaimable(f func(node string) bool) Option { return func(c *Client) { c.reclaimable = f } }
+
+// WithWatchedPools promises that the owner calls Invalidate whenever an
+// IP pool, the IPAM configuration or a Node changes (routed's daemon
+// does, from its node feed). The cached pool view and node labels are
+// then trusted until the next Invalidate: a request no cached pool can
+// serve (an IPv6 address on an IPv4-only cluster) fails with ErrNoPool
+// at once instead of re-reading the pools first. Writes stay guarded by
+// the pool's and the node's revisions either way.
+func WithWatchedPools() Option { return func(c *Client) { c.watched = true } }
+
+// Invalidate forgets the cached pool view and node labels: the next
+// allocation reads them again.
+func (c *Client) Invalidate() {
+	c.epoch.Add(1)
+	c.view.Store(nil)
+}
 
 // New returns a Client on ds.
 func New(ds *datastore.Client, opts ...Option) *Client {
@@ -149,6 +170,8 @@ type write struct {
 	val []byte
 	// guard only checks rev and leaves the key alone.
 	guard bool
+	// anyRev skips the comparison (an Extra's unconditional write).
+	anyRev bool
 }
 
 // casResult is the outcome of cas.
@@ -170,7 +193,9 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	then := make([]clientv3.Op, 0, len(ws))
 	els := make([]clientv3.Op, 0, len(ws))
 	for _, w := range ws {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(w.key), "=", w.rev))
+		if !w.anyRev {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(w.key), "=", w.rev))
+		}
 		els = append(els, clientv3.OpGet(w.key))
 		switch {
 		case w.guard:
@@ -298,9 +323,11 @@ func (r *retries) spent() error {
 // sem are only touched while holding sem.
 type nodeState struct {
 	sem chan struct{}
-	// ni is the node's labels and record revision, valid when niKnown.
+	// ni is the node's labels and record revision, valid when niKnown
+	// and epoch is the Client's (no Invalidate since they were read).
 	ni      nodeInfo
 	niKnown bool
+	epoch   uint64
 	// own lists the keys of blocks the node holds a confirmed affinity
 	// for, in pool order; nil until loaded.
 	own []string

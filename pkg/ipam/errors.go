@@ -27,6 +27,9 @@ var (
 	ErrStaleSequence = errors.New("ipam: stale sequence number")
 	// ErrInvalidArgument means the request itself is malformed.
 	ErrInvalidArgument = errors.New("ipam: invalid argument")
+	// ErrReleased means a handle was released while the caller was
+	// writing something that names its addresses (AssignArgs.Extra).
+	ErrReleased = errors.New("ipam: handle released meanwhile")
 	// ErrCorrupt means a stored IPAM record could not be read.
 	ErrCorrupt = errors.New("ipam: corrupt record")
 )

@@ -15,6 +15,14 @@ import (
 // handle, in one transaction. An unknown handle is not an error (CNI DEL
 // may run many times); it returns what it freed.
 func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Addr, error) {
+	return c.ReleaseByHandleWith(ctx, handle, nil)
+}
+
+// ReleaseByHandleWith is ReleaseByHandle that also writes extra (when
+// not nil) in the same transaction, even when the handle holds nothing:
+// routed's CNI service deletes a pod's WorkloadEndpoint with its
+// addresses this way.
+func (c *Client) ReleaseByHandleWith(ctx context.Context, handle string, extra Extra) ([]netip.Addr, error) {
 	if err := checkName("handle", handle); err != nil {
 		return nil, err
 	}
@@ -28,11 +36,15 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 	}
 	tries := c.releaseRetries(fmt.Sprintf("releasing handle %q", handle))
 	for {
-		if h == nil {
+		if h == nil && extra == nil {
 			return nil, nil
 		}
-		keys := make([]string, 0, len(h.Blocks))
-		for cidr := range h.Blocks {
+		var held map[string][]int // nil: the handle is gone
+		if h != nil {
+			held = h.Blocks
+		}
+		keys := make([]string, 0, len(held))
+		for cidr := range held {
 			p, err := netip.ParsePrefix(cidr)
 			if err != nil {
 				return nil, fmt.Errorf("%w: handle %q names block %q", ErrCorrupt, handle, cidr)
@@ -54,7 +66,7 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 				continue
 			}
 			nb := b.clone()
-			for _, o := range h.Blocks[b.CIDR] {
+			for _, o := range held[b.CIDR] {
 				if hold := nb.holder(o); hold != nil && hold.Handle == handle {
 					nb.release(o, now)
 					freed = append(freed, nb.addr(o))
@@ -67,12 +79,20 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 			newBlocks[key] = nb
 			ws = append(ws, write{key: key, rev: rev, val: nb.encode()})
 		}
+		nblocks := len(ws)
 		ws = append(ws, write{key: hkey, rev: hrev})
-		res, err := c.cas(ctx, ws)
+		ews, err := extraWrites(extra, nil)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.cas(ctx, append(ws, ews...))
 		if err != nil {
 			return nil, err
 		}
 		if res.ok {
+			if extra != nil {
+				committedExtra(extra, res.rev)
+			}
 			for key, nb := range newBlocks {
 				c.blocks.put(key, nb, res.rev)
 			}
@@ -80,8 +100,11 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 			slices.SortFunc(freed, netip.Addr.Compare)
 			return freed, nil
 		}
-		for _, w := range ws[:len(ws)-1] {
+		for _, w := range ws[:nblocks] {
 			c.storeBlockKV(w.key, res.cur[w.key])
+		}
+		if err := observeExtra(extra, ews, res); err != nil {
+			return nil, err
 		}
 		if h, err = c.storeHandleKV(hkey, res.cur[hkey]); err != nil {
 			return nil, err
