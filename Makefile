@@ -11,7 +11,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol clean $(BINARIES)
 
 all: build
 
@@ -94,6 +94,18 @@ k8s-demo: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-demo needs root (network namespaces, containerd)"; exit 1; }
 	./tests/ensure-deps.sh
 	$(GO) run ./tests/k8s/demo/cmd -bin $(BIN)
+
+# k8s-netpol brings up the same two-node cluster with routed and its
+# controllers and runs Kubernetes' own NetworkPolicy specs (e2e.test of
+# test/e2e/network/netpol and agnhost, built at the cluster's version)
+# against it; failures print with their probe matrices; last line
+# `netpol: P passed, F failed, S skipped`. NETPOL_FOCUS (a regexp over
+# the specs' names) narrows them, e.g. NETPOL_FOCUS='default-deny'.
+NETPOL_FOCUS ?=
+k8s-netpol: build
+	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }
+	./tests/ensure-deps.sh
+	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)'
 
 image-docker:
 	docker build -t $(IMAGE_TAG) -f deploy/Dockerfile .

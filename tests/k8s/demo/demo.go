@@ -14,28 +14,40 @@ import (
 
 	"github.com/routed-net/routed/internal/ociimage"
 	"github.com/routed-net/routed/tests/k8s/cluster"
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
 
 // RoutedImage is the tag the demo builds routed's image under; the
 // overlay points the shipped manifests at it.
 const RoutedImage = "docker.io/library/routed:k8s-demo"
 
-// Run installs routed with `kubectl apply -k` of an overlay on the shipped
-// manifests (image reference and etcd endpoint only) into the running
-// cluster c, and checks what an operator checks, step by step, logging
-// as it goes. bin holds routedctl. It returns the first failure.
-func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(string, ...any)) error {
+// Up brings up the demo's cluster (two nodes, prefix rk8s, subnet
+// 10.251.0.0/24) in dir with bin/routed as its etcd, building the
+// Kubernetes binaries first when the cache has none. The cluster it
+// returns must be taken Down in every case, also with an error.
+func Up(ctx context.Context, dir, bin string, logf func(string, ...any)) (*cluster.Cluster, error) {
+	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
+	if err != nil {
+		return nil, err
+	}
+	node, err := kubeapiserver.BuildNode(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
+	if err != nil {
+		return nil, err
+	}
+	return cluster.Up(ctx, cluster.Config{Dir: dir, Prefix: "rk8s", Subnet: netip.MustParsePrefix("10.251.0.0/24"), Nodes: 2,
+		Routed: filepath.Join(bin, "routed"), KubeAPIServer: api, KubeNode: node, Logf: logf})
+}
+
+// Install installs routed with `kubectl apply -k` of an overlay on the
+// shipped manifests (image reference and etcd endpoint only) into the
+// running cluster c and waits until the routed-node DaemonSet and the
+// routed-controllers Deployment are Ready and namespace default has its
+// profile. It returns the overlay directory (for `kubectl delete -k`;
+// the caller removes it) also on failure, when it was written.
+func Install(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(string, ...any)) (overlay string, err error) {
 	step := func(format string, a ...any) { logf("==> "+format, a...) }
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
-	routedctl := func(args ...string) (string, error) {
-		tls := c.EtcdTLS
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "routedctl"), append([]string{"--etcd-endpoints", c.RoutedEtcd,
-			"--etcd-ca-cert-file", tls.CAFile, "--etcd-cert-file", tls.ClientCert, "--etcd-key-file", tls.ClientKey}, args...)...).CombinedOutput()
-		if err != nil {
-			return string(out), fmt.Errorf("routedctl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out), nil
-	}
+	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
 
 	step("routed's image, built without Docker (deploy/build.sh + internal/ociimage), imported into containerd")
 	tree := filepath.Join(os.TempDir(), fmt.Sprintf("routed-k8s-image-%d", os.Getpid()))
@@ -43,37 +55,90 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	build := exec.CommandContext(ctx, "sh", "deploy/build.sh", tree)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("deploy/build.sh: %v: %s", err, out)
+		return "", fmt.Errorf("deploy/build.sh: %v: %s", err, out)
 	}
 	tar := tree + ".tar"
 	defer os.Remove(tar)
 	if _, err := ociimage.WriteFile(tar, RoutedImage, tree, ociimage.Config{Entrypoint: []string{"/usr/local/bin/routed"}}); err != nil {
-		return err
+		return "", err
 	}
 	if err := c.ImportImage(ctx, tar); err != nil {
-		return err
+		return "", err
 	}
 
 	step("kubectl apply -k: the shipped deploy/base with an overlay for the image and the etcd endpoint (TLS: its CA and client certificate in the Secrets, their paths in routed-config)")
-	overlay, err := writeOverlay(root, c)
+	overlay, err = writeOverlay(root, c)
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.RemoveAll(overlay)
 	if out, err := kubectl("apply", "-k", overlay); err != nil {
-		return err
+		return overlay, err
 	} else {
 		logf("%s", out)
 	}
 	step("routed-node DaemonSet Ready")
 	if out, err := kubectl("-n", "kube-system", "rollout", "status", "ds/routed-node", "--timeout=180s"); err != nil {
 		logf("routed pod logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/name=routed"))
-		return err
+		return overlay, err
 	} else {
 		logf("%s", out)
 	}
-	out, _ := kubectl("-n", "kube-system", "get", "ds", "routed-node", "-o", "wide")
-	logf("%s", out)
+	if out, err := kubectl("-n", "kube-system", "get", "ds", "routed-node", "-o", "wide"); err == nil {
+		logf("%s", out)
+	}
+
+	// Without the controllers no namespace has its kns.<ns> profile, and
+	// a pod whose endpoint names a missing profile passes no traffic.
+	step("routed-controllers Deployment Ready, namespace default's profile kns.default written")
+	if out, err := kubectl("-n", "kube-system", "rollout", "status", "deploy/routed-controllers", "--timeout=180s"); err != nil {
+		logf("routed-controllers logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/component=controllers"))
+		return overlay, err
+	} else {
+		logf("%s", out)
+	}
+	if err := cluster.WaitFor(ctx, 60*time.Second, "profile kns.default", func() error {
+		_, err := routedctl("get", "profile", "kns.default")
+		return err
+	}); err != nil {
+		logf("routed-controllers logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/component=controllers"))
+		return overlay, err
+	}
+	return overlay, nil
+}
+
+// Routedctl runs bin/routedctl against the cluster's routed etcd.
+func Routedctl(ctx context.Context, c *cluster.Cluster, bin string, args ...string) (string, error) {
+	tls := c.EtcdTLS
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "routedctl"), append([]string{"--etcd-endpoints", c.RoutedEtcd,
+		"--etcd-ca-cert-file", tls.CAFile, "--etcd-cert-file", tls.ClientCert, "--etcd-key-file", tls.ClientKey}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("routedctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Run installs routed (Install) into the running cluster c and checks
+// it (Check). bin holds routedctl. It returns the first failure.
+func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(string, ...any)) error {
+	overlay, err := Install(ctx, c, root, bin, logf)
+	if overlay != "" {
+		defer os.RemoveAll(overlay)
+	}
+	if err != nil {
+		return err
+	}
+	return Check(ctx, c, root, bin, overlay, logf)
+}
+
+// Check checks routed, installed from overlay (Install), as an
+// operator does, step by step, logging as it goes: install-cni's files,
+// pods with pool addresses and endpoints, ping across nodes, the route
+// reflector, a restart, and `kubectl delete -k` leaving nothing behind.
+// It returns the first failure.
+func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, logf func(string, ...any)) error {
+	step := func(format string, a ...any) { logf("==> "+format, a...) }
+	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
+	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
 
 	step("install-cni's files on every node (the kubelet's CNI dirs)")
 	files := []string{"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam", "/opt/cni/bin/loopback", "/opt/cni/bin/portmap", "/opt/cni/bin/bandwidth",
@@ -102,6 +167,7 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 	}
 
 	step("a Deployment of 10 pods")
+	var out string
 	if err := applyYAML(ctx, c, deploymentYAML); err != nil {
 		return err
 	}

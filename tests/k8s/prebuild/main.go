@@ -1,7 +1,8 @@
-// Command prebuild builds the kube-apiserver and the kube-node binary
-// (kubelet, kube-controller-manager, kube-scheduler) the tests/k8s tier
-// runs into the test cache ahead of the tests (minutes on 2 cores the
-// first time, nothing once cached), e.g. from a deps step:
+// Command prebuild builds the kube-apiserver, the kube-node binary
+// (kubelet, kube-controller-manager, kube-scheduler) and Kubernetes'
+// NetworkPolicy e2e.test with agnhost, which the tests/k8s tier runs,
+// into the test cache ahead of the tests (minutes on 2 cores the first
+// time, nothing once cached), e.g. from a deps step:
 //
 //	go run ./tests/k8s/prebuild
 package main
@@ -28,4 +29,11 @@ func main() {
 		}
 		fmt.Println(bin)
 	}
+	e2e, agnhost, err := kubeapiserver.BuildE2E(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(e2e)
+	fmt.Println(agnhost)
 }

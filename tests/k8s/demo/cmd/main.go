@@ -9,16 +9,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/routed-net/routed/tests/k8s/cluster"
 	"github.com/routed-net/routed/tests/k8s/demo"
-	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
 
 func main() {
@@ -40,20 +37,13 @@ func main() {
 func run(ctx context.Context, bin, dir string, logf func(string, ...any)) error {
 	root, _ := os.Getwd()
 	bin, _ = filepath.Abs(bin)
-	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
-	if err != nil {
-		return err
+	c, err := demo.Up(ctx, dir, bin, logf)
+	if c != nil {
+		defer func() {
+			logf("==> tearing the cluster down")
+			c.Down()
+		}()
 	}
-	node, err := kubeapiserver.BuildNode(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
-	if err != nil {
-		return err
-	}
-	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Prefix: "rk8s", Subnet: netip.MustParsePrefix("10.251.0.0/24"), Nodes: 2,
-		Routed: filepath.Join(bin, "routed"), KubeAPIServer: api, KubeNode: node, Logf: logf})
-	defer func() {
-		logf("==> tearing the cluster down")
-		c.Down()
-	}()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,105 @@
+// Command k8s-netpol (make k8s-netpol) brings up the two-node cluster of
+// `make k8s-demo` (tests/k8s/cluster), installs routed from the shipped
+// manifests with its controllers (tests/k8s/demo.Install), and runs
+// Kubernetes' own NetworkPolicy specs against it (tests/k8s/netpol):
+// e2e.test and agnhost built from k8s.io/kubernetes at the cluster's
+// version. It prints each failed spec with its probe matrices, the
+// skipped ones with their reason, and ends with the line
+// `netpol: P passed, F failed, S skipped`. It exits 1 when a spec
+// failed or the suite could not run, and tears everything down in every
+// case, also on Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/routed-net/routed/tests/k8s/demo"
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+	"github.com/routed-net/routed/tests/k8s/netpol"
+)
+
+func main() {
+	bin := flag.String("bin", "bin", "directory with routed and routedctl")
+	dir := flag.String("dir", "/tmp/routed-k8s-netpol", "cluster state, logs and the suite's report")
+	focus := flag.String("focus", "", "ginkgo focus regexp over the specs' names (default: every Netpol spec, "+netpol.Focus+")")
+	timeout := flag.Duration("timeout", 3*time.Hour, "the whole run")
+	report := flag.String("report", "", "only read this JUnit report of an earlier run (DIR/e2e/report/junit_01.xml) and print its results")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	logf := func(format string, a ...any) { fmt.Printf(format+"\n", a...) }
+	var res netpol.Result
+	var err error
+	if *report != "" {
+		res, err = netpol.ReadJUnit(*report, orDefault(*focus, netpol.Focus))
+	} else {
+		res, err = run(ctx, *bin, *dir, orDefault(*focus, netpol.Focus), *timeout, logf)
+	}
+	for _, s := range res.Skipped {
+		fmt.Printf("SKIPPED %s\n    %s\n", s.Name, s.Message)
+	}
+	for _, s := range res.Failed {
+		fmt.Printf("FAILED %s (%s)\n%s\n\n", s.Name, s.Duration.Round(time.Second), s.Message)
+	}
+	if res.Log != "" {
+		fmt.Printf("the suite's output: %s\n", res.Log)
+	}
+	if err != nil {
+		fmt.Printf("FAIL: %v (logs in %s)\n", err, *dir)
+	}
+	fmt.Println(res.Summary())
+	if err != nil || len(res.Failed) > 0 {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, logf func(string, ...any)) (netpol.Result, error) {
+	root, _ := os.Getwd()
+	bin, _ = filepath.Abs(bin)
+	dir, _ = filepath.Abs(dir)
+	e2e, agnhost, err := kubeapiserver.BuildE2E(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, logf)
+	if err != nil {
+		return netpol.Result{}, err
+	}
+	c, err := demo.Up(ctx, filepath.Join(dir, "cluster"), bin, logf)
+	if c != nil {
+		defer func() {
+			logf("==> tearing the cluster down")
+			c.Down()
+		}()
+	}
+	if err != nil {
+		return netpol.Result{}, err
+	}
+	overlay, err := demo.Install(ctx, c, root, bin, logf)
+	if overlay != "" {
+		defer os.RemoveAll(overlay)
+	}
+	if err != nil {
+		return netpol.Result{}, err
+	}
+	logf("==> Kubernetes %s NetworkPolicy specs (e2e.test --ginkgo.focus %q) on %d nodes", kubeapiserver.Version, focus, len(c.Nodes))
+	start := time.Now()
+	res, err := netpol.Run(ctx, c, netpol.Config{E2E: e2e, Agnhost: agnhost, Focus: focus, Dir: filepath.Join(dir, "e2e"), Timeout: timeout,
+		Progress: func(f string, a ...any) {
+			logf("  %s  "+f, append([]any{time.Since(start).Round(time.Second)}, a...)...)
+		}})
+	logf("==> the specs ran for %s", time.Since(start).Round(time.Second))
+	return res, err
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

@@ -1,0 +1,371 @@
+// Package netpol runs Kubernetes' own NetworkPolicy conformance specs
+// (test/e2e/network/netpol, the "Netpol" specs of sig-network) against
+// a running cluster with routed installed, and reads their results
+// from the suite's JUnit report.
+//
+// The specs create three namespaces of three agnhost pods each, apply
+// NetworkPolicies and probe every pair of pods through their Services
+// (kubectl exec of `agnhost connect`), comparing what passes with the
+// truth table the spec expects. No registry is reachable here: agnhost
+// is built from k8s.io/kubernetes at the cluster's version
+// (kubeapiserver.BuildE2E) and imported into every node's containerd
+// under each agnhost reference the suite names (`e2e.test
+// --list-images`).
+package netpol
+
+import (
+	"bufio"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/routed-net/routed/internal/ociimage"
+	"github.com/routed-net/routed/tests/k8s/cluster"
+)
+
+// Focus picks every spec of test/e2e/network/netpol: "[sig-network]
+// Netpol ..." (TCP, the [LinuxOnly] UDP ones, the SCTP ones and the two
+// "Netpol API" specs, which check the API server's side only).
+const Focus = `\[sig-network\] Netpol `
+
+// Skip is a group of specs left out because the cluster lacks what
+// they need, with the reason.
+type Skip struct {
+	// Pattern is a ginkgo skip regexp over the spec's full name.
+	Pattern string
+	Reason  string
+	// Lacking reports whether this machine lacks the feature; a skip
+	// whose feature is present is not applied.
+	Lacking func() bool
+}
+
+// Skips are the only specs ever skipped, each for a feature the cluster
+// lacks on this machine. Everything else that Focus picks runs.
+var Skips = []Skip{{
+	Pattern: `\[Feature:SCTPConnectivity\]`,
+	Reason: "SCTP traffic: this kernel has no SCTP (no /proc/net/sctp, and no module can be loaded), so no pod can open an SCTP socket " +
+		"(the specs that put SCTP in a policy but probe TCP still run)",
+	Lacking: func() bool {
+		_, err := os.Stat("/proc/net/sctp")
+		return err != nil
+	},
+}}
+
+// Config says what to run.
+type Config struct {
+	// E2E and Agnhost are the binaries from kubeapiserver.BuildE2E.
+	E2E, Agnhost string
+	// Focus is a ginkgo focus regexp; "" means Focus (every spec).
+	Focus string
+	// Dir receives the JUnit report, the suite's log and the agnhost
+	// image tarball.
+	Dir string
+	// Progress, when set, gets one line per finished spec.
+	Progress func(string, ...any)
+	// Timeout bounds the whole suite (ginkgo's --timeout); 0 means 3 h.
+	Timeout time.Duration
+}
+
+// Result is the outcome of every spec Focus picks.
+type Result struct {
+	Passed, Failed []Spec
+	// Skipped are the specs left out by Skips (Spec.Message names the
+	// reason).
+	Skipped []Spec
+	// Log is the suite's full output.
+	Log string
+}
+
+// Spec is one spec's outcome.
+type Spec struct {
+	Name     string
+	Duration time.Duration
+	// Message is the failure (with the probe matrices of the last
+	// failed check) or the reason it was skipped.
+	Message string
+}
+
+// Summary is the line `netpol: P passed, F failed, S skipped`.
+func (r Result) Summary() string {
+	return fmt.Sprintf("netpol: %d passed, %d failed, %d skipped", len(r.Passed), len(r.Failed), len(r.Skipped))
+}
+
+// Run imports agnhost into every node of c and runs e2e.test with the
+// focus against c as its admin. The error is about running the suite
+// (no report, a bad report); failed specs are in the Result.
+func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
+	if cfg.Focus == "" {
+		cfg.Focus = Focus
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Hour
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Result{}, err
+	}
+	if err := importAgnhost(ctx, c, cfg); err != nil {
+		return Result{}, err
+	}
+	var skips []string
+	for _, s := range Skips {
+		if s.Lacking() {
+			skips = append(skips, s.Pattern)
+		}
+	}
+	reportDir := filepath.Join(cfg.Dir, "report")
+	_ = os.RemoveAll(reportDir)
+	args := []string{
+		"--kubeconfig", c.Kubeconfig,
+		"--report-dir", reportDir,
+		"--ginkgo.focus", cfg.Focus,
+		"--ginkgo.timeout", cfg.Timeout.String(),
+		"--ginkgo.no-color",
+		"--ginkgo.v",
+		// The control plane runs as plain processes, not pods: nothing
+		// in kube-system must be Ready beyond routed's own.
+		"--minStartupPods", "0",
+	}
+	if len(skips) > 0 {
+		args = append(args, "--ginkgo.skip", strings.Join(skips, "|"))
+	}
+	logPath := filepath.Join(cfg.Dir, "e2e.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return Result{}, err
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, cfg.E2E, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	// The suite's temporary files (kubectl's cache) stay under Dir.
+	cmd.Dir = cfg.Dir
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("e2e.test: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		progress(pr, logFile, cfg.Progress)
+	}()
+	runErr := cmd.Wait()
+	pw.Close()
+	<-done
+	res, err := ReadJUnit(filepath.Join(reportDir, "junit_01.xml"), cfg.Focus)
+	res.Log = logPath
+	if err != nil {
+		return res, fmt.Errorf("e2e.test (%v): %w; its output is in %s", runErr, err, logPath)
+	}
+	return res, nil
+}
+
+// importAgnhost imports agnhost as every agnhost image e2e.test names,
+// on every node.
+func importAgnhost(ctx context.Context, c *cluster.Cluster, cfg Config) error {
+	out, err := exec.CommandContext(ctx, cfg.E2E, "--list-images").Output()
+	if err != nil {
+		return fmt.Errorf("e2e.test --list-images: %w", err)
+	}
+	var tags []string
+	for _, l := range strings.Fields(string(out)) {
+		// The private-registry agnhost is for image pull tests only.
+		if strings.Contains(l, "/agnhost:") && strings.HasPrefix(l, "registry.k8s.io/") {
+			tags = append(tags, l)
+		}
+	}
+	if len(tags) == 0 {
+		return fmt.Errorf("e2e.test --list-images names no agnhost image:\n%s", out)
+	}
+	tree := filepath.Join(cfg.Dir, "agnhost-image")
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(cfg.Agnhost)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tree, "agnhost"), b, 0o755); err != nil {
+		return err
+	}
+	for i, tag := range tags {
+		tar := filepath.Join(cfg.Dir, fmt.Sprintf("agnhost-%d.tar", i))
+		if _, err := ociimage.WriteFile(tar, tag, tree, ociimage.Config{Entrypoint: []string{"/agnhost"}}); err != nil {
+			return err
+		}
+		err := c.ImportImage(ctx, tar)
+		os.Remove(tar)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// specEnd is ginkgo's verbose line that ends a spec: "• [12.3 seconds]",
+// "• [FAILED] [80.1 seconds]", "S [SKIPPED] [0.000 seconds]".
+var specEnd = regexp.MustCompile(`^(•|S) (\[[A-Z ]+\] )?\[[0-9.]+ seconds\]`)
+
+// progress copies the suite's output to log and reports each finished
+// spec: ginkgo's verbose output starts a spec with its full name at the
+// start of a line ("[sig-network] Netpol ...") and ends it with specEnd.
+func progress(r io.Reader, log io.Writer, report func(string, ...any)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	var current string
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(log, line)
+		switch {
+		case report == nil:
+		case strings.HasPrefix(line, "[sig-"):
+			current = line
+		case specEnd.MatchString(line) && current != "":
+			report("%s %s", line, current)
+			current = ""
+		}
+	}
+	_, _ = io.Copy(log, r)
+}
+
+// junitSuites is the part of the suite's JUnit report read here.
+type junitSuites struct {
+	Suites []struct {
+		Cases []struct {
+			Name      string     `xml:"name,attr"`
+			Status    string     `xml:"status,attr"`
+			Time      float64    `xml:"time,attr"`
+			Failure   *junitText `xml:"failure"`
+			Error     *junitText `xml:"error"`
+			Skipped   junitText  `xml:"skipped"`
+			SystemErr string     `xml:"system-err"`
+		} `xml:"testcase"`
+	} `xml:"testsuite"`
+}
+
+// junitText is a <failure> or <error> element.
+type junitText struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+// ReadJUnit sorts the specs of the suite's JUnit report at path that
+// the focus regexp picks into passed, failed and skipped (with the
+// reason from Skips, or the spec's own when it skipped itself). The
+// suite's setup nodes ([SynchronizedBeforeSuite] ...) count as failures
+// when they fail.
+func ReadJUnit(path, focusRE string) (Result, error) {
+	var res Result
+	focus, err := regexp.Compile(focusRE)
+	if err != nil {
+		return res, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return res, err
+	}
+	var r junitSuites
+	if err := xml.Unmarshal(b, &r); err != nil {
+		return res, fmt.Errorf("%s: %w", path, err)
+	}
+	n := 0
+	for _, s := range r.Suites {
+		for _, tc := range s.Cases {
+			sp := Spec{Name: tc.Name, Duration: time.Duration(tc.Time * float64(time.Second))}
+			setup := !strings.HasPrefix(tc.Name, "[It]")
+			if !setup && !focus.MatchString(tc.Name) {
+				continue
+			}
+			if !setup {
+				n++
+			}
+			switch tc.Status {
+			case "passed":
+				if !setup {
+					res.Passed = append(res.Passed, sp)
+				}
+			case "skipped", "pending":
+				if setup {
+					continue
+				}
+				sp.Message = "skipped by the spec itself: " + firstLines(tc.Skipped.Message+"\n"+tc.SystemErr, 3)
+				for _, s := range Skips {
+					if regexp.MustCompile(s.Pattern).MatchString(tc.Name) {
+						sp.Message = s.Reason
+					}
+				}
+				res.Skipped = append(res.Skipped, sp)
+			default:
+				sp.Message = failureText(tc.Status, tc.Failure, tc.Error, tc.SystemErr)
+				res.Failed = append(res.Failed, sp)
+			}
+		}
+	}
+	if n == 0 {
+		return res, errors.New("the JUnit report holds no spec the focus picks")
+	}
+	return res, nil
+}
+
+// failureText is a failed spec's status, the start of its failure and
+// the probe matrices from its log.
+func failureText(status string, failure, errElem *junitText, systemErr string) string {
+	var b strings.Builder
+	b.WriteString(status)
+	for _, f := range []*junitText{failure, errElem} {
+		if f != nil {
+			fmt.Fprintf(&b, ": %s", strings.TrimSpace(f.Message+"\n"+firstLines(f.Text, 6)))
+		}
+	}
+	if m := Matrices(systemErr); m != "" {
+		b.WriteString("\n" + m)
+	}
+	return b.String()
+}
+
+// Matrices returns the probe matrices (expected, observed, comparison:
+// X allowed, . blocked) of the last reachability check in a spec's log
+// that found wrong answers.
+func Matrices(log string) string {
+	lines := strings.Split(log, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.Contains(l, "reachability: correct:") && !strings.Contains(l, "incorrect:0,") {
+			start = i
+		}
+	}
+	if start < 0 {
+		return ""
+	}
+	var out []string
+	for _, l := range lines[start:] {
+		// The comparison's last row is followed by the failure or the
+		// next step.
+		if strings.Contains(l, "[FAILED]") || strings.Contains(l, "STEP:") || strings.Contains(l, "VALIDATION") {
+			break
+		}
+		if strings.TrimSpace(l) != "" {
+			out = append(out, klogPrefix.ReplaceAllString(l, ""))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// klogPrefix is the header of a framework.Logf line.
+var klogPrefix = regexp.MustCompile(`^\s*[IWEF][0-9]{4} [0-9:.]+\s+[0-9]+ [^ ]+\] `)
+
+func firstLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[:n]
+	}
+	return strings.Join(l, "\n")
+}
