@@ -246,6 +246,9 @@ func TestEtcdClusterFaults(t *testing.T) {
 			t.Errorf("node feeds listed again %v times across a member partition; want resumes only: %s", relists, report)
 		}
 	})
+	t.Run("node cut off from every member", func(t *testing.T) {
+		nodeCutOff(t, l, src, dst)
+	})
 	report, _ := feedDelta(start, readFeedCounts(t, l))
 	t.Logf("node feeds over the whole test: %s", report)
 }

@@ -181,16 +181,54 @@ func (s EtcdStatus) IsLeader() bool { return s.ID == s.Leader && s.ID != 0 }
 // EtcdStatuses asks every reachable member for its status (over mTLS,
 // from the router namespace); unreachable members are left out.
 func (l *Lab) EtcdStatuses(ctx context.Context) ([]EtcdStatus, error) {
+	var out []EtcdStatus
+	err := l.withClusterClient(func(c *clientv3.Client, eps []string) error {
+		for i, ep := range eps {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := c.Status(sctx, ep)
+			cancel()
+			if err != nil {
+				continue
+			}
+			out = append(out, EtcdStatus{Member: i, ID: st.Header.MemberId, Leader: st.Leader, Revision: st.Header.Revision})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CompactEtcd compacts the cluster's history up to its current revision
+// (physically, as etcd's auto-compaction does) and returns that revision:
+// a watch that was behind it cannot resume.
+func (l *Lab) CompactEtcd(ctx context.Context) (int64, error) {
+	var rev int64
+	err := l.withClusterClient(func(c *clientv3.Client, _ []string) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		r, err := c.Get(cctx, "routed-lab-compact-probe")
+		if err != nil {
+			return err
+		}
+		rev = r.Header.Revision
+		_, err = c.Compact(cctx, rev, clientv3.WithCompactPhysical())
+		return err
+	})
+	return rev, err
+}
+
+// withClusterClient runs f with a client of every member, dialling from
+// the router namespace over mTLS.
+func (l *Lab) withClusterClient(f func(c *clientv3.Client, endpoints []string) error) error {
 	if !l.Topo.clustered() {
-		return nil, errors.New("lab: EtcdStatuses needs an etcd cluster (Topology.EtcdMembers 3)")
+		return errors.New("lab: needs an etcd cluster (Topology.EtcdMembers 3)")
 	}
 	tlsCfg, err := transport.TLSInfo{CertFile: l.etcdTLS.CertFile, KeyFile: l.etcdTLS.KeyFile, TrustedCAFile: l.etcdTLS.CAFile}.ClientConfig()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h, err := netns.GetFromName(l.Topo.RouterNS())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer h.Close()
 	var eps []string
@@ -202,20 +240,45 @@ func (l *Lab) EtcdStatuses(ctx context.Context) ([]EtcdStatus, error) {
 			return dialIn(h)(ctx, "tcp", addr)
 		})}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer c.Close()
-	var out []EtcdStatus
-	for i, ep := range eps {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := c.Status(sctx, ep)
-		cancel()
-		if err != nil {
-			continue
-		}
-		out = append(out, EtcdStatus{Member: i, ID: st.Header.MemberId, Leader: st.Leader, Revision: st.Header.Revision})
+	return f(c, eps)
+}
+
+// cutTable is the nftables table CutNodeFromEtcd adds to a node's
+// namespace: the lab's own, so routed's tables are not touched.
+const cutTable = "routed-lab-etcd-cut"
+
+// CutNodeFromEtcd drops every packet between node and every etcd member,
+// both ways, as a network fault that leaves the node's other traffic
+// (pods, BGP) alone; RestoreNodeEtcd ends it.
+func (l *Lab) CutNodeFromEtcd(ctx context.Context, node string) error {
+	if !l.Topo.clustered() {
+		return errors.New("lab: CutNodeFromEtcd needs an etcd cluster (Topology.EtcdMembers 3)")
 	}
-	return out, nil
+	var addrs []string
+	for i := 0; i < l.Topo.EtcdMembers; i++ {
+		addrs = append(addrs, l.Topo.etcdMemberAddr(i).Addr().String())
+	}
+	set := strings.Join(addrs, ", ")
+	script := fmt.Sprintf(`table ip %[1]s {
+	chain out { type filter hook output priority -50; ip daddr { %[2]s } drop; }
+	chain in { type filter hook input priority -50; ip saddr { %[2]s } drop; }
+}
+`, cutTable, set)
+	f := filepath.Join(l.Dir, "etcd-cut-"+node+".nft")
+	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+		return err
+	}
+	_, err := nsRun(ctx, node, "nft", "-f", f)
+	return err
+}
+
+// RestoreNodeEtcd ends CutNodeFromEtcd.
+func (l *Lab) RestoreNodeEtcd(ctx context.Context, node string) error {
+	_, err := nsRun(ctx, node, "nft", "delete", "table", "ip", cutTable)
+	return err
 }
 
 // EtcdLeader is the index of the member that is leader now.
