@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/routetable"
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -30,6 +31,8 @@ type Felix struct {
 	wake    chan struct{}
 	// counterReqs asks the policy counter goroutine for a fresh read.
 	counterReqs chan counterReq
+	// plog keeps the policy log records across restarts of Run.
+	plog *flowlog.Ring
 
 	running atomic.Bool
 	applied atomic.Bool
@@ -49,7 +52,7 @@ func New(cfg Config) (*Felix, error) {
 	return &Felix{
 		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
 		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1),
-		counterReqs: make(chan counterReq),
+		counterReqs: make(chan counterReq), plog: flowlog.NewRing(DefaultPolicyLogRing),
 	}, nil
 }
 

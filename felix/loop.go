@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,10 +78,15 @@ func (f *Felix) Run(ctx context.Context) error {
 	if l.policy != nil {
 		// The counter goroutine reads on a socket of its own, in the
 		// same namespace, and stops before the namespace handle closes.
+		// So does the policy log reader.
 		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); f.pollCounters(cctx, l.netnsFd()) }()
-		defer func() { cancel(); <-done }()
+		var wg sync.WaitGroup
+		wg.Go(func() { f.pollCounters(cctx, l.netnsFd()) })
+		if f.cfg.PolicyLog.Group != 0 {
+			idx := l.policy.Index()
+			wg.Go(func() { f.readPolicyLog(cctx, l.netnsFd(), idx) })
+		}
+		defer func() { cancel(); wg.Wait() }()
 	}
 	return l.run(ctx)
 }

@@ -27,8 +27,9 @@ type Sink interface {
 // edit re-renders that policy's chains and the chains of the local
 // endpoints whose policy list changed. It is used from one goroutine.
 type Calc struct {
-	sink Sink
-	log  LogConfig
+	sink  Sink
+	log   LogConfig
+	index *RuleIndex
 
 	tiers    map[string]tierInfo
 	policies map[string]*cpolicy
@@ -65,7 +66,7 @@ type aset struct {
 // tiers.
 func NewCalc(sink Sink, lc LogConfig) *Calc {
 	c := &Calc{
-		sink: sink, log: lc,
+		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
 		sets: map[string]*aset{}, profileRefs: map[string]int{}, epChainRefs: map[string]int{},
@@ -212,7 +213,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	if old != nil && len(old.selected) > 0 {
 		for _, in := range []bool{true, false} {
 			if old.applies(in) && (np == nil || len(np.selected) == 0 || !np.applies(in) || np.chain(in) != old.chain(in)) {
-				c.sink.DeleteChain(old.chain(in))
+				c.deleteChain(old.chain(in))
 			}
 		}
 		c.unrefSets(old.sets())
@@ -234,19 +235,44 @@ func (c *Calc) activate(p *cpolicy) {
 		if !p.applies(in) {
 			continue
 		}
-		var rules []nftdp.Rule
-		for i, r := range p.rules(in) {
-			id := p.chain(in) + "/" + strconv.Itoa(i)
-			rules = append(rules, c.log.expand(r, id, logPrefix("P", p.tier, p.name, dirName(in), i), false)...)
-		}
-		_ = c.sink.SetChain(p.chain(in), rules)
+		rules, infos := c.policyChain(p, in)
+		c.setChain(p.chain(in), rules, infos)
 	}
 }
+
+// policyChain renders a policy's chain for one direction, with what
+// each rule ID stands for.
+func (c *Calc) policyChain(p *cpolicy, in bool) ([]nftdp.Rule, map[string]RuleInfo) {
+	var rules []nftdp.Rule
+	infos := map[string]RuleInfo{}
+	for i, r := range p.rules(in) {
+		id := p.chain(in) + "/" + strconv.Itoa(i)
+		infos[id] = RuleInfo{ID: id, Kind: KindPolicyRule, Tier: p.tier, Policy: p.key, Direction: dirName(in), Index: i, Action: string(r.action)}
+		rules = append(rules, c.log.expand(r, id, logRulePrefix+ruleToken(id), false)...)
+	}
+	return rules, infos
+}
+
+// setChain writes a chain and records what its rule IDs stand for.
+func (c *Calc) setChain(name string, rules []nftdp.Rule, infos map[string]RuleInfo) {
+	_ = c.sink.SetChain(name, rules)
+	c.index.setChain(name, infos)
+}
+
+// deleteChain removes a chain and its rules from the index.
+func (c *Calc) deleteChain(name string) {
+	c.sink.DeleteChain(name)
+	c.index.deleteChain(name)
+}
+
+// Index is what the calculator has programmed, for resolving nflog
+// records; safe for concurrent use.
+func (c *Calc) Index() *RuleIndex { return c.index }
 
 func (c *Calc) deactivate(p *cpolicy) {
 	for _, in := range []bool{true, false} {
 		if p.applies(in) {
-			c.sink.DeleteChain(p.chain(in))
+			c.deleteChain(p.chain(in))
 		}
 	}
 	c.unrefSets(p.sets())
@@ -281,8 +307,8 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 		}
 		if old != nil {
 			if np == nil {
-				c.sink.DeleteChain(old.chain(true))
-				c.sink.DeleteChain(old.chain(false))
+				c.deleteChain(old.chain(true))
+				c.deleteChain(old.chain(false))
 			}
 			c.unrefSets(old.sets())
 		}
@@ -304,17 +330,25 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 func (c *Calc) activateProfile(p *profile) {
 	c.refSets(p.sets())
 	for _, in := range []bool{true, false} {
-		var rules []nftdp.Rule
-		rs := p.egress
-		if in {
-			rs = p.ingress
-		}
-		for i, r := range rs {
-			id := p.chain(in) + "/" + strconv.Itoa(i)
-			rules = append(rules, c.log.expand(r, id, logPrefix("R", "", p.name, dirName(in), i), true)...)
-		}
-		_ = c.sink.SetChain(p.chain(in), rules)
+		rules, infos := c.profileChain(p, in)
+		c.setChain(p.chain(in), rules, infos)
 	}
+}
+
+// profileChain renders a profile's chain for one direction.
+func (c *Calc) profileChain(p *profile, in bool) ([]nftdp.Rule, map[string]RuleInfo) {
+	var rules []nftdp.Rule
+	infos := map[string]RuleInfo{}
+	rs := p.egress
+	if in {
+		rs = p.ingress
+	}
+	for i, r := range rs {
+		id := p.chain(in) + "/" + strconv.Itoa(i)
+		infos[id] = RuleInfo{ID: id, Kind: KindProfileRule, Profile: p.name, Direction: dirName(in), Index: i, Action: string(r.action)}
+		rules = append(rules, c.log.expand(r, id, logRulePrefix+ruleToken(id), true)...)
+	}
+	return rules, infos
 }
 
 func (c *Calc) refProfile(name string) {
@@ -331,8 +365,8 @@ func (c *Calc) unrefProfile(name string) {
 	}
 	delete(c.profileRefs, name)
 	if p := c.profiles[name]; p != nil {
-		c.sink.DeleteChain(p.chain(true))
-		c.sink.DeleteChain(p.chain(false))
+		c.deleteChain(p.chain(true))
+		c.deleteChain(p.chain(false))
 		c.unrefSets(p.sets())
 	}
 }

@@ -131,6 +131,7 @@ func (c *Calc) removeLocal(l *local) {
 		c.unrefProfile(name)
 	}
 	c.sink.DeleteEndpoint(l.ep.Iface)
+	c.index.deleteIface(l.ep.Iface)
 	for _, ch := range l.chains {
 		c.unrefEPChain(ch)
 	}
@@ -147,68 +148,94 @@ func union(a, b []*cpolicy) []*cpolicy {
 	return out
 }
 
-// renderEndpoint computes a local endpoint's two chains: per tier, a
-// jump to each policy while no Pass was seen, the tier's end (drop,
-// unless its default action is Pass), then its profiles, then drop. A
-// chain is named by its content, so endpoints with the same policies
-// and profiles share it, and a new pod like an existing one only adds
-// its interface to the dispatch maps (no rule changes at all).
+// renderEndpoint writes a local endpoint's two chains (see
+// endpointChain) and dispatches its interface to them. A chain is named
+// by its content, so endpoints with the same policies and profiles share
+// it, and a new pod like an existing one only adds its interface to the
+// dispatch maps (no rule changes at all).
 func (c *Calc) renderEndpoint(l *local) {
 	e := l.ep
 	var names [2]string
 	for k, in := range []bool{false, true} {
-		dir := dirName(in)
-		pols := l.out
-		if in {
-			pols = l.in
-		}
-		var rules []nftdp.Rule
-		if len(pols) > 0 {
-			rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
-		}
-		for i := 0; i < len(pols); {
-			tier := pols[i].tier
-			j := i
-			for ; j < len(pols) && pols[j].tier == tier; j++ {
-				rules = append(rules, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[j].chain(in)})
-			}
-			if !c.tier(tier).pass {
-				rules = append(rules, c.dropRules("/tier-end/"+tier, "D "+dir+" tier "+tier, true)...)
-			}
-			rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
-			i = j
-		}
-		for _, name := range e.Profiles {
-			if p := c.profiles[name]; p != nil {
-				rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
-			}
-		}
-		// An endpoint with addresses of one family only has no business
-		// with the other: its chain there is just the final drop, which
-		// also keeps the other table's jump graph (walked by the kernel
-		// on every commit that adds a jump) free of it.
-		if v := e.onlyFamily(); v != 0 {
-			for i := range rules {
-				rules[i].IPVersion = v
-			}
-		}
-		rules = append(rules, c.dropRules("/no-profile-allowed", "D "+dir+" profiles", false)...)
-		name := hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
-		for i := range rules {
-			if rules[i].ID != "" {
-				rules[i].ID = name + rules[i].ID
-			}
-		}
+		name, rules, infos := c.endpointChain(e, l.in, l.out, in)
 		names[k] = name
 		if l.chains[k] != name {
 			if c.epChainRefs[name]++; c.epChainRefs[name] == 1 {
-				_ = c.sink.SetChain(name, rules)
+				c.setChain(name, rules, infos)
 			}
 			c.unrefEPChain(l.chains[k])
 			l.chains[k] = name
 		}
 	}
 	c.sink.SetEndpoint(e.Iface, names[0], names[1])
+	c.index.setIface(e.Iface, EndpointRef{Key: e.Key, Namespace: e.Namespace, Pod: e.Pod})
+}
+
+// endpointChain computes an endpoint's chain for one direction, given
+// the policies that apply to it in order: per tier, a jump to each
+// policy while no Pass was seen, the tier's end (drop, unless its
+// default action is Pass), then its profiles, then drop. The name is a
+// hash of the rules without the drop logs, so turning drop logging on
+// or off does not rename chains and a rule ID means the same with and
+// without it.
+func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (string, []nftdp.Rule, map[string]RuleInfo) {
+	dir := dirName(in)
+	pols := outPols
+	if in {
+		pols = inPols
+	}
+	var rules []nftdp.Rule
+	infos := map[string]RuleInfo{}
+	if len(pols) > 0 {
+		rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
+	}
+	for i := 0; i < len(pols); {
+		tier := pols[i].tier
+		j := i
+		for ; j < len(pols) && pols[j].tier == tier; j++ {
+			rules = append(rules, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[j].chain(in)})
+		}
+		if !c.tier(tier).pass {
+			id := "/tier-end/" + tier
+			infos[id] = RuleInfo{Kind: KindTierEnd, Tier: tier, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
+			rules = append(rules, nftdp.Rule{ID: id, IfPassClear: true, Counter: true, Action: nftdp.ActDrop})
+		}
+		rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
+		i = j
+	}
+	for _, name := range e.Profiles {
+		if p := c.profiles[name]; p != nil {
+			rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
+		}
+	}
+	// An endpoint with addresses of one family only has no business
+	// with the other: its chain there is just the final drop, which
+	// also keeps the other table's jump graph (walked by the kernel
+	// on every commit that adds a jump) free of it.
+	if v := e.onlyFamily(); v != 0 {
+		for i := range rules {
+			rules[i].IPVersion = v
+		}
+	}
+	infos["/no-profile-allowed"] = RuleInfo{Kind: KindNoProfile, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
+	rules = append(rules, nftdp.Rule{ID: "/no-profile-allowed", Counter: true, Action: nftdp.ActDrop})
+	name := hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
+	out := make([]nftdp.Rule, 0, len(rules)+len(infos))
+	named := make(map[string]RuleInfo, len(infos))
+	for _, r := range rules {
+		if r.ID != "" {
+			ri := infos[r.ID]
+			r.ID = name + r.ID
+			ri.ID = r.ID
+			named[r.ID] = ri
+			if c.log.Drops {
+				out = append(out, nftdp.Rule{IfPassClear: r.IfPassClear, IPVersion: r.IPVersion, Action: nftdp.ActLog,
+					LogGroup: c.log.Group, LogRate: c.log.rate(), LogPrefix: logDropRulePrefix + ruleToken(r.ID)})
+			}
+		}
+		out = append(out, r)
+	}
+	return name, out, named
 }
 
 func (c *Calc) unrefEPChain(name string) {
@@ -217,16 +244,8 @@ func (c *Calc) unrefEPChain(name string) {
 	}
 	if c.epChainRefs[name]--; c.epChainRefs[name] <= 0 {
 		delete(c.epChainRefs, name)
-		c.sink.DeleteChain(name)
+		c.deleteChain(name)
 	}
-}
-
-func (c *Calc) dropRules(id, prefix string, ifPassClear bool) []nftdp.Rule {
-	var out []nftdp.Rule
-	if c.log.Drops {
-		out = append(out, nftdp.Rule{IfPassClear: ifPassClear, Action: nftdp.ActLog, LogGroup: c.log.Group, LogRate: c.log.rate(), LogPrefix: prefix})
-	}
-	return append(out, nftdp.Rule{ID: id, IfPassClear: ifPassClear, Counter: true, Action: nftdp.ActDrop})
 }
 
 // refSets takes a reference on each set, creating and filling new ones

@@ -156,5 +156,9 @@ func (m *Manager) Resync(ctx context.Context) error {
 // "unknown-iface/<direction>" for interfaces not programmed.
 func (m *Manager) Counters() (map[string]nftdp.Counter, error) { return m.dp.Counters(nil) }
 
+// Index resolves nflog prefixes and interfaces to the rules and
+// endpoints this Manager programmed; safe for concurrent use.
+func (m *Manager) Index() *RuleIndex { return m.calc.Index() }
+
 // Writes is how many transactions the Manager has sent to the kernel.
 func (m *Manager) Writes() int { return m.dp.Writes() }

@@ -32,7 +32,10 @@ type Endpoint struct {
 	Iface string
 	// Local endpoints are on this node and get chains and dispatch entries;
 	// every endpoint's addresses go into the sets its labels select.
-	Local          bool
+	Local bool
+	// Node and Pod are the endpoint's node and pod (for explain and
+	// logs; they do not change what is programmed).
+	Node, Pod      string
 	Namespace      string
 	ServiceAccount string
 	Labels         map[string]string
@@ -130,6 +133,8 @@ func EndpointFromAPI(w *api.WorkloadEndpoint, local bool) (Endpoint, error) {
 		Key:            w.Metadata.Name,
 		Iface:          w.Spec.InterfaceName,
 		Local:          local,
+		Node:           w.Spec.Node,
+		Pod:            w.Spec.Pod,
 		Namespace:      w.Spec.Namespace,
 		ServiceAccount: w.Spec.ServiceAccountName,
 		Labels:         w.Metadata.Labels,

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"fmt"
-
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -88,16 +86,6 @@ func alternatives(s *side, proto uint8) []nftdp.Side {
 		out = append(out, x)
 	}
 	return out
-}
-
-// logPrefix is what an nflog line carries to name the rule: at most 127
-// bytes, the kernel's limit.
-func logPrefix(kind, tier, name, dir string, i int) string {
-	s := fmt.Sprintf("%s %s|%s|%s|%d", kind, tier, name, dir, i)
-	if len(s) > 127 {
-		s = s[:127]
-	}
-	return s
 }
 
 // dirName is "ingress" or "egress".

@@ -61,6 +61,12 @@ type Config struct {
 	// DisablePolicy runs felix without the network policy dataplane
 	// (kernels without nftables only): every pod then reaches every pod.
 	DisablePolicy bool
+	// PolicyLog: the nflog group of the Log action and of logged drops
+	// (0: no policy log), the per-rule rate limit, and whether drops
+	// are logged.
+	PolicyLogGroup int
+	PolicyLogRate  int
+	PolicyLogDrops bool
 
 	// envErrs are environment values BindFlags could not read.
 	envErrs []error
@@ -168,6 +174,9 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>) (env ROUTED_BGP_SECRETS_DIR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
 	fs.BoolVar(&c.DisablePolicy, "disable-policy", c.envBool(false, "ROUTED_DISABLE_POLICY"), "run without network policy enforcement, for kernels without nftables: every pod reaches every pod and CNI ADDs that wait for policy fail (env ROUTED_DISABLE_POLICY)")
+	fs.IntVar(&c.PolicyLogGroup, "policy-log-group", c.envInt(100, "ROUTED_POLICY_LOG_GROUP"), "nflog group of the policy Log action and of logged drops, which routed reads for routedctl policy log (0: off) (env ROUTED_POLICY_LOG_GROUP)")
+	fs.IntVar(&c.PolicyLogRate, "policy-log-rate", c.envInt(10, "ROUTED_POLICY_LOG_RATE"), "packets a second each logging rule may log, limited in the kernel (env ROUTED_POLICY_LOG_RATE)")
+	fs.BoolVar(&c.PolicyLogDrops, "policy-log-drops", c.envBool(false, "ROUTED_POLICY_LOG_DROPS"), "also log packets dropped because no policy or profile allowed them (env ROUTED_POLICY_LOG_DROPS)")
 	fs.StringVar(&c.CNIToken.Kubeconfig, "cni-kubeconfig", env("", "ROUTED_CNI_KUBECONFIG"), "write the CNI plugin's kubeconfig here with a TokenRequest token and keep it refreshed (empty: off) (env ROUTED_CNI_KUBECONFIG)")
 	fs.StringVar(&c.CNIToken.ServiceAccount, "cni-service-account", env(cnitoken.DefaultServiceAccount, "ROUTED_CNI_SERVICE_ACCOUNT"), "the CNI plugin's ServiceAccount (env ROUTED_CNI_SERVICE_ACCOUNT)")
 	fs.StringVar(&c.CNIToken.Namespace, "cni-service-account-namespace", env("", "ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE"), "its namespace (empty: routed's own) (env ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)")
@@ -186,6 +195,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Role != RoleNode && c.Role != RoleRouteReflector {
 		return fmt.Errorf("--role: %q is not node or route-reflector", c.Role)
+	}
+	if c.PolicyLogGroup < 0 || c.PolicyLogGroup > 65535 {
+		return fmt.Errorf("--policy-log-group: %d is not an nflog group (0-65535)", c.PolicyLogGroup)
+	}
+	if c.PolicyLogRate < 1 {
+		return fmt.Errorf("--policy-log-rate: %d: must be at least 1 packet a second", c.PolicyLogRate)
+	}
+	if c.PolicyLogDrops && c.PolicyLogGroup == 0 {
+		return fmt.Errorf("--policy-log-drops needs --policy-log-group")
 	}
 	if c.NodeName == "" {
 		return fmt.Errorf("--nodename: empty and the hostname is unknown; set NODENAME")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/routed-net/routed/confd"
 	"github.com/routed-net/routed/felix"
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/internal/heartbeat"
 	"github.com/routed-net/routed/internal/supervise"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -68,6 +69,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 			ResyncInterval: cfg.FelixResync,
 			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
 			Features:       felix.Features{DisablePolicy: cfg.DisablePolicy},
+			PolicyLog:      policy.LogConfig{Group: uint16(cfg.PolicyLogGroup), Rate: uint32(cfg.PolicyLogRate), Drops: cfg.PolicyLogDrops},
 		})
 		if err != nil {
 			return nil, err
@@ -128,7 +130,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	}
 	st := status.NewServer(cfg.StatusSocket, n.speaker)
 	if n.felix != nil {
-		st.WithPolicyCounters(n.policyCounters)
+		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog)
 	}
 	g.Go("status socket", supervise.Fatal, st.Run)
 	if cfg.HealthAddr != "" {
@@ -171,4 +173,12 @@ func (n *node) policyCounters(ctx context.Context) ([]status.PolicyCounter, erro
 		out[i] = status.PolicyCounter(c)
 	}
 	return out, nil
+}
+
+// policyLog answers the status socket from felix's policy log.
+func (n *node) policyLog(ctx context.Context, since uint64, tail int, follow bool, emit func([]status.PolicyLogRecord) error) error {
+	if since == 0 && tail > 0 {
+		since = n.felix.PolicyLogTail(tail)
+	}
+	return n.felix.PolicyLog(ctx, since, follow, emit)
 }

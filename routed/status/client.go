@@ -60,27 +60,38 @@ func (c *Client) get(ctx context.Context, path string, into any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if notRunning(err) {
-			return fmt.Errorf("%w (socket %s)", ErrNotRunning, c.path)
-		}
-		return fmt.Errorf("status: %s: %w", c.path, err)
+		return c.dialErr(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errorReply(resp)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("status: reading reply: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e errorBody
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("status: routed: %s", e.Error)
-		}
-		return fmt.Errorf("status: routed answered %s", resp.Status)
 	}
 	if err := json.Unmarshal(body, into); err != nil {
 		return fmt.Errorf("status: bad reply: %w", err)
 	}
 	return nil
+}
+
+// dialErr says why a request got no answer.
+func (c *Client) dialErr(err error) error {
+	if notRunning(err) {
+		return fmt.Errorf("%w (socket %s)", ErrNotRunning, c.path)
+	}
+	return fmt.Errorf("status: %s: %w", c.path, err)
+}
+
+// errorReply reads the error a non-200 answer carries.
+func errorReply(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e errorBody
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return fmt.Errorf("status: routed: %s", e.Error)
+	}
+	return fmt.Errorf("status: routed answered %s", resp.Status)
 }
 
 // notRunning reports whether a dial error means no server: the socket

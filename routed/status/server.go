@@ -28,9 +28,10 @@ const (
 
 // Server answers status requests on a unix socket.
 type Server struct {
-	path   string
-	p      Provider
-	policy func(context.Context) ([]PolicyCounter, error) // nil: not served
+	path      string
+	p         Provider
+	policy    func(context.Context) ([]PolicyCounter, error) // nil: not served
+	policyLog PolicyLogFunc                                  // nil: not served
 }
 
 // NewServer returns a server for path (see SocketPath) asking p.
@@ -47,7 +48,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer os.Remove(s.path)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// Requests live in ctx: a followed policy log ends with the server.
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(l) }()
 	log.WithField("socket", s.path).Info("status socket serving")

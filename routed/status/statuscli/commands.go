@@ -13,10 +13,13 @@ package statuscli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -125,6 +128,35 @@ when felix started (a restarted routed keeps the tables and counters).`,
 			return policyCounters(cmd.Context(), out, client(), filter)
 		},
 	})
+	var follow bool
+	var tail int
+	var output string
+	logCmd := &cobra.Command{
+		Use:   "log",
+		Short: "Packets the policy Log action (and, if enabled, drops) logged on this node",
+		Long: `Prints the packets felix logged through nflog: those a rule with action Log
+matched (verdict log: the packet goes on to the next rule) and, when routed
+runs with --policy-log-drops, those dropped because no rule allowed them
+(verdict drop). Each line has the time, verdict, direction, the endpoint
+(namespace/pod) whose rule it is, source and destination with ports,
+protocol, and the tier, policy (or profile) and rule index.
+
+The kernel limits each logging rule to --policy-log-rate packets a second
+and routed keeps the last 2048 records. -f follows new records as they
+come; --tail N starts with the last N; -o json prints one JSON record a
+line.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "json" {
+				return &ExitError{Code: ExitNotRunning, Err: fmt.Errorf("usage: -o must be json or empty, not %q", output)}
+			}
+			return policyLog(cmd.Context(), out, client(), tail, follow, output == "json")
+		},
+	}
+	logCmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records until interrupted")
+	logCmd.Flags().IntVar(&tail, "tail", 0, "start with the last N records (0: all kept)")
+	logCmd.Flags().StringVarP(&output, "output", "o", "", "json: one JSON record a line")
+	policy.AddCommand(logCmd)
 	for _, c := range []*cobra.Command{node, show, policy} {
 		c.PersistentFlags().StringVar(&sock, "status-socket", "",
 			"routed's status socket (default $"+status.EnvSocket+" or "+status.DefaultSocketPath+")")
@@ -336,4 +368,61 @@ func lastHit(p status.PolicyCounter, now time.Time) string {
 		return "before watch"
 	}
 	return "-"
+}
+
+func policyLog(ctx context.Context, out io.Writer, c *status.Client, tail int, follow, asJSON bool) error {
+	enc := json.NewEncoder(out)
+	err := c.PolicyLog(ctxOrBackground(ctx), 0, tail, follow, func(r status.PolicyLogRecord) error {
+		if asJSON {
+			return enc.Encode(r)
+		}
+		_, err := fmt.Fprintln(out, FormatLogRecord(r))
+		return err
+	})
+	if err != nil {
+		return notRunning(out, err)
+	}
+	return nil
+}
+
+// FormatLogRecord renders one policy log record as a line:
+//
+//	12:01:02.345 drop ingress prod/web-1 10.65.0.1:43210 -> 10.65.0.2:9090 TCP tier default policy gnp:deny-db rule 0 (Deny)
+func FormatLogRecord(r status.PolicyLogRecord) string {
+	ep := r.Endpoint
+	if r.Pod != "" {
+		ep = r.Namespace + "/" + r.Pod
+	}
+	if ep == "" {
+		ep = r.Iface
+	}
+	if ep == "" {
+		ep = "-"
+	}
+	ends := fmt.Sprintf("%s -> %s", hostPort(r.Src, r.SrcPort), hostPort(r.Dst, r.DstPort))
+	proto := r.Proto
+	if r.ICMPType != nil {
+		proto = fmt.Sprintf("%s type %d code %d", proto, *r.ICMPType, *r.ICMPCode)
+	}
+	var rule string
+	switch {
+	case r.Prefix != "":
+		rule = fmt.Sprintf("unknown rule (prefix %q)", r.Prefix)
+	case r.Policy != "":
+		rule = fmt.Sprintf("tier %s policy %s rule %d (%s)", r.Tier, r.Policy, r.Rule, r.Action)
+	case r.Profile != "":
+		rule = fmt.Sprintf("profile %s rule %d (%s)", r.Profile, r.Rule, r.Action)
+	case r.Tier != "":
+		rule = fmt.Sprintf("tier %s: %s", r.Tier, r.Kind)
+	default:
+		rule = r.Kind
+	}
+	return fmt.Sprintf("%s %s %s %s %s %s %s", r.Time.Local().Format("15:04:05.000"), r.Verdict, r.Direction, ep, ends, proto, rule)
+}
+
+func hostPort(addr string, port uint16) string {
+	if port == 0 {
+		return addr
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(int(port)))
 }

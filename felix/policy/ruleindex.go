@@ -1,0 +1,140 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
+	"sync"
+)
+
+// Rule kinds a RuleInfo names.
+const (
+	KindPolicyRule    = "policy rule"
+	KindProfileRule   = "profile rule"
+	KindTierEnd       = "tier end"           // no policy of the tier decided
+	KindNoProfile     = "no profile allowed" // past the tiers, no profile allowed
+	KindUnknownIface  = "unknown interface"  // an interface felix has not programmed
+	KindNotPoliced    = "not policed"        // the address is no workload (explain)
+	unknownIfacePfx   = "D unknown-iface "
+	logRulePrefix     = "L "
+	logDropRulePrefix = "D "
+)
+
+// RuleInfo says what one rule ID stands for in the policy model.
+type RuleInfo struct {
+	// ID is the rule's counter ID (see Manager.Counters).
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Tier is the tier of a policy rule or tier end.
+	Tier string `json:"tier,omitempty"`
+	// Policy is a policy rule's policy as PolicyKey names it
+	// ("gnp:<name>", "np:<namespace>/<name>").
+	Policy string `json:"policy,omitempty"`
+	// Profile is a profile rule's profile.
+	Profile   string `json:"profile,omitempty"`
+	Direction string `json:"direction"`
+	// Index is the rule's place in the policy's or profile's ingress or
+	// egress list; -1 for the drops at a tier's or the profiles' end.
+	Index int `json:"index"`
+	// Action is the rule's action (Allow, Deny, Log, Pass; Deny for the
+	// drops at an end).
+	Action string `json:"action"`
+}
+
+// ruleToken is the short, stable name of a rule ID that nflog prefixes
+// carry (a prefix must stay short: policy names run to 253 bytes).
+func ruleToken(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:8]))
+}
+
+// EndpointRef names a local endpoint in log records.
+type EndpointRef struct {
+	Key       string `json:"key"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+}
+
+// RuleIndex resolves what nflog carries (a prefix, an interface) to the
+// rules and endpoints of the policy model. The calculator keeps it equal
+// to the chains it has programmed and the local endpoints; it is safe
+// for concurrent use, so the log reader resolves records as they come
+// without going through felix's loop.
+type RuleIndex struct {
+	mu      sync.RWMutex
+	byToken map[string]RuleInfo
+	byChain map[string][]string
+	ifaces  map[string]EndpointRef
+}
+
+// NewRuleIndex returns an empty index.
+func NewRuleIndex() *RuleIndex {
+	return &RuleIndex{byToken: map[string]RuleInfo{}, byChain: map[string][]string{}, ifaces: map[string]EndpointRef{}}
+}
+
+func (x *RuleIndex) setChain(chain string, infos map[string]RuleInfo) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.deleteChainLocked(chain)
+	toks := make([]string, 0, len(infos))
+	for id, ri := range infos {
+		t := ruleToken(id)
+		x.byToken[t] = ri
+		toks = append(toks, t)
+	}
+	x.byChain[chain] = toks
+}
+
+func (x *RuleIndex) deleteChain(chain string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.deleteChainLocked(chain)
+}
+
+func (x *RuleIndex) deleteChainLocked(chain string) {
+	for _, t := range x.byChain[chain] {
+		delete(x.byToken, t)
+	}
+	delete(x.byChain, chain)
+}
+
+func (x *RuleIndex) setIface(iface string, ep EndpointRef) {
+	x.mu.Lock()
+	x.ifaces[iface] = ep
+	x.mu.Unlock()
+}
+
+func (x *RuleIndex) deleteIface(iface string) {
+	x.mu.Lock()
+	delete(x.ifaces, iface)
+	x.mu.Unlock()
+}
+
+// Resolve reads an nflog prefix: a Log rule's ("L <token>"), a logged
+// drop's ("D <token>") or an unprogrammed interface's drop. The verdict
+// is "log" for a Log rule (the packet goes on to the next rule) and
+// "drop" for the others.
+func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool) {
+	if dir, isUnknown := strings.CutPrefix(prefix, unknownIfacePfx); isUnknown {
+		return RuleInfo{ID: "unknown-iface/" + dir, Kind: KindUnknownIface, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
+	}
+	verdict = "drop"
+	tok, isLog := strings.CutPrefix(prefix, logRulePrefix)
+	if isLog {
+		verdict = "log"
+	} else if tok, ok = strings.CutPrefix(prefix, logDropRulePrefix); !ok {
+		return RuleInfo{}, "", false
+	}
+	x.mu.RLock()
+	ri, ok = x.byToken[tok]
+	x.mu.RUnlock()
+	return ri, verdict, ok
+}
+
+// Endpoint returns the local endpoint on a host-side interface.
+func (x *RuleIndex) Endpoint(iface string) (EndpointRef, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	ep, ok := x.ifaces[iface]
+	return ep, ok
+}
