@@ -38,17 +38,71 @@ var ErrLock = errors.New("routed-ipam: host IPAM lock")
 type hostLock struct {
 	path string
 	wait time.Duration
+	// check, when set, vets the locked file before the lock is used.
+	check func(*os.File) error
+}
+
+// ErrLockMismatch means routed's CNI service locked a file that is not
+// the plugin's lock file (another path, or the same path in another
+// mount): the plugin must not rely on the service then, and takes the
+// lock itself.
+var ErrLockMismatch = errors.New("routed-ipam: host IPAM lock is not the plugin's")
+
+// LockFileID creates the lock file at path if it is missing (as a lock
+// holder would) and returns its device and inode: what routed's CNI
+// service compares with the file it locks, so that the plugin and the
+// service provably serialise on one lock.
+func LockFileID(path string) (dev, ino uint64, err error) {
+	f, err := openLockFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	return fileID(f)
+}
+
+// CheckLockFileID returns a lock check (NewShared) that refuses a lock
+// file other than the one with device dev and inode ino.
+func CheckLockFileID(dev, ino uint64) func(*os.File) error {
+	return func(f *os.File) error {
+		d, i, err := fileID(f)
+		if err != nil {
+			return err
+		}
+		if d != dev || i != ino {
+			return fmt.Errorf("%w: %s is device %d inode %d here, the plugin's is device %d inode %d; mount the lock file's directory into routed at the same path",
+				ErrLockMismatch, f.Name(), d, i, dev, ino)
+		}
+		return nil
+	}
+}
+
+func fileID(f *os.File) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, 0, fmt.Errorf("%w: stat %s: %v", ErrLock, f.Name(), err)
+	}
+	return uint64(st.Dev), st.Ino, nil
+}
+
+// openLockFile opens (creating) the lock file, never through a symlink.
+func openLockFile(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("%w: create directory of %s: %v", ErrLock, path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ErrLock, path, err)
+	}
+	return f, nil
 }
 
 // acquire blocks until the lock is held or the wait is over, and returns
 // the function that releases it.
 func (l hostLock) acquire(ctx context.Context) (func(), error) {
-	if err := os.MkdirAll(filepath.Dir(l.path), 0o755); err != nil {
-		return nil, fmt.Errorf("%w: create directory of %s: %v", ErrLock, l.path, err)
-	}
-	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := openLockFile(l.path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", ErrLock, l.path, err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.wait)
 	defer cancel()
@@ -67,6 +121,12 @@ func (l hostLock) acquire(ctx context.Context) (func(), error) {
 		if err != nil {
 			_ = f.Close()
 			return nil, fmt.Errorf("%w: flock %s: %v", ErrLock, l.path, err)
+		}
+		if l.check != nil {
+			if err := l.check(f); err != nil {
+				_ = f.Close()
+				return nil, err
+			}
 		}
 		return func() { _ = f.Close() }, nil
 	case <-ctx.Done():

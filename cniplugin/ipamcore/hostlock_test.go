@@ -76,3 +76,33 @@ func TestLockFileConf(t *testing.T) {
 		t.Fatalf("relative path: %v, want ErrConfig", err)
 	}
 }
+
+// TestLockFileID: routed's lock check accepts the plugin's lock file and
+// refuses another one (ErrLockMismatch, so the plugin locks it itself).
+func TestLockFileID(t *testing.T) {
+	dir := t.TempDir()
+	mine, other := filepath.Join(dir, "ipam.lock"), filepath.Join(dir, "other", "ipam.lock")
+	dev, ino, err := LockFileID(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := CheckLockFileID(dev, ino)
+	for _, tc := range []struct {
+		path string
+		want error
+	}{{mine, nil}, {other, ErrLockMismatch}} {
+		release, err := hostLock{path: tc.path, wait: time.Second, check: check}.acquire(context.Background())
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Fatalf("lock %s: %v, want %v", tc.path, err, tc.want)
+		}
+		if release != nil {
+			release()
+		}
+	}
+	// A refused lock is released: the plugin can take it at once.
+	release, err := hostLock{path: other, wait: time.Second}.acquire(context.Background())
+	if err != nil {
+		t.Fatalf("lock after a refused check: %v", err)
+	}
+	release()
+}

@@ -23,7 +23,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,11 +171,20 @@ type IPAM struct {
 
 // New returns routed-ipam over ds, which the caller owns and closes.
 func New(ds *datastore.Client, conf *IPAMConf, log *logrus.Entry) *IPAM {
+	return NewShared(ds, ipam.New(ds), conf, log, nil)
+}
+
+// NewShared returns routed-ipam over a long-lived IPAM client (routed's
+// CNI service keeps one, with its caches, for every request). check,
+// when set, is called with the lock file once it is locked and before
+// anything is read; its error ends the verb (the service checks that it
+// locked the very file the plugin would have: see LockFileID).
+func NewShared(ds *datastore.Client, ic *ipam.Client, conf *IPAMConf, log *logrus.Entry, check func(*os.File) error) *IPAM {
 	path := conf.LockFile
 	if path == "" {
 		path = DefaultLockFile
 	}
-	return &IPAM{conf: conf, ds: ds, ipam: ipam.New(ds), lock: hostLock{path: path, wait: DefaultLockWait}, log: log}
+	return &IPAM{conf: conf, ds: ds, ipam: ic, lock: hostLock{path: path, wait: DefaultLockWait, check: check}, log: log}
 }
 
 // locked runs f under the host lock with OpTimeout, counted from when
@@ -202,6 +213,32 @@ type Assignment struct {
 	// RuntimeIPs (runtimeConfig.ips, the "ips" capability) win over
 	// ArgsIPs (CNI_ARGS IP=): at most one fixed address per family.
 	RuntimeIPs, ArgsIPs []string
+	// Extra, when set, is written with the addresses (ipam.AssignArgs'
+	// Extra): given every address assigned so far, it is part of each
+	// family's assignment transaction, so after a single-stack ADD it
+	// was written once, with the address, in one transaction.
+	Extra ipam.Extra
+	// Undo, when set, is written with the release that follows a failed
+	// assignment (it removes what Extra wrote).
+	Undo ipam.Extra
+}
+
+// famExtra gives the caller's Extra the addresses of the families
+// assigned before this one as well.
+type famExtra struct {
+	ipam.Extra
+	before []netip.Addr
+}
+
+func (f famExtra) Writes(addrs []netip.Addr) ([]ipam.ExtraWrite, error) {
+	return f.Extra.Writes(append(slices.Clone(f.before), addrs...))
+}
+
+// Committed passes the commit revision on when the Extra wants it.
+func (f famExtra) Committed(rev int64) {
+	if c, ok := f.Extra.(ipam.ExtraCommitted); ok {
+		c.Committed(rev)
+	}
 }
 
 // Add makes the handle of the attachment hold one address of each
@@ -249,7 +286,7 @@ func (m *IPAM) assign(ctx context.Context, handle string, fixed map[int]netip.Ad
 		// it after its grace period.
 		if errors.Is(err, datastore.ErrUnavailable) {
 			m.log.Warnf("etcd unreachable: not releasing handle %s now; GC frees anything it holds", handle)
-		} else if _, rerr := m.ipam.ReleaseByHandle(ctx, handle); rerr != nil {
+		} else if _, rerr := m.ipam.ReleaseByHandleWith(ctx, handle, a.Undo); rerr != nil {
 			m.log.WithError(rerr).Warnf("could not release handle %s after the failed assignment; GC will", handle)
 		}
 		return nil, fmt.Errorf("assign an address to handle %s on node %s: %w", handle, a.Node, err)
@@ -269,7 +306,7 @@ func (m *IPAM) assignFamilies(ctx context.Context, handle string, fixed map[int]
 		if mode == familyOff {
 			continue
 		}
-		got, err := m.ipam.AutoAssign(ctx, ipam.AssignArgs{
+		args := ipam.AssignArgs{
 			Node:     a.Node,
 			HandleID: handle,
 			Num:      1,
@@ -277,7 +314,11 @@ func (m *IPAM) assignFamilies(ctx context.Context, handle string, fixed map[int]
 			Pools:    m.conf.pools(fam),
 			IP:       ip,
 			Attrs:    ipam.Attributes{Namespace: a.Namespace, Pod: a.Pod},
-		})
+		}
+		if a.Extra != nil {
+			args.Extra = famExtra{Extra: a.Extra, before: addrs}
+		}
+		got, err := m.ipam.AutoAssign(ctx, args)
 		if err != nil && mode == familyAuto && !isFixed && errors.Is(err, ipam.ErrNoPool) {
 			m.log.Debugf("no IPv%d address: %v (set assign_ipv%d \"true\" to make that an error)", fam, err, fam)
 			skipped = append(skipped, err)
@@ -297,11 +338,17 @@ func (m *IPAM) assignFamilies(ctx context.Context, handle string, fixed map[int]
 // Release frees every address of the attachment's handle; an unknown
 // handle is success, so DEL may run any number of times.
 func (m *IPAM) Release(ctx context.Context, network, containerID string) ([]netip.Addr, error) {
+	return m.ReleaseWith(ctx, network, containerID, nil)
+}
+
+// ReleaseWith is Release that also writes extra (when not nil) in the
+// release's transaction (ipam.Client.ReleaseByHandleWith).
+func (m *IPAM) ReleaseWith(ctx context.Context, network, containerID string, extra ipam.Extra) ([]netip.Addr, error) {
 	handle := ipam.PodHandle(network, containerID)
 	var released []netip.Addr
 	err := m.locked(ctx, func(ctx context.Context) error {
 		var err error
-		released, err = m.ipam.ReleaseByHandle(ctx, handle)
+		released, err = m.ipam.ReleaseByHandleWith(ctx, handle, extra)
 		return err
 	})
 	if err != nil {

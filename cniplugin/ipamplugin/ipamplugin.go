@@ -7,6 +7,7 @@ package ipamplugin
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
 	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/pkg/cniapi"
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
@@ -35,12 +37,13 @@ type call struct {
 	k8s    plugin.K8sArgs
 	node   string
 	log    *logrus.Entry
-	ipam   *ipamcore.IPAM
+	ic     *ipamcore.IPAMConf
+	ipam   *ipamcore.IPAM // set by connect
 	closer func()
 }
 
-// begin parses the input, opens the log and connects to etcd. Errors are
-// CNI errors; on success the caller must call c.end().
+// begin parses the input and opens the log. Errors are CNI errors; on
+// success the caller must call c.end().
 func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	conf, err := plugin.ParseNetConf(args.StdinData)
 	if err != nil {
@@ -63,19 +66,49 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 		c.end()
 		return nil, plugin.ToCNIError(err)
 	}
-	cfg, err := conf.DatastoreConfig()
+	c.ic = ic
+	return c, nil
+}
+
+// connect opens the etcd connection for verbs that use it (not an ADD
+// or DEL that routed serves). Errors are CNI errors.
+func (c *call) connect() error {
+	cfg, err := c.conf.DatastoreConfig()
 	if err != nil {
-		c.end()
-		return nil, plugin.ToCNIError(err)
+		return plugin.ToCNIError(err)
 	}
 	ds, err := datastore.New(cfg)
 	if err != nil {
-		c.end()
-		return nil, ipamcore.CNIError(err)
+		return ipamcore.CNIError(err)
 	}
-	c.ipam = ipamcore.New(ds, ic, c.log)
+	c.ipam = ipamcore.New(ds, c.ic, c.log)
+	closeLog := c.closer
 	c.closer = func() { _ = ds.Close(); closeLog() }
-	return c, nil
+	return nil
+}
+
+// viaRouted runs an ADD or DEL through routed on the node (pkg/cniapi)
+// unless routed_socket is "none"; cniapi.ErrUnreachable means routed is
+// not serving and the caller does the work itself.
+func (c *call) viaRouted(do func(ctx context.Context, cl *cniapi.Client, req *cniapi.Request) error) error {
+	if c.conf.RoutedSocket == plugin.SocketOff {
+		return cniapi.ErrUnreachable
+	}
+	req, err := plugin.RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	if err != nil {
+		return err
+	}
+	sock := c.conf.RoutedSocket
+	if sock == "" {
+		sock = cniapi.DefaultSocket
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ipamcore.DefaultLockWait+ipamcore.OpTimeout)
+	defer cancel()
+	err = do(ctx, cniapi.NewClient(sock), req)
+	if cniapi.IsUnreachable(err) {
+		c.log.WithError(err).Info("routed is not serving CNI requests on this node; using etcd directly")
+	}
+	return err
 }
 
 func (c *call) end() { c.closer() }
@@ -93,7 +126,24 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.end()
-	addrs, err := c.ipam.Add(context.Background(), ipamcore.Assignment{
+	var addrs []netip.Addr
+	err = c.viaRouted(func(ctx context.Context, cl *cniapi.Client, req *cniapi.Request) error {
+		r, err := cl.Add(ctx, req)
+		if err == nil {
+			addrs = r.IPs
+		}
+		return err
+	})
+	if err == nil {
+		return types.PrintResult(ipamcore.Result(addrs), c.conf.CNIVersion)
+	}
+	if !cniapi.IsUnreachable(err) {
+		return c.fail("ADD", err)
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	addrs, err = c.ipam.Add(context.Background(), ipamcore.Assignment{
 		Network:     c.conf.Name,
 		ContainerID: args.ContainerID,
 		Node:        c.node,
@@ -114,6 +164,19 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.end()
+	err = c.viaRouted(func(ctx context.Context, cl *cniapi.Client, req *cniapi.Request) error {
+		_, err := cl.Del(ctx, req)
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if !cniapi.IsUnreachable(err) {
+		return c.fail("DEL", err)
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
 	if _, err := c.ipam.Release(context.Background(), c.conf.Name, args.ContainerID); err != nil {
 		return c.fail("DEL", err)
 	}
@@ -128,6 +191,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.end()
+	if err := c.connect(); err != nil {
+		return err
+	}
 	prev, err := ipamcore.PrevResult(&c.conf.NetConf)
 	if err == nil {
 		err = c.ipam.Check(context.Background(), c.conf.Name, args.ContainerID, prev)
@@ -146,6 +212,9 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.end()
+	if err := c.connect(); err != nil {
+		return err
+	}
 	if err := c.ipam.GC(context.Background(), c.conf.Name, c.node, c.conf.ValidAttachments); err != nil {
 		return c.fail("GC", err)
 	}
@@ -160,6 +229,9 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.end()
+	if err := c.connect(); err != nil {
+		return err
+	}
 	if err := c.ipam.Status(context.Background(), c.node, c.conf.EtcdEndpoints); err != nil {
 		c.log.WithError(err).Error("STATUS: not ready")
 		return ipamcore.NotReady(err)

@@ -10,6 +10,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routed-net/routed/pkg/cniapi"
 )
 
 // CmdAdd attaches the container: IPAM (routed-ipam in-process, any other
@@ -54,6 +56,14 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 			errInterfaceExists, c.hostVeth, c.describe())
 	}
 
+	if c.viaRouted() {
+		res, err := p.addViaRouted(ctx, c, hostNS, contNS)
+		if !cniapi.IsUnreachable(err) {
+			return res, err
+		}
+		c.log.WithError(err).Info("routed is not serving CNI requests on this node; doing the ADD against etcd directly")
+	}
+
 	store, err := p.openStore(conf)
 	if err != nil {
 		return nil, err
@@ -83,27 +93,9 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 		return nil, err
 	}
 
-	mtu := conf.EffectiveMTU(c.log.Warnf)
-	contMAC, created, err := createVeth(contNS, hostNS, args.IfName, c.hostVeth, mtu)
-	if created {
-		undo.add("delete veth "+c.hostVeth, func() error { return delLink(c.hostVeth) })
-	}
+	contMAC, err := attach(c, hostNS, contNS, ips, nil, &undo)
 	if err != nil {
 		return nil, err
-	}
-	hostLink, err := configureHostSide(c.hostVeth, hasIPv6(ips))
-	if err != nil {
-		return nil, err
-	}
-	if err := configureContainerSide(contNS, args.IfName, ips); err != nil {
-		return nil, err
-	}
-	for _, ip := range ips {
-		rt, err := addHostRoute(hostLink, ip)
-		if err != nil {
-			return nil, err
-		}
-		undo.add("delete host route "+rt.Dst.String(), func() error { return delRoute(rt) })
 	}
 
 	pod, err := p.podInfo(ctx, c)
@@ -124,6 +116,36 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 	}
 	success = true
 	return buildResult(c, ipamResult, ips, contMAC, contNS.Path()), nil
+}
+
+// attach creates the veth pair (the container end with mac, when set),
+// configures both ends with ips and adds the host routes, registering
+// an undo step for each thing it made. It returns the container end's
+// MAC.
+func attach(c *call, hostNS, contNS ns.NetNS, ips []net.IP, mac net.HardwareAddr, undo *rollback) (net.HardwareAddr, error) {
+	mtu := c.conf.EffectiveMTU(c.log.Warnf)
+	contMAC, created, err := createVeth(contNS, hostNS, c.args.IfName, c.hostVeth, mtu, mac)
+	if created {
+		undo.add("delete veth "+c.hostVeth, func() error { return delLink(c.hostVeth) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	hostLink, err := configureHostSide(c.hostVeth, hasIPv6(ips))
+	if err != nil {
+		return nil, err
+	}
+	if err := configureContainerSide(contNS, c.args.IfName, ips); err != nil {
+		return nil, err
+	}
+	for _, ip := range ips {
+		rt, err := addHostRoute(hostLink, ip)
+		if err != nil {
+			return nil, err
+		}
+		undo.add("delete host route "+rt.Dst.String(), func() error { return delRoute(rt) })
+	}
+	return contMAC, nil
 }
 
 // podAddresses extracts the assigned addresses, at most one per family

@@ -75,12 +75,14 @@ func linkExists(name string) (bool, error) {
 // whether the pair now exists because of this call, even when a later
 // step failed, so the caller knows whether rollback may remove it. A
 // name clash on either side fails with errInterfaceExists and creates
-// nothing.
-func createVeth(contNS, hostNS ns.NetNS, ifName, hostName string, mtu int) (contMAC net.HardwareAddr, created bool, err error) {
+// nothing. mac, when set, is the container end's MAC (else the kernel
+// picks a random one).
+func createVeth(contNS, hostNS ns.NetNS, ifName, hostName string, mtu int, mac net.HardwareAddr) (contMAC net.HardwareAddr, created bool, err error) {
 	err = contNS.Do(func(ns.NetNS) error {
 		la := netlink.NewLinkAttrs()
 		la.Name = ifName
 		la.MTU = mtu
+		la.HardwareAddr = mac
 		veth := &netlink.Veth{
 			LinkAttrs:        la,
 			PeerName:         hostName,

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/cniapi"
 )
 
 // CmdDel detaches the container. It may run any number of times and
@@ -32,6 +33,13 @@ func (p *Plugin) CmdDel(args *skel.CmdArgs) error {
 func (p *Plugin) del(ctx context.Context, c *call) error {
 	args, conf := c.args, c.conf
 	c.log.WithField("netns", args.Netns).Info("DEL")
+	if c.viaRouted() {
+		err := p.delViaRouted(ctx, c)
+		if !cniapi.IsUnreachable(err) {
+			return err
+		}
+		c.log.WithError(err).Info("routed is not serving CNI requests on this node; doing the DEL against etcd directly")
+	}
 
 	// Deleting the container end waits for the kernel (an RCU grace
 	// period: the slowest step of DEL), so the datastore connection is

@@ -67,6 +67,12 @@ type NetConf struct {
 	// is then dropped until felix programs it.
 	PolicySetupTimeoutSeconds int `json:"policy_setup_timeout_seconds"`
 
+	// RoutedSocket is routed's CNI socket on this node (pkg/cniapi):
+	// with routed-ipam, ADD and DEL ask routed there first and do the
+	// work against etcd themselves only when routed is not serving.
+	// Empty: cniapi.DefaultSocket; SocketOff ("none"): never ask.
+	RoutedSocket string `json:"routed_socket"`
+
 	RuntimeConfig struct {
 		// IPs are fixed addresses requested by the runtime ("ips"
 		// capability); the IPAM plugin reads them from the same stdin.
@@ -106,6 +112,9 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 		if _, err := parseAddrOrPrefix(s); err != nil {
 			return nil, fmt.Errorf("%w: runtimeConfig.ips: %q is not an IP address", errConfig, s)
 		}
+	}
+	if err := conf.checkRoutedSocket(); err != nil {
+		return nil, err
 	}
 	if _, err := conf.DatastoreConfig(); err != nil {
 		return nil, err

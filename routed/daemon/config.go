@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/routed-net/routed/pkg/cniapi"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/routed/cnitoken"
 	"github.com/routed-net/routed/routed/health"
@@ -46,8 +48,12 @@ type Config struct {
 	HealthAddr   string
 	MetricsAddr  string
 	StatusSocket string
-	BGPPort      int
-	LogLevel     string
+	// CNISocket is where routed serves the CNI plugins (routed/cniserver);
+	// empty: cni.sock beside StatusSocket (cniapi.DefaultSocket by
+	// default); "none": not served (the plugins then use etcd directly).
+	CNISocket string
+	BGPPort   int
+	LogLevel  string
 
 	StateDir      string // /var/lib/routed: nodename and mtu files
 	FelixResync   time.Duration
@@ -165,6 +171,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HealthAddr, "health-listen", env(health.DefaultHealthAddr, "ROUTED_HEALTH_LISTEN"), "address for /liveness and /readiness (empty: off; loopback by default: probe with routed health) (env ROUTED_HEALTH_LISTEN)")
 	fs.StringVar(&c.MetricsAddr, "metrics-listen", env(health.DefaultMetricsAddr, "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (empty: off; give the node IP to let Prometheus scrape it) (env ROUTED_METRICS_LISTEN)")
 	fs.StringVar(&c.StatusSocket, "status-socket", env("/var/run/routed/routed.sock", "ROUTED_STATUS_SOCKET"), "unix socket routedctl node status and show talk to (env ROUTED_STATUS_SOCKET)")
+	fs.StringVar(&c.CNISocket, "cni-socket", env("", "ROUTED_CNI_SOCKET"), "unix socket on which routed assigns pod addresses and writes their endpoints for routed-cni in one etcd transaction (empty: cni.sock beside --status-socket, "+cniapi.DefaultSocket+" by default; none: off, the plugins then use etcd directly) (env ROUTED_CNI_SOCKET)")
 	fs.IntVar(&c.BGPPort, "bgp-port", c.envInt(0, "ROUTED_BGP_PORT"), "BGP listen port (0: BGPConfiguration listenPort, default 179) (env ROUTED_BGP_PORT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("info", "ROUTED_LOG_LEVEL", "CALICO_LOG_LEVEL"), "trace, debug, info, warning, error (env ROUTED_LOG_LEVEL, CALICO_LOG_LEVEL)")
 	fs.StringVar(&c.StateDir, "state-dir", env("/var/lib/routed", "ROUTED_STATE_DIR"), "where routed writes nodename and mtu for the CNI plugin (env ROUTED_STATE_DIR)")
@@ -212,4 +219,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--nodename: %q must be a lower-case DNS name", c.NodeName)
 	}
 	return nil
+}
+
+// cniSocket is where the CNI socket is served; "" when it is off.
+func (c *Config) cniSocket() string {
+	switch c.CNISocket {
+	case "none":
+		return ""
+	case "":
+		return filepath.Join(filepath.Dir(c.StatusSocket), filepath.Base(cniapi.DefaultSocket))
+	}
+	return c.CNISocket
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
 	"github.com/routed-net/routed/routed/bgp"
+	"github.com/routed-net/routed/routed/cniserver"
 	"github.com/routed-net/routed/routed/gc"
 	"github.com/routed-net/routed/routed/health"
 	"github.com/routed-net/routed/routed/identity"
@@ -39,7 +40,8 @@ type node struct {
 	speaker *bgp.Speaker
 	confd   *confd.Confd
 	keeper  *noderecord.Keeper
-	tunnel  *tunneladdr.Loop // nil on a route reflector
+	tunnel  *tunneladdr.Loop  // nil on a route reflector
+	cni     *cniserver.Server // nil on a route reflector or when off
 	ipam    *ipam.Client
 	health  *health.Health
 	reg     *prometheus.Registry
@@ -102,6 +104,11 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc)
 		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
 		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
+		if sock := cfg.cniSocket(); sock != "" {
+			n.cni = cniserver.New(cniserver.Config{Socket: sock, Node: cfg.NodeName, DS: ds,
+				IPAM: ipam.New(ds, ipam.WithWatchedPools()), Held: guard.Frozen})
+			n.feed.Subscribe("cni socket", cniserver.Kinds, n.cni)
+		}
 	}
 	n.addHealthChecks()
 	return n, nil
@@ -127,6 +134,10 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 					Grace: cfg.IPAMGCGrace, Held: n.held, Leading: &n.gcLeading})
 			})
 		}
+	}
+	if n.cni != nil {
+		// The plugins use etcd directly while it is down.
+		g.Go("cni socket", supervise.Restart, n.cni.Run)
 	}
 	st := status.NewServer(cfg.StatusSocket, n.speaker)
 	if n.felix != nil {

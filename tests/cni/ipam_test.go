@@ -16,6 +16,9 @@ import (
 // routedIPAMConf is a routed-cni entry delegating to routed-ipam.
 func (n *node) routedIPAMConf(ipamExtra map[string]any) netconf {
 	rc := n.routedConf("")
+	// The node's own routed CNI socket: absent unless the test starts
+	// the service (startDaemon), so the plugin does the work itself.
+	rc["routed_socket"] = n.cniSocket()
 	im := map[string]any{"type": "routed-ipam"}
 	for k, v := range ipamExtra {
 		im[k] = v

@@ -1,0 +1,191 @@
+package plugin
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"path/filepath"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routed-net/routed/cniplugin/ipamcore"
+	"github.com/routed-net/routed/pkg/cniapi"
+)
+
+// viaRouted reports whether this invocation may ask routed on the node
+// (pkg/cniapi) instead of etcd: routed-ipam is the IPAM plugin and the
+// socket is not turned off.
+func (c *call) viaRouted() bool {
+	return c.conf.IPAM.Type == ipamcore.PluginName && c.conf.RoutedSocket != SocketOff
+}
+
+// routedBudget bounds a request to routed as routed-ipam bounds its own
+// work: the wait for the host lock plus the operation's timeout.
+const routedBudget = ipamcore.DefaultLockWait + ipamcore.OpTimeout
+
+// RoutedRequest builds the request routed-cni and routed-ipam send to
+// routed for this invocation, identifying the host IPAM lock file (which
+// it creates if missing) so that routed locks the same one.
+func RoutedRequest(conf *NetConf, k8s K8sArgs, node, containerID string, stdin []byte) (*cniapi.Request, error) {
+	ic, err := ipamcore.ParseConf(stdin)
+	if err != nil {
+		return nil, ipamcore.CNIError(err)
+	}
+	dev, ino, err := ipamcore.LockFileID(ic.LockFile)
+	if err != nil {
+		return nil, ipamcore.CNIError(err)
+	}
+	return &cniapi.Request{
+		Stdin: stdin, Network: conf.Name, ContainerID: containerID, Node: node,
+		Namespace: k8s.Namespace, Pod: k8s.Pod, RuntimeIPs: conf.RuntimeConfig.IPs, ArgsIPs: k8s.RequestedIP,
+		LockDev: dev, LockIno: ino,
+	}, nil
+}
+
+// addViaRouted is ADD with routed doing the datastore part: it assigns
+// the addresses and writes the endpoint in one etcd transaction, before
+// the veth exists (the container MAC is chosen here so the endpoint can
+// name it). It fails with cniapi.ErrUnreachable, having changed nothing,
+// when routed is not serving: the caller then does the ADD itself.
+func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.NetNS) (*current.Result, error) {
+	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	if err != nil {
+		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", c.conf.IPAM.Type, c.describe(), err)
+	}
+	pod, err := p.podInfo(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := randomMAC()
+	if err != nil {
+		return nil, err
+	}
+	wep := c.buildEndpoint(nil, mac, pod)
+	req.Endpoint = wep
+	cl := cniapi.NewClient(c.conf.routedSocket())
+	rctx, cancel := context.WithTimeout(ctx, routedBudget)
+	defer cancel()
+	reply, err := cl.Add(rctx, req)
+	if err != nil {
+		if cniapi.IsUnreachable(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to assign an address to %s and write its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.routedSocket(), c.describe(), err)
+	}
+	c.log.WithField("ips", reply.IPs).Debug("routed assigned the addresses and wrote the WorkloadEndpoint")
+
+	var undo rollback
+	success := false
+	defer func() {
+		if !success {
+			undo.run(c.log)
+		}
+	}()
+	undo.add("release addresses and delete WorkloadEndpoint "+wep.Metadata.Name, func() error {
+		return p.releaseViaRouted(context.Background(), c, cl, wep.Metadata.Name, reply.EndpointRevision)
+	})
+	ipamResult := ipamcore.Result(reply.IPs)
+	ips, err := podAddresses(ipamResult, c.conf.IPAM.Type)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := attach(c, hostNS, contNS, ips, mac, &undo); err != nil {
+		return nil, err
+	}
+	if err := waitForPolicy(ctx, c); err != nil {
+		return nil, err
+	}
+	success = true
+	return buildResult(c, ipamResult, ips, mac, contNS.Path()), nil
+}
+
+// releaseViaRouted undoes a routed ADD: routed releases the addresses
+// and deletes the endpoint in one transaction; when routed has gone
+// meanwhile, the plugin does both itself.
+func (p *Plugin) releaseViaRouted(ctx context.Context, c *call, cl *cniapi.Client, wepName, rev string) error {
+	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	if err != nil {
+		return err
+	}
+	req.EndpointName = wepName
+	rctx, cancel := context.WithTimeout(ctx, routedBudget)
+	defer cancel()
+	_, err = cl.Del(rctx, req)
+	if !cniapi.IsUnreachable(err) {
+		return err
+	}
+	store, err := p.openStore(c.conf)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := deleteEndpoint(ctx, store, wepName, rev); err != nil {
+		return err
+	}
+	return ipamFor(c, store).del(ctx)
+}
+
+// delViaRouted is DEL with routed doing the datastore part, after the
+// container end is gone: it deletes the endpoint (if it is this
+// container's) and releases the addresses in one etcd transaction. The
+// host end is deleted afterwards, and only when the endpoint was ours: a
+// newer sandbox of the pod has a host end of the same name. (Deleting
+// the container end removes the pair; a host end outlives it only when
+// the namespace was already unreachable.) It fails with
+// cniapi.ErrUnreachable when routed is not serving.
+func (p *Plugin) delViaRouted(ctx context.Context, c *call) error {
+	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	if err != nil {
+		return fmt.Errorf("IPAM plugin %s failed to release the addresses of %s: %w", c.conf.IPAM.Type, c.describe(), err)
+	}
+	if err := delContainerLink(c); err != nil {
+		return err
+	}
+	req.EndpointName = c.wepName()
+	rctx, cancel := context.WithTimeout(ctx, routedBudget)
+	defer cancel()
+	reply, err := cniapi.NewClient(c.conf.routedSocket()).Del(rctx, req)
+	if err != nil {
+		if cniapi.IsUnreachable(err) {
+			return err
+		}
+		return fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to release the addresses of %s and delete its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.routedSocket(), c.describe(), err)
+	}
+	if !reply.EndpointOurs {
+		c.log.Infof("WorkloadEndpoint %s belongs to another container of the pod now; leaving %s alone", req.EndpointName, c.hostVeth)
+		return nil
+	}
+	return delLink(c.hostVeth)
+}
+
+// randomMAC is a random, locally administered unicast MAC, as the kernel
+// gives a veth.
+func randomMAC() (net.HardwareAddr, error) {
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, fmt.Errorf("random MAC: %w", err)
+	}
+	mac[0] = mac[0]&0xfe | 0x02
+	return mac, nil
+}
+
+// SocketOff in routed_socket turns asking routed off.
+const SocketOff = "none"
+
+// routedSocket is routed's CNI socket for this configuration.
+func (c *NetConf) routedSocket() string {
+	if c.RoutedSocket == "" {
+		return cniapi.DefaultSocket
+	}
+	return c.RoutedSocket
+}
+
+// checkRoutedSocket validates routed_socket.
+func (c *NetConf) checkRoutedSocket() error {
+	if s := c.RoutedSocket; s != "" && s != SocketOff && !filepath.IsAbs(s) {
+		return fmt.Errorf("%w: routed_socket %q must be an absolute path (or %q: never ask routed)", errConfig, s, SocketOff)
+	}
+	return nil
+}
