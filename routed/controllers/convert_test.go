@@ -123,6 +123,20 @@ func TestConvertNetworkPolicy(t *testing.T) {
 {"action":"Allow","protocol":"TCP","source":{"nets":["192.0.2.0/24"]},"destination":{"ports":[80]}}
 {"action":"Allow","protocol":"UDP","source":{"selector":"` + orch + ` \u0026\u0026 a == 'b'"},"destination":{"ports":["dns"]}}
 {"action":"Allow","protocol":"UDP","source":{"nets":["192.0.2.0/24"]},"destination":{"ports":["dns"]}}`,
+	}, {
+		name: "egress named ports without a peer or to an ipBlock: the names are looked up on pods of every namespace, the numbers go anywhere",
+		spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{"Egress"}, Egress: []networkingv1.NetworkPolicyEgressRule{
+			{Ports: []networkingv1.NetworkPolicyPort{{Port: named("serve-80-tcp")}}},
+			{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: port(443)}, {Port: named("web")}}},
+			{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: named("web")}}},
+		}},
+		selector: orch, types: "Egress",
+		egress: `{"action":"Allow","protocol":"TCP","destination":{"selector":"` + orch + `","namespaceSelector":"all()","ports":["serve-80-tcp"]}}
+{"action":"Allow","protocol":"TCP","destination":{"nets":["10.0.0.0/8"],"ports":[443]}}
+{"action":"Allow","protocol":"TCP","destination":{"nets":["10.0.0.0/8"],"selector":"` + orch + `","namespaceSelector":"all()","ports":["web"]}}
+{"action":"Allow","protocol":"TCP","destination":{"selector":"` + orch + ` \u0026\u0026 a == 'b'","ports":["web"]}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ConvertNetworkPolicy(np("p1", tc.spec))

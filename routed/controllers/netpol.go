@@ -49,7 +49,9 @@ type Conversion struct {
 // given); a peer's pod selector alone means the policy's namespace, a
 // namespace selector picks namespaces by their labels ({} is all), an
 // ipBlock is nets less its except list; named ports and endPort ranges
-// are kept as ports.
+// are kept as ports (an egress rule's named ports, when its peer picks
+// no pods, in a rule of their own that looks them up in every
+// namespace).
 func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) Conversion {
 	var c Conversion
 	order := PolicyOrder
@@ -210,14 +212,48 @@ func convertRule(peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.Ne
 			if ingress {
 				r.Source = e
 				r.Destination.Ports = slices.Clone(g.ports)
-			} else {
+				rules = append(rules, r)
+				continue
+			}
+			nums, names := splitNamed(g.ports)
+			if len(names) == 0 || e.Selector != "" || e.NamespaceSelector != "" {
 				e.Ports = slices.Clone(g.ports)
 				r.Destination = e
+				rules = append(rules, r)
+				continue
 			}
+			// A destination's named port is the port its pod gives that
+			// name, in any namespace when the peer names none (no peer,
+			// or an ipBlock). A rule without a namespace selector would
+			// look in the policy's namespace only, so the names get a
+			// rule of their own that picks pods in every namespace; the
+			// numbers stay with any destination.
+			if len(nums) > 0 {
+				n := r
+				n.Destination = e
+				n.Destination.Ports = nums
+				rules = append(rules, n)
+			}
+			e.Selector = selectorFor(nil, true)
+			e.NamespaceSelector = "all()"
+			e.Ports = names
+			r.Destination = e
 			rules = append(rules, r)
 		}
 	}
 	return rules
+}
+
+// splitNamed returns ports' numbers and ranges, and its names.
+func splitNamed(ports []api.Port) (nums, names []api.Port) {
+	for _, p := range ports {
+		if p.PortName != "" {
+			names = append(names, p)
+		} else {
+			nums = append(nums, p)
+		}
+	}
+	return nums, names
 }
 
 // peerEntity is one peer as the far end of a rule.
