@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the binaries of routed's image into OUT (default /out), laid out
 # as the image has them:
-#   OUT/usr/local/bin/  routed, routedctl
+#   OUT/usr/local/bin/  routed, routed-controllers, routedctl
 #   OUT/opt/cni/bin/    routed-cni, routed-ipam, and the reference
 #                       loopback, portmap and bandwidth plugins that the
 #                       conflist chains (install-cni copies this directory
@@ -22,7 +22,7 @@ export GOFLAGS="-buildvcs=false"
 ldflags="-s -w"
 
 mkdir -p "$out/usr/local/bin" "$out/opt/cni/bin"
-go build -trimpath -ldflags "$ldflags" -o "$out/usr/local/bin/" ./routed/cmd/routed ./routed/cmd/routedctl
+go build -trimpath -ldflags "$ldflags" -o "$out/usr/local/bin/" ./routed/cmd/routed ./routed/cmd/routed-controllers ./routed/cmd/routedctl
 go build -trimpath -ldflags "$ldflags" -o "$out/opt/cni/bin/" ./cniplugin/cmd/routed-cni ./cniplugin/cmd/routed-ipam
 
 # The reference plugins are built in their own module (its go.mod and

@@ -20,7 +20,7 @@ import (
 	"github.com/routed-net/routed/routed/controllers"
 )
 
-// TestControllersAgainstAPIServer runs `routed controllers` against a
+// TestControllersAgainstAPIServer runs routed-controllers against a
 // real kube-apiserver and a real etcd: a namespace, a service account, a
 // pod and NetworkPolicies become profiles, endpoint labels and policies
 // in etcd; a policy the model cannot hold gets a Warning event; after a

@@ -50,7 +50,7 @@ func TestImageBuild(t *testing.T) {
 	t.Logf("deploy/build.sh took %s", time.Since(start).Round(time.Second))
 
 	want := []string{
-		"usr/local/bin/routed", "usr/local/bin/routedctl",
+		"usr/local/bin/routed", "usr/local/bin/routed-controllers", "usr/local/bin/routedctl",
 		"opt/cni/bin/routed-cni", "opt/cni/bin/routed-ipam",
 		"opt/cni/bin/loopback", "opt/cni/bin/portmap", "opt/cni/bin/bandwidth",
 	}

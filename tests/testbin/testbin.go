@@ -13,10 +13,11 @@ import (
 )
 
 var pkgs = map[string]string{
-	"routed":      "./routed/cmd/routed",
-	"routedctl":   "./routed/cmd/routedctl",
-	"routed-cni":  "./cniplugin/cmd/routed-cni",
-	"routed-ipam": "./cniplugin/cmd/routed-ipam",
+	"routed":             "./routed/cmd/routed",
+	"routed-controllers": "./routed/cmd/routed-controllers",
+	"routedctl":          "./routed/cmd/routedctl",
+	"routed-cni":         "./cniplugin/cmd/routed-cni",
+	"routed-ipam":        "./cniplugin/cmd/routed-ipam",
 }
 
 var (

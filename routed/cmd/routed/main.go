@@ -37,7 +37,7 @@ ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`
 		},
 	}
 	cfg.BindFlags(root.Flags())
-	root.AddCommand(newEtcdCmd(), newPrintEtcdRolesCmd(), newHealthCmd(), newControllersCmd())
+	root.AddCommand(newEtcdCmd(), newPrintEtcdRolesCmd(), newHealthCmd())
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -1,9 +1,17 @@
+// Command routed-controllers runs routed's Kubernetes controllers (what
+// calico-kube-controllers does in etcd mode). It is its own binary, not a
+// role of routed: client-go's informers and every Kubernetes API group
+// they register would otherwise be mapped into each node's routed, about
+// half of its executable (see docs/benchmarks.md, node memory).
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -14,12 +22,22 @@ import (
 	"github.com/routed-net/routed/routed/controllers"
 )
 
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newControllersCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
 func newControllersCmd() *cobra.Command {
 	var ds datastore.Config
 	cfg := controllers.Config{LeaseNamespace: os.Getenv("POD_NAMESPACE"), Identity: os.Getenv("POD_NAME")}
 	var kubeconfig string
 	cmd := &cobra.Command{
-		Use:   "controllers",
+		Use:   "routed-controllers",
 		Short: "Keep routed's datastore in line with Kubernetes (like calico-kube-controllers)",
 		Long: `Runs routed's Kubernetes controllers, one leader at a time (a Lease):
 namespaces and service accounts become profiles kns.<ns> and
@@ -31,7 +49,9 @@ annotation routed.io/owner, and nothing else is changed or deleted.
 Kubernetes: in-cluster, or --kubeconfig (KUBECONFIG). Datastore flags
 default to ETCD_ENDPOINTS and the ETCD_*_FILE variables. Lease:
 POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
-		Args: cobra.NoArgs,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rc, err := kubeRESTConfig(kubeconfig)
 			if err != nil {
