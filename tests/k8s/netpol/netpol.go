@@ -78,8 +78,11 @@ type Config struct {
 type Result struct {
 	Passed, Failed []Spec
 	// Skipped are the specs left out by Skips (Spec.Message names the
-	// reason).
+	// reason) or that skipped themselves.
 	Skipped []Spec
+	// NotRun are the specs an interrupt or the suite's timeout stopped
+	// or kept from running.
+	NotRun []Spec
 	// Log is the suite's full output.
 	Log string
 }
@@ -94,8 +97,14 @@ type Spec struct {
 }
 
 // Summary is the line `netpol: P passed, F failed, S skipped`.
+// followed by how many did not run when an interrupt or the timeout
+// stopped the suite.
 func (r Result) Summary() string {
-	return fmt.Sprintf("netpol: %d passed, %d failed, %d skipped", len(r.Passed), len(r.Failed), len(r.Skipped))
+	s := fmt.Sprintf("netpol: %d passed, %d failed, %d skipped", len(r.Passed), len(r.Failed), len(r.Skipped))
+	if len(r.NotRun) > 0 {
+		s += fmt.Sprintf(" (%d not run: the suite was interrupted or timed out)", len(r.NotRun))
+	}
+	return s
 }
 
 // Run imports agnhost into every node of c and runs e2e.test with the
@@ -148,7 +157,11 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 	cmd.Dir = cfg.Dir
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.WaitDelay = 10 * time.Second
+	// Cancelled (Ctrl-C, the caller's deadline): ginkgo's interrupt, so
+	// that it cleans up the spec's namespaces and still writes the
+	// report of what ran.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 2 * time.Minute
 	if err := cmd.Start(); err != nil {
 		return Result{}, fmt.Errorf("e2e.test: %w", err)
 	}
@@ -251,6 +264,16 @@ type junitSuites struct {
 	} `xml:"testsuite"`
 }
 
+// matchesSkip reports whether a Skips pattern picks the spec name.
+func matchesSkip(name string) bool {
+	for _, s := range Skips {
+		if regexp.MustCompile(s.Pattern).MatchString(name) {
+			return true
+		}
+	}
+	return false
+}
+
 // junitText is a <failure> or <error> element.
 type junitText struct {
 	Message string `xml:"message,attr"`
@@ -292,8 +315,18 @@ func ReadJUnit(path, focusRE string) (Result, error) {
 				if !setup {
 					res.Passed = append(res.Passed, sp)
 				}
+			case "interrupted", "aborted":
+				sp.Message = failureText(tc.Status, tc.Failure, tc.Error, tc.SystemErr)
+				res.NotRun = append(res.NotRun, sp)
 			case "skipped", "pending":
 				if setup {
+					continue
+				}
+				// A focused spec skipped with no reason is one the
+				// interrupt or the timeout kept from running (a spec
+				// that skips itself gives its reason).
+				if strings.TrimSpace(tc.Skipped.Message) == "skipped" && !matchesSkip(tc.Name) {
+					res.NotRun = append(res.NotRun, sp)
 					continue
 				}
 				sp.Message = "skipped by the spec itself: " + firstLines(tc.Skipped.Message+"\n"+tc.SystemErr, 3)

@@ -47,6 +47,9 @@ func main() {
 	for _, s := range res.Skipped {
 		fmt.Printf("SKIPPED %s\n    %s\n", s.Name, s.Message)
 	}
+	for _, s := range res.NotRun {
+		fmt.Printf("NOT RUN %s\n", s.Name)
+	}
 	for _, s := range res.Failed {
 		fmt.Printf("FAILED %s (%s)\n%s\n\n", s.Name, s.Duration.Round(time.Second), s.Message)
 	}
@@ -57,7 +60,7 @@ func main() {
 		fmt.Printf("FAIL: %v (logs in %s)\n", err, *dir)
 	}
 	fmt.Println(res.Summary())
-	if err != nil || len(res.Failed) > 0 {
+	if err != nil || len(res.Failed) > 0 || len(res.NotRun) > 0 {
 		os.Exit(1)
 	}
 }
