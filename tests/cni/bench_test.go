@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -12,61 +12,84 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/tests/lab"
 )
 
-// BenchmarkAddDel measures ADD and DEL latency of routed-cni with
-// routed-ipam (datastore IPAM plus the WorkloadEndpoint write, against an
-// embedded etcd with fsync on) side by side with the reference ptp + host-local
-// plugins, in the same run on the same machine, sequentially and with 8
-// attachments in flight. Runs alternate between the two so drift hits
-// both alike. Each b.N iteration is a full measurement (make bench uses
-// -benchtime 1x); the ratios are routed / reference.
+// BenchmarkAddDel measures ADD and DEL latency of routed-cni side by side
+// with the reference ptp + host-local plugins, in the same run on the
+// same machine, sequentially and with 8 attachments in flight, against
+// etcd as the manifests deploy it (fsync on, TLS with client
+// certificates). Runs alternate between the columns so drift hits all
+// alike. Each b.N iteration is a full measurement (make bench uses
+// -benchtime 1x); ratios are against the reference.
 //
-// Two variants: routed-ipam (the production setup: two processes that
-// each load the etcd client) and host-local (routed-cni's own cost: the
-// veth work plus the endpoint write).
+// Two variants:
+//   - routed-ipam, the production setup, in two columns: "daemon", through
+//     routed's CNI socket (one etcd transaction per ADD and per DEL, no
+//     etcd connection in the plugin), and "direct", routed's socket
+//     absent (routed stopped: the plugin dials etcd over TLS and does the
+//     IPAM and endpoint writes itself under the host lock);
+//   - host-local: routed-cni's own cost (the veth work plus the endpoint
+//     write, direct).
 func BenchmarkAddDel(b *testing.B) {
-	b.Run("routed-ipam", func(b *testing.B) { benchAddDel(b, true) })
-	b.Run("host-local", func(b *testing.B) { benchAddDel(b, false) })
+	b.Run("routed-ipam", func(b *testing.B) {
+		n := newDurableTLSNode(b)
+		n.createPool(b, "bench", "10.96.0.0/16", 26)
+		n.startDaemon(b)
+		direct := n.routedIPAMConf(nil)
+		direct["routed_socket"] = filepath.Join(n.ipamDir, "stopped", "cni.sock")
+		cols := []column{
+			{"daemon", confList(b, "routed-net", "1.1.0", n.routedIPAMConf(nil))},
+			{"direct", confList(b, "routed-net", "1.1.0", direct)},
+		}
+		benchAddDel(b, n, cols)
+		for _, c := range cols {
+			reportRequests(b, n, c, newPod(b, "count-"+c.name))
+		}
+	})
+	b.Run("host-local", func(b *testing.B) {
+		n := newDurableTLSNode(b)
+		benchAddDel(b, n, []column{{"routed", confList(b, "routed-net", "1.1.0", n.routedConf("10.98.0.0/16"))}})
+	})
 }
 
-func benchAddDel(b *testing.B, routedIPAM bool) {
-	n := newNodeWith(b, etcdtest.StartDurable) // fsync on, as in production
-	n.createPool(b, "bench", "10.96.0.0/16", 26)
-	rc := n.routedIPAMConf(nil)
-	if !routedIPAM {
-		rc = n.routedConf("10.98.0.0/16")
-	}
-	routed := confList(b, "routed-net", "1.1.0", rc)
-	ref := confList(b, "ref-net", "1.1.0", netconf{
+// column is one configuration measured beside the reference.
+type column struct {
+	name string
+	conf *libcni.NetworkConfigList
+}
+
+func benchAddDel(b *testing.B, n *node, cols []column) {
+	ref := column{"ref", confList(b, "ref-net", "1.1.0", netconf{
 		"type": "ptp",
 		"ipam": map[string]any{"type": "host-local", "subnet": "10.97.0.0/16", "dataDir": n.ipamDir},
-	})
+	})}
+	all := append(slices.Clone(cols), ref)
 	// 200 samples per figure: enough to call the 99th percentile one.
 	const seqRuns, parWorkers, parRuns = 200, 8, 25
 	pods := make([]*pod, parWorkers)
 	for i := range pods {
 		pods[i] = newPod(b, fmt.Sprintf("bench-%d", i))
 	}
-	// Warm up both (page cache, etcd block claim).
+	// Warm up every column (page cache, etcd block claim).
 	for range 3 {
-		n.cycle(b, routed, pods[0], 0)
-		n.cycle(b, ref, pods[0], 0)
+		for _, c := range all {
+			n.cycle(b, c.conf, pods[0], 0)
+		}
 	}
 	b.ResetTimer()
 	for range b.N {
-		var rAdd, rDel, fAdd, fDel []time.Duration
+		adds, dels := map[string][]time.Duration{}, map[string][]time.Duration{}
 		for i := range seqRuns {
-			a, d := n.cycle(b, routed, pods[0], i)
-			rAdd, rDel = append(rAdd, a), append(rDel, d)
-			a, d = n.cycle(b, ref, pods[0], i)
-			fAdd, fDel = append(fAdd, a), append(fDel, d)
+			for _, c := range all {
+				a, d := n.cycle(b, c.conf, pods[0], i)
+				adds[c.name], dels[c.name] = append(adds[c.name], a), append(dels[c.name], d)
+			}
 		}
-		report(b, "seq", rAdd, rDel, fAdd, fDel)
+		report(b, "seq", cols, adds, dels)
 
-		par := func(l *libcni.NetworkConfigList) (adds, dels []time.Duration) {
+		adds, dels = map[string][]time.Duration{}, map[string][]time.Duration{}
+		for _, c := range all {
 			var mu sync.Mutex
 			var wg sync.WaitGroup
 			for w := range parWorkers {
@@ -74,34 +97,29 @@ func benchAddDel(b *testing.B, routedIPAM bool) {
 				go func() {
 					defer wg.Done()
 					for i := range parRuns {
-						a, d := n.cycle(b, l, pods[w], i)
+						a, d := n.cycle(b, c.conf, pods[w], i)
 						mu.Lock()
-						adds, dels = append(adds, a), append(dels, d)
+						adds[c.name], dels[c.name] = append(adds[c.name], a), append(dels[c.name], d)
 						mu.Unlock()
 					}
 				}()
 			}
 			wg.Wait()
-			return adds, dels
 		}
-		rAdd, rDel = par(routed)
-		fAdd, fDel = par(ref)
-		report(b, "par8", rAdd, rDel, fAdd, fDel)
+		report(b, "par8", cols, adds, dels)
 	}
 	b.StopTimer()
-	if routedIPAM {
-		reportRequests(b, n, routed, pods[0])
-	}
 }
 
 // reportRequests counts, from etcd's own metrics, the requests one
-// exec'd ADD and one DEL make: each is a cold process with no cache.
-func reportRequests(b *testing.B, n *node, l *libcni.NetworkConfigList, p *pod) {
+// exec'd ADD and one DEL of column c make.
+func reportRequests(b *testing.B, n *node, c column, p *pod) {
 	const runs = 20
 	ctx := context.Background()
 	url := n.etcd[0] + "/metrics"
+	client := n.metricsClient()
 	read := func() lab.EtcdCounters {
-		c, err := lab.ReadEtcdCounters(ctx, http.DefaultClient, url)
+		c, err := lab.ReadEtcdCounters(ctx, client, url)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -113,11 +131,11 @@ func reportRequests(b *testing.B, n *node, l *libcni.NetworkConfigList, p *pod) 
 		rt := p.rt()
 		rt.ContainerID = fmt.Sprintf("%scount%02d", p.containerID[:12], i)
 		c0 := read()
-		if _, err := n.add(l, rt); err != nil {
+		if _, err := n.add(c.conf, rt); err != nil {
 			b.Fatal(err)
 		}
 		c1 := read()
-		if err := n.del(l, rt); err != nil {
+		if err := n.del(c.conf, rt); err != nil {
 			b.Fatal(err)
 		}
 		c2 := read()
@@ -126,10 +144,10 @@ func reportRequests(b *testing.B, n *node, l *libcni.NetworkConfigList, p *pod) 
 		addTxn += c1.ByMethod["Txn"] - c0.ByMethod["Txn"]
 		delTxn += c2.ByMethod["Txn"] - c1.ByMethod["Txn"]
 	}
-	b.ReportMetric(add.Unary/runs, "etcd-requests/add")
-	b.ReportMetric(addTxn/runs, "etcd-txns/add")
-	b.ReportMetric(del.Unary/runs, "etcd-requests/del")
-	b.ReportMetric(delTxn/runs, "etcd-txns/del")
+	b.ReportMetric(add.Unary/runs, "etcd-requests/add-"+c.name)
+	b.ReportMetric(addTxn/runs, "etcd-txns/add-"+c.name)
+	b.ReportMetric(del.Unary/runs, "etcd-requests/del-"+c.name)
+	b.ReportMetric(delTxn/runs, "etcd-txns/del-"+c.name)
 }
 
 // cycle adds and deletes one attachment and times both.
@@ -156,19 +174,29 @@ func pct(d []time.Duration, p float64) float64 {
 	return float64(s[i].Microseconds()) / 1000
 }
 
-func report(b *testing.B, mode string, rAdd, rDel, fAdd, fDel []time.Duration) {
+// report gives each column's p50 and p99 in ms, the reference's, each
+// column's ratio to the reference and, with daemon and direct columns,
+// daemon/direct.
+func report(b *testing.B, mode string, cols []column, adds, dels map[string][]time.Duration) {
 	for _, m := range []struct {
 		name string
-		r, f []time.Duration
-	}{{"add", rAdd, fAdd}, {"del", rDel, fDel}} {
+		d    map[string][]time.Duration
+	}{{"add", adds}, {"del", dels}} {
 		for _, q := range []struct {
 			name string
 			p    float64
 		}{{"p50", 0.5}, {"p99", 0.99}} {
-			r, f := pct(m.r, q.p), pct(m.f, q.p)
-			b.ReportMetric(r, fmt.Sprintf("%s-%s-%s-routed-ms", mode, m.name, q.name))
-			b.ReportMetric(f, fmt.Sprintf("%s-%s-%s-ref-ms", mode, m.name, q.name))
-			b.ReportMetric(r/f, fmt.Sprintf("%s-%s-%s-ratio", mode, m.name, q.name))
+			prefix := fmt.Sprintf("%s-%s-%s-", mode, m.name, q.name)
+			ref := pct(m.d["ref"], q.p)
+			b.ReportMetric(ref, prefix+"ref-ms")
+			for _, c := range cols {
+				v := pct(m.d[c.name], q.p)
+				b.ReportMetric(v, prefix+c.name+"-ms")
+				b.ReportMetric(v/ref, prefix+c.name+"/ref")
+			}
+			if _, ok := m.d["direct"]; ok {
+				b.ReportMetric(pct(m.d["daemon"], q.p)/pct(m.d["direct"], q.p), prefix+"daemon/direct")
+			}
 		}
 	}
 }

@@ -36,7 +36,8 @@ const daemonEnv = "ROUTED_TEST_CNI_DAEMON"
 func runDaemon() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	ds, err := datastore.New(datastore.Config{Endpoints: strings.Split(os.Getenv("ETCD"), ",")})
+	ds, err := datastore.New(datastore.Config{Endpoints: strings.Split(os.Getenv("ETCD"), ","),
+		CACertFile: os.Getenv("ETCD_CA"), CertFile: os.Getenv("ETCD_CERT"), KeyFile: os.Getenv("ETCD_KEY")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -67,7 +68,9 @@ func (n *node) cniSocket() string { return filepath.Join(n.ipamDir, "run", "cni.
 func (n *node) startDaemon(t testing.TB) *daemon {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), daemonEnv+"=1", "ETCD="+strings.Join(n.etcd, ","), "SOCKET="+n.cniSocket(), "NODE="+n.name)
+	cfg := n.datastoreConfig()
+	cmd.Env = append(os.Environ(), daemonEnv+"=1", "ETCD="+strings.Join(n.etcd, ","), "SOCKET="+n.cniSocket(), "NODE="+n.name,
+		"ETCD_CA="+cfg.CACertFile, "ETCD_CERT="+cfg.CertFile, "ETCD_KEY="+cfg.KeyFile)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

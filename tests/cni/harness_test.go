@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -38,6 +40,7 @@ import (
 	"github.com/routed-net/routed/tests/testbin"
 
 	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/internal/testpki"
 )
 
 // requireRoot fails (in CI) or skips loudly (elsewhere) without root.
@@ -76,17 +79,58 @@ type node struct {
 	refDir  string
 	cni     *libcni.CNIConfig
 	logFile string
-	ipamDir string // host-local dataDir
+	ipamDir string       // host-local dataDir
+	pki     *testpki.PKI // etcd's TLS, when on
 }
 
-func newNode(t testing.TB) *node { return newNodeWith(t, etcdtest.Start) }
+// datastoreConfig is how the test process reaches etcd.
+func (n *node) datastoreConfig() datastore.Config {
+	cfg := datastore.Config{Endpoints: n.etcd}
+	if n.pki != nil {
+		cfg.CACertFile, cfg.CertFile, cfg.KeyFile = n.pki.CAFile, n.pki.ClientCert, n.pki.ClientKey
+	}
+	return cfg
+}
+
+// metricsClient reads etcd's /metrics (with the client certificate when
+// etcd runs TLS).
+func (n *node) metricsClient() *http.Client {
+	if n.pki == nil {
+		return http.DefaultClient
+	}
+	tlsCfg, err := transport.TLSInfo{CertFile: n.pki.ClientCert, KeyFile: n.pki.ClientKey, TrustedCAFile: n.pki.CAFile}.ClientConfig()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+}
+
+func newNode(t testing.TB) *node { return newNodeWith(t, etcdtest.Start, nil) }
+
+// newDurableTLSNode is newNode with etcd as the manifests deploy it:
+// fsync on, clients over TLS with a client certificate.
+func newDurableTLSNode(t testing.TB) *node {
+	pki := testpki.New(t)
+	return newNodeWith(t, func(t testing.TB) *etcdserver.Server {
+		s, err := etcdserver.Start(context.Background(), etcdserver.Config{
+			Dir: t.TempDir(), ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", LogLevel: "fatal",
+			TLS: transport.TLSInfo{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CAFile, ClientCertAuth: true},
+		})
+		if err != nil {
+			t.Fatalf("start TLS etcd: %v", err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}, &pki)
+}
 
 // newNodeWith is newNode with its etcd started by startEtcd
-// (etcdtest.StartDurable for benchmarks).
-func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server) *node {
+// (etcdtest.StartDurable for benchmarks); pki, when set, is that etcd's
+// TLS PKI, whose client certificate the plugins and the test use.
+func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server, pki *testpki.PKI) *node {
 	t.Helper()
 	requireRoot(t)
-	n := &node{t: t, name: "node-" + strings.ToLower(randHex(3))}
+	n := &node{t: t, name: "node-" + strings.ToLower(randHex(3)), pki: pki}
 	srv := startEtcd(t)
 	n.etcd = srv.Endpoints
 	hostNS := newNetNS(t)
@@ -123,10 +167,11 @@ func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server) *n
 	// etcd listens on the test process's loopback; the plugins in the host
 	// netns reach it through a forwarder listening on the host netns'
 	// loopback.
-	n.proxy = newForwarder(t, hostNS, strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	n.hostEP = "http://" + n.proxy.addr
+	scheme, target, _ := strings.Cut(srv.Endpoints[0], "://")
+	n.proxy = newForwarder(t, hostNS, target)
+	n.hostEP = scheme + "://" + n.proxy.addr
 	var err error
-	n.store, err = datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	n.store, err = datastore.New(n.datastoreConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,13 +236,24 @@ func (n *node) routedConf(subnet string) netconf {
 		"log_level":      "debug",
 		"mtu_file":       filepath.Join(n.ipamDir, "no-mtu-file"),
 		// Each test node is its own host, with its own host IPAM lock.
-		"ipam_lock_file": filepath.Join(n.ipamDir, "ipam.lock"),
+		"ipam_lock_file":    filepath.Join(n.ipamDir, "ipam.lock"),
+		"etcd_ca_cert_file": n.tlsFile(func(p *testpki.PKI) string { return p.CAFile }),
+		"etcd_cert_file":    n.tlsFile(func(p *testpki.PKI) string { return p.ClientCert }),
+		"etcd_key_file":     n.tlsFile(func(p *testpki.PKI) string { return p.ClientKey }),
 		"ipam": map[string]any{
 			"type":    "host-local",
 			"subnet":  subnet,
 			"dataDir": n.ipamDir,
 		},
 	}
+}
+
+// tlsFile is one of etcd's TLS files, "" without TLS.
+func (n *node) tlsFile(f func(*testpki.PKI) string) string {
+	if n.pki == nil {
+		return ""
+	}
+	return f(n.pki)
 }
 
 // confList builds a conflist of the given version from plugin entries.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,7 +27,7 @@ import (
 // etcdUnary is the number of unary requests etcd has served so far.
 func (n *node) etcdUnary(t testing.TB) (float64, float64) {
 	t.Helper()
-	c, err := lab.ReadEtcdCounters(context.Background(), http.DefaultClient, n.etcd[0]+"/metrics")
+	c, err := lab.ReadEtcdCounters(context.Background(), n.metricsClient(), n.etcd[0]+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +131,29 @@ func TestViaRouted(t *testing.T) {
 	if err := n.del(l, newPod(t, "never").rt()); err != nil {
 		t.Fatalf("DEL of a container never added: %v", err)
 	}
+
+	// A failure after routed assigned the address and wrote the endpoint
+	// (the container already has an eth0) rolls both back: code 4, and
+	// nothing of it stays.
+	taken := newPod(t, "taken")
+	if err := taken.netns.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "other0"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := n.inUse(t)
+	if _, err := n.add(l, taken.rt()); cniCode(err) != 4 {
+		t.Fatalf("ADD into a netns that has eth0: %v (code %d), want code 4", err, cniCode(err))
+	}
+	if after := n.inUse(t); after != before {
+		t.Errorf("failed ADD left %d addresses allocated", after-before)
+	}
+	for _, w := range n.endpoints() {
+		if w.Spec.ContainerID == taken.containerID {
+			t.Errorf("failed ADD left its endpoint %s", w.Metadata.Name)
+		}
+	}
+
 	if err := n.del(l, warm.rt()); err != nil {
 		t.Fatal(err)
 	}

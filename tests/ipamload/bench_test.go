@@ -37,23 +37,30 @@ func buildBaseline(b *testing.B) string {
 }
 
 // BenchmarkParallelADD runs 4 nodes x 16 and x 32 parallel exec'd ADDs
-// (then DELs) with this tree's routed-ipam and with the baseline's, on
-// one etcd with fsync on, and reports both rates, their ratio, and what
-// failed or leaked.
+// (then DELs) with this tree's routed-ipam working against etcd itself
+// ("new"), the same binary asking routed's CNI socket on each node
+// ("routed"), and the baseline's ("old"), on one etcd with fsync on, and
+// reports the rates, their ratios, and what failed or leaked.
 func BenchmarkParallelADD(b *testing.B) {
 	nodes := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
 	c := NewCluster(b, "10.211.0.0/16", 26, nodes)
-	plugins := map[string]string{"new": testbin.Path(b, "routed-ipam"), "old": buildBaseline(b)}
+	newBin := testbin.Path(b, "routed-ipam")
+	plugins := map[string]string{"new": newBin, "old": buildBaseline(b), "routed": newBin}
+	socks := c.StartRouted(b, nodes)
 	for _, par := range []int{16, 32} {
 		b.Run(fmt.Sprintf("4x%d", par), func(b *testing.B) {
 			rate := map[string]float64{}
 			for i := 0; i < b.N; i++ {
-				for _, which := range []string{"old", "new"} {
-					res := Execute(b, c, Run{
+				for _, which := range []string{"old", "new", "routed"} {
+					run := Run{
 						Plugin: plugins[which], Nodes: nodes, Parallel: par, Rounds: 512 / (4 * par),
 						Network: fmt.Sprintf("%s%d-%d", which, par, i), LockDir: b.TempDir(),
 						LogFile: filepath.Join(b.TempDir(), "cni.log"),
-					})
+					}
+					if which == "routed" {
+						run.Sockets = socks
+					}
+					res := Execute(b, c, run)
 					rate[which] = res.AddsPerSecond()
 					b.ReportMetric(res.AddsPerSecond(), which+"-adds/s")
 					b.ReportMetric(float64(res.AddFailures), which+"-add-failures")
@@ -62,6 +69,7 @@ func BenchmarkParallelADD(b *testing.B) {
 				}
 			}
 			b.ReportMetric(rate["new"]/rate["old"], "new/old-adds/s")
+			b.ReportMetric(rate["routed"]/rate["new"], "routed/new-adds/s")
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/routed/cniserver"
 )
 
 // Cluster is a real etcd (fsync on, as production runs it) holding one
@@ -79,6 +81,10 @@ type Run struct {
 	// own host).
 	LockDir string
 	LogFile string
+	// Sockets, when set, is each node's routed CNI socket (StartRouted):
+	// the plugin asks routed there. Unset: the plugin works against etcd
+	// itself (routed_socket "none").
+	Sockets map[string]string
 }
 
 // Result is what a Run measured.
@@ -182,6 +188,7 @@ func (r Run) exec(c *Cluster, verb, node, containerID string) error {
 		"nodename":       node,
 		"log_file_path":  r.LogFile,
 		"ipam_lock_file": filepath.Join(r.LockDir, node+".lock"),
+		"routed_socket":  r.socket(node),
 		"ipam":           map[string]any{"type": "routed-ipam"},
 	})
 	if err != nil {
@@ -206,6 +213,53 @@ func (r Run) exec(c *Cluster, verb, node, containerID string) error {
 		return fmt.Errorf("%s %s on %s: %w", verb, containerID, node, err)
 	}
 	return nil
+}
+
+func (r Run) socket(node string) string {
+	if s, ok := r.Sockets[node]; ok {
+		return s
+	}
+	return "none"
+}
+
+// StartRouted serves routed's CNI socket for each node, as routed on
+// that node does (routed/cniserver with its own long-lived IPAM client),
+// until the test ends, and returns the sockets by node. The pools do
+// not change while it runs, so the client's pool view is trusted as
+// routed's is between feed updates.
+func (c *Cluster) StartRouted(t testing.TB, nodes []string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	socks := map[string]string{}
+	for _, n := range nodes {
+		sock := filepath.Join(t.TempDir(), "run", "cni.sock")
+		srv := cniserver.New(cniserver.Config{Socket: sock, Node: n, DS: c.Store, IPAM: ipam.New(c.Store, ipam.WithWatchedPools())})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Run(ctx); err != nil {
+				t.Errorf("CNI socket of %s: %v", n, err)
+			}
+		}()
+		socks[n] = sock
+	}
+	for _, sock := range socks {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			conn, err := net.Dial("unix", sock)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CNI socket %s not accepting: %v", sock, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return socks
 }
 
 // InUse counts the allocated addresses of every pool.

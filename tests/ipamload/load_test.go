@@ -18,15 +18,26 @@ func TestParallelPodStarts(t *testing.T) {
 	nodes := []string{"load-a", "load-b", "load-c", "load-d"}
 	c := NewCluster(t, "10.210.0.0/16", 26, nodes)
 	plugin := testbin.Path(t, "routed-ipam")
-	for _, tc := range []struct{ parallel, rounds int }{{16, 4}, {32, 2}} {
-		t.Run(fmt.Sprintf("4x%d", tc.parallel), func(t *testing.T) {
-			res := Execute(t, c, Run{
-				Plugin: plugin, Nodes: nodes, Parallel: tc.parallel, Rounds: tc.rounds,
-				Network: fmt.Sprintf("par%d", tc.parallel), LockDir: t.TempDir(),
-				LogFile: filepath.Join(t.TempDir(), "cni.log"),
-			})
-			t.Logf("4 nodes x %d parallel: %d ADDs in %s (%.0f ADDs/s), %d ADD and %d DEL failures, %d addresses left",
-				tc.parallel, res.Adds, res.AddTime.Round(1e6), res.AddsPerSecond(), res.AddFailures, res.DelFailures, res.Left)
+	socks := c.StartRouted(t, nodes)
+	for _, tc := range []struct {
+		parallel, rounds int
+		routed           bool
+	}{{16, 4, false}, {32, 2, false}, {32, 2, true}} {
+		name := fmt.Sprintf("4x%d", tc.parallel)
+		run := Run{
+			Plugin: plugin, Nodes: nodes, Parallel: tc.parallel, Rounds: tc.rounds,
+			Network: "par-" + name, LockDir: t.TempDir(),
+			LogFile: filepath.Join(t.TempDir(), "cni.log"),
+		}
+		if tc.routed {
+			// Through routed's CNI socket (one per node).
+			name += "-routed"
+			run.Network, run.Sockets = "par-"+name, socks
+		}
+		t.Run(name, func(t *testing.T) {
+			res := Execute(t, c, run)
+			t.Logf("4 nodes x %d parallel (%s): %d ADDs in %s (%.0f ADDs/s), %d ADD and %d DEL failures, %d addresses left",
+				tc.parallel, name, res.Adds, res.AddTime.Round(1e6), res.AddsPerSecond(), res.AddFailures, res.DelFailures, res.Left)
 			if res.AddFailures != 0 || res.DelFailures != 0 {
 				t.Errorf("%d ADDs and %d DELs of %d failed: %v", res.AddFailures, res.DelFailures, res.Adds, res.Errors)
 			}
