@@ -134,3 +134,49 @@ func TestIPv6RoutesNextToIPv4(t *testing.T) {
 		t.Errorf("foreign IPv6 route deleted with felix's: %+v", r)
 	}
 }
+
+// TestIPv6OnlinkGatewayInsideItsPrefix: a block routed directly (via its
+// node on eth0) moves to the node's VTEP, an address of that block, on
+// another device with onlink (an IPv6 VXLAN pool). The kernel checks an
+// IPv6 onlink gateway against the routes already there and refuses the
+// plain replacement, since the block's own route on eth0 covers the
+// gateway; felix deletes that route first, in the same batch, and the
+// move happens in one Apply.
+func TestIPv6OnlinkGatewayInsideItsPrefix(t *testing.T) {
+	e := newEnv(t)
+	e.ns.AddAddr(t, "eth0", "fd00:2::1/64")
+	e.ns.Veth(t, "vx6", "vx6peer")
+	direct := routetable.Route{Dst: pfx("fd00:244::80/122"), Gw: netip.MustParseAddr("fd00:2::2")}
+	if err := e.rt.SetRoutes(wantSet(direct)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	vtep := netip.MustParseAddr("fd00:244::80")
+	tunnelled := routetable.Route{Dst: direct.Dst, Iface: "vx6", Gw: vtep, OnLink: true}
+	if err := e.rt.SetRoutes(wantSet(tunnelled)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Apply(); err != nil {
+		t.Fatalf("moving the block onto its VTEP: %v", err)
+	}
+	vx6 := e.ifindex(t, "vx6")
+	r, ok := e.ns.Routes6(t)[direct.Dst]
+	if !ok || r.LinkIndex != vx6 || r.Gw.String() != vtep.String() || r.Flags&unix.RTNH_F_ONLINK == 0 || int(r.Protocol) != proto {
+		t.Fatalf("route %v = %+v (present %v), want via %s dev vx6 onlink proto %d", direct.Dst, r, ok, vtep, proto)
+	}
+	if !e.rt.Programmed(direct.Dst) {
+		t.Error("Programmed = false after the move")
+	}
+	// And back to direct: a plain replacement.
+	if err := e.rt.SetRoutes(wantSet(direct)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.ns.Routes6(t)[direct.Dst]; r.Gw.String() != "fd00:2::2" {
+		t.Errorf("back to direct: %+v", r)
+	}
+}

@@ -321,11 +321,19 @@ func (rt *RouteTable) apply() error {
 	}
 	var ops []Op
 	var opDst []netip.Prefix
+	// preDelete marks the ops that remove a route of ours just before
+	// the op after them replaces it (deleteFirst).
+	preDelete := map[int]bool{}
 	inSync := make(map[netip.Prefix]bool, len(rt.dirty))
 	for p := range rt.dirty {
 		op, write, ok, keepDirty := rt.plan(p, now)
 		inSync[p] = ok
 		if write {
+			if cur, have := rt.ours[p]; have && deleteFirst(cur, op) {
+				preDelete[len(ops)] = true
+				ops = append(ops, Op{Delete: true, Route: cur})
+				opDst = append(opDst, p)
+			}
 			ops = append(ops, op)
 			opDst = append(opDst, p)
 		} else if !keepDirty {
@@ -349,6 +357,14 @@ func (rt *RouteTable) apply() error {
 				continue
 			}
 			p, op := opDst[i], ops[i]
+			if preDelete[i] {
+				if err != nil && !IsNotFound(err) {
+					rt.needResync = true // the add after it tells the rest
+					continue
+				}
+				delete(rt.ours, p)
+				continue
+			}
 			var ke *KernelError
 			if err != nil && !errors.As(err, &ke) {
 				rt.needResync = true // the exchange broke: outcome unknown
@@ -442,6 +458,20 @@ func (rt *RouteTable) plan(p netip.Prefix, now time.Time) (op Op, write, inSync,
 		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: DefaultMetric(p),
 	}
 	return Op{Route: k}, true, false, false
+}
+
+// deleteFirst reports whether cur, a route of ours, must be deleted
+// before op can replace it. IPv6 checks an onlink gateway against the
+// routes already in the table: one for a prefix that holds the gateway
+// on another device (a block routed directly before its node's VTEP was
+// known, the VTEP being an address of that block) makes the kernel
+// refuse the replacement ("Nexthop has invalid gateway or device
+// mismatch"). Both ops go in one batch, so the prefix is unrouted only
+// between two messages.
+func deleteFirst(cur KernelRoute, op Op) bool {
+	r := op.Route
+	return !op.Delete && r.OnLink && r.Gw.Is6() && cur.Dst.Contains(r.Gw) &&
+		(cur.LinkIndex != r.LinkIndex || cur.Type != r.Type)
 }
 
 // atDefault reports whether k is at the metric and TOS felix manages;
