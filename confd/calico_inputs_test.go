@@ -21,7 +21,6 @@ var calicoRefused = map[string]string{
 	"bgpfilter/communities_and_operations": "setPriority",
 	"bgpfilter/peer_type":                  "setPriority",
 	"local_bgp_peer":                       "localWorkloadSelector",
-	"mesh/vxlan-always":                    "vxlanMode",
 	"reachable_by/global_peers":            "reachableBy",
 	"reachable_by/route_reflectors":        "reachableBy",
 	// ffee::11 is a multicast address: no TCP session can reach it.

@@ -22,15 +22,12 @@ type plan struct {
 	// ipv6 is true when an IPv6 pool exists: the IPv6 sysctls are then
 	// set (sysctl.go).
 	ipv6 bool
-	// vxlan is true when a VXLAN pool selects this node: vxlan.routed is
-	// then configured with vxlanAddr and vxlanMAC, and vteps are the
-	// remote nodes it reaches (vxlan.go).
-	vxlan     bool
-	vxlanAddr netip.Addr
-	vxlanMAC  string
-	vteps     map[netip.Addr]vtep // by node address
-	allPools  []netip.Prefix
-	natPools  []netip.Prefix
+	// vxlan is vxlan.routed (IPv4 pools over the nodes' IPv4
+	// addresses), vxlan6 vxlan-v6.routed (IPv6 pools over their IPv6
+	// addresses); vxlan.go.
+	vxlan, vxlan6 vxlanPlan
+	allPools      []netip.Prefix
+	natPools      []netip.Prefix
 	// rejected lists the learned routes the import guard refused.
 	rejected map[netip.Prefix]*rejection
 	// badIfaces names endpoints whose interface is not a pod device.
@@ -52,10 +49,11 @@ func computePlan(cfg *Config, s *state) *plan {
 		if local.Spec.BGP != nil {
 			p.tunnelAddr, _ = netip.ParseAddr(local.Spec.BGP.IPv4IPIPTunnelAddr)
 		}
-		p.vxlanAddr, _ = netip.ParseAddr(local.Spec.IPv4VXLANTunnelAddr)
-		p.vxlanMAC = local.Spec.VXLANTunnelMACAddr
+		p.vxlan.addr, _ = netip.ParseAddr(local.Spec.IPv4VXLANTunnelAddr)
+		p.vxlan.mac = local.Spec.VXLANTunnelMACAddr
+		p.vxlan6.addr, _ = netip.ParseAddr(local.Spec.IPv6VXLANTunnelAddr)
+		p.vxlan6.mac = local.Spec.VXLANTunnelMACAddrV6
 	}
-	p.vteps = remoteVTEPs(cfg.NodeName, s)
 	for _, pl := range pools {
 		p.allPools = append(p.allPools, pl.cidr)
 		p.ipv6 = p.ipv6 || pl.cidr.Addr().Is6()
@@ -66,11 +64,16 @@ func computePlan(cfg *Config, s *state) *plan {
 			p.ipip = true
 		}
 		if pl.vxlan != "" && pl.vxlan != "Never" && local != nil && pl.nodes.SelectsNode(labels) {
-			p.vxlan = true
+			p.vxlanFor(pl.cidr.Addr()).on = true
 		}
 	}
-	if !p.vxlan {
-		p.vteps = nil
+	// The IPv6 tunnel runs between the nodes' IPv6 addresses.
+	p.vxlan6.on = p.vxlan6.on && p.nodeAddr6.IsValid()
+	if p.vxlan.on {
+		p.vxlan.vteps = remoteVTEPs(cfg.NodeName, s, vxlanV4)
+	}
+	if p.vxlan6.on {
+		p.vxlan6.vteps = remoteVTEPs(cfg.NodeName, s, vxlanV6)
 	}
 	if cfg.Features.DisableIPIP {
 		p.ipip = false
@@ -84,7 +87,7 @@ func computePlan(cfg *Config, s *state) *plan {
 			p.rejected[dst] = rej
 			continue
 		}
-		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vteps); ok {
+		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vxlanFor(dst.Addr()).vteps); ok {
 			p.routes[dst] = r
 		}
 	}
@@ -100,7 +103,7 @@ func computePlan(cfg *Config, s *state) *plan {
 		// A remote block is reached through its node's address of the
 		// block's family: IPv6 blocks via the node's IPv6 address.
 		if nh, ok := s.nodeAddrFor(a.Node, a.CIDR.Addr()); ok {
-			if r, ok := routeVia(cfg, pools, p.local(a.CIDR.Addr()), a.CIDR, nh.Addr(), s.gateway, p.vteps); ok {
+			if r, ok := routeVia(cfg, pools, p.local(a.CIDR.Addr()), a.CIDR, nh.Addr(), s.gateway, p.vxlanFor(a.CIDR.Addr()).vteps); ok {
 				p.routes[a.CIDR] = r
 			}
 		}
@@ -146,6 +149,14 @@ func (p *plan) local(a netip.Addr) netip.Prefix {
 	return p.nodeAddr6
 }
 
+// vxlanFor is the VXLAN device plan of a's family.
+func (p *plan) vxlanFor(a netip.Addr) *vxlanPlan {
+	if a.Is4() {
+		return &p.vxlan
+	}
+	return &p.vxlan6
+}
+
 func sortedAffinities(s *state) []BlockAffinity {
 	out := make([]BlockAffinity, 0, len(s.affinities))
 	for _, a := range s.affinities {
@@ -173,8 +184,8 @@ func sortedAffinities(s *state) []BlockAffinity {
 // (vteps, by node address) the same way; a node without a VTEP yet is
 // reached directly.
 //
-// IPv6 works the same way with local the node's IPv6 address, and is
-// never encapsulated. A link-local IPv6 gateway (an IPv6 router learned
+// IPv6 works the same way with local the node's IPv6 address and
+// vxlan-v6.routed, but is never IPIP. A link-local IPv6 gateway (an IPv6 router learned
 // from router advertisements) comes from gw with its device as zone and
 // is written "via fe80::1 dev eth0".
 func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, nh netip.Addr, gw func(netip.Addr) netip.Addr, vteps map[netip.Addr]vtep) (routetable.Route, bool) {
@@ -188,17 +199,18 @@ func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, 
 			direct.Gw, direct.Iface = g.WithZone(""), g.Zone()
 		}
 	}
-	if dst.Addr().Is6() {
-		return direct, true
-	}
 	for _, pl := range pools {
 		if !pl.cidr.Contains(dst.Addr()) || pl.cidr.Bits() > dst.Bits() {
 			continue
 		}
 		if v, ok := vteps[nh]; ok && encapTo(pl.vxlan, local, nh) {
-			return routetable.Route{Dst: dst, Iface: VXLANDevice, Gw: v.addr, OnLink: true}, true
+			dev := VXLANDevice
+			if dst.Addr().Is6() {
+				dev = VXLANDeviceV6
+			}
+			return routetable.Route{Dst: dst, Iface: dev, Gw: v.addr, OnLink: true}, true
 		}
-		if cfg.Features.DisableIPIP {
+		if cfg.Features.DisableIPIP || dst.Addr().Is6() {
 			return direct, true
 		}
 		// An unknown local subnet makes every peer look remote.

@@ -42,7 +42,7 @@ type loop struct {
 	// policyNames is what policy was given, by kind (policy_glue.go).
 	policyNames names
 	tun         *tunnel
-	vx          *vxlanDev
+	vx, vx6     *vxlanDev
 	plan        *plan
 	hostMTU     int
 	lastMTU     int // last value written to the MTU file
@@ -107,7 +107,8 @@ func (f *Felix) open() (*loop, error) {
 	l.h = l.kernel.Handle()
 	l.st.gateway = l.gatewayFor
 	l.tun = &tunnel{h: l.h, log: l.log}
-	l.vx = &vxlanDev{h: l.h, log: l.log}
+	l.vx = &vxlanDev{h: l.h, log: l.log, fam: vxlanV4}
+	l.vx6 = &vxlanDev{h: l.h, log: l.log, fam: vxlanV6}
 	if !f.cfg.Features.DisableNATOutgoing {
 		fd := -1
 		if l.nsh.IsOpen() {
@@ -255,7 +256,7 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 		}
 	case a.Name == TunnelDevice:
 		l.tunnelDirty = true
-	case a.Name == VXLANDevice:
+	case a.Name == VXLANDevice || a.Name == VXLANDeviceV6:
 		l.vxlanDirty = true
 	default:
 		l.mtuDirty = true
@@ -370,8 +371,12 @@ func (l *loop) writeMTU(full bool) error {
 		return nil
 	}
 	pod := PodMTU(l.hostMTU, l.plan.ipip && !l.cfg.Features.DisableIPIP && !l.tun.noIPIP)
-	if l.plan.vxlan {
+	// One MTU for both families: the larger overhead of a tunnel in use.
+	if l.plan.vxlan.on {
 		pod = min(pod, l.hostMTU-VXLANOverhead)
+	}
+	if l.plan.vxlan6.on {
+		pod = min(pod, l.hostMTU-VXLANOverheadV6)
 	}
 	if pod == l.lastMTU && !full {
 		return nil

@@ -126,9 +126,9 @@ func newPool(p *api.IPPool) *pool {
 		out.cidr, out.exists = pfx.Masked(), true
 	}
 	if out.cidr.Addr().Is6() {
-		// IPv6 pools are never encapsulated (the API refuses it; a pool
-		// written around it is routed natively all the same).
-		out.ipip, out.vxlan = "Never", "Never"
+		// IPIP carries IPv4 only (the API refuses it; a pool written
+		// around it is routed natively all the same).
+		out.ipip = "Never"
 	}
 	// An unparseable selector (the API refuses it) selects no node.
 	out.nodes, _ = kernel.ParsePoolNodeSelector(p.Spec.NodeSelector)

@@ -97,22 +97,32 @@ func (t *tunnel) create(mtu int) (netlink.Link, error) {
 
 // setAddrs leaves exactly addr/32 (none when addr is invalid) on link.
 func (t *tunnel) setAddrs(link netlink.Link, addr netip.Addr) error {
-	return setHostAddr(t.h, t.log, link, addr)
+	return setHostAddr(t.h, t.log, link, addr, false)
 }
 
-// setHostAddr leaves exactly addr/32 (none when addr is invalid) on a
-// tunnel device felix owns.
-func setHostAddr(h *netlink.Handle, log *logrus.Entry, link netlink.Link, addr netip.Addr) error {
+// setHostAddr leaves exactly addr/32, or addr/128 when v6 (none when
+// addr is invalid), of that family on a tunnel device felix owns. The
+// IPv6 link-local address the kernel gives a device is its own and
+// stays.
+func setHostAddr(h *netlink.Handle, log *logrus.Entry, link netlink.Link, addr netip.Addr, v6 bool) error {
 	name := link.Attrs().Name
-	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
+	family, bits := netlink.FAMILY_V4, 32
+	if v6 {
+		family, bits = netlink.FAMILY_V6, 128
+	}
+	addrs, err := h.AddrList(link, family)
 	if err != nil {
 		return fmt.Errorf("felix: listing %s addresses: %w", name, err)
 	}
 	have := false
 	for _, a := range addrs {
 		ip, _ := netip.AddrFromSlice(a.IP)
+		ip = ip.Unmap()
 		ones, _ := a.Mask.Size()
-		if addr.IsValid() && ip.Unmap() == addr && ones == 32 {
+		if ip.IsLinkLocalUnicast() && ip.Is6() {
+			continue
+		}
+		if addr.IsValid() && ip == addr && ones == bits {
 			have = true
 			continue
 		}
@@ -122,7 +132,11 @@ func setHostAddr(h *netlink.Handle, log *logrus.Entry, link netlink.Link, addr n
 		log.WithFields(logrus.Fields{"addr": a.IPNet.String(), "device": name}).Info("removed tunnel address")
 	}
 	if addr.IsValid() && !have {
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
+		if v6 {
+			// Its own VTEP address: no duplicate detection to wait for.
+			a.Flags = unix.IFA_F_NODAD
+		}
 		if err := h.AddrAdd(link, a); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("felix: adding %s to %s: %w", addr, name, err)
 		}

@@ -12,17 +12,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// vxlanDev manages vxlan.routed and everything on it: the device (VNI,
-// port, local address, MTU host-50, MAC, up, its /32), and for each
-// remote VTEP a permanent ARP entry (VTEP address -> MAC) and a
-// permanent FDB entry (MAC -> node address). The device is routed's
-// alone (its name says so), so every permanent entry on it that is not
-// wanted is stale and removed; entries the kernel creates itself are
-// left alone. Each reconcile re-reads the kernel: the lists are one
-// entry per node.
+// vxlanDev manages one family's VXLAN device and everything on it:
+// vxlan.routed (local address the node's IPv4 address, MTU host-50, its
+// /32) or vxlan-v6.routed (the node's IPv6 address, MTU host-70, its
+// /128), each with VNI, port, MAC and up, and for each remote VTEP a
+// permanent ARP or NDP entry (VTEP address -> MAC) and a permanent FDB
+// entry (MAC -> node address). The device is routed's alone (its name
+// says so), so every permanent entry on it that is not wanted is stale
+// and removed; entries the kernel creates itself are left alone. Each
+// reconcile re-reads the kernel: the lists are one entry per node.
 type vxlanDev struct {
 	h   *netlink.Handle
 	log *logrus.Entry
+	fam vxlanFamily
 }
 
 // vxlanWant is the device felix wants; a zero value means none.
@@ -35,86 +37,97 @@ type vxlanWant struct {
 	tunnelTo map[netip.Addr]vtep
 }
 
-// reconcile brings vxlan.routed in line with want and returns the device
-// if it exists afterwards.
+// reconcile brings the device in line with want and returns it if it
+// exists afterwards.
 func (v *vxlanDev) reconcile(want vxlanWant) (netlink.Link, error) {
-	link, err := v.h.LinkByName(VXLANDevice)
+	name := v.fam.device
+	link, err := v.h.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	if err != nil && !errors.As(err, &notFound) {
-		return nil, fmt.Errorf("felix: looking up %s: %w", VXLANDevice, err)
+		return nil, fmt.Errorf("felix: looking up %s: %w", name, err)
 	}
 	if !want.on {
 		if link != nil {
 			if err := v.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-				return link, fmt.Errorf("felix: removing %s: %w", VXLANDevice, err)
+				return link, fmt.Errorf("felix: removing %s: %w", name, err)
 			}
-			v.log.Info("removed " + VXLANDevice + ": no VXLAN pool selects this node")
+			v.log.Info("removed " + name + ": no VXLAN pool of its family selects this node")
 		}
 		return nil, nil
 	}
 	if link != nil && !v.matches(link, want) {
 		// VNI, port and local address cannot change in place.
 		if err := v.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-			return link, fmt.Errorf("felix: replacing %s: %w", VXLANDevice, err)
+			return link, fmt.Errorf("felix: replacing %s: %w", name, err)
 		}
-		v.log.Info("recreating " + VXLANDevice + ": its VNI, port or local address changed")
+		v.log.Info("recreating " + name + ": its VNI, port or local address changed")
 		link = nil
 	}
 	if link == nil {
 		dev := &netlink.Vxlan{
-			LinkAttrs: netlink.LinkAttrs{Name: VXLANDevice, MTU: want.mtu, HardwareAddr: want.mac},
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: want.mtu, HardwareAddr: want.mac},
 			VxlanId:   VXLANVNI, Port: VXLANPort, SrcAddr: want.local.AsSlice(), Learning: false,
 		}
 		addErr := v.h.LinkAdd(dev)
 		if addErr != nil && !errors.Is(addErr, unix.EEXIST) {
-			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", VXLANDevice, VXLANVNI, VXLANPort, addErr)
+			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", name, VXLANVNI, VXLANPort, addErr)
 		}
-		if link, err = v.h.LinkByName(VXLANDevice); err != nil {
+		if link, err = v.h.LinkByName(name); err != nil {
 			if other := v.holderOfVNI(); addErr != nil && other != "" {
 				// EEXIST without our device: the kernel allows one VXLAN
-				// device per VNI and port (Calico's vxlan.calico, left on a
-				// node moved from Calico).
+				// device per VNI, port and family (Calico's vxlan.calico
+				// or vxlan-v6.calico, left on a node moved from Calico).
 				return nil, fmt.Errorf("felix: creating %s: %s already uses VNI %d on port %d; delete it (ip link del %s): %w",
-					VXLANDevice, other, VXLANVNI, VXLANPort, other, addErr)
+					name, other, VXLANVNI, VXLANPort, other, addErr)
 			}
-			return nil, fmt.Errorf("felix: %s after creating it: %w", VXLANDevice, err)
+			return nil, fmt.Errorf("felix: %s after creating it: %w", name, err)
 		}
-		v.log.WithFields(logrus.Fields{"vni": VXLANVNI, "port": VXLANPort, "local": want.local, "mac": want.mac.String()}).Info("created " + VXLANDevice)
+		v.log.WithFields(logrus.Fields{"vni": VXLANVNI, "port": VXLANPort, "local": want.local, "mac": want.mac.String()}).Info("created " + name)
 	}
 	a := link.Attrs()
 	if a.MTU != want.mtu {
 		if err := v.h.LinkSetMTU(link, want.mtu); err != nil {
-			return link, fmt.Errorf("felix: setting %s MTU %d: %w", VXLANDevice, want.mtu, err)
+			return link, fmt.Errorf("felix: setting %s MTU %d: %w", name, want.mtu, err)
 		}
 	}
 	if !bytes.Equal(a.HardwareAddr, want.mac) {
 		if err := v.h.LinkSetHardwareAddr(link, want.mac); err != nil {
-			return link, fmt.Errorf("felix: setting %s MAC %s: %w", VXLANDevice, want.mac, err)
+			return link, fmt.Errorf("felix: setting %s MAC %s: %w", name, want.mac, err)
 		}
 	}
 	if a.Flags&net.FlagUp == 0 {
 		if err := v.h.LinkSetUp(link); err != nil {
-			return link, fmt.Errorf("felix: bringing %s up: %w", VXLANDevice, err)
+			return link, fmt.Errorf("felix: bringing %s up: %w", name, err)
 		}
 	}
-	if err := setHostAddr(v.h, v.log, link, want.addr); err != nil {
+	if err := setHostAddr(v.h, v.log, link, want.addr, v.fam.v6); err != nil {
 		return link, err
 	}
-	if l, err := v.h.LinkByName(VXLANDevice); err == nil {
+	if l, err := v.h.LinkByName(name); err == nil {
 		link = l
 	}
 	return link, errors.Join(v.syncNeighbours(link, want.tunnelTo), v.syncFDB(link, want.tunnelTo))
 }
 
-// holderOfVNI names another VXLAN device using routed's VNI and port,
-// "" if none.
+// holderOfVNI names another VXLAN device of this family using routed's
+// VNI and port, "" if none.
 func (v *vxlanDev) holderOfVNI() string {
 	links, err := v.h.LinkList()
 	if err != nil {
 		return ""
 	}
 	for _, l := range links {
-		if x, ok := l.(*netlink.Vxlan); ok && x.Name != VXLANDevice && x.VxlanId == VXLANVNI && x.Port == VXLANPort {
+		x, ok := l.(*netlink.Vxlan)
+		if !ok || x.Name == v.fam.device || x.VxlanId != VXLANVNI || x.Port != VXLANPort {
+			continue
+		}
+		// The kernel keys the VNI on the family of the local (or group)
+		// address too: a device of the other family is no obstacle.
+		ip := x.SrcAddr
+		if len(ip) == 0 {
+			ip = x.Group
+		}
+		if (len(ip) > 0 && ip.To4() == nil) == v.fam.v6 {
 			return x.Name
 		}
 	}
@@ -130,14 +143,19 @@ func (v *vxlanDev) matches(link netlink.Link, want vxlanWant) bool {
 	return x.VxlanId == VXLANVNI && x.Port == VXLANPort && src.Unmap() == want.local && !x.Learning
 }
 
-// syncNeighbours leaves exactly one permanent ARP entry per VTEP.
+// syncNeighbours leaves exactly one permanent ARP (IPv6: NDP) entry per
+// VTEP.
 func (v *vxlanDev) syncNeighbours(link netlink.Link, vteps map[netip.Addr]vtep) error {
 	want := map[netip.Addr]net.HardwareAddr{}
 	for _, t := range vteps {
 		want[t.addr] = t.mac
 	}
-	return v.syncEntries(link, netlink.FAMILY_V4, "ARP", want, func(t netip.Addr, mac net.HardwareAddr) *netlink.Neigh {
-		return &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+	family, what := netlink.FAMILY_V4, "ARP"
+	if v.fam.v6 {
+		family, what = netlink.FAMILY_V6, "NDP"
+	}
+	return v.syncEntries(link, family, what, want, func(t netip.Addr, mac net.HardwareAddr) *netlink.Neigh {
+		return &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: family, State: netlink.NUD_PERMANENT,
 			IP: t.AsSlice(), HardwareAddr: mac}
 	})
 }
@@ -161,7 +179,7 @@ func (v *vxlanDev) syncEntries(link netlink.Link, family int, what string, want 
 	entry func(netip.Addr, net.HardwareAddr) *netlink.Neigh) error {
 	have, err := v.h.NeighList(link.Attrs().Index, family)
 	if err != nil {
-		return fmt.Errorf("felix: listing %s %s entries: %w", VXLANDevice, what, err)
+		return fmt.Errorf("felix: listing %s %s entries: %w", v.fam.device, what, err)
 	}
 	var errs []error
 	ok := map[netip.Addr]bool{}
@@ -179,7 +197,7 @@ func (v *vxlanDev) syncEntries(link netlink.Link, family int, what string, want 
 			errs = append(errs, fmt.Errorf("felix: removing stale %s entry %s %s: %w", what, ip, n.HardwareAddr, err))
 			continue
 		}
-		v.log.WithFields(logrus.Fields{"ip": ip, "mac": n.HardwareAddr.String()}).Info("removed stale " + VXLANDevice + " " + what + " entry")
+		v.log.WithFields(logrus.Fields{"ip": ip, "mac": n.HardwareAddr.String()}).Info("removed stale " + v.fam.device + " " + what + " entry")
 	}
 	for ip, mac := range want {
 		if ok[ip] {
@@ -189,43 +207,61 @@ func (v *vxlanDev) syncEntries(link netlink.Link, family int, what string, want 
 			errs = append(errs, fmt.Errorf("felix: adding %s entry %s %s: %w", what, ip, mac, err))
 			continue
 		}
-		v.log.WithFields(logrus.Fields{"ip": ip, "mac": mac.String()}).Debug("set " + VXLANDevice + " " + what + " entry")
+		v.log.WithFields(logrus.Fields{"ip": ip, "mac": mac.String()}).Debug("set " + v.fam.device + " " + what + " entry")
 	}
 	return errors.Join(errs...)
 }
 
-// vxlanChanged reports whether vxlan.routed or its entries must be
+// vxlanChanged reports whether a VXLAN device or its entries must be
 // reconciled between two plans.
 func vxlanChanged(old, cur *plan) bool {
-	if old.vxlan != cur.vxlan || old.vxlanAddr != cur.vxlanAddr || old.vxlanMAC != cur.vxlanMAC ||
-		old.nodeAddr != cur.nodeAddr || len(old.vteps) != len(cur.vteps) {
+	if old.nodeAddr != cur.nodeAddr || old.nodeAddr6 != cur.nodeAddr6 {
 		return true
 	}
-	for k, v := range cur.vteps {
-		o, ok := old.vteps[k]
-		if !ok || o.addr != v.addr || !bytes.Equal(o.mac, v.mac) {
+	for _, pair := range [][2]*vxlanPlan{{&old.vxlan, &cur.vxlan}, {&old.vxlan6, &cur.vxlan6}} {
+		o, c := pair[0], pair[1]
+		if o.on != c.on || o.addr != c.addr || o.mac != c.mac || len(o.vteps) != len(c.vteps) {
 			return true
+		}
+		for k, v := range c.vteps {
+			ov, ok := o.vteps[k]
+			if !ok || ov.addr != v.addr || !bytes.Equal(ov.mac, v.mac) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// applyVXLAN reconciles vxlan.routed and tells the route table about it.
+// applyVXLAN reconciles both VXLAN devices and tells the route table
+// about them.
 func (l *loop) applyVXLAN() error {
 	p := l.plan
-	want := vxlanWant{on: p.vxlan && p.nodeAddr.IsValid(), addr: p.vxlanAddr,
-		mtu: l.hostMTU - VXLANOverhead, tunnelTo: p.vteps}
-	if want.on {
-		want.local = p.nodeAddr.Addr()
-		if mac, err := net.ParseMAC(p.vxlanMAC); err == nil && len(mac) == 6 {
-			want.mac = mac
-		} else {
-			want.mac = VXLANMAC(l.cfg.NodeName) // what the daemon records
+	var errs []error
+	for _, d := range []struct {
+		dev   *vxlanDev
+		plan  vxlanPlan
+		local netip.Prefix
+		mac   func(string) net.HardwareAddr
+	}{
+		{l.vx, p.vxlan, p.nodeAddr, VXLANMAC},
+		{l.vx6, p.vxlan6, p.nodeAddr6, VXLANMACV6},
+	} {
+		want := vxlanWant{on: d.plan.on && d.local.IsValid(), addr: d.plan.addr,
+			mtu: l.hostMTU - d.dev.fam.overhead, tunnelTo: d.plan.vteps}
+		if want.on {
+			want.local = d.local.Addr()
+			if mac, err := net.ParseMAC(d.plan.mac); err == nil && len(mac) == 6 {
+				want.mac = mac
+			} else {
+				want.mac = d.mac(l.cfg.NodeName) // what the daemon records
+			}
 		}
+		link, err := d.dev.reconcile(want)
+		l.noteDevice(link)
+		errs = append(errs, err)
 	}
-	link, err := l.vx.reconcile(want)
-	l.noteDevice(link)
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	l.vxlanDirty = false

@@ -8,13 +8,44 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 )
 
-// VXLAN device settings, as Calico's vxlan.calico (VNI 4096, IANA port).
+// VXLAN device settings, as Calico's vxlan.calico and vxlan-v6.calico
+// (VNI 4096, IANA port; the kernel tells the two apart by the family of
+// their local address).
 const (
 	VXLANDevice   = "vxlan.routed"
+	VXLANDeviceV6 = "vxlan-v6.routed"
 	VXLANVNI      = 4096
 	VXLANPort     = 4789
 	VXLANOverhead = 50
+	// VXLANOverheadV6 is the IPv6 underlay's: a 40-byte IPv6 header
+	// where IPv4's is 20.
+	VXLANOverheadV6 = 70
 )
+
+// vxlanFamily is what differs between the IPv4 and the IPv6 VXLAN
+// device: the family of the pods' addresses is the family of the
+// underlay (the nodes' addresses) too, as in Calico.
+type vxlanFamily struct {
+	v6       bool
+	device   string
+	overhead int
+}
+
+var (
+	vxlanV4 = vxlanFamily{device: VXLANDevice, overhead: VXLANOverhead}
+	vxlanV6 = vxlanFamily{v6: true, device: VXLANDeviceV6, overhead: VXLANOverheadV6}
+)
+
+// vxlanPlan is one family's VXLAN device as felix wants it.
+type vxlanPlan struct {
+	// on is true when a VXLAN pool of the family selects this node (and,
+	// for IPv6, the node has an IPv6 address to run the tunnel over).
+	on   bool
+	addr netip.Addr // the device's own address (the node's VTEP)
+	mac  string
+	// vteps are the remote nodes it reaches, by node address.
+	vteps map[netip.Addr]vtep
+}
 
 // vtep is a remote node's VXLAN tunnel endpoint: its device address and
 // MAC, reached through the node's own address.
@@ -28,23 +59,39 @@ type vtep struct {
 // VXLANMAC is the MAC of a node's VXLAN device (api.VXLANMAC).
 func VXLANMAC(node string) net.HardwareAddr { return api.VXLANMAC(node) }
 
+// VXLANMACV6 is the MAC of a node's IPv6 VXLAN device (api.VXLANMACV6).
+func VXLANMACV6(node string) net.HardwareAddr { return api.VXLANMACV6(node) }
+
+// nodeVTEP is a Node's VTEP address and MAC of one family, as recorded
+// by its tunnel addressing.
+func nodeVTEP(n *api.Node, fam vxlanFamily) (string, string) {
+	if fam.v6 {
+		return n.Spec.IPv6VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddrV6
+	}
+	return n.Spec.IPv4VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddr
+}
+
 // remoteVTEPs lists every other node that has a VXLAN address, MAC and
-// node address, by node address.
-func remoteVTEPs(local string, s *state) map[netip.Addr]vtep {
+// node address of the family, by node address.
+func remoteVTEPs(local string, s *state, fam vxlanFamily) map[netip.Addr]vtep {
 	out := map[netip.Addr]vtep{}
 	for name, n := range s.nodes {
 		if name == local {
 			continue
 		}
 		na, ok := s.nodeAddr(name)
+		if fam.v6 {
+			na, ok = s.nodeAddr6(name)
+		}
 		if !ok {
 			continue
 		}
-		addr, err := netip.ParseAddr(n.Spec.IPv4VXLANTunnelAddr)
-		if err != nil || !addr.Is4() {
+		a, m := nodeVTEP(n, fam)
+		addr, err := netip.ParseAddr(a)
+		if err != nil || addr.Is6() != fam.v6 || addr.Is4In6() {
 			continue
 		}
-		mac, err := net.ParseMAC(n.Spec.VXLANTunnelMACAddr)
+		mac, err := net.ParseMAC(m)
 		if err != nil || len(mac) != 6 {
 			continue
 		}
@@ -54,26 +101,23 @@ func remoteVTEPs(local string, s *state) map[netip.Addr]vtep {
 }
 
 // borrowedVXLANRoutes routes each address another node borrowed from a
-// block in a VXLAN pool to that node (a /32, more specific than the
-// block's route). This node's own borrowed addresses are pod routes.
+// block in a VXLAN pool to that node (a /32 or /128, more specific than
+// the block's route). This node's own borrowed addresses are pod routes.
 func borrowedVXLANRoutes(cfg *Config, s *state, pools []*pool, p *plan) []routetable.Route {
-	if !p.vxlan {
-		return nil
-	}
 	var out []routetable.Route
 	for block, addrs := range s.borrowed {
-		if !vxlanPool(pools, block) {
+		if !p.vxlanFor(block.Addr()).on || !vxlanPool(pools, block) {
 			continue
 		}
 		for a, node := range addrs {
-			if node == cfg.NodeName || !a.Is4() {
+			if node == cfg.NodeName || a.Is4() != block.Addr().Is4() {
 				continue
 			}
-			nh, ok := s.nodeAddr(node)
+			nh, ok := s.nodeAddrFor(node, a)
 			if !ok {
 				continue
 			}
-			if r, ok := routeVia(cfg, pools, p.nodeAddr, netip.PrefixFrom(a, 32), nh.Addr(), s.gateway, p.vteps); ok {
+			if r, ok := routeVia(cfg, pools, p.local(a), netip.PrefixFrom(a, a.BitLen()), nh.Addr(), s.gateway, p.vxlanFor(a).vteps); ok {
 				out = append(out, r)
 			}
 		}

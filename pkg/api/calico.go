@@ -67,8 +67,6 @@ var calicoFields = map[Kind][]calicoField{
 		}},
 	},
 	KindNode: {
-		{path: "spec.ipv6VXLANTunnelAddr", note: "routed routes IPv6 pools natively, without VXLAN"},
-		{path: "spec.vxlanTunnelMACAddrV6", note: "routed routes IPv6 pools natively, without VXLAN"},
 		{path: "spec.orchRefs", note: "routed names nodes by their Kubernetes node name"},
 		{path: "spec.addresses", note: "routed reads the node's address from spec.bgp.ipv4Address"},
 		{path: "spec.wireguard", note: "written by Calico's WireGuard support, which routed does not have"},

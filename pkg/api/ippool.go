@@ -116,9 +116,6 @@ func (p *IPPool) Validate() error {
 	if v6 && p.Spec.IPIPMode != EncapNever && validMode(p.Spec.IPIPMode) {
 		v.add("spec.ipipMode", p.Spec.IPIPMode, "IPIP carries IPv4 only: an IPv6 pool must use ipipMode Never")
 	}
-	if v6 && p.Spec.VXLANMode != EncapNever && validMode(p.Spec.VXLANMode) {
-		v.add("spec.vxlanMode", p.Spec.VXLANMode, "routed routes IPv6 pools natively: vxlanMode must be Never (IPv6 VXLAN is not supported)")
-	}
 	if !validMode(p.Spec.IPIPMode) {
 		v.add("spec.ipipMode", p.Spec.IPIPMode, "must be one of Never, Always, CrossSubnet")
 	}

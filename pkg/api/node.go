@@ -24,6 +24,14 @@ type NodeSpec struct {
 	// VXLANTunnelMACAddr is the MAC of the node's VXLAN device, which
 	// other nodes put in their ARP and FDB entries for it.
 	VXLANTunnelMACAddr string `json:"vxlanTunnelMACAddr,omitempty"`
+	// IPv6VXLANTunnelAddr is the address of the node's IPv6 VXLAN device
+	// (its IPv6 VTEP address), allocated from an IPv6 VXLAN pool; empty
+	// when none selects the node or the node has no IPv6 address (the
+	// IPv6 tunnel runs over it). Calico's field of the same name.
+	IPv6VXLANTunnelAddr string `json:"ipv6VXLANTunnelAddr,omitempty"`
+	// VXLANTunnelMACAddrV6 is the MAC of the node's IPv6 VXLAN device,
+	// which other nodes put in their neighbour and FDB entries for it.
+	VXLANTunnelMACAddrV6 string `json:"vxlanTunnelMACAddrV6,omitempty"`
 }
 
 // VXLANMAC is the MAC of a node's VXLAN device: derived from the node
@@ -31,6 +39,15 @@ type NodeSpec struct {
 // administered and unicast. The node records it in VXLANTunnelMACAddr.
 func VXLANMAC(node string) net.HardwareAddr {
 	sum := sha256.Sum256([]byte("routed-vxlan/" + node))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = (mac[0] | 0x02) &^ 0x01
+	return mac
+}
+
+// VXLANMACV6 is the MAC of a node's IPv6 VXLAN device, derived like
+// VXLANMAC but distinct from it: the two devices sit on one host.
+func VXLANMACV6(node string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("routed-vxlan-v6/" + node))
 	mac := net.HardwareAddr(sum[:6])
 	mac[0] = (mac[0] | 0x02) &^ 0x01
 	return mac
@@ -112,9 +129,17 @@ func (n *Node) Validate() error {
 			v.add("spec.ipv4VXLANTunnelAddr", t, "must be an IPv4 address")
 		}
 	}
-	if m := n.Spec.VXLANTunnelMACAddr; m != "" {
-		if hw, err := net.ParseMAC(m); err != nil || len(hw) != 6 {
-			v.add("spec.vxlanTunnelMACAddr", m, "must be a MAC address, e.g. 66:da:0e:45:1c:2b")
+	if t := n.Spec.IPv6VXLANTunnelAddr; t != "" {
+		if a, err := netip.ParseAddr(t); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
+			v.add("spec.ipv6VXLANTunnelAddr", t, "must be an IPv6 address")
+		}
+	}
+	for _, f := range [][2]string{{"spec.vxlanTunnelMACAddr", n.Spec.VXLANTunnelMACAddr}, {"spec.vxlanTunnelMACAddrV6", n.Spec.VXLANTunnelMACAddrV6}} {
+		if f[1] == "" {
+			continue
+		}
+		if hw, err := net.ParseMAC(f[1]); err != nil || len(hw) != 6 {
+			v.add(f[0], f[1], "must be a MAC address, e.g. 66:da:0e:45:1c:2b")
 		}
 	}
 	return v.result(KindNode, n.Metadata.Name)

@@ -84,6 +84,9 @@ func TestIPPoolValidate(t *testing.T) {
 		{name: "prefix too long", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.244.0.0/33" }, fields: []string{"spec.cidr"}},
 		{name: "prefix too short", mutate: func(p *api.IPPool) { p.Spec.CIDR = "10.0.0.0/7"; p.Spec.BlockSize = 20 }, fields: []string{"spec.cidr"}, detail: "/8"},
 		{name: "ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 122 }},
+		{name: "ipv6 pool with vxlan", mutate: func(p *api.IPPool) {
+			p.Spec.CIDR, p.Spec.BlockSize, p.Spec.VXLANMode = "fd00:10:244::/48", 122, api.EncapCrossSubnet
+		}},
 		{name: "ipv6 pool with ipv4 block size", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48" }, fields: []string{"spec.blockSize"}, detail: "between 116 and 128"},
 		{name: "ipv6 block size 115", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/48"; p.Spec.BlockSize = 115 }, fields: []string{"spec.blockSize"}, detail: "between 116 and 128"},
 		{name: "ipv6 block larger than pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "fd00:10:244::/124"; p.Spec.BlockSize = 122 }, fields: []string{"spec.blockSize"}, detail: "larger than the pool"},
@@ -95,11 +98,6 @@ func TestIPPoolValidate(t *testing.T) {
 			p.Spec.BlockSize = 122
 			p.Spec.IPIPMode = api.EncapAlways
 		}, fields: []string{"spec.ipipMode"}, detail: "IPv4 only"},
-		{name: "ipv6 pool with vxlan", mutate: func(p *api.IPPool) {
-			p.Spec.CIDR = "fd00:10:244::/48"
-			p.Spec.BlockSize = 122
-			p.Spec.VXLANMode = api.EncapCrossSubnet
-		}, fields: []string{"spec.vxlanMode"}, detail: "IPv6 VXLAN"},
 		{name: "ipv4-mapped ipv6 pool", mutate: func(p *api.IPPool) { p.Spec.CIDR = "::ffff:10.0.0.0/104" }, fields: []string{"spec.cidr"}},
 		{name: "block size 19", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 19 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
 		{name: "block size 33", mutate: func(p *api.IPPool) { p.Spec.BlockSize = 33 }, fields: []string{"spec.blockSize"}, detail: "between 20 and 32"},
@@ -335,6 +333,11 @@ func TestNodeValidate(t *testing.T) {
 		}},
 		{name: "vxlan tunnel address with prefix", mutate: func(n *api.Node) { n.Spec.IPv4VXLANTunnelAddr = "10.244.3.1/32" }, fields: []string{"spec.ipv4VXLANTunnelAddr"}},
 		{name: "bad vxlan mac", mutate: func(n *api.Node) { n.Spec.VXLANTunnelMACAddr = "66:da:0e" }, fields: []string{"spec.vxlanTunnelMACAddr"}},
+		{name: "ipv6 vxlan tunnel", mutate: func(n *api.Node) {
+			n.Spec.IPv6VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddrV6 = "fd00:10:244::1", "66:da:0e:45:1c:2c"
+		}},
+		{name: "ipv4 in ipv6VXLANTunnelAddr", mutate: func(n *api.Node) { n.Spec.IPv6VXLANTunnelAddr = "10.244.3.1" }, fields: []string{"spec.ipv6VXLANTunnelAddr"}},
+		{name: "bad ipv6 vxlan mac", mutate: func(n *api.Node) { n.Spec.VXLANTunnelMACAddrV6 = "66:da" }, fields: []string{"spec.vxlanTunnelMACAddrV6"}},
 		{name: "bad label key", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"bad key": "v"} }, fields: []string{"metadata.labels"}},
 		{name: "bad label value", mutate: func(n *api.Node) { n.Metadata.Labels = map[string]string{"k": "bad value"} }, fields: []string{"metadata.labels.k"}},
 		{name: "bad name", mutate: func(n *api.Node) { n.Metadata.Name = "Node_1" }, fields: []string{"metadata.name"}},

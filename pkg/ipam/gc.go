@@ -282,8 +282,8 @@ func (c *Client) repairBlockAffinities(ctx context.Context, s *snapshot, r *Repo
 	return errors.Join(errs...)
 }
 
-// tunnelAddrs are the tunnel addresses a Node record names: IPIP and
-// VXLAN, each only if set.
+// tunnelAddrs are the tunnel addresses a Node record names: IPIP, VXLAN
+// and IPv6 VXLAN, each only if set.
 func tunnelAddrs(n *api.Node) []netip.Addr {
 	var out []netip.Addr
 	if n.Spec.BGP != nil {
@@ -291,8 +291,10 @@ func tunnelAddrs(n *api.Node) []netip.Addr {
 			out = append(out, a)
 		}
 	}
-	if a, err := netip.ParseAddr(n.Spec.IPv4VXLANTunnelAddr); err == nil {
-		out = append(out, a)
+	for _, s := range []string{n.Spec.IPv4VXLANTunnelAddr, n.Spec.IPv6VXLANTunnelAddr} {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a)
+		}
 	}
 	return out
 }

@@ -85,11 +85,17 @@ func Calico(ctx context.Context, from, to *datastore.Client, dryRun bool) (*Repo
 				continue
 			}
 			rep.Warnings = append(rep.Warnings, warnings...)
-			if n, ok := r.(*api.Node); ok && n.Spec.VXLANTunnelMACAddr != "" {
-				// Calico's MAC is vxlan.calico's; routed's vxlan.routed has
-				// the MAC its node derives and records, so the Node is
-				// written as routed will keep it (a later run stays a no-op).
-				n.Spec.VXLANTunnelMACAddr = api.VXLANMAC(n.Metadata.Name).String()
+			if n, ok := r.(*api.Node); ok {
+				// Calico's MACs are vxlan.calico's and vxlan-v6.calico's;
+				// routed's devices have the MACs their node derives and
+				// records, so the Node is written as routed will keep it
+				// (a later run stays a no-op).
+				if n.Spec.VXLANTunnelMACAddr != "" {
+					n.Spec.VXLANTunnelMACAddr = api.VXLANMAC(n.Metadata.Name).String()
+				}
+				if n.Spec.VXLANTunnelMACAddrV6 != "" {
+					n.Spec.VXLANTunnelMACAddrV6 = api.VXLANMACV6(n.Metadata.Name).String()
+				}
 			}
 			carried = append(carried, r)
 		}
@@ -470,6 +476,9 @@ func withNodeTunnels(n, cur *api.Node) *api.Node {
 	c := *n
 	if c.Spec.IPv4VXLANTunnelAddr == "" && c.Spec.VXLANTunnelMACAddr == "" {
 		c.Spec.IPv4VXLANTunnelAddr, c.Spec.VXLANTunnelMACAddr = cur.Spec.IPv4VXLANTunnelAddr, cur.Spec.VXLANTunnelMACAddr
+	}
+	if c.Spec.IPv6VXLANTunnelAddr == "" && c.Spec.VXLANTunnelMACAddrV6 == "" {
+		c.Spec.IPv6VXLANTunnelAddr, c.Spec.VXLANTunnelMACAddrV6 = cur.Spec.IPv6VXLANTunnelAddr, cur.Spec.VXLANTunnelMACAddrV6
 	}
 	if c.Spec.BGP != nil && cur.Spec.BGP != nil && c.Spec.BGP.IPv4IPIPTunnelAddr == "" {
 		bgp := *c.Spec.BGP

@@ -20,15 +20,68 @@ func vxlanTopology(t *lab.Topology) {
 	t.VXLANMode, t.NoRouterBGP, t.NoNodeBGP = "CrossSubnet", true, true
 }
 
-// blockLine finds the kernel route line for the /26 holding ip.
+// blockLine finds the kernel route line for the lab's block (a /26, an
+// IPv6 /122) holding ip.
 func blockLine(routes, ip string) string {
-	block := netip.PrefixFrom(netip.MustParseAddr(ip), 26).Masked().String()
+	a := netip.MustParseAddr(ip)
+	bits := 26
+	if a.Is6() {
+		bits = 122
+	}
+	block := netip.PrefixFrom(a, bits).Masked().String()
 	for _, line := range strings.Split(routes, "\n") {
 		if strings.HasPrefix(line, block+" ") {
 			return line
 		}
 	}
 	return ""
+}
+
+// tunnelCounters pings every pair of pods on different nodes at the
+// address addr picks and checks dev's transmit counter on the sender:
+// it moves by at least the pings for a cross-subnet pair, not at all
+// for a same-subnet one.
+func tunnelCounters(t *testing.T, l *lab.Lab, dev string, addr func(lab.Pod) string) {
+	t.Helper()
+	ctx := context.Background()
+	subnet := map[string]string{}
+	for _, n := range l.Topo.Nodes {
+		subnet[n.Name] = n.Subnet
+	}
+	const count = 5
+	crossPairs, samePairs := 0, 0
+	pods := l.Pods()
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.Node == to.Node {
+				continue
+			}
+			before, err := l.TunnelTxPackets(ctx, from.Node, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := l.Ping(ctx, from, addr(to), count); err != nil || got != count {
+				t.Fatalf("%s -> %s (%s): %d/%d replies (%v)", from.Name, to.Name, addr(to), got, count, err)
+			}
+			after, err := l.TunnelTxPackets(ctx, from.Node, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cross := subnet[from.Node] != subnet[to.Node]
+			switch {
+			case cross && after-before < count:
+				t.Errorf("%s -> %s crosses subnets but %s on %s sent %d packets for %d pings", from.Name, to.Name, dev, from.Node, after-before, count)
+			case !cross && after != before:
+				t.Errorf("%s -> %s is on one subnet but %s on %s sent %d packets", from.Name, to.Name, dev, from.Node, after-before)
+			}
+			if cross {
+				crossPairs++
+			} else {
+				samePairs++
+			}
+		}
+	}
+	t.Logf("tunnel counters: %d cross-subnet pairs went through %s, %d same-subnet pairs did not", crossPairs, dev, samePairs)
 }
 
 // TestVXLANCrossSubnetWithoutBGP: with VXLAN CrossSubnet and BGP off,
@@ -85,39 +138,7 @@ func TestVXLANCrossSubnetWithoutBGP(t *testing.T) {
 
 	// Tunnel counters: a cross-subnet pair goes through vxlan.routed, a
 	// same-subnet pair never does.
-	const count = 5
-	crossPairs, samePairs := 0, 0
-	for _, from := range pods {
-		for _, to := range pods {
-			if from.Node == to.Node {
-				continue
-			}
-			before, err := l.TunnelTxPackets(ctx, from.Node, "vxlan.routed")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := l.Ping(ctx, from, to.IP, count); err != nil || got != count {
-				t.Fatalf("%s -> %s: %d/%d replies (%v)", from.Name, to.Name, got, count, err)
-			}
-			after, err := l.TunnelTxPackets(ctx, from.Node, "vxlan.routed")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cross := subnet[from.Node] != subnet[to.Node]
-			switch {
-			case cross && after-before < count:
-				t.Errorf("%s -> %s crosses subnets but vxlan.routed on %s sent %d packets for %d pings", from.Name, to.Name, from.Node, after-before, count)
-			case !cross && after != before:
-				t.Errorf("%s -> %s is on one subnet but vxlan.routed on %s sent %d packets", from.Name, to.Name, from.Node, after-before)
-			}
-			if cross {
-				crossPairs++
-			} else {
-				samePairs++
-			}
-		}
-	}
-	t.Logf("tunnel counters: %d cross-subnet pairs went through vxlan.routed, %d same-subnet pairs did not", crossPairs, samePairs)
+	tunnelCounters(t, l, felix.VXLANDevice, func(p lab.Pod) string { return p.IP })
 
 	// Switch the pool to Never on the running cluster: vxlan.routed's
 	// routes give way to plain ones (cross-subnet now via the router,

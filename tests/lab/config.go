@@ -119,12 +119,16 @@ metadata: {name: lab-pool}
 spec: {cidr: %s, blockSize: 26, ipipMode: %s, vxlanMode: %s, natOutgoing: false}
 `, t.PoolCIDR, t.IPIPMode, vxlan)
 	if t.DualStack {
+		vxlan6 := t.Pool6VXLANMode
+		if vxlan6 == "" {
+			vxlan6 = "Never"
+		}
 		pool += fmt.Sprintf(`---
 apiVersion: routed.io/v1
 kind: IPPool
 metadata: {name: lab-pool-v6}
-spec: {cidr: "%s", blockSize: 122, natOutgoing: false}
-`, t.Pool6CIDR)
+spec: {cidr: "%s", blockSize: 122, vxlanMode: %s, natOutgoing: false}
+`, t.Pool6CIDR, vxlan6)
 	}
 	return pool
 }

@@ -57,6 +57,9 @@ type Topology struct {
 	DualStack          bool
 	SubnetA6, SubnetB6 netip.Prefix
 	Pool6CIDR          string
+	// Pool6VXLANMode is the IPv6 pool's vxlanMode (empty: Never): its
+	// pods' traffic to nodes it encapsulates goes over vxlan-v6.routed.
+	Pool6VXLANMode string
 	// Configure, when set, replaces writing ConfigYAML: it runs once etcd
 	// is up, before BIRD and the nodes start (a test that brings its own
 	// datastore state, e.g. a Calico cluster to migrate).
