@@ -92,13 +92,25 @@ func (f *Felix) pollCounters(ctx context.Context, netnsFd int) {
 	}
 	tick := time.NewTicker(f.cfg.PolicyCounterPoll)
 	defer tick.Stop()
+	f.log.WithField("interval", f.cfg.PolicyCounterPoll).Info("policy counter watch started")
+	// The first read is the baseline: what counters hold then matched
+	// before felix watched; rules that appear later are new.
+	lastErr := ""
+	if _, err := read(); err != nil {
+		lastErr = err.Error()
+		f.log.WithError(err).Warn("reading policy counters failed; rules' last hits are not updated")
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if _, err := read(); err != nil {
-				f.log.WithError(err).Debug("reading policy counters")
+			// Said once per distinct error: last hits stall while it lasts.
+			if _, err := read(); err != nil && err.Error() != lastErr {
+				lastErr = err.Error()
+				f.log.WithError(err).Warn("reading policy counters failed; rules' last hits are not updated")
+			} else if err == nil {
+				lastErr = ""
 			}
 		case req := <-f.counterReqs:
 			cs, err := read()

@@ -79,17 +79,7 @@ func (c *Calc) updateLocal(e *endpoint) {
 		oldProfiles = l.ep.Profiles
 	}
 	l.ep = e
-	l.in, l.out = l.in[:0], l.out[:0]
-	for _, p := range c.ordered {
-		if (p.hasIn || p.hasOut) && p.sel.endpoint(e) {
-			if p.hasIn {
-				l.in = append(l.in, p)
-			}
-			if p.hasOut {
-				l.out = append(l.out, p)
-			}
-		}
-	}
+	l.in, l.out = c.policiesFor(e)
 	newPols := union(l.in, l.out)
 	for _, p := range newPols {
 		if !p.selected[e.Key] {

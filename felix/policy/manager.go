@@ -160,5 +160,9 @@ func (m *Manager) Counters() (map[string]nftdp.Counter, error) { return m.dp.Cou
 // endpoints this Manager programmed; safe for concurrent use.
 func (m *Manager) Index() *RuleIndex { return m.calc.Index() }
 
+// Explain evaluates a flow against the model as programmed (see
+// Calc.Explain).
+func (m *Manager) Explain(f Flow) Explanation { return m.calc.Explain(f) }
+
 // Writes is how many transactions the Manager has sent to the kernel.
 func (m *Manager) Writes() int { return m.dp.Writes() }

@@ -14,6 +14,11 @@ import (
 func New(out, errOut io.Writer) *cobra.Command {
 	root, connect := NewRoot(out, errOut)
 	root.AddCommand(ipamcli.NewCommand(connect, out))
-	root.AddCommand(statuscli.NewCommands(out)...)
+	for _, c := range statuscli.NewCommands(out) {
+		if c.Name() == "policy" {
+			c.AddCommand(newExplainCmd(connect, out))
+		}
+		root.AddCommand(c)
+	}
 	return root
 }

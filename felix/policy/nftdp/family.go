@@ -151,3 +151,22 @@ func (f *family) intervalsToPrefixes(els []nftables.SetElement) []netip.Prefix {
 	}
 	return out
 }
+
+// InFamily reports whether the rule is rendered in the table of IP
+// version v (4 or 6): its IPVersion, ICMP against ICMPv6, and nets of
+// only the other family leave it out.
+func (r *Rule) InFamily(v uint8) bool { return famOf(v).applies(r) }
+
+// ProtocolIn is the protocol the rule matches in the table of IP
+// version v: ICMP's of that family when only ICMP fields are given.
+func (r *Rule) ProtocolIn(v uint8) uint8 { return r.protocol(famOf(v)) }
+
+// NetsIn keeps the nets of IP version v, as the rule is rendered there.
+func NetsIn(v uint8, nets []netip.Prefix) []netip.Prefix { return famOf(v).prefixes(nets) }
+
+func famOf(v uint8) *family {
+	if v == 6 {
+		return ipv6
+	}
+	return ipv4
+}

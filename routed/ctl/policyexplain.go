@@ -1,0 +1,328 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/routed/status"
+)
+
+// explainKinds are the resources the policy model is built from.
+var explainKinds = []api.Kind{api.KindTier, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindProfile,
+	api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindWorkloadEndpoint}
+
+// newExplainCmd is "policy explain", added to statuscli's policy command:
+// it reads the datastore and, when it can, the local routed's counters.
+func newExplainCmd(connect func() (*datastore.Client, error), out io.Writer) *cobra.Command {
+	var output string
+	var srcPort int
+	cmd := &cobra.Command{
+		Use:   "explain SRC DST [PROTO[/PORT]]",
+		Short: "Which tier, policy and rule decide a flow, in each direction",
+		Long: `Evaluates a new connection from SRC to DST against the policy in the
+datastore, as felix programs it, and names the rule that decides it at the
+source's egress and at the destination's ingress (both must allow it), with
+the Pass and Log rules met on the way.
+
+SRC and DST are pods (NAMESPACE/POD), WorkloadEndpoint names, or IP
+addresses (an address that is no workload is not policed on its side).
+PROTO is tcp, udp, sctp, icmp or icmpv6 (default icmp, an echo request);
+PORT is the destination port, or for ICMP the type (icmp/8).
+
+When routed's status socket answers (--status-socket), the decision of each
+direction whose endpoint is on that node is checked against the kernel: the
+named rule's counter there should have counted packets once the flow was
+tried. Traffic from a node to its own pods is never policed and is not what
+this answers.`,
+		Args: cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" {
+				return usageError("-o must be json or empty, not %q", output)
+			}
+			proto := "icmp"
+			if len(args) == 3 {
+				proto = args[2]
+			}
+			sock, _ := cmd.Flags().GetString("status-socket")
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return explain(cmd.Context(), out, c, status.NewClient(status.SocketPath(sock)), args[0], args[1], proto, srcPort, output == "json")
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json: the explanation as JSON")
+	cmd.Flags().IntVar(&srcPort, "source-port", 0, "the source port (default: none, as an ephemeral port no rule names)")
+	return cmd
+}
+
+// ExplainResult is what "policy explain -o json" prints.
+type ExplainResult struct {
+	Src     string          `json:"src"`
+	Dst     string          `json:"dst"`
+	Flow    string          `json:"flow"`
+	Allowed bool            `json:"allowed"`
+	Egress  policy.Decision `json:"egress"`
+	Ingress policy.Decision `json:"ingress"`
+	Kernel  []KernelCheck   `json:"kernel,omitempty"`
+	// Counters says why the kernel was not checked.
+	Counters string `json:"counters,omitempty"`
+}
+
+// KernelCheck is one direction's rule counter on the node that serves
+// the status socket.
+type KernelCheck struct {
+	Direction string     `json:"direction"`
+	Node      string     `json:"node"`
+	Rule      string     `json:"rule"`
+	Packets   uint64     `json:"packets"`
+	LastHit   *time.Time `json:"lastHit,omitempty"`
+	// Agrees: the counter has counted packets.
+	Agrees bool `json:"agrees"`
+}
+
+func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *status.Client, src, dst, proto string, srcPort int, asJSON bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	m := policy.NewModel()
+	var weps []*api.WorkloadEndpoint
+	for _, k := range explainKinds {
+		rs, _, err := ds.List(ctx, k)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if w, ok := r.(*api.WorkloadEndpoint); ok {
+				weps = append(weps, w)
+			}
+			if err := m.SetResource(r); err != nil {
+				fmt.Fprintf(out, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
+			}
+		}
+	}
+	sa, sv4, sv6, err := resolveRef(weps, src)
+	if err != nil {
+		return err
+	}
+	da, dv4, dv6, err := resolveRef(weps, dst)
+	if err != nil {
+		return err
+	}
+	// Pick one family both ends have.
+	switch {
+	case sa.IsValid() && da.IsValid():
+	case sa.IsValid():
+		da = pickFamily(sa.Is4(), dv4, dv6)
+	case da.IsValid():
+		sa = pickFamily(da.Is4(), sv4, sv6)
+	case sv4.IsValid() && dv4.IsValid():
+		sa, da = sv4, dv4
+	default:
+		sa, da = sv6, dv6
+	}
+	if !sa.IsValid() || !da.IsValid() || sa.Is4() != da.Is4() {
+		return fmt.Errorf("%s and %s have no addresses of one family", src, dst)
+	}
+	f, err := parseFlow(proto, sa.Is6())
+	if err != nil {
+		return err
+	}
+	f.Src, f.Dst, f.SrcPort = sa, da, uint16(srcPort)
+	x := m.Explain(f)
+	res := ExplainResult{Src: src, Dst: dst, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress}
+	res.Kernel, res.Counters = kernelChecks(ctx, st, x)
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printExplain(out, res)
+	return nil
+}
+
+// resolveRef reads an explain argument: an address, a WorkloadEndpoint
+// name, or NAMESPACE/POD. For a workload it returns its first IPv4 and
+// IPv6 address; for an address, that address.
+func resolveRef(weps []*api.WorkloadEndpoint, ref string) (addr, v4, v6 netip.Addr, err error) {
+	if a, err := netip.ParseAddr(ref); err == nil {
+		return a.Unmap(), netip.Addr{}, netip.Addr{}, nil
+	}
+	ns, pod, isPod := strings.Cut(ref, "/")
+	for _, w := range weps {
+		if w.Metadata.Name != ref && (!isPod || w.Spec.Namespace != ns || w.Spec.Pod != pod) {
+			continue
+		}
+		for _, n := range w.Spec.IPNetworks {
+			p, err := netip.ParsePrefix(n)
+			if err != nil {
+				continue
+			}
+			if a := p.Addr(); a.Is4() && !v4.IsValid() {
+				v4 = a
+			} else if a.Is6() && !v6.IsValid() {
+				v6 = a
+			}
+		}
+		return netip.Addr{}, v4, v6, nil
+	}
+	return addr, v4, v6, fmt.Errorf("%q is no address, WorkloadEndpoint name or NAMESPACE/POD of a WorkloadEndpoint", ref)
+}
+
+func pickFamily(four bool, v4, v6 netip.Addr) netip.Addr {
+	if four {
+		return v4
+	}
+	return v6
+}
+
+// parseFlow reads PROTO[/PORT].
+func parseFlow(s string, v6 bool) (policy.Flow, error) {
+	f := policy.Flow{ICMPType: -1, ICMPCode: -1}
+	name, port, hasPort := strings.Cut(strings.ToLower(s), "/")
+	n := 0
+	if hasPort {
+		var err error
+		if n, err = strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return f, usageError("%q: the port (or ICMP type) must be a number 0-65535", s)
+		}
+	}
+	switch name {
+	case "tcp":
+		f.Proto = 6
+	case "udp":
+		f.Proto = 17
+	case "sctp":
+		f.Proto = 132
+	case "icmp", "icmpv6":
+		f.Proto, f.ICMPType, f.ICMPCode = 1, 8, 0
+		if v6 {
+			f.Proto, f.ICMPType = 58, 128
+		}
+		if hasPort {
+			f.ICMPType = n
+		}
+		return f, nil
+	default:
+		return f, usageError("%q: PROTO must be tcp, udp, sctp, icmp or icmpv6", s)
+	}
+	f.DstPort = uint16(n)
+	return f, nil
+}
+
+func flowString(f policy.Flow) string {
+	p := map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}[f.Proto]
+	if f.ICMPType >= 0 {
+		return fmt.Sprintf("%s -> %s %s type %d code %d", f.Src, f.Dst, p, f.ICMPType, f.ICMPCode)
+	}
+	src := f.Src.String()
+	if f.SrcPort != 0 {
+		src = netip.AddrPortFrom(f.Src, f.SrcPort).String()
+	}
+	return fmt.Sprintf("%s -> %s %s", src, netip.AddrPortFrom(f.Dst, f.DstPort), p)
+}
+
+// kernelChecks compares each policed direction whose endpoint is on
+// the status socket's node with that node's rule counters.
+func kernelChecks(ctx context.Context, st *status.Client, x policy.Explanation) ([]KernelCheck, string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := st.Process(ctx)
+	if err != nil {
+		if errors.Is(err, status.ErrNotRunning) {
+			return nil, "not checked: no routed answers on the status socket here"
+		}
+		return nil, "not checked: " + err.Error()
+	}
+	var checks []KernelCheck
+	var cs []status.PolicyCounter
+	for _, d := range []policy.Decision{x.Egress, x.Ingress} {
+		if !d.Policed || d.Node != p.NodeName {
+			continue
+		}
+		if cs == nil {
+			if cs, err = st.PolicyCounters(ctx); err != nil {
+				return nil, "not checked: " + err.Error()
+			}
+		}
+		kc := KernelCheck{Direction: d.Direction, Node: p.NodeName, Rule: d.Rule.ID}
+		for _, c := range cs {
+			if c.Rule == d.Rule.ID {
+				kc.Packets, kc.LastHit, kc.Agrees = c.Packets, c.LastHit, c.Packets > 0
+			}
+		}
+		checks = append(checks, kc)
+	}
+	if len(checks) == 0 {
+		return nil, fmt.Sprintf("not checked: neither endpoint is on %s, the node whose status socket answered", p.NodeName)
+	}
+	return checks, ""
+}
+
+func printExplain(out io.Writer, r ExplainResult) {
+	fmt.Fprintf(out, "flow: %s\n", r.Flow)
+	for _, d := range []policy.Decision{r.Egress, r.Ingress} {
+		if !d.Policed {
+			fmt.Fprintf(out, "%s: not policed (no workload has that address)\n", d.Direction)
+			continue
+		}
+		verdict := "denied"
+		if d.Allowed {
+			verdict = "allowed"
+		}
+		fmt.Fprintf(out, "%s of %s on %s: %s by %s\n", d.Direction, d.Endpoint, d.Node, verdict, describeRule(d.Rule))
+		for _, p := range d.Passed {
+			fmt.Fprintf(out, "  passed on by %s\n", describeRule(p))
+		}
+		for _, l := range d.Logged {
+			fmt.Fprintf(out, "  logged by %s\n", describeRule(l))
+		}
+	}
+	if r.Allowed {
+		fmt.Fprintln(out, "verdict: allowed")
+	} else {
+		fmt.Fprintln(out, "verdict: denied")
+	}
+	if r.Counters != "" {
+		fmt.Fprintf(out, "kernel counters: %s\n", r.Counters)
+	}
+	for _, k := range r.Kernel {
+		hit := ""
+		if k.LastHit != nil {
+			hit = fmt.Sprintf(", last hit %s ago", time.Since(*k.LastHit).Round(time.Second))
+		}
+		if k.Agrees {
+			fmt.Fprintf(out, "kernel on %s: %s %s has counted %d packets%s: agrees\n", k.Node, k.Direction, k.Rule, k.Packets, hit)
+		} else {
+			fmt.Fprintf(out, "kernel on %s: %s %s has counted nothing: the flow was not tried since it was programmed, or the node's model differs\n", k.Node, k.Direction, k.Rule)
+		}
+	}
+}
+
+// describeRule names a rule for people.
+func describeRule(r policy.RuleInfo) string {
+	switch r.Kind {
+	case policy.KindPolicyRule:
+		return fmt.Sprintf("tier %s, policy %s, %s rule %d (%s) [%s]", r.Tier, r.Policy, r.Direction, r.Index, r.Action, r.ID)
+	case policy.KindProfileRule:
+		return fmt.Sprintf("profile %s, %s rule %d (%s) [%s]", r.Profile, r.Direction, r.Index, r.Action, r.ID)
+	case policy.KindTierEnd:
+		return fmt.Sprintf("the end of tier %s: no policy of it allowed or passed the flow [%s]", r.Tier, r.ID)
+	case policy.KindNoProfile:
+		return fmt.Sprintf("the end of the profiles: no policy or profile allowed the flow [%s]", r.ID)
+	}
+	return r.Kind
+}
