@@ -91,10 +91,11 @@ type DefaultPool struct {
 	NATOutgoing bool
 	Disabled    bool // ROUTED_NO_DEFAULT_IPPOOLS
 	// CIDR6, when set, is the IPv6 pool created when no IPv6 pool
-	// exists (Calico's CALICO_IPV6POOL_CIDR), with BlockSize6 and
-	// NATOutgoing6.
+	// exists (Calico's CALICO_IPV6POOL_CIDR), with BlockSize6,
+	// VXLANMode6 and NATOutgoing6.
 	CIDR6        string
 	BlockSize6   int
+	VXLANMode6   string
 	NATOutgoing6 bool
 }
 
@@ -118,7 +119,7 @@ func EnsureDefaultPool(ctx context.Context, ds *datastore.Client, p DefaultPool)
 	if p.CIDR6 == "" || slices.ContainsFunc(pools, func(r api.Resource) bool { ip, ok := r.(*api.IPPool); return ok && ip.IsIPv6() }) {
 		return nil
 	}
-	spec := api.IPPoolSpec{CIDR: p.CIDR6, BlockSize: p.BlockSize6, NATOutgoing: p.NATOutgoing6}
+	spec := api.IPPoolSpec{CIDR: p.CIDR6, BlockSize: p.BlockSize6, VXLANMode: p.VXLANMode6, NATOutgoing: p.NATOutgoing6}
 	return createDefaultPool(ctx, ds, "default-ipv6-ippool", spec, "ROUTED_IPV6POOL_*")
 }
 

@@ -83,6 +83,14 @@ func TestDefaultPoolVXLAN(t *testing.T) {
 	if err != nil || len(pools) != 1 || pools[0].(*api.IPPool).Spec.VXLANMode != "CrossSubnet" {
 		t.Fatalf("pools: %v %v, want one with vxlanMode CrossSubnet", err, pools)
 	}
+	// The IPv6 default pool takes a vxlanMode too (CALICO_IPV6POOL_VXLAN).
+	if err := EnsureDefaultPool(ctx, ds, DefaultPool{CIDR6: "fd00:19::/48", BlockSize6: 122, VXLANMode6: "Always"}); err != nil {
+		t.Fatal(err)
+	}
+	pools, _, err = ds.List(ctx, api.KindIPPool)
+	if err != nil || len(pools) != 2 || !pools[1].(*api.IPPool).IsIPv6() || pools[1].(*api.IPPool).Spec.VXLANMode != "Always" {
+		t.Fatalf("pools: %v %v, want an IPv6 one with vxlanMode Always", err, pools)
+	}
 	// Both encapsulations: an error naming the field, no pool.
 	err = EnsureDefaultPool(ctx, dstest.Client(t), DefaultPool{CIDR: "10.8.0.0/16", BlockSize: 26, IPIPMode: "Always", VXLANMode: "Always"})
 	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "spec.vxlanMode") {
