@@ -53,10 +53,15 @@ func newLab(t *testing.T) *lab { return newLabWithLog(t, false) }
 // newLabWithLog is newLab with Log rules on nflog group 7 and, with
 // drops, the drops logged too.
 func newLabWithLog(t *testing.T, drops bool) *lab {
+	return newLabWithLogConfig(t, policy.LogConfig{Group: 7, Drops: drops})
+}
+
+// newLabWithLogConfig is newLab with that log configuration.
+func newLabWithLogConfig(t *testing.T, lc policy.LogConfig) *lab {
 	t.Helper()
 	l := &lab{t: t, node: polab.NewNode(t), pods: map[string]*polab.Pod{}, eps: map[string]policy.Endpoint{}}
 	var err error
-	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: policy.LogConfig{Group: 7, Drops: drops}})
+	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: lc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowlog"
 )
 
@@ -96,4 +97,50 @@ func TestLogToNFLOG(t *testing.T) {
 		r.Endpoint != l.eps["b"].Key || r.Prefix != "" {
 		t.Errorf("drop record: %+v", r)
 	}
+}
+
+// TestLogRateLimited: each logging rule is limited in the kernel: with
+// a rate of 1 a second (burst 1), a quick series of new flows the rule
+// matches logs only the first few, while every flow still passes; a
+// second later a new flow is logged again.
+func TestLogRateLimited(t *testing.T) {
+	l := newLabWithLogConfig(t, policy.LogConfig{Group: 7, Rate: 1})
+	logs := l.logRecords(t)
+	l.load(gnpOnB("limited", `[{action: Log, protocol: UDP}, {action: Allow}]`))
+	l.apply()
+	const flows = 12
+	start := time.Now()
+	for i := range flows {
+		p := pass("a", "b", "udp", 5353)
+		p.srcPort = 42000 + i // a new flow each time
+		l.expect("logged flow", p)
+	}
+	elapsed := time.Since(start)
+	mine := func(r flowlog.Record) bool { return r.Policy == "gnp:limited" }
+	waitRecord(t, logs, "the first limited flow", mine)
+	got := 1
+	// The kernel flushes nflog every 100 ms: whatever else was logged
+	// arrives within a quiet half second.
+	for quiet := time.After(500 * time.Millisecond); quiet != nil; {
+		select {
+		case r := <-logs:
+			if mine(r) {
+				got++
+			}
+		case <-quiet:
+			quiet = nil
+		}
+	}
+	// burst 1, then 1 a second
+	limit := 1 + int(elapsed.Seconds()+1)
+	if got == 0 || got > limit {
+		t.Errorf("%d flows in %v logged %d records, want 1-%d (rate 1/s, burst 1)", flows, elapsed.Round(time.Millisecond), got, limit)
+	}
+	t.Logf("%d flows in %v: %d logged", flows, elapsed.Round(time.Millisecond), got)
+	// A second later the limit has room again.
+	time.Sleep(1200 * time.Millisecond)
+	p := pass("a", "b", "udp", 5353)
+	p.srcPort = 43000
+	l.expect("a flow after the limit refilled", p)
+	waitRecord(t, logs, "a flow after a second", func(r flowlog.Record) bool { return r.Policy == "gnp:limited" && r.SrcPort == 43000 })
 }
