@@ -363,7 +363,7 @@ func calicoBlocks(ctx context.Context, from *datastore.Client, pools []netip.Pre
 			ia := ipam.ImportAllocation{Ordinal: o, Handle: deref(attr.HandleID), Namespace: s["namespace"], Pod: s["pod"], Node: s["node"], Type: ipam.TypePod}
 			switch s["type"] {
 			case "":
-			case "ipipTunnelAddress", "vxlanTunnelAddress":
+			case "ipipTunnelAddress", "vxlanTunnelAddress", "vxlanV6TunnelAddress":
 				ia.Type = ipam.TypeTunnel
 			default:
 				skipped = append(skipped, fmt.Sprintf("block %s: address %s (%s, handle %q): routed has no such allocation type; it will be free in routed", p, addrAt(p, o), s["type"], ia.Handle))
