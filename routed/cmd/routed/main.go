@@ -9,8 +9,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/routed-net/routed/internal/memtrim"
 	"github.com/routed-net/routed/routed/daemon"
 )
 
@@ -33,6 +35,11 @@ ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The daemon runs a small part of its executable: keep only
+			// that part resident (internal/memtrim).
+			if _, err := memtrim.Trim(); err != nil {
+				logrus.WithError(err).Warn("could not trim the executable's resident pages; running anyway")
+			}
 			return daemon.Run(cmd.Context(), cfg)
 		},
 	}

@@ -1,0 +1,72 @@
+// Package memtrim keeps a long-running process's resident set to the
+// pages of its executable it actually uses.
+//
+// A Go binary's code and read-only data (routed: about 35 MB) are mapped
+// from the file. On a page fault the kernel maps not only the page asked
+// for but the cached pages around it (fault-around, 64 KiB), so after
+// start-up nearly the whole executable is resident in every routed
+// process (33 of 35 MiB measured), although the daemon runs a small part
+// of it. Trim marks those mappings MADV_RANDOM, which turns fault-around
+// off for them, and drops their page-table entries with MADV_DONTNEED;
+// pages are read back from the file (usually the page cache) one by one
+// as they are used. Only read-only file mappings of the executable are
+// touched: dropping them loses nothing, as their content is the file's.
+package memtrim
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Trim applies the advice to the executable's read-only mappings and
+// returns how many bytes of mappings it advised.
+func Trim() (int, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("memtrim: %w", err)
+	}
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("memtrim: %w", err)
+	}
+	defer f.Close()
+	total := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		start, end, ok := readOnlyMappingOf(sc.Text(), exe)
+		if !ok {
+			continue
+		}
+		for _, advice := range []int{unix.MADV_RANDOM, unix.MADV_DONTNEED} {
+			if _, _, e := unix.Syscall(unix.SYS_MADVISE, start, end-start, uintptr(advice)); e != 0 {
+				return total, fmt.Errorf("memtrim: madvise %x-%x: %w", start, end, e)
+			}
+		}
+		total += int(end - start)
+	}
+	return total, sc.Err()
+}
+
+// readOnlyMappingOf parses one line of /proc/self/maps and reports the
+// range of a mapping of file path without write permission.
+func readOnlyMappingOf(line, path string) (start, end uintptr, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) < 6 || strings.Join(fields[5:], " ") != path || strings.Contains(fields[1], "w") {
+		return 0, 0, false
+	}
+	lo, hi, found := strings.Cut(fields[0], "-")
+	if !found {
+		return 0, 0, false
+	}
+	s, err1 := strconv.ParseUint(lo, 16, 64)
+	e, err2 := strconv.ParseUint(hi, 16, 64)
+	if err1 != nil || err2 != nil || e <= s {
+		return 0, 0, false
+	}
+	return uintptr(s), uintptr(e), true
+}
