@@ -347,9 +347,14 @@ func (m *IPAM) ReleaseWith(ctx context.Context, network, containerID string, ext
 	handle := ipam.PodHandle(network, containerID)
 	var released []netip.Addr
 	err := m.locked(ctx, func(ctx context.Context) error {
-		var err error
-		released, err = m.ipam.ReleaseByHandleWith(ctx, handle, extra)
-		return err
+		// A release is keyed by its handle and a gone handle is success,
+		// so one etcd did not answer (a stalled member, an election) is
+		// repeated, as ADD's assignment is, rather than failing the DEL.
+		return datastore.RetryUnavailable(ctx, func() error {
+			var err error
+			released, err = m.ipam.ReleaseByHandleWith(ctx, handle, extra)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("release handle %s: %w", handle, err)
