@@ -57,17 +57,26 @@ type testNode struct {
 }
 
 func (l *loopLab) speaker(i int, asn uint32) *testNode {
+	return l.speakerWith(i, asn, nil)
+}
+
+// speakerWith is speaker with a last say over the Config.
+func (l *loopLab) speakerWith(i int, asn uint32, edit func(*Config)) *testNode {
 	t := l.t
 	sink := bgptest.NewRecorder()
 	logger := logrus.New()
 	logger.SetLevel(testLogLevel)
 	a := l.addr(i)
-	sp, err := New(Config{
+	cfg := Config{
 		NodeName: fmt.Sprintf("node%d", i), ListenPort: int32(l.port),
 		ListenAddresses: []string{a.String()}, RouteSink: sink, RouteStatus: sink,
 		StateDir: t.TempDir(), ConnectRetry: 2 * time.Second,
 		Log: logger.WithField("node", i),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	sp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +289,14 @@ func TestKeepOriginalNextHop(t *testing.T) {
 func TestIdentityChangeRestartsBGP(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
-	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	// b's restart sends a a Hard Reset, and a drops b's routes at once.
+	// GoBGP closes the socket right after writing it, and when the
+	// socket still holds unread data the kernel resets the connection
+	// and the NOTIFICATION can be lost (CI saw it under load): a then
+	// keeps b's routes as stale for b's restart time, as graceful restart
+	// says it must. Five seconds keeps that case inside the waits below.
+	short := func(c *Config) { c.RestartTime = 5 * time.Second }
+	a, b := l.speakerWith(1, 64512, short), l.speakerWith(2, 64512, short)
 	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
 	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
 	blockA, blockB := netip.MustParsePrefix("10.65.1.0/26"), netip.MustParsePrefix("10.65.2.0/26")
