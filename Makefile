@@ -78,8 +78,13 @@ scale: build
 	@[ "$$(id -u)" = 0 ] || { echo "make scale needs root (network namespaces)"; exit 1; }
 	$(GO) run ./tests/scale -bin $(BIN) -nodes $(SCALE_NODES)
 
+# soak churns pods and checks for leaks and growth (tests/soak);
+# SOAK_ARGS passes its flags, e.g. the 3-member etcd run of
+# docs/benchmarks.md: SOAK_ARGS='-duration 30m -etcd-members 3 -leader-kill-every 5m'.
+SOAK_ARGS ?=
 soak: deps build
-	$(GO) run ./tests/soak -bin $(BIN)
+	@[ "$$(id -u)" = 0 ] || { echo "make soak needs root (network namespaces)"; exit 1; }
+	$(GO) run ./tests/soak -bin $(BIN) $(SOAK_ARGS)
 
 # image builds routed's image without a Docker engine (deploy/image):
 # $(BIN)/routed-image.tar, for `docker load -i` or

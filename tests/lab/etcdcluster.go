@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/routed-net/routed/internal/testpki"
@@ -235,7 +236,9 @@ func (l *Lab) withClusterClient(f func(c *clientv3.Client, endpoints []string) e
 	for i := 0; i < l.Topo.EtcdMembers; i++ {
 		eps = append(eps, l.Topo.EtcdMemberEndpoint(i))
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: 3 * time.Second,
+	// No client log: a dead member's dial errors are what the lab's
+	// faults are for, not news.
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialIn(h)(ctx, "tcp", addr)
 		})}})

@@ -1,6 +1,10 @@
 // Command soak churns pods on the lab for a while, then checks that
 // nothing leaked: IPAM addresses, workload endpoints, host veths and
-// routes, and routed's goroutines. Run with `make soak` (not in CI).
+// routes, and that every routed's RSS, goroutines and open files stayed
+// flat (the first span of the run against the last). With
+// -etcd-members 3 the lab runs a 3-member etcd cluster and
+// -leader-kill-every kills its leader (kill -9) on a period while pods
+// churn, then restarts it. Run with `make soak` (not in CI).
 package main
 
 import (
@@ -23,16 +27,31 @@ func main() {
 	bin := flag.String("bin", "bin", "directory with routed's binaries")
 	dir := flag.String("dir", "/tmp/routed-soak", "lab state")
 	dur := flag.Duration("duration", 5*time.Minute, "how long to churn pods")
-	maxPods := flag.Int("pods", 6, "pods alive at most per node")
+	var o options
+	flag.IntVar(&o.maxPods, "pods", 6, "pods alive at most per node")
+	flag.IntVar(&o.etcdMembers, "etcd-members", 1, "etcd members: 1 (one plain etcd in the router) or 3 (a cluster, mTLS)")
+	flag.DurationVar(&o.leaderKill, "leader-kill-every", 0, "with -etcd-members 3: kill -9 the etcd leader this often, restarting it 10 s later (0: never)")
+	flag.DurationVar(&o.sampleEvery, "sample-every", 30*time.Second, "how often to read every routed's RSS, goroutines and open files")
+	flag.DurationVar(&o.span, "flat-span", 5*time.Minute, "the first and last span of the run compared for growth")
+	flag.Float64Var(&o.tolerance, "flat-tolerance", 0.05, "growth allowed from the first span to the last (a fraction)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "make soak needs root (network namespaces)")
 		os.Exit(2)
 	}
-	os.Exit(run(*bin, *dir, *dur, *maxPods))
+	o.dur = *dur
+	os.Exit(run(*bin, *dir, o))
 }
 
-func run(bin, dir string, dur time.Duration, maxPods int) int {
+// options are the soak's load and its flatness check.
+type options struct {
+	dur, leaderKill, sampleEvery, span time.Duration
+	maxPods, etcdMembers               int
+	tolerance                          float64
+}
+
+func run(bin, dir string, o options) int {
+	dur, maxPods := o.dur, o.maxPods
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	abs, _ := filepath.Abs(bin)
@@ -42,7 +61,9 @@ func run(bin, dir string, dur time.Duration, maxPods int) int {
 		RoutedCNI: filepath.Join(abs, "routed-cni"), RoutedIPAM: filepath.Join(abs, "routed-ipam"),
 		Cnitool: filepath.Join(strings.TrimSpace(string(gopath)), "bin", "cnitool"),
 	}
-	l := lab.New(lab.DefaultTopology("rsoak", 7), bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
+	topo := lab.DefaultTopology("rsoak", 7)
+	topo.EtcdMembers = o.etcdMembers
+	l := lab.New(topo, bins, dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
 	defer l.Down(context.Background())
 	if err := l.Up(ctx); err != nil {
 		fmt.Printf("FAIL: lab up: %v\n", err)
@@ -50,6 +71,11 @@ func run(bin, dir string, dur time.Duration, maxPods int) int {
 	}
 	before := goroutines(ctx, l)
 	fmt.Printf("==> churning pods for %s (at most %d per node); goroutines before: %v\n", dur, maxPods, before)
+	ser := newSeries()
+	ser.take(ctx, l)
+	bg, stopBG := context.WithCancel(ctx)
+	kills := make(chan []string, 1)
+	go func() { kills <- sampleAndKill(bg, l, ser, o) }()
 	live := map[string][]lab.Pod{}
 	adds, dels, failures := 0, 0, 0
 	end := time.Now().Add(dur)
@@ -74,6 +100,8 @@ func run(bin, dir string, dur time.Duration, maxPods int) int {
 			dels++
 		}
 	}
+	stopBG()
+	killProblems := <-kills
 	fmt.Printf("==> %d adds, %d dels, %d failures; deleting the remaining pods\n", adds, dels, failures)
 	for _, ps := range live {
 		for _, p := range ps {
@@ -86,7 +114,15 @@ func run(bin, dir string, dur time.Duration, maxPods int) int {
 	if failures > 0 {
 		problems = append(problems, fmt.Sprintf("%d CNI operations failed", failures))
 	}
+	problems = append(problems, killProblems...)
 	problems = append(problems, leaks(ctx, l)...)
+	if out, err := l.Ctl(ctx, "ipam", "check", "--grace", "0s"); err != nil {
+		problems = append(problems, fmt.Sprintf("ipam check: %v\n%s", err, out))
+	}
+	table, growth := ser.flat(dur, o.span, o.tolerance)
+	fmt.Printf("==> every routed, mean of the first %v vs the last %v (a sample each %v; 1-minute load average %s)\n%s",
+		o.span, o.span, o.sampleEvery, ser.loadSummary(), table)
+	problems = append(problems, growth...)
 	time.Sleep(5 * time.Second) // let goroutines of finished work exit
 	after := goroutines(ctx, l)
 	for node, n := range after {
@@ -99,8 +135,61 @@ func run(bin, dir string, dur time.Duration, maxPods int) int {
 		fmt.Printf("FAIL:\n  %s\n", strings.Join(problems, "\n  "))
 		return 1
 	}
-	fmt.Println("PASS: no leaked addresses, endpoints, veths, routes or goroutines")
+	fmt.Println("PASS: no failures; no leaked addresses, endpoints, veths, routes or goroutines; RSS, goroutines and open files flat")
 	return 0
+}
+
+// sampleAndKill reads every routed on o.sampleEvery and, with
+// o.leaderKill set, kills the etcd leader on that period and restarts it
+// 10 s later, until ctx ends; it returns what went wrong with the kills.
+func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, o options) []string {
+	var problems []string
+	sample := time.NewTicker(o.sampleEvery)
+	defer sample.Stop()
+	var kill <-chan time.Time
+	if o.leaderKill > 0 && o.etcdMembers > 1 {
+		t := time.NewTicker(o.leaderKill)
+		defer t.Stop()
+		kill = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return problems
+		case <-sample.C:
+			ser.take(ctx, l)
+		case <-kill:
+			if err := killLeader(ctx, l); err != nil && ctx.Err() == nil {
+				problems = append(problems, err.Error())
+				fmt.Println("leader kill:", err)
+			}
+		}
+	}
+}
+
+// killLeader kills the etcd leader with SIGKILL, waits for a new one,
+// and restarts the killed member on its data 10 s later.
+func killLeader(ctx context.Context, l *lab.Lab) error {
+	leader, err := l.EtcdLeader(ctx)
+	if err != nil {
+		return fmt.Errorf("before the kill: %w", err)
+	}
+	at := time.Now()
+	l.KillEtcdMember(leader)
+	next, err := l.EtcdLeader(ctx)
+	if err != nil {
+		return fmt.Errorf("after killing m%d: %w", leader+1, err)
+	}
+	fmt.Printf("==> %s killed etcd leader m%d; new leader m%d after %v\n", time.Now().Format("15:04:05"),
+		leader+1, next+1, time.Since(at).Round(time.Millisecond))
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+	}
+	if err := l.RestartEtcdMember(leader); err != nil {
+		return fmt.Errorf("restart m%d: %w", leader+1, err)
+	}
+	return nil
 }
 
 // leaks lists what is left over once every pod is gone.

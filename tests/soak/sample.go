@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/routed-net/routed/tests/lab"
+)
+
+// sample is one reading of a node's routed, from its own metrics page:
+// the process collector's RSS and open files, the Go collector's
+// goroutines.
+type sample struct {
+	at                  time.Duration // since the churn began
+	rss, fds, goroutine float64
+}
+
+// series are every node's samples in order, and the machine's load
+// average at each round (the machine is shared; say how busy it was).
+type series struct {
+	start time.Time
+	nodes map[string][]sample
+	load  []float64 // 1-minute load average at each round
+}
+
+func newSeries() *series { return &series{start: time.Now(), nodes: map[string][]sample{}} }
+
+// take reads every node once; a node that does not answer is left out of
+// this round (and reported by the soak's end checks if it stays away).
+func (s *series) take(ctx context.Context, l *lab.Lab) {
+	at := time.Since(s.start)
+	for _, n := range l.Topo.Nodes {
+		m, err := l.NodeMetricFamilies(ctx, n.Name)
+		if err != nil {
+			fmt.Printf("sample %s at %v: %v\n", n.Name, at.Round(time.Second), err)
+			continue
+		}
+		rss, ok1 := m.Sum("process_resident_memory_bytes", nil)
+		fds, ok2 := m.Sum("process_open_fds", nil)
+		g, ok3 := m.Sum("go_goroutines", nil)
+		if !ok1 || !ok2 || !ok3 {
+			fmt.Printf("sample %s at %v: a process or Go metric is missing\n", n.Name, at.Round(time.Second))
+			continue
+		}
+		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g})
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+				s.load = append(s.load, v)
+			}
+		}
+	}
+}
+
+// window is the mean of a node's samples taken in [from, to).
+func window(ss []sample, from, to time.Duration) (rss, fds, g float64, n int) {
+	for _, x := range ss {
+		if x.at >= from && x.at < to {
+			rss, fds, g, n = rss+x.rss, fds+x.fds, g+x.goroutine, n+1
+		}
+	}
+	if n > 0 {
+		rss, fds, g = rss/float64(n), fds/float64(n), g/float64(n)
+	}
+	return rss, fds, g, n
+}
+
+// flat compares every node's first and last span of the run (means of
+// the samples in each) and returns a table and the problems: a figure
+// that grew by more than tolerance (a fraction) from the first span to
+// the last.
+func (s *series) flat(total, span time.Duration, tolerance float64) (string, []string) {
+	var b strings.Builder
+	var problems []string
+	fmt.Fprintf(&b, "%-10s %24s %22s %20s\n", "node", "RSS MiB first->last", "goroutines", "open files")
+	names := make([]string, 0, len(s.nodes))
+	for n := range s.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ss := s.nodes[name]
+		r1, f1, g1, n1 := window(ss, 0, span)
+		r2, f2, g2, n2 := window(ss, total-span, total+time.Hour)
+		if n1 == 0 || n2 == 0 {
+			problems = append(problems, fmt.Sprintf("%s: no samples in the first or last %v", name, span))
+			continue
+		}
+		fmt.Fprintf(&b, "%-10s %9.1f -> %5.1f (%+5.1f%%) %6.1f -> %5.1f (%+5.1f%%) %5.1f -> %5.1f (%+5.1f%%)\n", name,
+			r1/(1<<20), r2/(1<<20), pct(r1, r2), g1, g2, pct(g1, g2), f1, f2, pct(f1, f2))
+		for _, c := range []struct {
+			what     string
+			from, to float64
+		}{{"RSS", r1, r2}, {"goroutines", g1, g2}, {"open files", f1, f2}} {
+			if c.to > c.from*(1+tolerance) {
+				problems = append(problems, fmt.Sprintf("%s: %s grew %.1f%% from the first %v to the last (%.1f -> %.1f)",
+					name, c.what, pct(c.from, c.to), span, c.from, c.to))
+			}
+		}
+	}
+	return b.String(), problems
+}
+
+func pct(from, to float64) float64 {
+	if from == 0 {
+		return 0
+	}
+	return 100 * (to - from) / from
+}
+
+// loadSummary is the machine's 1-minute load average over the run.
+func (s *series) loadSummary() string {
+	if len(s.load) == 0 {
+		return "unknown"
+	}
+	l := append([]float64(nil), s.load...)
+	sort.Float64s(l)
+	return fmt.Sprintf("min %.1f, median %.1f, max %.1f", l[0], l[len(l)/2], l[len(l)-1])
+}
