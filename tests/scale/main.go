@@ -43,6 +43,7 @@ func main() {
 	idle := flag.Duration("idle", time.Minute, "idle measurement window")
 	bin := flag.String("bin", "bin", "directory with routed and routedctl")
 	dir := flag.String("dir", "", "work directory (default: a temporary one)")
+	edits := flag.Int("policy-edits", 200, "policy edits timed to every node's nftables (0: none)")
 	flag.Parse()
 	logrus.SetLevel(logrus.WarnLevel) // the IPAM client logs every block claim
 	if *bursts == 0 {
@@ -66,7 +67,7 @@ func main() {
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = run(ctx, s, *nodes, *bursts, *idle)
+	err = run(ctx, s, *nodes, *bursts, *idle, *edits)
 	s.Down(context.Background())
 	if err != nil {
 		fmt.Printf("logs in %s\n", *dir)
@@ -80,7 +81,7 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration) error {
+func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, edits int) error {
 	if err := s.Up(ctx); err != nil {
 		return err
 	}
@@ -224,6 +225,11 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration) e
 		rr, n, reconverge.Round(time.Millisecond), fib.Lost()-lost0)
 	if len(lat) < 200 {
 		fmt.Printf("note: %d samples; p99 needs at least 200 (raise -bursts)\n", len(lat))
+	}
+	if edits > 0 {
+		if err := policyEdits(ctx, s, edits); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("scale: %d nodes, claim->all FIBs p99 %.0f ms, idle etcd req/s/node %.4f, RSS p50 %.1f MiB\n",
 		n, pct(lat, 99), idleReq, pct(rss, 50))
