@@ -34,8 +34,9 @@ type chainHave struct {
 }
 
 type setHave struct {
-	kind  SetKind
-	elems map[Member]bool
+	kind     SetKind
+	interval bool // an interval set; else a hash set of single addresses
+	elems    map[Member]bool
 }
 
 func (h *hook) String() string {
@@ -107,25 +108,21 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
 		epNames = union(keysOf(d.endpoints), keysOf(ft.ifaces[FromWLIfaces]), keysOf(ft.ifaces[ToWLIfaces]))
 	}
 
-	// Sets first: rules added below may look them up.
-	var delSets []string
-	for _, name := range setNames {
-		want, have := d.sets[name], ft.sets[name]
-		if want == nil {
-			if have != nil {
-				delSets = append(delSets, name)
-			}
-			continue
-		}
-		if err := d.syncSet(t, ft, name, want, full); err != nil {
-			return err
-		}
+	// An address set whose kernel flavour (interval or plain hash, see
+	// syncSet) must change is made anew under its name, and every chain
+	// that looks it up is refilled: the kernel refuses to delete a set
+	// a rule uses, and all of it is one transaction, so no packet meets
+	// the table in between.
+	remade := ft.remadeSets(d, setNames)
+	if len(remade) > 0 {
+		chainNames = union(chainNames, d.chainsUsing(remade))
 	}
 
-	// New chains exist before any rule jumps to them; changed chains
-	// are flushed and refilled; gone chains are emptied now and deleted
-	// last, once nothing refers to them.
-	var fill, del []string
+	// Chains are flushed before any set changes (a remade set must lose
+	// its users first), new chains exist before any rule jumps to them,
+	// changed chains are refilled after the sets they use are in place,
+	// and gone chains are deleted last, once nothing refers to them.
+	var add, fill, del []string
 	for _, name := range chainNames {
 		want, have := d.chains[name], ft.chains[name]
 		switch {
@@ -140,24 +137,41 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
 			t.c.DelChain(c)
 			t.note("remake base chain %s (hook %s, want %s)", name, have.hook, want.hook)
 			delete(ft.chains, name)
-			have = nil
-			fallthrough
+			add = append(add, name)
 		case want != nil && have == nil:
-			c := &nftables.Chain{Table: ft.table, Name: name}
-			if want.hook != nil {
-				c.Type, c.Hooknum, c.Priority = nftables.ChainTypeFilter, want.hook.num, want.hook.prio
-			}
-			t.c.AddChain(c)
-			t.note("add chain %s", name)
-			ft.chains[name] = &chainHave{hook: want.hook.String()}
-			fill = append(fill, name)
-		case want != nil && !slices.Equal(have.keys, ft.keysFor(want)):
+			add = append(add, name)
+		case want != nil && (usesAny(want, remade) || !slices.Equal(have.keys, ft.keysFor(want))):
 			t.c.FlushChain(&nftables.Chain{Table: ft.table, Name: name})
 			t.note("refill chain %s", name)
 			fill = append(fill, name)
 		}
 	}
-	for _, name := range fill {
+
+	var delSets []string
+	for _, name := range setNames {
+		want, have := d.sets[name], ft.sets[name]
+		if want == nil {
+			if have != nil {
+				delSets = append(delSets, name)
+			}
+			continue
+		}
+		if err := d.syncSet(t, ft, name, want, full, remade[name]); err != nil {
+			return err
+		}
+	}
+
+	for _, name := range add {
+		want := d.chains[name]
+		c := &nftables.Chain{Table: ft.table, Name: name}
+		if want.hook != nil {
+			c.Type, c.Hooknum, c.Priority = nftables.ChainTypeFilter, want.hook.num, want.hook.prio
+		}
+		t.c.AddChain(c)
+		t.note("add chain %s", name)
+		ft.chains[name] = &chainHave{hook: want.hook.String()}
+	}
+	for _, name := range append(add, fill...) {
 		if err := d.fillChain(t, ft, name, d.chains[name]); err != nil {
 			return err
 		}
@@ -225,14 +239,20 @@ func (d *Dataplane) fillChain(t *txn, ft *famTable, name string, want *chainWant
 }
 
 // syncSet creates a set if needed and writes the elements that differ:
-// all of them when full or when the set holds nets (a net may cover
-// other members), else only the members marked dirty.
-func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, full bool) error {
+// all of them when full, when the set is new or remade, or when it holds
+// nets (a net may cover other members), else only the members marked
+// dirty. An address set holding only single addresses in this family is
+// a plain hash set, which the kernel looks up in constant time; one with
+// a net needs an interval set (a tree). remake deletes the kernel's set
+// and adds it anew with the wanted flavour; its users must have been
+// flushed earlier in the transaction.
+func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, full, remake bool) error {
 	f := ft.fam
+	interval := ft.interval(want)
 	s := &nftables.Set{Table: ft.table, Name: name}
 	switch want.kind {
 	case AddrSet:
-		s.KeyType, s.Interval = f.addrType, true
+		s.KeyType, s.Interval = f.addrType, interval
 	case NamedPortSet:
 		s.KeyType, s.Concatenation = f.namedPortType, true
 	}
@@ -240,18 +260,24 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 	if have != nil && have.kind != want.kind {
 		return fmt.Errorf("nftdp: %s set %s: kind changed from %d to %d; sets are named by what they hold", f.name, name, have.kind, want.kind)
 	}
+	if have != nil && remake {
+		t.c.DelSet(&nftables.Set{Table: ft.table, Name: name})
+		t.note("remake set %s (interval %v)", name, interval)
+		delete(ft.sets, name)
+		have = nil
+	}
 	if have == nil {
 		if err := t.c.AddSet(s, nil); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("add set %s", name)
-		have = &setHave{kind: want.kind, elems: map[Member]bool{}}
+		have = &setHave{kind: want.kind, interval: interval, elems: map[Member]bool{}}
 		ft.sets[name] = have
 		full = true
 	}
 	dirty, partial := d.dirtySets[name]
 	var add, del []Member
-	if full || !partial || dirty == nil || want.nets > 0 {
+	if full || !partial || dirty == nil || interval {
 		wantElems := ft.wantElems(want)
 		for m := range have.elems {
 			if !wantElems[m] {
@@ -277,13 +303,13 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 		}
 	}
 	if len(del) > 0 {
-		if err := t.elements(s, elemsOf(want.kind, del), true); err != nil {
+		if err := t.elements(s, elemsOf(want.kind, interval, del), true); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("set %s: delete %v", name, del)
 	}
 	if len(add) > 0 {
-		if err := t.elements(s, elemsOf(want.kind, add), false); err != nil {
+		if err := t.elements(s, elemsOf(want.kind, interval, add), false); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("set %s: add %v", name, add)
@@ -301,7 +327,7 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 // in an address set without those another member covers.
 func (ft *famTable) wantElems(want *setWant) map[Member]bool {
 	out := make(map[Member]bool, len(want.members))
-	if want.kind == AddrSet && want.nets > 0 {
+	if ft.interval(want) {
 		var ps []netip.Prefix
 		for m := range want.members {
 			if ft.fam.has(m.Prefix) {
@@ -321,16 +347,75 @@ func (ft *famTable) wantElems(want *setWant) map[Member]bool {
 	return out
 }
 
-func elemsOf(kind SetKind, ms []Member) []nftables.SetElement {
+// elemsOf is members as the kernel's elements: an interval set's
+// prefixes as start and end, a hash set's addresses as themselves.
+func elemsOf(kind SetKind, interval bool, ms []Member) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, m := range ms {
-		if kind == NamedPortSet {
+		switch {
+		case kind == NamedPortSet:
 			out = append(out, nftables.SetElement{Key: namedPortKey(m)})
-		} else {
+		case interval:
 			out = append(out, prefixElems(m.Prefix)...)
+		default:
+			out = append(out, nftables.SetElement{Key: m.Prefix.Addr().AsSlice()})
 		}
 	}
 	return out
+}
+
+// interval reports whether an address set is an interval set in ft's
+// family: only while it holds a net of that family.
+func (ft *famTable) interval(want *setWant) bool {
+	return want.kind == AddrSet && want.nets[ft.fam.idx()] > 0
+}
+
+// remadeSets are the sets among names that the kernel has with the
+// other flavour than wanted.
+func (ft *famTable) remadeSets(d *Dataplane, names []string) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range names {
+		want, have := d.sets[name], ft.sets[name]
+		if want != nil && have != nil && have.kind == want.kind && have.interval != ft.interval(want) {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// chainsUsing lists the wanted chains whose rules look up any of sets.
+func (d *Dataplane) chainsUsing(sets map[string]bool) []string {
+	var out []string
+	for name, c := range d.chains {
+		if usesAny(c, sets) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// usesAny reports whether a chain's rules look up any of the address
+// sets.
+func usesAny(c *chainWant, sets map[string]bool) bool {
+	if len(sets) == 0 {
+		return false
+	}
+	for i := range c.rules {
+		for _, sd := range []*Side{&c.rules[i].Src, &c.rules[i].Dst} {
+			for _, n := range sd.Sets {
+				if sets[n] {
+					return true
+				}
+			}
+			for _, n := range sd.NotSets {
+				if sets[n] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func keysOf[V any](m map[string]V) []string {

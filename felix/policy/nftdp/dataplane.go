@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
@@ -95,7 +96,18 @@ type chainWant struct {
 type setWant struct {
 	kind    SetKind
 	members map[Member]int // reference counts
-	nets    int            // members wider than one address
+	// nets counts the members wider than one address, per family
+	// (index famIdx): an address set is an interval set in a family's
+	// table only while it holds a net of that family.
+	nets [2]int
+}
+
+// famIdx indexes per-family counters: 0 for IPv4, 1 for IPv6.
+func famIdx(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 0
+	}
+	return 1
 }
 
 // New opens nftables in the configured namespace. Nothing is written
@@ -264,7 +276,7 @@ func (d *Dataplane) RemoveMember(name string, m Member) {
 func (d *Dataplane) memberChanged(name string, s *setWant, m Member) {
 	if !m.Prefix.IsSingleIP() {
 		// A net covers or uncovers other members: diff the whole set.
-		s.nets += map[bool]int{true: 1, false: -1}[s.members[m] > 0]
+		s.nets[famIdx(m.Prefix)] += map[bool]int{true: 1, false: -1}[s.members[m] > 0]
 		d.dirtySets[name] = nil
 		return
 	}

@@ -31,6 +31,14 @@ var (
 
 func (f *family) has(p netip.Prefix) bool { return p.Addr().Is4() == (f.version == 4) }
 
+// idx is the family's index in per-family counters (see famIdx).
+func (f *family) idx() int {
+	if f.version == 4 {
+		return 0
+	}
+	return 1
+}
+
 // prefixes keeps f's prefixes, masked, sorted, without any that another
 // covers: interval sets refuse overlapping elements.
 func (f *family) prefixes(ps []netip.Prefix) []netip.Prefix {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/google/nftables"
@@ -91,10 +92,18 @@ func (d *Dataplane) load(ft *famTable) error {
 				}
 			}
 			ft.sets[s.Name] = h
-		default:
-			h := &setHave{kind: AddrSet, elems: map[Member]bool{}}
+		case s.Interval:
+			h := &setHave{kind: AddrSet, interval: true, elems: map[Member]bool{}}
 			for _, p := range ft.fam.intervalsToPrefixes(els) {
 				h.elems[Member{Prefix: p}] = true
+			}
+			ft.sets[s.Name] = h
+		default:
+			h := &setHave{kind: AddrSet, elems: make(map[Member]bool, len(els))}
+			for _, e := range els {
+				if a, ok := netip.AddrFromSlice(e.Key); ok && len(e.Key) == int(ft.fam.addrLen) {
+					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}] = true
+				}
 			}
 			ft.sets[s.Name] = h
 		}
