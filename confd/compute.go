@@ -31,6 +31,9 @@ type PeerSpec struct {
 	PasswordSource *api.PasswordSource
 	// Filters are the session's BGPFilter rules; nil for none.
 	Filters *bgp.PeerFilters
+	// ReachableBy is the gateway the peer's address is routed through
+	// (BGPPeer reachableBy); invalid for none.
+	ReachableBy netip.Addr
 }
 
 // Desired is what the local speaker should do.
@@ -49,6 +52,9 @@ type Desired struct {
 	// NoExportCIDRs are the CIDRs of pools with disableBGPExport (disabled
 	// pools included: their existing blocks stay private), sorted.
 	NoExportCIDRs []netip.Prefix
+	// PeerRoutes are the routes to peers with reachableBy: peer address
+	// to gateway (compute_peerroute.go).
+	PeerRoutes map[netip.Addr]netip.Addr
 	// Warnings are resources that were skipped, and why.
 	Warnings []string
 }
@@ -213,6 +219,7 @@ func Compute(in Input) Desired {
 			c.AllowOwnAS = uint32(max(s.NumAllowedLocalASNumbers, 0))
 			c.TTLHops = s.TTLSecurity
 			c.LocalASN = uint32(s.LocalASNumber)
+			c.ReachableBy = reachableBy(s, c.Address)
 			if len(s.Filters) > 0 {
 				localAS := cmp.Or(c.LocalASN, d.Global.ASN)
 				pf, err := peerFilters(s.Filters, in.Filters, v6, c.ASN != localAS, localAS)
@@ -233,6 +240,12 @@ func Compute(in Input) Desired {
 				continue
 			}
 			a = a.Unmap()
+			if a.IsMulticast() {
+				// Calico accepts one (its test data has some); BIRD
+				// would keep the session in Connect forever.
+				d.Warnings = append(d.Warnings, fmt.Sprintf("BGPPeer %q: peerIP %s is a multicast address: no TCP session can reach it, none is configured", bp.Metadata.Name, a))
+				continue
+			}
 			if target := nodeAt(nodes, a); target != nil && (s.ASNumber == 0 || s.ASNumber == nodeASN(target, cfgs)) {
 				// As Calico: a peerIP that is a node's address (and
 				// AS) peers with that node like a peerSelector choosing
@@ -291,6 +304,7 @@ func Compute(in Input) Desired {
 	}
 
 	d.Peers = merge(cands)
+	d.PeerRoutes = peerRoutes(d.Peers)
 	for _, p := range d.Peers {
 		if p.Filters != nil {
 			if d.Filters == nil {

@@ -10,6 +10,7 @@ package confd
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -31,10 +32,17 @@ type Speaker interface {
 	SetNoExportCIDRs([]netip.Prefix)
 }
 
+// PeerRouteSink programs the routes to peers with reachableBy (felix on
+// a node): peer address to gateway, the whole set each time.
+type PeerRouteSink interface {
+	SetPeerRoutes(map[netip.Addr]netip.Addr)
+}
+
 // Confd takes its resources from the node feed (Consumer) and configures
 // a Speaker.
 type Confd struct {
 	sp         Speaker
+	routes     PeerRouteSink // nil: nothing programs them (route reflector)
 	node       string
 	secretsDir string
 	resync     time.Duration
@@ -53,6 +61,9 @@ func WithSecretsDir(dir string) Option { return func(c *Confd) { c.secretsDir = 
 // WithResyncInterval sets how often passwords are re-read even without a
 // datastore change (default 30 s), so rotated secrets are picked up.
 func WithResyncInterval(d time.Duration) Option { return func(c *Confd) { c.resync = d } }
+
+// WithPeerRoutes sets where the routes to peers with reachableBy go.
+func WithPeerRoutes(sink PeerRouteSink) Option { return func(c *Confd) { c.routes = sink } }
 
 // New returns a Confd for nodeName. Subscribe its Consumer to the node
 // feed for Kinds, then Run it.
@@ -119,6 +130,8 @@ type state struct {
 	peersSent   bool
 	lastProb    string
 	lastWarn    []string
+	lastRoutes  map[netip.Addr]netip.Addr
+	routesSent  bool
 }
 
 // push computes the wanted configuration and hands the speaker what
@@ -172,6 +185,18 @@ func (c *Confd) push(st *state) {
 	if key := fmt.Sprint(d.Filters); !st.filtersSent || key != st.lastFilter {
 		st.lastFilter, st.filtersSent = key, true
 		c.sp.SetFilters(d.Filters)
+	}
+	if !st.routesSent || !maps.Equal(d.PeerRoutes, st.lastRoutes) {
+		st.lastRoutes, st.routesSent = d.PeerRoutes, true
+		switch {
+		case len(d.PeerRoutes) > 0 && c.routes == nil:
+			c.log.WithField("routes", fmt.Sprint(d.PeerRoutes)).Warn("reachableBy is not honoured on a dedicated route reflector (it programs no routes): route these peers by hand")
+		case len(d.PeerRoutes) > 0:
+			c.log.WithField("routes", fmt.Sprint(d.PeerRoutes)).Info("routes to peers with reachableBy (peer: gateway)")
+		}
+		if c.routes != nil {
+			c.routes.SetPeerRoutes(d.PeerRoutes)
+		}
 	}
 	peers := resolvePeers(d.Peers, c.secretsDir)
 	if st.peersSent && slices.Equal(peers, st.lastPeers) {

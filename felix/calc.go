@@ -36,7 +36,8 @@ type plan struct {
 
 // computePlan derives the wanted dataplane. Route precedence for one
 // prefix: a local pod, then a local block's blackhole, then a remote
-// block from IPAM, then a BGP-learned path.
+// block from IPAM, then a route to a peer with reachableBy, then a
+// BGP-learned path.
 func computePlan(cfg *Config, s *state) *plan {
 	p := &plan{routes: map[netip.Prefix]routetable.Route{}, rejected: map[netip.Prefix]*rejection{}}
 	pools := s.sortedPools()
@@ -89,6 +90,16 @@ func computePlan(cfg *Config, s *state) *plan {
 		}
 		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vxlanFor(dst.Addr()).vteps); ok {
 			p.routes[dst] = r
+		}
+	}
+	// A peer's reachableBy route beats what BGP says about its address
+	// (BIRD's static protocol has the higher preference). The gateway
+	// must be on a local subnet, as for BIRD's "via": the kernel refuses
+	// others, and the route table retries.
+	for peer, gw := range s.peerRoutes {
+		dst := netip.PrefixFrom(peer, peer.BitLen())
+		if peer.Is4() == gw.Is4() && (!p.local(peer).IsValid() || peer != p.local(peer).Addr()) {
+			p.routes[dst] = routetable.Route{Dst: dst, Gw: gw}
 		}
 	}
 	var holes []netip.Prefix

@@ -2,6 +2,7 @@ package felix
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,18 @@ func (f *Felix) UpdateAffinity(a BlockAffinity, deleted bool) {
 func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr) {
 	f.enqueue(func(l *loop) {
 		l.st.learned[prefix.Masked()] = learnedRoute{nextHop: nextHop.Unmap(), peer: peer.Unmap()}
+		l.planDirty = true
+	})
+}
+
+// SetPeerRoutes sets the routes to BGP peers with reachableBy (confd's
+// PeerRouteSink): each peer address (a /32 or /128) through its gateway.
+// They beat a learned route for the same prefix, as BIRD's static
+// routes do in Calico. Safe for concurrent use; it only queues the change.
+func (f *Felix) SetPeerRoutes(routes map[netip.Addr]netip.Addr) {
+	m := maps.Clone(routes)
+	f.enqueue(func(l *loop) {
+		l.st.peerRoutes = m
 		l.planDirty = true
 	})
 }

@@ -45,6 +45,9 @@ type state struct {
 	weps       map[string]*api.WorkloadEndpoint // this node's only
 	affinities map[affKey]BlockAffinity
 	learned    map[netip.Prefix]learnedRoute
+	// peerRoutes are the routes to BGP peers with reachableBy: peer
+	// address to gateway (confd).
+	peerRoutes map[netip.Addr]netip.Addr
 	// borrowed holds, per block, the addresses allocated to nodes other
 	// than the block's (pkg/ipam's borrowed /32s) and their node.
 	borrowed map[netip.Prefix]map[netip.Addr]string

@@ -237,6 +237,12 @@ type BGPPeerSpec struct {
 	// selected nodes do not peer back unless a BGPPeer of their own says
 	// so (Calico's reversePeering; Auto, the default, peers both ways).
 	ReversePeering string `json:"reversePeering,omitempty"`
+	// ReachableBy is the gateway the peer is reached through (Calico's
+	// reachableBy): every node with a session from this BGPPeer routes
+	// the peer's address (/32, /128) through it, so a route the peer
+	// itself advertises for a range holding its address cannot take the
+	// session away. Needs peerIP, of the same family.
+	ReachableBy string `json:"reachableBy,omitempty"`
 }
 
 // Calico's nextHopMode values.
@@ -309,11 +315,19 @@ func (p *BGPPeer) Validate() error {
 	case s.PeerSelector == "" && s.PeerIP == "":
 		v.add("spec.peerIP", nil, "is required unless spec.peerSelector is set")
 	case s.PeerSelector == "":
-		if a, _, err := s.PeerAddrPort(); err != nil || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+		// A multicast peerIP is accepted as Calico does (its own test
+		// data has some); confd warns that no session can reach it.
+		a, _, err := s.PeerAddrPort()
+		if err != nil || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() {
 			v.add("spec.peerIP", s.PeerIP, "is not an IPv4 or IPv6 address (or IP:port, [IPv6]:port)")
+		} else {
+			validateReachableBy(&v, s.ReachableBy, a)
 		}
 		// Without asNumber, peerIP must be a routed node's address (confd).
 		validateASN(&v, "spec.asNumber", s.ASNumber, true)
+	}
+	if s.ReachableBy != "" && s.PeerIP == "" {
+		v.add("spec.reachableBy", s.ReachableBy, "needs spec.peerIP")
 	}
 	if s.SourceAddress != SourceUseNodeIP && s.SourceAddress != SourceNone {
 		v.add("spec.sourceAddress", s.SourceAddress, "must be UseNodeIP or None")
@@ -337,6 +351,26 @@ func (p *BGPPeer) Validate() error {
 		v.add("spec.reversePeering", s.ReversePeering, "must be Auto or Manual")
 	}
 	return v.result(KindBGPPeer, p.Metadata.Name)
+}
+
+// validateReachableBy checks a gateway for peer: an address of peer's
+// family that a route can go through. A multicast gateway goes with a
+// multicast peer only (Calico's test data), which has no session anyway.
+func validateReachableBy(v *errs, gw string, peer netip.Addr) {
+	if gw == "" {
+		return
+	}
+	a, err := netip.ParseAddr(gw)
+	switch {
+	case err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified():
+		v.add("spec.reachableBy", gw, "is not an IPv4 or IPv6 address")
+	case a.Is4() != peer.Is4():
+		v.add("spec.reachableBy", gw, "must be of the family of spec.peerIP (%s)", peer)
+	case a.IsMulticast() && !peer.IsMulticast():
+		v.add("spec.reachableBy", gw, "is a multicast address: no route can go through it")
+	case a == peer:
+		v.add("spec.reachableBy", gw, "is spec.peerIP itself")
+	}
 }
 
 // validatePassword checks a password source.

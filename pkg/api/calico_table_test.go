@@ -52,7 +52,11 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Error("nextHopMode Keep was not read")
 			}
 		}},
-		{file: "bgppeer-reachable-by.yaml", refuse: []string{"spec.reachableBy", "static route"}},
+		{file: "bgppeer-reachable-by.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.BGPPeer); p.Spec.ReachableBy != "10.0.0.1" || p.Spec.PeerIP != "192.168.1.1" {
+				t.Errorf("peer %+v", p.Spec)
+			}
+		}},
 		{file: "bgppeer-local-as.yaml", check: func(t *testing.T, r api.Resource) {
 			if p := r.(*api.BGPPeer); p.Spec.LocalASNumber != 64000 || p.Spec.ReversePeering != api.ReversePeeringManual {
 				t.Errorf("peer %+v", p.Spec)

@@ -567,6 +567,19 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "hold under 3s", mutate: func(p *api.BGPPeer) { p.Spec.HoldTime = "1s" }, fields: []string{"spec.holdTime"}},
 		{name: "keepalive over hold/3", mutate: func(p *api.BGPPeer) { p.Spec.KeepaliveTime = "20s"; p.Spec.HoldTime = "30s" }, fields: []string{"spec.keepaliveTime"}},
 		{name: "bad name", mutate: func(p *api.BGPPeer) { p.Metadata.Name = "ToR" }, fields: []string{"metadata.name"}},
+		// As Calico: accepted; confd warns that no session can reach it.
+		{name: "multicast peer", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "ffee::11" }},
+		{name: "reachable by", mutate: func(p *api.BGPPeer) { p.Spec.ReachableBy = "10.0.0.254" }},
+		{name: "reachable by ipv6", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP, p.Spec.ReachableBy = "[fd00::1]:1179", "fd00::fe" }},
+		{name: "reachable by, multicast peer and gateway", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP, p.Spec.ReachableBy = "ffee::10", "ffee::1:1" }},
+		{name: "reachable by another family", mutate: func(p *api.BGPPeer) { p.Spec.ReachableBy = "fd00::fe" }, fields: []string{"spec.reachableBy"}},
+		{name: "reachable by a prefix", mutate: func(p *api.BGPPeer) { p.Spec.ReachableBy = "10.0.0.0/24" }, fields: []string{"spec.reachableBy"}},
+		{name: "reachable by multicast", mutate: func(p *api.BGPPeer) { p.Spec.ReachableBy = "224.0.0.5" }, fields: []string{"spec.reachableBy"}},
+		{name: "reachable by itself", mutate: func(p *api.BGPPeer) { p.Spec.ReachableBy = "10.0.0.1" }, fields: []string{"spec.reachableBy"}},
+		{name: "reachable by without peer ip", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.ASNumber = "", 0
+			p.Spec.PeerSelector, p.Spec.ReachableBy = "all()", "10.0.0.254"
+		}, fields: []string{"spec.reachableBy"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

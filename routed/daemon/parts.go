@@ -92,7 +92,11 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		return nil, err
 	}
 	n.speaker = sp
-	n.confd = confd.New(sp, cfg.NodeName, confd.WithSecretsDir(cfg.SecretsDir))
+	opts := []confd.Option{confd.WithSecretsDir(cfg.SecretsDir)}
+	if n.felix != nil {
+		opts = append(opts, confd.WithPeerRoutes(n.felix))
+	}
+	n.confd = confd.New(sp, cfg.NodeName, opts...)
 	n.keeper = noderecord.NewKeeper(cfg.NodeName, addr)
 
 	n.feed.Subscribe("confd", confd.Kinds, n.confd.Consumer())
