@@ -100,6 +100,9 @@ func computePlan(cfg *Config, s *state) *plan {
 		dst := netip.PrefixFrom(peer, peer.BitLen())
 		if peer.Is4() == gw.Is4() && (!p.local(peer).IsValid() || peer != p.local(peer).Addr()) {
 			p.routes[dst] = routetable.Route{Dst: dst, Gw: gw}
+			if _, learned := s.learned[dst]; learned && p.rejected[dst] == nil {
+				p.rejected[dst] = &rejection{FilterReachableBy, "BGP peer " + peer.String() + " is routed through its reachableBy gateway " + gw.String()}
+			}
 		}
 	}
 	var holes []netip.Prefix

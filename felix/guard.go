@@ -21,6 +21,10 @@ const (
 	FilterNotInIPAM      = "not-in-ipam"
 	FilterWrongNextHop   = "wrong-next-hop"
 	FilterClusterOutside = "cluster-peer-outside-pools"
+	// FilterReachableBy is a peer's own address, routed through its
+	// BGPPeer's reachableBy gateway instead (not a refusal of the guard:
+	// that route wins, as BIRD's static route does in Calico).
+	FilterReachableBy = "reachable-by"
 )
 
 // rejection is why a learned route stays out of the kernel.
@@ -170,7 +174,7 @@ func newFilterState() *filterState {
 // set publishes the rejections of the latest plan.
 func (fs *filterState) set(rej map[netip.Prefix]*rejection) {
 	m := make(map[netip.Prefix]string, len(rej))
-	counts := map[string]int{FilterOwnBlock: 0, FilterNotInIPAM: 0, FilterWrongNextHop: 0, FilterClusterOutside: 0}
+	counts := map[string]int{FilterOwnBlock: 0, FilterNotInIPAM: 0, FilterWrongNextHop: 0, FilterClusterOutside: 0, FilterReachableBy: 0}
 	for p, r := range rej {
 		m[p] = r.String()
 		counts[r.kind]++

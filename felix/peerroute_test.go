@@ -39,8 +39,18 @@ func TestPeerRoutesBeatLearnedRoutes(t *testing.T) {
 		}
 	}
 
+	if r := p.rejected[pfx("10.225.0.4/32")]; r == nil || r.kind != FilterReachableBy {
+		t.Errorf("the learned /32 of the peer is not listed as set aside for reachableBy: %v", r)
+	}
+	if r := p.rejected[pfx("10.225.0.0/16")]; r != nil {
+		t.Errorf("the covering learned route is listed as filtered: %v", r)
+	}
+
 	s.peerRoutes = nil
 	p = computePlan(cfg, s)
+	if len(p.rejected) != 0 {
+		t.Errorf("without reachableBy, filtered: %v", p.rejected)
+	}
 	if got := p.routes[pfx("10.225.0.4/32")]; got.Gw != addr("192.0.2.77") {
 		t.Errorf("without reachableBy the peer's /32 is %v, want the learned route via 192.0.2.77", got)
 	}

@@ -150,7 +150,11 @@ func TestReachableByKeepsTheSessionUp(t *testing.T) {
 	if out, _ := l.NodeRoutes(ctx, n2.Name); !viaGW(out) {
 		t.Fatalf("the /32 through the gateway went:\n%s", out)
 	}
-	ctlOut, _ := l.NodeCtl(ctx, n2.Name, "show", "route")
+	// show route says which route the kernel has for the peer.
+	ctlOut, err := l.NodeCtl(ctx, n2.Name, "show", "route")
+	if err != nil || !hasLine(ctlOut, rs.String()+"/32", "filtered: reachable-by") || !hasLine(ctlOut, rsNet.String(), "yes") {
+		t.Errorf("%s show route: want the learned /32 listed as set aside for reachableBy and the /24 programmed: %v\n%s", n2.Name, err, ctlOut)
+	}
 	t.Logf("%s with reachableBy:\n%s\n%s", n2.Name, got, ctlOut)
 
 	// Without reachableBy the learned /32 (through the dead next hop)
