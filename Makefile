@@ -12,7 +12,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -113,6 +113,24 @@ k8s-netpol: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }
 	./tests/ensure-deps.sh
 	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)'
+
+# k8s-policy-bench times, on the cluster of k8s-demo with routed and its
+# controllers, BENCH_N NetworkPolicy creations, deletions and pod label
+# changes to their new verdict on both nodes (probes every 20 ms from
+# the pods' own network namespaces); prints p50/p90/p99/max of each.
+BENCH_N ?= 50
+k8s-policy-bench: build
+	@[ "$$(id -u)" = 0 ] || { echo "make k8s-policy-bench needs root (network namespaces, containerd)"; exit 1; }
+	./tests/ensure-deps.sh
+	$(GO) run ./tests/k8s/enforce/cmd -bin $(BIN) -bench $(BENCH_N)
+
+# k8s-enforce runs, on the same cluster, the pod-start and restart-order
+# checks of tests/k8s/enforce: continuous probe loops through pod
+# creation and restarts of routed, its controllers and CNI ADDs.
+k8s-enforce: build
+	@[ "$$(id -u)" = 0 ] || { echo "make k8s-enforce needs root (network namespaces, containerd)"; exit 1; }
+	./tests/ensure-deps.sh
+	$(GO) run ./tests/k8s/enforce/cmd -bin $(BIN) -checks
 
 image-docker:
 	docker build -t $(IMAGE_TAG) -f deploy/Dockerfile .
