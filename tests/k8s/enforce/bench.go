@@ -37,6 +37,8 @@ type BenchResult struct {
 	// Flaps counts probes that saw the new verdict and then the old one
 	// again (each is a change that was not monotonic).
 	Flaps int
+	// Imprecise counts probes left out (Prober.Imprecise).
+	Imprecise int
 }
 
 // Bench times n policy changes of each kind on the fixture: n creations
@@ -46,12 +48,11 @@ type BenchResult struct {
 // on both nodes). Each change is timed from just before its API request
 // to the sending time of the first probe after which every probed pair
 // only sees the new verdict.
-func (e *Env) Bench(ctx context.Context, f *Fixture, n int) (BenchResult, error) {
-	var res BenchResult
+func (e *Env) Bench(ctx context.Context, f *Fixture, n int) (res BenchResult, err error) {
 	pctx, stop := context.WithCancel(ctx)
 	p := &Prober{Interval: probeInterval, Timeout: probeTimeout}
 	p.Start(pctx, f.Pairs())
-	defer func() { stop(); p.Wait() }()
+	defer func() { stop(); p.Wait(); res.Imprecise = p.Imprecise() }()
 	all := names(f.Pairs())
 	if _, err := e.waitVerdict(ctx, p, all, time.Now(), true); err != nil {
 		return res, fmt.Errorf("before the benchmark: %w", err)

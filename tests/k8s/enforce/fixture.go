@@ -3,8 +3,7 @@ package enforce
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,7 +93,7 @@ func (f *Fixture) Pairs(clients ...string) []Pair {
 		}
 		for _, s := range f.Servers {
 			out = append(out, Pair{Name: c.Name + "->" + s.Name, From: f.netns[c.Name],
-				To: net.JoinHostPort(s.Status.PodIP, strconv.Itoa(ServerPort))})
+				To: netip.AddrPortFrom(netip.MustParseAddr(s.Status.PodIP), ServerPort)})
 		}
 	}
 	return out

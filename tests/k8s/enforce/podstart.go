@@ -3,7 +3,7 @@ package enforce
 import (
 	"context"
 	"fmt"
-	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -66,7 +66,7 @@ func (f *Fixture) pairsTo(ips ...string) []Pair {
 	var out []Pair
 	for _, c := range f.Clients {
 		for _, ip := range ips {
-			out = append(out, Pair{Name: c.Name + "->" + ip, From: f.netns[c.Name], To: net.JoinHostPort(ip, strconv.Itoa(webPort))})
+			out = append(out, Pair{Name: c.Name + "->" + ip, From: f.netns[c.Name], To: netip.AddrPortFrom(netip.MustParseAddr(ip), webPort)})
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"sort"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // NetNS is a pod's network namespace, held open by its fd.
@@ -62,24 +64,69 @@ func inNetNS(ns *NetNS, f func() error) error {
 	return <-errc
 }
 
-// Dial opens a TCP connection from inside ns to addr and closes it. at
-// is taken on the thread that sends the SYN, just before it: under load
-// a probe goroutine can wait long before it runs.
-func Dial(ns *NetNS, addr string, timeout time.Duration) (at time.Time, v Verdict) {
-	at = time.Now()
+// Dial sends one SYN from inside ns to addr (a fresh flow) and says
+// whether it was answered within timeout. The sample's time brackets
+// the SYN: a non-blocking connect(2) transmits it (and the host's
+// policy sees it) before it returns, so At is taken just before the
+// call and Spread is how long the call took; a thread stalled there
+// under load shows as a large Spread, not as a wrong verdict at a wrong
+// time. A SYN retransmitted before the answer (TCP_INFO) counts as
+// unanswered: the verdict is the first SYN's.
+func Dial(ns *NetNS, to netip.AddrPort, timeout time.Duration) Sample {
+	s := Sample{At: time.Now()}
 	_ = inNetNS(ns, func() error {
-		at = time.Now()
-		c, err := net.DialTimeout("tcp", addr, timeout)
-		switch {
-		case err == nil:
-			v = Connected
-			return c.Close()
-		case errors.Is(err, syscall.ECONNREFUSED):
-			v = Answered
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			s.Spread = time.Hour
+			return err
 		}
-		return err
+		defer unix.Close(fd)
+		sa := &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()}
+		lo := time.Now()
+		err = unix.Connect(fd, sa)
+		s.At, s.Spread = lo, time.Since(lo)
+		switch {
+		case errors.Is(err, unix.ECONNREFUSED):
+			s.Verdict = Answered
+			return nil
+		case err != nil && !errors.Is(err, unix.EINPROGRESS):
+			s.Spread = time.Hour // not a probe: never counted
+			return err
+		}
+		for {
+			left := time.Until(lo.Add(timeout))
+			if left <= 0 {
+				return nil
+			}
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || n == 0 {
+				return err
+			}
+			soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			if err != nil {
+				return err
+			}
+			info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				return err
+			}
+			if info.Total_retrans > 0 {
+				return nil
+			}
+			switch syscall.Errno(soerr) {
+			case 0:
+				s.Verdict = Connected
+			case unix.ECONNREFUSED:
+				s.Verdict = Answered
+			}
+			return nil
+		}
 	})
-	return at, v
+	return s
 }
 
 // Listen opens a TCP listener inside ns that accepts and closes every
@@ -110,14 +157,20 @@ func Listen(ctx context.Context, ns *NetNS, port int) error {
 type Pair struct {
 	Name string
 	From *NetNS
-	To   string
+	To   netip.AddrPort
 }
 
-// Sample is one probe's result, stamped with when it was sent.
+// Sample is one probe's result: its SYN left in [At, At+Spread].
 type Sample struct {
 	At      time.Time
+	Spread  time.Duration
 	Verdict Verdict
 }
+
+// maxSpread is the widest bracket of a SYN's sending time that is
+// counted; a wider one (the probing thread stalled inside connect) is
+// dropped from every figure and check and counted in Imprecise.
+const maxSpread = 10 * time.Millisecond
 
 // Prober probes each of its pairs every Interval with a fresh
 // connection (a new flow each time, so conntrack never carries an old
@@ -125,9 +178,18 @@ type Sample struct {
 type Prober struct {
 	Interval, Timeout time.Duration
 
-	mu      sync.Mutex
-	samples map[string][]Sample
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	samples   map[string][]Sample
+	imprecise int
+	wg        sync.WaitGroup
+}
+
+// Imprecise is how many probes were dropped for a SYN time known less
+// precisely than maxSpread.
+func (p *Prober) Imprecise() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.imprecise
 }
 
 // Start probes pairs until ctx ends; Wait waits for the last probes.
@@ -152,9 +214,13 @@ func (p *Prober) Start(ctx context.Context, pairs []Pair) {
 				p.wg.Add(1)
 				go func() {
 					defer p.wg.Done()
-					at, v := Dial(pr.From, pr.To, p.Timeout)
+					s := Dial(pr.From, pr.To, p.Timeout)
 					p.mu.Lock()
-					p.samples[pr.Name] = append(p.samples[pr.Name], Sample{At: at, Verdict: v})
+					if s.Spread <= maxSpread {
+						p.samples[pr.Name] = append(p.samples[pr.Name], s)
+					} else {
+						p.imprecise++
+					}
 					p.mu.Unlock()
 				}()
 			}

@@ -11,8 +11,8 @@ func TestChangeAfter(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	// Out of order, as probes finish: a deny at 100 ms, one probe at
 	// 140 that still got through (a flap), denied from 160 on.
-	p.samples["a"] = []Sample{{at(180), NoAnswer}, {at(-20), Connected}, {at(20), Connected}, {at(100), NoAnswer},
-		{at(140), Connected}, {at(160), NoAnswer}, {at(60), Connected}}
+	p.samples["a"] = []Sample{{At: at(180), Verdict: NoAnswer}, {At: at(-20), Verdict: Connected}, {At: at(20), Verdict: Connected}, {At: at(100), Verdict: NoAnswer},
+		{At: at(140), Verdict: Connected}, {At: at(160), Verdict: NoAnswer}, {At: at(60), Verdict: Connected}}
 	ch, ok := p.ChangeAfter("a", t0, at(200), false)
 	if !ok || ch.After != 160*time.Millisecond || ch.Flaps != 1 {
 		t.Errorf("ChangeAfter = %+v, %v; want 160ms, 1 flap", ch, ok)
