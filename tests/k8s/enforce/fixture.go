@@ -28,7 +28,17 @@ type Fixture struct {
 // run, and listens in each server's namespace until ctx ends. Call
 // Close when done; on error it has removed what it made.
 func (e *Env) NewFixture(ctx context.Context, ns string) (*Fixture, error) {
-	f, err := e.newFixture(ctx, ns)
+	return e.fixture(ctx, ns, true)
+}
+
+// NewClients is NewFixture with the client pods only (probe sources for
+// PodStart).
+func (e *Env) NewClients(ctx context.Context, ns string) (*Fixture, error) {
+	return e.fixture(ctx, ns, false)
+}
+
+func (e *Env) fixture(ctx context.Context, ns string, servers bool) (*Fixture, error) {
+	f, err := e.newFixture(ctx, ns, servers)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -36,7 +46,7 @@ func (e *Env) NewFixture(ctx context.Context, ns string) (*Fixture, error) {
 	return f, nil
 }
 
-func (e *Env) newFixture(ctx context.Context, ns string) (*Fixture, error) {
+func (e *Env) newFixture(ctx context.Context, ns string, servers bool) (*Fixture, error) {
 	f := &Fixture{NS: ns, netns: map[string]*NetNS{}}
 	del, err := e.Namespace(ctx, ns, map[string]string{"enforce": ns})
 	f.cleanup = append(f.cleanup, del)
@@ -45,9 +55,10 @@ func (e *Env) newFixture(ctx context.Context, ns string) (*Fixture, error) {
 	}
 	var specs []PodSpec
 	for i, n := range e.C.Nodes {
-		specs = append(specs,
-			PodSpec{NS: ns, Name: fmt.Sprintf("server-%d", i+1), Node: n.Name, Labels: map[string]string{"app": "server"}},
-			PodSpec{NS: ns, Name: fmt.Sprintf("client-%d", i+1), Node: n.Name, Labels: map[string]string{"role": "client"}})
+		if servers {
+			specs = append(specs, PodSpec{NS: ns, Name: fmt.Sprintf("server-%d", i+1), Node: n.Name, Labels: map[string]string{"app": "server"}})
+		}
+		specs = append(specs, PodSpec{NS: ns, Name: fmt.Sprintf("client-%d", i+1), Node: n.Name, Labels: map[string]string{"role": "client"}})
 	}
 	for _, s := range specs {
 		if _, err := e.Pod(ctx, s); err != nil {

@@ -20,6 +20,10 @@ import (
 // the pod's own process).
 const webPort = 8080
 
+// podStartInterval paces the pod-start probes: each web pod is probed
+// by two clients, and busybox httpd forks per connection.
+const podStartInterval = 50 * time.Millisecond
+
 // reachableWithin is how soon after kubelet reports a pod Running a
 // pod without policy must answer probes from both nodes.
 const reachableWithin = 2 * time.Second
@@ -89,7 +93,7 @@ func (e *Env) podStartDenied(ctx context.Context, f *Fixture, ns, ip1, ip2 strin
 	}
 	pairs := f.pairsTo(ip1, ip2)
 	pctx, stop := context.WithCancel(ctx)
-	p := &Prober{Interval: probeInterval, Timeout: probeTimeout}
+	p := &Prober{Interval: podStartInterval, Timeout: probeTimeout}
 	start := time.Now()
 	p.Start(pctx, pairs)
 	defer func() { stop(); p.Wait() }()
@@ -127,12 +131,39 @@ func (e *Env) podStartDenied(ctx context.Context, f *Fixture, ns, ip1, ip2 strin
 	if len(bad) > 0 {
 		return fmt.Errorf("a pod in a default-deny namespace answered: %s", strings.Join(bad, "; "))
 	}
-	d, err := e.waitVerdict(ctx, p, names(pairs), t0, true)
+	d, err := e.waitAnswered(ctx, p, names(pairs), t0)
 	if err != nil {
 		return fmt.Errorf("after the policy's deletion: %w", err)
 	}
-	e.Logf("  deny: policy deleted, every pair answers after %s", d.max.Round(time.Millisecond))
+	e.Logf("  deny: policy deleted, every pair answered within %s", d.Round(time.Millisecond))
 	return nil
+}
+
+// waitAnswered waits until every pair has connected once since t0 and
+// returns when the last did. busybox httpd (a process per connection,
+// a listen backlog of 9) may drop a SYN when probes crowd in on a
+// loaded machine, so an answer, not an unbroken run of them, is the
+// event waited for.
+func (e *Env) waitAnswered(ctx context.Context, p *Prober, pairs []string, t0 time.Time) (time.Duration, error) {
+	var last time.Duration
+	err := cluster.WaitFor(ctx, time.Minute, "every pair answered", func() error {
+		last = 0
+		for _, pr := range pairs {
+			found := false
+			for _, s := range p.Samples(pr, t0, time.Now().Add(time.Hour)) {
+				if s.Verdict == Connected {
+					found = true
+					last = max(last, s.At.Sub(t0))
+					break
+				}
+			}
+			if !found {
+				return fmt.Errorf("%s not yet", pr)
+			}
+		}
+		return nil
+	})
+	return last, err
 }
 
 func (e *Env) podStartOpen(ctx context.Context, f *Fixture, ns, ip1, ip2 string) error {
@@ -143,7 +174,7 @@ func (e *Env) podStartOpen(ctx context.Context, f *Fixture, ns, ip1, ip2 string)
 	}
 	pairs := f.pairsTo(ip1, ip2)
 	pctx, stop := context.WithCancel(ctx)
-	p := &Prober{Interval: probeInterval, Timeout: probeTimeout}
+	p := &Prober{Interval: podStartInterval, Timeout: probeTimeout}
 	p.Start(pctx, pairs)
 	defer func() { stop(); p.Wait() }()
 	specs := e.webPods(ns, ip1, ip2)
