@@ -10,7 +10,7 @@ PKG_routedctl   := ./routed/cmd/routedctl
 PKG_routed-cni  := ./cniplugin/cmd/routed-cni
 PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
-TEST_TIMEOUT ?= 15m
+TEST_TIMEOUT ?= 20m
 
 .PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol k8s-policy-bench k8s-enforce clean $(BINARIES)
 

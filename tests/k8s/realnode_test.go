@@ -28,7 +28,7 @@ import (
 // controllers and policy dataplane; `make k8s-netpol` runs them all.
 func TestRealNodeRunsRouted(t *testing.T) {
 	skipShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
 	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
 	if err != nil {

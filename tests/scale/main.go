@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -27,6 +28,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
 	"github.com/routed-net/routed/tests/lab"
@@ -259,16 +261,19 @@ func burst(ctx context.Context, s *lab.Scale, ic *ipam.Client, b int) ([]netip.P
 			for i := 0; i < podsPerBurst; i++ {
 				pod := fmt.Sprintf("b%d-p%d", b, i)
 				handle := "scale." + node + "." + pod
-				ips, err := ic.AutoAssign(ctx, ipam.AssignArgs{Node: node, HandleID: handle,
-					Attrs: ipam.Attributes{Namespace: "default", Pod: pod}})
+				// As the CNI plugin does, ride out an etcd that did not
+				// answer in time (a loaded machine, 100 nodes' watches).
+				var ips []netip.Addr
+				err := datastore.RetryUnavailable(ctx, func() error {
+					var err error
+					ips, err = ic.AutoAssign(ctx, ipam.AssignArgs{Node: node, HandleID: handle,
+						Attrs: ipam.Attributes{Namespace: "default", Pod: pod}})
+					return err
+				})
 				if err == nil && len(ips) == 1 {
-					wepWrites.Add(1)
-					_, err = s.DS.Create(ctx, &api.WorkloadEndpoint{
-						TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
-						Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(node, "k8s", "default", pod, "", "eth0")},
-						Spec: api.WorkloadEndpointSpec{Node: node, Orchestrator: "k8s", Namespace: "default", Pod: pod,
-							ContainerID: handle, Endpoint: "eth0", InterfaceName: "cali" + fmt.Sprintf("%011x", i+b*podsPerBurst),
-							IPNetworks: []string{netip.PrefixFrom(ips[0], 32).String()}, Handle: handle},
+					err = datastore.RetryUnavailable(ctx, func() error {
+						wepWrites.Add(1)
+						return createWEP(ctx, s, node, pod, handle, i+b*podsPerBurst, ips[0])
 					})
 				}
 				mu.Lock()
@@ -284,6 +289,22 @@ func burst(ctx context.Context, s *lab.Scale, ic *ipam.Client, b int) ([]netip.P
 	}
 	wg.Wait()
 	return blocks, firstErr
+}
+
+// createWEP writes the pod's WorkloadEndpoint, as routed-cni does; one
+// already there is this harness's own write whose answer was lost.
+func createWEP(ctx context.Context, s *lab.Scale, node, pod, handle string, n int, ip netip.Addr) error {
+	_, err := s.DS.Create(ctx, &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(node, "k8s", "default", pod, "", "eth0")},
+		Spec: api.WorkloadEndpointSpec{Node: node, Orchestrator: "k8s", Namespace: "default", Pod: pod,
+			ContainerID: handle, Endpoint: "eth0", InterfaceName: "cali" + fmt.Sprintf("%011x", n),
+			IPNetworks: []string{netip.PrefixFrom(ip, 32).String()}, Handle: handle},
+	})
+	if errors.Is(err, datastore.ErrExists) {
+		return nil
+	}
+	return err
 }
 
 // claimLog keeps when each block's affinity was first seen confirmed.

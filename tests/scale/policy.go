@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -39,7 +40,10 @@ func policyEdits(ctx context.Context, s *lab.Scale, edits int) error {
 		pol.Spec.Ingress = []api.Rule{{Action: api.ActionAllow, Protocol: &tcp,
 			Destination: api.EntityRule{Ports: []api.Port{api.SinglePort(port)}}}}
 		t0 := time.Now()
-		if _, err := s.DS.Apply(ctx, pol); err != nil {
+		if err := datastore.RetryUnavailable(ctx, func() error {
+			_, err := s.DS.Apply(ctx, pol)
+			return err
+		}); err != nil {
 			return fmt.Errorf("policy edit %d: %w", i, err)
 		}
 		deadline := time.Now().Add(60 * time.Second)

@@ -292,6 +292,11 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 		}
 	}
 
+	step("%d pods started while routed restarts on every node", scaleUpPods)
+	if err := scaleUpThroughRestart(ctx, c, bin, logf); err != nil {
+		return err
+	}
+
 	step("routed restarted (kubectl rollout restart): its files stay on the host")
 	// install-cni and routed write their files again as they start; the
 	// CNI plugin's log is nobody's to rewrite: only an uninstall removes it.

@@ -1,0 +1,117 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/routed-net/routed/tests/k8s/cluster"
+)
+
+// scaleUpPods is how many pods the scale-up starts while routed restarts.
+const scaleUpPods = 60
+
+// scaleUpThroughRestart starts scaleUpPods pods and restarts routed on
+// every node (kubectl rollout restart) while the kubelets are creating
+// them: CNI ADDs meet routed's CNI socket, a routed going away and the
+// plugin's own path. Every pod must come up with no failed sandbox, and
+// once they are deleted IPAM must be clean.
+func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, logf func(string, ...any)) error {
+	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
+	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
+	failed := func() (int, error) {
+		out, err := kubectl("get", "events", "-A", "--field-selector", "reason=FailedCreatePodSandBox", "-o", "name")
+		if err != nil {
+			return 0, err
+		}
+		return len(strings.Fields(out)), nil
+	}
+	before, err := failed()
+	if err != nil {
+		return err
+	}
+	yaml := strings.Replace(strings.Replace(deploymentYAML, "name: web", "name: burst", 1), "replicas: 10", "replicas: "+strconv.Itoa(scaleUpPods), 1)
+	yaml = strings.ReplaceAll(yaml, "app: web", "app: burst")
+	start := time.Now()
+	if err := applyYAML(ctx, c, yaml); err != nil {
+		return err
+	}
+	// Restart routed once the kubelets are busy: some pods created,
+	// most still to come.
+	if err := cluster.WaitFor(ctx, 120*time.Second, "the first pods of the scale-up Running", func() error {
+		ips, err := podIPs(ctx, c, "app=burst")
+		if err == nil && len(ips) < 5 {
+			err = fmt.Errorf("%d Running", len(ips))
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	ips, _ := podIPs(ctx, c, "app=burst")
+	logf("%d of %d pods Running after %s: restarting routed on every node", len(ips), scaleUpPods, time.Since(start).Round(time.Millisecond))
+	if _, err := kubectl("-n", "kube-system", "rollout", "restart", "ds/routed-node"); err != nil {
+		return err
+	}
+	if out, err := kubectl("rollout", "status", "deployment/burst", "--timeout=300s"); err != nil {
+		logf("%s", describe(ctx, c))
+		return fmt.Errorf("scale-up through a routed restart: %w\n%s", err, out)
+	}
+	if _, err := kubectl("-n", "kube-system", "rollout", "status", "ds/routed-node", "--timeout=120s"); err != nil {
+		return err
+	}
+	ips, err = podIPs(ctx, c, "app=burst")
+	if err != nil {
+		return err
+	}
+	seen := map[string]string{}
+	for pod, ip := range ips {
+		if other, dup := seen[ip]; dup {
+			return fmt.Errorf("pods %s and %s both have %s", other, pod, ip)
+		}
+		seen[ip] = pod
+	}
+	after, err := failed()
+	if err != nil {
+		return err
+	}
+	if len(ips) != scaleUpPods || after != before {
+		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events", len(ips), scaleUpPods, after-before)
+	}
+	logf("%d pods Running, each its own address, in %s; 0 FailedCreatePodSandBox events", len(ips), time.Since(start).Round(time.Millisecond))
+	if _, err := kubectl("delete", "deployment", "burst", "--wait=true"); err != nil {
+		return err
+	}
+	// The Deployment goes at once; its pods are deleted after it, each
+	// with a CNI DEL: wait for them before asking IPAM.
+	if out, err := kubectl("wait", "--for=delete", "pod", "-l", "app=burst", "--timeout=300s"); err != nil {
+		return fmt.Errorf("the scale-up's pods not deleted: %w\n%s", err, out)
+	}
+	err = cluster.WaitFor(ctx, 120*time.Second, "the scale-up's addresses released, ipam check clean", func() error {
+		out, err := routedctl("ipam", "check")
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, out)
+		}
+		if !strings.Contains(out, "No IPAM problems found") {
+			return fmt.Errorf("%s", out)
+		}
+		for ip := range seen {
+			if o, _ := routedctl("ipam", "show", "--ip", ip); strings.Contains(o, "k8s-pod-network") {
+				return fmt.Errorf("%s still allocated", ip)
+			}
+		}
+		logf("%s", strings.TrimSpace(out))
+		return nil
+	})
+	if err != nil {
+		for ip := range seen {
+			if o, _ := routedctl("ipam", "show", "--ip", ip); strings.Contains(o, "k8s-pod-network") {
+				logf("%s (was pod %s):\n%s", ip, seen[ip], o)
+			}
+		}
+		pods, _ := kubectl("get", "pods", "-A", "-o", "wide")
+		logf("%s", pods)
+	}
+	return err
+}
