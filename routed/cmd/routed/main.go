@@ -40,6 +40,7 @@ ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`
 			if _, err := memtrim.Trim(); err != nil {
 				logrus.WithError(err).Warn("could not trim the executable's resident pages; running anyway")
 			}
+			memtrim.GCPercent()
 			return daemon.Run(cmd.Context(), cfg)
 		},
 	}
