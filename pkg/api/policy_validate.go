@@ -7,11 +7,13 @@ import "regexp"
 // names prefix policy names); a NetworkPolicy name is a label with an
 // optional "<tier>." prefix, or the "knp.default."/"ossg.default." names
 // Calico gives converted Kubernetes policies; a GlobalNetworkPolicy name
-// a label with an optional "<tier>." prefix.
+// a label with an optional "<tier>." prefix, or the "kcnp.kube-admin."/
+// "kcnp.kube-baseline." names of converted ClusterNetworkPolicies (their
+// Kubernetes names are DNS subdomains, dots included).
 var (
 	labelRE      = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	policyNameRE = regexp.MustCompile(`^(` + labelFmt + `(\.` + labelFmt + `)?|(knp|ossg)\.default\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
-	gnpNameRE    = regexp.MustCompile(`^(` + labelFmt + `\.)?` + labelFmt + `$`)
+	gnpNameRE    = regexp.MustCompile(`^((` + labelFmt + `\.)?` + labelFmt + `|kcnp\.(kube-admin|kube-baseline)\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
 )
 
 const labelFmt = `[a-z0-9]([-a-z0-9]*[a-z0-9])?`

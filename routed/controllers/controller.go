@@ -7,8 +7,10 @@
 //
 // It writes namespace and service-account profiles (kns.<ns>,
 // ksa.<ns>.<sa>), the labels, profiles, service account and named ports
-// of each pod's WorkloadEndpoint, and a NetworkPolicy "knp.default.<name>"
-// per Kubernetes NetworkPolicy. Profiles and policies it writes carry
+// of each pod's WorkloadEndpoint, a NetworkPolicy "knp.default.<name>"
+// per Kubernetes NetworkPolicy, and a GlobalNetworkPolicy
+// "kcnp.kube-admin.<name>" or "kcnp.kube-baseline.<name>" per
+// ClusterNetworkPolicy (sigs.k8s.io/network-policy-api v1beta1). Profiles and policies it writes carry
 // OwnerAnnotation; nothing without it is ever changed or deleted.
 package controllers
 
@@ -26,6 +28,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	npv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -77,6 +82,8 @@ type syncer struct {
 	sas        cache.Indexer
 	pods       cache.Indexer
 	policies   cache.Indexer
+	// cnps is nil when no ClusterNetworkPolicy client was configured.
+	cnps *cnpWatch
 
 	// reported holds the last problems recorded per policy key, so an
 	// unchanged policy is not reported again on every resync.
@@ -120,6 +127,13 @@ func (s *syncer) lead(ctx context.Context) error {
 		<-ctx.Done()
 		s.queue.ShutDown()
 	}()
+	if s.cnps != nil {
+		go s.cnps.run(ctx, func(o any) { s.enqueueObj(keyCNP, o) }, func() {
+			if err := s.resyncOnce(ctx); err != nil {
+				log.WithError(err).Warn("resync after the ClusterNetworkPolicy informer synced incomplete")
+			}
+		})
+	}
 	go s.resyncLoop(ctx)
 	log.Info("leading: informers synced, resyncing")
 	for s.processNext(ctx) {
@@ -155,7 +169,16 @@ func (s *syncer) resyncOnce(ctx context.Context) error {
 			s.queue.Add(kind + "|" + k)
 		}
 	}
-	for _, kind := range []api.Kind{api.KindProfile, api.KindNetworkPolicy} {
+	for _, k := range s.cnps.keys() {
+		s.queue.Add(keyCNP + "|" + k)
+	}
+	kinds := []api.Kind{api.KindProfile, api.KindNetworkPolicy}
+	if s.cnps.synced() {
+		// Only once the informer has synced: before, a missing
+		// ClusterNetworkPolicy is not known to be gone.
+		kinds = append(kinds, api.KindGlobalNetworkPolicy)
+	}
+	for _, kind := range kinds {
 		list, _, err := s.store.List(ctx, kind)
 		if err != nil {
 			return fmt.Errorf("list %s: %w", kind.Plural(), err)
@@ -166,6 +189,10 @@ func (s *syncer) resyncOnce(ctx context.Context) error {
 			}
 			src := r.Meta().Annotations[SourceAnnotation]
 			switch {
+			case kind == api.KindGlobalNetworkPolicy:
+				if src, ok := cnpSource(r); ok {
+					s.queue.Add(keyCNP + "|" + src)
+				}
 			case kind == api.KindNetworkPolicy:
 				s.queue.Add(keyPolicy + "|" + src)
 			case strings.HasPrefix(r.Meta().Name, api.NamespaceProfilePrefix):
@@ -244,6 +271,8 @@ func (s *syncer) sync(ctx context.Context, key string) error {
 		c := ConvertNetworkPolicy(np)
 		s.report(nsName, np, c.Problems)
 		return s.ensure(ctx, c.Policy)
+	case keyCNP:
+		return s.syncCNP(ctx, name)
 	case keyPod:
 		o, ok, err := s.pods.GetByKey(nsName)
 		if err != nil || !ok {
@@ -463,5 +492,8 @@ func (x *wepIndex) setLocked(w *api.WorkloadEndpoint) string {
 func newRecorder(ctx context.Context, kube kubernetes.Interface) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "routed-controllers"}), b.Shutdown
+	sch := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(sch))
+	utilruntime.Must(npv1beta1.AddToScheme(sch))
+	return b.NewRecorder(sch, corev1.EventSource{Component: "routed-controllers"}), b.Shutdown
 }

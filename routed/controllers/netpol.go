@@ -127,12 +127,17 @@ func (c *Conversion) keepValid(p *api.NetworkPolicy, field string, ingress bool,
 	return out
 }
 
-// validate checks a copy of p as the datastore would on write.
-func validate(p *api.NetworkPolicy) error {
-	cp := *p
-	cp.Spec.PolicySpec.Ingress = slices.Clone(p.Spec.Ingress)
-	cp.Spec.PolicySpec.Egress = slices.Clone(p.Spec.Egress)
-	api.SetDefaults(&cp)
+// validate checks a copy of p (a NetworkPolicy or GlobalNetworkPolicy)
+// as the datastore would on write.
+func validate[T any, P interface {
+	*T
+	api.Policy
+}](p P) error {
+	cp := P(new(T))
+	*cp = *p
+	spec := cp.Policy()
+	spec.Ingress, spec.Egress = slices.Clone(spec.Ingress), slices.Clone(spec.Egress)
+	api.SetDefaults(cp)
 	return cp.Validate()
 }
 

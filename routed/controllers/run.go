@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
 // ErrLostLeadership is returned by Run when another replica took the
@@ -23,6 +24,10 @@ var ErrLostLeadership = errors.New("controllers: lost leadership")
 type Config struct {
 	Kube  kubernetes.Interface
 	Store Store
+	// NetworkPolicyAPI, when set, is how ClusterNetworkPolicies
+	// (sigs.k8s.io/network-policy-api v1beta1) are watched; nil leaves
+	// them, and what was written for them, alone.
+	NetworkPolicyAPI npclient.Interface
 	// LeaseNamespace and LeaseName name the Lease replicas compete for
 	// (default "kube-system" and "routed-controllers").
 	LeaseNamespace, LeaseName string
@@ -127,6 +132,9 @@ func lead(ctx context.Context, cfg Config) error {
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		resync:   cfg.Resync,
 		reported: map[string]string{},
+	}
+	if cfg.NetworkPolicyAPI != nil {
+		s.cnps = &cnpWatch{client: cfg.NetworkPolicyAPI}
 	}
 	s.weps = newWEPIndex(func(k string) { s.queue.Add(k) })
 	return s.lead(ctx)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/routed/controllers"
@@ -43,7 +44,10 @@ func newControllersCmd() *cobra.Command {
 namespaces and service accounts become profiles kns.<ns> and
 ksa.<ns>.<sa>, pods' labels, service accounts and named ports go onto
 their WorkloadEndpoints, and each networking.k8s.io/v1 NetworkPolicy
-becomes the routed NetworkPolicy knp.default.<name> in tier default.
+becomes the routed NetworkPolicy knp.default.<name> in tier default,
+and each ClusterNetworkPolicy (policy.networking.k8s.io/v1beta1, once
+its CRD is installed) the GlobalNetworkPolicy kcnp.kube-admin.<name> or
+kcnp.kube-baseline.<name> in tier kube-admin or kube-baseline.
 A leader resyncs everything when it starts; what it wrote carries the
 annotation routed.io/owner, and nothing else is changed or deleted.
 Kubernetes: in-cluster, or --kubeconfig (KUBECONFIG). Datastore flags
@@ -59,6 +63,9 @@ POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
 			}
 			if cfg.Kube, err = kubernetes.NewForConfig(rc); err != nil {
 				return fmt.Errorf("kubernetes client: %w", err)
+			}
+			if cfg.NetworkPolicyAPI, err = npclient.NewForConfig(rc); err != nil {
+				return fmt.Errorf("network-policy-api client: %w", err)
 			}
 			store, err := datastore.New(ds)
 			if err != nil {
