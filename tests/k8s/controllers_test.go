@@ -46,18 +46,7 @@ func TestControllersAgainstAPIServer(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(rc)
 
 	start := func() func() {
-		cctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- controllers.Run(cctx, controllers.Config{Kube: kube, Store: store, LeaseName: "ctl-" + suffix, Identity: "test",
-				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond})
-		}()
-		return func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("controllers.Run: %v", err)
-			}
-		}
+		return startControllers(ctx, t, controllers.Config{Kube: kube, Store: store, LeaseName: "ctl-" + suffix})
 	}
 	get := func(k api.Kind, name string) api.Resource {
 		r, err := store.Get(ctx, k, name)
@@ -192,5 +181,22 @@ func TestControllersAgainstAPIServer(t *testing.T) {
 	})
 	if p := pol("by-hand"); p == nil || controllers.IsOwned(p) {
 		t.Errorf("the policy written by hand: %+v", p)
+	}
+}
+
+// startControllers runs controllers.Run with cfg (fast leader election,
+// identity "test") until the returned stop is called, which reports
+// what Run returned.
+func startControllers(ctx context.Context, t *testing.T, cfg controllers.Config) (stop func()) {
+	cctx, cancel := context.WithCancel(ctx)
+	cfg.Identity = "test"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- controllers.Run(cctx, cfg) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controllers.Run: %v", err)
+		}
 	}
 }
