@@ -494,6 +494,6 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface) (record.EventRe
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	sch := runtime.NewScheme()
 	utilruntime.Must(scheme.AddToScheme(sch))
-	utilruntime.Must(npv1beta1.AddToScheme(sch))
+	utilruntime.Must(npv1beta1.Install(sch))
 	return b.NewRecorder(sch, corev1.EventSource{Component: "routed-controllers"}), b.Shutdown
 }
