@@ -26,6 +26,7 @@ import (
 // Between the install and those checks, on the same cluster, one of
 // Kubernetes' own NetworkPolicy specs (netpolCI) passes with routed's
 // controllers and policy dataplane; `make k8s-netpol` runs them all.
+// Then the pod-start check of `make k8s-enforce` (podStartEnforced).
 func TestRealNodeRunsRouted(t *testing.T) {
 	skipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
@@ -74,6 +75,8 @@ func TestRealNodeRunsRouted(t *testing.T) {
 		t.Errorf("%s: want %d passed", res.Summary(), netpolCISpecs)
 	}
 	t.Logf("%s in %s", res.Summary(), time.Since(start).Round(time.Second))
+
+	podStartEnforced(ctx, t, c, bin)
 
 	start = time.Now()
 	if err := demo.Check(ctx, c, repoRoot(), bin, overlay, t.Logf); err != nil {
