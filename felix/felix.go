@@ -1,7 +1,9 @@
 package felix
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"sync"
@@ -188,4 +190,24 @@ func (f *Felix) RouteWithdraw(prefix netip.Prefix) {
 func (f *Felix) Programmed(prefix netip.Prefix) bool {
 	rt := f.rt.Load()
 	return rt != nil && rt.Programmed(prefix.Masked())
+}
+
+// LocalEndpoints returns this node's workload endpoints as felix holds
+// them: the last view of the datastore the node trusted (nothing changes
+// it while the node holds). The read runs on felix's loop.
+func (f *Felix) LocalEndpoints(ctx context.Context) ([]*api.WorkloadEndpoint, error) {
+	reply := make(chan []*api.WorkloadEndpoint, 1)
+	f.enqueue(func(l *loop) {
+		out := make([]*api.WorkloadEndpoint, 0, len(l.st.weps))
+		for _, w := range l.st.weps {
+			out = append(out, w)
+		}
+		reply <- out
+	})
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("felix: local endpoints: %w", ctx.Err())
+	case ws := <-reply:
+		return ws, nil
+	}
 }

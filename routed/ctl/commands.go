@@ -13,7 +13,9 @@ import (
 // status of the local routed.
 func New(out, errOut io.Writer) *cobra.Command {
 	root, connect := NewRoot(out, errOut)
-	root.AddCommand(ipamcli.NewCommand(connect, out))
+	ipamCmd := ipamcli.NewCommand(connect, out, ipamcli.WithNodeCheck(nodeCheck))
+	ipamCmd.AddCommand(newReimportCmd(out))
+	root.AddCommand(ipamCmd)
 	for _, c := range statuscli.NewCommands(out) {
 		if c.Name() == "policy" {
 			c.AddCommand(newExplainCmd(connect, out))

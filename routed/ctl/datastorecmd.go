@@ -48,8 +48,10 @@ re-initialised.`,
 		Short: "Accept this datastore as it is: give it a new identity every node adopts",
 		Long: `reinit gives the datastore a new cluster identity that every node adopts,
 ending the hold that a wiped, replaced or rolled-back datastore put them in.
-Nodes then follow the datastore as it is: pods whose endpoints or addresses
-are not in it lose their routes. Restore a backup instead if you have one.
+Before a node follows the datastore again it puts back the pods it runs
+that the datastore lacks, and removes its endpoints that no longer run
+(` + "`routedctl ipam reimport`" + `; docs/etcd-restore.md): if that fails it keeps
+holding and says why. Restore a backup instead if you have one.
 
 Nodes adopt the new identity during --adopt-window only: a node that comes
 back later, or a node of another cluster pointed here by mistake, holds

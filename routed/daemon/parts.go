@@ -27,6 +27,7 @@ import (
 	"github.com/routed-net/routed/routed/health"
 	"github.com/routed-net/routed/routed/identity"
 	"github.com/routed-net/routed/routed/noderecord"
+	"github.com/routed-net/routed/routed/reimport"
 	"github.com/routed-net/routed/routed/status"
 	"github.com/routed-net/routed/routed/tunneladdr"
 )
@@ -42,10 +43,13 @@ type node struct {
 	keeper  *noderecord.Keeper
 	tunnel  *tunneladdr.Loop  // nil on a route reflector
 	cni     *cniserver.Server // nil on a route reflector or when off
-	ipam    *ipam.Client
-	health  *health.Health
-	reg     *prometheus.Registry
-	beats   loopBeats
+	// reimport puts back the pods this node runs that the datastore
+	// lost (nil on a route reflector).
+	reimport *reimport.Reimporter
+	ipam     *ipam.Client
+	health   *health.Health
+	reg      *prometheus.Registry
+	beats    loopBeats
 	// gcLeading is set while this node is the elected cluster GC node.
 	gcLeading atomic.Bool
 }
@@ -106,6 +110,9 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	if n.felix != nil {
 		fxc := n.felix.Consumer()
 		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc)
+		n.reimport = reimport.New(reimport.Config{DS: ds, IPAM: n.ipam, Node: cfg.NodeName,
+			Endpoints: n.felix.LocalEndpoints, LinkExists: linkExists, Held: guard.Frozen})
+		guard.BeforeTrust(n.reimportBeforeTrust)
 		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
 		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
 		if sock := cfg.cniSocket(); sock != "" {
@@ -145,7 +152,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	}
 	st := status.NewServer(cfg.StatusSocket, n.speaker)
 	if n.felix != nil {
-		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog)
+		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithReimport(n.reimport.Run)
 	}
 	g.Go("status socket", supervise.Fatal, st.Run)
 	if cfg.HealthAddr != "" {

@@ -42,12 +42,38 @@ type Guard struct {
 	saved  time.Time
 	frozen bool
 	reason string
+	// rolledBack is set once the datastore went back in time and stays
+	// until the operator accepts it (reinit): a rolled-back datastore
+	// whose revision later catches up, through unrelated writes, still
+	// lacks what the node saw.
+	rolledBack bool
+	// beforeTrust runs before a held node follows the datastore again;
+	// lastTry is when it last failed (it is not retried within
+	// trustRetry).
+	beforeTrust func(context.Context) error
+	lastTry     time.Time
+}
+
+// trustRetry spaces the attempts of a failing beforeTrust: Admit runs on
+// every change the datastore delivers while the node holds.
+const trustRetry = 5 * time.Second
+
+// BeforeTrust sets f to run each time the node is about to follow the
+// datastore after holding it (the guard still frozen while it runs, so
+// nothing else writes): a node puts back the pods it runs that the
+// datastore lost (routed/reimport). While f fails the node keeps
+// holding, and says why. Call before the feed runs.
+func (g *Guard) BeforeTrust(f func(context.Context) error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.beforeTrust = f
 }
 
 // state is what a node keeps on disk about its cluster.
 type state struct {
-	GUID   string `json:"clusterGUID"`
-	MaxRev int64  `json:"maxRevision"`
+	GUID       string `json:"clusterGUID"`
+	MaxRev     int64  `json:"maxRevision"`
+	RolledBack bool   `json:"rolledBack,omitempty"`
 }
 
 // New returns a Guard keeping its state in stateDir/cluster-identity.
@@ -63,7 +89,7 @@ func (g *Guard) Start(ctx context.Context) error {
 	if b, err := os.ReadFile(g.stateFile); err == nil {
 		var st state
 		if err := json.Unmarshal(b, &st); err == nil {
-			g.guid, g.maxRev = st.GUID, st.MaxRev
+			g.guid, g.maxRev, g.rolledBack = st.GUID, st.MaxRev, st.RolledBack
 		}
 	}
 	if g.guid == "" {
@@ -108,26 +134,9 @@ func (g *Guard) Frozen() (bool, string) {
 func (g *Guard) Admit(ci *datastore.ClusterInfo, rev int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var why string
-	switch {
-	case ci == nil:
-		why = "the datastore has no cluster identity: etcd was wiped or replaced, or routed points at the wrong etcd. " +
-			"Restore etcd from a backup (routed resumes by itself), or accept this datastore with `routedctl datastore reinit`"
-	case ci.GUID != g.guid && ci.Adoptable(time.Now()):
-		log.WithFields(logrus.Fields{"from": g.guid, "to": ci.GUID}).Warn("adopting the re-initialised datastore's identity")
-		g.guid, g.maxRev = ci.GUID, rev
-		g.saveLocked(true)
-	case ci.GUID != g.guid:
-		why = fmt.Sprintf("the datastore belongs to another cluster (identity %q, this node's cluster is %s): routed points at the wrong etcd, or it was replaced. "+
-			"Point routed back at its etcd, or accept this one with `routedctl datastore reinit`", ci.GUID, g.guid)
-		if !ci.AdoptUntil.IsZero() {
-			why += fmt.Sprintf(" (it was re-initialised, but nodes could adopt it only until %s)", ci.AdoptUntil.UTC().Format(time.RFC3339))
-		}
-	case !ci.DatastoreReady:
-		why = "the datastore is marked not ready (datastoreReady: false); `routedctl datastore set-ready true` when the work on it is done"
-	case rev < g.maxRev:
-		why = fmt.Sprintf("the datastore went back in time (revision %d, this node saw %d): it was restored from an older backup. "+
-			"Restore the newest backup, or accept this one with `routedctl datastore reinit`", rev, g.maxRev)
+	why := g.judgeLocked(ci, rev)
+	if why == "" && g.frozen && g.beforeTrust != nil {
+		why = g.runBeforeTrustLocked()
 	}
 	if why != "" {
 		if !g.frozen || g.reason != why {
@@ -142,6 +151,61 @@ func (g *Guard) Admit(ci *datastore.ClusterInfo, rev int64) bool {
 	}
 	g.seenLocked(rev)
 	return true
+}
+
+// runBeforeTrustLocked runs beforeTrust without the lock (it asks
+// Frozen) and returns why the node must keep holding ("" when it may
+// follow the datastore).
+func (g *Guard) runBeforeTrustLocked() string {
+	if time.Since(g.lastTry) < trustRetry {
+		return g.reason
+	}
+	f := g.beforeTrust
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	err := f(ctx)
+	cancel()
+	g.mu.Lock()
+	if err != nil {
+		g.lastTry = time.Now()
+		return "the datastore lacks pods this node runs and they could not be put back (" + err.Error() +
+			"); see `routedctl ipam reimport --dry-run` on this node. Holding so that their addresses are not given to new pods"
+	}
+	g.lastTry = time.Time{}
+	return ""
+}
+
+// judgeLocked returns why the datastore whose identity is ci at revision
+// rev is not to be followed ("" when it is), adopting a re-initialised
+// identity.
+func (g *Guard) judgeLocked(ci *datastore.ClusterInfo, rev int64) string {
+	var why string
+	switch {
+	case ci == nil:
+		why = "the datastore has no cluster identity: etcd was wiped or replaced, or routed points at the wrong etcd. " +
+			"Restore etcd from a backup (routed resumes by itself), or accept this datastore with `routedctl datastore reinit`"
+	case ci.GUID != g.guid && ci.Adoptable(time.Now()):
+		log.WithFields(logrus.Fields{"from": g.guid, "to": ci.GUID}).Warn("adopting the re-initialised datastore's identity")
+		g.guid, g.maxRev, g.rolledBack = ci.GUID, rev, false
+		g.saveLocked(true)
+	case ci.GUID != g.guid:
+		why = fmt.Sprintf("the datastore belongs to another cluster (identity %q, this node's cluster is %s): routed points at the wrong etcd, or it was replaced. "+
+			"Point routed back at its etcd, or accept this one with `routedctl datastore reinit`", ci.GUID, g.guid)
+		if !ci.AdoptUntil.IsZero() {
+			why += fmt.Sprintf(" (it was re-initialised, but nodes could adopt it only until %s)", ci.AdoptUntil.UTC().Format(time.RFC3339))
+		}
+	case !ci.DatastoreReady:
+		why = "the datastore is marked not ready (datastoreReady: false); `routedctl datastore set-ready true` when the work on it is done"
+	case rev < g.maxRev || g.rolledBack:
+		if !g.rolledBack {
+			g.rolledBack = true
+			g.saveLocked(true)
+		}
+		why = fmt.Sprintf("the datastore went back in time (revision %d, this node saw %d): it was restored from a backup. "+
+			"Accept it with `routedctl datastore reinit` (docs/etcd-restore.md; this node first puts back the pods it runs "+
+			"that the backup lacks: `routedctl ipam reimport --dry-run` lists them)", rev, g.maxRev)
+	}
+	return why
 }
 
 // Seen implements feed.Gate: it records a revision delivered.
@@ -170,7 +234,7 @@ func (g *Guard) saveLocked(force bool) {
 	if !force && time.Since(g.saved) < 30*time.Second {
 		return
 	}
-	b, _ := json.Marshal(state{GUID: g.guid, MaxRev: g.maxRev})
+	b, _ := json.Marshal(state{GUID: g.guid, MaxRev: g.maxRev, RolledBack: g.rolledBack})
 	if err := os.MkdirAll(filepath.Dir(g.stateFile), 0o755); err != nil {
 		log.WithError(err).Warn("cannot save the cluster identity")
 		return

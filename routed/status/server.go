@@ -32,6 +32,7 @@ type Server struct {
 	p         Provider
 	policy    func(context.Context) ([]PolicyCounter, error) // nil: not served
 	policyLog PolicyLogFunc                                  // nil: not served
+	reimport  ReimportFunc                                   // nil: not served
 }
 
 // NewServer returns a server for path (see SocketPath) asking p.
@@ -111,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 		reply(w, v, err)
 	})
 	s.handlePolicy(mux)
+	s.handleReimport(mux)
 	return mux
 }
 

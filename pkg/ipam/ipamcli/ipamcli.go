@@ -31,7 +31,7 @@ const commandTimeout = 2 * time.Minute
 // NewCommand returns the `ipam` command. connect is called once per
 // invocation, and the client it returns is closed afterwards; output goes
 // to out.
-func NewCommand(connect func() (*datastore.Client, error), out io.Writer) *cobra.Command {
+func NewCommand(connect func() (*datastore.Client, error), out io.Writer, opts ...Option) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ipam",
 		Short: "Inspect and repair IP address management",
@@ -42,13 +42,30 @@ their node's blocks. These commands show usage, tell who holds an
 address, find and free leaked addresses, and release an address by hand.`,
 	}
 	r := &runner{connect: connect, out: out}
+	for _, o := range opts {
+		o(r)
+	}
 	cmd.AddCommand(r.showCmd(), r.checkCmd(), r.releaseCmd(), r.gcCmd())
 	return cmd
 }
 
+// NodeCheck compares what the local node runs with the datastore,
+// prints what the datastore lacks, and returns how many problems it
+// found. local says whether the user asked for it (--local-node); a
+// NodeCheck may also run on its own judgement (a socket named in the
+// environment) and does nothing otherwise.
+type NodeCheck func(ctx context.Context, out io.Writer, local bool) (int, error)
+
+// Option configures the ipam command.
+type Option func(*runner)
+
+// WithNodeCheck adds the local node's part to `ipam check`.
+func WithNodeCheck(f NodeCheck) Option { return func(r *runner) { r.nodeCheck = f } }
+
 type runner struct {
-	connect func() (*datastore.Client, error)
-	out     io.Writer
+	connect   func() (*datastore.Client, error)
+	out       io.Writer
+	nodeCheck NodeCheck // nil: etcd only
 }
 
 // with connects, runs f with an IPAM client, and disconnects.
@@ -182,8 +199,9 @@ func orDash(s string) string {
 
 func (r *runner) checkCmd() *cobra.Command {
 	grace := DefaultGrace
+	var local bool
 	cmd := &cobra.Command{
-		Use:   "check [--grace 10m]",
+		Use:   "check [--grace 10m] [--local-node]",
 		Short: "Report leaked addresses, blocks of deleted nodes and inconsistent IPAM records",
 		Long: `Report leaked addresses, blocks of deleted nodes and inconsistent IPAM records.
 
@@ -193,6 +211,13 @@ a pod being created holds its address before its endpoint exists.
 Besides leaks it finds what can give two pods one address: overlapping
 blocks, blocks outside every pool, addresses named by two endpoints, and
 endpoints whose address IPAM does not hold for them.
+
+On a node, --local-node (or ROUTED_STATUS_SOCKET set) also asks the
+node's routed which pods it runs and names those the datastore lacks:
+after etcd was restored from a snapshot, the pods started after it
+(their addresses are in use on the node but not allocated in etcd), and
+the node's endpoints that etcd brought back but no longer run. ` + "`routedctl ipam reimport`" + `
+on that node puts the datastore right.
 
 Exit status: 0 when nothing was found, 1 when problems were found, 2
 when the check could not run (for example etcd is unreachable).`,
@@ -220,6 +245,13 @@ when the check could not run (for example etcd is unreachable).`,
 					found++
 					fmt.Fprintln(r.out, "\nDatastore: marked not ready; nodes hold their routes until `routedctl datastore set-ready true`.")
 				}
+				if r.nodeCheck != nil {
+					n, err := r.nodeCheck(ctx, r.out, local)
+					if err != nil {
+						return err
+					}
+					found += n
+				}
 				return nil
 			})
 			switch {
@@ -232,6 +264,9 @@ when the check could not run (for example etcd is unreachable).`,
 		},
 	}
 	cmd.Flags().DurationVar(&grace, "grace", DefaultGrace, "ignore allocations younger than this")
+	if r.nodeCheck != nil {
+		cmd.Flags().BoolVar(&local, "local-node", false, "also compare the pods the local routed runs (its status socket) with the datastore")
+	}
 	return cmd
 }
 
