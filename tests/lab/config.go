@@ -218,7 +218,7 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
     "log_level": "info",
     "log_file_path": %q,
     "mtu_file": %q,
-    "ipam_lock_file": %q,
+    "ipam_lock_file": %q,%s
     "policy_setup_timeout_seconds": %d,
     "ipam": {"type": "routed-ipam"}
   }]
@@ -226,12 +226,23 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
 `, l.Topo.EtcdEndpoint(), l.cniEtcdTLS(), n.Name, filepath.Join(l.Dir, n.Name, "cni.log"), filepath.Join(l.stateDir(n.Name), "mtu"),
 			// Each lab node is a host of its own: its own host IPAM lock,
 			// not this machine's /var/run/routed/ipam.lock.
-			filepath.Join(l.Dir, n.Name, "ipam.lock"), l.policyWait())
+			filepath.Join(l.Dir, n.Name, "ipam.lock"), l.cniSocketConf(n.Name), l.policyWait())
 		if err := os.WriteFile(filepath.Join(dir, "10-routed.conflist"), []byte(conf), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cniSocketConf is the conflist's routed_socket field: the node's own
+// routed's CNI socket with Topology.CNIViaRouted, else "" (the plugin's
+// default, /var/run/routed/cni.sock: a routed of this machine's, if any,
+// answers "not for this routed" and the plugin writes etcd itself).
+func (l *Lab) cniSocketConf(node string) string {
+	if !l.Topo.CNIViaRouted {
+		return ""
+	}
+	return fmt.Sprintf("\n    \"routed_socket\": %q,", filepath.Join(filepath.Dir(l.socket(node)), "cni.sock"))
 }
 
 // cniEtcdTLS is the conflist's etcd_*_file fields for a cluster ("" for

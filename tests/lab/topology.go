@@ -69,6 +69,11 @@ type Topology struct {
 	// and peer ports, every client given all endpoints. 0 or 1: one
 	// plain-http etcd in the router namespace.
 	EtcdMembers int
+	// CNIViaRouted points each node's CNI plugin at that node's routed
+	// (routed_socket): addresses are assigned through routed's CNI socket,
+	// as on a real node, and refused while routed holds the datastore.
+	// Without it the plugin writes etcd itself.
+	CNIViaRouted bool
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.
