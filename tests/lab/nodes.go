@@ -99,3 +99,13 @@ func (l *Lab) WaitNodeReady(ctx context.Context, name string, timeout time.Durat
 		return err
 	})
 }
+
+// NodePID is the PID of a node's routed (0 when it is not running):
+// `ip netns exec` execs routed in its own place.
+func (l *Lab) NodePID(name string) int {
+	p := l.nodes[name]
+	if p == nil || !p.running() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}

@@ -122,6 +122,7 @@ func run(bin, dir string, o options) int {
 	table, growth := ser.flat(dur, o.span, o.tolerance)
 	fmt.Printf("==> every routed, mean of the first %v vs the last %v (a sample each %v; 1-minute load average %s)\n%s",
 		o.span, o.span, o.sampleEvery, ser.loadSummary(), table)
+	fmt.Print(ser.trend(dur, o.span))
 	problems = append(problems, growth...)
 	time.Sleep(5 * time.Second) // let goroutines of finished work exit
 	after := goroutines(ctx, l)

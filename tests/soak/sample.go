@@ -18,6 +18,10 @@ import (
 type sample struct {
 	at                  time.Duration // since the churn began
 	rss, fds, goroutine float64
+	// anon and file split rss (the kernel's RssAnon and RssFile: the
+	// heap and stacks, and mapped pages of the binary); heap is the Go
+	// heap in use.
+	anon, file, heap float64
 }
 
 // series are every node's samples in order, and the machine's load
@@ -47,7 +51,9 @@ func (s *series) take(ctx context.Context, l *lab.Lab) {
 			fmt.Printf("sample %s at %v: a process or Go metric is missing\n", n.Name, at.Round(time.Second))
 			continue
 		}
-		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g})
+		heap, _ := m.Sum("go_memstats_heap_inuse_bytes", nil)
+		anon, file := rssSplit(l.NodePID(n.Name))
+		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g, anon: anon, file: file, heap: heap})
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
@@ -122,4 +128,58 @@ func (s *series) loadSummary() string {
 	l := append([]float64(nil), s.load...)
 	sort.Float64s(l)
 	return fmt.Sprintf("min %.1f, median %.1f, max %.1f", l[0], l[len(l)/2], l[len(l)-1])
+}
+
+// rssSplit reads RssAnon and RssFile (bytes) of pid from /proc.
+func rssSplit(pid int) (anon, file float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if pid == 0 || err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = kb * 1024
+		case "RssFile:":
+			file = kb * 1024
+		}
+	}
+	return anon, file
+}
+
+// trend prints every node's memory by span of the run (means): RSS,
+// its anonymous and file-backed parts, and the Go heap in use, in MiB;
+// a leak climbs span after span, a warm-up levels off.
+func (s *series) trend(total, span time.Duration) string {
+	var b strings.Builder
+	names := make([]string, 0, len(s.nodes))
+	for n := range s.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap\n", span)
+	for _, name := range names {
+		fmt.Fprintf(&b, "%-10s", name)
+		for from := time.Duration(0); from < total; from += span {
+			var rss, anon, file, heap float64
+			n := 0
+			for _, x := range s.nodes[name] {
+				if x.at >= from && x.at < from+span {
+					rss, anon, file, heap, n = rss+x.rss, anon+x.anon, file+x.file, heap+x.heap, n+1
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			d := float64(n) * (1 << 20)
+			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f", rss/d, anon/d, file/d, heap/d)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
