@@ -53,14 +53,18 @@ func (w *cnpWatch) served() (bool, error) {
 // run waits until the API is served, starts the informer, and from its
 // first sync enqueues every change; it returns when ctx ends.
 func (w *cnpWatch) run(ctx context.Context, enqueue func(o any), synced func()) {
+	warned := false
 	for {
 		ok, err := w.served()
 		if ok {
 			break
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			log.WithError(err).Warn("cannot tell whether ClusterNetworkPolicy is served; asking again")
-		} else {
+		case !warned:
+			// Once: a cluster without the CRD is a normal cluster.
+			warned = true
 			log.Warnf("ClusterNetworkPolicy %s is not served (CRD not installed?); looking again every %s", npv1beta1.GroupVersion, cnpPollInterval)
 		}
 		select {
