@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestRealNodeRunsRouted(t *testing.T) {
 		defer os.RemoveAll(overlay)
 	}
 	if err != nil {
-		t.Fatalf("%v\nkubelet:\n%s", err, c.Logs("kubelet", 20))
+		failOnCluster(t, c, "install", err)
 	}
 	t.Logf("routed installed in %s", time.Since(start).Round(time.Second))
 
@@ -80,7 +81,7 @@ func TestRealNodeRunsRouted(t *testing.T) {
 
 	start = time.Now()
 	if err := demo.Check(ctx, c, repoRoot(), bin, overlay, t.Logf); err != nil {
-		t.Fatalf("%v\nkubelet:\n%s", err, c.Logs("kubelet", 20))
+		failOnCluster(t, c, "demo checks", err)
 	}
 	t.Logf("routed checked on the real nodes in %s", time.Since(start).Round(time.Second))
 }
@@ -97,3 +98,18 @@ const netpolCI = `Netpol NetworkPolicy between server and client should ` +
 
 // netpolCISpecs is how many specs netpolCI picks.
 const netpolCISpecs = 1
+
+// failOnCluster ends the test on err. The kubelet's log and the whole
+// error go first, and a one-line summary of the error last: CI keeps
+// only the head and the tail of a failing test's output, and the
+// kubelet's log would otherwise push the reason out of both.
+func failOnCluster(t *testing.T, c *k8scluster.Cluster, step string, err error) {
+	t.Helper()
+	t.Logf("%s failed: %v", step, err)
+	t.Logf("kubelet:\n%s", c.Logs("kubelet", 20))
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	if len(first) > 400 {
+		first = first[:400] + "..."
+	}
+	t.Fatalf("%s failed (whole error above): %s", step, first)
+}

@@ -135,8 +135,17 @@ func Run(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(st
 // pods with pool addresses and endpoints, ping across nodes, the route
 // reflector, a restart, and `kubectl delete -k` leaving nothing behind.
 // It returns the first failure.
-func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, logf func(string, ...any)) error {
-	step := func(format string, a ...any) { logf("==> "+format, a...) }
+func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, logf func(string, ...any)) (err error) {
+	current := ""
+	step := func(format string, a ...any) {
+		current = fmt.Sprintf(format, a...)
+		logf("==> %s", current)
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", current, err)
+		}
+	}()
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
 	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
 
@@ -234,9 +243,18 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 		return fmt.Errorf("no web pod was scheduled on %s: %v", c.Nodes[1].Name, nodeOf)
 	}
 	for _, ip := range targets {
-		out, err := kubectl("exec", from, "--", "/bin/busybox", "ping", "-c", "3", "-W", "2", ip)
-		if err != nil || !strings.Contains(out, " 0% packet loss") {
-			return fmt.Errorf("%s cannot ping %s: %v\n%s", from, ip, err, out)
+		// Three pings without a loss, retried: a pod Running a moment ago
+		// may still be waiting for its block's route on the other node.
+		var out string
+		if err := cluster.WaitFor(ctx, 60*time.Second, from+" pings "+ip+" without loss", func() error {
+			var err error
+			out, err = kubectl("exec", from, "--", "/bin/busybox", "ping", "-c", "3", "-W", "2", ip)
+			if err != nil || !strings.Contains(out, " 0% packet loss") {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("%s cannot ping %s: %w", from, ip, err)
 		}
 		logf("%s (%s) -> %s: %s", from, nodeOf[from], ip, lastLine(out, "packet loss"))
 	}
@@ -244,12 +262,18 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 		// The pool's blocks are /26s: the block of the pod on the other
 		// node, as routed on this node learned it over BGP from that node.
 		block := netip.PrefixFrom(netip.MustParseAddr(pods[to]), 26).Masked().String()
-		learned, err := routedOn(ctx, c, c.Node, "show", "route")
-		if err != nil {
-			return err
-		}
-		if !hasRow(learned, block, c.Nodes[1].Addr.String()) {
-			return fmt.Errorf("routed on %s did not learn %s (the block of %s on %s) over BGP from %s:\n%s", c.Node, block, to, nodeOf[to], c.Nodes[1].Addr, learned)
+		var learned string
+		if err := cluster.WaitFor(ctx, 30*time.Second, "routed on "+c.Node+" lists "+block+" from "+c.Nodes[1].Addr.String(), func() error {
+			var err error
+			if learned, err = routedOn(ctx, c, c.Node, "show", "route"); err != nil {
+				return err
+			}
+			if !hasRow(learned, block, c.Nodes[1].Addr.String()) {
+				return fmt.Errorf("not listed:\n%s", learned)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("routed on %s did not learn %s (the block of %s on %s) over BGP from %s: %w", c.Node, block, to, nodeOf[to], c.Nodes[1].Addr, err)
 		}
 		logf("%s is on %s: that ping crossed nodes; routed on %s learned its block %s over BGP from %s:\n%s", to, nodeOf[to], c.Node, block, c.Nodes[1].Addr, learned)
 		out, err := routedStatus(ctx, c, c.Node)

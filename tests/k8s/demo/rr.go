@@ -93,12 +93,20 @@ func routeReflectorPod(ctx context.Context, c *cluster.Cluster, root string, rou
 		return fmt.Errorf("%w\n%s", err, status)
 	}
 	logf("routedctl node status on %s:\n%s", c.Node, status)
-	rr, err := kubectl("-n", "kube-system", "exec", "deployment/routed-route-reflector", "-c", "routed", "--", "routedctl", "node", "status")
-	if err != nil {
+	// The reflector reaches Established on its own side a moment after
+	// its client does (the client's KEEPALIVE has to arrive first).
+	var rr string
+	if err := cluster.WaitFor(ctx, 30*time.Second, "the reflector reports its client "+c.NodeAddr.String()+" Established", func() error {
+		var err error
+		if rr, err = kubectl("-n", "kube-system", "exec", "deployment/routed-route-reflector", "-c", "routed", "--", "routedctl", "node", "status"); err != nil {
+			return err
+		}
+		if !hasRow(rr, c.NodeAddr.String(), "Established") {
+			return fmt.Errorf("not yet:\n%s", rr)
+		}
+		return nil
+	}); err != nil {
 		return err
-	}
-	if !hasRow(rr, c.NodeAddr.String(), "Established") {
-		return fmt.Errorf("the reflector does not report its client %s Established:\n%s", c.NodeAddr, rr)
 	}
 	logf("routedctl node status in the reflector pod on %s:\n%s", rrHost, rr)
 
