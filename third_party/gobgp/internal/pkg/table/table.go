@@ -108,14 +108,30 @@ type destinationShard struct {
 	mp map[addrPrefixKey][]*destination
 }
 
+// destinationShardCount is the number of shards of a RIB that every peer
+// writes to concurrently: the global and route-server RIBs.
 const destinationShardCount = 2048
 
+// adjDestinationShardCount is the number of shards of a table that one
+// writer fills: a peer's Adj-RIB-In (written by that peer's goroutine)
+// and a table built to answer one query. An empty shard costs about
+// 100 bytes (its struct, lock and map), so 2,048 of them cost about
+// 200 KiB per peer and family before the first route; 16 keep readers
+// and the writer apart for a few KiB. Must be a power of two.
+const adjDestinationShardCount = 16
+
 type Destinations struct {
-	shards [destinationShardCount]*destinationShard
+	// shards has a power-of-two length; getShard masks the key with it.
+	shards []*destinationShard
 }
 
 func NewDestinations() *Destinations {
-	d := &Destinations{}
+	return newDestinations(destinationShardCount)
+}
+
+// newDestinations returns a table of n shards; n must be a power of two.
+func newDestinations(n int) *Destinations {
+	d := &Destinations{shards: make([]*destinationShard, n)}
 	for i := range d.shards {
 		d.shards[i] = &destinationShard{
 			mu: &sync.RWMutex{},
@@ -128,7 +144,7 @@ func NewDestinations() *Destinations {
 // getShard returns the shard for a given NLRI
 func (d *Destinations) getShard(nlri bgp.NLRI) *destinationShard {
 	key := tableKey(nlri)
-	return d.shards[uint32(key)&(destinationShardCount-1)]
+	return d.shards[uint32(key)&uint32(len(d.shards)-1)]
 }
 
 // iterateAllDestinations calls fn for each destination across all shards.
@@ -272,13 +288,23 @@ func isVPNFamily(rf bgp.Family) bool {
 }
 
 func NewTable(logger *slog.Logger, rf bgp.Family, dsts ...*destination) *Table {
+	return newTable(logger, rf, destinationShardCount, dsts...)
+}
+
+// newAdjTable returns a table with one writer (see
+// adjDestinationShardCount).
+func newAdjTable(logger *slog.Logger, rf bgp.Family, dsts ...*destination) *Table {
+	return newTable(logger, rf, adjDestinationShardCount, dsts...)
+}
+
+func newTable(logger *slog.Logger, rf bgp.Family, shards int, dsts ...*destination) *Table {
 	var vpnIdx *VPNPathIndex
 	if isVPNFamily(rf) {
 		vpnIdx = NewVPNPathIndex()
 	}
 	t := &Table{
 		Family:       rf,
-		destinations: NewDestinations(),
+		destinations: newDestinations(shards),
 		logger:       logger,
 		macIndex:     NewEVPNMacNLRIs(),
 		vpnIdx:       vpnIdx,
@@ -820,7 +846,7 @@ func (t *Table) Select(option ...TableSelectOption) (*Table, error) {
 		as = o.AS
 	}
 	dOption := DestinationSelectOption{ID: id, AS: as, VRF: vrf, adj: adj, Best: best, MultiPath: mp}
-	r := NewTable(nil, t.Family)
+	r := newAdjTable(nil, t.Family)
 
 	if len(prefixes) != 0 {
 		switch t.Family {
