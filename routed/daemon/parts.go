@@ -46,10 +46,13 @@ type node struct {
 	// reimport puts back the pods this node runs that the datastore
 	// lost (nil on a route reflector).
 	reimport *reimport.Reimporter
-	ipam     *ipam.Client
-	health   *health.Health
-	reg      *prometheus.Registry
-	beats    loopBeats
+	// journal saves this node's endpoints as last trusted, for a
+	// routed started while the datastore is held (nil on a reflector).
+	journal *reimport.Journal
+	ipam    *ipam.Client
+	health  *health.Health
+	reg     *prometheus.Registry
+	beats   loopBeats
 	// gcLeading is set while this node is the elected cluster GC node.
 	gcLeading atomic.Bool
 }
@@ -110,8 +113,13 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	if n.felix != nil {
 		fxc := n.felix.Consumer()
 		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc)
+		n.journal = reimport.NewJournal(filepath.Join(cfg.StateDir, "local-endpoints.json"), cfg.NodeName, guard.ClusterGUID)
+		if _, err := n.journal.Load(guard.ClusterGUID()); err != nil {
+			log.WithError(err).Warn("starting without a saved view of this node's endpoints")
+		}
+		n.feed.Subscribe("endpoint journal", reimport.JournalKinds, n.journal)
 		n.reimport = reimport.New(reimport.Config{DS: ds, IPAM: n.ipam, Node: cfg.NodeName,
-			Endpoints: n.felix.LocalEndpoints, LinkExists: linkExists, Held: guard.Frozen})
+			Endpoints: n.trustedEndpoints, LinkExists: linkExists, Held: guard.Frozen})
 		guard.BeforeTrust(n.reimportBeforeTrust)
 		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
 		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
@@ -139,6 +147,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	if n.felix != nil {
 		g.Go("felix", supervise.Restart, n.felix.Run)
 		g.Go("tunnel address", supervise.Restart, n.tunnel.Run)
+		g.Go("endpoint journal", supervise.Restart, n.journal.Run)
 		if cfg.IPAMGCPeriod > 0 {
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
 				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Period: cfg.IPAMGCPeriod,

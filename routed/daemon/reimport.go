@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // reimportBeforeTrust runs before a held node follows the datastore
@@ -14,11 +16,11 @@ import (
 // IPAM does not give their addresses to new pods. It fails, keeping the
 // node held, when one cannot be put back.
 func (n *node) reimportBeforeTrust(ctx context.Context) error {
-	if !n.feed.Synced() {
-		// Held since it started: felix never had a trusted view, so
-		// this routed does not know which endpoints its interfaces are.
+	if _, saved := n.journal.Saved(); !n.feed.Synced() && !saved {
+		// Held since it started, and no earlier routed saved its view:
+		// nothing says which endpoints this node's interfaces are.
 		log.Warn("following the datastore again without a re-import: routed has held since it started and " +
-			"does not know this node's pods; pods the datastore lacks lose their routes")
+			"no saved view of this node's endpoints was found; pods the datastore lacks lose their routes")
 		return nil
 	}
 	rep, err := n.reimport.Run(ctx, false)
@@ -31,6 +33,20 @@ func (n *node) reimportBeforeTrust(ctx context.Context) error {
 			e.Endpoint, e.Addresses, e.Problem)
 	}
 	return nil
+}
+
+// trustedEndpoints returns this node's endpoints as routed last trusted
+// them: felix's once the feed delivered in this process; before that
+// (held since it started), the view an earlier routed saved.
+func (n *node) trustedEndpoints(ctx context.Context) ([]*api.WorkloadEndpoint, error) {
+	if n.feed.Synced() {
+		return n.felix.LocalEndpoints(ctx)
+	}
+	if ws, ok := n.journal.Saved(); ok {
+		return ws, nil
+	}
+	return nil, errors.New("routed has held the datastore since it started and found no saved view of this node's endpoints " +
+		"(local-endpoints.json in its state directory): it does not know which pods this node runs")
 }
 
 // linkExists reports whether a host interface exists. Only "no such

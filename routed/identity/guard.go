@@ -121,6 +121,14 @@ func (g *Guard) Check(ctx context.Context) error {
 	return nil
 }
 
+// ClusterGUID returns the identity of the cluster this node follows (or,
+// while it holds, last followed).
+func (g *Guard) ClusterGUID() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.guid
+}
+
 // Frozen reports whether the feed is held, and why.
 func (g *Guard) Frozen() (bool, string) {
 	g.mu.Lock()

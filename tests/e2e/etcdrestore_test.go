@@ -18,8 +18,10 @@ import (
 // pods keep forwarding, new pods are refused on it), `ipam check
 // --local-node` names what the snapshot lost, `ipam reimport` puts one
 // node's pods back by hand, `datastore reinit` lets the nodes follow
-// the datastore again, each first putting back the pods it runs. No
-// ping is lost, no live address is released or handed out twice.
+// the datastore again, each first putting back the pods it runs; one
+// node's routed is killed and restarted in between, and still puts its
+// pods back. No ping is lost, no live address is released or handed out
+// twice.
 func TestEtcdRestoreFromSnapshot(t *testing.T) {
 	l := startLabWith(t, func(tp *lab.Topology) { tp.EtcdMembers = 3; tp.CNIViaRouted = true })
 	ctx := context.Background()
@@ -58,6 +60,16 @@ func TestEtcdRestoreFromSnapshot(t *testing.T) {
 		waitReadiness(t, l, nd.Name, "went back in time", 90*time.Second)
 	}
 	t.Logf("every node holds %v after the restore", time.Since(restoredAt).Round(time.Millisecond))
+
+	// routed on the node of lost2 is killed and started again while the
+	// datastore is restored: the new process has never trusted it, and
+	// knows the node's pods from the view the old one saved.
+	l.StopNode(n[3].Name, true)
+	if err := l.StartNode(ctx, n[3].Name); err != nil {
+		t.Fatal(err)
+	}
+	waitReadiness(t, l, n[3].Name, "went back in time", 90*time.Second)
+	t.Logf("routed on %s killed and started again: it holds", n[3].Name)
 
 	// New pods are refused while a node holds: their address could be
 	// one a lost pod has.
