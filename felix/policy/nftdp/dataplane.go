@@ -71,6 +71,7 @@ var ErrUnsupported = errors.New("nftdp: kernel has no nftables support")
 // Dataplane keeps the routed-policy tables equal to the desired state.
 type Dataplane struct {
 	conn *nftables.Conn
+	dump *ruleDumper // reads rules back: a resync, Counters
 	cfg  Config
 	fams []*famTable
 
@@ -142,8 +143,13 @@ func New(cfg Config) (*Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftdp: opening nftables: %w", err)
 	}
+	dump, err := newRuleDumper(cfg.NetnsFd)
+	if err != nil {
+		c.CloseLasting()
+		return nil, err
+	}
 	d := &Dataplane{
-		conn: c, cfg: cfg,
+		conn: c, dump: dump, cfg: cfg,
 		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, ids: map[string]uint32{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{},
 	}
@@ -183,8 +189,8 @@ func bigBuffers(c *netlink.Conn) error {
 	return serr
 }
 
-// Close releases the netlink socket; the tables stay and keep enforcing.
-func (d *Dataplane) Close() error { return d.conn.CloseLasting() }
+// Close releases the netlink sockets; the tables stay and keep enforcing.
+func (d *Dataplane) Close() error { return errors.Join(d.conn.CloseLasting(), d.dump.close()) }
 
 // Writes is how many transactions the Dataplane has sent to the kernel.
 func (d *Dataplane) Writes() int { return d.writes }

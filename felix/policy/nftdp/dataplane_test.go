@@ -59,13 +59,7 @@ func TestDispatchFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ft := conn.AddTable(&nftables.Table{Name: "kube-proxy", Family: nftables.TableFamilyIPv4})
-	fc := conn.AddChain(&nftables.Chain{Name: "forward", Table: ft, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	conn.AddRule(&nftables.Rule{Table: ft, Chain: fc, Exprs: []expr.Any{&expr.Counter{}}})
-	if err := conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	ft, fc := nftdp.ForeignCountingTable(t, conn, "kube-proxy")
 
 	// felix/natout's tables, named "routed", live next to ours.
 	nat, err := natout.New(node.Fd)

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 )
 
@@ -44,15 +43,17 @@ func (d *Dataplane) load(ft *famTable) error {
 		if c.Hooknum != nil && c.Priority != nil {
 			h = (&hook{num: c.Hooknum, prio: c.Priority}).String()
 		}
-		rules, err := d.conn.GetRules(ft.table, c)
-		if err != nil {
-			return fmt.Errorf("nftdp: reading %s chain %s: %w", ft.fam.name, c.Name, err)
+		ft.chains[c.Name] = &chainHave{hook: h}
+	}
+	// One dump of the whole table; rules come in order within a chain.
+	rules, err := d.dump.rules(ft.fam.nft, ft.table.Name)
+	if err != nil {
+		return fmt.Errorf("nftdp: reading %s rules: %w", ft.fam.name, err)
+	}
+	for i := range rules {
+		if c := ft.chains[rules[i].chain]; c != nil {
+			c.keys = append(c.keys, rules[i].comment)
 		}
-		keys := make([]string, len(rules))
-		for i, r := range rules {
-			keys[i] = commentOf(r)
-		}
-		ft.chains[c.Name] = &chainHave{keys: keys, hook: h}
 	}
 	sets, err := d.conn.GetSets(ft.table)
 	if err != nil {
@@ -117,26 +118,22 @@ func (d *Dataplane) load(ft *famTable) error {
 type Counter struct{ Packets, Bytes uint64 }
 
 // Counters reads the counters of every rule with an ID in the chains
-// that match (all chains when match is nil), keyed by rule ID.
+// that match (all chains when match is nil), keyed by rule ID: one dump
+// of each family's table.
 func (d *Dataplane) Counters(match func(chain string) bool) (map[string]Counter, error) {
 	out := map[string]Counter{}
+	keep := func(chain string) bool {
+		return d.chains[chain] != nil && (match == nil || match(chain))
+	}
 	for _, ft := range d.fams {
 		if !ft.tableExists {
 			continue
 		}
-		for name := range d.chains {
-			if match != nil && !match(name) {
-				continue
-			}
-			if _, ok := ft.chains[name]; !ok {
-				continue
-			}
-			rules, err := d.conn.GetRules(ft.table, &nftables.Chain{Table: ft.table, Name: name})
-			if err != nil {
-				return nil, fmt.Errorf("nftdp: reading %s chain %s: %w", ft.fam.name, name, err)
-			}
-			addCounters(out, rules)
+		rules, err := d.dump.rules(ft.fam.nft, ft.table.Name)
+		if err != nil {
+			return nil, fmt.Errorf("nftdp: reading %s counters: %w", ft.fam.name, err)
 		}
+		addRuleCounters(out, rules, keep)
 	}
 	return out, nil
 }

@@ -288,12 +288,6 @@ func (rd *renderer) action(r *Rule) []expr.Any {
 // comment is what a rule carries in its user data: its ID and content key.
 func comment(key string) []byte { return userdata.AppendString(nil, userdata.TypeComment, key) }
 
-// commentOf reads comment back.
-func commentOf(r *nftables.Rule) string {
-	s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-	return s
-}
-
 // mergePorts sorts ranges and merges those that overlap or touch.
 func mergePorts(ps []PortRange) []PortRange {
 	out := append([]PortRange(nil), ps...)
