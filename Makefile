@@ -107,12 +107,14 @@ k8s-demo: build
 # test/e2e/network/netpol and agnhost, built at the cluster's version)
 # against it; failures print with their probe matrices; last line
 # `netpol: P passed, F failed, S skipped`. NETPOL_FOCUS (a regexp over
-# the specs' names) narrows them, e.g. NETPOL_FOCUS='default-deny'.
+# the specs' names) narrows them, e.g. NETPOL_FOCUS='default-deny';
+# NETPOL_PARALLEL specs run at once, each in an e2e.test of its own.
 NETPOL_FOCUS ?=
+NETPOL_PARALLEL ?= 4
 k8s-netpol: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }
 	./tests/ensure-deps.sh
-	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)'
+	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)' -parallel $(NETPOL_PARALLEL)
 
 # k8s-policy-bench times, on the cluster of k8s-demo with routed and its
 # controllers, BENCH_N NetworkPolicy creations, deletions and pod label

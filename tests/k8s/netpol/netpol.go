@@ -14,12 +14,10 @@
 package netpol
 
 import (
-	"bufio"
 	"context"
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +68,9 @@ type Config struct {
 	Dir string
 	// Progress, when set, gets one line per finished spec.
 	Progress func(string, ...any)
+	// Parallel is how many specs run at once, each in an e2e.test
+	// process of its own; 0 means 1.
+	Parallel int
 	// Timeout bounds the whole suite (ginkgo's --timeout); 0 means 3 h.
 	Timeout time.Duration
 }
@@ -83,7 +84,8 @@ type Result struct {
 	// NotRun are the specs an interrupt or the suite's timeout stopped
 	// or kept from running.
 	NotRun []Spec
-	// Log is the suite's full output.
+	// Log is the directory with each spec's report and output
+	// (report/NNN/e2e.log).
 	Log string
 }
 
@@ -107,9 +109,11 @@ func (r Result) Summary() string {
 	return s
 }
 
-// Run imports agnhost into every node of c and runs e2e.test with the
-// focus against c as its admin. The error is about running the suite
-// (no report, a bad report); failed specs are in the Result.
+// Run imports agnhost into every node of c and runs every spec the
+// focus picks against c as its admin, cfg.Parallel at a time, each in an
+// e2e.test process of its own. The error is about running the suite
+// (no spec list, a spec without a report); failed specs are in the
+// Result.
 func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 	if cfg.Focus == "" {
 		cfg.Focus = Focus
@@ -117,11 +121,21 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 3 * time.Hour
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 1
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Result{}, err
 	}
 	if err := importAgnhost(ctx, c, cfg); err != nil {
 		return Result{}, err
+	}
+	specs, err := ListSpecs(ctx, cfg.E2E, cfg.Focus, cfg.Dir)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(specs) == 0 {
+		return Result{}, fmt.Errorf("e2e.test holds no spec the focus %q picks", cfg.Focus)
 	}
 	var skips []string
 	for _, s := range Skips {
@@ -131,54 +145,9 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 	}
 	reportDir := filepath.Join(cfg.Dir, "report")
 	_ = os.RemoveAll(reportDir)
-	args := []string{
-		"--kubeconfig", c.Kubeconfig,
-		"--report-dir", reportDir,
-		"--ginkgo.focus", cfg.Focus,
-		"--ginkgo.timeout", cfg.Timeout.String(),
-		"--ginkgo.no-color",
-		"--ginkgo.v",
-		// The control plane runs as plain processes, not pods: nothing
-		// in kube-system must be Ready beyond routed's own.
-		"--minStartupPods", "0",
-	}
-	if len(skips) > 0 {
-		args = append(args, "--ginkgo.skip", strings.Join(skips, "|"))
-	}
-	logPath := filepath.Join(cfg.Dir, "e2e.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return Result{}, err
-	}
-	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, cfg.E2E, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
-	// The suite's temporary files (kubectl's cache) stay under Dir.
-	cmd.Dir = cfg.Dir
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	// Cancelled (Ctrl-C, the caller's deadline): ginkgo's interrupt, so
-	// that it cleans up the spec's namespaces and still writes the
-	// report of what ran.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 2 * time.Minute
-	if err := cmd.Start(); err != nil {
-		return Result{}, fmt.Errorf("e2e.test: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		progress(pr, logFile, cfg.Progress)
-	}()
-	runErr := cmd.Wait()
-	pw.Close()
-	<-done
-	res, err := ReadJUnit(filepath.Join(reportDir, "junit_01.xml"), cfg.Focus)
-	res.Log = logPath
-	if err != nil {
-		return res, fmt.Errorf("e2e.test (%v): %w; its output is in %s", runErr, err, logPath)
-	}
-	return res, nil
+	return runSpecs(ctx, specs, cfg.Parallel, reportDir, cfg.Progress, func(ctx context.Context, spec, dir string) error {
+		return runOne(ctx, c, cfg, spec, skips, dir)
+	})
 }
 
 // importAgnhost imports agnhost as every agnhost image e2e.test names,
@@ -221,32 +190,6 @@ func importAgnhost(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 		}
 	}
 	return nil
-}
-
-// specEnd is ginkgo's verbose line that ends a spec: "• [12.3 seconds]",
-// "• [FAILED] [80.1 seconds]", "S [SKIPPED] [0.000 seconds]".
-var specEnd = regexp.MustCompile(`^(•|S) (\[[A-Z ]+\] )?\[[0-9.]+ seconds\]`)
-
-// progress copies the suite's output to log and reports each finished
-// spec: ginkgo's verbose output starts a spec with its full name at the
-// start of a line ("[sig-network] Netpol ...") and ends it with specEnd.
-func progress(r io.Reader, log io.Writer, report func(string, ...any)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 4<<20)
-	var current string
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(log, line)
-		switch {
-		case report == nil:
-		case strings.HasPrefix(line, "[sig-"):
-			current = line
-		case specEnd.MatchString(line) && current != "":
-			report("%s %s", line, current)
-			current = ""
-		}
-	}
-	_, _ = io.Copy(log, r)
 }
 
 // junitSuites is the part of the suite's JUnit report read here.
@@ -401,4 +344,17 @@ func firstLines(s string, n int) string {
 		l = l[:n]
 	}
 	return strings.Join(l, "\n")
+}
+
+// InstallCRDs applies the CRDs routed ships (deploy/crds under root: the
+// ClusterNetworkPolicy of sigs.k8s.io/network-policy-api) and waits
+// until the API server serves them; routed-controllers start watching
+// ClusterNetworkPolicies once it does.
+func InstallCRDs(ctx context.Context, c *cluster.Cluster, root string) error {
+	crds := filepath.Join(root, "deploy", "crds")
+	if _, err := c.Kubectl(ctx, "apply", "-f", crds); err != nil {
+		return err
+	}
+	_, err := c.Kubectl(ctx, "wait", "--for", "condition=Established", "--timeout", "2m", "-f", crds)
+	return err
 }

@@ -1,8 +1,16 @@
 package netpol
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadJUnit reads a report shaped like e2e.test's: the focus picks
@@ -38,5 +46,62 @@ func TestReadJUnit(t *testing.T) {
 	}
 	if _, err := ReadJUnit("testdata/junit_01.xml", "no such spec"); err == nil {
 		t.Error("a focus that picks nothing: no error")
+	}
+}
+
+// TestRunSpecs runs specs through a fake e2e.test that writes a JUnit
+// report holding every spec (as the real one does, the others
+// skipped): each spec is read with its own focus, results come back in
+// the specs' order whatever order they finish in, a spec without a
+// report is a failure and an error, and the specs a cancelled context
+// kept from starting are not run.
+func TestRunSpecs(t *testing.T) {
+	specs := []string{
+		"[sig-network] Netpol NetworkPolicy between server and client should enforce policy based on Ports [Feature:NetworkPolicy]",
+		"[sig-network] Netpol [LinuxOnly] NetworkPolicy between server and client using UDP should enforce policy based on Ports [Feature:NetworkPolicy]",
+		"[sig-network] Netpol NetworkPolicy between server and client should support allow-all policy [Feature:NetworkPolicy]",
+		"[sig-network] Netpol NetworkPolicy between server and client should enforce updated policy [Feature:NetworkPolicy]",
+	}
+	status := map[string]string{specs[0]: "passed", specs[1]: "failed", specs[2]: "passed"} // specs[3]: no report
+	fake := func(ctx context.Context, spec, dir string) error {
+		if i := slices.Index(specs, spec); i == 0 {
+			time.Sleep(20 * time.Millisecond) // finishes after the others
+		}
+		if status[spec] == "" {
+			return errors.New("exit status 2")
+		}
+		var b strings.Builder
+		b.WriteString(`<testsuites><testsuite name="Kubernetes e2e suite">`)
+		for _, s := range specs {
+			st := "skipped"
+			if s == spec {
+				st = status[spec]
+			}
+			fmt.Fprintf(&b, `<testcase name="[It] %s" status="%s" time="1"><skipped message="skipped"></skipped></testcase>`, html.EscapeString(s), st)
+		}
+		b.WriteString(`</testsuite></testsuites>`)
+		return os.WriteFile(filepath.Join(dir, "junit_01.xml"), []byte(b.String()), 0o644)
+	}
+	dir := t.TempDir()
+	res, err := runSpecs(context.Background(), specs, 3, dir, nil, fake)
+	if err == nil {
+		t.Error("a spec without a report: no error")
+	}
+	if got := res.Summary(); got != "netpol: 2 passed, 2 failed, 0 skipped" {
+		t.Fatalf("%s", got)
+	}
+	if res.Passed[0].Name != "[It] "+specs[0] || res.Failed[0].Name != "[It] "+specs[1] || res.Failed[1].Name != "[It] "+specs[3] {
+		t.Errorf("out of order or misread: %+v", res)
+	}
+	again, _ := ReadReports(dir)
+	if again.Summary() != "netpol: 2 passed, 1 failed, 0 skipped" {
+		t.Errorf("ReadReports: %s (the spec without a report is not in it)", again.Summary())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, _ = runSpecs(ctx, specs, 2, t.TempDir(), nil, fake)
+	if len(res.NotRun)+len(res.Passed)+len(res.Failed) != len(specs) || len(res.NotRun) == 0 {
+		t.Errorf("cancelled: %s", res.Summary())
 	}
 }

@@ -1,9 +1,10 @@
 // Command k8s-netpol (make k8s-netpol) brings up the two-node cluster of
 // `make k8s-demo` (tests/k8s/cluster), installs routed from the shipped
-// manifests with its controllers (tests/k8s/demo.Install), and runs
+// manifests with its controllers (tests/k8s/demo.Install) and the
+// ClusterNetworkPolicy CRD of deploy/crds, and runs
 // Kubernetes' own NetworkPolicy specs against it (tests/k8s/netpol):
 // e2e.test and agnhost built from k8s.io/kubernetes at the cluster's
-// version. It prints each failed spec with its probe matrices, the
+// version, -parallel specs at a time. It prints each failed spec with its probe matrices, the
 // skipped ones with their reason, and ends with the line
 // `netpol: P passed, F failed, S skipped`. It exits 1 when a spec
 // failed or the suite could not run, and tears everything down in every
@@ -30,7 +31,8 @@ func main() {
 	dir := flag.String("dir", "/tmp/routed-k8s-netpol", "cluster state, logs and the suite's report")
 	focus := flag.String("focus", "", "ginkgo focus regexp over the specs' names (default: every Netpol spec, "+netpol.Focus+")")
 	timeout := flag.Duration("timeout", 3*time.Hour, "the whole run")
-	report := flag.String("report", "", "only read this JUnit report of an earlier run (DIR/e2e/report/junit_01.xml) and print its results")
+	parallel := flag.Int("parallel", 4, "specs run at once, each in an e2e.test process of its own")
+	report := flag.String("report", "", "only read the reports of an earlier run (DIR/e2e/report) and print its results")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -40,9 +42,9 @@ func main() {
 	var res netpol.Result
 	var err error
 	if *report != "" {
-		res, err = netpol.ReadJUnit(*report, orDefault(*focus, netpol.Focus))
+		res, err = netpol.ReadReports(*report)
 	} else {
-		res, err = run(ctx, *bin, *dir, orDefault(*focus, netpol.Focus), *timeout, logf)
+		res, err = run(ctx, *bin, *dir, orDefault(*focus, netpol.Focus), *timeout, *parallel, logf)
 	}
 	for _, s := range res.Skipped {
 		fmt.Printf("SKIPPED %s\n    %s\n", s.Name, s.Message)
@@ -54,7 +56,7 @@ func main() {
 		fmt.Printf("FAILED %s (%s)\n%s\n\n", s.Name, s.Duration.Round(time.Second), s.Message)
 	}
 	if res.Log != "" {
-		fmt.Printf("the suite's output: %s\n", res.Log)
+		fmt.Printf("each spec's report and output: %s/NNN\n", res.Log)
 	}
 	if err != nil {
 		fmt.Printf("FAIL: %v (logs in %s)\n", err, *dir)
@@ -65,7 +67,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, logf func(string, ...any)) (netpol.Result, error) {
+func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, parallel int, logf func(string, ...any)) (netpol.Result, error) {
 	root, _ := os.Getwd()
 	bin, _ = filepath.Abs(bin)
 	dir, _ = filepath.Abs(dir)
@@ -90,9 +92,12 @@ func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, log
 	if err != nil {
 		return netpol.Result{}, err
 	}
-	logf("==> Kubernetes %s NetworkPolicy specs (e2e.test --ginkgo.focus %q) on %d nodes", kubeapiserver.Version, focus, len(c.Nodes))
+	if err := netpol.InstallCRDs(ctx, c, root); err != nil {
+		return netpol.Result{}, err
+	}
+	logf("==> Kubernetes %s NetworkPolicy specs (e2e.test --ginkgo.focus %q) on %d nodes, %d at a time", kubeapiserver.Version, focus, len(c.Nodes), parallel)
 	start := time.Now()
-	res, err := netpol.Run(ctx, c, netpol.Config{E2E: e2e, Agnhost: agnhost, Focus: focus, Dir: filepath.Join(dir, "e2e"), Timeout: timeout,
+	res, err := netpol.Run(ctx, c, netpol.Config{E2E: e2e, Agnhost: agnhost, Focus: focus, Dir: filepath.Join(dir, "e2e"), Timeout: timeout, Parallel: parallel,
 		Progress: func(f string, a ...any) {
 			logf("  %s  "+f, append([]any{time.Since(start).Round(time.Second)}, a...)...)
 		}})
