@@ -2,10 +2,13 @@ package memtrim
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // exeRSS sums the resident kB of the test binary's read-only mappings
@@ -56,5 +59,22 @@ func TestTrim(t *testing.T) {
 	}
 	if _, _, ok := readOnlyMappingOf("00400000-00500000 rw-p 00000000 08:01 1 /bin/x", "/bin/x"); ok {
 		t.Fatal("a writable mapping was taken")
+	}
+}
+
+// TestAfterReady: nothing is trimmed before ready reports true; once it
+// does, the trim runs after the settle time; a context that ends first
+// ends the wait.
+func TestAfterReady(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := AfterReady(ctx, func(context.Context) bool { return false }, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled while not ready: %v", err)
+	}
+	asked := 0
+	ready := func(context.Context) bool { asked++; return asked >= 2 }
+	n, err := AfterReady(context.Background(), ready, 10*time.Millisecond)
+	if err != nil || n == 0 || asked != 2 {
+		t.Fatalf("advised %d bytes, err %v, readiness asked %d times (want 2)", n, err, asked)
 	}
 }
