@@ -19,8 +19,13 @@ import (
 
 // ProcStat is one routed process's resource use from /proc.
 type ProcStat struct {
-	RSSKiB   int64
-	CPUTicks int64 // utime + stime, in USER_HZ (100/s)
+	RSSKiB int64
+	// AnonKiB and FileKiB split RSSKiB: anonymous pages (heap, stacks,
+	// runtime) and file-backed ones (the executable's pages, which are
+	// page cache the kernel can reclaim and, here, shared by every
+	// routed of the lab).
+	AnonKiB, FileKiB int64
+	CPUTicks         int64 // utime + stime, in USER_HZ (100/s)
 }
 
 // Stat reads a running routed's RSS and CPU time.
@@ -32,8 +37,17 @@ func (s *Scale) Stat(name string) (ProcStat, error) {
 		return st, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
 			st.RSSKiB, _ = strconv.ParseInt(f[1], 10, 64)
+		case "RssAnon:":
+			st.AnonKiB, _ = strconv.ParseInt(f[1], 10, 64)
+		case "RssFile:":
+			st.FileKiB, _ = strconv.ParseInt(f[1], 10, 64)
 		}
 	}
 	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

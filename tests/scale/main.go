@@ -114,22 +114,26 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 		return err
 	}
 	window := time.Since(t0)
-	var rss, cpu []float64
+	var rss, anon, file, cpu []float64
 	for _, name := range s.Nodes {
 		st, err := s.Stat(name)
 		if err != nil {
 			return err
 		}
 		rss = append(rss, float64(st.RSSKiB)/1024)
+		anon = append(anon, float64(st.AnonKiB)/1024)
+		file = append(file, float64(st.FileKiB)/1024)
 		cpu = append(cpu, float64(st.CPUTicks-cpu0[name])/100/window.Minutes())
 	}
-	var rrRSS []float64
+	var rrRSS, rrAnon, rrFile []float64
 	for _, name := range s.RRs {
 		st, err := s.Stat(name)
 		if err != nil {
 			return err
 		}
 		rrRSS = append(rrRSS, float64(st.RSSKiB)/1024)
+		rrAnon = append(rrAnon, float64(st.AnonKiB)/1024)
+		rrFile = append(rrFile, float64(st.FileKiB)/1024)
 	}
 	procs := float64(len(all))
 	idleReq := (e1.Unary - e0.Unary) / window.Seconds() / procs
@@ -139,6 +143,8 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 		idleReq, e1.Unary-e0.Unary, window.Round(time.Second), e1.Delta(e0), watchers)
 	fmt.Printf("idle: RSS per node p50 %.1f MiB max %.1f MiB; route reflector RSS max %.1f MiB\n",
 		pct(rss, 50), pct(rss, 100), pct(rrRSS, 100))
+	fmt.Printf("idle: of which anonymous / file-backed: node p50 %.1f / %.1f MiB; route reflector max %.1f / %.1f MiB\n",
+		pct(anon, 50), pct(file, 50), pct(rrAnon, 100), pct(rrFile, 100))
 	fmt.Printf("idle: CPU per node %.2f s/min p50, %.2f s/min max\n", pct(cpu, 50), pct(cpu, 100))
 
 	// Bursts: every node starts podsPerBurst pods; the first claims a
