@@ -66,6 +66,9 @@ func BenchmarkParallelADD(b *testing.B) {
 					b.ReportMetric(float64(res.AddFailures), which+"-add-failures")
 					b.ReportMetric(float64(res.DelFailures), which+"-del-failures")
 					b.ReportMetric(float64(res.Left), which+"-leaked")
+					if which == "routed" {
+						b.ReportMetric(res.RequestsPerAdd(), "routed-etcd-req/add")
+					}
 				}
 			}
 			b.ReportMetric(rate["new"]/rate["old"], "new/old-adds/s")

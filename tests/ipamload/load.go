@@ -31,6 +31,9 @@ import (
 type Cluster struct {
 	Endpoints []string
 	Store     *datastore.Client
+
+	mu     sync.Mutex
+	routed []*ipam.Client // the IPAM clients of StartRouted's servers
 }
 
 // NewCluster starts etcd in a temp dir and creates pool cidr (blocks of
@@ -94,9 +97,16 @@ type Result struct {
 	AddTime           time.Duration
 	// Left counts addresses the run's network still holds afterwards.
 	Left int
+	// AddRequests counts the etcd requests (range reads and
+	// transactions) routed's IPAM clients made during the ADDs; 0 when
+	// the plugin works against etcd itself.
+	AddRequests uint64
 	// Errors holds a few distinct failure messages.
 	Errors []string
 }
+
+// RequestsPerAdd is AddRequests per ADD.
+func (r Result) RequestsPerAdd() float64 { return float64(r.AddRequests) / float64(r.Adds) }
 
 // AddsPerSecond is the ADD throughput of the whole run.
 func (r Result) AddsPerSecond() float64 { return float64(r.Adds) / r.AddTime.Seconds() }
@@ -119,6 +129,7 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 	var addFail, delFail atomic.Int64
 	var wg sync.WaitGroup
 	before := c.InUse(t)
+	req0 := c.routedRequests()
 	start := time.Now()
 	for _, node := range r.Nodes {
 		for w := range r.Parallel {
@@ -141,6 +152,9 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 	}
 	wg.Wait()
 	res.AddTime = time.Since(start)
+	if r.Sockets != nil {
+		res.AddRequests = c.routedRequests() - req0
+	}
 	res.Adds = len(r.Nodes) * r.Parallel * r.Rounds
 	res.AddFailures = int(addFail.Load())
 
@@ -235,7 +249,11 @@ func (c *Cluster) StartRouted(t testing.TB, nodes []string) map[string]string {
 	socks := map[string]string{}
 	for _, n := range nodes {
 		sock := filepath.Join(t.TempDir(), "run", "cni.sock")
-		srv := cniserver.New(cniserver.Config{Socket: sock, Node: n, DS: c.Store, IPAM: ipam.New(c.Store, ipam.WithWatchedPools())})
+		ic := ipam.New(c.Store, ipam.WithWatchedPools())
+		c.mu.Lock()
+		c.routed = append(c.routed, ic)
+		c.mu.Unlock()
+		srv := cniserver.New(cniserver.Config{Socket: sock, Node: n, DS: c.Store, IPAM: ic})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -260,6 +278,18 @@ func (c *Cluster) StartRouted(t testing.TB, nodes []string) map[string]string {
 		}
 	}
 	return socks
+}
+
+// routedRequests sums the etcd requests of StartRouted's IPAM clients.
+func (c *Cluster) routedRequests() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, ic := range c.routed {
+		st := ic.Stats()
+		n += st.Gets + st.Txns
+	}
+	return n
 }
 
 // InUse counts the allocated addresses of every pool.

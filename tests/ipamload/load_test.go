@@ -36,8 +36,8 @@ func TestParallelPodStarts(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			res := Execute(t, c, run)
-			t.Logf("4 nodes x %d parallel (%s): %d ADDs in %s (%.0f ADDs/s), %d ADD and %d DEL failures, %d addresses left",
-				tc.parallel, name, res.Adds, res.AddTime.Round(1e6), res.AddsPerSecond(), res.AddFailures, res.DelFailures, res.Left)
+			t.Logf("4 nodes x %d parallel (%s): %d ADDs in %s (%.0f ADDs/s), %d ADD and %d DEL failures, %d addresses left, %.2f etcd requests per ADD by routed",
+				tc.parallel, name, res.Adds, res.AddTime.Round(1e6), res.AddsPerSecond(), res.AddFailures, res.DelFailures, res.Left, res.RequestsPerAdd())
 			if res.AddFailures != 0 || res.DelFailures != 0 {
 				t.Errorf("%d ADDs and %d DELs of %d failed: %v", res.AddFailures, res.DelFailures, res.Adds, res.Errors)
 			}
