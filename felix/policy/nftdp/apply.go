@@ -87,8 +87,9 @@ func (t *txn) elements(s *nftables.Set, els []nftables.SetElement, del bool) err
 	return nil
 }
 
-// applyFamily writes one family's differences in one transaction.
-func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
+// applyFamily writes one family's differences in one transaction;
+// idsChanged says whether ChainDispatch may differ from d.ids.
+func (d *Dataplane) applyFamily(ft *famTable, full, idsChanged bool) error {
 	t := &txn{c: d.conn}
 	if !ft.tableExists {
 		t.c.AddTable(ft.table)
@@ -177,7 +178,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
 		}
 	}
 
-	if err := d.syncDispatch(t, ft, epNames); err != nil {
+	if err := d.syncDispatch(t, ft, epNames, idsChanged || full); err != nil {
 		return err
 	}
 

@@ -78,7 +78,10 @@ type Dataplane struct {
 	chains    map[string]*chainWant
 	sets      map[string]*setWant
 	endpoints map[string]epWant
-	ids       map[string]uint32 // dispatched chain -> id in ChainDispatch
+	// epRefs counts the endpoints dispatched to each chain (from and to
+	// each count), so that Apply checks only what changed.
+	epRefs map[string]int
+	ids    map[string]uint32 // dispatched chain -> id in ChainDispatch
 
 	// What changed since the last successful Apply of both families.
 	dirtyChains    map[string]bool
@@ -150,7 +153,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d := &Dataplane{
 		conn: c, dump: dump, cfg: cfg,
-		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, ids: map[string]uint32{},
+		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{}, ids: map[string]uint32{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
@@ -311,27 +314,46 @@ func (d *Dataplane) Members(name string) []Member {
 // with the same policies may share them).
 func (d *Dataplane) SetEndpoint(iface, from, to string) {
 	w := epWant{from: from, to: to}
-	if old, ok := d.endpoints[iface]; !ok || old != w {
-		d.endpoints[iface] = w
-		d.dirtyEndpoints[iface] = true
+	old, ok := d.endpoints[iface]
+	if ok && old == w {
+		return
+	}
+	if ok {
+		d.unrefEPChains(old)
+	}
+	d.endpoints[iface] = w
+	d.epRefs[w.from]++
+	d.epRefs[w.to]++
+	d.dirtyEndpoints[iface] = true
+}
+
+func (d *Dataplane) unrefEPChains(w epWant) {
+	for _, c := range []string{w.from, w.to} {
+		if d.epRefs[c]--; d.epRefs[c] <= 0 {
+			delete(d.epRefs, c)
+		}
 	}
 }
 
 // DeleteEndpoint removes an interface from the dispatch maps: its
 // traffic is dropped from the next Apply on.
 func (d *Dataplane) DeleteEndpoint(iface string) {
-	if _, ok := d.endpoints[iface]; ok {
+	if w, ok := d.endpoints[iface]; ok {
+		d.unrefEPChains(w)
 		delete(d.endpoints, iface)
 		d.dirtyEndpoints[iface] = true
 	}
 }
 
 // Apply writes what changed to both tables, one transaction each. On an
-// error the family's table is read back in full at the next Apply.
+// error the family's table is read back in full at the next Apply. Its
+// cost follows what changed, not the size of the state: only changed
+// endpoints and chains are checked, and chain ids are reassigned only
+// when an endpoint changed or a table was read back.
 func (d *Dataplane) Apply() error {
-	for ep, w := range d.endpoints {
-		if d.chains[w.from] == nil || d.chains[w.to] == nil || isInternal(w.from) || isInternal(w.to) {
-			return fmt.Errorf("nftdp: endpoint %s: chains %q and %q must be set before it is dispatched to", ep, w.from, w.to)
+	for ep := range d.dirtyEndpoints {
+		if err := d.checkEndpoint(ep); err != nil {
+			return err
 		}
 	}
 	for name := range d.dirtyChains {
@@ -349,9 +371,15 @@ func (d *Dataplane) Apply() error {
 			full[ft] = true
 		}
 	}
-	d.assignIDs()
+	// The ids only depend on which chains endpoints use and on the ids
+	// a table read back holds; each family's ChainDispatch equals them
+	// after its last successful transaction.
+	idsChanged := len(d.dirtyEndpoints) > 0 || len(full) > 0
+	if idsChanged {
+		d.assignIDs()
+	}
 	for _, ft := range d.fams {
-		if err := d.applyFamily(ft, full[ft]); err != nil {
+		if err := d.applyFamily(ft, full[ft], idsChanged); err != nil {
 			ft.loaded = false // read the kernel back next time
 			errs = append(errs, err)
 		}
@@ -365,11 +393,29 @@ func (d *Dataplane) Apply() error {
 	return nil
 }
 
+// checkEndpoint makes sure an endpoint's chains are wanted regular
+// chains.
+func (d *Dataplane) checkEndpoint(ep string) error {
+	w, ok := d.endpoints[ep]
+	if ok && (d.chains[w.from] == nil || d.chains[w.to] == nil || isInternal(w.from) || isInternal(w.to)) {
+		return fmt.Errorf("nftdp: endpoint %s: chains %q and %q must be set before it is dispatched to", ep, w.from, w.to)
+	}
+	return nil
+}
+
 // checkRefs makes sure every chain and set a wanted chain refers to is
-// wanted too: the kernel would refuse the whole transaction.
+// wanted too, and that no endpoint is dispatched to a chain that goes:
+// the kernel would refuse the whole transaction.
 func (d *Dataplane) checkRefs(chain string) error {
 	c := d.chains[chain]
 	if c == nil {
+		if d.epRefs[chain] > 0 {
+			for ep, w := range d.endpoints {
+				if w.from == chain || w.to == chain {
+					return d.checkEndpoint(ep)
+				}
+			}
+		}
 		return nil
 	}
 	for i := range c.rules {

@@ -175,3 +175,38 @@ func init() {
 		logrus.SetLevel(logrus.DebugLevel)
 	}
 }
+
+// TestApplyRefusesDanglingDispatch: Apply checks only what changed, yet
+// still refuses (writing nothing) an endpoint dispatched to a chain not
+// set and the deletion of a chain an unchanged endpoint is dispatched
+// to; moving endpoints between chains keeps every id right, so a
+// resync (which reads the dispatch maps back) writes nothing.
+func TestApplyRefusesDanglingDispatch(t *testing.T) {
+	node := polab.NewNode(t)
+	d := newDP(t, node)
+	d.SetEndpoint("cali-x", "a", "a")
+	if err := d.Apply(); err == nil || d.Writes() != 0 {
+		t.Fatalf("endpoint on a missing chain: %v, %d writes", err, d.Writes())
+	}
+	d.SetChain("a", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetChain("b", []nftdp.Rule{{Action: nftdp.ActDrop}})
+	d.SetEndpoint("cali-y", "b", "a")
+	apply(t, d)
+	w := d.Writes()
+	d.DeleteChain("b")
+	if err := d.Apply(); err == nil || d.Writes() != w {
+		t.Fatalf("deleting a chain cali-y uses: %v, %d writes", err, d.Writes()-w)
+	}
+	d.SetEndpoint("cali-y", "a", "a")
+	apply(t, d)
+	d.SetChain("c", []nftdp.Rule{{Action: nftdp.ActReturn}})
+	d.SetEndpoint("cali-x", "c", "a")
+	apply(t, d)
+	d.DeleteEndpoint("cali-y")
+	d.SetEndpoint("cali-z", "a", "c")
+	apply(t, d)
+	w = d.Writes()
+	if err := d.Resync(); err != nil || d.Writes() != w {
+		t.Errorf("resync after the moves: %v, %d writes", err, d.Writes()-w)
+	}
+}

@@ -18,13 +18,10 @@ type epWant struct{ from, to string }
 // ChainDispatch, keeping the ids the kernel already has (so a restarted
 // process rewrites nothing) and freeing those of chains no longer used.
 func (d *Dataplane) assignIDs() {
-	used := map[string]bool{}
-	for _, w := range d.endpoints {
-		used[w.from], used[w.to] = true, true
-	}
+	used := d.epRefs
 	taken := map[uint32]bool{}
 	for c, id := range d.ids {
-		if !used[c] {
+		if used[c] == 0 {
 			delete(d.ids, c)
 		} else {
 			taken[id] = true
@@ -32,7 +29,7 @@ func (d *Dataplane) assignIDs() {
 	}
 	for _, ft := range d.fams {
 		for id, c := range ft.lists {
-			if _, ok := d.ids[c]; !ok && used[c] && !taken[id] && id != 0 {
+			if _, ok := d.ids[c]; !ok && used[c] > 0 && !taken[id] && id != 0 {
 				d.ids[c], taken[id] = id, true
 			}
 		}
@@ -79,23 +76,26 @@ func (ft *famTable) addDispatchMaps(t *txn) error {
 
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
-// syncDispatch writes ChainDispatch's new ids, then the interface maps
-// of the given interfaces, then removes ids no longer used (whose
-// chains may be deleted after this, in the same transaction).
-func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string) error {
+// syncDispatch writes ChainDispatch's new ids (when ids says they may
+// have changed), then the interface maps of the given interfaces, then
+// removes ids no longer used (whose chains may be deleted after this,
+// in the same transaction).
+func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids bool) error {
 	cm := ft.chainMap()
-	var add, del []nftables.SetElement
-	for c, id := range d.ids {
-		if have, ok := ft.lists[id]; ok && have == c {
-			continue
-		} else if ok {
-			del = append(del, nftables.SetElement{Key: be32(id)})
+	if ids {
+		var add, del []nftables.SetElement
+		for c, id := range d.ids {
+			if have, ok := ft.lists[id]; ok && have == c {
+				continue
+			} else if ok {
+				del = append(del, nftables.SetElement{Key: be32(id)})
+			}
+			add = append(add, nftables.SetElement{Key: be32(id), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
+			ft.lists[id] = c
 		}
-		add = append(add, nftables.SetElement{Key: be32(id), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
-		ft.lists[id] = c
-	}
-	if err := t.mapOps(cm, del, add, ft.fam.name); err != nil {
-		return err
+		if err := t.mapOps(cm, del, add, ft.fam.name); err != nil {
+			return err
+		}
 	}
 	for _, m := range []string{FromWLIfaces, ToWLIfaces} {
 		have := ft.ifaces[m]
@@ -124,6 +124,9 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string) error {
 		if err := t.mapOps(ft.ifaceMap(m), del, add, ft.fam.name); err != nil {
 			return err
 		}
+	}
+	if !ids {
+		return nil
 	}
 	var gone []nftables.SetElement
 	for _, id := range slices.Sorted(maps.Keys(ft.lists)) {
