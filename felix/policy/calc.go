@@ -174,6 +174,10 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	if old == nil && np == nil {
 		return
 	}
+	if old != nil && np != nil && sameSelection(old, np) {
+		c.replaceRules(old, np)
+		return
+	}
 	if old != nil {
 		if i := slices.Index(c.ordered, old); i >= 0 {
 			c.ordered = slices.Delete(c.ordered, i, i+1)
@@ -220,6 +224,39 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	}
 	for _, l := range affected {
 		c.renderEndpoint(l)
+	}
+}
+
+// sameSelection reports whether two versions of a policy select the
+// same endpoints in the same directions at the same place in the
+// evaluation order: then only their rules differ.
+func sameSelection(a, b *cpolicy) bool {
+	return a.sel.id == b.sel.id && a.tier == b.tier && a.order == b.order && a.name == b.name &&
+		a.hasIn == b.hasIn && a.hasOut == b.hasOut
+}
+
+// replaceRules swaps in a policy version whose selection is the old
+// one's (see sameSelection): its chains are re-rendered under the same
+// names, and no endpoint's policy list or endpoint chain changes, so a
+// rule edit costs the policy's own chains, not a pass over the local
+// endpoints.
+func (c *Calc) replaceRules(old, np *cpolicy) {
+	np.selected = old.selected
+	c.policies[np.key] = np
+	if i := slices.Index(c.ordered, old); i >= 0 {
+		c.ordered[i] = np
+	}
+	for k := range np.selected {
+		l := c.locals[k]
+		for _, ps := range [][]*cpolicy{l.in, l.out} {
+			if i := slices.Index(ps, old); i >= 0 {
+				ps[i] = np
+			}
+		}
+	}
+	if len(np.selected) > 0 {
+		c.activate(np)
+		c.unrefSets(old.sets())
 	}
 }
 

@@ -139,6 +139,63 @@ func TestIncremental(t *testing.T) {
 	}
 }
 
+// TestRuleEditTouchesOnlyItsChains: a policy edit that keeps its
+// selection (selector, types, tier, order) re-renders only the policy's
+// own chain and swaps its sets; the endpoints keep their chains and
+// dispatch entries, and the new version is the one later changes see
+// (a re-order moves it, the last endpoint's going removes its chain).
+func TestRuleEditTouchesOnlyItsChains(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	web := func(order, src string) string {
+		return gnpYAML("web", order, "default", "  selector: app == 'web'\n  ingress: [{action: Allow, source: {selector: "+src+"}}]")
+	}
+	mustPolicy(t, c, web("10", "app == 'client'"))
+	mustPolicy(t, c, gnpYAML("other", "20", "default", "  selector: app == 'web'\n  ingress: [{action: Deny}]"))
+	c.SetEndpoint(ep("w1", true, "10.0.0.1", map[string]string{"app": "web"}))
+	c.SetEndpoint(ep("w2", true, "10.0.0.2", map[string]string{"app": "web"}))
+	c.SetEndpoint(ep("r1", false, "10.0.1.1", map[string]string{"app": "db"}))
+	before := s.eps["caliw1"]
+	inChain := fmt.Sprint(s.chains[before[1]])
+
+	s.ops = nil
+	mustPolicy(t, c, web("10", "app == 'db'"))
+	if got := s.opsOf("chain "); !slices.Equal(got, []string{"chain pi-gnp:web"}) {
+		t.Errorf("rule edit wrote chains %v, want only pi-gnp:web", got)
+	}
+	if got := s.opsOf("ep "); len(got) != 0 {
+		t.Errorf("rule edit re-dispatched endpoints: %v", got)
+	}
+	if len(s.opsOf("set ")) != 1 || len(s.opsOf("-set ")) != 1 || !slices.Equal(s.opsOf("member "), []string{"member 10.0.1.1/32"}) {
+		t.Errorf("rule edit's set ops %v: want the db set made and filled, the client set gone", s.ops)
+	}
+	if s.eps["caliw1"] != before || fmt.Sprint(s.chains[before[1]]) != inChain {
+		t.Errorf("endpoint chains changed: %v -> %v", before, s.eps["caliw1"])
+	}
+
+	// Re-ordered after "other": the endpoints' shared ingress chain changes.
+	s.ops = nil
+	mustPolicy(t, c, web("30", "app == 'db'"))
+	after := s.eps["caliw1"]
+	if after[1] == before[1] || s.eps["caliw2"] != after {
+		t.Fatalf("re-order: ingress chain %v -> %v (w2 %v), want a new shared one", before, after, s.eps["caliw2"])
+	}
+	var targets []string
+	for _, r := range s.chains[after[1]] {
+		if r.Target != "" {
+			targets = append(targets, r.Target)
+		}
+	}
+	if !slices.Equal(targets, []string{"pi-gnp:other", "pi-gnp:web"}) {
+		t.Errorf("re-ordered jumps %v", targets)
+	}
+	c.DeleteEndpoint("w1")
+	c.DeleteEndpoint("w2")
+	if _, ok := s.chains["pi-gnp:web"]; ok || len(s.sets) != 0 {
+		t.Errorf("last selected endpoint gone: chains %v sets %v", keys(s.chains), keys(s.sets))
+	}
+}
+
 // TestEvaluationOrder: endpoint chains jump to policies by tier order,
 // then policy order, then name; a tier's end drops unless its
 // defaultAction is Pass; profiles come after the tiers.
