@@ -17,11 +17,7 @@ import (
 // routedctl refuses, with what the error must name: each is a field
 // routed cannot honour (see the field table in pkg/api/calico.go).
 var calicoRefused = map[string]string{
-	"bgpfilter/as_path_and_priority":       "spec.exportV4[0].priority",
-	"bgpfilter/kubevirt_live_migration":    "spec.exportV4[0].priority",
-	"bgpfilter/communities_and_operations": "setPriority",
-	"bgpfilter/peer_type":                  "setPriority",
-	"local_bgp_peer":                       "localWorkloadSelector",
+	"local_bgp_peer": "localWorkloadSelector",
 }
 
 // calicoNoExport are the pools Calico's BIRD export filter rejects

@@ -388,7 +388,13 @@ func filterRule(r api.BGPFilterRule, export bool) (bgp.FilterRule, error) {
 	for _, a := range r.ASPathPrefix {
 		fr.ASPathPrefix = append(fr.ASPathPrefix, uint32(a))
 	}
+	if r.Priority != nil {
+		fr.Priority = *r.Priority
+	}
 	for _, op := range r.Operations {
+		if op.SetPriority != nil {
+			fr.SetPriority = op.SetPriority.Value // the last one wins, as in BIRD
+		}
 		if op.AddCommunity != nil {
 			fr.AddCommunities = append(fr.AddCommunities, op.AddCommunity.Value)
 		}

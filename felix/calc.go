@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
 )
 
@@ -89,6 +90,7 @@ func computePlan(cfg *Config, s *state) *plan {
 			continue
 		}
 		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vxlanFor(dst.Addr()).vteps); ok {
+			r.Metric = routeMetric(dst, lr.priority)
 			p.routes[dst] = r
 		}
 	}
@@ -234,6 +236,19 @@ func routeVia(cfg *Config, pools []*pool, local netip.Prefix, dst netip.Prefix, 
 		return direct, true
 	}
 	return direct, true
+}
+
+// routeMetric is the kernel metric of a learned route of the given route
+// priority (a BGPFilter's setPriority, carried in LOCAL_PREF): the
+// priority itself, as Calico's BIRD programs it, except that the default
+// priority is the metric felix gives every route of dst's family (0 for
+// IPv4; Route.Metric 0), so routes no filter touched stay where they
+// always were.
+func routeMetric(dst netip.Prefix, priority uint32) uint32 {
+	if priority == api.DefaultRoutePriority || priority == routetable.DefaultMetric(dst) {
+		return 0
+	}
+	return priority
 }
 
 // encapTo reports whether traffic to the node at nh is encapsulated in

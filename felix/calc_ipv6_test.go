@@ -53,11 +53,11 @@ func TestComputePlanIPv6(t *testing.T) {
 		}
 		return netip.Addr{}
 	}
-	s.learned[pfx("fd00:244::80/122")] = learnedRoute{addr("fd00:10::2"), addr("fd00:10::2")}  // same as IPAM
-	s.learned[pfx("fd00:244::10/124")] = learnedRoute{addr("fd00:10::2"), addr("fd00:10::2")}  // inside our block
-	s.learned[pfx("2001:db8:1::/48")] = learnedRoute{addr("fd00:10::fe"), addr("fd00:10::fe")} // from a ToR
-	s.learned[pfx("2001:db8:2::/48")] = learnedRoute{addr("fd00:10::2"), addr("fd00:10::2")}   // from a node, outside pools
-	s.learned[pfx("fd00:244::140/122")] = learnedRoute{addr("fd00:10::2"), addr("fd00:10::2")} // not in IPAM
+	s.learned[pfx("fd00:244::80/122")] = learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("fd00:10::2")}  // same as IPAM
+	s.learned[pfx("fd00:244::10/124")] = learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("fd00:10::2")}  // inside our block
+	s.learned[pfx("2001:db8:1::/48")] = learnedRoute{nextHop: addr("fd00:10::fe"), peer: addr("fd00:10::fe")} // from a ToR
+	s.learned[pfx("2001:db8:2::/48")] = learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("fd00:10::2")}   // from a node, outside pools
+	s.learned[pfx("fd00:244::140/122")] = learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("fd00:10::2")} // not in IPAM
 
 	p := computePlan(cfg, s)
 	want := map[netip.Prefix]routetable.Route{
@@ -115,10 +115,10 @@ func TestIPv6GuardWantsTheIPv6NextHop(t *testing.T) {
 		lr     learnedRoute
 		reason string
 	}{
-		{learnedRoute{addr("fd00:10::2"), addr("fd00:10::2")}, ""},
-		{learnedRoute{addr("fd00:10::2"), addr("10.0.0.2")}, ""}, // over the IPv4 session
-		{learnedRoute{addr("fd00:10::3"), addr("fd00:10::3")}, FilterWrongNextHop},
-		{learnedRoute{addr("fd00:10::3"), addr("10.0.0.3")}, FilterWrongNextHop},
+		{learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("fd00:10::2")}, ""},
+		{learnedRoute{nextHop: addr("fd00:10::2"), peer: addr("10.0.0.2")}, ""}, // over the IPv4 session
+		{learnedRoute{nextHop: addr("fd00:10::3"), peer: addr("fd00:10::3")}, FilterWrongNextHop},
+		{learnedRoute{nextHop: addr("fd00:10::3"), peer: addr("10.0.0.3")}, FilterWrongNextHop},
 	} {
 		s.learned = map[netip.Prefix]learnedRoute{dst: c.lr}
 		rej := newGuard(cfg, s, s.sortedPools()).check(dst, c.lr)

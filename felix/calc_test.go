@@ -57,9 +57,9 @@ func TestComputePlanRouteShapes(t *testing.T) {
 	}
 	// "far" borrowed 10.2.1.7 from "same"'s block and announces it.
 	s.borrowed[pfx("10.2.1.0/26")] = map[netip.Addr]string{addr("10.2.1.7"): "far"}
-	s.learned[pfx("10.2.1.7/32")] = learnedRoute{addr("198.51.100.3"), addr("198.51.100.3")}
-	s.learned[pfx("10.3.0.5/32")] = learnedRoute{addr("192.0.2.2"), addr("192.0.2.2")}     // inside our block: guarded
-	s.learned[pfx("172.16.0.0/12")] = learnedRoute{addr("192.0.2.1"), addr("192.0.2.254")} // from a ToR, via ourselves: ignored
+	s.learned[pfx("10.2.1.7/32")] = learnedRoute{nextHop: addr("198.51.100.3"), peer: addr("198.51.100.3")}
+	s.learned[pfx("10.3.0.5/32")] = learnedRoute{nextHop: addr("192.0.2.2"), peer: addr("192.0.2.2")}     // inside our block: guarded
+	s.learned[pfx("172.16.0.0/12")] = learnedRoute{nextHop: addr("192.0.2.1"), peer: addr("192.0.2.254")} // from a ToR, via ourselves: ignored
 
 	p := computePlan(cfg, s)
 	want := map[netip.Prefix]routetable.Route{
@@ -97,8 +97,8 @@ func TestCrossSubnetUsesTheLocalPrefixLength(t *testing.T) {
 	s.setResource("a", testNode("c", "10.0.1.9/24", "", nil))
 	s.borrowed[pfx("10.2.1.0/26")] = map[netip.Addr]string{addr("10.2.1.1"): "b"}
 	s.borrowed[pfx("10.2.2.0/26")] = map[netip.Addr]string{addr("10.2.2.1"): "c"}
-	s.learned[pfx("10.2.1.1/32")] = learnedRoute{addr("10.0.0.9"), addr("10.0.0.9")}
-	s.learned[pfx("10.2.2.1/32")] = learnedRoute{addr("10.0.1.9"), addr("10.0.1.9")}
+	s.learned[pfx("10.2.1.1/32")] = learnedRoute{nextHop: addr("10.0.0.9"), peer: addr("10.0.0.9")}
+	s.learned[pfx("10.2.2.1/32")] = learnedRoute{nextHop: addr("10.0.1.9"), peer: addr("10.0.1.9")}
 	p := computePlan(cfg, s)
 	if r := p.routes[pfx("10.2.1.1/32")]; !r.Gw.IsValid() || r.Iface != "" || r.OnLink {
 		t.Errorf("same-subnet peer got %v, want a direct route", r)

@@ -156,9 +156,9 @@ func (f *Felix) UpdateAffinity(a BlockAffinity, deleted bool) {
 // RouteUpdate records the best path the BGP speaker learned for prefix
 // from peer. Whether it reaches the kernel is the import guard's call
 // (guard.go). Safe for concurrent use; it only queues the change.
-func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr) {
+func (f *Felix) RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr, priority uint32) {
 	f.enqueue(func(l *loop) {
-		l.st.learned[prefix.Masked()] = learnedRoute{nextHop: nextHop.Unmap(), peer: peer.Unmap()}
+		l.st.learned[prefix.Masked()] = learnedRoute{nextHop: nextHop.Unmap(), peer: peer.Unmap(), priority: priority}
 		l.planDirty = true
 	})
 }

@@ -229,9 +229,9 @@ func TestFelixProgramsTheNode(t *testing.T) {
 		{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed},
 		{Node: "node-b", CIDR: pfx("10.244.3.0/26"), State: felix.AffinityPending},
 	})
-	h.f.RouteUpdate(pfx("10.50.0.0/24"), addr("192.0.2.3"), addr("192.0.2.3")) // from a ToR
+	h.f.RouteUpdate(pfx("10.50.0.0/24"), addr("192.0.2.3"), addr("192.0.2.3"), 1024) // from a ToR
 	// The import guard: node-b claims a /27 inside node-a's own block.
-	h.f.RouteUpdate(pfx("10.244.1.32/27"), addr("192.0.2.2"), addr("192.0.2.2"))
+	h.f.RouteUpdate(pfx("10.244.1.32/27"), addr("192.0.2.2"), addr("192.0.2.2"), 1024)
 
 	eth0, cali1 := h.index(t, "eth0"), h.index(t, "cali1")
 	h.routeIs(t, "10.244.1.5/32", 5*time.Second, devRoute(cali1), "dev cali1 scope link")
@@ -400,7 +400,7 @@ func TestRoutesWaitForTheirInterface(t *testing.T) {
 	// survives the grace period (2s), then goes.
 	h.ns.Veth(t, "cali3", "pod3")
 	h.ip(t, "route", "add", "10.244.1.10/32", "dev", "cali3", "scope", "link", "proto", fmt.Sprint(kernel.RouteProtocol))
-	h.f.RouteUpdate(pfx("10.60.0.0/24"), addr("192.0.2.5"), addr("192.0.2.5")) // forces an Apply now
+	h.f.RouteUpdate(pfx("10.60.0.0/24"), addr("192.0.2.5"), addr("192.0.2.5"), 1024) // forces an Apply now
 	time.Sleep(time.Second)
 	if _, ok := h.ns.Routes(t)[pfx("10.244.1.10/32")]; !ok {
 		t.Fatal("CNI route deleted within the grace period")

@@ -13,6 +13,9 @@ type learnedRoute struct {
 	nextHop netip.Addr
 	// peer is the BGP neighbor it came from.
 	peer netip.Addr
+	// priority is its route priority (api.PriorityFromLocalPref): the
+	// kernel metric it is programmed at (routeMetric).
+	priority uint32
 }
 
 // Reasons a learned route is refused (the metric's label values).

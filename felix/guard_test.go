@@ -23,9 +23,9 @@ func TestImportGuard(t *testing.T) {
 	s.borrowed[pfx("10.65.1.0/26")] = map[netip.Addr]string{addr("10.65.1.60"): "b"}
 	s.borrowed[pfx("10.65.3.0/26")] = map[netip.Addr]string{addr("10.65.3.7"): "b"}
 
-	rogue := learnedRoute{addr("10.0.0.66"), addr("10.0.0.66")}
-	fromB := learnedRoute{addr("10.0.0.2"), addr("10.0.0.2")}
-	tor := learnedRoute{addr("10.0.0.254"), addr("10.0.0.254")}
+	rogue := learnedRoute{nextHop: addr("10.0.0.66"), peer: addr("10.0.0.66")}
+	fromB := learnedRoute{nextHop: addr("10.0.0.2"), peer: addr("10.0.0.2")}
+	tor := learnedRoute{nextHop: addr("10.0.0.254"), peer: addr("10.0.0.254")}
 	cases := []struct {
 		dst    string
 		from   learnedRoute

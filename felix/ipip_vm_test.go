@@ -67,7 +67,7 @@ func TestIPIPInVM(t *testing.T) {
 	h.routeIs(t, "10.246.2.0/26", 5*time.Second, onlinkVia("192.0.2.2"), "IPIP Always: via 192.0.2.2 dev tunl0 onlink")
 	// node-c borrowed 10.246.2.9 from node-b's block and announces it.
 	h.f.OnBorrowedBlock(pfx("10.246.2.0/26"), map[netip.Addr]string{addr("10.246.2.9"): "node-c"})
-	h.f.RouteUpdate(pfx("10.246.2.9/32"), addr("198.51.100.3"), addr("198.51.100.3"))
+	h.f.RouteUpdate(pfx("10.246.2.9/32"), addr("198.51.100.3"), addr("198.51.100.3"), 1024)
 	h.routeIs(t, "10.246.2.9/32", 5*time.Second, onlinkVia("198.51.100.3"), "learned, IPIP Always: via tunl0 onlink")
 	nstest.Eventually(t, 5*time.Second, func() string {
 		if got, err := felix.ReadMTUFile(h.cfg.MTUFile); err != nil || got != 1380 {

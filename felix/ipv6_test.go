@@ -54,8 +54,8 @@ func TestFelixProgramsIPv6(t *testing.T) {
 		{Node: "node-b", CIDR: pfx("fd00:244::40/122"), State: felix.AffinityConfirmed},
 		{Node: "node-b", CIDR: pfx("fd00:244::80/122"), State: felix.AffinityPending},
 	})
-	h.f.RouteUpdate(pfx("2001:db8:50::/48"), addr("fd00:10::fe"), addr("fd00:10::fe")) // from a ToR
-	h.f.RouteUpdate(pfx("fd00:244::20/123"), addr("fd00:10::2"), addr("fd00:10::2"))   // inside node-a's block
+	h.f.RouteUpdate(pfx("2001:db8:50::/48"), addr("fd00:10::fe"), addr("fd00:10::fe"), 1024) // from a ToR
+	h.f.RouteUpdate(pfx("fd00:244::20/123"), addr("fd00:10::2"), addr("fd00:10::2"), 1024)   // inside node-a's block
 
 	eth0, cali1 := h.index(t, "eth0"), h.index(t, "cali1")
 	h.routeIs(t, "fd00:244::5/128", 5*time.Second, dev6Route(cali1), "dev cali1")

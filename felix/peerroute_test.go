@@ -17,8 +17,8 @@ func TestPeerRoutesBeatLearnedRoutes(t *testing.T) {
 	s := newState()
 	s.setResource("a", testNode("a", "192.0.2.1/24", "", nil))
 	// The peer advertises a range holding its own address and its /32.
-	s.learned[pfx("10.225.0.0/16")] = learnedRoute{addr("192.0.2.77"), addr("10.225.0.4")}
-	s.learned[pfx("10.225.0.4/32")] = learnedRoute{addr("192.0.2.77"), addr("10.225.0.4")}
+	s.learned[pfx("10.225.0.0/16")] = learnedRoute{nextHop: addr("192.0.2.77"), peer: addr("10.225.0.4")}
+	s.learned[pfx("10.225.0.4/32")] = learnedRoute{nextHop: addr("192.0.2.77"), peer: addr("10.225.0.4")}
 	s.peerRoutes = map[netip.Addr]netip.Addr{
 		addr("10.225.0.4"):  addr("192.0.2.254"),
 		addr("fd00:225::4"): addr("fd00::fe"),

@@ -42,6 +42,18 @@ type Route struct {
 	// OnLink tells the kernel the gateway is reachable on Iface even
 	// though no address on Iface covers it (IPIP: via <node> dev tunl0).
 	OnLink bool
+	// Metric is the route's kernel metric (priority); 0 means
+	// DefaultMetric for Dst's family. A learned route with a BGPFilter's
+	// setPriority has another.
+	Metric uint32
+}
+
+// metric is the kernel metric r is written at.
+func (r Route) metric() uint32 {
+	if r.Metric == 0 {
+		return DefaultMetric(r.Dst)
+	}
+	return r.Metric
 }
 
 // String renders the route the way `ip route` would.
@@ -61,6 +73,9 @@ func (r Route) String() string {
 	}
 	if !r.Gw.IsValid() {
 		s += " scope link"
+	}
+	if r.metric() != DefaultMetric(r.Dst) {
+		s += fmt.Sprintf(" metric %d", r.Metric)
 	}
 	return s
 }
@@ -93,11 +108,12 @@ func (r Route) validate() error {
 	return nil
 }
 
-// DefaultMetric is the metric of the routes felix owns and reconciles
-// for dst's family: 0 for IPv4; for IPv6 the kernel's own default
-// (IP6_RT_PRIO_USER, 1024), which it gives any route written without
-// one, so routes the CNI plugin writes without a metric are felix's too.
-// Routes of felix's protocol at any other metric are stale.
+// DefaultMetric is the metric of the routes felix writes for dst's
+// family unless a route asks for another: 0 for IPv4; for IPv6 the
+// kernel's own default (IP6_RT_PRIO_USER, 1024), which it gives any
+// route written without one, so routes the CNI plugin writes without a
+// metric are felix's too. felix owns one route per prefix, at whatever
+// metric; a second route of its protocol for the same prefix is stale.
 func DefaultMetric(dst netip.Prefix) uint32 {
 	if dst.Addr().Is4() {
 		return 0
@@ -123,7 +139,7 @@ type KernelRoute struct {
 // matches reports whether the kernel route k is what r asks for, given
 // the ifindex r's device resolved to (0 when r names no device).
 func (r Route) matches(k KernelRoute, ifindex int) bool {
-	if k.Type != r.Type.rtn() || k.Scope != r.scope() || k.Gw != r.Gw || k.OnLink != r.OnLink {
+	if k.Type != r.Type.rtn() || k.Scope != r.scope() || k.Gw != r.Gw || k.OnLink != r.OnLink || k.Priority != r.metric() {
 		return false
 	}
 	if r.Type == Blackhole {

@@ -57,9 +57,9 @@ type RouteTable struct {
 	byIface map[string]map[netip.Prefix]struct{}
 
 	// Kernel state as of the last resync plus our own successful writes.
-	ours    map[netip.Prefix]KernelRoute // our protocol, metric 0, tos 0
-	foreign map[netip.Prefix]uint8       // other protocols at metric 0, tos 0
-	strays  []KernelRoute                // ours at other metrics/tos: never wanted
+	ours    map[netip.Prefix]KernelRoute // our protocol, tos 0: one per prefix
+	foreign map[routeKey]uint8           // other protocols at tos 0, by metric
+	strays  []KernelRoute                // ours at tos != 0, or a second one for a prefix
 
 	links       map[string]linkState
 	linkNames   map[int]string
@@ -96,7 +96,7 @@ func New(cfg Config, k Kernel) *RouteTable {
 	return &RouteTable{
 		cfg: cfg, k: k, log: cfg.Log.WithField("table", cfg.Table),
 		wanted: map[netip.Prefix]Route{}, byIface: map[string]map[netip.Prefix]struct{}{},
-		ours: map[netip.Prefix]KernelRoute{}, foreign: map[netip.Prefix]uint8{},
+		ours: map[netip.Prefix]KernelRoute{}, foreign: map[routeKey]uint8{},
 		links: map[string]linkState{}, linkNames: map[int]string{}, linkChecks: map[int]time.Time{},
 		dirty: map[netip.Prefix]struct{}{}, failed: map[netip.Prefix]struct{}{},
 		conflicts: map[netip.Prefix]struct{}{}, programmed: map[netip.Prefix]struct{}{},
@@ -251,18 +251,10 @@ func (rt *RouteTable) resync() error {
 		newNames[l.Index] = l.Name
 	}
 	ours := make(map[netip.Prefix]KernelRoute, len(rt.ours))
-	foreign := map[netip.Prefix]uint8{}
+	foreign := map[routeKey]uint8{}
 	var strays []KernelRoute
 	err = rt.k.Routes(rt.cfg.Table, func(k KernelRoute) {
-		switch {
-		case k.Protocol == rt.cfg.Protocol && !atDefault(k):
-			strays = append(strays, k)
-		case !atDefault(k):
-		case k.Protocol == rt.cfg.Protocol:
-			ours[k.Dst] = k
-		default:
-			foreign[k.Dst] = k.Protocol
-		}
+		rt.classify(k, ours, foreign, &strays)
 	})
 	if err != nil {
 		return err
@@ -346,6 +338,10 @@ func (rt *RouteTable) apply() error {
 	}
 	rt.strays = nil
 	var errs []error
+	// retire holds our routes at a metric no longer wanted, whose
+	// replacement at the new metric is in: deleted after it, so the
+	// prefix is never unrouted.
+	var retire []Op
 	if len(ops) > 0 {
 		results := rt.k.Write(rt.cfg.Table, ops)
 		for i, err := range results {
@@ -380,10 +376,14 @@ func (rt *RouteTable) apply() error {
 				delete(rt.ours, p)
 				inSync[p] = false
 			} else {
+				if prev, had := rt.ours[p]; had && prev.Priority != op.Route.Priority {
+					retire = append(retire, Op{Delete: true, Route: prev})
+				}
 				rt.ours[p] = op.Route
 				inSync[p] = true
 			}
 		}
+		errs = append(errs, rt.retire(retire)...)
 		rt.log.WithFields(logrus.Fields{"writes": len(ops) - strays, "strays": strays, "errors": len(errs)}).Debug("route table applied")
 	}
 	rt.publish(inSync)
@@ -394,6 +394,25 @@ func (rt *RouteTable) apply() error {
 		return fmt.Errorf("routetable: %d route writes failed, first: %w", len(errs), errs[0])
 	}
 	return nil
+}
+
+// retire deletes routes of ours that a route at another metric
+// replaced. An IPv4 route at metric 0 is deleted without a metric, which
+// the kernel reads as "the lowest": that is the one to go while it
+// exists; if something else removed it first, the new route goes
+// instead and the resync this asks for puts it back.
+func (rt *RouteTable) retire(ops []Op) []error {
+	if len(ops) == 0 {
+		return nil
+	}
+	var errs []error
+	for i, err := range rt.k.Write(rt.cfg.Table, ops) {
+		if err != nil {
+			rt.needResync = true
+			errs = append(errs, fmt.Errorf("deleting %v at its old metric %d: %w", ops[i].Route.Dst, ops[i].Route.Priority, err))
+		}
+	}
+	return errs
 }
 
 func verb(op Op) string {
@@ -425,7 +444,7 @@ func (rt *RouteTable) plan(p netip.Prefix, now time.Time) (op Op, write, inSync,
 		}
 		return Op{Delete: true, Route: cur}, true, false, false
 	}
-	if proto, clash := rt.foreign[p]; clash && !have {
+	if proto, clash := rt.foreign[routeKey{p, want.metric()}]; clash && !(have && cur.Priority == want.metric()) {
 		if _, logged := rt.conflicts[p]; !logged {
 			rt.conflicts[p] = struct{}{}
 			rt.log.WithFields(logrus.Fields{"route": want.String(), "protocol": proto}).Warn(
@@ -455,7 +474,7 @@ func (rt *RouteTable) plan(p netip.Prefix, now time.Time) (op Op, write, inSync,
 	}
 	k := KernelRoute{
 		Dst: p, Type: want.Type.rtn(), Protocol: rt.cfg.Protocol, Scope: want.scope(),
-		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: DefaultMetric(p),
+		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: want.metric(),
 	}
 	return Op{Route: k}, true, false, false
 }
@@ -474,10 +493,38 @@ func deleteFirst(cur KernelRoute, op Op) bool {
 		(cur.LinkIndex != r.LinkIndex || cur.Type != r.Type)
 }
 
-// atDefault reports whether k is at the metric and TOS felix manages;
-// the rest of felix's protocol are strays, and foreign ones at other
-// metrics do not conflict with felix's.
-func atDefault(k KernelRoute) bool { return k.Priority == DefaultMetric(k.Dst) && k.Tos == 0 }
+// routeKey is what the kernel tells routes of one prefix apart by (at
+// TOS 0): their metric.
+type routeKey struct {
+	dst    netip.Prefix
+	metric uint32
+}
+
+// classify files one kernel route. Of felix's protocol at TOS 0, felix
+// keeps one per prefix in ours: the one at the wanted metric when there
+// are several (a metric change cut short), the others are strays, as
+// are routes at another TOS. A foreign route conflicts with felix's only
+// at the same metric (the kernel would replace it).
+func (rt *RouteTable) classify(k KernelRoute, ours map[netip.Prefix]KernelRoute, foreign map[routeKey]uint8, strays *[]KernelRoute) {
+	switch {
+	case k.Tos != 0:
+		if k.Protocol == rt.cfg.Protocol {
+			*strays = append(*strays, k)
+		}
+	case k.Protocol != rt.cfg.Protocol:
+		foreign[routeKey{k.Dst, k.Priority}] = k.Protocol
+	default:
+		cur, have := ours[k.Dst]
+		if !have {
+			ours[k.Dst] = k
+			return
+		}
+		if w, wanted := rt.wanted[k.Dst]; wanted && k.Priority == w.metric() && cur.Priority != k.Priority {
+			ours[k.Dst], k = k, cur
+		}
+		*strays = append(*strays, k)
+	}
+}
 
 // checkNewLinks reads the routes of devices whose grace period ended.
 func (rt *RouteTable) checkNewLinks(now time.Time) error {
@@ -487,14 +534,11 @@ func (rt *RouteTable) checkNewLinks(now time.Time) error {
 			continue
 		}
 		err := rt.k.LinkRoutes(rt.cfg.Table, idx, func(k KernelRoute) {
-			switch {
-			case !atDefault(k):
-			case k.Protocol == rt.cfg.Protocol:
-				rt.ours[k.Dst] = k
-				rt.dirty[k.Dst] = struct{}{}
-			default:
-				rt.foreign[k.Dst] = k.Protocol
+			if cur, have := rt.ours[k.Dst]; have && cur.Priority == k.Priority && cur.Tos == k.Tos {
+				return // known already
 			}
+			rt.classify(k, rt.ours, rt.foreign, &rt.strays)
+			rt.dirty[k.Dst] = struct{}{}
 		})
 		if err != nil {
 			return err

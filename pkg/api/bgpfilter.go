@@ -42,6 +42,9 @@ type BGPFilterSpec struct {
 //     subnet of an interface whose name matches this glob (* and ?), as
 //     BIRD's ifname of a BGP route is the interface its next hop is
 //     reached through; never the routes this node originates.
+//   - Priority: routes of that route priority (RoutePriority), the
+//     kernel metric Calico carries in LOCAL_PREF; the routes this node
+//     originates have DefaultRoutePriority.
 type BGPFilterRule struct {
 	Action        string                 `json:"action"`
 	MatchOperator string                 `json:"matchOperator,omitempty"`
@@ -52,6 +55,7 @@ type BGPFilterRule struct {
 	Communities   *BGPFilterCommunities  `json:"communities,omitempty"`
 	ASPathPrefix  []ASNumber             `json:"asPathPrefix,omitempty"`
 	Interface     string                 `json:"interface,omitempty"`
+	Priority      *uint32                `json:"priority,omitempty"`
 	// Operations change an accepted route, in order.
 	Operations []BGPFilterOperation `json:"operations,omitempty"`
 }
@@ -75,6 +79,14 @@ type BGPFilterCommunities struct {
 type BGPFilterOperation struct {
 	AddCommunity  *BGPFilterAddCommunity  `json:"addCommunity,omitempty"`
 	PrependASPath *BGPFilterPrependASPath `json:"prependASPath,omitempty"`
+	SetPriority   *BGPFilterSetPriority   `json:"setPriority,omitempty"`
+}
+
+// BGPFilterSetPriority gives the route this route priority (its
+// LOCAL_PREF becomes LocalPrefForPriority(Value)): on import, the kernel
+// metric felix programs the route at.
+type BGPFilterSetPriority struct {
+	Value uint32 `json:"value"`
 }
 
 // BGPFilterAddCommunity adds a standard ("AS:value") or large
@@ -190,6 +202,11 @@ func validateFilterRule(v *errs, field string, r BGPFilterRule, v6 bool) {
 	for j, asn := range r.ASPathPrefix {
 		validateASN(v, indexed(field+".asPathPrefix", j), asn, false)
 	}
+	// A priority match compares LOCAL_PREF exactly, as Calico's BIRD
+	// does, so it takes Calico's whole range.
+	if r.Priority != nil && (*r.Priority < 1 || *r.Priority > MaxLocalPref-1) {
+		v.add(field+".priority", *r.Priority, "must be 1 to %d", MaxLocalPref-1)
+	}
 	if len(r.Operations) > 0 && r.Action != FilterAccept {
 		v.add(field+".operations", nil, "only a rule with action Accept may have operations")
 	}
@@ -198,9 +215,19 @@ func validateFilterRule(v *errs, field string, r BGPFilterRule, v6 bool) {
 	}
 	for j, op := range r.Operations {
 		of := indexed(field+".operations", j)
+		set := 0
+		for _, b := range []bool{op.AddCommunity != nil, op.PrependASPath != nil, op.SetPriority != nil} {
+			if b {
+				set++
+			}
+		}
 		switch {
-		case (op.AddCommunity == nil) == (op.PrependASPath == nil):
-			v.add(of, nil, "set exactly one of addCommunity and prependASPath")
+		case set != 1:
+			v.add(of, nil, "set exactly one of addCommunity, prependASPath and setPriority")
+		case op.SetPriority != nil:
+			if p := op.SetPriority.Value; p < 1 || p > MaxRoutePriority {
+				v.add(of+".setPriority.value", p, "must be 1 to %d (routed reads a LOCAL_PREF below %d as the default priority)", MaxRoutePriority, LocalPrefForPriority(MaxRoutePriority))
+			}
 		case op.AddCommunity != nil:
 			if _, err := ParseCommunity(op.AddCommunity.Value); err != nil {
 				v.add(of+".addCommunity.value", op.AddCommunity.Value, "%v", err)

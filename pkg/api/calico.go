@@ -71,7 +71,6 @@ var calicoFields = map[Kind][]calicoField{
 		{path: "spec.wireguard", note: "written by Calico's WireGuard support, which routed does not have"},
 		{path: "status", note: "status is written by the node, not applied"},
 	},
-	KindBGPFilter:           filterRuleFields(),
 	KindGlobalNetworkPolicy: policyFields(true),
 	KindNetworkPolicy:       policyFields(false),
 	KindProfile:             ruleFields(),
@@ -79,26 +78,6 @@ var calicoFields = map[Kind][]calicoField{
 }
 
 const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"
-
-// filterRuleFields refuses the BGPFilter rule fields routed lacks in
-// every rule list: a rule that ignored them would match, or change,
-// routes it must not.
-func filterRuleFields() []calicoField {
-	var out []calicoField
-	for _, list := range []string{"exportV4", "importV4", "exportV6", "importV6"} {
-		rule := "spec." + list + "[]."
-		out = append(out,
-			calicoField{path: rule + "priority", refuse: always(filterPriorityWhy)},
-			calicoField{path: rule + "operations[].setPriority", refuse: always(filterPriorityWhy)})
-	}
-	return out
-}
-
-// filterPriorityWhy: Calico carries a route's priority in LOCAL_PREF
-// (2147483647 - priority) and BIRD programs the route at that kernel
-// metric. routed's speaker hands felix a prefix and next hop only, and
-// felix's route table holds one route per prefix at the default metric.
-const filterPriorityWhy = "routed installs every learned route at the kernel's default priority: the speaker hands felix no priority (Calico's LOCAL_PREF = 2147483647 - priority) and felix keeps one route per prefix at metric 1024, so a route priority can neither be matched nor set"
 
 // localWorkloadWhy: Calico's speaker peers with the node's workloads
 // that match the selector, from localWorkloadPeeringIPV4/IPV6 (an

@@ -35,10 +35,17 @@ type FilterRule struct {
 	// BGP route: the interface towards its next hop). No such interface:
 	// the rule matches nothing.
 	Interface string
+	// Priority, when set, matches routes of that route priority: a
+	// LOCAL_PREF of api.LocalPrefForPriority(Priority), compared exactly
+	// as Calico's BIRD does (routes from eBGP peers count as LOCAL_PREF
+	// 100, the routes this node originates have the default priority).
+	Priority uint32
 	// AddCommunities are added to accepted routes, and Prepend put in
-	// front of their AS path (Prepend[0] first).
+	// front of their AS path (Prepend[0] first). SetPriority, when set,
+	// gives them that route priority (their LOCAL_PREF).
 	AddCommunities []string
 	Prepend        []uint32
+	SetPriority    uint32
 	// EBGPLocalAS is set on export rules of an eBGP session to the AS
 	// this node presents there. GoBGP runs export policy after it has
 	// put that AS in front of the path, where BIRD (Calico) runs it

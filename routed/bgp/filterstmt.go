@@ -57,6 +57,9 @@ func ruleStatements(base, nset string, r FilterRule, ifaceSubnets []string) ([]*
 		}
 		cond.PrefixSet = &api.MatchSet{Name: base, Type: match}
 	}
+	if r.Priority != 0 {
+		cond.LocalPrefEq = &api.LocalPrefEq{Value: pkgapi.LocalPrefForPriority(r.Priority)}
+	}
 	if r.Community != "" {
 		typ, name := api.DefinedType_DEFINED_TYPE_COMMUNITY, base+"-comm"
 		if large, _ := pkgapi.ParseCommunity(r.Community); large {
@@ -108,6 +111,9 @@ func ruleStatements(base, nset string, r FilterRule, ifaceSubnets []string) ([]*
 			if r.Accept {
 				act.RouteAction = api.RouteAction_ROUTE_ACTION_ACCEPT
 				addCommunityActions(act, r.AddCommunities)
+				if r.SetPriority != 0 {
+					act.LocalPref = &api.LocalPrefAction{Value: pkgapi.LocalPrefForPriority(r.SetPriority)}
+				}
 			}
 		}
 		stmts = append(stmts, &api.Statement{Name: step, Conditions: c, Actions: act})

@@ -61,3 +61,27 @@ func TestRuleStatementsPrependChain(t *testing.T) {
 		t.Fatalf("padding: %v", stmts)
 	}
 }
+
+// TestRuleStatementsPriority: a priority match is a LOCAL_PREF condition
+// and setPriority a LOCAL_PREF action on the accepting statement, both
+// at Calico's 2147483647 - priority.
+func TestRuleStatementsPriority(t *testing.T) {
+	r := FilterRule{Accept: true, Priority: 100, SetPriority: 256, Prepend: []uint32{1, 2}}
+	stmts, _ := ruleStatements("f-0", "nb", r, nil)
+	if len(stmts) != 2 {
+		t.Fatalf("%d statements", len(stmts))
+	}
+	for i, s := range stmts {
+		if s.Conditions.LocalPrefEq.GetValue() != 2147483547 {
+			t.Errorf("statement %d matches %v, want LOCAL_PREF 2147483547", i, s.Conditions.LocalPrefEq)
+		}
+		if last := i == len(stmts)-1; last != (s.Actions.LocalPref.GetValue() == 2147483391) {
+			t.Errorf("statement %d sets %v: only the accepting one sets LOCAL_PREF 2147483391", i, s.Actions.LocalPref)
+		}
+	}
+	// A reject rule changes nothing.
+	r = FilterRule{Priority: 100, SetPriority: 256}
+	if stmts, _ = ruleStatements("f-1", "nb", r, nil); stmts[0].Actions.LocalPref != nil {
+		t.Errorf("a reject rule sets LOCAL_PREF: %v", stmts[0].Actions)
+	}
+}

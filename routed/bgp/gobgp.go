@@ -9,6 +9,8 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+
+	pkgapi "github.com/routed-net/routed/pkg/api"
 )
 
 // This file converts between routed's types and GoBGP's API messages.
@@ -105,7 +107,10 @@ func sessionFingerprint(p Peer) string {
 
 // apiPath builds a locally originated unicast path (IPv4 or IPv6, by
 // prefix) with next hop self. GoBGP turns an IPv6 next hop into
-// MP_REACH_NLRI.
+// MP_REACH_NLRI. Its LOCAL_PREF carries the default route priority, as a
+// Calico node's does (GoBGP's default, 100, would be priority
+// 2147483547 to a Calico node); GoBGP drops it towards eBGP peers after
+// export policy, which can still match it.
 func apiPath(prefix netip.Prefix, nextHop netip.Addr, communities ...string) (*apiutil.Path, error) {
 	nlri, err := bgp.NewIPAddrPrefix(prefix)
 	if err != nil {
@@ -118,7 +123,8 @@ func apiPath(prefix netip.Prefix, nextHop netip.Addr, communities ...string) (*a
 	return &apiutil.Path{
 		Family: routeFamily(prefix),
 		Nlri:   nlri,
-		Attrs: append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
+		Attrs: append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh,
+			bgp.NewPathAttributeLocalPref(pkgapi.LocalPrefForPriority(pkgapi.DefaultRoutePriority))},
 			communityAttrs(communities)...),
 	}, nil
 }
@@ -131,6 +137,9 @@ type pathInfo struct {
 	neighbor netip.Addr
 	asPath   []uint32
 	withdraw bool
+	// priority is the route priority its LOCAL_PREF carries
+	// (api.PriorityFromLocalPref); the default without one.
+	priority uint32
 }
 
 // parsePath extracts prefix, next hop and source of an IPv4 or IPv6
@@ -146,6 +155,7 @@ func parsePath(p *apiutil.Path) (pathInfo, error) {
 	}
 	pi.prefix = nlri.Prefix.Masked()
 	pi.withdraw = p.Withdrawal
+	pi.priority = pkgapi.DefaultRoutePriority
 	// Local paths have no source address.
 	if a := p.PeerAddress; a.IsValid() && !a.IsUnspecified() {
 		pi.neighbor = a
@@ -159,6 +169,8 @@ func parsePath(p *apiutil.Path) (pathInfo, error) {
 			if v.Nexthop.IsValid() {
 				pi.nextHop = v.Nexthop
 			}
+		case *bgp.PathAttributeLocalPref:
+			pi.priority = pkgapi.PriorityFromLocalPref(v.Value)
 		case *bgp.PathAttributeAsPath:
 			for _, seg := range v.Value {
 				pi.asPath = append(pi.asPath, seg.GetAS()...)

@@ -15,8 +15,11 @@ import (
 // decides what reaches the kernel: it is told the peer each path came
 // from so it can tell cluster sessions from external peers.
 type RouteSink interface {
-	// RouteUpdate adds or replaces the best path for prefix.
-	RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr)
+	// RouteUpdate adds or replaces the best path for prefix. priority
+	// is its route priority (api.PriorityFromLocalPref of its
+	// LOCAL_PREF, as import filters left it): the kernel metric it
+	// should have, api.DefaultRoutePriority for most routes.
+	RouteUpdate(prefix netip.Prefix, nextHop, peer netip.Addr, priority uint32)
 	// RouteWithdraw removes prefix; unknown prefixes are ignored.
 	RouteWithdraw(prefix netip.Prefix)
 }
@@ -41,8 +44,12 @@ type feeder struct {
 	installed map[netip.Prefix]hop
 }
 
-// hop is where a learned best path leads and who said so.
-type hop struct{ nextHop, peer netip.Addr }
+// hop is where a learned best path leads, who said so, and at which
+// priority.
+type hop struct {
+	nextHop, peer netip.Addr
+	priority      uint32
+}
 
 func newFeeder(sink RouteSink, log *logrus.Entry) *feeder {
 	return &feeder{sink: sink, log: log, installed: map[netip.Prefix]hop{}}
@@ -76,13 +83,13 @@ func (f *feeder) bestChanged(pi pathInfo) {
 		}
 		return
 	}
-	h := hop{pi.nextHop, pi.neighbor}
+	h := hop{pi.nextHop, pi.neighbor, pi.priority}
 	if had && old == h {
 		return // the best path changed, not where it leads
 	}
 	f.installed[pi.prefix] = h
-	f.sink.RouteUpdate(pi.prefix, pi.nextHop, pi.neighbor)
+	f.sink.RouteUpdate(pi.prefix, pi.nextHop, pi.neighbor, pi.priority)
 	if f.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-		f.log.WithFields(logrus.Fields{"prefix": pi.prefix, "nextHop": pi.nextHop, "from": pi.neighbor}).Debug("learned route")
+		f.log.WithFields(logrus.Fields{"prefix": pi.prefix, "nextHop": pi.nextHop, "from": pi.neighbor, "priority": pi.priority}).Debug("learned route")
 	}
 }

@@ -224,3 +224,31 @@ func TestNotificationCodeFromGoBGP(t *testing.T) {
 		t.Error("a message without a code was read as one")
 	}
 }
+
+// TestPathPriority: a path's LOCAL_PREF is read as Calico's route
+// priority; one outside the range routed honours (GoBGP's, BIRD's and
+// FRR's default 100) and none are the default priority. The node's own
+// paths carry the default priority's LOCAL_PREF, as Calico nodes' do.
+func TestPathPriority(t *testing.T) {
+	ap, err := apiPath(netip.MustParsePrefix("10.65.1.0/26"), netip.MustParseAddr("10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi, _ := parsePath(ap); pi.priority != 1024 {
+		t.Fatalf("own path: priority %d, want 1024", pi.priority)
+	}
+	for _, c := range []struct{ lp, priority uint32 }{{2147483547, 100}, {2147482623, 1024}, {2147483647, 0}, {100, 1024}, {2147418112, 65535}, {2147418111, 1024}} {
+		for i, a := range ap.Attrs {
+			if _, ok := a.(*bgp.PathAttributeLocalPref); ok {
+				ap.Attrs[i] = bgp.NewPathAttributeLocalPref(c.lp)
+			}
+		}
+		if pi, _ := parsePath(ap); pi.priority != c.priority {
+			t.Errorf("LOCAL_PREF %d: priority %d, want %d", c.lp, pi.priority, c.priority)
+		}
+	}
+	ap.Attrs = ap.Attrs[:2] // origin, next hop
+	if pi, _ := parsePath(ap); pi.priority != 1024 {
+		t.Errorf("no LOCAL_PREF: priority %d, want 1024", pi.priority)
+	}
+}

@@ -16,11 +16,7 @@ import (
 // routedctl refuses, with what its error must name (the field table in
 // pkg/api/calico.go says why).
 var calicoConfdRefused = map[string]string{
-	"bgpfilter/as_path_and_priority":       "spec.exportV4[0].priority",
-	"bgpfilter/kubevirt_live_migration":    "spec.exportV4[0].priority",
-	"bgpfilter/communities_and_operations": "setPriority",
-	"bgpfilter/peer_type":                  "setPriority",
-	"local_bgp_peer":                       "localWorkloadSelector",
+	"local_bgp_peer": "localWorkloadSelector",
 }
 
 // TestCalicoConfdInputsApply applies every file of Calico's confd BGP
@@ -95,4 +91,7 @@ func TestCalicoConfdInputsApply(t *testing.T) {
 		})
 	}
 	t.Logf("%d of %d Calico confd inputs apply with routedctl, %d refused as expected", applied, len(dirs), refused)
+	if !t.Failed() && (refused != len(calicoConfdRefused) || applied != len(dirs)-len(calicoConfdRefused)) {
+		t.Errorf("%d applied and %d refused of %d, want all but the %d of calicoConfdRefused applied", applied, refused, len(dirs), len(calicoConfdRefused))
+	}
 }

@@ -19,6 +19,7 @@ import (
 type Recorder struct {
 	mu        sync.Mutex
 	routes    map[netip.Prefix]netip.Addr
+	priority  map[netip.Prefix]uint32
 	updates   int
 	withdraws map[netip.Prefix]int
 	changed   chan struct{}
@@ -29,19 +30,20 @@ type Recorder struct {
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
 	return &Recorder{
-		routes: map[netip.Prefix]netip.Addr{}, withdraws: map[netip.Prefix]int{},
+		routes: map[netip.Prefix]netip.Addr{}, priority: map[netip.Prefix]uint32{}, withdraws: map[netip.Prefix]int{},
 		changed: make(chan struct{}), seen: map[netip.Prefix]time.Time{},
 	}
 }
 
 // RouteUpdate implements bgp.RouteSink.
-func (r *Recorder) RouteUpdate(p netip.Prefix, nh, _ netip.Addr) {
+func (r *Recorder) RouteUpdate(p netip.Prefix, nh, _ netip.Addr, priority uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.routes[p]; !ok {
 		r.seen[p] = time.Now()
 	}
 	r.routes[p] = nh
+	r.priority[p] = priority
 	r.updates++
 	r.notify()
 }
@@ -54,8 +56,17 @@ func (r *Recorder) RouteWithdraw(p netip.Prefix) {
 		r.withdraws[p]++
 	}
 	delete(r.routes, p)
+	delete(r.priority, p)
 	delete(r.seen, p)
 	r.notify()
+}
+
+// Priority is the route priority the route for p was last given (0 when
+// the recorder does not hold it).
+func (r *Recorder) Priority(p netip.Prefix) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.priority[p]
 }
 
 // Programmed implements bgp.RouteStatus: a route counts as programmed
