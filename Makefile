@@ -12,7 +12,7 @@ PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol k8s-policy-bench k8s-enforce clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -115,6 +115,17 @@ k8s-netpol: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }
 	./tests/ensure-deps.sh
 	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)' -parallel $(NETPOL_PARALLEL)
+
+# k8s-cnp runs, on the same cluster with the ClusterNetworkPolicy CRD
+# of deploy/crds, the conformance tests of sigs.k8s.io/network-policy-api
+# (tests/k8s/cnpconf, built at the CRD's version); failures print with
+# what they saw; last line `cnp: P passed, F failed, S skipped`.
+# CNP_RUN (a go test -run regexp over the tests' names) narrows them.
+CNP_RUN ?=
+k8s-cnp: build
+	@[ "$$(id -u)" = 0 ] || { echo "make k8s-cnp needs root (network namespaces, containerd)"; exit 1; }
+	./tests/ensure-deps.sh
+	$(GO) run ./tests/k8s/cnpconf/cmd -bin $(BIN) -run '$(CNP_RUN)'
 
 # k8s-policy-bench times, on the cluster of k8s-demo with routed and its
 # controllers, BENCH_N NetworkPolicy creations, deletions and pod label
