@@ -187,7 +187,7 @@ func TestControllersAgainstAPIServer(t *testing.T) {
 // startControllers runs controllers.Run with cfg (fast leader election,
 // identity "test") until the returned stop is called, which reports
 // what Run returned.
-func startControllers(ctx context.Context, t *testing.T, cfg controllers.Config) (stop func()) {
+func startControllers(ctx context.Context, t testing.TB, cfg controllers.Config) (stop func()) {
 	cctx, cancel := context.WithCancel(ctx)
 	cfg.Identity = "test"
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond

@@ -58,16 +58,19 @@ func TestMain(m *testing.M) {
 // cluster returns the process's API server, building kube-apiserver
 // first if the cache has none. A failed build fails the test with the
 // build's output; it is never skipped.
-func cluster(t *testing.T) *kubeapiserver.Server {
+func cluster(t testing.TB) *kubeapiserver.Server {
 	t.Helper()
 	skipShort(t)
 	shared.once.Do(func() {
 		ctx := context.Background()
 		// Leave a minute of the test binary's -timeout for reporting.
-		if dl, ok := t.Deadline(); ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, dl.Add(-time.Minute))
-			defer cancel()
+		// (A benchmark has no deadline.)
+		if dt, isT := t.(interface{ Deadline() (time.Time, bool) }); isT {
+			if dl, ok := dt.Deadline(); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, dl.Add(-time.Minute))
+				defer cancel()
+			}
 		}
 		start := time.Now()
 		bin, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, func(f string, a ...any) {
@@ -106,7 +109,7 @@ func cluster(t *testing.T) *kubeapiserver.Server {
 	return shared.srv
 }
 
-func skipShort(t *testing.T) {
+func skipShort(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("SKIPPING in -short mode: the Kubernetes tier builds (once) and runs a real kube-apiserver")
