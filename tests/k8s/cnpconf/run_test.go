@@ -39,6 +39,14 @@ func TestReadEvents(t *testing.T) {
 	if res.Setup != "" {
 		t.Errorf("setup failure from a subtest's: %q", res.Setup)
 	}
+	if res.Failed[0].SCTPOnly {
+		t.Error("a failure without a failed poke counted as SCTP only")
+	}
+	tcp := "    helper.go:106: FAILED Command was [/agnhost connect --timeout=3s --protocol=tcp 192.168.0.193:80]\n"
+	sctp := "    helper.go:71: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 192.168.0.193:9003]\n"
+	if !sctpOnly(sctp+sctp) || sctpOnly(sctp+tcp) || sctpOnly("") {
+		t.Error("sctpOnly")
+	}
 	setup := readEvents(strings.NewReader(`{"Action":"output","Test":"TestConformance","Output":"pods not ready\n"}`+"\n"+
 		`{"Action":"fail","Test":"TestConformance","Elapsed":300}`), nil)
 	if !strings.Contains(setup.Setup, "pods not ready") {
