@@ -116,13 +116,10 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 	if err := importAgnhost(ctx, c, cfg); err != nil {
 		return Result{}, err
 	}
-	var skipped []Spec
+	skipped := machineSkips()
 	var skipNames []string
-	if sctpLacking() {
-		for _, s := range Skips {
-			skipNames = append(skipNames, regexp.QuoteMeta(s.Test))
-			skipped = append(skipped, Spec{Name: s.Test, Message: s.Reason})
-		}
+	for _, s := range skipped {
+		skipNames = append(skipNames, regexp.QuoteMeta(s.Name))
 	}
 	args := []string{"tool", "test2json", "-t", cfg.Test,
 		"-test.v=test2json", "-test.timeout", cfg.Timeout.String(), "-test.run", "TestConformance/" + cfg.Run,
@@ -158,6 +155,32 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 		return res, fmt.Errorf("cnpconf: no test ran (%v); the output is in %s", runErr, logPath)
 	}
 	return res, nil
+}
+
+// ReadLog reads the go test2json output of an earlier run
+// (Config.Dir/conformance.json), also one cut short.
+func ReadLog(path string) (Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer f.Close()
+	res := readEvents(f, nil)
+	res.Skipped = append(res.Skipped, machineSkips()...)
+	res.Log = path
+	return res, nil
+}
+
+// machineSkips are the Skips this machine needs, as skipped tests.
+func machineSkips() []Spec {
+	if !sctpLacking() {
+		return nil
+	}
+	var out []Spec
+	for _, s := range Skips {
+		out = append(out, Spec{Name: s.Test, Message: s.Reason})
+	}
+	return out
 }
 
 // event is one line of go test2json's output.

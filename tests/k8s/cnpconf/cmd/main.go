@@ -30,13 +30,20 @@ func main() {
 	dir := flag.String("dir", "/tmp/routed-k8s-cnp", "cluster state, logs and the tests' output")
 	run := flag.String("run", "", "go test -run regexp over the tests' names (default: all)")
 	timeout := flag.Duration("timeout", 2*time.Hour, "the whole run")
+	report := flag.String("report", "", "only read the output of an earlier run (DIR/conformance/conformance.json) and print its results")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	logf := func(format string, a ...any) { fmt.Printf(format+"\n", a...) }
-	res, err := runAll(ctx, *bin, *dir, *run, *timeout, logf)
+	var res cnpconf.Result
+	var err error
+	if *report != "" {
+		res, err = cnpconf.ReadLog(*report)
+	} else {
+		res, err = runAll(ctx, *bin, *dir, *run, *timeout, logf)
+	}
 	for _, s := range res.Skipped {
 		fmt.Printf("SKIPPED %s\n    %s\n", s.Name, s.Message)
 	}
