@@ -26,6 +26,10 @@ type famTable struct {
 	ifaces      map[string]map[string]uint32 // FromWLIfaces/ToWLIfaces -> interface -> id
 	lists       map[uint32]string            // ChainDispatch: id -> chain
 	hasDispatch bool                         // ChainDispatch exists
+
+	// What leads to each regular chain in this family (see reach.go).
+	jumps  map[string][]string
+	inRefs map[string]int
 }
 
 type chainHave struct {
@@ -101,7 +105,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full, idsChanged bool) error {
 	}
 
 	setNames := keysOf(d.dirtySets)
-	chainNames := keysOf(d.dirtyChains)
+	chainNames := d.reachChanges(ft, full)
 	epNames := keysOf(d.dirtyEndpoints)
 	if full {
 		setNames = union(keysOf(d.sets), keysOf(ft.sets))
@@ -125,7 +129,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full, idsChanged bool) error {
 	// and gone chains are deleted last, once nothing refers to them.
 	var add, fill, del []string
 	for _, name := range chainNames {
-		want, have := d.chains[name], ft.chains[name]
+		want, have := d.wantIn(ft, name), ft.chains[name]
 		switch {
 		case want == nil && have != nil:
 			t.c.FlushChain(&nftables.Chain{Table: ft.table, Name: name})

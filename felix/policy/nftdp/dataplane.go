@@ -87,6 +87,7 @@ type Dataplane struct {
 	dirtyChains    map[string]bool
 	dirtySets      map[string]map[Member]bool // nil map: the whole set
 	dirtyEndpoints map[string]bool
+	dirtyRoots     map[string]bool // chains endpoints began or ceased to use
 
 	writes int
 }
@@ -154,7 +155,7 @@ func New(cfg Config) (*Dataplane, error) {
 	d := &Dataplane{
 		conn: c, dump: dump, cfg: cfg,
 		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{}, ids: map[string]uint32{},
-		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{},
+		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
 		tbl := &nftables.Table{Name: cfg.Table, Family: f.nft}
@@ -322,8 +323,11 @@ func (d *Dataplane) SetEndpoint(iface, from, to string) {
 		d.unrefEPChains(old)
 	}
 	d.endpoints[iface] = w
-	d.epRefs[w.from]++
-	d.epRefs[w.to]++
+	for _, c := range []string{w.from, w.to} {
+		if d.epRefs[c]++; d.epRefs[c] == 1 {
+			d.dirtyRoots[c] = true
+		}
+	}
 	d.dirtyEndpoints[iface] = true
 }
 
@@ -331,6 +335,7 @@ func (d *Dataplane) unrefEPChains(w epWant) {
 	for _, c := range []string{w.from, w.to} {
 		if d.epRefs[c]--; d.epRefs[c] <= 0 {
 			delete(d.epRefs, c)
+			d.dirtyRoots[c] = true
 		}
 	}
 }
@@ -390,6 +395,7 @@ func (d *Dataplane) Apply() error {
 	clear(d.dirtyChains)
 	clear(d.dirtySets)
 	clear(d.dirtyEndpoints)
+	clear(d.dirtyRoots)
 	return nil
 }
 

@@ -1,0 +1,100 @@
+package nftdp
+
+import "slices"
+
+// A regular chain is in a family's table only while something there
+// leads to it: a base chain, an endpoint dispatched to it, or a jump
+// that applies in that family from a chain in the table. An endpoint
+// with addresses of one family jumps to its policies in that family's
+// table only (see the calculator's endpoint chains), so in a
+// single-stack cluster the other table holds no policy chains: a policy
+// edit is then one transaction, not two, and each commit (which walks
+// every chain of every table) has half the chains to walk.
+//
+// famTable.jumps and famTable.inRefs hold, per family, the jumps counted
+// and how many lead to each chain. They describe the desired state and
+// are updated before each transaction; a failed transaction makes the
+// family's next Apply a full one, which counts them anew.
+
+// reachable reports whether chain name belongs in ft's table.
+func (d *Dataplane) reachable(ft *famTable, name string) bool {
+	c := d.chains[name]
+	return c != nil && (c.hook != nil || d.epRefs[name] > 0 || ft.inRefs[name] > 0)
+}
+
+// wantIn is chain name as ft's table should have it: nil when it is not
+// wanted or nothing in this family leads to it.
+func (d *Dataplane) wantIn(ft *famTable, name string) *chainWant {
+	if !d.reachable(ft, name) {
+		return nil
+	}
+	return d.chains[name]
+}
+
+// jumpTargets lists the targets of c's jumps that apply in ft's family.
+func (ft *famTable) jumpTargets(c *chainWant) []string {
+	var out []string
+	for i := range c.rules {
+		if r := &c.rules[i]; r.Action == ActJump && ft.fam.applies(r) {
+			out = append(out, r.Target)
+		}
+	}
+	return out
+}
+
+// reach recounts the jumps of chain name in ft's family and, for every
+// chain that becomes reachable or unreachable thereby, its jumps in
+// turn; each such chain is added to changed. Jumps cannot form loops
+// (the kernel refuses them, and checkRefs runs first), and a chain's
+// jumps are recorded before recursing, so this ends.
+func (d *Dataplane) reach(ft *famTable, name string, changed map[string]bool) {
+	var targets []string
+	if d.reachable(ft, name) {
+		targets = ft.jumpTargets(d.chains[name])
+	}
+	old := ft.jumps[name]
+	if slices.Equal(old, targets) {
+		return
+	}
+	if len(targets) == 0 {
+		delete(ft.jumps, name)
+	} else {
+		ft.jumps[name] = targets
+	}
+	for _, t := range old {
+		if ft.inRefs[t]--; ft.inRefs[t] <= 0 {
+			delete(ft.inRefs, t)
+			changed[t] = true
+			d.reach(ft, t, changed)
+		}
+	}
+	for _, t := range targets {
+		if ft.inRefs[t]++; ft.inRefs[t] == 1 {
+			changed[t] = true
+			d.reach(ft, t, changed)
+		}
+	}
+}
+
+// reachChanges updates ft's reachability for what changed since the
+// last Apply (all of it when full) and returns the chains whose
+// reachability or content may differ.
+func (d *Dataplane) reachChanges(ft *famTable, full bool) []string {
+	changed := map[string]bool{}
+	if full {
+		ft.jumps, ft.inRefs = map[string][]string{}, map[string]int{}
+		for name := range d.chains {
+			d.reach(ft, name, changed)
+		}
+		return keysOf(changed)
+	}
+	for name := range d.dirtyChains {
+		changed[name] = true
+		d.reach(ft, name, changed)
+	}
+	for name := range d.dirtyRoots {
+		changed[name] = true
+		d.reach(ft, name, changed)
+	}
+	return keysOf(changed)
+}
