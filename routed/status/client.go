@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -51,6 +53,28 @@ func (c *Client) Routes(ctx context.Context) ([]Route, error) {
 func (c *Client) Process(ctx context.Context) (Process, error) {
 	var v Process
 	return v, c.get(ctx, PathProcess, &v)
+}
+
+// Profile copies the runtime profile name (heap, goroutine, allocs...)
+// of the running routed to w, in pprof's format.
+func (c *Client) Profile(ctx context.Context, name string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://routed"+PathProfile+url.PathEscape(name), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return c.dialErr(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("status: profile %q: routed answered %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("status: profile %q: %w", name, err)
+	}
+	return nil
 }
 
 func (c *Client) get(ctx context.Context, path string, into any) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,6 +25,9 @@ const (
 	PathPeers   = "/v1/peers"
 	PathRoutes  = "/v1/routes"
 	PathProcess = "/v1/process"
+	// PathProfile + a runtime/pprof profile name (heap, goroutine,
+	// allocs, ...): the profile, in pprof's format.
+	PathProfile = "/debug/pprof/"
 )
 
 // Server answers status requests on a unix socket.
@@ -113,6 +117,11 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.handlePolicy(mux)
 	s.handleReimport(mux)
+	// Go's runtime profiles (heap, goroutine, allocs...), for a memory
+	// or goroutine question on a live node: root only, like the socket.
+	mux.HandleFunc("GET "+PathProfile+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		pprof.Handler(r.PathValue("name")).ServeHTTP(w, r)
+	})
 	return mux
 }
 

@@ -1,11 +1,14 @@
 package status
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +53,15 @@ func TestServeAndRead(t *testing.T) {
 	}
 	if _, err := c.Routes(context.Background()); err == nil || errors.Is(err, ErrNotRunning) {
 		t.Fatalf("provider error not passed on: %v", err)
+	}
+	// Go's heap profile comes through the socket in pprof's (gzipped
+	// protobuf) format; an unknown profile is an error that names it.
+	var heap bytes.Buffer
+	if err := c.Profile(context.Background(), "heap", &heap); err != nil || heap.Len() < 2 || heap.Bytes()[0] != 0x1f || heap.Bytes()[1] != 0x8b {
+		t.Fatalf("heap profile: %d bytes, err %v; want a gzip stream", heap.Len(), err)
+	}
+	if err := c.Profile(context.Background(), "nosuch", io.Discard); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("unknown profile: %v; want an error naming it", err)
 	}
 	// A second server must not steal a live socket.
 	if err := NewServer(sock, fakeProvider{}).Run(context.Background()); !errors.Is(err, ErrInUse) {

@@ -102,6 +102,7 @@ func run(bin, dir string, o options) int {
 	}
 	stopBG()
 	killProblems := <-kills
+	heapProfiles(ctx, l, filepath.Join(l.Dir, "profiles"), "end")
 	fmt.Printf("==> %d adds, %d dels, %d failures; deleting the remaining pods\n", adds, dels, failures)
 	for _, ps := range live {
 		for _, p := range ps {
@@ -123,6 +124,7 @@ func run(bin, dir string, o options) int {
 	fmt.Printf("==> every routed, mean of the first %v vs the last %v (a sample each %v; 1-minute load average %s)\n%s",
 		o.span, o.span, o.sampleEvery, ser.loadSummary(), table)
 	fmt.Print(ser.trend(dur, o.span))
+	fmt.Print(heapGrowth(filepath.Join(l.Dir, "profiles"), "warm", "end", l.Topo.Nodes))
 	problems = append(problems, growth...)
 	time.Sleep(5 * time.Second) // let goroutines of finished work exit
 	after := goroutines(ctx, l)
@@ -147,6 +149,10 @@ func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, o options) []st
 	var problems []string
 	sample := time.NewTicker(o.sampleEvery)
 	defer sample.Stop()
+	// Heap profiles once warmed up (the first span's end) and at the end
+	// of the churn: where the heap in use grew in between.
+	profiled := time.NewTimer(o.span)
+	defer profiled.Stop()
 	var kill <-chan time.Time
 	if o.leaderKill > 0 && o.etcdMembers > 1 {
 		t := time.NewTicker(o.leaderKill)
@@ -159,6 +165,8 @@ func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, o options) []st
 			return problems
 		case <-sample.C:
 			ser.take(ctx, l)
+		case <-profiled.C:
+			heapProfiles(ctx, l, filepath.Join(l.Dir, "profiles"), "warm")
 		case <-kill:
 			if err := killLeader(ctx, l); err != nil && ctx.Err() == nil {
 				problems = append(problems, err.Error())

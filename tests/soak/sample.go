@@ -22,6 +22,10 @@ type sample struct {
 	// heap and stacks, and mapped pages of the binary); heap is the Go
 	// heap in use.
 	anon, file, heap float64
+	// What the Go runtime holds besides the heap in use: idle heap
+	// spans not yet returned to the kernel, goroutine stacks, and its
+	// own metadata (spans, caches, GC bitmaps, the rest of sys).
+	retained, stacks, meta float64
 }
 
 // series are every node's samples in order, and the machine's load
@@ -52,8 +56,17 @@ func (s *series) take(ctx context.Context, l *lab.Lab) {
 			continue
 		}
 		heap, _ := m.Sum("go_memstats_heap_inuse_bytes", nil)
+		idle, _ := m.Sum("go_memstats_heap_idle_bytes", nil)
+		released, _ := m.Sum("go_memstats_heap_released_bytes", nil)
+		stacks, _ := m.Sum("go_memstats_stack_inuse_bytes", nil)
+		var meta float64
+		for _, name := range []string{"go_memstats_mspan_inuse_bytes", "go_memstats_mcache_inuse_bytes", "go_memstats_gc_sys_bytes", "go_memstats_other_sys_bytes", "go_memstats_buck_hash_sys_bytes"} {
+			v, _ := m.Sum(name, nil)
+			meta += v
+		}
 		anon, file := rssSplit(l.NodePID(n.Name))
-		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g, anon: anon, file: file, heap: heap})
+		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g, anon: anon, file: file, heap: heap,
+			retained: idle - released, stacks: stacks, meta: meta})
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
@@ -162,22 +175,25 @@ func (s *series) trend(total, span time.Duration) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap\n", span)
+	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap-in-use / idle-not-returned stacks runtime-metadata\n", span)
 	for _, name := range names {
 		fmt.Fprintf(&b, "%-10s", name)
 		for from := time.Duration(0); from < total; from += span {
-			var rss, anon, file, heap float64
+			var sum sample
 			n := 0
 			for _, x := range s.nodes[name] {
 				if x.at >= from && x.at < from+span {
-					rss, anon, file, heap, n = rss+x.rss, anon+x.anon, file+x.file, heap+x.heap, n+1
+					sum.rss, sum.anon, sum.file, sum.heap = sum.rss+x.rss, sum.anon+x.anon, sum.file+x.file, sum.heap+x.heap
+					sum.retained, sum.stacks, sum.meta = sum.retained+x.retained, sum.stacks+x.stacks, sum.meta+x.meta
+					n++
 				}
 			}
 			if n == 0 {
 				continue
 			}
 			d := float64(n) * (1 << 20)
-			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f", rss/d, anon/d, file/d, heap/d)
+			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f / %.1f %.1f %.1f", sum.rss/d, sum.anon/d, sum.file/d, sum.heap/d,
+				sum.retained/d, sum.stacks/d, sum.meta/d)
 		}
 		b.WriteString("\n")
 	}

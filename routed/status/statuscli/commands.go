@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -79,6 +80,34 @@ configured session (of either family) is Established, 2 when one is not,
 			return nodeStatus(cmd.Context(), out, client())
 		},
 	})
+
+	var profileOut string
+	profile := &cobra.Command{
+		Use:   "profile NAME",
+		Short: "Write a Go runtime profile of the local routed (heap, goroutine, allocs...)",
+		Long: `Writes the runtime/pprof profile NAME of the running routed (heap,
+allocs, goroutine, threadcreate, block, mutex) in pprof's format, to -o
+FILE or standard output; read it with ` + "`go tool pprof`" + `. For a question
+about routed's memory or goroutines on a live node.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := out
+			if profileOut != "" {
+				f, err := os.Create(profileOut)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			if err := client().Profile(ctxOrBackground(cmd.Context()), args[0], w); err != nil {
+				return notRunning(out, err)
+			}
+			return nil
+		},
+	}
+	profile.Flags().StringVarP(&profileOut, "output", "o", "", "write the profile to FILE instead of standard output")
+	node.AddCommand(profile)
 
 	show := &cobra.Command{Use: "show", Short: "Show BGP protocols and routes (like birdc)"}
 	show.AddCommand(&cobra.Command{
