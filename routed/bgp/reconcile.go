@@ -117,6 +117,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		return fmt.Errorf("bgp: start (AS %d, router ID %s, port %d): %w", g.ASN, g.RouterID, port, err)
 	}
 	s.running = &g
+	s.markAlive()
 	s.setView(func(v *view) { v.global = &g; v.listenPort = port; v.started = true })
 	s.log.WithFields(map[string]any{"asn": g.ASN, "routerID": g.RouterID, "port": port}).Info("BGP started")
 	if !s.watching {

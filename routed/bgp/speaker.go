@@ -63,6 +63,7 @@ type Speaker struct {
 	emptyPath      []string       // eBGP peers whose empty AS paths are dropped
 	restartUntil   time.Time
 	runStart       time.Time
+	markerFailed   bool // the restart marker could not be written (said once)
 
 	// view is what status readers may see of the loop's state.
 	mu   sync.Mutex
@@ -182,10 +183,11 @@ func (s *Speaker) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	s.runStart = time.Now()
-	if !s.cfg.DisableGracefulRestart && s.detectRestart() {
-		s.restartUntil = time.Now().Add(s.cfg.RestartTime)
+	if alive, ok := s.detectRestart(); ok && !s.cfg.DisableGracefulRestart {
+		s.restartUntil = alive.Add(s.cfg.RestartTime)
 		s.setView(func(v *view) { v.restarting = true })
-		s.log.WithField("restartTime", s.cfg.RestartTime).Info("restarting: peers keep our routes while we resync")
+		s.log.WithField("restartTime", s.cfg.RestartTime).WithField("lastAlive", alive.UTC().Format(time.RFC3339)).
+			Info("restarting: peers keep our routes while we resync")
 	}
 	if s.cfg.BorrowedIPs != nil {
 		go s.pollBorrowed(ctx)
@@ -209,6 +211,7 @@ func (s *Speaker) Run(ctx context.Context) error {
 		case <-resync.C:
 		case <-beat.C:
 			s.cfg.Beat.Mark()
+			s.markAlive()
 			continue // nothing to program: only show the loop is alive
 		}
 		again, err := s.apply(ctx, s.want.snapshot())

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,9 +189,60 @@ func TestSingleSpeaker(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, restartMarker)); err != nil {
 		t.Fatalf("no restart marker after a planned stop: %v", err)
 	}
+	// The marker stays for the next start (a process that never runs
+	// BGP passes it on), and counts only within the restart time.
 	sp2 := &Speaker{cfg: Config{StateDir: dir, RestartTime: time.Minute}}
-	if !sp2.detectRestart() || sp2.detectRestart() {
-		t.Fatal("marker must be read once")
+	if _, ok := sp2.detectRestart(); !ok {
+		t.Fatal("a planned stop a moment ago is not seen as a restart")
+	}
+	if _, ok := sp2.detectRestart(); !ok {
+		t.Fatal("the marker was used up by reading it")
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.WriteFile(filepath.Join(dir, restartMarker), []byte(strconv.FormatInt(old.UnixNano(), 10)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sp2.detectRestart(); ok {
+		t.Fatal("a marker older than the restart time is seen as a restart")
+	}
+}
+
+// TestRestartMarkerAfterAKill: a speaker that runs BGP records that it
+// is alive, so a process killed without a planned stop is, at the next
+// start, a restart (peers still hold its routes): the marker is there
+// before any stop, and Stop (leaving for good) removes it.
+func TestRestartMarkerAfterAKill(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := New(Config{NodeName: "n1", ListenPort: -1, StateDir: dir, RestartTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sp.Run(ctx) }()
+	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
+	marker := filepath.Join(dir, restartMarker)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("BGP runs and no restart marker was written: a kill -9 would look like a cold start")
+		}
+	}
+	next := &Speaker{cfg: Config{StateDir: dir, RestartTime: time.Minute}}
+	if alive, ok := next.detectRestart(); !ok || time.Since(alive) > 30*time.Second {
+		t.Fatalf("the next start after a kill: restart %v, last alive %v", ok, alive)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the node left for good and its restart marker stays: %v", err)
 	}
 }
 
