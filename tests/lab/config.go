@@ -235,12 +235,14 @@ func (l *Lab) writeCNIConfig(ctx context.Context) error {
 }
 
 // cniSocketConf is the conflist's routed_socket field: the node's own
-// routed's CNI socket with Topology.CNIViaRouted, else "" (the plugin's
-// default, /var/run/routed/cni.sock: a routed of this machine's, if any,
-// answers "not for this routed" and the plugin writes etcd itself).
+// routed's CNI socket with Topology.CNIViaRouted, else "none" (the
+// plugin writes etcd itself). Never the plugin's default,
+// /var/run/routed/cni.sock: that is the socket of whatever routed this
+// machine runs (a k8s-tier cluster's node, another test's), and a lab's
+// ADDs must not depend on it.
 func (l *Lab) cniSocketConf(node string) string {
 	if !l.Topo.CNIViaRouted {
-		return ""
+		return "\n    \"routed_socket\": \"none\","
 	}
 	return fmt.Sprintf("\n    \"routed_socket\": %q,", filepath.Join(filepath.Dir(l.socket(node)), "cni.sock"))
 }
