@@ -345,16 +345,3 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(l, "\n")
 }
-
-// InstallCRDs applies the CRDs routed ships (deploy/crds under root: the
-// ClusterNetworkPolicy of sigs.k8s.io/network-policy-api) and waits
-// until the API server serves them; routed-controllers start watching
-// ClusterNetworkPolicies once it does.
-func InstallCRDs(ctx context.Context, c *cluster.Cluster, root string) error {
-	crds := filepath.Join(root, "deploy", "crds")
-	if _, err := c.Kubectl(ctx, "apply", "-f", crds); err != nil {
-		return err
-	}
-	_, err := c.Kubectl(ctx, "wait", "--for", "condition=Established", "--timeout", "2m", "-f", crds)
-	return err
-}

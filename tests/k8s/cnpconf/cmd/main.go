@@ -22,7 +22,6 @@ import (
 	"github.com/routed-net/routed/tests/k8s/cnpconf"
 	"github.com/routed-net/routed/tests/k8s/demo"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
-	"github.com/routed-net/routed/tests/k8s/netpol"
 )
 
 func main() {
@@ -77,24 +76,9 @@ func runAll(ctx context.Context, bin, dir, run string, timeout time.Duration, lo
 	if err != nil {
 		return cnpconf.Result{}, err
 	}
-	c, err := demo.Up(ctx, filepath.Join(dir, "cluster"), bin, logf)
-	if c != nil {
-		defer func() {
-			logf("==> tearing the cluster down")
-			c.Down()
-		}()
-	}
+	c, down, err := demo.UpWithRouted(ctx, dir, root, bin, true, logf)
+	defer down()
 	if err != nil {
-		return cnpconf.Result{}, err
-	}
-	overlay, err := demo.Install(ctx, c, root, bin, logf)
-	if overlay != "" {
-		defer os.RemoveAll(overlay)
-	}
-	if err != nil {
-		return cnpconf.Result{}, err
-	}
-	if err := netpol.InstallCRDs(ctx, c, root); err != nil {
 		return cnpconf.Result{}, err
 	}
 	logf("==> network-policy-api %s conformance tests (features %v) on %d nodes", cnpconf.Version, cnpconf.Features, len(c.Nodes))

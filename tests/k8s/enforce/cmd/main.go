@@ -54,20 +54,8 @@ func run(ctx context.Context, bin, dir string, n int, checks bool, logf func(str
 	bin, _ = filepath.Abs(bin)
 	dir, _ = filepath.Abs(dir)
 	start := time.Now()
-	c, err := demo.Up(ctx, filepath.Join(dir, "cluster"), bin, logf)
-	if c != nil {
-		defer func() {
-			logf("==> tearing the cluster down")
-			c.Down()
-		}()
-	}
-	if err != nil {
-		return err
-	}
-	overlay, err := demo.Install(ctx, c, root, bin, logf)
-	if overlay != "" {
-		defer os.RemoveAll(overlay)
-	}
+	c, down, err := demo.UpWithRouted(ctx, dir, root, bin, false, logf)
+	defer down()
 	if err != nil {
 		return err
 	}

@@ -75,24 +75,9 @@ func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, par
 	if err != nil {
 		return netpol.Result{}, err
 	}
-	c, err := demo.Up(ctx, filepath.Join(dir, "cluster"), bin, logf)
-	if c != nil {
-		defer func() {
-			logf("==> tearing the cluster down")
-			c.Down()
-		}()
-	}
+	c, down, err := demo.UpWithRouted(ctx, dir, root, bin, true, logf)
+	defer down()
 	if err != nil {
-		return netpol.Result{}, err
-	}
-	overlay, err := demo.Install(ctx, c, root, bin, logf)
-	if overlay != "" {
-		defer os.RemoveAll(overlay)
-	}
-	if err != nil {
-		return netpol.Result{}, err
-	}
-	if err := netpol.InstallCRDs(ctx, c, root); err != nil {
 		return netpol.Result{}, err
 	}
 	logf("==> Kubernetes %s NetworkPolicy specs (e2e.test --ginkgo.focus %q) on %d nodes, %d at a time", kubeapiserver.Version, focus, len(c.Nodes), parallel)
