@@ -75,7 +75,8 @@ func run(bin, dir string, o options) int {
 	ser.take(ctx, l)
 	bg, stopBG := context.WithCancel(ctx)
 	kills := make(chan []string, 1)
-	go func() { kills <- sampleAndKill(bg, l, ser, o) }()
+	smaps := smapsSnapshots{}
+	go func() { kills <- sampleAndKill(bg, l, ser, smaps, o) }()
 	live := map[string][]lab.Pod{}
 	adds, dels, failures := 0, 0, 0
 	end := time.Now().Add(dur)
@@ -103,6 +104,7 @@ func run(bin, dir string, o options) int {
 	stopBG()
 	killProblems := <-kills
 	heapProfiles(ctx, l, filepath.Join(l.Dir, "profiles"), "end")
+	smaps.take(l, "end")
 	fmt.Printf("==> %d adds, %d dels, %d failures; deleting the remaining pods\n", adds, dels, failures)
 	for _, ps := range live {
 		for _, p := range ps {
@@ -125,6 +127,7 @@ func run(bin, dir string, o options) int {
 		o.span, o.span, o.sampleEvery, ser.loadSummary(), table)
 	fmt.Print(ser.trend(dur, o.span))
 	fmt.Print(heapGrowth(filepath.Join(l.Dir, "profiles"), "warm", "end", l.Topo.Nodes))
+	fmt.Print(smaps.growth("warm", "end"))
 	problems = append(problems, growth...)
 	time.Sleep(5 * time.Second) // let goroutines of finished work exit
 	after := goroutines(ctx, l)
@@ -145,7 +148,7 @@ func run(bin, dir string, o options) int {
 // sampleAndKill reads every routed on o.sampleEvery and, with
 // o.leaderKill set, kills the etcd leader on that period and restarts it
 // 10 s later, until ctx ends; it returns what went wrong with the kills.
-func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, o options) []string {
+func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, smaps smapsSnapshots, o options) []string {
 	var problems []string
 	sample := time.NewTicker(o.sampleEvery)
 	defer sample.Stop()
@@ -167,6 +170,7 @@ func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, o options) []st
 			ser.take(ctx, l)
 		case <-profiled.C:
 			heapProfiles(ctx, l, filepath.Join(l.Dir, "profiles"), "warm")
+			smaps.take(l, "warm")
 		case <-kill:
 			if err := killLeader(ctx, l); err != nil && ctx.Err() == nil {
 				problems = append(problems, err.Error())

@@ -26,6 +26,9 @@ type sample struct {
 	// spans not yet returned to the kernel, goroutine stacks, and its
 	// own metadata (spans, caches, GC bitmaps, the rest of sys).
 	retained, stacks, meta float64
+	// threads is the process's OS thread count (each holds a Go g0
+	// and signal stack, which the runtime never frees).
+	threads float64
 }
 
 // series are every node's samples in order, and the machine's load
@@ -64,9 +67,9 @@ func (s *series) take(ctx context.Context, l *lab.Lab) {
 			v, _ := m.Sum(name, nil)
 			meta += v
 		}
-		anon, file := rssSplit(l.NodePID(n.Name))
+		anon, file, threads := procStatus(l.NodePID(n.Name))
 		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g, anon: anon, file: file, heap: heap,
-			retained: idle - released, stacks: stacks, meta: meta})
+			retained: idle - released, stacks: stacks, meta: meta, threads: threads})
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
@@ -143,11 +146,12 @@ func (s *series) loadSummary() string {
 	return fmt.Sprintf("min %.1f, median %.1f, max %.1f", l[0], l[len(l)/2], l[len(l)-1])
 }
 
-// rssSplit reads RssAnon and RssFile (bytes) of pid from /proc.
-func rssSplit(pid int) (anon, file float64) {
+// procStatus reads RssAnon and RssFile (bytes) and Threads of pid from
+// /proc.
+func procStatus(pid int) (anon, file, threads float64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if pid == 0 || err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -160,9 +164,11 @@ func rssSplit(pid int) (anon, file float64) {
 			anon = kb * 1024
 		case "RssFile:":
 			file = kb * 1024
+		case "Threads:":
+			threads = kb
 		}
 	}
-	return anon, file
+	return anon, file, threads
 }
 
 // trend prints every node's memory by span of the run (means): RSS,
@@ -175,7 +181,7 @@ func (s *series) trend(total, span time.Duration) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap-in-use / idle-not-returned stacks runtime-metadata\n", span)
+	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap-in-use / idle-not-returned stacks runtime-metadata, OS threads\n", span)
 	for _, name := range names {
 		fmt.Fprintf(&b, "%-10s", name)
 		for from := time.Duration(0); from < total; from += span {
@@ -185,6 +191,7 @@ func (s *series) trend(total, span time.Duration) string {
 				if x.at >= from && x.at < from+span {
 					sum.rss, sum.anon, sum.file, sum.heap = sum.rss+x.rss, sum.anon+x.anon, sum.file+x.file, sum.heap+x.heap
 					sum.retained, sum.stacks, sum.meta = sum.retained+x.retained, sum.stacks+x.stacks, sum.meta+x.meta
+					sum.threads += x.threads
 					n++
 				}
 			}
@@ -192,8 +199,8 @@ func (s *series) trend(total, span time.Duration) string {
 				continue
 			}
 			d := float64(n) * (1 << 20)
-			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f / %.1f %.1f %.1f", sum.rss/d, sum.anon/d, sum.file/d, sum.heap/d,
-				sum.retained/d, sum.stacks/d, sum.meta/d)
+			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f / %.1f %.1f %.1f, %.0f", sum.rss/d, sum.anon/d, sum.file/d, sum.heap/d,
+				sum.retained/d, sum.stacks/d, sum.meta/d, sum.threads/float64(n))
 		}
 		b.WriteString("\n")
 	}
