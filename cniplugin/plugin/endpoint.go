@@ -81,9 +81,16 @@ func writeEndpoint(ctx context.Context, store Store, wep *api.WorkloadEndpoint) 
 }
 
 // getEndpoint reads this attachment's endpoint; nil without error when
-// there is none.
+// there is none. An unreachable etcd is retried as RetryUnavailable does
+// (an election must not fail a DEL: the runtime would retry it, but the
+// pod's address and endpoint stay until it does).
 func getEndpoint(ctx context.Context, store Store, name string) (*api.WorkloadEndpoint, error) {
-	r, err := store.Get(ctx, api.KindWorkloadEndpoint, name)
+	var r api.Resource
+	err := datastore.RetryUnavailable(ctx, func() error {
+		var err error
+		r, err = store.Get(ctx, api.KindWorkloadEndpoint, name)
+		return err
+	})
 	if datastore.IsNotFound(err) {
 		return nil, nil
 	}
@@ -98,9 +105,13 @@ func getEndpoint(ctx context.Context, store Store, name string) (*api.WorkloadEn
 }
 
 // deleteEndpoint removes an endpoint at a known revision; gone already,
-// or replaced since by a newer sandbox, both count as done.
+// or replaced since by a newer sandbox, both count as done. A delete at
+// a revision is safe to repeat, so an unreachable etcd is retried (a
+// delete that landed before the error comes back as not found).
 func deleteEndpoint(ctx context.Context, store Store, name, rev string) error {
-	err := store.Delete(ctx, api.KindWorkloadEndpoint, name, rev)
+	err := datastore.RetryUnavailable(ctx, func() error {
+		return store.Delete(ctx, api.KindWorkloadEndpoint, name, rev)
+	})
 	if err == nil || datastore.IsNotFound(err) || errors.Is(err, datastore.ErrConflict) {
 		return nil
 	}

@@ -57,7 +57,12 @@ func (c *Client) wrap(err error) error {
 		return nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || unavailableCode(err) {
-		return fmt.Errorf("%w: %s (%w)", ErrUnavailable, c.probe(), err)
+		desc, answering := c.probe()
+		err = fmt.Errorf("%w: %s (%w)", ErrUnavailable, desc, err)
+		if answering {
+			err = membersUp{err}
+		}
+		return err
 	}
 	return err
 }
@@ -82,8 +87,17 @@ func unavailableCode(err error) bool {
 	return false
 }
 
-// probe dials each endpoint briefly and describes which are unreachable.
-func (c *Client) probe() string {
+// membersUp marks an ErrUnavailable for which at least one member
+// accepted a connection (and its TLS handshake): etcd is there but did
+// not answer, as during an election or while a loaded member catches up,
+// not cut off from this node. RetryUnavailable rides it out longer.
+type membersUp struct{ error }
+
+func (e membersUp) Unwrap() error { return e.error }
+
+// probe dials each endpoint briefly and describes which are unreachable;
+// answering is true when at least one accepted the connection.
+func (c *Client) probe() (desc string, answering bool) {
 	var parts []string
 	for _, ep := range c.cfg.Endpoints {
 		host := ep
@@ -104,8 +118,9 @@ func (c *Client) probe() string {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s: reachable but did not answer in %s", ep, c.cfg.RequestTimeout))
+		answering = true
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, "; "), answering
 }
 
 const probeTimeout = 500 * time.Millisecond
@@ -140,23 +155,43 @@ func (c *Client) probeTLS(raw net.Conn, host string) error {
 	return nil
 }
 
-// UnavailableRideOut is how long RetryUnavailable keeps retrying: an etcd
-// election or a member lost mid-request, not an etcd that is down (a CNI
-// ADD must then fail in seconds, naming etcd, not hang).
+// UnavailableRideOut is how long RetryUnavailable keeps retrying while
+// no member accepts a connection: an etcd that is down or cut off from
+// this node (a CNI ADD must then fail in seconds, naming etcd, not hang).
 const UnavailableRideOut = 10 * time.Second
 
+// ElectionRideOut is how long RetryUnavailable keeps retrying while some
+// member accepts connections but none answers in time: an election, or
+// members catching up after one. On a loaded node with dozens of plugins
+// reconnecting at once that outlasts UnavailableRideOut (a leader kill
+// during 64 parallel ADDs saw ADDs fail after 25 s of it); it stays well
+// inside the runtime's CNI timeout (kubelet's is 2 minutes).
+const ElectionRideOut = 30 * time.Second
+
+// rideOut is how long RetryUnavailable keeps retrying after err.
+func rideOut(err error) time.Duration {
+	if errors.As(err, new(membersUp)) {
+		return ElectionRideOut
+	}
+	return UnavailableRideOut
+}
+
 // RetryUnavailable runs f until it succeeds, fails with an error other
-// than ErrUnavailable, UnavailableRideOut has passed, or ctx ends, and
+// than ErrUnavailable, the ride-out has passed (UnavailableRideOut, or
+// ElectionRideOut while members accept connections), or ctx ends, and
 // returns f's last error (never ctx's, so the caller still learns that
 // etcd was unreachable). An etcd election or a member lost mid-request
 // is a few seconds of ErrUnavailable; a caller whose operation is safe to
 // repeat rides it out.
 func RetryUnavailable(ctx context.Context, f func() error) error {
 	b := backoff.New(200*time.Millisecond, 2*time.Second)
-	deadline := time.Now().Add(UnavailableRideOut)
+	start := time.Now()
 	for {
 		err := f()
-		if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) || !b.Wait(ctx) {
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		if time.Since(start) > rideOut(err) || !b.Wait(ctx) {
 			return err
 		}
 	}

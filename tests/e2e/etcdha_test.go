@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,59 @@ func addPods(l *lab.Lab, prefix string, perNode int, onDone func()) (failed []er
 	return failed, slowest, pods
 }
 
+// killLeaderAfter returns an onDone for addPods or delPods that kills
+// etcd member leader (kill -9) once n operations have finished, the rest
+// being in flight, and a function that reports whether it did.
+func killLeaderAfter(l *lab.Lab, leader, n int) (onDone func(), killed func() bool) {
+	var mu sync.Mutex
+	done, did := 0, false
+	onDone = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		if done == n {
+			l.KillEtcdMember(leader)
+			did = true
+		}
+	}
+	killed = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return did
+	}
+	return onDone, killed
+}
+
+// delPods deletes pods in parallel through the CNI plugin (exec'd, as
+// the runtime does), calling onDone after each DEL, and returns the
+// failures and the slowest DEL.
+func delPods(l *lab.Lab, pods []lab.Pod, onDone func()) (failed []error, slowest time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		wg.Add(1)
+		go func(p lab.Pod) {
+			defer wg.Done()
+			start := time.Now()
+			err := l.DelPod(context.Background(), p)
+			took := time.Since(start)
+			mu.Lock()
+			if err != nil {
+				failed = append(failed, fmt.Errorf("DEL %s after %v: %w", p.Name, took.Round(time.Millisecond), err))
+			}
+			if took > slowest {
+				slowest = took
+			}
+			mu.Unlock()
+			if onDone != nil {
+				onDone()
+			}
+		}(p)
+	}
+	wg.Wait()
+	return failed, slowest
+}
+
 func ipamClean(t *testing.T, l *lab.Lab, when string) {
 	t.Helper()
 	if out, err := l.Ctl(context.Background(), "ipam", "check"); err != nil {
@@ -131,6 +185,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 		t.Logf("%s feed at start: lists %v, resumes %.0f", nd.Name, start[nd.Name].lists, start[nd.Name].resumes)
 	}
 
+	var loaded []lab.Pod // the pods the first subtest added
 	t.Run("leader killed under load", func(t *testing.T) {
 		leader, err := l.EtcdLeader(ctx)
 		if err != nil {
@@ -142,30 +197,15 @@ func TestEtcdClusterFaults(t *testing.T) {
 		go func() { pings <- l.PingStream(pctx, src, dst.IP, 100*time.Millisecond) }()
 		// Kill the leader once a few ADDs have finished: the rest are
 		// in flight, in the plugin's IPAM and endpoint writes.
-		var once sync.Once
-		var done int
-		var mu sync.Mutex
-		killedAt := make(chan time.Time, 1)
-		failed, slowest, _ := addPods(l, "l", 16, func() {
-			mu.Lock()
-			done++
-			d := done
-			mu.Unlock()
-			if d == 8 {
-				once.Do(func() {
-					l.KillEtcdMember(leader)
-					killedAt <- time.Now()
-				})
-			}
-		})
+		onDone, killed := killLeaderAfter(l, leader, 8)
+		failed, slowest, pods := addPods(l, "l", 16, onDone)
 		time.Sleep(time.Second)
 		pcancel()
 		ping := <-pings
-		select {
-		case <-killedAt:
-		default:
+		if !killed() {
 			t.Fatalf("the leader was never killed (fewer than 8 ADDs finished)")
 		}
+		loaded = pods
 		newLeader, err := l.EtcdLeader(ctx)
 		t.Logf("killed leader m%d; new leader m%d (%v); 64 ADDs: %d failed, slowest %v; pings: %s",
 			leader+1, newLeader+1, err, len(failed), slowest.Round(time.Millisecond), ping)
@@ -184,6 +224,40 @@ func TestEtcdClusterFaults(t *testing.T) {
 		t.Logf("node feeds across the leader kill: %s", report)
 		if relists > 0 {
 			t.Errorf("node feeds listed again %v times across a leader kill; want resumes only: %s", relists, report)
+		}
+	})
+
+	t.Run("leader killed during DELs", func(t *testing.T) {
+		if len(loaded) < 16 {
+			t.Fatalf("the first subtest left %d pods; need its 64", len(loaded))
+		}
+		leader, err := l.EtcdLeader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDone, killed := killLeaderAfter(l, leader, 8)
+		failed, slowest := delPods(l, loaded, onDone)
+		if !killed() {
+			t.Fatalf("the leader was never killed (fewer than 8 DELs finished)")
+		}
+		t.Logf("killed leader m%d during %d DELs: %d failed, slowest %v", leader+1, len(loaded), len(failed), slowest.Round(time.Millisecond))
+		for _, err := range failed {
+			t.Error(err)
+		}
+		if err := l.RestartEtcdMember(leader); err != nil {
+			t.Fatal(err)
+		}
+		waitAllMembers(t, l)
+		ipamClean(t, l, "after the leader kill during DELs")
+		// Nothing of the deleted pods is left: the endpoints are back to
+		// the two the test started with (ipam check above: no address
+		// without its endpoint).
+		weps, err := l.Ctl(ctx, "get", "workloadendpoints")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(strings.Split(strings.TrimSpace(weps), "\n")) - 1; n != 2 {
+			t.Errorf("%d WorkloadEndpoints after deleting the %d pods; want the 2 the test started with:\n%s", n, len(loaded), weps)
 		}
 	})
 
