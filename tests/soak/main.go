@@ -33,6 +33,7 @@ func main() {
 	flag.DurationVar(&o.leaderKill, "leader-kill-every", 0, "with -etcd-members 3: kill -9 the etcd leader this often, restarting it 10 s later (0: never)")
 	flag.DurationVar(&o.sampleEvery, "sample-every", 30*time.Second, "how often to read every routed's RSS, goroutines and open files")
 	flag.DurationVar(&o.span, "flat-span", 5*time.Minute, "the first and last span of the run compared for growth")
+	flag.DurationVar(&o.warmup, "warmup", 0, "churn (and leader kills) for this long before the measured run: the first span compared is the one after it")
 	flag.Float64Var(&o.tolerance, "flat-tolerance", 0.05, "growth allowed from the first span to the last (a fraction)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -45,9 +46,9 @@ func main() {
 
 // options are the soak's load and its flatness check.
 type options struct {
-	dur, leaderKill, sampleEvery, span time.Duration
-	maxPods, etcdMembers               int
-	tolerance                          float64
+	dur, leaderKill, sampleEvery, span, warmup time.Duration
+	maxPods, etcdMembers                       int
+	tolerance                                  float64
 }
 
 func run(bin, dir string, o options) int {
@@ -70,7 +71,7 @@ func run(bin, dir string, o options) int {
 		return 1
 	}
 	before := goroutines(ctx, l)
-	fmt.Printf("==> churning pods for %s (at most %d per node); goroutines before: %v\n", dur, maxPods, before)
+	fmt.Printf("==> churning pods for %s after a warm-up of %s (at most %d per node); goroutines before: %v\n", dur, o.warmup, maxPods, before)
 	ser := newSeries()
 	ser.take(ctx, l)
 	bg, stopBG := context.WithCancel(ctx)
@@ -79,7 +80,7 @@ func run(bin, dir string, o options) int {
 	go func() { kills <- sampleAndKill(bg, l, ser, smaps, o) }()
 	live := map[string][]lab.Pod{}
 	adds, dels, failures := 0, 0, 0
-	end := time.Now().Add(dur)
+	end := time.Now().Add(o.warmup + dur)
 	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
 		node := l.Topo.Nodes[rand.IntN(len(l.Topo.Nodes))].Name
 		if len(live[node]) < maxPods && (len(live[node]) == 0 || rand.IntN(2) == 0) {
@@ -122,10 +123,14 @@ func run(bin, dir string, o options) int {
 	if out, err := l.Ctl(ctx, "ipam", "check", "--grace", "0s"); err != nil {
 		problems = append(problems, fmt.Sprintf("ipam check: %v\n%s", err, out))
 	}
-	table, growth := ser.flat(dur, o.span, o.tolerance)
-	fmt.Printf("==> every routed, mean of the first %v vs the last %v (a sample each %v; 1-minute load average %s)\n%s",
-		o.span, o.span, o.sampleEvery, ser.loadSummary(), table)
-	fmt.Print(ser.trend(dur, o.span))
+	table, growth := ser.flat(o.warmup, o.warmup+dur, o.span, o.tolerance)
+	fmt.Printf("==> every routed, mean of the first %v after the %v warm-up vs the last %v (a sample each %v; 1-minute load average %s)\n%s",
+		o.span, o.warmup, o.span, o.sampleEvery, ser.loadSummary(), table)
+	if o.warmup > 0 {
+		whole, _ := ser.flat(0, o.warmup+dur, o.span, o.tolerance)
+		fmt.Printf("==> the same from the start of the churn, warm-up included (not checked):\n%s", whole)
+	}
+	fmt.Print(ser.trend(o.warmup+dur, o.span))
 	fmt.Print(heapGrowth(filepath.Join(l.Dir, "profiles"), "warm", "end", l.Topo.Nodes))
 	fmt.Print(smaps.growth("warm", "end"))
 	problems = append(problems, growth...)
@@ -154,7 +159,7 @@ func sampleAndKill(ctx context.Context, l *lab.Lab, ser *series, smaps smapsSnap
 	defer sample.Stop()
 	// Heap profiles once warmed up (the first span's end) and at the end
 	// of the churn: where the heap in use grew in between.
-	profiled := time.NewTimer(o.span)
+	profiled := time.NewTimer(o.warmup + o.span)
 	defer profiled.Stop()
 	var kill <-chan time.Time
 	if o.leaderKill > 0 && o.etcdMembers > 1 {

@@ -93,11 +93,11 @@ func window(ss []sample, from, to time.Duration) (rss, fds, g float64, n int) {
 	return rss, fds, g, n
 }
 
-// flat compares every node's first and last span of the run (means of
-// the samples in each) and returns a table and the problems: a figure
-// that grew by more than tolerance (a fraction) from the first span to
-// the last.
-func (s *series) flat(total, span time.Duration, tolerance float64) (string, []string) {
+// flat compares every node's first and last span of the measured run
+// [from, to) (means of the samples in each) and returns a table and the
+// problems: a figure that grew by more than tolerance (a fraction) from
+// the first span to the last.
+func (s *series) flat(from, to, span time.Duration, tolerance float64) (string, []string) {
 	var b strings.Builder
 	var problems []string
 	fmt.Fprintf(&b, "%-10s %24s %22s %20s\n", "node", "RSS MiB first->last", "goroutines", "open files")
@@ -108,8 +108,8 @@ func (s *series) flat(total, span time.Duration, tolerance float64) (string, []s
 	sort.Strings(names)
 	for _, name := range names {
 		ss := s.nodes[name]
-		r1, f1, g1, n1 := window(ss, 0, span)
-		r2, f2, g2, n2 := window(ss, total-span, total+time.Hour)
+		r1, f1, g1, n1 := window(ss, from, from+span)
+		r2, f2, g2, n2 := window(ss, to-span, to+time.Hour)
 		if n1 == 0 || n2 == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no samples in the first or last %v", name, span))
 			continue
