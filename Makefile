@@ -80,7 +80,8 @@ scale: build
 
 # soak churns pods and checks for leaks and growth (tests/soak);
 # SOAK_ARGS passes its flags, e.g. the 3-member etcd run of
-# docs/benchmarks.md: SOAK_ARGS='-duration 30m -etcd-members 3 -leader-kill-every 5m'.
+# docs/benchmarks.md: SOAK_ARGS='-warmup 10m -duration 30m -etcd-members 3 -leader-kill-every 5m'
+# (the warm-up, leader kills included, is churned but not compared).
 SOAK_ARGS ?=
 soak: deps build
 	@[ "$$(id -u)" = 0 ] || { echo "make soak needs root (network namespaces)"; exit 1; }
