@@ -76,6 +76,8 @@ func (s *Speaker) apiPeer(p Peer, restarting bool) *api.Peer {
 	}
 	if p.TTLHops > 0 {
 		ap.TtlSecurity = &api.TtlSecurity{Enabled: true, TtlMin: uint32(256 - int(p.TTLHops))}
+	} else if p.Multihop {
+		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: 255}
 	}
 	if p.RRClient {
 		ap.RouteReflector = &api.RouteReflector{RouteReflectorClient: true, RouteReflectorClusterId: p.RRClusterID}

@@ -15,6 +15,9 @@ const (
 	PeerTypeNodeSpecific   = "node specific"
 	PeerTypeGlobal         = "global"
 	PeerTypeRouteReflector = "route reflector"
+	// PeerTypeLocalWorkload is a session with a pod on this node (a
+	// BGPPeer's localWorkloadSelector).
+	PeerTypeLocalWorkload = "local workload"
 )
 
 // DefaultPort is the BGP port used when nothing else is configured.
@@ -150,6 +153,10 @@ type Peer struct {
 	// LocalASN, when set, is the AS this node presents on this session
 	// instead of the global one (Calico's localASNumber).
 	LocalASN uint32
+	// Multihop lets an eBGP peer be more than one hop away (TTL 255 on
+	// the session's packets), as BIRD's "multihop" for Calico's sessions
+	// with local workloads. Ignored when TTLHops is set.
+	Multihop bool
 }
 
 // external reports whether the session with p is eBGP for a node whose

@@ -255,8 +255,18 @@ func TestAPIPeerCalicoOptions(t *testing.T) {
 		t.Fatalf("%v", ap)
 	}
 	ap = s.apiPeer(Peer{Address: netip.MustParseAddr("10.0.0.2"), ASN: 65000}, false)
-	if ap.GracefulRestart.RestartTime != 120 || ap.TtlSecurity != nil || ap.Conf.AllowOwnAsn != 0 {
+	if ap.GracefulRestart.RestartTime != 120 || ap.TtlSecurity != nil || ap.Conf.AllowOwnAsn != 0 || ap.EbgpMultihop != nil {
 		t.Fatalf("defaults: %v", ap)
+	}
+	// A local workload's session: multihop, passive, no source address.
+	ap = s.apiPeer(Peer{Address: netip.MustParseAddr("10.65.1.7"), ASN: 65100, Multihop: true, Passive: true}, false)
+	if !ap.EbgpMultihop.GetEnabled() || ap.EbgpMultihop.GetMultihopTtl() != 255 || !ap.Transport.PassiveMode || ap.Transport.LocalAddress != "" {
+		t.Fatalf("local workload: %v", ap)
+	}
+	// GTSM wins over multihop (GoBGP takes one or the other).
+	ap = s.apiPeer(Peer{Address: netip.MustParseAddr("10.65.1.7"), ASN: 65100, Multihop: true, TTLHops: 2}, false)
+	if ap.EbgpMultihop != nil || !ap.TtlSecurity.GetEnabled() {
+		t.Fatalf("multihop with ttlSecurity: %v", ap)
 	}
 }
 
