@@ -24,6 +24,10 @@ const (
 	FilterNotInIPAM      = "not-in-ipam"
 	FilterWrongNextHop   = "wrong-next-hop"
 	FilterClusterOutside = "cluster-peer-outside-pools"
+	// FilterWorkloadInPool is a route inside a pool from a peer whose
+	// own address is inside a pool: a pod (BGPPeer
+	// localWorkloadSelector).
+	FilterWorkloadInPool = "workload-peer-inside-pools"
 	// FilterReachableBy is a peer's own address, routed through its
 	// BGPPeer's reachableBy gateway instead (not a refusal of the guard:
 	// that route wins, as BIRD's static route does in Calico).
@@ -51,7 +55,13 @@ func (r rejection) String() string { return r.kind + ": " + r.detail }
 //   - a route outside every pool is refused when it comes from another
 //     routed node (mesh or route-reflector sessions carry pool routes
 //     only), and accepted from an explicit peer such as a ToR (its
-//     default route, datacenter ranges), as Calico does.
+//     default route, datacenter ranges), as Calico does;
+//   - a route inside a pool is refused from a peer whose own address is
+//     inside a pool (a pod peering through a BGPPeer's
+//     localWorkloadSelector), whatever its next hop: a pod must never
+//     pull another pod's address, or a block, to itself. Outside the
+//     pools it is accepted as from any explicit peer (BGPFilters narrow
+//     it, as in Calico).
 type guard struct {
 	pools []*pool
 	self  string
@@ -99,6 +109,13 @@ func newGuard(cfg *Config, s *state, pools []*pool) *guard {
 
 // check returns nil when the learned route dst may be programmed.
 func (g *guard) check(dst netip.Prefix, r learnedRoute) *rejection {
+	if from := g.poolOf(r.peer); from != nil {
+		if in := g.poolHolding(dst); in != nil {
+			return &rejection{FilterWorkloadInPool, fmt.Sprintf("inside pool %s, from workload peer %s (an address of pool %s): only IPAM says who holds pool addresses", in.name, r.peer, from.name)}
+		}
+		// A route covering a pool (a pod's default route) is accepted:
+		// every address held in the pool has a longer route from IPAM.
+	}
 	for _, b := range g.own {
 		if b.Bits() > dst.Bits() || !b.Contains(dst.Addr()) {
 			continue
@@ -110,13 +127,7 @@ func (g *guard) check(dst netip.Prefix, r learnedRoute) *rejection {
 		}
 		return &rejection{FilterOwnBlock, fmt.Sprintf("inside %s, a block of this node", b)}
 	}
-	var in *pool
-	for _, p := range g.pools {
-		if p.cidr.Bits() <= dst.Bits() && p.cidr.Contains(dst.Addr()) {
-			in = p
-			break
-		}
-	}
+	in := g.poolHolding(dst)
 	if in == nil {
 		if from, ok := g.nodeAt[r.peer]; ok {
 			return &rejection{FilterClusterOutside, fmt.Sprintf("outside every IP pool, from node %s (cluster sessions carry pool routes only)", from)}
@@ -131,6 +142,26 @@ func (g *guard) check(dst netip.Prefix, r learnedRoute) *rejection {
 		return &rejection{FilterNotInIPAM, fmt.Sprintf("inside pool %s but neither a confirmed block nor a borrowed address in IPAM", in.name)}
 	}
 	return g.nextHopFor(holder, what, dst, r)
+}
+
+// poolOf is the pool holding a (nil: none).
+func (g *guard) poolOf(a netip.Addr) *pool {
+	for _, p := range g.pools {
+		if a.IsValid() && p.cidr.Contains(a) {
+			return p
+		}
+	}
+	return nil
+}
+
+// poolHolding is the pool that holds all of dst (nil: none).
+func (g *guard) poolHolding(dst netip.Prefix) *pool {
+	for _, p := range g.pools {
+		if p.cidr.Bits() <= dst.Bits() && p.cidr.Contains(dst.Addr()) {
+			return p
+		}
+	}
+	return nil
 }
 
 // nextHopFor accepts a pool route of holder's when it leads to holder. A
@@ -177,7 +208,7 @@ func newFilterState() *filterState {
 // set publishes the rejections of the latest plan.
 func (fs *filterState) set(rej map[netip.Prefix]*rejection) {
 	m := make(map[netip.Prefix]string, len(rej))
-	counts := map[string]int{FilterOwnBlock: 0, FilterNotInIPAM: 0, FilterWrongNextHop: 0, FilterClusterOutside: 0, FilterReachableBy: 0}
+	counts := map[string]int{FilterOwnBlock: 0, FilterNotInIPAM: 0, FilterWrongNextHop: 0, FilterClusterOutside: 0, FilterReachableBy: 0, FilterWorkloadInPool: 0}
 	for p, r := range rej {
 		m[p] = r.String()
 		counts[r.kind]++

@@ -26,6 +26,8 @@ func TestImportGuard(t *testing.T) {
 	rogue := learnedRoute{nextHop: addr("10.0.0.66"), peer: addr("10.0.0.66")}
 	fromB := learnedRoute{nextHop: addr("10.0.0.2"), peer: addr("10.0.0.2")}
 	tor := learnedRoute{nextHop: addr("10.0.0.254"), peer: addr("10.0.0.254")}
+	// A pod of this node peering through localWorkloadSelector.
+	pod := learnedRoute{nextHop: addr("10.65.1.7"), peer: addr("10.65.1.7")}
 	cases := []struct {
 		dst    string
 		from   learnedRoute
@@ -48,6 +50,13 @@ func TestImportGuard(t *testing.T) {
 		{"10.65.2.0/26", tor, ""}, // a ToR re-announcing b's block
 		{"10.65.1.32/27", tor, FilterOwnBlock},
 		{"10.65.9.0/26", tor, FilterNotInIPAM},
+		{"203.0.113.0/24", pod, ""},                 // outside the pools
+		{"0.0.0.0/0", pod, ""},                      // covers the pool: IPAM's routes are longer
+		{"10.65.2.0/26", pod, FilterWorkloadInPool}, // b's block: a ToR may, a pod may not
+		{"10.65.2.9/32", pod, FilterWorkloadInPool}, // a pod of b's
+		{"10.65.1.8/32", pod, FilterWorkloadInPool}, // a neighbour pod
+		{"10.65.3.7/32", pod, FilterWorkloadInPool}, // borrowed by b
+		{"10.65.0.0/16", pod, FilterWorkloadInPool}, // the pool itself
 	}
 	for _, c := range cases {
 		s.learned = map[netip.Prefix]learnedRoute{pfx(c.dst): c.from}
