@@ -52,6 +52,7 @@ type loop struct {
 	policyDirty                       bool
 	tunnelDirty, mtuDirty             bool
 	vxlanDirty                        bool
+	peeringDirty                      bool
 	sysctlsNeeded                     map[string]struct{} // device names
 	sysctlsAll                        bool                // re-check every device
 	failures                          int
@@ -253,6 +254,7 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 	case strings.HasPrefix(a.Name, l.cfg.WorkloadInterfacePrefix):
 		if !deleted {
 			l.sysctlsNeeded[a.Name] = struct{}{}
+			l.peeringDirty = l.peeringDirty || l.peeringWanted(a.Name)
 		}
 	case a.Name == TunnelDevice:
 		l.tunnelDirty = true
@@ -280,6 +282,7 @@ func (l *loop) apply(ctx context.Context) {
 		l.rt.Resync()
 		// Recompute too: recursive next hops follow the kernel's routes.
 		l.tunnelDirty, l.mtuDirty, l.planDirty, l.vxlanDirty = true, true, true, true
+		l.peeringDirty = true
 	}
 	if l.planDirty {
 		old := l.plan
@@ -318,6 +321,11 @@ func (l *loop) apply(ctx context.Context) {
 	}
 	errs = append(errs, l.writeMTU(full))
 	errs = append(errs, l.applySysctls(full))
+	if l.peeringDirty {
+		err := l.applyPeering()
+		l.peeringDirty = err != nil
+		errs = append(errs, err)
+	}
 	if l.nat != nil {
 		errs = append(errs, l.nat.Apply(full))
 	}

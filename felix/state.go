@@ -48,6 +48,9 @@ type state struct {
 	// peerRoutes are the routes to BGP peers with reachableBy: peer
 	// address to gateway (confd).
 	peerRoutes map[netip.Addr]netip.Addr
+	// peering are the workload peering addresses per pod interface
+	// (confd; wlpeer.go).
+	peering map[string][]netip.Addr
 	// borrowed holds, per block, the addresses allocated to nodes other
 	// than the block's (pkg/ipam's borrowed /32s) and their node.
 	borrowed map[netip.Prefix]map[netip.Addr]string
