@@ -22,6 +22,11 @@ type Input struct {
 	Peers    []*api.BGPPeer
 	Filters  map[string]*api.BGPFilter
 	Pools    []*api.IPPool
+	// Workloads are this node's WorkloadEndpoints (others are ignored)
+	// and Profiles the profiles whose labels they inherit: the pods a
+	// BGPPeer's localWorkloadSelector may match (compute_workload.go).
+	Workloads []*api.WorkloadEndpoint
+	Profiles  map[string]*api.Profile
 }
 
 // PeerSpec is one wanted session before its password is read.
@@ -55,6 +60,10 @@ type Desired struct {
 	// PeerRoutes are the routes to peers with reachableBy: peer address
 	// to gateway (compute_peerroute.go).
 	PeerRoutes map[netip.Addr]netip.Addr
+	// WorkloadPeering are, per pod interface, the addresses felix puts
+	// on its host side for the pod's sessions with this node
+	// (localWorkloadPeeringIPV4/IPV6; compute_workload.go).
+	WorkloadPeering map[string][]netip.Addr
 	// Warnings are resources that were skipped, and why.
 	Warnings []string
 }
@@ -185,6 +194,8 @@ func Compute(in Input) Desired {
 
 	bps := slices.Clone(in.Peers)
 	slices.SortFunc(bps, func(a, b *api.BGPPeer) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	picked, warn := workloadPeers(in, me, bps)
+	d.Warnings = append(d.Warnings, warn...)
 	for _, bp := range bps {
 		s := bp.Spec
 		appliesTo, err := peerAppliesTo(bp)
@@ -233,6 +244,12 @@ func Compute(in Input) Desired {
 			return c
 		}
 
+		if s.LocalWorkloadSelector != "" {
+			for _, c := range workloadCandidates(in, bp, picked, prio) {
+				cands = append(cands, finish(c))
+			}
+			continue
+		}
 		if s.PeerIP != "" {
 			a, port, err := s.PeerAddrPort()
 			if err != nil || !a.IsValid() || a.Zone() != "" {
@@ -304,6 +321,8 @@ func Compute(in Input) Desired {
 	}
 
 	d.Peers = merge(cands)
+	d.WorkloadPeering, warn = workloadPeeringAddrs(in, def, picked)
+	d.Warnings = append(d.Warnings, warn...)
 	d.PeerRoutes = peerRoutes(d.Peers)
 	for _, p := range d.Peers {
 		if p.Filters != nil {

@@ -38,16 +38,24 @@ type PeerRouteSink interface {
 	SetPeerRoutes(map[netip.Addr]netip.Addr)
 }
 
+// WorkloadPeeringSink puts the addresses local pods peer with on the
+// host side of their interfaces (felix on a node): per pod interface,
+// the whole set each time.
+type WorkloadPeeringSink interface {
+	SetWorkloadPeering(map[string][]netip.Addr)
+}
+
 // Confd takes its resources from the node feed (Consumer) and configures
 // a Speaker.
 type Confd struct {
 	sp         Speaker
-	routes     PeerRouteSink // nil: nothing programs them (route reflector)
+	routes     PeerRouteSink       // nil: nothing programs them (route reflector)
+	wlPeering  WorkloadPeeringSink // nil: no pod interfaces (route reflector)
 	node       string
 	secretsDir string
 	resync     time.Duration
 	log        *logrus.Entry
-	ch         chan func(*cache)
+	ch         chan func(*cache) bool
 	done       chan struct{}
 }
 
@@ -65,31 +73,38 @@ func WithResyncInterval(d time.Duration) Option { return func(c *Confd) { c.resy
 // WithPeerRoutes sets where the routes to peers with reachableBy go.
 func WithPeerRoutes(sink PeerRouteSink) Option { return func(c *Confd) { c.routes = sink } }
 
+// WithWorkloadPeering sets where the addresses pods peer with go.
+func WithWorkloadPeering(sink WorkloadPeeringSink) Option {
+	return func(c *Confd) { c.wlPeering = sink }
+}
+
 // New returns a Confd for nodeName. Subscribe its Consumer to the node
 // feed for Kinds, then Run it.
 func New(sp Speaker, nodeName string, opts ...Option) *Confd {
 	c := &Confd{sp: sp, node: nodeName, secretsDir: DefaultSecretsDir, resync: 30 * time.Second,
 		log: logrus.WithFields(logrus.Fields{"component": "confd", "node": nodeName}),
-		ch:  make(chan func(*cache), 64), done: make(chan struct{})}
+		ch:  make(chan func(*cache) bool, 64), done: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
 }
 
-// Kinds are the resource kinds confd reads.
-var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter, api.KindIPPool}
+// Kinds are the resource kinds confd reads: WorkloadEndpoints (this
+// node's) and Profiles for BGPPeers' localWorkloadSelector.
+var Kinds = []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter, api.KindIPPool,
+	api.KindWorkloadEndpoint, api.KindProfile}
 
 // Consumer is confd's subscription to the node feed (for Kinds); its
 // calls block until Run takes them, and return at once after Run ended.
-func (c *Confd) Consumer() feed.Consumer { return &handler{ch: c.ch, done: c.done} }
+func (c *Confd) Consumer() feed.Consumer { return &handler{ch: c.ch, done: c.done, node: c.node} }
 
 // Run configures the speaker until ctx ends. Run once.
 func (c *Confd) Run(ctx context.Context) error {
 	defer close(c.done)
 	ch := c.ch
 
-	st := &state{cache: newCache()}
+	st := &state{cache: newCache(c.node)}
 	tick := time.NewTicker(c.resync)
 	defer tick.Stop()
 	for {
@@ -97,15 +112,18 @@ func (c *Confd) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case f := <-ch:
-			f(st.cache)
+			changed := f(st.cache)
 			// Apply whatever else already arrived before recomputing.
 			for drained := false; !drained; {
 				select {
 				case f := <-ch:
-					f(st.cache)
+					changed = f(st.cache) || changed
 				default:
 					drained = true
 				}
+			}
+			if !changed {
+				continue // other nodes' pods only
 			}
 		case <-tick.C:
 		}
@@ -132,6 +150,8 @@ type state struct {
 	lastWarn    []string
 	lastRoutes  map[netip.Addr]netip.Addr
 	routesSent  bool
+	lastWLPeer  map[string][]netip.Addr
+	wlPeerSent  bool
 }
 
 // push computes the wanted configuration and hands the speaker what
@@ -198,6 +218,18 @@ func (c *Confd) push(st *state) {
 			c.routes.SetPeerRoutes(d.PeerRoutes)
 		}
 	}
+	if !st.wlPeerSent || !maps.EqualFunc(d.WorkloadPeering, st.lastWLPeer, slices.Equal) {
+		st.lastWLPeer, st.wlPeerSent = d.WorkloadPeering, true
+		switch {
+		case len(d.WorkloadPeering) > 0 && c.wlPeering == nil:
+			c.log.Warn("localWorkloadSelector matches pods but nothing here puts the peering address on their interfaces (no felix)")
+		case len(d.WorkloadPeering) > 0:
+			c.log.WithField("interfaces", fmt.Sprint(d.WorkloadPeering)).Info("workload peering addresses (pod interface: addresses)")
+		}
+		if c.wlPeering != nil {
+			c.wlPeering.SetWorkloadPeering(d.WorkloadPeering)
+		}
+	}
 	peers := resolvePeers(d.Peers, c.secretsDir)
 	if st.peersSent && slices.Equal(peers, st.lastPeers) {
 		return
@@ -214,21 +246,37 @@ func (c *Confd) push(st *state) {
 
 // cache holds the synced resources by name.
 type cache struct {
+	node    string
 	synced  bool
 	nodes   map[string]*api.Node
 	configs map[string]*api.BGPConfiguration
 	peers   map[string]*api.BGPPeer
 	filters map[string]*api.BGPFilter
 	pools   map[string]*api.IPPool
+	// weps are this node's WorkloadEndpoints only.
+	weps     map[string]*api.WorkloadEndpoint
+	profiles map[string]*api.Profile
 }
 
-func newCache() *cache {
-	return &cache{nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{},
-		filters: map[string]*api.BGPFilter{}, pools: map[string]*api.IPPool{}}
+func newCache(node string) *cache {
+	return &cache{node: node, nodes: map[string]*api.Node{}, configs: map[string]*api.BGPConfiguration{}, peers: map[string]*api.BGPPeer{},
+		filters: map[string]*api.BGPFilter{}, pools: map[string]*api.IPPool{},
+		weps: map[string]*api.WorkloadEndpoint{}, profiles: map[string]*api.Profile{}}
 }
 
-func (c *cache) set(r api.Resource) {
+// set records r and reports whether it can change what confd computes:
+// another node's WorkloadEndpoint cannot.
+func (c *cache) set(r api.Resource) bool {
 	switch v := r.(type) {
+	case *api.WorkloadEndpoint:
+		if v.Spec.Node != c.node {
+			_, had := c.weps[v.Metadata.Name]
+			delete(c.weps, v.Metadata.Name)
+			return had
+		}
+		c.weps[v.Metadata.Name] = v
+	case *api.Profile:
+		c.profiles[v.Metadata.Name] = v
 	case *api.Node:
 		c.nodes[v.Metadata.Name] = v
 	case *api.BGPConfiguration:
@@ -240,10 +288,18 @@ func (c *cache) set(r api.Resource) {
 	case *api.IPPool:
 		c.pools[v.Metadata.Name] = v
 	}
+	return true
 }
 
-func (c *cache) del(k api.Kind, name string) {
+// del removes a resource and reports whether confd used it.
+func (c *cache) del(k api.Kind, name string) bool {
 	switch k {
+	case api.KindWorkloadEndpoint:
+		_, had := c.weps[name]
+		delete(c.weps, name)
+		return had
+	case api.KindProfile:
+		delete(c.profiles, name)
 	case api.KindNode:
 		delete(c.nodes, name)
 	case api.KindBGPConfiguration:
@@ -255,6 +311,7 @@ func (c *cache) del(k api.Kind, name string) {
 	case api.KindIPPool:
 		delete(c.pools, name)
 	}
+	return true
 }
 
 func (c *cache) input(node string) Input {
@@ -272,17 +329,22 @@ func (c *cache) input(node string) Input {
 	for _, p := range c.pools {
 		in.Pools = append(in.Pools, p)
 	}
+	for _, w := range c.weps {
+		in.Workloads = append(in.Workloads, w)
+	}
+	in.Profiles = c.profiles
 	return in
 }
 
 // handler forwards datastore callbacks to Run's goroutine as closures
 // over the cache it owns.
 type handler struct {
-	ch   chan<- func(*cache)
+	ch   chan<- func(*cache) bool
 	done <-chan struct{}
+	node string
 }
 
-func (h *handler) send(f func(*cache)) {
+func (h *handler) send(f func(*cache) bool) {
 	select {
 	case h.ch <- f:
 	case <-h.done:
@@ -291,17 +353,19 @@ func (h *handler) send(f func(*cache)) {
 
 // OnBatch implements feed.Consumer.
 func (h *handler) OnBatch(b feed.Batch) {
-	h.send(func(c *cache) {
+	h.send(func(c *cache) bool {
+		changed := b.Snapshot
 		if b.Snapshot {
-			*c = *newCache()
+			*c = *newCache(h.node)
 			c.synced = true
 		}
 		for _, u := range b.Updates {
 			if u.Deleted {
-				c.del(u.Kind, u.Name)
+				changed = c.del(u.Kind, u.Name) || changed
 			} else {
-				c.set(u.Resource)
+				changed = c.set(u.Resource) || changed
 			}
 		}
+		return changed
 	})
 }

@@ -49,6 +49,14 @@ type BGPConfigurationSpec struct {
 	// NodeMeshMaxRestartTime is the graceful-restart time of mesh
 	// sessions (a Go duration, "120s").
 	NodeMeshMaxRestartTime string `json:"nodeMeshMaxRestartTime,omitempty"`
+	// LocalWorkloadPeeringIPV4 and LocalWorkloadPeeringIPV6 are the
+	// addresses the pods a BGPPeer's localWorkloadSelector matches peer
+	// with (Calico's fields): felix puts them, as a /32 and a /128, on
+	// the host side of each such pod's interface. Read from "default"
+	// only, as Calico's felix does. Calico recommends link-local ones
+	// (169.254.0.0/16).
+	LocalWorkloadPeeringIPV4 string `json:"localWorkloadPeeringIPV4,omitempty"`
+	LocalWorkloadPeeringIPV6 string `json:"localWorkloadPeeringIPV6,omitempty"`
 }
 
 // Community is a named BGP community value: "AS:value" (standard) or
@@ -164,6 +172,8 @@ func (c *BGPConfiguration) Validate() error {
 		}
 	}
 	validateDuration(&v, "spec.nodeMeshMaxRestartTime", c.Spec.NodeMeshMaxRestartTime)
+	validatePeeringIP(&v, "spec.localWorkloadPeeringIPV4", c.Spec.LocalWorkloadPeeringIPV4, false)
+	validatePeeringIP(&v, "spec.localWorkloadPeeringIPV6", c.Spec.LocalWorkloadPeeringIPV6, true)
 	for field, list := range map[string][]ServiceClusterIP{"spec.serviceClusterIPs": c.Spec.ServiceClusterIPs,
 		"spec.serviceExternalIPs": c.Spec.ServiceExternalIPs, "spec.serviceLoadBalancerIPs": c.Spec.ServiceLoadBalancerIPs} {
 		for i, s := range list {
@@ -243,6 +253,12 @@ type BGPPeerSpec struct {
 	// itself advertises for a range holding its address cannot take the
 	// session away. Needs peerIP, of the same family.
 	ReachableBy string `json:"reachableBy,omitempty"`
+	// LocalWorkloadSelector makes the nodes this BGPPeer applies to peer
+	// with their own pods that it selects (Calico's field): one passive
+	// session per matching pod, from the pod's address, with AS
+	// asNumber (required); the pod dials the BGPConfiguration's
+	// localWorkloadPeeringIPV4/IPV6. Excludes peerIP and peerSelector.
+	LocalWorkloadSelector string `json:"localWorkloadSelector,omitempty"`
 }
 
 // Calico's nextHopMode values.
@@ -309,7 +325,20 @@ func (p *BGPPeer) Validate() error {
 	}
 	validateSelector(&v, "spec.nodeSelector", s.NodeSelector)
 	validateSelector(&v, "spec.peerSelector", s.PeerSelector)
+	validateSelector(&v, "spec.localWorkloadSelector", s.LocalWorkloadSelector)
 	switch {
+	case s.LocalWorkloadSelector != "":
+		// As Calico's CRD validation: the pods are the peers.
+		if s.PeerIP != "" || s.PeerSelector != "" {
+			v.add("spec.localWorkloadSelector", s.LocalWorkloadSelector, "cannot be set together with spec.peerIP or spec.peerSelector")
+		}
+		if s.ASNumber == 0 {
+			v.add("spec.asNumber", nil, "is required when spec.localWorkloadSelector is set (the pods' AS)")
+		}
+		validateASN(&v, "spec.asNumber", s.ASNumber, true)
+		if s.ReachableBy != "" {
+			v.add("spec.reachableBy", s.ReachableBy, "cannot be set together with spec.localWorkloadSelector (a pod is reached through its interface)")
+		}
 	case s.PeerSelector != "" && (s.PeerIP != "" || s.ASNumber != 0):
 		v.add("spec.peerSelector", s.PeerSelector, "cannot be set together with spec.peerIP/spec.asNumber")
 	case s.PeerSelector == "" && s.PeerIP == "":
@@ -326,7 +355,7 @@ func (p *BGPPeer) Validate() error {
 		// Without asNumber, peerIP must be a routed node's address (confd).
 		validateASN(&v, "spec.asNumber", s.ASNumber, true)
 	}
-	if s.ReachableBy != "" && s.PeerIP == "" {
+	if s.ReachableBy != "" && s.PeerIP == "" && s.LocalWorkloadSelector == "" {
 		v.add("spec.reachableBy", s.ReachableBy, "needs spec.peerIP")
 	}
 	if s.SourceAddress != SourceUseNodeIP && s.SourceAddress != SourceNone {
@@ -351,6 +380,27 @@ func (p *BGPPeer) Validate() error {
 		v.add("spec.reversePeering", s.ReversePeering, "must be Auto or Manual")
 	}
 	return v.result(KindBGPPeer, p.Metadata.Name)
+}
+
+// validatePeeringIP checks a localWorkloadPeeringIPV4 (v6 false) or
+// IPV6 address: a plain unicast address of that family. Felix puts it on
+// pod interfaces as a /32 or /128, so a multicast or unspecified one
+// could never be dialled.
+func validatePeeringIP(v *errs, field, s string, v6 bool) {
+	if s == "" {
+		return
+	}
+	a, err := netip.ParseAddr(s)
+	fam := "IPv4"
+	if v6 {
+		fam = "IPv6"
+	}
+	switch {
+	case err != nil || a.Zone() != "" || a.Is4In6() || a.Is6() != v6:
+		v.add(field, s, "is not an %s address", fam)
+	case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback():
+		v.add(field, s, "must be a unicast %s address a pod can dial (Calico recommends a link-local one)", fam)
+	}
 }
 
 // validateReachableBy checks a gateway for peer: an address of peer's

@@ -43,8 +43,6 @@ var calicoFields = map[Kind][]calicoField{
 	},
 	KindBGPConfiguration: {
 		{path: "spec.ignoredInterfaces", note: "routed's address autodetection does not read it (set --ip or IP_AUTODETECTION_METHOD)"},
-		{path: "spec.localWorkloadPeeringIPV4", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those (it does not peer with workloads)"},
-		{path: "spec.localWorkloadPeeringIPV6", note: "only BGPPeers with localWorkloadSelector use it, and routed refuses those (it does not peer with workloads)"},
 		{path: "spec.nodeMeshPeerPassword", note: "not a Calico v3 field; the mesh password is nodeMeshPassword"},
 		{path: "spec.programClusterRoutes", note: "whether BIRD or felix programs the routes to other nodes' blocks; in routed felix always programs them (learned over BGP, VXLAN pools from the datastore), as Calico's Disabled with felix's programClusterRoutes Enabled does",
 			quiet: func(v any) bool { return v == "Enabled" }},
@@ -55,7 +53,6 @@ var calicoFields = map[Kind][]calicoField{
 		{path: "spec.ipv6ElevatedRoutePriority", note: "routed programs routes with protocol 82 at the kernel's default priority", refuse: unlessNumber(512, routePriorityWhy)},
 	},
 	KindBGPPeer: {
-		{path: "spec.localWorkloadSelector", refuse: always(localWorkloadWhy)},
 		{path: "spec.failureDetectionMode", refuse: unless("None", "routed runs no BFD: a failed peer would be noticed only after the BGP hold time, and traffic sent to it meanwhile lost")},
 		{path: "spec.restartMode", refuse: unless("GracefulRestart", "routed's sessions use plain graceful restart: the peer's routes would be dropped when maxRestartTime runs out instead of kept as long-lived stale routes")},
 		{path: "spec.birdGatewayMode", note: "routed installs each route a peer sends with its next hop as the gateway; BIRD's gateway mode has no counterpart", refuse: func(v any) string {
@@ -78,12 +75,6 @@ var calicoFields = map[Kind][]calicoField{
 }
 
 const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"
-
-// localWorkloadWhy: Calico's speaker peers with the node's workloads
-// that match the selector, from localWorkloadPeeringIPV4/IPV6 (an
-// address felix puts on the host side of pod interfaces), and programs
-// what they advertise.
-const localWorkloadWhy = "routed does not peer with workloads: its speaker has no sessions with pod addresses, nothing gives the host side of pod interfaces the localWorkloadPeeringIPV4/IPV6 address the pods peer with, and felix's import guard refuses routes a pod would advertise from inside a pool"
 
 func always(why string) func(any) string { return func(any) string { return why } }
 

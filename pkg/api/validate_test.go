@@ -463,6 +463,18 @@ func TestBGPConfigurationValidate(t *testing.T) {
 		}, fields: []string{"spec.serviceClusterIPs[0].cidr"}},
 		{name: "log severity", mutate: func(c *api.BGPConfiguration) { c.Spec.LogSeverity = "Verbose" }, fields: []string{"spec.logSeverity"}},
 		{name: "as trans", mutate: func(c *api.BGPConfiguration) { c.Spec.ASNumber = 23456 }, fields: []string{"spec.asNumber"}},
+		{name: "workload peering ips", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.LocalWorkloadPeeringIPV4, c.Spec.LocalWorkloadPeeringIPV6 = "169.254.0.179", "fe80::179"
+		}},
+		{name: "workload peering ips swapped", mutate: func(c *api.BGPConfiguration) {
+			c.Spec.LocalWorkloadPeeringIPV4, c.Spec.LocalWorkloadPeeringIPV6 = "fe80::179", "169.254.0.179"
+		}, fields: []string{"spec.localWorkloadPeeringIPV4", "spec.localWorkloadPeeringIPV6"}, detail: "is not an IPv4 address"},
+		{name: "workload peering ip with prefix", mutate: func(c *api.BGPConfiguration) { c.Spec.LocalWorkloadPeeringIPV4 = "169.254.0.179/32" },
+			fields: []string{"spec.localWorkloadPeeringIPV4"}},
+		{name: "workload peering ip multicast", mutate: func(c *api.BGPConfiguration) { c.Spec.LocalWorkloadPeeringIPV4 = "224.0.0.1" },
+			fields: []string{"spec.localWorkloadPeeringIPV4"}, detail: "unicast"},
+		{name: "workload peering ip unspecified", mutate: func(c *api.BGPConfiguration) { c.Spec.LocalWorkloadPeeringIPV6 = "::" },
+			fields: []string{"spec.localWorkloadPeeringIPV6"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -544,6 +556,23 @@ func TestBGPPeerValidate(t *testing.T) {
 		{name: "unknown reversePeering", mutate: func(p *api.BGPPeer) { p.Spec.ReversePeering = "Sometimes" }, fields: []string{"spec.reversePeering"}},
 		{name: "reserved local AS", mutate: func(p *api.BGPPeer) { p.Spec.LocalASNumber = 23456 }, fields: []string{"spec.localASNumber"}},
 		{name: "bad restart time", mutate: func(p *api.BGPPeer) { p.Spec.MaxRestartTime = "soon" }, fields: []string{"spec.maxRestartTime"}},
+		{name: "local workloads", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.LocalWorkloadSelector, p.Spec.LocalASNumber = "", "app == 'router'", 65002
+			p.Spec.NodeSelector, p.Spec.Filters = "rack == 'r1'", []string{"f"}
+		}},
+		{name: "local workloads with peer ip", mutate: func(p *api.BGPPeer) { p.Spec.LocalWorkloadSelector = "all()" },
+			fields: []string{"spec.localWorkloadSelector"}},
+		{name: "local workloads with peer selector", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.PeerSelector, p.Spec.LocalWorkloadSelector = "", "all()", "all()"
+		}, fields: []string{"spec.localWorkloadSelector"}},
+		{name: "local workloads without as number", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.ASNumber, p.Spec.LocalWorkloadSelector = "", 0, "all()"
+		}, fields: []string{"spec.asNumber"}},
+		{name: "bad local workload selector", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP, p.Spec.LocalWorkloadSelector = "", "app ==" },
+			fields: []string{"spec.localWorkloadSelector"}},
+		{name: "local workloads with reachable by", mutate: func(p *api.BGPPeer) {
+			p.Spec.PeerIP, p.Spec.LocalWorkloadSelector, p.Spec.ReachableBy = "", "all()", "10.0.0.254"
+		}, fields: []string{"spec.reachableBy"}},
 		{name: "peer ip with prefix", mutate: func(p *api.BGPPeer) { p.Spec.PeerIP = "10.0.0.1/32" }, fields: []string{"spec.peerIP"}},
 		{name: "node and node selector", mutate: func(p *api.BGPPeer) { p.Spec.Node = "n1"; p.Spec.NodeSelector = "all()" }, fields: []string{"spec.nodeSelector"}},
 		{name: "bad node selector", mutate: func(p *api.BGPPeer) { p.Spec.NodeSelector = "rack ==" }, fields: []string{"spec.nodeSelector"}},

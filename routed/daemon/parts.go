@@ -102,7 +102,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	n.speaker = sp
 	opts := []confd.Option{confd.WithSecretsDir(cfg.SecretsDir)}
 	if n.felix != nil {
-		opts = append(opts, confd.WithPeerRoutes(n.felix))
+		opts = append(opts, confd.WithPeerRoutes(n.felix), confd.WithWorkloadPeering(n.felix))
 	}
 	n.confd = confd.New(sp, cfg.NodeName, opts...)
 	n.keeper = noderecord.NewKeeper(cfg.NodeName, addr)

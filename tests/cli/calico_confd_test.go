@@ -15,9 +15,7 @@ import (
 // calicoConfdRefused are the inputs of Calico's confd BGP tests that
 // routedctl refuses, with what its error must name (the field table in
 // pkg/api/calico.go says why).
-var calicoConfdRefused = map[string]string{
-	"local_bgp_peer": "localWorkloadSelector",
-}
+var calicoConfdRefused = map[string]string{}
 
 // TestCalicoConfdInputsApply applies every file of Calico's confd BGP
 // test inputs (confd/testdata/calico-confd, Calico's
