@@ -53,6 +53,7 @@ type loop struct {
 	tunnelDirty, mtuDirty             bool
 	vxlanDirty                        bool
 	peeringDirty                      bool
+	peeringWake                       time.Time           // a retired peering address is due to go
 	sysctlsNeeded                     map[string]struct{} // device names
 	sysctlsAll                        bool                // re-check every device
 	failures                          int
@@ -213,6 +214,9 @@ func (l *loop) nextWake() time.Duration {
 	if w := l.rt.WakeAt(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
 		next = w
 	}
+	if w := l.peeringWake; !w.IsZero() && (next.IsZero() || w.Before(next)) {
+		next = w
+	}
 	if next.IsZero() {
 		return time.Hour
 	}
@@ -321,6 +325,9 @@ func (l *loop) apply(ctx context.Context) {
 	}
 	errs = append(errs, l.writeMTU(full))
 	errs = append(errs, l.applySysctls(full))
+	if !l.peeringWake.IsZero() && !time.Now().Before(l.peeringWake) {
+		l.peeringDirty = true
+	}
 	if l.peeringDirty {
 		err := l.applyPeering()
 		l.peeringDirty = err != nil

@@ -3,6 +3,7 @@ package felix
 import (
 	"net/netip"
 	"sort"
+	"time"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
@@ -51,6 +52,9 @@ type state struct {
 	// peering are the workload peering addresses per pod interface
 	// (confd; wlpeer.go).
 	peering map[string][]netip.Addr
+	// peeringRetired says since when each address confd no longer wants
+	// has been unwanted (wlpeer.go: PeeringRetireGrace).
+	peeringRetired map[ifaceAddr]time.Time
 	// borrowed holds, per block, the addresses allocated to nodes other
 	// than the block's (pkg/ipam's borrowed /32s) and their node.
 	borrowed map[netip.Prefix]map[netip.Addr]string
@@ -64,6 +68,7 @@ func newState() *state {
 		pools: map[string]*pool{}, nodes: map[string]*api.Node{},
 		weps: map[string]*api.WorkloadEndpoint{}, affinities: map[affKey]BlockAffinity{},
 		learned: map[netip.Prefix]learnedRoute{}, borrowed: map[netip.Prefix]map[netip.Addr]string{},
+		peeringRetired: map[ifaceAddr]time.Time{},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
@@ -25,9 +26,35 @@ func (f *Felix) SetWorkloadPeering(byIface map[string][]netip.Addr) {
 		m[k] = slices.Clone(v)
 	}
 	f.enqueue(func(l *loop) {
+		now := time.Now()
+		for iface, old := range l.st.peering {
+			for _, a := range old {
+				if !slices.Contains(m[iface], a) {
+					l.st.peeringRetired[ifaceAddr{iface, a}] = now
+				}
+			}
+		}
+		for iface, addrs := range m {
+			for _, a := range addrs {
+				delete(l.st.peeringRetired, ifaceAddr{iface, a})
+			}
+		}
 		l.st.peering = m
 		l.peeringDirty = true
 	})
+}
+
+// PeeringRetireGrace is how long a peering address stays on a pod's
+// device after confd stopped wanting it: the speaker closes the pod's
+// session at the same time (a Cease), and that Cease, sent from the
+// peering address, must reach the pod before the address goes, or the
+// pod keeps a dead session until its hold timer runs out.
+const PeeringRetireGrace = 5 * time.Second
+
+// ifaceAddr is one peering address on one pod device.
+type ifaceAddr struct {
+	iface string
+	addr  netip.Addr
 }
 
 // applyPeering makes the host side of every pod device hold exactly the
@@ -39,9 +66,12 @@ func (f *Felix) SetWorkloadPeering(byIface map[string][]netip.Addr) {
 // by proxy ARP) and the kernel's IPv6 link-local address is a /64, so a
 // full-length address there is one felix added, and one no longer
 // wanted (the pod stopped matching, the peering address changed while
-// felix was down) is removed. Two dumps per pass, whatever the number
+// felix was down) is removed, PeeringRetireGrace after confd stopped
+// wanting it if felix saw that happen. Two dumps per pass, whatever the number
 // of pods.
 func (l *loop) applyPeering() error {
+	now := time.Now()
+	l.peeringWake = time.Time{}
 	links, err := l.h.LinkList()
 	if err != nil {
 		return fmt.Errorf("felix: listing links: %w", err)
@@ -71,9 +101,22 @@ func (l *loop) applyPeering() error {
 			}
 		}
 		for _, a := range have[at.Index] {
-			if !slices.Contains(want, a) {
-				errs = append(errs, l.peeringAddr(lk, a, false))
+			if slices.Contains(want, a) {
+				continue
 			}
+			k := ifaceAddr{at.Name, a}
+			if since, ok := l.st.peeringRetired[k]; ok && now.Before(since.Add(PeeringRetireGrace)) {
+				if until := since.Add(PeeringRetireGrace); l.peeringWake.IsZero() || until.Before(l.peeringWake) {
+					l.peeringWake = until
+				}
+				continue
+			}
+			errs = append(errs, l.peeringAddr(lk, a, false))
+		}
+	}
+	for k, since := range l.st.peeringRetired {
+		if !now.Before(since.Add(PeeringRetireGrace)) {
+			delete(l.st.peeringRetired, k) // gone, or removed above
 		}
 	}
 	return errors.Join(errs...)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
 )
 
@@ -15,7 +16,7 @@ import (
 // peering addresses confd asks for land on the pod devices as /32 and
 // /128, move when asked, come back after someone removes them (full
 // resync), reach a pod device created later, and go when no longer
-// wanted, a stale one included; the eth0 address and the kernel's IPv6
+// wanted (after PeeringRetireGrace), a stale one at once; the eth0 address and the kernel's IPv6
 // link-local stay.
 func TestWorkloadPeeringAddresses(t *testing.T) {
 	h := newHarness(t, nil)
@@ -47,7 +48,7 @@ func TestWorkloadPeeringAddresses(t *testing.T) {
 	}
 	want := func(dev string, w ...string) {
 		t.Helper()
-		nstest.Eventually(t, 5*time.Second, func() string {
+		nstest.Eventually(t, 5*time.Second+felix.PeeringRetireGrace, func() string {
 			if got := addrs(dev); !slices.Equal(got, w) {
 				return dev + ": " + strings.Join(got, " ") + ", want " + strings.Join(w, " ")
 			}
@@ -70,9 +71,15 @@ func TestWorkloadPeeringAddresses(t *testing.T) {
 	h.ns.Veth(t, "cali3", "pod3")
 	want("cali3", "169.254.0.179/32")
 
+	// Unwanted addresses stay PeeringRetireGrace, for the speaker's
+	// Cease to reach the pod over them, then go.
+	retired := time.Now()
 	h.f.SetWorkloadPeering(nil)
 	want("cali1")
 	want("cali3")
+	if took := time.Since(retired); took < felix.PeeringRetireGrace-100*time.Millisecond {
+		t.Errorf("retired peering addresses went after %v, before the %v grace", took, felix.PeeringRetireGrace)
+	}
 	if out, err := exec.Command("ip", "-n", h.ns.Name, "addr", "show").CombinedOutput(); err != nil ||
 		!strings.Contains(string(out), "192.0.2.1/24") || !strings.Contains(string(out), "fe80::") {
 		t.Fatalf("felix removed addresses it does not own: %v\n%s", err, out)
