@@ -44,6 +44,8 @@ type Calc struct {
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
+	// What sets and policies select, per label key (calc_index.go).
+	labels labelIndex
 }
 
 // local is a local endpoint, what applies to it, and the chains its
@@ -70,6 +72,7 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
 		sets: map[string]*aset{}, profileRefs: map[string]int{}, epChainRefs: map[string]int{},
+		labels: labelIndex{byKey: map[string]*labelEntry{}},
 	}
 	for _, t := range api.DefaultTiers() {
 		c.tiers[t.Metadata.Name] = compileTier(t)
@@ -128,6 +131,7 @@ func cmpS(a, b string) int {
 }
 
 func (c *Calc) sortPolicies() {
+	c.labels.polGen++
 	c.ordered = c.ordered[:0]
 	for _, p := range c.policies {
 		c.ordered = append(c.ordered, p)
@@ -174,6 +178,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	if old == nil && np == nil {
 		return
 	}
+	c.labels.polGen++ // the policy lists hold the old version
 	if old != nil && np != nil && sameSelection(old, np) {
 		c.replaceRules(old, np)
 		return

@@ -14,9 +14,22 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	old := c.eps[ep.Key]
 	e := derive(ep, c.profiles)
 	c.eps[ep.Key] = e
+	c.labels.hold(e)
 	key := "ep:" + ep.Key
-	for _, s := range c.sets {
+	now := c.setsFor(e)
+	for _, s := range now {
 		c.contribute(s, key, s.endpointMembers(e))
+	}
+	if old != nil {
+		// What old contributed: the sets that select it now (a set's
+		// selector never changes, and every set was filled from every
+		// endpoint when it was made).
+		for _, s := range c.setsFor(old) {
+			if !slices.Contains(now, s) {
+				c.contribute(s, key, nil)
+			}
+		}
+		c.labels.release(old)
 	}
 	if l := c.locals[ep.Key]; l != nil && old != nil && (!e.Local || old.Iface != e.Iface) {
 		c.removeLocal(l)
@@ -28,14 +41,16 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 
 // DeleteEndpoint removes an endpoint; a missing one is no change.
 func (c *Calc) DeleteEndpoint(key string) {
-	if c.eps[key] == nil {
+	old := c.eps[key]
+	if old == nil {
 		return
 	}
 	delete(c.eps, key)
 	ck := "ep:" + key
-	for _, s := range c.sets {
+	for _, s := range c.setsFor(old) {
 		c.contribute(s, ck, nil)
 	}
+	c.labels.release(old)
 	if l := c.locals[key]; l != nil {
 		c.removeLocal(l)
 	}
@@ -246,6 +261,7 @@ func (c *Calc) refSets(specs []setSpec) {
 		if s == nil {
 			s = &aset{spec: sp, contrib: map[string][]nftdp.Member{}}
 			c.sets[sp.name] = s
+			c.labels.setGen++
 			c.sink.AddSet(sp.name, sp.kind)
 			for k, e := range c.eps {
 				c.contribute(s, "ep:"+k, s.endpointMembers(e))
@@ -266,6 +282,7 @@ func (c *Calc) unrefSets(specs []setSpec) {
 		}
 		if s.refs--; s.refs == 0 {
 			delete(c.sets, sp.name)
+			c.labels.setGen++
 			c.sink.DeleteSet(sp.name)
 		}
 	}

@@ -134,22 +134,6 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 	return d
 }
 
-// policiesFor lists the policies that apply to an endpoint, in
-// evaluation order, for each direction.
-func (c *Calc) policiesFor(e *endpoint) (in, out []*cpolicy) {
-	for _, p := range c.ordered {
-		if (p.hasIn || p.hasOut) && p.sel.endpoint(e) {
-			if p.hasIn {
-				in = append(in, p)
-			}
-			if p.hasOut {
-				out = append(out, p)
-			}
-		}
-	}
-	return in, out
-}
-
 type chainDef struct {
 	rules []nftdp.Rule
 	infos map[string]RuleInfo

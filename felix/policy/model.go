@@ -68,6 +68,7 @@ type endpoint struct {
 	labels   map[string]string // profile labels, then its own, then identity
 	nsLabels map[string]string // its namespace's labels
 	saLabels map[string]string // its service account's labels
+	key      string            // labelKey: what selectors see of it
 }
 
 // derive computes an endpoint's effective labels from its profiles.
@@ -91,6 +92,7 @@ func derive(ep Endpoint, profiles map[string]*profile) *endpoint {
 	}
 	e.nsLabels = scopeLabels(e.labels, nsLabelPrefix, profiles[api.NamespaceProfilePrefix+ep.Namespace], ep.Namespace)
 	e.saLabels = scopeLabels(e.labels, saLabelPrefix, profiles[api.ServiceAccountProfilePrefix+ep.Namespace+"."+ep.ServiceAccount], ep.ServiceAccount)
+	e.key = labelKey(e)
 	return e
 }
 
