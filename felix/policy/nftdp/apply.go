@@ -91,9 +91,9 @@ func (t *txn) elements(s *nftables.Set, els []nftables.SetElement, del bool) err
 	return nil
 }
 
-// applyFamily writes one family's differences in one transaction;
-// idsChanged says whether ChainDispatch may differ from d.ids.
-func (d *Dataplane) applyFamily(ft *famTable, full, idsChanged bool) error {
+// applyFamily writes one family's differences in one transaction; ids
+// says where ChainDispatch may differ from d.ids.
+func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 	t := &txn{c: d.conn}
 	if !ft.tableExists {
 		t.c.AddTable(ft.table)
@@ -182,7 +182,10 @@ func (d *Dataplane) applyFamily(ft *famTable, full, idsChanged bool) error {
 		}
 	}
 
-	if err := d.syncDispatch(t, ft, epNames, idsChanged || full); err != nil {
+	if full {
+		ids.all = true
+	}
+	if err := d.syncDispatch(t, ft, epNames, ids); err != nil {
 		return err
 	}
 

@@ -82,6 +82,10 @@ type Dataplane struct {
 	// each count), so that Apply checks only what changed.
 	epRefs map[string]int
 	ids    map[string]uint32 // dispatched chain -> id in ChainDispatch
+	taken  map[uint32]bool   // the ids in ids
+	// freedIDs are the ids of chains no longer dispatched to since the
+	// last successful Apply (chain -> id), to delete from ChainDispatch.
+	freedIDs map[string]uint32
 
 	// What changed since the last successful Apply of both families.
 	dirtyChains    map[string]bool
@@ -155,6 +159,7 @@ func New(cfg Config) (*Dataplane, error) {
 	d := &Dataplane{
 		conn: c, dump: dump, cfg: cfg,
 		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{}, ids: map[string]uint32{},
+		taken: map[uint32]bool{}, freedIDs: map[string]uint32{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
@@ -378,13 +383,18 @@ func (d *Dataplane) Apply() error {
 	}
 	// The ids only depend on which chains endpoints use and on the ids
 	// a table read back holds; each family's ChainDispatch equals them
-	// after its last successful transaction.
-	idsChanged := len(d.dirtyEndpoints) > 0 || len(full) > 0
-	if idsChanged {
+	// after its last successful transaction. So they change only for
+	// chains endpoints began or ceased to use (a pod like others changes
+	// none), unless a table was read back.
+	ids := idChanges{all: len(full) > 0}
+	if ids.all {
 		d.assignIDs()
+	} else if len(d.dirtyRoots) > 0 {
+		ids.chains = keysOf(d.dirtyRoots)
+		d.assignIDsOf(ids.chains)
 	}
 	for _, ft := range d.fams {
-		if err := d.applyFamily(ft, full[ft], idsChanged); err != nil {
+		if err := d.applyFamily(ft, full[ft], ids); err != nil {
 			ft.loaded = false // read the kernel back next time
 			errs = append(errs, err)
 		}
@@ -396,6 +406,7 @@ func (d *Dataplane) Apply() error {
 	clear(d.dirtySets)
 	clear(d.dirtyEndpoints)
 	clear(d.dirtyRoots)
+	clear(d.freedIDs)
 	return nil
 }
 

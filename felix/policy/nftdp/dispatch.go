@@ -14,6 +14,13 @@ import (
 // sends and the chain for what it receives.
 type epWant struct{ from, to string }
 
+// idChanges says which ids ChainDispatch may have wrong: all of them
+// (a table was read back), or those of chains.
+type idChanges struct {
+	all    bool
+	chains []string
+}
+
 // assignIDs gives every chain an endpoint is dispatched to an id in
 // ChainDispatch, keeping the ids the kernel already has (so a restarted
 // process rewrites nothing) and freeing those of chains no longer used.
@@ -43,6 +50,31 @@ func (d *Dataplane) assignIDs() {
 			next++
 		}
 		d.ids[c], taken[next] = next, true
+	}
+	d.taken = taken
+}
+
+// assignIDsOf is assignIDs for the chains endpoints began or ceased to
+// use (sorted), when every table's ChainDispatch equals d.ids: a freed
+// id is remembered for syncDispatch to delete, a new chain takes the
+// lowest free id.
+func (d *Dataplane) assignIDsOf(chains []string) {
+	for _, c := range chains {
+		if id, ok := d.ids[c]; ok && d.epRefs[c] == 0 {
+			delete(d.ids, c)
+			delete(d.taken, id)
+			d.freedIDs[c] = id
+		}
+	}
+	next := uint32(1)
+	for _, c := range chains {
+		if _, ok := d.ids[c]; ok || d.epRefs[c] == 0 {
+			continue
+		}
+		for d.taken[next] {
+			next++
+		}
+		d.ids[c], d.taken[next] = next, true
 	}
 }
 
@@ -76,26 +108,35 @@ func (ft *famTable) addDispatchMaps(t *txn) error {
 
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
-// syncDispatch writes ChainDispatch's new ids (when ids says they may
-// have changed), then the interface maps of the given interfaces, then
+// syncDispatch writes ChainDispatch's new ids (those ids says may have
+// changed), then the interface maps of the given interfaces, then
 // removes ids no longer used (whose chains may be deleted after this,
 // in the same transaction).
-func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids bool) error {
+func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids idChanges) error {
 	cm := ft.chainMap()
-	if ids {
-		var add, del []nftables.SetElement
+	var add, del []nftables.SetElement
+	put := func(c string, id uint32) {
+		if have, ok := ft.lists[id]; ok && have == c {
+			return
+		} else if ok {
+			del = append(del, nftables.SetElement{Key: be32(id)})
+		}
+		add = append(add, nftables.SetElement{Key: be32(id), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
+		ft.lists[id] = c
+	}
+	if ids.all {
 		for c, id := range d.ids {
-			if have, ok := ft.lists[id]; ok && have == c {
-				continue
-			} else if ok {
-				del = append(del, nftables.SetElement{Key: be32(id)})
+			put(c, id)
+		}
+	} else {
+		for _, c := range ids.chains {
+			if id, ok := d.ids[c]; ok {
+				put(c, id)
 			}
-			add = append(add, nftables.SetElement{Key: be32(id), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
-			ft.lists[id] = c
 		}
-		if err := t.mapOps(cm, del, add, ft.fam.name); err != nil {
-			return err
-		}
+	}
+	if err := t.mapOps(cm, del, add, ft.fam.name); err != nil {
+		return err
 	}
 	for _, m := range []string{FromWLIfaces, ToWLIfaces} {
 		have := ft.ifaces[m]
@@ -125,14 +166,20 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids bool
 			return err
 		}
 	}
-	if !ids {
-		return nil
-	}
 	var gone []nftables.SetElement
-	for _, id := range slices.Sorted(maps.Keys(ft.lists)) {
-		if d.ids[ft.lists[id]] != id {
+	drop := func(id uint32) {
+		if c, ok := ft.lists[id]; ok && d.ids[c] != id {
 			gone = append(gone, nftables.SetElement{Key: be32(id)})
 			delete(ft.lists, id)
+		}
+	}
+	if ids.all {
+		for _, id := range slices.Sorted(maps.Keys(ft.lists)) {
+			drop(id)
+		}
+	} else {
+		for _, id := range slices.Sorted(maps.Values(d.freedIDs)) {
+			drop(id)
 		}
 	}
 	return t.mapOps(cm, gone, nil, ft.fam.name)
