@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -124,8 +123,8 @@ type Port struct {
 }
 
 var (
-	portRangeRE = regexp.MustCompile(`^(\d+):(\d+)$`)
-	portNameRE  = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
+	portRangeRE = lazyRegexp(`^(\d+):(\d+)$`)
+	portNameRE  = lazyRegexp(`^[a-zA-Z0-9_.-]{1,128}$`)
 )
 
 // SinglePort returns the port n.
@@ -142,7 +141,7 @@ func ParsePort(s string) Port {
 	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
 		return SinglePort(uint16(n))
 	}
-	if g := portRangeRE.FindStringSubmatch(s); g != nil {
+	if g := portRangeRE().FindStringSubmatch(s); g != nil {
 		lo, err1 := strconv.ParseUint(g[1], 10, 16)
 		hi, err2 := strconv.ParseUint(g[2], 10, 16)
 		if err1 != nil || err2 != nil || lo > hi {
@@ -150,7 +149,7 @@ func ParsePort(s string) Port {
 		}
 		return PortRange(uint16(lo), uint16(hi))
 	}
-	if strings.Trim(s, "0123456789") == "" || !portNameRE.MatchString(s) {
+	if strings.Trim(s, "0123456789") == "" || !portNameRE().MatchString(s) {
 		return Port{Invalid: s}
 	}
 	return NamedPort(s)

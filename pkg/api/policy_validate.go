@@ -1,7 +1,5 @@
 package api
 
-import "regexp"
-
 // Calico's name formats: a namespace or tier is a DNS label (no dots:
 // StoreName's "<namespace>.<name>" splits at the first one, and tier
 // names prefix policy names); a NetworkPolicy name is a label with an
@@ -11,9 +9,9 @@ import "regexp"
 // "kcnp.kube-baseline." names of converted ClusterNetworkPolicies (their
 // Kubernetes names are DNS subdomains, dots included).
 var (
-	labelRE      = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	policyNameRE = regexp.MustCompile(`^(` + labelFmt + `(\.` + labelFmt + `)?|(knp|ossg)\.default\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
-	gnpNameRE    = regexp.MustCompile(`^((` + labelFmt + `\.)?` + labelFmt + `|kcnp\.(kube-admin|kube-baseline)\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
+	labelRE      = lazyRegexp(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	policyNameRE = lazyRegexp(`^(` + labelFmt + `(\.` + labelFmt + `)?|(knp|ossg)\.default\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
+	gnpNameRE    = lazyRegexp(`^((` + labelFmt + `\.)?` + labelFmt + `|kcnp\.(kube-admin|kube-baseline)\.` + labelFmt + `(\.` + labelFmt + `)*)$`)
 )
 
 const labelFmt = `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
@@ -34,7 +32,7 @@ func validateMeta(v *errs, k Kind, m *ObjectMeta) {
 }
 
 func validateLabelName(v *errs, field, s, what string) {
-	if len(s) > 63 || !labelRE.MatchString(s) {
+	if len(s) > 63 || !labelRE().MatchString(s) {
 		v.add(field, s, "must be %s: lower-case letters, digits and '-', at most 63, no dots", what)
 	}
 }
@@ -43,7 +41,7 @@ func validateLabelName(v *errs, field, s, what string) {
 func (p *NetworkPolicy) Validate() error {
 	var v errs
 	validateMeta(&v, KindNetworkPolicy, &p.Metadata)
-	if p.Metadata.Name != "" && !policyNameRE.MatchString(p.Metadata.Name) {
+	if p.Metadata.Name != "" && !policyNameRE().MatchString(p.Metadata.Name) {
 		v.add("metadata.name", p.Metadata.Name, "must be a DNS label, optionally after \"<tier>.\" (Calico's policy names)")
 	}
 	p.Spec.validate(&v)
@@ -54,7 +52,7 @@ func (p *NetworkPolicy) Validate() error {
 func (p *GlobalNetworkPolicy) Validate() error {
 	var v errs
 	validateMeta(&v, KindGlobalNetworkPolicy, &p.Metadata)
-	if p.Metadata.Name != "" && !gnpNameRE.MatchString(p.Metadata.Name) {
+	if p.Metadata.Name != "" && !gnpNameRE().MatchString(p.Metadata.Name) {
 		v.add("metadata.name", p.Metadata.Name, "must be a DNS label, optionally after \"<tier>.\" (Calico's policy names)")
 	}
 	p.Spec.validate(&v)

@@ -192,7 +192,7 @@ func (e *EntityRule) validate(v *errs, field string) {
 	if sa := e.ServiceAccounts; sa != nil {
 		validateSelector(v, field+".serviceAccounts.selector", sa.Selector)
 		for i, n := range sa.Names {
-			if !nameRE.MatchString(n) {
+			if !nameRE().MatchString(n) {
 				v.add(indexed(field+".serviceAccounts.names", i), n, "is not a service account name")
 			}
 		}
@@ -215,7 +215,7 @@ func validatePort(v *errs, field string, p Port) {
 	case p.Invalid != "":
 		v.add(field, p.Invalid, "must be a port 1-65535, a range \"min:max\" with min <= max, or a port name (letters, digits, '_', '.', '-', not only digits)")
 	case p.PortName != "":
-		if p.MinPort != 0 || p.MaxPort != 0 || !portNameRE.MatchString(p.PortName) {
+		if p.MinPort != 0 || p.MaxPort != 0 || !portNameRE().MatchString(p.PortName) {
 			v.add(field, p.PortName, "is not a port name")
 		}
 	case p.MinPort < 1:

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/routed-net/routed/pkg/selector"
@@ -10,7 +9,7 @@ import (
 
 // Names are DNS-subdomain-like so they are safe in datastore keys and in
 // Kubernetes; "node.<name>" for per-node BGPConfiguration fits too.
-var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$`)
+var nameRE = lazyRegexp(`^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$`)
 
 func validateName(v *errs, name string) {
 	switch {
@@ -18,20 +17,20 @@ func validateName(v *errs, name string) {
 		v.add("metadata.name", nil, "is required")
 	case len(name) > 253:
 		v.add("metadata.name", name, "is longer than 253 characters")
-	case !nameRE.MatchString(name):
+	case !nameRE().MatchString(name):
 		v.add("metadata.name", name, "must be lower-case letters, digits, '-', '.' or '_', starting and ending with a letter or digit")
 	}
 }
 
-var labelKeyRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
-var labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
+var labelKeyRE = lazyRegexp(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+var labelValueRE = lazyRegexp(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
 
 func validateLabels(v *errs, field string, labels map[string]string) {
 	for k, val := range labels {
-		if !labelKeyRE.MatchString(k) || len(k) > 316 {
+		if !labelKeyRE().MatchString(k) || len(k) > 316 {
 			v.add(field, k, "is not a valid label key")
 		}
-		if !labelValueRE.MatchString(val) || len(val) > 63 {
+		if !labelValueRE().MatchString(val) || len(val) > 63 {
 			v.add(field+"."+k, val, "is not a valid label value")
 		}
 	}

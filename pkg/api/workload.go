@@ -130,13 +130,13 @@ func (w *WorkloadEndpoint) Validate() error {
 		}
 	}
 	for i, p := range s.Profiles {
-		if p == "" || len(p) > 253 || !nameRE.MatchString(p) {
+		if p == "" || len(p) > 253 || !nameRE().MatchString(p) {
 			v.add(indexed("spec.profiles", i), p, "is not a profile name")
 		}
 	}
 	for i, p := range s.Ports {
 		f := indexed("spec.ports", i)
-		if p.Name != "" && !portNameRE.MatchString(p.Name) {
+		if p.Name != "" && !portNameRE().MatchString(p.Name) {
 			v.add(f+".name", p.Name, "is not a port name")
 		}
 		if !p.Protocol.HasPorts() {
