@@ -38,7 +38,7 @@ type Client struct {
 // New connects to etcd. It does not wait for etcd to be up: operations
 // fail with ErrUnavailable after the request timeout instead.
 func New(cfg Config) (*Client, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

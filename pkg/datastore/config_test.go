@@ -112,14 +112,14 @@ func TestBindFlags(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	got := (&Config{}).withDefaults()
+	got := (&Config{}).WithDefaults()
 	want := Config{Endpoints: []string{DefaultEndpoint}, DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("withDefaults() = %+v, want %+v", got, want)
+		t.Fatalf("WithDefaults() = %+v, want %+v", got, want)
 	}
 	cfg := Config{Endpoints: []string{"http://a:1"}, DialTimeout: time.Second, RequestTimeout: 2 * time.Second}
-	if got := cfg.withDefaults(); !reflect.DeepEqual(got, cfg) {
-		t.Fatalf("withDefaults() changed explicit values: %+v", got)
+	if got := cfg.WithDefaults(); !reflect.DeepEqual(got, cfg) {
+		t.Fatalf("WithDefaults() changed explicit values: %+v", got)
 	}
 }
 

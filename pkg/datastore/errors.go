@@ -17,6 +17,7 @@ import (
 	"github.com/routed-net/routed/internal/backoff"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore/dsconfig"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -28,7 +29,7 @@ var (
 	// ErrUnavailable means etcd could not be reached in time.
 	ErrUnavailable = errors.New("datastore: etcd unreachable")
 	// ErrConfig means the connection settings are unusable.
-	ErrConfig = errors.New("datastore: bad configuration")
+	ErrConfig = dsconfig.ErrConfig
 )
 
 // ObjectError says which object an error is about, keeping the sentinel

@@ -1,7 +1,12 @@
-package datastore
+// Package dsconfig is how to reach etcd (pkg/datastore's Config, which
+// aliases it), apart from the etcd client: the CNI plugins' socket-only
+// builds validate a network configuration's etcd fields exactly as the
+// full builds do without linking etcd, gRPC and protobuf.
+package dsconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +15,10 @@ import (
 
 	"github.com/spf13/pflag"
 )
+
+// ErrConfig means the connection settings are unusable
+// (datastore.ErrConfig).
+var ErrConfig = errors.New("datastore: bad configuration")
 
 // Config holds how to reach etcd. Zero timeouts take the defaults.
 type Config struct {
@@ -76,7 +85,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "etcd-timeout", DefaultRequestTimeout, "timeout for each datastore operation")
 }
 
-func (c *Config) withDefaults() Config {
+// WithDefaults returns c with the defaults in place of zero values.
+func (c *Config) WithDefaults() Config {
 	out := *c
 	// pflag's comma-separated lists keep the blanks after commas.
 	out.Endpoints = SplitEndpoints(strings.Join(out.Endpoints, ","))
