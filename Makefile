@@ -3,12 +3,18 @@ GO        ?= go
 BIN       := bin
 GOFLAGS   := -trimpath
 LDFLAGS   := -s -w
-BINARIES  := routed routed-controllers routedctl routed-cni routed-ipam
+BINARIES  := routed routed-controllers routedctl routed-cni routed-ipam routed-cni-full routed-ipam-full
 PKG_routed      := ./routed/cmd/routed
 PKG_routed-controllers := ./routed/cmd/routed-controllers
 PKG_routedctl   := ./routed/cmd/routedctl
 PKG_routed-cni  := ./cniplugin/cmd/routed-cni
 PKG_routed-ipam := ./cniplugin/cmd/routed-ipam
+# routed-cni and routed-ipam are the socket-only builds (cniplugin/fullbin:
+# no etcd client, cheap to start); the -full builds do everything.
+PKG_routed-cni-full  := ./cniplugin/cmd/routed-cni
+PKG_routed-ipam-full := ./cniplugin/cmd/routed-ipam
+TAGS_routed-cni  := cnithin
+TAGS_routed-ipam := cnithin
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 20m
 
@@ -20,7 +26,7 @@ build: $(BINARIES)
 
 $(BINARIES):
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/$@ $(PKG_$@)
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -tags '$(TAGS_$@)' -ldflags '$(LDFLAGS)' -o $(BIN)/$@ $(PKG_$@)
 
 # deps installs what the test tiers need when missing: Debian packages
 # (BIRD, gobgpd, qemu, reference CNI plugins...) and Go tools (cnitool,
@@ -36,16 +42,19 @@ STATICCHECK = $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags cnithin ./cniplugin/...
 	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		{ echo "lint: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; \
 		  GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags cnithin ./cniplugin/...
 
 # test runs every tier: unit, privileged (netns, real kernel), integration
 # (real etcd, BGP peers, CNI runtime) and the qemu IPIP VM tests.
 test: deps lint build
 	@[ "$$(id -u)" = 0 ] || { echo "make test needs root (network namespaces, routes, nftables)"; exit 1; }
 	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
+	$(GO) test -tags cnithin -count=1 ./cniplugin/...
 	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -race -short -timeout $(TEST_TIMEOUT) -count=1 ./pkg/... ./felix/... ./confd/... ./routed/bgp/... ./routed/status/... ./routed/daemon/...
 
 test-unit:

@@ -2,7 +2,9 @@
 # Builds the binaries of routed's image into OUT (default /out), laid out
 # as the image has them:
 #   OUT/usr/local/bin/  routed, routed-controllers, routedctl
-#   OUT/opt/cni/bin/    routed-cni, routed-ipam, and the reference
+#   OUT/opt/cni/bin/    routed-cni, routed-ipam (socket-only builds, tag
+#                       cnithin), routed-cni-full, routed-ipam-full (the
+#                       full builds they hand over to), and the reference
 #                       loopback, portmap and bandwidth plugins that the
 #                       conflist chains (install-cni copies this directory
 #                       to the host's /opt/cni/bin)
@@ -23,7 +25,10 @@ ldflags="-s -w"
 
 mkdir -p "$out/usr/local/bin" "$out/opt/cni/bin"
 go build -trimpath -ldflags "$ldflags" -o "$out/usr/local/bin/" ./routed/cmd/routed ./routed/cmd/routed-controllers ./routed/cmd/routedctl
-go build -trimpath -ldflags "$ldflags" -o "$out/opt/cni/bin/" ./cniplugin/cmd/routed-cni ./cniplugin/cmd/routed-ipam
+for p in routed-cni routed-ipam; do
+	go build -trimpath -ldflags "$ldflags" -tags cnithin -o "$out/opt/cni/bin/$p" ./cniplugin/cmd/$p
+	go build -trimpath -ldflags "$ldflags" -o "$out/opt/cni/bin/$p-full" ./cniplugin/cmd/$p
+done
 
 # The reference plugins are built in their own module (its go.mod and
 # go.sum, from the module proxy), not ours: `go install pkg@version`

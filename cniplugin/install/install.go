@@ -6,6 +6,7 @@ package install
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,9 +14,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/routed-net/routed/cniplugin/fullbin"
 	"github.com/routed-net/routed/internal/atomicfile"
 	"github.com/routed-net/routed/pkg/datastore"
 )
@@ -220,6 +223,11 @@ func (c *Config) installBinaries(say func(string, ...any)) error {
 	if err != nil {
 		return fmt.Errorf("read plugin source directory %s: %w", c.SourceDir, err)
 	}
+	// Full builds first: a socket-only plugin already in place (an
+	// upgrade) must find the one it hands over to at every moment.
+	slices.SortStableFunc(entries, func(a, b os.DirEntry) int {
+		return cmp.Compare(fullFirst(a.Name()), fullFirst(b.Name()))
+	})
 	for _, e := range entries {
 		name := e.Name()
 		info, err := e.Info()
@@ -246,6 +254,14 @@ func (c *Config) installBinaries(say func(string, ...any)) error {
 		}
 	}
 	return nil
+}
+
+// fullFirst orders full builds (cniplugin/fullbin) before the rest.
+func fullFirst(name string) int {
+	if strings.HasSuffix(name, fullbin.Suffix) {
+		return 0
+	}
+	return 1
 }
 
 // verifyPlugin runs an installed plugin's VERSION command, catching a

@@ -21,6 +21,10 @@ type fixture struct {
 	env                        []string
 }
 
+// plugins are routed's executables in the image: the socket-only builds
+// and the full builds they hand over to.
+var plugins = []string{"routed-cni", "routed-ipam", "routed-cni-full", "routed-ipam-full"}
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	root := t.TempDir()
@@ -34,7 +38,7 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"routed-cni", "routed-ipam"} {
+	for _, name := range plugins {
 		b, err := os.ReadFile(testbin.Path(t, name))
 		if err != nil {
 			t.Fatal(err)
@@ -75,10 +79,18 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, out)
 	}
-	for _, name := range []string{"routed-cni", "routed-ipam"} {
+	for _, name := range plugins {
 		st, err := os.Stat(filepath.Join(f.bin, name))
 		if err != nil || st.Mode().Perm() != 0o755 {
 			t.Errorf("%s: %v %v", name, err, st)
+		}
+	}
+	// A socket-only plugin never sits in CNI_BIN_DIR without its full build.
+	for _, name := range []string{"routed-cni", "routed-ipam"} {
+		thin := strings.Index(out, "installed "+filepath.Join(f.bin, name)+"\n")
+		full := strings.Index(out, "installed "+filepath.Join(f.bin, name+"-full")+"\n")
+		if full < 0 || thin < full {
+			t.Errorf("%s installed before %s-full:\n%s", name, name, out)
 		}
 	}
 	conf, err := os.ReadFile(filepath.Join(f.net, "10-routed.conflist"))

@@ -4,10 +4,6 @@ import (
 	"errors"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
-	"github.com/routed-net/routed/pkg/ipam"
 )
 
 // CodeOf is the CNI error code routed-ipam reports for err: 11 when etcd
@@ -20,13 +16,21 @@ func CodeOf(err error) uint {
 	switch {
 	case errors.As(err, &te):
 		return te.Code
-	case errors.Is(err, datastore.ErrUnavailable), errors.Is(err, ipam.ErrContention), errors.Is(err, ErrLock):
+	case isAny(err, retryLaterErrs):
 		return types.ErrTryAgainLater
-	case errors.Is(err, ErrConfig), errors.Is(err, datastore.ErrConfig), errors.Is(err, api.ErrInvalid),
-		errors.Is(err, ipam.ErrNoPool), errors.Is(err, ipam.ErrNotInPool), errors.Is(err, ipam.ErrInvalidArgument):
+	case isAny(err, configErrs):
 		return types.ErrInvalidNetworkConfig
 	}
 	return types.ErrInternal
+}
+
+func isAny(err error, targets []error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // CNIError is err as routed-ipam reports it to its caller: code CodeOf,

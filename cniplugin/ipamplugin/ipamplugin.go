@@ -16,7 +16,6 @@ import (
 	"github.com/routed-net/routed/cniplugin/ipamcore"
 	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/cniapi"
-	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // DefaultGCGrace is ipamcore.DefaultGCGrace, kept for existing callers.
@@ -27,7 +26,7 @@ type IPAMConf = ipamcore.IPAMConf
 
 // Main runs routed-ipam as a CNI executable.
 func Main(about string) {
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}, plugin.Versions, about)
+	skel.PluginMainFuncs(funcs(), plugin.Versions, about)
 }
 
 // call holds one invocation's parsed input and connections.
@@ -38,7 +37,6 @@ type call struct {
 	node   string
 	log    *logrus.Entry
 	ic     *ipamcore.IPAMConf
-	ipam   *ipamcore.IPAM // set by connect
 	closer func()
 }
 
@@ -68,23 +66,6 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	}
 	c.ic = ic
 	return c, nil
-}
-
-// connect opens the etcd connection for verbs that use it (not an ADD
-// or DEL that routed serves). Errors are CNI errors.
-func (c *call) connect() error {
-	cfg, err := c.conf.DatastoreConfig()
-	if err != nil {
-		return plugin.ToCNIError(err)
-	}
-	ds, err := datastore.New(cfg)
-	if err != nil {
-		return ipamcore.CNIError(err)
-	}
-	c.ipam = ipamcore.New(ds, c.ic, c.log)
-	closeLog := c.closer
-	c.closer = func() { _ = ds.Close(); closeLog() }
-	return nil
 }
 
 // viaRouted runs an ADD or DEL through routed on the node (pkg/cniapi)
@@ -140,22 +121,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if !cniapi.IsUnreachable(err) {
 		return c.fail("ADD", err)
 	}
-	if err := c.connect(); err != nil {
-		return err
-	}
-	addrs, err = c.ipam.Add(context.Background(), ipamcore.Assignment{
-		Network:     c.conf.Name,
-		ContainerID: args.ContainerID,
-		Node:        c.node,
-		Namespace:   c.k8s.Namespace,
-		Pod:         c.k8s.Pod,
-		RuntimeIPs:  c.conf.RuntimeConfig.IPs,
-		ArgsIPs:     c.k8s.RequestedIP,
-	})
-	if err != nil {
-		return c.fail("ADD", err)
-	}
-	return types.PrintResult(ipamcore.Result(addrs), c.conf.CNIVersion)
+	return c.addDirect()
 }
 
 func cmdDel(args *skel.CmdArgs) error {
@@ -174,67 +140,5 @@ func cmdDel(args *skel.CmdArgs) error {
 	if !cniapi.IsUnreachable(err) {
 		return c.fail("DEL", err)
 	}
-	if err := c.connect(); err != nil {
-		return err
-	}
-	if _, err := c.ipam.Release(context.Background(), c.conf.Name, args.ContainerID); err != nil {
-		return c.fail("DEL", err)
-	}
-	return nil
-}
-
-// cmdCheck verifies that the handle still holds every address of the
-// prevResult.
-func cmdCheck(args *skel.CmdArgs) error {
-	c, err := begin(args, "CHECK")
-	if err != nil {
-		return err
-	}
-	defer c.end()
-	if err := c.connect(); err != nil {
-		return err
-	}
-	prev, err := ipamcore.PrevResult(&c.conf.NetConf)
-	if err == nil {
-		err = c.ipam.Check(context.Background(), c.conf.Name, args.ContainerID, prev)
-	}
-	if err != nil {
-		return c.fail("CHECK", err)
-	}
-	return nil
-}
-
-// cmdGC releases this network's allocations on this node whose container
-// is not among the valid attachments (ipamcore.IPAM.GC).
-func cmdGC(args *skel.CmdArgs) error {
-	c, err := begin(args, "GC")
-	if err != nil {
-		return err
-	}
-	defer c.end()
-	if err := c.connect(); err != nil {
-		return err
-	}
-	if err := c.ipam.GC(context.Background(), c.conf.Name, c.node, c.conf.ValidAttachments); err != nil {
-		return c.fail("GC", err)
-	}
-	return nil
-}
-
-// cmdStatus succeeds when the datastore answers and some enabled pool
-// (among ipv4_pools, if given) selects this node; otherwise code 50.
-func cmdStatus(args *skel.CmdArgs) error {
-	c, err := begin(args, "STATUS")
-	if err != nil {
-		return err
-	}
-	defer c.end()
-	if err := c.connect(); err != nil {
-		return err
-	}
-	if err := c.ipam.Status(context.Background(), c.node, c.conf.EtcdEndpoints); err != nil {
-		c.log.WithError(err).Error("STATUS: not ready")
-		return ipamcore.NotReady(err)
-	}
-	return nil
+	return c.delDirect()
 }

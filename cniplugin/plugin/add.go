@@ -33,7 +33,7 @@ func (p *Plugin) CmdAdd(args *skel.CmdArgs) error {
 }
 
 func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
-	args, conf := c.args, c.conf
+	args := c.args
 	c.log.WithFields(map[string]any{"ifname": args.IfName, "netns": args.Netns, "hostVeth": c.hostVeth, "node": c.node}).Info("ADD")
 
 	hostNS, err := ns.GetCurrentNS()
@@ -64,58 +64,7 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 		c.log.WithError(err).Info("routed is not serving CNI requests on this node; doing the ADD against etcd directly")
 	}
 
-	store, err := p.openStore(conf)
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-
-	var undo rollback
-	success := false
-	defer func() {
-		if !success {
-			undo.run(c.log)
-		}
-	}()
-
-	ipam := ipamFor(c, store)
-	r, err := ipam.add(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", conf.IPAM.Type, c.describe(), err)
-	}
-	undo.add("release addresses (IPAM "+conf.IPAM.Type+" DEL)", func() error { return ipam.del(ctx) })
-	ipamResult, err := current.NewResultFromResult(r)
-	if err != nil {
-		return nil, fmt.Errorf("IPAM plugin %s returned an unreadable result: %w", conf.IPAM.Type, err)
-	}
-	ips, err := podAddresses(ipamResult, conf.IPAM.Type)
-	if err != nil {
-		return nil, err
-	}
-
-	contMAC, err := attach(c, hostNS, contNS, ips, nil, &undo)
-	if err != nil {
-		return nil, err
-	}
-
-	pod, err := p.podInfo(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	wep := c.buildEndpoint(ips, contMAC, pod)
-	rev, err := writeEndpoint(ctx, store, wep)
-	if err != nil {
-		return nil, err
-	}
-	undo.add("delete WorkloadEndpoint "+wep.Metadata.Name, func() error {
-		return deleteEndpoint(context.Background(), store, wep.Metadata.Name, rev)
-	})
-
-	if err := waitForPolicy(ctx, c); err != nil {
-		return nil, err
-	}
-	success = true
-	return buildResult(c, ipamResult, ips, contMAC, contNS.Path()), nil
+	return p.addDirect(ctx, c, hostNS, contNS)
 }
 
 // attach creates the veth pair (the container end with mac, when set),

@@ -6,7 +6,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/datastore/dsconfig"
 )
 
 // Sentinels for conditions that map to specific CNI error codes.
@@ -43,9 +43,9 @@ func toCNIError(err error) error {
 
 func codeOf(err error) uint {
 	switch {
-	case errors.Is(err, errConfig), errors.Is(err, datastore.ErrConfig), errors.Is(err, api.ErrInvalid):
+	case errors.Is(err, errConfig), errors.Is(err, dsconfig.ErrConfig), errors.Is(err, api.ErrInvalid):
 		return types.ErrInvalidNetworkConfig
-	case errors.Is(err, datastore.ErrUnavailable), errors.Is(err, errPolicyNotProgrammed):
+	case errors.Is(err, errDatastoreUnavailable), errors.Is(err, errPolicyNotProgrammed):
 		return types.ErrTryAgainLater
 	case errors.Is(err, errInterfaceExists):
 		return types.ErrInvalidEnvironmentVariables

@@ -1,3 +1,5 @@
+//go:build !cnithin
+
 package plugin
 
 import (

@@ -1,3 +1,5 @@
+//go:build !cnithin
+
 package plugin
 
 import (
@@ -6,25 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // notClient is a Store that is not a *datastore.Client (a test fake).
 type notClient struct{ Store }
-
-func testCall(t *testing.T, stdin string) *call {
-	t.Helper()
-	conf, err := ParseNetConf([]byte(stdin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &call{args: &skel.CmdArgs{ContainerID: "c1", IfName: "eth0", StdinData: []byte(stdin)}, conf: conf,
-		node: "n1", log: logrus.NewEntry(logrus.New())}
-}
 
 func TestIPAMForPicksBackend(t *testing.T) {
 	// datastore.New does not connect, so no etcd is needed here.

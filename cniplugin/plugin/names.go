@@ -4,6 +4,10 @@ import (
 	"net"
 )
 
+// PluginName is the plugin's type and executable name; its full build
+// (cniplugin/fullbin) is PluginName plus fullbin.Suffix.
+const PluginName = "routed-cni"
+
 // GatewayIP is the link-local next hop every pod routes through; the
 // host side answers ARP for it by proxy ARP.
 var GatewayIP = net.IPv4(169, 254, 1, 1).To4()

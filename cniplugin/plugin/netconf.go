@@ -10,8 +10,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/datastore/dsconfig"
 )
 
 // Default locations; felix writes the MTU file, the node agent the
@@ -122,23 +121,6 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 	return conf, nil
 }
 
-// DatastoreConfig turns the etcd fields into a datastore.Config.
-func (c *NetConf) DatastoreConfig() (datastore.Config, error) {
-	cfg := datastore.Config{
-		Endpoints:  datastore.SplitEndpoints(c.EtcdEndpoints),
-		CACertFile: c.EtcdCACertFile,
-		CertFile:   c.EtcdCertFile,
-		KeyFile:    c.EtcdKeyFile,
-	}
-	if len(cfg.Endpoints) == 0 {
-		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", errConfig)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", errConfig, err)
-	}
-	return cfg, nil
-}
-
 func (c *NetConf) mtuFile() string {
 	if c.MTUFile != "" {
 		return c.MTUFile
@@ -242,4 +224,21 @@ func parseAddrOrPrefix(s string) (netip.Addr, error) {
 		return p.Addr(), nil
 	}
 	return netip.ParseAddr(s)
+}
+
+// DatastoreConfig turns the etcd fields into a dsconfig.Config.
+func (c *NetConf) DatastoreConfig() (dsconfig.Config, error) {
+	cfg := dsconfig.Config{
+		Endpoints:  dsconfig.SplitEndpoints(c.EtcdEndpoints),
+		CACertFile: c.EtcdCACertFile,
+		CertFile:   c.EtcdCertFile,
+		KeyFile:    c.EtcdKeyFile,
+	}
+	if len(cfg.Endpoints) == 0 {
+		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", errConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", errConfig, err)
+	}
+	return cfg, nil
 }

@@ -102,7 +102,7 @@ func TestErrorCodes(t *testing.T) {
 		errConfig:                           types.ErrInvalidNetworkConfig,
 		datastore.ErrConfig:                 types.ErrInvalidNetworkConfig,
 		api.ErrInvalid:                      types.ErrInvalidNetworkConfig,
-		datastore.ErrUnavailable:            types.ErrTryAgainLater,
+		errDatastoreUnavailable:             types.ErrTryAgainLater,
 		errInterfaceExists:                  types.ErrInvalidEnvironmentVariables,
 		errNetNS:                            types.ErrInvalidNetNS,
 		errNotReady:                         types.ErrPluginNotAvailable,

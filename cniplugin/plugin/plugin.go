@@ -28,7 +28,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/kernel"
 )
 
@@ -64,38 +63,15 @@ type PodInfo struct {
 // Plugin holds the plugin's collaborators; the zero value is the
 // production plugin (real etcd, no Kubernetes pod source).
 type Plugin struct {
-	// OpenStore connects to the datastore; nil means datastore.New.
-	// routed-ipam runs in-process only over a *datastore.Client; over
-	// any other Store (a fake) its executable is run instead.
-	OpenStore func(datastore.Config) (Store, error)
+	storeOpener
 	// Pods reads pods; nil writes endpoints with only the identity
 	// CNI_ARGS give (namespace labels and profile).
 	Pods PodSource
 }
 
-// Funcs returns one function per CNI verb, for skel.PluginMainFuncs.
-func (p *Plugin) Funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: p.CmdAdd, Del: p.CmdDel, Check: p.CmdCheck, GC: p.CmdGC, Status: p.CmdStatus}
-}
-
 // Main runs the plugin as a CNI executable.
 func Main(about string) {
 	skel.PluginMainFuncs((&Plugin{}).Funcs(), Versions, about)
-}
-
-func (p *Plugin) openStore(conf *NetConf) (Store, error) {
-	cfg, err := conf.DatastoreConfig()
-	if err != nil {
-		return nil, err
-	}
-	if p.OpenStore != nil {
-		return p.OpenStore(cfg)
-	}
-	c, err := datastore.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // call is the state of one invocation shared by the verbs.

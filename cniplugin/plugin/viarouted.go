@@ -116,15 +116,7 @@ func (p *Plugin) releaseViaRouted(ctx context.Context, c *call, cl *cniapi.Clien
 	if !cniapi.IsUnreachable(err) {
 		return err
 	}
-	store, err := p.openStore(c.conf)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if err := deleteEndpoint(ctx, store, wepName, rev); err != nil {
-		return err
-	}
-	return ipamFor(c, store).del(ctx)
+	return p.releaseDirect(ctx, c, wepName, rev)
 }
 
 // delViaRouted is DEL with routed doing the datastore part, after the

@@ -52,6 +52,7 @@ func TestImageBuild(t *testing.T) {
 	want := []string{
 		"usr/local/bin/routed", "usr/local/bin/routed-controllers", "usr/local/bin/routedctl",
 		"opt/cni/bin/routed-cni", "opt/cni/bin/routed-ipam",
+		"opt/cni/bin/routed-cni-full", "opt/cni/bin/routed-ipam-full",
 		"opt/cni/bin/loopback", "opt/cni/bin/portmap", "opt/cni/bin/bandwidth",
 	}
 	for _, p := range want {

@@ -12,12 +12,25 @@ import (
 	"testing"
 )
 
-var pkgs = map[string]string{
-	"routed":             "./routed/cmd/routed",
-	"routed-controllers": "./routed/cmd/routed-controllers",
-	"routedctl":          "./routed/cmd/routedctl",
-	"routed-cni":         "./cniplugin/cmd/routed-cni",
-	"routed-ipam":        "./cniplugin/cmd/routed-ipam",
+// target is how one binary is built.
+type target struct {
+	pkg  string
+	tags string
+	// full is the full build it hands over to (cniplugin/fullbin),
+	// built beside it.
+	full string
+}
+
+// targets are built as the Makefile builds them: routed-cni and
+// routed-ipam are the socket-only builds.
+var targets = map[string]target{
+	"routed":             {pkg: "./routed/cmd/routed"},
+	"routed-controllers": {pkg: "./routed/cmd/routed-controllers"},
+	"routedctl":          {pkg: "./routed/cmd/routedctl"},
+	"routed-cni":         {pkg: "./cniplugin/cmd/routed-cni", tags: "cnithin", full: "routed-cni-full"},
+	"routed-ipam":        {pkg: "./cniplugin/cmd/routed-ipam", tags: "cnithin", full: "routed-ipam-full"},
+	"routed-cni-full":    {pkg: "./cniplugin/cmd/routed-cni"},
+	"routed-ipam-full":   {pkg: "./cniplugin/cmd/routed-ipam"},
 }
 
 var (
@@ -26,24 +39,39 @@ var (
 	dir   string
 )
 
-// Path returns the path of a routed binary, building it if needed.
+// Path returns the path of a routed binary, building it if needed; a
+// socket-only plugin comes with its full build in the same directory.
 func Path(t testing.TB, name string) string {
 	t.Helper()
+	tg, ok := targets[name]
+	if !ok {
+		t.Fatalf("testbin: unknown binary %q", name)
+	}
 	if d := os.Getenv("ROUTED_BIN"); d != "" {
 		p := filepath.Join(d, name)
-		if _, err := os.Stat(p); err == nil {
+		_, err := os.Stat(p)
+		if tg.full != "" && err == nil {
+			_, err = os.Stat(filepath.Join(d, tg.full))
+		}
+		if err == nil {
 			return p
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if tg.full != "" {
+		build(t, tg.full)
+	}
+	return build(t, name)
+}
+
+// build builds name into the process's directory once; mu must be held.
+func build(t testing.TB, name string) string {
+	t.Helper()
 	if p, ok := built[name]; ok {
 		return p
 	}
-	pkg, ok := pkgs[name]
-	if !ok {
-		t.Fatalf("testbin: unknown binary %q", name)
-	}
+	tg := targets[name]
 	if dir == "" {
 		d, err := os.MkdirTemp("", "routed-testbin-")
 		if err != nil {
@@ -52,7 +80,7 @@ func Path(t testing.TB, name string) string {
 		dir = d // shared by the tests of this process; removed by the OS tmp cleaner
 	}
 	p := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", p, pkg)
+	cmd := exec.Command("go", "build", "-tags", tg.tags, "-o", p, tg.pkg)
 	cmd.Dir = moduleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

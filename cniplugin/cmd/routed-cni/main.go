@@ -1,3 +1,5 @@
+//go:build !cnithin
+
 // Command routed-cni is routed's CNI plugin. Run as "routed-cni install"
 // (or through a link named "install") it is the installer that the
 // DaemonSet's init container runs to put the plugins and their

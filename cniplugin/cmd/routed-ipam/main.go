@@ -1,3 +1,5 @@
+//go:build !cnithin
+
 // Command routed-ipam is routed's CNI IPAM plugin: routed-cni (or any
 // main plugin) delegates address assignment to it.
 package main
