@@ -94,38 +94,6 @@ func ParseConf(stdin []byte) (*IPAMConf, error) {
 
 func off(v *string) bool { return v != nil && *v == "false" }
 
-// familyMode says how an ADD treats one address family.
-type familyMode int
-
-const (
-	familyOff  familyMode = iota // assign_ipvX "false"
-	familyAuto                   // unset: assign when a pool of the family serves the node
-	familyOn                     // "true", or pools of the family named
-)
-
-// mode returns how family (4 or 6) is assigned.
-func (c *IPAMConf) mode(family int) familyMode {
-	v, pools := c.AssignIPv4, c.IPv4Pools
-	if family == 6 {
-		v, pools = c.AssignIPv6, c.IPv6Pools
-	}
-	switch {
-	case off(v):
-		return familyOff
-	case v != nil || len(pools) > 0:
-		return familyOn
-	}
-	return familyAuto
-}
-
-// pools returns the configured pools of family.
-func (c *IPAMConf) pools(family int) []string {
-	if family == 6 {
-		return c.IPv6Pools
-	}
-	return c.IPv4Pools
-}
-
 // GCGrace is how old an allocation without an endpoint must be before GC
 // releases it.
 func (c *IPAMConf) GCGrace() time.Duration {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -210,4 +212,19 @@ func checkEndpoint(c *call, w *api.WorkloadEndpoint, ips []net.IP, contMAC strin
 	if contMAC != "" && !strings.EqualFold(s.MAC, contMAC) {
 		d("WorkloadEndpoint mac is %s, want %s", s.MAC, contMAC)
 	}
+}
+
+// CHECK's readers of what the kernel has (only CHECK reads it back).
+
+func readSysctl(path string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
+	return strings.TrimSpace(string(b)), err
+}
+
+func addrList(link netlink.Link, family int) ([]netlink.Addr, error) {
+	return retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, family) })
+}
+
+func routeList(link netlink.Link, family int) ([]netlink.Route, error) {
+	return retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(link, family) })
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/routed-net/routed/pkg/kernel"
@@ -51,11 +50,6 @@ func writeSysctl(s kernel.Sysctl) error {
 		return fmt.Errorf("set %s=%s: %w", s.Path, s.Value, err)
 	}
 	return nil
-}
-
-func readSysctl(path string) (string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
-	return strings.TrimSpace(string(b)), err
 }
 
 func linkExists(name string) (bool, error) {

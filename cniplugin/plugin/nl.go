@@ -29,14 +29,6 @@ func linkByName(name string) (netlink.Link, error) {
 	return retryDump(func() (netlink.Link, error) { return netlink.LinkByName(name) })
 }
 
-func addrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	return retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, family) })
-}
-
-func routeList(link netlink.Link, family int) ([]netlink.Route, error) {
-	return retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(link, family) })
-}
-
 func routeListFiltered(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
 	return retryDump(func() ([]netlink.Route, error) { return netlink.RouteListFiltered(family, filter, mask) })
 }

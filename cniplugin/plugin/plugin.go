@@ -60,15 +60,6 @@ type PodInfo struct {
 	Ports          []api.WorkloadEndpointPort
 }
 
-// Plugin holds the plugin's collaborators; the zero value is the
-// production plugin (real etcd, no Kubernetes pod source).
-type Plugin struct {
-	storeOpener
-	// Pods reads pods; nil writes endpoints with only the identity
-	// CNI_ARGS give (namespace labels and profile).
-	Pods PodSource
-}
-
 // Main runs the plugin as a CNI executable.
 func Main(about string) {
 	skel.PluginMainFuncs((&Plugin{}).Funcs(), Versions, about)

@@ -12,12 +12,16 @@ import (
 // code 11 (try again later).
 var errDatastoreUnavailable = datastore.ErrUnavailable
 
-// storeOpener is the Plugin's datastore seam.
-type storeOpener struct {
+// Plugin holds the plugin's collaborators; the zero value is the
+// production plugin (real etcd, no Kubernetes pod source).
+type Plugin struct {
 	// OpenStore connects to the datastore; nil means datastore.New.
 	// routed-ipam runs in-process only over a *datastore.Client; over
 	// any other Store (a fake) its executable is run instead.
 	OpenStore func(datastore.Config) (Store, error)
+	// Pods reads pods; nil writes endpoints with only the identity
+	// CNI_ARGS give (namespace labels and profile).
+	Pods PodSource
 }
 
 // Funcs returns one function per CNI verb, for skel.PluginMainFuncs.

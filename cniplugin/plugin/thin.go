@@ -21,8 +21,12 @@ import (
 // errDatastoreUnavailable never happens without a datastore.
 var errDatastoreUnavailable = errors.New("routed-cni: no datastore in this build")
 
-// storeOpener is empty: this build opens no datastore.
-type storeOpener struct{}
+// Plugin holds the plugin's collaborators; this build has no datastore.
+type Plugin struct {
+	// Pods reads pods; nil writes endpoints with only the identity
+	// CNI_ARGS give (namespace labels and profile).
+	Pods PodSource
+}
 
 // Funcs returns one function per CNI verb, for skel.PluginMainFuncs:
 // ADD and DEL, which routed serves; CHECK, GC and STATUS are the full
