@@ -102,7 +102,7 @@ func (n *node) install() {
 
 	// The image's and the host's directories, as this node has them.
 	src := t.TempDir()
-	for _, b := range []string{"routed-cni", "routed-ipam"} {
+	for _, b := range []string{"routed-cni", "routed-ipam", "routed-cni-full", "routed-ipam-full"} {
 		copyFile(t, testbin.Path(t, b), filepath.Join(src, b))
 	}
 	secretsDir := t.TempDir()
