@@ -56,6 +56,10 @@ type GoBGPNeighbor struct {
 	AS   uint32
 	// Passive waits for the neighbor to connect (unset: gobgpd dials).
 	Passive bool
+	// ConnectRetry, when set, is how often gobgpd dials and how soon it
+	// dials again after the neighbor reset the session (gobgpd's
+	// defaults: 120 s and 30 s).
+	ConnectRetry time.Duration
 }
 
 // StartGoBGP runs gobgpd in ns as AS as with router ID (and next hop) addr,
@@ -68,6 +72,9 @@ func (l *Lab) StartGoBGP(name, ns string, addr netip.Addr, as uint32, neighbors 
 		fmt.Fprintf(&conf, "[[neighbors]]\n  [neighbors.config]\n    neighbor-address = %q\n    peer-as = %d\n", n.Addr, n.AS)
 		if n.Passive {
 			fmt.Fprintf(&conf, "  [neighbors.transport.config]\n    passive-mode = true\n")
+		}
+		if s := int(n.ConnectRetry.Seconds()); s > 0 {
+			fmt.Fprintf(&conf, "  [neighbors.timers.config]\n    connect-retry = %d\n    idle-hold-time-after-reset = %d\n", s, s)
 		}
 	}
 	confPath := filepath.Join(l.Dir, name+"-gobgpd.toml")
