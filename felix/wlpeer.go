@@ -112,6 +112,14 @@ func (l *loop) applyPeering() error {
 				continue
 			}
 			errs = append(errs, l.peeringAddr(lk, a, false))
+			if a.Is4() {
+				// Deleting a device's last IPv4 address makes the kernel
+				// flush every IPv4 route through it (fib_disable_ip): the
+				// pod's own /32 goes, and with it, through rp_filter, all
+				// the pod's traffic. The route table re-reads the kernel
+				// and puts it back in this same pass.
+				l.rt.Resync()
+			}
 		}
 	}
 	for k, since := range l.st.peeringRetired {
