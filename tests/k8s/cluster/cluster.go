@@ -179,24 +179,30 @@ func (c *Cluster) Down() {
 // Cleanup removes what an earlier cluster with this prefix left: its
 // processes (from the pid file), the node namespace and the veth.
 func Cleanup(prefix, dir string) {
+	// The cluster's processes: those in the pid file; every process in
+	// the node namespaces (pods' sandboxes, containerd-shim, live on there
+	// after containerd is killed); and every descendant of those: the
+	// pods' containers run in their own network namespaces as children
+	// of their shim, and killing the shim alone leaves them to init. (A
+	// pid file left by a crashed run may name reused PIDs: those are
+	// killed alone, as before, never with their descendants.)
+	var kill []int
 	if b, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		_ = os.Remove(filepath.Join(dir, "pids"))
+		kill = append(kill, pidsIn(string(b))...)
 	}
-	// Pods' sandboxes (containerd-shim) live on in the node namespaces
-	// after containerd is killed: end every process there.
-	for _, ns := range []string{prefix + "-node", prefix + "-node2"} {
+	nodeNS := []string{prefix + "-node", prefix + "-node2"}
+	var inNodes []int
+	for _, ns := range nodeNS {
 		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(out)) {
-				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
+			inNodes = append(inNodes, pidsIn(string(out))...)
 		}
+	}
+	kill = append(kill, withDescendants(inNodes)...)
+	for _, pid := range kill {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = os.Remove(filepath.Join(dir, "pids"))
+	for _, ns := range nodeNS {
 		_ = exec.Command("ip", "netns", "del", ns).Run()
 	}
 	// The second node's mount namespace (its file, then the private
@@ -225,6 +231,59 @@ func Cleanup(prefix, dir string) {
 			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
 		}
 	}
+}
+
+// pidsIn parses whitespace-separated process IDs, leaving out init and
+// anything that is not one.
+func pidsIn(text string) []int {
+	var out []int
+	for _, f := range strings.Fields(text) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// withDescendants returns roots and every process descended from them,
+// read from /proc once (children are listed before they can be
+// reparented: nothing is killed yet).
+func withDescendants(roots []int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which is in parentheses and may
+		// hold spaces: state, then the parent's PID.
+		rest := string(b)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		if f := strings.Fields(rest); len(f) > 1 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil {
+				children[ppid] = append(children[ppid], pid)
+			}
+		}
+	}
+	seen := map[int]bool{}
+	var out []int
+	for queue := append([]int(nil), roots...); len(queue) > 0; queue = queue[1:] {
+		pid := queue[0]
+		if seen[pid] || pid <= 1 {
+			continue
+		}
+		seen[pid] = true
+		out = append(out, pid)
+		queue = append(queue, children[pid]...)
+	}
+	return out
 }
 
 func ipCmd(args ...string) error {
