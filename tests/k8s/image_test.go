@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,14 +78,16 @@ func TestImageBuild(t *testing.T) {
 		f.Close()
 	}
 	// Nothing but the CNI plugins in the directory install-cni copies to
-	// the host.
+	// the host: routed's socket-only plugins with their full builds, and
+	// the reference plugins the manifests chain.
 	entries, _ := os.ReadDir(filepath.Join(out, "opt/cni/bin"))
-	if len(entries) != 5 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("opt/cni/bin holds %v; install-cni copies all of it to the host", names)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	wantBin := []string{"bandwidth", "loopback", "portmap", "routed-cni", "routed-cni-full", "routed-ipam", "routed-ipam-full"}
+	if !slices.Equal(names, wantBin) {
+		t.Errorf("opt/cni/bin holds %v, want %v; install-cni copies all of it to the host", names, wantBin)
 	}
 
 	// Every command the manifests run exists in the image.
