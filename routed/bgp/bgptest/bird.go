@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +21,15 @@ type Bird struct {
 }
 
 // StartBird runs "bird -f" with config inside h, installing bird2 if
-// needed, and stops it (by its PID) when the test ends.
+// needed, and stops it (by its PID) when the test ends. BIRD logs its
+// protocols' states and events to the output shown when a test fails,
+// and each BGP protocol retries quickly (labConfig).
 func StartBird(t testing.TB, h *Host, config string) *Bird {
 	t.Helper()
 	EnsurePackages(t, map[string]string{"bird": "bird2", "birdc": "bird2"})
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "bird.conf")
-	if err := os.WriteFile(conf, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(labConfig(config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	b := &Bird{Sock: filepath.Join(dir, "bird.ctl"), log: &bytes.Buffer{}}
@@ -54,6 +57,30 @@ func StartBird(t testing.TB, h *Host, config string) *Bird {
 	}
 }
 
+// birdLab is what labConfig adds at the top of a test's BIRD config.
+const birdLab = "log stderr all;\ndebug protocols { states, events };\n"
+
+// birdQuickRetry is what labConfig adds to each BGP protocol. BIRD's
+// defaults suit a real network, not a test: a first connection refused
+// (the routed peer not configured yet on a loaded machine) puts the
+// protocol in error wait for 60 s, refusing routed's connections too, so
+// a session a test waits 30 s for might never come up.
+const birdQuickRetry = "\n\tconnect delay time 1; connect retry time 2; error wait time 1,3; error forget time 10;"
+
+var bgpProtocol = regexp.MustCompile(`(?m)^(\s*protocol\s+bgp\b[^{]*\{)`)
+
+// labConfig is config with logging to stderr and quick BGP retries,
+// each unless the test's config sets its own.
+func labConfig(config string) string {
+	if !strings.Contains(config, "connect retry time") && !strings.Contains(config, "error wait time") {
+		config = bgpProtocol.ReplaceAllString(config, "${1}"+birdQuickRetry)
+	}
+	if !strings.Contains(config, "\nlog ") && !strings.HasPrefix(config, "log ") {
+		config = birdLab + config
+	}
+	return config
+}
+
 // Ctl runs a birdc command and returns its output.
 func (b *Bird) Ctl(command string) (string, error) {
 	out, err := exec.Command("birdc", append([]string{"-s", b.Sock}, strings.Fields(command)...)...).CombinedOutput()
@@ -75,6 +102,7 @@ func (b *Bird) WaitCtl(t testing.TB, command string, timeout time.Duration, matc
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("birdc %s never matched; last output:\n%s", command, out)
+	protocols, _ := b.Ctl("show protocols all")
+	t.Fatalf("birdc %s never matched; last output:\n%s\nbirdc show protocols all:\n%s", command, out, protocols)
 	return out
 }

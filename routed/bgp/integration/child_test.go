@@ -164,10 +164,11 @@ func unixClient(path string) *http.Client {
 	}}
 }
 
-// logLevel for the children: ROUTED_TEST_LOG or warning.
+// logLevel for the children: ROUTED_TEST_LOG or info (shown only when
+// a test fails).
 func childLogLevel() string {
 	if l := os.Getenv("ROUTED_TEST_LOG"); l != "" {
 		return l
 	}
-	return "warning"
+	return "info"
 }
