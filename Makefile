@@ -128,8 +128,10 @@ k8s-netpol: build
 
 # k8s-cnp runs, on the same cluster with the ClusterNetworkPolicy CRD
 # of deploy/crds, the conformance tests of sigs.k8s.io/network-policy-api
-# (tests/k8s/cnpconf, built at the CRD's version); failures print with
-# what they saw; last line `cnp: P passed, F failed, S skipped`.
+# (tests/k8s/cnpconf, built at the CRD's version); without SCTP in the
+# kernel, SCTP pokes are not made and each is printed; failures print with
+# what they saw; last line `cnp: P passed (Q of them without their N
+# SCTP pokes), F failed, S skipped`.
 # CNP_RUN (a go test -run regexp over the tests' names) narrows them.
 CNP_RUN ?=
 k8s-cnp: build

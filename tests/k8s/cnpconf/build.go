@@ -5,11 +5,13 @@
 //
 // The tests are upstream's Go tests (conformance/tests), run by a test
 // binary built from the module proxy, with upstream's flags and suite;
-// two things differ, both because of this machine and both stated:
-// the base manifests' SCTP servers do not serve SCTP (this kernel has
-// none, and agnhost porter exits when it cannot listen, which would keep
-// every base pod from being Ready), and the tests that send SCTP are
-// left out with that reason (Skips). agnhost comes from the same build
+// three things differ, all because this kernel has no SCTP and all
+// stated: the base manifests' SCTP servers do not serve SCTP (agnhost
+// porter exits when it cannot listen, which would keep every base pod
+// from being Ready); the SCTP pokes of the tests that mix them with TCP
+// and UDP ones are not made, each one logged and counted (rewrite.go);
+// and the tests whose every poke is SCTP are left out with that reason
+// (Skips). agnhost comes from the same build
 // as the NetworkPolicy specs' (kubeapiserver.BuildE2E) and runs under
 // upstream's bash command lines, so its image also holds this machine's
 // bash and the libraries it loads.
@@ -95,6 +97,14 @@ func TestConformance(t *testing.T) {
 }
 `
 
+// goMod is the test binary's module before the replace of upstream's
+// module by moduleCopy (go mod download needs the plain require).
+const goMod = "module routed-test/cnp-conformance\n\ngo 1.26\n\nrequire sigs.k8s.io/network-policy-api " + Version + "\n"
+
+// moduleCopy is where, beside the test, upstream's module is copied with
+// PokeServer rewritten (rewrite.go).
+const moduleCopy = "network-policy-api"
+
 // noSCTP turns the base manifests' SCTP servers (agnhost porter with
 // SERVE_SCTP_PORT_<n>) into porters that serve nothing and keep running.
 func noSCTP(manifest string) string {
@@ -108,7 +118,9 @@ func noSCTP(manifest string) string {
 func Build(ctx context.Context, cacheDir string, log func(string, ...any)) (string, error) {
 	dir := filepath.Join(cacheDir, "cnp-conformance", Version)
 	bin := filepath.Join(dir, "conformance.test")
-	h := sha256.Sum256([]byte(Version + "\x00" + testGo + "\x00" + noSCTP("SERVE_SCTP_PORT_")))
+	// The stamp covers everything this package writes into the build,
+	// so a binary built before a change to it is rebuilt.
+	h := sha256.Sum256([]byte(strings.Join([]string{Version, testGo, noSCTP("SERVE_SCTP_PORT_"), pokeServerHead, pokeHook, hookGo, goMod}, "\x00")))
 	stamp := hex.EncodeToString(h[:8])
 	if b, err := os.ReadFile(bin + ".stamp"); err == nil && strings.TrimSpace(string(b)) == stamp {
 		if _, err := os.Stat(bin); err == nil {
@@ -140,7 +152,6 @@ func Build(ctx context.Context, cacheDir string, log func(string, ...any)) (stri
 		return out, nil
 	}
 	log("building the network-policy-api %s conformance tests in %s", Version, dir)
-	goMod := "module routed-test/cnp-conformance\n\ngo 1.26\n\nrequire sigs.k8s.io/network-policy-api " + Version + "\n"
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(goMod), 0o644); err != nil {
 		return "", err
 	}
@@ -153,6 +164,12 @@ func Build(ctx context.Context, cacheDir string, log func(string, ...any)) (stri
 		return "", errors.Join(fmt.Errorf("cnpconf: download sigs.k8s.io/network-policy-api@%s: %s", Version, dl.Error), err)
 	}
 	if err := copyManifests(filepath.Join(dl.Dir, "conformance", "base"), filepath.Join(src, "base")); err != nil {
+		return "", err
+	}
+	if err := copyModule(dl.Dir, filepath.Join(src, moduleCopy)); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(goMod+"\nreplace sigs.k8s.io/network-policy-api => ./"+moduleCopy+"\n"), 0o644); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(src, "conformance_test.go"), []byte(testGo), 0o644); err != nil {
@@ -177,6 +194,12 @@ func Build(ctx context.Context, cacheDir string, log func(string, ...any)) (stri
 // copyManifests copies upstream's manifests (read-only in the module
 // cache) with the SCTP servers idle.
 func copyManifests(from, to string) error {
+	return copyTree(from, to, func(_, src string) (string, error) { return noSCTP(src), nil })
+}
+
+// copyTree copies the files under from to the same places under to,
+// each as edit returns it (rel is its path under from).
+func copyTree(from, to string, edit func(rel, src string) (string, error)) error {
 	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -192,6 +215,10 @@ func copyManifests(from, to string) error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(to, rel), []byte(noSCTP(string(b))), 0o644)
+		out, err := edit(rel, string(b))
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), []byte(out), 0o644)
 	})
 }

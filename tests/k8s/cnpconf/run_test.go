@@ -1,6 +1,8 @@
 package cnpconf
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -8,8 +10,9 @@ import (
 // TestReadEvents reads go test2json output shaped like the suite's: the
 // direct subtests of TestConformance are sorted by how they ended, a
 // sub-subtest's failure belongs to its test and keeps its poke lines, a
-// skip carries the suite's reason, and TestConformance failing because
-// a subtest failed is not a setup failure.
+// skip carries the suite's reason, TestConformance failing because a
+// subtest failed is not a setup failure, and the SCTP pokes not made
+// are kept with their test and counted in the summary.
 func TestReadEvents(t *testing.T) {
 	in := strings.Join([]string{
 		`{"Action":"run","Test":"TestConformance"}`,
@@ -19,15 +22,23 @@ func TestReadEvents(t *testing.T) {
 		`{"Action":"output","Test":"TestConformance/CNPAdminTierIngressTCP/Should_support_deny","Output":"    helper.go:120: expected connection to fail, it succeeded\n"}`,
 		`{"Action":"fail","Test":"TestConformance/CNPAdminTierIngressTCP/Should_support_deny","Elapsed":3}`,
 		`{"Action":"fail","Test":"TestConformance/CNPAdminTierIngressTCP","Elapsed":12.5}`,
+		`{"Action":"output","Test":"TestConformance/CNPAdminTierGress/Should_x","Output":"    helper.go:73: ` + PokeNotMade + ` network-policy-conformance-gryffindor/harry-potter-0 -> 10.1.2.3:9003 over sctp, expected to connect (this kernel has no SCTP)\n"}`,
+		`{"Action":"output","Test":"TestConformance/CNPAdminTierGress/Should_y","Output":"    helper.go:73: ` + PokeNotMade + ` network-policy-conformance-slytherin/draco-malfoy-1 -> 10.1.2.4:9005 over sctp, expected to be dropped (this kernel has no SCTP)\n"}`,
 		`{"Action":"pass","Test":"TestConformance/CNPAdminTierGress/Should_x","Elapsed":2}`,
+		`{"Action":"pass","Test":"TestConformance/CNPAdminTierGress/Should_y","Elapsed":2}`,
+		`{"Action":"pass","Test":"TestConformance/CNPAdminTierPodSelector","Elapsed":20}`,
 		`{"Action":"pass","Test":"TestConformance/CNPAdminTierGress","Elapsed":20}`,
 		`{"Action":"output","Test":"TestConformance/CNPAdminTierEgressNodePeers","Output":"    suite.go:222: Skipping CNPAdminTierEgressNodePeers: suite does not support ClusterNetworkPolicyEgressNodePeers\n"}`,
 		`{"Action":"skip","Test":"TestConformance/CNPAdminTierEgressNodePeers","Elapsed":0}`,
 		`{"Action":"fail","Test":"TestConformance","Elapsed":40}`,
 		`not json`,
 	}, "\n")
-	res := readEvents(strings.NewReader(in), nil)
-	if got := res.Summary(); got != "cnp: 1 passed, 1 failed, 1 skipped" {
+	var progress []string
+	res := readEvents(strings.NewReader(in), func(f string, a ...any) { progress = append(progress, fmt.Sprintf(f, a...)) })
+	if !slices.Contains(progress, "PASS [20s] CNPAdminTierGress (without its 2 SCTP pokes)") || !slices.Contains(progress, "PASS [20s] CNPAdminTierPodSelector") {
+		t.Errorf("progress: %q", progress)
+	}
+	if got := res.Summary(); got != "cnp: 2 passed (1 of them without their 2 SCTP pokes), 1 failed, 1 skipped" {
 		t.Fatalf("%s", got)
 	}
 	if f := res.Failed[0]; f.Name != "CNPAdminTierIngressTCP" || !strings.Contains(f.Message, "expected connection to fail") || f.Duration.Seconds() != 12.5 {
@@ -39,13 +50,17 @@ func TestReadEvents(t *testing.T) {
 	if res.Setup != "" {
 		t.Errorf("setup failure from a subtest's: %q", res.Setup)
 	}
-	if res.Failed[0].SCTPOnly {
-		t.Error("a failure without a failed poke counted as SCTP only")
+	gress := res.Passed[0]
+	if gress.Name != "CNPAdminTierGress" || len(gress.NotMade) != 2 ||
+		gress.NotMade[1] != PokeNotMade+" network-policy-conformance-slytherin/draco-malfoy-1 -> 10.1.2.4:9005 over sctp, expected to be dropped (this kernel has no SCTP)" {
+		t.Errorf("pokes not made: %q", gress.NotMade)
 	}
-	tcp := "    helper.go:106: FAILED Command was [/agnhost connect --timeout=3s --protocol=tcp 192.168.0.193:80]\n"
-	sctp := "    helper.go:71: FAILED Command was [/agnhost connect --timeout=3s --protocol=sctp 192.168.0.193:9003]\n"
-	if !sctpOnly(sctp+sctp) || sctpOnly(sctp+tcp) || sctpOnly("") {
-		t.Error("sctpOnly")
+	if len(res.Passed[1].NotMade)+len(res.Failed[0].NotMade) != 0 {
+		t.Errorf("pokes not made in tests that made them all: %+v", res)
+	}
+	failedToo := Result{Failed: []Spec{{Name: "A", NotMade: []string{"x"}}, {Name: "B"}}}
+	if got := failedToo.Summary(); got != "cnp: 0 passed, 2 failed (1 of them without their 1 SCTP pokes), 0 skipped" {
+		t.Errorf("%s", got)
 	}
 	setup := readEvents(strings.NewReader(`{"Action":"output","Test":"TestConformance","Output":"pods not ready\n"}`+"\n"+
 		`{"Action":"fail","Test":"TestConformance","Elapsed":300}`), nil)
