@@ -119,12 +119,15 @@ k8s-demo: build
 # `netpol: P passed, F failed, S skipped`. NETPOL_FOCUS (a regexp over
 # the specs' names) narrows them, e.g. NETPOL_FOCUS='default-deny';
 # NETPOL_PARALLEL specs run at once, each in an e2e.test of its own.
+# NETPOL_PASSED_IN (a copy of an earlier run's /tmp/routed-k8s-netpol/e2e/report)
+# finishes a run that was cut short: its passed specs are not run again.
 NETPOL_FOCUS ?=
 NETPOL_PARALLEL ?= 4
+NETPOL_PASSED_IN ?=
 k8s-netpol: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }
 	./tests/ensure-deps.sh
-	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)' -parallel $(NETPOL_PARALLEL)
+	$(GO) run ./tests/k8s/netpol/cmd -bin $(BIN) -focus '$(NETPOL_FOCUS)' -parallel $(NETPOL_PARALLEL) -passed-in '$(NETPOL_PASSED_IN)'
 
 # k8s-cnp runs, on the same cluster with the ClusterNetworkPolicy CRD
 # of deploy/crds, the conformance tests of sigs.k8s.io/network-policy-api

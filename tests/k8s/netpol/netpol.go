@@ -73,6 +73,11 @@ type Config struct {
 	Parallel int
 	// Timeout bounds the whole suite (ginkgo's --timeout); 0 means 3 h.
 	Timeout time.Duration
+	// PassedEarlier, when set, is an earlier run's result (ReadReports):
+	// the specs that passed there are not run again and are counted
+	// apart (Result.PassedEarlier), so a run that the machine's time cut
+	// short can be finished by another.
+	PassedEarlier *Result
 }
 
 // Result is the outcome of every spec Focus picks.
@@ -84,6 +89,10 @@ type Result struct {
 	// NotRun are the specs an interrupt or the suite's timeout stopped
 	// or kept from running.
 	NotRun []Spec
+	// PassedEarlier are the specs not run because they passed in the
+	// earlier run of Config.PassedEarlier (EarlierLog).
+	PassedEarlier []Spec
+	EarlierLog    string
 	// Log is the directory with each spec's report and output
 	// (report/NNN/e2e.log).
 	Log string
@@ -102,7 +111,10 @@ type Spec struct {
 // followed by how many did not run when an interrupt or the timeout
 // stopped the suite.
 func (r Result) Summary() string {
-	s := fmt.Sprintf("netpol: %d passed, %d failed, %d skipped", len(r.Passed), len(r.Failed), len(r.Skipped))
+	s := fmt.Sprintf("netpol: %d passed, %d failed, %d skipped", len(r.Passed)+len(r.PassedEarlier), len(r.Failed), len(r.Skipped))
+	if len(r.PassedEarlier) > 0 {
+		s += fmt.Sprintf(" (%d of the passed in the earlier run %s, not run again)", len(r.PassedEarlier), r.EarlierLog)
+	}
 	if len(r.NotRun) > 0 {
 		s += fmt.Sprintf(" (%d not run: the suite was interrupted or timed out)", len(r.NotRun))
 	}
@@ -143,11 +155,40 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Result, error) {
 			skips = append(skips, s.Pattern)
 		}
 	}
+	specs, earlier := leaveOutPassed(specs, cfg.PassedEarlier)
 	reportDir := filepath.Join(cfg.Dir, "report")
+	if cfg.PassedEarlier != nil && filepath.Clean(cfg.PassedEarlier.Log) == filepath.Clean(reportDir) {
+		return Result{}, fmt.Errorf("the earlier run's reports are in %s, which this run replaces: copy them elsewhere first", reportDir)
+	}
 	_ = os.RemoveAll(reportDir)
-	return runSpecs(ctx, specs, cfg.Parallel, reportDir, cfg.Progress, func(ctx context.Context, spec, dir string) error {
+	res, err := runSpecs(ctx, specs, cfg.Parallel, reportDir, cfg.Progress, func(ctx context.Context, spec, dir string) error {
 		return runOne(ctx, c, cfg, spec, skips, dir)
 	})
+	res.PassedEarlier = earlier
+	if cfg.PassedEarlier != nil {
+		res.EarlierLog = cfg.PassedEarlier.Log
+	}
+	return res, err
+}
+
+// leaveOutPassed returns the specs that did not pass in earlier (all of
+// them when earlier is nil) and those that did, as earlier recorded them.
+func leaveOutPassed(specs []string, earlier *Result) (left []string, passed []Spec) {
+	if earlier == nil {
+		return specs, nil
+	}
+	byName := map[string]Spec{}
+	for _, s := range earlier.Passed {
+		byName[s.Name] = s
+	}
+	for _, name := range specs {
+		if s, ok := byName["[It] "+name]; ok {
+			passed = append(passed, s)
+			continue
+		}
+		left = append(left, name)
+	}
+	return left, passed
 }
 
 // importAgnhost imports agnhost as every agnhost image e2e.test names,

@@ -105,3 +105,24 @@ func TestRunSpecs(t *testing.T) {
 		t.Errorf("cancelled: %s", res.Summary())
 	}
 }
+
+func TestLeaveOutPassed(t *testing.T) {
+	specs := []string{"a passes", "b failed before", "c new"}
+	earlier := &Result{Log: "/tmp/earlier",
+		Passed: []Spec{{Name: "[It] a passes", Duration: time.Minute}, {Name: "[It] gone from this suite"}},
+		Failed: []Spec{{Name: "[It] b failed before"}}}
+	left, passed := leaveOutPassed(specs, earlier)
+	if len(left) != 2 || left[0] != "b failed before" || left[1] != "c new" {
+		t.Errorf("left to run: %q, want the failed and the new spec", left)
+	}
+	if len(passed) != 1 || passed[0].Name != "[It] a passes" || passed[0].Duration != time.Minute {
+		t.Errorf("passed earlier: %+v, want only the spec that passed and is still in the suite", passed)
+	}
+	if left, passed := leaveOutPassed(specs, nil); len(left) != 3 || passed != nil {
+		t.Errorf("without an earlier run: %q %v, want every spec", left, passed)
+	}
+	r := Result{Passed: []Spec{{Name: "x"}}, Failed: []Spec{{Name: "y"}}, PassedEarlier: passed, EarlierLog: "/tmp/earlier"}
+	if got, want := r.Summary(), "netpol: 2 passed, 1 failed, 0 skipped (1 of the passed in the earlier run /tmp/earlier, not run again)"; got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+}

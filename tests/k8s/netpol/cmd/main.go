@@ -33,6 +33,7 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Hour, "the whole run")
 	parallel := flag.Int("parallel", 4, "specs run at once, each in an e2e.test process of its own")
 	report := flag.String("report", "", "only read the reports of an earlier run (DIR/e2e/report) and print its results")
+	passedIn := flag.String("passed-in", "", "an earlier run's reports (a copy of its DIR/e2e/report): the specs that passed there are not run again and count as passed, named apart")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -44,10 +45,22 @@ func main() {
 	if *report != "" {
 		res, err = netpol.ReadReports(*report)
 	} else {
-		res, err = run(ctx, *bin, *dir, orDefault(*focus, netpol.Focus), *timeout, *parallel, logf)
+		var earlier *netpol.Result
+		if *passedIn != "" {
+			e, rerr := netpol.ReadReports(*passedIn)
+			if rerr != nil {
+				fmt.Printf("FAIL: -passed-in: %v\n", rerr)
+				os.Exit(1)
+			}
+			earlier = &e
+		}
+		res, err = run(ctx, *bin, *dir, orDefault(*focus, netpol.Focus), *timeout, *parallel, earlier, logf)
 	}
 	for _, s := range res.Skipped {
 		fmt.Printf("SKIPPED %s\n    %s\n", s.Name, s.Message)
+	}
+	for _, s := range res.PassedEarlier {
+		fmt.Printf("PASSED EARLIER %s (%s)\n", s.Name, res.EarlierLog)
 	}
 	for _, s := range res.NotRun {
 		fmt.Printf("NOT RUN %s\n", s.Name)
@@ -67,7 +80,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, parallel int, logf func(string, ...any)) (netpol.Result, error) {
+func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, parallel int, earlier *netpol.Result, logf func(string, ...any)) (netpol.Result, error) {
 	root, _ := os.Getwd()
 	bin, _ = filepath.Abs(bin)
 	dir, _ = filepath.Abs(dir)
@@ -82,7 +95,7 @@ func run(ctx context.Context, bin, dir, focus string, timeout time.Duration, par
 	}
 	logf("==> Kubernetes %s NetworkPolicy specs (e2e.test --ginkgo.focus %q) on %d nodes, %d at a time", kubeapiserver.Version, focus, len(c.Nodes), parallel)
 	start := time.Now()
-	res, err := netpol.Run(ctx, c, netpol.Config{E2E: e2e, Agnhost: agnhost, Focus: focus, Dir: filepath.Join(dir, "e2e"), Timeout: timeout, Parallel: parallel,
+	res, err := netpol.Run(ctx, c, netpol.Config{E2E: e2e, Agnhost: agnhost, Focus: focus, Dir: filepath.Join(dir, "e2e"), Timeout: timeout, Parallel: parallel, PassedEarlier: earlier,
 		Progress: func(f string, a ...any) {
 			logf("  %s  "+f, append([]any{time.Since(start).Round(time.Second)}, a...)...)
 		}})
