@@ -62,7 +62,7 @@ func (p *Plugin) addDirect(ctx context.Context, c *call, hostNS, contNS ns.NetNS
 		return deleteEndpoint(context.Background(), store, wep.Metadata.Name, rev)
 	})
 
-	if err := waitForPolicy(ctx, c); err != nil {
+	if err := waitForPolicy(ctx, c, ips); err != nil {
 		return nil, err
 	}
 	success = true

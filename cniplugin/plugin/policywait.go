@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
@@ -18,17 +19,27 @@ var errPolicyNotProgrammed = errors.New("routed-cni: network policy not programm
 // so that ADD returns with the pod's policy, or its profiles' allow, in
 // force. Until then the interface passes nothing (the tables drop every
 // cali* interface they do not know), so the wait decides only when the
-// pod becomes reachable, never whether a packet slips through.
-func waitForPolicy(ctx context.Context, c *call) error {
+// pod becomes reachable, never whether a packet slips through. felix
+// programs the interface in the tables of the pod's address families
+// only (ips), so only those are asked.
+func waitForPolicy(ctx context.Context, c *call, ips []net.IP) error {
 	limit := time.Duration(c.conf.PolicySetupTimeoutSeconds) * time.Second
 	if limit <= 0 {
 		return nil
+	}
+	var fams nftdp.Families
+	for _, ip := range ips {
+		if ip.To4() != nil {
+			fams |= nftdp.FamilyIPv4
+		} else {
+			fams |= nftdp.FamilyIPv6
+		}
 	}
 	start := time.Now()
 	deadline := start.Add(limit)
 	var last error
 	for {
-		ok, err := nftdp.Programmed(-1, "", c.hostVeth)
+		ok, err := nftdp.Programmed(-1, "", c.hostVeth, fams)
 		if ok {
 			c.log.WithField("waited", time.Since(start).Round(time.Millisecond)).Debug("policy programmed")
 			return nil

@@ -94,7 +94,7 @@ func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.Ne
 	if _, err := attach(c, hostNS, contNS, ips, mac, &undo); err != nil {
 		return nil, err
 	}
-	if err := waitForPolicy(ctx, c); err != nil {
+	if err := waitForPolicy(ctx, c, ips); err != nil {
 		return nil, err
 	}
 	success = true

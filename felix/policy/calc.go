@@ -17,7 +17,7 @@ type Sink interface {
 	DeleteSet(name string)
 	AddMember(set string, m nftdp.Member)
 	RemoveMember(set string, m nftdp.Member)
-	SetEndpoint(iface, fromChain, toChain string)
+	SetEndpoint(iface, fromChain, toChain string, fams nftdp.Families)
 	DeleteEndpoint(iface string)
 }
 

@@ -154,7 +154,8 @@ func union(a, b []*cpolicy) []*cpolicy {
 }
 
 // renderEndpoint writes a local endpoint's two chains (see
-// endpointChain) and dispatches its interface to them. A chain is named
+// endpointChain) and dispatches its interface to them in the tables of
+// its address families (nftdp.Families). A chain is named
 // by its content, so endpoints with the same policies and profiles share
 // it, and a new pod like an existing one only adds its interface to the
 // dispatch maps (no rule changes at all).
@@ -172,7 +173,7 @@ func (c *Calc) renderEndpoint(l *local) {
 			l.chains[k] = name
 		}
 	}
-	c.sink.SetEndpoint(e.Iface, names[0], names[1])
+	c.sink.SetEndpoint(e.Iface, names[0], names[1], nftdp.FamiliesOf(e.IPs))
 	c.index.setIface(e.Iface, EndpointRef{Key: e.Key, Namespace: e.Namespace, Pod: e.Pod})
 }
 
@@ -214,9 +215,10 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 		}
 	}
 	// An endpoint with addresses of one family only has no business
-	// with the other: its chain there is just the final drop, which
-	// also keeps the other table's jump graph (walked by the kernel
-	// on every commit that adds a jump) free of it.
+	// with the other: it is not dispatched there at all (the other
+	// table's base chains drop its traffic as an unknown interface),
+	// and its rules are that family's, so that the chain reads the
+	// same in Explain and the kernel.
 	if v := e.onlyFamily(); v != 0 {
 		for i := range rules {
 			rules[i].IPVersion = v

@@ -68,8 +68,8 @@ func TestLabelIndexMatchesFreshCalc(t *testing.T) {
 		if !reflect.DeepEqual(s.sets, f.sets) {
 			t.Errorf("%s: sets\n%v\nfresh calculator:\n%v", step, s.sets, f.sets)
 		}
-		if !reflect.DeepEqual(s.eps, f.eps) {
-			t.Errorf("%s: dispatch %v, fresh calculator %v", step, s.eps, f.eps)
+		if !reflect.DeepEqual(s.eps, f.eps) || !reflect.DeepEqual(s.fams, f.fams) {
+			t.Errorf("%s: dispatch %v %v, fresh calculator %v %v", step, s.eps, s.fams, f.eps, f.fams)
 		}
 		if !slices.Equal(keys(s.chains), keys(f.chains)) {
 			t.Errorf("%s: chains %v, fresh calculator %v", step, keys(s.chains), keys(f.chains))

@@ -18,11 +18,12 @@ type recSink struct {
 	chains map[string][]nftdp.Rule
 	sets   map[string]map[nftdp.Member]int
 	eps    map[string][2]string // iface -> from, to chains
+	fams   map[string]nftdp.Families
 	ops    []string
 }
 
 func newRecSink() *recSink {
-	return &recSink{chains: map[string][]nftdp.Rule{}, sets: map[string]map[nftdp.Member]int{}, eps: map[string][2]string{}}
+	return &recSink{chains: map[string][]nftdp.Rule{}, sets: map[string]map[nftdp.Member]int{}, eps: map[string][2]string{}, fams: map[string]nftdp.Families{}}
 }
 
 func (s *recSink) SetChain(name string, rules []nftdp.Rule) error {
@@ -49,12 +50,14 @@ func (s *recSink) RemoveMember(set string, m nftdp.Member) {
 	}
 	s.ops = append(s.ops, "-member "+m.String())
 }
-func (s *recSink) SetEndpoint(iface, from, to string) {
+func (s *recSink) SetEndpoint(iface, from, to string, fams nftdp.Families) {
 	s.eps[iface] = [2]string{from, to}
+	s.fams[iface] = fams
 	s.ops = append(s.ops, "ep "+iface)
 }
 func (s *recSink) DeleteEndpoint(iface string) {
 	delete(s.eps, iface)
+	delete(s.fams, iface)
 	s.ops = append(s.ops, "-ep "+iface)
 }
 
@@ -124,6 +127,17 @@ func TestIncremental(t *testing.T) {
 	if want := []string{"member 10.0.0.3/32", "ep calic3"}; !slices.Equal(s.ops, want) || s.eps["calic3"] != ch {
 		t.Errorf("second local client pod: ops %v chains %v, want %v sharing %v", s.ops, s.eps["calic3"], want, ch)
 	}
+	// Dispatched in the tables of its address families only.
+	if s.fams["calic3"] != nftdp.FamilyIPv4 {
+		t.Errorf("IPv4-only pod dispatched in families %b", s.fams["calic3"])
+	}
+	d6 := ep("c6", true, "10.0.0.6", map[string]string{"app": "client"})
+	d6.IPs = append(d6.IPs, netip.MustParsePrefix("fd00::6/128"))
+	c.SetEndpoint(d6)
+	if s.fams["calic6"] != nftdp.BothFamilies {
+		t.Errorf("dual-stack pod dispatched in families %b", s.fams["calic6"])
+	}
+	c.DeleteEndpoint("c6")
 	s.ops = nil
 	c.DeleteEndpoint("w1")
 	if _, ok := s.chains["pi-gnp:web"]; ok || len(s.sets) != 0 {

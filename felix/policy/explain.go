@@ -306,14 +306,14 @@ func inPorts(ps []nftdp.PortRange, port uint16) bool {
 // discard is a Sink that programs nothing.
 type discard struct{}
 
-func (discard) SetChain(string, []nftdp.Rule) error { return nil }
-func (discard) DeleteChain(string)                  {}
-func (discard) AddSet(string, nftdp.SetKind)        {}
-func (discard) DeleteSet(string)                    {}
-func (discard) AddMember(string, nftdp.Member)      {}
-func (discard) RemoveMember(string, nftdp.Member)   {}
-func (discard) SetEndpoint(iface, from, to string)  {}
-func (discard) DeleteEndpoint(string)               {}
+func (discard) SetChain(string, []nftdp.Rule) error                { return nil }
+func (discard) DeleteChain(string)                                 {}
+func (discard) AddSet(string, nftdp.SetKind)                       {}
+func (discard) DeleteSet(string)                                   {}
+func (discard) AddMember(string, nftdp.Member)                     {}
+func (discard) RemoveMember(string, nftdp.Member)                  {}
+func (discard) SetEndpoint(string, string, string, nftdp.Families) {}
+func (discard) DeleteEndpoint(string)                              {}
 
 // NewModel returns a calculator that programs nothing, for explaining
 // flows from the datastore's resources (SetResource).

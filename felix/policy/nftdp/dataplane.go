@@ -79,10 +79,13 @@ type Dataplane struct {
 	sets      map[string]*setWant
 	endpoints map[string]epWant
 	// epRefs counts the endpoints dispatched to each chain (from and to
-	// each count), so that Apply checks only what changed.
-	epRefs map[string]int
-	ids    map[string]uint32 // dispatched chain -> id in ChainDispatch
-	taken  map[uint32]bool   // the ids in ids
+	// each count), so that Apply checks only what changed; famRefs
+	// counts them per family (index famIdx): an endpoint is dispatched
+	// only in the tables of its families.
+	epRefs  map[string]int
+	famRefs [2]map[string]int
+	ids     map[string]uint32 // dispatched chain -> id in ChainDispatch
+	taken   map[uint32]bool   // the ids in ids
 	// freedIDs are the ids of chains no longer dispatched to since the
 	// last successful Apply (chain -> id), to delete from ChainDispatch.
 	freedIDs map[string]uint32
@@ -158,7 +161,8 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d := &Dataplane{
 		conn: c, dump: dump, cfg: cfg,
-		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{}, ids: map[string]uint32{},
+		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{},
+		famRefs: [2]map[string]int{{}, {}}, ids: map[string]uint32{},
 		taken: map[uint32]bool{}, freedIDs: map[string]uint32{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
 	}
@@ -315,11 +319,43 @@ func (d *Dataplane) Members(name string) []Member {
 	return sortedMembers(maps.Keys(s.members))
 }
 
-// SetEndpoint dispatches an interface: what it sends goes to chain from,
-// what it receives to chain to (both set by the same Apply; endpoints
-// with the same policies may share them).
-func (d *Dataplane) SetEndpoint(iface, from, to string) {
-	w := epWant{from: from, to: to}
+// Families says in which address families' tables an endpoint is
+// dispatched: those it has addresses in. Its interface has no entry in
+// the other family's table, whose base chains drop every workload
+// interface they do not know, so that family's traffic from and to it
+// is dropped as before, without its chains (or a transaction) there.
+type Families uint8
+
+// The families; 0 means both (an endpoint without addresses yet).
+const (
+	FamilyIPv4 Families = 1 << iota
+	FamilyIPv6
+	BothFamilies = FamilyIPv4 | FamilyIPv6
+)
+
+// FamiliesOf is the families of the given addresses (0 for none).
+func FamiliesOf(ps []netip.Prefix) Families {
+	var f Families
+	for _, p := range ps {
+		if p.Addr().Unmap().Is4() {
+			f |= FamilyIPv4
+		} else {
+			f |= FamilyIPv6
+		}
+	}
+	return f
+}
+
+// has reports whether fs includes the family of index i (famIdx); no
+// family at all counts as both.
+func (fs Families) has(i int) bool { return fs == 0 || fs&(1<<i) != 0 }
+
+// SetEndpoint dispatches an interface in the tables of fams (0: both):
+// what it sends goes to chain from, what it receives to chain to (both
+// set by the same Apply; endpoints with the same policies may share
+// them).
+func (d *Dataplane) SetEndpoint(iface, from, to string, fams Families) {
+	w := epWant{from: from, to: to, fams: fams}
 	old, ok := d.endpoints[iface]
 	if ok && old == w {
 		return
@@ -332,6 +368,13 @@ func (d *Dataplane) SetEndpoint(iface, from, to string) {
 		if d.epRefs[c]++; d.epRefs[c] == 1 {
 			d.dirtyRoots[c] = true
 		}
+		for i, refs := range d.famRefs {
+			if w.fams.has(i) {
+				if refs[c]++; refs[c] == 1 {
+					d.dirtyRoots[c] = true
+				}
+			}
+		}
 	}
 	d.dirtyEndpoints[iface] = true
 }
@@ -341,6 +384,14 @@ func (d *Dataplane) unrefEPChains(w epWant) {
 		if d.epRefs[c]--; d.epRefs[c] <= 0 {
 			delete(d.epRefs, c)
 			d.dirtyRoots[c] = true
+		}
+		for i, refs := range d.famRefs {
+			if w.fams.has(i) {
+				if refs[c]--; refs[c] <= 0 {
+					delete(refs, c)
+					d.dirtyRoots[c] = true
+				}
+			}
 		}
 	}
 }

@@ -37,7 +37,7 @@ func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 // shared by every endpoint using it.
 func allowAll(d *nftdp.Dataplane, iface string) {
 	d.SetChain("allow-all", []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d.SetEndpoint(iface, "allow-all", "allow-all")
+	d.SetEndpoint(iface, "allow-all", "allow-all", nftdp.BothFamilies)
 }
 
 // TestDispatchFailClosed: a cali interface without a dispatch entry
@@ -83,7 +83,7 @@ func TestDispatchFailClosed(t *testing.T) {
 		{ID: "b/0", Proto: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Dst: nftdp.Side{Ports: []nftdp.PortRange{{8080, 8080}}}, Counter: true, Action: nftdp.ActAccept},
 		{ID: "b/end", Counter: true, Action: nftdp.ActDrop},
 	})
-	d.SetEndpoint(b.Iface, "allow-all", "tw-b")
+	d.SetEndpoint(b.Iface, "allow-all", "tw-b", nftdp.BothFamilies)
 	apply(t, d)
 
 	for _, v6 := range []bool{false, true} {
@@ -134,7 +134,7 @@ func TestDispatchFailClosed(t *testing.T) {
 		{ID: "b/0", Proto: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Dst: nftdp.Side{Ports: []nftdp.PortRange{{8080, 8080}}}, Counter: true, Action: nftdp.ActAccept},
 		{ID: "b/end", Counter: true, Action: nftdp.ActDrop},
 	})
-	d2.SetEndpoint(b.Iface, "allow-all", "tw-b")
+	d2.SetEndpoint(b.Iface, "allow-all", "tw-b", nftdp.BothFamilies)
 	apply(t, d2)
 	if d2.Writes() != 0 {
 		t.Errorf("restart with the same state made %d writes", d2.Writes())
@@ -184,26 +184,26 @@ func init() {
 func TestApplyRefusesDanglingDispatch(t *testing.T) {
 	node := polab.NewNode(t)
 	d := newDP(t, node)
-	d.SetEndpoint("cali-x", "a", "a")
+	d.SetEndpoint("cali-x", "a", "a", nftdp.BothFamilies)
 	if err := d.Apply(); err == nil || d.Writes() != 0 {
 		t.Fatalf("endpoint on a missing chain: %v, %d writes", err, d.Writes())
 	}
 	d.SetChain("a", []nftdp.Rule{{Action: nftdp.ActAccept}})
 	d.SetChain("b", []nftdp.Rule{{Action: nftdp.ActDrop}})
-	d.SetEndpoint("cali-y", "b", "a")
+	d.SetEndpoint("cali-y", "b", "a", nftdp.BothFamilies)
 	apply(t, d)
 	w := d.Writes()
 	d.DeleteChain("b")
 	if err := d.Apply(); err == nil || d.Writes() != w {
 		t.Fatalf("deleting a chain cali-y uses: %v, %d writes", err, d.Writes()-w)
 	}
-	d.SetEndpoint("cali-y", "a", "a")
+	d.SetEndpoint("cali-y", "a", "a", nftdp.BothFamilies)
 	apply(t, d)
 	d.SetChain("c", []nftdp.Rule{{Action: nftdp.ActReturn}})
-	d.SetEndpoint("cali-x", "c", "a")
+	d.SetEndpoint("cali-x", "c", "a", nftdp.BothFamilies)
 	apply(t, d)
 	d.DeleteEndpoint("cali-y")
-	d.SetEndpoint("cali-z", "a", "c")
+	d.SetEndpoint("cali-z", "a", "c", nftdp.BothFamilies)
 	apply(t, d)
 	w = d.Writes()
 	if err := d.Resync(); err != nil || d.Writes() != w {

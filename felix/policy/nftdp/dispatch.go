@@ -11,8 +11,11 @@ import (
 )
 
 // epWant is where an endpoint's traffic goes: the chain for what it
-// sends and the chain for what it receives.
-type epWant struct{ from, to string }
+// sends and the chain for what it receives, in the tables of fams.
+type epWant struct {
+	from, to string
+	fams     Families
+}
 
 // idChanges says which ids ChainDispatch may have wrong: all of them
 // (a table was read back), or those of chains.
@@ -109,13 +112,18 @@ func (ft *famTable) addDispatchMaps(t *txn) error {
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
 // syncDispatch writes ChainDispatch's new ids (those ids says may have
-// changed), then the interface maps of the given interfaces, then
-// removes ids no longer used (whose chains may be deleted after this,
+// changed) for the chains endpoints of ft's family are dispatched to,
+// then the interface maps of the given interfaces, then removes ids no
+// longer used in this family (whose chains may be deleted after this,
 // in the same transaction).
 func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids idChanges) error {
 	cm := ft.chainMap()
+	refs := d.famRefs[ft.fam.idx()]
 	var add, del []nftables.SetElement
 	put := func(c string, id uint32) {
+		if refs[c] == 0 {
+			return
+		}
 		if have, ok := ft.lists[id]; ok && have == c {
 			return
 		} else if ok {
@@ -143,7 +151,7 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids idCh
 		var add, del []nftables.SetElement
 		for _, ifc := range ifaces {
 			want := uint32(0)
-			if w, ok := d.endpoints[ifc]; ok {
+			if w, ok := d.endpoints[ifc]; ok && w.fams.has(ft.fam.idx()) {
 				want = d.ids[w.from]
 				if m == ToWLIfaces {
 					want = d.ids[w.to]
@@ -166,9 +174,12 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids idCh
 			return err
 		}
 	}
+	// An id goes from this family's ChainDispatch when its chain has
+	// another id or none (freed), or when no endpoint of this family
+	// is dispatched to it any more.
 	var gone []nftables.SetElement
 	drop := func(id uint32) {
-		if c, ok := ft.lists[id]; ok && d.ids[c] != id {
+		if c, ok := ft.lists[id]; ok && (d.ids[c] != id || refs[c] == 0) {
 			gone = append(gone, nftables.SetElement{Key: be32(id)})
 			delete(ft.lists, id)
 		}
@@ -178,7 +189,14 @@ func (d *Dataplane) syncDispatch(t *txn, ft *famTable, ifaces []string, ids idCh
 			drop(id)
 		}
 	} else {
-		for _, id := range slices.Sorted(maps.Values(d.freedIDs)) {
+		cand := slices.Collect(maps.Values(d.freedIDs))
+		for _, c := range ids.chains {
+			if id, ok := d.ids[c]; ok && refs[c] == 0 {
+				cand = append(cand, id)
+			}
+		}
+		slices.Sort(cand)
+		for _, id := range slices.Compact(cand) {
 			drop(id)
 		}
 	}

@@ -102,8 +102,8 @@ func TestOneDumpReadsWhatGetRulesReads(t *testing.T) {
 		{Action: ActJump, Target: "pol"},
 		{ID: "b/end", Counter: true, Action: ActDrop},
 	})
-	d.SetEndpoint(a.Iface, "allow-all", "allow-all")
-	d.SetEndpoint(b.Iface, "allow-all", "tw-b")
+	d.SetEndpoint(a.Iface, "allow-all", "allow-all", BothFamilies)
+	d.SetEndpoint(b.Iface, "allow-all", "tw-b", BothFamilies)
 	if err := d.Apply(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,13 @@ import (
 
 // Programmed reports whether felix has programmed iface in the policy
 // tables of the namespace netnsFd (-1: the caller's): the interface is in
-// both interface maps of every family table that exists, and at least one
-// table exists. The CNI plugin asks before ADD returns, so a pod starts
-// only once its policy (or its profiles' allow) is in force. It only
-// reads.
-func Programmed(netnsFd int, table, iface string) (bool, error) {
+// both interface maps of the table of each of fams (the pod's address
+// families, 0: both) that exists, and at least one of those tables
+// exists. felix dispatches an interface only in the tables of its
+// endpoint's families (see Families). The CNI plugin asks before ADD
+// returns, so a pod starts only once its policy (or its profiles'
+// allow) is in force. It only reads.
+func Programmed(netnsFd int, table, iface string, fams Families) (bool, error) {
 	if table == "" {
 		table = DefaultTable
 	}
@@ -31,7 +33,10 @@ func Programmed(netnsFd int, table, iface string) (bool, error) {
 	defer c.CloseLasting()
 	tables := 0
 	key := ifnameKey(iface)
-	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+	for i, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+		if !fams.has(i) {
+			continue
+		}
 		t := &nftables.Table{Name: table, Family: fam}
 		for _, m := range []string{FromWLIfaces, ToWLIfaces} {
 			set, err := c.GetSetByName(t, m)

@@ -16,7 +16,7 @@ func TestProgrammed(t *testing.T) {
 	node.AddPod(t, "cali-p1", "10.66.0.1", "")
 	check := func(want bool, when string) {
 		t.Helper()
-		got, err := nftdp.Programmed(node.Fd, "", "cali-p1")
+		got, err := nftdp.Programmed(node.Fd, "", "cali-p1", nftdp.BothFamilies)
 		if err != nil || got != want {
 			t.Fatalf("%s: Programmed = %v, %v; want %v", when, got, err, want)
 		}

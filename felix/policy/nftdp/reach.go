@@ -3,13 +3,13 @@ package nftdp
 import "slices"
 
 // A regular chain is in a family's table only while something there
-// leads to it: a base chain, an endpoint dispatched to it, or a jump
-// that applies in that family from a chain in the table. An endpoint
-// with addresses of one family jumps to its policies in that family's
-// table only (see the calculator's endpoint chains), so in a
-// single-stack cluster the other table holds no policy chains: a policy
-// edit is then one transaction, not two, and each commit (which walks
-// every chain of every table) has half the chains to walk.
+// leads to it: a base chain, an endpoint dispatched to it in that family
+// (an endpoint is dispatched only in the tables of its Families), or a
+// jump that applies in that family from a chain in the table. So in a
+// single-stack cluster the other table holds only the base chains: a
+// policy edit or a new local pod is then one transaction, not two, and
+// each commit (which validates every chain its table's base chains
+// lead to) has half the chains to walk.
 //
 // famTable.jumps and famTable.inRefs hold, per family, the jumps counted
 // and how many lead to each chain. They describe the desired state and
@@ -19,7 +19,7 @@ import "slices"
 // reachable reports whether chain name belongs in ft's table.
 func (d *Dataplane) reachable(ft *famTable, name string) bool {
 	c := d.chains[name]
-	return c != nil && (c.hook != nil || d.epRefs[name] > 0 || ft.inRefs[name] > 0)
+	return c != nil && (c.hook != nil || d.famRefs[ft.fam.idx()][name] > 0 || ft.inRefs[name] > 0)
 }
 
 // wantIn is chain name as ft's table should have it: nil when it is not

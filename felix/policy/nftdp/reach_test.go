@@ -61,7 +61,7 @@ func TestChainsOnlyWhereReachable(t *testing.T) {
 	d.SetChain("deny-9090", []nftdp.Rule{{Proto: 6, Dst: nftdp.Side{Ports: []nftdp.PortRange{{9090, 9090}}}, Action: nftdp.ActDrop}})
 	d.SetChain("unused", []nftdp.Rule{{Action: nftdp.ActDrop}})
 	d.SetChain("tw-b", []nftdp.Rule{{IPVersion: 4, Action: nftdp.ActJump, Target: "deny-9090"}, {Action: nftdp.ActAccept}})
-	d.SetEndpoint(b.Iface, "allow-all", "tw-b")
+	d.SetEndpoint(b.Iface, "allow-all", "tw-b", nftdp.BothFamilies)
 	step("IPv4 jump")
 	if !has(v4, "deny-9090") || has(v6, "deny-9090") || has(v4, "unused") || has(v6, "unused") {
 		t.Errorf("IPv4 jump: ip chains %v, ip6 chains %v", kernelChains(t, node, v4), kernelChains(t, node, v6))
@@ -85,4 +85,114 @@ func TestChainsOnlyWhereReachable(t *testing.T) {
 		}
 	}
 	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv4, Port: 8080}, false, "b no longer dispatched")
+}
+
+// TestEndpointOnlyInItsFamilies: an endpoint is dispatched only in the
+// tables of its address families. b, dispatched as IPv4 only, has its
+// chains and interface entries in the ip table alone: its IPv4 traffic
+// meets its chains, its IPv6 traffic (the pod has an IPv6 address all
+// the same) is dropped as an unknown interface's in both directions, a
+// like endpoint takes one transaction, and Programmed asks only the
+// families it is given. Made dual-stack, b is in both tables; back to
+// IPv4 only, it leaves the ip6 table again. A resync after each step
+// and a restarted dataplane write nothing.
+func TestEndpointOnlyInItsFamilies(t *testing.T) {
+	node := polab.NewNode(t)
+	a := node.AddPod(t, "cali-fa", "10.69.0.1", "fd00:69::1")
+	b := node.AddPod(t, "cali-fb", "10.69.0.2", "fd00:69::2")
+	c := node.AddPod(t, "cali-fc", "10.69.0.3", "")
+	for _, p := range []*polab.Pod{a, b} {
+		polab.Serve(t, p.NS, 8080)
+	}
+	d := newDP(t, node)
+	has := func(fam nftables.TableFamily, chain string) bool {
+		return slices.Contains(kernelChains(t, node, fam), chain)
+	}
+	step := func(what string) {
+		t.Helper()
+		apply(t, d)
+		w := d.Writes()
+		if err := d.Resync(); err != nil || d.Writes() != w {
+			t.Errorf("%s: resync: %v, %d writes", what, err, d.Writes()-w)
+		}
+	}
+	programmed := func(iface string, fams nftdp.Families) bool {
+		t.Helper()
+		ok, err := nftdp.Programmed(node.Fd, "", iface, fams)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	v4, v6 := nftables.TableFamilyIPv4, nftables.TableFamilyIPv6
+	probes := func(what string, v6open bool) {
+		t.Helper()
+		polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv4, Port: 8080}, true, what+": a to b over IPv4")
+		polab.Expect(t, b.NS, polab.Probe{Proto: "tcp", Dst: a.IPv4, Port: 8080}, true, what+": b to a over IPv4")
+		polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv6, Port: 8080}, v6open, what+": a to b over IPv6")
+		polab.Expect(t, b.NS, polab.Probe{Proto: "tcp", Dst: a.IPv6, Port: 8080}, v6open, what+": b to a over IPv6")
+	}
+
+	allowAll(d, a.Iface)
+	d.SetChain("fw-b", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetChain("tw-b", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetEndpoint(b.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	step("b IPv4 only")
+	if !has(v4, "tw-b") || !has(v4, "fw-b") || has(v6, "tw-b") || has(v6, "fw-b") {
+		t.Errorf("b IPv4 only: ip chains %v, ip6 chains %v", kernelChains(t, node, v4), kernelChains(t, node, v6))
+	}
+	if !programmed(b.Iface, nftdp.FamilyIPv4) || programmed(b.Iface, nftdp.BothFamilies) || programmed(b.Iface, nftdp.FamilyIPv6) {
+		t.Errorf("b IPv4 only: Programmed IPv4 %v, both %v, IPv6 %v", programmed(b.Iface, nftdp.FamilyIPv4),
+			programmed(b.Iface, nftdp.BothFamilies), programmed(b.Iface, nftdp.FamilyIPv6))
+	}
+	before, err := d.Counters(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes("b IPv4 only", false)
+	after, err := d.Counters(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"unknown-iface/ingress", "unknown-iface/egress"} {
+		if after[id].Packets <= before[id].Packets {
+			t.Errorf("b IPv4 only: counter %s did not count b's IPv6 (%d -> %d)", id, before[id].Packets, after[id].Packets)
+		}
+	}
+
+	// A second IPv4-only endpoint on the same chains: one transaction
+	// (the ip table's interface maps), none for the ip6 table.
+	w := d.Writes()
+	d.SetEndpoint(c.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	apply(t, d)
+	if d.Writes()-w != 1 {
+		t.Errorf("IPv4-only endpoint like b: %d transactions, want 1", d.Writes()-w)
+	}
+	polab.Expect(t, c.NS, polab.Probe{Proto: "tcp", Dst: a.IPv4, Port: 8080}, true, "c to a over IPv4")
+
+	d.SetEndpoint(b.Iface, "fw-b", "tw-b", nftdp.BothFamilies)
+	step("b dual-stack")
+	if !has(v6, "tw-b") || !has(v6, "fw-b") || !programmed(b.Iface, nftdp.BothFamilies) {
+		t.Errorf("b dual-stack: ip6 chains %v, Programmed %v", kernelChains(t, node, v6), programmed(b.Iface, nftdp.BothFamilies))
+	}
+	probes("b dual-stack", true)
+
+	d.SetEndpoint(b.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	step("b IPv4 only again")
+	if has(v6, "tw-b") || has(v6, "fw-b") || programmed(b.Iface, nftdp.FamilyIPv6) {
+		t.Errorf("b IPv4 only again: ip6 chains %v", kernelChains(t, node, v6))
+	}
+	probes("b IPv4 only again", false)
+
+	// A restarted dataplane with the same state writes nothing.
+	d2 := newDP(t, node)
+	allowAll(d2, a.Iface)
+	d2.SetChain("fw-b", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d2.SetChain("tw-b", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d2.SetEndpoint(b.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	d2.SetEndpoint(c.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	apply(t, d2)
+	if d2.Writes() != 0 {
+		t.Errorf("restart with the same state made %d writes", d2.Writes())
+	}
 }

@@ -40,7 +40,7 @@ func setChains(d *nftdp.Dataplane, iface string) {
 		{Action: nftdp.ActJump, Target: "pol"},
 		{ID: "b/end", Counter: true, Action: nftdp.ActDrop},
 	})
-	d.SetEndpoint(iface, "allow-all", "tw-b")
+	d.SetEndpoint(iface, "allow-all", "tw-b", nftdp.BothFamilies)
 }
 
 // TestAddrSetFlavour: an address set of single addresses is a plain hash
