@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -41,6 +42,10 @@ type Calc struct {
 	sets     map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).
 	profileRefs map[string]int
+	// Endpoints (keys) whose labels read each profile name (existing or
+	// not; see profileNames), so that a profile change re-derives only
+	// those.
+	profileUsers map[string]map[string]bool
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
@@ -71,7 +76,7 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{}, epChainRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[string]bool{}, epChainRefs: map[string]int{},
 		labels: labelIndex{byKey: map[string]*labelEntry{}},
 	}
 	for _, t := range api.DefaultTiers() {
@@ -357,10 +362,8 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	}
 	// Labels flow from profiles to endpoints (and, for namespace
 	// profiles, to network sets): re-derive those that use it.
-	for _, e := range c.eps {
-		if slices.Contains(e.Profiles, name) || name == api.NamespaceProfilePrefix+e.Namespace || name == api.ServiceAccountProfilePrefix+e.Namespace+"."+e.ServiceAccount {
-			c.SetEndpoint(e.Endpoint)
-		}
+	for _, k := range slices.Sorted(maps.Keys(c.profileUsers[name])) {
+		c.SetEndpoint(c.eps[k].Endpoint)
 	}
 	for _, s := range c.netsets {
 		if name == api.NamespaceProfilePrefix+s.Namespace {

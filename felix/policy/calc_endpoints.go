@@ -14,6 +14,10 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	old := c.eps[ep.Key]
 	e := derive(ep, c.profiles)
 	c.eps[ep.Key] = e
+	if old != nil {
+		c.releaseProfiles(old)
+	}
+	c.holdProfiles(e)
 	c.labels.hold(e)
 	key := "ep:" + ep.Key
 	now := c.setsFor(e)
@@ -46,6 +50,7 @@ func (c *Calc) DeleteEndpoint(key string) {
 		return
 	}
 	delete(c.eps, key)
+	c.releaseProfiles(old)
 	ck := "ep:" + key
 	for _, s := range c.setsFor(old) {
 		c.contribute(s, ck, nil)
@@ -53,6 +58,38 @@ func (c *Calc) DeleteEndpoint(key string) {
 	c.labels.release(old)
 	if l := c.locals[key]; l != nil {
 		c.removeLocal(l)
+	}
+}
+
+// profileNames are the profiles whose labels an endpoint's labels are
+// derived from (see derive): its own, its namespace's and its service
+// account's.
+func profileNames(e *endpoint) []string {
+	return append(slices.Clip(e.Profiles), api.NamespaceProfilePrefix+e.Namespace,
+		api.ServiceAccountProfilePrefix+e.Namespace+"."+e.ServiceAccount)
+}
+
+// holdProfiles records e as a user of the profiles its labels read.
+func (c *Calc) holdProfiles(e *endpoint) {
+	for _, name := range profileNames(e) {
+		users := c.profileUsers[name]
+		if users == nil {
+			users = map[string]bool{}
+			c.profileUsers[name] = users
+		}
+		users[e.Key] = true
+	}
+}
+
+// releaseProfiles undoes holdProfiles.
+func (c *Calc) releaseProfiles(e *endpoint) {
+	for _, name := range profileNames(e) {
+		if users := c.profileUsers[name]; users != nil {
+			delete(users, e.Key)
+			if len(users) == 0 {
+				delete(c.profileUsers, name)
+			}
+		}
 	}
 }
 
@@ -256,7 +293,8 @@ func (c *Calc) unrefEPChain(name string) {
 }
 
 // refSets takes a reference on each set, creating and filling new ones
-// from every endpoint and network set.
+// from every endpoint and network set (the endpoints through the label
+// index: the set's selector is asked once per label key).
 func (c *Calc) refSets(specs []setSpec) {
 	for _, sp := range specs {
 		s := c.sets[sp.name]
@@ -265,9 +303,9 @@ func (c *Calc) refSets(specs []setSpec) {
 			c.sets[sp.name] = s
 			c.labels.setGen++
 			c.sink.AddSet(sp.name, sp.kind)
-			for k, e := range c.eps {
-				c.contribute(s, "ep:"+k, s.endpointMembers(e))
-			}
+			c.labels.matching(sp.m, func(e *endpoint) {
+				c.contribute(s, "ep:"+e.Key, s.membersOf(e))
+			})
 			for k, n := range c.netsets {
 				c.contribute(s, "ns:"+k, s.netsetMembers(n))
 			}
@@ -317,6 +355,11 @@ func (s *aset) endpointMembers(e *endpoint) []nftdp.Member {
 	if !s.spec.m.endpoint(e) {
 		return nil
 	}
+	return s.membersOf(e)
+}
+
+// membersOf is what e gives the set if its selector picks e.
+func (s *aset) membersOf(e *endpoint) []nftdp.Member {
 	var out []nftdp.Member
 	for _, ip := range e.IPs {
 		if s.spec.kind == nftdp.AddrSet {

@@ -27,6 +27,9 @@ type labelIndex struct {
 
 type labelEntry struct {
 	refs int // endpoints in Calc.eps with this key
+	// The endpoints with this key (Calc.eps' entries), so that a new
+	// set asks its selector once per key, not once per endpoint.
+	eps map[string]*endpoint
 	// Active sets selecting the key, as of setGen.
 	setGen int
 	sets   []*aset
@@ -57,17 +60,37 @@ func labelKey(e *endpoint) string {
 func (x *labelIndex) hold(e *endpoint) {
 	le := x.byKey[e.key]
 	if le == nil {
-		le = &labelEntry{setGen: -1, polGen: -1}
+		le = &labelEntry{setGen: -1, polGen: -1, eps: map[string]*endpoint{}}
 		x.byKey[e.key] = le
 	}
 	le.refs++
+	le.eps[e.Key] = e
 }
 
 // release drops a reference taken by hold.
 func (x *labelIndex) release(e *endpoint) {
 	if le := x.byKey[e.key]; le != nil {
+		// A replacement with the same key was held first: keep it.
+		if le.eps[e.Key] == e {
+			delete(le.eps, e.Key)
+		}
 		if le.refs--; le.refs <= 0 {
 			delete(x.byKey, e.key)
+		}
+	}
+}
+
+// matching calls fn for every endpoint m picks, asking m once per label
+// key: every endpoint with the key gets the same answer.
+func (x *labelIndex) matching(m *matcher, fn func(*endpoint)) {
+	for _, le := range x.byKey {
+		for _, rep := range le.eps {
+			if m.endpoint(rep) {
+				for _, e := range le.eps {
+					fn(e)
+				}
+			}
+			break // one is enough to ask
 		}
 	}
 }

@@ -100,6 +100,14 @@ func TestLabelIndexMatchesFreshCalc(t *testing.T) {
 	setProfile("kns.prod", map[string]string{"pcns.team": "b"})
 	check("selection and profile labels changed")
 
+	// New sets made while their members exist (filled from the label
+	// index, several endpoints per key), one selecting by a label a
+	// profile applies; a profile no endpoint reads changes nothing.
+	setPol("late", "app == 'web'", "app == 'client' || app == 'db'")
+	setPol("teamb", "app == 'web'", "team == 'b' && app == 'client'")
+	setProfile("kns.other", map[string]string{"pcns.team": "c"})
+	check("sets made from the index")
+
 	// Relabel and delete.
 	setEP("c1", false, "10.0.1.1", map[string]string{"app": "db"})
 	setEP("w2", true, "10.0.0.2", map[string]string{"app": "client"})
