@@ -186,7 +186,10 @@ func BenchmarkProgramming(b *testing.B) {
 
 		// Each sample: the model change (calc) and the transaction that
 		// programs it (kernel), timed separately and together.
-		var remote, local, first, edit, remoteK, localK, firstK, editK []time.Duration
+		var remote, local, first, edit, added, remoteK, localK, firstK, editK, addedK []time.Duration
+		// A new service account's profile arrives before its first pod:
+		// the calculator's cost of that event (no transaction of its own).
+		var profileCPU time.Duration
 		// CPU time of each kind's samples, user and system, summed
 		// (rusage is too coarse for one sample).
 		cpuU, cpuS := map[*[]time.Duration]time.Duration{}, map[*[]time.Duration]time.Duration{}
@@ -218,10 +221,12 @@ func BenchmarkProgramming(b *testing.B) {
 			case 2: // the first local pod with its set of policies and profiles
 				e.Local = true
 				e.Profiles = append(e.Profiles, "ksa."+e.Namespace+".sa"+strconv.Itoa(s))
+				c := cpuTime()
 				if err := m.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: e.Profiles[1]},
 					Spec: api.ProfileSpec{Egress: []api.Rule{{Action: api.ActionAllow}}}}); err != nil {
 					b.Fatal(err)
 				}
+				profileCPU += cpuTime() - c
 				timed(func() error { return m.SetEndpoint(e) }, &first, &firstK)
 			}
 		}
@@ -232,12 +237,28 @@ func BenchmarkProgramming(b *testing.B) {
 			p := bm.policy(s*5%bm.nPol, 8081+(s*5/bm.nPol)%2)
 			timed(func() error { return m.SetPolicy(p) }, &edit, &editK)
 		}
+		// New policies, each selecting pods of an app with local pods and
+		// allowing from a selector no other rule uses: a new set, filled
+		// from the endpoints it selects.
+		for s := range samples / 3 {
+			src := fmt.Sprintf("app == 'app-%d' && sample != '%d'", (s*13+5)%benchApps, s)
+			y := fmt.Sprintf("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: new-%d}\nspec:\n  order: 5000\n  selector: app == 'app-%d'\n"+
+				"  types: [Ingress]\n  ingress: [{action: Allow, protocol: TCP, source: {selector: \"%s\"}, destination: {ports: [9000]}}]\n", s, s%benchApps, src)
+			d, err := api.Decode([]byte(y))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := d.Resources[0].(api.Policy)
+			timed(func() error { return m.SetPolicy(p) }, &added, &addedK)
+		}
+		b.Logf("profile added (calculator only, before its first pod): mean CPU %v (%d samples)", (profileCPU / time.Duration(max(1, len(first)))).Round(10*time.Microsecond), len(first))
 		r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 		for _, x := range []struct {
 			name      string
 			ds, kernl *[]time.Duration
 		}{{"pod added elsewhere (set members)", &remote, &remoteK}, {"local pod added, like others (+ dispatch)", &local, &localK},
-			{"local pod added, first of its kind (+ its chains)", &first, &firstK}, {"policy edited", &edit, &editK}} {
+			{"local pod added, first of its kind (+ its chains)", &first, &firstK}, {"policy edited", &edit, &editK},
+			{"policy added (+ a new set, its chain, its pods' chains)", &added, &addedK}} {
 			ds, kernl := *x.ds, *x.kernl
 			n := time.Duration(len(ds))
 			b.Logf("%s: p50 %v p99 %v max %v (kernel transaction p50 %v p99 %v; mean CPU %v = user %v + sys %v; %.2f transactions each; %d samples)", x.name, r(percentile(ds, 0.5)),
