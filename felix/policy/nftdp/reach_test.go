@@ -31,6 +31,22 @@ func kernelChains(t *testing.T, n *polab.Node, fam nftables.TableFamily) []strin
 	return out
 }
 
+// hasChain reports whether our table in fam has the chain.
+func hasChain(t *testing.T, n *polab.Node, fam nftables.TableFamily, chain string) bool {
+	t.Helper()
+	return slices.Contains(kernelChains(t, n, fam), chain)
+}
+
+// applyResyncNoop applies, then checks that a resync writes nothing.
+func applyResyncNoop(t *testing.T, d *nftdp.Dataplane, what string) {
+	t.Helper()
+	apply(t, d)
+	w := d.Writes()
+	if err := d.Resync(); err != nil || d.Writes() != w {
+		t.Errorf("%s: resync: %v, %d writes", what, err, d.Writes()-w)
+	}
+}
+
 // TestChainsOnlyWhereReachable: a chain only an IPv4 jump leads to is in
 // the ip table and not in the ip6 one; when the jump applies to both
 // families the chain appears in the ip6 table too (and real IPv6 traffic
@@ -44,17 +60,8 @@ func TestChainsOnlyWhereReachable(t *testing.T) {
 	polab.Serve(t, b.NS, 8080)
 	polab.Serve(t, b.NS, 9090)
 	d := newDP(t, node)
-	has := func(fam nftables.TableFamily, chain string) bool {
-		return slices.Contains(kernelChains(t, node, fam), chain)
-	}
-	step := func(what string) {
-		t.Helper()
-		apply(t, d)
-		w := d.Writes()
-		if err := d.Resync(); err != nil || d.Writes() != w {
-			t.Errorf("%s: resync: %v, %d writes", what, err, d.Writes()-w)
-		}
-	}
+	has := func(fam nftables.TableFamily, chain string) bool { return hasChain(t, node, fam, chain) }
+	step := func(what string) { t.Helper(); applyResyncNoop(t, d, what) }
 	v4, v6 := nftables.TableFamilyIPv4, nftables.TableFamilyIPv6
 
 	allowAll(d, a.Iface)
@@ -105,17 +112,8 @@ func TestEndpointOnlyInItsFamilies(t *testing.T) {
 		polab.Serve(t, p.NS, 8080)
 	}
 	d := newDP(t, node)
-	has := func(fam nftables.TableFamily, chain string) bool {
-		return slices.Contains(kernelChains(t, node, fam), chain)
-	}
-	step := func(what string) {
-		t.Helper()
-		apply(t, d)
-		w := d.Writes()
-		if err := d.Resync(); err != nil || d.Writes() != w {
-			t.Errorf("%s: resync: %v, %d writes", what, err, d.Writes()-w)
-		}
-	}
+	has := func(fam nftables.TableFamily, chain string) bool { return hasChain(t, node, fam, chain) }
+	step := func(what string) { t.Helper(); applyResyncNoop(t, d, what) }
 	programmed := func(iface string, fams nftdp.Families) bool {
 		t.Helper()
 		ok, err := nftdp.Programmed(node.Fd, "", iface, fams)
