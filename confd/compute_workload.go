@@ -24,6 +24,8 @@ import (
 //   - The session is passive (the pod dials), from the pod's first
 //     address of each family, with AS asNumber, multihop, no source
 //     address, and the BGPPeer's localASNumber, filters and timers.
+//     What the pod advertises stays on this node (NoAdvertise): Calico
+//     exports a workload's routes to no other peer.
 //   - Felix puts BGPConfiguration "default"'s localWorkloadPeeringIPV4
 //     (IPV6) on the host side of the endpoint's interface when it has an
 //     address of that family: that is the address the pod dials. Without
@@ -119,7 +121,7 @@ func workloadCandidates(in Input, bp *api.BGPPeer, picked map[string]*api.BGPPee
 			}
 			out = append(out, candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
 				Address: a, ASN: uint32(bp.Spec.ASNumber), Type: bgp.PeerTypeLocalWorkload,
-				Name: workloadName(w), Passive: true, Multihop: true,
+				Name: workloadName(w), Passive: true, Multihop: true, NoAdvertise: true,
 			}}})
 		}
 	}

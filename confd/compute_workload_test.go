@@ -70,8 +70,8 @@ func TestWorkloadPeers(t *testing.T) {
 		t.Errorf("sessions\n got  %q\n want %q", got, want)
 	}
 	for _, p := range d.Peers {
-		if !p.Passive || !p.Multihop {
-			t.Errorf("%s: passive %v multihop %v, want both", p.Address, p.Passive, p.Multihop)
+		if !p.Passive || !p.Multihop || !p.NoAdvertise {
+			t.Errorf("%s: passive %v multihop %v no-advertise %v, want all", p.Address, p.Passive, p.Multihop, p.NoAdvertise)
 		}
 	}
 	if f := d.Filters[netip.MustParseAddr("10.65.1.7")]; len(f.Import) != 1 {

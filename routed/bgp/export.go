@@ -50,9 +50,15 @@ const emptyPathPolicy = "routed-ebgp-empty-as-path"
 // ebgpPeers lists the eBGP peers that match (address/32 or /128, sorted); a nil
 // match takes them all.
 func ebgpPeers(peers []Peer, localASN uint32, match func(Peer) bool) []string {
+	return peerPrefixes(peers, func(p Peer) bool { return p.external(localASN) && (match == nil || match(p)) })
+}
+
+// peerPrefixes lists the peers that match as a neighbor set wants them
+// (address/32 or /128, sorted).
+func peerPrefixes(peers []Peer, match func(Peer) bool) []string {
 	var out []string
 	for _, p := range peers {
-		if p.Address.IsValid() && p.external(localASN) && (match == nil || match(p)) {
+		if p.Address.IsValid() && match(p) {
 			out = append(out, hostPrefix(p.Address))
 		}
 	}

@@ -50,6 +50,9 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyEmptyPathReject(ctx, w.peers); err != nil {
 		return 0, err
 	}
+	if err := s.applyNoAdvertise(ctx, w.peers); err != nil {
+		return 0, err
+	}
 	// Before the sessions: a new peer never sees a private pool's routes.
 	if err := s.applyNoExport(ctx, w.noExport); err != nil {
 		return 0, err
@@ -101,6 +104,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport = nil, nil, nil, nil, nil
+		s.noAdvMark, s.noAdvertiseOn = nil, false
 		s.filterKey, s.filterPolicies, s.filterSets = "", nil, nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
@@ -247,7 +251,18 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 				return fmt.Errorf("bgp: add peer %s: %w", addr, err)
 			}
 			s.log.WithField("peer", p).Info("added BGP peer")
-		case onlyNextHopPolicy(old, p):
+		case onlyPolicy(old, p):
+			if old.NoAdvertise != p.NoAdvertise {
+				// The import policy already changed: judge the routes
+				// the peer sent again, so they gain or lose the mark.
+				err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_IN})
+				if err != nil {
+					return fmt.Errorf("bgp: re-import from peer %s: %w", addr, err)
+				}
+			}
+			if old.KeepOriginalNextHop == p.KeepOriginalNextHop && old.NextHopSelf == p.NextHopSelf {
+				break
+			}
 			// The export policy already changed; re-send our routes. A
 			// soft reset never withdraws what the policy now filters, so
 			// an eBGP peer that loses keepOriginalNextHop (and now gets
@@ -273,13 +288,14 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 	return nil
 }
 
-// onlyNextHopPolicy reports whether old and p differ only in
-// KeepOriginalNextHop and NextHopSelf (export policy, not session).
-func onlyNextHopPolicy(old, p Peer) bool {
-	if old.KeepOriginalNextHop == p.KeepOriginalNextHop && old.NextHopSelf == p.NextHopSelf {
+// onlyPolicy reports whether old and p differ, but only in
+// KeepOriginalNextHop and NextHopSelf (export policy) or NoAdvertise
+// (import policy): fields that need no new session.
+func onlyPolicy(old, p Peer) bool {
+	if old.KeepOriginalNextHop == p.KeepOriginalNextHop && old.NextHopSelf == p.NextHopSelf && old.NoAdvertise == p.NoAdvertise {
 		return false
 	}
-	old.KeepOriginalNextHop, old.NextHopSelf = p.KeepOriginalNextHop, p.NextHopSelf
+	old.KeepOriginalNextHop, old.NextHopSelf, old.NoAdvertise = p.KeepOriginalNextHop, p.NextHopSelf, p.NoAdvertise
 	return sameSession(old, p)
 }
 
@@ -290,13 +306,7 @@ const keepNHPolicy = "routed-keep-nexthop"
 // applyKeepNextHop installs a global export policy leaving the next hop
 // unchanged towards peers with KeepOriginalNextHop.
 func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
-	var want []string
-	for _, p := range peers {
-		if p.KeepOriginalNextHop && p.Address.IsValid() {
-			want = append(want, hostPrefix(p.Address))
-		}
-	}
-	slices.Sort(want)
+	want := peerPrefixes(peers, func(p Peer) bool { return p.KeepOriginalNextHop })
 	stmts := []*api.Statement{{
 		Name:    keepNHPolicy,
 		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Unchanged: true}},
@@ -312,13 +322,7 @@ const selfNHPolicy = "routed-next-hop-self"
 // the next hop towards peers with NextHopSelf: GoBGP would otherwise
 // pass reflected iBGP routes on with their original next hop.
 func (s *Speaker) applyNextHopSelf(ctx context.Context, peers []Peer) error {
-	var want []string
-	for _, p := range peers {
-		if p.NextHopSelf && p.Address.IsValid() {
-			want = append(want, hostPrefix(p.Address))
-		}
-	}
-	slices.Sort(want)
+	want := peerPrefixes(peers, func(p Peer) bool { return p.NextHopSelf })
 	stmts := []*api.Statement{{
 		Name:    selfNHPolicy,
 		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Self: true}},

@@ -61,6 +61,8 @@ type Speaker struct {
 	noExport       []netip.Prefix // CIDRs kept from every peer
 	ownOnly        []string       // eBGP peers limited to our own routes
 	emptyPath      []string       // eBGP peers whose empty AS paths are dropped
+	noAdvMark      []string       // peers whose routes are marked NO_ADVERTISE
+	noAdvertiseOn  bool           // the NO_ADVERTISE export policy is installed
 	restartUntil   time.Time
 	runStart       time.Time
 	markerFailed   bool // the restart marker could not be written (said once)

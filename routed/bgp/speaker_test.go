@@ -12,6 +12,7 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -408,5 +409,75 @@ func TestOwnRoutesOnlyForPeerAddedLater(t *testing.T) {
 		if _, ok := n.sink.Routes()[block]; ok {
 			t.Errorf("eBGP peer %s got a block b only learned (next hop self)", n.addr)
 		}
+	}
+}
+
+// TestWorkloadRoutesStayOnTheNode: what a pod peering with its node
+// (a NoAdvertise session, confd's localWorkloadSelector) advertises
+// reaches the node's RouteSink but none of its other peers: not its iBGP
+// mesh peer, not an eBGP peer that gets learned routes
+// (keepOriginalNextHop), as Calico's BIRD exports it to nobody. A route
+// the node learns later from an ordinary eBGP peer reaches both, so
+// once they have it, the pod's route would have reached them first.
+// The mark follows the session's setting both ways.
+func TestWorkloadRoutesStayOnTheNode(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	c, w, d := l.speaker(3, 65000), l.speaker(4, 65100), l.speaker(5, 65001)
+	toC, toD := meshPeer(l, a, c, 65000), meshPeer(l, a, d, 65001)
+	toC.Type, toD.Type = PeerTypeGlobal, PeerTypeGlobal
+	toC.KeepOriginalNextHop = true
+	toW := meshPeer(l, a, w, 65100)
+	toW.Type, toW.Passive, toW.Multihop, toW.NoAdvertise = PeerTypeLocalWorkload, true, true, true
+	aPeers := func() []Peer { return []Peer{meshPeer(l, a, b, 64512), toC, toW, toD} }
+	a.sp.SetPeers(aPeers())
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	c.sp.SetPeers([]Peer{meshPeer(l, c, a, 64512)})
+	d.sp.SetPeers([]Peer{meshPeer(l, d, a, 64512)})
+	podToNode := meshPeer(l, w, a, 64512)
+	podToNode.Passive = false // the pod dials
+	w.sp.SetPeers([]Peer{podToNode})
+
+	podRoute := netip.MustParsePrefix("203.0.113.0/24")
+	w.sp.SetServiceCIDRs([]netip.Prefix{podRoute})
+	if err := a.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(podRoute, w.addr)); err != nil {
+		t.Fatalf("the node never learned the pod's route: %v", err)
+	}
+	marker := netip.MustParsePrefix("198.51.100.0/24")
+	d.sp.SetServiceCIDRs([]netip.Prefix{marker})
+	for _, n := range []*testNode{b, c} {
+		var snap map[netip.Prefix]netip.Addr
+		if err := n.sink.WaitFor(ctxT(t, 20*time.Second), func(m map[netip.Prefix]netip.Addr) bool {
+			snap = maps.Clone(m)
+			return bgptest.Has(marker, d.addr)(m)
+		}); err != nil {
+			t.Fatalf("%s never got the route the node learned from an eBGP peer: %v", n.addr, err)
+		}
+		if nh, ok := snap[podRoute]; ok {
+			t.Errorf("%s got the pod's route (next hop %s) beside %s: %v", n.addr, nh, marker, snap)
+		}
+	}
+
+	// Not marked any more: the routes the pod sent are judged again and
+	// sent on; marked again, they are withdrawn. The session stays.
+	p := waitPeer(t, a.sp, w.addr, established)
+	toW.NoAdvertise = false
+	a.sp.SetPeers(aPeers())
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(podRoute, w.addr)); err != nil {
+		t.Fatalf("NoAdvertise off: the mesh peer never got the pod's route: %v", err)
+	}
+	toW.NoAdvertise = true
+	a.sp.SetPeers(aPeers())
+	for _, n := range []*testNode{b, c} {
+		if err := n.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(podRoute)); err != nil {
+			t.Fatalf("NoAdvertise on again: %s still has the pod's route: %v", n.addr, err)
+		}
+	}
+	if _, ok := a.sink.Routes()[podRoute]; !ok {
+		t.Fatal("NoAdvertise on again: the node lost the pod's route")
+	}
+	if q := waitPeer(t, a.sp, w.addr, established); !q.Since.Equal(p.Since) {
+		t.Errorf("the pod's session was reset (since %v, then %v): a soft reset should do", p.Since, q.Since)
 	}
 }

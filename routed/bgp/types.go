@@ -157,6 +157,11 @@ type Peer struct {
 	// the session's packets), as BIRD's "multihop" for Calico's sessions
 	// with local workloads. Ignored when TTLHops is set.
 	Multihop bool
+	// NoAdvertise keeps the routes learned from this peer on this node:
+	// they reach the RouteSink but no other peer (a pod peering through
+	// localWorkloadSelector, whose routes Calico exports to nobody).
+	// GoBGP marks them NO_ADVERTISE on import (noadvertise.go).
+	NoAdvertise bool
 }
 
 // external reports whether the session with p is eBGP for a node whose
@@ -176,6 +181,9 @@ func (p Peer) String() string {
 	}
 	if p.Passive {
 		s += " passive"
+	}
+	if p.NoAdvertise {
+		s += " no-advertise"
 	}
 	return s
 }
