@@ -13,7 +13,8 @@ import (
 
 // AddHost builds a namespace called <prefix>-<name> with host number host
 // on subnet a (eth0, default route via the lab's router), as a machine
-// on a node's network would be: a ToR, a route server, a rogue node.
+// on a node's network would be: a ToR, a route server, a rogue node. In
+// a dual-stack lab it has HostAddr6(host) too.
 func (l *Lab) AddHost(ctx context.Context, name string, host byte) (string, netip.Prefix, error) {
 	t := l.Topo
 	ip4 := t.SubnetA.Addr().As4()
@@ -21,10 +22,11 @@ func (l *Lab) AddHost(ctx context.Context, name string, host byte) (string, neti
 	addr := netip.PrefixFrom(netip.AddrFrom4(ip4), t.SubnetA.Bits())
 	ns, veth := t.Prefix+"-"+name, t.Prefix+"-vr"+fmt.Sprint(host)
 	rtr := t.RouterNS()
-	steps := []struct {
+	type step struct {
 		ns   string
 		args []string
-	}{
+	}
+	steps := []step{
 		{"", []string{"netns", "add", ns}},
 		{ns, []string{"link", "add", "eth0", "type", "veth", "peer", "name", veth, "netns", rtr}},
 		{ns, []string{"addr", "add", addr.String(), "dev", "eth0"}},
@@ -33,6 +35,11 @@ func (l *Lab) AddHost(ctx context.Context, name string, host byte) (string, neti
 		{ns, []string{"route", "add", "default", "via", t.routerAddr("a").Addr().String()}},
 		{rtr, []string{"link", "set", veth, "master", "br-a"}},
 		{rtr, []string{"link", "set", veth, "up"}},
+	}
+	if t.DualStack {
+		steps = append(steps,
+			step{ns, []string{"-6", "addr", "add", t.HostAddr6(host).String(), "dev", "eth0", "nodad"}},
+			step{ns, []string{"-6", "route", "add", "default", "via", t.routerAddr6("a").Addr().String()}})
 	}
 	for _, s := range steps {
 		if err := ip(ctx, s.ns, s.args...); err != nil {

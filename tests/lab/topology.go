@@ -139,6 +139,10 @@ func (t Topology) subnet6(subnet string) netip.Prefix {
 	return t.SubnetA6
 }
 
+// HostAddr6 is the IPv6 address AddHost gives host number host in a
+// dual-stack lab (on SubnetA6).
+func (t Topology) HostAddr6(host byte) netip.Prefix { return hostIn(t.SubnetA6, uint64(host)) }
+
 // routerAddr6 is the router's IPv6 address on a node's subnet.
 func (t Topology) routerAddr6(subnet string) netip.Prefix { return hostIn(t.subnet6(subnet), 1) }
 
