@@ -57,12 +57,18 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyNoExport(ctx, w.noExport); err != nil {
 		return 0, err
 	}
-	if err := s.applyPeers(ctx, w.peers); err != nil {
-		return 0, err
-	}
+	// BGPFilters after routed's own policies (above) and before the
+	// sessions: confd sets a peer's filters before the peer, so a new
+	// session's first routes are already judged by them. Added the
+	// other way round, a route an import Reject refuses reached the
+	// RouteSink until the filter's soft reset (TestBirdBGPFilterIPv6
+	// under -race saw it).
 	reorder := s.ownPolicyAdded
 	s.ownPolicyAdded = false
-	return 0, s.applyFilters(ctx, w.filters, reorder)
+	if err := s.applyFilters(ctx, w.filters, reorder); err != nil {
+		return 0, err
+	}
+	return 0, s.applyPeers(ctx, w.peers)
 }
 
 // ribFamilies are the address families of GoBGP's RIBs: IPv4 and IPv6
