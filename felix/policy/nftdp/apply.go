@@ -27,9 +27,12 @@ type famTable struct {
 	lists       map[uint32]string            // ChainDispatch: id -> chain
 	hasDispatch bool                         // ChainDispatch exists
 
-	// What leads to each regular chain in this family (see reach.go).
-	jumps  map[string][]string
-	inRefs map[string]int
+	// What leads to each regular chain in this family, and which sets
+	// the chains in this family's table use (see reach.go).
+	jumps   map[string][]string
+	inRefs  map[string]int
+	uses    map[string][]string
+	setRefs map[string]int
 }
 
 type chainHave struct {
@@ -104,8 +107,8 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 		return err
 	}
 
-	setNames := keysOf(d.dirtySets)
-	chainNames := d.reachChanges(ft, full)
+	chainNames, usedSets := d.reachChanges(ft, full)
+	setNames := union(keysOf(d.dirtySets), usedSets)
 	epNames := keysOf(d.dirtyEndpoints)
 	if full {
 		setNames = union(keysOf(d.sets), keysOf(ft.sets))
@@ -154,7 +157,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 
 	var delSets []string
 	for _, name := range setNames {
-		want, have := d.sets[name], ft.sets[name]
+		want, have := d.wantSetIn(ft, name), ft.sets[name]
 		if want == nil {
 			if have != nil {
 				delSets = append(delSets, name)
@@ -210,6 +213,15 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 		return fmt.Errorf("nftdp: writing table %s %s (%d operations): %w", ft.fam.name, ft.table.Name, t.n, err)
 	}
 	return nil
+}
+
+// wantSetIn is set name as ft's table should have it: nil when it is not
+// wanted or no chain in ft's table uses it.
+func (d *Dataplane) wantSetIn(ft *famTable, name string) *setWant {
+	if ft.setRefs[name] == 0 {
+		return nil
+	}
+	return d.sets[name]
 }
 
 // keysFor lists the keys of a chain's rules that exist in ft's family.
@@ -383,7 +395,7 @@ func (ft *famTable) interval(want *setWant) bool {
 func (ft *famTable) remadeSets(d *Dataplane, names []string) map[string]bool {
 	out := map[string]bool{}
 	for _, name := range names {
-		want, have := d.sets[name], ft.sets[name]
+		want, have := d.wantSetIn(ft, name), ft.sets[name]
 		if want != nil && have != nil && have.kind == want.kind && have.interval != ft.interval(want) {
 			out[name] = true
 		}

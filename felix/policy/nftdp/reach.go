@@ -42,12 +42,67 @@ func (ft *famTable) jumpTargets(c *chainWant) []string {
 	return out
 }
 
+// setsUsed lists the named sets c's rules that apply in ft's family look
+// up, sorted, without repeats.
+func (ft *famTable) setsUsed(c *chainWant) []string {
+	var out []string
+	for i := range c.rules {
+		r := &c.rules[i]
+		if !ft.fam.applies(r) {
+			continue
+		}
+		for _, sd := range []*Side{&r.Src, &r.Dst} {
+			out = append(out, sd.Sets...)
+			out = append(out, sd.NotSets...)
+			out = append(out, sd.NotNamedPortSets...)
+			if sd.NamedPortSet != "" {
+				out = append(out, sd.NamedPortSet)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// useSets records which sets chain name uses in ft's table (none when it
+// is not there), counting the users of each set; a set whose count
+// leaves or reaches 0 is added to changed. A set is in a family's table
+// only while a chain there uses it, so a set only IPv4 rules use is not
+// written to the ip6 table at all.
+func (d *Dataplane) useSets(ft *famTable, name string, changed map[string]bool) {
+	var sets []string
+	if d.reachable(ft, name) {
+		sets = ft.setsUsed(d.chains[name])
+	}
+	old := ft.uses[name]
+	if slices.Equal(old, sets) {
+		return
+	}
+	if len(sets) == 0 {
+		delete(ft.uses, name)
+	} else {
+		ft.uses[name] = sets
+	}
+	for _, s := range old {
+		if ft.setRefs[s]--; ft.setRefs[s] <= 0 {
+			delete(ft.setRefs, s)
+			changed[s] = true
+		}
+	}
+	for _, s := range sets {
+		if ft.setRefs[s]++; ft.setRefs[s] == 1 {
+			changed[s] = true
+		}
+	}
+}
+
 // reach recounts the jumps of chain name in ft's family and, for every
 // chain that becomes reachable or unreachable thereby, its jumps in
 // turn; each such chain is added to changed. Jumps cannot form loops
 // (the kernel refuses them, and checkRefs runs first), and a chain's
 // jumps are recorded before recursing, so this ends.
-func (d *Dataplane) reach(ft *famTable, name string, changed map[string]bool) {
+func (d *Dataplane) reach(ft *famTable, name string, changed, sets map[string]bool) {
+	d.useSets(ft, name, sets)
 	var targets []string
 	if d.reachable(ft, name) {
 		targets = ft.jumpTargets(d.chains[name])
@@ -65,36 +120,38 @@ func (d *Dataplane) reach(ft *famTable, name string, changed map[string]bool) {
 		if ft.inRefs[t]--; ft.inRefs[t] <= 0 {
 			delete(ft.inRefs, t)
 			changed[t] = true
-			d.reach(ft, t, changed)
+			d.reach(ft, t, changed, sets)
 		}
 	}
 	for _, t := range targets {
 		if ft.inRefs[t]++; ft.inRefs[t] == 1 {
 			changed[t] = true
-			d.reach(ft, t, changed)
+			d.reach(ft, t, changed, sets)
 		}
 	}
 }
 
-// reachChanges updates ft's reachability for what changed since the
-// last Apply (all of it when full) and returns the chains whose
-// reachability or content may differ.
-func (d *Dataplane) reachChanges(ft *famTable, full bool) []string {
-	changed := map[string]bool{}
+// reachChanges updates ft's reachability and set users for what changed
+// since the last Apply (all of it when full) and returns the chains
+// whose reachability or content may differ and the sets whose presence
+// in ft's table may.
+func (d *Dataplane) reachChanges(ft *famTable, full bool) (chains, sets []string) {
+	changed, setsChanged := map[string]bool{}, map[string]bool{}
 	if full {
 		ft.jumps, ft.inRefs = map[string][]string{}, map[string]int{}
+		ft.uses, ft.setRefs = map[string][]string{}, map[string]int{}
 		for name := range d.chains {
-			d.reach(ft, name, changed)
+			d.reach(ft, name, changed, setsChanged)
 		}
-		return keysOf(changed)
+		return keysOf(changed), keysOf(setsChanged)
 	}
 	for name := range d.dirtyChains {
 		changed[name] = true
-		d.reach(ft, name, changed)
+		d.reach(ft, name, changed, setsChanged)
 	}
 	for name := range d.dirtyRoots {
 		changed[name] = true
-		d.reach(ft, name, changed)
+		d.reach(ft, name, changed, setsChanged)
 	}
-	return keysOf(changed)
+	return keysOf(changed), keysOf(setsChanged)
 }

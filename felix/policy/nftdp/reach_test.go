@@ -1,6 +1,7 @@
 package nftdp_test
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -189,6 +190,103 @@ func TestEndpointOnlyInItsFamilies(t *testing.T) {
 	d2.SetChain("tw-b", []nftdp.Rule{{Action: nftdp.ActAccept}})
 	d2.SetEndpoint(b.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
 	d2.SetEndpoint(c.Iface, "fw-b", "tw-b", nftdp.FamilyIPv4)
+	apply(t, d2)
+	if d2.Writes() != 0 {
+		t.Errorf("restart with the same state made %d writes", d2.Writes())
+	}
+}
+
+// kernelSets lists the sets of our table in one family.
+func kernelSets(t *testing.T, n *polab.Node, fam nftables.TableFamily) []string {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(n.Fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseLasting()
+	sets, err := c.GetSets(&nftables.Table{Name: nftdp.DefaultTable, Family: fam})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range sets {
+		if !s.Anonymous && !s.IsMap {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// TestSetsOnlyWhereUsed: a set is in a family's table only while a chain
+// there looks it up. Used by an IPv4-only rule, it is in the ip table
+// alone (and a member change is one transaction); when the rule applies
+// to both families the set appears in the ip6 table too, filled, and real
+// IPv6 traffic meets it; when no chain uses it any more it leaves both
+// tables while the desired state still holds it. A resync after each step
+// writes nothing.
+func TestSetsOnlyWhereUsed(t *testing.T) {
+	node := polab.NewNode(t)
+	a := node.AddPod(t, "cali-sa", "10.70.0.1", "fd00:70::1")
+	b := node.AddPod(t, "cali-sb", "10.70.0.2", "fd00:70::2")
+	polab.Serve(t, b.NS, 8080)
+	d := newDP(t, node)
+	v4, v6 := nftables.TableFamilyIPv4, nftables.TableFamilyIPv6
+	hasSet := func(fam nftables.TableFamily) bool { return slices.Contains(kernelSets(t, node, fam), "s-a") }
+
+	allowAll(d, a.Iface)
+	d.AddSet("s-a", nftdp.AddrSet)
+	d.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv4)})
+	d.AddMember("s-a", nftdp.Member{Prefix: host(a.IPv6)})
+	d.SetChain("tw-b", []nftdp.Rule{{IPVersion: 4, Src: nftdp.Side{Sets: []string{"s-a"}}, Action: nftdp.ActAccept}, {Action: nftdp.ActDrop}})
+	d.SetEndpoint(b.Iface, "allow-all", "tw-b", nftdp.BothFamilies)
+	applyResyncNoop(t, d, "IPv4 rule")
+	if !hasSet(v4) || hasSet(v6) {
+		t.Errorf("IPv4 rule: ip sets %v, ip6 sets %v", kernelSets(t, node, v4), kernelSets(t, node, v6))
+	}
+	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv4, Port: 8080}, true, "IPv4 from a, in the set")
+	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv6, Port: 8080}, false, "IPv6: no rule")
+	w := d.Writes()
+	d.AddMember("s-a", nftdp.Member{Prefix: netip.MustParsePrefix("10.70.9.9/32")})
+	d.AddMember("s-a", nftdp.Member{Prefix: netip.MustParsePrefix("fd00:70::9:9/128")})
+	apply(t, d)
+	if d.Writes()-w != 1 {
+		t.Errorf("members of a set only the ip table has: %d transactions, want 1", d.Writes()-w)
+	}
+
+	d.SetChain("tw-b", []nftdp.Rule{{Src: nftdp.Side{Sets: []string{"s-a"}}, Action: nftdp.ActAccept}, {Action: nftdp.ActDrop}})
+	applyResyncNoop(t, d, "rule in both families")
+	if !hasSet(v4) || !hasSet(v6) {
+		t.Errorf("rule in both: ip sets %v, ip6 sets %v", kernelSets(t, node, v4), kernelSets(t, node, v6))
+	}
+	if _, n := kernelSet(t, node, v6, "s-a"); n != 2 {
+		t.Errorf("ip6 set made when first used has %d elements, want 2", n)
+	}
+	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv6, Port: 8080}, true, "IPv6 from a, in the set")
+
+	d.SetChain("tw-b", []nftdp.Rule{{Action: nftdp.ActDrop}})
+	applyResyncNoop(t, d, "no rule uses the set")
+	if hasSet(v4) || hasSet(v6) {
+		t.Errorf("unused set: ip sets %v, ip6 sets %v", kernelSets(t, node, v4), kernelSets(t, node, v6))
+	}
+	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv4, Port: 8080}, false, "IPv4 after the drop")
+
+	// Used again, by the IPv6 rule only: back in the ip6 table, filled.
+	d.SetChain("tw-b", []nftdp.Rule{{IPVersion: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Action: nftdp.ActAccept}, {Action: nftdp.ActDrop}})
+	applyResyncNoop(t, d, "IPv6 rule")
+	if hasSet(v4) || !hasSet(v6) {
+		t.Errorf("IPv6 rule: ip sets %v, ip6 sets %v", kernelSets(t, node, v4), kernelSets(t, node, v6))
+	}
+	polab.Expect(t, a.NS, polab.Probe{Proto: "tcp", Dst: b.IPv6, Port: 8080}, true, "IPv6 from a, set back")
+
+	// A restarted dataplane with the same state writes nothing.
+	d2 := newDP(t, node)
+	allowAll(d2, a.Iface)
+	d2.AddSet("s-a", nftdp.AddrSet)
+	for _, p := range []string{"10.70.0.1/32", "fd00:70::1/128", "10.70.9.9/32", "fd00:70::9:9/128"} {
+		d2.AddMember("s-a", nftdp.Member{Prefix: netip.MustParsePrefix(p)})
+	}
+	d2.SetChain("tw-b", []nftdp.Rule{{IPVersion: 6, Src: nftdp.Side{Sets: []string{"s-a"}}, Action: nftdp.ActAccept}, {Action: nftdp.ActDrop}})
+	d2.SetEndpoint(b.Iface, "allow-all", "tw-b", nftdp.BothFamilies)
 	apply(t, d2)
 	if d2.Writes() != 0 {
 		t.Errorf("restart with the same state made %d writes", d2.Writes())
