@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/routed-net/routed/tests/testbin"
@@ -36,43 +39,136 @@ func buildBaseline(b *testing.B) string {
 	return bin
 }
 
+// refHostLocal is the reference host-local plugin that tests/ensure-deps.sh
+// installs in $GOPATH/bin.
+func refHostLocal(b *testing.B) string {
+	b.Helper()
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		b.Fatalf("go env GOPATH: %v", err)
+	}
+	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "host-local")
+	if _, err := os.Stat(p); err != nil {
+		b.Fatalf("%s missing: run `make deps` (tests/ensure-deps.sh)", p)
+	}
+	return p
+}
+
+// columns are the benchmark's columns, in the order they run each
+// iteration; PARALLELADD_COLUMNS (comma-separated) picks some of them.
+// "prev" (not by default) is "routed" with the routed-ipam found in
+// PARALLELADD_PREV_BIN, another build's, to compare two builds in one
+// run.
+func columns(b *testing.B) []string {
+	all := []string{"old", "new", "routed", "ref", "prev"}
+	env := os.Getenv("PARALLELADD_COLUMNS")
+	if env == "" {
+		return all[:4]
+	}
+	var cols []string
+	for _, c := range strings.Split(env, ",") {
+		if !slices.Contains(all, c) {
+			b.Fatalf("PARALLELADD_COLUMNS: unknown column %q (have %v)", c, all)
+		}
+		cols = append(cols, c)
+	}
+	return cols
+}
+
 // BenchmarkParallelADD runs 4 nodes x 16 and x 32 parallel exec'd ADDs
 // (then DELs) with this tree's routed-ipam working against etcd itself
 // ("new"), the same binary asking routed's CNI socket on each node
-// ("routed"), and the baseline's ("old"), on one etcd with fsync on, and
-// reports the rates, their ratios, and what failed or leaked.
+// ("routed"), the baseline's ("old"), all on one etcd with fsync on, and
+// the reference host-local IPAM plugin on each node's own /24 ("ref"),
+// and reports the rates, their ratios, the CPU per ADD of the plugin
+// processes and of this process (routed's CNI service, etcd, the
+// harness), and what failed or leaked.
+//
+// PARALLELADD_CPUPROFILE=file writes a CPU profile of this process
+// during the routed column's ADDs (routed's CNI service and etcd run
+// here); PARALLELADD_COLUMNS picks columns.
 func BenchmarkParallelADD(b *testing.B) {
 	nodes := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
 	c := NewCluster(b, "10.211.0.0/16", 26, nodes)
+	cols := columns(b)
 	newBin := testbin.Path(b, "routed-ipam")
-	plugins := map[string]string{"new": newBin, "old": buildBaseline(b), "routed": newBin}
+	plugins := map[string]string{"new": newBin, "routed": newBin}
+	if slices.Contains(cols, "old") {
+		plugins["old"] = buildBaseline(b)
+	}
+	if slices.Contains(cols, "ref") {
+		plugins["ref"] = refHostLocal(b)
+	}
+	if slices.Contains(cols, "prev") {
+		dir := os.Getenv("PARALLELADD_PREV_BIN")
+		if dir == "" {
+			b.Fatal("column prev needs PARALLELADD_PREV_BIN: the directory of the other build's routed-ipam and routed-ipam-full")
+		}
+		plugins["prev"] = filepath.Join(dir, "routed-ipam")
+	}
 	socks := c.StartRouted(b, nodes)
 	for _, par := range []int{16, 32} {
 		b.Run(fmt.Sprintf("4x%d", par), func(b *testing.B) {
 			rate := map[string]float64{}
 			for i := 0; i < b.N; i++ {
-				for _, which := range []string{"old", "new", "routed"} {
+				for _, which := range cols {
 					run := Run{
 						Plugin: plugins[which], Nodes: nodes, Parallel: par, Rounds: 512 / (4 * par),
 						Network: fmt.Sprintf("%s%d-%d", which, par, i), LockDir: b.TempDir(),
 						LogFile: filepath.Join(b.TempDir(), "cni.log"),
 					}
-					if which == "routed" {
+					switch which {
+					case "routed", "prev":
 						run.Sockets = socks
+					case "ref":
+						run.HostLocal, run.HostLocalNet = b.TempDir(), [2]byte{10, 212}
 					}
+					stop := profile(b, which, par)
 					res := Execute(b, c, run)
+					stop()
 					rate[which] = res.AddsPerSecond()
 					b.ReportMetric(res.AddsPerSecond(), which+"-adds/s")
 					b.ReportMetric(float64(res.AddFailures), which+"-add-failures")
 					b.ReportMetric(float64(res.DelFailures), which+"-del-failures")
 					b.ReportMetric(float64(res.Left), which+"-leaked")
-					if which == "routed" {
-						b.ReportMetric(res.RequestsPerAdd(), "routed-etcd-req/add")
+					b.ReportMetric(float64(res.PerAdd(res.PluginCPU))/1e6, which+"-plugin-cpu-ms/add")
+					b.ReportMetric(float64(res.PerAdd(res.SelfCPU))/1e6, which+"-inproc-cpu-ms/add")
+					if run.Sockets != nil {
+						b.ReportMetric(res.RequestsPerAdd(), which+"-etcd-req/add")
+					}
+					if len(res.Errors) > 0 {
+						b.Logf("%s 4x%d: %v", which, par, res.Errors)
 					}
 				}
 			}
-			b.ReportMetric(rate["new"]/rate["old"], "new/old-adds/s")
-			b.ReportMetric(rate["routed"]/rate["new"], "routed/new-adds/s")
+			ratio := func(a, c string) {
+				if rate[a] > 0 && rate[c] > 0 {
+					b.ReportMetric(rate[a]/rate[c], a+"/"+c+"-adds/s")
+				}
+			}
+			ratio("new", "old")
+			ratio("routed", "new")
+			ratio("routed", "ref")
+			ratio("prev", "ref")
+			ratio("routed", "prev")
 		})
 	}
+}
+
+// profile starts the CPU profile of PARALLELADD_CPUPROFILE for the
+// routed column (the file gets the parallelism appended) and returns
+// what stops it.
+func profile(b *testing.B, which string, par int) func() {
+	path := os.Getenv("PARALLELADD_CPUPROFILE")
+	if path == "" || which != "routed" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.4x%d", path, par))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }

@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
+	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -88,6 +91,11 @@ type Run struct {
 	// the plugin asks routed there. Unset: the plugin works against etcd
 	// itself (routed_socket "none").
 	Sockets map[string]string
+	// HostLocal, when set, makes the run the reference: Plugin is the
+	// reference host-local, each node with its own /24 of HostLocalNet
+	// (index i: x.y.i.0/24) and its own dataDir under HostLocal.
+	HostLocal    string
+	HostLocalNet [2]byte
 }
 
 // Result is what a Run measured.
@@ -101,8 +109,27 @@ type Result struct {
 	// transactions) routed's IPAM clients made during the ADDs; 0 when
 	// the plugin works against etcd itself.
 	AddRequests uint64
+	// PluginCPU is the user+system CPU of the exec'd plugin processes
+	// of the ADD phase (RUSAGE_CHILDREN: every plugin is this process's
+	// child, and a hand-over's execve stays the same process); SelfCPU
+	// that of this process meanwhile: routed's CNI service, etcd and the
+	// harness, which all run in it.
+	PluginCPU, SelfCPU time.Duration
 	// Errors holds a few distinct failure messages.
 	Errors []string
+}
+
+// PerAdd is d per ADD.
+func (r Result) PerAdd(d time.Duration) time.Duration { return d / time.Duration(r.Adds) }
+
+// cpuTimes returns the user+system CPU of this process and of its
+// waited-for children.
+func cpuTimes() (self, children time.Duration) {
+	var s, c unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &s)
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &c)
+	tv := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(s.Utime) + tv(s.Stime), tv(c.Utime) + tv(c.Stime)
 }
 
 // RequestsPerAdd is AddRequests per ADD.
@@ -130,6 +157,7 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 	var wg sync.WaitGroup
 	before := c.InUse(t)
 	req0 := c.routedRequests()
+	self0, child0 := cpuTimes()
 	start := time.Now()
 	for _, node := range r.Nodes {
 		for w := range r.Parallel {
@@ -152,6 +180,8 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 	}
 	wg.Wait()
 	res.AddTime = time.Since(start)
+	self1, child1 := cpuTimes()
+	res.SelfCPU, res.PluginCPU = self1-self0, child1-child0
 	if r.Sockets != nil {
 		res.AddRequests = c.routedRequests() - req0
 	}
@@ -184,7 +214,11 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 	wg.Wait()
 	res.Dels = res.Adds
 	res.DelFailures = int(delFail.Load())
-	res.Left = c.InUse(t) - before
+	if r.HostLocal != "" {
+		res.Left = hostLocalHeld(t, r.HostLocal, r.Network)
+	} else {
+		res.Left = c.InUse(t) - before
+	}
 	for e := range errs {
 		res.Errors = append(res.Errors, e)
 	}
@@ -194,7 +228,7 @@ func Execute(t testing.TB, c *Cluster, r Run) Result {
 
 // exec runs the plugin once, as libcni does.
 func (r Run) exec(c *Cluster, verb, node, containerID string) error {
-	conf, err := json.Marshal(map[string]any{
+	netconf := map[string]any{
 		"cniVersion":     "1.0.0",
 		"name":           r.Network,
 		"type":           "routed-cni",
@@ -204,16 +238,36 @@ func (r Run) exec(c *Cluster, verb, node, containerID string) error {
 		"ipam_lock_file": filepath.Join(r.LockDir, node+".lock"),
 		"routed_socket":  r.socket(node),
 		"ipam":           map[string]any{"type": "routed-ipam"},
-	})
+	}
+	if r.HostLocal != "" {
+		i := slices.Index(r.Nodes, node)
+		netconf = map[string]any{
+			"cniVersion": "1.0.0",
+			"name":       r.Network,
+			"type":       "ptp",
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"subnet":  fmt.Sprintf("%d.%d.%d.0/24", r.HostLocalNet[0], r.HostLocalNet[1], i),
+				"dataDir": filepath.Join(r.HostLocal, node),
+			},
+		}
+	}
+	conf, err := json.Marshal(netconf)
 	if err != nil {
 		return err
+	}
+	cniArgs := "K8S_POD_NAMESPACE=load;K8S_POD_NAME=" + containerID
+	if r.HostLocal != "" {
+		// host-local refuses keys it does not know, as a runtime's
+		// IgnoreUnknown asks it not to.
+		cniArgs = "IgnoreUnknown=1;" + cniArgs
 	}
 	args := &invoke.Args{
 		Command:       verb,
 		ContainerID:   containerID,
 		NetNS:         "/var/run/netns/" + containerID,
 		IfName:        "eth0",
-		PluginArgsStr: "K8S_POD_NAMESPACE=load;K8S_POD_NAME=" + containerID,
+		PluginArgsStr: cniArgs,
 		Path:          filepath.Dir(r.Plugin),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -302,6 +356,23 @@ func (c *Cluster) InUse(t testing.TB) int {
 	n := 0
 	for _, p := range u.Pools {
 		n += p.InUse
+	}
+	return n
+}
+
+// hostLocalHeld counts the addresses host-local holds for network under
+// dir (one file per address in <dir>/<node>/<network>/).
+func hostLocalHeld(t testing.TB, dir, network string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*", network, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if _, err := netip.ParseAddr(filepath.Base(f)); err == nil {
+			n++
+		}
 	}
 	return n
 }
