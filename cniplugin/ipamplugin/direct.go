@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
-	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/cniplugin/netconf"
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
@@ -23,7 +23,7 @@ func funcs() skel.CNIFuncs {
 func (c *call) connect() (*ipamcore.IPAM, error) {
 	cfg, err := c.conf.DatastoreConfig()
 	if err != nil {
-		return nil, plugin.ToCNIError(err)
+		return nil, netconf.ToCNIError(err)
 	}
 	ds, err := datastore.New(cfg)
 	if err != nil {

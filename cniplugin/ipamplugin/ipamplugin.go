@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
-	"github.com/routed-net/routed/cniplugin/plugin"
+	"github.com/routed-net/routed/cniplugin/netconf"
 	"github.com/routed-net/routed/pkg/cniapi"
 )
 
@@ -26,14 +26,14 @@ type IPAMConf = ipamcore.IPAMConf
 
 // Main runs routed-ipam as a CNI executable.
 func Main(about string) {
-	skel.PluginMainFuncs(funcs(), plugin.Versions, about)
+	skel.PluginMainFuncs(funcs(), netconf.Versions, about)
 }
 
 // call holds one invocation's parsed input and connections.
 type call struct {
 	args   *skel.CmdArgs
-	conf   *plugin.NetConf
-	k8s    plugin.K8sArgs
+	conf   *netconf.NetConf
+	k8s    netconf.K8sArgs
 	node   string
 	log    *logrus.Entry
 	ic     *ipamcore.IPAMConf
@@ -43,9 +43,9 @@ type call struct {
 // begin parses the input and opens the log. Errors are CNI errors; on
 // success the caller must call c.end().
 func begin(args *skel.CmdArgs, verb string) (*call, error) {
-	conf, err := plugin.ParseNetConf(args.StdinData)
+	conf, err := netconf.ParseNetConf(args.StdinData)
 	if err != nil {
-		return nil, plugin.ToCNIError(err)
+		return nil, netconf.ToCNIError(err)
 	}
 	ic, err := ipamcore.ParseConf(args.StdinData)
 	if err != nil {
@@ -53,16 +53,16 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	}
 	c := &call{args: args, conf: conf}
 	var closeLog func()
-	c.log, closeLog = plugin.OpenLog(conf, args.ContainerID, "ipam "+verb)
+	c.log, closeLog = netconf.OpenLog(conf, args.ContainerID, "ipam "+verb)
 	c.log = c.log.WithField("component", ipamcore.PluginName)
 	c.closer = closeLog
-	if c.k8s, err = plugin.ParseK8sArgs(args.Args); err != nil {
+	if c.k8s, err = netconf.ParseK8sArgs(args.Args); err != nil {
 		c.end()
-		return nil, plugin.ToCNIError(err)
+		return nil, netconf.ToCNIError(err)
 	}
 	if c.node, err = conf.NodeName(); err != nil {
 		c.end()
-		return nil, plugin.ToCNIError(err)
+		return nil, netconf.ToCNIError(err)
 	}
 	c.ic = ic
 	return c, nil
@@ -72,17 +72,14 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 // unless routed_socket is "none"; cniapi.ErrUnreachable means routed is
 // not serving and the caller does the work itself.
 func (c *call) viaRouted(do func(ctx context.Context, cl *cniapi.Client, req *cniapi.Request) error) error {
-	if c.conf.RoutedSocket == plugin.SocketOff {
+	if c.conf.RoutedSocket == netconf.SocketOff {
 		return cniapi.ErrUnreachable
 	}
-	req, err := plugin.RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return err
 	}
-	sock := c.conf.RoutedSocket
-	if sock == "" {
-		sock = cniapi.DefaultSocket
-	}
+	sock := c.conf.Socket()
 	ctx, cancel := context.WithTimeout(context.Background(), ipamcore.DefaultLockWait+ipamcore.OpTimeout)
 	defer cancel()
 	err = do(ctx, cniapi.NewClient(sock), req)

@@ -43,6 +43,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
+	"github.com/routed-net/routed/cniplugin/netconf"
 	"github.com/routed-net/routed/cniplugin/plugin"
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -236,7 +237,7 @@ func (s *Source) add(args *skel.CmdArgs, next func(*skel.CmdArgs) error) error {
 	if err != nil || k8s.Pod == "" {
 		return next(args)
 	}
-	log, closeLog := plugin.OpenLog(conf, args.ContainerID, "ADD")
+	log, closeLog := netconf.OpenLog(conf, args.ContainerID, "ADD")
 	log = log.WithFields(logrus.Fields{"pod": k8s.Namespace + "/" + k8s.Pod, "component": "k8spod"})
 	stdin, err := s.prepare(context.Background(), conf, k8s, args.StdinData, log)
 	if err != nil {

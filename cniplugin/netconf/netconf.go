@@ -1,4 +1,4 @@
-package plugin
+package netconf
 
 import (
 	"encoding/json"
@@ -79,37 +79,37 @@ type NetConf struct {
 	} `json:"runtimeConfig"`
 }
 
-// errConfig marks configuration problems (CNI code 7).
-var errConfig = errors.New("routed-cni: invalid network configuration")
+// ErrConfig marks configuration problems (CNI code 7).
+var ErrConfig = errors.New("routed-cni: invalid network configuration")
 
-// ParseNetConf decodes and checks stdin. Errors wrap errConfig.
+// ParseNetConf decodes and checks stdin. Errors wrap ErrConfig.
 func ParseNetConf(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, fmt.Errorf("%w: cannot decode JSON: %v", errConfig, err)
+		return nil, fmt.Errorf("%w: cannot decode JSON: %v", ErrConfig, err)
 	}
 	switch conf.DatastoreType {
 	case "", "etcdv3":
 	default:
-		return nil, fmt.Errorf("%w: datastore_type %q is not supported; routed stores its state in etcd: set datastore_type to \"etcdv3\" (or leave it out) and give etcd_endpoints", errConfig, conf.DatastoreType)
+		return nil, fmt.Errorf("%w: datastore_type %q is not supported; routed stores its state in etcd: set datastore_type to \"etcdv3\" (or leave it out) and give etcd_endpoints", ErrConfig, conf.DatastoreType)
 	}
 	switch conf.Policy.Type {
 	case "", "k8s", "none":
 	default:
-		return nil, fmt.Errorf("%w: policy.type %q is not supported (use \"k8s\" or leave it out)", errConfig, conf.Policy.Type)
+		return nil, fmt.Errorf("%w: policy.type %q is not supported (use \"k8s\" or leave it out)", ErrConfig, conf.Policy.Type)
 	}
 	if conf.IPAM.Type == "" {
-		return nil, fmt.Errorf("%w: ipam.type is required (normally \"routed-ipam\")", errConfig)
+		return nil, fmt.Errorf("%w: ipam.type is required (normally \"routed-ipam\")", ErrConfig)
 	}
 	if conf.PolicySetupTimeoutSeconds < 0 || conf.PolicySetupTimeoutSeconds > 600 {
-		return nil, fmt.Errorf("%w: policy_setup_timeout_seconds %d is out of range (0: do not wait for felix, else 1..600)", errConfig, conf.PolicySetupTimeoutSeconds)
+		return nil, fmt.Errorf("%w: policy_setup_timeout_seconds %d is out of range (0: do not wait for felix, else 1..600)", ErrConfig, conf.PolicySetupTimeoutSeconds)
 	}
 	if conf.MTU < 0 || conf.MTU > 65535 {
-		return nil, fmt.Errorf("%w: mtu %d is out of range (0 reads %s, else 1..65535)", errConfig, conf.MTU, conf.mtuFile())
+		return nil, fmt.Errorf("%w: mtu %d is out of range (0 reads %s, else 1..65535)", ErrConfig, conf.MTU, conf.MTUFilePath())
 	}
 	for _, s := range conf.RuntimeConfig.IPs {
 		if _, err := parseAddrOrPrefix(s); err != nil {
-			return nil, fmt.Errorf("%w: runtimeConfig.ips: %q is not an IP address", errConfig, s)
+			return nil, fmt.Errorf("%w: runtimeConfig.ips: %q is not an IP address", ErrConfig, s)
 		}
 	}
 	if err := conf.checkRoutedSocket(); err != nil {
@@ -121,7 +121,8 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 	return conf, nil
 }
 
-func (c *NetConf) mtuFile() string {
+// MTUFilePath is the MTU file to read when mtu is 0.
+func (c *NetConf) MTUFilePath() string {
 	if c.MTUFile != "" {
 		return c.MTUFile
 	}
@@ -135,16 +136,16 @@ func (c *NetConf) EffectiveMTU(warn func(string, ...any)) int {
 	if c.MTU > 0 {
 		return c.MTU
 	}
-	b, err := os.ReadFile(c.mtuFile())
+	b, err := os.ReadFile(c.MTUFilePath())
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			warn("cannot read MTU file %s: %v; using %d", c.mtuFile(), err, DefaultMTU)
+			warn("cannot read MTU file %s: %v; using %d", c.MTUFilePath(), err, DefaultMTU)
 		}
 		return DefaultMTU
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || n < 68 || n > 65535 {
-		warn("MTU file %s holds %q, not an MTU; using %d", c.mtuFile(), strings.TrimSpace(string(b)), DefaultMTU)
+		warn("MTU file %s holds %q, not an MTU; using %d", c.MTUFilePath(), strings.TrimSpace(string(b)), DefaultMTU)
 		return DefaultMTU
 	}
 	return n
@@ -167,7 +168,7 @@ func (c *NetConf) NodeName() (string, error) {
 	}
 	h, err := os.Hostname()
 	if err != nil || h == "" {
-		return "", fmt.Errorf("%w: no nodename configured, %s missing and hostname unknown (%v)", errConfig, file, err)
+		return "", fmt.Errorf("%w: no nodename configured, %s missing and hostname unknown (%v)", ErrConfig, file, err)
 	}
 	return h, nil
 }
@@ -191,7 +192,7 @@ func ParseK8sArgs(s string) (K8sArgs, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return a, fmt.Errorf("%w: CNI_ARGS: %q is not KEY=VALUE", errConfig, kv)
+			return a, fmt.Errorf("%w: CNI_ARGS: %q is not KEY=VALUE", ErrConfig, kv)
 		}
 		switch k {
 		case "K8S_POD_NAMESPACE":
@@ -208,7 +209,7 @@ func ParseK8sArgs(s string) (K8sArgs, error) {
 					continue
 				}
 				if _, err := parseAddrOrPrefix(ip); err != nil {
-					return a, fmt.Errorf("%w: CNI_ARGS IP=%q is not an IP address", errConfig, ip)
+					return a, fmt.Errorf("%w: CNI_ARGS IP=%q is not an IP address", ErrConfig, ip)
 				}
 				a.RequestedIP = append(a.RequestedIP, ip)
 			}
@@ -235,10 +236,10 @@ func (c *NetConf) DatastoreConfig() (dsconfig.Config, error) {
 		KeyFile:    c.EtcdKeyFile,
 	}
 	if len(cfg.Endpoints) == 0 {
-		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", errConfig)
+		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", ErrConfig)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", errConfig, err)
+		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", ErrConfig, err)
 	}
 	return cfg, nil
 }

@@ -5,8 +5,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/routed-net/routed/cniplugin/netconf"
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/pkg/datastore/dsconfig"
 )
 
 // Sentinels for conditions that map to specific CNI error codes.
@@ -27,23 +27,11 @@ var (
 // An error from a delegated plugin keeps that plugin's code.
 func ToCNIError(err error) error { return toCNIError(err) }
 
-func toCNIError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var te *types.Error
-	if errors.As(err, &te) {
-		if te == err {
-			return te
-		}
-		return types.NewError(te.Code, err.Error(), te.Details)
-	}
-	return types.NewError(codeOf(err), err.Error(), "")
-}
+func toCNIError(err error) error { return netconf.CNIErrorWith(err, codeOf) }
 
 func codeOf(err error) uint {
 	switch {
-	case errors.Is(err, errConfig), errors.Is(err, dsconfig.ErrConfig), errors.Is(err, api.ErrInvalid):
+	case netconf.IsConfig(err), errors.Is(err, api.ErrInvalid):
 		return types.ErrInvalidNetworkConfig
 	case errors.Is(err, errDatastoreUnavailable), errors.Is(err, errPolicyNotProgrammed):
 		return types.ErrTryAgainLater

@@ -24,16 +24,16 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/cniplugin/netconf"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // Versions are the CNI spec versions the plugin speaks; results are
 // converted to the version the configuration asks for.
-var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+var Versions = netconf.Versions
 
 // Store is the part of the datastore the plugin uses.
 type Store interface {
@@ -87,7 +87,7 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 		return nil, err
 	}
 	c := &call{args: args, conf: conf}
-	c.log, c.closeLog = OpenLog(conf, args.ContainerID, verb)
+	c.log, c.closeLog = netconf.OpenLog(conf, args.ContainerID, verb)
 	if c.k8s, err = ParseK8sArgs(args.Args); err != nil {
 		c.end()
 		return nil, err

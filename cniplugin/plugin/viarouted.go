@@ -3,9 +3,9 @@ package plugin
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net"
-	"path/filepath"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -25,32 +25,13 @@ func (c *call) viaRouted() bool {
 // work: the wait for the host lock plus the operation's timeout.
 const routedBudget = ipamcore.DefaultLockWait + ipamcore.OpTimeout
 
-// RoutedRequest builds the request routed-cni and routed-ipam send to
-// routed for this invocation, identifying the host IPAM lock file (which
-// it creates if missing) so that routed locks the same one.
-func RoutedRequest(conf *NetConf, k8s K8sArgs, node, containerID string, stdin []byte) (*cniapi.Request, error) {
-	ic, err := ipamcore.ParseConf(stdin)
-	if err != nil {
-		return nil, ipamcore.CNIError(err)
-	}
-	dev, ino, err := ipamcore.LockFileID(ic.LockFile)
-	if err != nil {
-		return nil, ipamcore.CNIError(err)
-	}
-	return &cniapi.Request{
-		Stdin: stdin, Network: conf.Name, ContainerID: containerID, Node: node,
-		Namespace: k8s.Namespace, Pod: k8s.Pod, RuntimeIPs: conf.RuntimeConfig.IPs, ArgsIPs: k8s.RequestedIP,
-		LockDev: dev, LockIno: ino,
-	}, nil
-}
-
 // addViaRouted is ADD with routed doing the datastore part: it assigns
 // the addresses and writes the endpoint in one etcd transaction, before
 // the veth exists (the container MAC is chosen here so the endpoint can
 // name it). It fails with cniapi.ErrUnreachable, having changed nothing,
 // when routed is not serving: the caller then does the ADD itself.
 func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.NetNS) (*current.Result, error) {
-	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", c.conf.IPAM.Type, c.describe(), err)
 	}
@@ -63,8 +44,10 @@ func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.Ne
 		return nil, err
 	}
 	wep := c.buildEndpoint(nil, mac, pod)
-	req.Endpoint = wep
-	cl := cniapi.NewClient(c.conf.routedSocket())
+	if req.Endpoint, err = json.Marshal(wep); err != nil {
+		return nil, fmt.Errorf("encode WorkloadEndpoint %s: %w", wep.Metadata.Name, err)
+	}
+	cl := cniapi.NewClient(c.conf.Socket())
 	rctx, cancel := context.WithTimeout(ctx, routedBudget)
 	defer cancel()
 	reply, err := cl.Add(rctx, req)
@@ -72,7 +55,7 @@ func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.Ne
 		if cniapi.IsUnreachable(err) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to assign an address to %s and write its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.routedSocket(), c.describe(), err)
+		return nil, fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to assign an address to %s and write its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.Socket(), c.describe(), err)
 	}
 	c.log.WithField("ips", reply.IPs).Debug("routed assigned the addresses and wrote the WorkloadEndpoint")
 
@@ -105,7 +88,7 @@ func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.Ne
 // and deletes the endpoint in one transaction; when routed has gone
 // meanwhile, the plugin does both itself.
 func (p *Plugin) releaseViaRouted(ctx context.Context, c *call, cl *cniapi.Client, wepName, rev string) error {
-	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -128,7 +111,7 @@ func (p *Plugin) releaseViaRouted(ctx context.Context, c *call, cl *cniapi.Clien
 // the namespace was already unreachable.) It fails with
 // cniapi.ErrUnreachable when routed is not serving.
 func (p *Plugin) delViaRouted(ctx context.Context, c *call) error {
-	req, err := RoutedRequest(c.conf, c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
+	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return fmt.Errorf("IPAM plugin %s failed to release the addresses of %s: %w", c.conf.IPAM.Type, c.describe(), err)
 	}
@@ -138,12 +121,12 @@ func (p *Plugin) delViaRouted(ctx context.Context, c *call) error {
 	req.EndpointName = c.wepName()
 	rctx, cancel := context.WithTimeout(ctx, routedBudget)
 	defer cancel()
-	reply, err := cniapi.NewClient(c.conf.routedSocket()).Del(rctx, req)
+	reply, err := cniapi.NewClient(c.conf.Socket()).Del(rctx, req)
 	if err != nil {
 		if cniapi.IsUnreachable(err) {
 			return err
 		}
-		return fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to release the addresses of %s and delete its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.routedSocket(), c.describe(), err)
+		return fmt.Errorf("IPAM plugin %s, run by routed (CNI socket %s), failed to release the addresses of %s and delete its WorkloadEndpoint: %w", c.conf.IPAM.Type, c.conf.Socket(), c.describe(), err)
 	}
 	if !reply.EndpointOurs {
 		c.log.Infof("WorkloadEndpoint %s belongs to another container of the pod now; leaving %s alone", req.EndpointName, c.hostVeth)
@@ -161,23 +144,4 @@ func randomMAC() (net.HardwareAddr, error) {
 	}
 	mac[0] = mac[0]&0xfe | 0x02
 	return mac, nil
-}
-
-// SocketOff in routed_socket turns asking routed off.
-const SocketOff = "none"
-
-// routedSocket is routed's CNI socket for this configuration.
-func (c *NetConf) routedSocket() string {
-	if c.RoutedSocket == "" {
-		return cniapi.DefaultSocket
-	}
-	return c.RoutedSocket
-}
-
-// checkRoutedSocket validates routed_socket.
-func (c *NetConf) checkRoutedSocket() error {
-	if s := c.RoutedSocket; s != "" && s != SocketOff && !filepath.IsAbs(s) {
-		return fmt.Errorf("%w: routed_socket %q must be an absolute path (or %q: never ask routed)", errConfig, s, SocketOff)
-	}
-	return nil
 }

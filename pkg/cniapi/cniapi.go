@@ -4,7 +4,9 @@
 // write its WorkloadEndpoint in one etcd transaction (and to release
 // both in one on DEL), instead of connecting to etcd itself.
 //
-// Requests are JSON over HTTP/1.1 on the socket. A plugin that cannot
+// Requests are JSON over HTTP on the socket (routed serves it with
+// net/http; the plugins' client speaks HTTP/1.0, one request per
+// connection, without linking net/http: client.go). A plugin that cannot
 // reach routed (no socket, nobody accepting, the connection lost
 // mid-request) gets ErrUnreachable and does the work itself, under the
 // host IPAM lock; every request is keyed by the attachment's handle and
@@ -12,10 +14,9 @@
 package cniapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
-
-	"github.com/routed-net/routed/pkg/api"
 )
 
 // DefaultSocket is where routed serves the plugins (netconf
@@ -50,9 +51,12 @@ type Request struct {
 	// very file, so it never assigns while a plugin does.
 	LockDev uint64 `json:"lockDev"`
 	LockIno uint64 `json:"lockIno"`
-	// Endpoint (ADD) is written with the addresses, which routed fills in
-	// as spec.ipNetworks. nil: addresses only (routed-ipam).
-	Endpoint *api.WorkloadEndpoint `json:"endpoint,omitempty"`
+	// Endpoint (ADD), a WorkloadEndpoint in JSON (api.WorkloadEndpoint),
+	// is written with the addresses, which routed fills in as
+	// spec.ipNetworks. Empty: addresses only (routed-ipam). It is kept
+	// encoded so that this package does not link pkg/api into the
+	// socket-only routed-ipam.
+	Endpoint json.RawMessage `json:"endpoint,omitempty"`
 	// EndpointName (DEL) is deleted with the addresses when it belongs to
 	// ContainerID. Empty: addresses only.
 	EndpointName string `json:"endpointName,omitempty"`

@@ -231,7 +231,12 @@ func (s *Server) serveAdd(w http.ResponseWriter, r *http.Request) {
 	}
 	var put *endpointPut
 	var del *endpointDel
-	if wep := req.Endpoint; wep != nil {
+	if len(req.Endpoint) > 0 {
+		wep := new(api.WorkloadEndpoint)
+		if err := json.Unmarshal(req.Endpoint, wep); err != nil {
+			s.fail(w, lg, "ADD", fmt.Errorf("%w: bad request: endpoint: %v", ipamcore.ErrConfig, err))
+			return
+		}
 		if err := s.checkEndpoint(req, wep); err != nil {
 			s.fail(w, lg, "ADD", err)
 			return
