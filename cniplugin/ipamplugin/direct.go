@@ -40,15 +40,7 @@ func (c *call) addDirect() error {
 	if err != nil {
 		return err
 	}
-	addrs, err := m.Add(context.Background(), ipamcore.Assignment{
-		Network:     c.conf.Name,
-		ContainerID: c.args.ContainerID,
-		Node:        c.node,
-		Namespace:   c.k8s.Namespace,
-		Pod:         c.k8s.Pod,
-		RuntimeIPs:  c.conf.RuntimeConfig.IPs,
-		ArgsIPs:     c.k8s.RequestedIP,
-	})
+	addrs, err := m.Add(context.Background(), c.conf.Assignment(c.k8s, c.node, c.args.ContainerID))
 	if err != nil {
 		return c.fail("ADD", err)
 	}

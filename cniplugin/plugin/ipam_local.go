@@ -39,15 +39,7 @@ func (l *localIPAM) add(ctx context.Context) (types.Result, error) {
 		return nil, l.confErr
 	}
 	c := l.c
-	addrs, err := l.core.Add(ctx, ipamcore.Assignment{
-		Network:     c.conf.Name,
-		ContainerID: c.args.ContainerID,
-		Node:        c.node,
-		Namespace:   c.k8s.Namespace,
-		Pod:         c.k8s.Pod,
-		RuntimeIPs:  c.conf.RuntimeConfig.IPs,
-		ArgsIPs:     c.k8s.RequestedIP,
-	})
+	addrs, err := l.core.Add(ctx, c.conf.Assignment(c.k8s, c.node, c.args.ContainerID))
 	if err != nil {
 		return nil, ipamcore.CNIError(err)
 	}
