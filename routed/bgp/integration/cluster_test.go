@@ -127,7 +127,9 @@ func (n *node) start() {
 	}
 	n.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(n.cmd, n.done)
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: a -race build of the node on a loaded 2-core machine took
+	// longer than 15 s to answer (TestMesh, TestBirdIPv6 at load 60-70).
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := os.Stat(n.cfg.ControlSocket); err == nil {
 			if _, err := n.Status.Process(context.Background()); err == nil {
@@ -137,7 +139,11 @@ func (n *node) start() {
 		if time.Now().After(deadline) {
 			t.Fatalf("node %s did not start:\n%s", n.name, n.out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-n.done:
+			t.Fatalf("node %s exited while starting:\n%s", n.name, n.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
