@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -58,6 +59,11 @@ func (c *Client) do(ctx context.Context, path string, in, out any) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("routed's CNI socket %s: %w", c.path, ctx.Err())
+		}
+		// The connection's deadline is the context's and can fire a
+		// moment before the context reports it: the same timeout.
+		if _, has := ctx.Deadline(); has && errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("routed's CNI socket %s: %w", c.path, context.DeadlineExceeded)
 		}
 		// No socket, nobody accepting, or the connection lost
 		// mid-request (routed stopped): whatever routed did is keyed
