@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -96,35 +98,50 @@ type membersUp struct{ error }
 
 func (e membersUp) Unwrap() error { return e.error }
 
-// probe dials each endpoint briefly and describes which are unreachable;
-// answering is true when at least one accepted the connection.
+// probe dials every endpoint at once and describes which are
+// unreachable; answering is true when at least one accepted the
+// connection (and its TLS handshake).
 func (c *Client) probe() (desc string, answering bool) {
-	var parts []string
-	for _, ep := range c.cfg.Endpoints {
-		host := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			host = u.Host
-		}
-		conn, err := net.DialTimeout("tcp", host, probeTimeout)
-		if err != nil {
-			parts = append(parts, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		if strings.HasPrefix(ep, "https://") {
-			err = c.probeTLS(conn, host)
-		}
-		conn.Close()
-		if err != nil {
-			parts = append(parts, fmt.Sprintf("%s: TLS: %v", ep, err))
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s: reachable but did not answer in %s", ep, c.cfg.RequestTimeout))
-		answering = true
+	parts := make([]string, len(c.cfg.Endpoints))
+	up := make([]bool, len(c.cfg.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range c.cfg.Endpoints {
+		wg.Go(func() { parts[i], up[i] = c.probeOne(ep) })
 	}
-	return strings.Join(parts, "; "), answering
+	wg.Wait()
+	return strings.Join(parts, "; "), slices.Contains(up, true)
 }
 
-const probeTimeout = 500 * time.Millisecond
+func (c *Client) probeOne(ep string) (string, bool) {
+	host := ep
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	conn, err := net.DialTimeout("tcp", host, probeDialTimeout)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", ep, err), false
+	}
+	defer conn.Close()
+	if strings.HasPrefix(ep, "https://") {
+		if err := c.probeTLS(conn, host); err != nil {
+			return fmt.Sprintf("%s: TLS: %v", ep, err), false
+		}
+	}
+	return fmt.Sprintf("%s: reachable but did not answer in %s", ep, c.cfg.RequestTimeout), true
+}
+
+// probeDialTimeout bounds the probe's connect and TLS handshake. A
+// member that is up completes both in milliseconds, but on a node
+// starved of CPU (128 CNI plugins started at once at load 60) the
+// prober itself may not run for hundreds of milliseconds: with 500 ms,
+// 3 of 512 parallel ADDs were told their local etcd was unreachable
+// ("dial tcp 127.0.0.1:...: i/o timeout") and gave up after
+// UnavailableRideOut instead of riding out ElectionRideOut.
+const probeDialTimeout = 2 * time.Second
+
+// probeReadWait is how long probeTLS waits, after the handshake, for a
+// late rejection of the client certificate.
+const probeReadWait = 500 * time.Millisecond
 
 // probeTLS shakes hands as the etcd client would, so that an untrusted
 // server or a missing or rejected client certificate is reported as such
@@ -138,10 +155,13 @@ func (c *Client) probeTLS(raw net.Conn, host string) error {
 		cfg.ServerName, _, _ = net.SplitHostPort(host)
 	}
 	conn := tls.Client(raw, cfg)
-	if err := conn.SetDeadline(time.Now().Add(probeTimeout)); err != nil {
+	if err := conn.SetDeadline(time.Now().Add(probeDialTimeout)); err != nil {
 		return err
 	}
 	if err := conn.Handshake(); err != nil {
+		return err
+	}
+	if err := conn.SetDeadline(time.Now().Add(probeReadWait)); err != nil {
 		return err
 	}
 	// In TLS 1.3 the server checks the client certificate after the

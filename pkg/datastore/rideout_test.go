@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,34 @@ func TestRideOutByCause(t *testing.T) {
 	}
 	if got := rideOut(errors.New("other")); got != UnavailableRideOut {
 		t.Errorf("ride-out of an unmarked error: %v", got)
+	}
+}
+
+// TestProbeEveryEndpoint: with several members the probe reports each,
+// in the configured order, and one member that accepts is enough for the
+// longer ride-out.
+func TestProbeEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	eps := []string{closedEndpoint(t), muteEndpoint(t), closedEndpoint(t)}
+	c := connect(t, Config{Endpoints: eps, RequestTimeout: time.Second})
+	_, err := c.Get(context.Background(), api.KindNode, "n1")
+	wantErr(t, "three members, one mute", err, ErrUnavailable)
+	if got := rideOut(err); got != ElectionRideOut {
+		t.Errorf("ride-out after %v: %v, want %v", err, got, ElectionRideOut)
+	}
+	msg := err.Error()
+	last := -1
+	for i, ep := range eps {
+		at := strings.Index(msg, ep+": ")
+		if at < 0 || at < last {
+			t.Fatalf("endpoint %d (%s) not reported in order in %q", i, ep, msg)
+		}
+		last = at
+	}
+	if !strings.Contains(msg, eps[1]+": reachable but did not answer") {
+		t.Errorf("the mute member should read as reachable: %q", msg)
+	}
+	if !strings.Contains(msg, eps[0]+": dial tcp") || !strings.Contains(msg, "connection refused") {
+		t.Errorf("a closed member should read as refused: %q", msg)
 	}
 }
