@@ -122,7 +122,7 @@ k8s-demo: build
 # NETPOL_PASSED_IN (a copy of an earlier run's /tmp/routed-k8s-netpol/e2e/report)
 # finishes a run that was cut short: its passed specs are not run again.
 NETPOL_FOCUS ?=
-NETPOL_PARALLEL ?= 4
+NETPOL_PARALLEL ?= 2
 NETPOL_PASSED_IN ?=
 k8s-netpol: build
 	@[ "$$(id -u)" = 0 ] || { echo "make k8s-netpol needs root (network namespaces, containerd)"; exit 1; }

@@ -31,7 +31,7 @@ func main() {
 	dir := flag.String("dir", "/tmp/routed-k8s-netpol", "cluster state, logs and the suite's report")
 	focus := flag.String("focus", "", "ginkgo focus regexp over the specs' names (default: every Netpol spec, "+netpol.Focus+")")
 	timeout := flag.Duration("timeout", 3*time.Hour, "the whole run")
-	parallel := flag.Int("parallel", 4, "specs run at once, each in an e2e.test process of its own")
+	parallel := flag.Int("parallel", 2, "specs run at once, each in an e2e.test process of its own")
 	report := flag.String("report", "", "only read the reports of an earlier run (DIR/e2e/report) and print its results")
 	passedIn := flag.String("passed-in", "", "an earlier run's reports (a copy of its DIR/e2e/report): the specs that passed there are not run again and count as passed, named apart")
 	flag.Parse()
