@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ type Bird struct {
 	// Sock is the control socket for birdc.
 	Sock string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *LockedBuffer
 }
 
 // StartBird runs "bird -f" with config inside h, installing bird2 if
@@ -32,7 +33,7 @@ func StartBird(t testing.TB, h *Host, config string) *Bird {
 	if err := os.WriteFile(conf, []byte(labConfig(config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &Bird{Sock: filepath.Join(dir, "bird.ctl"), log: &bytes.Buffer{}}
+	b := &Bird{Sock: filepath.Join(dir, "bird.ctl"), log: &LockedBuffer{}}
 	b.cmd = exec.Command("bird", "-f", "-c", conf, "-s", b.Sock, "-P", filepath.Join(dir, "bird.pid"))
 	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
 	if err := h.Start(b.cmd); err != nil {
@@ -105,4 +106,27 @@ func (b *Bird) WaitCtl(t testing.TB, command string, timeout time.Duration, matc
 	protocols, _ := b.Ctl("show protocols all")
 	t.Fatalf("birdc %s never matched; last output:\n%s\nbirdc show protocols all:\n%s", command, out, protocols)
 	return out
+}
+
+// Log returns BIRD's output so far: with the lab's logging, its
+// protocols' state changes and events.
+func (b *Bird) Log() string { return b.log.String() }
+
+// LockedBuffer holds a process's output, written by exec's copier while
+// the test reads it.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *LockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *LockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,7 +67,7 @@ type node struct {
 	dir    string
 	cfg    childConfig
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *bgptest.LockedBuffer
 	done   chan struct{}
 	Status *status.Client
 }
@@ -118,7 +116,7 @@ func (n *node) start() {
 	t.Helper()
 	_ = os.Remove(n.cfg.ControlSocket)
 	raw, _ := json.Marshal(n.cfg)
-	n.out = &lockedBuffer{}
+	n.out = &bgptest.LockedBuffer{}
 	n.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	n.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
@@ -288,23 +286,6 @@ func findPeer(ps []status.Peer, a netip.Addr) (status.Peer, bool) {
 		}
 	}
 	return status.Peer{}, false
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // raceReports splits the race detector's reports out of a process's
