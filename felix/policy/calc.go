@@ -49,6 +49,11 @@ type Calc struct {
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
+	// The guarded runs each endpoint chain has, the endpoint chains'
+	// references to each run chain, and the guard sets (calc_guard.go).
+	epChainRuns map[string][]guardRun
+	runRefs     map[string]int
+	guards      map[string]*guard
 	// What sets and policies select, per label key (calc_index.go).
 	labels labelIndex
 }
@@ -62,11 +67,13 @@ type local struct {
 }
 
 // aset is a set some active chain uses, with the members each endpoint
-// ("ep:"+key) and network set ("ns:"+key) contributes.
+// ("ep:"+key) and network set ("ns:"+key) contributes, and the guard
+// sets its members also go to (calc_guard.go).
 type aset struct {
 	spec    setSpec
 	refs    int
 	contrib map[string][]nftdp.Member
+	feeds   []string
 }
 
 // NewCalc returns a calculator writing to sink, with Calico's default
@@ -77,6 +84,7 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
 		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[string]bool{}, epChainRefs: map[string]int{},
+		epChainRuns: map[string][]guardRun{}, runRefs: map[string]int{}, guards: map[string]*guard{},
 		labels: labelIndex{byKey: map[string]*labelEntry{}},
 	}
 	for _, t := range api.DefaultTiers() {
@@ -186,6 +194,9 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	c.labels.polGen++ // the policy lists hold the old version
 	if old != nil && np != nil && sameSelection(old, np) {
 		c.replaceRules(old, np)
+		if !sameGuards(old, np) {
+			c.reguard(np)
+		}
 		return
 	}
 	if old != nil {

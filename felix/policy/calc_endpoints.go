@@ -200,10 +200,12 @@ func (c *Calc) renderEndpoint(l *local) {
 	e := l.ep
 	var names [2]string
 	for k, in := range []bool{false, true} {
-		name, rules, infos := c.endpointChain(e, l.in, l.out, in)
+		name, rules, infos, runs := c.endpointChain(e, l.in, l.out, in)
 		names[k] = name
 		if l.chains[k] != name {
 			if c.epChainRefs[name]++; c.epChainRefs[name] == 1 {
+				c.refRuns(runs)
+				c.epChainRuns[name] = runs
 				c.setChain(name, rules, infos)
 			}
 			c.unrefEPChain(l.chains[k])
@@ -216,12 +218,13 @@ func (c *Calc) renderEndpoint(l *local) {
 
 // endpointChain computes an endpoint's chain for one direction, given
 // the policies that apply to it in order: per tier, a jump to each
-// policy while no Pass was seen, the tier's end (drop, unless its
+// policy (or to a guarded run of them, see calc_guard.go, listed in
+// runs) while no Pass was seen, the tier's end (drop, unless its
 // default action is Pass), then its profiles, then drop. The name is a
 // hash of the rules without the drop logs, so turning drop logging on
 // or off does not rename chains and a rule ID means the same with and
 // without it.
-func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (string, []nftdp.Rule, map[string]RuleInfo) {
+func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (name string, out []nftdp.Rule, named map[string]RuleInfo, runs []guardRun) {
 	dir := dirName(in)
 	pols := outPols
 	if in {
@@ -235,9 +238,10 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 	for i := 0; i < len(pols); {
 		tier := pols[i].tier
 		j := i
-		for ; j < len(pols) && pols[j].tier == tier; j++ {
-			rules = append(rules, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[j].chain(in)})
+		for j < len(pols) && pols[j].tier == tier {
+			j++
 		}
+		rules = append(rules, tierJumps(pols[i:j], in, &runs)...)
 		if !c.tier(tier).pass {
 			id := "/tier-end/" + tier
 			infos[id] = RuleInfo{Kind: KindTierEnd, Tier: tier, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
@@ -263,9 +267,9 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 	}
 	infos["/no-profile-allowed"] = RuleInfo{Kind: KindNoProfile, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
 	rules = append(rules, nftdp.Rule{ID: "/no-profile-allowed", Counter: true, Action: nftdp.ActDrop})
-	name := hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
-	out := make([]nftdp.Rule, 0, len(rules)+len(infos))
-	named := make(map[string]RuleInfo, len(infos))
+	name = hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
+	out = make([]nftdp.Rule, 0, len(rules)+len(infos))
+	named = make(map[string]RuleInfo, len(infos))
 	for _, r := range rules {
 		if r.ID != "" {
 			ri := infos[r.ID]
@@ -279,7 +283,7 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 		}
 		out = append(out, r)
 	}
-	return name, out, named
+	return name, out, named, runs
 }
 
 func (c *Calc) unrefEPChain(name string) {
@@ -289,6 +293,8 @@ func (c *Calc) unrefEPChain(name string) {
 	if c.epChainRefs[name]--; c.epChainRefs[name] <= 0 {
 		delete(c.epChainRefs, name)
 		c.deleteChain(name)
+		c.unrefRuns(c.epChainRuns[name])
+		delete(c.epChainRuns, name)
 	}
 }
 
@@ -337,11 +343,17 @@ func (c *Calc) contribute(s *aset, key string, ms []nftdp.Member) {
 	for _, m := range ms {
 		if !slices.Contains(old, m) {
 			c.sink.AddMember(s.spec.name, m)
+			for _, g := range s.feeds {
+				c.sink.AddMember(g, m)
+			}
 		}
 	}
 	for _, m := range old {
 		if !slices.Contains(ms, m) {
 			c.sink.RemoveMember(s.spec.name, m)
+			for _, g := range s.feeds {
+				c.sink.RemoveMember(g, m)
+			}
 		}
 	}
 	if len(ms) == 0 {

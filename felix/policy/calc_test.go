@@ -232,6 +232,15 @@ func TestEvaluationOrder(t *testing.T) {
 	var got []string
 	for _, r := range tw {
 		switch {
+		case r.Action == nftdp.ActJump && strings.HasPrefix(r.Target, "r-"):
+			// A guarded run (z, a and b have no ingress rules, so no
+			// peer can match them: their guard is empty).
+			if len(r.Src.Sets) != 1 || len(s.sets[r.Src.Sets[0]]) != 0 {
+				t.Errorf("run %s: guard %v with members %v", r.Target, r.Src.Sets, s.sets)
+			}
+			for _, j := range s.chains[r.Target] {
+				got = append(got, j.Target)
+			}
 		case r.Action == nftdp.ActJump:
 			got = append(got, r.Target)
 		case r.Action == nftdp.ActDrop:

@@ -108,12 +108,17 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 	}
 	d.Endpoint, d.Node, d.Policed = e.Key, e.Node, true
 	inPols, outPols := c.policiesFor(e)
-	x := &interp{c: c, f: f, v: 4, d: &d, chains: map[string]chainDef{}, sets: map[string]setSpec{}}
+	x := &interp{c: c, f: f, v: 4, d: &d, chains: map[string]chainDef{}, sets: map[string]setSpec{}, guards: map[string]guardSpec{}}
 	if !f.Src.Is4() {
 		x.v = 6
 	}
-	name, rules, infos := c.endpointChain(e, inPols, outPols, in)
+	name, rules, infos, runs := c.endpointChain(e, inPols, outPols, in)
 	x.chains[name] = chainDef{rules, infos}
+	for _, r := range runs {
+		x.chains[r.chain] = chainDef{r.rules(), nil}
+		x.guards[r.guard.name] = r.guard
+		x.addSets(r.guard.sets)
+	}
 	pols := outPols
 	if in {
 		pols = inPols
@@ -155,6 +160,7 @@ type interp struct {
 	d      *Decision
 	chains map[string]chainDef
 	sets   map[string]setSpec
+	guards map[string]guardSpec
 	mark   bool // the pass bit
 }
 
@@ -259,6 +265,17 @@ func (x *interp) side(s *nftdp.Side, a netip.Addr, port uint16) bool {
 // port) holds the address (and protocol and port): the members are
 // computed by the same code that fills the kernel's sets.
 func (x *interp) inSet(name string, a netip.Addr, port uint16) bool {
+	if g, ok := x.guards[name]; ok {
+		if containsAddr(nftdp.NetsIn(x.v, g.nets), a) {
+			return true
+		}
+		for _, s := range g.sets {
+			if x.inSet(s.name, a, 0) {
+				return true
+			}
+		}
+		return false
+	}
 	spec, ok := x.sets[name]
 	if !ok {
 		return false
