@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,11 +16,12 @@ import (
 // times what it costs under none (docs/experiments/policy-walk). Most
 // policies match only peers in some selector's set or in some nets: the
 // source of what the endpoint receives, the destination of what it
-// sends. A run of such policies in one tier goes in a chain of its own,
-// and the endpoint chain jumps there only when the peer's address is in
-// the run's guard set, which holds every member of those sets and those
-// nets. A peer outside the guard matches no rule in the run (no Allow,
-// Deny, Pass or Log), so skipping the run gives the verdict walking it
+// sends. A run of such policies in one tier is cut into pieces (see
+// endsGuardRun); each piece goes in a chain of its own, and the endpoint
+// chain jumps there only when the peer's address is in the piece's
+// guard set, which holds every member of those sets and those nets. A
+// peer outside the guard matches no rule in the piece (no Allow, Deny,
+// Pass or Log), so skipping the piece gives the verdict walking it
 // would.
 //
 // The guard must never lack an address one of its sets has, or a Deny
@@ -125,47 +127,73 @@ func (c *Calc) reguard(p *cpolicy) {
 }
 
 // tierJumps are the jumps of one tier's policies (pols) in an endpoint
-// chain: runs of at least minGuardRun guardable policies behind their
-// guard (appended to runs), the others one jump each.
+// chain: runs of guardable policies cut into pieces (see endsGuardRun),
+// each piece of at least minGuardRun policies behind its guard
+// (appended to runs), the other policies one jump each.
 func tierJumps(pols []*cpolicy, in bool, runs *[]guardRun) []nftdp.Rule {
 	var out []nftdp.Rule
-	for k := 0; k < len(pols); {
-		m := k
-		var sets []setSpec
-		var nets []netip.Prefix
-		for ; m < len(pols); m++ {
-			s, n, ok := pols[m].peerGuard(in)
-			if !ok {
-				break
+	var run []*cpolicy // guardable, not yet written
+	flush := func() {
+		if len(run) < minGuardRun {
+			for _, p := range run {
+				out = append(out, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: p.chain(in)})
 			}
-			sets, nets = append(sets, s...), append(nets, n...)
+			run = run[:0]
+			return
 		}
-		if m-k >= minGuardRun {
-			r := newGuardRun(pols[k:m], in, sets, nets)
-			*runs = append(*runs, r)
-			j := nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: r.chain}
-			side := nftdp.Side{Sets: []string{r.guard.name}}
-			if in {
-				j.Src = side
-			} else {
-				j.Dst = side
-			}
-			out = append(out, j)
-			k = m
+		r := newGuardRun(run, in)
+		*runs = append(*runs, r)
+		j := nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: r.chain}
+		side := nftdp.Side{Sets: []string{r.guard.name}}
+		if in {
+			j.Src = side
+		} else {
+			j.Dst = side
+		}
+		out = append(out, j)
+		run = run[:0]
+	}
+	for _, p := range pols {
+		if _, _, ok := p.peerGuard(in); !ok {
+			flush()
+			out = append(out, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: p.chain(in)})
 			continue
 		}
-		m = max(m, k+1)
-		for ; k < m; k++ {
-			out = append(out, nftdp.Rule{IfPassClear: true, Action: nftdp.ActJump, Target: pols[k].chain(in)})
+		run = append(run, p)
+		if len(run) == maxGuardRun || endsGuardRun(p, in) {
+			flush()
 		}
 	}
+	flush()
 	return out
 }
 
-func newGuardRun(pols []*cpolicy, in bool, sets []setSpec, nets []netip.Prefix) guardRun {
+// Guarded runs are cut into pieces of about guardSpread policies, at
+// most maxGuardRun: a flow then costs one lookup per piece before the
+// one whose guard holds its peer, and a jump per policy of that piece,
+// not a walk of the whole run (about 2*sqrt(n) steps for n policies).
+// A piece ends after a policy whose chain name hashes to a multiple of
+// guardSpread, so adding or removing a policy changes the pieces around
+// it only, not every guard of the run.
+const (
+	guardSpread = 16
+	maxGuardRun = 64
+)
+
+func endsGuardRun(p *cpolicy, in bool) bool {
+	h := fnv.New32a()
+	h.Write([]byte(p.chain(in)))
+	return h.Sum32()%guardSpread == 0
+}
+
+func newGuardRun(pols []*cpolicy, in bool) guardRun {
 	var r guardRun
+	var sets []setSpec
+	var nets []netip.Prefix
 	for _, p := range pols {
 		r.targets = append(r.targets, p.chain(in))
+		s, n, _ := p.peerGuard(in)
+		sets, nets = append(sets, s...), append(nets, n...)
 	}
 	r.chain = hashName("r-", strings.Join(r.targets, " "))
 	slices.SortFunc(sets, func(a, b setSpec) int { return strings.Compare(a.name, b.name) })

@@ -214,3 +214,66 @@ func guardsCover(t *testing.T, step int, s *recSink) {
 		}
 	}
 }
+
+// TestGuardPieces: a run of 200 guardable policies is cut into guarded
+// pieces of at most maxGuardRun (a piece of one is a plain jump) that
+// jump to every policy once, in order; adding a policy in the middle of the run makes one or two new
+// pieces and leaves the other guards as they were.
+func TestGuardPieces(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	pol := func(i int) string {
+		return gnpYAML(fmt.Sprintf("p%03d", i), fmt.Sprint(i), "default",
+			fmt.Sprintf("  selector: all()\n  types: [Ingress]\n  ingress: [{action: Allow, source: {selector: \"n == '%d'\"}}]", i))
+	}
+	for i := 0; i < 400; i += 2 {
+		mustPolicy(t, c, pol(i))
+	}
+	c.SetEndpoint(ep("w", true, "10.0.0.1", nil))
+	walk := func() (targets []string, guards map[string]bool) {
+		guards = map[string]bool{}
+		for _, r := range s.chains[s.eps["caliw"][1]] {
+			if r.Action != nftdp.ActJump {
+				continue
+			}
+			if !strings.HasPrefix(r.Target, "r-") {
+				// a piece of one policy: a plain jump
+				targets = append(targets, r.Target)
+				continue
+			}
+			guards[r.Src.Sets[0]] = true
+			run := s.chains[r.Target]
+			if len(run) < minGuardRun || len(run) > maxGuardRun {
+				t.Errorf("piece %s of %d policies", r.Target, len(run))
+			}
+			for _, j := range run {
+				targets = append(targets, j.Target)
+			}
+		}
+		return targets, guards
+	}
+	targets, before := walk()
+	if len(targets) != 200 || !slices.IsSortedFunc(targets, strings.Compare) || len(before) < 200/maxGuardRun+1 {
+		t.Fatalf("%d jumps in %d pieces, sorted %v", len(targets), len(before), slices.IsSorted(targets))
+	}
+	mustPolicy(t, c, pol(201))
+	targets, after := walk()
+	if len(targets) != 201 || !slices.IsSortedFunc(targets, strings.Compare) {
+		t.Fatalf("after adding one: %d jumps", len(targets))
+	}
+	var gone, made int
+	for g := range before {
+		if !after[g] {
+			gone++
+		}
+	}
+	for g := range after {
+		if !before[g] {
+			made++
+		}
+	}
+	if gone > 1 || made > 2 || made == 0 {
+		t.Errorf("adding one policy replaced %d guards by %d (of %d)", gone, made, len(before))
+	}
+	t.Logf("%d pieces; adding one policy: %d guards gone, %d made", len(before), gone, made)
+}
