@@ -335,11 +335,16 @@ func (c *Calc) unrefSets(specs []setSpec) {
 }
 
 // contribute replaces what one endpoint or network set gives a set.
+// The members are masked and each taken once (a network set may list a
+// net twice, or as 10.9.0.7/24 and 10.9.0.0/24): the sink counts
+// references per member, and a repeat would leave one behind when the
+// contribution shrinks.
 func (c *Calc) contribute(s *aset, key string, ms []nftdp.Member) {
 	old := s.contrib[key]
 	if len(old) == 0 && len(ms) == 0 {
 		return
 	}
+	ms = distinctMembers(ms)
 	for _, m := range ms {
 		if !slices.Contains(old, m) {
 			c.sink.AddMember(s.spec.name, m)
@@ -361,6 +366,27 @@ func (c *Calc) contribute(s *aset, key string, ms []nftdp.Member) {
 	} else {
 		s.contrib[key] = ms
 	}
+}
+
+// distinctMembers masks each member's prefix and drops repeats, keeping
+// the first of each.
+func distinctMembers(ms []nftdp.Member) []nftdp.Member {
+	out := make([]nftdp.Member, 0, len(ms))
+	var seen map[nftdp.Member]bool
+	if len(ms) > 16 {
+		seen = make(map[nftdp.Member]bool, len(ms))
+	}
+	for _, m := range ms {
+		m.Prefix = m.Prefix.Masked()
+		switch {
+		case seen != nil && !seen[m]:
+			seen[m] = true
+			out = append(out, m)
+		case seen == nil && !slices.Contains(out, m):
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (s *aset) endpointMembers(e *endpoint) []nftdp.Member {

@@ -16,12 +16,14 @@ import (
 
 // TestGuardsCoverTheirRuns: after every step of a random history
 // (policies with Allow, Deny, Pass and Log rules whose peers are
-// selectors, nets, both or anything, in two tiers; local and remote
+// selectors, namespace selectors, nets, both, notSelectors or anything,
+// in two tiers whose order and default action change; local and remote
 // endpoints of both families relabelled and deleted; network sets with
 // overlapping nets), every guarded jump's guard set holds every address
 // any rule of its run can match, read from what the sink was given (the
 // rules of the run's policy chains and the members of their sets), and
-// the incremental state equals what a new calculator fed the same
+// the incremental state (members counted as the dataplane counts them)
+// equals what a new calculator fed the same
 // resources writes. At the end, with everything deleted, no set or
 // chain is left.
 func TestGuardsCoverTheirRuns(t *testing.T) {
@@ -47,9 +49,13 @@ func guardHistory(t *testing.T, seed uint64) {
 	c.SetTier(tier)
 
 	peer := func() string {
-		switch rng.IntN(6) {
+		switch rng.IntN(8) {
 		case 0:
 			return ""
+		case 6:
+			return fmt.Sprintf("source: {notSelector: %q}", pick("team == 'x'", "app == 'b'"))
+		case 7:
+			return fmt.Sprintf("source: {namespaceSelector: %q, selector: %q}", pick("all()", "projectcalico.org/name == 'prod'"), pick("app == 'a'", "all()"))
 		case 1:
 			return fmt.Sprintf("source: {selector: %q}", pick("team == 'x'", "app == 'b'", "has(team)", "app == 'zz'"))
 		case 2:
@@ -86,7 +92,8 @@ func guardHistory(t *testing.T, seed uint64) {
 	}
 	setNetset := func(name string) {
 		n := NetworkSet{Key: "gns:" + name, Labels: map[string]string{"team": pick("x", "y")}}
-		for _, p := range []string{"10.0.0.0/28", "10.0.0.4/30", "10.0.8.0/22", "fd00::/124"} {
+		// Repeats, also unmasked: the sink counts references per member.
+		for _, p := range []string{"10.0.0.0/28", "10.0.0.4/30", "10.0.0.5/30", "10.0.8.0/22", "fd00::/124", "10.0.0.4/30"} {
 			if rng.IntN(2) == 0 {
 				n.Nets = append(n.Nets, netip.MustParsePrefix(p))
 			}
@@ -132,6 +139,18 @@ func guardHistory(t *testing.T, seed uint64) {
 			name := fmt.Sprintf("e%d", rng.IntN(10))
 			delete(eps, name)
 			c.DeleteEndpoint(name)
+		case k == 9 && rng.IntN(4) == 0:
+			// The tier moves before or after the default one and
+			// switches its end between Pass and Deny.
+			order := []float64{50, 5000}[rng.IntN(2)]
+			tier.Spec.Order = &order
+			act := api.Action(pick("Pass", "Deny"))
+			tier.Spec.DefaultAction = &act
+			c.SetTier(tier)
+		case k == 9 && rng.IntN(3) == 0:
+			name := fmt.Sprintf("n%d", rng.IntN(3))
+			delete(sets, name)
+			c.DeleteNetworkSet("gns:" + name)
 		default:
 			setNetset(fmt.Sprintf("n%d", rng.IntN(3)))
 		}
@@ -276,4 +295,48 @@ func TestGuardPieces(t *testing.T) {
 		t.Errorf("adding one policy replaced %d guards by %d (of %d)", gone, made, len(before))
 	}
 	t.Logf("%d pieces; adding one policy: %d guards gone, %d made", len(before), gone, made)
+}
+
+// TestRepeatedMembersLeaveNothing: a network set listing a net twice
+// (once unmasked) and then once gives its set and the guard over it one
+// reference, so deleting it leaves neither holding the net (a leaked
+// reference kept a deleted set's nets allowed or denied, and a guard
+// made later lacked them).
+func TestRepeatedMembersLeaveNothing(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	for i, sel := range []string{"role == 'x'", "role == 'y'"} {
+		mustPolicy(t, c, gnpYAML(fmt.Sprintf("p%d", i), fmt.Sprint(i), "default",
+			"  selector: all()\n  types: [Ingress]\n  ingress: [{action: Deny, source: {selector: \""+sel+"\"}}]"))
+	}
+	c.SetEndpoint(ep("w", true, "10.0.0.1", nil))
+	ns := func(nets ...string) NetworkSet {
+		n := NetworkSet{Key: "gns:n", Labels: map[string]string{"role": "x"}}
+		for _, p := range nets {
+			n.Nets = append(n.Nets, netip.MustParsePrefix(p))
+		}
+		return n
+	}
+	c.SetNetworkSet(ns("10.9.0.0/24", "10.9.0.7/24", "10.9.0.0/24"))
+	c.SetNetworkSet(ns("10.9.0.0/24"))
+	if len(c.guards) != 1 {
+		t.Fatalf("%d guards, want 1", len(c.guards))
+	}
+	x := nftdp.Member{Prefix: netip.MustParsePrefix("10.9.0.0/24")}
+	holding := 0
+	for name, members := range s.sets {
+		if members[x] > 1 {
+			t.Errorf("set %s holds %v %d times, want once", name, x.Prefix, members[x])
+		}
+		holding += members[x]
+	}
+	if holding != 2 {
+		t.Errorf("%d sets hold %v, want role == 'x''s and the guard", holding, x.Prefix)
+	}
+	c.DeleteNetworkSet("gns:n")
+	for name, members := range s.sets {
+		if len(members) != 0 {
+			t.Errorf("network set deleted: set %s still holds %v", name, members)
+		}
+	}
 }

@@ -41,10 +41,12 @@ func (s *recSink) AddSet(name string, _ nftdp.SetKind) {
 }
 func (s *recSink) DeleteSet(name string) { delete(s.sets, name); s.ops = append(s.ops, "-set "+name) }
 func (s *recSink) AddMember(set string, m nftdp.Member) {
+	m.Prefix = m.Prefix.Masked() // as the dataplane does
 	s.sets[set][m]++
 	s.ops = append(s.ops, "member "+m.String())
 }
 func (s *recSink) RemoveMember(set string, m nftdp.Member) {
+	m.Prefix = m.Prefix.Masked()
 	if s.sets[set][m]--; s.sets[set][m] == 0 {
 		delete(s.sets[set], m)
 	}
