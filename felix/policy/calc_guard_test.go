@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -104,18 +103,7 @@ func guardHistory(t *testing.T, seed uint64) {
 	check := func(step int) {
 		t.Helper()
 		guardsCover(t, step, s)
-		f := newRecSink()
-		fc := NewCalc(f, LogConfig{Group: 3})
-		fc.SetTier(tier)
-		for _, name := range slices.Sorted(maps.Keys(sets)) {
-			fc.SetNetworkSet(sets[name])
-		}
-		for _, name := range slices.Sorted(maps.Keys(pols)) {
-			mustPolicy(t, fc, pols[name])
-		}
-		for _, name := range slices.Sorted(maps.Keys(eps)) {
-			fc.SetEndpoint(eps[name])
-		}
+		f := resources{tier: tier, netsets: sets, pols: pols, eps: eps}.fresh(t, LogConfig{Group: 3})
 		if !reflect.DeepEqual(s.sets, f.sets) {
 			t.Fatalf("step %d: sets\n%v\nfresh calculator:\n%v", step, s.sets, f.sets)
 		}

@@ -52,19 +52,7 @@ func TestLabelIndexMatchesFreshCalc(t *testing.T) {
 	}
 	check := func(step string) {
 		t.Helper()
-		f := newRecSink()
-		fc := NewCalc(f, LogConfig{})
-		for _, name := range slices.Sorted(maps.Keys(profiles)) {
-			if err := fc.SetProfile(profiles[name]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, name := range slices.Sorted(maps.Keys(pols)) {
-			mustPolicy(t, fc, pols[name])
-		}
-		for _, name := range slices.Sorted(maps.Keys(eps)) {
-			fc.SetEndpoint(eps[name])
-		}
+		f := resources{profiles: profiles, pols: pols, eps: eps}.fresh(t, LogConfig{})
 		if !reflect.DeepEqual(s.sets, f.sets) {
 			t.Errorf("%s: sets\n%v\nfresh calculator:\n%v", step, s.sets, f.sets)
 		}
@@ -115,4 +103,39 @@ func TestLabelIndexMatchesFreshCalc(t *testing.T) {
 	delEP("w1")
 	delPol("team")
 	check("relabelled and deleted")
+}
+
+// resources are what a test has given a calculator, by name.
+type resources struct {
+	tier     *api.Tier
+	profiles map[string]*api.Profile
+	netsets  map[string]NetworkSet
+	pols     map[string]string // YAML
+	eps      map[string]Endpoint
+}
+
+// fresh is what a new calculator writes when given the resources in
+// name order: the state an incremental one must equal.
+func (r resources) fresh(t *testing.T, lc LogConfig) *recSink {
+	t.Helper()
+	f := newRecSink()
+	c := NewCalc(f, lc)
+	if r.tier != nil {
+		c.SetTier(r.tier)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.profiles)) {
+		if err := c.SetProfile(r.profiles[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.netsets)) {
+		c.SetNetworkSet(r.netsets[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.pols)) {
+		mustPolicy(t, c, r.pols[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.eps)) {
+		c.SetEndpoint(r.eps[name])
+	}
+	return f
 }
