@@ -21,12 +21,16 @@ const scaleUpPods = 60
 func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, logf func(string, ...any)) error {
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
 	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
-	failed := func() (int, error) {
-		out, err := kubectl("get", "events", "-A", "--field-selector", "reason=FailedCreatePodSandBox", "-o", "name")
+	// failed lists the FailedCreatePodSandBox events, one line each:
+	// the object's name, then the kubelet's message (why the sandbox
+	// failed), so a failure says what went wrong.
+	failed := func() ([]string, error) {
+		out, err := kubectl("get", "events", "-A", "--field-selector", "reason=FailedCreatePodSandBox",
+			"-o", `jsonpath={range .items[*]}{.metadata.name}{" x"}{.count}{" "}{.lastTimestamp}{": "}{.message}{"\n"}{end}`)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		return len(strings.Fields(out)), nil
+		return strings.Split(strings.TrimSpace(out), "\n"), nil
 	}
 	before, err := failed()
 	if err != nil {
@@ -51,6 +55,7 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 	}
 	ips, _ := podIPs(ctx, c, "app=burst")
 	logf("%d of %d pods Running after %s: restarting routed on every node", len(ips), scaleUpPods, time.Since(start).Round(time.Millisecond))
+	restarted := time.Now()
 	if _, err := kubectl("-n", "kube-system", "rollout", "restart", "ds/routed-node"); err != nil {
 		return err
 	}
@@ -76,8 +81,10 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 	if err != nil {
 		return err
 	}
-	if len(ips) != scaleUpPods || after != before {
-		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events", len(ips), scaleUpPods, after-before)
+	fresh := newLines(before, after)
+	if len(ips) != scaleUpPods || len(fresh) > 0 {
+		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events (restart began %s):\n%s",
+			len(ips), scaleUpPods, len(fresh), restarted.UTC().Format(time.RFC3339), strings.Join(fresh, "\n"))
 	}
 	logf("%d pods Running, each its own address, in %s; 0 FailedCreatePodSandBox events", len(ips), time.Since(start).Round(time.Millisecond))
 	if _, err := kubectl("delete", "deployment", "burst", "--wait=true"); err != nil {
@@ -114,4 +121,20 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 		logf("%s", pods)
 	}
 	return err
+}
+
+// newLines returns the lines of after that are not in before (events
+// that were there before the scale-up are not its failures).
+func newLines(before, after []string) []string {
+	old := map[string]bool{}
+	for _, l := range before {
+		old[l] = true
+	}
+	var out []string
+	for _, l := range after {
+		if l != "" && !old[l] {
+			out = append(out, l)
+		}
+	}
+	return out
 }
