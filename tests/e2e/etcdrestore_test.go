@@ -53,7 +53,7 @@ func TestEtcdRestoreFromSnapshot(t *testing.T) {
 	}
 	restoredAt := time.Now()
 	sts, _ := l.EtcdStatuses(ctx)
-	t.Logf("restored a snapshot taken at revision %d: members now %+v", snapRev, sts)
+	t.Logf("%s restored a snapshot taken at revision %d: members now %+v", clock(restoredAt), snapRev, sts)
 
 	// Every node notices and holds, saying why.
 	for _, nd := range n {
@@ -64,12 +64,13 @@ func TestEtcdRestoreFromSnapshot(t *testing.T) {
 	// routed on the node of lost2 is killed and started again while the
 	// datastore is restored: the new process has never trusted it, and
 	// knows the node's pods from the view the old one saved.
+	killedAt := time.Now()
 	l.StopNode(n[3].Name, true)
 	if err := l.StartNode(ctx, n[3].Name); err != nil {
 		t.Fatal(err)
 	}
 	waitReadiness(t, l, n[3].Name, "went back in time", 90*time.Second)
-	t.Logf("routed on %s killed and started again: it holds", n[3].Name)
+	t.Logf("%s routed on %s killed, started again, and by %s it holds", clock(killedAt), n[3].Name, clock(time.Now()))
 
 	// New pods are refused while a node holds: their address could be
 	// one a lost pod has.
@@ -106,13 +107,14 @@ func TestEtcdRestoreFromSnapshot(t *testing.T) {
 	}
 	// ...and accepts the restored datastore; the other nodes put theirs
 	// back by themselves before they follow it.
+	t.Logf("%s datastore reinit", clock(time.Now()))
 	if out, err := l.Ctl(ctx, "datastore", "reinit"); err != nil {
 		t.Fatalf("datastore reinit: %v\n%s", err, out)
 	}
 	for _, nd := range n {
 		waitReadiness(t, l, nd.Name, "", 90*time.Second)
 	}
-	t.Logf("every node ready %v after the restore", time.Since(restoredAt).Round(time.Millisecond))
+	t.Logf("%s every node ready %v after the restore", clock(time.Now()), time.Since(restoredAt).Round(time.Millisecond))
 
 	// Nothing lost: the datastore holds every live pod, the pods kept
 	// their routes and pings, and a new pod gets a free address.
@@ -157,3 +159,7 @@ func waitReadiness(t *testing.T, l *lab.Lab, node, want string, timeout time.Dur
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// clock is a time of day in the form the ping streams name lost probes
+// with, so a lost probe can be placed among the test's steps.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }

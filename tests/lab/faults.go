@@ -21,13 +21,23 @@ func (l *Lab) StopEtcd() { l.etcd.stop(syscall.SIGTERM, 10*time.Second) }
 func (l *Lab) StartEtcd(ctx context.Context) error { return l.startEtcd(ctx) }
 
 // PingResult counts a ping stream.
-type PingResult struct{ Sent, Received int }
+type PingResult struct {
+	Sent, Received int
+	// Lost names each unanswered probe: when it was sent and how long
+	// the ping process took (well over its 1 s deadline means it waited
+	// for a CPU, not only for a reply).
+	LostProbes []string
+}
 
 // Lost is the number of unanswered pings.
 func (r PingResult) Lost() int { return r.Sent - r.Received }
 
 func (r PingResult) String() string {
-	return fmt.Sprintf("%d sent, %d received, %d lost", r.Sent, r.Received, r.Lost())
+	s := fmt.Sprintf("%d sent, %d received, %d lost", r.Sent, r.Received, r.Lost())
+	if len(r.LostProbes) > 0 {
+		s += " (" + strings.Join(r.LostProbes, "; ") + ")"
+	}
+	return s
 }
 
 // PingStream pings to from a pod every interval until ctx ends, and
@@ -45,9 +55,13 @@ func (l *Lab) PingStream(ctx context.Context, from Pod, to string, interval time
 		r.Sent++
 		// One probe per tick with a short deadline, so a gap in
 		// forwarding shows up as lost probes rather than a slow one.
-		out, _ := nsRun(context.Background(), from.NS, "ping", "-n", "-q", "-c", "1", "-W", "1", to)
+		sent := time.Now()
+		out, err := nsRun(context.Background(), from.NS, "ping", "-n", "-q", "-c", "1", "-W", "1", to)
 		if strings.Contains(out, " 1 received") {
 			r.Received++
+		} else {
+			r.LostProbes = append(r.LostProbes, fmt.Sprintf("sent %s, ping ran %s: %v",
+				sent.UTC().Format("15:04:05.000"), time.Since(sent).Round(time.Millisecond), err))
 		}
 	}
 }
