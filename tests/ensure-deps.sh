@@ -22,6 +22,7 @@ if [ "$(id -u)" = 0 ]; then
 		[ -x /usr/lib/cni/portmap ] || want_pkg containernetworking-plugins
 		have kubectl || want_pkg kubectl
 		have tcpdump || want_pkg tcpdump
+		have nft || want_pkg nftables   # tests/e2e: cutting a node off from etcd (tests/lab/etcdcluster.go)
 		have iperf3 || want_pkg iperf3   # make bench: pod-to-pod throughput
 		have containerd || want_pkg containerd   # tests/k8s: the image runs under a real runtime
 		[ -x /usr/sbin/runc ] || want_pkg runc
