@@ -62,8 +62,10 @@ type NetConf struct {
 	// PolicySetupTimeoutSeconds (Calico's name): when above 0, ADD
 	// returns only once felix has programmed the pod's interface in the
 	// policy tables, waiting at most this long, and fails (undoing
-	// everything) when it has not. 0 returns at once: the pod's traffic
-	// is then dropped until felix programs it.
+	// everything) when it has not. Time while routed is not running on
+	// the node (its CNI socket does not accept) does not count, up to
+	// 100 s in all (cniplugin/plugin/policywait.go). 0 returns at once:
+	// the pod's traffic is then dropped until felix programs it.
 	PolicySetupTimeoutSeconds int `json:"policy_setup_timeout_seconds"`
 
 	// RoutedSocket is routed's CNI socket on this node (pkg/cniapi):

@@ -262,5 +262,8 @@ func (l *Lab) policyWait() int {
 	if l.Topo.NoPolicy {
 		return 0
 	}
+	if l.Topo.PolicySetupTimeout > 0 {
+		return l.Topo.PolicySetupTimeout
+	}
 	return 30
 }

@@ -74,6 +74,9 @@ type Topology struct {
 	// as on a real node, and refused while routed holds the datastore.
 	// Without it the plugin writes etcd itself.
 	CNIViaRouted bool
+	// PolicySetupTimeout is the conflist's policy_setup_timeout_seconds
+	// (0: 30, as the manifests ship; ignored with NoPolicy).
+	PolicySetupTimeout int
 }
 
 // DefaultTopology is four nodes over two subnets, n1 the route reflector.
