@@ -3,6 +3,8 @@ package demo
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +84,9 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 		return err
 	}
 	fresh := newLines(before, after)
+	for _, n := range c.Nodes {
+		logf("  %s: %s", n.Name, waitedForRouted(n.HostPath("/var/log/routed/cni.log")))
+	}
 	if len(ips) != scaleUpPods || len(fresh) > 0 {
 		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events (restart began %s):\n%s",
 			len(ips), scaleUpPods, len(fresh), restarted.UTC().Format(time.RFC3339), strings.Join(fresh, "\n"))
@@ -135,6 +140,38 @@ func newLines(before, after []string) []string {
 		if l != "" && !old[l] {
 			out = append(out, l)
 		}
+	}
+	return out
+}
+
+var routedAbsent = regexp.MustCompile(`routedAbsent=([0-9.]+[a-zµ]+)`)
+
+// waitedForRouted reads a node's CNI log and says how many ADDs waited
+// for routed to come back (the restart) and for how long at most, and
+// which ADDs failed, so the scale-up's log shows how long routed was
+// away from the node.
+func waitedForRouted(logFile string) string {
+	raw, err := os.ReadFile(logFile)
+	if err != nil {
+		return err.Error()
+	}
+	var n int
+	var longest time.Duration
+	var failed []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if m := routedAbsent.FindStringSubmatch(l); m != nil {
+			n++
+			if d, err := time.ParseDuration(m[1]); err == nil && d > longest {
+				longest = d
+			}
+		}
+		if strings.Contains(l, "level=error") && strings.Contains(l, "verb=ADD") {
+			failed = append(failed, l)
+		}
+	}
+	out := fmt.Sprintf("%d ADDs waited for routed to come back, the longest %s; %d ADDs failed", n, longest, len(failed))
+	if len(failed) > 0 {
+		out += ":\n" + strings.Join(failed, "\n")
 	}
 	return out
 }
