@@ -44,12 +44,14 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 	if err := applyYAML(ctx, c, yaml); err != nil {
 		return err
 	}
-	// Restart routed once the kubelets are busy: some pods created,
-	// most still to come.
-	if err := cluster.WaitFor(ctx, 120*time.Second, "the first pods of the scale-up Running", func() error {
-		ips, err := podIPs(ctx, c, "app=burst")
-		if err == nil && len(ips) < 5 {
-			err = fmt.Errorf("%d Running", len(ips))
+	// Restart routed once the kubelets are busy: the first pods are
+	// on their nodes, so their sandboxes' CNI ADDs are starting. (Waiting
+	// for pods Running came too late: a quick machine had done all 60
+	// ADDs by the time 10 pods showed Running.)
+	if err := cluster.WaitFor(ctx, 120*time.Second, "the first pods of the scale-up scheduled", func() error {
+		out, err := kubectl("get", "pods", "-l", "app=burst", "-o", "jsonpath={.items[*].spec.nodeName}")
+		if err == nil && len(strings.Fields(out)) < 2 {
+			err = fmt.Errorf("%d scheduled", len(strings.Fields(out)))
 		}
 		return err
 	}); err != nil {
@@ -155,7 +157,7 @@ func waitedForRouted(logFile string) string {
 	if err != nil {
 		return err.Error()
 	}
-	var n int
+	var n, direct int
 	var longest time.Duration
 	var failed []string
 	for _, l := range strings.Split(string(raw), "\n") {
@@ -165,11 +167,14 @@ func waitedForRouted(logFile string) string {
 				longest = d
 			}
 		}
+		if strings.Contains(l, "doing the ADD against etcd directly") {
+			direct++
+		}
 		if strings.Contains(l, "level=error") && strings.Contains(l, "verb=ADD") {
 			failed = append(failed, l)
 		}
 	}
-	out := fmt.Sprintf("%d ADDs waited for routed to come back, the longest %s; %d ADDs failed", n, longest, len(failed))
+	out := fmt.Sprintf("%d ADDs found routed away and did the work themselves, %d waited for routed to come back (the longest %s); %d ADDs failed", direct, n, longest, len(failed))
 	if len(failed) > 0 {
 		out += ":\n" + strings.Join(failed, "\n")
 	}
