@@ -63,9 +63,10 @@ type NetConf struct {
 	// returns only once felix has programmed the pod's interface in the
 	// policy tables, waiting at most this long, and fails (undoing
 	// everything) when it has not. Time while routed is not running on
-	// the node (its CNI socket does not accept) does not count, up to
-	// 100 s in all (cniplugin/plugin/policywait.go). 0 returns at once:
-	// the pod's traffic is then dropped until felix programs it.
+	// the node (its CNI socket does not accept) does not count; an ADD
+	// then waits at most 100 s from its start (plugin/policywait.go).
+	// 0 returns at once: the pod's traffic is then dropped until felix
+	// programs it.
 	PolicySetupTimeoutSeconds int `json:"policy_setup_timeout_seconds"`
 
 	// RoutedSocket is routed's CNI socket on this node (pkg/cniapi):

@@ -21,6 +21,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -77,6 +78,9 @@ type call struct {
 	// orchestrator is "k8s" for pods, "cni" for bare CNI containers.
 	orchestrator string
 	closeLog     func()
+	// started is when the plugin began the call: waits are bounded
+	// from it (the runtime's timeout runs from about then).
+	started time.Time
 }
 
 // begin parses the configuration and arguments and opens the log. The
@@ -86,7 +90,7 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &call{args: args, conf: conf}
+	c := &call{args: args, conf: conf, started: time.Now()}
 	c.log, c.closeLog = netconf.OpenLog(conf, args.ContainerID, verb)
 	if c.k8s, err = ParseK8sArgs(args.Args); err != nil {
 		c.end()

@@ -14,12 +14,14 @@ import (
 // time (CNI code 11, try again later).
 var errPolicyNotProgrammed = errors.New("routed-cni: network policy not programmed")
 
-// absentLimit bounds the whole wait when routed is not running on the
-// node for part of it (its pod restarting, its new image being pulled):
-// time without routed does not count against policy_setup_timeout_seconds,
-// but the wait never runs past this (or past that timeout, when longer),
-// so the plugin answers with the reason well inside the kubelet's
-// default 2-minute runtime request timeout instead of being killed.
+// absentLimit bounds the ADD, counted from the plugin's start, when
+// routed is not running on the node for part of the wait (its pod
+// restarting, its new image being pulled): time without routed does not
+// count against policy_setup_timeout_seconds, but the wait never runs
+// past this (nor past that timeout counted from the wait's start, when
+// later), so the plugin answers with the reason inside the kubelet's
+// default 2-minute runtime request timeout instead of being killed
+// before it can undo its work.
 const absentLimit = 100 * time.Second
 
 // waitForPolicy returns once felix has programmed the pod's host
@@ -48,8 +50,13 @@ func waitForPolicy(ctx context.Context, c *call, ips []net.IP) error {
 			fams |= nftdp.FamilyIPv6
 		}
 	}
+	latest := c.started.Add(absentLimit)
+	if l := time.Now().Add(limit); l.After(latest) || c.started.IsZero() {
+		latest = l
+	}
 	w := policyWait{
 		limit:      limit,
+		latest:     latest,
 		programmed: func() (bool, error) { return nftdp.Programmed(-1, "", c.hostVeth, fams) },
 		routedUp:   func() bool { return true },
 		now:        time.Now,
@@ -70,11 +77,7 @@ func waitForPolicy(ctx context.Context, c *call, ips []net.IP) error {
 	waited, absent, err := w.run(ctx)
 	var late *waitTimeout
 	if errors.As(err, &late) {
-		msg := late.msg
-		if late.absent > 0 && sock != "" {
-			msg += fmt.Sprintf(" (nothing accepted on routed's CNI socket %s for %s of the wait: is routed's pod on this node starting?)", sock, late.absent.Round(time.Second))
-		}
-		return fmt.Errorf("%w: felix did not program %s for %s %s", errPolicyNotProgrammed, c.hostVeth, c.describe(), msg)
+		return fmt.Errorf("%w: felix did not program %s for %s %s", errPolicyNotProgrammed, c.hostVeth, c.describe(), late.explain(limit, sock))
 	}
 	if err != nil {
 		return err
@@ -99,18 +102,46 @@ func socketAccepts(path string) bool {
 	return true
 }
 
-// waitTimeout: the wait ran out; absent is how long of it routed was
-// not running.
+// waitTimeout: the wait ran out after waited, absent of it without
+// routed; lastErr is the last error reading the tables (nil: they read
+// fine), seenUp whether routed was seen running at all.
 type waitTimeout struct {
-	msg    string
-	absent time.Duration
+	waited, absent time.Duration
+	lastErr        error
+	seenUp         bool
 }
 
-func (e *waitTimeout) Error() string { return e.msg }
+func (e *waitTimeout) Error() string { return e.explain(0, "") }
+
+// explain says why the wait ran out, for a timeout of limit and routed's
+// CNI socket sock ("": the plugin cannot tell whether routed runs).
+func (e *waitTimeout) explain(limit time.Duration, sock string) string {
+	var msg string
+	if e.absent == 0 {
+		msg = fmt.Sprintf("within %s (policy_setup_timeout_seconds)", e.waited.Round(time.Second))
+	} else {
+		msg = fmt.Sprintf("within %s, %s of it with routed running (policy_setup_timeout_seconds %d; an ADD waits at most %s while routed is away)",
+			e.waited.Round(time.Second), (e.waited - e.absent).Round(time.Second), int(limit/time.Second), absentLimit)
+	}
+	switch {
+	case e.lastErr != nil:
+		msg += ": " + e.lastErr.Error()
+	case sock == "":
+		msg += ": is routed running on this node?"
+	case e.absent > 0 && !e.seenUp:
+		msg += fmt.Sprintf(": nothing accepted on routed's CNI socket %s: is routed's pod on this node starting, or does routed serve another socket (its --cni-socket)?", sock)
+	case e.absent > 0:
+		msg += fmt.Sprintf(": routed was away %s of the wait (its CNI socket %s did not accept), and once back did not program the interface: see routed's log", e.absent.Round(time.Second), sock)
+	default:
+		msg += ": routed runs on this node (its CNI socket accepts) but has not programmed the interface: see routed's log"
+	}
+	return msg
+}
 
 // policyWait is the wait's logic, apart from the kernel and the clock.
 type policyWait struct {
 	limit      time.Duration // policy_setup_timeout_seconds: counted while routed runs
+	latest     time.Time     // the wait ends by then in any case (zero: start + max(limit, absentLimit))
 	programmed func() (bool, error)
 	routedUp   func() bool
 	now        func() time.Time
@@ -126,12 +157,14 @@ const (
 
 // run waits until programmed says yes and returns how long it waited and
 // for how much of that routed was not running. It fails (*waitTimeout)
-// once limit has passed with routed running, or once max(limit,
-// absentLimit) has passed in all.
+// once limit has passed with routed running, or at latest.
 func (w policyWait) run(ctx context.Context) (waited, absent time.Duration, err error) {
 	start := w.now()
-	whole := max(w.limit, absentLimit)
-	up, checked := true, time.Time{}
+	latest := w.latest
+	if latest.IsZero() {
+		latest = start.Add(max(w.limit, absentLimit))
+	}
+	up, seenUp, checked := true, false, time.Time{}
 	last := start
 	var lastErr error
 	for {
@@ -145,25 +178,13 @@ func (w policyWait) run(ctx context.Context) (waited, absent time.Duration, err 
 		if ok {
 			return waited, absent, nil
 		}
-		if perr != nil {
-			lastErr = perr
-		}
-		why := "is routed running on this node?"
-		if lastErr != nil {
-			why = lastErr.Error()
-		}
-		switch {
-		case waited-absent >= w.limit && absent == 0:
-			return waited, absent, &waitTimeout{msg: fmt.Sprintf("within %s (policy_setup_timeout_seconds): %s", w.limit, why)}
-		case waited-absent >= w.limit || waited >= whole:
-			return waited, absent, &waitTimeout{
-				msg: fmt.Sprintf("within %s, %s of it with routed running (policy_setup_timeout_seconds %d; at most %s in all while routed is away): %s",
-					waited.Round(time.Second), (waited - absent).Round(time.Second), int(w.limit/time.Second), whole, why),
-				absent: absent,
-			}
+		lastErr = perr
+		if waited-absent >= w.limit || !t.Before(latest) {
+			return waited, absent, &waitTimeout{waited: waited, absent: absent, lastErr: lastErr, seenUp: seenUp}
 		}
 		if checked.IsZero() || t.Sub(checked) >= routedEvery {
 			up, checked = w.routedUp(), t
+			seenUp = seenUp || up
 		}
 		if err := w.sleep(ctx, pollEvery); err != nil {
 			return waited, absent, err
