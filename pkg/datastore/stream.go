@@ -3,6 +3,8 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -43,7 +45,18 @@ const (
 	// ListDiverged: the probe key differs from what was delivered at a
 	// revision already seen: etcd holds another history.
 	ListDiverged ListReason = "history diverged"
+	// ListRequested: the handler asked for the current state (Relister).
+	ListRequested ListReason = "requested"
 )
+
+// Relister is a StreamHandler that can ask for the range to be listed
+// again: after each OnEvents call the stream asks WantList, and when it
+// reports true the stream lists at the current revision (reason
+// ListRequested) and then follows from there. A handler that keeps no
+// copy of the range uses it to rebuild its state when it needs it.
+type Relister interface {
+	WantList() bool
+}
 
 // StreamOptions tune a Stream; the zero value is usable.
 type StreamOptions struct {
@@ -58,6 +71,16 @@ type StreamOptions struct {
 	// OnResume is called each time the watch resumes from its revision
 	// after breaking, without a list.
 	OnResume func()
+	// ListPrefixes, when set, are the parts of the range a list reads
+	// (each under prefix, read at one revision); the watch still covers
+	// all of prefix. Keys a handler never wants are not listed at all,
+	// yet their changes keep the watch's revision moving.
+	ListPrefixes []string
+	// Nudge, when set, makes the stream call OnEvents with no events at
+	// the revision delivered so far each time it receives, on the
+	// stream's goroutine (so a handler can reconsider what it holds
+	// without waiting for a change).
+	Nudge <-chan struct{}
 }
 
 // listPage bounds each list request, so a large cluster's state is read
@@ -84,6 +107,9 @@ func (c *Client) Stream(ctx context.Context, prefix string, h StreamHandler, o S
 		err := s.once(ctx)
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, errListRequested) {
+			continue // list again at once: not a failure
 		}
 		if time.Since(start) > 10*time.Second {
 			retry.Reset() // it ran a while: not a tight failure loop
@@ -117,7 +143,7 @@ func (s *stream) once(ctx context.Context) error {
 		}
 	}
 	if s.rev == 0 {
-		kvs, rev, cluster, err := s.c.listPrefix(ctx, s.prefix)
+		kvs, rev, cluster, err := s.c.listRanges(ctx, s.prefix, s.o.ListPrefixes)
 		if err != nil {
 			return err
 		}
@@ -171,11 +197,37 @@ func (s *stream) checkResume(ctx context.Context) error {
 	return nil
 }
 
-// listPrefix reads every key under prefix at one revision, listPage keys
-// per request, and returns them with that revision and etcd's cluster ID.
-func (c *Client) listPrefix(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, int64, uint64, error) {
+// listRanges reads every key under each of parts (all of prefix when
+// parts is empty) at one revision, and returns them with that revision
+// and etcd's cluster ID.
+func (c *Client) listRanges(ctx context.Context, prefix string, parts []string) ([]*mvccpb.KeyValue, int64, uint64, error) {
+	if len(parts) == 0 {
+		return c.listPrefix(ctx, prefix, 0)
+	}
 	var kvs []*mvccpb.KeyValue
 	var rev int64
+	var cluster uint64
+	for _, p := range parts {
+		if !strings.HasPrefix(p, prefix) {
+			return nil, 0, 0, fmt.Errorf("datastore: list prefix %q is outside the stream's range %q", p, prefix)
+		}
+		got, r, cl, err := c.listPrefix(ctx, p, rev)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if rev == 0 {
+			rev, cluster = r, cl
+		}
+		kvs = append(kvs, got...)
+	}
+	return kvs, rev, cluster, nil
+}
+
+// listPrefix reads every key under prefix at revision rev (0: the
+// current one), listPage keys per request, and returns them with that
+// revision and etcd's cluster ID.
+func (c *Client) listPrefix(ctx context.Context, prefix string, rev int64) ([]*mvccpb.KeyValue, int64, uint64, error) {
+	var kvs []*mvccpb.KeyValue
 	var cluster uint64
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
@@ -190,8 +242,9 @@ func (c *Client) listPrefix(ctx context.Context, prefix string) ([]*mvccpb.KeyVa
 			return nil, 0, 0, c.wrap(err)
 		}
 		if rev == 0 {
-			rev, cluster = resp.Header.Revision, resp.Header.ClusterId
+			rev = resp.Header.Revision
 		}
+		cluster = resp.Header.ClusterId
 		kvs = append(kvs, resp.Kvs...)
 		if !resp.More || len(resp.Kvs) == 0 {
 			return kvs, rev, cluster, nil
@@ -225,7 +278,21 @@ func (s *stream) follow(ctx context.Context) error {
 		}
 	}()
 	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify())
-	for wr := range wch {
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-wch:
+		case <-s.o.Nudge:
+			s.h.OnEvents(nil, s.rev)
+			if s.wantList() {
+				return errListRequested
+			}
+			continue
+		}
+		if !ok {
+			break
+		}
 		s.o.Beat.Mark()
 		if wr.CompactRevision != 0 {
 			return errCompacted
@@ -250,6 +317,9 @@ func (s *stream) follow(ctx context.Context) error {
 		}
 		s.rev = rev
 		s.h.OnEvents(wr.Events, rev)
+		if s.wantList() {
+			return errListRequested
+		}
 	}
 	select {
 	case <-lost:
@@ -260,6 +330,17 @@ func (s *stream) follow(ctx context.Context) error {
 		}
 		return errWatchClosed
 	}
+}
+
+// wantList reports whether the handler asked for a list; the next
+// attempt lists at once.
+func (s *stream) wantList() bool {
+	r, ok := s.h.(Relister)
+	if !ok || !r.WantList() {
+		return false
+	}
+	s.rev, s.reason = 0, ListRequested
+	return true
 }
 
 // watchConnection calls lost once conn, having been ready, stops being
@@ -291,4 +372,6 @@ const (
 	errWatchClosed = watchError("datastore: watch channel closed")
 	// errConnectionLost ends a watch whose connection to etcd broke.
 	errConnectionLost = watchError("datastore: connection to etcd lost")
+	// errListRequested ends a watch whose handler asked for a list.
+	errListRequested = watchError("datastore: the handler asked for a list")
 )

@@ -98,10 +98,15 @@ func (r *streamRecorder) waitFor(t *testing.T, what string, cond func() bool) {
 
 func startStream(t *testing.T, c *Client, prefix string, r *streamRecorder, probe string) {
 	t.Helper()
+	startStreamWith(t, c, prefix, r, StreamOptions{ProbeKey: probe, OnResume: r.resumed})
+}
+
+func startStreamWith(t *testing.T, c *Client, prefix string, r *streamRecorder, o StreamOptions) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Stream(ctx, prefix, r, StreamOptions{ProbeKey: probe, OnResume: r.resumed})
+		done <- c.Stream(ctx, prefix, r, o)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -298,5 +303,38 @@ func TestStreamListsAgainAfterEtcdCameBackEmpty(t *testing.T) {
 	r.waitFor(t, "a list of the new data", func() bool { return r.keys() == "/e/fresh" })
 	if got := r.reasons[len(r.reasons)-1]; got != ListRolledBack {
 		t.Fatalf("list reason %v, want %v", got, ListRolledBack)
+	}
+}
+
+// TestStreamListsOnlyItsParts: with ListPrefixes a list reads those
+// parts of the range at one revision and nothing else, while the watch
+// still delivers every change of the whole range.
+func TestStreamListsOnlyItsParts(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestClient(t)
+	for _, k := range []string{"/s/a/1", "/s/a/2", "/s/b/1", "/s/c/1", "/s/c/2"} {
+		put(t, c, k, "1")
+	}
+	r := newStreamRecorder()
+	startStreamWith(t, c, "/s/", r, StreamOptions{ListPrefixes: []string{"/s/a/", "/s/c/"}})
+	r.waitFor(t, "the list of a and c", func() bool { return len(r.reasons) == 1 })
+	r.mu.Lock()
+	got := r.keys()
+	r.mu.Unlock()
+	if got != "/s/a/1,/s/a/2,/s/c/1,/s/c/2" {
+		t.Fatalf("listed %s, want a's and c's keys only", got)
+	}
+	put(t, c, "/s/b/2", "1")
+	r.waitFor(t, "the change under b through the watch", func() bool { _, ok := r.state["/s/b/2"]; return ok })
+}
+
+// TestStreamListPrefixOutsideRange: a part outside the range is an
+// error that names it, not a silent empty list.
+func TestStreamListPrefixOutsideRange(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestClient(t)
+	_, _, _, err := c.listRanges(context.Background(), "/s/", []string{"/t/"})
+	if err == nil || !strings.Contains(err.Error(), `"/t/"`) {
+		t.Fatalf("listing /t/ under /s/: %v, want an error naming it", err)
 	}
 }

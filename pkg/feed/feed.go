@@ -10,15 +10,23 @@
 //     swapped, rolled back, not ready); when it lets go, every consumer
 //     gets a fresh snapshot.
 //   - The feed never waits for a consumer. Each has its own queue; one
-//     that falls more than MaxPending updates behind gets one snapshot of
-//     the current state instead of the backlog. The same rule holds for
-//     every consumer, so a slow BGP push cannot stall felix.
+//     that falls more than MaxPending updates behind has its backlog
+//     merged by key (the latest change of each object, in revision
+//     order), and so does a snapshot it has not taken yet: the queue
+//     never holds more than one entry per object, and nothing is rebuilt
+//     on the feed's goroutine. The same rule holds for every consumer, so
+//     a slow BGP push cannot stall felix.
+//   - The feed keeps no copy of the datastore: a snapshot is made from a
+//     list (at start, and when the gate lets go after a hold, when the
+//     feed asks the stream to list again). Keys no consumer subscribes to
+//     (IPAM handles) are not listed at all.
 //   - No consumer reads etcd: what they need comes in the feed.
 package feed
 
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +51,7 @@ const (
 )
 
 // MaxPending is how many undelivered updates a consumer may have before
-// its backlog is replaced by one snapshot.
+// its backlog is merged by key.
 const MaxPending = 4096
 
 // Update is one change, or in a snapshot one current object.
@@ -103,17 +111,19 @@ type Feed struct {
 	seen    atomic.Int64 // the revision the feed has read up to
 	metrics metrics
 
+	nudge chan struct{} // Rejudge -> the stream's goroutine
+
 	// Owned by Run's goroutine (the Stream's handler calls).
-	cache    map[string]*mvccpb.KeyValue // subscribed resources and affinities
 	borrowed map[netip.Prefix]map[netip.Addr]string
 	ci       *datastore.ClusterInfo
 	rev      int64
+	wantList bool // the gate let go: list again for a snapshot
 }
 
 // New returns a Feed reading ds.
 func New(ds *datastore.Client, opt Options) *Feed {
 	return &Feed{ds: ds, opt: opt, kinds: map[api.Kind]bool{}, metrics: newMetrics(),
-		log: logrus.WithField("component", "feed")}
+		nudge: make(chan struct{}, 1), log: logrus.WithField("component", "feed")}
 }
 
 // Subscribe registers c for kinds (resource kinds, KindAffinity,
@@ -150,6 +160,21 @@ func (f *Feed) Stalled(now time.Time, max time.Duration) (string, time.Duration)
 	return "", 0
 }
 
+// Rejudge asks the feed to put the datastore before the gate again soon,
+// on the feed's own goroutine, without waiting for a change: a gate whose
+// answer changed by itself (the work it waited for is done) calls it.
+// Safe from any goroutine; it never blocks.
+func (f *Feed) Rejudge() {
+	select {
+	case f.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// WantList implements datastore.Relister: the gate let go after a hold,
+// and the consumers' snapshot comes from a fresh list.
+func (f *Feed) WantList() bool { return f.wantList }
+
 // Collectors are the feed's Prometheus metrics.
 func (f *Feed) Collectors() []prometheus.Collector { return f.metrics.all() }
 
@@ -159,9 +184,11 @@ func (f *Feed) Run(ctx context.Context) error {
 		go s.deliver(ctx)
 	}
 	err := f.ds.Stream(ctx, datastore.KeyPrefix, f, datastore.StreamOptions{
-		Beat:     f.opt.Beat,
-		ProbeKey: datastore.ClusterInfoKey,
-		OnResume: func() { f.metrics.resumes.Inc() },
+		Beat:         f.opt.Beat,
+		ProbeKey:     datastore.ClusterInfoKey,
+		OnResume:     func() { f.metrics.resumes.Inc() },
+		ListPrefixes: listPrefixes(f.kinds),
+		Nudge:        f.nudge,
 	})
 	if ctx.Err() != nil {
 		return nil
@@ -172,14 +199,26 @@ func (f *Feed) Run(ctx context.Context) error {
 // OnList implements datastore.StreamHandler.
 func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListReason) {
 	f.metrics.lists.WithLabelValues(string(reason)).Inc()
-	f.cache = make(map[string]*mvccpb.KeyValue, len(kvs))
 	f.borrowed = map[netip.Prefix]map[netip.Addr]string{}
-	f.ci, f.rev = nil, rev
+	f.ci, f.rev, f.wantList = nil, rev, false
+	items := make([]item, 0, len(kvs))
 	for _, kv := range kvs {
-		f.take(kv, false)
+		if it, ok := f.take(kv, false); ok {
+			items = append(items, it)
+		}
 	}
-	f.judge(true)
 	f.seen.Store(rev)
+	if !f.admit() {
+		return
+	}
+	f.held.Store(false)
+	for _, s := range f.subs {
+		s.pushSnapshot(f, rev, items)
+	}
+	f.synced.Store(true)
+	if f.opt.Gate != nil {
+		f.opt.Gate.Seen(rev)
+	}
 }
 
 // OnEvents implements datastore.StreamHandler.
@@ -198,13 +237,19 @@ func (f *Feed) OnEvents(evs []*clientv3.Event, rev int64) {
 		}
 	}
 	if identity || f.held.Load() {
-		if f.judge(false) || f.held.Load() {
-			return // released with a snapshot, or still held
+		if !f.admit() {
+			return
+		}
+		if f.held.Load() {
+			// Let go with a snapshot of the datastore as it is now:
+			// the stream lists again before anything else.
+			f.wantList = true
+			return
 		}
 	}
 	if len(out) > 0 {
 		for _, s := range f.subs {
-			s.push(f, false, rev, out)
+			s.push(f, rev, out)
 		}
 	}
 	if f.opt.Gate != nil {
@@ -212,32 +257,21 @@ func (f *Feed) OnEvents(evs []*clientv3.Event, rev int64) {
 	}
 }
 
-// judge asks the gate about the datastore as the cache holds it now. It
-// holds the consumers, or releases them with a snapshot when they were
-// held or listed is set. It reports whether a snapshot went out.
-func (f *Feed) judge(listed bool) bool {
-	if f.opt.Gate != nil && !f.opt.Gate.Admit(f.ci, f.rev) {
-		if !f.held.Swap(true) {
-			f.log.WithField("revision", f.rev).Warn("holding every consumer: the datastore is not trusted (see the identity guard's log)")
-		}
-		return false
+// admit asks the gate about the datastore as the feed sees it now, and
+// holds the consumers when it says no.
+func (f *Feed) admit() bool {
+	if f.opt.Gate == nil || f.opt.Gate.Admit(f.ci, f.rev) {
+		return true
 	}
-	wasHeld := f.held.Swap(false)
-	if !listed && !wasHeld {
-		return false
+	if !f.held.Swap(true) {
+		f.log.WithField("revision", f.rev).Warn("holding every consumer: the datastore is not trusted (see the identity guard's log)")
 	}
-	for _, s := range f.subs {
-		s.push(f, true, f.rev, nil)
-	}
-	f.synced.Store(true)
-	if f.opt.Gate != nil {
-		f.opt.Gate.Seen(f.rev)
-	}
-	return true
+	return false
 }
 
-// take records one key's new value (or deletion) in the cache and
-// returns the update it makes, if any subscriber wants it.
+// take records what the feed keeps of one key's new value (or deletion):
+// the identity and borrowed addresses; and returns the update it makes,
+// if any subscriber wants it.
 func (f *Feed) take(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
 	key := string(kv.Key)
 	switch {
@@ -261,23 +295,13 @@ func (f *Feed) take(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
 		if !f.kinds[KindAffinity] {
 			return item{}, false
 		}
-		f.store(key, kv, deleted)
 		return item{kind: KindAffinity, key: key, kv: kv, deleted: deleted}, true
 	}
 	k, name, ok := datastore.ParseKey(key)
 	if !ok || !f.kinds[k] {
 		return item{}, false
 	}
-	f.store(key, kv, deleted)
 	return item{kind: k, key: key, name: name, kv: kv, deleted: deleted}, true
-}
-
-func (f *Feed) store(key string, kv *mvccpb.KeyValue, deleted bool) {
-	if deleted {
-		delete(f.cache, key)
-	} else {
-		f.cache[key] = kv
-	}
 }
 
 // takeBlock keeps each block's borrowed addresses and reports a block
@@ -311,25 +335,21 @@ func sameBorrowed(a, b map[netip.Addr]string) bool {
 	return true
 }
 
-// snapshotItems lists the cache's current objects of kinds.
-func (f *Feed) snapshotItems(kinds map[api.Kind]bool) []item {
-	var out []item
-	for key, kv := range f.cache {
-		if ipam.IsAffinityKey(key) {
-			if kinds[KindAffinity] {
-				out = append(out, item{kind: KindAffinity, key: key, kv: kv})
-			}
-			continue
-		}
-		k, name, _ := datastore.ParseKey(key)
-		if kinds[k] {
-			out = append(out, item{kind: k, key: key, name: name, kv: kv})
-		}
-	}
-	if kinds[KindBorrowed] {
-		for p, br := range f.borrowed {
-			out = append(out, item{kind: KindBorrowed, block: p, borrowed: br})
+// listPrefixes are the parts of the key space a list reads for kinds:
+// the cluster identity and the subscribed kinds' ranges, not the IPAM
+// handles (one per pod) that no consumer reads.
+func listPrefixes(kinds map[api.Kind]bool) []string {
+	out := []string{datastore.ClusterInfoKey}
+	for k := range kinds {
+		switch k {
+		case KindAffinity:
+			out = append(out, ipam.AffinityKeyPrefix)
+		case KindBorrowed:
+			out = append(out, ipam.BlockKeyPrefix)
+		default:
+			out = append(out, datastore.KindPrefix(k))
 		}
 	}
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/internal/dstest"
@@ -115,8 +117,9 @@ func TestOrderedAcrossKinds(t *testing.T) {
 // TestSlowConsumerDoesNotStallOthers reproduces what a slow BGP push did
 // to felix (one feed calling consumers one after another): a consumer
 // stuck in OnBatch holds up no other consumer, is reported as stalled,
-// and when it comes back it catches up, with a snapshot once it has
-// fallen more than MaxPending updates behind.
+// and when it comes back it catches up: once it has fallen more than
+// MaxPending updates behind, its backlog is merged to one change per
+// object, never replaced by a snapshot built on the feed's goroutine.
 func TestSlowConsumerDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
 	ds := dstest.Client(t)
@@ -152,13 +155,111 @@ func TestSlowConsumerDoesNotStallOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fast.wait(t, "every node", func() bool { return len(fast.state) == n+1 })
+	// Rewrite and delete some of them while the consumer is still away:
+	// the merged backlog carries only each object's last change.
+	for j := range 50 {
+		name := fmt.Sprintf("bulk-%05d", j)
+		if _, err := ds.Etcd().Delete(context.Background(), datastore.Key(api.KindNode, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fast.wait(t, "every node", func() bool { return len(fast.state) == n+1-50 })
 	close(slow.gate)
-	slow.wait(t, "every node after it came back", func() bool { return len(slow.state) == n+1 })
-	if slow.snapshots < 2 {
-		t.Fatalf("the consumer that fell %d updates behind got no snapshot instead of its backlog", n)
+	slow.wait(t, "every node after it came back", func() bool { return len(slow.state) == n+1-50 })
+	slow.mu.Lock()
+	defer slow.mu.Unlock()
+	if slow.snapshots != 1 {
+		t.Fatalf("the consumer that fell %d updates behind got %d snapshots, want 1 (its backlog merged)", n, slow.snapshots)
+	}
+	// 1 snapshot item, the wedge, then at most one change per object.
+	if max := 2 + n; len(slow.order) > max {
+		t.Fatalf("the consumer got %d updates after falling behind, more than one per object (%d)", len(slow.order), max)
+	}
+	for _, k := range slow.order[len(slow.order)-50:] {
+		if !strings.HasPrefix(k, "-Node/bulk-") {
+			t.Fatalf("the merged backlog does not end with the deletions in revision order: %v", slow.order[len(slow.order)-50:])
+		}
 	}
 	if fast.snapshots != 1 {
 		t.Fatalf("the consumer that kept up got %d snapshots, want 1", fast.snapshots)
 	}
+}
+
+// flipGate holds until open is set; it reads no datastore.
+type flipGate struct {
+	mu   sync.Mutex
+	open bool
+	asks int
+}
+
+func (g *flipGate) Admit(*datastore.ClusterInfo, int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.asks++
+	return g.open
+}
+
+func (g *flipGate) Seen(int64) {}
+
+// TestRejudgeReleasesWithAFreshList: a gate that changes its mind by
+// itself (its work done, no datastore write) lets the consumers go
+// through Rejudge, with a snapshot of the datastore as it is then, read
+// by a new list; IPAM handles, which nobody subscribes to, are neither
+// listed nor delivered.
+func TestRejudgeReleasesWithAFreshList(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	dstest.Apply(t, ds, node("before"))
+	for i := range 3 {
+		if _, err := ds.Etcd().Put(context.Background(), fmt.Sprintf("%sipam/handles/h%d", datastore.KeyPrefix, i), "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := &flipGate{}
+	rec := newRecorder()
+	fd := startFeed(t, ds, feed.Options{Gate: g}, func(fd *feed.Feed) {
+		fd.Subscribe("rec", []api.Kind{api.KindNode}, rec)
+	})
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() string {
+		if !fd.Held() {
+			return "the feed does not hold"
+		}
+		return ""
+	})
+	dstest.Apply(t, ds, node("while-held"))
+	g.mu.Lock()
+	g.open = true
+	g.mu.Unlock()
+	fd.Rejudge()
+	rec.wait(t, "a snapshot with both nodes", func() bool { return rec.snapshots == 1 && len(rec.state) == 2 })
+	if fd.Held() {
+		t.Fatal("the feed still says it holds after the snapshot went out")
+	}
+	body := metricsText(t, fd)
+	for _, want := range []string{`routed_feed_lists_total{reason="requested"} 1`, `routed_feed_lists_total{reason="start"} 1`, `routed_feed_snapshots_total{consumer="rec"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	dstest.Apply(t, ds, node("after"))
+	rec.wait(t, "the change after the release", func() bool { return len(rec.state) == 3 })
+}
+
+func metricsText(t *testing.T, fd *feed.Feed) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range fd.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }

@@ -1,13 +1,17 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -29,10 +33,76 @@ type item struct {
 	borrowed map[netip.Addr]string
 }
 
+// pendingBatch is one entry of a consumer's queue: a list of items in
+// revision order, or (merged) the latest item of each object, keyed by
+// object. A merged snapshot holds only present objects; a merged change
+// batch keeps deletions.
 type pendingBatch struct {
 	snapshot bool
 	rev      int64
 	items    []item
+	merged   map[string]item
+}
+
+func (b *pendingBatch) size() int {
+	if b.merged != nil {
+		return len(b.merged)
+	}
+	return len(b.items)
+}
+
+// merge folds items (later than everything in b) into b's map.
+func (b *pendingBatch) merge(items []item) {
+	for _, it := range items {
+		if b.snapshot && it.isDeletion() {
+			delete(b.merged, it.objectKey())
+		} else {
+			b.merged[it.objectKey()] = it
+		}
+	}
+}
+
+// flatten returns b's items: a merged batch's in revision order (a
+// snapshot's by key, their order does not matter but is stable).
+func (b *pendingBatch) flatten() []item {
+	if b.merged == nil {
+		return b.items
+	}
+	out := make([]item, 0, len(b.merged))
+	for _, it := range b.merged {
+		out = append(out, it)
+	}
+	slices.SortFunc(out, func(x, y item) int {
+		if !b.snapshot {
+			if c := cmp.Compare(x.revision(), y.revision()); c != 0 {
+				return c
+			}
+		}
+		return strings.Compare(x.objectKey(), y.objectKey())
+	})
+	return out
+}
+
+// objectKey names the object an item is about.
+func (it item) objectKey() string {
+	if it.kind == KindBorrowed {
+		return "borrowed:" + it.block.String()
+	}
+	return it.key
+}
+
+func (it item) isDeletion() bool {
+	if it.kind == KindBorrowed {
+		return len(it.borrowed) == 0
+	}
+	return it.deleted
+}
+
+func (it item) revision() int64 {
+	if it.kv != nil {
+		return it.kv.ModRevision
+	}
+	return it.rev
 }
 
 // sub is one consumer: its kinds, its queue and its delivery goroutine.
@@ -57,34 +127,68 @@ func newSub(name string, kinds []api.Kind, c Consumer) *sub {
 	return s
 }
 
-// push queues a batch for the consumer (on the feed's goroutine): the
-// items of its kinds, or a snapshot of them from f's cache. A queue past
-// MaxPending is replaced by a snapshot.
-func (s *sub) push(f *Feed, snapshot bool, rev int64, items []item) {
-	var mine []item
-	if !snapshot {
-		for _, it := range items {
-			if s.kinds[it.kind] {
-				mine = append(mine, it)
-			}
+func (s *sub) mine(items []item) []item {
+	var out []item
+	for _, it := range items {
+		if s.kinds[it.kind] {
+			out = append(out, it)
 		}
-		if len(mine) == 0 {
-			return
-		}
+	}
+	return out
+}
+
+// pushSnapshot replaces the consumer's queue with the state at rev (on
+// the feed's goroutine): everything queued before it is superseded. It
+// stays mergeable until the consumer takes it, so changes that arrive
+// meanwhile fold into it instead of queueing behind it.
+func (s *sub) pushSnapshot(f *Feed, rev int64, items []item) {
+	f.metrics.snapshots.WithLabelValues(s.name).Inc()
+	b := pendingBatch{snapshot: true, rev: rev, merged: map[string]item{}}
+	b.merge(s.mine(items))
+	s.mu.Lock()
+	s.queue = []pendingBatch{b}
+	s.pending = b.size()
+	s.mu.Unlock()
+	s.signal()
+}
+
+// push queues changes for the consumer (on the feed's goroutine): the
+// items of its kinds. They fold into a merged batch at the queue's end;
+// a queue that would pass MaxPending is merged into one batch first.
+func (s *sub) push(f *Feed, rev int64, items []item) {
+	mine := s.mine(items)
+	if len(mine) == 0 {
+		return
 	}
 	s.mu.Lock()
-	if !snapshot && s.pending+len(mine) > MaxPending {
+	n := len(s.queue)
+	switch {
+	case n > 0 && s.queue[n-1].merged != nil:
+		last := &s.queue[n-1]
+		s.pending -= last.size()
+		last.merge(mine)
+		last.rev = rev
+		s.pending += last.size()
+	case s.pending+len(mine) > MaxPending:
 		f.metrics.overflows.WithLabelValues(s.name).Inc()
-		f.log.WithField("consumer", s.name).Warn("consumer fell behind; its backlog is replaced by a snapshot")
-		snapshot = true
+		f.log.WithFields(logrus.Fields{"consumer": s.name, "pending": s.pending + len(mine)}).
+			Warn("consumer fell behind; its backlog is merged to the latest change of each object")
+		b := pendingBatch{rev: rev, merged: map[string]item{}}
+		for _, q := range s.queue {
+			b.merge(q.items)
+		}
+		b.merge(mine)
+		s.queue = []pendingBatch{b}
+		s.pending = b.size()
+	default:
+		s.queue = append(s.queue, pendingBatch{rev: rev, items: mine})
+		s.pending += len(mine)
 	}
-	if snapshot {
-		mine = f.snapshotItems(s.kinds)
-		s.queue, s.pending = nil, 0
-	}
-	s.queue = append(s.queue, pendingBatch{snapshot: snapshot, rev: rev, items: mine})
-	s.pending += len(mine)
 	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *sub) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -107,21 +211,21 @@ func (s *sub) deliver(ctx context.Context) {
 			}
 			b := s.queue[0]
 			s.queue = s.queue[1:]
-			s.pending -= len(b.items)
+			s.pending -= b.size()
 			s.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
 			s.busySince.Store(time.Now().UnixNano())
-			s.c.OnBatch(decodeBatch(b))
+			s.c.OnBatch(decodeBatch(b.snapshot, b.rev, b.flatten()))
 			s.busySince.Store(0)
 		}
 	}
 }
 
-func decodeBatch(b pendingBatch) Batch {
-	out := Batch{Snapshot: b.snapshot, Revision: b.rev, Updates: make([]Update, 0, len(b.items))}
-	for _, it := range b.items {
+func decodeBatch(snapshot bool, rev int64, items []item) Batch {
+	out := Batch{Snapshot: snapshot, Revision: rev, Updates: make([]Update, 0, len(items))}
+	for _, it := range items {
 		u, ok := decodeItem(it)
 		if ok {
 			out.Updates = append(out.Updates, u)

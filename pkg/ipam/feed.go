@@ -30,6 +30,13 @@ type BorrowHandler interface {
 // IsAffinityKey reports whether key is a block affinity record.
 func IsAffinityKey(key string) bool { return strings.HasPrefix(key, affinityPrefix) }
 
+// AffinityKeyPrefix starts every block affinity's key (the node feed
+// lists it alone).
+const AffinityKeyPrefix = affinityPrefix
+
+// BlockKeyPrefix starts every block's key.
+const BlockKeyPrefix = blockPrefix
+
 // IsBlockKey reports whether key is a block record.
 func IsBlockKey(key string) bool { return strings.HasPrefix(key, blockPrefix) }
 

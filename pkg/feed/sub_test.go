@@ -1,0 +1,102 @@
+package feed
+
+import (
+	"fmt"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+func nodeItem(name string, rev int64, deleted bool) item {
+	key := datastore.Key(api.KindNode, name)
+	return item{kind: api.KindNode, key: key, name: name, deleted: deleted,
+		kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+}
+
+func queued(s *sub) (batches int, snapshot bool, items []item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return 0, false, nil
+	}
+	return len(s.queue), s.queue[0].snapshot, s.queue[0].flatten()
+}
+
+// A snapshot the consumer has not taken absorbs the changes after it:
+// one queued batch, holding the state at the last change.
+func TestQueuedSnapshotAbsorbsChanges(t *testing.T) {
+	f := New(nil, Options{})
+	s := newSub("c", []api.Kind{api.KindNode}, nil)
+	s.pushSnapshot(f, 10, []item{nodeItem("a", 5, false), nodeItem("b", 6, false)})
+	s.push(f, 11, []item{nodeItem("c", 11, false)})
+	s.push(f, 12, []item{nodeItem("a", 12, true)})
+	s.push(f, 13, []item{nodeItem("b", 13, false), nodeItem("d", 13, false), nodeItem("d", 13, true)})
+	n, snap, items := queued(s)
+	if n != 1 || !snap {
+		t.Fatalf("%d queued batches (snapshot %v), want one snapshot", n, snap)
+	}
+	var got []string
+	for _, it := range items {
+		got = append(got, fmt.Sprintf("%s@%d", it.name, it.revision()))
+	}
+	if fmt.Sprint(got) != "[b@13 c@11]" {
+		t.Fatalf("snapshot holds %v, want [b@13 c@11]", got)
+	}
+	if s.pending != 2 {
+		t.Fatalf("pending %d, want 2", s.pending)
+	}
+}
+
+// A backlog past MaxPending merges to one change per object, in
+// revision order, deletions kept; later changes fold into it.
+func TestBacklogMergesPastMaxPending(t *testing.T) {
+	f := New(nil, Options{})
+	s := newSub("c", []api.Kind{api.KindNode}, nil)
+	rev := int64(100)
+	for i := range MaxPending {
+		rev++
+		s.push(f, rev, []item{nodeItem(fmt.Sprintf("n%d", i%10), rev, false)})
+	}
+	if n, _, _ := queued(s); n != MaxPending {
+		t.Fatalf("%d batches queued before the limit, want %d", n, MaxPending)
+	}
+	rev++
+	s.push(f, rev, []item{nodeItem("n3", rev, true)})
+	rev++
+	s.push(f, rev, []item{nodeItem("x", rev, false)})
+	n, snap, items := queued(s)
+	if n != 1 || snap {
+		t.Fatalf("%d queued batches (snapshot %v), want one merged change batch", n, snap)
+	}
+	if len(items) != 11 || s.pending != 11 {
+		t.Fatalf("%d items (pending %d), want 11: one per object", len(items), s.pending)
+	}
+	for i := 1; i < len(items); i++ {
+		if items[i-1].revision() > items[i].revision() {
+			t.Fatalf("merged items out of revision order at %d", i)
+		}
+	}
+	if last, prev := items[10], items[9]; last.name != "x" || prev.name != "n3" || !prev.deleted {
+		t.Fatalf("merged batch ends %s(deleted %v), %s; want the deletion of n3, then x", prev.name, prev.deleted, last.name)
+	}
+	if got := testCounter(t, f, "c"); got != 1 {
+		t.Fatalf("fell-behind counter %v, want 1", got)
+	}
+}
+
+func testCounter(t *testing.T, f *Feed, consumer string) float64 {
+	t.Helper()
+	c, err := f.metrics.overflows.GetMetricWithLabelValues(consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
