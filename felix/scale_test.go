@@ -1,0 +1,363 @@
+package felix
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// bigCluster is the datastore of a big cluster as felix on one node
+// ("node-0") receives it from the feed: eps WorkloadEndpoints on nodes
+// Nodes in namespaces namespaces, with the namespace and service account
+// profiles the controllers write, policies NetworkPolicies and
+// GlobalNetworkPolicies, and a few global network sets.
+//
+// The pods are shaped like a real cluster's: a tenth are three
+// DaemonSets' (one pod per node each, in kube-system, monitoring and
+// logging); the rest are spread over the other namespaces, about 75 per
+// namespace, as Deployments of 8 replicas (app, app.kubernetes.io/*,
+// pod-template-hash; a tenth mid-rollout with two hashes), except that
+// every tenth namespace runs a StatefulSet (a pod-name label of its own
+// per pod) in place of its first Deployment. Every pod has Calico's
+// identity labels and profiles (api.PodIdentity), one or two named
+// ports and one IPv4 address.
+//
+// Every resource is encoded and decoded as the feed decodes it, so that
+// no two share a string (the decoder allocates each one).
+type bigCluster struct {
+	eps, nodes, namespaces, policies int
+}
+
+var (
+	bigSystemNS = []string{"kube-system", "monitoring", "logging"}
+	bigDS       = []string{"kube-proxy", "node-exporter", "fluent-bit"}
+	bigApps     = []string{"api", "web", "worker", "cache", "frontend", "backend", "queue", "auth", "search", "billing"}
+)
+
+func bigHash(parts ...any) string {
+	h := fnv.New64a()
+	fmt.Fprint(h, parts...)
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	v := h.Sum64()
+	out := make([]byte, 10)
+	for i := range out {
+		out[i] = alphabet[v%uint64(len(alphabet))]
+		v /= uint64(len(alphabet))
+	}
+	return string(out)
+}
+
+func (c bigCluster) nsName(i int) string {
+	if i < len(bigSystemNS) {
+		return bigSystemNS[i]
+	}
+	return fmt.Sprintf("team%02d-svc%04d", i%40, i)
+}
+
+// dsPods is how many pods are the DaemonSets'.
+func (c bigCluster) dsPods() int { return min(len(bigDS)*c.nodes, c.eps/10) }
+
+// decode encodes r and decodes it as the feed does.
+func decodeAsFeed(tb testing.TB, r api.Resource) api.Resource {
+	b, err := json.Marshal(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := datastore.Decode(r.GetKind(), b, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// endpoint returns pod i's WorkloadEndpoint.
+func (c bigCluster) endpoint(i int) *api.WorkloadEndpoint {
+	var ns, app, sa, pod string
+	var node int
+	labels := map[string]string{}
+	var ports []api.WorkloadEndpointPort
+	http := api.WorkloadEndpointPort{Name: "http", Protocol: api.ProtocolFromName(api.ProtocolTCP), Port: 8080}
+	metrics := api.WorkloadEndpointPort{Name: "metrics", Protocol: api.ProtocolFromName(api.ProtocolTCP), Port: 9090}
+	if ds := c.dsPods(); i < ds {
+		d := i % len(bigDS)
+		ns, app, node = bigSystemNS[d], bigDS[d], (i/len(bigDS))%c.nodes
+		labels["k8s-app"] = app
+		labels["controller-revision-hash"] = bigHash(app)[:9]
+		labels["pod-template-generation"] = "1"
+		pod = app + "-" + bigHash(i)[:5]
+		sa = app
+		ports = []api.WorkloadEndpointPort{metrics}
+	} else {
+		k := i - ds
+		others := c.namespaces - len(bigSystemNS)
+		nsi, j := len(bigSystemNS)+k%others, k/others
+		ns, node = c.nsName(nsi), (k*7919+13)%c.nodes
+		dep := j / 8
+		app = bigApps[dep%len(bigApps)]
+		if dep >= len(bigApps) {
+			app += strconv.Itoa(dep / len(bigApps))
+		}
+		if nsi%10 == 0 && dep == 0 {
+			app = "db"
+			pod = fmt.Sprintf("db-%d", j)
+			labels["statefulset.kubernetes.io/pod-name"] = pod
+			labels["controller-revision-hash"] = "db-" + bigHash(ns, "db")[:10]
+		} else {
+			hash := bigHash(ns, app)
+			if (nsi+dep)%10 == 0 && j%2 == 1 {
+				hash = bigHash(ns, app, "next")
+			}
+			labels["pod-template-hash"] = hash
+			pod = app + "-" + hash + "-" + bigHash(i)[:5]
+		}
+		labels["app"] = app
+		labels["app.kubernetes.io/name"] = app
+		labels["app.kubernetes.io/instance"] = ns + "-" + app
+		sa = "default"
+		if dep%3 == 0 {
+			sa = app
+		}
+		ports = []api.WorkloadEndpointPort{http}
+		if dep%2 == 0 {
+			ports = append(ports, metrics)
+		}
+	}
+	nodeName := "node-" + strconv.Itoa(node)
+	cid := bigHash(i, "c1") + bigHash(i, "c2") + bigHash(i, "c3") + bigHash(i, "c4") + bigHash(i, "c5") + bigHash(i, "c6") + "abcd"
+	ip := netip.AddrFrom4([4]byte{10, byte(128 + i>>16), byte(i >> 8), byte(i)})
+	w := &api.WorkloadEndpoint{
+		TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
+		Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(nodeName, "k8s", ns, pod, "", "eth0"), ResourceVersion: "123456"},
+		Spec: api.WorkloadEndpointSpec{
+			Node: nodeName, Orchestrator: "k8s", Namespace: ns, Pod: pod, ContainerID: cid, Endpoint: "eth0",
+			InterfaceName: fmt.Sprintf("cali%011x", i), ContainerInterface: "eth0",
+			IPNetworks: []string{netip.PrefixFrom(ip, 32).String()}, MAC: fmt.Sprintf("ee:ee:%02x:%02x:%02x:%02x", byte(i>>24), byte(i>>16), byte(i>>8), byte(i)),
+			Handle: "k8s-pod-network." + cid, ServiceAccountName: sa, Ports: ports,
+		},
+	}
+	w.Metadata.Labels, w.Spec.Profiles = api.PodIdentity(ns, sa, labels)
+	return w
+}
+
+// serviceAccounts are the service accounts pods of namespace i use.
+func (c bigCluster) serviceAccounts(i int) []string {
+	if i < len(bigSystemNS) {
+		return []string{"default", bigDS[i]}
+	}
+	return []string{"default", "api", "frontend", "search", "api1", "frontend1"}
+}
+
+// profiles are the namespace and service account profiles.
+func (c bigCluster) profiles() []api.Resource {
+	var out []api.Resource
+	for i := range c.namespaces {
+		ns := c.nsName(i)
+		out = append(out, &api.Profile{
+			TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindProfile},
+			Metadata: api.ObjectMeta{Name: api.NamespaceProfilePrefix + ns},
+			Spec: api.ProfileSpec{
+				LabelsToApply: map[string]string{"pcns.projectcalico.org/name": ns, "pcns.kubernetes.io/metadata.name": ns,
+					"pcns.team": fmt.Sprintf("t%02d", i%40), "pcns.env": []string{"prod", "staging", "dev"}[i%3]},
+				Ingress: []api.Rule{{Action: api.ActionAllow}}, Egress: []api.Rule{{Action: api.ActionAllow}},
+			},
+		})
+		for _, sa := range c.serviceAccounts(i) {
+			out = append(out, &api.Profile{
+				TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindProfile},
+				Metadata: api.ObjectMeta{Name: api.ServiceAccountProfilePrefix + ns + "." + sa},
+				Spec:     api.ProfileSpec{LabelsToApply: map[string]string{"pcsa.projectcalico.org/name": sa}},
+			})
+		}
+	}
+	return out
+}
+
+// policy returns policy i: every fifth a GlobalNetworkPolicy (the first
+// two cluster-wide: DNS egress, and the monitoring namespace's scrapes
+// of every pod's named port "metrics"), the others NetworkPolicies as
+// the controllers convert Kubernetes' (an app's ingress from another
+// app of its namespace on 8080 and "http", and from monitoring on
+// 9090; every tenth from the pods of a team's namespaces).
+func (c bigCluster) policy(i int) string {
+	const k8s = "projectcalico.org/orchestrator == 'k8s'"
+	app := func(n int) string { return bigApps[n%len(bigApps)] }
+	switch {
+	case i == 0:
+		return fmt.Sprintf(`{"apiVersion":"projectcalico.org/v3","kind":"GlobalNetworkPolicy","metadata":{"name":"allow-dns"},
+"spec":{"order":10,"selector":"%s","types":["Egress"],"egress":[{"action":"Allow","protocol":"UDP",
+"destination":{"namespaceSelector":"projectcalico.org/name == 'kube-system'","selector":"k8s-app == 'kube-dns'","ports":[53]}},{"action":"Pass"}]}}`, k8s)
+	case i == 5:
+		return `{"apiVersion":"projectcalico.org/v3","kind":"GlobalNetworkPolicy","metadata":{"name":"allow-scrapes"},
+"spec":{"order":20,"selector":"all()","types":["Ingress"],"ingress":[{"action":"Allow","protocol":"TCP",
+"source":{"namespaceSelector":"projectcalico.org/name == 'monitoring'"},"destination":{"ports":["metrics"]}},{"action":"Pass"}]}}`
+	case i%5 == 0:
+		return fmt.Sprintf(`{"apiVersion":"projectcalico.org/v3","kind":"GlobalNetworkPolicy","metadata":{"name":"gnp-%d"},
+"spec":{"order":%d,"selector":"app == '%s'","types":["Ingress"],"ingress":[{"action":"Allow","protocol":"TCP",
+"source":{"selector":"app == '%s'","namespaceSelector":"team == 't%02d'"},"destination":{"ports":[8080,"http"]}}]}}`, i, 100+i, app(i/5), app(i/5+3), i%40)
+	}
+	ns := c.nsName(len(bigSystemNS) + (i*7)%(c.namespaces-len(bigSystemNS)))
+	src := fmt.Sprintf(`{"selector":"%s && app == '%s'"}`, k8s, app(i+1))
+	if i%10 == 1 {
+		src = fmt.Sprintf(`{"selector":"%s","namespaceSelector":"team == 't%02d'"}`, k8s, i%40)
+	}
+	return fmt.Sprintf(`{"apiVersion":"projectcalico.org/v3","kind":"NetworkPolicy","metadata":{"name":"knp.default.np-%d","namespace":"%s"},
+"spec":{"order":1000,"selector":"%s && app == '%s'","types":["Ingress"],"ingress":[
+{"action":"Allow","protocol":"TCP","source":%s,"destination":{"ports":[8080,"http"]}},
+{"action":"Allow","protocol":"TCP","source":{"selector":"%s","namespaceSelector":"kubernetes.io/metadata.name == 'monitoring'"},"destination":{"ports":[9090]}}]}}`,
+		i, ns, k8s, app(i), src, k8s)
+}
+
+// snapshot returns a snapshot of every kind felix takes, decoded as the
+// feed decodes it; withEPs false leaves the WorkloadEndpoints out (an
+// empty list: every endpoint goes).
+func (c bigCluster) snapshot(tb testing.TB, withEPs bool) map[api.Kind][]api.Resource {
+	rs := map[api.Kind][]api.Resource{}
+	for _, k := range SyncKinds {
+		rs[k] = nil
+	}
+	add := func(r api.Resource) { rs[r.GetKind()] = append(rs[r.GetKind()], decodeAsFeed(tb, r)) }
+	add(&api.IPPool{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindIPPool},
+		Metadata: api.ObjectMeta{Name: "pods"}, Spec: api.IPPoolSpec{CIDR: "10.128.0.0/9", IPIPMode: "Never", VXLANMode: "Never", NATOutgoing: true, BlockSize: 26}})
+	for n := range c.nodes {
+		add(&api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode},
+			Metadata: api.ObjectMeta{Name: "node-" + strconv.Itoa(n), Labels: map[string]string{"kubernetes.io/hostname": "node-" + strconv.Itoa(n)}},
+			Spec:     api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: fmt.Sprintf("192.168.%d.%d/16", n>>8, n&255)}}})
+	}
+	for _, r := range c.profiles() {
+		add(r)
+	}
+	for i := range c.policies {
+		d, err := api.Decode([]byte(c.policy(i)))
+		if err != nil {
+			tb.Fatalf("policy %d: %v", i, err)
+		}
+		add(d.Resources[0])
+	}
+	for i := range 20 {
+		add(&api.GlobalNetworkSet{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindGlobalNetworkSet},
+			Metadata: api.ObjectMeta{Name: "external-" + strconv.Itoa(i), Labels: map[string]string{"role": "external", "zone": strconv.Itoa(i % 4)}},
+			Spec:     api.NetworkSetSpec{Nets: []string{fmt.Sprintf("203.0.%d.0/24", i), fmt.Sprintf("198.51.%d.0/24", i)}}})
+	}
+	if withEPs {
+		for i := range c.eps {
+			add(c.endpoint(i))
+		}
+	}
+	return rs
+}
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkRemoteEndpoints measures what felix keeps per endpoint of a
+// big cluster, and how long a snapshot of it takes: felix on node-0 (a
+// real policy dataplane in a fresh netns) takes a snapshot of
+// bigCluster as the feed hands it over (state and policy, then the
+// policy's Apply), then the same snapshot again (what a consumer that
+// fell behind gets), then one without endpoints. The heap is measured
+// after a full collection with the snapshot itself dropped, so what is
+// counted is what felix retains; per endpoint is the difference the
+// endpoints make.
+//
+// Run: go test -run XXX -bench RemoteEndpoints -benchtime 1x ./felix
+// (FELIX_SCALE_EPS, _NODES, _NAMESPACES, _POLICIES change the size;
+// defaults 150,000, 5,000, 2,000, 500; FELIX_SCALE_HEAPPROFILE=<file>
+// writes the heap with the endpoints for go tool pprof).
+func BenchmarkRemoteEndpoints(b *testing.B) {
+	c := bigCluster{eps: envInt("FELIX_SCALE_EPS", 150000), nodes: envInt("FELIX_SCALE_NODES", 5000),
+		namespaces: envInt("FELIX_SCALE_NAMESPACES", 2000), policies: envInt("FELIX_SCALE_POLICIES", 500)}
+	for range b.N {
+		n := nstest.New(b)
+		f, err := os.Open(n.Path())
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := Config{NodeName: "node-0"}
+		l := &loop{cfg: &cfg, st: newState(), policy: m, policyNames: names{}}
+		ctx := context.Background()
+		take := func(rs map[api.Kind][]api.Resource) (calc, apply time.Duration) {
+			t0 := time.Now()
+			// What felix.ReplaceResources does on the loop.
+			l.st.replaceResources(l.cfg.NodeName, rs)
+			l.policyReplace(rs)
+			t1 := time.Now()
+			if err := l.applyPolicy(ctx, false); err != nil {
+				b.Fatal(err)
+			}
+			return t1.Sub(t0), time.Since(t1)
+		}
+		h0 := heapInUse()
+		rs := c.snapshot(b, true)
+		first, firstApply := take(rs)
+		rs = nil
+		hFull := heapInUse()
+		local := len(l.st.weps)
+		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
+		rs = c.snapshot(b, true)
+		again, againApply := take(rs)
+		rs = nil
+		hAgain := heapInUse()
+		rs = c.snapshot(b, false)
+		take(rs)
+		rs = nil
+		hNone := heapInUse()
+		perEP := (float64(hFull) - float64(hNone)) / float64(c.eps)
+		mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
+		b.Logf("%d endpoints (%d local), %d nodes, %d namespaces, %d policies: first snapshot %v + apply %v; same snapshot again %v + apply %v",
+			c.eps, local, c.nodes, c.namespaces, c.policies, first.Round(time.Millisecond), firstApply.Round(time.Millisecond),
+			again.Round(time.Millisecond), againApply.Round(time.Millisecond))
+		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint",
+			mib(hFull-h0), mib(hAgain-h0), mib(hNone-h0), perEP)
+		b.ReportMetric(perEP, "B/endpoint")
+		b.ReportMetric(float64(first.Milliseconds()), "snapshot-ms")
+		b.ReportMetric(float64(again.Milliseconds()), "resnapshot-ms")
+		runtime.KeepAlive(l)
+		m.Close()
+		f.Close()
+	}
+}
+
+// writeHeapProfile writes the live heap as of the last collection.
+func writeHeapProfile(tb testing.TB, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
