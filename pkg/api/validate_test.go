@@ -808,3 +808,21 @@ func TestBGPFilterRuleFields(t *testing.T) {
 		"spec.importV4[2].communities.values", "spec.importV4[2].asPathPrefix[0]",
 		"spec.importV4[2].operations[0].addCommunity.value", "spec.importV4[2].operations[1].prependASPath.prefix")
 }
+
+// A node's endpoint names are a key range of their own: node a's never
+// include node a-b's, though "a-" starts "a--b-".
+func TestIsNodeWorkloadEndpointName(t *testing.T) {
+	for _, c := range []struct {
+		name, node string
+		want       bool
+	}{
+		{api.WorkloadEndpointName("a", "k8s", "ns", "pod", "", "eth0"), "a", true},
+		{api.WorkloadEndpointName("a-b", "k8s", "ns", "pod", "", "eth0"), "a", false},
+		{api.WorkloadEndpointName("a-b", "k8s", "ns", "pod", "", "eth0"), "a-b", true},
+		{api.WorkloadEndpointName("ab", "k8s", "ns", "pod", "", "eth0"), "a", false},
+	} {
+		if got := api.IsNodeWorkloadEndpointName(c.name, c.node); got != c.want {
+			t.Errorf("IsNodeWorkloadEndpointName(%q, %q) = %v, want %v", c.name, c.node, got, c.want)
+		}
+	}
+}

@@ -100,6 +100,13 @@ func WorkloadEndpointNamePrefix(node string) string {
 	return strings.ReplaceAll(node, "-", "--") + "-"
 }
 
+// IsNodeWorkloadEndpointName reports whether name is the name of one of
+// node's endpoints (every stored endpoint's name is, see Validate).
+func IsNodeWorkloadEndpointName(name, node string) bool {
+	p := WorkloadEndpointNamePrefix(node)
+	return strings.HasPrefix(name, p) && !strings.HasPrefix(name, p+"-")
+}
+
 // Validate implements Resource.
 func (w *WorkloadEndpoint) Validate() error {
 	var v errs
@@ -108,8 +115,8 @@ func (w *WorkloadEndpoint) Validate() error {
 	validateLabels(&v, "metadata.labels", w.Metadata.Labels)
 	if s.Node == "" {
 		v.add("spec.node", nil, "is required")
-	} else if p := WorkloadEndpointNamePrefix(s.Node); !strings.HasPrefix(w.Metadata.Name, p) || strings.HasPrefix(w.Metadata.Name, p+"-") {
-		v.add("metadata.name", w.Metadata.Name, "must start with %q for node %q: endpoint names are <node>-<orchestrator>-<namespace>-<pod>-<interface> with '-' doubled inside each part, as Calico's, and each node watches only its own", p, s.Node)
+	} else if !IsNodeWorkloadEndpointName(w.Metadata.Name, s.Node) {
+		v.add("metadata.name", w.Metadata.Name, "must start with %q for node %q: endpoint names are <node>-<orchestrator>-<namespace>-<pod>-<interface> with '-' doubled inside each part, as Calico's, and each node watches only its own", WorkloadEndpointNamePrefix(s.Node), s.Node)
 	}
 	if s.ContainerID == "" {
 		v.add("spec.containerID", nil, "is required")

@@ -126,10 +126,23 @@ func New(ds *datastore.Client, opt Options) *Feed {
 		nudge: make(chan struct{}, 1), log: logrus.WithField("component", "feed")}
 }
 
+// SubOption narrows a subscription.
+type SubOption func(*sub)
+
+// OnlyNames keeps, of kind k, the objects whose name keep accepts; the
+// others are dropped by name before decoding (a node's own endpoints out
+// of every endpoint in the cluster).
+func OnlyNames(k api.Kind, keep func(name string) bool) SubOption {
+	return func(s *sub) { s.keep[k] = keep }
+}
+
 // Subscribe registers c for kinds (resource kinds, KindAffinity,
 // KindBorrowed) under name (logs and metrics). Call before Run.
-func (f *Feed) Subscribe(name string, kinds []api.Kind, c Consumer) {
+func (f *Feed) Subscribe(name string, kinds []api.Kind, c Consumer, opts ...SubOption) {
 	s := newSub(name, kinds, c)
+	for _, o := range opts {
+		o(s)
+	}
 	for k := range s.kinds {
 		f.kinds[k] = true
 	}

@@ -109,6 +109,7 @@ func (it item) revision() int64 {
 type sub struct {
 	name  string
 	kinds map[api.Kind]bool
+	keep  map[api.Kind]func(name string) bool // OnlyNames
 	c     Consumer
 	wake  chan struct{}
 
@@ -120,7 +121,7 @@ type sub struct {
 }
 
 func newSub(name string, kinds []api.Kind, c Consumer) *sub {
-	s := &sub{name: name, kinds: map[api.Kind]bool{}, c: c, wake: make(chan struct{}, 1)}
+	s := &sub{name: name, kinds: map[api.Kind]bool{}, keep: map[api.Kind]func(string) bool{}, c: c, wake: make(chan struct{}, 1)}
 	for _, k := range kinds {
 		s.kinds[k] = true
 	}
@@ -130,9 +131,13 @@ func newSub(name string, kinds []api.Kind, c Consumer) *sub {
 func (s *sub) mine(items []item) []item {
 	var out []item
 	for _, it := range items {
-		if s.kinds[it.kind] {
-			out = append(out, it)
+		if !s.kinds[it.kind] {
+			continue
 		}
+		if keep := s.keep[it.kind]; keep != nil && !keep(it.name) {
+			continue
+		}
+		out = append(out, it)
 	}
 	return out
 }

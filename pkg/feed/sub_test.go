@@ -100,3 +100,23 @@ func testCounter(t *testing.T, f *Feed, consumer string) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// OnlyNames drops the other objects of its kind by name, before
+// decoding, in snapshots and changes alike; other kinds pass.
+func TestOnlyNames(t *testing.T) {
+	f := New(nil, Options{})
+	s := newSub("c", []api.Kind{api.KindNode, api.KindIPPool}, nil)
+	OnlyNames(api.KindNode, func(n string) bool { return n == "mine" })(s)
+	pool := item{kind: api.KindIPPool, key: datastore.Key(api.KindIPPool, "p"), name: "p", kv: &mvccpb.KeyValue{ModRevision: 3}}
+	s.pushSnapshot(f, 3, []item{nodeItem("mine", 1, false), nodeItem("other", 2, false), pool})
+	s.push(f, 4, []item{nodeItem("other", 4, true)})
+	s.push(f, 5, []item{nodeItem("mine", 5, true)})
+	_, _, items := queued(s)
+	var got []string
+	for _, it := range items {
+		got = append(got, it.name)
+	}
+	if fmt.Sprint(got) != "[p]" {
+		t.Fatalf("queued %v, want [p]: mine deleted, other never seen", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/routed-net/routed/internal/heartbeat"
 	"github.com/routed-net/routed/internal/memtrim"
 	"github.com/routed-net/routed/internal/supervise"
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
@@ -107,7 +108,12 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	n.confd = confd.New(sp, cfg.NodeName, opts...)
 	n.keeper = noderecord.NewKeeper(cfg.NodeName, addr)
 
-	n.feed.Subscribe("confd", confd.Kinds, n.confd.Consumer())
+	// confd and the journal want this node's endpoints only: the others
+	// (every pod in the cluster) are dropped by name, never decoded.
+	ownEndpoints := feed.OnlyNames(api.KindWorkloadEndpoint, func(name string) bool {
+		return api.IsNodeWorkloadEndpointName(name, cfg.NodeName)
+	})
+	n.feed.Subscribe("confd", confd.Kinds, n.confd.Consumer(), ownEndpoints)
 	n.feed.Subscribe("node record keeper", noderecord.Kinds, n.keeper)
 	spc := sp.Consumer()
 	n.feed.Subscribe("bgp", spc.SubscribedKinds(), spc)
@@ -118,7 +124,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		if _, err := n.journal.Load(guard.ClusterGUID()); err != nil {
 			log.WithError(err).Warn("starting without a saved view of this node's endpoints")
 		}
-		n.feed.Subscribe("endpoint journal", reimport.JournalKinds, n.journal)
+		n.feed.Subscribe("endpoint journal", reimport.JournalKinds, n.journal, ownEndpoints)
 		n.reimport = reimport.New(reimport.Config{DS: ds, IPAM: n.ipam, Node: cfg.NodeName,
 			Endpoints: n.trustedEndpoints, LinkExists: linkExists, Held: guard.Frozen})
 		guard.BeforeTrust(n.reimportBeforeTrust)
