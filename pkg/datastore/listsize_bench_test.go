@@ -1,0 +1,57 @@
+package datastore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
+)
+
+// BenchmarkListLarge times a list of a big cluster's endpoints (150,000
+// keys of 1 KiB beside as many handles) at several page sizes, all in
+// one run against one etcd.
+func BenchmarkListLarge(b *testing.B) {
+	const n = 150000
+	t0 := time.Now()
+	s := etcdtest.Start(b)
+	c, err := New(Config{Endpoints: s.Endpoints})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	val := strings.Repeat("x", 1024)
+	ctx := context.Background()
+	for i := 0; i < n; i += 60 {
+		var ops []clientv3.Op
+		for j := i; j < min(i+60, n); j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/b/workloadendpoints/node-%04d-k8s-ns-pod-%06d-eth0", j%5000, j), val),
+				clientv3.OpPut(fmt.Sprintf("/b/ipam/handles/h-%06d", j), "{}"))
+		}
+		if _, err := c.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("wrote %d keys in %v", 2*n, time.Since(t0))
+	for _, page := range []int{500, 2000, 5000} {
+		listPageSize = page
+		t1 := time.Now()
+		kvs, _, _, err := c.listRanges(ctx, "/b/", nil)
+		whole := time.Since(t1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		kvs2, _, _, err := c.listRanges(ctx, "/b/", []string{"/b/workloadendpoints/"})
+		part := time.Since(t2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("page %d: whole range %d keys %v; endpoints only %d keys %v", page, len(kvs), whole, len(kvs2), part)
+	}
+	listPageSize = listPage
+}
