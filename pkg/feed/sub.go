@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -228,14 +229,39 @@ func (s *sub) deliver(ctx context.Context) {
 	}
 }
 
+// parallelDecode is the batch size from which decoding is spread over
+// every CPU: a big cluster's first snapshot (150,000 endpoints, about
+// 25 µs each) would otherwise hold its consumer for seconds on one.
+const parallelDecode = 2048
+
 func decodeBatch(snapshot bool, rev int64, items []item) Batch {
-	out := Batch{Snapshot: snapshot, Revision: rev, Updates: make([]Update, 0, len(items))}
-	for _, it := range items {
-		u, ok := decodeItem(it)
-		if ok {
-			out.Updates = append(out.Updates, u)
+	out := Batch{Snapshot: snapshot, Revision: rev}
+	ups := make([]Update, len(items))
+	ok := make([]bool, len(items))
+	decodeRange := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ups[i], ok[i] = decodeItem(items[i])
 		}
 	}
+	if workers := runtime.GOMAXPROCS(0); len(items) >= parallelDecode && workers > 1 {
+		var wg sync.WaitGroup
+		per := (len(items) + workers - 1) / workers
+		for lo := 0; lo < len(items); lo += per {
+			wg.Go(func() { decodeRange(lo, min(lo+per, len(items))) })
+		}
+		wg.Wait()
+	} else {
+		decodeRange(0, len(items))
+	}
+	n := 0
+	for i := range ups {
+		if ok[i] {
+			ups[n] = ups[i]
+			n++
+		}
+	}
+	clear(ups[n:])
+	out.Updates = ups[:n]
 	return out
 }
 
