@@ -2,6 +2,12 @@ package tunneladdr
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -10,36 +16,50 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
-	"github.com/routed-net/routed/pkg/ipam"
 )
 
 var log = logrus.WithField("component", "tunneladdr")
 
-// writeRetries bounds read-modify-write loops that lose to other writers.
+// writeRetries bounds EnsureTunnelAddress's read-modify-write loop when
+// it loses to other writers.
 const writeRetries = 10
 
 // Kinds are what decides the tunnel addresses: any pool, this Node.
 var Kinds = []api.Kind{api.KindIPPool, api.KindNode}
 
-// recheck bounds how long a tunnel address missed through a lost event
-// could stay wrong.
+// recheck is how often the Loop confirms with IPAM that the tunnel
+// handles still hold what the Node records (IPAM is not in its feed).
 const recheck = 10 * time.Minute
 
-// Loop keeps this node's tunnel addresses in line with the pools: it
-// runs EnsureTunnelAddress when the node feed says a pool or this Node
-// changed, retries failures with backoff, and otherwise re-checks only
-// every ten minutes: no periodic reads while nothing moves.
+// heldPoll is how often a held Loop looks whether it may write again.
+const heldPoll = 3 * time.Second
+
+// Loop keeps this node's tunnel addresses in line with the pools. It
+// keeps the pools and this Node as the node feed delivers them and
+// settles the addresses from them whenever either changes: no etcd read
+// on a wake. Failures are retried with backoff.
 type Loop struct {
-	ds   *datastore.Client
-	ic   *ipam.Client
+	st   Store
+	ic   IPAM
 	node string
 	held func() bool // true: write nothing (the datastore is not trusted)
 	kick chan struct{}
+
+	// Written by OnBatch (and by Run after its own write of the Node);
+	// Run takes a copy under mu.
+	mu     sync.Mutex
+	synced bool // a snapshot arrived
+	me     *api.Node
+	pools  map[string]*api.IPPool
+	rev    int64 // revision of the last batch taken
+
+	// passed is the feed revision the last completed pass decided from.
+	passed atomic.Int64
 }
 
 // New returns the Loop of node; held reports when to write nothing.
-func New(ds *datastore.Client, ic *ipam.Client, node string, held func() bool) *Loop {
-	return &Loop{ds: ds, ic: ic, node: node, held: held, kick: make(chan struct{}, 1)}
+func New(st Store, ic IPAM, node string, held func() bool) *Loop {
+	return &Loop{st: st, ic: ic, node: node, held: held, kick: make(chan struct{}, 1), pools: map[string]*api.IPPool{}}
 }
 
 func (l *Loop) wake() {
@@ -49,38 +69,142 @@ func (l *Loop) wake() {
 	}
 }
 
-// OnBatch implements feed.Consumer.
+// OnBatch implements feed.Consumer: it keeps the pools and this Node and
+// wakes Run when either changed. The feed hands each consumer its own
+// decoded copies, so they are kept as given and never changed.
 func (l *Loop) OnBatch(b feed.Batch) {
+	l.mu.Lock()
+	changed := b.Snapshot
 	if b.Snapshot {
-		l.wake()
-		return
+		l.synced, l.me, l.pools = true, nil, map[string]*api.IPPool{}
 	}
 	for _, u := range b.Updates {
-		if u.Kind == api.KindIPPool || u.Name == l.node {
-			l.wake()
-			return
+		switch {
+		case u.Kind == api.KindIPPool:
+			changed = true
+			if p, ok := u.Resource.(*api.IPPool); ok && !u.Deleted {
+				l.pools[u.Name] = p
+			} else {
+				delete(l.pools, u.Name)
+			}
+		case u.Kind == api.KindNode && u.Name == l.node:
+			changed = true
+			if n, ok := u.Resource.(*api.Node); ok && !u.Deleted {
+				l.keepNode(n, b.Snapshot)
+			} else {
+				l.me = nil
+			}
 		}
+	}
+	l.rev = max(l.rev, b.Revision)
+	if b.Snapshot {
+		l.rev = b.Revision // a snapshot replaces all, also a datastore gone back in time
+	}
+	l.mu.Unlock()
+	if changed {
+		l.wake()
 	}
 }
 
-// Run keeps the addresses until ctx ends.
+// keepNode takes n as this Node unless the one kept is newer (the Loop's
+// own write, ahead of the feed). A snapshot replaces it regardless. Must
+// hold mu.
+func (l *Loop) keepNode(n *api.Node, snapshot bool) {
+	if snapshot || l.me == nil || revOf(n) >= revOf(l.me) {
+		l.me = n
+	}
+}
+
+func revOf(n *api.Node) int64 {
+	r, _ := strconv.ParseInt(n.Metadata.ResourceVersion, 10, 64)
+	return r
+}
+
+// view is what one pass decides from.
+type view struct {
+	node  *api.Node // nil: the feed has not delivered it (yet)
+	pools []*api.IPPool
+	rev   int64
+}
+
+// view copies the state the feed delivered; ok is false before the
+// first snapshot.
+func (l *Loop) view() (v view, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v = view{node: l.me, rev: l.rev, pools: make([]*api.IPPool, 0, len(l.pools))}
+	for _, p := range l.pools {
+		v.pools = append(v.pools, p)
+	}
+	slices.SortFunc(v.pools, func(a, b *api.IPPool) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
+	return v, l.synced
+}
+
+// Run keeps the addresses until ctx ends. Its first pass, a retry after
+// an error and the periodic re-check confirm the addresses with IPAM;
+// every other pass touches etcd only for a change.
 func (l *Loop) Run(ctx context.Context) error {
 	retry := backoff.New(time.Second, 30*time.Second)
+	tick := time.NewTicker(recheck)
+	defer tick.Stop()
+	verify := true
 	for {
-		wait := recheck
-		if l.held() {
-			wait = 3 * time.Second // write nothing into an untrusted datastore
-		} else if err := EnsureTunnelAddress(ctx, l.ds, l.ic, l.node); err != nil && ctx.Err() == nil {
-			log.WithError(err).Warn("tunnel address not settled; will retry")
-			wait = retry.Next()
+		var again <-chan time.Time
+		if err := l.pass(ctx, verify); err != nil && ctx.Err() == nil {
+			if errors.Is(err, errHeld) {
+				again = time.After(heldPoll)
+			} else {
+				log.WithError(err).Warn("tunnel address not settled; will retry")
+				again = time.After(retry.Next())
+				verify = true // after an error, trust nothing remembered
+			}
 		} else {
 			retry.Reset()
+			verify = false
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-l.kick:
-		case <-time.After(wait):
+		case <-again:
+		case <-tick.C:
+			verify = true
 		}
 	}
+}
+
+// errHeld: the datastore is not trusted, so nothing is written.
+var errHeld = errors.New("tunneladdr: datastore held")
+
+// pass settles the addresses once from the feed's view. Waiting for the
+// feed is no error: the Node or its address still to come, or a write
+// that lost to a newer Node, which the feed is bringing.
+func (l *Loop) pass(ctx context.Context, verify bool) error {
+	v, ok := l.view()
+	if !ok {
+		return nil
+	}
+	if l.held() {
+		return errHeld
+	}
+	if v.node == nil {
+		log.Debug("waiting for this node's Node")
+		l.passed.Store(v.rev)
+		return nil
+	}
+	written, err := settle(ctx, l.st, l.ic, v.node, v.pools, verify)
+	switch {
+	case errors.Is(err, ErrNoNodeAddress), errors.Is(err, datastore.ErrConflict), errors.Is(err, datastore.ErrNotFound):
+		log.WithError(err).Debug("waiting for the feed to bring this node's Node")
+	case err != nil:
+		return err
+	case written != nil:
+		l.mu.Lock()
+		if l.me != nil && revOf(written) > revOf(l.me) {
+			l.me = written
+		}
+		l.mu.Unlock()
+	}
+	l.passed.Store(v.rev)
+	return nil
 }
