@@ -17,7 +17,6 @@ import (
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/internal/heartbeat"
-	"github.com/routed-net/routed/internal/memtrim"
 	"github.com/routed-net/routed/internal/supervise"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -171,7 +170,6 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithReimport(n.reimport.Run)
 	}
 	g.Go("status socket", supervise.Fatal, st.Run)
-	g.Go("memory trim", supervise.Restart, n.trimWhenReady)
 	if cfg.HealthAddr != "" {
 		g.Go("health server", supervise.Fatal, func(ctx context.Context) error { return serveHTTP(ctx, cfg.HealthAddr, n.health.Handler()) })
 	}
@@ -220,23 +218,4 @@ func (n *node) policyLog(ctx context.Context, since uint64, tail int, follow boo
 		since = n.felix.PolicyLogTail(tail)
 	}
 	return n.felix.PolicyLog(ctx, since, follow, emit)
-}
-
-// trimSettle is how long after the first readiness start-up work may
-// still run (BGP's initial exchange, end-of-RIB, the first resync).
-const trimSettle = 30 * time.Second
-
-// trimWhenReady drops what start-up left resident (internal/memtrim's
-// AfterReady) once routed is first ready, then waits for ctx.
-func (n *node) trimWhenReady(ctx context.Context) error {
-	ready := func(ctx context.Context) bool { ok, _ := n.health.Ready(ctx); return ok }
-	advised, err := memtrim.AfterReady(ctx, ready, trimSettle)
-	if err != nil && ctx.Err() == nil {
-		// Memory, not function: keep running.
-		log.WithError(err).Warn("could not trim the executable's resident pages after start-up")
-	} else if err == nil {
-		log.WithField("advisedMiB", advised>>20).Debug("trimmed start-up's resident pages")
-	}
-	<-ctx.Done()
-	return nil
 }
