@@ -106,6 +106,19 @@ func New(cfg Config) *Reimporter { return &Reimporter{cfg: cfg} }
 // endpoint. It is idempotent; a pod whose address another holder has is
 // left out and reported in Failed.
 func (r *Reimporter) Run(ctx context.Context, dryRun bool) (*Report, error) {
+	return r.run(ctx, dryRun, nil)
+}
+
+// Apply is Run writing the difference; planned, when not nil, is told
+// what will be written (Missing, Stale) before the first write, so that
+// a node holding meanwhile can say what it is doing. Every etcd request
+// runs under ctx: cancelling it stops Apply between writes (what was
+// written stays; a later run finds it).
+func (r *Reimporter) Apply(ctx context.Context, planned func(*Report)) (*Report, error) {
+	return r.run(ctx, false, planned)
+}
+
+func (r *Reimporter) run(ctx context.Context, dryRun bool, planned func(*Report)) (*Report, error) {
 	held, why := r.cfg.Held()
 	rep := &Report{Node: r.cfg.Node, DryRun: dryRun, Held: held, Why: why}
 	if !dryRun && !held {
@@ -142,13 +155,22 @@ func (r *Reimporter) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	if dryRun {
 		return rep, nil
 	}
+	if planned != nil {
+		planned(rep)
+	}
 	for _, e := range rep.Stale {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reimport: %w", err)
+		}
 		if err := r.remove(ctx, stored[e.Endpoint]); err != nil {
 			e.Problem = err.Error()
 			rep.Failed = append(rep.Failed, e)
 		}
 	}
 	for _, e := range rep.Missing {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reimport: %w", err)
+		}
 		err := r.restore(ctx, live[e.Endpoint])
 		switch {
 		case errors.Is(err, ipam.ErrNotInPool):
