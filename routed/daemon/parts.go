@@ -126,7 +126,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		n.feed.Subscribe("endpoint journal", reimport.JournalKinds, n.journal, ownEndpoints)
 		n.reimport = reimport.New(reimport.Config{DS: ds, IPAM: n.ipam, Node: cfg.NodeName,
 			Endpoints: n.trustedEndpoints, LinkExists: linkExists, Held: guard.Frozen})
-		guard.BeforeTrust(n.reimportBeforeTrust)
+		guard.BeforeTrust(n.reimportBeforeTrust, n.feed.Rejudge)
 		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
 		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
 		if sock := cfg.cniSocket(); sock != "" {
@@ -147,6 +147,9 @@ func (n *node) held() bool { f, _ := n.guard.Frozen(); return f }
 // failure are restarted; the others stop the daemon with their reason.
 func (n *node) start(g *supervise.Group, cfg Config) {
 	g.Go("node feed", supervise.Fatal, n.feed.Run)
+	// The guard's work before the node follows the datastore again runs
+	// under the daemon's context, off the feed's goroutine.
+	g.Go("identity guard", supervise.Fatal, n.guard.Run)
 	g.Go("bgp", supervise.Fatal, n.speaker.Run)
 	g.Go("confd", supervise.Fatal, n.confd.Run)
 	g.Go("node record keeper", supervise.Restart, func(ctx context.Context) error { return n.keeper.Run(ctx, n.ds) })

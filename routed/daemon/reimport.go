@@ -8,14 +8,16 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/routed/reimport"
 )
 
 // reimportBeforeTrust runs before a held node follows the datastore
-// again (identity.Guard.BeforeTrust): the pods it runs that the
-// datastore lacks are put back first, so felix keeps their routes and
-// IPAM does not give their addresses to new pods. It fails, keeping the
-// node held, when one cannot be put back.
-func (n *node) reimportBeforeTrust(ctx context.Context) error {
+// again (identity.Guard.BeforeTrust, off the feed's goroutine, under the
+// daemon's context): the pods it runs that the datastore lacks are put
+// back first, so felix keeps their routes and IPAM does not give their
+// addresses to new pods. It fails, keeping the node held, when one
+// cannot be put back; doing tells readiness how many it puts back.
+func (n *node) reimportBeforeTrust(ctx context.Context, doing func(string)) error {
 	if _, saved := n.journal.Saved(); !n.feed.Synced() && !saved {
 		// Held since it started, and no earlier routed saved its view:
 		// nothing says which endpoints this node's interfaces are.
@@ -23,7 +25,10 @@ func (n *node) reimportBeforeTrust(ctx context.Context) error {
 			"no saved view of this node's endpoints was found; pods the datastore lacks lose their routes")
 		return nil
 	}
-	rep, err := n.reimport.Run(ctx, false)
+	rep, err := n.reimport.Apply(ctx, func(rep *reimport.Report) {
+		doing(fmt.Sprintf("putting back %d of its %d pods that the datastore lacks and removing %d of its endpoints whose pods are gone",
+			len(rep.Missing), rep.Live, len(rep.Stale)))
+	})
 	if err != nil {
 		return err
 	}

@@ -11,35 +11,57 @@ import (
 )
 
 // TestBeforeTrustRunsWhileHeld: a node that held the datastore runs
-// BeforeTrust before it follows it again, still frozen while it runs;
-// while it fails the node keeps holding and says why, and it is not
-// tried again at once.
+// BeforeTrust before it follows it again, on its own goroutine and still
+// frozen while it runs, saying what it does; while it fails the node
+// keeps holding and says why, it is not tried again within the retry
+// delay, and the guard asks for a new judgement once it may be.
 func TestBeforeTrustRunsWhileHeld(t *testing.T) {
 	t.Parallel()
 	ds := dstest.Client(t)
 	ctx := context.Background()
 	g := New(ds, t.TempDir())
+	g.trust.retry = time.Second
 	if err := g.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	calls, fail := 0, errors.New("address 10.0.0.5 held by another pod")
-	var result error
-	g.BeforeTrust(func(context.Context) error {
-		calls++
-		if f, _ := g.Frozen(); !f {
+	type call struct {
+		result chan error // the hook returns what the test sends
+	}
+	calls := make(chan call, 4)
+	rejudged := make(chan time.Time, 4)
+	g.BeforeTrust(func(ctx context.Context, doing func(string)) error {
+		if f, why := g.Frozen(); !f {
 			t.Error("BeforeTrust ran while the node already followed the datastore")
+		} else if !strings.Contains(why, "putting back the pods") {
+			t.Errorf("while BeforeTrust runs, the reason is %q", why)
 		}
-		return result
-	})
+		doing("putting back 3 of its 7 pods")
+		c := call{result: make(chan error)}
+		calls <- c
+		select {
+		case err := <-c.result:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, func() { rejudged <- time.Now() })
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { _ = g.Run(runCtx); close(ran) }()
+	t.Cleanup(func() { stop(); <-ran })
+	waitFor(t, "Run did not start", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.trust.ctx != nil })
+
 	check := func() {
 		t.Helper()
 		if err := g.Check(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+	nextCall := func() call { t.Helper(); return receive(t, calls, "BeforeTrust did not run") }
+	nextRejudge := func() time.Time { t.Helper(); return receive(t, rejudged, "the guard did not ask for a new judgement") }
 	check()
-	if calls != 0 {
-		t.Fatalf("BeforeTrust ran %d times on a node that never held", calls)
+	if len(calls) != 0 {
+		t.Fatal("BeforeTrust ran on a node that never held")
 	}
 	// Back in time, as after a restore: hold.
 	g.mu.Lock()
@@ -55,28 +77,64 @@ func TestBeforeTrustRunsWhileHeld(t *testing.T) {
 	g.maxRev -= 1000
 	g.mu.Unlock()
 	check()
-	if f, why := g.Frozen(); !f || calls != 0 {
-		t.Fatalf("a rolled-back datastore that caught up: frozen %v %q, %d BeforeTrust calls", f, why, calls)
+	if f, why := g.Frozen(); !f || len(calls) != 0 {
+		t.Fatalf("a rolled-back datastore that caught up: frozen %v %q, BeforeTrust ran", f, why)
 	}
-	// Accepted, but the pods cannot be put back.
+	// Accepted: Admit starts BeforeTrust and holds while it runs.
 	if _, err := ds.ReinitClusterInfo(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	result = fail
 	check()
+	c := nextCall()
+	if f, why := g.Frozen(); !f || !strings.Contains(why, "putting back 3 of its 7 pods") {
+		t.Fatalf("while BeforeTrust runs: frozen %v %q", f, why)
+	}
+	check() // one at a time
+	// The pods cannot be put back.
+	fail := errors.New("address 10.0.0.5 held by another pod")
+	c.result <- fail
+	failedAt := nextRejudge()
 	if f, why := g.Frozen(); !f || !strings.Contains(why, fail.Error()) {
 		t.Fatalf("after a failed BeforeTrust: frozen %v %q", f, why)
 	}
-	check() // within trustRetry: not run again
-	if calls != 1 {
-		t.Fatalf("BeforeTrust ran %d times, want 1 within %v", calls, trustRetry)
+	if d := failedAt.Sub(g.trustFailedAt()); d < g.trust.retry {
+		t.Fatalf("asked for a new judgement %v after the failure, before the retry delay %v", d, g.trust.retry)
 	}
-	result = nil
+	// A judgement within the delay does not run it again.
 	g.mu.Lock()
-	g.lastTry = g.lastTry.Add(-trustRetry)
+	g.trust.lastTry = time.Now()
 	g.mu.Unlock()
 	check()
-	if f, why := g.Frozen(); f || calls != 2 {
-		t.Fatalf("after BeforeTrust succeeded: frozen %v %q, %d calls", f, why, calls)
+	if len(calls) != 0 {
+		t.Fatalf("BeforeTrust ran again within %v", g.trust.retry)
+	}
+	g.mu.Lock()
+	g.trust.lastTry = time.Now().Add(-g.trust.retry)
+	g.mu.Unlock()
+	check()
+	nextCall().result <- nil
+	nextRejudge()
+	check()
+	if f, why := g.Frozen(); f {
+		t.Fatalf("after BeforeTrust succeeded: frozen %q", why)
+	}
+}
+
+func (g *Guard) trustFailedAt() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.trust.lastTry
+}
+
+// receive waits for a value on ch, failing with what after 20 s.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatal(what)
+		var zero T
+		return zero
 	}
 }

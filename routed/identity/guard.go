@@ -10,7 +10,9 @@
 // programmed and advertise stays as it is, readiness says why, and the log
 // says what to do. When the datastore is restored, or the operator
 // re-initialises it (`routedctl datastore reinit`), the feed lets go with
-// a fresh snapshot. The guard reads etcd only at start (Start).
+// a fresh snapshot. The guard reads etcd only at start (Start); the work
+// a node does before it follows the datastore again (BeforeTrust) runs
+// off the feed's goroutine, under the daemon's context (Run).
 package identity
 
 import (
@@ -47,26 +49,9 @@ type Guard struct {
 	// whose revision later catches up, through unrelated writes, still
 	// lacks what the node saw.
 	rolledBack bool
-	// beforeTrust runs before a held node follows the datastore again;
-	// lastTry is when it last failed (it is not retried within
-	// trustRetry).
-	beforeTrust func(context.Context) error
-	lastTry     time.Time
-}
-
-// trustRetry spaces the attempts of a failing beforeTrust: Admit runs on
-// every change the datastore delivers while the node holds.
-const trustRetry = 5 * time.Second
-
-// BeforeTrust sets f to run each time the node is about to follow the
-// datastore after holding it (the guard still frozen while it runs, so
-// nothing else writes): a node puts back the pods it runs that the
-// datastore lost (routed/reimport). While f fails the node keeps
-// holding, and says why. Call before the feed runs.
-func (g *Guard) BeforeTrust(f func(context.Context) error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.beforeTrust = f
+	// trust is the work a held node does before it follows the
+	// datastore again (trust.go).
+	trust trust
 }
 
 // state is what a node keeps on disk about its cluster.
@@ -78,7 +63,8 @@ type state struct {
 
 // New returns a Guard keeping its state in stateDir/cluster-identity.
 func New(ds *datastore.Client, stateDir string) *Guard {
-	return &Guard{ds: ds, stateFile: filepath.Join(stateDir, "cluster-identity")}
+	return &Guard{ds: ds, stateFile: filepath.Join(stateDir, "cluster-identity"),
+		trust: trust{retry: trustRetry, timeout: trustTimeout}}
 }
 
 // Start loads what this node remembers and checks the datastore once: a
@@ -133,21 +119,28 @@ func (g *Guard) ClusterGUID() string {
 func (g *Guard) Frozen() (bool, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.frozen && g.reason == reasonTrusting {
+		return true, g.trust.reasonLocked(time.Now())
+	}
 	return g.frozen, g.reason
 }
 
 // Admit implements feed.Gate: it judges the datastore whose identity is
 // ci (nil: none) at revision rev, freezes when it is wrong, and reports
-// whether consumers may follow it.
+// whether consumers may follow it. It never waits for etcd: the work a
+// held node does before it follows the datastore again runs on its own
+// goroutine (trust.go), and Admit holds until it has succeeded.
 func (g *Guard) Admit(ci *datastore.ClusterInfo, rev int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	why := g.judgeLocked(ci, rev)
-	if why == "" && g.frozen && g.beforeTrust != nil {
-		why = g.runBeforeTrustLocked()
+	if why != "" {
+		g.abandonTrustLocked()
+	} else if g.frozen && g.trust.hook != nil {
+		why = g.trustLocked()
 	}
 	if why != "" {
-		if !g.frozen || g.reason != why {
+		if (!g.frozen || g.reason != why) && why != reasonTrusting {
 			log.Error("holding the dataplane and BGP as they are: " + why)
 		}
 		g.frozen, g.reason = true, why
@@ -159,28 +152,6 @@ func (g *Guard) Admit(ci *datastore.ClusterInfo, rev int64) bool {
 	}
 	g.seenLocked(rev)
 	return true
-}
-
-// runBeforeTrustLocked runs beforeTrust without the lock (it asks
-// Frozen) and returns why the node must keep holding ("" when it may
-// follow the datastore).
-func (g *Guard) runBeforeTrustLocked() string {
-	if time.Since(g.lastTry) < trustRetry {
-		return g.reason
-	}
-	f := g.beforeTrust
-	g.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	err := f(ctx)
-	cancel()
-	g.mu.Lock()
-	if err != nil {
-		g.lastTry = time.Now()
-		return "the datastore lacks pods this node runs and they could not be put back (" + err.Error() +
-			"); see `routedctl ipam reimport --dry-run` on this node. Holding so that their addresses are not given to new pods"
-	}
-	g.lastTry = time.Time{}
-	return ""
 }
 
 // judgeLocked returns why the datastore whose identity is ci at revision
