@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,23 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatal(what)
 		var zero T
 		return zero
+	}
+}
+
+// Failing attempts space out: each lists every endpoint of the cluster.
+func TestTrustDelayDoubles(t *testing.T) {
+	tr := trust{retry: 5 * time.Second}
+	var got []time.Duration
+	for range 8 {
+		tr.failures++
+		got = append(got, tr.delay())
+	}
+	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 2 * time.Minute, 2 * time.Minute, 2 * time.Minute}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("delays %v, want %v", got, want)
+	}
+	tr.failures = 0
+	if d := tr.delay(); d != 5*time.Second {
+		t.Fatalf("delay after a success %v, want 5s", d)
 	}
 }

@@ -52,6 +52,18 @@ type trust struct {
 	ok      bool      // the current attempt succeeded; Admit lets go
 	failed  string    // why the last attempt failed ("" when it did not)
 	lastTry time.Time // when it failed
+	// failures in a row: the delay before the next attempt doubles with
+	// each (an attempt lists every endpoint of the cluster), up to
+	// maxTrustRetry.
+	failures int
+}
+
+// maxTrustRetry caps the delay between failing attempts.
+const maxTrustRetry = 2 * time.Minute
+
+// delay is how long after a failure the next attempt waits.
+func (t *trust) delay() time.Duration {
+	return min(t.retry<<min(max(t.failures-1, 0), 8), max(maxTrustRetry, t.retry))
 }
 
 // BeforeTrust sets f to run each time the node is about to follow the
@@ -104,7 +116,7 @@ func (g *Guard) trustLocked() string {
 		return reasonTrusting
 	case t.ctx == nil:
 		return reasonWaitingForRun
-	case t.failed != "" && time.Since(t.lastTry) < t.retry:
+	case t.failed != "" && time.Since(t.lastTry) < t.delay():
 		return t.failed
 	}
 	g.startTrustLocked()
@@ -152,7 +164,7 @@ func (g *Guard) endTrust(id uint64, parent context.Context, err error) {
 	case parent.Err() != nil:
 		t.failed, t.lastTry = "routed is stopping", time.Now()
 	case err == nil:
-		t.ok, t.failed = true, ""
+		t.ok, t.failed, t.failures = true, "", 0
 		if g.frozen {
 			g.reason = "this node's pods are back in the datastore; it follows it again at the feed's next judgement"
 		}
@@ -161,12 +173,13 @@ func (g *Guard) endTrust(id uint64, parent context.Context, err error) {
 		t.failed = "the datastore lacks pods this node runs and they could not be put back (" + err.Error() +
 			"); see `routedctl ipam reimport --dry-run` on this node. Holding so that their addresses are not given to new pods"
 		t.lastTry = time.Now()
+		t.failures++
 		if g.frozen {
 			g.reason = t.failed
 		}
 		log.Error("holding the dataplane and BGP as they are: " + t.failed)
 	}
-	rejudge, retry := t.rejudge, t.retry
+	rejudge, retry := t.rejudge, t.delay()
 	g.mu.Unlock()
 	if rejudge == nil || parent.Err() != nil {
 		return
