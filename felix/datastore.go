@@ -9,9 +9,25 @@ import (
 // routes need, and the policy model (PolicyKinds).
 var SyncKinds = append([]api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, PolicyKinds...)
 
-// Consumer is felix's subscription to the node feed: its resource kinds,
-// every node's block affinities and every block's borrowed addresses, in
-// one ordered stream.
-func (f *Felix) Consumer() feed.Dispatch {
+// FeedConsumer is felix's subscription to the node feed: its resource
+// kinds, every node's block affinities and every block's borrowed
+// addresses, in one ordered stream.
+type FeedConsumer struct{ f *Felix }
+
+// Consumer returns felix's subscription to the node feed.
+func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
+
+// SubscribedKinds is every kind felix needs from the feed.
+func (c FeedConsumer) SubscribedKinds() []api.Kind { return c.f.dispatch().SubscribedKinds() }
+
+// OnBatch implements feed.Consumer. It hands b to felix's Run loop and
+// returns once the loop has taken it (not programmed it): felix keeps no
+// backlog of its own, so a felix behind the feed is behind in the
+// feed's queue, under its limit, and a wedged loop is a stalled consumer
+// there (feed.Stalled). Before Run starts and between Runs it waits.
+func (c FeedConsumer) OnBatch(b feed.Batch) { c.f.batches <- b }
+
+// dispatch turns a batch into the input methods' calls, in order.
+func (f *Felix) dispatch() feed.Dispatch {
 	return feed.Dispatch{Kinds: SyncKinds, Resources: f, Affinities: f, Borrowed: f}
 }

@@ -15,14 +15,17 @@ import (
 	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/routetable"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/feed"
 )
 
 // Felix is the node's dataplane programmer. Its input methods may be
 // called from any goroutine at any time, before or during Run; they only
-// queue the change. Run owns all state in one goroutine and programs the
-// kernel. Nothing is removed when Run returns: routes, tunl0 and the NAT
-// table stay so a restarted felix (and the BGP graceful restart around
-// it) finds the dataplane intact.
+// queue the change. The node feed's batches are not queued here: Run
+// takes them one at a time (Consumer), so their backlog stays in the
+// feed. Run owns all state in one goroutine and programs the kernel.
+// Nothing is removed when Run returns: routes, tunl0 and the NAT table
+// stay so a restarted felix (and the BGP graceful restart around it)
+// finds the dataplane intact.
 type Felix struct {
 	cfg     Config
 	log     *logrus.Entry
@@ -30,8 +33,11 @@ type Felix struct {
 	filters *filterState
 
 	mu      sync.Mutex
-	pending []func(*loop)
-	wake    chan struct{}
+	pending []func(*loop) // what the input methods queued, in order
+	wake    chan struct{} // a token: pending has work
+	// batches hands the node feed's batches to Run (unbuffered: the
+	// feed's OnBatch returns once the loop has taken one).
+	batches chan feed.Batch
 	// counterReqs asks the policy counter goroutine for a fresh read.
 	counterReqs chan counterReq
 	// plog keeps the policy log records across restarts of Run.
@@ -54,7 +60,7 @@ func New(cfg Config) (*Felix, error) {
 	}
 	return &Felix{
 		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
-		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1),
+		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1), batches: make(chan feed.Batch),
 		counterReqs: make(chan counterReq), plog: flowlog.NewRing(DefaultPolicyLogRing),
 	}, nil
 }

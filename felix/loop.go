@@ -163,9 +163,7 @@ func (l *loop) run(ctx context.Context) error {
 	defer beat.Stop()
 	for {
 		l.cfg.Beat.Mark()
-		for _, fn := range l.f.takePending() {
-			fn(l)
-		}
+		l.takeWork()
 		l.apply(ctx)
 		timer.Reset(l.nextWake())
 		select {
@@ -173,6 +171,10 @@ func (l *loop) run(ctx context.Context) error {
 			l.log.Info("felix stopping; the dataplane stays as programmed")
 			return ctx.Err()
 		case <-l.f.wake:
+		case b := <-l.f.batches:
+			// Queued behind what the input methods queued before it, and
+			// taken whole at the top, before anything is programmed.
+			l.f.dispatch().OnBatch(b)
 		case u, ok := <-links:
 			if !ok {
 				// The watch broke (e.g. overflow): events were lost.
@@ -192,6 +194,18 @@ func (l *loop) run(ctx context.Context) error {
 		case <-timer.C:
 		case <-beat.C:
 		}
+	}
+}
+
+// takeWork runs what was queued for the loop. The wake token goes with
+// it: work queued after the take sets it again.
+func (l *loop) takeWork() {
+	select {
+	case <-l.f.wake:
+	default:
+	}
+	for _, fn := range l.f.takePending() {
+		fn(l)
 	}
 }
 
