@@ -3,6 +3,7 @@ package tunneladdr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,17 +151,17 @@ func (l *Loop) Run(ctx context.Context) error {
 	verify := true
 	for {
 		var again <-chan time.Time
-		if err := l.pass(ctx, verify); err != nil && ctx.Err() == nil {
-			if errors.Is(err, errHeld) {
-				again = time.After(heldPoll)
-			} else {
-				log.WithError(err).Warn("tunnel address not settled; will retry")
-				again = time.After(retry.Next())
-				verify = true // after an error, trust nothing remembered
-			}
-		} else {
+		switch err := l.pass(ctx, verify); {
+		case err == nil:
 			retry.Reset()
 			verify = false
+		case errors.Is(err, errWaiting), ctx.Err() != nil:
+		case errors.Is(err, errHeld):
+			again = time.After(heldPoll)
+		default:
+			log.WithError(err).Warn("tunnel address not settled; will retry")
+			again = time.After(retry.Next())
+			verify = true // after an error, trust nothing remembered
 		}
 		select {
 		case <-ctx.Done():
@@ -173,29 +174,34 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// errHeld: the datastore is not trusted, so nothing is written.
-var errHeld = errors.New("tunneladdr: datastore held")
+var (
+	// errHeld: the datastore is not trusted, so nothing is written.
+	errHeld = errors.New("tunneladdr: datastore held")
+	// errWaiting: the feed has still to bring what a pass needs (its
+	// first snapshot, this Node, its address, or the newer Node a write
+	// lost to); the feed wakes the Loop when it does.
+	errWaiting = errors.New("tunneladdr: waiting for the feed")
+)
 
-// pass settles the addresses once from the feed's view. Waiting for the
-// feed is no error: the Node or its address still to come, or a write
-// that lost to a newer Node, which the feed is bringing.
+// pass settles the addresses once from the feed's view.
 func (l *Loop) pass(ctx context.Context, verify bool) error {
 	v, ok := l.view()
 	if !ok {
-		return nil
+		return errWaiting
 	}
 	if l.held() {
 		return errHeld
 	}
 	if v.node == nil {
-		log.Debug("waiting for this node's Node")
 		l.passed.Store(v.rev)
-		return nil
+		return fmt.Errorf("%w: no Node %q", errWaiting, l.node)
 	}
 	written, err := settle(ctx, l.st, l.ic, v.node, v.pools, verify)
 	switch {
 	case errors.Is(err, ErrNoNodeAddress), errors.Is(err, datastore.ErrConflict), errors.Is(err, datastore.ErrNotFound):
+		l.passed.Store(v.rev)
 		log.WithError(err).Debug("waiting for the feed to bring this node's Node")
+		return fmt.Errorf("%w: %w", errWaiting, err)
 	case err != nil:
 		return err
 	case written != nil:
