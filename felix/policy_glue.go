@@ -3,6 +3,8 @@ package felix
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/nftdp"
@@ -74,7 +76,9 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	}
-	l.policyNames.add(r.GetKind(), api.StoreName(r))
+	if r.GetKind() != api.KindWorkloadEndpoint {
+		l.policyNames.add(r.GetKind(), api.StoreName(r))
+	}
 	if err != nil {
 		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("name", r.Meta().Name).Warn("policy input refused; its previous version (if any) stays in force")
 	}
@@ -122,7 +126,7 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
 		for _, r := range list {
 			keep[api.StoreName(r)] = true
 		}
-		for name := range l.policyNames[k] {
+		for _, name := range l.policyGiven(k) {
 			if !keep[name] {
 				l.policyDelete(k, name)
 			}
@@ -134,8 +138,20 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
 	l.policyDirty = true
 }
 
+// policyGiven lists the datastore names of what the policy dataplane
+// holds of kind k: the endpoints it keeps (there are a big cluster's
+// worth, and it has their names already), the names given of the other
+// kinds.
+func (l *loop) policyGiven(k api.Kind) []string {
+	if k == api.KindWorkloadEndpoint {
+		return l.policy.Endpoints()
+	}
+	return slices.Collect(maps.Keys(l.policyNames[k]))
+}
+
 // names are the datastore names of what the policy dataplane was given,
-// by kind (to remove what a later snapshot lacks).
+// by kind (to remove what a later snapshot lacks), but endpoints (see
+// policyGiven).
 type names map[api.Kind]map[string]bool
 
 func (n names) add(k api.Kind, name string) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"hash/maphash"
 	"maps"
 	"math"
 	"slices"
@@ -42,10 +43,9 @@ type Calc struct {
 	sets     map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).
 	profileRefs map[string]int
-	// Endpoints (keys) whose labels read each profile name (existing or
-	// not; see profileNames), so that a profile change re-derives only
-	// those.
-	profileUsers map[string]map[string]bool
+	// The groups whose labels read each profile name (existing or not;
+	// see profileNames), so that a profile change re-derives only those.
+	profileUsers map[string]map[*group]bool
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
@@ -54,26 +54,32 @@ type Calc struct {
 	epChainRuns map[string][]guardRun
 	runRefs     map[string]int
 	guards      map[string]*guard
-	// What sets and policies select, per label key (calc_index.go).
-	labels labelIndex
+	// The endpoints' groups and what sets and policies select of each
+	// (calc_index.go), and the label sets they share (labelset.go).
+	groups    groupIndex
+	labelSets labelSets
 }
 
-// local is a local endpoint, what applies to it, and the chains its
-// traffic is dispatched to (index 0: what it sends, 1: what it receives).
+// local is a local endpoint, its interface and pod, what applies to
+// it, and the chains its traffic is dispatched to (index 0: what it
+// sends, 1: what it receives).
 type local struct {
-	ep      *endpoint
-	in, out []*cpolicy
-	chains  [2]string
+	ep         *endpoint
+	iface, pod string
+	in, out    []*cpolicy
+	chains     [2]string
 }
 
-// aset is a set some active chain uses, with the members each endpoint
-// ("ep:"+key) and network set ("ns:"+key) contributes, and the guard
-// sets its members also go to (calc_guard.go).
+// aset is a set some active chain uses, with the members each network
+// set contributes (by key), and the guard sets its members also go to
+// (calc_guard.go). What endpoints contribute is not kept: it is the
+// members of every endpoint whose group the set's matcher picks (see
+// SetEndpoint).
 type aset struct {
-	spec    setSpec
-	refs    int
-	contrib map[string][]nftdp.Member
-	feeds   []string
+	spec  setSpec
+	refs  int
+	nets  map[string][]nftdp.Member
+	feeds []string
 }
 
 // NewCalc returns a calculator writing to sink, with Calico's default
@@ -83,10 +89,12 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[string]bool{}, epChainRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*group]bool{}, epChainRefs: map[string]int{},
 		epChainRuns: map[string][]guardRun{}, runRefs: map[string]int{}, guards: map[string]*guard{},
-		labels: labelIndex{byKey: map[string]*labelEntry{}},
 	}
+	seed := maphash.MakeSeed()
+	c.groups = groupIndex{seed: seed, byHash: map[uint64][]*group{}}
+	c.labelSets = newLabelSets(seed)
 	for _, t := range api.DefaultTiers() {
 		c.tiers[t.Metadata.Name] = compileTier(t)
 	}
@@ -144,7 +152,7 @@ func cmpS(a, b string) int {
 }
 
 func (c *Calc) sortPolicies() {
-	c.labels.polGen++
+	c.groups.polGen++
 	c.ordered = c.ordered[:0]
 	for _, p := range c.policies {
 		c.ordered = append(c.ordered, p)
@@ -191,7 +199,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	if old == nil && np == nil {
 		return
 	}
-	c.labels.polGen++ // the policy lists hold the old version
+	c.groups.polGen++ // the policy lists hold the old version
 	if old != nil && np != nil && sameSelection(old, np) {
 		c.replaceRules(old, np)
 		if !sameGuards(old, np) {
@@ -213,7 +221,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	var affected []*local
 	for k, l := range c.locals {
 		was := old != nil && old.selected[k]
-		sel := np != nil && np.sel.endpoint(l.ep)
+		sel := np != nil && np.sel.group(l.ep.g)
 		if !was && !sel {
 			continue
 		}
@@ -373,8 +381,8 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	}
 	// Labels flow from profiles to endpoints (and, for namespace
 	// profiles, to network sets): re-derive those that use it.
-	for _, k := range slices.Sorted(maps.Keys(c.profileUsers[name])) {
-		c.SetEndpoint(c.eps[k].Endpoint)
+	for _, g := range slices.Collect(maps.Keys(c.profileUsers[name])) {
+		c.rederive(g)
 	}
 	for _, s := range c.netsets {
 		if name == api.NamespaceProfilePrefix+s.Namespace {

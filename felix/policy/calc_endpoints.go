@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"unique"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
@@ -10,36 +11,55 @@ import (
 
 // SetEndpoint adds or replaces an endpoint: its addresses join the sets
 // that select it and, when local, its chains and dispatch entry follow.
+// The calculator keeps none of ep's maps, slices or strings but its key.
 func (c *Calc) SetEndpoint(ep Endpoint) {
 	old := c.eps[ep.Key]
-	e := derive(ep, c.profiles)
-	c.eps[ep.Key] = e
-	if old != nil {
-		c.releaseProfiles(old)
+	g := c.groupOf(&ep)
+	l := c.locals[ep.Key]
+	if old != nil && old.g == g && slices.Equal(old.ips, ep.IPs) && old.nodeName() == ep.Node &&
+		(l != nil) == ep.Local && (l == nil || (l.iface == ep.Iface && l.pod == ep.Pod)) {
+		return // as it was (a snapshot repeats what has not changed)
 	}
-	c.holdProfiles(e)
-	c.labels.hold(e)
-	key := "ep:" + ep.Key
-	now := c.setsFor(e)
-	for _, s := range now {
-		c.contribute(s, key, s.endpointMembers(e))
-	}
+	key := ep.Key
 	if old != nil {
-		// What old contributed: the sets that select it now (a set's
-		// selector never changes, and every set was filled from every
-		// endpoint when it was made).
-		for _, s := range c.setsFor(old) {
+		key = old.key // one copy of it
+	}
+	e := &endpoint{key: key, g: g, ips: slices.Clip(slices.Clone(ep.IPs))}
+	if ep.Node != "" {
+		e.node = unique.Make(ep.Node)
+	}
+	c.eps[key] = e
+	c.addTo(e)
+	now := c.setsFor(g)
+	if old == nil {
+		for _, s := range now {
+			c.changeMembers(s, nil, s.membersOf(e))
+		}
+	} else {
+		// What old contributed: the sets that select its group now (a
+		// set's selector never changes, every set was filled from every
+		// endpoint when it was made, and a group's labels change only
+		// with its members' contributions, see rederive).
+		was := c.setsFor(old.g)
+		for _, s := range now {
+			var before []nftdp.Member
+			if slices.Contains(was, s) {
+				before = s.membersOf(old)
+			}
+			c.changeMembers(s, before, s.membersOf(e))
+		}
+		for _, s := range was {
 			if !slices.Contains(now, s) {
-				c.contribute(s, key, nil)
+				c.changeMembers(s, s.membersOf(old), nil)
 			}
 		}
-		c.labels.release(old)
+		c.removeFrom(old)
 	}
-	if l := c.locals[ep.Key]; l != nil && old != nil && (!e.Local || old.Iface != e.Iface) {
+	if l != nil && (!ep.Local || l.iface != ep.Iface) {
 		c.removeLocal(l)
 	}
-	if e.Local {
-		c.updateLocal(e)
+	if ep.Local {
+		c.updateLocal(e, ep.Iface, ep.Pod)
 	}
 }
 
@@ -50,42 +70,67 @@ func (c *Calc) DeleteEndpoint(key string) {
 		return
 	}
 	delete(c.eps, key)
-	c.releaseProfiles(old)
-	ck := "ep:" + key
-	for _, s := range c.setsFor(old) {
-		c.contribute(s, ck, nil)
+	for _, s := range c.setsFor(old.g) {
+		c.changeMembers(s, s.membersOf(old), nil)
 	}
-	c.labels.release(old)
 	if l := c.locals[key]; l != nil {
 		c.removeLocal(l)
 	}
+	c.removeFrom(old)
 }
 
-// profileNames are the profiles whose labels an endpoint's labels are
+// rederive recomputes a group's labels after a profile it reads
+// changed: its endpoints leave the sets that no longer select it and
+// join those that now do, and its local endpoints' chains follow.
+func (c *Calc) rederive(g *group) {
+	was := c.setsFor(g)
+	c.derive(g)
+	g.setGen, g.polGen = -1, -1
+	now := c.setsFor(g)
+	for _, e := range g.eps {
+		for _, s := range now {
+			if !slices.Contains(was, s) {
+				c.changeMembers(s, nil, s.membersOf(e))
+			}
+		}
+		for _, s := range was {
+			if !slices.Contains(now, s) {
+				c.changeMembers(s, s.membersOf(e), nil)
+			}
+		}
+	}
+	for _, e := range g.eps {
+		if l := c.locals[e.key]; l != nil {
+			c.updateLocal(e, l.iface, l.pod)
+		}
+	}
+}
+
+// profileNames are the profiles whose labels a group's labels are
 // derived from (see derive): its own, its namespace's and its service
 // account's.
-func profileNames(e *endpoint) []string {
-	return append(slices.Clip(e.Profiles), api.NamespaceProfilePrefix+e.Namespace,
-		api.ServiceAccountProfilePrefix+e.Namespace+"."+e.ServiceAccount)
+func profileNames(g *group) []string {
+	return append(slices.Clip(g.profiles), api.NamespaceProfilePrefix+g.ns,
+		api.ServiceAccountProfilePrefix+g.ns+"."+g.sa)
 }
 
-// holdProfiles records e as a user of the profiles its labels read.
-func (c *Calc) holdProfiles(e *endpoint) {
-	for _, name := range profileNames(e) {
+// holdProfiles records g as a user of the profiles its labels read.
+func (c *Calc) holdProfiles(g *group) {
+	for _, name := range profileNames(g) {
 		users := c.profileUsers[name]
 		if users == nil {
-			users = map[string]bool{}
+			users = map[*group]bool{}
 			c.profileUsers[name] = users
 		}
-		users[e.Key] = true
+		users[g] = true
 	}
 }
 
 // releaseProfiles undoes holdProfiles.
-func (c *Calc) releaseProfiles(e *endpoint) {
-	for _, name := range profileNames(e) {
+func (c *Calc) releaseProfiles(g *group) {
+	for _, name := range profileNames(g) {
 		if users := c.profileUsers[name]; users != nil {
-			delete(users, e.Key)
+			delete(users, g)
 			if len(users) == 0 {
 				delete(c.profileUsers, name)
 			}
@@ -102,7 +147,7 @@ func (c *Calc) SetNetworkSet(s NetworkSet) {
 	}
 	c.netsets[s.Key] = ns
 	for _, as := range c.sets {
-		c.contribute(as, "ns:"+s.Key, as.netsetMembers(ns))
+		c.contribute(as, s.Key, as.netsetMembers(ns))
 	}
 }
 
@@ -113,29 +158,29 @@ func (c *Calc) DeleteNetworkSet(key string) {
 	}
 	delete(c.netsets, key)
 	for _, as := range c.sets {
-		c.contribute(as, "ns:"+key, nil)
+		c.contribute(as, key, nil)
 	}
 }
 
 // updateLocal recomputes which policies and profiles apply to a local
 // endpoint and renders its chains.
-func (c *Calc) updateLocal(e *endpoint) {
-	l := c.locals[e.Key]
+func (c *Calc) updateLocal(e *endpoint, iface, pod string) {
+	l := c.locals[e.key]
 	var oldPols []*cpolicy
 	var oldProfiles []string
 	if l == nil {
-		l = &local{}
-		c.locals[e.Key] = l
+		l = &local{iface: iface}
+		c.locals[e.key] = l
 	} else {
 		oldPols = union(l.in, l.out)
-		oldProfiles = l.ep.Profiles
+		oldProfiles = l.ep.g.profiles
 	}
-	l.ep = e
-	l.in, l.out = c.policiesFor(e)
+	l.ep, l.pod = e, pod
+	l.in, l.out = c.policiesFor(e.g)
 	newPols := union(l.in, l.out)
 	for _, p := range newPols {
-		if !p.selected[e.Key] {
-			p.selected[e.Key] = true
+		if !p.selected[e.key] {
+			p.selected[e.key] = true
 			if len(p.selected) == 1 {
 				c.activate(p)
 			}
@@ -143,10 +188,10 @@ func (c *Calc) updateLocal(e *endpoint) {
 	}
 	for _, p := range oldPols {
 		if !slices.Contains(newPols, p) {
-			c.unselect(p, e.Key)
+			c.unselect(p, e.key)
 		}
 	}
-	for _, name := range e.Profiles {
+	for _, name := range e.g.profiles {
 		c.refProfile(name)
 	}
 	for _, name := range oldProfiles {
@@ -167,17 +212,17 @@ func (c *Calc) unselect(p *cpolicy, key string) {
 
 func (c *Calc) removeLocal(l *local) {
 	for _, p := range union(l.in, l.out) {
-		c.unselect(p, l.ep.Key)
+		c.unselect(p, l.ep.key)
 	}
-	for _, name := range l.ep.Profiles {
+	for _, name := range l.ep.g.profiles {
 		c.unrefProfile(name)
 	}
-	c.sink.DeleteEndpoint(l.ep.Iface)
-	c.index.deleteIface(l.ep.Iface)
+	c.sink.DeleteEndpoint(l.iface)
+	c.index.deleteIface(l.iface)
 	for _, ch := range l.chains {
 		c.unrefEPChain(ch)
 	}
-	delete(c.locals, l.ep.Key)
+	delete(c.locals, l.ep.key)
 }
 
 func union(a, b []*cpolicy) []*cpolicy {
@@ -212,8 +257,8 @@ func (c *Calc) renderEndpoint(l *local) {
 			l.chains[k] = name
 		}
 	}
-	c.sink.SetEndpoint(e.Iface, names[0], names[1], nftdp.FamiliesOf(e.IPs))
-	c.index.setIface(e.Iface, EndpointRef{Key: e.Key, Namespace: e.Namespace, Pod: e.Pod})
+	c.sink.SetEndpoint(l.iface, names[0], names[1], nftdp.FamiliesOf(e.ips))
+	c.index.setIface(l.iface, EndpointRef{Key: e.key, Namespace: e.g.ns, Pod: l.pod})
 }
 
 // endpointChain computes an endpoint's chain for one direction, given
@@ -250,7 +295,7 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 		rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
 		i = j
 	}
-	for _, name := range e.Profiles {
+	for _, name := range e.g.profiles {
 		if p := c.profiles[name]; p != nil {
 			rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
 		}
@@ -305,15 +350,15 @@ func (c *Calc) refSets(specs []setSpec) {
 	for _, sp := range specs {
 		s := c.sets[sp.name]
 		if s == nil {
-			s = &aset{spec: sp, contrib: map[string][]nftdp.Member{}}
+			s = &aset{spec: sp, nets: map[string][]nftdp.Member{}}
 			c.sets[sp.name] = s
-			c.labels.setGen++
+			c.groups.setGen++
 			c.sink.AddSet(sp.name, sp.kind)
-			c.labels.matching(sp.m, func(e *endpoint) {
-				c.contribute(s, "ep:"+e.Key, s.membersOf(e))
+			c.matching(sp.m, func(e *endpoint) {
+				c.changeMembers(s, nil, s.membersOf(e))
 			})
 			for k, n := range c.netsets {
-				c.contribute(s, "ns:"+k, s.netsetMembers(n))
+				c.contribute(s, k, s.netsetMembers(n))
 			}
 		}
 		s.refs++
@@ -328,43 +373,60 @@ func (c *Calc) unrefSets(specs []setSpec) {
 		}
 		if s.refs--; s.refs == 0 {
 			delete(c.sets, sp.name)
-			c.labels.setGen++
+			c.groups.setGen++
 			c.sink.DeleteSet(sp.name)
 		}
 	}
 }
 
-// contribute replaces what one endpoint or network set gives a set.
-// The members are masked and each taken once (a network set may list a
-// net twice, or as 10.9.0.7/24 and 10.9.0.0/24): the sink counts
-// references per member, and a repeat would leave one behind when the
-// contribution shrinks.
+// contribute replaces what one network set gives a set.
 func (c *Calc) contribute(s *aset, key string, ms []nftdp.Member) {
-	old := s.contrib[key]
-	if len(old) == 0 && len(ms) == 0 {
-		return
-	}
 	ms = distinctMembers(ms)
-	for _, m := range ms {
-		if !slices.Contains(old, m) {
+	c.changeMembers(s, s.nets[key], ms)
+	if len(ms) == 0 {
+		delete(s.nets, key)
+	} else {
+		s.nets[key] = ms
+	}
+}
+
+// changeMembers replaces what one endpoint or network set gives a set
+// (and the guard sets it feeds): before by now. Both must be distinct
+// and masked (see distinctMembers): the sink counts references per
+// member, and a repeat would leave one behind when the contribution
+// shrinks (a network set may list a net twice, or as 10.9.0.7/24 and
+// 10.9.0.0/24).
+func (c *Calc) changeMembers(s *aset, before, now []nftdp.Member) {
+	for _, m := range now {
+		if !slices.Contains(before, m) {
 			c.sink.AddMember(s.spec.name, m)
 			for _, g := range s.feeds {
 				c.sink.AddMember(g, m)
 			}
 		}
 	}
-	for _, m := range old {
-		if !slices.Contains(ms, m) {
+	for _, m := range before {
+		if !slices.Contains(now, m) {
 			c.sink.RemoveMember(s.spec.name, m)
 			for _, g := range s.feeds {
 				c.sink.RemoveMember(g, m)
 			}
 		}
 	}
-	if len(ms) == 0 {
-		delete(s.contrib, key)
-	} else {
-		s.contrib[key] = ms
+}
+
+// eachMember calls fn with every member of s, once per endpoint or
+// network set giving it.
+func (c *Calc) eachMember(s *aset, fn func(nftdp.Member)) {
+	c.matching(s.spec.m, func(e *endpoint) {
+		for _, m := range s.membersOf(e) {
+			fn(m)
+		}
+	})
+	for _, ms := range s.nets {
+		for _, m := range ms {
+			fn(m)
+		}
 	}
 }
 
@@ -390,27 +452,28 @@ func distinctMembers(ms []nftdp.Member) []nftdp.Member {
 }
 
 func (s *aset) endpointMembers(e *endpoint) []nftdp.Member {
-	if !s.spec.m.endpoint(e) {
+	if !s.spec.m.group(e.g) {
 		return nil
 	}
 	return s.membersOf(e)
 }
 
-// membersOf is what e gives the set if its selector picks e.
+// membersOf is what e gives the set if its selector picks e: distinct
+// and masked (see changeMembers).
 func (s *aset) membersOf(e *endpoint) []nftdp.Member {
 	var out []nftdp.Member
-	for _, ip := range e.IPs {
+	for _, ip := range e.ips {
 		if s.spec.kind == nftdp.AddrSet {
 			out = append(out, nftdp.Member{Prefix: ip})
 			continue
 		}
-		for _, p := range e.Ports {
+		for _, p := range e.g.ports {
 			if p.Name == s.spec.port && (s.spec.proto == 0 || p.Proto == s.spec.proto) {
 				out = append(out, nftdp.Member{Prefix: ip, Proto: p.Proto, Port: p.Port})
 			}
 		}
 	}
-	return out
+	return distinctMembers(out)
 }
 
 func (s *aset) netsetMembers(n *netset) []nftdp.Member {
@@ -428,7 +491,7 @@ func (s *aset) netsetMembers(n *netset) []nftdp.Member {
 // family, else 0.
 func (e *endpoint) onlyFamily() uint8 {
 	var v4, v6 bool
-	for _, p := range e.IPs {
+	for _, p := range e.ips {
 		v4 = v4 || p.Addr().Is4()
 		v6 = v6 || !p.Addr().Is4()
 	}

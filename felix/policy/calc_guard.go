@@ -261,11 +261,7 @@ func (c *Calc) makeGuard(g guardSpec) {
 	for _, sp := range g.sets {
 		s := c.sets[sp.name]
 		s.feeds = append(s.feeds, g.name)
-		for _, ms := range s.contrib {
-			for _, m := range ms {
-				c.sink.AddMember(g.name, m)
-			}
-		}
+		c.eachMember(s, func(m nftdp.Member) { c.sink.AddMember(g.name, m) })
 	}
 	for _, n := range g.nets {
 		c.sink.AddMember(g.name, nftdp.Member{Prefix: n})

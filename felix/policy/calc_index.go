@@ -1,137 +1,173 @@
 package policy
 
 import (
-	"maps"
+	"hash/maphash"
 	"slices"
 	"strings"
 )
 
-// A label index: what a selector decides about an endpoint depends only
-// on the endpoint's labels, its namespace's and its service account's
-// labels, and the namespace and service account names (see
-// matcher.endpoint), so endpoints equal in those (the replicas of a
-// Deployment, the pods of a namespace with the same app label) get the
-// same answers. The calculator asks once per distinct label key and
-// remembers: which active sets select the key (a new pod's memberships)
-// and which policies apply to it (a new local pod's chains), instead
-// of evaluating every active set's and every policy's selector for each
-// pod. An answer is recomputed when the sets or the policies changed
-// since it was made (a generation number each); an entry lives while an
-// endpoint with its key does.
+// The group index: what a selector decides about an endpoint depends
+// only on its group (see group: its labels, its namespace's and service
+// account's labels, and the namespace and service account names; see
+// matcher.group), so the replicas of a Deployment get the same answers
+// and share one copy of what they are asked about. The calculator asks
+// once per group and remembers: which active sets select it (a new
+// pod's memberships) and which policies apply to it (a new local pod's
+// chains), instead of evaluating every active set's and every policy's
+// selector for each pod. An answer is recomputed when the sets or the
+// policies changed since it was made (a generation number each); a
+// group lives while it has an endpoint.
 
-// labelIndex holds the answers per label key.
-type labelIndex struct {
+// groupIndex holds the groups by a hash of what makes them one.
+type groupIndex struct {
 	setGen, polGen int
-	byKey          map[string]*labelEntry
+	seed           maphash.Seed
+	byHash         map[uint64][]*group
 }
 
-type labelEntry struct {
-	refs int // endpoints in Calc.eps with this key
-	// The endpoints with this key (Calc.eps' entries), so that a new
-	// set asks its selector once per key, not once per endpoint.
-	eps map[string]*endpoint
-	// Active sets selecting the key, as of setGen.
-	setGen int
-	sets   []*aset
-	// Policies applying to the key in evaluation order, as of polGen.
-	polGen  int
-	in, out []*cpolicy
+// groupHash hashes what puts an endpoint in a group.
+func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
+	h.WriteString(ep.Namespace)
+	h.WriteByte(0)
+	h.WriteString(ep.ServiceAccount)
+	for _, p := range ep.Profiles {
+		h.WriteByte(0)
+		h.WriteString(p)
+	}
+	h.WriteByte(1)
+	for _, p := range ep.Ports {
+		h.WriteString(p.Name)
+		h.WriteByte(0)
+		h.WriteByte(p.Proto)
+		h.WriteByte(byte(p.Port >> 8))
+		h.WriteByte(byte(p.Port))
+	}
+	return h.Sum64() ^ hashLabels(x.seed, ep.Labels)
 }
 
-// labelKey is what every matcher sees of an endpoint, as one string.
-func labelKey(e *endpoint) string {
-	var b strings.Builder
-	b.WriteString(e.Namespace)
-	b.WriteByte(0)
-	b.WriteString(e.ServiceAccount)
-	for _, m := range []map[string]string{e.labels, e.nsLabels, e.saLabels} {
-		b.WriteByte(1)
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			b.WriteString(k)
-			b.WriteByte(0)
-			b.WriteString(m[k])
-			b.WriteByte(0)
+// is reports whether ep belongs in g.
+func (g *group) is(ep *Endpoint) bool {
+	if g.ns != ep.Namespace || g.sa != ep.ServiceAccount || !slices.Equal(g.profiles, ep.Profiles) ||
+		!slices.Equal(g.ports, ep.Ports) || len(g.own) != len(ep.Labels) {
+		return false
+	}
+	for _, l := range g.own {
+		if v, ok := ep.Labels[l.k]; !ok || v != l.v {
+			return false
 		}
 	}
-	return b.String()
+	return true
 }
 
-// hold takes a reference on e's entry (made empty when new).
-func (x *labelIndex) hold(e *endpoint) {
-	le := x.byKey[e.key]
-	if le == nil {
-		le = &labelEntry{setGen: -1, polGen: -1, eps: map[string]*endpoint{}}
-		x.byKey[e.key] = le
-	}
-	le.refs++
-	le.eps[e.Key] = e
-}
-
-// release drops a reference taken by hold.
-func (x *labelIndex) release(e *endpoint) {
-	if le := x.byKey[e.key]; le != nil {
-		// A replacement with the same key was held first: keep it.
-		if le.eps[e.Key] == e {
-			delete(le.eps, e.Key)
-		}
-		if le.refs--; le.refs <= 0 {
-			delete(x.byKey, e.key)
+// groupOf returns ep's group, made (and derived) when new; it has no
+// endpoint until one is added.
+func (c *Calc) groupOf(ep *Endpoint) *group {
+	h := c.groups.groupHash(ep)
+	for _, g := range c.groups.byHash[h] {
+		if g.is(ep) {
+			return g
 		}
 	}
+	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, setGen: -1, polGen: -1,
+		profiles: slices.Clone(ep.Profiles), ports: slices.Clone(ep.Ports), own: make([]label, 0, len(ep.Labels))}
+	for k, v := range ep.Labels {
+		g.own = append(g.own, label{k, v})
+	}
+	slices.SortFunc(g.own, func(a, b label) int { return strings.Compare(a.k, b.k) })
+	strs := []*string{&g.ns, &g.sa}
+	for i := range g.profiles {
+		strs = append(strs, &g.profiles[i])
+	}
+	for i := range g.ports {
+		strs = append(strs, &g.ports[i].Name)
+	}
+	for i := range g.own {
+		strs = append(strs, &g.own[i].k, &g.own[i].v)
+	}
+	pack(strs)
+	c.derive(g)
+	c.groups.byHash[h] = append(c.groups.byHash[h], g)
+	c.holdProfiles(g)
+	return g
 }
 
-// matching calls fn for every endpoint m picks, asking m once per label
-// key: every endpoint with the key gets the same answer.
-func (x *labelIndex) matching(m *matcher, fn func(*endpoint)) {
-	for _, le := range x.byKey {
-		for _, rep := range le.eps {
-			if m.endpoint(rep) {
-				for _, e := range le.eps {
+// addTo puts e in its group.
+func (c *Calc) addTo(e *endpoint) {
+	e.idx = len(e.g.eps)
+	e.g.eps = append(e.g.eps, e)
+}
+
+// removeFrom takes e out of its group; a group left empty goes.
+func (c *Calc) removeFrom(e *endpoint) {
+	g := e.g
+	last := g.eps[len(g.eps)-1]
+	g.eps[e.idx], last.idx = last, e.idx
+	g.eps[len(g.eps)-1] = nil
+	g.eps = g.eps[:len(g.eps)-1]
+	if len(g.eps) > 0 {
+		if cap(g.eps) > 16 && len(g.eps) < cap(g.eps)/4 {
+			g.eps = slices.Clip(g.eps)
+		}
+		return
+	}
+	list := slices.DeleteFunc(c.groups.byHash[g.hash], func(x *group) bool { return x == g })
+	if len(list) == 0 {
+		delete(c.groups.byHash, g.hash)
+	} else {
+		c.groups.byHash[g.hash] = list
+	}
+	c.releaseProfiles(g)
+	for _, s := range []*labelSet{g.labels, g.nsLabels, g.saLabels} {
+		c.labelSets.put(s)
+	}
+}
+
+// matching calls fn for every endpoint m picks, asking m once per
+// group: every endpoint in it gets the same answer.
+func (c *Calc) matching(m *matcher, fn func(*endpoint)) {
+	for _, list := range c.groups.byHash {
+		for _, g := range list {
+			if len(g.eps) > 0 && m.group(g) {
+				for _, e := range g.eps {
 					fn(e)
 				}
 			}
-			break // one is enough to ask
 		}
 	}
 }
 
-// setsFor lists the active sets whose matcher picks e. The caller must
+// setsFor lists the active sets whose matcher picks g. The caller must
 // not change the slice.
-func (c *Calc) setsFor(e *endpoint) []*aset {
-	le := c.labels.byKey[e.key]
-	if le != nil && le.setGen == c.labels.setGen {
-		return le.sets
+func (c *Calc) setsFor(g *group) []*aset {
+	if g.setGen == c.groups.setGen {
+		return g.sets
 	}
 	var out []*aset
 	for _, s := range c.sets {
-		if s.spec.m.endpoint(e) {
+		if s.spec.m.group(g) {
 			out = append(out, s)
 		}
 	}
-	if le != nil {
-		le.sets, le.setGen = out, c.labels.setGen
-	}
+	g.sets, g.setGen = out, c.groups.setGen
 	return out
 }
 
-// policiesFor lists the policies that apply to an endpoint, in
-// evaluation order, per direction; the slices are the caller's.
-func (c *Calc) policiesFor(e *endpoint) (in, out []*cpolicy) {
-	le := c.labels.byKey[e.key]
-	if le == nil || le.polGen != c.labels.polGen {
-		in, out = c.evalPolicies(e)
-		if le == nil {
-			return in, out
-		}
-		le.in, le.out, le.polGen = in, out, c.labels.polGen
+// policiesFor lists the policies that apply to g, in evaluation order,
+// per direction; the slices are the caller's.
+func (c *Calc) policiesFor(g *group) (in, out []*cpolicy) {
+	if g.polGen != c.groups.polGen {
+		g.in, g.out = c.evalPolicies(g)
+		g.polGen = c.groups.polGen
 	}
-	return slices.Clone(le.in), slices.Clone(le.out)
+	return slices.Clone(g.in), slices.Clone(g.out)
 }
 
-// evalPolicies evaluates every policy's selector for e.
-func (c *Calc) evalPolicies(e *endpoint) (in, out []*cpolicy) {
+// evalPolicies evaluates every policy's selector for g.
+func (c *Calc) evalPolicies(g *group) (in, out []*cpolicy) {
 	for _, p := range c.ordered {
-		if (p.hasIn || p.hasOut) && p.sel.endpoint(e) {
+		if (p.hasIn || p.hasOut) && p.sel.group(g) {
 			if p.hasIn {
 				in = append(in, p)
 			}

@@ -3,10 +3,17 @@ package policy
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"reflect"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
+	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -138,4 +145,136 @@ func (r resources) fresh(t *testing.T, lc LogConfig) *recSink {
 		c.SetEndpoint(r.eps[name])
 	}
 	return f
+}
+
+// TestGroupsShareLabels: endpoints with the same labels, profiles,
+// namespace, service account and named ports share one group (one copy
+// of their labels and of what selectors decide), a namespace's labels
+// are one set for all its groups, relabelling one endpoint leaves the
+// others' labels and memberships alone, the caller's maps and strings
+// are not kept, an endpoint given again unchanged changes nothing, and
+// nothing is left once the endpoints are gone.
+func TestGroupsShareLabels(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	if err := c.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: "kns.prod"}, Spec: api.ProfileSpec{
+		LabelsToApply: map[string]string{"pcns.team": "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	setPol := func(name, src string) {
+		mustPolicy(t, c, gnpYAML(name, "10", "default", fmt.Sprintf("  selector: role == 'local'\n  ingress: [{action: Allow, source: {selector: %q}}]", src)))
+	}
+	setPol("web", "app == 'web'")
+	setPol("team", "team == 'a'")
+	mk := func(name, ip, app string) Endpoint {
+		// Each endpoint's own map and strings, as decoded.
+		e := ep(name, false, ip, map[string]string{strings.Clone("app"): strings.Clone(app)})
+		e.Namespace, e.ServiceAccount = strings.Clone("prod"), strings.Clone("default")
+		e.Profiles = []string{strings.Clone("kns.prod")}
+		e.Ports = []NamedPort{{Name: strings.Clone("http"), Proto: 6, Port: 8080}}
+		return e
+	}
+	c.SetEndpoint(ep("local", true, "10.0.0.1", map[string]string{"role": "local"}))
+	given := map[string]Endpoint{}
+	for i, name := range []string{"a", "b", "c"} {
+		given[name] = mk(name, fmt.Sprintf("10.0.1.%d", i+1), "web")
+		c.SetEndpoint(given[name])
+	}
+	c.SetEndpoint(mk("d", "10.0.1.9", "db"))
+	a, b, cc, d := c.eps["a"], c.eps["b"], c.eps["c"], c.eps["d"]
+	if a.g != b.g || a.g != cc.g || a.g == d.g || len(a.g.eps) != 3 {
+		t.Fatalf("groups: a %p b %p c %p d %p (%d endpoints in a's)", a.g, b.g, cc.g, d.g, len(a.g.eps))
+	}
+	if a.g.nsLabels != d.g.nsLabels || a.g.nsLabels.m["team"] != "a" {
+		t.Errorf("namespace labels not shared: %v %v", a.g.nsLabels.m, d.g.nsLabels.m)
+	}
+	g := given["a"]
+	if unsafe.StringData(a.g.ns) == unsafe.StringData(g.Namespace) || unsafe.StringData(a.g.own[0].v) == unsafe.StringData(g.Labels["app"]) ||
+		unsafe.StringData(a.g.profiles[0]) == unsafe.StringData(g.Profiles[0]) || unsafe.StringData(a.g.ports[0].Name) == unsafe.StringData(g.Ports[0].Name) {
+		t.Error("a group keeps a string of the endpoint it was given")
+	}
+	g.Labels["app"] = "changed by the caller"
+	if a.g.labels.m["app"] != "web" {
+		t.Errorf("the caller's map is kept: %v", a.g.labels.m)
+	}
+	web := func() []string {
+		for name, set := range s.sets {
+			if strings.HasPrefix(name, "s-") && len(set) > 0 {
+				if _, ok := set[nftdp.Member{Prefix: netip.MustParsePrefix("10.0.1.9/32")}]; !ok {
+					var out []string
+					for m := range set {
+						out = append(out, m.Prefix.String())
+					}
+					slices.Sort(out)
+					return out
+				}
+			}
+		}
+		return nil
+	}
+	if got := web(); !slices.Equal(got, []string{"10.0.1.1/32", "10.0.1.2/32", "10.0.1.3/32"}) {
+		t.Fatalf("app == 'web' set: %v", got)
+	}
+
+	s.ops = nil
+	c.SetEndpoint(mk("b", "10.0.1.2", "web"))
+	if len(s.ops) != 0 {
+		t.Errorf("an endpoint given again unchanged: %v", s.ops)
+	}
+
+	c.SetEndpoint(mk("b", "10.0.1.2", "db"))
+	if c.eps["b"].g != d.g || a.g.labels.m["app"] != "web" || len(a.g.eps) != 2 || c.eps["c"].g != a.g {
+		t.Errorf("relabelled b: group %p (d's %p); a's labels %v with %d endpoints", c.eps["b"].g, d.g, a.g.labels.m, len(a.g.eps))
+	}
+	if got := web(); !slices.Equal(got, []string{"10.0.1.1/32", "10.0.1.3/32"}) {
+		t.Errorf("app == 'web' set after b's relabel: %v", got)
+	}
+
+	for _, name := range []string{"a", "b", "c", "d", "local"} {
+		c.DeleteEndpoint(name)
+	}
+	if len(c.groups.byHash) != 0 || len(c.labelSets.byHash) != 0 || len(c.profileUsers) != 0 {
+		t.Errorf("left behind: %d groups, %d label sets, profile users %v", len(c.groups.byHash), len(c.labelSets.byHash), c.profileUsers)
+	}
+}
+
+// TestDecodedEndpointNotKept: the calculator keeps nothing of a decoded
+// WorkloadEndpoint but its name: the resource, its slices and its
+// strings can all be collected.
+func TestDecodedEndpointNotKept(t *testing.T) {
+	c := NewCalc(newRecSink(), LogConfig{})
+	var kept sync.WaitGroup
+	func() {
+		long := func(s string) string { return strings.Clone(s + strings.Repeat("x", 24)) } // not a tiny allocation
+		ns, app := long("prod"), long("web")
+		w := &api.WorkloadEndpoint{Metadata: api.ObjectMeta{Name: "n1-k8s-prod-web-eth0", Labels: map[string]string{"app": app}},
+			Spec: api.WorkloadEndpointSpec{Node: long("n1"), Orchestrator: "k8s", Namespace: ns, Pod: "web", InterfaceName: "cali1",
+				IPNetworks: []string{"10.0.0.5/32"}, Profiles: []string{long("kns.prod")}}}
+		for _, p := range []*byte{unsafe.StringData(ns), unsafe.StringData(app), unsafe.StringData(w.Spec.Node), unsafe.StringData(w.Spec.Profiles[0])} {
+			kept.Add(1)
+			runtime.AddCleanup(p, func(int) { kept.Done() }, 0)
+		}
+		kept.Add(2)
+		runtime.AddCleanup(w, func(int) { kept.Done() }, 0)
+		runtime.AddCleanup(&w.Spec.Profiles[0], func(int) { kept.Done() }, 0)
+		e, err := EndpointFromAPI(w, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetEndpoint(e)
+	}()
+	done := make(chan struct{})
+	go func() { kept.Wait(); close(done) }()
+	for range 50 {
+		runtime.GC()
+		select {
+		case <-done:
+			if got, ok := c.Endpoint("n1-k8s-prod-web-eth0"); !ok || got.Namespace != "prod"+strings.Repeat("x", 24) {
+				t.Errorf("the endpoint in the calculator: %+v %v", got, ok)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Error("part of the decoded WorkloadEndpoint is still reachable from the calculator")
 }

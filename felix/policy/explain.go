@@ -59,17 +59,28 @@ func (c *Calc) Explain(f Flow) Explanation {
 // EndpointAt returns the key of the endpoint holding addr ("" if none).
 func (c *Calc) EndpointAt(addr netip.Addr) string {
 	if e := c.endpointAt(addr); e != nil {
-		return e.Key
+		return e.key
 	}
 	return ""
 }
 
-// Endpoint returns an endpoint as the calculator was given it.
+// Endpoint returns an endpoint as the calculator keeps it: as it was
+// given, but that a remote endpoint's interface and pod are not kept.
 func (c *Calc) Endpoint(key string) (Endpoint, bool) {
-	if e := c.eps[key]; e != nil {
-		return e.Endpoint, true
+	e := c.eps[key]
+	if e == nil {
+		return Endpoint{}, false
 	}
-	return Endpoint{}, false
+	g := e.g
+	ep := Endpoint{Key: e.key, Node: e.nodeName(), Namespace: g.ns, ServiceAccount: g.sa, Labels: make(map[string]string, len(g.own)),
+		Profiles: slices.Clone(g.profiles), IPs: slices.Clone(e.ips), Ports: slices.Clone(g.ports)}
+	for _, l := range g.own {
+		ep.Labels[l.k] = l.v
+	}
+	if l := c.locals[key]; l != nil {
+		ep.Local, ep.Iface, ep.Pod = true, l.iface, l.pod
+	}
+	return ep, true
 }
 
 // Endpoints returns the keys of every endpoint, sorted.
@@ -85,8 +96,8 @@ func (c *Calc) Endpoints() []string {
 func (c *Calc) endpointAt(addr netip.Addr) *endpoint {
 	var found *endpoint
 	for _, e := range c.eps {
-		for _, p := range e.IPs {
-			if p.Contains(addr) && (found == nil || e.Key < found.Key) {
+		for _, p := range e.ips {
+			if p.Contains(addr) && (found == nil || e.key < found.key) {
 				found = e
 			}
 		}
@@ -106,8 +117,8 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 		d.Rule = RuleInfo{Kind: KindNotPoliced, Direction: d.Direction, Index: -1}
 		return d
 	}
-	d.Endpoint, d.Node, d.Policed = e.Key, e.Node, true
-	inPols, outPols := c.policiesFor(e)
+	d.Endpoint, d.Node, d.Policed = e.key, e.nodeName(), true
+	inPols, outPols := c.policiesFor(e.g)
 	x := &interp{c: c, f: f, v: 4, d: &d, chains: map[string]chainDef{}, sets: map[string]setSpec{}, guards: map[string]guardSpec{}}
 	if !f.Src.Is4() {
 		x.v = 6
@@ -128,7 +139,7 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 		x.chains[p.chain(in)] = chainDef{rules, infos}
 		x.addSets(p.sets())
 	}
-	for _, n := range e.Profiles {
+	for _, n := range e.g.profiles {
 		if p := c.profiles[n]; p != nil {
 			rules, infos := c.profileChain(p, in)
 			x.chains[p.chain(in)] = chainDef{rules, infos}

@@ -130,6 +130,9 @@ func (m *Manager) SetEndpoint(ep Endpoint) error {
 // DeleteEndpoint removes an endpoint by key (its WorkloadEndpoint name).
 func (m *Manager) DeleteEndpoint(key string) { m.calc.DeleteEndpoint(key) }
 
+// Endpoints returns the keys of every endpoint, sorted.
+func (m *Manager) Endpoints() []string { return m.calc.Endpoints() }
+
 // Apply writes everything that changed since the last Apply, one
 // transaction per family.
 func (m *Manager) Apply(ctx context.Context) error {

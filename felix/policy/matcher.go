@@ -98,27 +98,27 @@ func selString(s selector.Selector) string {
 
 func eval(s selector.Selector, labels map[string]string) bool { return s == nil || s.Evaluate(labels) }
 
-// endpoint reports whether the matcher picks e.
-func (m *matcher) endpoint(e *endpoint) bool {
+// group reports whether the matcher picks the endpoints of g.
+func (m *matcher) group(g *group) bool {
 	switch m.scope {
 	case scopeOwnNS:
-		if e.Namespace != m.ns {
+		if g.ns != m.ns {
 			return false
 		}
 	case scopeNSSel:
-		if !eval(m.nsSel, e.nsLabels) {
+		if !eval(m.nsSel, g.nsLabels.m) {
 			return false
 		}
 	}
 	if m.hasSA {
-		if len(m.saNames) > 0 && !slices.Contains(m.saNames, e.ServiceAccount) {
+		if len(m.saNames) > 0 && !slices.Contains(m.saNames, g.sa) {
 			return false
 		}
-		if !eval(m.saSel, e.saLabels) {
+		if !eval(m.saSel, g.saLabels.m) {
 			return false
 		}
 	}
-	return eval(m.sel, e.labels)
+	return eval(m.sel, g.labels.m)
 }
 
 // netset reports whether the matcher picks a network set; nsLabels are

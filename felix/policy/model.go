@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/netip"
 	"strings"
+	"unique"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -62,38 +63,84 @@ type NetworkSet struct {
 	Nets      []netip.Prefix
 }
 
-// endpoint is an Endpoint with what the calculator derives from it.
+// endpoint is what the calculator keeps of one endpoint: what differs
+// between replicas (its key, addresses and node) and its group, which
+// holds what they share. Remote endpoints are nearly all of a big
+// cluster's, so this is kept small: no map, and no string of its own
+// but its key (a local endpoint's interface and pod are in its local).
 type endpoint struct {
-	Endpoint
-	labels   map[string]string // profile labels, then its own, then identity
-	nsLabels map[string]string // its namespace's labels
-	saLabels map[string]string // its service account's labels
-	key      string            // labelKey: what selectors see of it
+	key  string
+	g    *group
+	ips  []netip.Prefix
+	node unique.Handle[string]
+	idx  int // position in g.eps
 }
 
-// derive computes an endpoint's effective labels from its profiles.
-func derive(ep Endpoint, profiles map[string]*profile) *endpoint {
-	e := &endpoint{Endpoint: ep, labels: map[string]string{}}
-	for _, name := range ep.Profiles {
-		if p := profiles[name]; p != nil {
+// nodeName is the name of e's node ("" when not given).
+func (e *endpoint) nodeName() string {
+	if e.node == (unique.Handle[string]{}) {
+		return ""
+	}
+	return e.node.Value()
+}
+
+// group is what endpoints with the same labels, profiles, namespace,
+// service account and named ports share (the replicas of a Deployment
+// are one group), with what the calculator derives from that: the
+// labels selectors see, and what they decide (calc_index.go).
+type group struct {
+	hash     uint64
+	ns, sa   string
+	own      []label // the endpoints' own labels, by key
+	profiles []string
+	ports    []NamedPort
+
+	labels   *labelSet // profile labels, then its own, then identity
+	nsLabels *labelSet // its namespace's labels
+	saLabels *labelSet // its service account's labels
+
+	eps []*endpoint // endpoint.idx is the position here
+	// Active sets selecting the group, as of setGen.
+	setGen int
+	sets   []*aset
+	// Policies applying to the group in evaluation order, as of polGen.
+	polGen  int
+	in, out []*cpolicy
+}
+
+// derive computes a group's effective labels from its profiles (and
+// takes the label sets in place of those it had).
+func (c *Calc) derive(g *group) {
+	n := len(g.own) + 2
+	for _, name := range g.profiles {
+		if p := c.profiles[name]; p != nil {
+			n += len(p.labels)
+		}
+	}
+	labels := make(map[string]string, n)
+	for _, name := range g.profiles {
+		if p := c.profiles[name]; p != nil {
 			for k, v := range p.labels {
-				e.labels[k] = v
+				labels[k] = v
 			}
 		}
 	}
-	for k, v := range ep.Labels {
-		e.labels[k] = v
+	for _, l := range g.own {
+		labels[l.k] = l.v
 	}
-	if ep.Namespace != "" {
-		e.labels[api.LabelNamespace] = ep.Namespace
+	if g.ns != "" {
+		labels[api.LabelNamespace] = g.ns
 	}
-	if ep.ServiceAccount != "" {
-		e.labels[api.LabelServiceAccount] = ep.ServiceAccount
+	if g.sa != "" {
+		labels[api.LabelServiceAccount] = g.sa
 	}
-	e.nsLabels = scopeLabels(e.labels, nsLabelPrefix, profiles[api.NamespaceProfilePrefix+ep.Namespace], ep.Namespace)
-	e.saLabels = scopeLabels(e.labels, saLabelPrefix, profiles[api.ServiceAccountProfilePrefix+ep.Namespace+"."+ep.ServiceAccount], ep.ServiceAccount)
-	e.key = labelKey(e)
-	return e
+	old := []*labelSet{g.labels, g.nsLabels, g.saLabels}
+	g.nsLabels = c.labelSets.get(scopeLabels(labels, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+g.ns], g.ns))
+	g.saLabels = c.labelSets.get(scopeLabels(labels, saLabelPrefix, c.profiles[api.ServiceAccountProfilePrefix+g.ns+"."+g.sa], g.sa))
+	g.labels = c.labelSets.get(labels)
+	for _, s := range old {
+		c.labelSets.put(s)
+	}
 }
 
 // scopeLabels gives the labels of an endpoint's namespace (or service
@@ -142,7 +189,9 @@ func EndpointFromAPI(w *api.WorkloadEndpoint, local bool) (Endpoint, error) {
 		Labels:         w.Metadata.Labels,
 		Profiles:       w.Spec.Profiles,
 	}
-	if o := w.Spec.Orchestrator; o != "" {
+	// A pod's endpoint has the label already (api.PodIdentity): then
+	// there is nothing to add and no copy to make.
+	if o := w.Spec.Orchestrator; o != "" && ep.Labels[api.LabelOrchestrator] != o {
 		ep.Labels = maps.Clone(ep.Labels)
 		if ep.Labels == nil {
 			ep.Labels = map[string]string{}
