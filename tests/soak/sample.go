@@ -9,18 +9,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/routed-net/routed/internal/procmem"
 	"github.com/routed-net/routed/tests/lab"
 )
 
-// sample is one reading of a node's routed, from its own metrics page:
-// the process collector's RSS and open files, the Go collector's
-// goroutines.
+// sample is one reading of a node's routed: its memory from /proc,
+// open files and goroutines from its own metrics page.
 type sample struct {
-	at                  time.Duration // since the churn began
-	rss, fds, goroutine float64
-	// anon and file split rss (the kernel's RssAnon and RssFile: the
-	// heap and stacks, and mapped pages of the binary); heap is the Go
-	// heap in use.
+	at             time.Duration // since the churn began
+	fds, goroutine float64
+	// anon and file are the kernel's RssAnon and RssFile: the heap,
+	// stacks and runtime, which only routed can free (a leak grows
+	// them), and the resident pages of the executable, page cache shared
+	// by every routed of the lab. heap is the Go heap in use.
 	anon, file, heap float64
 	// What the Go runtime holds besides the heap in use: idle heap
 	// spans not yet returned to the kernel, goroutine stacks, and its
@@ -46,16 +47,25 @@ func newSeries() *series { return &series{start: time.Now(), nodes: map[string][
 func (s *series) take(ctx context.Context, l *lab.Lab) {
 	at := time.Since(s.start)
 	for _, n := range l.Topo.Nodes {
+		if _, seen := s.nodes[n.Name]; !seen {
+			// Listed with no samples yet: flat reports a node never
+			// sampled instead of passing without it.
+			s.nodes[n.Name] = nil
+		}
 		m, err := l.NodeMetricFamilies(ctx, n.Name)
 		if err != nil {
 			fmt.Printf("sample %s at %v: %v\n", n.Name, at.Round(time.Second), err)
 			continue
 		}
-		rss, ok1 := m.Sum("process_resident_memory_bytes", nil)
-		fds, ok2 := m.Sum("process_open_fds", nil)
-		g, ok3 := m.Sum("go_goroutines", nil)
-		if !ok1 || !ok2 || !ok3 {
+		fds, ok1 := m.Sum("process_open_fds", nil)
+		g, ok2 := m.Sum("go_goroutines", nil)
+		if !ok1 || !ok2 {
 			fmt.Printf("sample %s at %v: a process or Go metric is missing\n", n.Name, at.Round(time.Second))
+			continue
+		}
+		st, err := procmem.ReadStatus(l.NodePID(n.Name))
+		if err != nil {
+			fmt.Printf("sample %s at %v: %v\n", n.Name, at.Round(time.Second), err)
 			continue
 		}
 		heap, _ := m.Sum("go_memstats_heap_inuse_bytes", nil)
@@ -67,9 +77,8 @@ func (s *series) take(ctx context.Context, l *lab.Lab) {
 			v, _ := m.Sum(name, nil)
 			meta += v
 		}
-		anon, file, threads := procStatus(l.NodePID(n.Name))
-		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, rss: rss, fds: fds, goroutine: g, anon: anon, file: file, heap: heap,
-			retained: idle - released, stacks: stacks, meta: meta, threads: threads})
+		s.nodes[n.Name] = append(s.nodes[n.Name], sample{at: at, fds: fds, goroutine: g, anon: float64(st.Anon), file: float64(st.File),
+			heap: heap, retained: idle - released, stacks: stacks, meta: meta, threads: float64(st.Threads)})
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
@@ -81,26 +90,31 @@ func (s *series) take(ctx context.Context, l *lab.Lab) {
 }
 
 // window is the mean of a node's samples taken in [from, to).
-func window(ss []sample, from, to time.Duration) (rss, fds, g float64, n int) {
+func window(ss []sample, from, to time.Duration) (mean sample, n int) {
 	for _, x := range ss {
 		if x.at >= from && x.at < to {
-			rss, fds, g, n = rss+x.rss, fds+x.fds, g+x.goroutine, n+1
+			mean.anon, mean.file, mean.fds, mean.goroutine = mean.anon+x.anon, mean.file+x.file, mean.fds+x.fds, mean.goroutine+x.goroutine
+			n++
 		}
 	}
 	if n > 0 {
-		rss, fds, g = rss/float64(n), fds/float64(n), g/float64(n)
+		d := float64(n)
+		mean.anon, mean.file, mean.fds, mean.goroutine = mean.anon/d, mean.file/d, mean.fds/d, mean.goroutine/d
 	}
-	return rss, fds, g, n
+	return mean, n
 }
 
 // flat compares every node's first and last span of the measured run
 // [from, to) (means of the samples in each) and returns a table and the
-// problems: a figure that grew by more than tolerance (a fraction) from
-// the first span to the last.
+// problems: anonymous memory, goroutines or open files that grew by more
+// than tolerance (a fraction) from the first span to the last.
+// File-backed memory is shown, not checked: it is the executable's pages
+// (at most its size, page cache the kernel can reclaim), so its growth
+// says which code ran, not that anything leaked.
 func (s *series) flat(from, to, span time.Duration, tolerance float64) (string, []string) {
 	var b strings.Builder
 	var problems []string
-	fmt.Fprintf(&b, "%-10s %24s %22s %20s\n", "node", "RSS MiB first->last", "goroutines", "open files")
+	fmt.Fprintf(&b, "%-10s %25s %25s %22s %20s\n", "node", "anon MiB first->last", "file MiB first->last", "goroutines", "open files")
 	names := make([]string, 0, len(s.nodes))
 	for n := range s.nodes {
 		names = append(names, n)
@@ -108,21 +122,23 @@ func (s *series) flat(from, to, span time.Duration, tolerance float64) (string, 
 	sort.Strings(names)
 	for _, name := range names {
 		ss := s.nodes[name]
-		r1, f1, g1, n1 := window(ss, from, from+span)
-		r2, f2, g2, n2 := window(ss, to-span, to+time.Hour)
+		w1, n1 := window(ss, from, from+span)
+		w2, n2 := window(ss, to-span, to+time.Hour)
 		if n1 == 0 || n2 == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no samples in the first or last %v", name, span))
 			continue
 		}
-		fmt.Fprintf(&b, "%-10s %9.1f -> %5.1f (%+5.1f%%) %6.1f -> %5.1f (%+5.1f%%) %5.1f -> %5.1f (%+5.1f%%)\n", name,
-			r1/(1<<20), r2/(1<<20), pct(r1, r2), g1, g2, pct(g1, g2), f1, f2, pct(f1, f2))
+		fmt.Fprintf(&b, "%-10s %10.1f -> %5.1f (%+5.1f%%) %10.1f -> %5.1f (%+5.1f%%) %6.1f -> %5.1f (%+5.1f%%) %5.1f -> %5.1f (%+5.1f%%)\n", name,
+			w1.anon/(1<<20), w2.anon/(1<<20), pct(w1.anon, w2.anon), w1.file/(1<<20), w2.file/(1<<20), pct(w1.file, w2.file),
+			w1.goroutine, w2.goroutine, pct(w1.goroutine, w2.goroutine), w1.fds, w2.fds, pct(w1.fds, w2.fds))
 		for _, c := range []struct {
 			what     string
 			from, to float64
-		}{{"RSS", r1, r2}, {"goroutines", g1, g2}, {"open files", f1, f2}} {
+			unit     float64
+		}{{"anonymous memory (MiB)", w1.anon, w2.anon, 1 << 20}, {"goroutines", w1.goroutine, w2.goroutine, 1}, {"open files", w1.fds, w2.fds, 1}} {
 			if c.to > c.from*(1+tolerance) {
 				problems = append(problems, fmt.Sprintf("%s: %s grew %.1f%% from the first %v to the last (%.1f -> %.1f)",
-					name, c.what, pct(c.from, c.to), span, c.from, c.to))
+					name, c.what, pct(c.from, c.to), span, c.from/c.unit, c.to/c.unit))
 			}
 		}
 	}
@@ -146,34 +162,9 @@ func (s *series) loadSummary() string {
 	return fmt.Sprintf("min %.1f, median %.1f, max %.1f", l[0], l[len(l)/2], l[len(l)-1])
 }
 
-// procStatus reads RssAnon and RssFile (bytes) and Threads of pid from
-// /proc.
-func procStatus(pid int) (anon, file, threads float64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if pid == 0 || err != nil {
-		return 0, 0, 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "RssAnon:":
-			anon = kb * 1024
-		case "RssFile:":
-			file = kb * 1024
-		case "Threads:":
-			threads = kb
-		}
-	}
-	return anon, file, threads
-}
-
-// trend prints every node's memory by span of the run (means): RSS,
-// its anonymous and file-backed parts, and the Go heap in use, in MiB;
-// a leak climbs span after span, a warm-up levels off.
+// trend prints every node's memory by span of the run (means):
+// anonymous and file-backed, and the Go heap in use, in MiB; a leak
+// climbs span after span, a warm-up levels off.
 func (s *series) trend(total, span time.Duration) string {
 	var b strings.Builder
 	names := make([]string, 0, len(s.nodes))
@@ -181,7 +172,7 @@ func (s *series) trend(total, span time.Duration) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(&b, "memory by %v span, MiB: RSS (anon + file) heap-in-use / idle-not-returned stacks runtime-metadata, OS threads\n", span)
+	fmt.Fprintf(&b, "memory by %v span, MiB: anon + file, heap-in-use / idle-not-returned stacks runtime-metadata, OS threads\n", span)
 	for _, name := range names {
 		fmt.Fprintf(&b, "%-10s", name)
 		for from := time.Duration(0); from < total; from += span {
@@ -189,7 +180,7 @@ func (s *series) trend(total, span time.Duration) string {
 			n := 0
 			for _, x := range s.nodes[name] {
 				if x.at >= from && x.at < from+span {
-					sum.rss, sum.anon, sum.file, sum.heap = sum.rss+x.rss, sum.anon+x.anon, sum.file+x.file, sum.heap+x.heap
+					sum.anon, sum.file, sum.heap = sum.anon+x.anon, sum.file+x.file, sum.heap+x.heap
 					sum.retained, sum.stacks, sum.meta = sum.retained+x.retained, sum.stacks+x.stacks, sum.meta+x.meta
 					sum.threads += x.threads
 					n++
@@ -199,7 +190,7 @@ func (s *series) trend(total, span time.Duration) string {
 				continue
 			}
 			d := float64(n) * (1 << 20)
-			fmt.Fprintf(&b, " | %.1f (%.1f+%.1f) %.1f / %.1f %.1f %.1f, %.0f", sum.rss/d, sum.anon/d, sum.file/d, sum.heap/d,
+			fmt.Fprintf(&b, " | %.1f + %.1f, %.1f / %.1f %.1f %.1f, %.0f", sum.anon/d, sum.file/d, sum.heap/d,
 				sum.retained/d, sum.stacks/d, sum.meta/d, sum.threads/float64(n))
 		}
 		b.WriteString("\n")

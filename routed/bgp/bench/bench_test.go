@@ -190,7 +190,7 @@ func benchPropagation(b *testing.B, clients, rrs int) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 	// Heap of in-process speakers, not a node's memory: make scale
-	// reports the RSS of real routed processes.
+	// reports real routed processes' anonymous and file-backed memory.
 	b.ReportMetric(perSpeaker, "heap-MiB/speaker")
 	b.ReportMetric(perSpeakerEnd, "heap-MiB/speaker-with-routes")
 }
