@@ -215,15 +215,13 @@ func (s *sub) deliver(ctx context.Context) {
 				s.mu.Unlock()
 				break
 			}
-			b := s.queue[0]
-			s.queue = s.queue[1:]
-			s.pending -= b.size()
+			snapshot, rev, items := s.takeLocked()
 			s.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
 			s.busySince.Store(time.Now().UnixNano())
-			s.c.OnBatch(decodeBatch(b.snapshot, b.rev, b.flatten()))
+			s.c.OnBatch(decodeBatch(snapshot, rev, items))
 			s.busySince.Store(0)
 		}
 	}
@@ -233,6 +231,36 @@ func (s *sub) deliver(ctx context.Context) {
 // every CPU: a big cluster's first snapshot (150,000 endpoints, about
 // 25 µs each) would otherwise hold its consumer for seconds on one.
 const parallelDecode = 2048
+
+// takeLocked removes what the consumer gets next: a snapshot alone, or
+// every change queued, in revision order, as one batch (a consumer that
+// programs once per batch programs once for its whole backlog).
+func (s *sub) takeLocked() (snapshot bool, rev int64, items []item) {
+	b := s.queue[0]
+	if b.snapshot {
+		s.queue = s.queue[1:]
+		s.pending -= b.size()
+		return true, b.rev, b.flatten()
+	}
+	n := 0
+	for n < len(s.queue) && !s.queue[n].snapshot {
+		n++
+	}
+	if n == 1 {
+		items = b.flatten()
+	} else {
+		for _, q := range s.queue[:n] {
+			items = append(items, q.flatten()...)
+		}
+	}
+	rev = s.queue[n-1].rev
+	s.queue = s.queue[n:]
+	s.pending = 0
+	for _, q := range s.queue {
+		s.pending += q.size()
+	}
+	return false, rev, items
+}
 
 func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 	out := Batch{Snapshot: snapshot, Revision: rev}

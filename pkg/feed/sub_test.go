@@ -120,3 +120,23 @@ func TestOnlyNames(t *testing.T) {
 		t.Fatalf("queued %v, want [p]: mine deleted, other never seen", got)
 	}
 }
+
+// A consumer takes its whole backlog of changes at once, in order.
+func TestTakeJoinsQueuedChanges(t *testing.T) {
+	f := New(nil, Options{})
+	s := newSub("c", []api.Kind{api.KindNode}, nil)
+	s.push(f, 1, []item{nodeItem("a", 1, false)})
+	s.push(f, 2, []item{nodeItem("b", 2, false), nodeItem("c", 2, false)})
+	s.push(f, 3, []item{nodeItem("a", 3, true)})
+	s.mu.Lock()
+	snap, rev, items := s.takeLocked()
+	left, pending := len(s.queue), s.pending
+	s.mu.Unlock()
+	var got []string
+	for _, it := range items {
+		got = append(got, fmt.Sprintf("%s@%d", it.name, it.revision()))
+	}
+	if snap || rev != 3 || fmt.Sprint(got) != "[a@1 b@2 c@2 a@3]" || left != 0 || pending != 0 {
+		t.Fatalf("took snapshot %v rev %d %v, left %d (pending %d); want changes up to 3 [a@1 b@2 c@2 a@3], none left", snap, rev, got, left, pending)
+	}
+}
