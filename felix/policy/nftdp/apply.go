@@ -43,7 +43,7 @@ type chainHave struct {
 type setHave struct {
 	kind     SetKind
 	interval bool // an interval set; else a hash set of single addresses
-	elems    map[Member]bool
+	elems    map[mkey]bool
 }
 
 func (h *hook) String() string {
@@ -291,48 +291,50 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("add set %s", name)
-		have = &setHave{kind: want.kind, interval: interval, elems: map[Member]bool{}}
+		have = &setHave{kind: want.kind, interval: interval, elems: map[mkey]bool{}}
 		ft.sets[name] = have
 		full = true
 	}
 	dirty, partial := d.dirtySets[name]
-	var add, del []Member
+	var add, del []mkey
 	if full || !partial || dirty == nil || interval {
 		wantElems := ft.wantElems(want)
-		for m := range have.elems {
-			if !wantElems[m] {
-				del = append(del, m)
+		for k := range have.elems {
+			if !wantElems[k] {
+				del = append(del, k)
 			}
 		}
-		for m := range wantElems {
-			if !have.elems[m] {
-				add = append(add, m)
+		for k := range wantElems {
+			if !have.elems[k] {
+				add = append(add, k)
 			}
 		}
 	} else {
-		for m := range dirty {
-			if !f.has(m.Prefix) {
+		for k := range dirty {
+			if !k.in(f) {
 				continue
 			}
-			switch w := want.members[m] > 0; {
-			case w && !have.elems[m]:
-				add = append(add, m)
-			case !w && have.elems[m]:
-				del = append(del, m)
+			switch w := want.members[k] > 0; {
+			case w && !have.elems[k]:
+				add = append(add, k)
+			case !w && have.elems[k]:
+				del = append(del, k)
 			}
 		}
 	}
 	if len(del) > 0 {
-		if err := t.elements(s, elemsOf(want.kind, interval, del), true); err != nil {
+		ms := membersOf(del)
+		if err := t.elements(s, elemsOf(want.kind, interval, ms), true); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
-		t.note("set %s: delete %v", name, del)
+		t.note("set %s: delete %v", name, ms)
 	}
 	if len(add) > 0 {
-		if err := t.elements(s, elemsOf(want.kind, interval, add), false); err != nil {
+		ms := membersOf(add)
+		if err := t.elements(s, elemsOf(want.kind, interval, ms), false); err != nil {
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
-		t.note("set %s: add %v", name, add)
+		t.note("set %s: add %v", name, ms)
 	}
 	for _, m := range del {
 		delete(have.elems, m)
@@ -345,23 +347,23 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 
 // wantElems is what a set should hold in ft's family: its members, and
 // in an address set without those another member covers.
-func (ft *famTable) wantElems(want *setWant) map[Member]bool {
-	out := make(map[Member]bool, len(want.members))
+func (ft *famTable) wantElems(want *setWant) map[mkey]bool {
+	out := make(map[mkey]bool, len(want.members))
 	if ft.interval(want) {
 		var ps []netip.Prefix
-		for m := range want.members {
-			if ft.fam.has(m.Prefix) {
-				ps = append(ps, m.Prefix)
+		for k := range want.members {
+			if k.in(ft.fam) {
+				ps = append(ps, k.member().Prefix)
 			}
 		}
 		for _, p := range dropCovered(ps) {
-			out[Member{Prefix: p}] = true
+			out[Member{Prefix: p}.key()] = true
 		}
 		return out
 	}
-	for m := range want.members {
-		if ft.fam.has(m.Prefix) {
-			out[m] = true
+	for k := range want.members {
+		if k.in(ft.fam) {
+			out[k] = true
 		}
 	}
 	return out

@@ -20,7 +20,6 @@ package nftdp
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -92,7 +91,7 @@ type Dataplane struct {
 
 	// What changed since the last successful Apply of both families.
 	dirtyChains    map[string]bool
-	dirtySets      map[string]map[Member]bool // nil map: the whole set
+	dirtySets      map[string]map[mkey]bool // nil map: the whole set
 	dirtyEndpoints map[string]bool
 	dirtyRoots     map[string]bool // chains endpoints began or ceased to use
 
@@ -107,7 +106,7 @@ type chainWant struct {
 
 type setWant struct {
 	kind    SetKind
-	members map[Member]int // reference counts
+	members map[mkey]int32 // reference counts
 	// nets counts the members wider than one address, per family
 	// (index famIdx): an address set is an interval set in a family's
 	// table only while it holds a net of that family.
@@ -164,7 +163,7 @@ func New(cfg Config) (*Dataplane, error) {
 		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{},
 		famRefs: [2]map[string]int{{}, {}}, ids: map[string]uint32{},
 		taken: map[uint32]bool{}, freedIDs: map[string]uint32{},
-		dirtyChains: map[string]bool{}, dirtySets: map[string]map[Member]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
+		dirtyChains: map[string]bool{}, dirtySets: map[string]map[mkey]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
 		tbl := &nftables.Table{Name: cfg.Table, Family: f.nft}
@@ -246,7 +245,7 @@ func (d *Dataplane) AddSet(name string, kind SetKind) {
 	if s, ok := d.sets[name]; ok && s.kind == kind {
 		return
 	}
-	d.sets[name] = &setWant{kind: kind, members: map[Member]int{}}
+	d.sets[name] = &setWant{kind: kind, members: map[mkey]int32{}}
 	d.dirtySets[name] = nil
 }
 
@@ -268,9 +267,10 @@ func (d *Dataplane) AddMember(name string, m Member) {
 		return
 	}
 	m.Prefix = m.Prefix.Masked()
-	s.members[m]++
-	if s.members[m] == 1 {
-		d.memberChanged(name, s, m)
+	k := m.key()
+	s.members[k]++
+	if s.members[k] == 1 {
+		d.memberChanged(name, s, m, k)
 	}
 }
 
@@ -281,21 +281,22 @@ func (d *Dataplane) RemoveMember(name string, m Member) {
 		return
 	}
 	m.Prefix = m.Prefix.Masked()
-	switch n := s.members[m]; {
+	k := m.key()
+	switch n := s.members[k]; {
 	case n <= 0:
 		return
 	case n == 1:
-		delete(s.members, m)
-		d.memberChanged(name, s, m)
+		delete(s.members, k)
+		d.memberChanged(name, s, m, k)
 	default:
-		s.members[m] = n - 1
+		s.members[k] = n - 1
 	}
 }
 
-func (d *Dataplane) memberChanged(name string, s *setWant, m Member) {
+func (d *Dataplane) memberChanged(name string, s *setWant, m Member, k mkey) {
 	if !m.Prefix.IsSingleIP() {
 		// A net covers or uncovers other members: diff the whole set.
-		s.nets[famIdx(m.Prefix)] += map[bool]int{true: 1, false: -1}[s.members[m] > 0]
+		s.nets[famIdx(m.Prefix)] += map[bool]int{true: 1, false: -1}[s.members[k] > 0]
 		d.dirtySets[name] = nil
 		return
 	}
@@ -304,10 +305,10 @@ func (d *Dataplane) memberChanged(name string, s *setWant, m Member) {
 		return // already whole
 	}
 	if dm == nil {
-		dm = map[Member]bool{}
+		dm = map[mkey]bool{}
 		d.dirtySets[name] = dm
 	}
-	dm[m] = true
+	dm[k] = true
 }
 
 // Members returns a copy of a set's desired members (for tests).
@@ -316,7 +317,13 @@ func (d *Dataplane) Members(name string) []Member {
 	if s == nil {
 		return nil
 	}
-	return sortedMembers(maps.Keys(s.members))
+	return sortedMembers(func(yield func(Member) bool) {
+		for k := range s.members {
+			if !yield(k.member()) {
+				return
+			}
+		}
+	})
 }
 
 // Families says in which address families' tables an endpoint is

@@ -86,24 +86,24 @@ func (d *Dataplane) load(ft *famTable) error {
 			}
 			ft.ifaces[s.Name] = m
 		case s.KeyType.Bytes == ft.fam.namedPortType.Bytes:
-			h := &setHave{kind: NamedPortSet, elems: map[Member]bool{}}
+			h := &setHave{kind: NamedPortSet, elems: map[mkey]bool{}}
 			for _, e := range els {
 				if m, ok := ft.fam.memberFromNamedPortKey(e.Key); ok {
-					h.elems[m] = true
+					h.elems[m.key()] = true
 				}
 			}
 			ft.sets[s.Name] = h
 		case s.Interval:
-			h := &setHave{kind: AddrSet, interval: true, elems: map[Member]bool{}}
+			h := &setHave{kind: AddrSet, interval: true, elems: map[mkey]bool{}}
 			for _, p := range ft.fam.intervalsToPrefixes(els) {
-				h.elems[Member{Prefix: p}] = true
+				h.elems[Member{Prefix: p}.key()] = true
 			}
 			ft.sets[s.Name] = h
 		default:
-			h := &setHave{kind: AddrSet, elems: make(map[Member]bool, len(els))}
+			h := &setHave{kind: AddrSet, elems: make(map[mkey]bool, len(els))}
 			for _, e := range els {
 				if a, ok := netip.AddrFromSlice(e.Key); ok && len(e.Key) == int(ft.fam.addrLen) {
-					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}] = true
+					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}.key()] = true
 				}
 			}
 			ft.sets[s.Name] = h
