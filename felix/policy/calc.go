@@ -45,7 +45,7 @@ type Calc struct {
 	profileRefs map[string]int
 	// The groups whose labels read each profile name (existing or not;
 	// see profileNames), so that a profile change re-derives only those.
-	profileUsers map[string]map[*group]bool
+	profileUsers map[string]map[*group]struct{}
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
@@ -89,7 +89,7 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*group]bool{}, epChainRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*group]struct{}{}, epChainRefs: map[string]int{},
 		epChainRuns: map[string][]guardRun{}, runRefs: map[string]int{}, guards: map[string]*guard{},
 	}
 	seed := maphash.MakeSeed()
@@ -380,7 +380,11 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 		}
 	}
 	// Labels flow from profiles to endpoints (and, for namespace
-	// profiles, to network sets): re-derive those that use it.
+	// profiles, to network sets): re-derive those that use it, when they
+	// changed (a snapshot gives every profile again).
+	if old != nil && np != nil && maps.Equal(old.labels, np.labels) {
+		return
+	}
 	for _, g := range slices.Collect(maps.Keys(c.profileUsers[name])) {
 		c.rederive(g)
 	}

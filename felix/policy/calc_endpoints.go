@@ -84,8 +84,12 @@ func (c *Calc) DeleteEndpoint(key string) {
 // join those that now do, and its local endpoints' chains follow.
 func (c *Calc) rederive(g *group) {
 	was := c.setsFor(g)
+	labels, nsLabels, saLabels := g.labels, g.nsLabels, g.saLabels
 	c.derive(g)
-	g.setGen, g.polGen = -1, -1
+	if g.labels == labels && g.nsLabels == nsLabels && g.saLabels == saLabels {
+		return // the same labels (they are interned): the same answers
+	}
+	g.setGen, g.pols = -1, nil
 	now := c.setsFor(g)
 	for _, e := range g.eps {
 		for _, s := range now {
@@ -119,10 +123,10 @@ func (c *Calc) holdProfiles(g *group) {
 	for _, name := range profileNames(g) {
 		users := c.profileUsers[name]
 		if users == nil {
-			users = map[*group]bool{}
+			users = map[*group]struct{}{}
 			c.profileUsers[name] = users
 		}
-		users[g] = true
+		users[g] = struct{}{}
 	}
 }
 

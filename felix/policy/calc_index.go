@@ -3,7 +3,6 @@ package policy
 import (
 	"hash/maphash"
 	"slices"
-	"strings"
 )
 
 // The group index: what a selector decides about an endpoint depends
@@ -50,15 +49,10 @@ func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
 // is reports whether ep belongs in g.
 func (g *group) is(ep *Endpoint) bool {
 	if g.ns != ep.Namespace || g.sa != ep.ServiceAccount || !slices.Equal(g.profiles, ep.Profiles) ||
-		!slices.Equal(g.ports, ep.Ports) || len(g.own) != len(ep.Labels) {
+		!slices.Equal(g.ports, ep.Ports) {
 		return false
 	}
-	for _, l := range g.own {
-		if v, ok := ep.Labels[l.k]; !ok || v != l.v {
-			return false
-		}
-	}
-	return true
+	return g.own.equal(ep.Labels)
 }
 
 // groupOf returns ep's group, made (and derived) when new; it has no
@@ -70,21 +64,14 @@ func (c *Calc) groupOf(ep *Endpoint) *group {
 			return g
 		}
 	}
-	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, setGen: -1, polGen: -1,
-		profiles: slices.Clone(ep.Profiles), ports: slices.Clone(ep.Ports), own: make([]label, 0, len(ep.Labels))}
-	for k, v := range ep.Labels {
-		g.own = append(g.own, label{k, v})
-	}
-	slices.SortFunc(g.own, func(a, b label) int { return strings.Compare(a.k, b.k) })
-	strs := []*string{&g.ns, &g.sa}
+	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, setGen: -1,
+		profiles: slices.Clone(ep.Profiles), ports: slices.Clone(ep.Ports), own: makeOwnLabels(ep.Labels)}
+	strs := []*string{&g.ns, &g.sa, &g.own.s}
 	for i := range g.profiles {
 		strs = append(strs, &g.profiles[i])
 	}
 	for i := range g.ports {
 		strs = append(strs, &g.ports[i].Name)
-	}
-	for i := range g.own {
-		strs = append(strs, &g.own[i].k, &g.own[i].v)
 	}
 	pack(strs)
 	c.derive(g)
@@ -157,11 +144,11 @@ func (c *Calc) setsFor(g *group) []*aset {
 // policiesFor lists the policies that apply to g, in evaluation order,
 // per direction; the slices are the caller's.
 func (c *Calc) policiesFor(g *group) (in, out []*cpolicy) {
-	if g.polGen != c.groups.polGen {
-		g.in, g.out = c.evalPolicies(g)
-		g.polGen = c.groups.polGen
+	if g.pols == nil || g.pols.gen != c.groups.polGen {
+		in, out := c.evalPolicies(g)
+		g.pols = &groupPolicies{gen: c.groups.polGen, in: in, out: out}
 	}
-	return slices.Clone(g.in), slices.Clone(g.out)
+	return slices.Clone(g.pols.in), slices.Clone(g.pols.out)
 }
 
 // evalPolicies evaluates every policy's selector for g.

@@ -189,7 +189,14 @@ func TestGroupsShareLabels(t *testing.T) {
 		t.Errorf("namespace labels not shared: %v %v", a.g.nsLabels.m, d.g.nsLabels.m)
 	}
 	g := given["a"]
-	if unsafe.StringData(a.g.ns) == unsafe.StringData(g.Namespace) || unsafe.StringData(a.g.own[0].v) == unsafe.StringData(g.Labels["app"]) ||
+	var appKey, appValue string
+	for k, v := range a.g.own.all() {
+		appKey, appValue = k, v
+	}
+	if appKey != "app" || appValue != "web" {
+		t.Errorf("a's own labels: %q=%q", appKey, appValue)
+	}
+	if unsafe.StringData(a.g.ns) == unsafe.StringData(g.Namespace) || unsafe.StringData(appValue) == unsafe.StringData(g.Labels["app"]) ||
 		unsafe.StringData(a.g.profiles[0]) == unsafe.StringData(g.Profiles[0]) || unsafe.StringData(a.g.ports[0].Name) == unsafe.StringData(g.Ports[0].Name) {
 		t.Error("a group keeps a string of the endpoint it was given")
 	}
@@ -220,6 +227,15 @@ func TestGroupsShareLabels(t *testing.T) {
 	c.SetEndpoint(mk("b", "10.0.1.2", "web"))
 	if len(s.ops) != 0 {
 		t.Errorf("an endpoint given again unchanged: %v", s.ops)
+	}
+	// A snapshot gives every profile again: with the same labels, no
+	// endpoint is derived again.
+	if err := c.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: "kns.prod"}, Spec: api.ProfileSpec{
+		LabelsToApply: map[string]string{"pcns.team": "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.ops) != 0 {
+		t.Errorf("the same profile given again: %v", s.ops)
 	}
 
 	c.SetEndpoint(mk("b", "10.0.1.2", "db"))

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -72,11 +73,8 @@ func (c *Calc) Endpoint(key string) (Endpoint, bool) {
 		return Endpoint{}, false
 	}
 	g := e.g
-	ep := Endpoint{Key: e.key, Node: e.nodeName(), Namespace: g.ns, ServiceAccount: g.sa, Labels: make(map[string]string, len(g.own)),
+	ep := Endpoint{Key: e.key, Node: e.nodeName(), Namespace: g.ns, ServiceAccount: g.sa, Labels: maps.Collect(g.own.all()),
 		Profiles: slices.Clone(g.profiles), IPs: slices.Clone(e.ips), Ports: slices.Clone(g.ports)}
-	for _, l := range g.own {
-		ep.Labels[l.k] = l.v
-	}
 	if l := c.locals[key]; l != nil {
 		ep.Local, ep.Iface, ep.Pod = true, l.iface, l.pod
 	}

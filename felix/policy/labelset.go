@@ -2,6 +2,7 @@ package policy
 
 import (
 	"hash/maphash"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -70,8 +71,54 @@ func (t *labelSets) put(s *labelSet) {
 	}
 }
 
-// label is one label of an endpoint's own.
-type label struct{ k, v string }
+// ownLabels are an endpoint's own labels, sorted by key: the keys and
+// values end to end in one string, and their lengths (each label costs
+// 8 bytes besides its text, where a pair of strings costs 32).
+type ownLabels struct {
+	s    string
+	lens []uint32 // key, value, key, value...
+}
+
+func makeOwnLabels(m map[string]string) ownLabels {
+	o := ownLabels{lens: make([]uint32, 0, 2*len(m))}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b.WriteString(k)
+		b.WriteString(m[k])
+		o.lens = append(o.lens, uint32(len(k)), uint32(len(m[k])))
+	}
+	o.s = b.String()
+	return o
+}
+
+func (o ownLabels) len() int { return len(o.lens) / 2 }
+
+// all yields the labels in key order.
+func (o ownLabels) all() iter.Seq2[string, string] {
+	return func(yield func(k, v string) bool) {
+		off := uint32(0)
+		for i := 0; i < len(o.lens); i += 2 {
+			kl, vl := o.lens[i], o.lens[i+1]
+			if !yield(o.s[off:off+kl], o.s[off+kl:off+kl+vl]) {
+				return
+			}
+			off += kl + vl
+		}
+	}
+}
+
+// equal reports whether m holds exactly these labels.
+func (o ownLabels) equal(m map[string]string) bool {
+	if o.len() != len(m) {
+		return false
+	}
+	for k, v := range o.all() {
+		if w, ok := m[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
 
 // pack copies strs, in place, into one string that the copies share:
 // one allocation for all of a group's strings, and none of the caller's

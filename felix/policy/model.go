@@ -91,7 +91,7 @@ func (e *endpoint) nodeName() string {
 type group struct {
 	hash     uint64
 	ns, sa   string
-	own      []label // the endpoints' own labels, by key
+	own      ownLabels // the endpoints' own labels
 	profiles []string
 	ports    []NamedPort
 
@@ -103,15 +103,21 @@ type group struct {
 	// Active sets selecting the group, as of setGen.
 	setGen int
 	sets   []*aset
-	// Policies applying to the group in evaluation order, as of polGen.
-	polGen  int
+	// Policies applying to the group (asked for local endpoints only).
+	pols *groupPolicies
+}
+
+// groupPolicies are the policies applying to a group in evaluation
+// order, as of gen.
+type groupPolicies struct {
+	gen     int
 	in, out []*cpolicy
 }
 
 // derive computes a group's effective labels from its profiles (and
 // takes the label sets in place of those it had).
 func (c *Calc) derive(g *group) {
-	n := len(g.own) + 2
+	n := g.own.len() + 2
 	for _, name := range g.profiles {
 		if p := c.profiles[name]; p != nil {
 			n += len(p.labels)
@@ -125,8 +131,8 @@ func (c *Calc) derive(g *group) {
 			}
 		}
 	}
-	for _, l := range g.own {
-		labels[l.k] = l.v
+	for k, v := range g.own.all() {
+		labels[k] = v
 	}
 	if g.ns != "" {
 		labels[api.LabelNamespace] = g.ns
