@@ -118,8 +118,9 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
 	if l.policy == nil {
 		return
 	}
-	for k, list := range rs {
-		if !isPolicyKind(k) {
+	for _, k := range policyReplaceOrder {
+		list, ok := rs[k]
+		if !ok {
 			continue
 		}
 		keep := make(map[string]bool, len(list))
@@ -148,6 +149,13 @@ func (l *loop) policyGiven(k api.Kind) []string {
 	}
 	return slices.Collect(maps.Keys(l.policyNames[k]))
 }
+
+// policyReplaceOrder is the order a snapshot's kinds go to the policy
+// dataplane: what endpoints' labels and policies' order come from
+// first, endpoints last, so that each endpoint group is derived once
+// and each new set filled once.
+var policyReplaceOrder = []api.Kind{api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet,
+	api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindWorkloadEndpoint}
 
 // names are the datastore names of what the policy dataplane was given,
 // by kind (to remove what a later snapshot lacks), but endpoints (see

@@ -234,8 +234,10 @@ func (c bigCluster) snapshot(tb testing.TB, withEPs bool) map[api.Kind][]api.Res
 		Metadata: api.ObjectMeta{Name: "pods"}, Spec: api.IPPoolSpec{CIDR: "10.128.0.0/9", IPIPMode: "Never", VXLANMode: "Never", NATOutgoing: true, BlockSize: 26}})
 	for n := range c.nodes {
 		add(&api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode},
-			Metadata: api.ObjectMeta{Name: "node-" + strconv.Itoa(n), Labels: map[string]string{"kubernetes.io/hostname": "node-" + strconv.Itoa(n)}},
-			Spec:     api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: fmt.Sprintf("192.168.%d.%d/16", n>>8, n&255)}}})
+			Metadata: api.ObjectMeta{Name: "node-" + strconv.Itoa(n), Labels: map[string]string{"kubernetes.io/hostname": "node-" + strconv.Itoa(n),
+				"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": fmt.Sprintf("zone-%c", 'a'+n%3),
+				"node.kubernetes.io/instance-type": "m5.2xlarge"}},
+			Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: fmt.Sprintf("192.168.%d.%d/16", n>>8, n&255)}}})
 	}
 	for _, r := range c.profiles() {
 		add(r)
@@ -269,15 +271,50 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
+// scaleNode is felix's state and policy (a real dataplane in a fresh
+// netns) on node-0, taking snapshots as felix.ReplaceResources does.
+type scaleNode struct {
+	l *loop
+	m *policy.Manager
+}
+
+func newScaleNode(b *testing.B) *scaleNode {
+	n := nstest.New(b)
+	f, err := os.Open(n.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return &scaleNode{l: &loop{cfg: &Config{NodeName: "node-0"}, st: newState(), policy: m, policyNames: names{}}, m: m}
+}
+
+// take hands a snapshot over and applies the policy: how long each took.
+func (n *scaleNode) take(b *testing.B, rs map[api.Kind][]api.Resource) (calc, apply time.Duration) {
+	t0 := time.Now()
+	// What felix.ReplaceResources does on the loop.
+	n.l.st.replaceResources(n.l.cfg.NodeName, rs)
+	n.l.policyReplace(rs)
+	t1 := time.Now()
+	if err := n.l.applyPolicy(context.Background(), false); err != nil {
+		b.Fatal(err)
+	}
+	return t1.Sub(t0), time.Since(t1)
+}
+
 // BenchmarkRemoteEndpoints measures what felix keeps per endpoint of a
-// big cluster, and how long a snapshot of it takes: felix on node-0 (a
-// real policy dataplane in a fresh netns) takes a snapshot of
-// bigCluster as the feed hands it over (state and policy, then the
-// policy's Apply), then the same snapshot again (what a consumer that
-// fell behind gets), then one without endpoints. The heap is measured
-// after a full collection with the snapshot itself dropped, so what is
-// counted is what felix retains; per endpoint is the difference the
-// endpoints make.
+// big cluster, and how long a snapshot of it takes: one felix on node-0
+// takes a snapshot of bigCluster without endpoints, another the whole
+// snapshot (timed: state and policy, then the policy's Apply), then the
+// same snapshot again (what a consumer that fell behind gets), then one
+// without endpoints. The heap is measured after a full collection with
+// the snapshots themselves dropped, so what is counted is what felix
+// retains; per endpoint is the difference between the two felixes,
+// divided by the endpoints.
 //
 // Run: go test -run XXX -bench RemoteEndpoints -benchtime 1x ./felix
 // (FELIX_SCALE_EPS, _NODES, _NAMESPACES, _POLICIES change the size;
@@ -287,59 +324,34 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 	c := bigCluster{eps: envInt("FELIX_SCALE_EPS", 150000), nodes: envInt("FELIX_SCALE_NODES", 5000),
 		namespaces: envInt("FELIX_SCALE_NAMESPACES", 2000), policies: envInt("FELIX_SCALE_POLICIES", 500)}
 	for range b.N {
-		n := nstest.New(b)
-		f, err := os.Open(n.Path())
-		if err != nil {
-			b.Fatal(err)
-		}
-		m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := Config{NodeName: "node-0"}
-		l := &loop{cfg: &cfg, st: newState(), policy: m, policyNames: names{}}
-		ctx := context.Background()
-		take := func(rs map[api.Kind][]api.Resource) (calc, apply time.Duration) {
-			t0 := time.Now()
-			// What felix.ReplaceResources does on the loop.
-			l.st.replaceResources(l.cfg.NodeName, rs)
-			l.policyReplace(rs)
-			t1 := time.Now()
-			if err := l.applyPolicy(ctx, false); err != nil {
-				b.Fatal(err)
-			}
-			return t1.Sub(t0), time.Since(t1)
-		}
 		h0 := heapInUse()
-		rs := c.snapshot(b, true)
-		first, firstApply := take(rs)
-		rs = nil
-		hFull := heapInUse()
-		local := len(l.st.weps)
+		without := newScaleNode(b)
+		without.take(b, c.snapshot(b, false))
+		hWithout := heapInUse()
+		with := newScaleNode(b)
+		first, firstApply := with.take(b, c.snapshot(b, true))
+		hWith := heapInUse()
+		local := len(with.l.st.weps)
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
 		}
-		rs = c.snapshot(b, true)
-		again, againApply := take(rs)
-		rs = nil
+		again, againApply := with.take(b, c.snapshot(b, true))
 		hAgain := heapInUse()
-		rs = c.snapshot(b, false)
-		take(rs)
-		rs = nil
-		hNone := heapInUse()
-		perEP := (float64(hFull) - float64(hNone)) / float64(c.eps)
+		with.take(b, c.snapshot(b, false))
+		hGone := heapInUse()
+		fixed, full := hWithout-h0, hWith-hWithout
+		perEP := (float64(full) - float64(fixed)) / float64(c.eps)
 		mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
 		b.Logf("%d endpoints (%d local), %d nodes, %d namespaces, %d policies: first snapshot %v + apply %v; same snapshot again %v + apply %v",
 			c.eps, local, c.nodes, c.namespaces, c.policies, first.Round(time.Millisecond), firstApply.Round(time.Millisecond),
 			again.Round(time.Millisecond), againApply.Round(time.Millisecond))
-		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint",
-			mib(hFull-h0), mib(hAgain-h0), mib(hNone-h0), perEP)
+		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint; %.1f MiB once the endpoints went",
+			mib(full), mib(hAgain-hWithout), mib(fixed), perEP, mib(hGone-hWithout))
 		b.ReportMetric(perEP, "B/endpoint")
 		b.ReportMetric(float64(first.Milliseconds()), "snapshot-ms")
 		b.ReportMetric(float64(again.Milliseconds()), "resnapshot-ms")
-		runtime.KeepAlive(l)
-		m.Close()
-		f.Close()
+		runtime.KeepAlive(without)
+		runtime.KeepAlive(with)
 	}
 }
 

@@ -41,7 +41,9 @@ type pool struct {
 
 // state is everything felix has been told. Owned by the Run goroutine.
 type state struct {
-	pools      map[string]*pool
+	pools map[string]*pool
+	// nodes are every node as felix needs it: this node's whole, the
+	// others' addresses and VXLAN tunnel fields only (see routeNode).
 	nodes      map[string]*api.Node
 	weps       map[string]*api.WorkloadEndpoint // this node's only
 	affinities map[affKey]BlockAffinity
@@ -80,7 +82,7 @@ func (s *state) setResource(node string, r api.Resource) bool {
 	case *api.IPPool:
 		s.pools[v.Metadata.Name] = newPool(v)
 	case *api.Node:
-		s.nodes[v.Metadata.Name] = v
+		s.nodes[v.Metadata.Name] = routeNode(v, v.Metadata.Name == node)
 	case *api.WorkloadEndpoint:
 		if v.Spec.Node == node {
 			s.weps[v.Metadata.Name] = v
@@ -128,6 +130,22 @@ func (s *state) replaceResources(node string, rs map[api.Kind][]api.Resource) {
 			s.setResource(node, r)
 		}
 	}
+}
+
+// routeNode is what felix keeps of a Node: this node's whole (its
+// labels select pools, its tunnel addresses are its devices'), of the
+// others what routes to them need (addresses and VXLAN tunnel fields),
+// so that a big cluster's nodes do not cost their labels and
+// annotations on every node.
+func routeNode(n *api.Node, local bool) *api.Node {
+	if local {
+		return n
+	}
+	out := &api.Node{Metadata: api.ObjectMeta{Name: n.Metadata.Name}, Spec: n.Spec}
+	if b := n.Spec.BGP; b != nil {
+		out.Spec.BGP = &api.NodeBGPSpec{IPv4Address: b.IPv4Address, IPv6Address: b.IPv6Address}
+	}
+	return out
 }
 
 func newPool(p *api.IPPool) *pool {
