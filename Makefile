@@ -18,7 +18,7 @@ TAGS_routed-ipam := cnithin
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build deps test test-unit bench demo scale soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
+.PHONY: all build deps test test-unit bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -86,6 +86,31 @@ SCALE_NODES ?= 100
 scale: build
 	@[ "$$(id -u)" = 0 ] || { echo "make scale needs root (network namespaces)"; exit 1; }
 	$(GO) run ./tests/scale -bin $(BIN) -nodes $(SCALE_NODES)
+
+# scale-big writes a datastore the size of a big cluster (issue 36: nodes
+# with their blocks, pods, namespaces, policies, network sets), runs
+# SCALE_BIG_REAL real routed nodes with pods of their own against it and
+# one whole-prefix etcd watch per other node (SCALE_BIG_WATCHERS, -1: all),
+# then churns pods, policies and labels cluster-wide for SCALE_BIG_CHURN and
+# prints per-node readiness, memory (anonymous and file-backed), CPU, feed
+# lists and the time a remote pod takes to reach every real node's
+# nftables set (docs/benchmarks.md). SCALE_BIG_ARGS passes more flags
+# (go run ./tests/scale big -h lists them).
+SCALE_BIG_NODES ?= 5000
+SCALE_BIG_PODS ?= 150000
+SCALE_BIG_NAMESPACES ?= 2000
+SCALE_BIG_POLICIES ?= 2000
+SCALE_BIG_NETSETS ?= 500
+SCALE_BIG_REAL ?= 3
+SCALE_BIG_WATCHERS ?= -1
+SCALE_BIG_CHURN ?= 10m
+SCALE_BIG_ARGS ?=
+scale-big: build
+	@[ "$$(id -u)" = 0 ] || { echo "make scale-big needs root (network namespaces)"; exit 1; }
+	./tests/ensure-deps.sh demo
+	$(GO) run ./tests/scale big -bin $(BIN) -nodes $(SCALE_BIG_NODES) -pods $(SCALE_BIG_PODS) \
+		-namespaces $(SCALE_BIG_NAMESPACES) -policies $(SCALE_BIG_POLICIES) -netsets $(SCALE_BIG_NETSETS) \
+		-real $(SCALE_BIG_REAL) -watchers $(SCALE_BIG_WATCHERS) -churn $(SCALE_BIG_CHURN) $(SCALE_BIG_ARGS)
 
 # soak churns pods and checks for leaks and growth (tests/soak);
 # SOAK_ARGS passes its flags, e.g. the 3-member etcd run of

@@ -7,6 +7,10 @@
 // allocation for the node (the first of a block claims it) and its
 // WorkloadEndpoint. No veth is made: the figures are about the datastore
 // and the routes, and the harness would otherwise need 100 x 8 netns.
+//
+// `scale big` (make scale-big, big.go) is the other mode: a datastore the
+// size of a big cluster, a handful of real nodes with real pods against
+// it, the watch load of every other node, and cluster-wide churn.
 package main
 
 import (
@@ -39,6 +43,15 @@ var pool = netip.MustParsePrefix("10.240.0.0/14")
 const podsPerBurst = 8 // per node: one /29 block
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "big" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := runBig(ctx, os.Args[2:])
+		stop()
+		if err != nil {
+			fatal(err)
+		}
+		return
+	}
 	nodes := flag.Int("nodes", 100, "routed nodes (felix + speaker)")
 	rrs := flag.Int("rrs", 3, "dedicated route reflectors")
 	bursts := flag.Int("bursts", 0, "pod bursts (0: enough for 200 block-claim samples, at least 2)")

@@ -1,0 +1,433 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/tests/lab"
+)
+
+// etcdFigures are read from etcd's /metrics and /proc.
+type etcdFigures struct {
+	watchers, slow, dbSize, dbInUse, sent float64
+	mem                                   procMem
+	ticks                                 int64
+}
+
+func (b *bigRun) etcdNow(ctx context.Context) (etcdFigures, error) {
+	var e etcdFigures
+	m, err := scrape(ctx, b.etcd, b.l.Topo.EtcdEndpoint()+"/metrics")
+	if err != nil {
+		return e, err
+	}
+	e.watchers, _ = m.Sum("etcd_debugging_mvcc_watcher_total", nil)
+	e.slow, _ = m.Sum("etcd_debugging_mvcc_slow_watcher_total", nil)
+	e.dbSize, _ = m.Sum("etcd_mvcc_db_total_size_in_bytes", nil)
+	e.dbInUse, _ = m.Sum("etcd_mvcc_db_total_size_in_use_in_bytes", nil)
+	e.sent, _ = m.Sum("etcd_network_client_grpc_sent_bytes_total", nil)
+	if e.mem, err = readMem(b.etcdPID); err != nil {
+		return e, fmt.Errorf("etcd (pid %d): %w", b.etcdPID, err)
+	}
+	e.ticks, err = cpuTicks(b.etcdPID)
+	return e, err
+}
+
+func (b *bigRun) startWatchers(ctx context.Context) error {
+	if b.f.watchers == 0 {
+		return nil
+	}
+	t := time.Now()
+	w, err := startWatchers(ctx, b.etcd, b.l.Topo.EtcdEndpoint(), b.f.watchers, b.f.watchConns)
+	if err != nil {
+		return err
+	}
+	b.watch = w
+	e, err := b.etcdNow(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("==> %d whole-prefix watches on %d connections in %s; etcd counts %.0f watchers\n",
+		w.created, len(w.conns), time.Since(t).Round(time.Millisecond), e.watchers)
+	return nil
+}
+
+// startNodes starts the real nodes one after the other against the
+// loaded datastore (their pods already there, as after an upgrade) and
+// times each to ready, then checks pod traffic between them and keeps
+// it going.
+func (b *bigRun) startNodes(ctx context.Context) error {
+	for _, n := range b.nodes {
+		b.logMarks[n.name()] = logSize(b.dir, n.name())
+		t := time.Now()
+		if err := n.start(b.dir, b.bins.Routed, b.l.Topo.EtcdEndpoint()); err != nil {
+			return err
+		}
+		d, err := n.waitReady(ctx, t, b.f.readyTimeout)
+		if err != nil {
+			return err
+		}
+		n.acct.ready = d
+		fmt.Printf("==> %s ready %s after its start\n", n.name(), d.Round(time.Millisecond))
+	}
+	pods := map[string][]lab.Pod{}
+	for _, p := range b.l.Pods() {
+		pods[p.Node] = append(pods[p.Node], p)
+	}
+	for i, n := range b.nodes {
+		from := pods[n.name()]
+		to := pods[b.nodes[(i+1)%len(b.nodes)].name()]
+		if len(from) == 0 || len(to) == 0 || from[0].NS == to[len(to)-1].NS {
+			continue
+		}
+		pp := pingPair{from: from[0], to: to[len(to)-1].IP, res: make(chan lab.PingResult, 1)}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := b.l.Ping(ctx, pp.from, pp.to, 1)
+			if err == nil && got == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s cannot reach %s after 30 s: %v", pp.from.Name, pp.to, err)
+			}
+			if !sleep(ctx, 500*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+		b.pings = append(b.pings, pp)
+	}
+	fmt.Printf("==> pod traffic across the real nodes: %d pairs answer\n", len(b.pings))
+	return nil
+}
+
+// trackedAddrs are the loaded pods labelled for tracking.
+func (b *bigRun) trackedAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, ps := range b.pods {
+		for _, p := range ps {
+			if p.tracked {
+				out[p.addr] = true
+			}
+		}
+	}
+	return out
+}
+
+// startTracking finds, on every real node, the set holding the tracked
+// pods: every loaded tracked address must be there (the first
+// programming is complete).
+func (b *bigRun) startTracking(ctx context.Context) error {
+	want := b.trackedAddrs()
+	if len(want) == 0 {
+		return fmt.Errorf("no simulated pod is tracked: raise -track or -pods")
+	}
+	var names []string
+	for _, n := range b.nodes {
+		names = append(names, n.name())
+	}
+	t, err := newSetTracker(names)
+	if err != nil {
+		return err
+	}
+	b.tracker = t
+	start := time.Now()
+	summary, err := t.findTarget(ctx, want, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	b.out.sets = fmt.Sprintf("every one of the %d loaded tracked pods in each real node's set %s after the last node was ready: %s",
+		len(want), time.Since(start).Round(time.Millisecond), summary)
+	fmt.Printf("==> %s\n", b.out.sets)
+	return nil
+}
+
+// measureIdle settles, then reads CPU over the idle window and memory
+// at its end.
+func (b *bigRun) measureIdle(ctx context.Context) error {
+	fmt.Printf("==> settling 10s, then measuring idle for %s\n", b.f.idle)
+	if !sleep(ctx, 10*time.Second) {
+		return ctx.Err()
+	}
+	t0 := make([]int64, len(b.nodes))
+	for i, n := range b.nodes {
+		t0[i] = n.ticks()
+	}
+	e0, err := b.etcdNow(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if !sleep(ctx, b.f.idle) {
+		return ctx.Err()
+	}
+	secs := time.Since(start).Seconds()
+	for i, n := range b.nodes {
+		n.acct.idleCPU = float64(n.ticks()-t0[i]) / 100 / secs
+		if n.acct.idle, err = readMem(n.pid()); err != nil {
+			return err
+		}
+		n.acct.peakAnon = n.acct.idle.Anon
+	}
+	e1, err := b.etcdNow(ctx)
+	if err != nil {
+		return err
+	}
+	b.out.etcdIdle, b.out.etcdIdleCPU = e1, float64(e1.ticks-e0.ticks)/100/secs
+	b.out.etcdPeakAnon = e1.mem.Anon
+	return nil
+}
+
+// runChurn runs the cluster-wide churn, restarts one real node halfway,
+// samples memory, compacts etcd on its period, and waits for the
+// tracked pods still on their way.
+func (b *bigRun) runChurn(ctx context.Context) error {
+	ch := &churn{ds: b.ds, ic: b.ic, sh: b.sh, tracker: b.tracker, rng: rand.New(rand.NewPCG(b.f.seed, 1<<40))}
+	for _, ps := range b.pods {
+		for _, p := range ps {
+			if !p.tracked {
+				ch.live = append(ch.live, p)
+			}
+		}
+	}
+	for _, r := range b.policies() {
+		if r.Meta().Name != trackPolicyName {
+			ch.policies = append(ch.policies, r)
+		}
+	}
+	marks := map[string]int64{}
+	t0 := make([]int64, len(b.nodes))
+	for i, n := range b.nodes {
+		marks[n.name()] = logSize(b.dir, n.name())
+		t0[i] = n.ticks()
+		lists, resyncs, _, err := n.feedCounters(ctx)
+		if err != nil {
+			return err
+		}
+		n.acct.churnLists, n.acct.churnResyncs = -lists, -resyncs
+	}
+	e0, err := b.etcdNow(ctx)
+	if err != nil {
+		return err
+	}
+	var m0, by0 int64
+	if b.watch != nil {
+		m0, by0 = b.watch.counts()
+	}
+	fmt.Printf("==> churn for %s: %.0f pod creations and %.0f deletions a second, a policy edit every %s, a label change every %s\n",
+		b.f.churn, b.f.creates, b.f.deletes, b.f.policyEvery, b.f.labelEvery)
+	cctx, cancel := context.WithTimeout(ctx, b.f.churn)
+	defer cancel()
+	pctx, stopPings := context.WithCancel(ctx)
+	defer stopPings()
+	for _, pp := range b.pings {
+		go func() { pp.res <- b.l.PingStream(pctx, pp.from, pp.to, 500*time.Millisecond) }()
+	}
+	start := time.Now()
+	self0, _ := cpuTicks(os.Getpid())
+	b.out.load0 = loadAvg()
+	var wg sync.WaitGroup
+	var restartErr, trackErr error
+	bg := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	bg(func() { ch.run(cctx, b.f.creates, b.f.deletes, b.f.policyEvery, b.f.labelEvery) })
+	bg(func() { trackErr = b.tracker.run(cctx) })
+	bg(func() { b.sampleMemory(cctx) })
+	bg(func() { b.compact(cctx) })
+	if b.f.restart {
+		bg(func() { restartErr = b.restartUnderChurn(cctx, ch) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	self1, _ := cpuTicks(os.Getpid())
+	b.out.harnessCPU, b.out.load1 = float64(self1-self0)/100/secs, loadAvg()
+	stopPings()
+	for _, pp := range b.pings {
+		b.out.pings = append(b.out.pings, fmt.Sprintf("%s -> %s: %s", pp.from.Name, pp.to, <-pp.res))
+	}
+	if restartErr != nil {
+		return restartErr
+	}
+	if trackErr != nil {
+		return trackErr
+	}
+	for i, n := range b.nodes {
+		n.acct.churnCPU = float64(n.ticks()-t0[i]) / 100 / secs
+		lists, resyncs, missing, err := n.feedCounters(ctx)
+		if err != nil {
+			return err
+		}
+		n.acct.churnLists += n.baseLists + lists
+		n.acct.churnResyncs += n.baseResyn + resyncs
+		n.acct.metricsMissing = missing
+		if n.acct.churnFell, err = countInLog(b.dir, n.name(), marks[n.name()], "fell behind"); err != nil {
+			return err
+		}
+	}
+	e1, err := b.etcdNow(ctx)
+	if err != nil {
+		return err
+	}
+	b.out.etcdChurn, b.out.etcdChurnCPU = e1, float64(e1.ticks-e0.ticks)/100/secs
+	b.out.etcdSentPerSec = (e1.sent - e0.sent) / secs
+	if b.watch != nil {
+		m1, by1 := b.watch.counts()
+		b.out.watchMsgs, b.out.watchBytes = float64(m1-m0)/secs, float64(by1-by0)/secs
+	}
+	b.out.churn = ch.summary(secs)
+	if err, _ := ch.firstErr.Load().(error); err != nil {
+		b.out.churnErr = err.Error()
+	}
+	// Tracked pods still on their way get a minute.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if err := b.tracker.poll(); err != nil {
+			return err
+		}
+		b.tracker.mu.Lock()
+		left := len(b.tracker.pending)
+		b.tracker.mu.Unlock()
+		if left == 0 || !sleep(ctx, time.Second) {
+			break
+		}
+	}
+	b.out.lat = b.tracker.report()
+	return nil
+}
+
+// restartUnderChurn stops the last real node halfway through the churn
+// (SIGTERM), starts it again and times it to ready.
+func (b *bigRun) restartUnderChurn(ctx context.Context, ch *churn) error {
+	if !sleep(ctx, b.f.churn/2) {
+		return nil
+	}
+	n := b.nodes[len(b.nodes)-1]
+	lists, resyncs, _, err := n.feedCounters(ctx)
+	if err != nil {
+		return err
+	}
+	n.baseTicks, n.baseLists, n.baseResyn = n.ticks(), n.baseLists+lists, n.baseResyn+resyncs
+	ch.restarting.Store(true)
+	b.tracker.markRestarting()
+	defer ch.restarting.Store(false)
+	n.stop()
+	t := time.Now()
+	if err := n.start(b.dir, b.bins.Routed, b.l.Topo.EtcdEndpoint()); err != nil {
+		return err
+	}
+	d, err := n.waitReady(ctx, t, b.f.readyTimeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: not ready again before the churn ended (%s): raise -churn", n.name(), time.Since(t).Round(time.Second))
+		}
+		return err
+	}
+	n.acct.restartReady, n.acct.restarted = d, true
+	fmt.Printf("==> %s restarted under churn: ready %s after its start\n", n.name(), d.Round(time.Millisecond))
+	sleep(ctx, 5*time.Second)
+	return nil
+}
+
+// sampleMemory keeps every real node's and etcd's peak anonymous memory.
+func (b *bigRun) sampleMemory(ctx context.Context) {
+	for sleep(ctx, 2*time.Second) {
+		for _, n := range b.nodes {
+			if !n.running() {
+				continue
+			}
+			if m, err := readMem(n.pid()); err == nil {
+				n.acct.peakAnon = max(n.acct.peakAnon, m.Anon)
+			}
+		}
+		if m, err := readMem(b.etcdPID); err == nil {
+			b.out.etcdPeakAnon = max(b.out.etcdPeakAnon, m.Anon)
+		}
+	}
+}
+
+// compact compacts etcd every period to the revision of the period
+// before (kube-apiserver's way with its etcd), so history stays bounded.
+func (b *bigRun) compact(ctx context.Context) {
+	if b.f.compactEvery <= 0 {
+		return
+	}
+	var prev int64
+	for sleep(ctx, b.f.compactEvery) {
+		resp, err := b.ds.Etcd().Get(ctx, "compact-probe", clientv3.WithCountOnly())
+		if err != nil {
+			continue
+		}
+		if prev > 0 {
+			if _, err := b.ds.Etcd().Compact(ctx, prev); err == nil {
+				b.out.compactions++
+			}
+		}
+		prev = resp.Header.Revision
+	}
+}
+
+// finish reads the end state and prints the report.
+func (b *bigRun) finish(ctx context.Context) error {
+	var err error
+	for _, n := range b.nodes {
+		if n.acct.after, err = readMem(n.pid()); err != nil {
+			return err
+		}
+		n.acct.peakAnon = max(n.acct.peakAnon, n.acct.after.Anon)
+		lists, resyncs, _, err := n.feedCounters(ctx)
+		if err != nil {
+			return err
+		}
+		n.acct.lists, n.acct.resyncs = n.baseLists+lists, n.baseResyn+resyncs
+		if n.acct.fell, err = countInLog(b.dir, n.name(), b.logMarks[n.name()], "fell behind"); err != nil {
+			return err
+		}
+	}
+	if b.out.etcdEnd, err = b.etcdNow(ctx); err != nil {
+		return err
+	}
+	keys, err := b.ds.Etcd().Get(ctx, datastore.KeyPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	b.out.keysEnd = keys.Count
+	b.print()
+	return nil
+}
+
+// teardown stops everything the run started, by PID, and removes the
+// lab's namespaces; safe after any failure.
+func (b *bigRun) teardown() {
+	if b.tracker != nil {
+		b.tracker.stop()
+	}
+	b.watch.stop()
+	for _, n := range b.nodes {
+		n.stop()
+	}
+	if b.ds != nil {
+		b.ds.Close()
+	}
+	b.l.Down(context.Background())
+}
+
+// loadAvg is the machine's 1-minute load average (the machine is shared:
+// say how busy it was).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
+}
