@@ -3,8 +3,11 @@ GO        ?= go
 BIN       := bin
 GOFLAGS   := -trimpath
 LDFLAGS   := -s -w
-BINARIES  := routed routed-controllers routedctl routed-cni routed-ipam routed-cni-full routed-ipam-full
+BINARIES  := routed routed-etcd routed-controllers routedctl routed-cni routed-ipam routed-cni-full routed-ipam-full
 PKG_routed      := ./routed/cmd/routed
+# routed-etcd is `routed etcd` (the lab's and the demo's datastore), kept
+# out of the node binary.
+PKG_routed-etcd := ./routed/cmd/routed-etcd
 PKG_routed-controllers := ./routed/cmd/routed-controllers
 PKG_routedctl   := ./routed/cmd/routedctl
 PKG_routed-cni  := ./cniplugin/cmd/routed-cni

@@ -38,10 +38,6 @@ type Config struct {
 	IP6       string // ADDR/PREFIX, "autodetect", or ""/"none" (no IPv6)
 	IP6Method string // IP6_AUTODETECTION_METHOD
 	Datastore datastore.Config
-	// EmbeddedEtcdDir, when set, runs an embedded etcd with data there and
-	// uses it as the datastore (single machine, labs).
-	EmbeddedEtcdDir  string
-	EmbeddedEtcdAddr string
 
 	Pool noderecord.DefaultPool
 
@@ -157,8 +153,6 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.IP6, "ip6", env("none", "IP6"), "node IPv6 address with prefix length, e.g. fd00:10::5/64, autodetect, or none (no IPv6 BGP or IPv6 pod routes) (env IP6)")
 	fs.StringVar(&c.IP6Method, "ip6-autodetection-method", env("first-found", "IP6_AUTODETECTION_METHOD"), "first-found, interface=REGEX or can-reach=DEST, for --ip6 autodetect (env IP6_AUTODETECTION_METHOD)")
 	c.Datastore.BindFlags(fs)
-	fs.StringVar(&c.EmbeddedEtcdDir, "embedded-etcd-dir", env("", "ROUTED_EMBEDDED_ETCD_DIR"), "run an embedded etcd with its data here and use it (single machine) (env ROUTED_EMBEDDED_ETCD_DIR)")
-	fs.StringVar(&c.EmbeddedEtcdAddr, "embedded-etcd-listen", env("127.0.0.1:2379", "ROUTED_EMBEDDED_ETCD_LISTEN"), "client address of the embedded etcd (env ROUTED_EMBEDDED_ETCD_LISTEN)")
 	fs.StringVar(&c.Pool.CIDR, "default-ipv4-pool-cidr", env("192.168.0.0/16", "ROUTED_IPV4POOL_CIDR", "CALICO_IPV4POOL_CIDR"), "CIDR of the pool created when none exists (env ROUTED_IPV4POOL_CIDR, CALICO_IPV4POOL_CIDR)")
 	fs.IntVar(&c.Pool.BlockSize, "default-ipv4-pool-block-size", c.envInt(26, "ROUTED_IPV4POOL_BLOCK_SIZE", "CALICO_IPV4POOL_BLOCK_SIZE"), "block size of the default pool (env ROUTED_IPV4POOL_BLOCK_SIZE, CALICO_IPV4POOL_BLOCK_SIZE)")
 	fs.StringVar(&c.Pool.IPIPMode, "default-ipv4-pool-ipip", env("Never", "ROUTED_IPV4POOL_IPIP", "CALICO_IPV4POOL_IPIP"), "ipipMode of the default pool: Never, Always, CrossSubnet (env ROUTED_IPV4POOL_IPIP, CALICO_IPV4POOL_IPIP)")

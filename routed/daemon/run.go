@@ -15,7 +15,6 @@ import (
 	"github.com/routed-net/routed/internal/backoff"
 	"github.com/routed-net/routed/internal/supervise"
 	"github.com/routed-net/routed/pkg/datastore"
-	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/routed/autodetect"
 	"github.com/routed-net/routed/routed/identity"
 	"github.com/routed-net/routed/routed/noderecord"
@@ -44,14 +43,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer stop()
-	}
-	if cfg.EmbeddedEtcdDir != "" {
-		srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: cfg.EmbeddedEtcdDir, ClientAddr: cfg.EmbeddedEtcdAddr})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		cfg.Datastore.Endpoints = srv.Endpoints
 	}
 	ds, err := datastore.New(cfg.Datastore)
 	if err != nil {

@@ -16,15 +16,17 @@ import (
 type target struct {
 	pkg  string
 	tags string
-	// full is the full build it hands over to (cniplugin/fullbin),
-	// built beside it.
+	// full is the build it hands over to, built beside it: a plugin's
+	// full build (cniplugin/fullbin), routed-etcd for `routed etcd`.
 	full string
 }
 
 // targets are built as the Makefile builds them: routed-cni and
-// routed-ipam are the socket-only builds.
+// routed-ipam are the socket-only builds; routed runs routed-etcd for
+// `routed etcd`.
 var targets = map[string]target{
-	"routed":             {pkg: "./routed/cmd/routed"},
+	"routed":             {pkg: "./routed/cmd/routed", full: "routed-etcd"},
+	"routed-etcd":        {pkg: "./routed/cmd/routed-etcd"},
 	"routed-controllers": {pkg: "./routed/cmd/routed-controllers"},
 	"routedctl":          {pkg: "./routed/cmd/routedctl"},
 	"routed-cni":         {pkg: "./cniplugin/cmd/routed-cni", tags: "cnithin", full: "routed-cni-full"},
@@ -40,7 +42,8 @@ var (
 )
 
 // Path returns the path of a routed binary, building it if needed; a
-// socket-only plugin comes with its full build in the same directory.
+// socket-only plugin comes with its full build in the same directory,
+// routed with routed-etcd.
 func Path(t testing.TB, name string) string {
 	t.Helper()
 	tg, ok := targets[name]

@@ -26,12 +26,14 @@ const cnitoolModule = "github.com/containernetworking/cni/cnitool@v1.3.1"
 // bridges and felix's NAT table (nft masquerade in a nat chain).
 const labModules = "bridge nf_tables nft_chain_nat nft_masq"
 
-// routedPkgs are routed's binaries the lab runs. The CNI plugins are
+// routedPkgs are routed's binaries the lab runs (routed-etcd is its
+// `routed etcd`). The CNI plugins are
 // testbin's socket-only builds, which hand what routed does not take to
 // their full builds beside them (cniplugin/fullbin), so those go too (a
 // plugin built here when testbin's is not static is the full build).
 var routedPkgs = map[string]string{
 	"routed":           "./routed/cmd/routed",
+	"routed-etcd":      "./routed/cmd/routed-etcd",
 	"routedctl":        "./routed/cmd/routedctl",
 	"routed-cni":       "./cniplugin/cmd/routed-cni",
 	"routed-ipam":      "./cniplugin/cmd/routed-ipam",

@@ -1,5 +1,6 @@
 // Command routed is the node daemon. It hosts felix, confd and the BGP
-// speaker, and can run an embedded etcd for single-machine use.
+// speaker; `routed etcd` runs an embedded etcd (routed-etcd) for
+// single-machine use.
 package main
 
 import (
