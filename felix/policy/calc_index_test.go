@@ -294,3 +294,41 @@ func TestDecodedEndpointNotKept(t *testing.T) {
 	}
 	t.Error("part of the decoded WorkloadEndpoint is still reachable from the calculator")
 }
+
+// TestEndpointFootprint guards the size of what the calculator keeps per
+// endpoint (felix/scale_test.go measures a big cluster): 20,000 remote
+// endpoints as replicas of 2,000 Deployments, each endpoint given as
+// the feed decodes it (its own maps and strings), must cost the heap
+// less than 400 bytes each (324 when written, its key included; 2,243
+// before endpoint groups).
+func TestEndpointFootprint(t *testing.T) {
+	const n, replicas = 20000, 10
+	c := NewCalc(discard{}, LogConfig{})
+	mk := func(i int) Endpoint {
+		ns, app := fmt.Sprintf("ns-%d", i/replicas%200), fmt.Sprintf("app-%d", i/replicas)
+		return Endpoint{Key: fmt.Sprintf("node-%d-k8s-%s-%s-%d-eth0", i%500, ns, app, i), Node: fmt.Sprintf("node-%d", i%500),
+			Namespace: ns, ServiceAccount: "default", Profiles: []string{"kns." + ns, "ksa." + ns + ".default"},
+			Labels: map[string]string{"app": app, "pod-template-hash": fmt.Sprintf("%x", i/replicas*7919), api.LabelNamespace: ns,
+				api.LabelOrchestrator: "k8s", api.LabelServiceAccount: "default"},
+			IPs:   []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)},
+			Ports: []NamedPort{{Name: "http", Proto: 6, Port: 8080}}}
+	}
+	before := heapAfterGC()
+	for i := range n {
+		c.SetEndpoint(mk(i))
+	}
+	per := (float64(heapAfterGC()) - float64(before)) / n
+	t.Logf("%.0f bytes per endpoint", per)
+	if per > 400 {
+		t.Errorf("%.0f bytes per endpoint, want < 400", per)
+	}
+	runtime.KeepAlive(c)
+}
+
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
