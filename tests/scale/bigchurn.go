@@ -65,8 +65,9 @@ func (l *latencies) pct(p float64) float64 {
 // a third of a second of etcd latency before the schedule slips.
 const inFlight = 64
 
-// run churns until ctx ends.
-func (c *churn) run(ctx context.Context, createRate, deleteRate float64, policyEvery, labelEvery time.Duration) {
+// run churns until ctx ends; operations under way then finish under
+// opCtx (an operation cut short would count as a failure it is not).
+func (c *churn) run(ctx, opCtx context.Context, createRate, deleteRate float64, policyEvery, labelEvery time.Duration) {
 	ops := make(chan func(context.Context), inFlight)
 	var wg sync.WaitGroup
 	for i := 0; i < inFlight; i++ {
@@ -74,7 +75,7 @@ func (c *churn) run(ctx context.Context, createRate, deleteRate float64, policyE
 		go func() {
 			defer wg.Done()
 			for op := range ops {
-				op(ctx)
+				op(opCtx)
 			}
 		}()
 	}
@@ -105,7 +106,7 @@ func (c *churn) run(ctx context.Context, createRate, deleteRate float64, policyE
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					op(ctx)
+					op(opCtx)
 				}
 			}
 		}()

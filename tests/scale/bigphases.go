@@ -19,8 +19,10 @@ import (
 // etcdFigures are read from etcd's /metrics and /proc.
 type etcdFigures struct {
 	watchers, slow, dbSize, dbInUse, sent float64
-	mem                                   procMem
-	ticks                                 int64
+	// fsyncs and fsyncSecs count the WAL's fsyncs and their time.
+	fsyncs, fsyncSecs float64
+	mem               procMem
+	ticks             int64
 }
 
 func (b *bigRun) etcdNow(ctx context.Context) (etcdFigures, error) {
@@ -34,6 +36,10 @@ func (b *bigRun) etcdNow(ctx context.Context) (etcdFigures, error) {
 	e.dbSize, _ = m.Sum("etcd_mvcc_db_total_size_in_bytes", nil)
 	e.dbInUse, _ = m.Sum("etcd_mvcc_db_total_size_in_use_in_bytes", nil)
 	e.sent, _ = m.Sum("etcd_network_client_grpc_sent_bytes_total", nil)
+	for _, h := range m["etcd_disk_wal_fsync_duration_seconds"].GetMetric() {
+		e.fsyncs += float64(h.GetHistogram().GetSampleCount())
+		e.fsyncSecs += h.GetHistogram().GetSampleSum()
+	}
 	if e.mem, err = readMem(b.etcdPID); err != nil {
 		return e, fmt.Errorf("etcd (pid %d): %w", b.etcdPID, err)
 	}
@@ -152,8 +158,10 @@ func (b *bigRun) startTracking(ctx context.Context) error {
 // measureIdle settles, then reads CPU over the idle window and memory
 // at its end.
 func (b *bigRun) measureIdle(ctx context.Context) error {
-	fmt.Printf("==> settling 10s, then measuring idle for %s\n", b.f.idle)
-	if !sleep(ctx, 10*time.Second) {
+	// 30 s: the last node started has done its start-up's garbage
+	// collections (and routed's trim of start-up's pages, where it has it).
+	fmt.Printf("==> settling 30s, then measuring idle for %s\n", b.f.idle)
+	if !sleep(ctx, 30*time.Second) {
 		return ctx.Err()
 	}
 	t0 := make([]int64, len(b.nodes))
@@ -231,6 +239,7 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 		go func() { pp.res <- b.l.PingStream(pctx, pp.from, pp.to, 500*time.Millisecond) }()
 	}
 	start := time.Now()
+	ipam0 := b.ic.Stats()
 	self0, _ := cpuTicks(os.Getpid())
 	b.out.load0 = loadAvg()
 	var wg sync.WaitGroup
@@ -239,7 +248,7 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
-	bg(func() { ch.run(cctx, b.f.creates, b.f.deletes, b.f.policyEvery, b.f.labelEvery) })
+	bg(func() { ch.run(cctx, ctx, b.f.creates, b.f.deletes, b.f.policyEvery, b.f.labelEvery) })
 	bg(func() { trackErr = b.tracker.run(cctx) })
 	bg(func() { b.sampleMemory(cctx) })
 	bg(func() { b.compact(cctx) })
@@ -282,11 +291,20 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 	}
 	b.out.etcdChurn, b.out.etcdChurnCPU = e1, float64(e1.ticks-e0.ticks)/100/secs
 	b.out.etcdSentPerSec = (e1.sent - e0.sent) / secs
+	if n := e1.fsyncs - e0.fsyncs; n > 0 {
+		b.out.fsyncs, b.out.fsyncMs = n/secs, 1000*(e1.fsyncSecs-e0.fsyncSecs)/n
+	}
 	if b.watch != nil {
 		m1, by1 := b.watch.counts()
 		b.out.watchMsgs, b.out.watchBytes = float64(m1-m0)/secs, float64(by1-by0)/secs
 	}
 	b.out.churn = ch.summary(secs)
+	b.out.createRate, b.out.deleteRate = float64(ch.created.Load())/secs, float64(ch.deleted.Load())/secs
+	ipam1 := b.ic.Stats()
+	if ops := ch.created.Load() + ch.deleted.Load(); ops > 0 {
+		b.out.ipamPerOp = fmt.Sprintf("IPAM client per pod operation: %.2f reads, %.2f transactions, %.3f lost conflicts",
+			float64(ipam1.Gets-ipam0.Gets)/float64(ops), float64(ipam1.Txns-ipam0.Txns)/float64(ops), float64(ipam1.Conflicts-ipam0.Conflicts)/float64(ops))
+	}
 	if err, _ := ch.firstErr.Load().(error); err != nil {
 		b.out.churnErr = err.Error()
 	}
@@ -397,6 +415,7 @@ func (b *bigRun) finish(ctx context.Context) error {
 	if b.out.etcdEnd, err = b.etcdNow(ctx); err != nil {
 		return err
 	}
+	b.out.etcdPeakAnon = max(b.out.etcdPeakAnon, b.out.etcdEnd.mem.Anon)
 	keys, err := b.ds.Etcd().Get(ctx, datastore.KeyPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return err

@@ -18,6 +18,9 @@ type report struct {
 	etcdSentPerSec              float64
 	watchMsgs, watchBytes       float64 // per second during the churn
 	harnessCPU                  float64 // share of one core during the churn
+	fsyncs, fsyncMs             float64 // WAL fsyncs a second during the churn, mean ms
+	ipamPerOp                   string
+	createRate, deleteRate      float64 // achieved, a second
 	load0, load1                string  // 1-minute load average at the churn's start and end
 	compactions                 int
 	keysEnd                     int64
@@ -40,6 +43,7 @@ func (b *bigRun) print() {
 	fmt.Printf("churn: %s\n", o.churn)
 	fmt.Printf("machine: 1-minute load average %s at the churn's start, %s at its end; the harness (writes, watches, set reads) used %.0f %% of a core\n",
 		o.load0, o.load1, 100*o.harnessCPU)
+	fmt.Printf("churn: %s; etcd WAL fsyncs %.0f/s, %.1f ms each on average\n", o.ipamPerOp, o.fsyncs, o.fsyncMs)
 	if o.churnErr != "" {
 		fmt.Printf("churn: first failure: %s\n", o.churnErr)
 	}
@@ -88,6 +92,10 @@ func (b *bigRun) print() {
 	w := b.f.watchers
 	fmt.Printf("watch load: %d whole-prefix watches on %d connections; during churn %.0f responses/s, %.1f MiB/s read by the harness; etcd sent %.1f MiB/s to all its clients\n",
 		w, b.f.watchConns, o.watchMsgs, o.watchBytes/(1<<20), o.etcdSentPerSec/(1<<20))
+	if sim := b.sh.simNodes(); w > 0 && w < sim {
+		fmt.Printf("watch load: %d of the %d simulated nodes' watches ran; one each would be about %.0f MiB/s from etcd at this event rate (%.2f MiB/s a watch)\n",
+			w, sim, o.watchBytes/float64(w)*float64(sim)/(1<<20), o.watchBytes/float64(w)/(1<<20))
+	}
 	if b.watch != nil && b.watch.broken.Load() > 0 {
 		fmt.Printf("watch load: %d watches broke\n", b.watch.broken.Load())
 	}
@@ -99,7 +107,7 @@ func (b *bigRun) print() {
 	if len(restart) > 0 {
 		restartS = fmt.Sprintf("%.1f s", pct(restart, 100))
 	}
-	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
-		sh.pods, sh.nodes, sh.policies, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), mib(peak), pct(fileIdle, 50),
+	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
+		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), mib(peak), pct(fileIdle, 50),
 		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers)
 }
