@@ -25,7 +25,10 @@ type churn struct {
 	ic      *ipam.Client
 	sh      *shape
 	tracker *setTracker
-	seed    uint64
+	// inFlight bounds the pod operations under way (every node's CNI
+	// plugin works on its own: at 200 a second and 0.5 s of etcd latency
+	// that is 100).
+	inFlight int
 
 	mu   sync.Mutex
 	rng  *rand.Rand
@@ -61,16 +64,12 @@ func (l *latencies) pct(p float64) float64 {
 	return pct(l.v, p)
 }
 
-// inFlight bounds the pod operations under way: at 200 a second that is
-// a third of a second of etcd latency before the schedule slips.
-const inFlight = 64
-
 // run churns until ctx ends; operations under way then finish under
 // opCtx (an operation cut short would count as a failure it is not).
 func (c *churn) run(ctx, opCtx context.Context, createRate, deleteRate float64, policyEvery, labelEvery time.Duration) {
-	ops := make(chan func(context.Context), inFlight)
+	ops := make(chan func(context.Context), c.inFlight)
 	var wg sync.WaitGroup
-	for i := 0; i < inFlight; i++ {
+	for i := 0; i < c.inFlight; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -197,7 +197,7 @@ func (b *bigRun) measureIdle(ctx context.Context) error {
 // samples memory, compacts etcd on its period, and waits for the
 // tracked pods still on their way.
 func (b *bigRun) runChurn(ctx context.Context) error {
-	ch := &churn{ds: b.ds, ic: b.ic, sh: b.sh, tracker: b.tracker, rng: rand.New(rand.NewPCG(b.f.seed, 1<<40))}
+	ch := &churn{ds: b.ds, ic: b.ic, sh: b.sh, tracker: b.tracker, inFlight: max(1, b.f.inFlight), rng: rand.New(rand.NewPCG(b.f.seed, 1<<40))}
 	for _, ps := range b.pods {
 		for _, p := range ps {
 			if !p.tracked {

@@ -107,7 +107,7 @@ func (b *bigRun) print() {
 	if len(restart) > 0 {
 		restartS = fmt.Sprintf("%.1f s", pct(restart, 100))
 	}
-	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
+	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
 		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), mib(peak), pct(fileIdle, 50),
-		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers)
+		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, l.quiet, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers)
 }

@@ -23,7 +23,7 @@ type bigFlags struct {
 	bin, dir                string
 	keep, restart           bool
 	watchers, watchConns    int
-	workers                 int
+	workers, inFlight       int
 	churn, idle             time.Duration
 	creates, deletes        float64
 	policyEvery, labelEvery time.Duration
@@ -52,6 +52,7 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	fs.IntVar(&f.watchers, "watchers", -1, "whole-prefix watches on etcd standing for the simulated nodes (-1: one per simulated node)")
 	fs.IntVar(&f.watchConns, "watch-conns", 50, "gRPC connections the watches are spread over")
 	fs.IntVar(&f.workers, "workers", 32, "parallel writers while loading the datastore")
+	fs.IntVar(&f.inFlight, "in-flight", 256, "pod operations under way at most during the churn (past it the schedule slips: see 'late')")
 	fs.DurationVar(&f.idle, "idle", 30*time.Second, "idle measurement window")
 	fs.DurationVar(&f.churn, "churn", 10*time.Minute, "how long the cluster-wide churn runs")
 	fs.Float64Var(&f.creates, "creates", 100, "pod creations a second, on random simulated nodes")
