@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,17 +294,28 @@ func newScaleNode(b *testing.B) *scaleNode {
 	return &scaleNode{l: &loop{cfg: &Config{NodeName: "node-0"}, st: newState(), policy: m, policyNames: names{}}, m: m}
 }
 
-// take hands a snapshot over and applies the policy: how long each took.
-func (n *scaleNode) take(b *testing.B, rs map[api.Kind][]api.Resource) (calc, apply time.Duration) {
-	t0 := time.Now()
+// take hands a snapshot over and applies the policy: how long each took,
+// and the process's CPU time (user and system, the collector's
+// included) for the first.
+func (n *scaleNode) take(b *testing.B, rs map[api.Kind][]api.Resource) (calc, apply, cpu time.Duration) {
+	t0, c0 := time.Now(), cpuTime()
 	// What felix.ReplaceResources does on the loop.
 	n.l.st.replaceResources(n.l.cfg.NodeName, rs)
 	n.l.policyReplace(rs)
-	t1 := time.Now()
+	t1, c1 := time.Now(), cpuTime()
 	if err := n.l.applyPolicy(context.Background(), false); err != nil {
 		b.Fatal(err)
 	}
-	return t1.Sub(t0), time.Since(t1)
+	return t1.Sub(t0), time.Since(t1), c1 - c0
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRemoteEndpoints measures what felix keeps per endpoint of a
@@ -329,22 +341,22 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 		without.take(b, c.snapshot(b, false))
 		hWithout := heapInUse()
 		with := newScaleNode(b)
-		first, firstApply := with.take(b, c.snapshot(b, true))
+		first, firstApply, firstCPU := with.take(b, c.snapshot(b, true))
 		hWith := heapInUse()
 		local := len(with.l.st.weps)
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
 		}
-		again, againApply := with.take(b, c.snapshot(b, true))
+		again, againApply, againCPU := with.take(b, c.snapshot(b, true))
 		hAgain := heapInUse()
 		with.take(b, c.snapshot(b, false))
 		hGone := heapInUse()
 		fixed, full := hWithout-h0, hWith-hWithout
 		perEP := (float64(full) - float64(fixed)) / float64(c.eps)
 		mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
-		b.Logf("%d endpoints (%d local), %d nodes, %d namespaces, %d policies: first snapshot %v + apply %v; same snapshot again %v + apply %v",
-			c.eps, local, c.nodes, c.namespaces, c.policies, first.Round(time.Millisecond), firstApply.Round(time.Millisecond),
-			again.Round(time.Millisecond), againApply.Round(time.Millisecond))
+		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		b.Logf("%d endpoints (%d local), %d nodes, %d namespaces, %d policies: first snapshot %v (CPU %v) + apply %v; same snapshot again %v (CPU %v) + apply %v",
+			c.eps, local, c.nodes, c.namespaces, c.policies, ms(first), ms(firstCPU), ms(firstApply), ms(again), ms(againCPU), ms(againApply))
 		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint; %.1f MiB once the endpoints went",
 			mib(full), mib(hAgain-hWithout), mib(fixed), perEP, mib(hGone-hWithout))
 		b.ReportMetric(perEP, "B/endpoint")
