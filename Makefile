@@ -93,7 +93,8 @@ scale: build
 # scale-big writes a datastore the size of a big cluster (issue 36: nodes
 # with their blocks, pods, namespaces, policies, network sets), runs
 # SCALE_BIG_REAL real routed nodes with pods of their own against it and
-# one whole-prefix etcd watch per other node (SCALE_BIG_WATCHERS, -1: all),
+# whole-prefix etcd watches standing for the other nodes' (SCALE_BIG_WATCHERS;
+# -1: one per node, more than two cores can serve and read: see the doc),
 # then churns pods, policies and labels cluster-wide for SCALE_BIG_CHURN and
 # prints per-node readiness, memory (anonymous and file-backed), CPU, feed
 # lists and the time a remote pod takes to reach every real node's
@@ -105,7 +106,7 @@ SCALE_BIG_NAMESPACES ?= 2000
 SCALE_BIG_POLICIES ?= 2000
 SCALE_BIG_NETSETS ?= 500
 SCALE_BIG_REAL ?= 3
-SCALE_BIG_WATCHERS ?= -1
+SCALE_BIG_WATCHERS ?= 100
 SCALE_BIG_CHURN ?= 10m
 SCALE_BIG_ARGS ?=
 scale-big: build

@@ -43,6 +43,9 @@ type trackedPod struct {
 	written time.Time // just before its endpoint's write
 	seen    map[string]time.Duration
 	polled  map[string]bool // timed by a read of the set, not an event
+	// sighted is when a read first found it in a node's set with no
+	// event yet (its event may still be on its way to the harness).
+	sighted map[string]time.Time
 	// during says a real node was restarting while it was pending.
 	during bool
 }
@@ -190,7 +193,8 @@ func (t *setTracker) bestSet(node string, want map[netip.Addr]bool) (name string
 func (t *setTracker) track(a netip.Addr, restarting bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending[a] = &trackedPod{addr: a, written: time.Now(), seen: map[string]time.Duration{}, polled: map[string]bool{}, during: restarting}
+	t.pending[a] = &trackedPod{addr: a, written: time.Now(), seen: map[string]time.Duration{}, polled: map[string]bool{},
+		sighted: map[string]time.Time{}, during: restarting}
 }
 
 // markRestarting flags every pending pod as met by a restart.
@@ -220,7 +224,14 @@ func (t *setTracker) poll() error {
 			}
 			at, ok := t.added[node][a]
 			if !ok || at.Before(p.written) {
-				at, p.polled[node] = now, true
+				// No event yet: give it until the next read, then
+				// time it by the first read that found it.
+				first, had := p.sighted[node]
+				if !had {
+					p.sighted[node] = now
+					continue
+				}
+				at, p.polled[node] = first, true
 			}
 			p.seen[node] = at.Sub(p.written)
 		}
