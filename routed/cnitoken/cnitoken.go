@@ -22,18 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"time"
 
 	"github.com/routed-net/routed/internal/atomicfile"
 	"github.com/sirupsen/logrus"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/client-go/rest"
 )
 
 // Defaults, Calico's: a day's token refreshed after a quarter of its
@@ -58,7 +53,7 @@ var (
 type Config struct {
 	// Client is routed's own access to the API server (routed-node's
 	// ServiceAccount), from NewClient.
-	Client rest.Interface
+	Client *Client
 	// Namespace and ServiceAccount name the plugin's account.
 	Namespace, ServiceAccount string
 	// Path is the kubeconfig file as routed sees it (the host's
@@ -92,41 +87,19 @@ type Token struct {
 // address, KUBERNETES_SERVICE_HOST/PORT, which a hostNetwork pod and the
 // host share).
 func InCluster(path, namespace, serviceAccount string) (Config, error) {
-	rc, err := rest.InClusterConfig()
+	client, server, err := inClusterClient()
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: no in-cluster Kubernetes API access (%v): routed-node needs its service account token mounted at %s, or unset ROUTED_CNI_KUBECONFIG", ErrConfig, err, "/var/run/secrets/kubernetes.io/serviceaccount")
-	}
-	rc.UserAgent = "routed-node"
-	client, err := NewClient(rc)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+		return Config{}, fmt.Errorf("%w: no in-cluster Kubernetes API access (%v): routed-node needs its service account token mounted at %s, or unset ROUTED_CNI_KUBECONFIG", ErrConfig, err, saDir)
 	}
 	if namespace == "" {
-		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		b, err := os.ReadFile(saNamespaceFn)
 		if err != nil {
 			return Config{}, fmt.Errorf("%w: namespace of the CNI plugin's ServiceAccount: %v (set ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)", ErrConfig, err)
 		}
 		namespace = string(b)
 	}
 	return Config{Client: client, Namespace: namespace, ServiceAccount: serviceAccount,
-		Path: path, Server: rc.Host, CAFile: rc.TLSClientConfig.CAFile}, nil
-}
-
-// NewClient is a client of the core API group that knows one kind, the
-// TokenRequest: client-go's typed clientset would register every API
-// group of Kubernetes in routed, which doubles the binary and the memory
-// of every `routed health` probe.
-func NewClient(rc *rest.Config) (rest.Interface, error) {
-	scheme := runtime.NewScheme()
-	if err := authenticationv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	c := rest.CopyConfig(rc)
-	c.APIPath = "/api"
-	c.GroupVersion = &schema.GroupVersion{Version: "v1"}
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	return rest.RESTClientFor(c)
+		Path: path, Server: server, CAFile: saCAFile}, nil
 }
 
 // Validate fills in the defaults and checks the configuration.
@@ -163,23 +136,35 @@ func (c *Config) Validate() error {
 // Request asks the API server for a token of the plugin's account. It
 // has no audience (the API server's own) and is bound to no object.
 func (c *Config) Request(ctx context.Context) (Token, error) {
-	secs := int64(c.Validity / time.Second)
-	tr := &authenticationv1.TokenRequest{}
-	err := c.Client.Post().Namespace(c.Namespace).Resource("serviceaccounts").Name(c.ServiceAccount).SubResource("token").
-		Body(&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}).
-		Do(ctx).Into(tr)
+	req := map[string]any{
+		"apiVersion": "authentication.k8s.io/v1",
+		"kind":       "TokenRequest",
+		"spec":       map[string]any{"expirationSeconds": int64(c.Validity / time.Second)},
+	}
+	body, err := c.Client.do(ctx, http.MethodPost, objectPath("", "v1", c.Namespace, "serviceaccounts", c.ServiceAccount)+"/token", nil, req)
+	var tr struct {
+		Status struct {
+			Token               string    `json:"token"`
+			ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+		} `json:"status"`
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(body, &tr); jerr != nil {
+			err = fmt.Errorf("the answer is not a TokenRequest: %v", jerr)
+		}
+	}
 	sa := c.Namespace + "/" + c.ServiceAccount
 	switch {
-	case apierrors.IsForbidden(err):
+	case statusCode(err) == http.StatusForbidden:
 		return Token{}, fmt.Errorf("%w: routed-node may not create tokens for ServiceAccount %s: %v (the Role routed-node-cni-token of deploy/routed.yaml grants create on serviceaccounts/token for it)", ErrRequest, sa, err)
-	case apierrors.IsNotFound(err):
+	case statusCode(err) == http.StatusNotFound:
 		return Token{}, fmt.Errorf("%w: ServiceAccount %s does not exist: %v (apply deploy/routed.yaml)", ErrRequest, sa, err)
 	case err != nil:
 		return Token{}, fmt.Errorf("%w: token for ServiceAccount %s: %v", ErrRequest, sa, err)
 	case tr.Status.Token == "" || tr.Status.ExpirationTimestamp.IsZero():
 		return Token{}, fmt.Errorf("%w: the API server answered the token request for %s without a token or expiry", ErrRequest, sa)
 	}
-	return Token{Value: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp.Time}, nil
+	return Token{Value: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp}, nil
 }
 
 // Write replaces the kubeconfig with one holding tok.
@@ -289,8 +274,8 @@ func refreshIn(now, exp time.Time, refreshBefore, floor time.Duration) time.Dura
 // exists or is being deleted: routed then stops for good (kubectl delete
 // of its manifests), not for a restart or an update.
 func (c *Config) DaemonSetGone(ctx context.Context, namespace, name string) (bool, error) {
-	raw, err := c.Client.Get().AbsPath("/apis/apps/v1/namespaces", namespace, "daemonsets", name).Do(ctx).Raw()
-	if apierrors.IsNotFound(err) {
+	raw, err := c.Client.do(ctx, http.MethodGet, objectPath("apps", "v1", namespace, "daemonsets", name), nil, nil)
+	if statusCode(err) == http.StatusNotFound {
 		return true, nil
 	}
 	if err != nil {
@@ -329,13 +314,13 @@ func (c *Config) WatchDaemonSet(ctx context.Context, namespace, name string, del
 }
 
 func (c *Config) watchOnce(ctx context.Context, namespace, name string, rv *string, deleted func()) error {
-	stream, err := c.Client.Get().AbsPath("/apis/apps/v1/namespaces", namespace, "daemonsets").
-		Param("watch", "true").Param("fieldSelector", "metadata.name="+name).Stream(ctx)
+	q := url.Values{"watch": {"true"}, "fieldSelector": {"metadata.name=" + name}}
+	resp, err := c.Client.send(ctx, http.MethodGet, objectPath("apps", "v1", namespace, "daemonsets", ""), q, nil)
 	if err != nil {
 		return err
 	}
-	defer stream.Close()
-	dec := json.NewDecoder(stream)
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
 	for {
 		var ev struct {
 			Type   string `json:"type"`

@@ -1,7 +1,6 @@
 package cnitoken
 
 import (
-	"k8s.io/client-go/rest"
 	"testing"
 	"time"
 )
@@ -30,7 +29,7 @@ func TestRefreshIn(t *testing.T) {
 }
 
 func TestConfigRejects(t *testing.T) {
-	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
+	client, err := NewClient(ClientConfig{Server: "https://127.0.0.1:1", CAData: testCA(t), Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

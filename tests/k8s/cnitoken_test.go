@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/routed-net/routed/cniplugin/k8spod"
@@ -64,8 +63,7 @@ func runCNIToken(t *testing.T, srv *kubeapiserver.Server, nodeToken, path, serve
 // account, acting with nodeToken.
 func cnitokenConfig(t *testing.T, srv *kubeapiserver.Server, nodeToken string) cnitoken.Config {
 	t.Helper()
-	client, err := cnitoken.NewClient(&rest.Config{Host: srv.URL, BearerToken: nodeToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAPEM}})
+	client, err := cnitoken.NewClient(cnitoken.ClientConfig{Server: srv.URL, CAData: srv.CAPEM, Token: nodeToken})
 	if err != nil {
 		t.Fatal(err)
 	}
