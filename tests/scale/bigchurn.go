@@ -175,8 +175,9 @@ func (c *churn) create(ctx context.Context) {
 		return
 	}
 	p.addr = addrs[0]
+	acked := func() {}
 	if p.tracked && c.tracker != nil {
-		c.tracker.track(p.addr, c.restarting.Load())
+		acked = c.tracker.track(p.addr, c.restarting.Load())
 	}
 	err = datastore.RetryUnavailable(ctx, func() error {
 		_, err := c.ds.Create(ctx, p.wep())
@@ -185,6 +186,7 @@ func (c *churn) create(ctx context.Context) {
 		}
 		return err
 	})
+	acked()
 	if err != nil {
 		c.fail(&c.createFailed, fmt.Errorf("endpoint of %s: %w", p.name, err))
 		return
@@ -212,11 +214,17 @@ func (c *churn) delete(ctx context.Context) {
 	c.mu.Unlock()
 	start := time.Now()
 	err := datastore.RetryUnavailable(ctx, func() error {
-		err := c.ds.Delete(ctx, api.KindWorkloadEndpoint, p.wepName(), "")
-		if datastore.IsNotFound(err) {
-			return nil
+		// A label change between the read and the delete: read again.
+		for range 3 {
+			err := c.ds.Delete(ctx, api.KindWorkloadEndpoint, p.wepName(), "")
+			if datastore.IsNotFound(err) {
+				return nil
+			}
+			if !errors.Is(err, datastore.ErrConflict) {
+				return err
+			}
 		}
-		return err
+		return fmt.Errorf("endpoint %s: changed under every delete", p.wepName())
 	})
 	if err == nil {
 		err = datastore.RetryUnavailable(ctx, func() error {

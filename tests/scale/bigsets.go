@@ -41,8 +41,11 @@ type setTracker struct {
 type trackedPod struct {
 	addr    netip.Addr
 	written time.Time // just before its endpoint's write
-	seen    map[string]time.Duration
-	polled  map[string]bool // timed by a read of the set, not an event
+	// acked is when etcd answered that write (zero until then): what
+	// the write itself took is etcd's, not the nodes'.
+	acked  time.Time
+	seen   map[string]time.Duration
+	polled map[string]bool // timed by a read of the set, not an event
 	// sighted is when a read first found it in a node's set with no
 	// event yet (its event may still be on its way to the harness).
 	sighted map[string]time.Time
@@ -189,12 +192,19 @@ func (t *setTracker) bestSet(node string, want map[netip.Addr]bool) (name string
 	return name, have, extra, nil
 }
 
-// track registers a tracked pod just before its endpoint is written.
-func (t *setTracker) track(a netip.Addr, restarting bool) {
+// track registers a tracked pod just before its endpoint is written;
+// call the function it returns when the write is acknowledged.
+func (t *setTracker) track(a netip.Addr, restarting bool) (acked func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending[a] = &trackedPod{addr: a, written: time.Now(), seen: map[string]time.Duration{}, polled: map[string]bool{},
+	p := &trackedPod{addr: a, written: time.Now(), seen: map[string]time.Duration{}, polled: map[string]bool{},
 		sighted: map[string]time.Time{}, during: restarting}
+	t.pending[a] = p
+	return func() {
+		t.mu.Lock()
+		p.acked = time.Now()
+		t.mu.Unlock()
+	}
 }
 
 // markRestarting flags every pending pod as met by a restart.
@@ -260,8 +270,11 @@ func (t *setTracker) run(ctx context.Context) error {
 type latencyReport struct {
 	samples, polled, missing, duringRestart int
 	// all: to the last node's set; perNode: each node's.
-	p50, p99, max    float64
-	quietP50, quiet  float64 // p50/p99 of pods no restart met
+	p50, p99, max   float64
+	quietP50, quiet float64 // p50/p99 of pods no restart met
+	// ackP50, ackQuiet: the same from etcd's answer to the write (0
+	// for a node that had it sooner), without the pods a restart met.
+	ackP50, ackQuiet float64
 	quietN           int
 	perNode          map[string][2]float64
 	lostEventBatches int
@@ -273,7 +286,7 @@ func (t *setTracker) report() latencyReport {
 	defer t.mu.Unlock()
 	var r latencyReport
 	r.perNode = map[string][2]float64{}
-	var all, quiet []float64
+	var all, quiet, acked []float64
 	per := map[string][]float64{}
 	for _, p := range t.done {
 		var last time.Duration
@@ -289,11 +302,15 @@ func (t *setTracker) report() latencyReport {
 			r.duringRestart++
 		} else {
 			quiet = append(quiet, ms(last))
+			if !p.acked.IsZero() {
+				acked = append(acked, ms(max(0, last-p.acked.Sub(p.written))))
+			}
 		}
 	}
 	r.samples, r.missing, r.quietN = len(all), len(t.pending), len(quiet)
 	r.p50, r.p99, r.max = pct(all, 50), pct(all, 99), pct(all, 100)
 	r.quietP50, r.quiet = pct(quiet, 50), pct(quiet, 99)
+	r.ackP50, r.ackQuiet = pct(acked, 50), pct(acked, 99)
 	for n := range per {
 		r.perNode[n] = [2]float64{pct(per[n], 50), pct(per[n], 99)}
 	}
