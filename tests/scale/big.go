@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -67,11 +68,16 @@ func runBig(ctx context.Context, args []string) error {
 	}
 	err = b.run(ctx)
 	b.teardown()
-	if err != nil || f.keep {
+	// A failed run keeps its logs; an interrupted one (Ctrl-C) is not a
+	// failure to look into and leaves nothing behind.
+	if f.keep || (err != nil && !errors.Is(err, context.Canceled)) {
 		fmt.Printf("logs in %s\n", b.dir)
 		return err
 	}
-	return os.RemoveAll(b.dir)
+	if rmErr := os.RemoveAll(b.dir); err == nil {
+		err = rmErr
+	}
+	return err
 }
 
 func (b *bigRun) prepare() error {
