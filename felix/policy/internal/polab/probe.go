@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -120,8 +123,27 @@ func (p Probe) local() net.Addr {
 	return &net.TCPAddr{Port: p.SrcPort}
 }
 
+// fixedPort lets a probe from a fixed source port bind it although an
+// earlier probe's connection on it lingers in TIME_WAIT, and keeps an
+// IPv6 probe's port apart from an IPv4 probe's (a dual-stack socket on
+// [::]:port conflicts with 0.0.0.0:port in TIME_WAIT: the bind failed,
+// and the probe read as dropped).
+func (p Probe) fixedPort(network, _ string, c syscall.RawConn) error {
+	if p.SrcPort == 0 {
+		return nil
+	}
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if serr == nil && p.Dst.Is6() {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+		}
+	})
+	return errors.Join(err, serr)
+}
+
 func (p Probe) tcp() (bool, error) {
-	d := net.Dialer{Timeout: ProbeTimeout, LocalAddr: p.local()}
+	d := net.Dialer{Timeout: ProbeTimeout, LocalAddr: p.local(), Control: p.fixedPort}
 	c, err := d.Dial("tcp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
 	if err != nil {
 		var ne net.Error
@@ -135,7 +157,7 @@ func (p Probe) tcp() (bool, error) {
 }
 
 func (p Probe) udp() (bool, error) {
-	d := net.Dialer{LocalAddr: p.local()}
+	d := net.Dialer{LocalAddr: p.local(), Control: p.fixedPort}
 	c, err := d.Dial("udp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
 	if err != nil {
 		return false, err
