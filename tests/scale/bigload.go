@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -188,11 +187,4 @@ func freeBlocks(pool netip.Prefix, bits int, taken map[netip.Prefix]bool) []neti
 		}
 	}
 	return out
-}
-
-// loadStats says what the load wrote and how long it took.
-type loadStats struct {
-	took  time.Duration
-	txns  int64
-	kinds []string
 }
