@@ -238,9 +238,9 @@ func (c *Client) listPrefix(ctx context.Context, prefix string, rev int64) ([]*m
 	var cluster uint64
 	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		resp, err := c.listPage(ctx, key, end, rev)
+		resp, err := c.listPageRetrying(ctx, key, end, rev)
 		if err != nil {
-			return nil, 0, 0, c.wrap(err)
+			return nil, 0, 0, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -253,6 +253,35 @@ func (c *Client) listPrefix(ctx context.Context, prefix string, rev int64) ([]*m
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
+
+// pageRetries is how many times a page at the list's revision is read
+// again after etcd did not answer in time, before the list fails.
+const pageRetries = 5
+
+// listPageRetrying reads one page; a page at the list's revision that
+// etcd did not answer in time (a busy etcd) is read again, from the same
+// key at the same revision, instead of failing the list and starting it
+// over (which a node restarted under churn did, 26 s into a 45 s list).
+func (c *Client) listPageRetrying(ctx context.Context, key, end string, rev int64) (*clientv3.GetResponse, error) {
+	wait := backoff.New(200*time.Millisecond, 2*time.Second)
+	for attempt := 0; ; attempt++ {
+		resp, err := readPage(c, ctx, key, end, rev)
+		if err == nil {
+			return resp, nil
+		}
+		err = c.wrap(err)
+		if rev == 0 || attempt == pageRetries || !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		log.WithError(err).WithFields(map[string]any{"key": key, "revision": rev, "attempt": attempt + 1}).Info("reading the list's page again")
+		if !wait.Wait(ctx) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// readPage is listPage; a test makes etcd miss a page.
+var readPage = (*Client).listPage
 
 // listPage reads one page of [key, end) at rev (0: now). A page at a
 // revision already read is a serializable read: the history up to rev

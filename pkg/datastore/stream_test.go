@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sort"
 	"strings"
@@ -336,5 +337,49 @@ func TestStreamListPrefixOutsideRange(t *testing.T) {
 	_, _, _, err := c.listRanges(context.Background(), "/s/", []string{"/t/"})
 	if err == nil || !strings.Contains(err.Error(), `"/t/"`) {
 		t.Fatalf("listing /t/ under /s/: %v, want an error naming it", err)
+	}
+}
+
+// TestListRereadsAMissedPage: a page at the list's revision that etcd
+// does not answer in time is read again, from the same key at the same
+// revision, and the list completes; a missed first page (no revision
+// yet) fails the list as before. Not parallel: it swaps readPage.
+func TestListRereadsAMissedPage(t *testing.T) {
+	c, _ := newTestClient(t)
+	for i := range 7 {
+		put(t, c, fmt.Sprintf("/m/k%d", i), "1")
+	}
+	defer func(n int) { listPageSize = n }(listPageSize)
+	listPageSize = 3
+	type call struct {
+		key string
+		rev int64
+	}
+	var calls []call
+	missed := false
+	readPage = func(c *Client, ctx context.Context, key, end string, rev int64) (*clientv3.GetResponse, error) {
+		calls = append(calls, call{key, rev})
+		if rev != 0 && !missed {
+			missed = true
+			return nil, context.DeadlineExceeded
+		}
+		return c.listPage(ctx, key, end, rev)
+	}
+	defer func() { readPage = (*Client).listPage }()
+	kvs, rev, _, err := c.listRanges(context.Background(), "/m/", nil)
+	if err != nil {
+		t.Fatalf("list with one missed page: %v", err)
+	}
+	if len(kvs) != 7 {
+		t.Fatalf("listed %d keys, want 7", len(kvs))
+	}
+	if len(calls) != 4 || calls[1] != calls[2] || calls[1].rev != rev {
+		t.Fatalf("page reads %+v: want the missed page read again at the same key and revision %d", calls, rev)
+	}
+	readPage = func(*Client, context.Context, string, string, int64) (*clientv3.GetResponse, error) {
+		return nil, context.DeadlineExceeded
+	}
+	if _, _, _, err := c.listRanges(context.Background(), "/m/", nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a missed first page: %v, want ErrUnavailable", err)
 	}
 }
