@@ -36,7 +36,7 @@ func (l *Lab) SeedCalico(ctx context.Context, pods []CalicoPod) ([]Pod, error) {
 		return nil, err
 	}
 	defer h.Close()
-	ds, err := datastore.New(datastore.Config{Endpoints: []string{l.Topo.EtcdEndpoint()}, Dialer: dialIn(h)})
+	ds, err := datastore.New(datastore.Config{Endpoints: []string{l.Topo.EtcdEndpoint()}, Dialer: DialIn(h)})
 	if err != nil {
 		return nil, err
 	}

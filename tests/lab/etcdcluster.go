@@ -240,7 +240,7 @@ func (l *Lab) withClusterClient(f func(c *clientv3.Client, endpoints []string) e
 	// faults are for, not news.
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dialIn(h)(ctx, "tcp", addr)
+			return DialIn(h)(ctx, "tcp", addr)
 		})}})
 	if err != nil {
 		return err

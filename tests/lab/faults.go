@@ -116,7 +116,7 @@ func (l *Lab) NodeProbe(ctx context.Context, node, path string) (int, string, er
 		return 0, "", err
 	}
 	defer h.Close()
-	client := &http.Client{Transport: &http.Transport{DialContext: dialIn(h)}, Timeout: 10 * time.Second}
+	client := &http.Client{Transport: &http.Transport{DialContext: DialIn(h)}, Timeout: 10 * time.Second}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:9099%s", n.Addr.Addr(), path), nil)
 	if err != nil {
 		return 0, "", err

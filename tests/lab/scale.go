@@ -105,7 +105,7 @@ func (s *Scale) Up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Dial = dialIn(h)
+	s.Dial = DialIn(h)
 	fabAddr := netip.PrefixFrom(s.fabricAddr(), scaleNet.Bits()).String()
 	for _, c := range [][]string{
 		{"link", "add", "br0", "type", "bridge"},
@@ -308,9 +308,9 @@ func waitUntil(ctx context.Context, timeout time.Duration, what string, f func()
 	return fmt.Errorf("waited %s for %s: %w", timeout, what, err)
 }
 
-// dialIn returns a dialer whose sockets live in namespace h: the socket
+// DialIn returns a dialer whose sockets live in namespace h: the socket
 // is created on a thread switched into h, and stays there.
-func dialIn(h netns.NsHandle) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func DialIn(h netns.NsHandle) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"time"
 
@@ -25,25 +24,7 @@ func dialerIn(ns string) (dialer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: %w", ns, err)
 	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			return nil, err
-		}
-		defer orig.Close()
-		if err := netns.Set(h); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err := netns.Set(orig); err != nil {
-				panic("scale: cannot return to the original network namespace: " + err.Error())
-			}
-		}()
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}, nil
+	return lab.DialIn(h), nil
 }
 
 // httpGet fetches url with a client dialling through d and returns the
