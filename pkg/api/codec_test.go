@@ -474,7 +474,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "missing kind", in: "apiVersion: routed.io/v1\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"kind"}},
 		{name: "missing apiVersion", in: "kind: IPPool\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"apiVersion"}},
 		{name: "foreign apiVersion", in: "apiVersion: networking.k8s.io/v1\nkind: IPPool\nmetadata: {name: a}\n", is: api.ErrDecode, mention: []string{"networking.k8s.io/v1", "crd.projectcalico.org/v1"}},
-		{name: "unknown kind", in: "apiVersion: routed.io/v1\nkind: HostEndpoint\nmetadata: {name: a}\n", is: api.ErrUnknownKind, mention: []string{"HostEndpoint"}},
+		{name: "unknown kind", in: "apiVersion: routed.io/v1\nkind: KubeControllersConfiguration\nmetadata: {name: a}\n", is: api.ErrUnknownKind, mention: []string{"KubeControllersConfiguration"}},
 		{name: "unknown kind in list", in: "apiVersion: routed.io/v1\nkind: PodList\nitems: [{metadata: {name: a}}]\n", is: api.ErrUnknownKind, mention: []string{"Pod", "item 1"}},
 		{name: "items not a list", in: "apiVersion: routed.io/v1\nkind: List\nitems: {a: 1}\n", is: api.ErrDecode, mention: []string{"items"}},
 		{name: "item not an object", in: "apiVersion: routed.io/v1\nkind: List\nitems: [3]\n", is: api.ErrDecode, mention: []string{"item 1"}},

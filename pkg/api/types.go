@@ -40,13 +40,23 @@ const (
 	KindNetworkSet          Kind = "NetworkSet"
 	KindGlobalNetworkPolicy Kind = "GlobalNetworkPolicy"
 	KindNetworkPolicy       Kind = "NetworkPolicy"
+	KindHostEndpoint        Kind = "HostEndpoint"
+	// The staged kinds are stored and validated like their enforced
+	// twins and never enforced (Calico's policy preview).
+	KindStagedNetworkPolicy           Kind = "StagedNetworkPolicy"
+	KindStagedGlobalNetworkPolicy     Kind = "StagedGlobalNetworkPolicy"
+	KindStagedKubernetesNetworkPolicy Kind = "StagedKubernetesNetworkPolicy"
+	KindIPReservation                 Kind = "IPReservation"
+	KindFelixConfiguration            Kind = "FelixConfiguration"
 )
 
 // Kinds lists every kind in the order routedctl prints and applies them:
 // pools and configuration before the objects that refer to them, tiers
 // before their policies.
-var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindBGPConfiguration, KindBGPFilter, KindNode, KindBGPPeer, KindWorkloadEndpoint,
-	KindTier, KindProfile, KindGlobalNetworkSet, KindNetworkSet, KindGlobalNetworkPolicy, KindNetworkPolicy}
+var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindIPReservation, KindFelixConfiguration, KindBGPConfiguration, KindBGPFilter,
+	KindNode, KindBGPPeer, KindWorkloadEndpoint, KindHostEndpoint,
+	KindTier, KindProfile, KindGlobalNetworkSet, KindNetworkSet, KindGlobalNetworkPolicy, KindNetworkPolicy,
+	KindStagedGlobalNetworkPolicy, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy}
 
 // Plural is the lower-case plural used in datastore keys and by routedctl.
 func (k Kind) Plural() string {
@@ -59,6 +69,14 @@ func (k Kind) Plural() string {
 		return "networkpolicies"
 	case KindGlobalNetworkPolicy:
 		return "globalnetworkpolicies"
+	case KindStagedNetworkPolicy:
+		return "stagednetworkpolicies"
+	case KindStagedGlobalNetworkPolicy:
+		return "stagedglobalnetworkpolicies"
+	case KindStagedKubernetesNetworkPolicy:
+		return "stagedkubernetesnetworkpolicies"
+	case KindFelixConfiguration:
+		return "felixconfigurations"
 	}
 	return strings.ToLower(string(k)) + "s"
 }
@@ -91,14 +109,34 @@ func ParseKind(s string) (Kind, error) {
 		return KindGlobalNetworkSet, nil
 	case "pro", "pros":
 		return KindProfile, nil
+	case "hep", "heps":
+		return KindHostEndpoint, nil
+	case "snp", "snps":
+		return KindStagedNetworkPolicy, nil
+	case "sgnp", "sgnps":
+		return KindStagedGlobalNetworkPolicy, nil
+	case "sknp", "sknps":
+		return KindStagedKubernetesNetworkPolicy, nil
+	case "felixconfig", "felixconfigs":
+		return KindFelixConfiguration, nil
 	}
-	return "", fmt.Errorf("%w: %q (known: ippool, node, bgpconfiguration, bgppeer, bgpfilter, workloadendpoint, ipamconfiguration, tier, networkpolicy, globalnetworkpolicy, profile, networkset, globalnetworkset)", ErrUnknownKind, s)
+	known := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		known[i] = strings.ToLower(string(k))
+	}
+	return "", fmt.Errorf("%w: %q (known: %s)", ErrUnknownKind, s, strings.Join(known, ", "))
 }
 
 // Namespaced reports whether resources of the kind live in a Kubernetes
 // namespace (metadata.namespace), as Calico's NetworkPolicy and
 // NetworkSet do.
-func (k Kind) Namespaced() bool { return k == KindNetworkPolicy || k == KindNetworkSet }
+func (k Kind) Namespaced() bool {
+	switch k {
+	case KindNetworkPolicy, KindNetworkSet, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy:
+		return true
+	}
+	return false
+}
 
 // StoreName is the name r is stored and watched under: its name, or for
 // a namespaced kind "<namespace>.<name>" (namespaces are DNS labels
@@ -189,6 +227,18 @@ func New(k Kind) (Resource, error) {
 		return &GlobalNetworkPolicy{TypeMeta: tm}, nil
 	case KindNetworkPolicy:
 		return &NetworkPolicy{TypeMeta: tm}, nil
+	case KindHostEndpoint:
+		return &HostEndpoint{TypeMeta: tm}, nil
+	case KindStagedNetworkPolicy:
+		return &StagedNetworkPolicy{TypeMeta: tm}, nil
+	case KindStagedGlobalNetworkPolicy:
+		return &StagedGlobalNetworkPolicy{TypeMeta: tm}, nil
+	case KindStagedKubernetesNetworkPolicy:
+		return &StagedKubernetesNetworkPolicy{TypeMeta: tm}, nil
+	case KindIPReservation:
+		return &IPReservation{TypeMeta: tm}, nil
+	case KindFelixConfiguration:
+		return &FelixConfiguration{TypeMeta: tm}, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
 }

@@ -727,8 +727,8 @@ func TestParseKind(t *testing.T) {
 			t.Errorf("ParseKind(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
-	if _, err := api.ParseKind("hostendpoint"); !errors.Is(err, api.ErrUnknownKind) {
-		t.Errorf("ParseKind(hostendpoint): want ErrUnknownKind, got %v", err)
+	if _, err := api.ParseKind("kubecontrollersconfiguration"); !errors.Is(err, api.ErrUnknownKind) {
+		t.Errorf("ParseKind(kubecontrollersconfiguration): want ErrUnknownKind, got %v", err)
 	}
 	for _, k := range api.Kinds {
 		r, err := api.New(k)
