@@ -3,17 +3,11 @@ package api
 // policyFields are the Calico fields of policies and profiles routed
 // has no field for. Each refused one would, if ignored, let through
 // traffic the policy was written to stop, or filter pods the policy
-// never applied to.
-func policyFields(global bool) []calicoField {
-	var out []calicoField
-	if global {
-		out = append(out,
-			calicoField{path: "spec.doNotTrack", refuse: whenTrue("doNotTrack policies apply to host endpoints before conntrack, and routed has no host endpoints: applied as an ordinary policy it would filter pods it never filtered")},
-			calicoField{path: "spec.preDNAT", refuse: whenTrue("preDNAT policies apply to host endpoints before DNAT, and routed has no host endpoints: applied as an ordinary policy it would filter pods it never filtered")},
-			calicoField{path: "spec.applyOnForward", note: "it concerns traffic forwarded through host endpoints, which routed does not have"},
-		)
-	}
-	return append(out, ruleFields()...)
+// never applied to. A GlobalNetworkPolicy's host-endpoint fields
+// (doNotTrack, preDNAT, applyOnForward) are routed's own, so both kinds
+// have only the rule fields here.
+func policyFields(bool) []calicoField {
+	return ruleFields()
 }
 
 // ruleFields refuses the rule matches routed cannot enforce, in both

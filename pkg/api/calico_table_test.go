@@ -118,8 +118,16 @@ func TestCalicoFieldTable(t *testing.T) {
 				t.Errorf("set %+v", s)
 			}
 		}},
-		{file: "globalnetworkpolicy-do-not-track.yaml", refuse: []string{"spec.doNotTrack", "host endpoints"}},
-		{file: "globalnetworkpolicy-apply-on-forward.yaml", warn: []string{"spec.applyOnForward"}},
+		{file: "globalnetworkpolicy-do-not-track.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.GlobalNetworkPolicy); !p.Spec.DoNotTrack || !p.Spec.ApplyOnForward || p.Spec.PreDNAT {
+				t.Errorf("host-endpoint fields not carried: %+v", p.Spec)
+			}
+		}},
+		{file: "globalnetworkpolicy-apply-on-forward.yaml", check: func(t *testing.T, r api.Resource) {
+			if p := r.(*api.GlobalNetworkPolicy); !p.Spec.ApplyOnForward || p.Spec.DoNotTrack {
+				t.Errorf("applyOnForward not carried: %+v", p.Spec)
+			}
+		}},
 		{file: "networkpolicy-http.yaml", refuse: []string{"spec.ingress[0].http", "application-layer"}},
 		{file: "networkpolicy-services.yaml", refuse: []string{"spec.egress[0].destination.services", "Services"}},
 		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).

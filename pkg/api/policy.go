@@ -52,15 +52,30 @@ type GlobalNetworkPolicy struct {
 	Spec     GlobalNetworkPolicySpec `json:"spec"`
 }
 
-// GlobalNetworkPolicySpec is Calico's v3 GlobalNetworkPolicySpec less
-// the host-endpoint fields (doNotTrack, preDNAT, applyOnForward), which
-// routed, having no host endpoints, refuses.
+// GlobalNetworkPolicySpec is Calico's v3 GlobalNetworkPolicySpec.
 type GlobalNetworkPolicySpec struct {
 	PolicySpec `json:",inline"`
 	// NamespaceSelector picks the namespaces (by their profile's labels)
 	// whose endpoints the policy may apply to; empty is all.
 	NamespaceSelector string `json:"namespaceSelector,omitempty"`
+	// DoNotTrack: the policy applies to host endpoints before connection
+	// tracking, in both directions, and what it allows is not tracked
+	// (replies need rules of their own). Needs ApplyOnForward; never
+	// applies to pods.
+	DoNotTrack bool `json:"doNotTrack,omitempty"`
+	// PreDNAT: the policy applies to traffic arriving on host endpoints
+	// before DNAT (it sees a NodePort's own port), ingress only. Needs
+	// ApplyOnForward; never applies to pods.
+	PreDNAT bool `json:"preDNAT,omitempty"`
+	// ApplyOnForward: the policy also applies to traffic forwarded
+	// through the host endpoints it selects (without it, only to traffic
+	// to and from the host's own processes).
+	ApplyOnForward bool `json:"applyOnForward,omitempty"`
 }
+
+// HostOnly reports whether the policy applies to host endpoints only
+// (doNotTrack or preDNAT, as in Calico).
+func (s *GlobalNetworkPolicySpec) HostOnly() bool { return s.DoNotTrack || s.PreDNAT }
 
 // Policy is either kind of policy, for code that treats them alike.
 type Policy interface {

@@ -57,6 +57,7 @@ func (p *GlobalNetworkPolicy) Validate() error {
 	}
 	p.Spec.validate(&v)
 	validateSelector(&v, "spec.namespaceSelector", p.Spec.NamespaceSelector)
+	p.Spec.validateHost(&v)
 	return v.result(KindGlobalNetworkPolicy, p.Metadata.Name)
 }
 
