@@ -21,7 +21,7 @@ TAGS_routed-ipam := cnithin
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build deps test test-unit bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
+.PHONY: all build deps test test-unit docs bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -62,6 +62,11 @@ test: deps lint build
 
 test-unit:
 	$(GO) test -short -count=1 ./pkg/...
+
+# docs regenerates the routedctl reference (docs/routedctl) from the
+# commands themselves; routed/ctl/gendoc's test fails when it is stale.
+docs:
+	$(GO) run ./routed/ctl/gendoc -out docs/routedctl
 
 # bench runs the benchmarks side by side with their baselines in the same
 # run (ratios are reported as custom metrics); see docs/benchmarks.md.
