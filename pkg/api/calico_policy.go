@@ -11,16 +11,12 @@ func policyFields(bool) []calicoField {
 }
 
 // ruleFields refuses the rule matches routed cannot enforce, in both
-// directions.
+// directions (services is routed's own field: EntityRule.Services).
 func ruleFields() []calicoField {
 	var out []calicoField
 	for _, dir := range []string{"spec.ingress[]", "spec.egress[]"} {
 		out = append(out, calicoField{path: dir + ".http",
 			refuse: always("HTTP matches need an application-layer proxy, which routed does not run: without it the rule would match every request to the port")})
-		for _, end := range []string{".source", ".destination"} {
-			out = append(out, calicoField{path: dir + end + ".services",
-				refuse: always("routed does not read Kubernetes Services: the rule would match every endpoint instead of the service's; match the service's pods with a selector")})
-		}
 	}
 	return out
 }

@@ -129,7 +129,11 @@ func TestCalicoFieldTable(t *testing.T) {
 			}
 		}},
 		{file: "networkpolicy-http.yaml", refuse: []string{"spec.ingress[0].http", "application-layer"}},
-		{file: "networkpolicy-services.yaml", refuse: []string{"spec.egress[0].destination.services", "Services"}},
+		{file: "networkpolicy-services.yaml", check: func(t *testing.T, r api.Resource) {
+			if sm := r.(*api.NetworkPolicy).Spec.Egress[0].Destination.Services; sm == nil || *sm != (api.ServiceMatch{Name: "kubernetes", Namespace: "default"}) {
+				t.Errorf("services %+v", sm)
+			}
+		}},
 		// calicoctl's own test data (projectcalico/calico calicoctl/test-data).
 		// nat-outgoing is a Calico v1 spelling that Calico v3 refuses too.
 		{file: "calicoctl-ippool.yaml", refuse: []string{"spec.nat-outgoing", "natOutgoing"}},

@@ -58,6 +58,7 @@ func (p *GlobalNetworkPolicy) Validate() error {
 	p.Spec.validate(&v)
 	validateSelector(&v, "spec.namespaceSelector", p.Spec.NamespaceSelector)
 	p.Spec.validateHost(&v)
+	validateServiceNamespaces(&v, p.Spec.Ingress, p.Spec.Egress)
 	return v.result(KindGlobalNetworkPolicy, p.Metadata.Name)
 }
 
@@ -117,6 +118,7 @@ func (p *Profile) Validate() error {
 	validateLabels(&v, "spec.labelsToApply", p.Spec.LabelsToApply)
 	validateRules(&v, "spec.ingress", p.Spec.Ingress)
 	validateRules(&v, "spec.egress", p.Spec.Egress)
+	validateServiceNamespaces(&v, p.Spec.Ingress, p.Spec.Egress)
 	return v.result(KindProfile, p.Metadata.Name)
 }
 

@@ -59,8 +59,21 @@ type EntityRule struct {
 	// NetworkPolicy, empty means the policy's own namespace.
 	NamespaceSelector string               `json:"namespaceSelector,omitempty"`
 	ServiceAccounts   *ServiceAccountMatch `json:"serviceAccounts,omitempty"`
-	Ports             []Port               `json:"ports,omitempty"`
-	NotPorts          []Port               `json:"notPorts,omitempty"`
+	// Services matches the endpoints of a Kubernetes Service: in an
+	// egress rule's destination their addresses and ports, in an
+	// ingress rule's source their addresses. It stands alone in its
+	// entity (no nets, selectors or service accounts beside it), as in
+	// Calico.
+	Services *ServiceMatch `json:"services,omitempty"`
+	Ports    []Port        `json:"ports,omitempty"`
+	NotPorts []Port        `json:"notPorts,omitempty"`
+}
+
+// ServiceMatch names a Kubernetes Service. Namespace defaults to a
+// NetworkPolicy's own; a GlobalNetworkPolicy or Profile must give it.
+type ServiceMatch struct {
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // ServiceAccountMatch matches pods running as a service account named

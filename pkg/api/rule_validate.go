@@ -17,8 +17,10 @@ func validateRules(v *errs, field string, rules []Rule) {
 	if len(rules) > maxRules {
 		v.add(field, len(rules), "has more than %d rules", maxRules)
 	}
+	ingress := strings.HasSuffix(field, "ingress")
 	for i, r := range rules {
 		r.validate(v, indexed(field, i))
+		r.validateServices(v, indexed(field, i), ingress)
 	}
 }
 
@@ -189,6 +191,7 @@ func (e *EntityRule) validate(v *errs, field string) {
 	} else {
 		validateSelector(v, field+".namespaceSelector", e.NamespaceSelector)
 	}
+	e.validateServiceMatch(v, field)
 	if sa := e.ServiceAccounts; sa != nil {
 		validateSelector(v, field+".serviceAccounts.selector", sa.Selector)
 		for i, n := range sa.Names {

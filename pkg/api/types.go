@@ -48,6 +48,9 @@ const (
 	KindStagedKubernetesNetworkPolicy Kind = "StagedKubernetesNetworkPolicy"
 	KindIPReservation                 Kind = "IPReservation"
 	KindFelixConfiguration            Kind = "FelixConfiguration"
+	// KindServiceEndpoints is written by the controllers only: the
+	// endpoints of a Kubernetes Service that a policy rule names.
+	KindServiceEndpoints Kind = "ServiceEndpoints"
 )
 
 // Kinds lists every kind in the order routedctl prints and applies them:
@@ -56,7 +59,7 @@ const (
 var Kinds = []Kind{KindIPAMConfiguration, KindIPPool, KindIPReservation, KindFelixConfiguration, KindBGPConfiguration, KindBGPFilter,
 	KindNode, KindBGPPeer, KindWorkloadEndpoint, KindHostEndpoint,
 	KindTier, KindProfile, KindGlobalNetworkSet, KindNetworkSet, KindGlobalNetworkPolicy, KindNetworkPolicy,
-	KindStagedGlobalNetworkPolicy, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy}
+	KindStagedGlobalNetworkPolicy, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy, KindServiceEndpoints}
 
 // Plural is the lower-case plural used in datastore keys and by routedctl.
 func (k Kind) Plural() string {
@@ -77,6 +80,8 @@ func (k Kind) Plural() string {
 		return "stagedkubernetesnetworkpolicies"
 	case KindFelixConfiguration:
 		return "felixconfigurations"
+	case KindServiceEndpoints:
+		return "serviceendpoints"
 	}
 	return strings.ToLower(string(k)) + "s"
 }
@@ -132,7 +137,7 @@ func ParseKind(s string) (Kind, error) {
 // NetworkSet do.
 func (k Kind) Namespaced() bool {
 	switch k {
-	case KindNetworkPolicy, KindNetworkSet, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy:
+	case KindNetworkPolicy, KindNetworkSet, KindStagedNetworkPolicy, KindStagedKubernetesNetworkPolicy, KindServiceEndpoints:
 		return true
 	}
 	return false
@@ -239,6 +244,8 @@ func New(k Kind) (Resource, error) {
 		return &IPReservation{TypeMeta: tm}, nil
 	case KindFelixConfiguration:
 		return &FelixConfiguration{TypeMeta: tm}, nil
+	case KindServiceEndpoints:
+		return &ServiceEndpoints{TypeMeta: tm}, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, k)
 }
