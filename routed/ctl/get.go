@@ -21,7 +21,8 @@ func newGetCmd(g *globals) *cobra.Command {
 bgpfilter, workloadendpoint (wep), ipamconfiguration, tier, networkpolicy,
 globalnetworkpolicy (gnp), profile, networkset, globalnetworkset (singular or
 plural). NetworkPolicies and NetworkSets are named NAMESPACE/NAME or -n
-NAMESPACE NAME.
+NAMESPACE NAME; WorkloadEndpoints NAMESPACE/POD as the table prints them
+(every interface of the pod), -n NAMESPACE POD, or their datastore name.
 -o yaml and -o json print resources that "apply -f" reads back.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,6 +41,14 @@ NAMESPACE NAME.
 			var rs []api.Resource
 			if len(args) > 1 {
 				for _, name := range args[1:] {
+					if k == api.KindWorkloadEndpoint && isWorkloadRef(namespace, name) {
+						ws, err := workloadEndpoints(cmd.Context(), c, namespace, name)
+						if err != nil {
+							return err
+						}
+						rs = append(rs, ws...)
+						continue
+					}
 					sn, err := storeName(k, namespace, name)
 					if err != nil {
 						return err
@@ -52,6 +61,8 @@ NAMESPACE NAME.
 				}
 			} else if rs, _, err = c.List(cmd.Context(), k); err != nil {
 				return err
+			} else if namespace != "" && k == api.KindWorkloadEndpoint {
+				rs = inWorkloadNamespace(rs, namespace)
 			} else if namespace != "" {
 				rs = inNamespace(rs, namespace)
 			}
@@ -63,7 +74,7 @@ NAMESPACE NAME.
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml, json or wide (default: table)")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace's NetworkPolicies and NetworkSets (names may also be written NAMESPACE/NAME)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace's NetworkPolicies, NetworkSets and pods' WorkloadEndpoints (names may also be written NAMESPACE/NAME)")
 	return cmd
 }
 

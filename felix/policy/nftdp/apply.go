@@ -23,9 +23,10 @@ type famTable struct {
 	tableExists bool
 	chains      map[string]*chainHave
 	sets        map[string]*setHave
-	ifaces      map[string]map[string]uint32 // FromWLIfaces/ToWLIfaces -> interface -> id
-	lists       map[uint32]string            // ChainDispatch: id -> chain
-	hasDispatch bool                         // ChainDispatch exists
+	ifaces      map[string]map[string]string // FromWLIfaces/ToWLIfaces -> interface -> chain
+	// legacy are maps of an earlier version's dispatch, to delete once
+	// the rules using them are replaced.
+	legacy []string
 
 	// What leads to each regular chain in this family, and which sets
 	// the chains in this family's table use (see reach.go).
@@ -94,9 +95,8 @@ func (t *txn) elements(s *nftables.Set, els []nftables.SetElement, del bool) err
 	return nil
 }
 
-// applyFamily writes one family's differences in one transaction; ids
-// says where ChainDispatch may differ from d.ids.
-func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
+// applyFamily writes one family's differences in one transaction.
+func (d *Dataplane) applyFamily(ft *famTable, full bool) error {
 	t := &txn{c: d.conn}
 	if !ft.tableExists {
 		t.c.AddTable(ft.table)
@@ -185,10 +185,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 		}
 	}
 
-	if full {
-		ids.all = true
-	}
-	if err := d.syncDispatch(t, ft, epNames, ids); err != nil {
+	if err := d.syncDispatch(t, ft, epNames); err != nil {
 		return err
 	}
 
@@ -197,6 +194,7 @@ func (d *Dataplane) applyFamily(ft *famTable, full bool, ids idChanges) error {
 		t.note("delete chain %s", name)
 		delete(ft.chains, name)
 	}
+	ft.dropLegacy(t)
 	for _, name := range delSets {
 		t.c.DelSet(&nftables.Set{Table: ft.table, Name: name})
 		t.note("delete set %s", name)

@@ -17,9 +17,8 @@ func (d *Dataplane) load(ft *famTable) error {
 	ft.tableExists = false
 	ft.chains = map[string]*chainHave{}
 	ft.sets = map[string]*setHave{}
-	ft.ifaces = map[string]map[string]uint32{}
-	ft.lists = map[uint32]string{}
-	ft.hasDispatch = false
+	ft.ifaces = map[string]map[string]string{}
+	ft.legacy = nil
 	tables, err := d.conn.ListTablesOfFamily(ft.fam.nft)
 	if err != nil {
 		return fmt.Errorf("nftdp: listing %s tables: %w", ft.fam.name, err)
@@ -68,23 +67,19 @@ func (d *Dataplane) load(ft *famTable) error {
 			return fmt.Errorf("nftdp: reading %s set %s: %w", ft.fam.name, s.Name, err)
 		}
 		switch {
-		case s.IsMap && s.Name == ChainDispatch:
-			ft.hasDispatch = true
+		case s.IsMap && (s.Name == FromWLIfaces || s.Name == ToWLIfaces):
+			// Verdict maps under these names are all any version wrote
+			// (the library reads a verdict map's data type back wrong,
+			// so the names decide).
+			m := map[string]string{}
 			for _, e := range els {
-				if len(e.Key) == 4 {
-					ft.lists[binary.BigEndian.Uint32(e.Key)] = verdictChain(e.Val)
-				}
-			}
-		case s.IsMap:
-			m := map[string]uint32{}
-			for _, e := range els {
-				id := uint32(0) // never an id we hand out
-				if len(e.Val) == 4 {
-					id = binary.BigEndian.Uint32(e.Val)
-				}
-				m[string(bytes.TrimRight(e.Key, "\x00"))] = id
+				m[string(bytes.TrimRight(e.Key, "\x00"))] = verdictChain(e.Val)
 			}
 			ft.ifaces[s.Name] = m
+		case s.IsMap:
+			// Only this package writes the table: any other map is an
+			// earlier version's dispatch.
+			ft.legacy = append(ft.legacy, s.Name)
 		case s.KeyType.Bytes == ft.fam.namedPortType.Bytes:
 			h := &setHave{kind: NamedPortSet, elems: map[mkey]bool{}}
 			for _, e := range els {
