@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
+	"github.com/routed-net/routed/felix/natout"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
 )
@@ -21,6 +22,17 @@ func TestNftListsEveryRule(t *testing.T) {
 	node := polab.NewNode(t)
 	a := node.AddPod(t, "cali-nl1", "10.66.0.1", "fd00:66::1")
 	d := newDP(t, node)
+
+	// felix/natout's tables, which a node with NAT outgoing has too.
+	nat, err := natout.New(node.Fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nat.Close() })
+	nat.SetPools([]netip.Prefix{netip.MustParsePrefix("10.66.0.0/16")}, []netip.Prefix{netip.MustParsePrefix("10.66.0.0/16")})
+	if err := nat.Apply(false); err != nil {
+		t.Fatal(err)
+	}
 
 	d.AddSet("s-addrs", nftdp.AddrSet)
 	d.AddMember("s-addrs", nftdp.Member{Prefix: host(a.IPv4)})
@@ -55,7 +67,7 @@ func TestNftListsEveryRule(t *testing.T) {
 	apply(t, d)
 
 	out := nftList(t, node)
-	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "iifname vmap @from-wl-dispatch"} {
+	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "table ip routed", "masquerade", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "iifname vmap @from-wl-dispatch"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nft list ruleset lacks %q:\n%s", want, out)
 		}
