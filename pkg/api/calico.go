@@ -130,7 +130,7 @@ func fromCalico(k Kind, obj map[string]any, where string) ([]string, error) {
 			}
 			if f.refuse != nil {
 				if why := f.refuse(v); why != "" {
-					refused = fmt.Errorf("%w: %s (%s %s): Calico field %s (%v) cannot be ignored: %s", ErrDecode, where, k, nameOf(obj), path, v, why)
+					refused = decodeErrorf("Calico field %s (%s) cannot be ignored: %s", path, renderValue(v), why)
 					return
 				}
 			}
@@ -141,7 +141,7 @@ func fromCalico(k Kind, obj map[string]any, where string) ([]string, error) {
 			}
 			delete(parent, key)
 			if f.note != "" && (f.quiet == nil || !f.quiet(v)) {
-				warnings = append(warnings, fmt.Sprintf("%s (%s %s): Calico field %s is not used by routed and was ignored: %s", where, k, nameOf(obj), path, f.note))
+				warnings = append(warnings, fmt.Sprintf("%s: Calico field %s is not used by routed and was ignored: %s", objLabel(where, k, obj), path, f.note))
 			}
 		})
 		if refused != nil {
@@ -167,7 +167,7 @@ func fromCalico(k Kind, obj map[string]any, where string) ([]string, error) {
 		}
 		sort.Strings(dropped)
 		for _, d := range dropped {
-			warnings = append(warnings, fmt.Sprintf("%s (%s %s): metadata.%s ignored", where, k, nameOf(obj), d))
+			warnings = append(warnings, fmt.Sprintf("%s: metadata.%s ignored", objLabel(where, k, obj), d))
 		}
 		delete(md, "resourceVersion") // a Calico revision means nothing here
 		delete(md, "uid")
@@ -205,15 +205,6 @@ func visitPath(m map[string]any, path, prefix string, fn func(parent map[string]
 	if next, ok := m[head].(map[string]any); ok {
 		visitPath(next, rest, join(prefix, head), fn)
 	}
-}
-
-func nameOf(obj map[string]any) string {
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		if n, ok := md["name"].(string); ok {
-			return fmt.Sprintf("%q", n)
-		}
-	}
-	return `""`
 }
 
 // takePath removes and returns the value at a dotted path.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -17,13 +18,18 @@ import (
 // warnings about Calico fields that routed accepts but does not act on.
 type Decoded struct {
 	Resources []Resource
-	Warnings  []string
+	// Docs[i] says where Resources[i] came from ("document 2", "document
+	// 2 item 3"), for errors found after decoding (Locate).
+	Docs     []string
+	Warnings []string
 }
 
 // Decode reads one or more YAML documents (separated by "---") or JSON
 // objects, each a resource or a list of resources ("kind: List" or
-// "<Kind>List" with items). Unknown fields are an error naming them.
-// Defaults are applied; validation is left to the caller.
+// "<Kind>List" with items). Field names are read regardless of case, as
+// calicoctl reads them. Unknown fields are an error naming them. Errors
+// are *DocError, naming the document and object. Defaults are applied;
+// validation is left to the caller.
 func Decode(data []byte) (*Decoded, error) {
 	return decode(data, func(i int) string { return fmt.Sprintf("document %d", i+1) })
 }
@@ -43,10 +49,13 @@ func decode(data []byte, where func(i int) string) (*Decoded, error) {
 	for i, doc := range docs {
 		var obj map[string]any
 		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrDecode, where(i), err)
+			return nil, &DocError{Doc: where(i), Err: decodeErrorf("%v", err)}
 		}
 		if obj == nil {
 			continue // empty document
+		}
+		if err := foldHeader(obj); err != nil {
+			return nil, &DocError{Doc: where(i), Err: err}
 		}
 		stringifyMeta(doc, obj)
 		if err := decodeObject(obj, where(i), out); err != nil {
@@ -54,7 +63,7 @@ func decode(data []byte, where func(i int) string) (*Decoded, error) {
 		}
 	}
 	if len(out.Resources) == 0 {
-		return nil, fmt.Errorf("%w: no resources found", ErrDecode)
+		return nil, decodeErrorf("no resources found")
 	}
 	return out, nil
 }
@@ -124,7 +133,7 @@ func splitDocuments(data []byte) ([][]byte, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: document %d: %v", ErrDecode, len(docs)+1, err)
+			return nil, &DocError{Doc: fmt.Sprintf("document %d", len(docs)+1), Err: decodeErrorf("%v", err)}
 		}
 		docs = append(docs, doc)
 	}
@@ -150,6 +159,8 @@ func splitJSON(data []byte) ([][]byte, bool) {
 	}
 }
 
+// decodeObject decodes one object (or List) into out; its errors are
+// *DocError naming where and the object.
 func decodeObject(obj map[string]any, where string, out *Decoded) error {
 	apiVersion, kind, err := header(obj, where)
 	if err != nil {
@@ -158,56 +169,71 @@ func decodeObject(obj map[string]any, where string, out *Decoded) error {
 	if _, isList := listItems(obj, kind); isList {
 		items, ok := obj["items"].([]any)
 		if !ok && obj["items"] != nil {
-			return fmt.Errorf("%w: %s: items must be a list", ErrDecode, where)
+			return &DocError{Doc: where, Kind: kind, Err: decodeErrorf("items must be a list")}
 		}
 		for j, it := range items {
+			item := fmt.Sprintf("%s item %d", where, j+1)
 			m, ok := it.(map[string]any)
 			if !ok {
-				return fmt.Errorf("%w: %s item %d: not an object", ErrDecode, where, j+1)
+				return &DocError{Doc: item, Err: decodeErrorf("not an object")}
 			}
 			inheritHeader(m, apiVersion, kind)
-			if err := decodeObject(m, fmt.Sprintf("%s item %d", where, j+1), out); err != nil {
+			if err := decodeObject(m, item, out); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	r, err := decodeOne(obj, apiVersion, kind, where, out)
+	if err != nil {
+		return locateObj(err, where, kind, obj)
+	}
+	out.Resources = append(out.Resources, r)
+	out.Docs = append(out.Docs, where)
+	return nil
+}
+
+// decodeOne decodes a single object of kind.
+func decodeOne(obj map[string]any, apiVersion, kind, where string, out *Decoded) (Resource, error) {
 	k := Kind(kind)
 	r, err := New(k)
 	if err != nil {
-		return fmt.Errorf("%w: %s: kind %q is not a routed resource", ErrUnknownKind, where, kind)
+		return nil, fmt.Errorf("%w: kind %q is not a routed resource", ErrUnknownKind, kind)
 	}
-	if isCalico(apiVersion) {
+	calico := isCalico(apiVersion)
+	if err := foldKeys(obj, reflect.TypeOf(r).Elem(), k, calico); err != nil {
+		return nil, err
+	}
+	if calico {
 		if k == KindWorkloadEndpoint || k == KindIPAMConfiguration {
-			return fmt.Errorf("%w: %s: %s is only accepted as %s", ErrDecode, where, k, APIVersion)
+			return nil, decodeErrorf("%s is only accepted as %s", k, APIVersion)
 		}
 		warnings, err := fromCalico(k, obj, where)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out.Warnings = append(out.Warnings, warnings...)
 		obj["apiVersion"] = APIVersion
 	}
 	if unknown := unknownFields(obj, r); len(unknown) > 0 {
-		return fmt.Errorf("%w: %s (%s): unknown field(s) %s", ErrDecode, where, kind, strings.Join(unknown, ", "))
+		return nil, decodeErrorf("unknown field(s) %s", strings.Join(unknown, ", "))
 	}
 	raw, err := json.Marshal(obj)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDecode, where, err)
+		return nil, decodeErrorf("%v", err)
 	}
 	if err := json.Unmarshal(raw, r); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%w: %s (%s): field %s: expected %s, got %s", ErrDecode, where, kind, te.Field, te.Type, te.Value)
+			return nil, decodeErrorf("field %s: expected %s, got %s", te.Field, te.Type, te.Value)
 		}
-		return fmt.Errorf("%w: %s (%s): %v", ErrDecode, where, kind, err)
+		return nil, decodeErrorf("%v", err)
 	}
 	if ns := r.Meta().Namespace; ns != "" && !k.Namespaced() {
-		return fmt.Errorf("%w: %s (%s): metadata.namespace %q: %s is not namespaced", ErrDecode, where, kind, ns, k)
+		return nil, decodeErrorf("metadata.namespace %q: %s is not namespaced", ns, k)
 	}
 	r.setDefaults()
-	out.Resources = append(out.Resources, r)
-	return nil
+	return r, nil
 }
 
 // Encode writes resources as YAML or JSON. One resource is written as
@@ -236,4 +262,15 @@ func Encode(w io.Writer, rs []Resource, format string, asList bool) error {
 		return err
 	}
 	return fmt.Errorf("unknown output format %q (use yaml or json)", format)
+}
+
+// objLabel is how warnings name an object: "document 2 (IPPool p)".
+func objLabel(where string, k Kind, obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	if n := displayName(ns, name); n != "" {
+		return fmt.Sprintf("%s (%s %s)", where, k, n)
+	}
+	return fmt.Sprintf("%s (%s)", where, k)
 }

@@ -27,7 +27,7 @@ func (e FieldError) String() string {
 	if e.Value == nil {
 		return fmt.Sprintf("%s: %s", e.Field, e.Detail)
 	}
-	return fmt.Sprintf("%s: %s (got %v)", e.Field, e.Detail, e.Value)
+	return fmt.Sprintf("%s: %s (got %s)", e.Field, e.Detail, renderValue(e.Value))
 }
 
 // ValidationError lists every problem found in one resource.

@@ -18,27 +18,46 @@ type Ref struct {
 // calicoctl delete -f does: a file holding only kind and metadata.name
 // is enough, and a spec, valid or not, is not looked at.
 func DecodeRefs(data []byte) ([]Ref, error) {
+	refs, _, err := DecodeRefsDocs(data)
+	return refs, err
+}
+
+// DecodeRefsDocs is DecodeRefs that also says where each Ref came from
+// ("document 2", "document 2 item 3"), for errors about it (Locate).
+func DecodeRefsDocs(data []byte) ([]Ref, []string, error) {
 	docs, err := splitDocuments(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var refs []Ref
+	var where []string
 	for i, doc := range docs {
 		var obj map[string]any
 		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return nil, fmt.Errorf("%w: document %d: %v", ErrDecode, i+1, err)
+			return nil, nil, &DocError{Doc: fmt.Sprintf("document %d", i+1), Err: decodeErrorf("%v", err)}
 		}
 		if obj == nil {
 			continue
 		}
+		if err := foldHeader(obj); err != nil {
+			return nil, nil, &DocError{Doc: fmt.Sprintf("document %d", i+1), Err: err}
+		}
+		n := len(refs)
 		if refs, err = appendRefs(refs, obj, fmt.Sprintf("document %d", i+1)); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		for j := n; j < len(refs); j++ {
+			w := fmt.Sprintf("document %d", i+1)
+			if _, isList := listItems(obj, fmt.Sprint(obj["kind"])); isList {
+				w = fmt.Sprintf("%s item %d", w, j-n+1)
+			}
+			where = append(where, w)
 		}
 	}
 	if len(refs) == 0 {
-		return nil, fmt.Errorf("%w: no resources found", ErrDecode)
+		return nil, nil, decodeErrorf("no resources found")
 	}
-	return refs, nil
+	return refs, where, nil
 }
 
 func appendRefs(refs []Ref, obj map[string]any, where string) ([]Ref, error) {
@@ -50,7 +69,7 @@ func appendRefs(refs []Ref, obj map[string]any, where string) ([]Ref, error) {
 		for j, it := range items {
 			m, ok := it.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("%w: %s item %d: not an object", ErrDecode, where, j+1)
+				return nil, &DocError{Doc: fmt.Sprintf("%s item %d", where, j+1), Err: decodeErrorf("not an object")}
 			}
 			inheritHeader(m, apiVersion, kind)
 			if refs, err = appendRefs(refs, m, fmt.Sprintf("%s item %d", where, j+1)); err != nil {
@@ -61,12 +80,12 @@ func appendRefs(refs []Ref, obj map[string]any, where string) ([]Ref, error) {
 	}
 	k, err := ParseKind(kind)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, &DocError{Doc: where, Err: err}
 	}
 	md, _ := obj["metadata"].(map[string]any)
 	name, _ := md["name"].(string)
 	if name == "" {
-		return nil, fmt.Errorf("%w: %s (%s): metadata.name is required", ErrDecode, where, kind)
+		return nil, &DocError{Doc: where, Kind: kind, Err: decodeErrorf("metadata.name is required")}
 	}
 	if k.Namespaced() {
 		ns, _ := md["namespace"].(string)
@@ -83,7 +102,7 @@ func header(obj map[string]any, where string) (apiVersion, kind string, err erro
 	apiVersion, _ = obj["apiVersion"].(string)
 	kind, _ = obj["kind"].(string)
 	if kind == "" {
-		return "", "", fmt.Errorf("%w: %s: missing kind", ErrDecode, where)
+		return "", "", &DocError{Doc: where, Err: decodeErrorf("missing kind")}
 	}
 	// kubectl prints several objects as a core "v1" List whose items
 	// carry their own apiVersion.
@@ -91,7 +110,7 @@ func header(obj map[string]any, where string) (apiVersion, kind string, err erro
 		return apiVersion, kind, nil
 	}
 	if apiVersion != APIVersion && !isCalico(apiVersion) {
-		return "", "", fmt.Errorf("%w: %s: apiVersion %q not supported (use %s, %s or %s)", ErrDecode, where, apiVersion, APIVersion, CalicoAPIVersion, CalicoCRDAPIVersion)
+		return "", "", &DocError{Doc: where, Kind: kind, Err: decodeErrorf("apiVersion %q not supported (use %s, %s or %s)", apiVersion, APIVersion, CalicoAPIVersion, CalicoCRDAPIVersion)}
 	}
 	return apiVersion, kind, nil
 }

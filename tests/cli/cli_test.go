@@ -139,8 +139,8 @@ func TestErrorsAreClear(t *testing.T) {
 		args  []string
 		want  []string
 	}{
-		{"unknown field", "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16, blocksize: 26}\n",
-			[]string{"apply", "-f", "-"}, []string{"unknown field", "spec.blocksize"}},
+		{"unknown field", "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16, blockSise: 26}\n",
+			[]string{"apply", "-f", "-"}, []string{"unknown field", "spec.blockSise"}},
 		{"bad cidr", "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/33}\n",
 			[]string{"apply", "-f", "-"}, []string{"spec.cidr", "not a CIDR"}},
 		{"vxlan", "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16, vxlanMode: Always, ipipMode: Always}\n",
