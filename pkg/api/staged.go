@@ -1,5 +1,10 @@
 package api
 
+import (
+	"errors"
+	"reflect"
+)
+
 // StagedAction says what a staged policy would do once enforced: Set
 // (the default) adds or replaces its enforced twin, Delete removes it.
 type StagedAction string
@@ -9,6 +14,14 @@ const (
 	StagedActionSet    StagedAction = "Set"
 	StagedActionDelete StagedAction = "Delete"
 )
+
+// The staged kinds are stored and validated like their enforced twins
+// and never enforced: none of them implements Policy, so nothing that
+// programs policy (felix, the explain model's SetResource) takes them.
+// The twin of a staged policy is the enforced policy of the same
+// namespace and name (for a StagedKubernetesNetworkPolicy, the
+// Kubernetes NetworkPolicy of that name, which the controllers store as
+// "knp.default.<name>").
 
 // StagedNetworkPolicy is a NetworkPolicy that is stored and never
 // enforced: operators see what it would decide before enforcing it.
@@ -48,14 +61,50 @@ type StagedKubernetesNetworkPolicy struct {
 
 // StagedKubernetesNetworkPolicySpec is Calico's v3
 // StagedKubernetesNetworkPolicySpec: a Kubernetes NetworkPolicy's spec
-// and the staged action.
+// (staged_k8s.go) and the staged action.
 type StagedKubernetesNetworkPolicySpec struct {
-	StagedAction StagedAction   `json:"stagedAction,omitempty"`
-	PodSelector  map[string]any `json:"podSelector,omitempty"`
-	Ingress      []any          `json:"ingress,omitempty"`
-	Egress       []any          `json:"egress,omitempty"`
-	PolicyTypes  []string       `json:"policyTypes,omitempty"`
+	StagedAction         StagedAction `json:"stagedAction,omitempty"`
+	K8sNetworkPolicySpec `json:",inline"`
 }
+
+// orSet is the staged action, Set when none is given.
+func (a StagedAction) orSet() StagedAction {
+	if a == "" {
+		return StagedActionSet
+	}
+	return a
+}
+
+// twinMeta is the metadata an enforced twin gets from its staged
+// policy: what names and labels it, not the staged object's own
+// datastore bookkeeping.
+func twinMeta(m ObjectMeta) ObjectMeta {
+	return ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}
+}
+
+// Enforced returns the NetworkPolicy p stands for: for Set, the policy
+// it would add or replace; for Delete, the twin it would remove (only
+// its namespace and name mean anything then).
+func (p *StagedNetworkPolicy) Enforced() *NetworkPolicy {
+	return &NetworkPolicy{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindNetworkPolicy},
+		Metadata: twinMeta(p.Metadata), Spec: p.Spec.NetworkPolicySpec}
+}
+
+// Enforced returns the GlobalNetworkPolicy p stands for (see
+// StagedNetworkPolicy.Enforced).
+func (p *StagedGlobalNetworkPolicy) Enforced() *GlobalNetworkPolicy {
+	return &GlobalNetworkPolicy{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindGlobalNetworkPolicy},
+		Metadata: twinMeta(p.Metadata), Spec: p.Spec.GlobalNetworkPolicySpec}
+}
+
+// Action returns p's staged action (Set when none is given).
+func (p *StagedNetworkPolicy) Action() StagedAction { return p.Spec.StagedAction.orSet() }
+
+// Action returns p's staged action (Set when none is given).
+func (p *StagedGlobalNetworkPolicy) Action() StagedAction { return p.Spec.StagedAction.orSet() }
+
+// Action returns p's staged action (Set when none is given).
+func (p *StagedKubernetesNetworkPolicy) Action() StagedAction { return p.Spec.StagedAction.orSet() }
 
 // GetKind implements Resource.
 func (p *StagedNetworkPolicy) GetKind() Kind { return KindStagedNetworkPolicy }
@@ -63,13 +112,24 @@ func (p *StagedNetworkPolicy) GetKind() Kind { return KindStagedNetworkPolicy }
 // Meta implements Resource.
 func (p *StagedNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 
-func (p *StagedNetworkPolicy) setDefaults() { defaultNamespace(&p.Metadata) }
+// setDefaults gives a Set policy its twin's defaults (tier, types,
+// nets written as CIDRs); a Delete policy only its tier, as Calico
+// does: its spec must otherwise stay empty.
+func (p *StagedNetworkPolicy) setDefaults() {
+	defaultNamespace(&p.Metadata)
+	if stagedDefaults(&p.Spec.StagedAction, &p.Spec.PolicySpec) {
+		twin := p.Enforced()
+		twin.setDefaults()
+		p.Spec.NetworkPolicySpec = twin.Spec
+	}
+}
 
-// Validate implements Resource.
+// Validate implements Resource: the name and spec as the twin
+// NetworkPolicy's, or for Delete an empty spec but for the tier.
 func (p *StagedNetworkPolicy) Validate() error {
-	var v errs
-	validateMeta(&v, KindStagedNetworkPolicy, &p.Metadata)
-	return v.result(KindStagedNetworkPolicy, StoreName(p))
+	empty := NetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
+	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), &NetworkPolicy{Metadata: p.Metadata, Spec: empty},
+		reflect.DeepEqual(p.Spec.NetworkPolicySpec, empty))
 }
 
 // GetKind implements Resource.
@@ -78,13 +138,20 @@ func (p *StagedGlobalNetworkPolicy) GetKind() Kind { return KindStagedGlobalNetw
 // Meta implements Resource.
 func (p *StagedGlobalNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 
-func (p *StagedGlobalNetworkPolicy) setDefaults() {}
+// setDefaults: see StagedNetworkPolicy.setDefaults.
+func (p *StagedGlobalNetworkPolicy) setDefaults() {
+	if stagedDefaults(&p.Spec.StagedAction, &p.Spec.PolicySpec) {
+		twin := p.Enforced()
+		twin.setDefaults()
+		p.Spec.GlobalNetworkPolicySpec = twin.Spec
+	}
+}
 
-// Validate implements Resource.
+// Validate implements Resource: see StagedNetworkPolicy.Validate.
 func (p *StagedGlobalNetworkPolicy) Validate() error {
-	var v errs
-	validateMeta(&v, KindStagedGlobalNetworkPolicy, &p.Metadata)
-	return v.result(KindStagedGlobalNetworkPolicy, p.Metadata.Name)
+	empty := GlobalNetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
+	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), &GlobalNetworkPolicy{Metadata: p.Metadata, Spec: empty},
+		reflect.DeepEqual(p.Spec.GlobalNetworkPolicySpec, empty))
 }
 
 // GetKind implements Resource.
@@ -93,11 +160,88 @@ func (p *StagedKubernetesNetworkPolicy) GetKind() Kind { return KindStagedKubern
 // Meta implements Resource.
 func (p *StagedKubernetesNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 
-func (p *StagedKubernetesNetworkPolicy) setDefaults() { defaultNamespace(&p.Metadata) }
+// setDefaults fills policyTypes as the Kubernetes API server does for a
+// NetworkPolicy (Ingress, and Egress when there are egress rules), so
+// the converted policy keeps its egress rules.
+func (p *StagedKubernetesNetworkPolicy) setDefaults() {
+	defaultNamespace(&p.Metadata)
+	p.Spec.StagedAction = p.Spec.StagedAction.orSet()
+	if p.Spec.StagedAction == StagedActionSet {
+		p.Spec.K8sNetworkPolicySpec.setDefaults()
+	}
+}
 
-// Validate implements Resource.
+// Validate implements Resource: the metadata as any namespaced
+// resource's (a Kubernetes NetworkPolicy is named by a DNS subdomain),
+// the spec as Kubernetes validates a NetworkPolicy's, or for Delete an
+// empty spec.
 func (p *StagedKubernetesNetworkPolicy) Validate() error {
 	var v errs
 	validateMeta(&v, KindStagedKubernetesNetworkPolicy, &p.Metadata)
+	switch p.Action() {
+	case StagedActionSet:
+		p.Spec.K8sNetworkPolicySpec.validate(&v)
+	case StagedActionDelete:
+		if !reflect.DeepEqual(p.Spec.K8sNetworkPolicySpec, K8sNetworkPolicySpec{}) {
+			v.add("spec", nil, "must be empty but for stagedAction when stagedAction is Delete (the twin is removed whatever the spec says)")
+		}
+	default:
+		badStagedAction(&v, p.Spec.StagedAction)
+	}
 	return v.result(KindStagedKubernetesNetworkPolicy, StoreName(p))
+}
+
+// stagedDefaults defaults the staged action to Set and reports whether
+// it is Set; a Delete policy gets only its tier and, as Calico does,
+// no types (they say nothing about a removal).
+func stagedDefaults(a *StagedAction, s *PolicySpec) (set bool) {
+	*a = a.orSet()
+	if *a == StagedActionSet {
+		return true
+	}
+	if s.Tier == "" {
+		s.Tier = DefaultTierName
+	}
+	s.Types = nil
+	return false
+}
+
+// validateStaged validates staged policy r through its twin: for Set
+// the policy it would set (names, selectors, rules, as that kind's
+// Validate checks them), for Delete the twin with only r's name and
+// tier (emptyTwin), and r's spec must be empty but for the tier
+// (Calico's rule: the policy is removed whatever it says, so anything
+// written there is a mistake the operator should hear about).
+func validateStaged(r Resource, a StagedAction, twin, emptyTwin Resource, emptySpec bool) error {
+	var v errs
+	switch a.orSet() {
+	case StagedActionSet:
+		v.take(twin.Validate())
+	case StagedActionDelete:
+		v.take(emptyTwin.Validate())
+		if !emptySpec {
+			v.add("spec", nil, "must be empty but for stagedAction and tier when stagedAction is Delete (the twin is removed whatever the spec says)")
+		}
+	default:
+		badStagedAction(&v, a)
+	}
+	return v.result(r.GetKind(), StoreName(r))
+}
+
+func badStagedAction(v *errs, a StagedAction) {
+	v.add("spec.stagedAction", a, "must be Set or Delete (Calico's Learn and Ignore are not supported)")
+}
+
+// take adds the field errors of a twin's validation; any other error
+// is kept as one problem of the whole object.
+func (v *errs) take(err error) {
+	if err == nil {
+		return
+	}
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		v.list = append(v.list, ve.Fields...)
+		return
+	}
+	v.add("spec", nil, "%v", err)
 }
