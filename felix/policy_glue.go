@@ -14,7 +14,7 @@ import (
 // PolicyKinds are the policy model's kinds felix takes from the node
 // feed (with every node's WorkloadEndpoints: selectors match remote pods).
 var PolicyKinds = []api.Kind{api.KindTier, api.KindNetworkPolicy, api.KindGlobalNetworkPolicy,
-	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet}
+	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet, api.KindServiceEndpoints}
 
 // openPolicy opens the policy dataplane in felix's namespace. Nothing is
 // written before the first apply, which happens only once felix has the
@@ -73,6 +73,8 @@ func (l *loop) policySet(r api.Resource) {
 		err = l.policy.SetNetworkSet(v)
 	case *api.GlobalNetworkSet:
 		err = l.policy.SetGlobalNetworkSet(v)
+	case *api.ServiceEndpoints:
+		err = l.policy.SetServiceEndpoints(v)
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	}
@@ -105,6 +107,8 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 		l.policy.DeleteNetworkSet(ns, n)
 	case api.KindGlobalNetworkSet:
 		l.policy.DeleteGlobalNetworkSet(name)
+	case api.KindServiceEndpoints:
+		l.policy.DeleteServiceEndpoints(api.SplitStoreName(k, name))
 	case api.KindWorkloadEndpoint:
 		l.policy.DeleteEndpoint(name)
 	}
@@ -154,7 +158,7 @@ func (l *loop) policyGiven(k api.Kind) []string {
 // dataplane: what endpoints' labels and policies' order come from
 // first, endpoints last, so that each endpoint group is derived once
 // and each new set filled once.
-var policyReplaceOrder = []api.Kind{api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet,
+var policyReplaceOrder = []api.Kind{api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindServiceEndpoints,
 	api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindWorkloadEndpoint}
 
 // names are the datastore names of what the policy dataplane was given,

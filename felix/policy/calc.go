@@ -58,6 +58,8 @@ type Calc struct {
 	// (calc_index.go), and the label sets they share (labelset.go).
 	groups    groupIndex
 	labelSets labelSets
+	// The endpoints of the Services rules name (calc_service.go).
+	services map[string]*service
 }
 
 // local is a local endpoint, its interface and pod, what applies to
@@ -297,6 +299,7 @@ func insertSorted(ps []*cpolicy, p *cpolicy, less func(a, b *cpolicy) int) []*cp
 // activate references a policy's sets and renders its chains.
 func (c *Calc) activate(p *cpolicy) {
 	c.refSets(p.sets())
+	c.fillServiceSets(p.sets())
 	for _, in := range []bool{true, false} {
 		if !p.applies(in) {
 			continue
@@ -397,6 +400,7 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 
 func (c *Calc) activateProfile(p *profile) {
 	c.refSets(p.sets())
+	c.fillServiceSets(p.sets())
 	for _, in := range []bool{true, false} {
 		rules, infos := c.profileChain(p, in)
 		c.setChain(p.chain(in), rules, infos)

@@ -308,7 +308,7 @@ func (x *interp) inSet(name string, a netip.Addr, port uint16) bool {
 			return true
 		}
 	}
-	return false
+	return has(x.c.serviceMembers(spec)) // a Service's (calc_service.go)
 }
 
 func containsAddr(nets []netip.Prefix, a netip.Addr) bool {

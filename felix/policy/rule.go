@@ -90,6 +90,12 @@ func compileRule(field string, r *api.Rule, policyNS string) (*rule, error) {
 	if out.dst, err = compileSide(field+".destination", &r.Destination, policyNS, out.proto); err != nil {
 		return nil, err
 	}
+	if err = compileServices(field+".source", &r.Source, &out.src, false, policyNS); err != nil {
+		return nil, err
+	}
+	if err = compileServices(field+".destination", &r.Destination, &out.dst, true, policyNS); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -1,11 +1,9 @@
 package bgp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"github.com/routed-net/routed/internal/heartbeat"
-	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -36,12 +34,6 @@ type Config struct {
 	// nil when no felix runs here.
 	RouteStatus RouteStatus
 
-	// BorrowedIPs, when set, is polled every BorrowedPollInterval for the
-	// /32s this node holds in other nodes' blocks (ipam.Client.BorrowedIPs).
-	// SetBorrowedIPs pushes them instead.
-	BorrowedIPs          func(ctx context.Context) ([]netip.Addr, error)
-	BorrowedPollInterval time.Duration
-
 	// DisableGracefulRestart turns graceful restart off: peers then drop
 	// this node's routes as soon as its sessions drop.
 	DisableGracefulRestart bool
@@ -70,11 +62,10 @@ type Config struct {
 
 // Defaults for Config.
 const (
-	DefaultRestartTime          = 120 * time.Second
-	DefaultStateDir             = "/var/run/routed"
-	DefaultInitialSyncTimeout   = 10 * time.Second
-	DefaultConnectRetry         = 5 * time.Second
-	DefaultBorrowedPollInterval = 10 * time.Second
+	DefaultRestartTime        = 120 * time.Second
+	DefaultStateDir           = "/var/run/routed"
+	DefaultInitialSyncTimeout = 10 * time.Second
+	DefaultConnectRetry       = 5 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -101,9 +92,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ConnectRetry < 2*time.Second {
 		c.ConnectRetry = 2 * time.Second
-	}
-	if c.BorrowedPollInterval == 0 {
-		c.BorrowedPollInterval = DefaultBorrowedPollInterval
 	}
 	if c.Log == nil {
 		c.Log = logrus.WithField("component", "bgp")

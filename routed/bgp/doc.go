@@ -3,15 +3,15 @@
 // IPv6 address), borrowed /32s and /128s and service CIDRs, and hands the best paths it learns to felix through
 // a RouteSink (learned.go), which felix implements.
 //
-// How a daemon composes it (see README.md for the model):
+// How the node daemon composes it (routed/daemon/parts.go):
 //
-//	sp, _ := bgp.New(bgp.Config{NodeName: name, RouteSink: fx, RouteStatus: fx,
-//		BorrowedIPs: func(ctx context.Context) ([]netip.Addr, error) { return ipamc.BorrowedIPs(ctx, name) }})
-//	go sp.Run(ctx)                                   // programs GoBGP
-//	go confd.New(ds, sp, name).Run(ctx)              // identity and peers
-//	go ipam.WatchAffinities(ctx, ds, sp)             // blocks to advertise
-//	go status.NewServer(status.SocketPath(flag), sp).Run(ctx) // routedctl node status
+//	sp, _ := bgp.New(bgp.Config{NodeName: name, RouteSink: fx, RouteStatus: fx})
+//	spc := sp.Consumer()                         // this node's blocks and borrowed addresses
+//	nodeFeed.Subscribe("bgp", spc.SubscribedKinds(), spc)
+//	cd := confd.New(sp, name)                    // identity, peers, filters
+//	nodeFeed.Subscribe("confd", confd.Kinds, cd.Consumer())
+//	go sp.Run(ctx)                               // the only goroutine that programs GoBGP
 //
-// A route-reflector-only node passes no RouteSink and calls
-// sp.OnAffinitySnapshot(nil) instead of watching IPAM.
+// Everything arrives through the node feed (pkg/feed): nothing here reads
+// the datastore. A route-reflector-only node passes no RouteSink.
 package bgp

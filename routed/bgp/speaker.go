@@ -26,7 +26,8 @@ var ErrAlreadyRunning = errors.New("bgp: speaker already running")
 // advertises this node's blocks and hands learned routes to felix.
 //
 // Inputs arrive through SetGlobal, SetPeers, SetServiceCIDRs (from
-// confd), the AffinityHandler methods (from IPAM) and SetBorrowedIPs;
+// confd), the AffinityHandler methods and SetBorrowedIPs (from the node
+// feed: feed.go);
 // they only record the wanted state. Run's loop alone programs GoBGP,
 // touching only what differs.
 type Speaker struct {
@@ -191,9 +192,6 @@ func (s *Speaker) Run(ctx context.Context) error {
 		s.log.WithField("restartTime", s.cfg.RestartTime).WithField("lastAlive", alive.UTC().Format(time.RFC3339)).
 			Info("restarting: peers keep our routes while we resync")
 	}
-	if s.cfg.BorrowedIPs != nil {
-		go s.pollBorrowed(ctx)
-	}
 
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
@@ -240,24 +238,6 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	s.removeRestartMarker()
 	return nil
-}
-
-func (s *Speaker) pollBorrowed(ctx context.Context) {
-	t := time.NewTicker(s.cfg.BorrowedPollInterval)
-	defer t.Stop()
-	for {
-		addrs, err := s.cfg.BorrowedIPs(ctx)
-		if err == nil {
-			s.SetBorrowedIPs(addrs)
-		} else if ctx.Err() == nil {
-			s.log.WithError(err).Warn("cannot list borrowed addresses")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 func (s *Speaker) setView(f func(v *view)) {
