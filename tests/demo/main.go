@@ -21,7 +21,7 @@ func main() {
 	bin := flag.String("bin", "bin", "directory with routed, routedctl, routed-cni, routed-ipam")
 	dir := flag.String("dir", "/tmp/routed-demo", "lab state: logs, sockets, CNI config")
 	podsPerNode := flag.Int("pods", 2, "pods per node")
-	keep := flag.Bool("keep", false, "leave the lab running after the checks (tear down with Ctrl-C)")
+	keep := flag.Bool("keep", false, "leave the lab running after the checks and print how to use it: the etcd endpoint, the namespaces and routedctl command lines (tear down with Ctrl-C)")
 	dualStack := flag.Bool("dual-stack", false, "give the nodes IPv6 subnets and addresses, add an IPv6 pool and IPv6 BGP sessions: every pod gets both families and every pair is pinged over both")
 	encap := flag.String("encap", "auto", "pod traffic between subnets: auto (IPIP CrossSubnet when the kernel has ipip, else routed through the router), ipip, none, or vxlan (VXLAN CrossSubnet with no BGP at all)")
 	etcdMembers := flag.Int("etcd-members", 1, "etcd members: 1 (one plain etcd in the router) or 3 (a cluster, each member in its own namespace, mTLS on client and peer ports, every client given all three endpoints)")
@@ -84,7 +84,7 @@ func run(bin, dir string, podsPerNode int, keep bool, encap string, dualStack bo
 	}
 	report := lab.Check(ctx, l, podsPerNode, os.Stdout)
 	if keep {
-		fmt.Println("==> lab left running; press Ctrl-C to tear it down")
+		printUsage(os.Stdout, l, l.Pods())
 		<-ctx.Done()
 	}
 	if !report.OK() {

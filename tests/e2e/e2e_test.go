@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,29 +18,6 @@ import (
 
 	"github.com/routed-net/routed/internal/testenv"
 )
-
-// claimLabIndex takes a lab index no other test process on this machine
-// holds (a flock on a file per index, released when the test ends): the
-// index names the lab's namespaces, and a lab starting with a name in
-// use cleans up the running one's (pid%5 slots collided between
-// engineers running the suite at once). DefaultTopology needs <= 55.
-func claimLabIndex(t testing.TB) int {
-	t.Helper()
-	for idx := 1; idx <= 55; idx++ {
-		f, err := os.OpenFile(fmt.Sprintf("/run/routed-e2e-lab-%d.lock", idx), os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			continue
-		}
-		t.Cleanup(func() { f.Close() }) // registered first: runs after the lab is down
-		return idx
-	}
-	t.Fatal("all 55 lab indexes are held by running tests")
-	return 0
-}
 
 // startLab brings up a lab unique to this test and tears it down after.
 func startLab(t testing.TB) *lab.Lab { return startLabWith(t, nil) }
@@ -67,7 +43,7 @@ func startLabWith(t testing.TB, mutate func(*lab.Topology)) *lab.Lab {
 	if filepath.Dir(bins.RoutedCNI) != filepath.Dir(bins.RoutedIPAM) {
 		t.Fatalf("routed-cni and routed-ipam are in different directories")
 	}
-	idx := claimLabIndex(t)
+	idx := lab.ClaimIndex(t)
 	prefix := fmt.Sprintf("re%d", idx)
 	topo := lab.DefaultTopology(prefix, idx)
 	if mutate != nil {
