@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// KindStagedPolicyRule is the Kind of a staged policy's rule in a
+// staged decision. Such a rule is in no kernel chain, so it has no
+// counter ID.
+const KindStagedPolicyRule = "staged policy rule"
+
+// ErrNotModel is returned by ExplainStaged on a calculator that
+// programs a dataplane: evaluating a staged policy changes the model
+// for a moment, which only a model (NewModel) may do.
+var ErrNotModel = errors.New("policy: staged policies are evaluated on a model (NewModel) only, never on the calculator that programs the kernel")
+
+// StagedPolicy is a staged policy as the model evaluates it. Staged
+// policies are never given to SetPolicy (felix never sees them); only
+// ExplainStaged puts one in the model, for the time of one evaluation.
+type StagedPolicy struct {
+	// Kind, Namespace and Name name the staged resource.
+	Kind      api.Kind
+	Namespace string
+	Name      string
+	Action    api.StagedAction
+	// Policy is the enforced policy it stands for (its twin): for Set
+	// the policy it would add or replace, for Delete the one it would
+	// remove (only its kind, namespace and name are read then). See
+	// api.StagedNetworkPolicy.Enforced and, for a
+	// StagedKubernetesNetworkPolicy, the controllers' conversion.
+	Policy api.Policy
+}
+
+// Key names the staged policy in staged decisions as PolicyKey names
+// enforced ones: "staged:" and its kind's short name, "snp:<ns>/<name>",
+// "sgnp:<name>", "sknp:<ns>/<name>".
+func (s StagedPolicy) Key() string {
+	switch s.Kind {
+	case api.KindStagedNetworkPolicy:
+		return "staged:snp:" + s.Namespace + "/" + s.Name
+	case api.KindStagedKubernetesNetworkPolicy:
+		return "staged:sknp:" + s.Namespace + "/" + s.Name
+	}
+	return "staged:sgnp:" + s.Name
+}
+
+// StagedVerdict is what a flow would meet if one staged policy were
+// enforced: its action applied to the model (Set: its twin added or
+// replaced by it; Delete: its twin removed), every other policy as it
+// is.
+type StagedVerdict struct {
+	Policy string           `json:"policy"` // StagedPolicy.Key
+	Kind   api.Kind         `json:"kind"`
+	Action api.StagedAction `json:"stagedAction"`
+	// Twin is the enforced policy it sets or removes (PolicyKey);
+	// TwinExists says whether that policy is in the model now.
+	Twin       string `json:"twin"`
+	TwinExists bool   `json:"twinExists"`
+	// Egress and Ingress are the directions whose endpoint the staged
+	// policy or its twin applies to, decided under the staged model;
+	// nil for a direction neither applies to (it keeps the enforced
+	// decision).
+	Egress  *Decision `json:"egress,omitempty"`
+	Ingress *Decision `json:"ingress,omitempty"`
+	// Allowed is the flow's fate under the staged model; Changed says
+	// that a direction's verdict or deciding rule differs from the
+	// enforced one.
+	Allowed bool `json:"allowed"`
+	Changed bool `json:"changed"`
+	// Error says why the staged policy could not be evaluated (a
+	// policy felix would refuse); nothing else is then set.
+	Error string `json:"error,omitempty"`
+}
+
+// ExplainStaged evaluates f once per staged policy that applies (or
+// whose twin applies) to the source's egress or the destination's
+// ingress, with that staged policy's action applied to the model, as
+// Calico's staged ("pending") verdicts do; enforced is the model's
+// Explain of f. Staged policies that apply to neither are left out.
+// The model is the same after it returns as before.
+func (c *Calc) ExplainStaged(f Flow, enforced Explanation, staged []StagedPolicy) ([]StagedVerdict, error) {
+	if _, ok := c.sink.(discard); !ok {
+		return nil, ErrNotModel
+	}
+	var out []StagedVerdict
+	for _, s := range staged {
+		v, relevant := c.explainOneStaged(f, enforced, s)
+		if relevant {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// explainOneStaged applies s, decides the directions it concerns and
+// puts the model back as it was.
+func (c *Calc) explainOneStaged(f Flow, enforced Explanation, s StagedPolicy) (StagedVerdict, bool) {
+	key := PolicyKey(s.Policy)
+	old := c.policies[key]
+	v := StagedVerdict{Policy: s.Key(), Kind: s.Kind, Action: s.Action, Twin: key, TwinExists: old != nil}
+	src, dst := c.endpointAt(f.Src), c.endpointAt(f.Dst)
+	egress, ingress := c.concerns(old, src, false), c.concerns(old, dst, true)
+	switch s.Action {
+	case api.StagedActionSet, "":
+		if err := c.SetPolicy(s.Policy); err != nil {
+			v.Error = fmt.Sprintf("not evaluated: felix would refuse it as %s: %v", key, err)
+			return v, true
+		}
+		np := c.policies[key]
+		egress, ingress = egress || c.concerns(np, src, false), ingress || c.concerns(np, dst, true)
+	case api.StagedActionDelete:
+		c.DeletePolicy(key)
+	default:
+		v.Error = fmt.Sprintf("not evaluated: stagedAction %q is neither Set nor Delete", s.Action)
+		return v, true
+	}
+	defer c.replacePolicy(key, old) // old nil: the twin did not exist
+	if !egress && !ingress {
+		return v, false
+	}
+	eg, in := enforced.Egress, enforced.Ingress
+	if egress {
+		d := c.decide(f, false)
+		markStaged(&d, key, v.Policy)
+		v.Egress, eg = &d, d
+	}
+	if ingress {
+		d := c.decide(f, true)
+		markStaged(&d, key, v.Policy)
+		v.Ingress, in = &d, d
+	}
+	v.Allowed = eg.Allowed && in.Allowed
+	v.Changed = eg.Allowed != enforced.Egress.Allowed || eg.Rule != enforced.Egress.Rule ||
+		in.Allowed != enforced.Ingress.Allowed || in.Rule != enforced.Ingress.Rule
+	return v, true
+}
+
+// concerns reports whether p applies to e's traffic in a direction.
+func (c *Calc) concerns(p *cpolicy, e *endpoint, in bool) bool {
+	return p != nil && e != nil && p.applies(in) && p.sel.group(e.g)
+}
+
+// markStaged names the staged policy's rules as its own: they are the
+// twin's key in the model, and no kernel chain has them.
+func markStaged(d *Decision, twin, staged string) {
+	mark := func(r *RuleInfo) {
+		if r.Kind == KindPolicyRule && r.Policy == twin {
+			r.Kind, r.Policy, r.ID = KindStagedPolicyRule, staged, ""
+		}
+	}
+	mark(&d.Rule)
+	for i := range d.Passed {
+		mark(&d.Passed[i])
+	}
+	for i := range d.Logged {
+		mark(&d.Logged[i])
+	}
+}
