@@ -60,6 +60,8 @@ type Calc struct {
 	labelSets labelSets
 	// The endpoints of the Services rules name (calc_service.go).
 	services map[string]*service
+	// This node's host endpoints and their failsafe ports (calc_hostep.go).
+	hosts hostState
 }
 
 // local is a local endpoint, its interface and pod, what applies to
@@ -181,6 +183,9 @@ func (c *Calc) resortAll() {
 		slices.SortFunc(l.out, c.less)
 		c.renderEndpoint(l)
 	}
+	for key := range c.hosts.eps {
+		c.rehost(key)
+	}
 }
 
 // SetPolicy adds or replaces a policy. On an error nothing changes.
@@ -223,7 +228,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	var affected []*local
 	for k, l := range c.locals {
 		was := old != nil && old.selected[k]
-		sel := np != nil && np.sel.group(l.ep.g)
+		sel := np != nil && np.picks(l.ep.g)
 		if !was && !sel {
 			continue
 		}
@@ -240,6 +245,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 		}
 		affected = append(affected, l)
 	}
+	hosts := c.reselectHosts(old, np)
 	// New sets are referenced before old ones are released, so a set
 	// both versions use is never emptied and refilled.
 	if np != nil && len(np.selected) > 0 {
@@ -256,6 +262,9 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 	for _, l := range affected {
 		c.renderEndpoint(l)
 	}
+	for _, h := range hosts {
+		c.updateHost(h)
+	}
 }
 
 // sameSelection reports whether two versions of a policy select the
@@ -263,7 +272,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 // evaluation order: then only their rules differ.
 func sameSelection(a, b *cpolicy) bool {
 	return a.sel.id == b.sel.id && a.tier == b.tier && a.order == b.order && a.name == b.name &&
-		a.hasIn == b.hasIn && a.hasOut == b.hasOut
+		a.hasIn == b.hasIn && a.hasOut == b.hasOut && a.host == b.host
 }
 
 // replaceRules swaps in a policy version whose selection is the old
@@ -279,6 +288,10 @@ func (c *Calc) replaceRules(old, np *cpolicy) {
 	}
 	for k := range np.selected {
 		l := c.locals[k]
+		if l == nil {
+			c.swapHostPolicy(k, old, np)
+			continue
+		}
 		for _, ps := range [][]*cpolicy{l.in, l.out} {
 			if i := slices.Index(ps, old); i >= 0 {
 				ps[i] = np
@@ -319,7 +332,7 @@ func (c *Calc) policyChain(p *cpolicy, in bool) ([]nftdp.Rule, map[string]RuleIn
 		infos[id] = RuleInfo{ID: id, Kind: KindPolicyRule, Tier: p.tier, Policy: p.key, Direction: dirName(in), Index: i, Action: string(r.action)}
 		rules = append(rules, c.log.expand(r, id, logRulePrefix+ruleToken(id), false)...)
 	}
-	return rules, infos
+	return p.host.allows(rules), infos
 }
 
 // setChain writes a chain and records what its rule IDs stand for.

@@ -107,6 +107,7 @@ func (c *Calc) rederive(g *group) {
 		if l := c.locals[e.key]; l != nil {
 			c.updateLocal(e, l.iface, l.pod)
 		}
+		c.rehost(e.key)
 	}
 }
 
@@ -182,9 +183,17 @@ func (c *Calc) updateLocal(e *endpoint, iface, pod string) {
 	l.ep, l.pod = e, pod
 	l.in, l.out = c.policiesFor(e.g)
 	newPols := union(l.in, l.out)
+	c.reselect(e.key, oldPols, newPols, oldProfiles, e.g.profiles)
+	c.renderEndpoint(l)
+}
+
+// reselect moves a local endpoint's (or host endpoint's) selections
+// from the old policies and profiles to the new ones: new references
+// first, so that what both have is never deactivated in between.
+func (c *Calc) reselect(key string, oldPols, newPols []*cpolicy, oldProfiles, newProfiles []string) {
 	for _, p := range newPols {
-		if !p.selected[e.key] {
-			p.selected[e.key] = true
+		if !p.selected[key] {
+			p.selected[key] = true
 			if len(p.selected) == 1 {
 				c.activate(p)
 			}
@@ -192,16 +201,15 @@ func (c *Calc) updateLocal(e *endpoint, iface, pod string) {
 	}
 	for _, p := range oldPols {
 		if !slices.Contains(newPols, p) {
-			c.unselect(p, e.key)
+			c.unselect(p, key)
 		}
 	}
-	for _, name := range e.g.profiles {
+	for _, name := range newProfiles {
 		c.refProfile(name)
 	}
 	for _, name := range oldProfiles {
 		c.unrefProfile(name)
 	}
-	c.renderEndpoint(l)
 }
 
 func (c *Calc) unselect(p *cpolicy, key string) {
@@ -251,15 +259,7 @@ func (c *Calc) renderEndpoint(l *local) {
 	for k, in := range []bool{false, true} {
 		name, rules, infos, runs := c.endpointChain(e, l.in, l.out, in)
 		names[k] = name
-		if l.chains[k] != name {
-			if c.epChainRefs[name]++; c.epChainRefs[name] == 1 {
-				c.refRuns(runs)
-				c.epChainRuns[name] = runs
-				c.setChain(name, rules, infos)
-			}
-			c.unrefEPChain(l.chains[k])
-			l.chains[k] = name
-		}
+		c.swapEPChain(&l.chains[k], name, rules, infos, runs)
 	}
 	c.sink.SetEndpoint(l.iface, names[0], names[1], nftdp.FamiliesOf(e.ips))
 	c.index.setIface(l.iface, EndpointRef{Key: e.key, Namespace: e.g.ns, Pod: l.pod})
@@ -274,11 +274,30 @@ func (c *Calc) renderEndpoint(l *local) {
 // or off does not rename chains and a rule ID means the same with and
 // without it.
 func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (name string, out []nftdp.Rule, named map[string]RuleInfo, runs []guardRun) {
-	dir := dirName(in)
 	pols := outPols
 	if in {
 		pols = inPols
 	}
+	return c.policyListChain(pols, in, chainShape{prefix: "ep-" + dirName(in)[:2] + "-",
+		profiles: e.g.profiles, tierDrop: true, endDrop: true, family: e.onlyFamily()})
+}
+
+// chainShape is what differs between the chains policyListChain makes:
+// a pod's (and a host endpoint's own) chain ends each tier and itself
+// with a drop after its profiles; a host endpoint's forward chain has no
+// profiles; its doNotTrack and preDNAT chains never drop but by a rule
+// (what no rule decides goes on to normal policy, as in Calico).
+type chainShape struct {
+	prefix            string // the name's, before the content's hash
+	profiles          []string
+	tierDrop, endDrop bool
+	family            uint8 // 4 or 6: every rule only in that family
+}
+
+// policyListChain renders the chain of a list of policies (see
+// endpointChain) in the given shape.
+func (c *Calc) policyListChain(pols []*cpolicy, in bool, sh chainShape) (name string, out []nftdp.Rule, named map[string]RuleInfo, runs []guardRun) {
+	dir := dirName(in)
 	var rules []nftdp.Rule
 	infos := map[string]RuleInfo{}
 	if len(pols) > 0 {
@@ -291,7 +310,7 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 			j++
 		}
 		rules = append(rules, tierJumps(pols[i:j], in, &runs)...)
-		if !c.tier(tier).pass {
+		if sh.tierDrop && !c.tier(tier).pass {
 			id := "/tier-end/" + tier
 			infos[id] = RuleInfo{Kind: KindTierEnd, Tier: tier, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
 			rules = append(rules, nftdp.Rule{ID: id, IfPassClear: true, Counter: true, Action: nftdp.ActDrop})
@@ -299,7 +318,7 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 		rules = append(rules, nftdp.Rule{Action: nftdp.ActClearPass})
 		i = j
 	}
-	for _, name := range e.g.profiles {
+	for _, name := range sh.profiles {
 		if p := c.profiles[name]; p != nil {
 			rules = append(rules, nftdp.Rule{Action: nftdp.ActJump, Target: p.chain(in)})
 		}
@@ -309,14 +328,16 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 	// table's base chains drop its traffic as an unknown interface),
 	// and its rules are that family's, so that the chain reads the
 	// same in Explain and the kernel.
-	if v := e.onlyFamily(); v != 0 {
+	if v := sh.family; v != 0 {
 		for i := range rules {
 			rules[i].IPVersion = v
 		}
 	}
-	infos["/no-profile-allowed"] = RuleInfo{Kind: KindNoProfile, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
-	rules = append(rules, nftdp.Rule{ID: "/no-profile-allowed", Counter: true, Action: nftdp.ActDrop})
-	name = hashName("ep-"+dir[:2]+"-", fmt.Sprintf("%v", rules))
+	if sh.endDrop {
+		infos["/no-profile-allowed"] = RuleInfo{Kind: KindNoProfile, Direction: dir, Index: -1, Action: string(api.ActionDeny)}
+		rules = append(rules, nftdp.Rule{ID: "/no-profile-allowed", Counter: true, Action: nftdp.ActDrop})
+	}
+	name = hashName(sh.prefix, fmt.Sprintf("%v", rules))
 	out = make([]nftdp.Rule, 0, len(rules)+len(infos))
 	named = make(map[string]RuleInfo, len(infos))
 	for _, r := range rules {
@@ -333,6 +354,22 @@ func (c *Calc) endpointChain(e *endpoint, inPols, outPols []*cpolicy, in bool) (
 		out = append(out, r)
 	}
 	return name, out, named, runs
+}
+
+// swapEPChain makes *have the endpoint chain name (rendered as rules,
+// with its guarded runs): the chain is written when its first user
+// comes, and the one *have held is released.
+func (c *Calc) swapEPChain(have *string, name string, rules []nftdp.Rule, infos map[string]RuleInfo, runs []guardRun) {
+	if *have == name {
+		return
+	}
+	if c.epChainRefs[name]++; c.epChainRefs[name] == 1 {
+		c.refRuns(runs)
+		c.epChainRuns[name] = runs
+		c.setChain(name, rules, infos)
+	}
+	c.unrefEPChain(*have)
+	*have = name
 }
 
 func (c *Calc) unrefEPChain(name string) {

@@ -117,6 +117,10 @@ func sortedNets(ns []netip.Prefix) []netip.Prefix {
 func (c *Calc) reguard(p *cpolicy) {
 	for k := range p.selected {
 		l := c.locals[k]
+		if l == nil {
+			c.rehost(k)
+			continue
+		}
 		for i, in := range []bool{false, true} {
 			if name, _, _, _ := c.endpointChain(l.ep, l.in, l.out, in); name != l.chains[i] {
 				c.renderEndpoint(l)

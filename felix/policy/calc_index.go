@@ -31,6 +31,9 @@ func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
 	h.WriteString(ep.Namespace)
 	h.WriteByte(0)
 	h.WriteString(ep.ServiceAccount)
+	if ep.Host {
+		h.WriteByte(2)
+	}
 	for _, p := range ep.Profiles {
 		h.WriteByte(0)
 		h.WriteString(p)
@@ -48,7 +51,7 @@ func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
 
 // is reports whether ep belongs in g.
 func (g *group) is(ep *Endpoint) bool {
-	if g.ns != ep.Namespace || g.sa != ep.ServiceAccount || !slices.Equal(g.profiles, ep.Profiles) ||
+	if g.ns != ep.Namespace || g.sa != ep.ServiceAccount || g.host != ep.Host || !slices.Equal(g.profiles, ep.Profiles) ||
 		!slices.Equal(g.ports, ep.Ports) {
 		return false
 	}
@@ -64,7 +67,7 @@ func (c *Calc) groupOf(ep *Endpoint) *group {
 			return g
 		}
 	}
-	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, setGen: -1,
+	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, host: ep.Host, setGen: -1,
 		profiles: slices.Clone(ep.Profiles), ports: slices.Clone(ep.Ports), own: makeOwnLabels(ep.Labels)}
 	strs := []*string{&g.ns, &g.sa, &g.own.s}
 	for i := range g.profiles {
@@ -154,7 +157,7 @@ func (c *Calc) policiesFor(g *group) (in, out []*cpolicy) {
 // evalPolicies evaluates every policy's selector for g.
 func (c *Calc) evalPolicies(g *group) (in, out []*cpolicy) {
 	for _, p := range c.ordered {
-		if (p.hasIn || p.hasOut) && p.sel.group(g) {
+		if (p.hasIn || p.hasOut) && p.picks(g) {
 			if p.hasIn {
 				in = append(in, p)
 			}

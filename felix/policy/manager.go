@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
@@ -15,6 +16,10 @@ type Config struct {
 	Dataplane nftdp.Config
 	// Log configures the Log action and the optional log of drops.
 	Log LogConfig
+	// FailsafeInbound and FailsafeOutbound are the ports to and from the
+	// host no host endpoint policy closes (nil: Calico's defaults,
+	// DefaultFailsafeInbound/Outbound; empty: none).
+	FailsafeInbound, FailsafeOutbound []HostPort
 }
 
 // Manager is the policy dataplane felix's loop drives: it owns a
@@ -40,7 +45,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{calc: NewCalc(dp, cfg.Log), dp: dp}, nil
+	calc := NewCalc(dp, cfg.Log)
+	calc.SetFailsafe(cfg.FailsafeInbound, cfg.FailsafeOutbound)
+	return &Manager{calc: calc, dp: dp}, nil
 }
 
 // Close releases the netlink socket; the tables stay and keep enforcing.
@@ -130,8 +137,11 @@ func (m *Manager) SetEndpoint(ep Endpoint) error {
 // DeleteEndpoint removes an endpoint by key (its WorkloadEndpoint name).
 func (m *Manager) DeleteEndpoint(key string) { m.calc.DeleteEndpoint(key) }
 
-// Endpoints returns the keys of every endpoint, sorted.
-func (m *Manager) Endpoints() []string { return m.calc.Endpoints() }
+// Endpoints returns the keys of every workload endpoint, sorted (host
+// endpoints are HostEndpoints').
+func (m *Manager) Endpoints() []string {
+	return slices.DeleteFunc(m.calc.Endpoints(), IsHostEndpointKey)
+}
 
 // Apply writes everything that changed since the last Apply, one
 // transaction per family.

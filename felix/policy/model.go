@@ -45,6 +45,9 @@ type Endpoint struct {
 	Profiles []string
 	IPs      []netip.Prefix
 	Ports    []NamedPort
+	// Host marks a host endpoint (calc_hostep.go): doNotTrack and
+	// preDNAT policies select only those.
+	Host bool
 }
 
 // NamedPort is a port a workload declares by name.
@@ -91,6 +94,7 @@ func (e *endpoint) nodeName() string {
 type group struct {
 	hash     uint64
 	ns, sa   string
+	host     bool      // host endpoints (Endpoint.Host)
 	own      ownLabels // the endpoints' own labels
 	profiles []string
 	ports    []NamedPort

@@ -17,6 +17,7 @@ type cpolicy struct {
 	// ingress/egress: nil when the policy does not apply in that direction.
 	ingress, egress []*rule
 	hasIn, hasOut   bool
+	host            hostFlags // a GlobalNetworkPolicy's host endpoint fields
 
 	// Local endpoints it selects (keys); active while not empty.
 	selected map[string]bool
@@ -43,7 +44,7 @@ func compilePolicy(p api.Policy) (*cpolicy, error) {
 			return nil, fieldErr("metadata.namespace", -1, "", "is required for a NetworkPolicy")
 		}
 	}
-	cp := &cpolicy{key: PolicyKey(p), name: p.Meta().Name, tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}}
+	cp := &cpolicy{key: PolicyKey(p), name: p.Meta().Name, tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}, host: hostFlagsOf(p)}
 	if ns != "" {
 		cp.name = ns + "/" + cp.name
 	}

@@ -79,7 +79,7 @@ func isInternal(name string) bool {
 	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost:
 		return true
 	}
-	return false
+	return isHostBase(name)
 }
 
 // ifnameKey pads an interface name to the 16 bytes of the ifname type.

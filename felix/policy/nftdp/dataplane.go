@@ -55,8 +55,11 @@ type Config struct {
 	// IfacePrefix starts every workload interface's name (default
 	// kernel.HostDevicePrefix, the CNI plugin's).
 	IfacePrefix string
-	// PassMark is the one mark bit this package may use (DefaultPassMark).
+	// PassMark is a mark bit this package may use (DefaultPassMark).
 	PassMark uint32
+	// AcceptMark is the other (DefaultAcceptMark): host endpoints'
+	// doNotTrack and preDNAT allows carry it to the later hooks.
+	AcceptMark uint32
 	// DropLogGroup, when not 0, sends packets dropped because no rule
 	// allowed them (unknown interface) to this nflog group.
 	DropLogGroup uint16
@@ -131,6 +134,12 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.PassMark&(cfg.PassMark-1) != 0 {
 		return nil, fmt.Errorf("nftdp: PassMark %#x: must be a single bit", cfg.PassMark)
 	}
+	if cfg.AcceptMark == 0 {
+		cfg.AcceptMark = DefaultAcceptMark
+	}
+	if cfg.AcceptMark&(cfg.AcceptMark-1) != 0 || cfg.AcceptMark == cfg.PassMark {
+		return nil, fmt.Errorf("nftdp: AcceptMark %#x: must be a single bit other than PassMark %#x", cfg.AcceptMark, cfg.PassMark)
+	}
 	if cfg.DropLogRate == 0 {
 		cfg.DropLogRate = 10
 	}
@@ -161,7 +170,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	for _, f := range []*family{ipv4, ipv6} {
 		tbl := &nftables.Table{Name: cfg.Table, Family: f.nft}
-		d.fams = append(d.fams, &famTable{fam: f, table: tbl, rd: renderer{fam: f, table: tbl, passMark: cfg.PassMark}})
+		d.fams = append(d.fams, &famTable{fam: f, table: tbl, rd: renderer{fam: f, table: tbl, passMark: cfg.PassMark, acceptMark: cfg.AcceptMark}})
 	}
 	d.addBase()
 	return d, nil

@@ -25,9 +25,15 @@ const (
 	ActJump
 	ActClearPass // clears the pass bit, then goes on
 	ActDispatch  // goto the chain the interface maps to in map Target
+	// Host endpoints' (hostep.go): set the accept bit and accept (a
+	// preDNAT Allow); the same without connection tracking (a
+	// doNotTrack Allow); clear the accept bit and go on.
+	ActMarkAccept
+	ActNotrack
+	ActClearAccept
 )
 
-var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch"}
+var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch", "mark-accept", "notrack", "clear-accept"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
@@ -73,8 +79,14 @@ type Rule struct {
 	Proto, NotProto uint8
 	ICMP, NotICMP   *ICMPMatch
 	Src, Dst        Side
-	// InIface and OutIface match interface names starting with them.
+	// InIface and OutIface match interface names starting with them
+	// (end one with "\x00" for the whole name).
 	InIface, OutIface string
+	// NotInIfaces and NotOutIfaces: the name starts with none of them.
+	NotInIfaces, NotOutIfaces []string
+	// IfAcceptMark: the rule applies only while the accept bit is set
+	// (a doNotTrack or preDNAT policy allowed the packet).
+	IfAcceptMark bool
 	// CtState matches when the conntrack state has any of these bits
 	// (expr.CtStateBit*); 0 for no conntrack match.
 	CtState uint32
@@ -86,6 +98,8 @@ type Rule struct {
 	// Target is the chain of ActJump, the map of ActDispatch (matched on
 	// the input interface when InIface is set, else the output one).
 	Target string
+	// Goto makes ActJump a goto: the target's end is the caller's.
+	Goto bool
 	// LogPrefix is the nflog prefix of ActLog.
 	LogPrefix string
 	// LogGroup is the nflog group of ActLog.

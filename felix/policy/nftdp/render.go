@@ -23,9 +23,10 @@ type anonAdder func(s *nftables.Set, els []nftables.SetElement) error
 
 // renderer turns family-neutral rules into one family's expressions.
 type renderer struct {
-	fam      *family
-	table    *nftables.Table
-	passMark uint32
+	fam        *family
+	table      *nftables.Table
+	passMark   uint32
+	acceptMark uint32 // host endpoints' (hostep.go)
 }
 
 // render returns the rule's expressions for r's family, or ok false when
@@ -45,6 +46,7 @@ func (rd *renderer) render(r *Rule, anon anonAdder) (ex []expr.Any, ok bool, err
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(m.prefix)})
 		}
 	}
+	ex = append(ex, rd.hostExprs(r)...)
 	if r.CtState != 0 {
 		ex = append(ex, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(r.CtState), Xor: ne32(0)},
@@ -223,27 +225,34 @@ func thLoad(off, n uint32) *expr.Payload {
 
 // markBit loads meta mark & passMark and compares it with the bit (set)
 // or with zero (clear).
-func (rd *renderer) markBit(set bool) []expr.Any {
+func (rd *renderer) markBit(set bool) []expr.Any { return rd.testBits(rd.passMark, set) }
+
+// testBits loads meta mark & bits and compares it with zero: not equal
+// (set) or equal (clear).
+func (rd *renderer) testBits(bits uint32, set bool) []expr.Any {
 	op := expr.CmpOpEq
 	if set {
 		op = expr.CmpOpNeq
 	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(rd.passMark), Xor: ne32(0)},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(bits), Xor: ne32(0)},
 		&expr.Cmp{Op: op, Register: reg1, Data: ne32(0)},
 	}
 }
 
-// setMark rewrites the pass bit: meta mark = (mark & ^pass) ^ (pass or 0).
-func (rd *renderer) setMark(on bool) []expr.Any {
+// setMark rewrites the pass bit.
+func (rd *renderer) setMark(on bool) []expr.Any { return rd.setBits(rd.passMark, on) }
+
+// setBits rewrites bits: meta mark = (mark & ^bits) ^ (bits or 0).
+func (rd *renderer) setBits(bits uint32, on bool) []expr.Any {
 	var xor uint32
 	if on {
-		xor = rd.passMark
+		xor = bits
 	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(^rd.passMark), Xor: ne32(xor)},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(^bits), Xor: ne32(xor)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
 	}
 }
@@ -252,6 +261,9 @@ func (rd *renderer) setMark(on bool) []expr.Any {
 func ne32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
 
 func (rd *renderer) action(r *Rule) []expr.Any {
+	if ex, ok := rd.hostAction(r); ok {
+		return ex
+	}
 	switch r.Action {
 	case ActAccept:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}

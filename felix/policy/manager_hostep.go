@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// SetHostEndpoint adds or replaces a HostEndpoint; local tells whether
+// it is this node's (then its interface is policed). An endpoint that
+// names no interface is policed on the interface that holds one of its
+// expected addresses: iface is that interface ("" when none holds one
+// yet: then the endpoint's addresses still fill sets, but nothing is
+// policed until felix finds it).
+func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, iface string) error {
+	he, err := HostEndpointFromAPI(h, local, iface)
+	if err != nil {
+		return err
+	}
+	m.calc.SetHostEndpoint(he)
+	return nil
+}
+
+// DeleteHostEndpoint removes a HostEndpoint by name.
+func (m *Manager) DeleteHostEndpoint(name string) { m.calc.DeleteHostEndpoint(HostEndpointKey(name)) }
+
+// HostEndpoints returns the names of every HostEndpoint given, sorted.
+func (m *Manager) HostEndpoints() []string {
+	var out []string
+	for _, k := range m.calc.Endpoints() {
+		if name, ok := strings.CutPrefix(k, hostKeyPrefix); ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HostEndpointFromAPI reads what the calculator needs from a
+// HostEndpoint (see SetHostEndpoint for iface).
+func HostEndpointFromAPI(h *api.HostEndpoint, local bool, iface string) (HostEndpoint, error) {
+	if h.Metadata.Name == "" {
+		return HostEndpoint{}, fieldErr("metadata.name", -1, "", "is required")
+	}
+	if n := h.Spec.InterfaceName; n != "" {
+		iface = n
+	}
+	he := HostEndpoint{Key: HostEndpointKey(h.Metadata.Name), Iface: iface, Local: local, Node: h.Spec.Node,
+		Labels: h.Metadata.Labels, Profiles: h.Spec.Profiles}
+	for i, p := range h.Spec.Ports {
+		n, ok := p.Protocol.Num()
+		if !ok || p.Name == "" || p.Port == 0 {
+			return HostEndpoint{}, fieldErr("spec.ports", i, p.Name, "needs a name, a protocol and a port 1-65535")
+		}
+		he.Ports = append(he.Ports, NamedPort{Name: p.Name, Proto: n, Port: p.Port})
+	}
+	for i, s := range h.Spec.ExpectedIPs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return HostEndpoint{}, fieldErr("spec.expectedIPs", i, s, "is not an IP address")
+		}
+		he.IPs = append(he.IPs, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return he, nil
+}

@@ -1,0 +1,282 @@
+package nftdp
+
+import (
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// Host endpoints (Calico's HostEndpoint) are the node's own interfaces
+// under policy. Their base chains exist only while the node has one, so
+// a node without host endpoints has the tables it had before them:
+//
+//	host-raw-pre  (prerouting, -300) and host-raw-out (output, -300):
+//	    doNotTrack policy of named interfaces; what it allows is not
+//	    tracked (notrack) and carries the accept bit past the rest
+//	host-prednat  (prerouting, -150, before DNAT at -100): preDNAT
+//	    policy, ingress; what it allows carries the accept bit
+//	host-input    (input, 10, after the pods' input chain at 0) and
+//	host-output   (output, 10): normal policy of traffic to and from
+//	    the host's own processes (a pod's traffic to its host meets its
+//	    egress policy at 0 and the "*" endpoint's ingress here)
+//	host-fwd-in   (forward, 2) and host-fwd-out (forward, 3): the
+//	    applyOnForward policy of forwarded traffic
+//
+// Each starts with what no policy may cut: established flows (the
+// filter chains), packets a raw or pre-DNAT policy allowed (the accept
+// bit), IPv6 neighbour discovery, and the failsafe ports; then each
+// named interface goes to its chain, then every other interface (but lo,
+// and the pods' own in the output and forward chains) to the "*"
+// endpoint's. An interface with no chain for a context is accepted by
+// that base chain (which ends only it). nftables runs every base chain
+// of a hook, and a drop in any is final: these add to the pods' chains,
+// they never let through what those drop.
+const (
+	chainHostRawPre  = "host-raw-pre"
+	chainHostRawOut  = "host-raw-out"
+	chainHostPreDNAT = "host-prednat"
+	chainHostInput   = "host-input"
+	chainHostOutput  = "host-output"
+	chainHostFwdIn   = "host-fwd-in"
+	chainHostFwdOut  = "host-fwd-out"
+)
+
+var hostBaseChains = []string{chainHostRawPre, chainHostRawOut, chainHostPreDNAT, chainHostInput, chainHostOutput, chainHostFwdIn, chainHostFwdOut}
+
+// DefaultAcceptMark is the mark bit a doNotTrack or preDNAT policy's
+// Allow sets, so that the later hooks' host endpoint chains let the
+// packet through (Calico: such an allow skips normal policy).
+const DefaultAcceptMark = 0x00400000
+
+// WildcardIface is the interface name of a host endpoint for all of the
+// host's interfaces.
+const WildcardIface = "*"
+
+// HostChains are one host endpoint's regular chains (set with SetChain)
+// per context; "" where no policy of that context applies, which lets
+// that context's traffic through.
+type HostChains struct {
+	// Iface is the interface, or WildcardIface.
+	Iface string
+	// In and Out police traffic to and from the host's own processes;
+	// both must be set.
+	In, Out string
+	// FwdIn and FwdOut police forwarded traffic arriving on and leaving
+	// by the interface (applyOnForward policy).
+	FwdIn, FwdOut string
+	// PreDNAT polices arriving traffic before DNAT.
+	PreDNAT string
+	// RawIn and RawOut police traffic before connection tracking (named
+	// interfaces only, as in Calico).
+	RawIn, RawOut string
+}
+
+// ProtoPort is a failsafe port: a protocol number (6 or 17) and port.
+type ProtoPort struct {
+	Proto uint8
+	Port  uint16
+}
+
+// HostEndpoints is the host endpoint state of the node.
+type HostEndpoints struct {
+	// Endpoints, at most one per interface; the wildcard one applies to
+	// every interface no other names.
+	Endpoints []HostChains
+	// FailsafeIn are opened to the host whatever the policy (destination
+	// ports of arriving packets, source ports of what it sends back);
+	// FailsafeOut likewise from the host.
+	FailsafeIn, FailsafeOut []ProtoPort
+}
+
+// SetHostEndpoints replaces the host endpoint state: with none, the
+// host base chains go (the host is not policed).
+func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
+	if len(h.Endpoints) == 0 {
+		for _, name := range hostBaseChains {
+			if _, ok := d.chains[name]; ok {
+				delete(d.chains, name)
+				d.dirtyChains[name] = true
+			}
+		}
+		return
+	}
+	eps := slices.Clone(h.Endpoints)
+	slices.SortStableFunc(eps, func(a, b HostChains) int {
+		switch {
+		case a.Iface == b.Iface:
+			return 0
+		case a.Iface == WildcardIface:
+			return 1
+		case b.Iface == WildcardIface:
+			return -1
+		case a.Iface < b.Iface:
+			return -1
+		}
+		return 1
+	})
+	eps = slices.CompactFunc(eps, func(a, b HostChains) bool { return a.Iface == b.Iface })
+	p := d.cfg.IfacePrefix
+	fsIn, fsOut := h.FailsafeIn, h.FailsafeOut
+	prio := func(v int32) *nftables.ChainPriority { return nftables.ChainPriorityRef(nftables.ChainPriority(v)) }
+	base := func(name string, num *nftables.ChainHook, pr int32, rules []Rule) {
+		d.setInternal(name, &hook{num: num, prio: prio(pr)}, rules)
+	}
+	established := Rule{CtState: expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED, Action: ActAccept}
+	accepted := Rule{IfAcceptMark: true, Action: ActAccept}
+	clear := Rule{Action: ActClearAccept}
+
+	// Raw and pre-DNAT run before conntrack has a state: replies to the
+	// other direction's failsafe flows are let through by source port.
+	rawPre := append([]Rule{clear}, ndRules()...)
+	rawPre = append(append(rawPre, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
+	rawOut := append([]Rule{clear}, ndRules()...)
+	rawOut = append(append(rawOut, failsafe(fsOut, false)...), failsafe(fsIn, true)...)
+	preDNAT := append([]Rule{accepted}, ndRules()...)
+	preDNAT = append(append(preDNAT, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
+	input := append([]Rule{established, accepted}, ndRules()...)
+	input = append(append(input, failsafe(fsIn, false)...), Rule{InIface: "lo\x00", Action: ActAccept})
+	output := append([]Rule{established, accepted}, ndRules()...)
+	output = append(append(output, failsafe(fsOut, false)...),
+		Rule{OutIface: "lo\x00", Action: ActAccept},
+		// The host's traffic to its own pods is not policed (kubelet's
+		// probes; Calico's default too): the pod's ingress polices it.
+		Rule{OutIface: p, Action: ActAccept})
+	fwdIn := []Rule{established, accepted}
+	fwdOut := []Rule{established, accepted}
+
+	for _, ep := range eps {
+		if ep.Iface == WildcardIface {
+			notPods := []string{p, "lo\x00"}
+			input = append(input, Rule{Action: ActJump, Goto: true, Target: ep.In})
+			output = append(output, Rule{Action: ActJump, Goto: true, Target: ep.Out})
+			preDNAT = appendHostJump(preDNAT, Rule{NotInIfaces: notPods}, ep.PreDNAT)
+			fwdIn = appendHostJump(fwdIn, Rule{NotInIfaces: notPods}, ep.FwdIn)
+			fwdOut = appendHostJump(fwdOut, Rule{NotOutIfaces: notPods}, ep.FwdOut)
+			continue
+		}
+		in, out := Rule{InIface: ep.Iface + "\x00"}, Rule{OutIface: ep.Iface + "\x00"}
+		input = appendHostJump(input, in, ep.In)
+		output = appendHostJump(output, out, ep.Out)
+		preDNAT = appendHostJump(preDNAT, in, ep.PreDNAT)
+		fwdIn = appendHostJump(fwdIn, in, ep.FwdIn)
+		fwdOut = appendHostJump(fwdOut, out, ep.FwdOut)
+		if ep.RawIn != "" {
+			rawPre = appendHostJump(rawPre, in, ep.RawIn)
+		}
+		if ep.RawOut != "" {
+			rawOut = appendHostJump(rawOut, out, ep.RawOut)
+		}
+	}
+	base(chainHostRawPre, nftables.ChainHookPrerouting, -300, rawPre)
+	base(chainHostRawOut, nftables.ChainHookOutput, -300, rawOut)
+	base(chainHostPreDNAT, nftables.ChainHookPrerouting, -150, preDNAT)
+	base(chainHostInput, nftables.ChainHookInput, 10, input)
+	base(chainHostOutput, nftables.ChainHookOutput, 10, output)
+	base(chainHostFwdIn, nftables.ChainHookForward, 2, fwdIn)
+	base(chainHostFwdOut, nftables.ChainHookForward, 3, fwdOut)
+}
+
+// appendHostJump sends what match picks to chain (goto: the chain's end
+// is the base chain's), or accepts it in this base chain when chain is
+// "", so that no later (wildcard) rule of the base chain sees it.
+func appendHostJump(rules []Rule, match Rule, chain string) []Rule {
+	if chain == "" {
+		match.Action = ActAccept
+	} else {
+		match.Action, match.Goto, match.Target = ActJump, true, chain
+	}
+	return append(rules, match)
+}
+
+// ndRules accept IPv6 neighbour discovery and MLD: without them the
+// host's IPv6 stops working at all.
+func ndRules() []Rule {
+	out := make([]Rule, 0, len(ndTypes))
+	for _, t := range ndTypes {
+		out = append(out, Rule{IPVersion: 6, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, Action: ActAccept})
+	}
+	return out
+}
+
+// failsafe accepts the ports' packets, by destination port (or, with
+// reply, by source port: the other end of such a flow).
+func failsafe(ports []ProtoPort, reply bool) []Rule {
+	byProto := map[uint8][]PortRange{}
+	var protos []uint8
+	for _, pp := range ports {
+		if _, ok := byProto[pp.Proto]; !ok {
+			protos = append(protos, pp.Proto)
+		}
+		byProto[pp.Proto] = append(byProto[pp.Proto], PortRange{pp.Port, pp.Port})
+	}
+	slices.Sort(protos)
+	var out []Rule
+	for _, proto := range protos {
+		r := Rule{Proto: proto, Counter: true, Action: ActAccept}
+		if reply {
+			r.Src.Ports = byProto[proto]
+		} else {
+			r.Dst.Ports = byProto[proto]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// setInternal sets one of this package's own chains (unchanged content
+// is no change).
+func (d *Dataplane) setInternal(name string, h *hook, rules []Rule) {
+	if c, ok := d.chains[name]; ok && c.hook.String() == h.String() && len(c.rules) == len(rules) {
+		same := true
+		for i := range rules {
+			if c.keys[i] != rules[i].key() {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	d.addInternal(name, h, rules)
+}
+
+// isHostBase reports whether name is one of the host base chains.
+func isHostBase(name string) bool { return slices.Contains(hostBaseChains, name) }
+
+// hostExprs renders the host endpoint matches of a rule (interfaces it
+// must not be on, the accept bit).
+func (rd *renderer) hostExprs(r *Rule) []expr.Any {
+	var ex []expr.Any
+	for _, m := range []struct {
+		key  expr.MetaKey
+		list []string
+	}{{expr.MetaKeyIIFNAME, r.NotInIfaces}, {expr.MetaKeyOIFNAME, r.NotOutIfaces}} {
+		for _, prefix := range m.list {
+			ex = append(ex, &expr.Meta{Key: m.key, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte(prefix)})
+		}
+	}
+	if r.IfAcceptMark {
+		ex = append(ex, rd.testBits(rd.acceptMark, true)...)
+	}
+	return ex
+}
+
+// hostAction renders the host endpoint actions; ok is false for others.
+func (rd *renderer) hostAction(r *Rule) (ex []expr.Any, ok bool) {
+	switch r.Action {
+	case ActMarkAccept:
+		return append(rd.setBits(rd.acceptMark, true), &expr.Verdict{Kind: expr.VerdictAccept}), true
+	case ActNotrack:
+		return append(append([]expr.Any{&expr.Notrack{}}, rd.setBits(rd.acceptMark, true)...), &expr.Verdict{Kind: expr.VerdictAccept}), true
+	case ActClearAccept:
+		return rd.setBits(rd.acceptMark, false), true
+	case ActJump:
+		if r.Goto {
+			return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.Target}}, true
+		}
+	}
+	return nil, false
+}
