@@ -53,7 +53,7 @@ func rw(prefix string) Permission { return Permission{Prefix: prefix, Write: tru
 // tiers that always exist (those keys only), but never
 // BGP peers, BGP or IPAM configuration. The CNI plugin writes only IPAM
 // and endpoint keys. The Kubernetes controllers write only profiles,
-// network policies and endpoints. A route reflector reads everything and writes only
+// network policies, endpoints and the endpoints of Services rules name. A route reflector reads everything and writes only
 // its own Node record (one key per name in reflectors).
 func Roles(reflectors []string) []Role {
 	readAll := Permission{Prefix: KeyPrefix}
@@ -69,7 +69,8 @@ func Roles(reflectors []string) []Role {
 			rw(IPAMPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
 		{Name: RoleControllers, Purpose: "routed controllers (Kubernetes namespaces, service accounts, pods and NetworkPolicies)", Perms: []Permission{readAll,
-			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint))}},
+			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint)),
+			rw(KindPrefix(api.KindServiceEndpoints))}},
 		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
 	}
 }

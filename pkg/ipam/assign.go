@@ -145,6 +145,9 @@ type assigner struct {
 	extraDone bool
 
 	pools []*poolInfo
+	// view is the pool view pools came from; its reservations say which
+	// free addresses may not be handed out.
+	view *clusterView
 	// h and hrev are what we believe the handle is; a wrong belief only
 	// costs a failed write, which returns the truth.
 	h    *handleRec
@@ -230,7 +233,7 @@ func (a *assigner) load(ctx context.Context) error {
 		}
 		return a.refresh(ctx) // maybe a pool was created or changed since
 	}
-	a.pools = pools
+	a.pools, a.view = pools, view
 	return nil
 }
 
@@ -242,7 +245,7 @@ func (a *assigner) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.snap, a.sinceRefresh = s, 0
+	a.snap, a.sinceRefresh, a.view = s, 0, s.view
 	a.ns.ni, a.ns.niKnown, a.ns.epoch = s.node, true, epoch
 	a.ns.own = s.ownBlocks()
 	if err := a.c.fetchBlocks(ctx, a.ns.own, s.blockRevs); err != nil {
@@ -347,7 +350,7 @@ func (a *assigner) ownWithSpace() (string, *poolInfo) {
 		if !ok || b.owner() != a.node {
 			continue // evicted or released: the next refresh sorts it out
 		}
-		if pool := poolOfBlock(a.pools, b.prefix); pool != nil && b.free() > 0 {
+		if pool := poolOfBlock(a.pools, b.prefix); pool != nil && a.view.reserved.usable(b) > 0 {
 			return key, pool
 		}
 	}
@@ -376,7 +379,7 @@ func (a *assigner) borrowable(ctx context.Context) (string, *poolInfo, error) {
 		}
 		var cands []string
 		for _, key := range a.ns.borrow {
-			if b, _, ok := a.c.blocks.get(key); ok && b.free() > 0 && b.owner() != a.node && poolOfBlock(a.pools, b.prefix) != nil {
+			if b, _, ok := a.c.blocks.get(key); ok && a.view.reserved.usable(b) > 0 && b.owner() != a.node && poolOfBlock(a.pools, b.prefix) != nil {
 				cands = append(cands, key)
 			}
 		}
@@ -416,7 +419,7 @@ func (a *assigner) scanForeign(ctx context.Context) error {
 	a.ns.borrow = a.ns.borrow[:0]
 	for _, kv := range resp.Kvs {
 		b := a.c.storeBlockKV(string(kv.Key), kv)
-		if b != nil && b.owner() != a.node && b.free() > 0 && poolOfBlock(a.pools, b.prefix) != nil {
+		if b != nil && b.owner() != a.node && a.view.reserved.usable(b) > 0 && poolOfBlock(a.pools, b.prefix) != nil {
 			a.ns.borrow = append(a.ns.borrow, string(kv.Key))
 		}
 	}
@@ -459,12 +462,16 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 	now := a.c.now()
 	nb := b.clone()
 	var ords []int
+	reserved := a.view.reserved.in(b.prefix).ordinals(b.prefix)
 	for range n {
-		o, ok := nb.allocate(-1, a.attr, now)
+		o, ok := nb.allocateSkipping(reserved, a.attr, now)
 		if !ok {
 			break
 		}
 		ords = append(ords, o)
+	}
+	if len(ords) == 0 {
+		return false, nil // reserved since it was picked: pick again
 	}
 	nh := &handleRec{ID: a.attr.Handle, Blocks: map[string][]int{}}
 	if a.h != nil {
@@ -481,7 +488,7 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 		{key: a.hkey, rev: a.hrev, val: nh.encode()},
 		{key: pkey, rev: pool.rev, guard: true},
 		{key: nkey, rev: a.ns.ni.rev, guard: true},
-	}, ews...))
+	}, ews...), reservedGuard(a.view.rev))
 	if err != nil {
 		return false, err
 	}
@@ -498,6 +505,7 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 	if err := observeExtra(a.extra, ews, res); err != nil {
 		return false, err
 	}
+	hrev := a.hrev
 	a.c.storeBlockKV(key, res.cur[key])
 	if a.h, err = a.c.storeHandleKV(a.hkey, res.cur[a.hkey]); err != nil {
 		return false, err
@@ -505,6 +513,11 @@ func (a *assigner) commit(ctx context.Context, key string, pool *poolInfo, n int
 	a.hrev, a.hKnown = modRev(res.cur[a.hkey]), true
 	if modRev(res.cur[pkey]) != pool.rev || modRev(res.cur[nkey]) != a.ns.ni.rev {
 		// The pool or the node's labels changed: re-evaluate eligibility.
+		return false, a.refresh(ctx)
+	}
+	if modRev(res.cur[key]) == rev && a.hrev == hrev {
+		// Nothing written here changed: a reservation did
+		// (reservedGuard). Read them again with the pools.
 		return false, a.refresh(ctx)
 	}
 	return false, nil

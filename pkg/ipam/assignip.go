@@ -153,11 +153,13 @@ func (c *Client) loadView(ctx context.Context, fresh bool) (*clusterView, error)
 	}
 	resp, err := c.readMany(ctx,
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
-		clientv3.OpGet(ipamConfigKey()))
+		clientv3.OpGet(ipamConfigKey()),
+		reservationsOp())
 	if err != nil {
 		return nil, err
 	}
-	v := buildView(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	r := resp.Responses
+	v := buildView(resp.Header.Revision, r[0].GetResponseRange().Kvs, r[1].GetResponseRange().Kvs, r[2].GetResponseRange().Kvs)
 	c.view.Store(v)
 	return v, nil
 }

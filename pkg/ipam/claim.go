@@ -40,6 +40,9 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 			if _, exists := s.blockRevs[blockKey(cidr)]; exists {
 				continue
 			}
+			if s.view.reserved.covers(cidr) {
+				continue // nothing in it could be handed out
+			}
 			err := c.claimBlock(ctx, node, cidr, s, maxGuard, tries)
 			if !errors.Is(err, errBlockTaken) {
 				if err == nil {

@@ -20,6 +20,8 @@ type clusterView struct {
 	pools  []*poolInfo // sorted by name
 	cfg    api.IPAMConfigurationSpec
 	cfgRev int64
+	// reserved is every IPReservation's prefixes (reserved.go).
+	reserved reservedSet
 }
 
 func (v *clusterView) autoAllocate() bool {
@@ -119,12 +121,13 @@ func (c *Client) refresh(ctx context.Context, node string) (*nodeSnap, error) {
 		clientv3.OpGet(nodeKey(node)),
 		clientv3.OpGet(nodeAffinityPrefix(node), clientv3.WithPrefix()),
 		clientv3.OpGet(blockPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		reservationsOp(),
 	)
 	if err != nil {
 		return nil, err
 	}
 	r := resp.Responses
-	view := buildView(resp.Header.Revision, r[0].GetResponseRange().Kvs, r[1].GetResponseRange().Kvs)
+	view := buildView(resp.Header.Revision, r[0].GetResponseRange().Kvs, r[1].GetResponseRange().Kvs, r[5].GetResponseRange().Kvs)
 	c.view.Store(view)
 	s := &nodeSnap{view: view, rev: resp.Header.Revision, affs: map[string]affKV{}, blockRevs: map[string]int64{}}
 	if kvs := r[2].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -160,10 +163,10 @@ func parseAffinityKV(key string, val []byte, rev int64) (affKV, error) {
 	return affKV{node: node, cidr: cidr, rec: rec, rev: rev}, nil
 }
 
-// buildView decodes pools (skipping unreadable ones, loudly) and the
-// IPAM configuration.
-func buildView(rev int64, poolKVs, cfgKVs []*mvccpbKV) *clusterView {
-	v := &clusterView{rev: rev}
+// buildView decodes pools (skipping unreadable ones, loudly), the
+// IPAM configuration and the IP reservations.
+func buildView(rev int64, poolKVs, cfgKVs, reservedKVs []*mvccpbKV) *clusterView {
+	v := &clusterView{rev: rev, reserved: decodeReservations(reservedKVs)}
 	for _, kv := range poolKVs {
 		p, err := decodePool(kv.Value, kv.ModRevision)
 		if err != nil {

@@ -50,6 +50,7 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 		clientv3.OpGet(ipamPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
 		clientv3.OpGet(ipamConfigKey()),
+		reservationsOp(),
 	}
 	if full {
 		ops = append(ops,
@@ -63,7 +64,7 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 	r := resp.Responses
 	s := &snapshot{
 		rev:     resp.Header.Revision,
-		view:    buildView(resp.Header.Revision, r[1].GetResponseRange().Kvs, r[2].GetResponseRange().Kvs),
+		view:    buildView(resp.Header.Revision, r[1].GetResponseRange().Kvs, r[2].GetResponseRange().Kvs, r[3].GetResponseRange().Kvs),
 		blocks:  map[string]blockKV{},
 		affs:    map[string]affKV{},
 		handles: map[string]handleKV{},
@@ -76,7 +77,7 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 		return s, nil
 	}
 	s.nodes = map[string]*api.Node{}
-	for _, kv := range r[3].GetResponseRange().Kvs {
+	for _, kv := range r[4].GetResponseRange().Kvs {
 		n, err := decodeNode(kv.Value)
 		if err != nil {
 			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))
@@ -84,7 +85,7 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 		}
 		s.nodes[n.Metadata.Name] = n
 	}
-	for _, kv := range r[4].GetResponseRange().Kvs {
+	for _, kv := range r[5].GetResponseRange().Kvs {
 		var w api.WorkloadEndpoint
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))

@@ -80,7 +80,7 @@ func New(cfg Config) *Server {
 
 // Kinds are what the server takes from the node feed: what decides which
 // pools may serve this node.
-var Kinds = []api.Kind{api.KindIPPool, api.KindIPAMConfiguration, api.KindNode}
+var Kinds = []api.Kind{api.KindIPPool, api.KindIPAMConfiguration, api.KindNode, api.KindIPReservation}
 
 // OnBatch drops the IPAM client's pool view and node labels when any of
 // them change, so that they are read again (feed.Consumer).

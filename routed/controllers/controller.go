@@ -84,6 +84,8 @@ type syncer struct {
 	policies   cache.Indexer
 	// cnps is nil when no ClusterNetworkPolicy client was configured.
 	cnps *cnpWatch
+	// svc resolves the Services rules name (service.go).
+	svc *serviceWatch
 
 	// reported holds the last problems recorded per policy key, so an
 	// unchanged policy is not reported again on every resync.
@@ -111,12 +113,18 @@ func (s *syncer) lead(ctx context.Context) error {
 		}
 	}
 	s.namespaces, s.sas, s.pods, s.policies = inf[keyNamespace].GetIndexer(), inf[keySA].GetIndexer(), inf[keyPod].GetIndexer(), inf[keyPolicy].GetIndexer()
+	if err := s.watchServices(f); err != nil {
+		return err
+	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 	for kind, i := range inf {
 		if !cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
 			return fmt.Errorf("controllers: %s informer did not sync: %w", kind, ctx.Err())
 		}
+	}
+	if err := s.startServices(ctx); err != nil {
+		return err
 	}
 	go func() {
 		if err := s.store.Stream(ctx, datastore.KindPrefix(api.KindWorkloadEndpoint), s.weps, datastore.StreamOptions{}); err != nil && ctx.Err() == nil {
@@ -202,7 +210,7 @@ func (s *syncer) resyncOnce(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return s.resyncServices(ctx)
 }
 
 func (s *syncer) enqueueObj(kind string, o any) {
@@ -273,6 +281,8 @@ func (s *syncer) sync(ctx context.Context, key string) error {
 		return s.ensure(ctx, c.Policy)
 	case keyCNP:
 		return s.syncCNP(ctx, name)
+	case keyService:
+		return s.syncService(ctx, ns, name)
 	case keyPod:
 		o, ok, err := s.pods.GetByKey(nsName)
 		if err != nil || !ok {
