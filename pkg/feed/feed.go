@@ -27,6 +27,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -191,10 +192,20 @@ func (f *Feed) WantList() bool { return f.wantList }
 // Collectors are the feed's Prometheus metrics.
 func (f *Feed) Collectors() []prometheus.Collector { return f.metrics.all() }
 
-// Run follows the datastore until ctx ends; it returns nil then.
+// Run follows the datastore until ctx ends; it returns nil then, once
+// every consumer's delivery goroutine has returned (a consumer is never
+// called after Run returns).
 func (f *Feed) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs first: the delivery goroutines end, then Wait
 	for _, s := range f.subs {
-		go s.deliver(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.deliver(ctx)
+		}()
 	}
 	err := f.ds.Stream(ctx, datastore.KeyPrefix, f, datastore.StreamOptions{
 		Beat:         f.opt.Beat,

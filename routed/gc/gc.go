@@ -6,6 +6,7 @@ package gc
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,17 +32,24 @@ type Config struct {
 	Leading *atomic.Bool
 }
 
-// Run runs both passes every Period until ctx ends.
+// Run runs both passes every Period until ctx ends, and returns once the
+// cluster-wide pass (when this node leads) has stopped too.
 func Run(ctx context.Context, c Config) error {
-	go runAsLeader(ctx, c.DS, gcElection, c.Node, func(ctx context.Context, fence datastore.Fence) {
-		c.Leading.Store(true)
-		defer c.Leading.Store(false)
-		every(ctx, c.Period, func() {
-			if !c.Held() {
-				clusterGC(ctx, c.DS, fence, c.Grace)
-			}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runAsLeader(ctx, c.DS, gcElection, c.Node, func(ctx context.Context, fence datastore.Fence) {
+			c.Leading.Store(true)
+			defer c.Leading.Store(false)
+			every(ctx, c.Period, func() {
+				if !c.Held() {
+					clusterGC(ctx, c.DS, fence, c.Grace)
+				}
+			})
 		})
-	})
+	}()
 	every(ctx, c.Period, func() {
 		if c.Held() {
 			return

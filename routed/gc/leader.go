@@ -49,13 +49,17 @@ func leadOnce(ctx context.Context, ds *datastore.Client, election, name string, 
 	log.WithField("election", election).Info("elected: running cluster-wide IPAM GC here")
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stop := make(chan struct{})
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-sess.Done(): // lease lost: someone else may lead now
 			cancel()
-		case <-lctx.Done():
+		case <-stop:
 		}
 	}()
+	defer func() { close(stop); <-watched }()
 	f(lctx, datastore.Fence{Key: e.Key(), Rev: e.Rev()})
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer rcancel()
