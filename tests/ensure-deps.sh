@@ -16,6 +16,7 @@ if [ "$(id -u)" = 0 ]; then
 	have bird || want_pkg bird2
 	if [ "$mode" = test ]; then
 		have gobgpd || want_pkg gobgpd
+		have vtysh || want_pkg frr   # routed/bgp: FRR as a real peer
 		have qemu-system-x86_64 || want_pkg qemu-system-x86
 		have cpio || want_pkg cpio
 		[ -x /bin/busybox ] || want_pkg busybox-static

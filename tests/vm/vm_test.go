@@ -62,7 +62,6 @@ func TestIPIPInVM(t *testing.T) {
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
 	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
-	run(t, ctx, here, nil, "sh", "-c", "command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null")
 	run(t, ctx, here, []string{"VM_MODULES=vxlan", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
 		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", "240s")
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))

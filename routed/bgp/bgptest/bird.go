@@ -27,7 +27,7 @@ type Bird struct {
 // and each BGP protocol retries quickly (labConfig).
 func StartBird(t testing.TB, h *Host, config string) *Bird {
 	t.Helper()
-	EnsurePackages(t, map[string]string{"bird": "bird2", "birdc": "bird2"})
+	RequireCommands(t, map[string]string{"bird": "bird2", "birdc": "bird2"})
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "bird.conf")
 	if err := os.WriteFile(conf, []byte(labConfig(config)), 0o600); err != nil {

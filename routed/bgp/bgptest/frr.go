@@ -26,7 +26,7 @@ type FRR struct {
 // with its neighbor's AS.
 func StartFRR(t testing.TB, h *Host, config string) *FRR {
 	t.Helper()
-	EnsurePackages(t, map[string]string{"vtysh": "frr"})
+	RequireCommands(t, map[string]string{"vtysh": "frr"})
 	// Not t.TempDir: its parent is closed to the frr user.
 	dir, err := os.MkdirTemp("", "routed-frr-")
 	if err != nil {

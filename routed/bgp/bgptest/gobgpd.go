@@ -22,7 +22,7 @@ type Gobgpd struct {
 // Its gRPC API listens on 127.0.0.1:50051 inside h's namespace.
 func StartGobgpd(t testing.TB, h *Host, tomlConfig string) *Gobgpd {
 	t.Helper()
-	EnsurePackages(t, map[string]string{"gobgpd": "gobgpd", "gobgp": "gobgpd"})
+	RequireCommands(t, map[string]string{"gobgpd": "gobgpd", "gobgp": "gobgpd"})
 	conf := filepath.Join(t.TempDir(), "gobgpd.toml")
 	if err := os.WriteFile(conf, []byte(tomlConfig), 0o600); err != nil {
 		t.Fatal(err)

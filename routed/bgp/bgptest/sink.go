@@ -1,8 +1,8 @@
 // Package bgptest holds helpers for routed's BGP tests: a RouteSink that
 // records what it is told, a lab of network namespaces joined by a
 // bridge, runners for BIRD and gobgpd as test peers, child processes
-// running a speaker inside a namespace, and an apt-get helper that
-// installs missing Debian packages.
+// running a speaker inside a namespace, and a check that the peers'
+// commands are installed.
 package bgptest
 
 import (
