@@ -61,6 +61,12 @@ type Config struct {
 	// PolicyCounterPoll is how often the policy rule counters are read
 	// to tell when each rule last matched (DefaultPolicyCounterPoll).
 	PolicyCounterPoll time.Duration
+	// FailsafeInboundHostPorts and FailsafeOutboundHostPorts are the
+	// ports to and from this node that no host endpoint policy closes
+	// (Calico's FelixConfiguration fields of the same names): nil is
+	// Calico's defaults (policy.DefaultFailsafeInbound/Outbound), an
+	// empty list none. Protocols TCP (6), UDP (17) or SCTP (132).
+	FailsafeInboundHostPorts, FailsafeOutboundHostPorts []policy.HostPort
 	// Beat, when set, is marked each time the loop goes round (at least
 	// every heartbeat.Interval): the daemon's liveness reads it.
 	Beat *heartbeat.Beat
@@ -100,6 +106,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PolicyCounterPoll <= 0 {
 		c.PolicyCounterPoll = DefaultPolicyCounterPoll
+	}
+	if err := checkFailsafe(c.FailsafeInboundHostPorts, c.FailsafeOutboundHostPorts); err != nil {
+		return c, err
 	}
 	if c.MTUFile == "" {
 		c.MTUFile = DefaultMTUFile

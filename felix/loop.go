@@ -58,6 +58,10 @@ type loop struct {
 	sysctlsAll                        bool                // re-check every device
 	failures                          int
 	retryAt                           time.Time
+
+	// hostByIP are this node's host endpoints found by their addresses
+	// (policy_hostep.go).
+	hostByIP hostsByIP
 }
 
 // Run programs the dataplane until ctx ends, then returns ctx's error

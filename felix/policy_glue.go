@@ -14,7 +14,7 @@ import (
 // PolicyKinds are the policy model's kinds felix takes from the node
 // feed (with every node's WorkloadEndpoints: selectors match remote pods).
 var PolicyKinds = []api.Kind{api.KindTier, api.KindNetworkPolicy, api.KindGlobalNetworkPolicy,
-	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet, api.KindServiceEndpoints}
+	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet, api.KindServiceEndpoints, api.KindHostEndpoint}
 
 // openPolicy opens the policy dataplane in felix's namespace. Nothing is
 // written before the first apply, which happens only once felix has the
@@ -25,8 +25,10 @@ func (l *loop) openPolicy() error {
 		return nil
 	}
 	m, err := policy.NewManager(policy.Config{
-		Dataplane: nftdp.Config{NetnsFd: l.netnsFd(), IfacePrefix: l.cfg.WorkloadInterfacePrefix},
-		Log:       l.cfg.PolicyLog,
+		Dataplane:        nftdp.Config{NetnsFd: l.netnsFd(), IfacePrefix: l.cfg.WorkloadInterfacePrefix},
+		Log:              l.cfg.PolicyLog,
+		FailsafeInbound:  l.cfg.FailsafeInboundHostPorts,
+		FailsafeOutbound: l.cfg.FailsafeOutboundHostPorts,
 	})
 	if err != nil {
 		return err
@@ -77,6 +79,8 @@ func (l *loop) policySet(r api.Resource) {
 		err = l.policy.SetServiceEndpoints(v)
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
+	case *api.HostEndpoint:
+		err = l.setHostEndpoint(v)
 	}
 	if r.GetKind() != api.KindWorkloadEndpoint {
 		l.policyNames.add(r.GetKind(), api.StoreName(r))
@@ -111,6 +115,8 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 		l.policy.DeleteServiceEndpoints(api.SplitStoreName(k, name))
 	case api.KindWorkloadEndpoint:
 		l.policy.DeleteEndpoint(name)
+	case api.KindHostEndpoint:
+		l.deleteHostEndpoint(name)
 	}
 	l.policyNames.remove(k, name)
 	l.policyDirty = true
@@ -159,7 +165,7 @@ func (l *loop) policyGiven(k api.Kind) []string {
 // first, endpoints last, so that each endpoint group is derived once
 // and each new set filled once.
 var policyReplaceOrder = []api.Kind{api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindServiceEndpoints,
-	api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindWorkloadEndpoint}
+	api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindHostEndpoint, api.KindWorkloadEndpoint}
 
 // names are the datastore names of what the policy dataplane was given,
 // by kind (to remove what a later snapshot lacks), but endpoints (see
@@ -182,6 +188,7 @@ func (l *loop) applyPolicy(ctx context.Context, full bool) error {
 	}
 	var err error
 	if full {
+		l.refindHostEndpoints()
 		err = l.policy.Resync(ctx)
 	} else {
 		err = l.policy.Apply(ctx)

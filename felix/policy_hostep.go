@@ -1,0 +1,90 @@
+package felix
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// hostsByIP are this node's HostEndpoints that name no interface, by
+// name: each is policed on the interface that holds one of its expected
+// addresses, looked up when it is given and again at every full resync
+// (an address that moves is followed within a resync interval).
+type hostsByIP map[string]*api.HostEndpoint
+
+// setHostEndpoint gives the policy dataplane a HostEndpoint; this
+// node's endpoint without an interface name gets the interface its
+// addresses are on.
+func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
+	local := h.Spec.Node == l.cfg.NodeName
+	delete(l.hostByIP, h.Metadata.Name)
+	iface := ""
+	if local && h.Spec.InterfaceName == "" {
+		if l.hostByIP == nil {
+			l.hostByIP = hostsByIP{}
+		}
+		l.hostByIP[h.Metadata.Name] = h
+		var err error
+		if iface, err = l.ifaceHolding(h.Spec.ExpectedIPs); err != nil {
+			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint: its interface is not known yet; its addresses are looked up again at the next resync")
+		}
+	}
+	return l.policy.SetHostEndpoint(h, local, iface)
+}
+
+// deleteHostEndpoint removes a HostEndpoint from the policy dataplane.
+func (l *loop) deleteHostEndpoint(name string) {
+	delete(l.hostByIP, name)
+	l.policy.DeleteHostEndpoint(name)
+}
+
+// refindHostEndpoints looks the interfaces of the endpoints found by
+// address up again.
+func (l *loop) refindHostEndpoints() {
+	for _, h := range l.hostByIP {
+		if err := l.setHostEndpoint(h); err != nil {
+			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint refused")
+		}
+	}
+}
+
+// ifaceHolding is the interface of felix's namespace that holds one of
+// the addresses (the first address held wins, as listed).
+func (l *loop) ifaceHolding(ips []string) (string, error) {
+	addrs, err := l.h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return "", fmt.Errorf("felix: listing addresses: %w", err)
+	}
+	for _, s := range ips {
+		want, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == want.Unmap() {
+				link, err := l.h.LinkByIndex(a.LinkIndex)
+				if err != nil {
+					return "", fmt.Errorf("felix: interface %d holding %s: %w", a.LinkIndex, s, err)
+				}
+				return link.Attrs().Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("felix: no interface holds any of %v", ips)
+}
+
+// checkFailsafe refuses failsafe ports felix cannot open.
+func checkFailsafe(in, out []policy.HostPort) error {
+	for field, list := range map[string][]policy.HostPort{"FailsafeInboundHostPorts": in, "FailsafeOutboundHostPorts": out} {
+		for i, p := range list {
+			if (p.Proto != 6 && p.Proto != 17 && p.Proto != 132) || p.Port == 0 {
+				return fmt.Errorf("felix: config: %s[%d] (protocol %d, port %d): must be TCP (6), UDP (17) or SCTP (132) with a port 1-65535", field, i, p.Proto, p.Port)
+			}
+		}
+	}
+	return nil
+}
