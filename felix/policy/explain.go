@@ -374,6 +374,8 @@ func (c *Calc) SetResource(r api.Resource) error {
 			return err
 		}
 		c.SetEndpoint(ep)
+	case *api.ServiceEndpoints:
+		return c.SetServiceEndpoints(v.Metadata.Namespace+"/"+v.Metadata.Name, v)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 
 // explainKinds are the resources the policy model is built from.
 var explainKinds = []api.Kind{api.KindTier, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindProfile,
-	api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindWorkloadEndpoint}
+	api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindWorkloadEndpoint, api.KindServiceEndpoints}
 
 // newExplainCmd is "policy explain", added to statuscli's policy command:
 // it reads the datastore and, when it can, the local routed's counters.
