@@ -65,7 +65,7 @@ type netConf struct {
 func ParseConf(stdin []byte) (*IPAMConf, error) {
 	var nc netConf
 	if err := json.Unmarshal(stdin, &nc); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	for i, v := range []*string{nc.IPAM.AssignIPv4, nc.IPAM.AssignIPv6} {
 		name := []string{"assign_ipv4", "assign_ipv6"}[i]
@@ -112,11 +112,11 @@ func PrevResult(nc *types.NetConf) (*current.Result, error) {
 		return nil, fmt.Errorf("%w: CHECK needs prevResult", ErrConfig)
 	}
 	if err := version.ParsePrevResult(nc); err != nil {
-		return nil, fmt.Errorf("%w: prevResult: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: prevResult: %w", ErrConfig, err)
 	}
 	prev, err := current.NewResultFromResult(nc.PrevResult)
 	if err != nil {
-		return nil, fmt.Errorf("%w: prevResult: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: prevResult: %w", ErrConfig, err)
 	}
 	return prev, nil
 }

@@ -80,7 +80,7 @@ func CheckLockFileID(dev, ino uint64) func(*os.File) error {
 func fileID(f *os.File) (dev, ino uint64, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return 0, 0, fmt.Errorf("%w: stat %s: %v", ErrLock, f.Name(), err)
+		return 0, 0, fmt.Errorf("%w: stat %s: %w", ErrLock, f.Name(), err)
 	}
 	return uint64(st.Dev), st.Ino, nil
 }
@@ -88,11 +88,11 @@ func fileID(f *os.File) (dev, ino uint64, err error) {
 // openLockFile opens (creating) the lock file, never through a symlink.
 func openLockFile(path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("%w: create directory of %s: %v", ErrLock, path, err)
+		return nil, fmt.Errorf("%w: create directory of %s: %w", ErrLock, path, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", ErrLock, path, err)
+		return nil, fmt.Errorf("%w: open %s: %w", ErrLock, path, err)
 	}
 	return f, nil
 }
@@ -120,7 +120,7 @@ func (l hostLock) acquire(ctx context.Context) (func(), error) {
 	case err := <-got:
 		if err != nil {
 			_ = f.Close()
-			return nil, fmt.Errorf("%w: flock %s: %v", ErrLock, l.path, err)
+			return nil, fmt.Errorf("%w: flock %s: %w", ErrLock, l.path, err)
 		}
 		if l.check != nil {
 			if err := l.check(f); err != nil {

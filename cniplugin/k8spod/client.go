@@ -62,7 +62,7 @@ func (c *client) get(ctx context.Context, path, what string) (*Object, error) {
 	u.Path = c.server.Path + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: request for %s: %v", ErrConfig, what, err)
+		return nil, fmt.Errorf("%w: request for %s: %w", ErrConfig, what, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "routed-cni")
@@ -83,14 +83,14 @@ func (c *client) get(ctx context.Context, path, what string) (*Object, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, fmt.Errorf("%w: read %s from %s: %v", ErrUnavailable, what, c.server.Host, err)
+		return nil, fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, what, c.server.Host, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, statusError(resp.StatusCode, body, c.server.Host, what)
 	}
 	var obj Object
 	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, fmt.Errorf("%w: %s from %s is not a Kubernetes object: %v", ErrAPI, what, c.server.Host, err)
+		return nil, fmt.Errorf("%w: %s from %s is not a Kubernetes object: %w", ErrAPI, what, c.server.Host, err)
 	}
 	return &obj, nil
 }
@@ -106,9 +106,9 @@ func transportError(err error, host, what string) error {
 		verify    *tls.CertificateVerificationError
 	)
 	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) {
-		return fmt.Errorf("%w: get %s: the API server %s presents a certificate the kubeconfig's certificate authority does not verify: %v", ErrConfig, what, host, err)
+		return fmt.Errorf("%w: get %s: the API server %s presents a certificate the kubeconfig's certificate authority does not verify: %w", ErrConfig, what, host, err)
 	}
-	return fmt.Errorf("%w: get %s: API server %s unreachable: %v", ErrUnavailable, what, host, unwrapURL(err))
+	return fmt.Errorf("%w: get %s: API server %s unreachable: %w", ErrUnavailable, what, host, unwrapURL(err))
 }
 
 // unwrapURL drops net/http's "Get \"https://...\":" prefix, which

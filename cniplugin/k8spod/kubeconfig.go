@@ -78,11 +78,11 @@ func loadKubeconfig(path string, timeout time.Duration) (*client, error) {
 		return nil, fmt.Errorf("%w: no kubeconfig %s yet: routed-node writes it when it starts on this node (ROUTED_CNI_KUBECONFIG); check that it runs", ErrConfig, path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: read kubeconfig %s: %v", ErrConfig, path, err)
+		return nil, fmt.Errorf("%w: read kubeconfig %s: %w", ErrConfig, path, err)
 	}
 	var kc kubeconfig
 	if err := yaml.Unmarshal(b, &kc); err != nil {
-		return nil, fmt.Errorf("%w: kubeconfig %s is not valid YAML: %v", ErrConfig, path, err)
+		return nil, fmt.Errorf("%w: kubeconfig %s is not valid YAML: %w", ErrConfig, path, err)
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: kubeconfig %s: %s", ErrConfig, path, fmt.Sprintf(format, a...))
@@ -166,7 +166,7 @@ func loadKubeconfig(path string, timeout time.Duration) (*client, error) {
 			cl.token = func() (string, error) {
 				b, err := os.ReadFile(file)
 				if err != nil {
-					return "", fmt.Errorf("%w: read tokenFile: %v", ErrConfig, err)
+					return "", fmt.Errorf("%w: read tokenFile: %w", ErrConfig, err)
 				}
 				return strings.TrimSpace(string(b)), nil
 			}

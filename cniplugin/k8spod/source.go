@@ -317,7 +317,7 @@ func (s *Source) prepare(ctx context.Context, conf *plugin.NetConf, k8s plugin.K
 func applyRequest(stdin []byte, conf *plugin.NetConf, req Request, owner string) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &top); err != nil {
-		return nil, fmt.Errorf("%w: network configuration: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: network configuration: %w", ErrConfig, err)
 	}
 	if req.IPs != nil {
 		var ips []string
@@ -343,7 +343,7 @@ func applyRequest(stdin []byte, conf *plugin.NetConf, req Request, owner string)
 	}
 	b, err := json.Marshal(top)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode network configuration: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: encode network configuration: %w", ErrConfig, err)
 	}
 	return b, nil
 }
@@ -353,7 +353,7 @@ func setField(top map[string]json.RawMessage, section, field string, v any) erro
 	m := map[string]json.RawMessage{}
 	if raw, ok := top[section]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("%w: network configuration: %s is not an object: %v", ErrConfig, section, err)
+			return fmt.Errorf("%w: network configuration: %s is not an object: %w", ErrConfig, section, err)
 		}
 	}
 	b, err := json.Marshal(v)

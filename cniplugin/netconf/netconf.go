@@ -89,7 +89,7 @@ var ErrConfig = errors.New("routed-cni: invalid network configuration")
 func ParseNetConf(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, fmt.Errorf("%w: cannot decode JSON: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: cannot decode JSON: %w", ErrConfig, err)
 	}
 	switch conf.DatastoreType {
 	case "", "etcdv3":
@@ -171,7 +171,7 @@ func (c *NetConf) NodeName() (string, error) {
 	}
 	h, err := os.Hostname()
 	if err != nil || h == "" {
-		return "", fmt.Errorf("%w: no nodename configured, %s missing and hostname unknown (%v)", ErrConfig, file, err)
+		return "", fmt.Errorf("%w: no nodename configured, %s missing and hostname unknown (%w)", ErrConfig, file, err)
 	}
 	return h, nil
 }
@@ -242,7 +242,7 @@ func (c *NetConf) DatastoreConfig() (dsconfig.Config, error) {
 		return cfg, fmt.Errorf("%w: etcd_endpoints is required (e.g. \"https://10.0.0.1:2379\")", ErrConfig)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %v", ErrConfig, err)
+		return cfg, fmt.Errorf("%w: etcd_endpoints/etcd_*_file: %w", ErrConfig, err)
 	}
 	return cfg, nil
 }

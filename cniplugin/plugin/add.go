@@ -43,7 +43,7 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 	defer hostNS.Close()
 	contNS, err := ns.GetNS(args.Netns)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", errNetNS, args.Netns, err)
+		return nil, fmt.Errorf("%w: open %s: %w", errNetNS, args.Netns, err)
 	}
 	defer contNS.Close()
 

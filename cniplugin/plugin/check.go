@@ -47,11 +47,11 @@ func (p *Plugin) check(ctx context.Context, c *call) error {
 		return fmt.Errorf("%w: CHECK needs prevResult (the runtime passes the ADD result)", errConfig)
 	}
 	if err := version.ParsePrevResult(&conf.NetConf); err != nil {
-		return fmt.Errorf("%w: prevResult: %v", errConfig, err)
+		return fmt.Errorf("%w: prevResult: %w", errConfig, err)
 	}
 	prev, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {
-		return fmt.Errorf("%w: prevResult: %v", errConfig, err)
+		return fmt.Errorf("%w: prevResult: %w", errConfig, err)
 	}
 	store, err := p.openStore(conf)
 	if err != nil {

@@ -39,7 +39,7 @@ func (p *Plugin) status(ctx context.Context, c *call) error {
 	defer store.Close()
 	_, err = store.Get(ctx, api.KindIPAMConfiguration, "default")
 	if err != nil && !datastore.IsNotFound(err) {
-		return fmt.Errorf("%w: datastore at %s is not usable, pods cannot be added: %v", errNotReady, c.conf.EtcdEndpoints, err)
+		return fmt.Errorf("%w: datastore at %s is not usable, pods cannot be added: %w", errNotReady, c.conf.EtcdEndpoints, err)
 	}
 	if err := ipamFor(c, store).status(ctx); err != nil {
 		var te *types.Error

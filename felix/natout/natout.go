@@ -90,7 +90,7 @@ func newConn(netnsFd int) (*nftables.Conn, error) {
 	// error when the kernel lacks nfnetlink.
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	unix.Close(fd)
 	opts := []nftables.ConnOption{nftables.AsLasting()}

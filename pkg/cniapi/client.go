@@ -81,7 +81,7 @@ func (c *Client) do(ctx context.Context, path string, in, out any) error {
 		return types.NewError(e.Code, e.Msg, "")
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%w: %s: bad reply: %v", ErrUnreachable, c.path, err)
+		return fmt.Errorf("%w: %s: bad reply: %w", ErrUnreachable, c.path, err)
 	}
 	return nil
 }

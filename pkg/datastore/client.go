@@ -47,7 +47,7 @@ func New(cfg Config) (*Client, error) {
 		info := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CACertFile}
 		var err error
 		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("%w: etcd TLS files: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: etcd TLS files: %w", ErrConfig, err)
 		}
 	}
 	ecfg := clientv3.Config{
@@ -79,7 +79,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	ec, err := clientv3.New(ecfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return &Client{cfg: cfg, tls: tlsCfg, etcd: ec}, nil
 }

@@ -77,7 +77,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: no data directory set", ErrStart)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	clientAddr, err := resolvePort(orDefault(cfg.ClientAddr, "127.0.0.1:2379"))
 	if err != nil {
@@ -115,19 +115,19 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	case <-time.After(30 * time.Second):
 		e.Close()
 		return nil, fmt.Errorf("%w: not ready after 30s", ErrStart)
 	case <-ctx.Done():
 		e.Close()
-		return nil, fmt.Errorf("%w: %v", ErrStart, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", ErrStart, ctx.Err())
 	}
 	return &Server{etcd: e, Endpoints: []string{cu.String()}}, nil
 }
@@ -149,14 +149,14 @@ func orDefault(s, d string) string {
 func resolvePort(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", fmt.Errorf("%w: address %q: %v", ErrStart, addr, err)
+		return "", fmt.Errorf("%w: address %q: %w", ErrStart, addr, err)
 	}
 	if port != "0" {
 		return addr, nil
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return "", fmt.Errorf("%w: no free port on %s: %v", ErrStart, host, err)
+		return "", fmt.Errorf("%w: no free port on %s: %w", ErrStart, host, err)
 	}
 	defer l.Close()
 	return l.Addr().String(), nil

@@ -36,7 +36,7 @@ func detect(method string, family int) (netip.Prefix, error) {
 	case strings.HasPrefix(method, "interface="):
 		re, err := regexp.Compile("^(" + strings.TrimPrefix(method, "interface=") + ")$")
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%w: bad interface regex in %q: %v", ErrAutodetect, method, err)
+			return netip.Prefix{}, fmt.Errorf("%w: bad interface regex in %q: %w", ErrAutodetect, method, err)
 		}
 		return firstFound(re.MatchString, family)
 	case strings.HasPrefix(method, "can-reach="):
@@ -50,7 +50,7 @@ func detect(method string, family int) (netip.Prefix, error) {
 func firstFound(ok func(string) bool, family int) (netip.Prefix, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%w: %v", ErrAutodetect, err)
+		return netip.Prefix{}, fmt.Errorf("%w: %w", ErrAutodetect, err)
 	}
 	for _, l := range links {
 		a := l.Attrs()
@@ -111,13 +111,13 @@ func canReach(dest string, family int) (netip.Prefix, error) {
 	}
 	conn, err := net.Dial(fmt.Sprintf("udp%d", family), host)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%w: no route to %s: %v", ErrAutodetect, dest, err)
+		return netip.Prefix{}, fmt.Errorf("%w: no route to %s: %w", ErrAutodetect, dest, err)
 	}
 	local := conn.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
 	conn.Close()
 	addrs, err := netlink.AddrList(nil, nlFamily(family))
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%w: %v", ErrAutodetect, err)
+		return netip.Prefix{}, fmt.Errorf("%w: %w", ErrAutodetect, err)
 	}
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == local {

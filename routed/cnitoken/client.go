@@ -163,7 +163,7 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	if c.cfg.TokenFile != "" {
 		b, err := os.ReadFile(c.cfg.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: routed's own token: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: routed's own token: %w", ErrConfig, err)
 		}
 		tok = strings.TrimSpace(string(b))
 	}

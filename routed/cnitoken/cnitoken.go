@@ -89,12 +89,12 @@ type Token struct {
 func InCluster(path, namespace, serviceAccount string) (Config, error) {
 	client, server, err := inClusterClient()
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: no in-cluster Kubernetes API access (%v): routed-node needs its service account token mounted at %s, or unset ROUTED_CNI_KUBECONFIG", ErrConfig, err, saDir)
+		return Config{}, fmt.Errorf("%w: no in-cluster Kubernetes API access (%w): routed-node needs its service account token mounted at %s, or unset ROUTED_CNI_KUBECONFIG", ErrConfig, err, saDir)
 	}
 	if namespace == "" {
 		b, err := os.ReadFile(saNamespaceFn)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: namespace of the CNI plugin's ServiceAccount: %v (set ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)", ErrConfig, err)
+			return Config{}, fmt.Errorf("%w: namespace of the CNI plugin's ServiceAccount: %w (set ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)", ErrConfig, err)
 		}
 		namespace = string(b)
 	}
@@ -156,11 +156,11 @@ func (c *Config) Request(ctx context.Context) (Token, error) {
 	sa := c.Namespace + "/" + c.ServiceAccount
 	switch {
 	case statusCode(err) == http.StatusForbidden:
-		return Token{}, fmt.Errorf("%w: routed-node may not create tokens for ServiceAccount %s: %v (the Role routed-node-cni-token of deploy/routed.yaml grants create on serviceaccounts/token for it)", ErrRequest, sa, err)
+		return Token{}, fmt.Errorf("%w: routed-node may not create tokens for ServiceAccount %s: %w (the Role routed-node-cni-token of deploy/routed.yaml grants create on serviceaccounts/token for it)", ErrRequest, sa, err)
 	case statusCode(err) == http.StatusNotFound:
-		return Token{}, fmt.Errorf("%w: ServiceAccount %s does not exist: %v (apply deploy/routed.yaml)", ErrRequest, sa, err)
+		return Token{}, fmt.Errorf("%w: ServiceAccount %s does not exist: %w (apply deploy/routed.yaml)", ErrRequest, sa, err)
 	case err != nil:
-		return Token{}, fmt.Errorf("%w: token for ServiceAccount %s: %v", ErrRequest, sa, err)
+		return Token{}, fmt.Errorf("%w: token for ServiceAccount %s: %w", ErrRequest, sa, err)
 	case tr.Status.Token == "" || tr.Status.ExpirationTimestamp.IsZero():
 		return Token{}, fmt.Errorf("%w: the API server answered the token request for %s without a token or expiry", ErrRequest, sa)
 	}
@@ -173,7 +173,7 @@ func (c *Config) Write(tok Token) error {
 	if c.CAFile != "" {
 		b, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			return fmt.Errorf("%w: read the cluster CA: %v", ErrConfig, err)
+			return fmt.Errorf("%w: read the cluster CA: %w", ErrConfig, err)
 		}
 		ca = b
 	}

@@ -29,7 +29,7 @@ var ErrProbe = errors.New("routed health")
 func Probe(ctx context.Context, addr, path string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%w: health address %q: %v", ErrProbe, addr, err)
+		return fmt.Errorf("%w: health address %q: %w", ErrProbe, addr, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1" // listening everywhere includes loopback
@@ -39,11 +39,11 @@ func Probe(ctx context.Context, addr, path string) error {
 	url := "http://" + net.JoinHostPort(host, port) + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrProbe, err)
+		return fmt.Errorf("%w: %w", ErrProbe, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v (is routed running with --health-listen %s?)", ErrProbe, path, err, addr)
+		return fmt.Errorf("%w: %s: %w (is routed running with --health-listen %s?)", ErrProbe, path, err, addr)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -47,7 +47,7 @@ clusters should point ETCD_ENDPOINTS at a real etcd cluster.
 func etcdPath() (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", errNoEtcdBinary, err)
+		return "", fmt.Errorf("%w: %w", errNoEtcdBinary, err)
 	}
 	if real, err := filepath.EvalSymlinks(self); err == nil {
 		self = real

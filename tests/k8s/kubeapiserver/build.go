@@ -158,7 +158,7 @@ func buildIn(ctx context.Context, cacheDir, dirName, version string, rc recipe, 
 	dir := filepath.Join(cacheDir, dirName, version)
 	bin := filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBuild, err)
+		return "", fmt.Errorf("%w: %w", ErrBuild, err)
 	}
 	unlock, err := lock(ctx, filepath.Join(dir, ".lock"), log)
 	if err != nil {
@@ -168,7 +168,7 @@ func buildIn(ctx context.Context, cacheDir, dirName, version string, rc recipe, 
 
 	goVersion, err := goEnv(ctx, "GOVERSION")
 	if err != nil {
-		return "", fmt.Errorf("%w: go env: %v", ErrBuild, err)
+		return "", fmt.Errorf("%w: go env: %w", ErrBuild, err)
 	}
 	// The stamp names what made the binary; a change in the generator or
 	// a different version rebuilds. The Go version is left out: any Go
@@ -186,16 +186,16 @@ func buildIn(ctx context.Context, cacheDir, dirName, version string, rc recipe, 
 	logPath := filepath.Join(dir, "build.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBuild, err)
+		return "", fmt.Errorf("%w: %w", ErrBuild, err)
 	}
 	defer logFile.Close()
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBuild, err)
+		return "", fmt.Errorf("%w: %w", ErrBuild, err)
 	}
 	fail := func(step string, err error) (string, error) {
 		logFile.Sync()
-		return "", fmt.Errorf("%w: %s: %v\nlast lines of %s:\n%s", ErrBuild, step, err, logPath, tail(logPath, 40))
+		return "", fmt.Errorf("%w: %s: %w\nlast lines of %s:\n%s", ErrBuild, step, err, logPath, tail(logPath, 40))
 	}
 	run := func(step string, env []string, name string, args ...string) error {
 		fmt.Fprintf(logFile, "\n$ %s %s\n", name, strings.Join(args, " "))
@@ -348,7 +348,7 @@ func errorString(s string) error {
 func lock(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock: %v", ErrBuild, err)
+		return nil, fmt.Errorf("%w: lock: %w", ErrBuild, err)
 	}
 	said := false
 	for {
@@ -358,7 +358,7 @@ func lock(ctx context.Context, path string, log func(string, ...any)) (func(), e
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("%w: lock %s: %v", ErrBuild, path, err)
+			return nil, fmt.Errorf("%w: lock %s: %w", ErrBuild, path, err)
 		}
 		if !said {
 			log("waiting for another kube-apiserver build (lock %s)", path)
@@ -367,7 +367,7 @@ func lock(ctx context.Context, path string, log func(string, ...any)) (func(), e
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("%w: waiting for lock %s: %v", ErrBuild, path, ctx.Err())
+			return nil, fmt.Errorf("%w: waiting for lock %s: %w", ErrBuild, path, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
