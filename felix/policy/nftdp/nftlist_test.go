@@ -15,7 +15,8 @@ import (
 )
 
 // TestNftListsEveryRule: with every shape of rule and set routed writes
-// programmed, the distribution's own nft lists the whole ruleset (exit
+// programmed (pods' policy, host endpoints in every context, NAT
+// outgoing), the distribution's own nft lists the whole ruleset (exit
 // 0) and prints each chain; an operator debugging a node reads routed's
 // tables, kube-proxy's and their own with the tool they have.
 func TestNftListsEveryRule(t *testing.T) {
@@ -64,10 +65,42 @@ func TestNftListsEveryRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.SetEndpoint(a.Iface, "ep-nl", "ep-nl", nftdp.BothFamilies)
+
+	// Host endpoints: a named interface in every context (doNotTrack's
+	// notrack in raw, preDNAT, forwarded) and the wildcard, with failsafes.
+	hostRules := func(id string) []nftdp.Rule {
+		return []nftdp.Rule{
+			{ID: id + "/0", Proto: 6, Dst: nftdp.Side{Ports: []nftdp.PortRange{{First: 22, Last: 22}}}, Counter: true, Action: nftdp.ActAccept},
+			{ID: id + "/1", Src: nftdp.Side{Sets: []string{"s-addrs"}}, Counter: true, Action: nftdp.ActDrop},
+		}
+	}
+	for _, c := range []string{"h-in", "h-out", "h-fwd-in", "h-fwd-out", "h-wild-in", "h-wild-out"} {
+		if err := d.SetChain(c, hostRules(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []string{"h-prednat", "h-raw-in", "h-raw-out"} {
+		rs := hostRules(c)
+		rs[0].Action = nftdp.ActNotrack
+		if c == "h-prednat" {
+			rs[0].Action = nftdp.ActMarkAccept
+		}
+		if err := d.SetChain(c, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.SetHostEndpoints(nftdp.HostEndpoints{
+		Endpoints: []nftdp.HostChains{
+			{Iface: "eth-nl", In: "h-in", Out: "h-out", FwdIn: "h-fwd-in", FwdOut: "h-fwd-out", PreDNAT: "h-prednat", RawIn: "h-raw-in", RawOut: "h-raw-out"},
+			{Iface: nftdp.WildcardIface, In: "h-wild-in", Out: "h-wild-out"},
+		},
+		FailsafeIn:  []nftdp.ProtoPort{{Proto: 6, Port: 22}, {Proto: 17, Port: 68}},
+		FailsafeOut: []nftdp.ProtoPort{{Proto: 17, Port: 53}},
+	})
 	apply(t, d)
 
 	out := nftList(t, node)
-	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "table ip routed", "masquerade", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "iifname vmap @from-wl-dispatch"} {
+	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "table ip routed", "masquerade", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "chain h-raw-in", "notrack", "chain h-prednat", "iifname vmap @from-wl-dispatch"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nft list ruleset lacks %q:\n%s", want, out)
 		}
