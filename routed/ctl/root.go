@@ -62,6 +62,7 @@ and ETCD_KEY_FILE.`,
 		newGetCmd(g),
 		newDatastoreCmd(g),
 		newMigrateCmd(g),
+		newVersionCmd(g),
 	)
 	return root, g.connect
 }
