@@ -8,7 +8,7 @@ import (
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/routed/controllers"
+	"github.com/routed-net/routed/routed/ctl"
 )
 
 // stagedDenyAll stages a deny of everything in each staged kind: a
@@ -30,30 +30,6 @@ kind: StagedKubernetesNetworkPolicy
 metadata: {name: default-deny, namespace: prod}
 spec: {podSelector: {}, policyTypes: [Ingress, Egress]}
 `
-
-// stagedForModel gives the model form of decoded staged policies, as
-// routedctl policy explain builds it.
-func stagedForModel(t *testing.T, rs []api.Resource) []policy.StagedPolicy {
-	t.Helper()
-	var out []policy.StagedPolicy
-	for _, r := range rs {
-		s := policy.StagedPolicy{Kind: r.GetKind(), Namespace: r.Meta().Namespace, Name: r.Meta().Name}
-		switch p := r.(type) {
-		case *api.StagedGlobalNetworkPolicy:
-			s.Action, s.Policy = p.Action(), p.Enforced()
-		case *api.StagedNetworkPolicy:
-			s.Action, s.Policy = p.Action(), p.Enforced()
-		case *api.StagedKubernetesNetworkPolicy:
-			c, err := controllers.ConvertStagedKubernetesNetworkPolicy(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Action, s.Policy = p.Action(), c.Policy
-		}
-		out = append(out, s)
-	}
-	return out
-}
 
 // TestStagedNeverEnforced: with a staged deny-all of each kind beside
 // an enforced allow, real connections the enforced policy allows still
@@ -117,7 +93,11 @@ func TestStagedNeverEnforced(t *testing.T) {
 		if !x.Allowed() || x.Ingress.Rule.Policy != "gnp:allow-b" {
 			t.Fatalf("model, enforced: %+v", x)
 		}
-		vs, err := m.ExplainStaged(f, x, stagedForModel(t, d.Resources))
+		staged, notes, err := ctl.StagedForModel(d.Resources)
+		if err != nil || len(notes) > 0 {
+			t.Fatalf("staged policies for the model: %v %v", err, notes)
+		}
+		vs, err := m.ExplainStaged(f, x, staged)
 		if err != nil {
 			t.Fatal(err)
 		}

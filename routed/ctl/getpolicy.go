@@ -3,6 +3,8 @@ package ctl
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,6 +35,9 @@ func policyColumns(k api.Kind, wide bool) (head []string, row func(api.Resource)
 			return pick(wide, []string{qualified(r), p.Tier, order(p.Order), dash(p.Selector)},
 				[]string{strings.Join(types, ","), strconv.Itoa(len(p.Ingress)) + " rules", strconv.Itoa(len(p.Egress)) + " rules"})
 		}, true
+	case api.KindStagedNetworkPolicy, api.KindStagedGlobalNetworkPolicy, api.KindStagedKubernetesNetworkPolicy:
+		head, row := stagedColumns(wide)
+		return head, row, true
 	case api.KindProfile:
 		return []string{"NAME", "LABELS", "INGRESS", "EGRESS"}, func(r api.Resource) []string {
 			p := r.(*api.Profile)
@@ -48,6 +53,43 @@ func policyColumns(k api.Kind, wide bool) (head []string, row func(api.Resource)
 		}, true
 	}
 	return nil, nil, false
+}
+
+// stagedColumns are the staged policies' columns: their twins', with
+// the staged action (a Kubernetes one's tier is always default, its
+// order 1000 and its selector the pod selector's labels).
+func stagedColumns(wide bool) ([]string, func(api.Resource) []string) {
+	return pick(wide, []string{"NAME", "ACTION", "TIER", "ORDER", "SELECTOR"}, []string{"TYPES", "INGRESS", "EGRESS"}), func(r api.Resource) []string {
+		var action api.StagedAction
+		var p *api.PolicySpec
+		switch s := r.(type) {
+		case *api.StagedNetworkPolicy:
+			action, p = s.Action(), &s.Spec.PolicySpec
+		case *api.StagedGlobalNetworkPolicy:
+			action, p = s.Action(), &s.Spec.PolicySpec
+		case *api.StagedKubernetesNetworkPolicy:
+			k := s.Spec.K8sNetworkPolicySpec
+			sel := make([]string, 0, len(k.PodSelector.MatchLabels)+len(k.PodSelector.MatchExpressions))
+			for _, l := range slices.Sorted(maps.Keys(k.PodSelector.MatchLabels)) {
+				sel = append(sel, l+"="+k.PodSelector.MatchLabels[l])
+			}
+			for _, e := range k.PodSelector.MatchExpressions {
+				sel = append(sel, e.Key+" "+e.Operator+" "+strings.Join(e.Values, ","))
+			}
+			podSel := "(all pods)"
+			if len(sel) > 0 {
+				podSel = strings.Join(sel, ",")
+			}
+			return pick(wide, []string{qualified(r), string(s.Action()), api.DefaultTierName, "1000", podSel},
+				[]string{strings.Join(k.PolicyTypes, ","), strconv.Itoa(len(k.Ingress)) + " rules", strconv.Itoa(len(k.Egress)) + " rules"})
+		}
+		types := make([]string, len(p.Types))
+		for i, t := range p.Types {
+			types[i] = string(t)
+		}
+		return pick(wide, []string{qualified(r), string(action), p.Tier, order(p.Order), dash(p.Selector)},
+			[]string{dash(strings.Join(types, ",")), strconv.Itoa(len(p.Ingress)) + " rules", strconv.Itoa(len(p.Egress)) + " rules"})
+	}
 }
 
 // qualified names a resource as "namespace/name" when it has a namespace.

@@ -45,7 +45,14 @@ When routed's status socket answers (--status-socket), the decision of each
 direction whose endpoint is on that node is checked against the kernel: the
 named rule's counter there should have counted packets once the flow was
 tried. Traffic from a node to its own pods is never policed and is not what
-this answers.`,
+this answers.
+
+Then, for each staged policy (StagedGlobalNetworkPolicy, StagedNetworkPolicy,
+StagedKubernetesNetworkPolicy) that applies to the source's egress or the
+destination's ingress, or whose enforced twin does: what the flow would meet
+if that staged policy alone were enforced (Set adds or replaces its twin,
+Delete removes it), with the rule that would decide. Staged policies are
+never enforced; their rules have no kernel counter.`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" {
@@ -80,6 +87,11 @@ type ExplainResult struct {
 	Kernel  []KernelCheck   `json:"kernel,omitempty"`
 	// Counters says why the kernel was not checked.
 	Counters string `json:"counters,omitempty"`
+	// Staged is what each staged policy that concerns the flow would
+	// decide if it were enforced (policy.Calc.ExplainStaged); StagedNotes
+	// what could not be carried into that evaluation exactly.
+	Staged      []policy.StagedVerdict `json:"staged,omitempty"`
+	StagedNotes []string               `json:"stagedNotes,omitempty"`
 }
 
 // KernelCheck is one direction's rule counter on the node that serves
@@ -144,6 +156,14 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 	f.Src, f.Dst, f.SrcPort = sa, da, uint16(srcPort)
 	x := m.Explain(f)
 	res := ExplainResult{Src: src, Dst: dst, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress}
+	staged, notes, err := stagedPolicies(ctx, ds)
+	if err != nil {
+		return err
+	}
+	if res.Staged, err = m.ExplainStaged(f, x, staged); err != nil {
+		return err
+	}
+	res.StagedNotes = notes
 	res.Kernel, res.Counters = kernelChecks(ctx, st, x)
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -275,21 +295,7 @@ func kernelChecks(ctx context.Context, st *status.Client, x policy.Explanation) 
 func printExplain(out io.Writer, r ExplainResult) {
 	fmt.Fprintf(out, "flow: %s\n", r.Flow)
 	for _, d := range []policy.Decision{r.Egress, r.Ingress} {
-		if !d.Policed {
-			fmt.Fprintf(out, "%s: not policed (no workload has that address)\n", d.Direction)
-			continue
-		}
-		verdict := "denied"
-		if d.Allowed {
-			verdict = "allowed"
-		}
-		fmt.Fprintf(out, "%s of %s on %s: %s by %s\n", d.Direction, d.Endpoint, d.Node, verdict, describeRule(d.Rule))
-		for _, p := range d.Passed {
-			fmt.Fprintf(out, "  passed on by %s\n", describeRule(p))
-		}
-		for _, l := range d.Logged {
-			fmt.Fprintf(out, "  logged by %s\n", describeRule(l))
-		}
+		printDecision(out, "", d)
 	}
 	if r.Allowed {
 		fmt.Fprintln(out, "verdict: allowed")
@@ -310,6 +316,27 @@ func printExplain(out io.Writer, r ExplainResult) {
 			fmt.Fprintf(out, "kernel on %s: %s %s has counted nothing: the flow was not tried since it was programmed, or the node's model differs\n", k.Node, k.Direction, k.Rule)
 		}
 	}
+	printStaged(out, r)
+}
+
+// printDecision prints one direction's decision, each line after
+// indent.
+func printDecision(out io.Writer, indent string, d policy.Decision) {
+	if !d.Policed {
+		fmt.Fprintf(out, "%s%s: not policed (no workload has that address)\n", indent, d.Direction)
+		return
+	}
+	verdict := "denied"
+	if d.Allowed {
+		verdict = "allowed"
+	}
+	fmt.Fprintf(out, "%s%s of %s on %s: %s by %s\n", indent, d.Direction, d.Endpoint, d.Node, verdict, describeRule(d.Rule))
+	for _, p := range d.Passed {
+		fmt.Fprintf(out, "%s  passed on by %s\n", indent, describeRule(p))
+	}
+	for _, l := range d.Logged {
+		fmt.Fprintf(out, "%s  logged by %s\n", indent, describeRule(l))
+	}
 }
 
 // describeRule names a rule for people.
@@ -317,6 +344,8 @@ func describeRule(r policy.RuleInfo) string {
 	switch r.Kind {
 	case policy.KindPolicyRule:
 		return fmt.Sprintf("tier %s, policy %s, %s rule %d (%s) [%s]", r.Tier, r.Policy, r.Direction, r.Index, r.Action, r.ID)
+	case policy.KindStagedPolicyRule:
+		return fmt.Sprintf("tier %s, %s, %s rule %d (%s)", r.Tier, r.Policy, r.Direction, r.Index, r.Action)
 	case policy.KindProfileRule:
 		return fmt.Sprintf("profile %s, %s rule %d (%s) [%s]", r.Profile, r.Direction, r.Index, r.Action, r.ID)
 	case policy.KindTierEnd:
