@@ -70,7 +70,7 @@ func Roles(reflectors []string) []Role {
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
 		{Name: RoleControllers, Purpose: "routed controllers (Kubernetes namespaces, service accounts, pods and NetworkPolicies)", Perms: []Permission{readAll,
 			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint)),
-			rw(KindPrefix(api.KindServiceEndpoints))}},
+			rw(KindPrefix(api.KindServiceEndpoints)), rw(KindPrefix(api.KindHostEndpoint))}},
 		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
 	}
 }

@@ -38,6 +38,11 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Resync is how often everything is compared again (default 5 min).
 	Resync time.Duration
+	// AutoHostEndpoints is Calico's autoCreate: a "*" HostEndpoint
+	// "<node>-auto-hep" per Kubernetes node with the allow-all profile
+	// projectcalico-default-allow (hostendpoint.go). Off, those the
+	// controllers wrote are removed.
+	AutoHostEndpoints bool
 }
 
 func (c *Config) defaults() error {
@@ -137,5 +142,10 @@ func lead(ctx context.Context, cfg Config) error {
 		s.cnps = &cnpWatch{client: cfg.NetworkPolicyAPI}
 	}
 	s.weps = newWEPIndex(func(k string) { s.queue.Add(k) })
+	go func() {
+		if err := s.autoHostEndpoints(ctx, cfg.AutoHostEndpoints); err != nil && ctx.Err() == nil {
+			log.WithError(err).Error("automatic host endpoints stopped")
+		}
+	}()
 	return s.lead(ctx)
 }

@@ -1,0 +1,161 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// Calico's kube-controllers can create a host endpoint for every
+// Kubernetes node ("autoCreate"): interface "*", the node's labels, its
+// addresses, and the profile projectcalico-default-allow, which allows
+// everything, so that turning it on changes no verdict until a policy
+// selects the endpoints. Each goes with its node; turning it off removes
+// them. Only what the controllers wrote (OwnerAnnotation) is changed or
+// removed: a host endpoint written by hand under the same name is left.
+
+// AutoHostEndpointSuffix ends the name of a node's automatic host
+// endpoint: "<node>-auto-hep", as Calico names it.
+const AutoHostEndpointSuffix = "-auto-hep"
+
+// AutoHostEndpoint is the automatic host endpoint of a node.
+func AutoHostEndpoint(n *corev1.Node) *api.HostEndpoint {
+	h := &api.HostEndpoint{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindHostEndpoint},
+		Metadata: api.ObjectMeta{Name: n.Name + AutoHostEndpointSuffix},
+		Spec:     api.HostEndpointSpec{Node: n.Name, InterfaceName: api.AllInterfaces, Profiles: []string{api.DefaultAllowProfile}}}
+	owned(&h.Metadata, n.Name)
+	if len(n.Labels) > 0 {
+		h.Metadata.Labels = map[string]string{}
+		for k, v := range n.Labels {
+			h.Metadata.Labels[k] = v
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && !slices.Contains(h.Spec.ExpectedIPs, a.Address) {
+			h.Spec.ExpectedIPs = append(h.Spec.ExpectedIPs, a.Address)
+		}
+	}
+	return h
+}
+
+// DefaultAllowProfile is Calico's projectcalico-default-allow: allow
+// everything in both directions.
+func DefaultAllowProfile() *api.Profile {
+	p := &api.Profile{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindProfile},
+		Metadata: api.ObjectMeta{Name: api.DefaultAllowProfile},
+		Spec:     api.ProfileSpec{Ingress: []api.Rule{{Action: api.ActionAllow}}, Egress: []api.Rule{{Action: api.ActionAllow}}}}
+	owned(&p.Metadata, api.DefaultAllowProfile)
+	return p
+}
+
+// autoHostEndpoints keeps one automatic host endpoint per node while on
+// (and removes those it wrote while off) until ctx ends, with a queue
+// and a Node informer of its own.
+func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
+	if !on {
+		return s.removeAutoHostEndpoints(ctx, nil)
+	}
+	f := informers.NewSharedInformerFactory(s.kube, 0)
+	inf := f.Core().V1().Nodes().Informer()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	enqueue := func(o any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+			q.Add(key)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue,
+		UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("controllers: node informer did not sync: %w", ctx.Err())
+	}
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	nodes := inf.GetIndexer()
+	go func() {
+		for {
+			// Nodes deleted while no controller ran: their endpoints go.
+			err := s.removeAutoHostEndpoints(ctx, func(node string) bool {
+				_, ok, err := nodes.GetByKey(node)
+				return err == nil && ok
+			})
+			if err != nil {
+				log.WithError(err).Warn("automatic host endpoints: resync incomplete")
+			}
+			for _, k := range nodes.ListKeys() {
+				q.Add(k)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.resync):
+			}
+		}
+	}()
+	for {
+		name, quit := q.Get()
+		if quit {
+			return ctx.Err()
+		}
+		err := s.syncAutoHostEndpoint(ctx, nodes, name)
+		if err != nil && ctx.Err() == nil {
+			log.WithError(err).WithField("node", name).Warn("automatic host endpoint: sync failed; retrying")
+			q.AddRateLimited(name)
+		} else {
+			q.Forget(name)
+		}
+		q.Done(name)
+	}
+}
+
+// syncAutoHostEndpoint makes a node's automatic host endpoint (and the
+// profile it names) match the node, or go with it.
+func (s *syncer) syncAutoHostEndpoint(ctx context.Context, nodes cache.Indexer, name string) error {
+	o, ok, err := nodes.GetByKey(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return s.deleteOwned(ctx, api.KindHostEndpoint, name+AutoHostEndpointSuffix)
+	}
+	// The profile first: an endpoint naming a profile that does not
+	// exist would deny everything.
+	if err := s.ensure(ctx, DefaultAllowProfile()); err != nil {
+		return fmt.Errorf("profile %s: %w", api.DefaultAllowProfile, err)
+	}
+	return s.ensure(ctx, AutoHostEndpoint(o.(*corev1.Node)))
+}
+
+// removeAutoHostEndpoints deletes the automatic host endpoints the
+// controllers wrote, but those of nodes keep reports as present.
+func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node string) bool) error {
+	list, _, err := s.store.List(ctx, api.KindHostEndpoint)
+	if err != nil {
+		return fmt.Errorf("list hostendpoints: %w", err)
+	}
+	for _, r := range list {
+		h := r.(*api.HostEndpoint)
+		node, ok := strings.CutSuffix(h.Metadata.Name, AutoHostEndpointSuffix)
+		if !ok || !IsOwned(h) || (keep != nil && keep(node)) {
+			continue
+		}
+		if err := s.deleteOwned(ctx, api.KindHostEndpoint, h.Metadata.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
