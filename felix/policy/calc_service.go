@@ -33,12 +33,27 @@ import (
 // id starts "sel=".
 const serviceIDPrefix = "service="
 
-// service is what the calculator keeps of one ServiceEndpoints record:
-// its addresses and its (address, protocol, port) members, masked and
-// distinct.
+// service is what the calculator keeps of one Service: its record's
+// addresses and (address, protocol, port) members, masked and distinct
+// (none without a record), and the names of the sets that name it (a
+// set deleted since is dropped from sets when next looked at).
 type service struct {
 	addrs []nftdp.Member
 	ports []nftdp.Member
+	sets  map[string]bool
+}
+
+// serviceFor returns the Service key's entry, made empty if missing.
+func (c *Calc) serviceFor(key string) *service {
+	if c.services == nil {
+		c.services = map[string]*service{}
+	}
+	sv := c.services[key]
+	if sv == nil {
+		sv = &service{sets: map[string]bool{}}
+		c.services[key] = sv
+	}
+	return sv
 }
 
 // serviceMatcher is the matcher of a rule side naming the Service key
@@ -166,14 +181,12 @@ func (sv *service) members(sp setSpec) []nftdp.Member {
 // members (and their guards'), nothing else. On an error nothing
 // changes.
 func (c *Calc) SetServiceEndpoints(key string, r *api.ServiceEndpoints) error {
-	sv, err := serviceFromAPI(r)
+	rec, err := serviceFromAPI(r)
 	if err != nil {
 		return err
 	}
-	if c.services == nil {
-		c.services = map[string]*service{}
-	}
-	c.services[key] = sv
+	sv := c.serviceFor(key)
+	sv.addrs, sv.ports = rec.addrs, rec.ports
 	c.refillService(key)
 	return nil
 }
@@ -181,22 +194,32 @@ func (c *Calc) SetServiceEndpoints(key string, r *api.ServiceEndpoints) error {
 // DeleteServiceEndpoints forgets a Service's endpoints: its rules match
 // nothing from then on.
 func (c *Calc) DeleteServiceEndpoints(key string) {
-	if _, ok := c.services[key]; !ok {
+	sv := c.services[key]
+	if sv == nil {
 		return
 	}
-	delete(c.services, key)
+	sv.addrs, sv.ports = nil, nil
 	c.refillService(key)
+	if len(sv.sets) == 0 {
+		delete(c.services, key)
+	}
 }
 
 // refillService gives every active set naming the Service its current
-// members. It looks at every active set: a Service's endpoints change
-// far less often than the sets do, and there are hundreds, not
-// millions.
+// members (the sets fillServiceSets saw made; those deleted since are
+// forgotten here).
 func (c *Calc) refillService(key string) {
-	for _, s := range c.sets {
-		if k, ok := serviceOf(s.spec); ok && k == key {
-			c.contributeService(s, key)
+	sv := c.services[key]
+	if sv == nil {
+		return
+	}
+	for name := range sv.sets {
+		s := c.sets[name]
+		if s == nil {
+			delete(sv.sets, name)
+			continue
 		}
+		c.contributeService(s, key)
 	}
 }
 
@@ -209,6 +232,7 @@ func (c *Calc) fillServiceSets(specs []setSpec) {
 			continue
 		}
 		if s := c.sets[sp.name]; s != nil {
+			c.serviceFor(key).sets[sp.name] = true
 			if _, done := s.nets[serviceContribution(key)]; !done {
 				c.contributeService(s, key)
 			}
