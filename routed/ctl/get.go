@@ -149,6 +149,9 @@ func columns(k api.Kind, wide bool) ([]string, func(api.Resource) []string) {
 				return pick(wide, []string{dash(wl), w.Spec.Node, strings.Join(w.Spec.IPNetworks, ","), w.Spec.InterfaceName}, []string{w.Spec.ContainerID, dash(w.Spec.MAC)})
 			}
 	}
+	if head, row, ok := hostEndpointColumns(k, wide); ok {
+		return head, row
+	}
 	if head, row, ok := policyColumns(k, wide); ok {
 		return head, row
 	}

@@ -2,9 +2,12 @@ package ctl
 
 import (
 	"fmt"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/routed/migrate"
@@ -15,35 +18,47 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "Carry another system's cluster state over to routed"}
 	var from datastore.Config
 	var dryRun bool
+	var kubeconfig string
 	calico := &cobra.Command{
-		Use:   "calico --from-etcd URL",
-		Short: "Copy a Calico etcdv3 datastore's pools, nodes, BGP settings, endpoints and IPAM state",
-		Long: `migrate calico reads a Calico etcdv3 datastore (/calico/resources/v3/...,
-/calico/ipam/v2/...) and writes routed's IP pools, BGP configuration,
-filters and peers, nodes, workload endpoints, IPAM configuration and
-IPAM state (blocks with their node affinity, allocations and handles),
-so pods that keep running keep their addresses and 'routedctl ipam
-check' is clean.
+		Use:   "calico (--from-etcd URL | --from-kubeconfig FILE)",
+		Short: "Copy a Calico cluster's pools, nodes, BGP settings, policies, endpoints and IPAM state",
+		Long: `migrate calico reads a live Calico cluster's datastore and writes routed's
+IP pools, BGP configuration, filters and peers, nodes, tiers, policies,
+profiles, network sets, workload endpoints, IPAM configuration and IPAM
+state (blocks with their node affinity, allocations and handles), so
+pods that keep running keep their addresses and their policy, and
+'routedctl ipam check' is clean.
+
+Calico on etcd (--from-etcd): its keys /calico/resources/v3/... and
+/calico/ipam/v2/... are read; its etcd may be the same as routed's.
+
+Calico on the Kubernetes datastore (--from-kubeconfig, or in a pod with
+neither flag: the pod's service account): Calico's custom resources
+(crd.projectcalico.org/v1) are read, and what Calico derives from
+Kubernetes objects is derived the same way: a Node from each node's
+projectcalico.org/ annotations, profiles from namespaces and service
+accounts, a workload endpoint from each running pod Calico's CNI plugin
+addressed (cni.projectcalico.org/podIPs, containerID). Kubernetes
+NetworkPolicies stay in Kubernetes: routed-controllers convert them.
 
 It is idempotent: what routed already holds identically is left alone.
 When routed holds anything that differs, nothing is written and the plan
 names it. --dry-run prints the plan without writing. What cannot be
 carried over (a refused Calico field, a block outside the carried pools,
-an allocation type routed lacks) is listed; the rest is carried.
-
-Calico's datastore is only read. Its etcd may be the same as routed's.`,
+an allocation type routed lacks, a kind routed has no counterpart for)
+is listed with what is lost; the rest is carried. An interrupted run
+completes when run again. Calico's datastore is only read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(from.Endpoints) == 0 {
-				return usageError("--from-etcd is required")
-			}
-			src, err := datastore.New(from)
+			opts := migrate.Options{DryRun: dryRun, Progress: func(it migrate.Item) {
+				fmt.Fprintf(g.errOut, "created %s %s\n", it.Kind, it.Name)
+			}}
+			run, err := migrationSource(cmd, from, kubeconfig)
 			if err != nil {
-				return fmt.Errorf("open Calico's etcd: %w", err)
+				return err
 			}
-			defer src.Close()
 			return g.with(func(c *datastore.Client) error {
-				rep, err := migrate.Calico(cmd.Context(), src, c, dryRun)
+				rep, err := run(c, opts)
 				if rep != nil {
 					printMigration(g, rep, dryRun)
 				}
@@ -51,6 +66,7 @@ Calico's datastore is only read. Its etcd may be the same as routed's.`,
 			})
 		},
 	}
+	calico.Flags().StringVar(&kubeconfig, "from-kubeconfig", "", "kubeconfig of a cluster whose Calico keeps its data in Kubernetes")
 	calico.Flags().StringSliceVar(&from.Endpoints, "from-etcd", nil, "Calico's etcd endpoints, comma separated")
 	calico.Flags().StringVar(&from.CACertFile, "from-etcd-ca-cert-file", "", "CA to verify Calico's etcd")
 	calico.Flags().StringVar(&from.CertFile, "from-etcd-cert-file", "", "client certificate for Calico's etcd")
@@ -58,6 +74,42 @@ Calico's datastore is only read. Its etcd may be the same as routed's.`,
 	calico.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, write nothing")
 	cmd.AddCommand(calico)
 	return cmd
+}
+
+// migrationSource opens the Calico datastore the flags name: etcd,
+// a kubeconfig, or (neither given, inside a pod) the pod's API server.
+func migrationSource(cmd *cobra.Command, from datastore.Config, kubeconfig string) (func(*datastore.Client, migrate.Options) (*migrate.Report, error), error) {
+	ctx := cmd.Context()
+	switch {
+	case len(from.Endpoints) > 0 && kubeconfig != "":
+		return nil, usageError("--from-etcd and --from-kubeconfig name two sources; give one")
+	case len(from.Endpoints) > 0:
+		return func(c *datastore.Client, o migrate.Options) (*migrate.Report, error) {
+			src, err := datastore.New(from)
+			if err != nil {
+				return nil, fmt.Errorf("open Calico's etcd: %w", err)
+			}
+			defer src.Close()
+			return migrate.Calico(ctx, src, c, o)
+		}, nil
+	}
+	var rc *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return nil, fmt.Errorf("--from-kubeconfig %s: %w", kubeconfig, err)
+		}
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("in-cluster Kubernetes configuration: %w", err)
+		}
+	default:
+		return nil, usageError("--from-etcd or --from-kubeconfig is required (or run in a pod, where the pod's service account is used)")
+	}
+	return func(c *datastore.Client, o migrate.Options) (*migrate.Report, error) {
+		return migrate.CalicoKube(ctx, rc, c, o)
+	}, nil
 }
 
 func printMigration(g *globals, rep *migrate.Report, dryRun bool) {
@@ -75,6 +127,9 @@ func printMigration(g *globals, rep *migrate.Report, dryRun bool) {
 	tw.Flush()
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(g.errOut, "Warning: %s\n", w)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(g.out, "Note: %s\n", n)
 	}
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(g.out, "Not carried over: %s\n", s)

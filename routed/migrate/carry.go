@@ -1,0 +1,203 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
+)
+
+// ErrNoCalico means the source holds no Calico state at all.
+var ErrNoCalico = errors.New("migrate: no Calico datastore")
+
+// ErrConflict means routed already holds state that differs from what
+// the migration would write; nothing was written.
+var ErrConflict = errors.New("migrate: routed's datastore already holds different state")
+
+// Item is what the migration does with one resource.
+type Item struct {
+	Kind   api.Kind
+	Name   string
+	Action string // create, unchanged or conflict
+	Detail string
+}
+
+// Report is the plan (dry run) or what was done.
+type Report struct {
+	Items  []Item
+	Blocks []ipam.ImportResult
+	// Skipped lists what could not be carried over, and why.
+	Skipped []string
+	// Warnings are Calico fields routed read without using.
+	Warnings []string
+	// Notes say what stays where it is and why (Kubernetes
+	// NetworkPolicies, which routed's controllers convert).
+	Notes []string
+}
+
+// Options steer one migration run.
+type Options struct {
+	// DryRun only plans: nothing is written.
+	DryRun bool
+	// Progress, when set, is called after each resource is written
+	// (Action "create"), on the caller's goroutine.
+	Progress func(Item)
+}
+
+// calicoState is what one Calico datastore holds, converted to routed's
+// terms: the resources to write (carry orders them), the IPAM blocks
+// with their allocations, and what is not carried. Both sources (etcd,
+// Kubernetes) produce one; carry plans and writes it.
+type calicoState struct {
+	resources []api.Resource
+	blocks    []ipam.ImportBlock
+	skipped   []string
+	warnings  []string
+	notes     []string
+}
+
+// writeOrder is the order resources are written in: pools before the
+// blocks inside them, nodes before their endpoints, tiers and profiles
+// before the policies and endpoints naming them, the endpoints last.
+var writeOrder = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode,
+	api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy,
+	api.KindIPAMConfiguration, api.KindWorkloadEndpoint}
+
+// carry plans st against routed's datastore to and, unless opts.DryRun
+// or anything conflicts, writes it: the resources in writeOrder, then
+// the blocks. What routed holds identically is left alone, so a run
+// interrupted at any point completes when run again.
+func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Options) (*Report, error) {
+	rep := &Report{Skipped: st.skipped, Warnings: st.warnings, Notes: st.notes}
+	carried, tierSkips, err := withTiers(ctx, to, st.resources)
+	if err != nil {
+		return nil, err
+	}
+	rep.Skipped = append(rep.Skipped, tierSkips...)
+	for _, r := range carried {
+		routedNodeMACs(r)
+	}
+	rank := func(k api.Kind) int { return slices.Index(writeOrder, k) }
+	slices.SortStableFunc(carried, func(a, b api.Resource) int { return rank(a.GetKind()) - rank(b.GetKind()) })
+
+	conflict := false
+	for _, r := range carried {
+		it := Item{Kind: r.GetKind(), Name: api.StoreName(r), Action: "create"}
+		cur, err := to.Get(ctx, r.GetKind(), api.StoreName(r))
+		switch {
+		case datastore.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		default:
+			if why := differs(cur, r); why != "" {
+				it.Action, it.Detail, conflict = "conflict", why, true
+			} else {
+				it.Action = "unchanged"
+			}
+		}
+		rep.Items = append(rep.Items, it)
+	}
+	ic := ipam.New(to)
+	// The blocks are planned first: a conflict there also stops the
+	// resources from being written.
+	rep.Blocks, err = ic.Import(ctx, st.blocks, true)
+	if err != nil {
+		return rep, err
+	}
+	for _, b := range rep.Blocks {
+		conflict = conflict || b.Action == ipam.ImportConflict
+	}
+	if conflict {
+		return rep, fmt.Errorf("%w: nothing was written; see the entries marked conflict", ErrConflict)
+	}
+	if opts.DryRun {
+		return rep, nil
+	}
+	if _, err := to.InitClusterInfo(ctx); err != nil {
+		return rep, err
+	}
+
+	tiersEnsured := false
+	for i, r := range carried {
+		if rep.Items[i].Action != "create" {
+			continue
+		}
+		// The tiers routed always has are made once Calico's own tiers
+		// (which may include them) are written, before any policy.
+		if _, isPolicy := r.(api.Policy); isPolicy && !tiersEnsured {
+			if err := to.EnsureDefaultTiers(ctx); err != nil {
+				return rep, err
+			}
+			tiersEnsured = true
+		}
+		if _, err := to.Create(ctx, r); err != nil {
+			return rep, fmt.Errorf("migrate: %s %s: %w", r.GetKind(), api.StoreName(r), err)
+		}
+		if opts.Progress != nil {
+			opts.Progress(rep.Items[i])
+		}
+	}
+	rep.Blocks, err = ic.Import(ctx, st.blocks, false)
+	return rep, err
+}
+
+// routedNodeMACs rewrites a Node's VXLAN MACs as routed keeps them:
+// Calico's are vxlan.calico's and vxlan-v6.calico's, routed's devices
+// have the MACs their node derives and records, so the Node is written
+// as routed will keep it (a later run stays a no-op).
+func routedNodeMACs(r api.Resource) {
+	n, ok := r.(*api.Node)
+	if !ok {
+		return
+	}
+	if n.Spec.VXLANTunnelMACAddr != "" {
+		n.Spec.VXLANTunnelMACAddr = api.VXLANMAC(n.Metadata.Name).String()
+	}
+	if n.Spec.VXLANTunnelMACAddrV6 != "" {
+		n.Spec.VXLANTunnelMACAddrV6 = api.VXLANMACV6(n.Metadata.Name).String()
+	}
+}
+
+// withNodeTunnels returns Calico's Node n with the tunnel fields Calico
+// left empty taken from routed's cur: a running node allocates and
+// records its own tunnel addresses (and MAC) where Calico had none (a
+// node Calico gave no VXLAN address yet), which is no conflict.
+func withNodeTunnels(n, cur *api.Node) *api.Node {
+	c := *n
+	if c.Spec.IPv4VXLANTunnelAddr == "" && c.Spec.VXLANTunnelMACAddr == "" {
+		c.Spec.IPv4VXLANTunnelAddr, c.Spec.VXLANTunnelMACAddr = cur.Spec.IPv4VXLANTunnelAddr, cur.Spec.VXLANTunnelMACAddr
+	}
+	if c.Spec.IPv6VXLANTunnelAddr == "" && c.Spec.VXLANTunnelMACAddrV6 == "" {
+		c.Spec.IPv6VXLANTunnelAddr, c.Spec.VXLANTunnelMACAddrV6 = cur.Spec.IPv6VXLANTunnelAddr, cur.Spec.VXLANTunnelMACAddrV6
+	}
+	if c.Spec.BGP != nil && cur.Spec.BGP != nil && c.Spec.BGP.IPv4IPIPTunnelAddr == "" {
+		bgp := *c.Spec.BGP
+		bgp.IPv4IPIPTunnelAddr = cur.Spec.BGP.IPv4IPIPTunnelAddr
+		c.Spec.BGP = &bgp
+	}
+	return &c
+}
+
+// differs says how routed's cur differs from the migrated r ("" if not):
+// spec and labels count, server-side metadata does not.
+func differs(cur, r api.Resource) string {
+	if n, ok := r.(*api.Node); ok {
+		r = withNodeTunnels(n, cur.(*api.Node))
+	}
+	spec := func(x api.Resource) any { return reflect.ValueOf(x).Elem().FieldByName("Spec").Interface() }
+	if !reflect.DeepEqual(spec(cur), spec(r)) {
+		a, _ := json.Marshal(spec(cur))
+		b, _ := json.Marshal(spec(r))
+		return fmt.Sprintf("routed has spec %s, Calico %s", a, b)
+	}
+	if l1, l2 := cur.Meta().Labels, r.Meta().Labels; len(l1)+len(l2) > 0 && !reflect.DeepEqual(l1, l2) {
+		return fmt.Sprintf("routed has labels %v, Calico %v", l1, l2)
+	}
+	return ""
+}

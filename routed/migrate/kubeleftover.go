@@ -1,0 +1,38 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// leftovers lists Calico's custom resources the migration does not
+// read (the etcd source's leftovers, for the Kubernetes datastore): per
+// resource the API server serves in Calico's group and holds objects of,
+// a count, the first names and what is lost.
+func (s *kubeSource) leftovers(ctx context.Context) ([]string, error) {
+	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, crdIPAMConfigs: true}
+	for _, k := range crdKinds {
+		carried[k.Plural()] = true
+	}
+	var out []string
+	for _, plural := range slices.Sorted(maps.Keys(s.served)) {
+		if carried[plural] {
+			continue
+		}
+		items, err := s.listCRD(ctx, plural)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			continue
+		}
+		names := make([]string, len(items))
+		for i := range items {
+			names[i] = objectName(&items[i])
+		}
+		out = append(out, fmt.Sprintf("%d %s (%s): %s", len(names), plural, firstNames(names), why(plural)))
+	}
+	return out, nil
+}

@@ -1,0 +1,238 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Calico on the Kubernetes datastore keeps its resources as custom
+// resources of this group and version (libcalico-go's KDD backend).
+const (
+	calicoCRDGroup   = "crd.projectcalico.org"
+	calicoCRDVersion = "v1"
+	// calicoV3Group is where Calico 3.31 and later may keep them instead
+	// (or where Calico's API server serves them): not read yet.
+	calicoV3Group = "projectcalico.org/v3"
+)
+
+// crdKinds are the Calico resources kept as custom resources whose
+// routed kind has the same name and plural; read in this order. Nodes,
+// profiles and workload endpoints are derived from Kubernetes objects
+// instead (kubepods.go); IPAM is read by kubeipam.go.
+var crdKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer,
+	api.KindTier, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy}
+
+// derivedPolicyPrefixes start the names Calico gives the policies it
+// converts from Kubernetes objects. Calico serves them (through its API
+// server) but does not keep them; should any be stored, they are not
+// carried: routed's controllers convert the Kubernetes originals, which
+// stay where they are.
+var derivedPolicyPrefixes = []string{"knp.default.", "kanp.adminnetworkpolicy.", "kbanp.baselineadminnetworkpolicy.", "kcnp."}
+
+// CalicoKube reads a Calico cluster that keeps its data in Kubernetes
+// (the API server at kube) and writes routed's datastore to as Calico
+// (etcd source) does: pools, BGP configuration, filters and peers, tiers,
+// policies and network sets from Calico's custom resources; a Node per
+// Kubernetes node calico-node annotated; the namespace and service
+// account profiles; a WorkloadEndpoint per running pod Calico's CNI
+// plugin addressed; and the IPAM blocks, affinities and handles. Calico's
+// state is only read. Idempotent, refused whole on any conflict, and
+// opts.DryRun only plans, as for Calico.
+func CalicoKube(ctx context.Context, kube *rest.Config, to *datastore.Client, opts Options) (*Report, error) {
+	src, err := newKubeSource(kube)
+	if err != nil {
+		return nil, err
+	}
+	st, err := src.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return carry(ctx, to, st, opts)
+}
+
+// kubeSource reads Calico's custom resources and the Kubernetes objects
+// Calico derives state from.
+type kubeSource struct {
+	dyn  dynamic.Interface
+	kube kubernetes.Interface
+	// served are the plurals crd.projectcalico.org/v1 serves.
+	served map[string]bool
+	// blocks are Calico's converted blocks, which the endpoints' handles
+	// are looked up in.
+	blocks blockSet
+}
+
+func newKubeSource(cfg *rest.Config) (*kubeSource, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: Kubernetes client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: Kubernetes client: %w", err)
+	}
+	return &kubeSource{dyn: dyn, kube: kube}, nil
+}
+
+// discover finds which Calico custom resources the API server serves;
+// none is ErrNoCalico.
+func (s *kubeSource) discover(ctx context.Context) error {
+	gv := calicoCRDGroup + "/" + calicoCRDVersion
+	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gv)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("migrate: asking the API server for %s: %w", gv, err)
+	}
+	s.served = map[string]bool{}
+	if list != nil {
+		for _, r := range list.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				s.served[r.Name] = true
+			}
+		}
+	}
+	if s.served["ippools"] && s.served["ipamblocks"] {
+		return nil
+	}
+	if v3, err := s.kube.Discovery().ServerResourcesForGroupVersion(calicoV3Group); err == nil && len(v3.APIResources) > 0 {
+		return fmt.Errorf("%w: the API server serves no %s IPPools and IPAMBlocks but serves %s: Calico keeps its resources as %s custom resources (or runs its API server), which this migration does not read yet",
+			ErrNoCalico, gv, calicoV3Group, calicoV3Group)
+	}
+	return fmt.Errorf("%w: the API server serves no %s IPPools and IPAMBlocks; is Calico installed on the Kubernetes datastore there?", ErrNoCalico, gv)
+}
+
+func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
+	if err := s.discover(ctx); err != nil {
+		return nil, err
+	}
+	st := &calicoState{}
+	for _, k := range crdKinds {
+		items, err := s.listCRD(ctx, k.Plural())
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range items {
+			where := fmt.Sprintf("%s.%s %s", k.Plural(), calicoCRDGroup, objectName(&u))
+			if p, ok := derivedPolicy(k, u.GetName()); ok {
+				st.skipped = append(st.skipped, fmt.Sprintf("%s: converted by Calico from a Kubernetes policy (its name starts %s); routed's controllers convert the Kubernetes original, which stays where it is", where, p))
+				continue
+			}
+			r, warnings, err := decodeCalicoObject(k, calicoObject(&u), where)
+			if err != nil {
+				st.skipped = append(st.skipped, fmt.Sprintf("%s: %v", k, err))
+				continue
+			}
+			st.warnings = append(st.warnings, warnings...)
+			st.resources = append(st.resources, r)
+		}
+	}
+	left, err := s.leftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.skipped = append(st.skipped, left...)
+	if err := s.readIPAM(ctx, st); err != nil {
+		return nil, err
+	}
+	if err := s.readKube(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func derivedPolicy(k api.Kind, name string) (string, bool) {
+	if k != api.KindNetworkPolicy && k != api.KindGlobalNetworkPolicy {
+		return "", false
+	}
+	for _, p := range derivedPolicyPrefixes {
+		if strings.HasPrefix(name, p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// listCRD lists every object of one of Calico's custom resources, page
+// by page; a resource the API server does not serve (an older Calico
+// without it) is empty.
+func (s *kubeSource) listCRD(ctx context.Context, plural string) ([]unstructured.Unstructured, error) {
+	if !s.served[plural] {
+		return nil, nil
+	}
+	gvr := schema.GroupVersionResource{Group: calicoCRDGroup, Version: calicoCRDVersion, Resource: plural}
+	var out []unstructured.Unstructured
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := s.dyn.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: listing Calico's %s.%s: %w", plural, calicoCRDGroup, err)
+		}
+		out = append(out, l.Items...)
+		if opts.Continue = l.GetContinue(); opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
+func objectName(u *unstructured.Unstructured) string {
+	if ns := u.GetNamespace(); ns != "" {
+		return ns + "/" + u.GetName()
+	}
+	return u.GetName()
+}
+
+// calicoObject is the Calico v3 object a custom resource stands for:
+// its spec (and status) as stored, and of the metadata only the name,
+// the namespace and Calico's labels and annotations. libcalico-go keeps
+// the v3 object's metadata in the annotation projectcalico.org/metadata
+// and merges its labels over the custom resource's own.
+func calicoObject(u *unstructured.Unstructured) map[string]any {
+	labels := map[string]any{}
+	for k, v := range u.GetLabels() {
+		labels[k] = v
+	}
+	md := map[string]any{"name": u.GetName()}
+	if ns := u.GetNamespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	if raw := u.GetAnnotations()["projectcalico.org/metadata"]; raw != "" {
+		var meta struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if json.Unmarshal([]byte(raw), &meta) == nil {
+			for k, v := range meta.Labels {
+				labels[k] = v
+			}
+			if len(meta.Annotations) > 0 {
+				ann := map[string]any{}
+				for k, v := range meta.Annotations {
+					ann[k] = v
+				}
+				md["annotations"] = ann
+			}
+		}
+	}
+	if len(labels) > 0 {
+		md["labels"] = labels
+	}
+	obj := map[string]any{"metadata": md}
+	for _, f := range []string{"spec", "status"} {
+		if v, ok := u.Object[f]; ok {
+			obj[f] = v
+		}
+	}
+	return obj
+}

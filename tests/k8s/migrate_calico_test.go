@@ -1,0 +1,275 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/routed/migrate"
+	"github.com/routed-net/routed/tests/testbin"
+)
+
+// TestMigrateCalicoKDD: `routedctl migrate calico --from-kubeconfig`
+// against a real kube-apiserver holding Calico's CRDs and a Calico
+// cluster written as Calico writes it, into a real etcd:
+//   - plan: lists every resource, block and endpoint it will write and
+//     everything it will not, each with what is lost, and writes nothing;
+//   - apply: writes it; pods keep their addresses under their handles,
+//     Calico's device names, labels, profiles, service account and named
+//     ports; `routedctl ipam check` is clean;
+//   - again: a second run is a no-op;
+//   - interrupted: a run cancelled after three writes resumes;
+//   - least privilege: the documented Job's ClusterRole is enough;
+//   - conflict: routed state that differs is refused, nothing written.
+func TestMigrateCalicoKDD(t *testing.T) {
+	srv, rc := calicoKDDCluster(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, srv.Kubeconfig(srv.URL, srv.AdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := dstest.Client(t)
+	ep := store.Endpoints()[0]
+	planLine := regexp.MustCompile(`(Plan|Migrated): (\d+) to create, 0 to update, (\d+) unchanged, 0 conflicts, (\d+) not carried over`)
+
+	var planned string
+	t.Run("plan", func(t *testing.T) {
+		out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig, "--dry-run")
+		if code != 0 {
+			t.Fatalf("dry run: code %d\n%s%s", code, out, errOut)
+		}
+		t.Logf("plan:\n%s%s", out, errOut)
+		m := planLine.FindStringSubmatch(out)
+		if m == nil || m[1] != "Plan" || m[3] != "0" {
+			t.Fatalf("no plan summary:\n%s", out)
+		}
+		planned = m[2]
+		for _, want := range []string{
+			"IPPool                 default-ipv4-ippool",
+			"BGPFilter              pods-only",
+			"Node                   node-a",
+			"Node                   node-b",
+			"Tier                   security",
+			"GlobalNetworkPolicy    security.deny-db-from-web",
+			"NetworkPolicy shop.allow-web",
+			"NetworkSet shop.partners",
+			"Profile                kns.shop",
+			"Profile                ksa.shop.frontend",
+			"IPAMConfiguration      default",
+			"WorkloadEndpoint       node--a-k8s-shop-web--1-eth0",
+			"WorkloadEndpoint       node--b-k8s-default-db--1-eth0",
+			"IPAMBlock              10.244.1.0/26 (node-a)",
+			"IPAMBlock              10.244.2.64/26 (node-b)",
+			// What is not carried, each with what is lost.
+			"Not carried over: 1 hostendpoints (node-a-eth0): routed has no host endpoints",
+			"Not carried over: 1 ipreservations (keep-out): routed has no IP reservations: the reserved addresses can be given to pods",
+			"Not carried over: 1 clusterinformations (default)",
+			"Not carried over: networkpolicies.crd.projectcalico.org shop/knp.default.legacy: converted by Calico from a Kubernetes policy",
+			"Not carried over: GlobalNetworkPolicy: globalnetworkpolicies.crd.projectcalico.org http-gets (GlobalNetworkPolicy http-gets): Calico field spec.ingress[0].http",
+			"Not carried over: block 10.244.2.64/26: address 10.244.2.66 (wireguardTunnelAddress, handle \"wireguard-tunnel-addr-node-b\"): routed has no such allocation type",
+			"Not carried over: block 10.244.3.0/26 (0 addresses in use): no confirmed affinity to a node",
+			"Not carried over: Node node-c: calico-node left no address on it",
+			"Not carried over: pod default/other-cni on node-b: its address 10.99.0.5 is not allocated in a carried Calico block",
+		} {
+			if !containsSpaced(out, want) {
+				t.Errorf("plan lacks %q", want)
+			}
+		}
+		for _, never := range []string{"hostnet", "default/pending", "default/done"} {
+			if strings.Contains(out, never) {
+				t.Errorf("plan mentions %s, for which Calico has no endpoint:\n%s", never, out)
+			}
+		}
+		if !strings.Contains(errOut, "IPAMHandle wireguard-tunnel-addr-node-b") {
+			t.Errorf("no warning about the handle of the address left free:\n%s", errOut)
+		}
+		if _, _, code := migrateCtl(t, ep, nil, "get", "ippool", "default-ipv4-ippool"); code == 0 {
+			t.Fatal("the dry run wrote the pool")
+		}
+	})
+
+	t.Run("apply", func(t *testing.T) {
+		out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
+		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "Migrated" || m[2] != planned {
+			t.Fatalf("migrate: code %d, want %s created\n%s%s", code, planned, out, errOut)
+		}
+		out, errOut, code = migrateCtl(t, ep, nil, "ipam", "check")
+		if code != 0 || !strings.Contains(out, "No IPAM problems found") {
+			t.Fatalf("ipam check: code %d\n%s%s", code, out, errOut)
+		}
+		for ip, handle := range map[string]string{"10.244.1.1": "k8s-pod-network." + webCID, "10.244.2.65": "k8s-pod-network." + dbCID, "10.244.2.64": "ipip-tunnel-addr-node-b"} {
+			if out, _, _ := migrateCtl(t, ep, nil, "ipam", "show", "--ip", ip); !strings.Contains(out, handle) {
+				t.Errorf("%s not held by %s:\n%s", ip, handle, out)
+			}
+		}
+		if out, _, _ := migrateCtl(t, ep, nil, "ipam", "show", "--ip", "10.244.2.66"); strings.Contains(out, "wireguard") {
+			t.Errorf("the wireguard address was carried:\n%s", out)
+		}
+		ctx := context.Background()
+		r, err := store.Get(ctx, api.KindWorkloadEndpoint, "node--a-k8s-shop-web--1-eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.(*api.WorkloadEndpoint)
+		s := w.Spec
+		if s.InterfaceName != calicoVeth("shop", "web-1") || s.ContainerID != webCID || s.Handle != "k8s-pod-network."+webCID ||
+			strings.Join(s.IPNetworks, ",") != "10.244.1.1/32" || s.ServiceAccountName != "frontend" ||
+			strings.Join(s.Profiles, ",") != "kns.shop,ksa.shop.frontend" || len(s.Ports) != 1 || s.Ports[0].Name != "http" || s.Ports[0].Port != 8080 {
+			t.Errorf("web-1's endpoint: %+v", s)
+		}
+		if l := w.Metadata.Labels; l["app"] != "web" || l[api.LabelNamespace] != "shop" || l[api.LabelServiceAccount] != "frontend" || l[api.LabelOrchestrator] != "k8s" {
+			t.Errorf("web-1's labels: %v", l)
+		}
+		r, err = store.Get(ctx, api.KindNode, "node-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := r.(*api.Node); n.Spec.BGP == nil || n.Spec.BGP.IPv4Address != "10.0.0.12/24" || n.Spec.BGP.IPv4IPIPTunnelAddr != "10.244.2.64" || n.Spec.BGP.ASNumber != 64513 || n.Metadata.Labels["rack"] != "rack-1" {
+			t.Errorf("node-b: %+v %+v", n.Spec.BGP, n.Metadata.Labels)
+		}
+		r, err = store.Get(ctx, api.KindProfile, "kns.shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := r.(*api.Profile); p.Spec.LabelsToApply["pcns.team"] != "shop" {
+			t.Errorf("kns.shop: %+v", p.Spec)
+		}
+	})
+
+	t.Run("again", func(t *testing.T) {
+		out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
+		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[2] != "0" || m[3] != planned {
+			t.Fatalf("second run is not a no-op (want %s unchanged): code %d\n%s%s", planned, code, out, errOut)
+		}
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		to := dstest.Client(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		written := 0
+		_, err := migrate.CalicoKube(ctx, rc, to, migrate.Options{Progress: func(migrate.Item) {
+			if written++; written == 3 {
+				cancel()
+			}
+		}})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled run: %v", err)
+		}
+		plan, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(plan, "unchanged"); n != 3 {
+			t.Fatalf("after the cancelled run routed holds %d of Calico's resources, want 3", n)
+		}
+		rep, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, u := count(rep, "create"), count(rep, "unchanged"); u != 3 || c+u != len(rep.Items) {
+			t.Errorf("resumed run: %d created, %d unchanged of %d", c, u, len(rep.Items))
+		}
+		out, errOut, code := migrateCtl(t, to.Endpoints()[0], nil, "ipam", "check")
+		if code != 0 || !strings.Contains(out, "No IPAM problems found") {
+			t.Fatalf("ipam check after resuming: code %d\n%s%s", code, out, errOut)
+		}
+		again, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
+		if err != nil || count(again, "create") != 0 {
+			t.Fatalf("a run after the resumed one wrote again: %v", err)
+		}
+	})
+
+	t.Run("least privilege", func(t *testing.T) {
+		// The documented Job, its ServiceAccount and read-only ClusterRole,
+		// as the API server validates them.
+		job := filepath.Join(repoRoot(), "docs", "migrate-calico-job.yaml")
+		if out, errOut, err := kubectl(t, srv, "create", "-f", job); err != nil {
+			t.Fatalf("%s: %v\n%s%s", job, err, out, errOut)
+		}
+		token, err := srv.ServiceAccountToken(context.Background(), "kube-system", "routed-migrate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		kc := filepath.Join(dir, "kubeconfig")
+		if err := os.WriteFile(kc, srv.Kubeconfig(srv.URL, token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fresh := dstest.Client(t).Endpoints()[0]
+		// The Job's service account is one more profile to create.
+		n, _ := strconv.Atoi(planned)
+		want := strconv.Itoa(n + 1)
+		out, errOut, code := migrateCtl(t, fresh, nil, "migrate", "calico", "--from-kubeconfig", kc, "--dry-run")
+		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[2] != want || !containsSpaced(out, "Profile ksa.kube-system.routed-migrate create") {
+			t.Fatalf("with the Job's service account: code %d, want %s to create\n%s%s", code, want, out, errOut)
+		}
+
+		// In a pod: no flag, the service account's files where the
+		// kubelet mounts them (in a mount namespace of this command's
+		// own, over a private /run).
+		requireRoot(t)
+		if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), srv.CAPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sa := "/run/secrets/kubernetes.io/serviceaccount"
+		script := `mount -t tmpfs routed-test /run && mkdir -p ` + sa + ` && cp "$DIR/token" "$DIR/ca.crt" ` + sa + `/ && exec "$CTL" migrate calico --dry-run`
+		out, errOut, code = migrateCtl(t, fresh, []string{"DIR=" + dir, "CTL=" + testbin.Path(t, "routedctl"), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=" + strconv.Itoa(srv.Port)},
+			"@unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[2] != want {
+			t.Fatalf("in-cluster: code %d, want %s to create\n%s%s", code, want, out, errOut)
+		}
+	})
+
+	t.Run("conflict", func(t *testing.T) {
+		if _, errOut, code := migrateCtl(t, ep, nil, "apply", "-f", writeTemp(t, "apiVersion: routed.io/v1\nkind: BGPPeer\nmetadata: {name: rack1-tor}\nspec: {peerIP: 10.0.0.2, asNumber: 64567}\n")); code != 0 {
+			t.Fatal(errOut)
+		}
+		if out, errOut, err := kubectl(t, srv, "create", "-f", writeTemp(t, "apiVersion: crd.projectcalico.org/v1\nkind: BGPPeer\nmetadata: {name: rack2-tor}\nspec: {peerIP: 10.0.1.1, asNumber: 64568}\n")); err != nil {
+			t.Fatalf("%v\n%s%s", err, out, errOut)
+		}
+		out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
+		if code == 0 || !containsSpaced(out, "BGPPeer rack1-tor conflict") || !strings.Contains(errOut, "nothing was written") {
+			t.Fatalf("conflict: code %d\n%s%s", code, out, errOut)
+		}
+		if _, err := store.Get(context.Background(), api.KindBGPPeer, "rack2-tor"); err == nil {
+			t.Error("a refused migration wrote rack2-tor")
+		}
+	})
+}
+
+// count counts the report's resources (not blocks) with action.
+func count(rep *migrate.Report, action string) int {
+	n := 0
+	for _, it := range rep.Items {
+		if it.Action == action {
+			n++
+		}
+	}
+	return n
+}
+
+// containsSpaced reports whether out has want, with runs of spaces
+// (a table's padding) matching any run of spaces.
+func containsSpaced(out, want string) bool {
+	squeeze := regexp.MustCompile(` +`)
+	return strings.Contains(squeeze.ReplaceAllString(out, " "), squeeze.ReplaceAllString(want, " "))
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
