@@ -152,6 +152,9 @@ func columns(k api.Kind, wide bool) ([]string, func(api.Resource) []string) {
 	if head, row, ok := hostEndpointColumns(k, wide); ok {
 		return head, row
 	}
+	if head, row, ok := serviceEndpointsColumns(k, wide); ok {
+		return head, row
+	}
 	if head, row, ok := policyColumns(k, wide); ok {
 		return head, row
 	}
