@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/kernel/policytable"
 )
 
 // errPolicyNotProgrammed: felix did not program the pod's interface in
@@ -42,12 +42,12 @@ func waitForPolicy(ctx context.Context, c *call, ips []net.IP) error {
 	if limit <= 0 {
 		return nil
 	}
-	var fams nftdp.Families
+	var v4, v6 bool
 	for _, ip := range ips {
 		if ip.To4() != nil {
-			fams |= nftdp.FamilyIPv4
+			v4 = true
 		} else {
-			fams |= nftdp.FamilyIPv6
+			v6 = true
 		}
 	}
 	latest := c.started.Add(absentLimit)
@@ -57,7 +57,7 @@ func waitForPolicy(ctx context.Context, c *call, ips []net.IP) error {
 	w := policyWait{
 		limit:      limit,
 		latest:     latest,
-		programmed: func() (bool, error) { return nftdp.Programmed(-1, "", c.hostVeth, fams) },
+		programmed: func() (bool, error) { return policytable.Programmed(-1, "", c.hostVeth, v4, v6) },
 		routedUp:   func() bool { return true },
 		now:        time.Now,
 		sleep: func(ctx context.Context, d time.Duration) error {

@@ -40,7 +40,7 @@ func (f *fakeWait) wait(limit time.Duration) policyWait {
 func TestPolicyWait(t *testing.T) {
 	const limit = 30 * time.Second
 	const sock = "/run/routed/cni.sock"
-	errNft := errors.New("reading routed from-wl-ifaces: netlink: permission denied")
+	errNft := errors.New("reading routed-policy from-wl-dispatch: netlink: permission denied")
 	for _, tc := range []struct {
 		name                      string
 		limit                     time.Duration // 0: limit

@@ -31,15 +31,17 @@ import (
 
 // Names of the objects this package owns in its tables.
 const (
-	DefaultTable = "routed-policy"
+	DefaultTable = kernel.PolicyTable
 	// FromWLIfaces and ToWLIfaces are verdict maps from each workload
 	// interface to its chain for each direction (goto): one lookup that
 	// any nft lists. The interface -> id -> chain pair of lookups it
 	// replaced spared the kernel's table validation on a new element
 	// (about 0.1 ms per thousand rules the table holds) but made nft
 	// before 2024's releases (Debian 12's 1.0.6) abort on any listing.
-	FromWLIfaces = "from-wl-dispatch"
-	ToWLIfaces   = "to-wl-dispatch"
+	// The CNI plugin reads them (pkg/kernel/policytable): their names
+	// are the kernel contract's.
+	FromWLIfaces = kernel.PolicyFromWorkloadMap
+	ToWLIfaces   = kernel.PolicyToWorkloadMap
 	// DefaultPassMark is the mark bit that carries Pass from a policy
 	// chain back to its endpoint chain (Calico keeps its bits in
 	// 0xffff0000 too; kube-proxy uses 0x4000 and 0x8000).

@@ -4,10 +4,11 @@ import (
 	"testing"
 
 	"github.com/routed-net/routed/felix/policy/internal/polab"
-	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/kernel/policytable"
 )
 
-// TestProgrammed: what the CNI plugin asks before ADD returns. No tables
+// TestProgrammed: what the CNI plugin asks before ADD returns
+// (pkg/kernel/policytable, against the tables this package writes). No tables
 // yet (felix has not run): not programmed. Tables without the interface:
 // not programmed. The interface in both dispatch maps: programmed; and
 // not again once it is removed.
@@ -16,7 +17,7 @@ func TestProgrammed(t *testing.T) {
 	node.AddPod(t, "cali-p1", "10.66.0.1", "")
 	check := func(want bool, when string) {
 		t.Helper()
-		got, err := nftdp.Programmed(node.Fd, "", "cali-p1", nftdp.BothFamilies)
+		got, err := policytable.Programmed(node.Fd, "", "cali-p1", false, false)
 		if err != nil || got != want {
 			t.Fatalf("%s: Programmed = %v, %v; want %v", when, got, err, want)
 		}

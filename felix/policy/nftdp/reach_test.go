@@ -9,6 +9,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/kernel/policytable"
 )
 
 // kernelChains lists the chains of our table in one family.
@@ -117,7 +118,7 @@ func TestEndpointOnlyInItsFamilies(t *testing.T) {
 	step := func(what string) { t.Helper(); applyResyncNoop(t, d, what) }
 	programmed := func(iface string, fams nftdp.Families) bool {
 		t.Helper()
-		ok, err := nftdp.Programmed(node.Fd, "", iface, fams)
+		ok, err := policytable.Programmed(node.Fd, "", iface, fams == nftdp.FamilyIPv4, fams == nftdp.FamilyIPv6)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,6 @@
-package nftdp
+// Package policytable reads what the CNI plugin needs of felix's policy
+// tables: whether a pod's interface is programmed. Only felix writes them.
+package policytable
 
 import (
 	"bytes"
@@ -8,19 +10,24 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/pkg/kernel"
 )
 
 // Programmed reports whether felix has programmed iface in the policy
 // tables of the namespace netnsFd (-1: the caller's): the interface is in
-// both interface maps of the table of each of fams (the pod's address
-// families, 0: both) that exists, and at least one of those tables
-// exists. felix dispatches an interface only in the tables of its
-// endpoint's families (see Families). The CNI plugin asks before ADD
+// both dispatch maps of the table of each family asked (v4, v6: the
+// pod's address families; neither: both) that exists, and at least one
+// of those tables exists. felix dispatches an interface only in the
+// tables of its endpoint's families. The CNI plugin asks before ADD
 // returns, so a pod starts only once its policy (or its profiles'
-// allow) is in force. It only reads.
-func Programmed(netnsFd int, table, iface string, fams Families) (bool, error) {
+// allow) is in force. It only reads. table "" is kernel.PolicyTable.
+func Programmed(netnsFd int, table, iface string, v4, v6 bool) (bool, error) {
 	if table == "" {
-		table = DefaultTable
+		table = kernel.PolicyTable
+	}
+	if !v4 && !v6 {
+		v4, v6 = true, true
 	}
 	var opts []nftables.ConnOption
 	if netnsFd >= 0 {
@@ -34,22 +41,22 @@ func Programmed(netnsFd int, table, iface string, fams Families) (bool, error) {
 	tables := 0
 	key := ifnameKey(iface)
 	for i, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
-		if !fams.has(i) {
+		if (i == 0 && !v4) || (i == 1 && !v6) {
 			continue
 		}
 		t := &nftables.Table{Name: table, Family: fam}
-		for _, m := range []string{FromWLIfaces, ToWLIfaces} {
+		for _, m := range []string{kernel.PolicyFromWorkloadMap, kernel.PolicyToWorkloadMap} {
 			set, err := c.GetSetByName(t, m)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
-					if m == FromWLIfaces {
+					if m == kernel.PolicyFromWorkloadMap {
 						break // no table of this family (yet)
 					}
 					return false, nil
 				}
 				return false, fmt.Errorf("reading %s %s: %w", table, m, err)
 			}
-			if m == FromWLIfaces {
+			if m == kernel.PolicyFromWorkloadMap {
 				tables++
 			}
 			elems, err := c.GetSetElements(set)
@@ -69,4 +76,12 @@ func Programmed(netnsFd int, table, iface string, fams Families) (bool, error) {
 		}
 	}
 	return tables > 0, nil
+}
+
+// ifnameKey is an interface name as the maps key it: IFNAMSIZ bytes,
+// NUL-padded.
+func ifnameKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
 }
