@@ -18,11 +18,11 @@ import (
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
-// Service rules: the controllers resolve each Service that an enforced
-// rule names (services: {name, namespace}) into a ServiceEndpoints
-// record, "<namespace>.<name>", and keep it equal to the Service's
-// EndpointSlices (discovery.k8s.io/v1): every endpoint a slice lists,
-// grouped by the slice's ports. A Service no rule names has no record,
+// Service rules: the controllers resolve each Service that a rule
+// (enforced or staged) names (services: {name, namespace}) into a
+// ServiceEndpoints record, "<namespace>.<name>", and keep it equal to
+// the Service's EndpointSlices (discovery.k8s.io/v1): every endpoint a
+// slice lists, grouped by the slice's ports. A Service no rule names has no record,
 // and the record goes when the last rule naming it or the Service's
 // last EndpointSlice (the Service) goes.
 //

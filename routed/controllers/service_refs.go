@@ -11,12 +11,13 @@ import (
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
-// serviceRefKinds are the kinds whose rules can name a Service and are
-// enforced (staged policies never are, so what they name is not
-// resolved).
-var serviceRefKinds = []api.Kind{api.KindNetworkPolicy, api.KindGlobalNetworkPolicy, api.KindProfile}
+// serviceRefKinds are the kinds whose rules can name a Service: the
+// enforced ones, and the staged policies, so that `routedctl policy
+// explain` previews a staged rule naming a Service with its endpoints.
+var serviceRefKinds = []api.Kind{api.KindNetworkPolicy, api.KindGlobalNetworkPolicy, api.KindProfile,
+	api.KindStagedNetworkPolicy, api.KindStagedGlobalNetworkPolicy}
 
-// serviceRefs knows which Services some enforced rule names, from
+// serviceRefs knows which Services some rule names, from
 // datastore watches of serviceRefKinds: only those Services get a
 // ServiceEndpoints record, so a cluster's thousands of Services cost
 // every node nothing but the few that policy names. It is safe for
@@ -163,8 +164,8 @@ func (x *serviceRefs) setLocked(obj string, now, old []string) (touched []string
 }
 
 // ServicesNamed lists the Services ("<namespace>/<name>", distinct) the
-// rules of a NetworkPolicy, GlobalNetworkPolicy or Profile name; a
-// NetworkPolicy's default to its namespace. A match without a namespace
+// rules of a NetworkPolicy, GlobalNetworkPolicy or Profile (or a staged
+// policy) name; a NetworkPolicy's default to its namespace. A match without a namespace
 // where there is no default (refused by validation) names nothing.
 func ServicesNamed(r api.Resource) []string {
 	var in, out []api.Rule
@@ -175,6 +176,10 @@ func ServicesNamed(r api.Resource) []string {
 	case *api.GlobalNetworkPolicy:
 		in, out = p.Spec.Ingress, p.Spec.Egress
 	case *api.Profile:
+		in, out = p.Spec.Ingress, p.Spec.Egress
+	case *api.StagedNetworkPolicy:
+		in, out, ns = p.Spec.Ingress, p.Spec.Egress, p.Metadata.Namespace
+	case *api.StagedGlobalNetworkPolicy:
 		in, out = p.Spec.Ingress, p.Spec.Egress
 	default:
 		return nil

@@ -67,8 +67,9 @@ func TestServiceEndpointsFor(t *testing.T) {
 	}
 }
 
-// TestServicesNamed: the Services the rules of each kind name, a
-// NetworkPolicy's defaulting to its namespace, each once.
+// TestServicesNamed: the Services the rules of each kind name (the
+// staged policies' too), a NetworkPolicy's defaulting to its
+// namespace, each once.
 func TestServicesNamed(t *testing.T) {
 	rules := []api.Rule{
 		{Action: api.ActionAllow, Source: api.EntityRule{Services: &api.ServiceMatch{Name: "a"}}},
@@ -87,6 +88,16 @@ func TestServicesNamed(t *testing.T) {
 	}
 	if got := ServicesNamed(&api.Profile{Spec: api.ProfileSpec{Ingress: rules[1:2]}}); !slices.Equal(got, []string{"other/b"}) {
 		t.Errorf("Profile names %v", got)
+	}
+	snp := &api.StagedNetworkPolicy{Metadata: api.ObjectMeta{Name: "s", Namespace: "shop"}}
+	snp.Spec.Ingress = rules[:1]
+	if got := ServicesNamed(snp); !slices.Equal(got, []string{"shop/a"}) {
+		t.Errorf("StagedNetworkPolicy names %v", got)
+	}
+	sgnp := &api.StagedGlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "s"}}
+	sgnp.Spec.Egress = rules[1:2]
+	if got := ServicesNamed(sgnp); !slices.Equal(got, []string{"other/b"}) {
+		t.Errorf("StagedGlobalNetworkPolicy names %v", got)
 	}
 }
 
