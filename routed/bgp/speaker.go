@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/google/uuid"
+	"github.com/routed-net/routed/internal/backoff"
 	"github.com/routed-net/routed/internal/heartbeat"
 	"log/slog"
 	"net/netip"
@@ -197,7 +198,7 @@ func (s *Speaker) Run(ctx context.Context) error {
 	retry.Stop()
 	resync := time.NewTicker(time.Minute)
 	defer resync.Stop()
-	backoff := 500 * time.Millisecond
+	failures := backoff.New(500*time.Millisecond, 30*time.Second)
 	beat := time.NewTicker(heartbeat.Interval)
 	defer beat.Stop()
 	for {
@@ -217,13 +218,13 @@ func (s *Speaker) Run(ctx context.Context) error {
 		again, err := s.apply(ctx, s.want.snapshot())
 		switch {
 		case err != nil && ctx.Err() == nil:
-			s.log.WithError(err).WithField("retryIn", backoff).Warn("programming BGP failed")
-			retry.Reset(backoff)
-			backoff = min(backoff*2, 30*time.Second)
+			wait := failures.Next()
+			s.log.WithError(err).WithField("retryIn", wait).Warn("programming BGP failed")
+			retry.Reset(wait)
 		case again > 0:
 			retry.Reset(again)
 		default:
-			backoff = 500 * time.Millisecond
+			failures.Reset()
 		}
 	}
 }

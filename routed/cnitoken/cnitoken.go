@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/atomicfile"
+	"github.com/routed-net/routed/internal/backoff"
 	"github.com/sirupsen/logrus"
 )
 
@@ -218,7 +219,7 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	log := c.Log.WithFields(logrus.Fields{"serviceAccount": c.Namespace + "/" + c.ServiceAccount, "path": c.Path})
-	backoff := c.MinRetry
+	failures := backoff.New(c.MinRetry, c.MaxRetry)
 	var last Token
 	for {
 		tok, err := c.Request(ctx)
@@ -230,15 +231,15 @@ func Run(ctx context.Context, c Config) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			f := logrus.Fields{"retryIn": backoff}
+			wait = failures.Next()
+			f := logrus.Fields{"retryIn": wait}
 			if !last.Expires.IsZero() {
 				f["currentTokenExpires"] = last.Expires
 			}
 			log.WithError(err).WithFields(f).Error("could not refresh the CNI plugin's token")
-			wait = backoff
-			backoff = min(2*backoff, c.MaxRetry)
 		} else {
-			last, backoff = tok, c.MinRetry
+			last = tok
+			failures.Reset()
 			wait = refreshIn(time.Now(), tok.Expires, c.RefreshBefore, c.MinRetry)
 			log.WithFields(logrus.Fields{"expires": tok.Expires.UTC().Format(time.RFC3339), "refreshIn": wait.Round(time.Second)}).
 				Info("wrote the CNI kubeconfig with a new token")
@@ -299,17 +300,20 @@ func (c *Config) DaemonSetGone(ctx context.Context, namespace, name string) (boo
 // the time routed is told to stop it may no longer be allowed to; a
 // watch opened earlier still delivers the deletion.
 func (c *Config) WatchDaemonSet(ctx context.Context, namespace, name string, deleted func()) {
-	backoff := c.MinRetry
+	failures := backoff.New(c.MinRetry, c.MaxRetry)
 	for ctx.Err() == nil {
 		rv := ""
+		began := time.Now()
 		if err := c.watchOnce(ctx, namespace, name, &rv, deleted); err != nil && ctx.Err() == nil {
 			c.Log.WithError(err).Debug("DaemonSet watch ended; watching again")
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
+		// A watch that lasted (the API server ends them after minutes)
+		// was a success: the next one opens after the floor delay, not the
+		// delay earlier failures built up.
+		if time.Since(began) > c.MaxRetry {
+			failures.Reset()
 		}
-		backoff = min(2*backoff, c.MaxRetry)
+		failures.Wait(ctx)
 	}
 }
 
