@@ -51,6 +51,12 @@ type Config struct {
 	MTUInterface string
 	// MTUFile is where the pod MTU is written for the CNI plugin.
 	MTUFile string
+	// IPIPMTU, VXLANMTU and VXLANMTUV6 are the MTUs of tunl0,
+	// vxlan.routed and vxlan-v6.routed, and of pods while the tunnel is
+	// in use (FelixConfiguration's ipipMTU, vxlanMTU, vxlanMTUV6); 0
+	// derives each from the host MTU. ApplySettings changes them while
+	// felix runs.
+	IPIPMTU, VXLANMTU, VXLANMTUV6 int
 	// Features turns parts of the dataplane off.
 	Features Features
 	// Log is the base logger; default logrus with component=felix.
@@ -117,4 +123,26 @@ func (c Config) withDefaults() (Config, error) {
 		c.Log = logrus.WithField("component", "felix")
 	}
 	return c, nil
+}
+
+// tunnelMTU is tunl0's MTU on a host of MTU host.
+func (c *Config) tunnelMTU(host int) int {
+	if c.IPIPMTU > 0 {
+		return c.IPIPMTU
+	}
+	return host - IPIPOverhead
+}
+
+// vxlanMTU is the MTU of the VXLAN device of a family on a host of MTU
+// host.
+func (c *Config) vxlanMTU(host int, v6 bool) int {
+	switch {
+	case v6 && c.VXLANMTUV6 > 0:
+		return c.VXLANMTUV6
+	case v6:
+		return host - VXLANOverheadV6
+	case c.VXLANMTU > 0:
+		return c.VXLANMTU
+	}
+	return host - VXLANOverhead
 }

@@ -217,3 +217,26 @@ func (f *Felix) LocalEndpoints(ctx context.Context) ([]*api.WorkloadEndpoint, er
 		return ws, nil
 	}
 }
+
+// Settings are what the cluster's FelixConfiguration sets in a running
+// felix (routed/daemon follows "default" and "node.<name>"): the tunnel
+// MTUs, 0 deriving them from the host MTU as Config's do.
+type Settings struct {
+	IPIPMTU, VXLANMTU, VXLANMTUV6 int
+}
+
+// ApplySettings changes the settings of a running felix: the tunnel
+// devices and the pod MTU file follow on the loop's next pass. Safe for
+// concurrent use; it only queues the change.
+func (f *Felix) ApplySettings(s Settings) {
+	f.enqueue(func(l *loop) {
+		c := l.cfg
+		if c.IPIPMTU == s.IPIPMTU && c.VXLANMTU == s.VXLANMTU && c.VXLANMTUV6 == s.VXLANMTUV6 {
+			return
+		}
+		l.log.WithFields(logrus.Fields{"ipipMTU": s.IPIPMTU, "vxlanMTU": s.VXLANMTU, "vxlanMTUV6": s.VXLANMTUV6}).Info("tunnel MTUs from FelixConfiguration (0: host MTU less the overhead)")
+		// Only the loop reads these fields, on this goroutine.
+		c.IPIPMTU, c.VXLANMTU, c.VXLANMTUV6 = s.IPIPMTU, s.VXLANMTU, s.VXLANMTUV6
+		l.tunnelDirty, l.vxlanDirty = true, true
+	})
+}

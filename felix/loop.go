@@ -403,13 +403,16 @@ func (l *loop) writeMTU(full bool) error {
 	if l.cfg.Features.DisableMTUFile {
 		return nil
 	}
-	pod := PodMTU(l.hostMTU, l.plan.ipip && !l.cfg.Features.DisableIPIP && !l.tun.noIPIP)
-	// One MTU for both families: the larger overhead of a tunnel in use.
+	pod := l.hostMTU
+	if l.plan.ipip && !l.cfg.Features.DisableIPIP && !l.tun.noIPIP {
+		pod = l.cfg.tunnelMTU(l.hostMTU)
+	}
+	// One MTU for both families: the smallest of the tunnels in use.
 	if l.plan.vxlan.on {
-		pod = min(pod, l.hostMTU-VXLANOverhead)
+		pod = min(pod, l.cfg.vxlanMTU(l.hostMTU, false))
 	}
 	if l.plan.vxlan6.on {
-		pod = min(pod, l.hostMTU-VXLANOverheadV6)
+		pod = min(pod, l.cfg.vxlanMTU(l.hostMTU, true))
 	}
 	if pod == l.lastMTU && !full {
 		return nil
@@ -434,7 +437,7 @@ func (l *loop) applyTunnel() error {
 		l.tunnelDirty = false
 		return nil
 	}
-	link, err := l.tun.reconcile(l.plan.ipip, l.plan.tunnelAddr, l.hostMTU-IPIPOverhead)
+	link, err := l.tun.reconcile(l.plan.ipip, l.plan.tunnelAddr, l.cfg.tunnelMTU(l.hostMTU))
 	l.noteDevice(link)
 	if err != nil {
 		return err

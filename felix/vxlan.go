@@ -248,7 +248,7 @@ func (l *loop) applyVXLAN() error {
 		{l.vx6, p.vxlan6, p.nodeAddr6, VXLANMACV6},
 	} {
 		want := vxlanWant{on: d.plan.on && d.local.IsValid(), addr: d.plan.addr,
-			mtu: l.hostMTU - d.dev.fam.overhead, tunnelTo: d.plan.vteps}
+			mtu: l.cfg.vxlanMTU(l.hostMTU, d.dev.fam.v6), tunnelTo: d.plan.vteps}
 		if want.on {
 			want.local = d.local.Addr()
 			if mac, err := net.ParseMAC(d.plan.mac); err == nil && len(mac) == 6 {

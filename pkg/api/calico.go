@@ -72,6 +72,7 @@ var calicoFields = map[Kind][]calicoField{
 	KindNetworkPolicy:       policyFields(false),
 	KindProfile:             ruleFields(),
 	KindTier:                {{path: "status", note: "status is written by Calico's controllers, not applied"}},
+	KindFelixConfiguration:  felixCalicoFields(),
 }
 
 const routePriorityWhy = "routed programs routes with protocol 82 at the kernel's default priority; another priority would change which route wins"

@@ -1,7 +1,17 @@
 package api
 
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
 // FelixConfiguration is Calico's FelixConfiguration: "default" for the
-// cluster, "node.<name>" for one node.
+// cluster, "node.<name>" for one node (its fields override the
+// default's, field by field). Only the fields routed honours are its
+// own; what routed does with every other Calico field (refused, or
+// dropped with a warning saying why) is the table in
+// felixconfig_calico.go and docs/felixconfiguration.md.
 type FelixConfiguration struct {
 	TypeMeta `json:",inline"`
 	Metadata ObjectMeta             `json:"metadata"`
@@ -9,8 +19,42 @@ type FelixConfiguration struct {
 }
 
 // FelixConfigurationSpec holds the fields of Calico's
-// FelixConfigurationSpec that routed honours.
-type FelixConfigurationSpec struct{}
+// FelixConfigurationSpec that routed honours, under Calico's names.
+type FelixConfigurationSpec struct {
+	// IPIPMTU is the MTU of tunl0, and of pods while IPIP is in use
+	// (0 or unset: the host MTU less 20).
+	IPIPMTU *int `json:"ipipMTU,omitempty"`
+	// VXLANMTU is the MTU of vxlan.routed, and of pods while IPv4 VXLAN
+	// is in use (0 or unset: the host MTU less 50).
+	VXLANMTU *int `json:"vxlanMTU,omitempty"`
+	// VXLANMTUV6 is the MTU of vxlan-v6.routed, and of pods while IPv6
+	// VXLAN is in use (0 or unset: the host MTU less 70).
+	VXLANMTUV6 *int `json:"vxlanMTUV6,omitempty"`
+	// RouteRefreshInterval is how often felix re-reads the kernel in
+	// full ("90s"; 0 or unset: felix's default, 90 s: routed always
+	// re-reads).
+	RouteRefreshInterval string `json:"routeRefreshInterval,omitempty"`
+	// LogSeverityScreen is routed's log level: Debug, Info, Warning,
+	// Error or Fatal.
+	LogSeverityScreen string `json:"logSeverityScreen,omitempty"`
+	// FailsafeInboundHostPorts are the ports to this node no host
+	// endpoint policy closes (unset: Calico's defaults; empty: none).
+	FailsafeInboundHostPorts *[]ProtoPort `json:"failsafeInboundHostPorts,omitempty"`
+	// FailsafeOutboundHostPorts are the ports from this node no host
+	// endpoint policy closes (unset: Calico's defaults; empty: none).
+	FailsafeOutboundHostPorts *[]ProtoPort `json:"failsafeOutboundHostPorts,omitempty"`
+}
+
+// ProtoPort is a protocol and port, as Calico's failsafe ports are
+// written.
+type ProtoPort struct {
+	// Protocol is TCP (the default), UDP or SCTP.
+	Protocol string `json:"protocol,omitempty"`
+	Port     uint16 `json:"port"`
+	// Net would restrict the port to peers in a CIDR; routed's failsafe
+	// ports are open to every peer, so a Net is refused.
+	Net string `json:"net,omitempty"`
+}
 
 // GetKind implements Resource.
 func (c *FelixConfiguration) GetKind() Kind { return KindFelixConfiguration }
@@ -20,9 +64,120 @@ func (c *FelixConfiguration) Meta() *ObjectMeta { return &c.Metadata }
 
 func (c *FelixConfiguration) setDefaults() {}
 
+// FelixConfigurationNodePrefix starts the name of a node's own
+// FelixConfiguration: "node.<name>".
+const FelixConfigurationNodePrefix = "node."
+
+// logSeverities are the values of logSeverityScreen (any case).
+var logSeverities = []string{"Debug", "Info", "Warning", "Error", "Fatal"}
+
 // Validate implements Resource.
 func (c *FelixConfiguration) Validate() error {
 	var v errs
 	validateMeta(&v, KindFelixConfiguration, &c.Metadata)
+	if n := c.Metadata.Name; n != "" && n != "default" && (!strings.HasPrefix(n, FelixConfigurationNodePrefix) || n == FelixConfigurationNodePrefix) {
+		v.add("metadata.name", n, `must be "default" (the cluster's) or "node.<node name>": routed reads no other FelixConfiguration, so this one would be stored and never applied`)
+	}
+	s := &c.Spec
+	validateMTU(&v, "spec.ipipMTU", s.IPIPMTU, 68)
+	validateMTU(&v, "spec.vxlanMTU", s.VXLANMTU, 68)
+	validateMTU(&v, "spec.vxlanMTUV6", s.VXLANMTUV6, 1280)
+	if s.RouteRefreshInterval != "" {
+		if d := validateDuration(&v, "spec.routeRefreshInterval", s.RouteRefreshInterval); d > 0 && d < time.Second {
+			v.add("spec.routeRefreshInterval", s.RouteRefreshInterval, "must be at least 1s (or 0 for the default)")
+		}
+	}
+	if l := s.LogSeverityScreen; l != "" && LogSeverity(l) == "" {
+		v.add("spec.logSeverityScreen", l, "must be one of %s", strings.Join(logSeverities, ", "))
+	}
+	validateProtoPorts(&v, "spec.failsafeInboundHostPorts", s.FailsafeInboundHostPorts)
+	validateProtoPorts(&v, "spec.failsafeOutboundHostPorts", s.FailsafeOutboundHostPorts)
 	return v.result(KindFelixConfiguration, c.Metadata.Name)
+}
+
+// LogSeverity returns the canonical spelling of a logSeverityScreen
+// value, "" if it is none.
+func LogSeverity(s string) string {
+	for _, l := range logSeverities {
+		if strings.EqualFold(s, l) {
+			return l
+		}
+	}
+	return ""
+}
+
+func validateMTU(v *errs, field string, mtu *int, least int) {
+	if mtu == nil || *mtu == 0 {
+		return
+	}
+	if *mtu < least || *mtu > 65535 {
+		v.add(field, *mtu, "must be 0 (derived from the host MTU) or between %d and 65535", least)
+	}
+}
+
+func validateProtoPorts(v *errs, field string, pps *[]ProtoPort) {
+	if pps == nil {
+		return
+	}
+	for i, pp := range *pps {
+		f := indexed(field, i)
+		if _, err := ProtoPortNumber(pp.Protocol); err != nil {
+			v.add(f+".protocol", pp.Protocol, "%v", err)
+		}
+		if pp.Port == 0 {
+			v.add(f+".port", nil, "is required (1-65535)")
+		}
+		if pp.Net != "" {
+			v.add(f+".net", pp.Net, "routed opens failsafe ports to every peer: a port for one network only cannot be honoured, and opening it to all would let any peer reach it")
+		}
+	}
+}
+
+// ProtoPortNumber is the IP protocol number of a failsafe port's
+// protocol: TCP (also when empty), UDP or SCTP, in any case.
+func ProtoPortNumber(p string) (uint8, error) {
+	switch strings.ToUpper(p) {
+	case "", "TCP":
+		return 6, nil
+	case "UDP":
+		return 17, nil
+	case "SCTP":
+		return 132, nil
+	}
+	return 0, fmt.Errorf("must be TCP, UDP or SCTP")
+}
+
+// EffectiveFelixConfiguration merges the cluster's FelixConfiguration
+// ("default", may be nil) with a node's ("node.<name>", may be nil):
+// each field the node's sets wins.
+func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigurationSpec {
+	var out FelixConfigurationSpec
+	for _, c := range []*FelixConfiguration{global, node} {
+		if c == nil {
+			continue
+		}
+		s := c.Spec
+		if s.IPIPMTU != nil {
+			out.IPIPMTU = s.IPIPMTU
+		}
+		if s.VXLANMTU != nil {
+			out.VXLANMTU = s.VXLANMTU
+		}
+		if s.VXLANMTUV6 != nil {
+			out.VXLANMTUV6 = s.VXLANMTUV6
+		}
+		if s.RouteRefreshInterval != "" {
+			out.RouteRefreshInterval = s.RouteRefreshInterval
+		}
+		if s.LogSeverityScreen != "" {
+			out.LogSeverityScreen = s.LogSeverityScreen
+		}
+		if s.FailsafeInboundHostPorts != nil {
+			out.FailsafeInboundHostPorts = s.FailsafeInboundHostPorts
+		}
+		if s.FailsafeOutboundHostPorts != nil {
+			out.FailsafeOutboundHostPorts = s.FailsafeOutboundHostPorts
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/confd"
 	"github.com/routed-net/routed/felix"
@@ -65,6 +67,11 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.feed = feed.New(ds, feed.Options{Gate: guard, Beat: n.beats.datastore})
 	n.reg.MustRegister(n.feed.Collectors()...)
+	held, _ := guard.Frozen()
+	fcs, err := readFelixConfig(ds, cfg.NodeName, held)
+	if err != nil {
+		return nil, err
+	}
 
 	bcfg := bgp.Config{
 		Beat:       n.beats.bgp,
@@ -73,14 +80,14 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
 	}
 	if cfg.Role == RoleNode {
-		fx, err := felix.New(felix.Config{
+		fx, err := felix.New(withFelixConfig(felix.Config{
 			Beat:           n.beats.felix,
 			NodeName:       cfg.NodeName,
 			ResyncInterval: cfg.FelixResync,
 			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
 			Features:       felix.Features{DisablePolicy: cfg.DisablePolicy},
 			PolicyLog:      policy.LogConfig{Group: uint16(cfg.PolicyLogGroup), Rate: uint32(cfg.PolicyLogRate), Drops: cfg.PolicyLogDrops},
-		})
+		}, fcs))
 		if err != nil {
 			return nil, err
 		}
@@ -114,6 +121,12 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	})
 	n.feed.Subscribe("confd", confd.Kinds, n.confd.Consumer(), ownEndpoints)
 	n.feed.Subscribe("node record keeper", noderecord.Kinds, n.keeper)
+	base, err := logrus.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	n.feed.Subscribe("felix configuration", []api.Kind{api.KindFelixConfiguration},
+		newFelixConfig(cfg.NodeName, base, n.felix, fcs), felixConfigNames(cfg.NodeName))
 	spc := sp.Consumer()
 	n.feed.Subscribe("bgp", spc.SubscribedKinds(), spc)
 	if n.felix != nil {
