@@ -145,11 +145,28 @@ func inNamespace(rs []api.Resource, namespace string) []api.Resource {
 // applied to a datastore no routed node has started on yet.
 func ensureTiersFor(ctx context.Context, c *datastore.Client, rs []api.Resource) error {
 	for _, r := range rs {
-		if _, isPolicy := r.(api.Policy); isPolicy || r.GetKind() == api.KindTier {
+		if _, tiered := tierOf(r); tiered || r.GetKind() == api.KindTier {
 			return c.EnsureDefaultTiers(ctx)
 		}
 	}
 	return nil
+}
+
+// tierOf is the tier a policy or a staged policy is in; ok is false for
+// other kinds. Calico refuses a staged policy in a tier that does not
+// exist, as it refuses a policy.
+func tierOf(r api.Resource) (tier string, ok bool) {
+	switch p := r.(type) {
+	case api.Policy:
+		return p.Policy().Tier, true
+	case *api.StagedNetworkPolicy:
+		return p.Spec.Tier, true
+	case *api.StagedGlobalNetworkPolicy:
+		return p.Spec.Tier, true
+	case *api.StagedKubernetesNetworkPolicy:
+		return api.DefaultTierName, true
+	}
+	return "", false
 }
 
 // tiersFirst checks, before anything is written, that every policy's
@@ -169,11 +186,10 @@ func tiersFirst(ctx context.Context, c *datastore.Client, rs []api.Resource) ([]
 	}
 	known := map[string]bool{}
 	for _, r := range rest {
-		p, ok := r.(api.Policy)
+		tier, ok := tierOf(r)
 		if !ok {
 			continue
 		}
-		tier := p.Policy().Tier
 		if inFile[tier] || known[tier] {
 			continue
 		}

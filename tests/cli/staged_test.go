@@ -70,8 +70,8 @@ var stagedBookkeeping = regexp.MustCompile(`(?m)^\s*(resourceVersion|creationTim
 // kernel here) and then each staged policy's: the staged deny denies,
 // naming its own rule, the Kubernetes deny-all leaves the flow to the
 // enforced allow after it, the Delete leaves it to the namespace
-// profile; a
-// bad staged policy is refused naming its field and writes nothing.
+// profile; a bad staged policy, or one in a tier that does not exist,
+// is refused naming its field and writes nothing.
 func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 	t.Parallel()
 	testbin.Path(t, "routedctl") // built before ctl's deadline starts
@@ -162,11 +162,17 @@ func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 		}
 	}
 
+	noTier := "apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: nowhere}\nspec: {tier: nope, selector: all()}\n"
+	if out, errOut, code := ctl(t, ep, noTier, "apply", "-f", "-"); code == 0 || !strings.Contains(errOut, `spec.tier "nope"`) || !strings.Contains(errOut, "nothing was written") {
+		t.Errorf("staged policy in a missing tier: exit %d\n%s%s", code, out, errOut)
+	}
 	bad := "apiVersion: projectcalico.org/v3\nkind: StagedKubernetesNetworkPolicy\nmetadata: {name: bad, namespace: shop}\nspec: {podSelector: {}, ingress: [{ports: [{port: 0}]}]}\n"
 	if out, errOut, code := ctl(t, ep, bad, "apply", "-f", "-"); code == 0 || !strings.Contains(errOut, "spec.ingress[0].ports[0].port") {
 		t.Errorf("bad staged policy: exit %d\n%s%s", code, out, errOut)
 	}
-	if out, _, _ := ctl(t, ep, "", "get", "sknp", "-n", "shop"); strings.Contains(out, "bad") {
-		t.Errorf("the refused staged policy was written:\n%s", out)
+	for _, kind := range []string{"sknp", "sgnp"} {
+		if out, _, _ := ctl(t, ep, "", "get", kind); strings.Contains(out, "bad") || strings.Contains(out, "nowhere") {
+			t.Errorf("a refused staged policy was written:\n%s", out)
+		}
 	}
 }
