@@ -25,6 +25,16 @@ func (l *lab) setService(name string, pods []string, ports ...api.ServicePort) {
 	l.apply()
 }
 
+// counter is a rule's packet count in the kernel (both families).
+func (l *lab) counter(id string) uint64 {
+	l.t.Helper()
+	cs, err := l.m.Counters()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return cs[id].Packets
+}
+
 func tcpPort(n uint16) api.ServicePort {
 	return api.ServicePort{Name: "p", Protocol: api.Protocol{Name: "TCP"}, Port: n}
 }
@@ -46,8 +56,9 @@ func probes(ps ...probe) []probe {
 // "front" (their addresses, any port), with real TCP over IPv4 and
 // IPv6: nothing before the Service has a record (fail closed), its
 // endpoint's traffic once it has, another pod's once the endpoints
-// change to it, nobody's once the record is gone; Explain agrees with
-// every probe.
+// change to it (set elements only: the rule's kernel counter is not
+// reset, as a rewritten chain's would be), nobody's once the record is
+// gone; Explain agrees with every probe.
 func TestServiceRuleIngress(t *testing.T) {
 	l := newLab(t)
 	l.load(`apiVersion: projectcalico.org/v3
@@ -64,7 +75,17 @@ spec:
 	l.setService("front", []string{"a"}, tcpPort(8080))
 	l.expect("front is a", probes(pass("a", "b", "tcp", 8080), pass("a", "b", "tcp", 9090), drop("d", "b", "tcp", 8080))...)
 
+	// The endpoints change: set elements only. A rewritten chain would
+	// have its rules made again, their counters from zero.
+	const rule = "pi-np:prod/from-front/0"
+	before := l.counter(rule)
+	if before == 0 {
+		t.Fatalf("%s counted nothing for the probes it allowed", rule)
+	}
 	l.setService("front", []string{"d"}, tcpPort(8080))
+	if after := l.counter(rule); after < before {
+		t.Errorf("%s went from %d to %d packets: the endpoints' change rewrote the chain", rule, before, after)
+	}
 	l.expect("front moved to d", probes(drop("a", "b", "tcp", 8080), pass("d", "b", "tcp", 8080))...)
 
 	l.m.DeleteServiceEndpoints("prod", "front")
