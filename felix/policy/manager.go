@@ -37,6 +37,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Log.Drops && cfg.Log.Group == 0 {
 		return nil, fmt.Errorf("%w: log.group must be set (1-65535) to log drops", ErrInvalid)
 	}
+	if cfg.Log.FlowGroup != 0 && cfg.Log.FlowGroup == cfg.Log.Group {
+		return nil, fmt.Errorf("%w: log.flowGroup %d must differ from log.group (flow marks and the policy log are read by different readers)", ErrInvalid, cfg.Log.FlowGroup)
+	}
 	cfg.Dataplane.DropLogGroup = 0
 	if cfg.Log.Drops {
 		cfg.Dataplane.DropLogGroup, cfg.Dataplane.DropLogRate = cfg.Log.Group, cfg.Log.Rate

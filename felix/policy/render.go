@@ -15,6 +15,18 @@ type LogConfig struct {
 	// Drops also logs packets dropped because no rule allowed them (at
 	// a tier's end or after the profiles).
 	Drops bool
+	// FlowGroup, when set, is the nflog group of flow verdict marks
+	// (felix/flows): every rule that decides (Allow, Deny, Pass, a
+	// tier's or the profiles' end drop) is preceded by a log rule with
+	// the same matches and prefix "F <token>", so the first packet of
+	// each new connection names the rules that decided it. Policy
+	// chains see new connections only (established traffic is accepted
+	// before them), so no accepted established packet is copied.
+	FlowGroup uint16
+	// FlowRate limits each flow mark rule to that many packets a
+	// second (0: 100); a flow past the limit is recorded without its
+	// trace (felix/flows counts it).
+	FlowRate uint32
 }
 
 // expand renders one compiled rule as nftables rules: a rule with named
@@ -45,10 +57,36 @@ func (lc LogConfig) expand(r *rule, id, logPrefix string, inProfile bool) []nftd
 		for _, dst := range alternatives(&r.dst, r.proto) {
 			x := base
 			x.Src, x.Dst = src, dst
+			if m, ok := lc.flowMark(x); ok {
+				out = append(out, m)
+			}
 			out = append(out, x)
 		}
 	}
 	return out
+}
+
+// flowMark is the rule that marks a deciding rule's packets for
+// felix/flows: the same matches, no counter, no ID (so counters and
+// Explain see only the deciding rule), an nflog of group FlowGroup
+// with prefix "F <token of the deciding rule's ID>". ok is false when
+// flow marks are off or the rule decides nothing.
+func (lc LogConfig) flowMark(r nftdp.Rule) (nftdp.Rule, bool) {
+	if lc.FlowGroup == 0 || r.ID == "" {
+		return nftdp.Rule{}, false
+	}
+	switch r.Action {
+	case nftdp.ActAccept, nftdp.ActDrop, nftdp.ActPass, nftdp.ActReturn:
+	default:
+		return nftdp.Rule{}, false
+	}
+	m := r
+	m.ID, m.Counter, m.Action = "", false, nftdp.ActLog
+	m.LogGroup, m.LogRate, m.LogPrefix = lc.FlowGroup, lc.FlowRate, flowRulePrefix+ruleToken(r.ID)
+	if m.LogRate == 0 {
+		m.LogRate = 100
+	}
+	return m, true
 }
 
 func (lc LogConfig) rate() uint32 {

@@ -18,6 +18,7 @@ const (
 	unknownIfacePfx   = "D unknown-iface "
 	logRulePrefix     = "L "
 	logDropRulePrefix = "D "
+	flowRulePrefix    = "F " // a flow verdict mark (LogConfig.FlowGroup)
 )
 
 // RuleInfo says what one rule ID stands for in the policy model.
@@ -111,9 +112,10 @@ func (x *RuleIndex) deleteIface(iface string) {
 }
 
 // Resolve reads an nflog prefix: a Log rule's ("L <token>"), a logged
-// drop's ("D <token>") or an unprogrammed interface's drop. The verdict
-// is "log" for a Log rule (the packet goes on to the next rule) and
-// "drop" for the others.
+// drop's ("D <token>"), a flow verdict mark's ("F <token>") or an
+// unprogrammed interface's drop. The verdict is "log" for a Log rule
+// (the packet goes on to the next rule), "flow" for a flow mark (the
+// rule named decides: its Action says how) and "drop" for the others.
 func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool) {
 	if dir, isUnknown := strings.CutPrefix(prefix, unknownIfacePfx); isUnknown {
 		return RuleInfo{ID: "unknown-iface/" + dir, Kind: KindUnknownIface, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
@@ -122,6 +124,8 @@ func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool
 	tok, isLog := strings.CutPrefix(prefix, logRulePrefix)
 	if isLog {
 		verdict = "log"
+	} else if tok, ok = strings.CutPrefix(prefix, flowRulePrefix); ok {
+		verdict = "flow"
 	} else if tok, ok = strings.CutPrefix(prefix, logDropRulePrefix); !ok {
 		return RuleInfo{}, "", false
 	}

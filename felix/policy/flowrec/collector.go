@@ -1,0 +1,426 @@
+package flowrec
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/ti-mo/conntrack"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/flowlog"
+)
+
+// Config configures a Collector.
+type Config struct {
+	// Node names the node in batches.
+	Node string
+	// NetnsFd is the namespace felix programs (-1: the caller's).
+	NetnsFd int
+	// Group is the nflog group of flow marks (policy.LogConfig.FlowGroup).
+	Group uint16
+	// Index resolves marks' prefixes (policy.Manager.Index).
+	Index *policy.RuleIndex
+	// Model names ends and evaluates staged policies.
+	Model Model
+	// Interval is how long flows are grouped before a batch goes out
+	// (0: 3 s).
+	Interval time.Duration
+	// Grace is how long a new connection waits for its marks (the
+	// kernel flushes nflog every 100 ms; 0: 400 ms).
+	Grace time.Duration
+	// MaxPending, MaxOpen and MaxGroups cap the connections awaiting
+	// marks (0: 16,384), the open connections remembered (0: 262,144)
+	// and the groups of one interval (0: 10,000).
+	MaxPending, MaxOpen, MaxGroups int
+	// Sinks receive each batch on the collector's goroutine: they must
+	// not block.
+	Sinks []func(Batch)
+}
+
+func (c *Config) defaults() {
+	if c.Interval == 0 {
+		c.Interval = 3 * time.Second
+	}
+	if c.Grace == 0 {
+		c.Grace = 400 * time.Millisecond
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16384
+	}
+	if c.MaxOpen == 0 {
+		c.MaxOpen = 262144
+	}
+	if c.MaxGroups == 0 {
+		c.MaxGroups = 10000
+	}
+}
+
+// ErrConfig is returned for an unusable Config.
+var ErrConfig = errors.New("flowrec: invalid configuration")
+
+// mark is one flow mark: the rule that decided a packet of key.
+type mark struct {
+	key  flowKey
+	rule policy.RuleInfo
+	at   time.Time
+}
+
+// ctEvent is a conntrack NEW or DESTROY.
+type ctEvent struct {
+	key     flowKey
+	destroy bool
+	flow    conntrack.Flow
+	at      time.Time
+}
+
+// pending is a connection waiting for its marks.
+type pending struct {
+	first   time.Time
+	steps   []policy.RuleInfo
+	ct      bool
+	ended   *conntrack.Flow
+	denied  bool      // finalized as denied: later marks are retransmits
+	expires time.Time // of a denied one's suppression
+}
+
+// open is an allowed connection until its DESTROY.
+type open struct {
+	cls   *class
+	start time.Time
+}
+
+// class is what connections alike share: everything of a Flow but its
+// counts and times.
+type class struct {
+	key  string
+	tmpl Flow
+	refs int
+}
+
+// Collector turns flow marks and conntrack events into batches of
+// flows. One goroutine (Run's) owns its state.
+type Collector struct {
+	cfg  Config
+	log  *logrus.Entry
+	boot string
+	seq  uint64
+
+	pending map[flowKey]*pending
+	open    map[flowKey]*open
+	classes map[string]*class
+	groups  map[string]*Flow
+	order   []string // group keys in the order they began
+	dropped map[string]uint64
+	start   time.Time
+
+	nflogLost, ctLost atomic.Uint64
+
+	nl     *flowlog.Reader
+	ct     <-chan ctEvent
+	stopCt context.CancelFunc
+}
+
+// New checks cfg and returns a collector; Run starts it.
+func New(cfg Config) (*Collector, error) {
+	cfg.defaults()
+	switch {
+	case cfg.Group == 0:
+		return nil, fmt.Errorf("%w: group must be an nflog group 1-65535 (policy.LogConfig.FlowGroup)", ErrConfig)
+	case cfg.Index == nil:
+		return nil, fmt.Errorf("%w: index (the policy rule index) is required", ErrConfig)
+	case cfg.Model == nil:
+		return nil, fmt.Errorf("%w: model is required", ErrConfig)
+	case cfg.Node == "":
+		return nil, fmt.Errorf("%w: node name is required", ErrConfig)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Collector{cfg: cfg, boot: hex.EncodeToString(b[:]),
+		log:     logrus.WithFields(logrus.Fields{"component": "flows", "node": cfg.Node}),
+		pending: map[flowKey]*pending{}, open: map[flowKey]*open{}, classes: map[string]*class{},
+		groups: map[string]*Flow{}, dropped: map[string]uint64{}}, nil
+}
+
+// Boot is this collector's boot ID (see Batch.Boot).
+func (c *Collector) Boot() string { return c.boot }
+
+// Open binds the nflog group and subscribes to conntrack events in the
+// namespace; from then on nothing is missed (Run reads what queued).
+// Connection accounting must be on there (EnableAccounting).
+func (c *Collector) Open(ctx context.Context) error {
+	nl, err := flowlog.Open(c.cfg.NetnsFd, c.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("flowrec: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ct, err := listenConntrack(ctx, c.cfg.NetnsFd, &c.ctLost, c.log)
+	if err != nil {
+		cancel()
+		nl.Close()
+		return err
+	}
+	c.nl, c.ct, c.stopCt = nl, ct, cancel
+	return nil
+}
+
+// Run reads flow marks and conntrack events until ctx ends, opening
+// the sockets first unless Open did.
+func (c *Collector) Run(ctx context.Context) error {
+	if c.nl == nil {
+		if err := c.Open(ctx); err != nil {
+			return err
+		}
+	}
+	defer func() { c.stopCt(); c.nl.Close() }()
+	marks := make(chan mark, 4096)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nlDone := make(chan error, 1)
+	go func() {
+		nlDone <- c.nl.Run(ctx, func(p flowlog.Packet) {
+			ri, verdict, ok := c.cfg.Index.Resolve(p.Prefix)
+			if !ok || verdict != "flow" {
+				return
+			}
+			k, ok := keyOfPacket(p.Payload)
+			if !ok {
+				return
+			}
+			select {
+			case marks <- mark{key: k, rule: ri, at: p.Time}:
+			default:
+				c.nflogLost.Add(1)
+			}
+		}, func() { c.nflogLost.Add(1) })
+	}()
+	err := c.loop(ctx, marks, c.ct)
+	cancel()
+	<-nlDone
+	return err
+}
+
+// loop owns the collector's state.
+func (c *Collector) loop(ctx context.Context, marks <-chan mark, cts <-chan ctEvent) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	c.start = time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			c.flush(time.Now())
+			return ctx.Err()
+		case m := <-marks:
+			c.onMark(m)
+		case e := <-cts:
+			c.onConntrack(e)
+		case now := <-tick.C:
+			c.finalize(now)
+			if now.Sub(c.start) >= c.cfg.Interval {
+				c.flush(now)
+			}
+		}
+	}
+}
+
+func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
+	p := c.pending[k]
+	if p == nil {
+		if len(c.pending) >= c.cfg.MaxPending {
+			c.dropped[DropPending]++
+			return nil
+		}
+		p = &pending{first: at}
+		c.pending[k] = p
+	}
+	return p
+}
+
+func (c *Collector) onMark(m mark) {
+	p := c.pendingFor(m.key, time.Now())
+	if p == nil || p.denied {
+		return
+	}
+	// Until a reply, every packet of a connection is new to conntrack
+	// and meets the policy again: keep each rule once.
+	for _, s := range p.steps {
+		if s.ID == m.rule.ID {
+			return
+		}
+	}
+	p.steps = append(p.steps, m.rule)
+	if complete(p) {
+		c.decide(m.key, p, time.Now())
+	}
+}
+
+func (c *Collector) onConntrack(e ctEvent) {
+	if !e.destroy {
+		if p := c.pendingFor(e.key, e.at); p != nil && !p.denied {
+			p.ct = true
+			if complete(p) {
+				c.decide(e.key, p, e.at)
+			}
+		}
+		return
+	}
+	if o := c.open[e.key]; o != nil {
+		delete(c.open, e.key)
+		c.ended(o.cls, &e.flow, e.at)
+		c.release(o.cls)
+		return
+	}
+	if p := c.pending[e.key]; p != nil && !p.denied {
+		f := e.flow
+		p.ended = &f
+		p.ct = true
+		return
+	}
+	// A connection older than the collector (or turned away by the
+	// open cap): its class is named now, its trace is unknown.
+	f := policy.Flow{Src: e.key.src, Dst: e.key.dst, Proto: e.key.proto, SrcPort: e.key.sport, DstPort: e.key.dport, ICMPType: -1, ICMPCode: -1}
+	cls := c.classify(e.key, f, nil, true)
+	if cls == nil {
+		return
+	}
+	c.ended(cls, &e.flow, e.at)
+	c.release(cls)
+}
+
+// finalize decides the connections whose marks had time to arrive.
+func (c *Collector) finalize(now time.Time) {
+	for k, p := range c.pending {
+		if p.denied {
+			if now.After(p.expires) {
+				delete(c.pending, k)
+			}
+			continue
+		}
+		if now.Sub(p.first) >= c.cfg.Grace {
+			c.decide(k, p, now)
+		}
+	}
+}
+
+// complete says a connection needs no more waiting: conntrack confirmed
+// it and both directions' allowing marks are in (a pod to a pod of this
+// node), so it is decided at once; anything else waits out the grace.
+func complete(p *pending) bool {
+	if !p.ct {
+		return false
+	}
+	var eg, in bool
+	for _, s := range p.steps {
+		if s.Action == "Allow" {
+			eg = eg || s.Direction == "egress"
+			in = in || s.Direction == "ingress"
+		}
+	}
+	return eg && in
+}
+
+// decide classifies a pending connection: denied ones stay a while so
+// their retransmits are not new connections, others become open (or
+// ended, when their DESTROY came already).
+func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
+	f := policy.Flow{Src: k.src, Dst: k.dst, Proto: k.proto, SrcPort: k.sport, DstPort: k.dport, ICMPType: -1, ICMPCode: -1}
+	if k.proto == 1 || k.proto == 58 {
+		f.SrcPort, f.DstPort, f.ICMPType, f.ICMPCode = 0, 0, int(k.dport), 0
+	}
+	cls := c.classify(k, f, p.steps, p.ct)
+	if cls == nil {
+		delete(c.pending, k)
+		return
+	}
+	g := c.group(cls, now)
+	if cls.tmpl.Verdict == Deny {
+		if g != nil {
+			g.Denied++
+		}
+		c.release(cls)
+		// Retransmits of a denied first packet are marked again:
+		// they are the same connection attempt for 10 s.
+		p.denied, p.expires, p.steps = true, now.Add(10*time.Second), nil
+		return
+	}
+	delete(c.pending, k)
+	if g != nil {
+		g.Started++
+	}
+	if p.ended != nil {
+		c.ended(cls, p.ended, now)
+		c.release(cls)
+		return
+	}
+	if len(c.open) >= c.cfg.MaxOpen {
+		c.dropped[DropOpen]++
+		c.release(cls)
+		return
+	}
+	c.open[k] = &open{cls: cls, start: p.first}
+}
+
+// ended counts an ended connection's traffic in its class's group.
+func (c *Collector) ended(cls *class, f *conntrack.Flow, now time.Time) {
+	g := c.group(cls, now)
+	if g == nil {
+		return
+	}
+	g.Ended++
+	g.PacketsOut += f.CountersOrig.Packets
+	g.BytesOut += f.CountersOrig.Bytes
+	g.PacketsIn += f.CountersReply.Packets
+	g.BytesIn += f.CountersReply.Bytes
+}
+
+// group is the interval's group of cls (nil past the cap, counted).
+func (c *Collector) group(cls *class, now time.Time) *Flow {
+	if g := c.groups[cls.key]; g != nil {
+		return g
+	}
+	if len(c.groups) >= c.cfg.MaxGroups {
+		c.dropped[DropGroups]++
+		return nil
+	}
+	g := cls.tmpl
+	g.Node = c.cfg.Node
+	c.groups[cls.key] = &g
+	c.order = append(c.order, cls.key)
+	return &g
+}
+
+func (c *Collector) release(cls *class) {
+	if cls.refs--; cls.refs <= 0 {
+		delete(c.classes, cls.key)
+	}
+}
+
+// flush hands the interval's groups to the sinks.
+func (c *Collector) flush(now time.Time) {
+	if n := c.nflogLost.Swap(0); n > 0 {
+		c.dropped[DropNflog] += n
+	}
+	if n := c.ctLost.Swap(0); n > 0 {
+		c.dropped[DropCtEvents] += n
+	}
+	c.seq++
+	b := Batch{Node: c.cfg.Node, Boot: c.boot, Seq: c.seq, Start: c.start, End: now, Flows: make([]Flow, 0, len(c.order))}
+	for _, k := range c.order {
+		g := c.groups[k]
+		g.Start, g.End = c.start, now
+		b.Flows = append(b.Flows, *g)
+	}
+	if len(c.dropped) > 0 {
+		b.Dropped = c.dropped
+		c.log.WithField("dropped", c.dropped).Warn("flowrec: records turned away by caps or kernel overruns")
+	}
+	c.groups, c.order, c.dropped, c.start = map[string]*Flow{}, nil, map[string]uint64{}, now
+	for _, s := range c.cfg.Sinks {
+		s(b)
+	}
+}

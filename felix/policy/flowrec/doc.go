@@ -1,0 +1,24 @@
+// Package flowrec records every connection to or from a local pod with
+// the policy verdict the kernel gave it and the trace of tiers,
+// policies and rules that decided it, on each node.
+//
+// The kernel says what it decided: with policy.LogConfig.FlowGroup set,
+// every deciding rule (Allow, Deny, Pass, a tier's or the profiles' end)
+// is preceded by a rate-limited nflog rule with the same matches and
+// prefix "F <token>". Policy chains only see a connection's first
+// packet (established traffic is accepted before them), so nothing of
+// accepted established traffic reaches userspace. Connection tracking
+// gives the start (NEW), the end and the packets and bytes each way
+// (DESTROY, with nf_conntrack_acct on). A denied connection has no
+// conntrack entry: its drop's mark is the record.
+//
+// The Collector owns all state on one goroutine: the connections seen
+// in the last moments (waiting for their marks, which the kernel
+// flushes every 100 ms), the open ones (by the class they belong to:
+// ends, port, verdict, trace, so a flood of connections alike costs a
+// map entry each) and the groups of the current interval. Each
+// interval it hands a Batch of aggregated flows to its sinks (the
+// JSON-lines file, Prometheus counters, the cluster aggregator).
+// Everything is capped; what the caps turn away is counted and
+// reported in the batch as dropped, never silently lost.
+package flowrec

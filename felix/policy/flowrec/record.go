@@ -1,0 +1,150 @@
+package flowrec
+
+import (
+	"strings"
+	"time"
+
+	"github.com/routed-net/routed/felix/policy"
+)
+
+// End kinds.
+const (
+	EndPod        = "pod"        // a workload endpoint
+	EndNetworkSet = "networkset" // an address in a (Global)NetworkSet
+	EndNet        = "net"        // any other address
+)
+
+// End is one end of a flow as the policy model names it.
+type End struct {
+	Addr string `json:"addr"`
+	Kind string `json:"kind"`
+	// Namespace and Name: the pod's, or the network set's (Name is its
+	// key, "gns:<name>" for a GlobalNetworkSet).
+	Namespace string            `json:"namespace,omitempty"`
+	Name      string            `json:"name,omitempty"`
+	Endpoint  string            `json:"endpoint,omitempty"`
+	Node      string            `json:"node,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// Local: a pod on the node that recorded the flow.
+	Local bool `json:"local,omitempty"`
+}
+
+// id names the end in group keys: the pod or network set, else the
+// address.
+func (e End) id() string {
+	switch e.Kind {
+	case EndPod:
+		return "pod:" + e.Namespace + "/" + e.Name + "@" + e.Addr
+	case EndNetworkSet:
+		return "ns:" + e.Name
+	}
+	return "net:" + e.Addr
+}
+
+// Trace is what one direction's policy did with a flow's first
+// packet, as the kernel marked it: the Pass rules on the way, then the
+// rule that decided.
+type Trace struct {
+	Steps []policy.RuleInfo `json:"steps,omitempty"`
+	// Verdict is "allow" or "deny"; "unknown" when the direction is
+	// policed here but no mark of its decision arrived (the mark rule's
+	// rate limit, an nflog overrun, a flow older than the collector).
+	Verdict string `json:"verdict"`
+}
+
+// Decider is the trace's last step (zero when none).
+func (t *Trace) Decider() policy.RuleInfo {
+	if t == nil || len(t.Steps) == 0 {
+		return policy.RuleInfo{}
+	}
+	return t.Steps[len(t.Steps)-1]
+}
+
+func (t *Trace) key() string {
+	if t == nil {
+		return "-"
+	}
+	var b strings.Builder
+	b.WriteString(t.Verdict)
+	for _, s := range t.Steps {
+		b.WriteString(",")
+		b.WriteString(s.ID)
+	}
+	return b.String()
+}
+
+// Verdicts of a flow.
+const (
+	Allow   = "allow"
+	Deny    = "deny"
+	Unknown = "unknown"
+)
+
+// Flow is the aggregate of the connections of one class (same ends,
+// protocol, destination port, verdict, trace and staged verdicts) over
+// one interval on one node.
+type Flow struct {
+	Node  string    `json:"node"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	Src   End       `json:"src"`
+	Dst   End       `json:"dst"`
+	Proto string    `json:"proto"`
+	// DstPort is the destination port, or for ICMP the type.
+	DstPort uint16 `json:"dstPort"`
+	// Verdict is the flow's: "deny" when a direction denied it,
+	// "allow" when every direction policed here allowed it, "unknown"
+	// when a direction's mark is missing.
+	Verdict string `json:"verdict"`
+	// Egress and Ingress are nil for a direction this node does not
+	// police (the other end is not its pod).
+	Egress  *Trace                 `json:"egress,omitempty"`
+	Ingress *Trace                 `json:"ingress,omitempty"`
+	Staged  []policy.StagedVerdict `json:"staged,omitempty"`
+	// Started, Ended and Denied count connections that began, ended
+	// (their counters are in the byte and packet fields) and were
+	// denied in the interval.
+	Started uint64 `json:"started"`
+	Ended   uint64 `json:"ended"`
+	Denied  uint64 `json:"denied"`
+	// PacketsOut/BytesOut went from Src to Dst, PacketsIn/BytesIn back
+	// (conntrack accounting of the connections that ended).
+	PacketsOut uint64 `json:"packetsOut"`
+	BytesOut   uint64 `json:"bytesOut"`
+	PacketsIn  uint64 `json:"packetsIn"`
+	BytesIn    uint64 `json:"bytesIn"`
+}
+
+// Batch is one interval of one node's flows.
+type Batch struct {
+	Node string `json:"node"`
+	// Boot is random per collector start and Seq numbers its batches
+	// from 1: a reader that sees Seq jump or Boot change knows what
+	// it missed is a gap.
+	Boot  string    `json:"boot"`
+	Seq   uint64    `json:"seq"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	Flows []Flow    `json:"flows"`
+	// Dropped counts connections or marks the caps or the kernel
+	// turned away in the interval (they are in no flow), by reason.
+	Dropped map[string]uint64 `json:"dropped,omitempty"`
+}
+
+// DroppedTotal sums Dropped.
+func (b *Batch) DroppedTotal() uint64 {
+	var n uint64
+	for _, v := range b.Dropped {
+		n += v
+	}
+	return n
+}
+
+// Drop reasons.
+const (
+	DropPending  = "pending-cap"   // too many connections awaiting their marks
+	DropOpen     = "open-cap"      // too many open connections to remember their class
+	DropGroups   = "group-cap"     // too many groups in one interval
+	DropNflog    = "nflog-overrun" // the kernel dropped marks (socket full)
+	DropCtEvents = "ct-overrun"    // the kernel dropped conntrack events
+)
