@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestPeerHeapCost configures a route reflector's sessions (passive
@@ -60,19 +63,17 @@ func TestPeerHeapCost(t *testing.T) {
 // waitPeers waits until BGP runs with n sessions configured in GoBGP.
 func waitPeers(t *testing.T, sp *Speaker, n int) {
 	t.Helper()
-	var got int
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() string {
 		if !sp.getView().started {
-			continue
+			return "BGP not started"
 		}
-		got = 0
-		err = sp.srv().ListPeer(context.Background(), &api.ListPeerRequest{}, func(*api.Peer) { got++ })
-		if err == nil && got == n {
-			return
+		got := 0
+		err := sp.srv().ListPeer(context.Background(), &api.ListPeerRequest{}, func(*api.Peer) { got++ })
+		if err != nil || got != n {
+			return fmt.Sprintf("waiting for %d sessions in GoBGP: %d (%v)", n, got, err)
 		}
-	}
-	t.Fatalf("waiting for %d sessions in GoBGP: %d (%v)", n, got, err)
+		return ""
+	})
 }
 
 func heapAfterGC() uint64 {

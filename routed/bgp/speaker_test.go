@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	api "github.com/osrg/gobgp/v4/api"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/routed/status"
 )
@@ -113,23 +115,21 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func waitPeer(t *testing.T, sp *Speaker, addr netip.Addr, cond func(status.Peer) bool) status.Peer {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var last []status.Peer
-	for time.Now().Before(deadline) {
+	var found status.Peer
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
 		ps, err := sp.Peers(context.Background())
 		if err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
-		last = ps
 		for _, p := range ps {
 			if p.Address == addr.String() && cond(p) {
-				return p
+				found = p
+				return ""
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("peer %s never matched; last %+v", addr, last)
-	return status.Peer{}
+		return fmt.Sprintf("peer %s never matched; last %+v", addr, ps)
+	})
+	return found
 }
 
 func established(p status.Peer) bool { return p.Established() }
@@ -224,7 +224,20 @@ func TestLabelChangeKeepsSession(t *testing.T) {
 
 	pa.HoldTime, pa.KeepaliveTime = 30*time.Second, 10*time.Second // timers: updated in place
 	a.sp.SetPeers([]Peer{pa})
-	time.Sleep(300 * time.Millisecond)
+	// Wait for GoBGP to hold the new timers (the change applied), then
+	// check the session was not reset for it.
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		var hold uint64
+		err := a.sp.srv().ListPeer(context.Background(), &api.ListPeerRequest{Address: b.addr.String()}, func(p *api.Peer) {
+			if p.GetTimers().GetConfig() != nil {
+				hold = p.GetTimers().GetConfig().GetHoldTime()
+			}
+		})
+		if err != nil || hold != 30 {
+			return fmt.Sprintf("GoBGP's hold time for b: %d (%v), want 30", hold, err)
+		}
+		return ""
+	})
 	got = waitPeer(t, a.sp, b.addr, func(status.Peer) bool { return true })
 	if !got.Established() || !got.Since.Equal(up.Since) {
 		t.Fatalf("changing timers reset the session: before %+v after %+v", up, got)
@@ -320,17 +333,12 @@ func TestIdentityChangeRestartsBGP(t *testing.T) {
 	}
 	// The status view follows the restart; wait for it rather than
 	// sample it once.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p, _ := b.sp.Process(context.Background())
-		if p.ASN == 64513 {
-			break
+	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() string {
+		if p, _ := b.sp.Process(context.Background()); p.ASN != 64513 {
+			return fmt.Sprintf("process %+v, want AS 64513 after the restart", p)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %+v, want AS 64513 after the restart", p)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestBindRouterID: with Calico's bindMode NodeIP the speaker listens on
@@ -357,13 +365,12 @@ func TestBindRouterID(t *testing.T) {
 		}
 		return err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for dial(l.addr(1)) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("BGP never listened on the router ID")
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		if err := dial(l.addr(1)); err != nil {
+			return "BGP never listened on the router ID: " + err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	if err := dial(l.addr(2)); err == nil {
 		t.Fatal("BGP answered on another local address with bindMode NodeIP")
 	}

@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 func TestPathRoundTripIPv6(t *testing.T) {
@@ -87,23 +90,22 @@ func startSpeaker(t *testing.T, node string) *Speaker {
 // next hop", IPv4 then IPv6).
 func waitLocalRoutes(t *testing.T, sp *Speaker, what string, want ...string) {
 	t.Helper()
-	var got []string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
 		routes, err := sp.Routes(context.Background())
 		if err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
-		got = got[:0]
+		var got []string
 		for _, r := range routes {
 			if r.Local {
 				got = append(got, r.Prefix+" via "+r.NextHop)
 			}
 		}
-		if slices.Equal(got, want) {
-			return
+		if !slices.Equal(got, want) {
+			return fmt.Sprintf("%s: routes %q, want %q", what, got, want)
 		}
-	}
-	t.Fatalf("%s: routes %q, want %q", what, got, want)
+		return ""
+	})
 }
 
 var dualStackInputs = []Affinity{

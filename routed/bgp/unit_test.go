@@ -3,6 +3,7 @@ package bgp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/routed/status"
 )
@@ -158,11 +160,12 @@ func TestSingleSpeaker(t *testing.T) {
 		ConfigError: "cannot read BGP password: open /x: no such file or directory"}})
 
 	var routes []status.Route
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if routes, err = sp.Routes(context.Background()); err == nil && len(routes) == 2 {
-			break
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if routes, err = sp.Routes(context.Background()); err != nil || len(routes) != 2 {
+			return fmt.Sprintf("routes %+v (%v), want 2", routes, err)
 		}
-	}
+		return ""
+	})
 	if len(routes) != 2 || routes[0].Prefix != "10.65.1.0/26" || !routes[0].Local || routes[0].NextHop != "10.0.0.1" ||
 		routes[1].Prefix != "10.96.0.0/12" {
 		t.Fatalf("routes %+v (%v)", routes, err)
@@ -170,11 +173,12 @@ func TestSingleSpeaker(t *testing.T) {
 	// Routes are originated before sessions are configured in the same
 	// pass: wait for the peer too.
 	var peers []status.Peer
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if peers, err = sp.Peers(context.Background()); err == nil && len(peers) == 1 && peers[0].State == status.StateDown {
-			break
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if peers, err = sp.Peers(context.Background()); err != nil || len(peers) != 1 || peers[0].State != status.StateDown {
+			return fmt.Sprintf("peers %+v (%v), want one down", peers, err)
 		}
-	}
+		return ""
+	})
 	if err != nil || len(peers) != 1 || peers[0].State != status.StateDown || !strings.Contains(peers[0].Info, "no such file") {
 		t.Fatalf("peers %+v %v", peers, err)
 	}
@@ -222,14 +226,12 @@ func TestRestartMarkerAfterAKill(t *testing.T) {
 	go func() { done <- sp.Run(ctx) }()
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
 	marker := filepath.Join(dir, restartMarker)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(marker); err == nil {
-			break
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if _, err := os.Stat(marker); err != nil {
+			return "BGP runs and no restart marker was written: a kill -9 would look like a cold start"
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("BGP runs and no restart marker was written: a kill -9 would look like a cold start")
-		}
-	}
+		return ""
+	})
 	next := &Speaker{cfg: Config{StateDir: dir, RestartTime: time.Minute}}
 	if alive, ok := next.detectRestart(); !ok || time.Since(alive) > 30*time.Second {
 		t.Fatalf("the next start after a kill: restart %v, last alive %v", ok, alive)

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/datastore"
 )
 
@@ -66,11 +67,10 @@ func TestOneGCLeader(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 20s")
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		if !cond() {
+			return "condition not met"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
