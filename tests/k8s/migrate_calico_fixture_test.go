@@ -24,15 +24,27 @@ import (
 	"github.com/routed-net/routed/tests/testbin"
 )
 
-// calicoKDDCluster starts a kube-apiserver of its own (Calico's objects
-// are cluster-wide, and the migration reads every pod and namespace, so
-// the shared server's other tests would change its plan), installs
-// Calico's CRDs (testdata/calico-crds, copied from Calico's repository)
-// and writes a small Calico cluster the way Calico's components write
-// it: custom resources as calico-node, the CNI plugin and calicoctl
-// create them, Nodes annotated as calico-node annotates them, pods as
-// the CNI plugin annotates them with the status the kubelet reports.
+// calicoKDDCluster starts a kube-apiserver with Calico's CRDs
+// (startCalicoKDD) and writes a small Calico cluster the way Calico's
+// components write it: custom resources as calico-node, the CNI plugin
+// and calicoctl create them, Nodes annotated as calico-node annotates
+// them, pods as the CNI plugin annotates them with the status the
+// kubelet reports.
 func calicoKDDCluster(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
+	t.Helper()
+	srv, rc := startCalicoKDD(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	writeKubeObjects(ctx, t, kubernetes.NewForConfigOrDie(rc))
+	kubectlCreate(t, srv, calicoKDDObjects())
+	return srv, rc
+}
+
+// startCalicoKDD starts a kube-apiserver of its own (Calico's objects
+// are cluster-wide, and the migration reads every pod and namespace, so
+// the shared server's other tests would change its plan) and installs
+// Calico's CRDs (testdata/calico-crds, copied from Calico's repository).
+func startCalicoKDD(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
 	t.Helper()
 	skipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -62,16 +74,19 @@ func calicoKDDCluster(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
 	if out, errOut, err := kubectl(t, srv, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
 		t.Fatalf("Calico's CRDs not established: %v\n%s%s", err, out, errOut)
 	}
-	kube := kubernetes.NewForConfigOrDie(rc)
-	writeKubeObjects(ctx, t, kube)
-	f := filepath.Join(t.TempDir(), "calico.yaml")
-	if err := os.WriteFile(f, []byte(calicoKDDObjects()), 0o600); err != nil {
+	return srv, rc
+}
+
+// kubectlCreate creates the objects of a YAML stream.
+func kubectlCreate(t *testing.T, srv *kubeapiserver.Server, yaml string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "objects.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, errOut, err := kubectl(t, srv, "create", "-f", f); err != nil {
-		t.Fatalf("writing Calico's resources: %v\n%s%s", err, out, errOut)
+		t.Fatalf("kubectl create: %v\n%s%s", err, out, errOut)
 	}
-	return srv, rc
 }
 
 // Container IDs of the fixture's pods (the CNI plugin's annotation and

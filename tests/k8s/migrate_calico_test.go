@@ -230,6 +230,19 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		}
 	})
 
+	t.Run("switch overlay", func(t *testing.T) {
+		// The documented overlay renders deploy/base with routed-node
+		// only on labelled nodes, and the API server takes it.
+		overlay := filepath.Join(repoRoot(), "docs", "migrate-calico-overlay")
+		out, errOut, err := kubectl(t, nil, "kustomize", overlay)
+		if err != nil || !strings.Contains(out, "nodeSelector:\n        routed.io/node: \"true\"") {
+			t.Fatalf("kubectl kustomize %s: %v\n%s%s", overlay, err, out, errOut)
+		}
+		if out, errOut, err := kubectl(t, srv, "apply", "--dry-run=server", "-k", overlay); err != nil || !strings.Contains(out, "daemonset.apps/routed-node") {
+			t.Fatalf("server dry run of %s: %v\n%s%s", overlay, err, out, errOut)
+		}
+	})
+
 	t.Run("conflict", func(t *testing.T) {
 		if _, errOut, code := migrateCtl(t, ep, nil, "apply", "-f", writeTemp(t, "apiVersion: routed.io/v1\nkind: BGPPeer\nmetadata: {name: rack1-tor}\nspec: {peerIP: 10.0.0.2, asNumber: 64567}\n")); code != 0 {
 			t.Fatal(errOut)
