@@ -59,9 +59,8 @@ type loop struct {
 	failures                          int
 	retryAt                           time.Time
 
-	// hostByIP are this node's host endpoints found by their addresses
-	// (policy_hostep.go).
-	hostByIP hostsByIP
+	// hosts is felix's host endpoint state (policy_hostep.go).
+	hosts hostState
 }
 
 // Run programs the dataplane until ctx ends, then returns ctx's error

@@ -58,6 +58,7 @@ func isPolicyKind(k api.Kind) bool {
 // policySet hands one resource to the policy dataplane; an invalid one
 // is refused there (the previous version of it stays) and logged.
 func (l *loop) policySet(r api.Resource) {
+	l.noteNodes(r.GetKind())
 	if l.policy == nil || !isPolicyKind(r.GetKind()) {
 		return
 	}
@@ -93,6 +94,7 @@ func (l *loop) policySet(r api.Resource) {
 
 // policyDelete removes one resource from the policy dataplane.
 func (l *loop) policyDelete(k api.Kind, name string) {
+	l.noteNodes(k)
 	if l.policy == nil || !isPolicyKind(k) {
 		return
 	}
@@ -125,6 +127,9 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 // policyReplace makes the policy dataplane's input equal to a snapshot's
 // (the kinds present in rs): what the snapshot no longer has goes.
 func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
+	if _, ok := rs[api.KindNode]; ok {
+		l.noteNodes(api.KindNode)
+	}
 	if l.policy == nil {
 		return
 	}
@@ -183,6 +188,9 @@ func (n names) remove(k api.Kind, name string) { delete(n[k], name) }
 
 // applyPolicy writes what changed (full: read the tables back first).
 func (l *loop) applyPolicy(ctx context.Context, full bool) error {
+	if l.policy != nil && (l.hosts.peersDirty || full) {
+		l.syncTunnelPeers()
+	}
 	if l.policy == nil || (!l.policyDirty && !full) {
 		return nil
 	}

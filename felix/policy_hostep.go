@@ -10,24 +10,59 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 )
 
-// hostsByIP are this node's HostEndpoints that name no interface, by
-// name: each is policed on the interface that holds one of its expected
-// addresses, looked up when it is given and again at every full resync
-// (an address that moves is followed within a resync interval).
-type hostsByIP map[string]*api.HostEndpoint
+// hostState is felix's host endpoint state: byIP are this node's
+// HostEndpoints that name no interface, by name, each policed on the
+// interface that holds one of its expected addresses, looked up when it
+// is given and again at every full resync (an address that moves is
+// followed within a resync interval); peersDirty says a Node changed,
+// so the nodes' addresses whose tunnel packets host endpoints let
+// through are computed again.
+type hostState struct {
+	byIP       map[string]*api.HostEndpoint
+	peersDirty bool
+}
+
+// noteNodes marks the tunnel peers for recomputing when k is Node.
+func (l *loop) noteNodes(k api.Kind) {
+	if k == api.KindNode {
+		l.hosts.peersDirty = true
+	}
+}
+
+// syncTunnelPeers gives the policy dataplane every node's address
+// (their IPIP and VXLAN packets pass host endpoint policy).
+func (l *loop) syncTunnelPeers() {
+	l.hosts.peersDirty = false
+	var addrs []netip.Addr
+	for _, n := range l.st.nodes {
+		if n.Spec.BGP == nil {
+			continue
+		}
+		for _, s := range []string{n.Spec.BGP.IPv4Address, n.Spec.BGP.IPv6Address} {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				addrs = append(addrs, p.Addr())
+			} else if a, err := netip.ParseAddr(s); err == nil {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if l.policy.SetHostTunnelPeers(addrs) {
+		l.policyDirty = true
+	}
+}
 
 // setHostEndpoint gives the policy dataplane a HostEndpoint; this
 // node's endpoint without an interface name gets the interface its
 // addresses are on.
 func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
 	local := h.Spec.Node == l.cfg.NodeName
-	delete(l.hostByIP, h.Metadata.Name)
+	delete(l.hosts.byIP, h.Metadata.Name)
 	iface := ""
 	if local && h.Spec.InterfaceName == "" {
-		if l.hostByIP == nil {
-			l.hostByIP = hostsByIP{}
+		if l.hosts.byIP == nil {
+			l.hosts.byIP = map[string]*api.HostEndpoint{}
 		}
-		l.hostByIP[h.Metadata.Name] = h
+		l.hosts.byIP[h.Metadata.Name] = h
 		var err error
 		if iface, err = l.ifaceHolding(h.Spec.ExpectedIPs); err != nil {
 			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint: its interface is not known yet; its addresses are looked up again at the next resync")
@@ -38,14 +73,14 @@ func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
 
 // deleteHostEndpoint removes a HostEndpoint from the policy dataplane.
 func (l *loop) deleteHostEndpoint(name string) {
-	delete(l.hostByIP, name)
+	delete(l.hosts.byIP, name)
 	l.policy.DeleteHostEndpoint(name)
 }
 
 // refindHostEndpoints looks the interfaces of the endpoints found by
 // address up again.
 func (l *loop) refindHostEndpoints() {
-	for _, h := range l.hostByIP {
+	for _, h := range l.hosts.byIP {
 		if err := l.setHostEndpoint(h); err != nil {
 			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint refused")
 		}

@@ -111,6 +111,7 @@ type hostState struct {
 	eps              map[string]*hostEP // this node's, by key
 	failIn, failOut  []HostPort
 	failSet, touched bool
+	peers            []netip.Prefix // the nodes (SetTunnelPeers)
 }
 
 // hostEP is one of this node's host endpoints.
@@ -145,6 +146,24 @@ func (c *Calc) SetFailsafe(in, out []HostPort) {
 		c.hosts.failOut = DefaultFailsafeOutbound()
 	}
 	c.pushHosts()
+}
+
+// SetTunnelPeers sets the addresses of the cluster's nodes, whose IPIP
+// and VXLAN packets host endpoint policy lets through; it reports
+// whether they changed.
+func (c *Calc) SetTunnelPeers(addrs []netip.Addr) bool {
+	var peers []netip.Prefix
+	for _, a := range addrs {
+		peers = append(peers, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	slices.SortFunc(peers, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	peers = slices.Compact(peers)
+	if slices.Equal(peers, c.hosts.peers) {
+		return false
+	}
+	c.hosts.peers = peers
+	c.pushHosts()
+	return true
 }
 
 // SetHostEndpoint adds or replaces a host endpoint.
@@ -311,7 +330,7 @@ func (c *Calc) pushHosts() {
 	if !c.hosts.failSet {
 		c.hosts.failIn, c.hosts.failOut, c.hosts.failSet = DefaultFailsafeInbound(), DefaultFailsafeOutbound(), true
 	}
-	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut}
+	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers}
 	for _, k := range sortedKeys(c.hosts.eps) {
 		he := c.hosts.eps[k]
 		ch := he.chains

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -450,4 +451,48 @@ func conntrackHandle(t *testing.T, n *nstest.NS) *netlink.Handle {
 	}
 	t.Cleanup(h.Close)
 	return h
+}
+
+// TestHostEndpointTunnelPeers: a "*" endpoint that denies everything
+// still lets the other nodes' VXLAN packets through, in and out (the
+// pod traffic they carry meets the pods' own policy), and only theirs:
+// the same packets from an address that is no node's are dropped.
+func TestHostEndpointTunnelPeers(t *testing.T) {
+	h := newHostLab(t)
+	h.node.VXLAN(t, h.x)
+	a := h.pods["a"].IPv4
+	mustRoute := func() {
+		l, err := h.x.Handle.LinkByName("vxlan0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := netip.PrefixFrom(a, 32)
+		if err := h.x.Handle.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: prefixIPNet(dst),
+			Gw: netip.MustParseAddr("10.71.0.1").AsSlice()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRoute()
+	overlay := polab.Probe{Proto: "tcp", Dst: a, Port: 8080}
+	nstest.Eventually(t, 5*time.Second, func() string {
+		if ok, err := overlay.Send(h.x.NS); err != nil || !ok {
+			return fmt.Sprintf("x->a over VXLAN before any host endpoint: not answered (%v)", err)
+		}
+		return ""
+	})
+	h.hep("node-all", "*", map[string]string{"host": "node"})
+	polab.Expect(t, h.x.NS, overlay, false, "x is no node: its VXLAN packets meet the deny-all endpoint")
+	if !h.m.SetHostTunnelPeers([]netip.Addr{h.x.IPv4, netip.MustParseAddr("192.0.2.9")}) {
+		t.Fatal("tunnel peers reported unchanged")
+	}
+	h.apply()
+	polab.Expect(t, h.x.NS, overlay, true, "x is a node: its VXLAN packets pass, both ways")
+	h.expect("the rest stays denied", hdrop("x", "host", "tcp", 80), hdrop("host", "x", "tcp", 80), hpass("x", "host", "tcp", 22))
+	if h.m.SetHostTunnelPeers([]netip.Addr{netip.MustParseAddr("192.0.2.9"), h.x.IPv4}) {
+		t.Error("the same peers in another order reported as a change")
+	}
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

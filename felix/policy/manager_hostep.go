@@ -23,6 +23,11 @@ func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, iface string)
 	return nil
 }
 
+// SetHostTunnelPeers sets the cluster's node addresses, whose IPIP and
+// VXLAN packets to this host pass host endpoint policy; it reports
+// whether they changed (then Apply writes them).
+func (m *Manager) SetHostTunnelPeers(addrs []netip.Addr) bool { return m.calc.SetTunnelPeers(addrs) }
+
 // DeleteHostEndpoint removes a HostEndpoint by name.
 func (m *Manager) DeleteHostEndpoint(name string) { m.calc.DeleteHostEndpoint(HostEndpointKey(name)) }
 

@@ -1,6 +1,7 @@
 package nftdp
 
 import (
+	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
@@ -87,6 +88,34 @@ type HostEndpoints struct {
 	// ports of arriving packets, source ports of what it sends back);
 	// FailsafeOut likewise from the host.
 	FailsafeIn, FailsafeOut []ProtoPort
+	// TunnelPeers are the cluster's nodes (host prefixes): IPIP and
+	// VXLAN packets between them and this host carry pod traffic, whose
+	// own policy applies once decapsulated, and are let through
+	// (Calico's too). To or from any other address they meet host
+	// endpoint policy.
+	TunnelPeers []netip.Prefix
+}
+
+// VXLANPort is the UDP port of routed's VXLAN devices (felix's).
+const VXLANPort = 4789
+
+// tunnels accepts the IPIP and VXLAN packets from the other nodes (to
+// them, with out), none when no node is known: an empty match would
+// accept every address.
+func tunnels(peers []netip.Prefix, out bool) []Rule {
+	if len(peers) == 0 {
+		return nil
+	}
+	ipip := Rule{Proto: 4, Action: ActAccept}
+	vxlan := Rule{Proto: 17, Dst: Side{Ports: []PortRange{{VXLANPort, VXLANPort}}}, Action: ActAccept}
+	for _, r := range []*Rule{&ipip, &vxlan} {
+		if out {
+			r.Dst.Nets = peers
+		} else {
+			r.Src.Nets = peers
+		}
+	}
+	return []Rule{ipip, vxlan}
 }
 
 // SetHostEndpoints replaces the host endpoint state: with none, the
@@ -128,15 +157,16 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 
 	// Raw and pre-DNAT run before conntrack has a state: replies to the
 	// other direction's failsafe flows are let through by source port.
-	rawPre := append([]Rule{clear}, ndRules()...)
+	tun, tunOut := tunnels(h.TunnelPeers, false), tunnels(h.TunnelPeers, true)
+	rawPre := append(append([]Rule{clear}, ndRules()...), tun...)
 	rawPre = append(append(rawPre, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
-	rawOut := append([]Rule{clear}, ndRules()...)
+	rawOut := append(append([]Rule{clear}, ndRules()...), tunOut...)
 	rawOut = append(append(rawOut, failsafe(fsOut, false)...), failsafe(fsIn, true)...)
-	preDNAT := append([]Rule{accepted}, ndRules()...)
+	preDNAT := append(append([]Rule{accepted}, ndRules()...), tun...)
 	preDNAT = append(append(preDNAT, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
-	input := append([]Rule{established, accepted}, ndRules()...)
+	input := append(append([]Rule{established, accepted}, ndRules()...), tun...)
 	input = append(append(input, failsafe(fsIn, false)...), Rule{InIface: "lo\x00", Action: ActAccept})
-	output := append([]Rule{established, accepted}, ndRules()...)
+	output := append(append([]Rule{established, accepted}, ndRules()...), tunOut...)
 	output = append(append(output, failsafe(fsOut, false)...),
 		Rule{OutIface: "lo\x00", Action: ActAccept},
 		// The host's traffic to its own pods is not policed (kubelet's

@@ -86,3 +86,29 @@ func Nft(t testing.TB, n *nstest.NS, script string) {
 		t.Fatalf("nft in %s: %v\n%s\n%s", n.Name, err, out, script)
 	}
 }
+
+// VXLAN links the node and a peer by a VXLAN device "vxlan0" on each
+// (VNI 4096, port 4789, unicast to the other's address on the peer's
+// link), the node 10.71.0.1/24 and the peer 10.71.0.2/24 on it.
+func (n *Node) VXLAN(t testing.TB, p *Peer) {
+	t.Helper()
+	for _, side := range []struct {
+		ns          *nstest.NS
+		local, peer netip.Addr
+		addr        string
+	}{{n.NS, p.NodeIPv4, p.IPv4, "10.71.0.1/24"}, {p.NS, p.IPv4, p.NodeIPv4, "10.71.0.2/24"}} {
+		v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxlan0"}, VxlanId: 4096, Port: 4789,
+			SrcAddr: side.local.AsSlice(), Group: side.peer.AsSlice(), Learning: false}
+		if err := side.ns.Handle.LinkAdd(v); err != nil {
+			t.Fatalf("adding vxlan0 in %s: %v", side.ns.Name, err)
+		}
+		l, err := side.ns.Handle.LinkByName("vxlan0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := side.ns.Handle.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		side.ns.AddAddr(t, "vxlan0", side.addr)
+	}
+}
