@@ -71,8 +71,15 @@ func (s *syncer) watchServices(f informers.SharedInformerFactory) error {
 		}
 	}
 	if _, err := w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, o any) { enqueue(o) },
+		AddFunc: enqueue,
+		UpdateFunc: func(old, o any) {
+			// A slice moved to another Service leaves the first's
+			// record too.
+			if sliceService(old) != sliceService(o) {
+				enqueue(old)
+			}
+			enqueue(o)
+		},
 		DeleteFunc: enqueue,
 	}); err != nil {
 		return err

@@ -105,8 +105,8 @@ func TestServicesNamed(t *testing.T) {
 // API server and a real etcd: a Service a rule names gets its record
 // and follows its EndpointSlices (an endpoint added, a slice removed);
 // a Service no rule names gets none; the record goes when the last
-// rule naming it goes, comes back with a new rule, and goes with the
-// Service's slices; a record left by an earlier run for a Service no
+// rule naming it goes, comes back with a new rule, goes when its last
+// slice moves to another Service and with the Service's slices; a record left by an earlier run for a Service no
 // rule names is removed at start.
 func TestServiceRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -191,6 +191,16 @@ func TestServiceRecords(t *testing.T) {
 	}
 	expect("named again", map[string]string{"web": "[10.0.0.1 10.0.0.3]", "other": "none"})
 
+	// The last slice moves to another Service (relabelled): web has
+	// none left.
+	if _, err := es.Update(ctx, slice("shop", "other", "web-1", http, endpoint(true, "10.0.0.1")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("slice moved away", map[string]string{"web": "none", "other": "none"})
+	if _, err := es.Update(ctx, slice("shop", "web", "web-1", http, endpoint(true, "10.0.0.4")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("slice back", map[string]string{"web": "[10.0.0.4]"})
 	if err := es.Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
