@@ -225,7 +225,7 @@ func decodeOne(obj map[string]any, apiVersion, kind, where string, out *Decoded)
 	if err := json.Unmarshal(raw, r); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return nil, decodeErrorf("field %s: expected %s, got %s", te.Field, te.Type, te.Value)
+			return nil, decodeErrorf("field %s: expected %s, got %s", te.Field, typeWord(te.Type), valueWord(te.Value))
 		}
 		return nil, decodeErrorf("%v", err)
 	}

@@ -146,3 +146,49 @@ func renderValue(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// typeWord says what a field of Go type t holds in the words of a YAML
+// or JSON file ("a list", "an object"), never in Go's syntax
+// (map[string]string, []api.Rule).
+func typeWord(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number, 0 or more"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map:
+		return "an object of names to " + strings.TrimPrefix(strings.TrimPrefix(typeWord(t.Elem()), "a "), "an ") + "s"
+	case reflect.Struct:
+		return "an object"
+	}
+	return "a value"
+}
+
+// valueWord is encoding/json's description of a value ("array",
+// "number 1.5") in a file's words.
+func valueWord(v string) string {
+	switch {
+	case v == "array":
+		return "a list"
+	case v == "object":
+		return "an object"
+	case v == "bool":
+		return "true or false"
+	case v == "string":
+		return "a string"
+	case strings.HasPrefix(v, "number"):
+		return v
+	}
+	return v
+}

@@ -251,6 +251,16 @@ func TestErrorsNameFileAndDocument(t *testing.T) {
 			t.Errorf("Go syntax reaches the user: %s", s)
 		}
 	}
+	for in, want := range map[string]string{
+		"metadata: {name: a, labels: [x, y]}\nspec: {cidr: 10.1.0.0/16}":  "field metadata.labels: expected an object of names to strings, got a list",
+		"metadata: {name: a}\nspec: {cidr: 10.1.0.0/16, blockSize: [26]}": "field spec.blockSize: expected a whole number, got a list",
+		"metadata: {name: a}\nspec: {cidr: {a: b}}":                       "field spec.cidr: expected a string, got an object",
+	} {
+		_, err := api.Decode([]byte("apiVersion: routed.io/v1\nkind: IPPool\n" + in + "\n"))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "map[") || strings.Contains(err.Error(), "[]") {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
 	_, err = api.Decode([]byte("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: a}\nspec: {cidr: 10.1.0.0/16, assignmentMode: {manual: true}}\n"))
 	if err == nil || strings.Contains(err.Error(), "map[") || !strings.Contains(err.Error(), `{"manual":true}`) {
 		t.Errorf("refused Calico value shown as %v", err)

@@ -492,9 +492,9 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "unknown field in calico file", in: "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: a}\nspec: {cidrr: 10.0.0.0/8, allowedUses: [Workload]}\n", is: api.ErrDecode, mention: []string{"spec.cidrr"}, absent: []string{"allowedUses"}},
 		{name: "unknown field in second list item", in: "apiVersion: routed.io/v1\nkind: IPPoolList\nitems:\n- metadata: {name: a}\n  spec: {cidr: 10.1.0.0/16}\n- metadata: {name: b}\n  spec: {cidr: 10.2.0.0/16, natOutgoin: true}\n", is: api.ErrDecode, mention: []string{"item 2", "spec.natOutgoin"}},
 
-		{name: "string for int", in: pool + "spec: {cidr: 10.0.0.0/8, blockSize: \"26\"}\n", is: api.ErrDecode, mention: []string{"spec.blockSize", "int", "string"}},
+		{name: "string for int", in: pool + "spec: {cidr: 10.0.0.0/8, blockSize: \"26\"}\n", is: api.ErrDecode, mention: []string{"spec.blockSize", "expected a whole number", "got a string"}},
 		{name: "fraction for int", in: pool + "spec: {cidr: 10.0.0.0/8, blockSize: 26.5}\n", is: api.ErrDecode, mention: []string{"spec.blockSize"}},
-		{name: "string for bool", in: pool + "spec: {cidr: 10.0.0.0/8, natOutgoing: \"yes\"}\n", is: api.ErrDecode, mention: []string{"spec.natOutgoing", "bool"}},
+		{name: "string for bool", in: pool + "spec: {cidr: 10.0.0.0/8, natOutgoing: \"yes\"}\n", is: api.ErrDecode, mention: []string{"spec.natOutgoing", "expected true or false"}},
 		{name: "number for string", in: pool + "spec: {cidr: 10}\n", is: api.ErrDecode, mention: []string{"spec.cidr", "string"}},
 		{name: "list for map", in: "apiVersion: routed.io/v1\nkind: Node\nmetadata: {name: a, labels: [a, b]}\n", is: api.ErrDecode, mention: []string{"metadata.labels"}},
 		{name: "list for spec", in: pool + "spec: [10.0.0.0/8]\n", is: api.ErrDecode, mention: []string{"spec"}},
