@@ -89,7 +89,7 @@ func newKubeSource(cfg *rest.Config) (*kubeSource, error) {
 
 // discover finds which Calico custom resources the API server serves;
 // none is ErrNoCalico.
-func (s *kubeSource) discover(ctx context.Context) error {
+func (s *kubeSource) discover() error {
 	gv := calicoCRDGroup + "/" + calicoCRDVersion
 	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gv)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -114,7 +114,7 @@ func (s *kubeSource) discover(ctx context.Context) error {
 }
 
 func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
-	if err := s.discover(ctx); err != nil {
+	if err := s.discover(); err != nil {
 		return nil, err
 	}
 	st := &calicoState{}
