@@ -2,11 +2,13 @@ package status
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy/flowlog"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestPolicyLogStream: the log is streamed as JSON lines: the kept
@@ -31,15 +33,15 @@ func TestPolicyLogStream(t *testing.T) {
 	c := NewClient(sock)
 	var got []PolicyLogRecord
 	read := func(r PolicyLogRecord) error { got = append(got, r); return nil }
-	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() string {
 		got = nil
-		if err = c.PolicyLog(context.Background(), 0, 0, false, read); err == nil {
-			break
+		if err := c.PolicyLog(context.Background(), 0, 0, false, read); err != nil {
+			return fmt.Sprintf("the server never answered the policy log: %v", err)
 		}
-	}
-	if err != nil || len(got) != 4 || got[0].Seq != 3 || got[3].DstPort != 8005 {
-		t.Fatalf("kept records: %+v, %v (want the last 4 of 6)", got, err)
+		return ""
+	})
+	if len(got) != 4 || got[0].Seq != 3 || got[3].DstPort != 8005 {
+		t.Fatalf("kept records: %+v (want the last 4 of 6)", got)
 	}
 	got = nil
 	if err := c.PolicyLog(context.Background(), 0, 2, false, read); err != nil || len(got) != 2 || got[0].Seq != 5 {

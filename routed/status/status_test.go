@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 type fakeProvider struct{ peers []Peer }
@@ -33,14 +36,15 @@ func TestServeAndRead(t *testing.T) {
 	}()
 	c := NewClient(sock)
 	var peers []Peer
-	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if peers, err = c.Peers(context.Background()); err == nil {
-			break
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() string {
+		var err error
+		if peers, err = c.Peers(context.Background()); err != nil {
+			return fmt.Sprintf("the server never answered peers: %v", err)
 		}
-	}
-	if err != nil || len(peers) != 1 || peers[0].Address != "10.0.0.2" {
-		t.Fatalf("peers %v err %v", peers, err)
+		return ""
+	})
+	if len(peers) != 1 || peers[0].Address != "10.0.0.2" {
+		t.Fatalf("peers %v", peers)
 	}
 	for path, mode := range map[string]os.FileMode{dir: 0o700, sock: 0o600} {
 		st, err := os.Stat(path)

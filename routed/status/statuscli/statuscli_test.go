@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/status"
 )
 
@@ -32,14 +34,13 @@ func serve(t *testing.T, p status.Provider) string {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = status.NewServer(sock, p).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	for i := 0; i < 200; i++ {
-		if _, err := status.NewClient(sock).Process(context.Background()); err == nil {
-			return sock
+	testenv.Eventually(t, 2*time.Second, 10*time.Millisecond, func() string {
+		if _, err := status.NewClient(sock).Process(context.Background()); err != nil {
+			return fmt.Sprintf("status server did not start: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("status server did not start")
-	return ""
+		return ""
+	})
+	return sock
 }
 
 func run(args ...string) (string, error) {
