@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/heartbeat"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 func probe(t *testing.T, h http.Handler, path string) (int, map[string]Result) {
@@ -56,17 +58,12 @@ func TestLivenessFailsOnStalledLoop(t *testing.T) {
 	if code, _ := probe(t, srv, "/liveness"); code != 200 {
 		t.Fatalf("fresh beat: %d", code)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		code, body := probe(t, srv, "/liveness")
-		if code == 503 && body["loop"].Detail != "" {
-			break
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() string {
+		if code, body := probe(t, srv, "/liveness"); code != 503 || body["loop"].Detail == "" {
+			return fmt.Sprintf("stalled loop still live: %d %+v", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stalled loop still live: %d %+v", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	b.Mark()
 	if code, _ := probe(t, srv, "/liveness"); code != 200 {
 		t.Fatalf("loop going round again: %d", code)

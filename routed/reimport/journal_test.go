@@ -2,11 +2,13 @@ package reimport
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/feed"
 )
@@ -26,18 +28,15 @@ func upd(w *api.WorkloadEndpoint) feed.Update {
 // want endpoints.
 func waitSaved(t *testing.T, path, guid string, want int) *Journal {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		j := NewJournal(path, "n1", func() string { return guid })
-		n, err := j.Load(guid)
-		if err == nil && n == want {
-			return j
+	var j *Journal
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		j = NewJournal(path, "n1", func() string { return guid })
+		if n, err := j.Load(guid); err != nil || n != want {
+			return fmt.Sprintf("saved view: %d endpoints (%v), want %d", n, err, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("saved view: %d endpoints (%v), want %d", n, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
+	return j
 }
 
 func TestJournalSavesTheNodesTrustedEndpoints(t *testing.T) {

@@ -3,6 +3,7 @@ package tunneladdr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
@@ -87,29 +89,26 @@ func (h *loopHarness) node() *api.Node {
 // and returns it.
 func (h *loopHarness) waitNode(what string, ok func(*api.Node) bool) *api.Node {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := h.node()
+	var n *api.Node
+	testenv.Eventually(h.t, 10*time.Second, 20*time.Millisecond, func() string {
+		n = h.node()
 		if ok(n) && h.l.passed.Load() >= revOf(n) {
-			return n
+			return ""
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: node spec %+v bgp %+v (loop decided from revision %d, node at %s)", what, n.Spec, *n.Spec.BGP, h.l.passed.Load(), n.Metadata.ResourceVersion)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("%s: node spec %+v bgp %+v (loop decided from revision %d, node at %s)", what, n.Spec, *n.Spec.BGP, h.l.passed.Load(), n.Metadata.ResourceVersion)
+	})
+	return n
 }
 
 // waitPassed waits until the Loop has decided from revision rev.
 func (h *loopHarness) waitPassed(rev int64) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.l.passed.Load() < rev {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the loop never decided from revision %d (at %d)", rev, h.l.passed.Load())
+	testenv.Eventually(h.t, 10*time.Second, 20*time.Millisecond, func() string {
+		if at := h.l.passed.Load(); at < rev {
+			return fmt.Sprintf("the loop never decided from revision %d (at %d)", rev, at)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // apply writes yaml and returns the revision of its last resource.
