@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestBeforeTrustRunsWhileHeld: a node that held the datastore runs
@@ -50,7 +51,14 @@ func TestBeforeTrustRunsWhileHeld(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { _ = g.Run(runCtx); close(ran) }()
 	t.Cleanup(func() { stop(); <-ran })
-	waitFor(t, "Run did not start", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.trust.ctx != nil })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.trust.ctx == nil {
+			return "Run did not start: the guard has no trust context yet"
+		}
+		return ""
+	})
 
 	check := func() {
 		t.Helper()

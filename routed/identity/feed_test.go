@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -50,14 +51,20 @@ func (r *feedRecorder) get() (snapshots, nodes, deletes int) {
 	return r.snapshots, r.nodes, r.deletes
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
-		if cond() {
-			return ""
-		}
-		return what
-	})
+// String says what the consumer has got, for a wait's message.
+func (r *feedRecorder) String() string {
+	s, n, d := r.get()
+	return fmt.Sprintf("%d snapshots, %d Nodes, %d deletes", s, n, d)
+}
+
+// heldMsg is a wait's message for a feed expected to hold: "" once it
+// does, else why not with what the guard says.
+func heldMsg(what string, fd *feed.Feed, g *Guard) string {
+	if fd.Held() {
+		return ""
+	}
+	frozen, why := g.Frozen()
+	return fmt.Sprintf("%s: not held (guard frozen %v %q)", what, frozen, why)
 }
 
 // TestWipeHoldsTheFeed reproduces the wipe as etcd delivers it (every key
@@ -88,7 +95,12 @@ func TestWipeHoldsTheFeed(t *testing.T) {
 	fd.Subscribe("keeper", noderecord.Kinds, keeper)
 	go func() { _ = fd.Run(ctx) }()
 	go func() { _ = keeper.Run(ctx, ds) }()
-	waitFor(t, "the consumer never saw the three Nodes", func() bool { _, n, _ := behind.get(); return n == 3 })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if _, n, _ := behind.get(); n != 3 {
+			return "the consumer never saw the three Nodes: " + behind.String()
+		}
+		return ""
+	})
 
 	all, err := ds.Etcd().Get(ctx, "\x00", clientv3.WithFromKey())
 	if err != nil {
@@ -99,7 +111,9 @@ func TestWipeHoldsTheFeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Positive event: the feed got the wipe and holds its consumers.
-	waitFor(t, "the feed did not hold its consumers after the wipe", fd.Held)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		return heldMsg("the feed did not hold its consumers after the wipe", fd, g)
+	})
 	frozen, why := g.Frozen()
 	if !frozen {
 		t.Fatal("the feed holds but the guard is not frozen")
@@ -123,7 +137,12 @@ func TestWipeHoldsTheFeed(t *testing.T) {
 	if _, err := ds.Etcd().Txn(ctx).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "no fresh snapshot with the three Nodes after the restore", func() bool { s, n, _ := behind.get(); return s > snaps && n == 3 })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if s, n, _ := behind.get(); s <= snaps || n != 3 {
+			return fmt.Sprintf("no fresh snapshot with the three Nodes after the restore (had %d snapshots): %s", snaps, behind)
+		}
+		return ""
+	})
 	t.Logf("resumed %s after the restore", time.Since(restored).Round(time.Millisecond))
 	if frozen, why := g.Frozen(); frozen {
 		t.Fatalf("still frozen after the restore: %s", why)
@@ -156,7 +175,12 @@ func TestIdentityDeletedFirstHoldsLaterDeletes(t *testing.T) {
 	fd := feed.New(ds, feed.Options{Gate: g})
 	fd.Subscribe("recorder", []api.Kind{api.KindNode}, behind)
 	go func() { _ = fd.Run(ctx) }()
-	waitFor(t, "the consumer never saw the two Nodes", func() bool { _, n, _ := behind.get(); return n == 2 })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if _, n, _ := behind.get(); n != 2 {
+			return "the consumer never saw the two Nodes: " + behind.String()
+		}
+		return ""
+	})
 	if _, err := ds.Etcd().Delete(ctx, "/routed/v1/clusterinformation/default"); err != nil {
 		t.Fatal(err)
 	}
@@ -165,13 +189,20 @@ func TestIdentityDeletedFirstHoldsLaterDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the feed did not hold after the identity went", fd.Held)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		return heldMsg("the feed did not hold after the identity went", fd, g)
+	})
 	// A later write proves the feed has gone past the deletes.
 	put, err := ds.Etcd().Put(ctx, "/routed/v1/nodes/kbk-z", `{"apiVersion":"routed.io/v1","kind":"Node","metadata":{"name":"kbk-z"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the feed never read the later write", func() bool { return fd.Revision() >= put.Header.Revision })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if rev := fd.Revision(); rev < put.Header.Revision {
+			return fmt.Sprintf("the feed never read the later write (revision %d): at %d", put.Header.Revision, rev)
+		}
+		return ""
+	})
 	if _, n, d := behind.get(); d != 0 || n != 2 {
 		t.Fatalf("consumer saw %d deletes and holds %d Nodes; want 0 and 2", d, n)
 	}

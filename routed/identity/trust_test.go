@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/internal/heartbeat"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
@@ -71,7 +73,12 @@ func newTrustRig(t *testing.T) *trustRig {
 	go func() { _ = r.fd.Run(feedCtx); close(fed) }()
 	go func() { _ = r.g.Run(guardCtx); close(r.ran) }()
 	t.Cleanup(func() { stopGuard(); stopFeed(); <-r.ran; <-fed })
-	waitFor(t, "the consumer never saw the Node", func() bool { _, n, _ := r.behind.get(); return n == 1 })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if _, n, _ := r.behind.get(); n != 1 {
+			return "the consumer never saw the Node: " + r.behind.String()
+		}
+		return ""
+	})
 	return r
 }
 
@@ -83,7 +90,9 @@ func (r *trustRig) holdThenTrust(t *testing.T) hookRun {
 	if _, err := r.ds.SetDatastoreReady(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the feed did not hold when the datastore was marked not ready", r.fd.Held)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		return heldMsg("the feed did not hold when the datastore was marked not ready", r.fd, r.g)
+	})
 	if _, err := r.ds.SetDatastoreReady(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +130,17 @@ func TestSlowBeforeTrustKeepsTheWatchRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the feed did not read the watch while BeforeTrust ran", func() bool { return r.fd.Revision() >= put.Header.Revision })
-	waitFor(t, "the watch's heartbeat stopped while BeforeTrust ran", func() bool {
-		age, ok := r.beat.Age(time.Now())
-		return ok && age < time.Since(since)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if rev := r.fd.Revision(); rev < put.Header.Revision {
+			return fmt.Sprintf("the feed did not read the watch while BeforeTrust ran (write at revision %d): at %d", put.Header.Revision, rev)
+		}
+		return ""
+	})
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if age, ok := r.beat.Age(time.Now()); !ok || age >= time.Since(since) {
+			return fmt.Sprintf("the watch's heartbeat stopped while BeforeTrust ran: last beat %v ago (beaten %v), BeforeTrust started %v ago", age, ok, time.Since(since))
+		}
+		return ""
 	})
 	if f, why := r.g.Frozen(); !f || !strings.Contains(why, "putting back 2 of its 5 pods") || !r.fd.Held() {
 		t.Fatalf("while BeforeTrust runs: held %v, frozen %v %q", r.fd.Held(), f, why)
@@ -161,10 +177,20 @@ func TestBeforeTrustReleasesThroughTheFeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the feed did not read up to the datastore's revision", func() bool { return r.fd.Revision() >= before.Header.Revision })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if rev := r.fd.Revision(); rev < before.Header.Revision {
+			return fmt.Sprintf("the feed did not read up to the datastore's revision %d: at %d", before.Header.Revision, rev)
+		}
+		return ""
+	})
 	snaps, _, _ := r.behind.get()
 	h.result <- nil
-	waitFor(t, "no fresh snapshot after BeforeTrust succeeded", func() bool { s, n, _ := r.behind.get(); return s > snaps && n == 1 })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if s, n, _ := r.behind.get(); s <= snaps || n != 1 {
+			return fmt.Sprintf("no fresh snapshot after BeforeTrust succeeded (had %d snapshots): %s", snaps, r.behind)
+		}
+		return ""
+	})
 	if f, why := r.g.Frozen(); f || r.fd.Held() {
 		t.Fatalf("after BeforeTrust succeeded: held %v, frozen %q", r.fd.Held(), why)
 	}
@@ -203,7 +229,12 @@ func TestBeforeTrustStopsWhenTheDatastoreIsWrongAgain(t *testing.T) {
 	h = r.nextRun(t)
 	snaps, _, _ := r.behind.get()
 	h.result <- nil
-	waitFor(t, "no fresh snapshot after the second BeforeTrust succeeded", func() bool { s, _, _ := r.behind.get(); return s > snaps })
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if s, _, _ := r.behind.get(); s <= snaps {
+			return fmt.Sprintf("no fresh snapshot after the second BeforeTrust succeeded (had %d snapshots): %s", snaps, r.behind)
+		}
+		return ""
+	})
 	if len(r.started) != 0 {
 		t.Fatal("BeforeTrust ran more than once for one trust")
 	}
