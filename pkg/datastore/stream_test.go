@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/etcdserver"
 )
 
@@ -80,21 +81,14 @@ func (r *streamRecorder) keys() string {
 // waitFor polls until cond holds (under the recorder's lock).
 func (r *streamRecorder) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() string {
 		r.mu.Lock()
-		ok := cond()
-		desc := r.keys()
-		reasons := r.reasons
-		r.mu.Unlock()
-		if ok {
-			return
+		defer r.mu.Unlock()
+		if cond() {
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: keys %s, lists %v", what, desc, reasons)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("waiting for %s: keys %s, lists %v", what, r.keys(), r.reasons)
+	})
 }
 
 func startStream(t *testing.T, c *Client, prefix string, r *streamRecorder, probe string) {
@@ -124,17 +118,16 @@ func startStreamWith(t *testing.T, c *Client, prefix string, r *streamRecorder, 
 
 func put(t *testing.T, c *Client, key, val string) int64 {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var rev int64
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
 		resp, err := c.Etcd().Put(context.Background(), key, val)
-		if err == nil {
-			return resp.Header.Revision
+		if err != nil {
+			return fmt.Sprintf("put %s: %v", key, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("put %s: %v", key, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		rev = resp.Header.Revision
+		return ""
+	})
+	return rev
 }
 
 // TestStreamListThenEventsInOrder: one list, then every change of the
