@@ -248,3 +248,71 @@ spec:
 		s.ops = s.ops[:0]
 	}
 }
+
+// TestServiceGuards: policies whose every ingress rule names a Service
+// are guarded like selector rules (one lookup skips a piece of them for
+// a peer in none of the Services); each guard holds its Services'
+// members and follows them as they change, so a Deny naming a Service
+// is never skipped for one of its endpoints.
+func TestServiceGuards(t *testing.T) {
+	s := newRecSink()
+	c := NewCalc(s, LogConfig{})
+	const n = 6
+	for i := 0; i < n; i++ {
+		mustPolicy(t, c, fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: deny-%d, namespace: prod}
+spec:
+  order: %d
+  selector: app == 'web'
+  ingress: [{action: Deny, source: {services: {name: svc-%d}}}]
+`, i, i, i))
+	}
+	c.SetEndpoint(ep("w1", true, "10.0.0.1", map[string]string{"app": "web"}))
+	addrs := map[string][]string{}
+	set := func(i int, as ...string) {
+		t.Helper()
+		key := fmt.Sprintf("prod/svc-%d", i)
+		addrs[key] = as
+		if err := c.SetServiceEndpoints(key, svcRecord("prod", fmt.Sprintf("svc-%d", i),
+			api.ServiceSubset{Addresses: as, Ports: []api.ServicePort{svcPort("TCP", 80)}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check: every guard holds exactly the members of the Services of
+	// its sets.
+	check := func(why string) {
+		t.Helper()
+		covered := 0
+		for name, g := range c.guards {
+			var want []string
+			for _, sp := range g.spec.sets {
+				key, ok := serviceOf(sp)
+				if !ok {
+					t.Fatalf("guard %s has a set %s naming no Service", name, sp.name)
+				}
+				want = append(want, addrs[key]...)
+				covered++
+			}
+			if w := memberSet(t, want...); !mapsEqual(s.sets[name], w) {
+				t.Errorf("%s: guard %s = %v, want %v", why, name, s.sets[name], w)
+			}
+		}
+		if covered < 2 {
+			t.Fatalf("guards cover %d Service sets (%d guards): the test needs a guarded run", covered, len(c.guards))
+		}
+	}
+	for i := 0; i < n; i++ {
+		set(i, fmt.Sprintf("10.0.1.%d", i), fmt.Sprintf("fd00::%d", i))
+	}
+	check("filled")
+	for i := 0; i < n; i++ {
+		set(i, fmt.Sprintf("10.0.2.%d", i))
+	}
+	check("changed")
+	for i := 0; i < n; i += 2 {
+		c.DeleteServiceEndpoints(fmt.Sprintf("prod/svc-%d", i))
+		delete(addrs, fmt.Sprintf("prod/svc-%d", i))
+	}
+	check("deleted")
+}
