@@ -33,12 +33,15 @@ type plan struct {
 	rejected map[netip.Prefix]*rejection
 	// badIfaces names endpoints whose interface is not a pod device.
 	badIfaces []string
+	// wg are the WireGuard devices, IPv4 and IPv6 (wireguard.go).
+	wg [2]wgPlan
 }
 
 // computePlan derives the wanted dataplane. Route precedence for one
 // prefix: a local pod, then a local block's blackhole, then a remote
 // block from IPAM, then a route to a peer with reachableBy, then a
-// BGP-learned path.
+// BGP-learned path. With WireGuard on, pod prefixes of other nodes go
+// through its device instead of their next hop or tunnel (wgRoute).
 func computePlan(cfg *Config, s *state) *plan {
 	p := &plan{routes: map[netip.Prefix]routetable.Route{}, rejected: map[netip.Prefix]*rejection{}}
 	pools := s.sortedPools()
@@ -80,6 +83,7 @@ func computePlan(cfg *Config, s *state) *plan {
 	if cfg.Features.DisableIPIP {
 		p.ipip = false
 	}
+	p.initWireguard(cfg, s)
 
 	// Lowest precedence first; later writes win. Learned routes pass the
 	// import guard first (guard.go).
@@ -87,6 +91,10 @@ func computePlan(cfg *Config, s *state) *plan {
 	for dst, lr := range s.learned {
 		if rej := g.check(dst, lr); rej != nil {
 			p.rejected[dst] = rej
+			continue
+		}
+		if r, ok := p.wgRoute(pools, dst, lr.nextHop, ""); ok {
+			p.routes[dst] = r
 			continue
 		}
 		if r, ok := routeVia(cfg, pools, p.local(dst.Addr()), dst, lr.nextHop, s.gateway, p.vxlanFor(dst.Addr()).vteps); ok {
@@ -116,6 +124,10 @@ func computePlan(cfg *Config, s *state) *plan {
 			holes = append(holes, a.CIDR.Masked())
 			continue
 		}
+		if r, ok := p.wgRoute(pools, a.CIDR, netip.Addr{}, a.Node); ok {
+			p.routes[r.Dst] = r
+			continue
+		}
 		// A remote block is reached through its node's address of the
 		// block's family: IPv6 blocks via the node's IPv6 address.
 		if nh, ok := s.nodeAddrFor(a.Node, a.CIDR.Addr()); ok {
@@ -129,6 +141,7 @@ func computePlan(cfg *Config, s *state) *plan {
 	for _, r := range borrowedVXLANRoutes(cfg, s, pools, p) {
 		p.routes[r.Dst] = r
 	}
+	p.finishWireguard(cfg, s, pools)
 	for _, h := range holes {
 		p.routes[h] = routetable.Route{Dst: h, Type: routetable.Blackhole}
 	}

@@ -57,6 +57,12 @@ type Config struct {
 	// derives each from the host MTU. ApplySettings changes them while
 	// felix runs.
 	IPIPMTU, VXLANMTU, VXLANMTUV6 int
+	// VXLANVNI and VXLANPort are the VNI and UDP port of both VXLAN
+	// devices (FelixConfiguration's vxlanVNI, vxlanPort); 0 is
+	// Calico's default, the package's VXLANVNI and VXLANPort. Every node
+	// must use the same. ApplySettings changes them while felix runs
+	// (the devices are recreated).
+	VXLANVNI, VXLANPort int
 	// Features turns parts of the dataplane off.
 	Features Features
 	// Log is the base logger; default logrus with component=felix.
@@ -73,6 +79,9 @@ type Config struct {
 	// Calico's defaults (policy.DefaultFailsafeInbound/Outbound), an
 	// empty list none. Protocols TCP (6), UDP (17) or SCTP (132).
 	FailsafeInboundHostPorts, FailsafeOutboundHostPorts []policy.HostPort
+	// WireGuard encrypts pod traffic between nodes (wireguard.go); off
+	// unless Enabled or EnabledV6.
+	WireGuard WireguardConfig
 	// Beat, when set, is marked each time the loop goes round (at least
 	// every heartbeat.Interval): the daemon's liveness reads it.
 	Beat *heartbeat.Beat
@@ -119,6 +128,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MTUFile == "" {
 		c.MTUFile = DefaultMTUFile
 	}
+	var err error
+	if c.WireGuard, err = c.WireGuard.withDefaults(); err != nil {
+		return c, err
+	}
 	if c.Log == nil {
 		c.Log = logrus.WithField("component", "felix")
 	}
@@ -131,6 +144,22 @@ func (c *Config) tunnelMTU(host int) int {
 		return c.IPIPMTU
 	}
 	return host - IPIPOverhead
+}
+
+// vxlanVNI is the VNI of the VXLAN devices.
+func (c *Config) vxlanVNI() int {
+	if c.VXLANVNI > 0 {
+		return c.VXLANVNI
+	}
+	return VXLANVNI
+}
+
+// vxlanPort is the UDP port of the VXLAN devices.
+func (c *Config) vxlanPort() int {
+	if c.VXLANPort > 0 {
+		return c.VXLANPort
+	}
+	return VXLANPort
 }
 
 // vxlanMTU is the MTU of the VXLAN device of a family on a host of MTU

@@ -42,6 +42,9 @@ type Felix struct {
 	counterReqs chan counterReq
 	// plog keeps the policy log records across restarts of Run.
 	plog *flowlog.Ring
+	// wg is the WireGuard part; it keeps its devices across restarts of
+	// Run (wireguard_loop.go).
+	wg *wgState
 
 	running atomic.Bool
 	applied atomic.Bool
@@ -58,8 +61,9 @@ func New(cfg Config) (*Felix, error) {
 	if err != nil {
 		return nil, err
 	}
+	lg := cfg.Log.WithField("node", cfg.NodeName)
 	return &Felix{
-		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName),
+		cfg: cfg, log: lg, wg: newWGState(&cfg, lg),
 		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1), batches: make(chan feed.Batch),
 		counterReqs: make(chan counterReq), plog: flowlog.NewRing(DefaultPolicyLogRing),
 	}, nil
@@ -220,9 +224,11 @@ func (f *Felix) LocalEndpoints(ctx context.Context) ([]*api.WorkloadEndpoint, er
 
 // Settings are what the cluster's FelixConfiguration sets in a running
 // felix (routed/daemon follows "default" and "node.<name>"): the tunnel
-// MTUs, 0 deriving them from the host MTU as Config's do.
+// MTUs, 0 deriving them from the host MTU as Config's do, and the VXLAN
+// VNI and port, 0 for Calico's defaults.
 type Settings struct {
 	IPIPMTU, VXLANMTU, VXLANMTUV6 int
+	VXLANVNI, VXLANPort           int
 }
 
 // ApplySettings changes the settings of a running felix: the tunnel
@@ -231,12 +237,15 @@ type Settings struct {
 func (f *Felix) ApplySettings(s Settings) {
 	f.enqueue(func(l *loop) {
 		c := l.cfg
-		if c.IPIPMTU == s.IPIPMTU && c.VXLANMTU == s.VXLANMTU && c.VXLANMTUV6 == s.VXLANMTUV6 {
+		if c.IPIPMTU == s.IPIPMTU && c.VXLANMTU == s.VXLANMTU && c.VXLANMTUV6 == s.VXLANMTUV6 &&
+			c.VXLANVNI == s.VXLANVNI && c.VXLANPort == s.VXLANPort {
 			return
 		}
-		l.log.WithFields(logrus.Fields{"ipipMTU": s.IPIPMTU, "vxlanMTU": s.VXLANMTU, "vxlanMTUV6": s.VXLANMTUV6}).Info("tunnel MTUs from FelixConfiguration (0: host MTU less the overhead)")
+		l.log.WithFields(logrus.Fields{"ipipMTU": s.IPIPMTU, "vxlanMTU": s.VXLANMTU, "vxlanMTUV6": s.VXLANMTUV6, "vxlanVNI": s.VXLANVNI, "vxlanPort": s.VXLANPort}).
+			Info("tunnel settings from FelixConfiguration (0: the default)")
 		// Only the loop reads these fields, on this goroutine.
 		c.IPIPMTU, c.VXLANMTU, c.VXLANMTUV6 = s.IPIPMTU, s.VXLANMTU, s.VXLANMTUV6
+		c.VXLANVNI, c.VXLANPort = s.VXLANVNI, s.VXLANPort
 		l.tunnelDirty, l.vxlanDirty = true, true
 	})
 }

@@ -334,6 +334,7 @@ func (l *loop) apply(ctx context.Context) {
 	if l.mtuDirty {
 		l.detectMTU()
 	}
+	errs = append(errs, l.applyWireguard(full))
 	if l.tunnelDirty {
 		errs = append(errs, l.applyTunnel())
 	}
@@ -413,6 +414,7 @@ func (l *loop) writeMTU(full bool) error {
 	if l.plan.vxlan6.on {
 		pod = min(pod, l.cfg.vxlanMTU(l.hostMTU, true))
 	}
+	pod = l.wgPodMTU(pod)
 	if pod == l.lastMTU && !full {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/felix/wireguard"
 )
 
 // DetectHostMTU finds the host MTU: the MTU of iface when given, else of
@@ -65,6 +67,20 @@ func PodMTU(hostMTU int, ipip bool) int {
 		return hostMTU - IPIPOverhead
 	}
 	return hostMTU
+}
+
+// WireguardMTU is the MTU of a WireGuard device: configured when not
+// zero, else the host MTU less WireGuard's overhead over IPv4 (60) or
+// IPv6 (80), as Calico's defaults. Pods get it when it is the smallest
+// of the devices in use.
+func WireguardMTU(hostMTU, configured int, v6 bool) int {
+	switch {
+	case configured != 0:
+		return configured
+	case v6:
+		return hostMTU - wireguard.OverheadV6
+	}
+	return hostMTU - wireguard.OverheadV4
 }
 
 // WriteMTUFile atomically writes mtu (decimal, newline) to path,

@@ -63,6 +63,8 @@ type state struct {
 	// gateway resolves a next hop that is not on a local subnet to the
 	// gateway the kernel uses for it (zero: directly reachable/unknown).
 	gateway func(netip.Addr) netip.Addr
+	// wg is what the WireGuard devices tell the plan (wireguard.go).
+	wg wgInputs
 }
 
 func newState() *state {
@@ -134,14 +136,15 @@ func (s *state) replaceResources(node string, rs map[api.Kind][]api.Resource) {
 
 // routeNode is what felix keeps of a Node: this node's whole (its
 // labels select pools, its tunnel addresses are its devices'), of the
-// others what routes to them need (addresses and VXLAN tunnel fields),
+// others what routes to them need (addresses, VXLAN tunnel fields and
+// WireGuard keys),
 // so that a big cluster's nodes do not cost their labels and
 // annotations on every node.
 func routeNode(n *api.Node, local bool) *api.Node {
 	if local {
 		return n
 	}
-	out := &api.Node{Metadata: api.ObjectMeta{Name: n.Metadata.Name}, Spec: n.Spec}
+	out := &api.Node{Metadata: api.ObjectMeta{Name: n.Metadata.Name}, Spec: n.Spec, Status: n.Status}
 	if b := n.Spec.BGP; b != nil {
 		out.Spec.BGP = &api.NodeBGPSpec{IPv4Address: b.IPv4Address, IPv6Address: b.IPv6Address}
 	}

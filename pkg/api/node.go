@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"net"
 	"net/netip"
 	"strconv"
@@ -12,6 +13,19 @@ type Node struct {
 	TypeMeta `json:",inline"`
 	Metadata ObjectMeta `json:"metadata"`
 	Spec     NodeSpec   `json:"spec"`
+	// Status is what the node reports about itself (written by its
+	// routed, never by operators).
+	Status NodeStatus `json:"status,omitzero"`
+}
+
+// NodeStatus is what a node's routed reports about it: today its
+// WireGuard public keys, under Calico's field names.
+type NodeStatus struct {
+	// WireguardPublicKey is the public key of the node's IPv4 WireGuard
+	// device (base64); empty when IPv4 encryption is off on the node.
+	WireguardPublicKey string `json:"wireguardPublicKey,omitempty"`
+	// WireguardPublicKeyV6 is the same for the IPv6 device.
+	WireguardPublicKeyV6 string `json:"wireguardPublicKeyV6,omitempty"`
 }
 
 // NodeSpec is the desired state of a Node.
@@ -134,6 +148,7 @@ func (n *Node) Validate() error {
 			v.add("spec.ipv6VXLANTunnelAddr", t, "must be an IPv6 address")
 		}
 	}
+	validateNodeWireguard(&v, n)
 	for _, f := range [][2]string{{"spec.vxlanTunnelMACAddr", n.Spec.VXLANTunnelMACAddr}, {"spec.vxlanTunnelMACAddrV6", n.Spec.VXLANTunnelMACAddrV6}} {
 		if f[1] == "" {
 			continue
@@ -152,5 +167,17 @@ func validateASN(v *errs, field string, asn ASNumber, optional bool) {
 	}
 	if asn == 0 || asn == 23456 || asn == 4294967295 {
 		v.add(field, strconv.FormatUint(uint64(asn), 10), "AS number must be between 1 and 4294967294 (and not 23456, AS_TRANS)")
+	}
+}
+
+// validateNodeWireguard checks the published WireGuard keys.
+func validateNodeWireguard(v *errs, n *Node) {
+	for _, f := range [][2]string{{"status.wireguardPublicKey", n.Status.WireguardPublicKey}, {"status.wireguardPublicKeyV6", n.Status.WireguardPublicKeyV6}} {
+		if f[1] == "" {
+			continue
+		}
+		if b, err := base64.StdEncoding.DecodeString(f[1]); err != nil || len(b) != 32 {
+			v.add(f[0], f[1], "must be a WireGuard public key (base64 of 32 bytes)")
+		}
 	}
 }

@@ -1,0 +1,283 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Peer is one other node as this node's device should know it.
+type Peer struct {
+	Node      string
+	PublicKey wgtypes.Key
+	Endpoint  netip.AddrPort
+	// AllowedIPs are the addresses the peer may send from and that are
+	// sent to it: its blocks, tunnel and node addresses (sorted, masked).
+	AllowedIPs []netip.Prefix
+}
+
+// Desired is a device as felix wants it. The zero value (Up false) means
+// no device.
+type Desired struct {
+	Up         bool
+	PrivateKey wgtypes.Key
+	Port       int
+	MTU        int
+	Peers      map[wgtypes.Key]Peer
+}
+
+// Device reconciles one WireGuard device (one family). Not safe for
+// concurrent use: felix's loop owns it. It outlives felix's Run, so a
+// restarted loop keeps the userspace device and its sessions.
+type Device struct {
+	Name   string
+	Mode   string // ModeAuto, ModeKernel or ModeUserspace
+	NSPath string // the namespace it lives in ("": this process's)
+
+	dev  impl            // nil: not made (or removed)
+	have *wgtypes.Device // what the device held when last read
+	want Desired
+	log  *logrus.Entry
+}
+
+// NewDevice returns the reconciler of device name.
+func NewDevice(name, mode, nsPath string, lg *logrus.Entry) *Device {
+	if lg == nil {
+		lg = log
+	}
+	return &Device{Name: name, Mode: mode, NSPath: nsPath, log: lg.WithField("device", name)}
+}
+
+// Set records what the device should be; Apply makes it so.
+func (d *Device) Set(want Desired) { d.want = want }
+
+// Kind is "kernel", "userspace" or "" (no device).
+func (d *Device) Kind() string {
+	if d.dev == nil {
+		return ""
+	}
+	return d.dev.kind()
+}
+
+// Ready reports whether the device exists and was configured by the
+// last Apply (so routes may point at it).
+func (d *Device) Ready() bool { return d.dev != nil && d.have != nil }
+
+// Apply pushes the difference between the wanted and the known state,
+// reading the device first when full (a resync) or when nothing is
+// known. h is a handle in the device's namespace. It returns the link
+// (nil when there is none) for the route table.
+func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
+	if !d.want.Up {
+		return nil, d.remove(h)
+	}
+	link, err := h.LinkByName(d.Name)
+	if d.dev != nil && err != nil {
+		// Gone under us (deleted by hand, or its process died): start over.
+		d.log.WithError(err).Warn("WireGuard device disappeared; making it again")
+		_ = d.dev.close()
+		d.dev, d.have = nil, nil
+	}
+	if d.dev == nil {
+		dev, err := open(h, d.NSPath, d.Name, d.Mode, d.want.MTU)
+		if err != nil {
+			return nil, err
+		}
+		d.dev, d.have, full = dev, nil, true
+		d.log.WithField("implementation", dev.kind()).Info("WireGuard device made")
+		if link, err = h.LinkByName(d.Name); err != nil {
+			return nil, fmt.Errorf("wireguard: %s: %w", d.Name, err)
+		}
+	}
+	if full || d.have == nil {
+		if d.have, err = d.dev.read(); err != nil {
+			d.have = nil
+			return link, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
+		}
+	}
+	if cfg, changes := diff(d.have, d.want); changes > 0 {
+		if err := d.dev.configure(cfg); err != nil {
+			d.have = nil
+			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
+		}
+		if d.have, err = d.dev.read(); err != nil {
+			d.have = nil
+			return link, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
+		}
+		d.log.WithField("changes", changes).Debug("WireGuard device updated")
+	}
+	if link.Attrs().MTU != d.want.MTU {
+		if err := h.LinkSetMTU(link, d.want.MTU); err != nil {
+			return link, fmt.Errorf("wireguard: %s: MTU %d: %w", d.Name, d.want.MTU, err)
+		}
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(link); err != nil {
+			return link, fmt.Errorf("wireguard: %s: up: %w", d.Name, err)
+		}
+	}
+	return h.LinkByName(d.Name)
+}
+
+// remove deletes the device (encryption turned off for its family).
+func (d *Device) remove(h *netlink.Handle) error {
+	var err error
+	if d.dev != nil {
+		err = d.dev.close()
+		d.log.Info("WireGuard device removed: encryption is off for its family")
+	}
+	d.dev, d.have = nil, nil
+	return errors.Join(err, deleteLink(h, d.Name))
+}
+
+// diff is the configuration that turns have into want, and how many
+// changes it holds.
+func diff(have *wgtypes.Device, want Desired) (wgtypes.Config, int) {
+	var cfg wgtypes.Config
+	n := 0
+	if have.PrivateKey != want.PrivateKey {
+		k := want.PrivateKey
+		cfg.PrivateKey = &k
+		n++
+	}
+	if have.ListenPort != want.Port {
+		p := want.Port
+		cfg.ListenPort = &p
+		n++
+	}
+	had := make(map[wgtypes.Key]wgtypes.Peer, len(have.Peers))
+	for _, p := range have.Peers {
+		had[p.PublicKey] = p
+		if _, ok := want.Peers[p.PublicKey]; !ok {
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
+		}
+	}
+	for _, p := range sortedPeers(want.Peers) {
+		if h, ok := had[p.PublicKey]; ok && samePeer(h, p) {
+			continue
+		}
+		cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{
+			PublicKey: p.PublicKey, Endpoint: net.UDPAddrFromAddrPort(p.Endpoint),
+			ReplaceAllowedIPs: true, AllowedIPs: ipNets(p.AllowedIPs),
+		})
+	}
+	return cfg, n + len(cfg.Peers)
+}
+
+func samePeer(h wgtypes.Peer, p Peer) bool {
+	if h.Endpoint == nil {
+		return false
+	}
+	ep := h.Endpoint.AddrPort()
+	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != p.Endpoint {
+		return false
+	}
+	got := make([]netip.Prefix, 0, len(h.AllowedIPs))
+	for _, n := range h.AllowedIPs {
+		a, _ := netip.AddrFromSlice(n.IP)
+		ones, _ := n.Mask.Size()
+		got = append(got, netip.PrefixFrom(a.Unmap(), ones).Masked())
+	}
+	SortPrefixes(got)
+	return slices.Equal(got, p.AllowedIPs)
+}
+
+// SortPrefixes sorts prefixes by address then length.
+func SortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+}
+
+func sortedPeers(m map[wgtypes.Key]Peer) []Peer {
+	out := make([]Peer, 0, len(m))
+	for _, p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Peer) int {
+		if a.Node < b.Node {
+			return -1
+		}
+		if a.Node > b.Node {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func ipNets(ps []netip.Prefix) []net.IPNet {
+	out := make([]net.IPNet, len(ps))
+	for i, p := range ps {
+		out[i] = net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	}
+	return out
+}
+
+// PeerStatus is one peer as the device reports it.
+type PeerStatus struct {
+	Node          string    `json:"node"`
+	PublicKey     string    `json:"publicKey"`
+	Endpoint      string    `json:"endpoint"`
+	AllowedIPs    []string  `json:"allowedIPs"`
+	LastHandshake time.Time `json:"lastHandshake"`
+	RxBytes       int64     `json:"rxBytes"`
+	TxBytes       int64     `json:"txBytes"`
+}
+
+// Status is a device as it is now.
+type Status struct {
+	Name           string       `json:"name"`
+	Implementation string       `json:"implementation"` // kernel or userspace
+	PublicKey      string       `json:"publicKey"`
+	ListenPort     int          `json:"listenPort"`
+	MTU            int          `json:"mtu"`
+	Peers          []PeerStatus `json:"peers"`
+}
+
+// Read reads the device's live state (handshakes and byte counters move
+// without any change of ours); ok is false when there is no device.
+func (d *Device) Read() (Status, bool, error) {
+	if d.dev == nil {
+		return Status{}, false, nil
+	}
+	dv, err := d.dev.read()
+	if err != nil {
+		return Status{}, true, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
+	}
+	st := Status{Name: d.Name, Implementation: d.dev.kind(), PublicKey: dv.PublicKey.String(), ListenPort: dv.ListenPort, MTU: d.want.MTU}
+	nodes := map[wgtypes.Key]string{}
+	for k, p := range d.want.Peers {
+		nodes[k] = p.Node
+	}
+	for _, p := range dv.Peers {
+		ps := PeerStatus{Node: nodes[p.PublicKey], PublicKey: p.PublicKey.String(), LastHandshake: p.LastHandshakeTime,
+			RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes}
+		if p.Endpoint != nil {
+			ps.Endpoint = p.Endpoint.String()
+		}
+		for _, n := range p.AllowedIPs {
+			ps.AllowedIPs = append(ps.AllowedIPs, n.String())
+		}
+		st.Peers = append(st.Peers, ps)
+	}
+	slices.SortFunc(st.Peers, func(a, b PeerStatus) int {
+		if a.Node < b.Node {
+			return -1
+		} else if a.Node > b.Node {
+			return 1
+		}
+		return 0
+	})
+	return st, true, nil
+}

@@ -1,0 +1,260 @@
+package felix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+
+	"github.com/sirupsen/logrus"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/routed-net/routed/felix/wireguard"
+)
+
+// wgState is felix's WireGuard part. It outlives each Run (so does the
+// userspace device in it) and only Run's goroutine touches it.
+type wgState struct {
+	on         [2]bool
+	dev        [2]*wireguard.Device
+	keys       [2]wireguard.KeyStore
+	key        [2]wgtypes.Key
+	hasKey     [2]bool
+	keyErr     [2]error
+	published  [2]string            // public keys last handed to PublishKeys
+	held       [2]map[string]string // last held nodes, for logging changes
+	published0 bool                 // PublishKeys was called at least once
+}
+
+func newWGState(cfg *Config, lg *logrus.Entry) *wgState {
+	w := &wgState{on: [2]bool{cfg.WireGuard.Enabled, cfg.WireGuard.EnabledV6}}
+	for fam, name := range []string{wireguard.DeviceV4, wireguard.DeviceV6} {
+		w.dev[fam] = wireguard.NewDevice(name, cfg.WireGuard.Mode, cfg.NetNSPath, lg)
+	}
+	w.keys[wg4] = wireguard.KeyStore{Path: filepath.Join(cfg.WireGuard.KeyDir, wireguard.KeyFileV4)}
+	w.keys[wg6] = wireguard.KeyStore{Path: filepath.Join(cfg.WireGuard.KeyDir, wireguard.KeyFileV6)}
+	return w
+}
+
+// wgMTU is the MTU of the family's device.
+func (l *loop) wgMTU(fam int) int {
+	if fam == wg4 {
+		return WireguardMTU(l.hostMTU, l.cfg.WireGuard.MTU, false)
+	}
+	return WireguardMTU(l.hostMTU, l.cfg.WireGuard.MTUV6, true)
+}
+
+// wgPodMTU lowers the pod MTU to fit the devices in use.
+func (l *loop) wgPodMTU(pod int) int {
+	for fam, on := range l.f.wg.on {
+		if on {
+			pod = min(pod, l.wgMTU(fam))
+		}
+	}
+	return pod
+}
+
+// applyWireguard makes, configures or removes each family's device
+// from the plan, publishes the keys, and when a device became ready (or
+// stopped being) recomputes the routes, which go through it only while
+// it is ready: until then pod traffic to other nodes is held.
+func (l *loop) applyWireguard(full bool) error {
+	err := l.syncWireguard(full)
+	w := l.f.wg
+	ready := [2]bool{w.dev[wg4].Ready() && w.hasKey[wg4] && w.on[wg4], w.dev[wg6].Ready() && w.hasKey[wg6] && w.on[wg6]}
+	if ready != l.st.wg.ready || w.on != l.st.wg.on {
+		l.st.wg.ready, l.st.wg.on = ready, w.on
+		l.plan = computePlan(l.cfg, l.st)
+		if rerr := l.rt.SetRoutes(l.plan.routes); rerr != nil {
+			l.log.WithError(rerr).Warn("some routes are invalid and were skipped")
+		}
+		err = errors.Join(err, l.syncWireguard(false))
+	}
+	l.logHeld()
+	return err
+}
+
+func (l *loop) syncWireguard(full bool) error {
+	w := l.f.wg
+	var errs []error
+	for fam := range w.dev {
+		d := w.dev[fam]
+		if !w.on[fam] {
+			w.hasKey[fam] = false
+			d.Set(wireguard.Desired{})
+			_, err := d.Apply(l.h, full)
+			errs = append(errs, err)
+			continue
+		}
+		if !w.hasKey[fam] {
+			key, err := w.keys[fam].LoadOrCreate()
+			if err != nil {
+				if w.keyErr[fam] == nil || w.keyErr[fam].Error() != err.Error() {
+					l.log.WithError(err).Error("WireGuard: no private key; pod traffic to other nodes is held")
+				}
+				w.keyErr[fam] = err
+				errs = append(errs, err)
+				continue
+			}
+			w.key[fam], w.hasKey[fam], w.keyErr[fam] = key, true, nil
+		}
+		l.st.wg.own[fam] = w.key[fam].PublicKey()
+		want := wireguard.Desired{Up: true, PrivateKey: w.key[fam], Port: l.plan.wg[fam].port, MTU: l.wgMTU(fam),
+			Peers: map[wgtypes.Key]wireguard.Peer{}}
+		for _, p := range l.plan.wg[fam].peers {
+			want.Peers[p.PublicKey] = *p
+		}
+		d.Set(want)
+		link, err := d.Apply(l.h, full)
+		l.noteDevice(link)
+		errs = append(errs, err)
+	}
+	l.publishKeys()
+	return errors.Join(errs...)
+}
+
+// publishKeys hands this node's public keys to the daemon when they
+// changed: a family that is off publishes none.
+func (l *loop) publishKeys() {
+	w := l.f.wg
+	var pub [2]string
+	for fam := range pub {
+		if w.on[fam] && w.hasKey[fam] {
+			pub[fam] = w.key[fam].PublicKey().String()
+		}
+	}
+	if pub == w.published && w.published0 {
+		return
+	}
+	w.published, w.published0 = pub, true
+	l.log.WithFields(logrus.Fields{"publicKey": pub[wg4], "publicKeyV6": pub[wg6]}).Info("WireGuard public keys")
+	if f := l.cfg.WireGuard.PublishKeys; f != nil {
+		f(pub[wg4], pub[wg6])
+	}
+}
+
+// logHeld says once, per node, why its pod traffic is held, and when it
+// no longer is.
+func (l *loop) logHeld() {
+	w := l.f.wg
+	for fam := range w.held {
+		now := l.plan.wg[fam].held
+		for node, why := range now {
+			if w.held[fam][node] != why {
+				l.log.WithFields(logrus.Fields{"peer": node, "device": l.plan.wg[fam].dev}).Warn("holding pod traffic to node: " + why)
+			}
+		}
+		for node := range w.held[fam] {
+			if _, still := now[node]; !still {
+				l.log.WithFields(logrus.Fields{"peer": node, "device": l.plan.wg[fam].dev}).Info("pod traffic to node no longer held")
+			}
+		}
+		w.held[fam] = maps.Clone(now)
+	}
+}
+
+// SetWireguard turns encryption on or off per family while felix runs
+// (a FelixConfiguration change). Off removes the device and the
+// published key: other nodes then hold traffic to this one unless they
+// allow clear text.
+func (f *Felix) SetWireguard(enabled, enabledV6 bool) {
+	f.enqueue(func(l *loop) {
+		if l.f.wg.on != [2]bool{enabled, enabledV6} {
+			l.f.wg.on = [2]bool{enabled, enabledV6}
+			l.planDirty, l.mtuDirty = true, true
+		}
+	})
+}
+
+// RotateWireguardKeys makes new private keys for the families that are
+// on, programs them and publishes the new public keys; it returns them
+// ("" for a family that is off).
+func (f *Felix) RotateWireguardKeys(ctx context.Context) ([2]string, error) {
+	type result struct {
+		pub [2]string
+		err error
+	}
+	reply := make(chan result, 1)
+	f.enqueue(func(l *loop) {
+		w := l.f.wg
+		var r result
+		for fam := range w.on {
+			if !w.on[fam] {
+				continue
+			}
+			key, err := w.keys[fam].Rotate()
+			if err != nil {
+				r.err = errors.Join(r.err, err)
+				continue
+			}
+			w.key[fam], w.hasKey[fam] = key, true
+			r.pub[fam] = key.PublicKey().String()
+		}
+		l.planDirty = true
+		l.log.WithFields(logrus.Fields{"publicKey": r.pub[wg4], "publicKeyV6": r.pub[wg6]}).Info("WireGuard keys rotated")
+		reply <- r
+	})
+	select {
+	case <-ctx.Done():
+		return [2]string{}, fmt.Errorf("felix: rotating WireGuard keys: %w", ctx.Err())
+	case r := <-reply:
+		return r.pub, r.err
+	}
+}
+
+// WireguardStatus is felix's WireGuard part as it is now.
+type WireguardStatus struct {
+	Enabled    bool               `json:"enabled"`
+	EnabledV6  bool               `json:"enabledV6"`
+	AllowClear bool               `json:"allowClear"`
+	Devices    []wireguard.Status `json:"devices"`
+	// Held are the nodes whose pod traffic is held, and why.
+	Held []HeldPeer `json:"held,omitempty"`
+	// Errors are why a device that is on is not working.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// HeldPeer is a node whose pod traffic this node holds.
+type HeldPeer struct {
+	Node   string `json:"node"`
+	Device string `json:"device"`
+	Reason string `json:"reason"`
+}
+
+// Wireguard reads the devices' live state (peers, handshakes, bytes) on
+// felix's loop.
+func (f *Felix) Wireguard(ctx context.Context) (WireguardStatus, error) {
+	reply := make(chan WireguardStatus, 1)
+	f.enqueue(func(l *loop) {
+		w := l.f.wg
+		st := WireguardStatus{Enabled: w.on[wg4], EnabledV6: w.on[wg6], AllowClear: l.cfg.WireGuard.AllowClear}
+		for fam, d := range w.dev {
+			if e := w.keyErr[fam]; e != nil && w.on[fam] {
+				st.Errors = append(st.Errors, e.Error())
+			}
+			ds, ok, err := d.Read()
+			if err != nil {
+				st.Errors = append(st.Errors, err.Error())
+			}
+			if ok {
+				st.Devices = append(st.Devices, ds)
+			} else if w.on[fam] {
+				st.Errors = append(st.Errors, d.Name+": no device")
+			}
+			if l.plan != nil {
+				for _, n := range slices.Sorted(maps.Keys(l.plan.wg[fam].held)) {
+					st.Held = append(st.Held, HeldPeer{Node: n, Device: d.Name, Reason: l.plan.wg[fam].held[n]})
+				}
+			}
+		}
+		reply <- st
+	})
+	select {
+	case <-ctx.Done():
+		return WireguardStatus{}, fmt.Errorf("felix: WireGuard status: %w", ctx.Err())
+	case st := <-reply:
+		return st, nil
+	}
+}
