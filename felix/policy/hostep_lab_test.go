@@ -1,9 +1,16 @@
 package policy_test
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -495,4 +502,95 @@ func TestHostEndpointTunnelPeers(t *testing.T) {
 
 func prefixIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// killChildEnv names the node namespace TestHostEndpointKillChild
+// programs when TestHostEndpointSurvivesKill runs it as a process.
+const killChildEnv = "ROUTED_HEP_KILL_NETNS"
+
+// TestHostEndpointSurvivesKill: a process that programmed a deny-all
+// host endpoint is killed with SIGKILL; the host's policy stays in the
+// kernel and keeps denying (and the failsafe port open).
+func TestHostEndpointSurvivesKill(t *testing.T) {
+	h := newHostLab(t)
+	// The lab's Manager leaves (the tables stay); the child takes over.
+	h.m.Close()
+	var err error
+	if h.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: h.node.Fd}}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHostEndpointKillChild$")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+h.node.Path())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "HEP-READY" {
+				ready <- nil
+				_, _ = io.Copy(io.Discard, out)
+				return
+			}
+		}
+		ready <- fmt.Errorf("the child ended without programming: %v", sc.Err())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child did not program within 30 s")
+	}
+	h.expect("programmed by the child", hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22), hdrop("host", "x", "tcp", 80))
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed = true
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("child: %v, want killed", err)
+	}
+	h.expect("after kill -9", hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22), hdrop("host", "x", "tcp", 80), hpass("y", "host", "tcp", 80))
+}
+
+// TestHostEndpointKillChild is TestHostEndpointSurvivesKill's child:
+// run by it (with killChildEnv set), it programs a deny-all endpoint
+// on eth1 of the given namespace, says HEP-READY and waits to be
+// killed. Run on its own it does nothing.
+func TestHostEndpointKillChild(t *testing.T) {
+	path := os.Getenv(killChildEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	he := &api.HostEndpoint{Metadata: api.ObjectMeta{Name: "node-eth1"}, Spec: api.HostEndpointSpec{Node: "node", InterfaceName: "eth1"}}
+	if err := m.SetHostEndpoint(he, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("HEP-READY")
+	select {}
 }

@@ -88,26 +88,28 @@ type HostEndpoints struct {
 	// ports of arriving packets, source ports of what it sends back);
 	// FailsafeOut likewise from the host.
 	FailsafeIn, FailsafeOut []ProtoPort
-	// TunnelPeers are the cluster's nodes (host prefixes): IPIP and
-	// VXLAN packets between them and this host carry pod traffic, whose
+	// TunnelPeers are the cluster's nodes (host prefixes): IPIP, VXLAN
+	// and WireGuard packets between them and this host carry pod traffic, whose
 	// own policy applies once decapsulated, and are let through
 	// (Calico's too). To or from any other address they meet host
 	// endpoint policy.
 	TunnelPeers []netip.Prefix
 }
 
-// VXLANPort is the UDP port of routed's VXLAN devices (felix's).
-const VXLANPort = 4789
+// tunnelPorts are the UDP ports of the nodes' tunnels: routed's VXLAN
+// devices (4789), WireGuard's IPv4 and IPv6 devices (Calico's 51820,
+// 51821).
+var tunnelPorts = []PortRange{{4789, 4789}, {51820, 51821}}
 
-// tunnels accepts the IPIP and VXLAN packets from the other nodes (to
-// them, with out), none when no node is known: an empty match would
-// accept every address.
+// tunnels accepts the IPIP, VXLAN and WireGuard packets from the other
+// nodes (to them, with out), none when no node is known: an empty match
+// would accept every address.
 func tunnels(peers []netip.Prefix, out bool) []Rule {
 	if len(peers) == 0 {
 		return nil
 	}
 	ipip := Rule{Proto: 4, Action: ActAccept}
-	vxlan := Rule{Proto: 17, Dst: Side{Ports: []PortRange{{VXLANPort, VXLANPort}}}, Action: ActAccept}
+	vxlan := Rule{Proto: 17, Dst: Side{Ports: tunnelPorts}, Action: ActAccept}
 	for _, r := range []*Rule{&ipip, &vxlan} {
 		if out {
 			r.Dst.Nets = peers
