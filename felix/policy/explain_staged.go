@@ -95,47 +95,117 @@ func (c *Calc) ExplainStaged(f Flow, enforced Explanation, staged []StagedPolicy
 	return out, nil
 }
 
-// explainOneStaged applies s, decides the directions it concerns and
-// puts the model back as it was.
-func (c *Calc) explainOneStaged(f Flow, enforced Explanation, s StagedPolicy) (StagedVerdict, bool) {
+// stagedApplied is one staged policy applied to the model: the twin's
+// key, the version it replaced (nil: none) and whether the staged
+// policy or its twin applies to the flow's source at egress and to its
+// destination at ingress.
+type stagedApplied struct {
+	key             string
+	old             *cpolicy
+	egress, ingress bool
+}
+
+// applyStaged applies s to the model; undo puts back what it replaced.
+// An error (a policy felix would refuse, an unknown action) changes
+// nothing.
+func (c *Calc) applyStaged(f Flow, s StagedPolicy) (stagedApplied, error) {
 	key := PolicyKey(s.Policy)
-	old := c.policies[key]
-	v := StagedVerdict{Policy: s.Key(), Kind: s.Kind, Action: s.Action, Twin: key, TwinExists: old != nil}
+	a := stagedApplied{key: key, old: c.policies[key]}
 	src, dst := c.endpointAt(f.Src), c.endpointAt(f.Dst)
-	egress, ingress := c.concerns(old, src, false), c.concerns(old, dst, true)
+	a.egress, a.ingress = c.concerns(a.old, src, false), c.concerns(a.old, dst, true)
 	switch s.Action {
 	case api.StagedActionSet, "":
 		if err := c.SetPolicy(s.Policy); err != nil {
-			v.Error = fmt.Sprintf("not evaluated: felix would refuse it as %s: %v", key, err)
-			return v, true
+			return a, fmt.Errorf("felix would refuse it as %s: %w", key, err)
 		}
 		np := c.policies[key]
-		egress, ingress = egress || c.concerns(np, src, false), ingress || c.concerns(np, dst, true)
+		a.egress, a.ingress = a.egress || c.concerns(np, src, false), a.ingress || c.concerns(np, dst, true)
 	case api.StagedActionDelete:
 		c.DeletePolicy(key)
 	default:
-		v.Error = fmt.Sprintf("not evaluated: stagedAction %q is neither Set nor Delete", s.Action)
+		return a, fmt.Errorf("stagedAction %q is neither Set nor Delete", s.Action)
+	}
+	return a, nil
+}
+
+// undo puts the twin back as it was (or removes it if there was none).
+func (c *Calc) undo(a stagedApplied) { c.replacePolicy(a.key, a.old) }
+
+// explainOneStaged applies s, decides the directions it concerns and
+// puts the model back as it was.
+func (c *Calc) explainOneStaged(f Flow, enforced Explanation, s StagedPolicy) (StagedVerdict, bool) {
+	v := StagedVerdict{Policy: s.Key(), Kind: s.Kind, Action: s.Action, Twin: PolicyKey(s.Policy)}
+	a, err := c.applyStaged(f, s)
+	v.TwinExists = a.old != nil
+	if err != nil {
+		v.Error = "not evaluated: " + err.Error()
 		return v, true
 	}
-	defer c.replacePolicy(key, old) // old nil: the twin did not exist
-	if !egress && !ingress {
+	defer c.undo(a)
+	if !a.egress && !a.ingress {
 		return v, false
 	}
+	c.decideStaged(f, enforced, &v, a.egress, a.ingress, map[string]string{a.key: v.Policy})
+	return v, true
+}
+
+// ExplainStagedTogether evaluates f with every staged policy's action
+// applied at once (in the order given: a later one on the same twin
+// wins): the flow's fate if all of them were enforced, routed's
+// counterpart of Calico's pending verdict (which keeps the twins beside
+// the staged policies and leaves Deletes out). Both directions are decided; each staged
+// policy's rules are named as its own. It is nil when no staged policy
+// (nor its twin) applies to either endpoint, and it is not evaluated
+// (Error) when felix would refuse one of them. The model is the same
+// after it returns as before.
+func (c *Calc) ExplainStagedTogether(f Flow, enforced Explanation, staged []StagedPolicy) (*StagedVerdict, error) {
+	if _, ok := c.sink.(discard); !ok {
+		return nil, ErrNotModel
+	}
+	v := &StagedVerdict{Policy: "staged:*"}
+	names := map[string]string{}
+	var applied []stagedApplied
+	defer func() {
+		for i := len(applied) - 1; i >= 0; i-- {
+			c.undo(applied[i])
+		}
+	}()
+	relevant := false
+	for _, s := range staged {
+		a, err := c.applyStaged(f, s)
+		if err != nil {
+			v.Error = fmt.Sprintf("not evaluated: %s: %v", s.Key(), err)
+			return v, nil
+		}
+		applied = append(applied, a)
+		names[a.key] = s.Key()
+		relevant = relevant || a.egress || a.ingress
+	}
+	if !relevant {
+		return nil, nil
+	}
+	c.decideStaged(f, enforced, v, true, true, names)
+	return v, nil
+}
+
+// decideStaged decides the directions asked for under the model as it
+// now is, names the staged policies' rules (names: twin key -> staged
+// name) and compares with the enforced verdict.
+func (c *Calc) decideStaged(f Flow, enforced Explanation, v *StagedVerdict, egress, ingress bool, names map[string]string) {
 	eg, in := enforced.Egress, enforced.Ingress
 	if egress {
 		d := c.decide(f, false)
-		markStaged(&d, key, v.Policy)
+		markStaged(&d, names)
 		v.Egress, eg = &d, d
 	}
 	if ingress {
 		d := c.decide(f, true)
-		markStaged(&d, key, v.Policy)
+		markStaged(&d, names)
 		v.Ingress, in = &d, d
 	}
 	v.Allowed = eg.Allowed && in.Allowed
 	v.Changed = eg.Allowed != enforced.Egress.Allowed || eg.Rule != enforced.Egress.Rule ||
 		in.Allowed != enforced.Ingress.Allowed || in.Rule != enforced.Ingress.Rule
-	return v, true
 }
 
 // concerns reports whether p applies to e's traffic in a direction.
@@ -143,11 +213,12 @@ func (c *Calc) concerns(p *cpolicy, e *endpoint, in bool) bool {
 	return p != nil && e != nil && p.applies(in) && p.sel.group(e.g)
 }
 
-// markStaged names the staged policy's rules as its own: they are the
-// twin's key in the model, and no kernel chain has them.
-func markStaged(d *Decision, twin, staged string) {
+// markStaged names the staged policies' rules as their own (names:
+// twin key -> staged name): they are their twins' keys in the model,
+// and no kernel chain has them.
+func markStaged(d *Decision, names map[string]string) {
 	mark := func(r *RuleInfo) {
-		if r.Kind == KindPolicyRule && r.Policy == twin {
+		if staged, ok := names[r.Policy]; ok && r.Kind == KindPolicyRule {
 			r.Kind, r.Policy, r.ID = KindStagedPolicyRule, staged, ""
 		}
 	}

@@ -157,6 +157,61 @@ spec: {selector: all(), ingress: [{action: Deny}]}
 	}
 }
 
+// TestExplainStagedTogether: every staged policy applied at once (the
+// staged deny-all, and allow-b replaced then removed) denies in both
+// directions by the deny-all's rules; staged policies that concern
+// neither pod give no verdict; one felix would refuse stops the
+// evaluation; the model is unchanged afterwards.
+func TestExplainStagedTogether(t *testing.T) {
+	m := stagedModel(t)
+	f := tcpFlow(1, 2, 8080)
+	enforced := m.Explain(f)
+	denyAll := staged(t, `apiVersion: routed.io/v1
+kind: StagedGlobalNetworkPolicy
+metadata: {name: deny-all}
+spec: {order: 1, selector: all(), types: [Ingress, Egress], ingress: [{action: Deny}], egress: [{action: Deny}]}
+`)
+	replace := staged(t, `apiVersion: routed.io/v1
+kind: StagedNetworkPolicy
+metadata: {name: allow-b, namespace: prod}
+spec: {selector: app == 'b', ingress: [{action: Allow, protocol: TCP, destination: {ports: [9090]}}]}
+`)
+	elsewhere := staged(t, `apiVersion: routed.io/v1
+kind: StagedNetworkPolicy
+metadata: {name: deny-c, namespace: dev}
+spec: {selector: all(), ingress: [{action: Deny}]}
+`)
+	v, err := m.ExplainStagedTogether(f, enforced, []StagedPolicy{replace, denyAll, elsewhere})
+	if err != nil || v == nil {
+		t.Fatalf("%+v %v", v, err)
+	}
+	if v.Allowed || !v.Changed || v.Policy != "staged:*" || v.Egress == nil || v.Ingress == nil ||
+		v.Egress.Rule.Policy != "staged:sgnp:deny-all" || v.Ingress.Rule.Policy != "staged:sgnp:deny-all" || v.Ingress.Rule.Kind != KindStagedPolicyRule {
+		t.Errorf("together: %+v\negress %+v\ningress %+v", v, v.Egress, v.Ingress)
+	}
+	if v, err := m.ExplainStagedTogether(tcpFlow(1, 2, 9090), m.Explain(tcpFlow(1, 2, 9090)), []StagedPolicy{replace}); err != nil || v == nil ||
+		!v.Allowed || v.Ingress.Rule.Policy != "staged:snp:prod/allow-b" || v.Egress.Rule.Profile != "kns.prod" {
+		t.Errorf("the replacement alone, together: %+v %v", v, err)
+	}
+	if v, err := m.ExplainStagedTogether(f, enforced, []StagedPolicy{elsewhere}); v != nil || err != nil {
+		t.Errorf("a staged policy of another namespace only: %+v %v", v, err)
+	}
+	bad := replace
+	bad.Policy = &api.NetworkPolicy{Metadata: api.ObjectMeta{Name: "allow-b", Namespace: "prod"}, Spec: api.NetworkPolicySpec{PolicySpec: api.PolicySpec{Selector: "app =="}}}
+	if v, err := m.ExplainStagedTogether(f, enforced, []StagedPolicy{denyAll, bad}); err != nil || v == nil || v.Error == "" || v.Ingress != nil {
+		t.Errorf("with one felix would refuse: %+v %v", v, err)
+	}
+	if after := m.Explain(f); !reflect.DeepEqual(after, enforced) {
+		t.Errorf("the model changed:\nbefore %+v\nafter  %+v", enforced, after)
+	}
+	if _, ok := m.policies["gnp:deny-all"]; ok {
+		t.Error("the staged deny-all stayed in the model")
+	}
+	if _, err := NewCalc(newRecSink(), LogConfig{}).ExplainStagedTogether(f, enforced, nil); !errors.Is(err, ErrNotModel) {
+		t.Errorf("a programming calculator: %v, want ErrNotModel", err)
+	}
+}
+
 // TestExplainStagedRefusals: a staged policy felix would refuse is
 // reported, not evaluated, and changes nothing; a calculator that
 // programs a dataplane refuses to evaluate staged policies at all.

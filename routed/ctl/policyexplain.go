@@ -51,8 +51,9 @@ Then, for each staged policy (StagedGlobalNetworkPolicy, StagedNetworkPolicy,
 StagedKubernetesNetworkPolicy) that applies to the source's egress or the
 destination's ingress, or whose enforced twin does: what the flow would meet
 if that staged policy alone were enforced (Set adds or replaces its twin,
-Delete removes it), with the rule that would decide. Staged policies are
-never enforced; their rules have no kernel counter.`,
+Delete removes it), with the rule that would decide, and the flow's fate
+with every staged policy enforced at once. Staged policies are never
+enforced; their rules have no kernel counter.`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" {
@@ -92,6 +93,9 @@ type ExplainResult struct {
 	// what could not be carried into that evaluation exactly.
 	Staged      []policy.StagedVerdict `json:"staged,omitempty"`
 	StagedNotes []string               `json:"stagedNotes,omitempty"`
+	// StagedTogether is the flow's fate with every staged policy
+	// enforced at once (policy.Calc.ExplainStagedTogether).
+	StagedTogether *policy.StagedVerdict `json:"stagedTogether,omitempty"`
 }
 
 // KernelCheck is one direction's rule counter on the node that serves
@@ -161,6 +165,9 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 		return err
 	}
 	if res.Staged, err = m.ExplainStaged(f, x, staged); err != nil {
+		return err
+	}
+	if res.StagedTogether, err = m.ExplainStagedTogether(f, x, staged); err != nil {
 		return err
 	}
 	res.StagedNotes = notes

@@ -61,7 +61,8 @@ func StagedForModel(rs []api.Resource) ([]policy.StagedPolicy, []string, error) 
 	return out, notes, nil
 }
 
-// printStaged prints what each staged policy would decide.
+// printStaged prints what each staged policy would decide, and all of
+// them together when there are several.
 func printStaged(out io.Writer, r ExplainResult) {
 	if len(r.Staged) == 0 {
 		fmt.Fprintln(out, "staged policies: none applies to either endpoint")
@@ -79,31 +80,41 @@ func printStaged(out io.Writer, r ExplainResult) {
 			what = "replaces " + v.Twin
 		}
 		fmt.Fprintf(out, "  %s (%s %s, %s):\n", v.Policy, v.Kind, v.Action, what)
-		if v.Error != "" {
-			fmt.Fprintf(out, "    %s\n", v.Error)
-			continue
-		}
-		for _, d := range []*policy.Decision{v.Egress, v.Ingress} {
-			if d != nil {
-				printDecision(out, "    ", *d)
-			}
-		}
-		verdict := "denied"
-		if v.Allowed {
-			verdict = "allowed"
-		}
-		change := "as enforced"
-		switch {
-		case v.Allowed != r.Allowed && r.Allowed:
-			change = "enforced: allowed"
-		case v.Allowed != r.Allowed:
-			change = "enforced: denied"
-		case v.Changed:
-			change = "as enforced, by another rule"
-		}
-		fmt.Fprintf(out, "    staged verdict: %s (%s)\n", verdict, change)
+		printStagedVerdict(out, r, v)
+	}
+	if t := r.StagedTogether; t != nil && len(r.Staged) > 1 {
+		fmt.Fprintln(out, "  all staged policies together:")
+		printStagedVerdict(out, r, *t)
 	}
 	for _, n := range r.StagedNotes {
 		fmt.Fprintf(out, "  note: %s\n", n)
 	}
+}
+
+// printStagedVerdict prints one staged verdict's decisions and fate
+// against the enforced one.
+func printStagedVerdict(out io.Writer, r ExplainResult, v policy.StagedVerdict) {
+	if v.Error != "" {
+		fmt.Fprintf(out, "    %s\n", v.Error)
+		return
+	}
+	for _, d := range []*policy.Decision{v.Egress, v.Ingress} {
+		if d != nil {
+			printDecision(out, "    ", *d)
+		}
+	}
+	verdict := "denied"
+	if v.Allowed {
+		verdict = "allowed"
+	}
+	change := "as enforced"
+	switch {
+	case v.Allowed != r.Allowed && r.Allowed:
+		change = "enforced: allowed"
+	case v.Allowed != r.Allowed:
+		change = "enforced: denied"
+	case v.Changed:
+		change = "as enforced, by another rule"
+	}
+	fmt.Fprintf(out, "    staged verdict: %s (%s)\n", verdict, change)
 }

@@ -70,7 +70,8 @@ var stagedBookkeeping = regexp.MustCompile(`(?m)^\s*(resourceVersion|creationTim
 // kernel here) and then each staged policy's: the staged deny denies,
 // naming its own rule, the Kubernetes deny-all leaves the flow to the
 // enforced allow after it, the Delete leaves it to the namespace
-// profile; a bad staged policy, or one in a tier that does not exist,
+// profile, and all of them together deny by the staged deny's rule; a
+// bad staged policy, or one in a tier that does not exist,
 // is refused naming its field and writes nothing.
 func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 	t.Parallel()
@@ -146,6 +147,10 @@ func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 		t.Errorf("staged Delete of allow-web: %+v %+v", d, d.Ingress)
 	}
 
+	if all := r.StagedTogether; all == nil || all.Allowed || all.Ingress == nil || all.Ingress.Rule.Policy != "staged:sgnp:deny-web" || all.Egress == nil || !all.Egress.Allowed {
+		t.Errorf("all staged policies together: %+v", all)
+	}
+
 	out, errOut, code = ctl(t, ep, "", "policy", "explain", "shop/client", "shop/web", "tcp/8080")
 	for _, want := range []string{
 		"verdict: allowed",
@@ -156,6 +161,7 @@ func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 		"staged verdict: denied (enforced: allowed)",
 		"staged:snp:shop/allow-web (StagedNetworkPolicy Delete, removes np:shop/allow-web)",
 		"staged verdict: allowed (as enforced, by another rule)",
+		"all staged policies together:",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain: exit %d, lacks %q:\n%s%s", code, want, out, errOut)
