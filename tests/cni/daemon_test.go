@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
@@ -77,18 +78,15 @@ func (n *node) startDaemon(t testing.TB) *daemon {
 	}
 	d := &daemon{t: t, cmd: cmd}
 	t.Cleanup(func() { d.kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() string {
 		c, err := net.Dial("unix", n.cniSocket())
-		if err == nil {
-			c.Close()
-			return d
+		if err != nil {
+			return fmt.Sprintf("CNI service on %s not accepting: %v", n.cniSocket(), err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CNI service on %s not accepting after 30 s: %v", n.cniSocket(), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return ""
+	})
+	return d
 }
 
 // kill ends the process with SIGKILL (a crash: the socket file stays).

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/ipam"
 	"github.com/routed-net/routed/tests/lab"
@@ -218,10 +219,23 @@ func TestViaRoutedTakesHostLock(t *testing.T) {
 	p := newPod(t, "locked")
 	done := make(chan error, 1)
 	go func() { _, err := n.add(l, p.rt()); done <- err }()
+	// Wait until the ADD is blocked on the host lock (a waiter on the lock
+	// file in /proc/locks), then check it has not completed.
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() string {
+		select {
+		case err := <-done:
+			t.Fatalf("ADD completed while the host lock was held elsewhere: %v", err)
+		default:
+		}
+		if w, err := lockWaiters(f); err != nil || len(w) == 0 {
+			return fmt.Sprintf("the ADD never waited on the host lock %s: waiters %v (%v)", f.Name(), w, err)
+		}
+		return ""
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("ADD completed while the host lock was held elsewhere: %v", err)
-	case <-time.After(2 * time.Second):
+	default:
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
 		t.Fatal(err)
@@ -238,6 +252,32 @@ func TestViaRoutedTakesHostLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.assertCleanRoutedIPAM(t)
+}
+
+// lockWaiters returns the pids of the processes blocked in flock on f
+// (the "->" lines of /proc/locks for its device and inode).
+func lockWaiters(f *os.File) ([]int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	var pids []int
+	for _, line := range strings.Split(string(locks), "\n") {
+		// "2: -> FLOCK  ADVISORY  WRITE 7194 fe:00:10445251 0 EOF"
+		fs := strings.Fields(line)
+		if len(fs) < 7 || fs[1] != "->" || fs[2] != "FLOCK" || fs[6] != id {
+			continue
+		}
+		if pid, err := strconv.Atoi(fs[5]); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // TestViaRoutedDaemonRestarts: pods start in parallel (exec'd ADDs, 8 at
@@ -265,14 +305,14 @@ func TestViaRoutedDaemonRestarts(t *testing.T) {
 		cycles := 0
 		for !stopFlap.Load() {
 			d := n.startDaemon(t)
-			time.Sleep(time.Duration(300+cycles*137%500) * time.Millisecond)
+			time.Sleep(time.Duration(300+cycles*137%500) * time.Millisecond) // pacing: routed's uptime in this cycle, varied on purpose
 			if cycles%2 == 0 {
 				d.kill()
 			} else {
 				d.stop()
 			}
 			cycles++
-			time.Sleep(time.Duration(50+cycles*53%150) * time.Millisecond)
+			time.Sleep(time.Duration(50+cycles*53%150) * time.Millisecond) // pacing: routed down between restarts, ADDs find no socket
 		}
 		flapDone <- cycles
 	}()
