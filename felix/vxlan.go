@@ -35,6 +35,9 @@ type vxlanWant struct {
 	mac      net.HardwareAddr
 	mtu      int
 	tunnelTo map[netip.Addr]vtep
+	// vni and port are the device's (FelixConfiguration's vxlanVNI and
+	// vxlanPort; VXLANVNI and VXLANPort by default).
+	vni, port int
 }
 
 // reconcile brings the device in line with want and returns it if it
@@ -66,23 +69,23 @@ func (v *vxlanDev) reconcile(want vxlanWant) (netlink.Link, error) {
 	if link == nil {
 		dev := &netlink.Vxlan{
 			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: want.mtu, HardwareAddr: want.mac},
-			VxlanId:   VXLANVNI, Port: VXLANPort, SrcAddr: want.local.AsSlice(), Learning: false,
+			VxlanId:   want.vni, Port: want.port, SrcAddr: want.local.AsSlice(), Learning: false,
 		}
 		addErr := v.h.LinkAdd(dev)
 		if addErr != nil && !errors.Is(addErr, unix.EEXIST) {
-			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", name, VXLANVNI, VXLANPort, addErr)
+			return nil, fmt.Errorf("felix: creating %s (VNI %d, port %d): %w", name, want.vni, want.port, addErr)
 		}
 		if link, err = v.h.LinkByName(name); err != nil {
-			if other := v.holderOfVNI(); addErr != nil && other != "" {
+			if other := v.holderOfVNI(want); addErr != nil && other != "" {
 				// EEXIST without our device: the kernel allows one VXLAN
 				// device per VNI, port and family (Calico's vxlan.calico
 				// or vxlan-v6.calico, left on a node moved from Calico).
 				return nil, fmt.Errorf("felix: creating %s: %s already uses VNI %d on port %d; delete it (ip link del %s): %w",
-					name, other, VXLANVNI, VXLANPort, other, addErr)
+					name, other, want.vni, want.port, other, addErr)
 			}
 			return nil, fmt.Errorf("felix: %s after creating it: %w", name, err)
 		}
-		v.log.WithFields(logrus.Fields{"vni": VXLANVNI, "port": VXLANPort, "local": want.local, "mac": want.mac.String()}).Info("created " + name)
+		v.log.WithFields(logrus.Fields{"vni": want.vni, "port": want.port, "local": want.local, "mac": want.mac.String()}).Info("created " + name)
 	}
 	a := link.Attrs()
 	if a.MTU != want.mtu {
@@ -109,16 +112,16 @@ func (v *vxlanDev) reconcile(want vxlanWant) (netlink.Link, error) {
 	return link, errors.Join(v.syncNeighbours(link, want.tunnelTo), v.syncFDB(link, want.tunnelTo))
 }
 
-// holderOfVNI names another VXLAN device of this family using routed's
-// VNI and port, "" if none.
-func (v *vxlanDev) holderOfVNI() string {
+// holderOfVNI names another VXLAN device of this family using the VNI
+// and port wanted, "" if none.
+func (v *vxlanDev) holderOfVNI(want vxlanWant) string {
 	links, err := v.h.LinkList()
 	if err != nil {
 		return ""
 	}
 	for _, l := range links {
 		x, ok := l.(*netlink.Vxlan)
-		if !ok || x.Name == v.fam.device || x.VxlanId != VXLANVNI || x.Port != VXLANPort {
+		if !ok || x.Name == v.fam.device || x.VxlanId != want.vni || x.Port != want.port {
 			continue
 		}
 		// The kernel keys the VNI on the family of the local (or group)
@@ -140,7 +143,7 @@ func (v *vxlanDev) matches(link netlink.Link, want vxlanWant) bool {
 		return false
 	}
 	src, _ := netip.AddrFromSlice(x.SrcAddr)
-	return x.VxlanId == VXLANVNI && x.Port == VXLANPort && src.Unmap() == want.local && !x.Learning
+	return x.VxlanId == want.vni && x.Port == want.port && src.Unmap() == want.local && !x.Learning
 }
 
 // syncNeighbours leaves exactly one permanent ARP (IPv6: NDP) entry per
@@ -248,7 +251,7 @@ func (l *loop) applyVXLAN() error {
 		{l.vx6, p.vxlan6, p.nodeAddr6, VXLANMACV6},
 	} {
 		want := vxlanWant{on: d.plan.on && d.local.IsValid(), addr: d.plan.addr,
-			mtu: l.cfg.vxlanMTU(l.hostMTU, d.dev.fam.v6), tunnelTo: d.plan.vteps}
+			mtu: l.cfg.vxlanMTU(l.hostMTU, d.dev.fam.v6), tunnelTo: d.plan.vteps, vni: l.cfg.vxlanVNI(), port: l.cfg.vxlanPort()}
 		if want.on {
 			want.local = d.local.Addr()
 			if mac, err := net.ParseMAC(d.plan.mac); err == nil && len(mac) == 6 {

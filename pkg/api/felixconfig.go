@@ -30,6 +30,12 @@ type FelixConfigurationSpec struct {
 	// VXLANMTUV6 is the MTU of vxlan-v6.routed, and of pods while IPv6
 	// VXLAN is in use (0 or unset: the host MTU less 70).
 	VXLANMTUV6 *int `json:"vxlanMTUV6,omitempty"`
+	// VXLANPort is the UDP port of the VXLAN devices (unset: 4789, as
+	// Calico's). Every node must use the same.
+	VXLANPort *int `json:"vxlanPort,omitempty"`
+	// VXLANVNI is the VNI of the VXLAN devices (unset: 4096, as
+	// Calico's). Every node must use the same.
+	VXLANVNI *int `json:"vxlanVNI,omitempty"`
 	// RouteRefreshInterval is how often felix re-reads the kernel in
 	// full ("90s"; 0 or unset: felix's default, 90 s: routed always
 	// re-reads).
@@ -82,6 +88,12 @@ func (c *FelixConfiguration) Validate() error {
 	validateMTU(&v, "spec.ipipMTU", s.IPIPMTU, 68)
 	validateMTU(&v, "spec.vxlanMTU", s.VXLANMTU, 68)
 	validateMTU(&v, "spec.vxlanMTUV6", s.VXLANMTUV6, 1280)
+	if p := s.VXLANPort; p != nil && (*p < 1 || *p > 65535) {
+		v.add("spec.vxlanPort", *p, "must be a UDP port, 1-65535")
+	}
+	if n := s.VXLANVNI; n != nil && (*n < 1 || *n > 1<<24-1) {
+		v.add("spec.vxlanVNI", *n, "must be a VXLAN network identifier, 1-16777215")
+	}
 	if s.RouteRefreshInterval != "" {
 		if d := validateDuration(&v, "spec.routeRefreshInterval", s.RouteRefreshInterval); d > 0 && d < time.Second {
 			v.add("spec.routeRefreshInterval", s.RouteRefreshInterval, "must be at least 1s (or 0 for the default)")
@@ -165,6 +177,12 @@ func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigur
 		}
 		if s.VXLANMTUV6 != nil {
 			out.VXLANMTUV6 = s.VXLANMTUV6
+		}
+		if s.VXLANPort != nil {
+			out.VXLANPort = s.VXLANPort
+		}
+		if s.VXLANVNI != nil {
+			out.VXLANVNI = s.VXLANVNI
 		}
 		if s.RouteRefreshInterval != "" {
 			out.RouteRefreshInterval = s.RouteRefreshInterval

@@ -235,6 +235,8 @@ func TestFelixConfigurationValidate(t *testing.T) {
 		{"default", "vxlanMTUV6: 1200", "spec.vxlanMTUV6: must be 0 (derived from the host MTU) or between 1280"},
 		{"default", "routeRefreshInterval: 10ms", "spec.routeRefreshInterval: must be at least 1s"},
 		{"default", "routeRefreshInterval: soon", "spec.routeRefreshInterval: is not a duration"},
+		{"default", "vxlanPort: 0", "spec.vxlanPort: must be a UDP port"},
+		{"default", "vxlanVNI: 16777216", "spec.vxlanVNI: must be a VXLAN network identifier"},
 		{"default", "logSeverityScreen: Loud", "spec.logSeverityScreen: must be one of Debug, Info, Warning, Error, Fatal"},
 		{"default", "failsafeInboundHostPorts: [{protocol: ICMP, port: 1}]", "spec.failsafeInboundHostPorts[0].protocol: must be TCP, UDP or SCTP"},
 		{"default", "failsafeInboundHostPorts: [{port: 0}]", "spec.failsafeInboundHostPorts[0].port: is required"},
@@ -268,7 +270,7 @@ func TestEffectiveFelixConfigurationEveryField(t *testing.T) {
 	t.Parallel()
 	n := 1500
 	ports := []api.ProtoPort{{Port: 22}}
-	full := api.FelixConfigurationSpec{IPIPMTU: &n, VXLANMTU: &n, VXLANMTUV6: &n, RouteRefreshInterval: "10s", LogSeverityScreen: "Info",
+	full := api.FelixConfigurationSpec{IPIPMTU: &n, VXLANMTU: &n, VXLANMTUV6: &n, VXLANPort: &n, VXLANVNI: &n, RouteRefreshInterval: "10s", LogSeverityScreen: "Info",
 		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports}
 	v := reflect.ValueOf(full)
 	for i := 0; i < v.NumField(); i++ {

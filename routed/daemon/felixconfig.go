@@ -23,7 +23,8 @@ import (
 //   - Live, from the node feed (felixConfig): logSeverityScreen (routed's
 //     log level; unset: --log-level again), ipipMTU, vxlanMTU and
 //     vxlanMTUV6 (felix.ApplySettings: the devices and the pod MTU file
-//     follow at once; pods created before keep their MTU).
+//     follow at once; pods created before keep their MTU), vxlanVNI and
+//     vxlanPort (the VXLAN devices are recreated).
 //   - At start only (readFelixConfig, before felix is built):
 //     routeRefreshInterval (felix's ResyncInterval) and
 //     failsafeInboundHostPorts/failsafeOutboundHostPorts (felix's
@@ -63,7 +64,8 @@ func readFelixConfig(ds *datastore.Client, node string, held bool) (api.FelixCon
 
 // felixSettings are the live fields of s for felix.
 func felixSettings(s api.FelixConfigurationSpec) felix.Settings {
-	return felix.Settings{IPIPMTU: deref(s.IPIPMTU), VXLANMTU: deref(s.VXLANMTU), VXLANMTUV6: deref(s.VXLANMTUV6)}
+	return felix.Settings{IPIPMTU: deref(s.IPIPMTU), VXLANMTU: deref(s.VXLANMTU), VXLANMTUV6: deref(s.VXLANMTUV6),
+		VXLANVNI: deref(s.VXLANVNI), VXLANPort: deref(s.VXLANPort)}
 }
 
 func deref(p *int) int {
@@ -79,6 +81,7 @@ func deref(p *int) int {
 func withFelixConfig(fc felix.Config, s api.FelixConfigurationSpec) felix.Config {
 	st := felixSettings(s)
 	fc.IPIPMTU, fc.VXLANMTU, fc.VXLANMTUV6 = st.IPIPMTU, st.VXLANMTU, st.VXLANMTUV6
+	fc.VXLANVNI, fc.VXLANPort = st.VXLANVNI, st.VXLANPort
 	if d, err := time.ParseDuration(s.RouteRefreshInterval); err == nil && d > 0 {
 		fc.ResyncInterval = d
 	}

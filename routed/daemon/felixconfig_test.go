@@ -50,7 +50,7 @@ func TestFelixConfigAtStart(t *testing.T) {
 	}
 	for _, y := range []string{
 		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {ipipMTU: 1400, vxlanMTU: 1400, routeRefreshInterval: 30s, failsafeInboundHostPorts: [{protocol: TCP, port: 22}, {protocol: UDP, port: 68}]}\n",
-		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {ipipMTU: 1350, failsafeOutboundHostPorts: []}\n",
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {ipipMTU: 1350, vxlanVNI: 5000, failsafeOutboundHostPorts: []}\n",
 		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n2}\nspec: {vxlanMTU: 1200}\n",
 	} {
 		if _, err := ds.Apply(ctx, felixConf(t, y)); err != nil {
@@ -62,7 +62,7 @@ func TestFelixConfigAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc := withFelixConfig(felix.Config{ResyncInterval: time.Minute}, spec)
-	if fc.IPIPMTU != 1350 || fc.VXLANMTU != 1400 || fc.VXLANMTUV6 != 0 || fc.ResyncInterval != 30*time.Second {
+	if fc.IPIPMTU != 1350 || fc.VXLANMTU != 1400 || fc.VXLANMTUV6 != 0 || fc.VXLANVNI != 5000 || fc.VXLANPort != 0 || fc.ResyncInterval != 30*time.Second {
 		t.Errorf("felix config %+v", fc)
 	}
 	if want := []policy.HostPort{{Proto: 6, Port: 22}, {Proto: 17, Port: 68}}; !reflect.DeepEqual(fc.FailsafeInboundHostPorts, want) {
