@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestImageRunsInContainerd: `make image` (deploy/image) builds routed's
@@ -102,17 +104,15 @@ func startContainerd(t *testing.T, dir string) string {
 			t.Logf("containerd log:\n%s", tail(string(b), 40))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if out, err := exec.Command("ctr", "--address", sock, "version").CombinedOutput(); err == nil && strings.Contains(string(out), "Server:") {
-			return sock
+	testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
+		out, err := exec.Command("ctr", "--address", sock, "version").CombinedOutput()
+		if err == nil && strings.Contains(string(out), "Server:") {
+			return ""
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("containerd did not come up in 30 s:\n%s", tail(string(b), 40))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		b, _ := os.ReadFile(logf.Name())
+		return fmt.Sprintf("containerd did not come up: ctr version: %v: %s\ncontainerd log:\n%s", err, out, tail(string(b), 40))
+	})
+	return sock
 }
 
 func tail(s string, n int) string {
