@@ -22,5 +22,6 @@ func New(out, errOut io.Writer) *cobra.Command {
 		}
 		root.AddCommand(c)
 	}
+	root.AddCommand(newFlowsCmd(out))
 	return root
 }

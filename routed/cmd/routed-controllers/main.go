@@ -83,6 +83,7 @@ POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
 	f.BoolVar(&cfg.AutoHostEndpoints, "auto-host-endpoints", os.Getenv("AUTO_HOST_ENDPOINTS") == "true",
 		"Calico's autoCreate: a \"*\" HostEndpoint <node>-auto-hep per Kubernetes node with the allow-all profile projectcalico-default-allow (env AUTO_HOST_ENDPOINTS=true); off, those written are removed")
 	f.DurationVar(&cfg.Resync, "resync", 0, "how often everything is compared again (default 5m)")
+	cmd.AddCommand(newFlowsAggregatorCmd())
 	return cmd
 }
 

@@ -1,0 +1,171 @@
+package flowagg
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/policy/flowrec"
+)
+
+// SenderConfig says where a node sends its batches.
+type SenderConfig struct {
+	// URL is the aggregator's base URL (https://host:port).
+	URL string
+	// CertFile and KeyFile are the node's client certificate (its
+	// routed-node etcd identity will do); CAFile verifies the
+	// aggregator.
+	CertFile, KeyFile, CAFile string
+	// Queue is how many batches wait while the aggregator is away (0:
+	// 200, ten minutes of 3 s batches); past it the oldest go, which
+	// the aggregator reports as a gap (their sequence numbers are
+	// missing).
+	Queue int
+}
+
+// Sender sends batches in order, retrying while the aggregator is away.
+type Sender struct {
+	cfg    SenderConfig
+	client *http.Client
+	log    *logrus.Entry
+
+	mu      sync.Mutex
+	queue   []flowrec.Batch
+	dropped uint64
+	wake    chan struct{}
+}
+
+// NewSender loads the certificates.
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	if cfg.URL == "" || cfg.CertFile == "" || cfg.KeyFile == "" || cfg.CAFile == "" {
+		return nil, fmt.Errorf("%w: the aggregator URL, the node's client certificate and key, and the CA are required (batches go over mutual TLS only)", ErrConfig)
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("flowagg: node certificate: %w", err)
+	}
+	pem, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("flowagg: CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrConfig, cfg.CAFile)
+	}
+	if cfg.Queue == 0 {
+		cfg.Queue = 200
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &Sender{cfg: cfg, client: &http.Client{Transport: tr, Timeout: 10 * time.Second},
+		log: logrus.WithField("component", "flowagg-sender"), wake: make(chan struct{}, 1)}, nil
+}
+
+// Sink queues a batch (flowrec.Config.Sinks); it never blocks.
+func (s *Sender) Sink(b flowrec.Batch) {
+	s.mu.Lock()
+	if len(s.queue) >= s.cfg.Queue {
+		s.queue = s.queue[1:]
+		s.dropped++
+	}
+	s.queue = append(s.queue, b)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Dropped is how many batches the queue's cap pushed out.
+func (s *Sender) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Run sends queued batches until ctx ends.
+func (s *Sender) Run(ctx context.Context) {
+	backoff := time.Second
+	for {
+		s.mu.Lock()
+		var b *flowrec.Batch
+		if len(s.queue) > 0 {
+			b = &s.queue[0]
+		}
+		s.mu.Unlock()
+		if b == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+			}
+			continue
+		}
+		err := s.send(ctx, b)
+		var refused *refusedError
+		if errors.As(err, &refused) {
+			// The aggregator will never take it (its identity or
+			// content): drop it rather than block the ones after.
+			s.log.WithError(err).Error("flowagg: the aggregator refused a batch; dropped")
+			err = nil
+		}
+		if err != nil {
+			s.log.WithError(err).WithField("retryIn", backoff).Warn("flowagg: sending flows")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		s.mu.Lock()
+		if len(s.queue) > 0 && s.queue[0].Seq == b.Seq && s.queue[0].Boot == b.Boot {
+			s.queue = s.queue[1:]
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Sender) send(ctx context.Context, b *flowrec.Batch) error {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL+"/v1/batches", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		err := fmt.Errorf("aggregator answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusForbidden {
+			return &refusedError{err}
+		}
+		return err
+	}
+	return nil
+}
+
+// refusedError is an answer that sending again will not change.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }

@@ -1,0 +1,283 @@
+package flowagg
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/policy/flowrec"
+)
+
+//go:embed web/index.html
+var webFS embed.FS
+
+// Config configures the aggregator.
+type Config struct {
+	// Listen is the address of the HTTPS listener (":9443").
+	Listen string
+	// CertFile and KeyFile are the server's certificate; ClientCAFile
+	// the CA whose client certificates identify nodes (the cluster's
+	// etcd CA: a node sends with its routed-node certificate).
+	CertFile, KeyFile, ClientCAFile string
+	// TokenFile holds the readers' token (routedctl flows, the page).
+	TokenFile string
+	// NodeIdentities are client certificate common names that may send
+	// any node's batches (default: routed-node, the shared node
+	// identity of docs/etcd-rbac.md). Any other verified name may
+	// send only the batches of the node of that name.
+	NodeIdentities []string
+	// MaxEntries and MaxAge bound the window (0: 100,000 and 1 h).
+	MaxEntries int
+	MaxAge     time.Duration
+}
+
+// ErrConfig is returned for an unusable Config.
+var ErrConfig = errors.New("flowagg: invalid configuration")
+
+// Server holds the window and serves it.
+type Server struct {
+	cfg    Config
+	token  []byte
+	window *Window
+	log    *logrus.Entry
+}
+
+// tokenCookie carries the token in a browser after the login form.
+const tokenCookie = "routed-flows-token"
+
+// NewServer reads the token and sets up the window.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.TokenFile == "" {
+		return nil, fmt.Errorf("%w: a token file is required (readers are never anonymous)", ErrConfig)
+	}
+	tok, err := os.ReadFile(cfg.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("flowagg: token file: %w", err)
+	}
+	tok = []byte(strings.TrimSpace(string(tok)))
+	if len(tok) < 16 {
+		return nil, fmt.Errorf("%w: token file %s: the token must be at least 16 characters", ErrConfig, cfg.TokenFile)
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 100_000
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = time.Hour
+	}
+	if len(cfg.NodeIdentities) == 0 {
+		cfg.NodeIdentities = []string{"routed-node"}
+	}
+	return &Server{cfg: cfg, token: tok, window: NewWindow(cfg.MaxEntries, cfg.MaxAge), log: logrus.WithField("component", "flowagg")}, nil
+}
+
+// Window is the server's window.
+func (s *Server) Window() *Window { return s.window }
+
+// TLSConfig is the listener's: the server certificate, and client
+// certificates verified against ClientCAFile when given (required for
+// sending batches, which the handler checks).
+func (s *Server) TLSConfig() (*tls.Config, error) {
+	if s.cfg.CertFile == "" || s.cfg.KeyFile == "" || s.cfg.ClientCAFile == "" {
+		return nil, fmt.Errorf("%w: cert, key and client CA files are required (nodes send over mutual TLS)", ErrConfig)
+	}
+	cert, err := tls.LoadX509KeyPair(s.cfg.CertFile, s.cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("flowagg: server certificate: %w", err)
+	}
+	pem, err := os.ReadFile(s.cfg.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("flowagg: client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: client CA file %s holds no PEM certificate", ErrConfig, s.cfg.ClientCAFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}, nil
+}
+
+// Run serves HTTPS on cfg.Listen until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	tc, err := s.TLSConfig()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("flowagg: listen: %w", err)
+	}
+	return s.Serve(ctx, tls.NewListener(ln, tc))
+}
+
+// Serve serves on a TLS listener until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = srv.Close()
+	}()
+	s.log.WithField("addr", ln.Addr().String()).Info("flowagg: serving")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("flowagg: serve: %w", err)
+	}
+	return nil
+}
+
+// Handler serves POST /v1/batches (nodes, mutual TLS), GET /v1/flows
+// (readers, token) and the page (/, its login form at POST /login).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/batches", s.postBatch)
+	mux.HandleFunc("GET /v1/flows", s.reader(s.getFlows))
+	mux.HandleFunc("GET /{$}", s.page)
+	mux.HandleFunc("POST /login", s.login)
+	return mux
+}
+
+// nodeIdentity is the common name of a verified client certificate.
+func nodeIdentity(r *http.Request) (string, bool) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", false
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.CommonName, true
+}
+
+func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
+	id, ok := nodeIdentity(r)
+	if !ok {
+		http.Error(w, "flowagg: batches need a client certificate of the cluster CA", http.StatusUnauthorized)
+		return
+	}
+	var b flowrec.Batch
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20))
+	if err := dec.Decode(&b); err != nil {
+		http.Error(w, "flowagg: batch: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	switch {
+	case b.Node == "" || b.Boot == "" || b.Seq == 0:
+		http.Error(w, "flowagg: batch: node, boot and seq are required", http.StatusBadRequest)
+		return
+	case !slices.Contains(s.cfg.NodeIdentities, id) && id != b.Node:
+		http.Error(w, fmt.Sprintf("flowagg: identity %q may not send node %q's flows", id, b.Node), http.StatusForbidden)
+		return
+	}
+	for i := range b.Flows {
+		b.Flows[i].Node = b.Node
+	}
+	s.window.Add(b)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// authorized: the token as a bearer token or in the page's cookie.
+func (s *Server) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		c, err := r.Cookie(tokenCookie)
+		if err != nil {
+			return false
+		}
+		tok = c.Value
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), s.token) == 1
+}
+
+func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			http.Error(w, "flowagg: a reader's token is required", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// getFlows writes the window's entries that pass the filter as JSON
+// lines; with follow=1 it goes on writing new ones until the client
+// leaves.
+func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
+	f, err := ParseFilter(r.URL.Query(), time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	follow := r.URL.Query().Get("follow") == "1"
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	fl, _ := w.(http.Flusher)
+	var seq uint64
+	for {
+		entries, last, more := s.window.After(seq, f.Keep)
+		for i := range entries {
+			if err := enc.Encode(&entries[i]); err != nil {
+				return
+			}
+		}
+		seq = last
+		if !follow {
+			return
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-more:
+		case <-time.After(15 * time.Second):
+			// a keep-alive line, so proxies and port-forwards hold on
+			if _, err := w.Write([]byte("{}\n")); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'")
+	if !s.authorized(r) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(loginPage))
+		return
+	}
+	b, _ := webFS.ReadFile("web/index.html")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
+// login takes the token from the form and keeps it in an HttpOnly,
+// Secure, SameSite=Strict cookie for the page's requests.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	tok := r.PostFormValue("token")
+	if subtle.ConstantTimeCompare([]byte(tok), s.token) != 1 {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(strings.Replace(loginPage, "<!--msg-->", `<p id="error">wrong token</p>`, 1)))
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+const loginPage = `<!doctype html><html><head><meta charset="utf-8"><title>routed flows: sign in</title></head>
+<body style="font-family:sans-serif"><h1>routed flows</h1><!--msg-->
+<form method="post" action="/login"><label>Token <input id="token" name="token" type="password" autocomplete="off"></label>
+<button id="signin" type="submit">Sign in</button></form>
+<p>The token is the aggregator's (its --token-file); reach the aggregator with kubectl port-forward.</p></body></html>`

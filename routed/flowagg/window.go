@@ -1,0 +1,157 @@
+// Package flowagg is the cluster's flow aggregator: nodes send it their
+// batches of flows (felix/policy/flowrec) over mutual TLS, it keeps a
+// bounded window of them in memory, notes the gaps (a node's batches
+// missing, a node's routed restarted, records a node's caps turned
+// away, its own restart), and serves them to readers as JSON lines,
+// following if asked, and as a web page.
+package flowagg
+
+import (
+	"sync"
+	"time"
+
+	"github.com/routed-net/routed/felix/policy/flowrec"
+)
+
+// Entry is one item of the window: a flow, or a gap in what the window
+// holds.
+type Entry struct {
+	// Seq numbers entries from 1 in the order the aggregator received
+	// them; a follower asks for those after the last it saw.
+	Seq      uint64        `json:"seq"`
+	Received time.Time     `json:"received"`
+	Flow     *flowrec.Flow `json:"flow,omitempty"`
+	Gap      *Gap          `json:"gap,omitempty"`
+}
+
+// Gap says that flows of a node (or, for Node "*", of every node) in
+// [From, To] may be missing from the window, and why.
+type Gap struct {
+	Node   string    `json:"node"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Reason string    `json:"reason"`
+	// Dropped counts what the node's caps or kernel turned away, by
+	// reason (flowrec.Batch.Dropped), when that is the gap.
+	Dropped map[string]uint64 `json:"dropped,omitempty"`
+}
+
+// Gap reasons.
+const (
+	GapRestarted  = "node-restarted"     // a new boot ID: the last interval before it was lost
+	GapMissing    = "batches-missing"    // sequence numbers skipped (the node's send queue overflowed)
+	GapDropped    = "records-dropped"    // the node counted records its caps or kernel turned away
+	GapAggregator = "aggregator-started" // nothing before this aggregator started
+	GapEvicted    = "window-evicted"     // the window's cap pushed out older entries
+)
+
+// nodeState is what the window remembers of a node to find its gaps.
+type nodeState struct {
+	boot    string
+	seq     uint64
+	lastEnd time.Time
+}
+
+// Window keeps the last entries (at most Max, none older than MaxAge).
+// Safe for concurrent use.
+type Window struct {
+	max    int
+	maxAge time.Duration
+
+	mu      sync.Mutex
+	buf     []Entry // oldest first
+	next    uint64
+	nodes   map[string]*nodeState
+	evicted uint64 // entries pushed out by the cap
+	changed chan struct{}
+}
+
+// NewWindow keeps at most max entries of at most maxAge, and starts
+// with a gap saying nothing before now is held.
+func NewWindow(max int, maxAge time.Duration) *Window {
+	w := &Window{max: max, maxAge: maxAge, next: 1, nodes: map[string]*nodeState{}, changed: make(chan struct{})}
+	now := time.Now()
+	w.addLocked(Entry{Received: now, Gap: &Gap{Node: "*", To: now, Reason: GapAggregator}})
+	return w
+}
+
+// Add takes one node's batch, noting the gaps it shows.
+func (w *Window) Add(b flowrec.Batch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	st := w.nodes[b.Node]
+	switch {
+	case st == nil:
+		if b.Seq > 1 {
+			// A node known to the previous aggregator (or whose first
+			// batches were lost): its earlier batches are not here.
+			w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, To: b.Start, Reason: GapMissing}})
+		}
+		st = &nodeState{}
+		w.nodes[b.Node] = st
+	case st.boot != b.Boot:
+		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapRestarted}})
+	case b.Seq <= st.seq:
+		return // a batch resent after its acknowledgement was lost
+	case b.Seq != st.seq+1:
+		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapMissing}})
+	}
+	st.boot, st.seq, st.lastEnd = b.Boot, b.Seq, b.End
+	if len(b.Dropped) > 0 {
+		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: b.Start, To: b.End, Reason: GapDropped, Dropped: b.Dropped}})
+	}
+	for i := range b.Flows {
+		f := b.Flows[i]
+		w.addLocked(Entry{Received: now, Flow: &f})
+	}
+	w.expireLocked(now)
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *Window) addLocked(e Entry) {
+	e.Seq = w.next
+	w.next++
+	if len(w.buf) >= w.max {
+		n := len(w.buf) - w.max + 1
+		w.evicted += uint64(n)
+		w.buf = append(w.buf[:0], w.buf[n:]...)
+	}
+	w.buf = append(w.buf, e)
+}
+
+func (w *Window) expireLocked(now time.Time) {
+	i := 0
+	for i < len(w.buf) && now.Sub(w.buf[i].Received) > w.maxAge {
+		i++
+	}
+	if i > 0 {
+		w.buf = append(w.buf[:0], w.buf[i:]...)
+	}
+}
+
+// After returns the entries with Seq > seq that keep says to keep, the
+// Seq to ask after next, and a channel closed when more arrive. When
+// entries after seq were evicted, a gap says so first.
+func (w *Window) After(seq uint64, keep func(*Entry) bool) (out []Entry, last uint64, more <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 && w.buf[0].Seq > seq+1 && seq > 0 {
+		out = append(out, Entry{Received: time.Now(), Gap: &Gap{Node: "*", To: w.buf[0].Received, Reason: GapEvicted}})
+	}
+	for i := range w.buf {
+		e := &w.buf[i]
+		if e.Seq > seq && keep(e) {
+			out = append(out, *e)
+		}
+	}
+	return out, w.next - 1, w.changed
+}
+
+// Stats reports the window's size and what its cap pushed out.
+func (w *Window) Stats() (entries int, evicted uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buf), w.evicted
+}
