@@ -121,6 +121,7 @@ type hostEP struct {
 	in, out    []*cpolicy // every policy applying, in evaluation order
 	profiles   []string
 	chains     [numHostCtx]string
+	indexed    string // the interface the rule index names it for
 }
 
 // The contexts of a host endpoint's chains.
@@ -261,6 +262,15 @@ func (c *Calc) renderHost(he *hostEP) {
 		name, rules, infos, runs := c.policyListChain(pols, ctx == hostIn || ctx == hostFwdIn || ctx == hostPreDNAT || ctx == hostRawIn, sh)
 		c.swapEPChain(&he.chains[ctx], name, rules, infos, runs)
 	}
+	// The log reader names the endpoint of a named interface.
+	if he.indexed != "" && he.indexed != he.iface {
+		c.index.deleteIface(he.indexed)
+		he.indexed = ""
+	}
+	if he.iface != nftdp.WildcardIface {
+		c.index.setIface(he.iface, EndpointRef{Key: he.key})
+		he.indexed = he.iface
+	}
 	c.pushHosts()
 }
 
@@ -308,6 +318,9 @@ func (c *Calc) removeHost(he *hostEP) {
 	c.reselect(he.key, union(he.in, he.out), nil, he.profiles, nil)
 	for i := range he.chains {
 		c.unrefEPChain(he.chains[i])
+	}
+	if he.indexed != "" {
+		c.index.deleteIface(he.indexed)
 	}
 	delete(c.hosts.eps, he.key)
 	c.pushHosts()

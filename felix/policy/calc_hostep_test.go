@@ -82,7 +82,13 @@ func TestHostEndpointChains(t *testing.T) {
 		t.Errorf("preDNAT chain ends with a drop: what no rule decides must go on to normal policy")
 	}
 
+	if ref, ok := c.Index().Endpoint("eth0"); !ok || ref.Key != HostEndpointKey("n1-eth0") {
+		t.Errorf("the rule index names %+v for eth0", ref)
+	}
 	c.SetHostEndpoint(testHostEP("n1-eth0", "*", true, labels, "192.0.2.1/32"))
+	if _, ok := c.Index().Endpoint("eth0"); ok {
+		t.Error("the rule index still names eth0 after the endpoint became \"*\"")
+	}
 	if h := s.hosts.Endpoints[0]; h.RawIn != "" || h.RawOut != "" || h.PreDNAT == "" {
 		t.Errorf("\"*\" endpoint %+v: no untracked chains (Calico), preDNAT kept", h)
 	}
