@@ -28,6 +28,23 @@ import (
 type benchModel struct {
 	nEP, nLocal, nPol int
 	dual              bool // IPv6 addresses too
+	// nHosts host endpoints (POLICY_BENCH_HOSTS): one of this node's
+	// ("*"), the others elsewhere, each labelled like an app's pods so
+	// that the policies' source sets hold their addresses, and one
+	// policy selecting them all (role == 'host').
+	nHosts int
+}
+
+// hostEndpoint is the i-th host endpoint of the model.
+func (bm benchModel) hostEndpoint(i int) (*api.HostEndpoint, bool) {
+	iface := "eth0"
+	if i == 0 {
+		iface = "*"
+	}
+	return &api.HostEndpoint{Metadata: api.ObjectMeta{Name: fmt.Sprintf("node%d-eth0", i),
+		Labels: map[string]string{"app": "app-" + strconv.Itoa(i%benchApps), "role": "host"}},
+		Spec: api.HostEndpointSpec{Node: fmt.Sprintf("node%d", i), InterfaceName: iface, Profiles: []string{api.DefaultAllowProfile},
+			ExpectedIPs: []string{netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}).String()}}}, i == 0
 }
 
 const benchApps = 200
@@ -117,10 +134,11 @@ func envInt(name string, def int) int {
 // dispatch entry) are in the kernel, and one policy edit until enforced.
 // Run: go test -run XXX -bench Programming -benchtime 1x ./felix/policy
 // (POLICY_BENCH_EPS, _LOCAL, _POLICIES, _SAMPLES change the shape;
-// POLICY_BENCH_DUAL=1 gives every endpoint an IPv6 address too).
+// POLICY_BENCH_DUAL=1 gives every endpoint an IPv6 address too;
+// POLICY_BENCH_HOSTS=100 adds 100 host endpoints, one of them local).
 func BenchmarkProgramming(b *testing.B) {
 	bm := benchModel{nEP: envInt("POLICY_BENCH_EPS", 10000), nLocal: envInt("POLICY_BENCH_LOCAL", 200), nPol: envInt("POLICY_BENCH_POLICIES", 1000),
-		dual: os.Getenv("POLICY_BENCH_DUAL") == "1"}
+		dual: os.Getenv("POLICY_BENCH_DUAL") == "1", nHosts: envInt("POLICY_BENCH_HOSTS", 0)}
 	samples := envInt("POLICY_BENCH_SAMPLES", 200)
 	for range b.N {
 		n := nstest.New(b)
@@ -157,12 +175,32 @@ func BenchmarkProgramming(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		if bm.nHosts > 0 {
+			if err := m.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: api.DefaultAllowProfile},
+				Spec: api.ProfileSpec{Ingress: []api.Rule{{Action: api.ActionAllow}}, Egress: []api.Rule{{Action: api.ActionAllow}}}}); err != nil {
+				b.Fatal(err)
+			}
+			d, err := api.Decode([]byte("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: hosts}\nspec:\n  order: 10\n  selector: role == 'host'\n" +
+				"  applyOnForward: true\n  ingress: [{action: Allow, protocol: TCP, source: {selector: role == 'host'}, destination: {ports: [22, 179, 10250]}}]\n"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.SetPolicy(d.Resources[0].(api.Policy)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range bm.nHosts {
+			h, local := bm.hostEndpoint(i)
+			if err := m.SetHostEndpoint(h, local, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
 		calc := time.Since(t0)
 		t1 := time.Now()
 		apply()
 		full := time.Since(t1)
-		b.Logf("full program: %d policies, %d endpoints (%d local, dual-stack %v): calc %v, kernel %v, total %v, %d transactions",
-			bm.nPol, bm.nEP, bm.nLocal, bm.dual, calc.Round(time.Millisecond), full.Round(time.Millisecond), (calc + full).Round(time.Millisecond), m.Writes())
+		b.Logf("full program: %d policies, %d endpoints (%d local, dual-stack %v), %d host endpoints: calc %v, kernel %v, total %v, %d transactions",
+			bm.nPol, bm.nEP, bm.nLocal, bm.dual, bm.nHosts, calc.Round(time.Millisecond), full.Round(time.Millisecond), (calc + full).Round(time.Millisecond), m.Writes())
 		b.ReportMetric(float64((calc + full).Milliseconds()), "full-ms")
 
 		w := m.Writes()
