@@ -111,4 +111,21 @@ spec:
 	if out, _, _ := ctl(t, ep, "", "get", "networkpolicies", "-n", "default"); strings.Contains(out, " x ") || strings.Contains(out, "\nx") {
 		t.Errorf("policy x not deleted:\n%s", out)
 	}
+
+	// FelixConfiguration: a refused field names file, document and why;
+	// warned fields are named with their file; honoured ones read back.
+	fc := write("felix.yaml", "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {IPIPMTU: 1400, chainInsertMode: Append}\n---\n"+
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.worker-1}\nspec: {wireguardEnabled: true}\n")
+	_, errOut, code = ctl(t, ep, "", "apply", "-f", fc)
+	if want := fc + ": document 2 (FelixConfiguration node.worker-1): Calico field spec.wireguardEnabled (true) cannot be ignored: routed has no WireGuard yet"; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("refused FelixConfiguration: code %d, stderr %q, want %q", code, errOut, want)
+	}
+	fc = write("felix.yaml", "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {IPIPMTU: 1400, chainInsertMode: Append}\n")
+	out, errOut, code = ctl(t, ep, "", "apply", "-f", fc)
+	if want := "Warning: " + fc + ": document 1 (FelixConfiguration default): Calico field spec.chainInsertMode is not used by routed"; code != 0 || !strings.Contains(errOut, want) {
+		t.Errorf("FelixConfiguration: code %d, stderr %q, want %q", code, errOut, want)
+	}
+	if out, _, _ = ctl(t, ep, "", "get", "felixconfigurations", "default", "-o", "yaml"); !strings.Contains(out, "ipipMTU: 1400") {
+		t.Errorf("FelixConfiguration as read back:\n%s", out)
+	}
 }
