@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -119,6 +120,9 @@ func writeKubeObjects(ctx context.Context, t *testing.T, kube kubernetes.Interfa
 	for _, sa := range []struct{ ns, name string }{{"shop", "frontend"}, {"shop", "default"}, {"default", "default"}} {
 		must(kube.CoreV1().ServiceAccounts(sa.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.name}}, metav1.CreateOptions{}))
 	}
+	// A Kubernetes NetworkPolicy: it stays where it is.
+	must(kube.NetworkingV1().NetworkPolicies("shop").Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web-ingress"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}, metav1.CreateOptions{}))
 	node := func(name string, ann map[string]string) {
 		must(kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann,
 			Labels: map[string]string{"kubernetes.io/hostname": name, "rack": "rack-1"}}}, metav1.CreateOptions{}))

@@ -76,6 +76,7 @@ func TestMigrateCalicoKDD(t *testing.T) {
 			"Not carried over: block 10.244.3.0/26 (0 addresses in use): no confirmed affinity to a node",
 			"Not carried over: Node node-c: calico-node left no address on it",
 			"Not carried over: pod default/other-cni on node-b: its address 10.99.0.5 is not allocated in a carried Calico block",
+			"Note: 1 Kubernetes NetworkPolicies stay in Kubernetes: routed-controllers convert them",
 		} {
 			if !containsSpaced(out, want) {
 				t.Errorf("plan lacks %q", want)
@@ -91,6 +92,13 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		}
 		if _, _, code := migrateCtl(t, ep, nil, "get", "ippool", "default-ipv4-ippool"); code == 0 {
 			t.Fatal("the dry run wrote the pool")
+		}
+		// Outside a pod, a source must be named; only one.
+		for _, args := range [][]string{{}, {"--from-etcd", ep, "--from-kubeconfig", kubeconfig}} {
+			out, errOut, code := migrateCtl(t, ep, []string{"KUBERNETES_SERVICE_HOST="}, append([]string{"migrate", "calico", "--dry-run"}, args...)...)
+			if code == 0 || !strings.Contains(errOut, "--from-kubeconfig") {
+				t.Errorf("migrate calico %v: code %d\n%s%s", args, code, out, errOut)
+			}
 		}
 	})
 
