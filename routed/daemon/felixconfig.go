@@ -117,6 +117,8 @@ type felixConfig struct {
 	// global and own are the last "default" and "node.<name>" seen.
 	global, own *api.FelixConfiguration
 	level       logrus.Level
+	// applied, when set (tests), sees each effective configuration.
+	applied func(api.FelixConfigurationSpec)
 }
 
 func newFelixConfig(node string, base logrus.Level, fx *felix.Felix, atStart api.FelixConfigurationSpec) *felixConfig {
@@ -149,7 +151,11 @@ func (c *felixConfig) OnBatch(b feed.Batch) {
 			c.own = fc
 		}
 	}
-	c.apply(api.EffectiveFelixConfiguration(c.global, c.own))
+	eff := api.EffectiveFelixConfiguration(c.global, c.own)
+	c.apply(eff)
+	if c.applied != nil {
+		c.applied(eff)
+	}
 }
 
 func (c *felixConfig) apply(s api.FelixConfigurationSpec) {

@@ -106,3 +106,66 @@ func TestFelixConfigLogLevelLive(t *testing.T) {
 		}
 	}
 }
+
+// TestFelixConfigThroughTheFeed runs the real node feed on a real etcd:
+// the consumer sees "default" and its own node's configuration as they
+// are applied and deleted, and never another node's.
+func TestFelixConfigThroughTheFeed(t *testing.T) {
+	was := logrus.GetLevel()
+	t.Cleanup(func() { logrus.SetLevel(was) })
+	srv := etcdtest.Start(t)
+	ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	seen := make(chan api.FelixConfigurationSpec, 100)
+	c := newFelixConfig("n1", logrus.InfoLevel, nil, api.FelixConfigurationSpec{})
+	c.applied = func(s api.FelixConfigurationSpec) { seen <- s }
+	fd := feed.New(ds, feed.Options{})
+	fd.Subscribe("felix configuration", []api.Kind{api.KindFelixConfiguration}, c, felixConfigNames("n1"))
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fd.Run(fctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	waitFor := func(what string, ok func(api.FelixConfigurationSpec) bool) {
+		t.Helper()
+		for {
+			select {
+			case s := <-seen:
+				if s.IPIPMTU != nil && *s.IPIPMTU == 1000 {
+					t.Fatalf("node.n2's configuration reached n1: %+v", s)
+				}
+				if ok(s) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("never saw %s", what)
+			}
+		}
+	}
+	waitFor("the first snapshot", func(api.FelixConfigurationSpec) bool { return true })
+	for _, y := range []string{
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n2}\nspec: {ipipMTU: 1000}\n",
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {vxlanMTU: 1400, logSeverityScreen: Debug}\n",
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {ipipMTU: 1300}\n",
+	} {
+		if _, err := ds.Apply(ctx, felixConf(t, y)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor("default and node.n1", func(s api.FelixConfigurationSpec) bool {
+		return s.IPIPMTU != nil && *s.IPIPMTU == 1300 && s.VXLANMTU != nil && *s.VXLANMTU == 1400
+	})
+	if logrus.GetLevel() != logrus.DebugLevel {
+		t.Errorf("log level %s, want debug", logrus.GetLevel())
+	}
+	if err := ds.Delete(ctx, api.KindFelixConfiguration, "node.n1", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("node.n1 deleted", func(s api.FelixConfigurationSpec) bool { return s.IPIPMTU == nil && s.VXLANMTU != nil })
+}
