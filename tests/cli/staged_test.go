@@ -168,6 +168,13 @@ func TestStagedPoliciesThroughRoutedctl(t *testing.T) {
 		}
 	}
 
+	if out, errOut, code := ctl(t, ep, "", "delete", "sknp", "-n", "shop", "default-deny"); code != 0 {
+		t.Errorf("delete sknp: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := ctl(t, ep, "", "policy", "explain", "shop/client", "shop/web", "tcp/8080", "-o", "json"); code != 0 || strings.Contains(out, "default-deny") {
+		t.Errorf("explain after the staged policy was deleted: exit %d\n%s%s", code, out, errOut)
+	}
+
 	noTier := "apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: nowhere}\nspec: {tier: nope, selector: all()}\n"
 	if out, errOut, code := ctl(t, ep, noTier, "apply", "-f", "-"); code == 0 || !strings.Contains(errOut, `spec.tier "nope"`) || !strings.Contains(errOut, "nothing was written") {
 		t.Errorf("staged policy in a missing tier: exit %d\n%s%s", code, out, errOut)
