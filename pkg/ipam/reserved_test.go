@@ -246,3 +246,31 @@ func TestReservedSetArithmetic(t *testing.T) {
 		t.Errorf("v6 holding %q", got)
 	}
 }
+
+// TestReservationsCostNoRequests: reservations ride on the pool view's
+// read, so a node filling its blocks makes exactly as many etcd
+// requests with reservations elsewhere in the pool as without any.
+func TestReservationsCostNoRequests(t *testing.T) {
+	t.Parallel()
+	run := func(reserve bool) Stats {
+		e := newEnv(t)
+		e.pool("p", "10.9.16.0/22", 26)
+		e.node("n1", nil)
+		if reserve {
+			e.reserve("far", "10.9.19.250", "10.9.19.128/28")
+		}
+		c := New(e.ds, WithWatchedPools())
+		assign(t, c, "n1", "net.warm") // the first claim and view read
+		before := c.Stats()
+		for i := range 70 {
+			assign(t, c, "n1", fmt.Sprintf("net.%d", i))
+		}
+		after := c.Stats()
+		return Stats{Gets: after.Gets - before.Gets, Txns: after.Txns - before.Txns, Conflicts: after.Conflicts - before.Conflicts}
+	}
+	without, with := run(false), run(true)
+	if with != without {
+		t.Errorf("70 assignments: %+v with reservations, %+v without", with, without)
+	}
+	t.Logf("70 assignments (a second block claimed on the way): %+v", with)
+}
