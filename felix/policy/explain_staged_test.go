@@ -233,3 +233,36 @@ func TestExplainStagedRefusals(t *testing.T) {
 		t.Errorf("a programming calculator: %v, want ErrNotModel", err)
 	}
 }
+
+// TestExplainStagedServiceRule: a staged rule naming a Service matches
+// the Service's endpoints as the controllers resolved them, as an
+// enforced rule would: the staged deny of traffic from the Service's
+// endpoints denies pod a (one of them), and not pod c (not one).
+func TestExplainStagedServiceRule(t *testing.T) {
+	m := stagedModel(t)
+	if err := m.SetResource(&api.ServiceEndpoints{
+		Metadata: api.ObjectMeta{Name: "front", Namespace: "prod", Annotations: map[string]string{api.ControllersOwnerAnnotation: api.ControllersOwnerValue}},
+		Spec:     api.ServiceEndpointsSpec{Subsets: []api.ServiceSubset{{Addresses: []string{"10.0.0.1"}, Ports: []api.ServicePort{{Protocol: api.ProtocolFromName("TCP"), Port: 80}}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deny := staged(t, `apiVersion: routed.io/v1
+kind: StagedNetworkPolicy
+metadata: {name: deny-front, namespace: prod}
+spec: {order: 1, selector: app == 'b', ingress: [{action: Deny, source: {services: {name: front}}}]}
+`)
+	for _, c := range []struct {
+		src     byte
+		allowed bool
+	}{{1, false}, {3, true}} {
+		f := tcpFlow(c.src, 2, 8080)
+		vs, err := m.ExplainStaged(f, m.Explain(f), []StagedPolicy{deny})
+		if err != nil || len(vs) != 1 || vs[0].Error != "" || vs[0].Ingress == nil {
+			t.Fatalf("from 10.0.0.%d: %+v %v", c.src, vs, err)
+		}
+		in := vs[0].Ingress
+		if in.Allowed != c.allowed || (!c.allowed && in.Rule.Policy != "staged:snp:prod/deny-front") {
+			t.Errorf("from 10.0.0.%d: ingress %+v, want allowed=%v", c.src, in, c.allowed)
+		}
+	}
+}
