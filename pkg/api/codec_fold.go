@@ -109,15 +109,22 @@ func (f *folder) foldMap(m map[string]any, fields map[string]reflect.Type, extra
 		return
 	}
 	canon := make(map[string]string, len(fields)+len(extra))
+	exact := make(map[string]bool, len(fields)+len(extra))
 	for name := range fields {
 		canon[strings.ToLower(name)] = name
+		exact[name] = true
 	}
 	for _, name := range extra {
 		canon[strings.ToLower(name)] = name
+		exact[name] = true
 	}
 	found := map[string][]string{}
 	for k := range m {
-		if c, ok := canon[strings.ToLower(k)]; ok {
+		c, ok := k, exact[k] // an exact name is itself, as encoding/json prefers it
+		if !ok {
+			c, ok = canon[strings.ToLower(k)]
+		}
+		if ok {
 			found[c] = append(found[c], k)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode"
@@ -264,5 +265,54 @@ func TestErrorsNameFileAndDocument(t *testing.T) {
 	_, err = api.Decode([]byte("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: a}\nspec: {cidr: 10.1.0.0/16, assignmentMode: {manual: true}}\n"))
 	if err == nil || strings.Contains(err.Error(), "map[") || !strings.Contains(err.Error(), `{"manual":true}`) {
 		t.Errorf("refused Calico value shown as %v", err)
+	}
+}
+
+// TestNoFieldNamesFoldTogether: no resource type has two JSON field
+// names that differ only in case at one level, so folding a key to its
+// field is never ambiguous.
+func TestNoFieldNamesFoldTogether(t *testing.T) {
+	t.Parallel()
+	seen := map[reflect.Type]bool{}
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		lower := map[string]string{}
+		var fields func(typ reflect.Type)
+		fields = func(typ reflect.Type) {
+			for i := 0; i < typ.NumField(); i++ {
+				f := typ.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if f.Anonymous && (name == "" || strings.Contains(opts, "inline")) {
+					fields(f.Type)
+					continue
+				}
+				if name == "-" || !f.IsExported() {
+					continue
+				}
+				if name == "" {
+					name = f.Name
+				}
+				if other, dup := lower[strings.ToLower(name)]; dup && other != name {
+					t.Errorf("%s: fields %q and %q differ only in case", path, other, name)
+				}
+				lower[strings.ToLower(name)] = name
+				walk(f.Type, path+"."+name)
+			}
+		}
+		fields(typ)
+	}
+	for _, k := range api.Kinds {
+		r, err := api.New(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		walk(reflect.TypeOf(r), string(k))
 	}
 }
