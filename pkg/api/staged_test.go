@@ -335,3 +335,29 @@ func TestAPILinksNoKubernetesTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedFieldNamesAnyCase: field names are read in any case, as
+// calicoctl reads them, in the staged kinds too (the Kubernetes spec's
+// included); a port stays a port.
+func TestStagedFieldNamesAnyCase(t *testing.T) {
+	t.Parallel()
+	rs := decodeStaged(t, `apiVersion: projectcalico.org/v3
+kind: StagedNetworkPolicy
+metadata: {name: p, namespace: ns}
+spec: {StagedAction: Delete, Tier: default}
+---
+apiVersion: projectcalico.org/v3
+kind: StagedKubernetesNetworkPolicy
+metadata: {name: k, namespace: ns}
+spec:
+  PodSelector: {MatchLabels: {app: db}}
+  Ingress: [{From: [{IPBlock: {CIDR: 10.0.0.0/8}}], Ports: [{Port: 80, EndPort: 90}]}]
+`)
+	if p := rs[0].(*api.StagedNetworkPolicy); p.Action() != api.StagedActionDelete {
+		t.Errorf("StagedAction: %+v", p.Spec)
+	}
+	k := rs[1].(*api.StagedKubernetesNetworkPolicy).Spec
+	if k.PodSelector.MatchLabels["app"] != "db" || k.Ingress[0].From[0].IPBlock.CIDR != "10.0.0.0/8" || k.Ingress[0].Ports[0].Port.Num != 80 || *k.Ingress[0].Ports[0].EndPort != 90 {
+		t.Errorf("Kubernetes spec read in any case: %+v", k)
+	}
+}
