@@ -77,8 +77,9 @@ type StagedVerdict struct {
 
 // ExplainStaged evaluates f once per staged policy that applies (or
 // whose twin applies) to the source's egress or the destination's
-// ingress, with that staged policy's action applied to the model, as
-// Calico's staged ("pending") verdicts do; enforced is the model's
+// ingress, with that staged policy's action applied to the model
+// (routed's per-policy counterpart of Calico's pending verdicts; see
+// ExplainStagedTogether for all at once); enforced is the model's
 // Explain of f. Staged policies that apply to neither are left out.
 // The model is the same after it returns as before.
 func (c *Calc) ExplainStaged(f Flow, enforced Explanation, staged []StagedPolicy) ([]StagedVerdict, error) {
@@ -109,6 +110,9 @@ type stagedApplied struct {
 // An error (a policy felix would refuse, an unknown action) changes
 // nothing.
 func (c *Calc) applyStaged(f Flow, s StagedPolicy) (stagedApplied, error) {
+	if s.Policy == nil {
+		return stagedApplied{}, errors.New("it names no enforced policy")
+	}
 	key := PolicyKey(s.Policy)
 	a := stagedApplied{key: key, old: c.policies[key]}
 	src, dst := c.endpointAt(f.Src), c.endpointAt(f.Dst)
@@ -134,9 +138,9 @@ func (c *Calc) undo(a stagedApplied) { c.replacePolicy(a.key, a.old) }
 // explainOneStaged applies s, decides the directions it concerns and
 // puts the model back as it was.
 func (c *Calc) explainOneStaged(f Flow, enforced Explanation, s StagedPolicy) (StagedVerdict, bool) {
-	v := StagedVerdict{Policy: s.Key(), Kind: s.Kind, Action: s.Action, Twin: PolicyKey(s.Policy)}
+	v := StagedVerdict{Policy: s.Key(), Kind: s.Kind, Action: s.Action}
 	a, err := c.applyStaged(f, s)
-	v.TwinExists = a.old != nil
+	v.Twin, v.TwinExists = a.key, a.old != nil
 	if err != nil {
 		v.Error = "not evaluated: " + err.Error()
 		return v, true

@@ -228,6 +228,9 @@ func TestExplainStagedRefusals(t *testing.T) {
 	if after := m.Explain(f); !reflect.DeepEqual(after, enforced) {
 		t.Errorf("the model changed: %+v", after)
 	}
+	if vs, err := m.ExplainStaged(f, enforced, []StagedPolicy{{Kind: api.KindStagedNetworkPolicy, Name: "x"}}); err != nil || len(vs) != 1 || vs[0].Error == "" {
+		t.Errorf("a staged policy without its twin: %+v %v", vs, err)
+	}
 	c := NewCalc(newRecSink(), LogConfig{})
 	if _, err := c.ExplainStaged(f, enforced, []StagedPolicy{bad}); !errors.Is(err, ErrNotModel) {
 		t.Errorf("a programming calculator: %v, want ErrNotModel", err)
