@@ -73,7 +73,7 @@ func New(cfg Config) (*Felix, error) {
 // resync duration, apply failures, learned routes filtered); nothing is
 // registered globally.
 func (f *Felix) Collectors() []prometheus.Collector {
-	return append(f.metrics.Collectors(), f.filters.gauge, newPolicyCollector(f))
+	return append(f.metrics.Collectors(), f.filters.gauge, newPolicyCollector(f), newWireguardCollector(f))
 }
 
 // Register registers Collectors with reg.

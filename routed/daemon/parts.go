@@ -44,8 +44,11 @@ type node struct {
 	speaker *bgp.Speaker
 	confd   *confd.Confd
 	keeper  *noderecord.Keeper
-	tunnel  *tunneladdr.Loop  // nil on a route reflector
-	cni     *cniserver.Server // nil on a route reflector or when off
+	// wgKeys publishes this node's WireGuard keys on its Node (nil on
+	// a route reflector).
+	wgKeys *noderecord.KeyPublisher
+	tunnel *tunneladdr.Loop  // nil on a route reflector
+	cni    *cniserver.Server // nil on a route reflector or when off
 	// reimport puts back the pods this node runs that the datastore
 	// lost (nil on a route reflector).
 	reimport *reimport.Reimporter
@@ -80,7 +83,9 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
 	}
 	if cfg.Role == RoleNode {
+		n.wgKeys = noderecord.NewKeyPublisher(cfg.NodeName, n.held)
 		fx, err := felix.New(withFelixConfig(felix.Config{
+			WireGuard:      cfg.felixWireguard(n.wgKeys.Publish),
 			Beat:           n.beats.felix,
 			NodeName:       cfg.NodeName,
 			ResyncInterval: cfg.FelixResync,
@@ -142,6 +147,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		guard.BeforeTrust(n.reimportBeforeTrust, n.feed.Rejudge)
 		n.tunnel = tunneladdr.New(ds, n.ipam, cfg.NodeName, n.held)
 		n.feed.Subscribe("tunnel address", tunneladdr.Kinds, n.tunnel)
+		n.feed.Subscribe("wireguard keys", noderecord.Kinds, n.wgKeys)
 		if sock := cfg.cniSocket(); sock != "" {
 			n.cni = cniserver.New(cniserver.Config{Socket: sock, Node: cfg.NodeName, DS: ds,
 				IPAM: ipam.New(ds, ipam.WithWatchedPools()), Held: guard.Frozen})
@@ -169,6 +175,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	if n.felix != nil {
 		g.Go("felix", supervise.Restart, n.felix.Run)
 		g.Go("tunnel address", supervise.Restart, n.tunnel.Run)
+		g.Go("wireguard keys", supervise.Restart, func(ctx context.Context) error { return n.wgKeys.Run(ctx, n.ds) })
 		g.Go("endpoint journal", supervise.Restart, n.journal.Run)
 		if cfg.IPAMGCPeriod > 0 {
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
@@ -183,7 +190,8 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	}
 	st := status.NewServer(cfg.StatusSocket, n.speaker)
 	if n.felix != nil {
-		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithReimport(n.reimport.Run)
+		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithReimport(n.reimport.Run).
+			WithWireguard(status.WireguardFuncs{Read: n.wireguardStatus, Rotate: n.rotateWireguard})
 	}
 	g.Go("status socket", supervise.Fatal, st.Run)
 	if cfg.HealthAddr != "" {

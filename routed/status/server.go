@@ -37,6 +37,7 @@ type Server struct {
 	policy    func(context.Context) ([]PolicyCounter, error) // nil: not served
 	policyLog PolicyLogFunc                                  // nil: not served
 	reimport  ReimportFunc                                   // nil: not served
+	wireguard *WireguardFuncs                                // nil: not served
 }
 
 // NewServer returns a server for path (see SocketPath) asking p.
@@ -117,6 +118,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.handlePolicy(mux)
 	s.handleReimport(mux)
+	s.handleWireguard(mux)
 	// Go's runtime profiles (heap, goroutine, allocs...), for a memory
 	// or goroutine question on a live node: root only, like the socket.
 	mux.HandleFunc("GET "+PathProfile+"{name}", func(w http.ResponseWriter, r *http.Request) {

@@ -81,6 +81,8 @@ configured session (of either family) is Established, 2 when one is not,
 		},
 	})
 
+	node.AddCommand(rotateCommand(out, client))
+
 	var profileOut string
 	profile := &cobra.Command{
 		Use:   "profile NAME",
@@ -226,6 +228,9 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 	}
 	peerTable(out, "IPv4", v4)
 	peerTable(out, "IPv6", v6)
+	if err := wireguardSection(ctx, out, c); err != nil {
+		fmt.Fprintf(out, "\nWireGuard status unavailable: %v\n", err)
+	}
 	fmt.Fprintln(out)
 	down := 0
 	for _, p := range peers {
