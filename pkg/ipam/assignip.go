@@ -91,6 +91,7 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 		if res.ok {
 			c.blocks.put(bkey, nb, res.rev)
 			c.handles.put(hkey, nh, res.rev)
+			c.noteReserved(ip, handle)
 			return nil
 		}
 		c.storeBlockKV(bkey, res.cur[bkey])

@@ -169,3 +169,14 @@ func (b *block) allocateSkipping(reserved map[int]bool, attr attribute, now time
 	}
 	return 0, false
 }
+
+// noteReserved logs an address AssignIP handed out although a
+// reservation holds it: allowed (the caller chose it), but worth saying.
+func (c *Client) noteReserved(ip netip.Addr, handle string) {
+	if v := c.view.Load(); v != nil {
+		if name := v.reserved.holding(ip); name != "" {
+			log.WithFields(map[string]any{"ip": ip.String(), "handle": handle, "reservation": name}).
+				Info("assigned a reserved address on request: reservations keep addresses from automatic assignment only, as in Calico")
+		}
+	}
+}
