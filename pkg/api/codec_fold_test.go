@@ -164,6 +164,12 @@ Spec:
 					t.Errorf("ingress %+v", in)
 				}
 			}},
+		{name: "JSON as calicoctl reads it", in: `{"apiVersion": "projectcalico.org/v3", "Kind": "Tier", "Metadata": {"Name": "t2"}, "Spec": {"ORDER": 7}}`,
+			check: func(t *testing.T, d *api.Decoded) {
+				if tr := d.Resources[0].(*api.Tier); tr.Metadata.Name != "t2" || tr.Spec.Order == nil || *tr.Spec.Order != 7 {
+					t.Errorf("tier %+v", tr)
+				}
+			}},
 		{name: "list items and their fields", in: "APIVersion: routed.io/v1\nKind: IPPoolList\nItems:\n- Metadata: {Name: a}\n  Spec: {Cidr: 10.1.0.0/16}\n",
 			check: func(t *testing.T, d *api.Decoded) {
 				if len(d.Resources) != 1 || d.Resources[0].(*api.IPPool).Spec.CIDR != "10.1.0.0/16" {
