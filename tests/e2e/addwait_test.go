@@ -48,7 +48,7 @@ func TestAddWaitsForRoutedRestart(t *testing.T) {
 		// routed stays away three times the timeout: the old plugin failed
 		// the ADD after 2 s.
 		away := 3 * timeout * time.Second
-		time.Sleep(away)
+		time.Sleep(away) // not a poll: the outage the ADD must wait across
 		if err := l.StartNode(ctx, n[2].Name); err != nil {
 			t.Fatal(err)
 		}

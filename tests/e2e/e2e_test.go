@@ -124,18 +124,13 @@ func TestLabEndToEnd(t *testing.T) {
 	for _, node := range l.Topo.Nodes {
 		// Readiness follows the sessions the pings just used; wait for
 		// it (a session may still be settling) rather than sample once.
-		var body string
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			body, err = l.NodeHTTP(ctx, node.Name, 9099, "/readiness")
-			if err == nil && strings.Contains(body, `"felix"`) && strings.Contains(body, `"bgp"`) {
-				break
+		testenv.Eventually(t, 30*time.Second, 250*time.Millisecond, func() string {
+			body, err := l.NodeHTTP(ctx, node.Name, 9099, "/readiness")
+			if err != nil || !strings.Contains(body, `"felix"`) || !strings.Contains(body, `"bgp"`) {
+				return fmt.Sprintf("%s: /readiness not 200 with its components: %v\n%s", node.Name, err, body)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /readiness not 200 with its components within 30 s: %v\n%s", node.Name, err, body)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return ""
+		})
 		if _, err := l.NodeHTTP(ctx, node.Name, 9099, "/liveness"); err != nil {
 			t.Errorf("%s: /liveness: %v", node.Name, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -151,8 +152,7 @@ func ipamClean(t *testing.T, l *lab.Lab, when string) {
 // waitAllMembers waits until every member answers and all name one leader.
 func waitAllMembers(t *testing.T, l *lab.Lab) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
 		sts, err := l.EtcdStatuses(context.Background())
 		if err == nil && len(sts) == l.Topo.EtcdMembers {
 			same := true
@@ -160,14 +160,11 @@ func waitAllMembers(t *testing.T, l *lab.Lab) {
 				same = same && s.Leader != 0 && s.Leader == sts[0].Leader
 			}
 			if same {
-				return
+				return ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd members not all back with one leader: %v %+v", err, sts)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Sprintf("etcd members not all back with one leader: %v %+v", err, sts)
+	})
 }
 
 // TestEtcdClusterFaults runs routed on a 3-member etcd cluster (mTLS) and
@@ -199,7 +196,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 		// in flight, in the plugin's IPAM and endpoint writes.
 		onDone, killed := killLeaderAfter(l, leader, 8)
 		failed, slowest, pods := addPods(l, "l", 16, onDone)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // pacing: the pings go on a second past the ADDs before they are counted
 		pcancel()
 		ping := <-pings
 		if !killed() {
@@ -297,7 +294,7 @@ func TestEtcdClusterFaults(t *testing.T) {
 		// Hold the partition for 30 s in all (the 60 s is the
 		// soak's; this keeps the test short on a shared machine).
 		if rest := 30*time.Second - time.Since(partitioned); rest > 0 {
-			time.Sleep(rest)
+			time.Sleep(rest) // not a poll: the partition itself lasts 30 s
 		}
 		heal()
 		waitAllMembers(t, l)

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -16,9 +18,9 @@ func pingDuring(t *testing.T, l *lab.Lab, from lab.Pod, to string, fault func())
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan lab.PingResult, 1)
 	go func() { res <- l.PingStream(ctx, from, to, 100*time.Millisecond) }()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // pacing: a second of pings before the fault
 	fault()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // pacing: and a second after it
 	cancel()
 	return <-res
 }
@@ -55,17 +57,12 @@ func mustPod(t *testing.T, l *lab.Lab, node, name string) lab.Pod {
 
 func reach(t *testing.T, l *lab.Lab, from lab.Pod, to string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, err := l.Ping(context.Background(), from, to, 1)
-		if err == nil && got == 1 {
-			return
+	testenv.Eventually(t, 20*time.Second, 250*time.Millisecond, func() string {
+		if got, err := l.Ping(context.Background(), from, to, 1); err != nil || got != 1 {
+			return fmt.Sprintf("%s cannot reach %s: %d of 1 answered (%v)", from.Name, to, got, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s cannot reach %s: %v", from.Name, to, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestFaults runs the faults in sequence on one lab; each step starts
@@ -86,7 +83,7 @@ func TestFaults(t *testing.T) {
 		before := snapshot(t, l)
 		res := pingDuring(t, l, p1, p3.IP, func() {
 			l.StopNode(n[2].Name, true)
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // not a poll: routed stays down 3 s, so the pings cross a real outage
 			// The route reflector (n1) saw its client go and stays
 			// ready for the others.
 			rrReady := func() string {
@@ -99,14 +96,16 @@ func TestFaults(t *testing.T) {
 				}
 				return ""
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for why := rrReady(); why != ""; why = rrReady() {
-				if time.Now().After(deadline) {
-					t.Errorf("route reflector while one client is down: %s", why)
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			// In a subtest of its own: a failure here must not stop this
+			// one before the node is started again for the next steps.
+			t.Run("route reflector sees the client go", func(t *testing.T) {
+				testenv.Eventually(t, 20*time.Second, 200*time.Millisecond, func() string {
+					if why := rrReady(); why != "" {
+						return "route reflector while one client is down: " + why
+					}
+					return ""
+				})
+			})
 			if err := l.StartNode(ctx, n[2].Name); err != nil {
 				t.Fatal(err)
 			}
@@ -149,11 +148,11 @@ func TestFaults(t *testing.T) {
 		var addTook time.Duration
 		res := pingDuring(t, l, p1, p4.IP, func() {
 			l.StopEtcd()
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // not a poll: the ADD is made 2 s into the outage, not at its edge
 			start := time.Now()
 			_, addErr = l.AddPod(ctx, n[1].Name, "f-during-outage")
 			addTook = time.Since(start)
-			time.Sleep(28 * time.Second)
+			time.Sleep(28 * time.Second) // not a poll: the outage lasts 30 s
 			if err := l.StartEtcd(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -198,18 +197,17 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			for {
-				if out, err := l.Ctl(ctx, "get", "node", node.Name, "-o", "yaml"); err == nil {
-					back = time.Since(start)
-					if !strings.Contains(out, "subnet: b") || !strings.Contains(out, node.Addr.String()) {
-						t.Errorf("re-created Node lost its labels or address:\n%s", out)
-					}
-					break
+			var out string
+			testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() string {
+				var err error
+				if out, err = l.Ctl(ctx, "get", "node", node.Name, "-o", "yaml"); err != nil {
+					return fmt.Sprintf("routed on %s did not re-create its Node record: %v", node.Name, err)
 				}
-				if time.Since(start) > 15*time.Second {
-					t.Fatalf("routed on %s did not re-create its Node record within 15 s", node.Name)
-				}
-				time.Sleep(100 * time.Millisecond)
+				return ""
+			})
+			back = time.Since(start)
+			if !strings.Contains(out, "subnet: b") || !strings.Contains(out, node.Addr.String()) {
+				t.Errorf("re-created Node lost its labels or address:\n%s", out)
 			}
 		})
 		t.Logf("Node %s deleted: re-created after %s; pings %s", node.Name, back.Round(time.Millisecond), res)
@@ -247,20 +245,16 @@ func TestFaults(t *testing.T) {
 		if _, err := l.Ctl(ctx, "delete", "node", gone.Name); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(120 * time.Second)
-		for {
+		testenv.Eventually(t, 120*time.Second, 2*time.Second, func() string {
 			blocks, _ := l.Ctl(ctx, "ipam", "show", "--show-blocks")
 			r1, _ := l.NodeRoutes(ctx, n[0].Name)
 			r3, _ := l.NodeRoutes(ctx, n[2].Name)
 			if !strings.Contains(blocks, gone.Name) && !strings.Contains(r1, goneBlock) && !strings.Contains(r3, goneBlock) {
-				break
+				return ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after deleting %s, its block %s is not reclaimed or still routed:\n%s\n%s:\n%s\n%s:\n%s",
-					gone.Name, goneBlock, blocks, n[0].Name, r1, n[2].Name, r3)
-			}
-			time.Sleep(2 * time.Second)
-		}
+			return fmt.Sprintf("after deleting %s, its block %s is not reclaimed or still routed:\n%s\n%s:\n%s\n%s:\n%s",
+				gone.Name, goneBlock, blocks, n[0].Name, r1, n[2].Name, r3)
+		})
 		if out, _ := l.Ctl(ctx, "ipam", "show", "--ip", p4.IP); !strings.Contains(out, "not allocated") {
 			t.Errorf("the dead node's pod address %s is still allocated:\n%s", p4.IP, out)
 		}

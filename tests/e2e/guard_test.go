@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestRogueNodeCannotSteerTraffic joins a rogue BGP speaker (gobgpd) to
@@ -44,8 +46,7 @@ func TestRogueNodeCannotSteerTraffic(t *testing.T) {
 	}
 	rogueVia := "via " + rogue.Addr.String() + " "
 	for _, node := range n {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testenv.Eventually(t, 30*time.Second, 250*time.Millisecond, func() string {
 			out, err := l.NodeCtl(ctx, node.Name, "show", "route")
 			missing := ""
 			for p, w := range bad {
@@ -58,13 +59,10 @@ func TestRogueNodeCannotSteerTraffic(t *testing.T) {
 				}
 			}
 			if err == nil && missing == "" {
-				break
+				return ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: show route does not list as filtered:%s (%v)\n%s", node.Name, missing, err, out)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return fmt.Sprintf("%s: show route does not list as filtered:%s (%v)\n%s", node.Name, missing, err, out)
+		})
 		// Every route felix plans was planned without them: none is in
 		// the kernel.
 		routes, err := l.NodeRoutes(ctx, node.Name)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -42,16 +43,16 @@ func pings(t *testing.T, l *lab.Lab, from lab.Pod, to string, count int) int {
 func waitVerdict(t *testing.T, l *lab.Lab, from lab.Pod, to string, answered bool, what string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(30 * time.Second)
-	for {
-		got, _ := l.Ping(context.Background(), from, to, 1)
-		if (got == 1) == answered {
-			return time.Since(start)
+	// No pause between probes: an unanswered one already waits its 1 s,
+	// and the time the verdict took is reported.
+	testenv.Eventually(t, 30*time.Second, 0, func() string {
+		got, err := l.Ping(context.Background(), from, to, 1)
+		if (got == 1) != answered {
+			return fmt.Sprintf("%s: %s -> %s still answered=%v (%d of 1 answered, %v)", what, from.Name, to, !answered, got, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s -> %s still answered=%v after 30 s", what, from.Name, to, !answered)
-		}
-	}
+		return ""
+	})
+	return time.Since(start)
 }
 
 // TestPolicyEnforcedAcrossNodes: pods reach each other through their

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -97,17 +98,15 @@ spec: {node: %s, peerIP: %s, asNumber: %d, filters: [prio]}
 	}
 	waitRoutes := func(what string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			out, err := l.NodeRoutes(ctx, n2.Name)
-			if err == nil && ok(out) {
-				return out
+		var out string
+		testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+			var err error
+			if out, err = l.NodeRoutes(ctx, n2.Name); err != nil || !ok(out) {
+				return fmt.Sprintf("%s: %s: %v\n%s", n2.Name, what, err, out)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s within 60s: %v\n%s", n2.Name, what, err, out)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return ""
+		})
+		return out
 	}
 	via := "via " + tor.String()
 	got := waitRoutes("the ToR's routes at their priorities", func(s string) bool {
@@ -128,18 +127,14 @@ spec: {node: %s, peerIP: %s, asNumber: %d, filters: [prio]}
 		t.Fatalf("%s has no block:\n%s", n2.Name, got)
 	}
 	exact1 := regexp.MustCompile(`65000:1\b`)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
 		out, err := g.Run(ctx, "global", "rib", "-a", "ipv4", block)
 		if err == nil && strings.Contains(out, "65000:1024") && !exact1.MatchString(out) {
 			t.Logf("ToR's route for %s:\n%s", block, out)
-			break
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ToR's route for n2's block %s: want community 65000:1024 and not 65000:1 within 60s: %v\n%s", block, err, out)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return fmt.Sprintf("the ToR's route for n2's block %s: want community 65000:1024 and not 65000:1: %v\n%s", block, err, out)
+	})
 
 	// A new setPriority moves the route; felix keeps one route for it.
 	if err := l.ApplyYAML(ctx, "prio.yaml", filter(300)); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestReachableByKeepsTheSessionUp: Calico's BGPPeer reachableBy (for
@@ -98,31 +100,24 @@ func TestReachableByKeepsTheSessionUp(t *testing.T) {
 	// waitRoutes polls a node's routes until ok holds.
 	waitRoutes := func(node, what string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			out, err := l.NodeRoutes(ctx, node)
-			if err == nil && ok(out) {
-				return out
+		var out string
+		testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+			var err error
+			if out, err = l.NodeRoutes(ctx, node); err != nil || !ok(out) {
+				return fmt.Sprintf("%s: %s: %v\n%s", node, what, err, out)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s within 60s: %v\n%s", node, what, err, out)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return ""
+		})
+		return out
 	}
 	established := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			out, err := gobgp("neighbor")
-			if err == nil && hasLine(out, n2.Addr.Addr().String(), "Establ") {
-				return
+		testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+			if out, err := gobgp("neighbor"); err != nil || !hasLine(out, n2.Addr.Addr().String(), "Establ") {
+				return fmt.Sprintf("route server: no session with %s %s: %v\n%s", n2.Name, what, err, out)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("route server: no session with %s %s within 60s: %v\n%s", n2.Name, what, err, out)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 	viaGW := func(s string) bool { return hasLine(s, rs.String()+" via "+gw.String(), "proto 82") }
 
@@ -144,8 +139,16 @@ func TestReachableByKeepsTheSessionUp(t *testing.T) {
 	if !viaGW(got) {
 		t.Fatalf("the route server's own /32 left the gateway once it announced it:\n%s", got)
 	}
-	// Two keepalive rounds later the session has not moved.
-	time.Sleep(3 * time.Second)
+	// Wait until n2 has taken in the route server's own /32 (show route
+	// lists it as set aside for reachableBy), then check the session has
+	// not moved.
+	testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+		out, err := l.NodeCtl(ctx, n2.Name, "show", "route")
+		if err != nil || !hasLine(out, rs.String()+"/32", "filtered: reachable-by") {
+			return fmt.Sprintf("%s show route: the route server's own /32 never listed as set aside for reachableBy: %v\n%s", n2.Name, err, out)
+		}
+		return ""
+	})
 	established("after it announced its own address elsewhere")
 	if out, _ := l.NodeRoutes(ctx, n2.Name); !viaGW(out) {
 		t.Fatalf("the /32 through the gateway went:\n%s", out)

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -16,17 +18,13 @@ func waitProbe(t *testing.T, l *lab.Lab, what string, want func(code int, body s
 	t.Helper()
 	ctx := context.Background()
 	for _, n := range l.Topo.Nodes {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
 			code, body, err := l.NodeProbe(ctx, n.Name, "/readiness")
-			if err == nil && want(code, body) {
-				break
+			if err != nil || !want(code, body) {
+				return fmt.Sprintf("%s: %s: /readiness %d %v\n%s", n.Name, what, code, err, body)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s: /readiness %d %v\n%s", n.Name, what, code, err, body)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 }
 
@@ -86,7 +84,7 @@ func TestDatastoreWipeKeepsTheDataplane(t *testing.T) {
 			return code == 503 && strings.Contains(body, "no cluster identity")
 		})
 		// Hold for a while with pings flowing: nothing may be torn down.
-		time.Sleep(8 * time.Second)
+		time.Sleep(8 * time.Second) // not a poll: a span of time (the fault took ~7 s to tear routes down); every node already said it holds
 		frozenFor = time.Since(start)
 	})
 	t.Logf("empty datastore for %s: pings %s", frozenFor.Round(time.Second), res)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
 	"github.com/routed-net/routed/tests/lab"
@@ -93,17 +94,15 @@ spec: {node: %s, peerIP: "%s", asNumber: %d}
 	// output ok held on.
 	poll := func(what string, get func() (string, error), ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			out, err := get()
-			if err == nil && ok(out) {
-				return out
+		var out string
+		testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+			var err error
+			if out, err = get(); err != nil || !ok(out) {
+				return fmt.Sprintf("%s: %v\n%s", what, err, out)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s within 60s: %v\n%s", what, err, out)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return ""
+		})
+		return out
 	}
 	status := func(node string) func() (string, error) {
 		return func() (string, error) { return l.NodeCtl(ctx, node, "node", "status") }
