@@ -36,8 +36,11 @@ import (
 const felixConfigTimeout = 30 * time.Second
 
 // readFelixConfig reads the effective FelixConfiguration for node at
-// start. A datastore the node does not trust (held) is not read: felix
-// starts with its defaults and the feed brings the rest once trusted.
+// start, retrying an unreachable datastore for felixConfigTimeout (then
+// routed does not start: felix must not start with failsafe ports the
+// operator closed). A datastore the node does not trust (held) is not
+// read: felix starts with its defaults and the feed brings the rest
+// once trusted.
 func readFelixConfig(ds *datastore.Client, node string, held bool) (api.FelixConfigurationSpec, error) {
 	if held {
 		return api.FelixConfigurationSpec{}, nil
@@ -46,12 +49,20 @@ func readFelixConfig(ds *datastore.Client, node string, held bool) (api.FelixCon
 	defer cancel()
 	var got [2]*api.FelixConfiguration
 	for i, name := range []string{"default", api.FelixConfigurationNodePrefix + node} {
-		r, err := ds.Get(ctx, api.KindFelixConfiguration, name)
-		if datastore.IsNotFound(err) {
-			continue
-		}
+		var r api.Resource
+		err := retry(ctx, "read FelixConfiguration "+name, func() error {
+			var err error
+			r, err = ds.Get(ctx, api.KindFelixConfiguration, name)
+			if datastore.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
 		if err != nil {
-			return api.FelixConfigurationSpec{}, fmt.Errorf("reading FelixConfiguration %s: %w", name, err)
+			return api.FelixConfigurationSpec{}, err
+		}
+		if r == nil {
+			continue
 		}
 		fc, ok := r.(*api.FelixConfiguration)
 		if !ok {
