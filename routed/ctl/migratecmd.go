@@ -34,7 +34,8 @@ Calico on etcd (--from-etcd): its keys /calico/resources/v3/... and
 
 Calico on the Kubernetes datastore (--from-kubeconfig, or in a pod with
 neither flag: the pod's service account): Calico's custom resources
-(crd.projectcalico.org/v1) are read, and what Calico derives from
+(crd.projectcalico.org/v1, or projectcalico.org/v3 where Calico keeps
+them there) are read, and what Calico derives from
 Kubernetes objects is derived the same way: a Node from each node's
 projectcalico.org/ annotations, profiles from namespaces and service
 accounts, a workload endpoint from each running pod Calico's CNI plugin

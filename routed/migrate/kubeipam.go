@@ -19,12 +19,11 @@ import (
 // as spec; affinities "<node>-<cidr>" with spec node, cidr, state and
 // deleted (a string in crd.projectcalico.org/v1); handles named after
 // their lower-cased ID with spec handleID and block (CIDR -> count);
-// the configuration "default".
+// the configuration "default" (kubeSource.ipamConfigs).
 const (
 	crdIPAMBlocks     = "ipamblocks"
 	crdAffinities     = "blockaffinities"
 	crdHandles        = "ipamhandles"
-	crdIPAMConfigs    = "ipamconfigs"
 	calicoIPAMDefault = "default"
 )
 
@@ -32,7 +31,7 @@ const (
 // configuration, the blocks (convertBlocks, as for etcd) and a check of
 // Calico's handles against the blocks.
 func (s *kubeSource) readIPAM(ctx context.Context, st *calicoState) error {
-	cfgs, err := s.listCRD(ctx, crdIPAMConfigs)
+	cfgs, err := s.listCRD(ctx, s.ipamConfigs)
 	if err != nil {
 		return err
 	}

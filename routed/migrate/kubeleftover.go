@@ -12,7 +12,7 @@ import (
 // resource the API server serves in Calico's group and holds objects of,
 // a count, the first names and what is lost.
 func (s *kubeSource) leftovers(ctx context.Context) ([]string, error) {
-	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, crdIPAMConfigs: true}
+	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, s.ipamConfigs: true}
 	for _, k := range crdKinds {
 		carried[k.Plural()] = true
 	}

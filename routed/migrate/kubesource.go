@@ -19,13 +19,15 @@ import (
 )
 
 // Calico on the Kubernetes datastore keeps its resources as custom
-// resources of this group and version (libcalico-go's KDD backend).
-const (
-	calicoCRDGroup   = "crd.projectcalico.org"
-	calicoCRDVersion = "v1"
-	// calicoV3Group is where Calico 3.31 and later may keep them instead
-	// (or where Calico's API server serves them): not read yet.
-	calicoV3Group = "projectcalico.org/v3"
+// resources of crd.projectcalico.org/v1 (libcalico-go's KDD backend), or,
+// from Calico 3.31 when so installed, of projectcalico.org/v3 (the same
+// kinds and specs; the IPAM configuration is IPAMConfiguration there,
+// and an affinity's "deleted" a boolean). Where both are served, v1 is
+// the storage and projectcalico.org/v3 Calico's API server, which also
+// serves objects it derives: v1 is read.
+var (
+	calicoCRDv1 = schema.GroupVersion{Group: "crd.projectcalico.org", Version: "v1"}
+	calicoCRDv3 = schema.GroupVersion{Group: "projectcalico.org", Version: "v3"}
 )
 
 // crdKinds are the Calico resources kept as custom resources whose
@@ -68,8 +70,12 @@ func CalicoKube(ctx context.Context, kube *rest.Config, to *datastore.Client, op
 type kubeSource struct {
 	dyn  dynamic.Interface
 	kube kubernetes.Interface
-	// served are the plurals crd.projectcalico.org/v1 serves.
+	// gv is the group and version Calico's resources are read from;
+	// served the plurals it serves.
+	gv     schema.GroupVersion
 	served map[string]bool
+	// ipamConfigs is the plural of Calico's IPAM configuration in gv.
+	ipamConfigs string
 	// blocks are Calico's converted blocks, which the endpoints' handles
 	// are looked up in.
 	blocks blockSet
@@ -87,30 +93,31 @@ func newKubeSource(cfg *rest.Config) (*kubeSource, error) {
 	return &kubeSource{dyn: dyn, kube: kube}, nil
 }
 
-// discover finds which Calico custom resources the API server serves;
-// none is ErrNoCalico.
+// discover finds which group holds Calico's custom resources; none is
+// ErrNoCalico.
 func (s *kubeSource) discover() error {
-	gv := calicoCRDGroup + "/" + calicoCRDVersion
-	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gv)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("migrate: asking the API server for %s: %w", gv, err)
-	}
-	s.served = map[string]bool{}
-	if list != nil {
-		for _, r := range list.APIResources {
-			if !strings.Contains(r.Name, "/") {
-				s.served[r.Name] = true
+	for _, c := range []struct {
+		gv          schema.GroupVersion
+		ipamConfigs string
+	}{{calicoCRDv1, "ipamconfigs"}, {calicoCRDv3, "ipamconfigurations"}} {
+		list, err := s.kube.Discovery().ServerResourcesForGroupVersion(c.gv.String())
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("migrate: asking the API server for %s: %w", c.gv, err)
+		}
+		served := map[string]bool{}
+		if list != nil {
+			for _, r := range list.APIResources {
+				if !strings.Contains(r.Name, "/") {
+					served[r.Name] = true
+				}
 			}
 		}
+		if served["ippools"] && served["ipamblocks"] {
+			s.gv, s.served, s.ipamConfigs = c.gv, served, c.ipamConfigs
+			return nil
+		}
 	}
-	if s.served["ippools"] && s.served["ipamblocks"] {
-		return nil
-	}
-	if v3, err := s.kube.Discovery().ServerResourcesForGroupVersion(calicoV3Group); err == nil && len(v3.APIResources) > 0 {
-		return fmt.Errorf("%w: the API server serves no %s IPPools and IPAMBlocks but serves %s: Calico keeps its resources as %s custom resources (or runs its API server), which this migration does not read yet",
-			ErrNoCalico, gv, calicoV3Group, calicoV3Group)
-	}
-	return fmt.Errorf("%w: the API server serves no %s IPPools and IPAMBlocks; is Calico installed on the Kubernetes datastore there?", ErrNoCalico, gv)
+	return fmt.Errorf("%w: the API server serves no IPPools and IPAMBlocks in %s or %s; is Calico installed on the Kubernetes datastore there?", ErrNoCalico, calicoCRDv1, calicoCRDv3)
 }
 
 func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
@@ -124,7 +131,7 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 			return nil, err
 		}
 		for _, u := range items {
-			where := fmt.Sprintf("%s.%s %s", k.Plural(), calicoCRDGroup, objectName(&u))
+			where := fmt.Sprintf("%s.%s %s", k.Plural(), s.gv.Group, objectName(&u))
 			if p, ok := derivedPolicy(k, u.GetName()); ok {
 				st.skipped = append(st.skipped, fmt.Sprintf("%s: converted by Calico from a Kubernetes policy (its name starts %s); routed's controllers convert the Kubernetes original, which stays where it is", where, p))
 				continue
@@ -171,13 +178,13 @@ func (s *kubeSource) listCRD(ctx context.Context, plural string) ([]unstructured
 	if !s.served[plural] {
 		return nil, nil
 	}
-	gvr := schema.GroupVersionResource{Group: calicoCRDGroup, Version: calicoCRDVersion, Resource: plural}
+	gvr := s.gv.WithResource(plural)
 	var out []unstructured.Unstructured
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		l, err := s.dyn.Resource(gvr).List(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("migrate: listing Calico's %s.%s: %w", plural, calicoCRDGroup, err)
+			return nil, fmt.Errorf("migrate: listing Calico's %s.%s: %w", plural, s.gv.Group, err)
 		}
 		out = append(out, l.Items...)
 		if opts.Continue = l.GetContinue(); opts.Continue == "" {

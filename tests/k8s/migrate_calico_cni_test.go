@@ -109,7 +109,7 @@ func buildCalicoCNI(t *testing.T) string {
 func TestMigrateCalicoKDDFromCalicoCNI(t *testing.T) {
 	requireRoot(t)
 	calico := buildCalicoCNI(t)
-	srv, rc := startCalicoKDD(t)
+	srv, rc := startCalicoKDD(t, "calico-crds")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kube := kubernetes.NewForConfigOrDie(rc)

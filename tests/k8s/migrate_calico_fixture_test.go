@@ -31,21 +31,31 @@ import (
 // and calicoctl create them, Nodes annotated as calico-node annotates
 // them, pods as the CNI plugin annotates them with the status the
 // kubelet reports.
-func calicoKDDCluster(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
+// With v3, Calico's CRDs are those of its projectcalico.org/v3 installs.
+func calicoKDDCluster(t *testing.T, v3 bool) (*kubeapiserver.Server, *rest.Config) {
 	t.Helper()
-	srv, rc := startCalicoKDD(t)
+	crds := "calico-crds"
+	if v3 {
+		crds = "calico-crds-v3"
+	}
+	srv, rc := startCalicoKDD(t, crds)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	writeKubeObjects(ctx, t, kubernetes.NewForConfigOrDie(rc))
-	kubectlCreate(t, srv, calicoKDDObjects())
+	objs := calicoKDDObjects()
+	if v3 {
+		objs = strings.NewReplacer("apiVersion: crd.projectcalico.org/v1", "apiVersion: projectcalico.org/v3",
+			`deleted: "false"`, "deleted: false", "kind: IPAMConfig\n", "kind: IPAMConfiguration\n").Replace(objs)
+	}
+	kubectlCreate(t, srv, objs)
 	return srv, rc
 }
 
 // startCalicoKDD starts a kube-apiserver of its own (Calico's objects
 // are cluster-wide, and the migration reads every pod and namespace, so
 // the shared server's other tests would change its plan) and installs
-// Calico's CRDs (testdata/calico-crds, copied from Calico's repository).
-func startCalicoKDD(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
+// Calico's CRDs (testdata/<crds>, copied from Calico's repository).
+func startCalicoKDD(t *testing.T, crds string) (*kubeapiserver.Server, *rest.Config) {
 	t.Helper()
 	skipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -69,7 +79,7 @@ func startCalicoKDD(t *testing.T) (*kubeapiserver.Server, *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, errOut, err := kubectl(t, srv, "create", "-f", filepath.Join("testdata", "calico-crds")); err != nil {
+	if out, errOut, err := kubectl(t, srv, "create", "-f", filepath.Join("testdata", crds)); err != nil {
 		t.Fatalf("installing Calico's CRDs: %v\n%s%s", err, out, errOut)
 	}
 	if out, errOut, err := kubectl(t, srv, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {

@@ -29,7 +29,7 @@ import (
 //   - least privilege: the documented Job's ClusterRole is enough;
 //   - conflict: routed state that differs is refused, nothing written.
 func TestMigrateCalicoKDD(t *testing.T) {
-	srv, rc := calicoKDDCluster(t)
+	srv, rc := calicoKDDCluster(t, false)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, srv.Kubeconfig(srv.URL, srv.AdminToken), 0o600); err != nil {
 		t.Fatal(err)
@@ -293,4 +293,36 @@ func writeTemp(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestMigrateCalicoKDDv3: a Calico that keeps its resources as
+// projectcalico.org/v3 custom resources (its CRDs and the same cluster
+// as TestMigrateCalicoKDD's) is read the same way: the same plan, ipam
+// check clean after the migration, a second run a no-op.
+func TestMigrateCalicoKDDv3(t *testing.T) {
+	srv, _ := calicoKDDCluster(t, true)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, srv.Kubeconfig(srv.URL, srv.AdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ep := dstest.Client(t).Endpoints()[0]
+	out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
+	t.Logf("migration:\n%s%s", out, errOut)
+	for _, want := range []string{
+		"Migrated: 24 to create, 0 to update, 0 unchanged, 0 conflicts, 9 not carried over",
+		"WorkloadEndpoint node--a-k8s-shop-web--1-eth0 create",
+		"IPAMConfiguration default create",
+		"Not carried over: networkpolicies.projectcalico.org shop/knp.default.legacy",
+		"Not carried over: block 10.244.3.0/26 (0 addresses in use): no confirmed affinity to a node",
+	} {
+		if code != 0 || !containsSpaced(out, want) {
+			t.Errorf("migration lacks %q (code %d)", want, code)
+		}
+	}
+	if out, errOut, code := migrateCtl(t, ep, nil, "ipam", "check"); code != 0 || !strings.Contains(out, "No IPAM problems found") {
+		t.Fatalf("ipam check: code %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 24 unchanged") {
+		t.Fatalf("second run: code %d\n%s%s", code, out, errOut)
+	}
 }
