@@ -12,8 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/routed-net/routed/felix/policy"
-	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/internal/testpki"
+	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
 
 // browser starts Debian's headless Chromium (chromedp). It trusts any

@@ -242,6 +242,12 @@ func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
 }
 
 func (c *Collector) onMark(m mark) {
+	if c.open[m.key] != nil {
+		// A mark later than the grace, of a connection decided
+		// already (or a packet of it still new to conntrack): it is
+		// not a new connection.
+		return
+	}
 	p := c.pendingFor(m.key, time.Now())
 	if p == nil || p.denied {
 		return

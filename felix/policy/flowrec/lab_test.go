@@ -30,6 +30,7 @@ type flowLab struct {
 	m       *policy.Manager
 	model   *flowrec.LockedModel
 	pods    map[string]*polab.Pod
+	eps     []policy.Endpoint
 	mu      sync.Mutex
 	batches []flowrec.Batch
 	file    string
@@ -82,7 +83,47 @@ metadata: {name: lockdown}
 spec: {order: 1, selector: app == 'b', types: [Ingress], ingress: [{action: Deny, protocol: TCP, destination: {ports: [8080]}}]}
 `
 
-func newFlowLab(t *testing.T) *flowLab {
+// newFlowLabBare is the node, its pods and the programmed policy
+// (flow marks on group 8), with conntrack accounting on.
+// loadModel gives the lab's policy, staged policy and endpoints to a
+// Manager and a model, and programs the Manager.
+func loadModel(m *policy.Manager, model *flowrec.LockedModel, eps []policy.Endpoint) error {
+	d, err := api.Decode([]byte(flowModel))
+	if err != nil {
+		return err
+	}
+	for _, r := range d.Resources {
+		switch r := r.(type) {
+		case *api.Tier:
+			m.SetTier(r)
+		case api.Policy:
+			err = m.SetPolicy(r)
+		case *api.Profile:
+			err = m.SetProfile(r)
+		}
+		if err != nil {
+			return err
+		}
+		if err := model.Update(func(c *policy.Calc) error { return c.SetResource(r) }); err != nil {
+			return err
+		}
+	}
+	sd, err := api.Decode([]byte(stagedDeny))
+	if err != nil {
+		return err
+	}
+	sg := sd.Resources[0].(*api.StagedGlobalNetworkPolicy)
+	model.SetStaged([]policy.StagedPolicy{{Kind: sg.GetKind(), Name: sg.Metadata.Name, Action: sg.Action(), Policy: sg.Enforced()}})
+	for _, ep := range eps {
+		if err := m.SetEndpoint(ep); err != nil {
+			return err
+		}
+		_ = model.Update(func(c *policy.Calc) error { c.SetEndpoint(ep); return nil })
+	}
+	return m.Apply(context.Background())
+}
+
+func newFlowLabBare(t *testing.T) *flowLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, nftables, conntrack)")
@@ -94,46 +135,16 @@ func newFlowLab(t *testing.T) *flowLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.m.Close() })
-	d, err := api.Decode([]byte(flowModel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range d.Resources {
-		switch r := r.(type) {
-		case *api.Tier:
-			l.m.SetTier(r)
-		case api.Policy:
-			err = l.m.SetPolicy(r)
-		case *api.Profile:
-			err = l.m.SetProfile(r)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.model.Update(func(c *policy.Calc) error { return c.SetResource(r) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sd, err := api.Decode([]byte(stagedDeny))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg := sd.Resources[0].(*api.StagedGlobalNetworkPolicy)
-	l.model.SetStaged([]policy.StagedPolicy{{Kind: sg.GetKind(), Name: sg.Metadata.Name, Action: sg.Action(), Policy: sg.Enforced()}})
 	for i, p := range []struct{ name, ns string }{{"a", "prod"}, {"b", "prod"}, {"c", "dev"}} {
 		pod := l.node.AddPod(t, "cali"+p.name, fmt.Sprintf("10.65.0.%d", i+1), fmt.Sprintf("fd00:65::%d", i+1))
 		for _, port := range []int{8080, 9090, 5353} {
 			polab.Serve(t, pod.NS, port)
 		}
 		l.pods[p.name] = pod
-		ep := policy.Endpoint{Key: "node-k8s-" + p.ns + "-" + p.name + "-eth0", Iface: pod.Iface, Local: true, Node: "node",
-			Pod: p.name, Namespace: p.ns, Labels: map[string]string{"app": p.name}, Profiles: []string{"kns." + p.ns}, IPs: pod.Prefixes()}
-		if err := l.m.SetEndpoint(ep); err != nil {
-			t.Fatal(err)
-		}
-		_ = l.model.Update(func(c *policy.Calc) error { c.SetEndpoint(ep); return nil })
+		l.eps = append(l.eps, policy.Endpoint{Key: "node-k8s-" + p.ns + "-" + p.name + "-eth0", Iface: pod.Iface, Local: true, Node: "node",
+			Pod: p.name, Namespace: p.ns, Labels: map[string]string{"app": p.name}, Profiles: []string{"kns." + p.ns}, IPs: pod.Prefixes()})
 	}
-	if err := l.m.Apply(context.Background()); err != nil {
+	if err := loadModel(l.m, l.model, l.eps); err != nil {
 		t.Fatal(err)
 	}
 	if err := flowrec.EnableAccounting(l.node.Fd); err != nil {
@@ -149,6 +160,14 @@ func newFlowLab(t *testing.T) *flowLab {
 		}
 		return nil
 	})
+	return l
+}
+
+// newFlowLab is newFlowLabBare with a collector whose batches the
+// test reads and a JSON-lines file.
+func newFlowLab(t *testing.T) *flowLab {
+	t.Helper()
+	l := newFlowLabBare(t)
 	l.file = filepath.Join(t.TempDir(), "flows", "flows.jsonl")
 	fs, err := flowrec.OpenFile(flowrec.FileConfig{Path: l.file})
 	if err != nil {
