@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -127,5 +128,31 @@ func TestDeletedFlag(t *testing.T) {
 		if got := deletedFlag(json.RawMessage(raw)); got != want {
 			t.Errorf("%s: %v", raw, got)
 		}
+	}
+}
+
+// TestCalicoObjectFromCustomResource: a custom resource becomes the
+// Calico object it stands for: its spec, its name and namespace, its
+// labels merged with those of Calico's metadata annotation, and not its
+// status (written by Calico's components; an IPPool with conditions
+// still carries).
+func TestCalicoObjectFromCustomResource(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "p", "resourceVersion": "7", "uid": "u", "labels": map[string]any{"a": "1"},
+			"annotations": map[string]any{"projectcalico.org/metadata": `{"labels":{"b":"2"},"annotations":{"note":"x"}}`, "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+		"spec":   map[string]any{"cidr": "10.9.0.0/16", "ipipMode": "Never", "vxlanMode": "Never", "blockSize": int64(26), "nodeSelector": "all()"},
+		"status": map[string]any{"conditions": []any{map[string]any{"type": "Allocatable", "status": "True"}}},
+	}}
+	r, warnings, err := decodeCalicoObject(api.KindIPPool, calicoObject(u), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.(*api.IPPool)
+	if p.Spec.CIDR != "10.9.0.0/16" || p.Metadata.Labels["a"] != "1" || p.Metadata.Labels["b"] != "2" || p.Metadata.Annotations["note"] != "x" || len(p.Metadata.Annotations) != 1 {
+		t.Errorf("pool %+v %+v", p.Metadata, p.Spec)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings %v", warnings)
 	}
 }

@@ -201,7 +201,7 @@ func objectName(u *unstructured.Unstructured) string {
 }
 
 // calicoObject is the Calico v3 object a custom resource stands for:
-// its spec (and status) as stored, and of the metadata only the name,
+// its spec as stored, and of the metadata only the name,
 // the namespace and Calico's labels and annotations. libcalico-go keeps
 // the v3 object's metadata in the annotation projectcalico.org/metadata
 // and merges its labels over the custom resource's own.
@@ -235,11 +235,11 @@ func calicoObject(u *unstructured.Unstructured) map[string]any {
 	if len(labels) > 0 {
 		md["labels"] = labels
 	}
+	// The status (an IPPool's conditions, a Tier's) is written by
+	// Calico's components, never applied: it is not read.
 	obj := map[string]any{"metadata": md}
-	for _, f := range []string{"spec", "status"} {
-		if v, ok := u.Object[f]; ok {
-			obj[f] = v
-		}
+	if v, ok := u.Object["spec"]; ok {
+		obj["spec"] = v
 	}
 	return obj
 }

@@ -48,6 +48,15 @@ func calicoKDDCluster(t *testing.T, v3 bool) (*kubeapiserver.Server, *rest.Confi
 			`deleted: "false"`, "deleted: false", "kind: IPAMConfig\n", "kind: IPAMConfiguration\n").Replace(objs)
 	}
 	kubectlCreate(t, srv, objs)
+	// Calico's controllers report a pool's state in its status.
+	pools := "ippools.crd.projectcalico.org"
+	if v3 {
+		pools = "ippools.projectcalico.org"
+	}
+	if out, errOut, err := kubectl(t, srv, "patch", pools, "default-ipv4-ippool", "--subresource=status", "--type=merge", "-p",
+		`{"status":{"conditions":[{"type":"Allocatable","status":"True","reason":"PoolEnabled","message":"","lastTransitionTime":"2026-11-01T10:00:00Z"}]}}`); err != nil {
+		t.Fatalf("pool status: %v\n%s%s", err, out, errOut)
+	}
 	return srv, rc
 }
 
