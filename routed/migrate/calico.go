@@ -155,6 +155,9 @@ func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
 	if err := json.Unmarshal(x.Value, &obj); err != nil {
 		return nil, nil, fmt.Errorf("%s: not JSON: %w", key, err)
 	}
+	// The status (a Node's, an IPPool's conditions) is written by
+	// Calico's components, never applied: it is not read.
+	delete(obj, "status")
 	if k.Namespaced() {
 		// The key is <plural>/<namespace>/<name>; the value should say
 		// the namespace too, but the key is what Calico goes by.

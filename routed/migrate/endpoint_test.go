@@ -29,3 +29,17 @@ func TestCalicoEndpointKeepsIdentity(t *testing.T) {
 		t.Errorf("ports %+v, want %+v", w.Spec.Ports, want)
 	}
 }
+
+// TestDecodeCalicoSkipsStatus: a stored resource's status (an IPPool's
+// conditions) is not read, so the pool still carries.
+func TestDecodeCalicoSkipsStatus(t *testing.T) {
+	r, _, err := decodeCalico(api.KindIPPool, kv{Key: []byte(calicoResources + "ippools/p"), Value: []byte(`{"kind":"IPPool","apiVersion":"projectcalico.org/v3",
+	 "metadata":{"name":"p"},"spec":{"cidr":"10.9.0.0/16","blockSize":26,"nodeSelector":"all()"},
+	 "status":{"conditions":[{"type":"Allocatable","status":"True"}]}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.(*api.IPPool); p.Spec.CIDR != "10.9.0.0/16" {
+		t.Errorf("pool %+v", p.Spec)
+	}
+}
