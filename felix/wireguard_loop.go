@@ -23,6 +23,7 @@ type wgState struct {
 	key        [2]wgtypes.Key
 	hasKey     [2]bool
 	keyErr     [2]error
+	devErr     [2]error             // the last Apply's, for status
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
 	published0 bool                 // PublishKeys was called at least once
@@ -109,6 +110,7 @@ func (l *loop) syncWireguard(full bool) error {
 		d.Set(want)
 		link, err := d.Apply(l.h, full)
 		l.noteDevice(link)
+		w.devErr[fam] = err
 		errs = append(errs, err)
 	}
 	l.publishKeys()
@@ -240,6 +242,8 @@ func (f *Felix) Wireguard(ctx context.Context) (WireguardStatus, error) {
 			}
 			if ok {
 				st.Devices = append(st.Devices, ds)
+			} else if e := w.devErr[fam]; e != nil && w.on[fam] {
+				st.Errors = append(st.Errors, e.Error())
 			} else if w.on[fam] {
 				st.Errors = append(st.Errors, d.Name+": no device")
 			}
