@@ -81,7 +81,7 @@ func TestMigrateCalico(t *testing.T) {
 	}
 	t.Logf("plan:\n%s", out)
 	// Warnings name the Calico key they come from.
-	if w := `Warning: Calico key /calico/resources/v3/projectcalico.org/ippools/default-ipv4-ippool (IPPool "default-ipv4-ippool"): Calico field spec.allowedUses`; !strings.Contains(errOut, w) {
+	if w := `Warning: Calico key /calico/resources/v3/projectcalico.org/ippools/default-ipv4-ippool (IPPool default-ipv4-ippool): Calico field spec.allowedUses`; !strings.Contains(errOut, w) {
 		t.Errorf("warnings lack %q:\n%s", w, errOut)
 	}
 	if _, errOut, code := ctl(t, ep, "", "get", "ippool", "default-ipv4-ippool"); code == 0 || !strings.Contains(errOut, "not found") {
