@@ -403,6 +403,11 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	}
 	for _, g := range slices.Collect(maps.Keys(c.profileUsers[name])) {
 		c.rederive(g)
+		if (old == nil) != (np == nil) {
+			// The endpoints' chains jump to the profile's only while it
+			// exists: one that came or went changes them, labels or not.
+			c.rerender(g)
+		}
 	}
 	for _, s := range c.netsets {
 		if name == api.NamespaceProfilePrefix+s.Namespace {

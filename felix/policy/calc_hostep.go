@@ -205,6 +205,19 @@ func (c *Calc) rehost(key string) {
 	}
 }
 
+// rerender renders the chains of a group's local endpoints and host
+// endpoints again (a profile they name came or went).
+func (c *Calc) rerender(g *group) {
+	for _, e := range g.eps {
+		if l := c.locals[e.key]; l != nil {
+			c.renderEndpoint(l)
+		}
+		if he := c.hosts.eps[e.key]; he != nil {
+			c.renderHost(he)
+		}
+	}
+}
+
 // reselectHosts records which of this node's host endpoints a new
 // version of a policy selects (before its chains are activated) and
 // returns those whose policies change.

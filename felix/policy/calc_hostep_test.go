@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // hostRecSink is a recSink that also takes host endpoints.
@@ -130,6 +131,43 @@ func TestHostEndpointInSets(t *testing.T) {
 	for name, m := range s.sets {
 		if len(m) != 0 {
 			t.Errorf("set %s keeps %v after the host endpoint went", name, m)
+		}
+	}
+}
+
+// TestProfileCreatedAfterEndpoint: a profile that an endpoint (a pod or
+// a host endpoint) names but that arrives after it is jumped to once it
+// exists, and no longer once it is gone (its chains were rendered
+// without it, and its labels, here none, did not change).
+func TestProfileCreatedAfterEndpoint(t *testing.T) {
+	s := &hostRecSink{recSink: newRecSink()}
+	c := NewCalc(s, LogConfig{})
+	e := ep("a", true, "10.0.0.1", nil)
+	e.Profiles = []string{"late"}
+	c.SetEndpoint(e)
+	h := testHostEP("h", "eth0", true, nil, "192.0.2.1/32")
+	h.Profiles = []string{"late"}
+	c.SetHostEndpoint(h)
+	chains := func() map[string][]string {
+		return map[string][]string{"pod": s.jumps(s.eps["calia"][1]), "host": s.jumps(s.hosts.Endpoints[0].In)}
+	}
+	for who, j := range chains() {
+		if len(j) != 0 {
+			t.Errorf("%s jumps %v before the profile exists", who, j)
+		}
+	}
+	if err := c.SetProfile(&api.Profile{Metadata: api.ObjectMeta{Name: "late"}, Spec: api.ProfileSpec{Ingress: []api.Rule{{Action: api.ActionAllow}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for who, j := range chains() {
+		if !slices.Equal(j, []string{"pri-late"}) {
+			t.Errorf("%s jumps %v once the profile exists, want pri-late", who, j)
+		}
+	}
+	c.DeleteProfile("late")
+	for who, j := range chains() {
+		if len(j) != 0 {
+			t.Errorf("%s jumps %v after the profile went", who, j)
 		}
 	}
 }

@@ -168,6 +168,29 @@ func (h *hostLab) expect(why string, ps ...hp) {
 func hpass(from, to, proto string, port int) hp { return hp{from, to, proto, port, true} }
 func hdrop(from, to, proto string, port int) hp { return hp{from, to, proto, port, false} }
 
+// The policies of TestHostEndpointNamed: http in and 8080 out of the
+// host on eth1; 8080 forwarded in through it.
+const (
+	edgeHTTP = `
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: edge-http}
+spec:
+  selector: role == 'edge'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
+  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
+`
+	edgeForward = `
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: edge-forward}
+spec:
+  selector: role == 'edge'
+  applyOnForward: true
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
+`
+)
+
 // TestHostEndpointNamed: a named interface's endpoint polices traffic
 // to and from the host on that interface only, denies without policy
 // or profile but the failsafe ports, polices forwarded traffic only
@@ -189,30 +212,14 @@ func TestHostEndpointNamed(t *testing.T) {
 	}
 	h.expect("eth1 without policy", deny...)
 
-	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: edge-http}
-spec:
-  selector: role == 'edge'
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-`)
+	h.load(edgeHTTP)
 	h.apply()
 	h.expect("eth1 allows http in, 8080 out",
 		hpass("x", "host", "tcp", 80), hdrop("x", "host", "tcp", 8080), hdrop("x", "host", "udp", 80),
 		hpass("host", "x", "tcp", 8080), hdrop("host", "x", "tcp", 80),
 		hpass("x", "y", "tcp", 80), hpass("x", "y", "tcp", 8080), hpass("y", "x", "tcp", 80))
 
-	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: edge-forward}
-spec:
-  selector: role == 'edge'
-  applyOnForward: true
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-`)
+	h.load(edgeForward)
 	h.apply()
 	h.expect("eth1 with an applyOnForward ingress policy",
 		hdrop("x", "y", "tcp", 80), hpass("x", "y", "tcp", 8080), hdrop("x", "a", "tcp", 80), hpass("x", "a", "tcp", 8080),
@@ -237,23 +244,8 @@ spec:
 			t.Fatal(err)
 		}
 	}
-	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: edge-http}
-spec:
-  selector: role == 'edge'
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
----
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: edge-forward}
-spec:
-  selector: role == 'edge'
-  applyOnForward: true
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-`)
+	h.load(edgeHTTP)
+	h.load(edgeForward)
 	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"})
 	if w := m2.Writes(); w != 0 {
 		t.Errorf("the restarted Manager wrote %d transactions, want 0", w)
