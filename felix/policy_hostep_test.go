@@ -2,6 +2,7 @@ package felix_test
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +87,23 @@ func TestHostEndpointFromFeed(t *testing.T) {
 
 	h.f.DeleteResource(api.KindHostEndpoint, "node-a-eth0")
 	expect("host endpoint deleted", map[string]bool{"80": true, "22": true, "2222": true})
+}
+
+// TestFailsafeConfigChecked: a failsafe port felix cannot open is a
+// start-up error naming the field and the entry.
+func TestFailsafeConfigChecked(t *testing.T) {
+	for _, c := range []struct {
+		cfg  felix.Config
+		want string
+	}{
+		{felix.Config{NodeName: "n", FailsafeInboundHostPorts: []policy.HostPort{{Proto: 1, Port: 22}}}, "FailsafeInboundHostPorts[0]"},
+		{felix.Config{NodeName: "n", FailsafeOutboundHostPorts: []policy.HostPort{{Proto: 6, Port: 53}, {Proto: 17}}}, "FailsafeOutboundHostPorts[1]"},
+	} {
+		if _, err := felix.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg.FailsafeInboundHostPorts, err, c.want)
+		}
+	}
+	if _, err := felix.New(felix.Config{NodeName: "n", FailsafeInboundHostPorts: []policy.HostPort{}}); err != nil {
+		t.Errorf("no failsafe port at all (empty, not nil) is allowed: %v", err)
+	}
 }
