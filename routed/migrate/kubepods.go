@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
@@ -47,8 +45,12 @@ const podEndpointIface = "eth0"
 // per node calico-node annotated, the namespace and service-account
 // profiles, and a WorkloadEndpoint per running pod Calico addressed.
 func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
-	nodes, err := listAll[corev1.Node](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return s.kube.CoreV1().Nodes().List(ctx, o)
+	nodes, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Node, string, error) {
+		l, err := s.kube.CoreV1().Nodes().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing nodes: %w", err)
@@ -66,8 +68,12 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 		}
 	}
 
-	nss, err := listAll[corev1.Namespace](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return s.kube.CoreV1().Namespaces().List(ctx, o)
+	nss, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Namespace, string, error) {
+		l, err := s.kube.CoreV1().Namespaces().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing namespaces: %w", err)
@@ -75,8 +81,12 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 	for i := range nss {
 		st.resources = append(st.resources, controllers.NamespaceProfile(&nss[i]))
 	}
-	sas, err := listAll[corev1.ServiceAccount](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return s.kube.CoreV1().ServiceAccounts("").List(ctx, o)
+	sas, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.ServiceAccount, string, error) {
+		l, err := s.kube.CoreV1().ServiceAccounts("").List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing service accounts: %w", err)
@@ -85,8 +95,12 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 		st.resources = append(st.resources, controllers.ServiceAccountProfile(&sas[i]))
 	}
 
-	pods, err := listAll[corev1.Pod](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return s.kube.CoreV1().Pods("").List(ctx, o)
+	pods, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Pod, string, error) {
+		l, err := s.kube.CoreV1().Pods("").List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing pods: %w", err)
@@ -119,18 +133,21 @@ func ptrOr(p *int64) int64 {
 	return *p
 }
 
-// listAll pages through a Kubernetes list of Ts.
-func listAll[T any](ctx context.Context, list pager.ListPageFunc) ([]T, error) {
+// listAll pages through a Kubernetes list.
+func listAll[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, string, error)) ([]T, error) {
 	var out []T
-	err := pager.New(list).EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
-		item, ok := any(o).(*T)
-		if !ok {
-			return fmt.Errorf("migrate: listed a %T", o)
+	o := metav1.ListOptions{Limit: 500}
+	for {
+		items, cont, err := list(ctx, o)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, *item)
-		return nil
-	})
-	return out, err
+		out = append(out, items...)
+		if cont == "" {
+			return out, nil
+		}
+		o.Continue = cont
+	}
 }
 
 // kubeNode is the Calico Node libcalico-go derives from a Kubernetes
@@ -146,7 +163,7 @@ func kubeNode(n *corev1.Node) (r api.Resource, warnings []string, skip string, e
 	if raw := a[annNodeLabels]; raw != "" {
 		var l map[string]string
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
-			return nil, nil, "", fmt.Errorf("Kubernetes Node %s: annotation %s is not a JSON map of labels: %w", n.Name, annNodeLabels, err)
+			return nil, nil, "", fmt.Errorf("the Kubernetes Node %s: annotation %s is not a JSON map of labels: %w", n.Name, annNodeLabels, err)
 		}
 		for k, v := range l {
 			labels[k] = v
@@ -221,7 +238,7 @@ func podEndpoint(p *corev1.Pod, bs blockSet) (*api.WorkloadEndpoint, error) {
 			return nil, fmt.Errorf("its address %s is not allocated in a carried Calico block (not Calico's IPAM, or its block was not carried)", a)
 		}
 		if owner := bs.pods[a]; owner != "" && owner != p.Namespace+"/"+p.Name {
-			return nil, fmt.Errorf("Calico's IPAM holds its address %s for pod %s", a, owner)
+			return nil, fmt.Errorf("its address %s is held by Calico's IPAM for pod %s", a, owner)
 		}
 		if handle != "" && h != handle {
 			return nil, fmt.Errorf("its addresses are held by two handles, %s and %s", handle, h)

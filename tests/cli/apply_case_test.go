@@ -121,7 +121,7 @@ spec:
 		t.Errorf("refused FelixConfiguration: code %d, stderr %q, want %q", code, errOut, want)
 	}
 	fc = write("felix.yaml", "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {IPIPMTU: 1400, chainInsertMode: Append}\n")
-	out, errOut, code = ctl(t, ep, "", "apply", "-f", fc)
+	_, errOut, code = ctl(t, ep, "", "apply", "-f", fc)
 	if want := "Warning: " + fc + ": document 1 (FelixConfiguration default): Calico field spec.chainInsertMode is not used by routed"; code != 0 || !strings.Contains(errOut, want) {
 		t.Errorf("FelixConfiguration: code %d, stderr %q, want %q", code, errOut, want)
 	}

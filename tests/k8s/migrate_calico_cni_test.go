@@ -61,11 +61,12 @@ func buildCalicoCNI(t *testing.T) string {
 			t.Fatalf("%s@%s: hash %s, pinned %s", m.path, m.version, info.Sum, m.sum)
 		}
 		dst := filepath.Join(src, m.dir)
-		if out, err := exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
+		if _, err := exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
+			// The destination did not exist yet: make it and copy again.
 			if err := os.MkdirAll(dst, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if out, err = exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
+			if out, err := exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
 				t.Fatalf("copy %s: %v %s", m.path, err, out)
 			}
 		}
