@@ -70,6 +70,8 @@ type Config struct {
 	// PolicyLog configures the policy Log action and the optional log of
 	// default drops (nflog group, rate).
 	PolicyLog policy.LogConfig
+	// Flows turns on flow records with PolicyLog.FlowGroup (docs/flows.md).
+	Flows FlowsConfig
 	// PolicyCounterPoll is how often the policy rule counters are read
 	// to tell when each rule last matched (DefaultPolicyCounterPoll).
 	PolicyCounterPoll time.Duration

@@ -6,8 +6,9 @@ import (
 )
 
 // SyncKinds are the resource kinds felix takes from the node feed: what
-// routes need, and the policy model (PolicyKinds).
-var SyncKinds = append([]api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, PolicyKinds...)
+// routes need, the policy model (PolicyKinds) and the staged policies
+// flow records evaluate (FlowKinds; ignored when flows are off).
+var SyncKinds = append(append([]api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoint}, PolicyKinds...), FlowKinds...)
 
 // FeedConsumer is felix's subscription to the node feed: its resource
 // kinds, every node's block affinities and every block's borrowed

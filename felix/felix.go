@@ -42,6 +42,8 @@ type Felix struct {
 	counterReqs chan counterReq
 	// plog keeps the policy log records across restarts of Run.
 	plog *flowlog.Ring
+	// flows is the model of flow records (flows_glue.go); nil: off.
+	flows *flowsState
 	// wg is the WireGuard part; it keeps its devices across restarts of
 	// Run (wireguard_loop.go).
 	wg *wgState
@@ -65,7 +67,7 @@ func New(cfg Config) (*Felix, error) {
 	return &Felix{
 		cfg: cfg, log: lg, wg: newWGState(&cfg, lg),
 		metrics: routetable.NewMetrics(), filters: newFilterState(), wake: make(chan struct{}, 1), batches: make(chan feed.Batch),
-		counterReqs: make(chan counterReq), plog: flowlog.NewRing(DefaultPolicyLogRing),
+		counterReqs: make(chan counterReq), plog: flowlog.NewRing(DefaultPolicyLogRing), flows: newFlowsState(&cfg),
 	}, nil
 }
 
@@ -111,6 +113,7 @@ func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) {
 	f.enqueue(func(l *loop) {
 		l.st.replaceResources(l.cfg.NodeName, rs)
 		l.policyReplace(rs)
+		f.flows.replace(rs)
 		l.resourcesSynced = true
 		l.planDirty = true
 	})
@@ -124,6 +127,7 @@ func (f *Felix) SetResource(r api.Resource) {
 			l.planDirty = true
 		}
 		l.policySet(r)
+		f.flows.set(r)
 	})
 }
 
@@ -134,6 +138,7 @@ func (f *Felix) DeleteResource(k api.Kind, name string) {
 			l.planDirty = true
 		}
 		l.policyDelete(k, name)
+		f.flows.delete(k, name)
 	})
 }
 

@@ -91,6 +91,10 @@ func (f *Felix) Run(ctx context.Context) error {
 			idx := l.policy.Index()
 			wg.Go(func() { f.readPolicyLog(cctx, l.netnsFd(), idx) })
 		}
+		if f.flows != nil {
+			idx := l.policy.Index()
+			wg.Go(func() { f.runFlows(cctx, l.netnsFd(), idx) })
+		}
 		defer func() { cancel(); wg.Wait() }()
 	}
 	return l.run(ctx)

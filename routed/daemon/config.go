@@ -73,6 +73,9 @@ type Config struct {
 	// Wireguard encrypts pod traffic between nodes (wireguard.go).
 	Wireguard WireguardConfig
 
+	// Flows records connections with their policy verdicts (flows.go).
+	Flows FlowsConfig
+
 	// envErrs are environment values BindFlags could not read.
 	envErrs []error
 }
@@ -182,6 +185,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.PolicyLogGroup, "policy-log-group", c.envInt(100, "ROUTED_POLICY_LOG_GROUP"), "nflog group of the policy Log action and of logged drops, which routed reads for routedctl policy log (0: off) (env ROUTED_POLICY_LOG_GROUP)")
 	fs.IntVar(&c.PolicyLogRate, "policy-log-rate", c.envInt(10, "ROUTED_POLICY_LOG_RATE"), "packets a second each logging rule may log, limited in the kernel (env ROUTED_POLICY_LOG_RATE)")
 	fs.BoolVar(&c.PolicyLogDrops, "policy-log-drops", c.envBool(false, "ROUTED_POLICY_LOG_DROPS"), "also log packets dropped because no policy or profile allowed them (env ROUTED_POLICY_LOG_DROPS)")
+	c.bindFlowsFlags(fs)
 	c.bindWireguardFlags(fs)
 	fs.StringVar(&c.CNIToken.Kubeconfig, "cni-kubeconfig", env("", "ROUTED_CNI_KUBECONFIG"), "write the CNI plugin's kubeconfig here with a TokenRequest token and keep it refreshed (empty: off) (env ROUTED_CNI_KUBECONFIG)")
 	fs.StringVar(&c.CNIToken.ServiceAccount, "cni-service-account", env(cnitoken.DefaultServiceAccount, "ROUTED_CNI_SERVICE_ACCOUNT"), "the CNI plugin's ServiceAccount (env ROUTED_CNI_SERVICE_ACCOUNT)")
@@ -210,6 +214,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PolicyLogDrops && c.PolicyLogGroup == 0 {
 		return fmt.Errorf("--policy-log-drops needs --policy-log-group")
+	}
+	if err := c.validateFlows(); err != nil {
+		return err
 	}
 	if c.NodeName == "" {
 		return fmt.Errorf("--nodename: empty and the hostname is unknown; set NODENAME")

@@ -61,6 +61,8 @@ type node struct {
 	beats   loopBeats
 	// gcLeading is set while this node is the elected cluster GC node.
 	gcLeading atomic.Bool
+	// flows are the node's flow record sinks (flows.go).
+	flows *flowsParts
 }
 
 // build makes every part and subscribes each consumer to the node feed.
@@ -83,6 +85,10 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		StateDir:   filepath.Join(filepath.Dir(cfg.StatusSocket), "bgp-"+cfg.NodeName),
 	}
 	if cfg.Role == RoleNode {
+		var err error
+		if n.flows, err = newFlowsParts(cfg, n.reg); err != nil {
+			return nil, err
+		}
 		n.wgKeys = noderecord.NewKeyPublisher(cfg.NodeName, n.held)
 		fx, err := felix.New(withFelixConfig(felix.Config{
 			WireGuard:      cfg.felixWireguard(n.wgKeys.Publish),
@@ -91,7 +97,8 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 			ResyncInterval: cfg.FelixResync,
 			MTUFile:        filepath.Join(cfg.StateDir, "mtu"),
 			Features:       felix.Features{DisablePolicy: cfg.DisablePolicy},
-			PolicyLog:      policy.LogConfig{Group: uint16(cfg.PolicyLogGroup), Rate: uint32(cfg.PolicyLogRate), Drops: cfg.PolicyLogDrops},
+			PolicyLog:      policy.LogConfig{Group: uint16(cfg.PolicyLogGroup), Rate: uint32(cfg.PolicyLogRate), Drops: cfg.PolicyLogDrops, FlowGroup: uint16(cfg.Flows.Group)},
+			Flows:          n.flows.felix,
 		}, fcs))
 		if err != nil {
 			return nil, err
@@ -177,6 +184,9 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 		g.Go("tunnel address", supervise.Restart, n.tunnel.Run)
 		g.Go("wireguard keys", supervise.Restart, func(ctx context.Context) error { return n.wgKeys.Run(ctx, n.ds) })
 		g.Go("endpoint journal", supervise.Restart, n.journal.Run)
+		if n.flows.sender != nil {
+			g.Go("flows sender", supervise.Restart, n.flows.runSender)
+		}
 		if cfg.IPAMGCPeriod > 0 {
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
 				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Period: cfg.IPAMGCPeriod,

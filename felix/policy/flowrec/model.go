@@ -22,10 +22,15 @@ type LockedModel struct {
 	mu     sync.Mutex
 	calc   *policy.Calc
 	staged []policy.StagedPolicy
+	// pods names remote endpoints' pods, which the model does not
+	// keep (a big cluster's worth of strings it does not need).
+	pods map[string]string
 }
 
 // NewLockedModel returns an empty model.
-func NewLockedModel() *LockedModel { return &LockedModel{calc: policy.NewModel()} }
+func NewLockedModel() *LockedModel {
+	return &LockedModel{calc: policy.NewModel(), pods: map[string]string{}}
+}
 
 // Update runs fn on the model with the lock held.
 func (m *LockedModel) Update(fn func(*policy.Calc) error) error {
@@ -60,6 +65,9 @@ func (m *LockedModel) end(a netip.Addr) End {
 		if ep, ok := m.calc.Endpoint(key); ok {
 			e.Kind, e.Namespace, e.Name, e.Endpoint, e.Node, e.Labels, e.Local = EndPod, ep.Namespace, ep.Pod, ep.Key, ep.Node, ep.Labels, ep.Local
 			if e.Name == "" {
+				e.Name = m.pods[key]
+			}
+			if e.Name == "" {
 				e.Name = ep.Key
 			}
 			return e
@@ -69,4 +77,22 @@ func (m *LockedModel) end(a netip.Addr) End {
 		e.Kind, e.Namespace, e.Name, e.Labels = EndNetworkSet, s.Namespace, s.Key, s.Labels
 	}
 	return e
+}
+
+// Reset empties the model (a snapshot replaces everything).
+func (m *LockedModel) Reset() {
+	m.mu.Lock()
+	m.calc, m.staged, m.pods = policy.NewModel(), nil, map[string]string{}
+	m.mu.Unlock()
+}
+
+// SetPod names the pod of an endpoint ("" forgets it).
+func (m *LockedModel) SetPod(endpoint, pod string) {
+	m.mu.Lock()
+	if pod == "" {
+		delete(m.pods, endpoint)
+	} else {
+		m.pods[endpoint] = pod
+	}
+	m.mu.Unlock()
 }

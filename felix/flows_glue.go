@@ -1,0 +1,158 @@
+package felix
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// FlowsConfig turns on flow records (felix/policy/flowrec,
+// docs/flows.md). They are on when PolicyLog.FlowGroup is set and
+// there is a sink.
+type FlowsConfig struct {
+	// Sinks receive each batch of flows on the collector's goroutine
+	// (the JSON-lines file, metrics, the aggregator's sender); they
+	// must not block.
+	Sinks []func(flowrec.Batch)
+	// Interval groups flows (0: 3 s).
+	Interval time.Duration
+}
+
+// FlowKinds are the kinds felix takes from the feed for flow records
+// only: staged policies, evaluated for each new connection on the
+// flows' model and never given to the policy dataplane.
+var FlowKinds = []api.Kind{api.KindStagedNetworkPolicy, api.KindStagedGlobalNetworkPolicy}
+
+// flowsState is the model flow records name ends and evaluate staged
+// policies on: a second policy model (policy.NewModel; the calculator
+// that programs the kernel never evaluates staged policies), fed on
+// felix's loop from the same resources. nil when flows are off.
+type flowsState struct {
+	node   string
+	model  *flowrec.LockedModel
+	staged map[string]policy.StagedPolicy
+}
+
+func newFlowsState(cfg *Config) *flowsState {
+	if cfg.PolicyLog.FlowGroup == 0 || len(cfg.Flows.Sinks) == 0 || cfg.Features.DisablePolicy {
+		return nil
+	}
+	return &flowsState{node: cfg.NodeName, model: flowrec.NewLockedModel(), staged: map[string]policy.StagedPolicy{}}
+}
+
+// set gives the model one resource (refused ones are logged by the
+// policy dataplane, which gets the same).
+func (s *flowsState) set(r api.Resource) {
+	if s == nil {
+		return
+	}
+	switch v := r.(type) {
+	case *api.StagedNetworkPolicy:
+		s.setStaged(policy.StagedPolicy{Kind: v.GetKind(), Namespace: v.Metadata.Namespace, Name: v.Metadata.Name, Action: v.Action(), Policy: v.Enforced()})
+	case *api.StagedGlobalNetworkPolicy:
+		s.setStaged(policy.StagedPolicy{Kind: v.GetKind(), Name: v.Metadata.Name, Action: v.Action(), Policy: v.Enforced()})
+	case *api.WorkloadEndpoint:
+		ep, err := policy.EndpointFromAPI(v, v.Spec.Node == s.node)
+		if err == nil {
+			_ = s.model.Update(func(c *policy.Calc) error { c.SetEndpoint(ep); return nil })
+			s.model.SetPod(ep.Key, v.Spec.Pod)
+		}
+	default:
+		if isPolicyKind(r.GetKind()) {
+			_ = s.model.Update(func(c *policy.Calc) error { return c.SetResource(r) })
+		}
+	}
+}
+
+func (s *flowsState) setStaged(p policy.StagedPolicy) {
+	s.staged[p.Key()] = p
+	s.pushStaged()
+}
+
+func (s *flowsState) pushStaged() {
+	keys := slices.Sorted(maps.Keys(s.staged))
+	list := make([]policy.StagedPolicy, 0, len(keys))
+	for _, k := range keys {
+		list = append(list, s.staged[k])
+	}
+	s.model.SetStaged(list)
+}
+
+// delete removes one resource from the model.
+func (s *flowsState) delete(k api.Kind, name string) {
+	if s == nil {
+		return
+	}
+	ns, n := api.SplitStoreName(k, name)
+	switch k {
+	case api.KindStagedNetworkPolicy:
+		delete(s.staged, policy.StagedPolicy{Kind: k, Namespace: ns, Name: n}.Key())
+		s.pushStaged()
+		return
+	case api.KindStagedGlobalNetworkPolicy:
+		delete(s.staged, policy.StagedPolicy{Kind: k, Name: name}.Key())
+		s.pushStaged()
+		return
+	}
+	_ = s.model.Update(func(c *policy.Calc) error {
+		switch k {
+		case api.KindTier:
+			c.DeleteTier(name)
+		case api.KindNetworkPolicy:
+			c.DeletePolicy("np:" + ns + "/" + n)
+		case api.KindGlobalNetworkPolicy:
+			c.DeletePolicy("gnp:" + name)
+		case api.KindProfile:
+			c.DeleteProfile(name)
+		case api.KindNetworkSet:
+			c.DeleteNetworkSet("ns:" + ns + "/" + n)
+		case api.KindGlobalNetworkSet:
+			c.DeleteNetworkSet("gns:" + name)
+		case api.KindServiceEndpoints:
+			c.DeleteServiceEndpoints(ns + "/" + n)
+		case api.KindWorkloadEndpoint:
+			c.DeleteEndpoint(name)
+		}
+		return nil
+	})
+	if k == api.KindWorkloadEndpoint {
+		s.model.SetPod(name, "")
+	}
+}
+
+// replace rebuilds the model from a snapshot (snapshots are rare: a
+// start, a feed resync).
+func (s *flowsState) replace(rs map[api.Kind][]api.Resource) {
+	if s == nil {
+		return
+	}
+	s.model.Reset()
+	s.staged = map[string]policy.StagedPolicy{}
+	for _, k := range append(slices.Clone(policyReplaceOrder), FlowKinds...) {
+		for _, r := range rs[k] {
+			s.set(r)
+		}
+	}
+}
+
+// runFlows records flows until ctx ends (felix's Run starts it with the
+// policy dataplane's rule index). Without its nflog group or conntrack
+// events there are no flow records, and felix goes on enforcing.
+func (f *Felix) runFlows(ctx context.Context, netnsFd int, idx *policy.RuleIndex) {
+	if err := flowrec.EnableAccounting(netnsFd); err != nil {
+		f.log.WithError(err).Warn("flows: conntrack accounting is off: flows will have no packet or byte counts")
+	}
+	c, err := flowrec.New(flowrec.Config{Node: f.cfg.NodeName, NetnsFd: netnsFd, Group: f.cfg.PolicyLog.FlowGroup, Index: idx,
+		Model: f.flows.model, Interval: f.cfg.Flows.Interval, Sinks: f.cfg.Flows.Sinks})
+	if err == nil {
+		err = c.Run(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		f.log.WithError(err).Error("flows: no flow records on this node")
+	}
+}
