@@ -285,6 +285,20 @@ spec:
 kind: Tier
 metadata: {name: security}
 spec: {order: 100}
+`,
+		// The tiers Calico (3.30 and later) always has.
+		`apiVersion: crd.projectcalico.org/v1
+kind: Tier
+metadata: {name: kube-admin}
+spec: {order: 1000, defaultAction: Pass}
+`, `apiVersion: crd.projectcalico.org/v1
+kind: Tier
+metadata: {name: default}
+spec: {order: 1000000, defaultAction: Deny}
+`, `apiVersion: crd.projectcalico.org/v1
+kind: Tier
+metadata: {name: kube-baseline}
+spec: {order: 10000000, defaultAction: Pass}
 `, `apiVersion: crd.projectcalico.org/v1
 kind: GlobalNetworkPolicy
 metadata: {name: security.deny-db-from-web}

@@ -56,6 +56,7 @@ func TestMigrateCalicoKDD(t *testing.T) {
 			"Node                   node-a",
 			"Node                   node-b",
 			"Tier                   security",
+			"Tier default create",
 			"GlobalNetworkPolicy    security.deny-db-from-web",
 			"NetworkPolicy shop.allow-web",
 			"NetworkSet shop.partners",
@@ -194,6 +195,27 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		}
 	})
 
+	t.Run("routed's tiers first", func(t *testing.T) {
+		// routed-controllers (or routed) ran first and made the tiers
+		// routed always has: Calico's are the same, no conflict.
+		to := dstest.Client(t)
+		if err := to.EnsureDefaultTiers(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		plan, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range plan.Items {
+			if it.Kind == api.KindTier && it.Name != "security" && it.Action != "unchanged" {
+				t.Errorf("tier %s: %s %s", it.Name, it.Action, it.Detail)
+			}
+		}
+		if n := count(plan, "unchanged"); n != 3 {
+			t.Errorf("%d unchanged, want routed's 3 tiers", n)
+		}
+	})
+
 	t.Run("least privilege", func(t *testing.T) {
 		// The documented Job, its ServiceAccount and read-only ClusterRole,
 		// as the API server validates them.
@@ -309,7 +331,7 @@ func TestMigrateCalicoKDDv3(t *testing.T) {
 	out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
 	t.Logf("migration:\n%s%s", out, errOut)
 	for _, want := range []string{
-		"Migrated: 24 to create, 0 to update, 0 unchanged, 0 conflicts, 9 not carried over",
+		"Migrated: 27 to create, 0 to update, 0 unchanged, 0 conflicts, 9 not carried over",
 		"WorkloadEndpoint node--a-k8s-shop-web--1-eth0 create",
 		"IPAMConfiguration default create",
 		"Not carried over: networkpolicies.projectcalico.org shop/knp.default.legacy",
@@ -322,7 +344,7 @@ func TestMigrateCalicoKDDv3(t *testing.T) {
 	if out, errOut, code := migrateCtl(t, ep, nil, "ipam", "check"); code != 0 || !strings.Contains(out, "No IPAM problems found") {
 		t.Fatalf("ipam check: code %d\n%s%s", code, out, errOut)
 	}
-	if out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 24 unchanged") {
+	if out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 27 unchanged") {
 		t.Fatalf("second run: code %d\n%s%s", code, out, errOut)
 	}
 }
