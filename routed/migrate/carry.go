@@ -86,15 +86,24 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	rank := func(k api.Kind) int { return slices.Index(writeOrder, k) }
 	slices.SortStableFunc(carried, func(a, b api.Resource) int { return rank(a.GetKind()) - rank(b.GetKind()) })
 
+	// What routed holds is read one kind at a time (a list each, not a
+	// read per resource: a big cluster has a hundred thousand endpoints).
+	held := map[api.Kind]map[string]api.Resource{}
 	conflict := false
 	for _, r := range carried {
-		it := Item{Kind: r.GetKind(), Name: api.StoreName(r), Action: "create"}
-		cur, err := to.Get(ctx, r.GetKind(), api.StoreName(r))
-		switch {
-		case datastore.IsNotFound(err):
-		case err != nil:
-			return nil, err
-		default:
+		k := r.GetKind()
+		if held[k] == nil {
+			rs, _, err := to.List(ctx, k)
+			if err != nil {
+				return nil, fmt.Errorf("migrate: reading routed's %s: %w", k.Plural(), err)
+			}
+			held[k] = make(map[string]api.Resource, len(rs))
+			for _, x := range rs {
+				held[k][api.StoreName(x)] = x
+			}
+		}
+		it := Item{Kind: k, Name: api.StoreName(r), Action: "create"}
+		if cur, ok := held[k][it.Name]; ok {
 			if why := differs(cur, r); why != "" {
 				it.Action, it.Detail, conflict = "conflict", why, true
 			} else {

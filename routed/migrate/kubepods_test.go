@@ -84,7 +84,7 @@ func TestPodEndpointSkipsAndRefuses(t *testing.T) {
 		mut  func(*corev1.Pod)
 		want string
 	}{
-		"other pod's":  {func(p *corev1.Pod) { p.Name = "web-2" }, "holds its address 10.244.1.1 for pod shop/web-1"},
+		"other pod's":  {func(p *corev1.Pod) { p.Name = "web-2" }, "its address 10.244.1.1 is held by Calico's IPAM for pod shop/web-1"},
 		"not Calico's": {func(p *corev1.Pod) { p.Annotations = nil; p.Status.PodIP = "10.99.0.5" }, "10.99.0.5 is not allocated in a carried Calico block"},
 		"no address":   {func(p *corev1.Pod) { p.Annotations = nil }, "no address yet"},
 		"bad address":  {func(p *corev1.Pod) { p.Annotations[annPodIPs] = "10.244.1.x" }, `"10.244.1.x" is neither an address nor a CIDR`},
