@@ -169,7 +169,7 @@ func waitCtl(t *testing.T, base []string, what string, args []string, want ...st
 // them over mutual TLS to an aggregator; routedctl flows shows each
 // (the deny naming its rule, the GlobalNetworkPolicy of another tier,
 // the allowed flow with the staged deny) within 10 s of its first
-// packet. The node process is killed -9 and started again: flows
+// packet, and so does the aggregator's page in headless Chromium. The node process is killed -9 and started again: flows
 // resume and the aggregator reports the node's restart as a gap.
 func TestFlowsEndToEnd(t *testing.T) {
 	l := newFlowLabBare(t)
@@ -218,6 +218,9 @@ func TestFlowsEndToEnd(t *testing.T) {
 	if time.Since(probeAt) > 10*time.Second {
 		t.Errorf("the flows took %v to show, want under 10 s", time.Since(probeAt))
 	}
+	// The page shows them too: denied rows marked, filtered to the
+	// NetworkPolicy's deny, its rule named.
+	checkPage(t, url, "end-to-end-reader-token")
 
 	// kill -9: the process's last interval is lost; a new one adopts
 	// the tables and records again under a new boot ID.
@@ -239,7 +242,7 @@ func TestFlowsEndToEnd(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &e); err != nil {
 				t.Fatal(err)
 			}
-			if e.Flow != nil && e.Flow.Start.After(probeAt) {
+			if e.Flow != nil && e.Flow.End.After(probeAt) {
 				after++
 			}
 		}
