@@ -171,3 +171,28 @@ func TestProfileCreatedAfterEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainHostEndpointAddress: explain answers for workloads; a flow
+// to or from a host endpoint's address says that endpoint's policy is
+// not explained, instead of walking it as a pod's or calling it not
+// policed, while a pod's side of the same flow is still explained.
+func TestExplainHostEndpointAddress(t *testing.T) {
+	s := &hostRecSink{recSink: newRecSink()}
+	c := NewCalc(s, LogConfig{})
+	labels := map[string]string{"role": "edge"}
+	c.SetEndpoint(ep("a", true, "10.0.0.1", labels))
+	c.SetHostEndpoint(testHostEP("n1-eth0", "eth0", true, labels, "192.0.2.1/32"))
+	mustPolicy(t, c, gnpYAML("deny-edge", "1", "default", "  selector: role == 'edge'\n  ingress: [{action: Deny}]\n  egress: [{action: Allow}]"))
+
+	x := c.Explain(Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("192.0.2.1"), Proto: 6, SrcPort: 40000, DstPort: 80, ICMPType: -1, ICMPCode: -1})
+	if x.Ingress.Rule.Kind != KindHostNotExplained || x.Ingress.Endpoint != HostEndpointKey("n1-eth0") {
+		t.Errorf("ingress to the host endpoint: %+v, want kind %q naming %s", x.Ingress, KindHostNotExplained, HostEndpointKey("n1-eth0"))
+	}
+	if !x.Egress.Policed || !x.Egress.Allowed || x.Egress.Endpoint == HostEndpointKey("n1-eth0") {
+		t.Errorf("egress from the pod: %+v, want the pod's own policy (allowed)", x.Egress)
+	}
+	y := c.Explain(Flow{Src: netip.MustParseAddr("192.0.2.9"), Dst: netip.MustParseAddr("10.0.0.1"), Proto: 6, SrcPort: 40000, DstPort: 80, ICMPType: -1, ICMPCode: -1})
+	if !y.Ingress.Policed || y.Ingress.Allowed {
+		t.Errorf("ingress to the pod: %+v, want denied by deny-edge", y.Ingress)
+	}
+}

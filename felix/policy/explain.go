@@ -91,9 +91,17 @@ func (c *Calc) Endpoints() []string {
 	return keys
 }
 
-func (c *Calc) endpointAt(addr netip.Addr) *endpoint {
+func (c *Calc) endpointAt(addr netip.Addr) *endpoint { return c.findAt(addr, true) }
+
+// workloadAt is endpointAt for workload endpoints only.
+func (c *Calc) workloadAt(addr netip.Addr) *endpoint { return c.findAt(addr, false) }
+
+func (c *Calc) findAt(addr netip.Addr, hosts bool) *endpoint {
 	var found *endpoint
 	for _, e := range c.eps {
+		if !hosts && IsHostEndpointKey(e.key) {
+			continue
+		}
 		for _, p := range e.ips {
 			if p.Contains(addr) && (found == nil || e.key < found.key) {
 				found = e
@@ -109,10 +117,16 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 	if in {
 		addr = f.Dst
 	}
-	e := c.endpointAt(addr)
+	e := c.workloadAt(addr)
 	if e == nil {
+		// Host endpoints' chains (hostep) are not walked here: say so
+		// rather than answer with a pod's semantics or "not policed".
 		d.Allowed = true
 		d.Rule = RuleInfo{Kind: KindNotPoliced, Direction: d.Direction, Index: -1}
+		if h := c.endpointAt(addr); h != nil {
+			d.Endpoint, d.Node = h.key, h.nodeName()
+			d.Rule.Kind = KindHostNotExplained
+		}
 		return d
 	}
 	d.Endpoint, d.Node, d.Policed = e.key, e.nodeName(), true

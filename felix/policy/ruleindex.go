@@ -9,16 +9,19 @@ import (
 
 // Rule kinds a RuleInfo names.
 const (
-	KindPolicyRule    = "policy rule"
-	KindProfileRule   = "profile rule"
-	KindTierEnd       = "tier end"           // no policy of the tier decided
-	KindNoProfile     = "no profile allowed" // past the tiers, no profile allowed
-	KindUnknownIface  = "unknown interface"  // an interface felix has not programmed
-	KindNotPoliced    = "not policed"        // the address is no workload (explain)
-	unknownIfacePfx   = "D unknown-iface "
-	logRulePrefix     = "L "
-	logDropRulePrefix = "D "
-	flowRulePrefix    = "F " // a flow verdict mark (LogConfig.FlowGroup)
+	KindPolicyRule   = "policy rule"
+	KindProfileRule  = "profile rule"
+	KindTierEnd      = "tier end"           // no policy of the tier decided
+	KindNoProfile    = "no profile allowed" // past the tiers, no profile allowed
+	KindUnknownIface = "unknown interface"  // an interface felix has not programmed
+	KindNotPoliced   = "not policed"        // the address is no workload (explain)
+	// KindHostNotExplained: the address is a host endpoint's, whose
+	// policy explain does not evaluate (it answers for workloads).
+	KindHostNotExplained = "host endpoint: its policy is not explained"
+	unknownIfacePfx      = "D unknown-iface "
+	logRulePrefix        = "L "
+	logDropRulePrefix    = "D "
+	flowRulePrefix       = "F " // a flow verdict mark (LogConfig.FlowGroup)
 )
 
 // RuleInfo says what one rule ID stands for in the policy model.

@@ -242,9 +242,6 @@ func (d *Dataplane) DeleteChain(name string) {
 	}
 }
 
-// HasChain reports whether a chain is in the desired state.
-func (d *Dataplane) HasChain(name string) bool { return d.chains[name] != nil }
-
 // AddSet creates an empty set of that kind (no change if it exists).
 func (d *Dataplane) AddSet(name string, kind SetKind) {
 	if s, ok := d.sets[name]; ok && s.kind == kind {
