@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
@@ -45,12 +47,8 @@ const podEndpointIface = "eth0"
 // per node calico-node annotated, the namespace and service-account
 // profiles, and a WorkloadEndpoint per running pod Calico addressed.
 func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
-	nodes, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Node, string, error) {
-		l, err := s.kube.CoreV1().Nodes().List(ctx, o)
-		if err != nil {
-			return nil, "", err
-		}
-		return l.Items, l.Continue, nil
+	nodes, err := listAll[corev1.Node](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return s.kube.CoreV1().Nodes().List(ctx, o)
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing nodes: %w", err)
@@ -68,12 +66,8 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 		}
 	}
 
-	nss, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Namespace, string, error) {
-		l, err := s.kube.CoreV1().Namespaces().List(ctx, o)
-		if err != nil {
-			return nil, "", err
-		}
-		return l.Items, l.Continue, nil
+	nss, err := listAll[corev1.Namespace](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return s.kube.CoreV1().Namespaces().List(ctx, o)
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing namespaces: %w", err)
@@ -81,12 +75,8 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 	for i := range nss {
 		st.resources = append(st.resources, controllers.NamespaceProfile(&nss[i]))
 	}
-	sas, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.ServiceAccount, string, error) {
-		l, err := s.kube.CoreV1().ServiceAccounts("").List(ctx, o)
-		if err != nil {
-			return nil, "", err
-		}
-		return l.Items, l.Continue, nil
+	sas, err := listAll[corev1.ServiceAccount](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return s.kube.CoreV1().ServiceAccounts("").List(ctx, o)
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing service accounts: %w", err)
@@ -95,12 +85,8 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 		st.resources = append(st.resources, controllers.ServiceAccountProfile(&sas[i]))
 	}
 
-	pods, err := listAll(ctx, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Pod, string, error) {
-		l, err := s.kube.CoreV1().Pods("").List(ctx, o)
-		if err != nil {
-			return nil, "", err
-		}
-		return l.Items, l.Continue, nil
+	pods, err := listAll[corev1.Pod](ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return s.kube.CoreV1().Pods("").List(ctx, o)
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: listing pods: %w", err)
@@ -133,21 +119,18 @@ func ptrOr(p *int64) int64 {
 	return *p
 }
 
-// listAll pages through a Kubernetes list.
-func listAll[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, string, error)) ([]T, error) {
+// listAll pages through a Kubernetes list of Ts.
+func listAll[T any](ctx context.Context, list pager.ListPageFunc) ([]T, error) {
 	var out []T
-	o := metav1.ListOptions{Limit: 500}
-	for {
-		items, cont, err := list(ctx, o)
-		if err != nil {
-			return nil, err
+	err := pager.New(list).EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
+		item, ok := any(o).(*T)
+		if !ok {
+			return fmt.Errorf("migrate: listed a %T", o)
 		}
-		out = append(out, items...)
-		if cont == "" {
-			return out, nil
-		}
-		o.Continue = cont
-	}
+		out = append(out, *item)
+		return nil
+	})
+	return out, err
 }
 
 // kubeNode is the Calico Node libcalico-go derives from a Kubernetes
