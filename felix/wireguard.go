@@ -212,6 +212,18 @@ func (p *plan) finishWireguard(cfg *Config, s *state, pools []*pool) {
 			}
 		}
 	}
+	// Each pool of an encrypted family gets a blackhole under the
+	// routes above: pod traffic that no route of ours covers (the
+	// userspace device and its routes die with routed, until the next
+	// routed holds them itself) is dropped, never sent to the default
+	// route in clear.
+	for _, pl := range pools {
+		if w := &p.wg[wgFam(pl.cidr.Addr())]; w.on {
+			if _, ok := p.routes[pl.cidr]; !ok {
+				p.routes[pl.cidr] = routetable.Route{Dst: pl.cidr, Type: routetable.Blackhole}
+			}
+		}
+	}
 	for fam := range p.wg {
 		for name, peer := range p.wg[fam].peers {
 			n := s.nodes[name]

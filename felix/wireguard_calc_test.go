@@ -73,6 +73,7 @@ func TestComputePlanWireguard(t *testing.T) {
 		"10.3.2.0/26":   {Type: routetable.Blackhole},
 		"10.3.3.0/26":   {Type: routetable.Blackhole},
 		"10.3.0.0/26":   {Type: routetable.Blackhole}, // this node's own block
+		"10.3.0.0/16":   {Type: routetable.Blackhole}, // the pool: pod traffic nothing else routes
 		"172.16.0.0/16": {Gw: addr("192.0.2.254")},    // a router's: not WireGuard's
 	} {
 		want.Dst = pfx(dst)

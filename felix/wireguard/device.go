@@ -41,10 +41,13 @@ type Device struct {
 	Mode   string // ModeAuto, ModeKernel or ModeUserspace
 	NSPath string // the namespace it lives in ("": this process's)
 
-	dev  impl            // nil: not made (or removed)
-	have *wgtypes.Device // what the device held when last read
-	want Desired
-	log  *logrus.Entry
+	dev impl // nil: not made (or removed)
+	// fresh: the device was made and has not greeted its peers yet
+	// (kick).
+	fresh bool
+	have  *wgtypes.Device // what the device held when last read
+	want  Desired
+	log   *logrus.Entry
 }
 
 // NewDevice returns the reconciler of device name.
@@ -76,6 +79,9 @@ func (d *Device) Ready() bool { return d.dev != nil && d.have != nil }
 // (nil when there is none) for the route table.
 func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 	if !d.want.Up {
+		if d.dev == nil && !full {
+			return nil, nil // removed already; a resync looks for leftovers
+		}
 		return nil, d.remove(h)
 	}
 	link, err := h.LinkByName(d.Name)
@@ -90,7 +96,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.dev, d.have, full = dev, nil, true
+		d.dev, d.have, full, d.fresh = dev, nil, true, true
 		d.log.WithField("implementation", dev.kind()).Info("WireGuard device made")
 		if link, err = h.LinkByName(d.Name); err != nil {
 			return nil, fmt.Errorf("wireguard: %s: %w", d.Name, err)
@@ -103,9 +109,17 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 	}
 	if cfg, changes := diff(d.have, d.want); changes > 0 {
+		fresh := d.fresh && kick(&cfg)
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
 			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
+		}
+		if fresh {
+			d.fresh = false
+			if err := d.dev.configure(unkick(cfg)); err != nil {
+				d.have = nil
+				return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
+			}
 		}
 		if d.have, err = d.dev.read(); err != nil {
 			d.have = nil
@@ -124,6 +138,37 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 	}
 	return h.LinkByName(d.Name)
+}
+
+// kick makes a new device greet every peer at once. A device made again
+// (wireguard-go dies with routed) has no sessions while its peers still
+// send with theirs, which it cannot read; they would notice only after
+// WireGuard's keepalive and rekey timeouts (about 15 s). A peer given a
+// persistent keepalive sends one when it starts, and with no session
+// that is a handshake, so the peers have new sessions within a round
+// trip; unkick then turns the keepalives off again.
+// It reports whether cfg has peers to greet.
+func kick(cfg *wgtypes.Config) bool {
+	every := time.Second
+	any := false
+	for i := range cfg.Peers {
+		if !cfg.Peers[i].Remove {
+			cfg.Peers[i].PersistentKeepaliveInterval = &every
+			any = true
+		}
+	}
+	return any
+}
+
+func unkick(cfg wgtypes.Config) wgtypes.Config {
+	var off time.Duration
+	out := wgtypes.Config{}
+	for _, p := range cfg.Peers {
+		if !p.Remove {
+			out.Peers = append(out.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, UpdateOnly: true, PersistentKeepaliveInterval: &off})
+		}
+	}
+	return out
 }
 
 // remove deletes the device (encryption turned off for its family).

@@ -41,7 +41,7 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 }
 
 // vmTests are felix's tests that need the VM's kernel (ipip).
-var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM"}
+var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM", "TestWireguardThroughputInVM"}
 
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
 // with veth, ipip and vxlan loaded (and iperf3) and runs vmTests there.
@@ -62,7 +62,7 @@ func TestIPIPInVM(t *testing.T) {
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
 	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
-	run(t, ctx, here, []string{"VM_MODULES=vxlan", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
+	run(t, ctx, here, []string{"VM_MODULES=vxlan wireguard", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
 		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", "240s")
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))
 
@@ -91,7 +91,7 @@ func TestIPIPInVM(t *testing.T) {
 		}
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") || strings.Contains(line, "converged") || strings.Contains(line, "ENCAP-THROUGHPUT") {
+		if strings.Contains(line, "ROUTED-VM") || strings.Contains(line, "--- ") || strings.Contains(line, "PASS") || strings.Contains(line, "converged") || strings.Contains(line, "ENCAP-THROUGHPUT") || strings.Contains(line, "WIREGUARD-THROUGHPUT") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
