@@ -196,3 +196,44 @@ func TestExplainHostEndpointAddress(t *testing.T) {
 		t.Errorf("ingress to the pod: %+v, want denied by deny-edge", y.Ingress)
 	}
 }
+
+// TestNamespaceSelectorAllSkipsHostEndpoints: Calico reads a
+// namespaceSelector of all() as "has a namespace", so neither a
+// GlobalNetworkPolicy's nor a rule's all() picks a host endpoint; a
+// namespace selector that holds for empty labels (!has(x)) does, as in
+// Calico.
+func TestNamespaceSelectorAllSkipsHostEndpoints(t *testing.T) {
+	for nsSel, want := range map[string]bool{"all()": false, "!has(tenant)": true} {
+		s := &hostRecSink{recSink: newRecSink()}
+		c := NewCalc(s, LogConfig{})
+		c.SetHostEndpoint(testHostEP("n1-eth0", "eth0", true, nil, "192.0.2.1/32"))
+		mustPolicy(t, c, gnpYAML("pods-open", "1", "default", "  namespaceSelector: \""+nsSel+"\"\n  ingress: [{action: Allow}]"))
+		if len(s.hosts.Endpoints) != 1 {
+			t.Fatalf("host endpoints %+v", s.hosts.Endpoints)
+		}
+		if got := slices.Contains(s.jumps(s.hosts.Endpoints[0].In), "pi-gnp:pods-open"); got != want {
+			t.Errorf("namespaceSelector %q: host endpoint's input chain jumps to the policy: %v, want %v", nsSel, got, want)
+		}
+	}
+
+	s := &hostRecSink{recSink: newRecSink()}
+	c := NewCalc(s, LogConfig{})
+	c.SetEndpoint(ep("a", true, "10.0.0.1", map[string]string{"app": "db"}))
+	c.SetEndpoint(ep("b", false, "10.0.0.2", map[string]string{"app": "web"}))
+	mustPolicy(t, c, gnpYAML("from-pods", "1", "default", "  selector: app == 'db'\n  ingress: [{action: Allow, source: {namespaceSelector: all()}}]"))
+	c.SetHostEndpoint(testHostEP("n2-eth0", "eth0", false, nil, "192.0.2.2/32"))
+	pod := false
+	for name, m := range s.sets {
+		for k := range m {
+			switch k.Prefix.String() {
+			case "192.0.2.2/32":
+				t.Errorf("set %s holds the host endpoint's address", name)
+			case "10.0.0.2/32":
+				pod = true
+			}
+		}
+	}
+	if !pod {
+		t.Errorf("no set holds pod b's address: %v", s.sets)
+	}
+}

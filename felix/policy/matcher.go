@@ -106,6 +106,13 @@ func (m *matcher) group(g *group) bool {
 			return false
 		}
 	case scopeNSSel:
+		// Calico reads namespaceSelector all() as "has a namespace": it
+		// never picks a host endpoint (which has none). Other namespace
+		// selectors see a host endpoint's empty namespace labels, as in
+		// Calico (!has(x) picks it).
+		if g.ns == "" && m.nsSel.String() == "all()" {
+			return false
+		}
 		if !eval(m.nsSel, g.nsLabels.m) {
 			return false
 		}

@@ -81,12 +81,20 @@ func always(why string) func(any) string { return func(any) string { return why 
 
 func whenTrue(why string) func(any) string {
 	return func(v any) string {
-		if v == true {
+		switch v {
+		case true:
 			return why
+		case false, nil:
+			return ""
 		}
-		return ""
+		return notBoolean(v)
 	}
 }
+
+// notBoolean refuses a value that is not a boolean where one is read:
+// "true" as a string would otherwise pass a check for true and be
+// silently dropped (Calico refuses it as a type error).
+func notBoolean(v any) string { return "must be true or false, not " + renderValue(v) }
 
 // unless refuses every value but ok (and the empty string).
 func unless(ok, why string) func(any) string {

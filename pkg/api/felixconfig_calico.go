@@ -192,10 +192,13 @@ func unlessFold(ok, why string) func(any) string {
 // unlessTrue refuses false (nil and true are what routed does).
 func unlessTrue(why string) func(any) string {
 	return func(v any) string {
-		if v == false {
+		switch v {
+		case false:
 			return why
+		case true, nil:
+			return ""
 		}
-		return ""
+		return notBoolean(v)
 	}
 }
 

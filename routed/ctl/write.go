@@ -74,6 +74,11 @@ func decodeFiles(cmd *cobra.Command, g *globals, paths []string) ([]api.Resource
 		}
 		for i, r := range dec.Resources {
 			where[r] = origin{file: name, doc: dec.Docs[i]}
+			if r.GetKind() == api.KindServiceEndpoints {
+				// felix enforces these records as the Service's endpoints:
+				// only routed-controllers writes them, from EndpointSlices.
+				return nil, nil, where.locate(fmt.Errorf("%w: %s records are written by routed-controllers from the Service's EndpointSlices, never with routedctl: name the Service in a rule and the controllers keep its record", api.ErrInvalid, api.KindServiceEndpoints), r)
+			}
 			if err := r.Validate(); err != nil {
 				return nil, nil, where.locate(err, r)
 			}

@@ -157,15 +157,18 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 	accepted := Rule{IfAcceptMark: true, Action: ActAccept}
 	clear := Rule{Action: ActClearAccept}
 
-	// Raw and pre-DNAT run before conntrack has a state: replies to the
-	// other direction's failsafe flows are let through by source port.
+	// Raw runs before conntrack has a state: replies to the other
+	// direction's failsafe flows are let through by source port there
+	// only. Pre-DNAT runs after conntrack: replies are established, and
+	// a source-port rule would let anyone past a preDNAT Deny by
+	// connecting from port 179 or 53.
 	tun, tunOut := tunnels(h.TunnelPeers, false), tunnels(h.TunnelPeers, true)
 	rawPre := append(append([]Rule{clear}, ndRules()...), tun...)
 	rawPre = append(append(rawPre, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
 	rawOut := append(append([]Rule{clear}, ndRules()...), tunOut...)
 	rawOut = append(append(rawOut, failsafe(fsOut, false)...), failsafe(fsIn, true)...)
 	preDNAT := append(append([]Rule{accepted}, ndRules()...), tun...)
-	preDNAT = append(append(preDNAT, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
+	preDNAT = append(preDNAT, failsafe(fsIn, false)...)
 	input := append(append([]Rule{established, accepted}, ndRules()...), tun...)
 	input = append(append(input, failsafe(fsIn, false)...), Rule{InIface: "lo\x00", Action: ActAccept})
 	output := append(append([]Rule{established, accepted}, ndRules()...), tunOut...)
