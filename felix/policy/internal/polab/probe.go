@@ -24,6 +24,13 @@ import (
 // dropped.
 var ProbeTimeout = 400 * time.Millisecond
 
+// AnsweredTimeout is how long Expect waits for an answer it expects:
+// an answer ends the wait at once, so a longer wait costs nothing when
+// the test passes, and on a loaded machine a pod's first IPv6 exchange
+// (neighbour discovery both ways, then the echo) took longer than
+// ProbeTimeout and read as dropped.
+var AnsweredTimeout = 3 * time.Second
+
 // Serve starts TCP and UDP echo servers on port in the namespace, on
 // every address of both families, until the test ends.
 func Serve(t testing.TB, n *nstest.NS, port int) {
@@ -79,6 +86,15 @@ type Probe struct {
 	Dst     netip.Addr
 	Port    int
 	SrcPort int
+	// Timeout is how long to wait for the answer (0: ProbeTimeout).
+	Timeout time.Duration
+}
+
+func (p Probe) timeout() time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return ProbeTimeout
 }
 
 func (p Probe) String() string {
@@ -143,7 +159,7 @@ func (p Probe) fixedPort(network, _ string, c syscall.RawConn) error {
 }
 
 func (p Probe) tcp() (bool, error) {
-	d := net.Dialer{Timeout: ProbeTimeout, LocalAddr: p.local(), Control: p.fixedPort}
+	d := net.Dialer{Timeout: p.timeout(), LocalAddr: p.local(), Control: p.fixedPort}
 	c, err := d.Dial("tcp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
 	if err != nil {
 		var ne net.Error
@@ -153,7 +169,7 @@ func (p Probe) tcp() (bool, error) {
 		return false, nil // refused or reset: no echo either
 	}
 	defer c.Close()
-	return echo(c)
+	return echo(c, p.timeout())
 }
 
 func (p Probe) udp() (bool, error) {
@@ -163,11 +179,11 @@ func (p Probe) udp() (bool, error) {
 		return false, err
 	}
 	defer c.Close()
-	return echo(c)
+	return echo(c, p.timeout())
 }
 
-func echo(c net.Conn) (bool, error) {
-	_ = c.SetDeadline(time.Now().Add(ProbeTimeout))
+func echo(c net.Conn, timeout time.Duration) (bool, error) {
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	if _, err := c.Write([]byte("probe")); err != nil {
 		return false, nil
 	}
@@ -195,7 +211,7 @@ func (p Probe) icmp() (bool, error) {
 	if _, err := c.WriteTo(msg, &net.IPAddr{IP: p.Dst.AsSlice()}); err != nil {
 		return false, nil
 	}
-	deadline := time.Now().Add(ProbeTimeout)
+	deadline := time.Now().Add(p.timeout())
 	_ = c.SetReadDeadline(deadline)
 	buf := make([]byte, 1500)
 	for {
@@ -224,8 +240,13 @@ func checksum(b []byte) uint16 {
 }
 
 // Expect sends the probe and fails the test unless the answer is want.
+// An expected answer is waited for up to AnsweredTimeout; a drop is
+// concluded after ProbeTimeout.
 func Expect(t testing.TB, from *nstest.NS, p Probe, want bool, why string) {
 	t.Helper()
+	if want && p.Timeout == 0 {
+		p.Timeout = AnsweredTimeout
+	}
 	got, err := p.Send(from)
 	if err != nil {
 		t.Fatalf("%s: probe %v: %v", why, p, err)
