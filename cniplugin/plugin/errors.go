@@ -31,6 +31,10 @@ func toCNIError(err error) error { return netconf.CNIErrorWith(err, codeOf) }
 
 func codeOf(err error) uint {
 	switch {
+	// Not ready is STATUS's answer whatever made it so (an unreachable
+	// datastore among them): it wraps its cause, so it is asked first.
+	case errors.Is(err, errNotReady):
+		return types.ErrPluginNotAvailable
 	case netconf.IsConfig(err), errors.Is(err, api.ErrInvalid):
 		return types.ErrInvalidNetworkConfig
 	case errors.Is(err, errDatastoreUnavailable), errors.Is(err, errPolicyNotProgrammed):
@@ -39,8 +43,6 @@ func codeOf(err error) uint {
 		return types.ErrInvalidEnvironmentVariables
 	case errors.Is(err, errNetNS):
 		return types.ErrInvalidNetNS
-	case errors.Is(err, errNotReady):
-		return types.ErrPluginNotAvailable
 	}
 	return types.ErrInternal
 }
