@@ -25,10 +25,13 @@ const (
 )
 
 // calicoKinds are the resources carried over, in the order written:
-// pools before the blocks inside them, nodes before their endpoints,
-// tiers before their policies.
-var calicoKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode,
-	api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy}
+// pools (and their reservations) before the blocks inside them, nodes
+// before their endpoints, tiers before their policies, staged policies
+// after the policies they stage.
+var calicoKinds = []api.Kind{api.KindIPPool, api.KindIPReservation, api.KindFelixConfiguration,
+	api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode, api.KindHostEndpoint,
+	api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy,
+	api.KindStagedGlobalNetworkPolicy, api.KindStagedNetworkPolicy, api.KindStagedKubernetesNetworkPolicy}
 
 // Calico reads a Calico etcdv3 datastore (from) and writes routed's
 // pools, BGP configuration, filters, peers, nodes, tiers, policies,

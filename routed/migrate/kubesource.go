@@ -34,8 +34,10 @@ var (
 // routed kind has the same name and plural; read in this order. Nodes,
 // profiles and workload endpoints are derived from Kubernetes objects
 // instead (kubepods.go); IPAM is read by kubeipam.go.
-var crdKinds = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer,
-	api.KindTier, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy}
+var crdKinds = []api.Kind{api.KindIPPool, api.KindIPReservation, api.KindFelixConfiguration,
+	api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindHostEndpoint,
+	api.KindTier, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy,
+	api.KindStagedGlobalNetworkPolicy, api.KindStagedNetworkPolicy, api.KindStagedKubernetesNetworkPolicy}
 
 // derivedPolicyPrefixes start the names Calico gives the policies it
 // converts from Kubernetes objects. Calico serves them (through its API

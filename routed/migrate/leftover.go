@@ -19,20 +19,10 @@ const calicoRoot = "/calico/"
 // leftoverWhy says, per Calico resource type routed has no counterpart
 // for, what the operator loses. Types not listed get leftoverDefault.
 var leftoverWhy = map[string]string{
-	"stagednetworkpolicies":           stagedGone,
-	"stagedglobalnetworkpolicies":     stagedGone,
-	"stagedkubernetesnetworkpolicies": stagedGone,
-	"hostendpoints":                   "routed has no host endpoints: the hosts' own interfaces are no longer policed, and policies selecting them apply to nothing",
-	"ipreservations":                  "routed has no IP reservations: the reserved addresses can be given to pods",
-	"felixconfigurations":             "routed's felix is configured by routed's own flags; compare the settings by hand",
-	"clusterinformations":             "routed keeps its own cluster identity",
-	"kubecontrollersconfigurations":   "routed runs no Calico kube-controllers",
-	"caliconodestatuses":              "status, written by Calico's nodes",
+	"clusterinformations":           "routed keeps its own cluster identity",
+	"kubecontrollersconfigurations": "routed runs no Calico kube-controllers",
+	"caliconodestatuses":            "status, written by Calico's nodes",
 }
-
-// stagedGone is what staged policies (previews Calico never enforces)
-// lose: routed has no preview of policy.
-const stagedGone = "routed has no staged (preview) policies; they were not enforced by Calico either"
 
 const leftoverDefault = "routed has no such resource"
 

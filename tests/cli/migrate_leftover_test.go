@@ -7,12 +7,13 @@ import (
 
 // TestMigrateCalicoNamesWhatItLeaves: a Calico datastore also holding a
 // FelixConfiguration, an IP reservation, a host endpoint, a staged
-// policy and an IPv6 block outside every pool is migrated; what routed
-// has no counterpart for is printed as not carried over, each with what
-// the operator loses, instead of being passed over in silence. Network
-// policy, tiers, profiles and network sets are carried; a policy routed
-// cannot honour (an HTTP match) or whose tier exists nowhere is named
-// with the reason.
+// policy and an IPv6 block outside every pool is migrated. Network
+// policy, tiers, profiles, network sets, the host endpoint, the staged
+// policy, the reservation and the FelixConfiguration (its unused field
+// warned) are carried; what cannot be is printed as not carried over,
+// each with the reason, instead of being passed over in silence: a
+// policy routed cannot honour (an HTTP match), one whose tier exists
+// nowhere, a block outside every pool.
 func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 	t.Parallel()
 	ep := startEtcd(t)
@@ -43,13 +44,14 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 		"Calico key " + res + "networkpolicies/shop/default.l7",
 		"spec.ingress[0].http",
 		`Not carried over: GlobalNetworkPolicy lost.x: its tier "lost" is in neither datastore`,
-		"Not carried over: 1 hostendpoints (node-a-eth0): routed has no host endpoints",
-		"Not carried over: 1 stagednetworkpolicies (shop/default.try): routed has no staged",
-		"Not carried over: 1 felixconfigurations (default):",
-		"Not carried over: 1 ipreservations (gateways): routed has no IP reservations",
 		"Not carried over: block fd00:10:244:1::/122 (0 addresses in use): not inside a carried IP pool",
-		// pool, 2 tiers, profile, 2 sets, 2 global and 1 namespaced policy.
-		"Migrated: 9 to create, 0 to update, 0 unchanged, 0 conflicts, 7 not carried over",
+		"HostEndpoint         node-a-eth0             create",
+		"StagedNetworkPolicy  shop.default.try        create",
+		"IPReservation        gateways                create",
+		"FelixConfiguration   default                 create",
+		// pool, reservation, FelixConfiguration, host endpoint, 2 tiers,
+		// profile, 2 sets, 2 global and 1 namespaced policy, 1 staged.
+		"Migrated: 13 to create, 0 to update, 0 unchanged, 0 conflicts, 3 not carried over",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -59,6 +61,14 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 	if !strings.Contains(out, "namespace: shop") || !strings.Contains(out, "- 80") {
 		t.Errorf("migrated policy:\n%s", out)
 	}
+	out, _, _ = ctl(t, ep, "", "get", "hostendpoint", "node-a-eth0", "-o", "yaml")
+	if !strings.Contains(out, "interfaceName: eth0") || !strings.Contains(out, "node: node-a") {
+		t.Errorf("migrated host endpoint:\n%s", out)
+	}
+	out, _, _ = ctl(t, ep, "", "get", "ipreservation", "gateways", "-o", "yaml")
+	if !strings.Contains(out, "10.246.0.1/32") {
+		t.Errorf("migrated reservation:\n%s", out)
+	}
 	out, _, _ = ctl(t, ep, "", "get", "tiers")
 	for _, want := range []string{"security", "kube-admin", "kube-baseline"} {
 		if !strings.Contains(out, want) {
@@ -67,7 +77,7 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 	}
 	// A second run finds everything in place.
 	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
-	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 9 unchanged, 0 conflicts") {
+	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 13 unchanged, 0 conflicts") {
 		t.Errorf("second migrate: code %d\n%s%s", code, out, errOut)
 	}
 }
