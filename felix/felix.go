@@ -252,5 +252,6 @@ func (f *Felix) ApplySettings(s Settings) {
 		c.IPIPMTU, c.VXLANMTU, c.VXLANMTUV6 = s.IPIPMTU, s.VXLANMTU, s.VXLANMTUV6
 		c.VXLANVNI, c.VXLANPort = s.VXLANVNI, s.VXLANPort
 		l.tunnelDirty, l.vxlanDirty = true, true
+		l.hosts.peersDirty = true // host endpoints let the new VXLAN port through
 	})
 }

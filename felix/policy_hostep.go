@@ -29,8 +29,9 @@ func (l *loop) noteNodes(k api.Kind) {
 	}
 }
 
-// syncTunnelPeers gives the policy dataplane every node's address
-// (their IPIP and VXLAN packets pass host endpoint policy).
+// syncTunnelPeers gives the policy dataplane every node's address and
+// the UDP ports of the tunnels felix runs (their IPIP, VXLAN and, where
+// it is on, WireGuard packets pass host endpoint policy).
 func (l *loop) syncTunnelPeers() {
 	l.hosts.peersDirty = false
 	var addrs []netip.Addr
@@ -46,7 +47,16 @@ func (l *loop) syncTunnelPeers() {
 			}
 		}
 	}
-	if l.policy.SetHostTunnelPeers(addrs) {
+	ports := []uint16{uint16(l.cfg.vxlanPort())}
+	if wg := l.cfg.WireGuard; wg.Enabled || wg.EnabledV6 {
+		if wg.Enabled {
+			ports = append(ports, uint16(wg.Port))
+		}
+		if wg.EnabledV6 {
+			ports = append(ports, uint16(wg.PortV6))
+		}
+	}
+	if l.policy.SetHostTunnelPeers(addrs, ports) {
 		l.policyDirty = true
 	}
 }

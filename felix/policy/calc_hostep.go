@@ -112,6 +112,7 @@ type hostState struct {
 	failIn, failOut  []HostPort
 	failSet, touched bool
 	peers            []netip.Prefix // the nodes (SetTunnelPeers)
+	tunnelPorts      []uint16       // their tunnels' UDP ports (SetTunnelPeers)
 }
 
 // hostEP is one of this node's host endpoints.
@@ -150,19 +151,20 @@ func (c *Calc) SetFailsafe(in, out []HostPort) {
 }
 
 // SetTunnelPeers sets the addresses of the cluster's nodes, whose IPIP
-// and VXLAN packets host endpoint policy lets through; it reports
-// whether they changed.
-func (c *Calc) SetTunnelPeers(addrs []netip.Addr) bool {
+// packets and UDP packets to udpPorts (their VXLAN and WireGuard ports)
+// host endpoint policy lets through; it reports whether they changed.
+func (c *Calc) SetTunnelPeers(addrs []netip.Addr, udpPorts []uint16) bool {
 	var peers []netip.Prefix
 	for _, a := range addrs {
 		peers = append(peers, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}
 	slices.SortFunc(peers, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	peers = slices.Compact(peers)
-	if slices.Equal(peers, c.hosts.peers) {
+	ports := slices.Compact(slices.Sorted(slices.Values(udpPorts)))
+	if slices.Equal(peers, c.hosts.peers) && slices.Equal(ports, c.hosts.tunnelPorts) {
 		return false
 	}
-	c.hosts.peers = peers
+	c.hosts.peers, c.hosts.tunnelPorts = peers, ports
 	c.pushHosts()
 	return true
 }
@@ -356,7 +358,7 @@ func (c *Calc) pushHosts() {
 	if !c.hosts.failSet {
 		c.hosts.failIn, c.hosts.failOut, c.hosts.failSet = DefaultFailsafeInbound(), DefaultFailsafeOutbound(), true
 	}
-	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers}
+	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers, TunnelPorts: c.hosts.tunnelPorts}
 	for _, k := range sortedKeys(c.hosts.eps) {
 		he := c.hosts.eps[k]
 		ch := he.chains

@@ -454,8 +454,9 @@ func conntrackHandle(t *testing.T, n *nstest.NS) *netlink.Handle {
 
 // TestHostEndpointTunnelPeers: a "*" endpoint that denies everything
 // still lets the other nodes' VXLAN packets through, in and out (the
-// pod traffic they carry meets the pods' own policy), and only theirs:
-// the same packets from an address that is no node's are dropped.
+// pod traffic they carry meets the pods' own policy), and only theirs,
+// on the port felix configures: the same packets from an address that
+// is no node's, or to another port, are dropped.
 func TestHostEndpointTunnelPeers(t *testing.T) {
 	h := newHostLab(t)
 	h.node.VXLAN(t, h.x)
@@ -481,13 +482,20 @@ func TestHostEndpointTunnelPeers(t *testing.T) {
 	})
 	h.hep("node-all", "*", map[string]string{"host": "node"})
 	polab.Expect(t, h.x.NS, overlay, false, "x is no node: its VXLAN packets meet the deny-all endpoint")
-	if !h.m.SetHostTunnelPeers([]netip.Addr{h.x.IPv4, netip.MustParseAddr("192.0.2.9")}) {
+	// x as a node, but the VXLAN port configured elsewhere (4790): the
+	// lab's packets to 4789 stay policed.
+	if !h.m.SetHostTunnelPeers([]netip.Addr{h.x.IPv4, netip.MustParseAddr("192.0.2.9")}, []uint16{4790}) {
 		t.Fatal("tunnel peers reported unchanged")
+	}
+	h.apply()
+	polab.Expect(t, h.x.NS, overlay, false, "x is a node, but 4789 is not the tunnels' port")
+	if !h.m.SetHostTunnelPeers([]netip.Addr{h.x.IPv4, netip.MustParseAddr("192.0.2.9")}, []uint16{4789}) {
+		t.Fatal("tunnel ports reported unchanged")
 	}
 	h.apply()
 	polab.Expect(t, h.x.NS, overlay, true, "x is a node: its VXLAN packets pass, both ways")
 	h.expect("the rest stays denied", hdrop("x", "host", "tcp", 80), hdrop("host", "x", "tcp", 80), hpass("x", "host", "tcp", 22))
-	if h.m.SetHostTunnelPeers([]netip.Addr{netip.MustParseAddr("192.0.2.9"), h.x.IPv4}) {
+	if h.m.SetHostTunnelPeers([]netip.Addr{netip.MustParseAddr("192.0.2.9"), h.x.IPv4}, []uint16{4789, 4789}) {
 		t.Error("the same peers in another order reported as a change")
 	}
 }

@@ -23,10 +23,13 @@ func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, iface string)
 	return nil
 }
 
-// SetHostTunnelPeers sets the cluster's node addresses, whose IPIP and
-// VXLAN packets to this host pass host endpoint policy; it reports
-// whether they changed (then Apply writes them).
-func (m *Manager) SetHostTunnelPeers(addrs []netip.Addr) bool { return m.calc.SetTunnelPeers(addrs) }
+// SetHostTunnelPeers sets the cluster's node addresses, whose IPIP
+// packets and UDP packets to udpPorts (their VXLAN and WireGuard ports)
+// pass host endpoint policy; it reports whether they changed (then
+// Apply writes them).
+func (m *Manager) SetHostTunnelPeers(addrs []netip.Addr, udpPorts []uint16) bool {
+	return m.calc.SetTunnelPeers(addrs, udpPorts)
+}
 
 // DeleteHostEndpoint removes a HostEndpoint by name.
 func (m *Manager) DeleteHostEndpoint(name string) { m.calc.DeleteHostEndpoint(HostEndpointKey(name)) }

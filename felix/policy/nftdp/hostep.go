@@ -94,30 +94,35 @@ type HostEndpoints struct {
 	// (Calico's too). To or from any other address they meet host
 	// endpoint policy.
 	TunnelPeers []netip.Prefix
+	// TunnelPorts are the UDP destination ports of the nodes' tunnels
+	// (the VXLAN devices' port, WireGuard's where it is on), as felix
+	// configures them: a port not listed meets host endpoint policy.
+	TunnelPorts []uint16
 }
-
-// tunnelPorts are the UDP ports of the nodes' tunnels: routed's VXLAN
-// devices (4789), WireGuard's IPv4 and IPv6 devices (Calico's 51820,
-// 51821).
-var tunnelPorts = []PortRange{{4789, 4789}, {51820, 51821}}
 
 // tunnels accepts the IPIP, VXLAN and WireGuard packets from the other
 // nodes (to them, with out), none when no node is known: an empty match
 // would accept every address.
-func tunnels(peers []netip.Prefix, out bool) []Rule {
+func tunnels(peers []netip.Prefix, ports []uint16, out bool) []Rule {
 	if len(peers) == 0 {
 		return nil
 	}
-	ipip := Rule{Proto: 4, Action: ActAccept}
-	vxlan := Rule{Proto: 17, Dst: Side{Ports: tunnelPorts}, Action: ActAccept}
-	for _, r := range []*Rule{&ipip, &vxlan} {
+	rules := []Rule{{Proto: 4, Action: ActAccept}}
+	if len(ports) > 0 {
+		udp := Rule{Proto: 17, Action: ActAccept}
+		for _, p := range ports {
+			udp.Dst.Ports = append(udp.Dst.Ports, PortRange{p, p})
+		}
+		rules = append(rules, udp)
+	}
+	for i := range rules {
 		if out {
-			r.Dst.Nets = peers
+			rules[i].Dst.Nets = peers
 		} else {
-			r.Src.Nets = peers
+			rules[i].Src.Nets = peers
 		}
 	}
-	return []Rule{ipip, vxlan}
+	return rules
 }
 
 // SetHostEndpoints replaces the host endpoint state: with none, the
@@ -162,7 +167,7 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 	// only. Pre-DNAT runs after conntrack: replies are established, and
 	// a source-port rule would let anyone past a preDNAT Deny by
 	// connecting from port 179 or 53.
-	tun, tunOut := tunnels(h.TunnelPeers, false), tunnels(h.TunnelPeers, true)
+	tun, tunOut := tunnels(h.TunnelPeers, h.TunnelPorts, false), tunnels(h.TunnelPeers, h.TunnelPorts, true)
 	rawPre := append(append([]Rule{clear}, ndRules()...), tun...)
 	rawPre = append(append(rawPre, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
 	rawOut := append(append([]Rule{clear}, ndRules()...), tunOut...)
