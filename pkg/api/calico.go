@@ -87,14 +87,17 @@ func whenTrue(why string) func(any) string {
 		case false, nil:
 			return ""
 		}
-		return notBoolean(v)
+		return notBoolean(v, why)
 	}
 }
 
-// notBoolean refuses a value that is not a boolean where one is read:
-// "true" as a string would otherwise pass a check for true and be
-// silently dropped (Calico refuses it as a type error).
-func notBoolean(v any) string { return "must be true or false, not " + renderValue(v) }
+// notBoolean refuses a value that is not a boolean where one is read,
+// with why the field is refused: "true" as a string would otherwise
+// pass a check for true and be silently dropped (Calico refuses it as a
+// type error).
+func notBoolean(v any, why string) string {
+	return "must be true or false, not " + renderValue(v) + "; " + why
+}
 
 // unless refuses every value but ok (and the empty string).
 func unless(ok, why string) func(any) string {

@@ -198,7 +198,7 @@ func unlessTrue(why string) func(any) string {
 		case true, nil:
 			return ""
 		}
-		return notBoolean(v)
+		return notBoolean(v, why)
 	}
 }
 
