@@ -526,3 +526,24 @@ func TestWireguardMetrics(t *testing.T) {
 		t.Errorf("routed_wireguard_held_nodes = %v (%v), want 0", v, ok)
 	}
 }
+
+// TestWireguardFelixConfigurationOverride: FelixConfiguration's
+// wireguardEnabled turns encryption off and on live over routed's flag,
+// and removing it brings the flag's setting back.
+func TestWireguardFelixConfigurationOverride(t *testing.T) {
+	l := newWGLab(t, nil) // --wireguard on both
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
+	off := false
+	for _, n := range []*wgNode{a, b} {
+		n.f.SetWireguardOverride(&off, nil)
+	}
+	l.waitRoute(a, b.block, "via 192.0.2.2 dev eth0")
+	l.waitPing(a, b.pod, 10*time.Second)
+	for _, n := range []*wgNode{a, b} {
+		n.f.SetWireguardOverride(nil, nil)
+	}
+	l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
+	l.waitRoute(b, a.block, "dev "+wireguard.DeviceV4)
+	l.waitPing(a, b.pod, 20*time.Second)
+}

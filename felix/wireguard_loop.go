@@ -170,6 +170,25 @@ func (f *Felix) SetWireguard(enabled, enabledV6 bool) {
 	})
 }
 
+// SetWireguardOverride applies FelixConfiguration's wireguardEnabled and
+// wireguardEnabledV6: a nil one leaves its family as configured at
+// start (routed's flags). Safe for concurrent use; it only queues.
+func (f *Felix) SetWireguardOverride(v4, v6 *bool) {
+	f.enqueue(func(l *loop) {
+		on := [2]bool{l.cfg.WireGuard.Enabled, l.cfg.WireGuard.EnabledV6}
+		for fam, p := range []*bool{v4, v6} {
+			if p != nil {
+				on[fam] = *p
+			}
+		}
+		if on != l.f.wg.on {
+			l.log.WithFields(logrus.Fields{"enabled": on[wg4], "enabledV6": on[wg6]}).Info("WireGuard from FelixConfiguration")
+			l.f.wg.on = on
+			l.planDirty, l.mtuDirty = true, true
+		}
+	})
+}
+
 // RotateWireguardKeys makes new private keys for the families that are
 // on, programs them and publishes the new public keys; it returns them
 // ("" for a family that is off).

@@ -49,6 +49,11 @@ type FelixConfigurationSpec struct {
 	// FailsafeOutboundHostPorts are the ports from this node no host
 	// endpoint policy closes (unset: Calico's defaults; empty: none).
 	FailsafeOutboundHostPorts *[]ProtoPort `json:"failsafeOutboundHostPorts,omitempty"`
+	// WireguardEnabled and WireguardEnabledV6 turn WireGuard encryption
+	// of pod traffic between nodes on or off (unset: routed's
+	// --wireguard and --wireguard-v6), live (docs/wireguard.md).
+	WireguardEnabled   *bool `json:"wireguardEnabled,omitempty"`
+	WireguardEnabledV6 *bool `json:"wireguardEnabledV6,omitempty"`
 }
 
 // ProtoPort is a protocol and port, as Calico's failsafe ports are
@@ -195,6 +200,12 @@ func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigur
 		}
 		if s.FailsafeOutboundHostPorts != nil {
 			out.FailsafeOutboundHostPorts = s.FailsafeOutboundHostPorts
+		}
+		if s.WireguardEnabled != nil {
+			out.WireguardEnabled = s.WireguardEnabled
+		}
+		if s.WireguardEnabledV6 != nil {
+			out.WireguardEnabledV6 = s.WireguardEnabledV6
 		}
 	}
 	return out

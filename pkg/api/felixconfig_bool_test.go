@@ -13,7 +13,7 @@ import (
 // without a word).
 func TestRefusedBooleansAsStrings(t *testing.T) {
 	for f, v := range map[string]string{
-		"wireguardEnabled": `"true"`, "bpfEnabled": `"True"`, "wireguardHostEncryptionEnabled": `"true"`,
+		"bpfEnabled": `"True"`, "wireguardHostEncryptionEnabled": `"true"`,
 		"ipipEnabled": `"false"`, "vxlanEnabled": `"false"`, "routeSyncDisabled": `"true"`, "useInternalDataplaneDriver": `"yes"`,
 	} {
 		doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec:\n  " + f + ": " + v + "\n"

@@ -27,6 +27,8 @@ var felixHonoured = map[string]string{
 	"logSeverityScreen":         "routed's log level",
 	"failsafeInboundHostPorts":  "ports to the node that no host endpoint policy closes (net is refused: routed opens them to every peer)",
 	"failsafeOutboundHostPorts": "ports from the node that no host endpoint policy closes (net is refused)",
+	"wireguardEnabled":          "WireGuard encryption of IPv4 pod traffic between nodes, live (unset: routed's --wireguard); see docs/wireguard.md",
+	"wireguardEnabledV6":        "WireGuard encryption of IPv6 pod traffic between nodes, live (unset: routed's --wireguard-v6)",
 }
 
 // felixWarned groups the fields routed drops, by reason.
@@ -63,7 +65,7 @@ var felixWarned = map[string][]string{
 		"bpfIPFragmentReassemblyEnabled", "bpfEnforceRPF", "bpfPolicyDebugEnabled", "bpfForceTrackPacketsFromIfaces",
 		"bpfDisableGROForIfaces", "bpfExcludeCIDRsFromNAT", "bpfExportBufferSizeMB", "bpfRedirectToPeer", "bpfAttachType",
 		"bpfProfiling", "bpfOverlayHostSourceIP", "bpfMaglevMaxEndpointsPerService", "bpfMaglevMaxServices", "cgroupV2Path"},
-	"a setting of WireGuard, which routed does not have yet (wireguardEnabled: true is refused)": {
+	"routed's WireGuard takes its port, MTU and device names from its own flags (--wireguard-port, --wireguard-mtu; docs/wireguard.md), always exports its metrics, and has no keep-alive, threading or routing rule settings": {
 		"wireguardThreadingEnabled", "wireguardListeningPort", "wireguardListeningPortV6", "wireguardRoutingRulePriority",
 		"wireguardInterfaceName", "wireguardInterfaceNameV6", "wireguardMTU", "wireguardMTUV6", "wireguardKeepAlive",
 		"prometheusWireGuardMetricsEnabled"},
@@ -119,12 +121,10 @@ func isString(s string) func(string) func(any) string {
 }
 
 const noBPF = "routed has no eBPF dataplane: policy and Services would be enforced by nftables and kube-proxy instead of what this cluster expects"
-const noWG = "routed has no WireGuard yet: traffic between nodes would go unencrypted"
+const noWG = "routed encrypts pod traffic between nodes only: host-to-host traffic would go unencrypted"
 
 var felixRefusals = []felixRefusal{
 	{"bpfEnabled", "false", noBPF, whenTrue},
-	{"wireguardEnabled", "false", noWG, whenTrue},
-	{"wireguardEnabledV6", "false", noWG, whenTrue},
 	{"wireguardHostEncryptionEnabled", "false", noWG, whenTrue},
 	{"defaultEndpointToHostAction", "Accept", "routed accepts traffic from a pod to its host once the pod's egress policy allowed it (Calico's Accept); Drop or Return would be ignored and pods would reach their host where Calico stops them", func(why string) func(any) string { return unlessFold("Accept", why) }},
 	{"natOutgoingAddress", "unset", "routed masquerades pod traffic to the address of the interface it leaves by; a fixed source address is not supported, and upstream firewalls may admit only that one", whenSet},

@@ -215,7 +215,7 @@ func TestFelixConfigurationFiles(t *testing.T) {
 
 	for file, want := range map[string]string{
 		"felixconfig-bpf.yaml":                   "spec.bpfEnabled (true) cannot be ignored: routed has no eBPF dataplane",
-		"felixconfig-wireguard.yaml":             "spec.wireguardEnabled (true) cannot be ignored: routed has no WireGuard yet",
+		"felixconfig-wireguard.yaml":             "spec.wireguardHostEncryptionEnabled (true) cannot be ignored: routed encrypts pod traffic between nodes only",
 		"felixconfig-endpoint-to-host-drop.yaml": "spec.defaultEndpointToHostAction (Drop) cannot be ignored",
 	} {
 		if _, err := read(file); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "document 1 (FelixConfiguration default)") {
@@ -270,8 +270,9 @@ func TestEffectiveFelixConfigurationEveryField(t *testing.T) {
 	t.Parallel()
 	n := 1500
 	ports := []api.ProtoPort{{Port: 22}}
+	on := true
 	full := api.FelixConfigurationSpec{IPIPMTU: &n, VXLANMTU: &n, VXLANMTUV6: &n, VXLANPort: &n, VXLANVNI: &n, RouteRefreshInterval: "10s", LogSeverityScreen: "Info",
-		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports}
+		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports, WireguardEnabled: &on, WireguardEnabledV6: &on}
 	v := reflect.ValueOf(full)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {

@@ -28,3 +28,29 @@ func TestNodeWireguardKeys(t *testing.T) {
 		t.Errorf("a short key: %v", err)
 	}
 }
+
+// TestFelixConfigurationWireguard: Calico's wireguardEnabled and
+// wireguardEnabledV6 are honoured (a node's wins over the default's);
+// "true" as a string is refused, never read as false (clear text
+// without a word); host encryption is refused.
+func TestFelixConfigurationWireguard(t *testing.T) {
+	doc := func(spec string) string {
+		return "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec:\n  " + spec + "\n"
+	}
+	d, err := Decode([]byte(doc("{wireguardEnabled: true, wireguardEnabledV6: false}")))
+	if err != nil || len(d.Warnings) != 0 {
+		t.Fatalf("%v %v", d, err)
+	}
+	fc := d.Resources[0].(*FelixConfiguration)
+	off := false
+	eff := EffectiveFelixConfiguration(fc, &FelixConfiguration{Spec: FelixConfigurationSpec{WireguardEnabled: &off}})
+	if eff.WireguardEnabled == nil || *eff.WireguardEnabled || eff.WireguardEnabledV6 == nil || *eff.WireguardEnabledV6 {
+		t.Errorf("effective: %+v", eff)
+	}
+	if _, err := Decode([]byte(doc(`wireguardEnabled: "true"`))); err == nil || !strings.Contains(err.Error(), "wireguardEnabled") {
+		t.Errorf(`wireguardEnabled: "true": %v, want refused`, err)
+	}
+	if _, err := Decode([]byte(doc("wireguardHostEncryptionEnabled: true"))); err == nil || !strings.Contains(err.Error(), "host-to-host") {
+		t.Errorf("host encryption: %v, want refused", err)
+	}
+}
