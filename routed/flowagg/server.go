@@ -180,7 +180,10 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	for i := range b.Flows {
 		b.Flows[i].Node = b.Node
 	}
-	s.window.Add(b)
+	if err := s.window.Add(b); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

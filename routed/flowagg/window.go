@@ -7,6 +7,10 @@
 package flowagg
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -52,14 +56,32 @@ type nodeState struct {
 	lastEnd time.Time
 }
 
-// Window keeps the last entries (at most Max, none older than MaxAge).
-// Safe for concurrent use.
+// Memory bounds beside the entry count: the count alone bounds nothing
+// when a sender makes each record large (labels, traces) or invents
+// node names.
+const (
+	// MaxBytes bounds the records the window holds (their JSON size).
+	MaxBytes = 256 << 20
+	// MaxRecordBytes bounds one record: a larger one is counted as
+	// dropped ("record-too-large"), not kept.
+	MaxRecordBytes = 64 << 10
+	// MaxNodes bounds the nodes the window tracks (Kubernetes' limit is
+	// 5,000); a batch of a node beyond it is refused.
+	MaxNodes = 20_000
+)
+
+// Window keeps the last entries (at most Max, none older than MaxAge,
+// at most MaxBytes of records). Safe for concurrent use.
 type Window struct {
 	max    int
 	maxAge time.Duration
+	// The memory bounds (MaxBytes, MaxRecordBytes, MaxNodes).
+	maxBytes, maxRecord, maxNodes int
 
 	mu      sync.Mutex
 	buf     []Entry // oldest first
+	sizes   []int   // each entry's size, as buf
+	bytes   int     // sum of sizes
 	next    uint64
 	nodes   map[string]*nodeState
 	evicted uint64 // entries pushed out by the cap
@@ -69,18 +91,24 @@ type Window struct {
 // NewWindow keeps at most max entries of at most maxAge, and starts
 // with a gap saying nothing before now is held.
 func NewWindow(max int, maxAge time.Duration) *Window {
-	w := &Window{max: max, maxAge: maxAge, next: 1, nodes: map[string]*nodeState{}, changed: make(chan struct{})}
+	w := &Window{max: max, maxAge: maxAge, maxBytes: MaxBytes, maxRecord: MaxRecordBytes, maxNodes: MaxNodes, next: 1, nodes: map[string]*nodeState{}, changed: make(chan struct{})}
 	now := time.Now()
 	w.addLocked(Entry{Received: now, Gap: &Gap{Node: "*", To: now, Reason: GapAggregator}})
 	return w
 }
 
+// ErrTooManyNodes refuses a batch of a node the window cannot track.
+var ErrTooManyNodes = errors.New("flowagg: the aggregator tracks MaxNodes nodes already")
+
 // Add takes one node's batch, noting the gaps it shows.
-func (w *Window) Add(b flowrec.Batch) {
+func (w *Window) Add(b flowrec.Batch) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
 	st := w.nodes[b.Node]
+	if st == nil && len(w.nodes) >= w.maxNodes {
+		return fmt.Errorf("%w (%d): node %q", ErrTooManyNodes, w.maxNodes, b.Node)
+	}
 	switch {
 	case st == nil:
 		if b.Seq > 1 {
@@ -93,41 +121,82 @@ func (w *Window) Add(b flowrec.Batch) {
 	case st.boot != b.Boot:
 		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapRestarted}})
 	case b.Seq <= st.seq:
-		return // a batch resent after its acknowledgement was lost
+		return nil // a batch resent after its acknowledgement was lost
 	case b.Seq != st.seq+1:
 		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapMissing}})
 	}
 	st.boot, st.seq, st.lastEnd = b.Boot, b.Seq, b.End
-	if len(b.Dropped) > 0 {
-		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: b.Start, To: b.End, Reason: GapDropped, Dropped: b.Dropped}})
-	}
+	var kept []Entry
+	var sizes []int
+	tooLarge := uint64(0)
 	for i := range b.Flows {
 		f := b.Flows[i]
-		w.addLocked(Entry{Received: now, Flow: &f})
+		e := Entry{Received: now, Flow: &f}
+		n := entrySize(&e)
+		if n > w.maxRecord {
+			tooLarge++
+			continue
+		}
+		kept, sizes = append(kept, e), append(sizes, n)
+	}
+	dropped := b.Dropped
+	if tooLarge > 0 {
+		dropped = maps.Clone(dropped)
+		if dropped == nil {
+			dropped = map[string]uint64{}
+		}
+		dropped["record-too-large"] += tooLarge
+	}
+	if len(dropped) > 0 {
+		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: b.Start, To: b.End, Reason: GapDropped, Dropped: dropped}})
+	}
+	for i := range kept {
+		w.addSizedLocked(kept[i], sizes[i])
 	}
 	w.expireLocked(now)
 	close(w.changed)
 	w.changed = make(chan struct{})
+	return nil
 }
 
-func (w *Window) addLocked(e Entry) {
+// entrySize is an entry's JSON size, what it costs to hold and serve.
+func entrySize(e *Entry) int {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return MaxRecordBytes + 1
+	}
+	return len(b)
+}
+
+func (w *Window) addLocked(e Entry) { w.addSizedLocked(e, entrySize(&e)) }
+
+func (w *Window) addSizedLocked(e Entry, size int) {
 	e.Seq = w.next
 	w.next++
-	if len(w.buf) >= w.max {
-		n := len(w.buf) - w.max + 1
+	n := 0
+	for n < len(w.buf) && (len(w.buf)-n >= w.max || w.bytes+size > w.maxBytes) {
+		w.bytes -= w.sizes[n]
+		n++
+	}
+	if n > 0 {
 		w.evicted += uint64(n)
 		w.buf = append(w.buf[:0], w.buf[n:]...)
+		w.sizes = append(w.sizes[:0], w.sizes[n:]...)
 	}
 	w.buf = append(w.buf, e)
+	w.sizes = append(w.sizes, size)
+	w.bytes += size
 }
 
 func (w *Window) expireLocked(now time.Time) {
 	i := 0
 	for i < len(w.buf) && now.Sub(w.buf[i].Received) > w.maxAge {
+		w.bytes -= w.sizes[i]
 		i++
 	}
 	if i > 0 {
 		w.buf = append(w.buf[:0], w.buf[i:]...)
+		w.sizes = append(w.sizes[:0], w.sizes[i:]...)
 	}
 }
 
@@ -149,9 +218,16 @@ func (w *Window) After(seq uint64, keep func(*Entry) bool) (out []Entry, last ui
 	return out, w.next - 1, w.changed
 }
 
-// Stats reports the window's size and what its cap pushed out.
+// Stats reports the window's size and what its caps pushed out.
 func (w *Window) Stats() (entries int, evicted uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.buf), w.evicted
+}
+
+// Bytes is the size of the records the window holds.
+func (w *Window) Bytes() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bytes
 }

@@ -1,0 +1,76 @@
+package flowagg
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/felix/policy/flowrec"
+)
+
+func boundsBatch(node string, seq uint64, flows ...flowrec.Flow) flowrec.Batch {
+	now := time.Now()
+	return flowrec.Batch{Node: node, Boot: "b1", Seq: seq, Start: now.Add(-time.Second), End: now, Flows: flows}
+}
+
+func flowWithPod(pod string) flowrec.Flow {
+	return flowrec.Flow{Src: flowrec.End{Name: pod}, Proto: "tcp", DstPort: 80, Verdict: "allow"}
+}
+
+// TestWindowMemoryBounds: what a sender cannot make the aggregator hold.
+// A record larger than the record cap is counted as dropped, not kept;
+// the records kept never exceed the byte budget (the oldest go, counted
+// as evicted), however few they are; a node beyond the node cap is
+// refused, one already tracked is not.
+func TestWindowMemoryBounds(t *testing.T) {
+	w := NewWindow(100_000, time.Hour)
+	w.maxRecord, w.maxBytes, w.maxNodes = 2048, 20_000, 3
+
+	if err := w.Add(boundsBatch("n1", 1, flowWithPod(strings.Repeat("x", 4096)), flowWithPod("small"))); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := w.After(0, func(*Entry) bool { return true })
+	var tooLarge uint64
+	pods := []string{}
+	for _, e := range out {
+		if e.Gap != nil && e.Gap.Reason == GapDropped {
+			tooLarge = e.Gap.Dropped["record-too-large"]
+		}
+		if e.Flow != nil {
+			pods = append(pods, e.Flow.Src.Name)
+		}
+	}
+	if tooLarge != 1 || len(pods) != 1 || pods[0] != "small" {
+		t.Fatalf("after a record over the cap: too-large counted %d, flows kept %q (want 1, [small])", tooLarge, pods)
+	}
+
+	for i := 2; i < 200; i++ {
+		if err := w.Add(boundsBatch("n1", uint64(i), flowWithPod(fmt.Sprintf("pod-%03d-%s", i, strings.Repeat("y", 500))))); err != nil {
+			t.Fatal(err)
+		}
+		if b := w.Bytes(); b > w.maxBytes {
+			t.Fatalf("batch %d: the window holds %d bytes, over its budget %d", i, b, w.maxBytes)
+		}
+	}
+	if _, evicted := w.Stats(); evicted == 0 {
+		t.Error("nothing evicted although 200 records of 600 bytes cannot fit 20,000 bytes")
+	}
+	out, _, _ = w.After(0, func(e *Entry) bool { return e.Flow != nil })
+	if len(out) == 0 || out[len(out)-1].Flow.Src.Name[:7] != "pod-199" {
+		t.Errorf("the newest record is not kept: %d flows held", len(out))
+	}
+
+	for _, n := range []string{"n2", "n3"} {
+		if err := w.Add(boundsBatch(n, 1, flowWithPod("p"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Add(boundsBatch("n4", 1, flowWithPod("p"))); !errors.Is(err, ErrTooManyNodes) {
+		t.Errorf("a fourth node with a cap of 3: %v, want ErrTooManyNodes", err)
+	}
+	if err := w.Add(boundsBatch("n2", 2, flowWithPod("p"))); err != nil {
+		t.Errorf("a tracked node's next batch: %v", err)
+	}
+}
