@@ -35,9 +35,10 @@ type Config struct {
 	// TokenFile holds the readers' token (routedctl flows, the page).
 	TokenFile string
 	// NodeIdentities are client certificate common names that may send
-	// any node's batches (default: routed-node, the shared node
-	// identity of docs/etcd-rbac.md). Any other verified name may
-	// send only the batches of the node of that name.
+	// any node's batches (nil: routed-node, the shared node identity of
+	// docs/etcd-rbac.md; empty: none, every node with its own
+	// certificate). Any other verified name may send only the batches
+	// of the node of that name.
 	NodeIdentities []string
 	// MaxEntries and MaxAge bound the window (0: 100,000 and 1 h).
 	MaxEntries int
@@ -77,7 +78,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxAge == 0 {
 		cfg.MaxAge = time.Hour
 	}
-	if len(cfg.NodeIdentities) == 0 {
+	if cfg.NodeIdentities == nil {
 		cfg.NodeIdentities = []string{"routed-node"}
 	}
 	return &Server{cfg: cfg, token: tok, window: NewWindow(cfg.MaxEntries, cfg.MaxAge), log: logrus.WithField("component", "flowagg")}, nil

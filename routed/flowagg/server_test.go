@@ -34,11 +34,22 @@ type aggregator struct {
 
 func startAggregator(t *testing.T, pki testpki.PKI, addr string) *aggregator {
 	t.Helper()
+	return startAggregatorWith(t, pki, addr, nil)
+}
+
+// startAggregatorWith is startAggregator with the configuration changed
+// by edit.
+func startAggregatorWith(t *testing.T, pki testpki.PKI, addr string, edit func(*flowagg.Config)) *aggregator {
+	t.Helper()
 	tokFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := flowagg.NewServer(flowagg.Config{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile, TokenFile: tokFile})
+	cfg := flowagg.Config{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile, TokenFile: tokFile}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := flowagg.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,5 +325,24 @@ func waitFlows(t *testing.T, c *http.Client, url, query string, n int) {
 			t.Fatalf("?%s: %d flows after 20 s, want %d", query, len(fl), n)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPerNodeIdentitiesOnly: with no shared identity (--node-identities
+// none) the nodes' shared certificate may send no node's flows, and a
+// node's own certificate only its own.
+func TestPerNodeIdentitiesOnly(t *testing.T) {
+	pki := testpki.New(t)
+	a := startAggregatorWith(t, pki, "", func(c *flowagg.Config) { c.NodeIdentities = []string{} })
+	shared, sharedKey := pki.IssueClient(t, "routed-node")
+	own, ownKey := pki.IssueClient(t, "node-b")
+	if code := post(t, client(t, pki, shared, sharedKey), a.url, batch("node-a", "y", 1, allowedFlow(8080))); code != http.StatusForbidden {
+		t.Errorf("routed-node's certificate sending node-a's batch: %d, want 403", code)
+	}
+	if code := post(t, client(t, pki, own, ownKey), a.url, batch("node-a", "x", 1)); code != http.StatusForbidden {
+		t.Errorf("node-b's certificate sending node-a's batch: %d, want 403", code)
+	}
+	if code := post(t, client(t, pki, own, ownKey), a.url, batch("node-b", "x", 1, deniedFlow(9090))); code != http.StatusNoContent {
+		t.Errorf("node-b's own batch: %d, want 204", code)
 	}
 }

@@ -30,7 +30,11 @@ anonymous client but the sign-in form. See docs/flows.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if ids != "" {
+			switch ids {
+			case "":
+			case "none":
+				cfg.NodeIdentities = []string{} // per-node certificates only
+			default:
 				cfg.NodeIdentities = strings.Split(ids, ",")
 			}
 			srv, err := flowagg.NewServer(cfg)
@@ -46,7 +50,7 @@ anonymous client but the sign-in form. See docs/flows.md.`,
 	f.StringVar(&cfg.KeyFile, "key-file", os.Getenv("FLOWS_KEY_FILE"), "server key (env FLOWS_KEY_FILE)")
 	f.StringVar(&cfg.ClientCAFile, "client-ca-file", os.Getenv("FLOWS_CLIENT_CA_FILE"), "CA of the nodes' client certificates, the cluster's etcd CA (env FLOWS_CLIENT_CA_FILE)")
 	f.StringVar(&cfg.TokenFile, "token-file", os.Getenv("FLOWS_TOKEN_FILE"), "file holding the readers' token, at least 16 characters (env FLOWS_TOKEN_FILE)")
-	f.StringVar(&ids, "node-identities", "", "comma-separated client certificate names that may send any node's flows (default routed-node)")
+	f.StringVar(&ids, "node-identities", "", "comma-separated client certificate names that may send any node's flows (default routed-node; none: only per-node certificates, CN the node's name)")
 	f.IntVar(&cfg.MaxEntries, "max-entries", 0, "entries the window keeps (default 100000)")
 	f.DurationVar(&cfg.MaxAge, "max-age", 0, "age past which entries leave the window (default 1h)")
 	return cmd
