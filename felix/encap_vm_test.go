@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/pkg/api"
@@ -25,27 +23,7 @@ import (
 // runs it (absolute numbers are qemu TCG's; the ratios are the point).
 func TestEncapThroughputInVM(t *testing.T) {
 	requireVM(t)
-	a, b := nstest.New(t), nstest.New(t)
-	a.Veth(t, "eth0", "ethb")
-	ethb, err := a.Handle.LinkByName("ethb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bh, err := netns.GetFromPath(b.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bh.Close()
-	if err := a.Handle.LinkSetNsFd(ethb, int(bh)); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := b.Handle.LinkByName("ethb"); err != nil || b.Handle.LinkSetName(l, "eth0") != nil || b.Handle.LinkSetUp(l) != nil {
-		t.Fatalf("moving the veth end to node-b: %v", err)
-	}
-	a.AddAddr(t, "eth0", "192.0.2.1/24")
-	b.AddAddr(t, "eth0", "192.0.2.2/24")
-	a.AddAddr(t, "lo", "10.244.1.5/32") // a "pod" address in node-a's block
-	b.AddAddr(t, "lo", "10.244.2.5/32")
+	a, b := vmNodes(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var felixes []*felix.Felix

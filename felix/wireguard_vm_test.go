@@ -30,27 +30,7 @@ import (
 // numbers mean little). tests/vm runs it.
 func TestWireguardThroughputInVM(t *testing.T) {
 	requireVM(t)
-	a, b := nstest.New(t), nstest.New(t)
-	a.Veth(t, "eth0", "ethb")
-	ethb, err := a.Handle.LinkByName("ethb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bh, err := netns.GetFromPath(b.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bh.Close()
-	if err := a.Handle.LinkSetNsFd(ethb, int(bh)); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := b.Handle.LinkByName("ethb"); err != nil || b.Handle.LinkSetName(l, "eth0") != nil || b.Handle.LinkSetUp(l) != nil {
-		t.Fatalf("moving the veth end to node-b: %v", err)
-	}
-	a.AddAddr(t, "eth0", "192.0.2.1/24")
-	b.AddAddr(t, "eth0", "192.0.2.2/24")
-	a.AddAddr(t, "lo", "10.244.1.5/32") // a "pod" address in node-a's block
-	b.AddAddr(t, "lo", "10.244.2.5/32")
+	a, b := vmNodes(t)
 
 	nodes := map[string]*api.Node{"node-a": node("node-a", "192.0.2.1/24", ""), "node-b": node("node-b", "192.0.2.2/24", "")}
 	keys := make(chan [2]string, 16)
@@ -187,4 +167,34 @@ func handWireguard(t *testing.T, a, b *nstest.NS) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// vmNodes is two node namespaces joined by one veth (eth0: 192.0.2.1/24
+// and 192.0.2.2/24) with a "pod" address on lo in each node's block
+// (10.244.1.5 and 10.244.2.5), made with netlink only: the VM's busybox
+// ip has no netns verb.
+func vmNodes(t *testing.T) (a, b *nstest.NS) {
+	t.Helper()
+	a, b = nstest.New(t), nstest.New(t)
+	a.Veth(t, "eth0", "ethb")
+	ethb, err := a.Handle.LinkByName("ethb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bh, err := netns.GetFromPath(b.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bh.Close()
+	if err := a.Handle.LinkSetNsFd(ethb, int(bh)); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.Handle.LinkByName("ethb"); err != nil || b.Handle.LinkSetName(l, "eth0") != nil || b.Handle.LinkSetUp(l) != nil {
+		t.Fatalf("moving the veth end to node-b: %v", err)
+	}
+	a.AddAddr(t, "eth0", "192.0.2.1/24")
+	b.AddAddr(t, "eth0", "192.0.2.2/24")
+	a.AddAddr(t, "lo", "10.244.1.5/32") // a "pod" address in node-a's block
+	b.AddAddr(t, "lo", "10.244.2.5/32")
+	return a, b
 }
