@@ -48,12 +48,14 @@ func (l *loop) syncTunnelPeers() {
 		}
 	}
 	ports := []uint16{uint16(l.cfg.vxlanPort())}
-	if wg := l.cfg.WireGuard; wg.Enabled || wg.EnabledV6 {
-		if wg.Enabled {
-			ports = append(ports, uint16(wg.Port))
+	// WireGuard's ports where it is on now (flags, or FelixConfiguration
+	// live: SetWireguardOverride marks the peers for recomputing).
+	if l.f.wg != nil {
+		if l.f.wg.on[wg4] {
+			ports = append(ports, uint16(l.cfg.WireGuard.Port))
 		}
-		if wg.EnabledV6 {
-			ports = append(ports, uint16(wg.PortV6))
+		if l.f.wg.on[wg6] {
+			ports = append(ports, uint16(l.cfg.WireGuard.PortV6))
 		}
 	}
 	if l.policy.SetHostTunnelPeers(addrs, ports) {

@@ -185,6 +185,7 @@ func (f *Felix) SetWireguardOverride(v4, v6 *bool) {
 			l.log.WithFields(logrus.Fields{"enabled": on[wg4], "enabledV6": on[wg6]}).Info("WireGuard from FelixConfiguration")
 			l.f.wg.on = on
 			l.planDirty, l.mtuDirty = true, true
+			l.hosts.peersDirty = true // host endpoints let the WireGuard ports through
 		}
 	})
 }

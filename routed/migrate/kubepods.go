@@ -179,7 +179,7 @@ func kubeNode(n *corev1.Node) (r api.Resource, warnings []string, skip string, e
 	}
 	where := "Kubernetes Node " + n.Name
 	if a[annNodeWGKey] != "" || a[annNodeWGKey6] != "" {
-		warnings = append(warnings, fmt.Sprintf("%s: Calico's WireGuard key (%s) is not carried: routed has no WireGuard, traffic between nodes is no longer encrypted", where, annNodeWGKey))
+		warnings = append(warnings, fmt.Sprintf("%s: Calico's WireGuard key (%s) is not carried: routed-node makes its own key pair when WireGuard is on (--wireguard, or the carried FelixConfiguration's wireguardEnabled); until then traffic between nodes is not encrypted", where, annNodeWGKey))
 	}
 	md := map[string]any{"name": n.Name}
 	if len(labels) > 0 {
