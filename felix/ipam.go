@@ -2,9 +2,9 @@ package felix
 
 import "github.com/routed-net/routed/pkg/ipam"
 
-// OnAffinitySnapshot takes every block affinity (all nodes') from
-// pkg/ipam; with OnAffinityUpdate it makes a Felix an ipam.AffinityHandler
-// to pass straight to ipam.WatchAffinities.
+// OnAffinitySnapshot takes every block affinity (all nodes'); with
+// OnAffinityUpdate it makes a Felix an ipam.AffinityHandler, which the
+// node feed delivers them to.
 func (f *Felix) OnAffinitySnapshot(all []ipam.Affinity) {
 	out := make([]BlockAffinity, 0, len(all))
 	for _, a := range all {

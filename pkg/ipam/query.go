@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"slices"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Allocation says who holds an address.
@@ -200,33 +197,5 @@ func (c *Client) BlocksForNode(ctx context.Context, node string) ([]BlockUsage, 
 			out = append(out, usageOf(s, key))
 		}
 	}
-	return out, nil
-}
-
-// BorrowedIPs returns the addresses allocated for node in blocks affine
-// to other nodes; felix needs them to route to pods that do not live in
-// the node's own blocks.
-func (c *Client) BorrowedIPs(ctx context.Context, node string) ([]netip.Addr, error) {
-	resp, err := c.get(ctx, blockPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, kv := range resp.Kvs {
-		b, err := decodeBlock(kv.Value)
-		if err != nil {
-			log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable block")
-			continue
-		}
-		if b.owner() == node {
-			continue
-		}
-		for o := range b.Allocations {
-			if h := b.holder(o); h != nil && h.Node == node {
-				out = append(out, b.addr(o))
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
 	return out, nil
 }

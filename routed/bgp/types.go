@@ -203,7 +203,7 @@ func sameSession(a, b Peer) bool {
 }
 
 // Affinity is a block claimed by a node, as the IPAM watch reports it
-// (ipam.WatchAffinities). Only confirmed affinities of the local node
+// (through the node feed). Only confirmed affinities of the local node
 // are advertised.
 type Affinity = ipam.Affinity
 

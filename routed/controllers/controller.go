@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	npv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/routed-net/routed/internal/backoff"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 )
@@ -153,16 +154,16 @@ func (s *syncer) lead(ctx context.Context) error {
 // Kubernetes object, and everything the controllers wrote earlier (so
 // what was written for deleted objects is removed).
 func (s *syncer) resyncLoop(ctx context.Context) {
+	failures := backoff.New(2*time.Second, time.Minute)
 	for {
 		if err := s.resyncOnce(ctx); err != nil {
 			log.WithError(err).Warn("resync incomplete; retrying")
-			select {
-			case <-ctx.Done():
+			if !failures.Wait(ctx) {
 				return
-			case <-time.After(2 * time.Second):
 			}
 			continue
 		}
+		failures.Reset()
 		select {
 		case <-ctx.Done():
 			return
