@@ -373,13 +373,15 @@ func TestManifestReferences(t *testing.T) {
 	if r := find(t, objs, "Role", "routed-node-cni-token"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{tokenRule, dsRule}) {
 		t.Errorf("Role routed-node-cni-token in %q, rules %v, want in kube-system %v and %v only", r.namespace(), r["rules"], tokenRule, dsRule)
 	}
-	// The controllers read the five kinds they convert, record Events and
+	// The controllers read the kinds they convert (nodes for automatic
+	// host endpoints, EndpointSlices for Service rules), record Events and
 	// hold their one Lease; nothing more.
 	eventRule := map[string]any{"apiGroups": []any{""}, "resources": []any{"events"}, "verbs": []any{"create", "patch"}}
 	ctlRules := []any{
-		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "serviceaccounts", "pods"}, "verbs": []any{"list", "watch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "serviceaccounts", "pods", "nodes"}, "verbs": []any{"list", "watch"}},
 		map[string]any{"apiGroups": []any{"networking.k8s.io"}, "resources": []any{"networkpolicies"}, "verbs": []any{"list", "watch"}},
 		map[string]any{"apiGroups": []any{"policy.networking.k8s.io"}, "resources": []any{"clusternetworkpolicies"}, "verbs": []any{"list", "watch"}},
+		map[string]any{"apiGroups": []any{"discovery.k8s.io"}, "resources": []any{"endpointslices"}, "verbs": []any{"list", "watch"}},
 		eventRule}
 	if r := find(t, objs, "ClusterRole", "routed-controllers"); !reflect.DeepEqual(r["rules"], ctlRules) {
 		t.Errorf("ClusterRole routed-controllers rules %v, want %v", r["rules"], ctlRules)
