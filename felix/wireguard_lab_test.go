@@ -396,6 +396,14 @@ func TestWireguardHoldsTrafficToNodesWithoutKey(t *testing.T) {
 // same state dir keeps its key, and the device (userspace, in this
 // process) with its session.
 func TestWireguardKeyRotationAndRestart(t *testing.T) {
+	if testing.Short() {
+		// make test runs this package twice: in full (this test's loss
+		// bounds are checked there) and with -race -short, where the
+		// race detector slows userspace WireGuard's crypto so much that
+		// a loss bound in milliseconds measures the detector, not routed
+		// (214 of 300 lost under -race on a fresh clone, 0 without).
+		t.Skip("loss bounds are measured in make test's full pass, not under -race -short")
+	}
 	l := newWGLab(t, nil)
 	a, b := l.nodes["node-a"], l.nodes["node-b"]
 	l.waitPing(a, b.pod, 20*time.Second)
