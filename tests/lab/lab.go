@@ -24,7 +24,11 @@ type Lab struct {
 	Bins  Binaries
 	Dir   string // logs, sockets, CNI config, pid file
 	Logf  func(format string, args ...any)
-	etcd  *proc
+	// NodeArgs are extra routed flags per node name, used by every
+	// later StartNode of that node (set them between StopNode and
+	// StartNode to restart a node with other flags).
+	NodeArgs map[string][]string
+	etcd     *proc
 	bird  *proc
 	nodes map[string]*proc
 	// podsMu guards pods: tests add pods from many goroutines at once.

@@ -68,6 +68,7 @@ func (l *Lab) StartNode(ctx context.Context, name string) error {
 	if l.Topo.NoPolicy {
 		args = append(args, "--disable-policy")
 	}
+	args = append(args, l.NodeArgs[name]...)
 	p, err := startProc(name, filepath.Join(l.Dir, name, "routed.log"), nil, args...)
 	if err != nil {
 		return err
