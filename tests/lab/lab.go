@@ -20,17 +20,17 @@ type Binaries struct {
 
 // Lab is a running lab. Every name it creates starts with Topo.Prefix.
 type Lab struct {
-	Topo  Topology
-	Bins  Binaries
-	Dir   string // logs, sockets, CNI config, pid file
-	Logf  func(format string, args ...any)
+	Topo Topology
+	Bins Binaries
+	Dir  string // logs, sockets, CNI config, pid file
+	Logf func(format string, args ...any)
 	// NodeArgs are extra routed flags per node name, used by every
 	// later StartNode of that node (set them between StopNode and
 	// StartNode to restart a node with other flags).
 	NodeArgs map[string][]string
 	etcd     *proc
-	bird  *proc
-	nodes map[string]*proc
+	bird     *proc
+	nodes    map[string]*proc
 	// podsMu guards pods: tests add pods from many goroutines at once.
 	podsMu sync.Mutex
 	pods   []Pod
