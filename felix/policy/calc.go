@@ -62,6 +62,9 @@ type Calc struct {
 	services map[string]*service
 	// This node's host endpoints and their failsafe ports (calc_hostep.go).
 	hosts hostState
+	// at finds endpoints and network sets by address (models only:
+	// addr_index.go).
+	at *addrIndex
 }
 
 // local is a local endpoint, its interface and pod, what applies to

@@ -29,6 +29,12 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 		e.node = unique.Make(ep.Node)
 	}
 	c.eps[key] = e
+	if c.at != nil {
+		if old != nil {
+			c.at.removeEndpoint(old)
+		}
+		c.at.addEndpoint(e)
+	}
 	c.addTo(e)
 	now := c.setsFor(g)
 	if old == nil {
@@ -70,6 +76,9 @@ func (c *Calc) DeleteEndpoint(key string) {
 		return
 	}
 	delete(c.eps, key)
+	if c.at != nil {
+		c.at.removeEndpoint(old)
+	}
 	for _, s := range c.setsFor(old.g) {
 		c.changeMembers(s, s.membersOf(old), nil)
 	}
@@ -150,6 +159,12 @@ func (c *Calc) SetNetworkSet(s NetworkSet) {
 	if s.Namespace == "" {
 		ns.nsLabels = nil
 	}
+	if c.at != nil {
+		if old := c.netsets[s.Key]; old != nil {
+			c.at.removeNetset(old)
+		}
+		c.at.addNetset(ns)
+	}
 	c.netsets[s.Key] = ns
 	for _, as := range c.sets {
 		c.contribute(as, s.Key, as.netsetMembers(ns))
@@ -158,8 +173,12 @@ func (c *Calc) SetNetworkSet(s NetworkSet) {
 
 // DeleteNetworkSet removes a network set by key.
 func (c *Calc) DeleteNetworkSet(key string) {
-	if c.netsets[key] == nil {
+	old := c.netsets[key]
+	if old == nil {
 		return
+	}
+	if c.at != nil {
+		c.at.removeNetset(old)
 	}
 	delete(c.netsets, key)
 	for _, as := range c.sets {

@@ -97,6 +97,9 @@ func (c *Calc) endpointAt(addr netip.Addr) *endpoint { return c.findAt(addr, tru
 func (c *Calc) workloadAt(addr netip.Addr) *endpoint { return c.findAt(addr, false) }
 
 func (c *Calc) findAt(addr netip.Addr, hosts bool) *endpoint {
+	if c.at != nil {
+		return c.at.endpoint(addr, hosts)
+	}
 	var found *endpoint
 	for _, e := range c.eps {
 		if !hosts && IsHostEndpointKey(e.key) {
@@ -357,7 +360,11 @@ func (discard) DeleteEndpoint(string)                              {}
 
 // NewModel returns a calculator that programs nothing, for explaining
 // flows from the datastore's resources (SetResource).
-func NewModel() *Calc { return NewCalc(discard{}, LogConfig{}) }
+func NewModel() *Calc {
+	c := NewCalc(discard{}, LogConfig{})
+	c.at = newAddrIndex()
+	return c
+}
 
 // SetResource hands the model one resource of the policy kinds (every
 // endpoint is taken as remote: nothing is rendered until Explain);
