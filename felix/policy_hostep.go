@@ -50,7 +50,7 @@ func (l *loop) syncTunnelPeers() {
 	ports := []uint16{uint16(l.cfg.vxlanPort())}
 	// WireGuard's ports where it is on now (flags, or FelixConfiguration
 	// live: SetWireguardOverride marks the peers for recomputing).
-	if l.f.wg != nil {
+	if l.f != nil && l.f.wg != nil {
 		if l.f.wg.on[wg4] {
 			ports = append(ports, uint16(l.cfg.WireGuard.Port))
 		}
