@@ -2,6 +2,7 @@ package flowrec
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -130,5 +131,71 @@ func TestCapsCounted(t *testing.T) {
 	}
 	if dropped[DropPending] != 50 || dropped[DropGroups] != 90 || started != 10 {
 		t.Errorf("150 connections, 100 pending, 10 groups: dropped %v, started %d", dropped, started)
+	}
+}
+
+// TestFloodOpenBounded: 100,000 short connections whose conntrack
+// entries outlive them (TCP's TIME_WAIT holds each for two minutes, so
+// no DESTROY comes during the flood) are counted as they start, and
+// while open each costs the collector a map entry pointing at its
+// class, not a record: measured with all of them held, at most 400
+// bytes of heap a connection. Past MaxOpen the rest are still counted
+// as started, the collector holds no more, and the batches report them
+// as open-cap drops (their end will not be counted).
+func TestFloodOpenBounded(t *testing.T) {
+	const n = 100_000
+	for _, tc := range []struct {
+		name    string
+		maxOpen int
+	}{{"under the cap", 0}, {"past the cap", 20_000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := n
+			if tc.maxOpen > 0 {
+				held = tc.maxOpen
+			}
+			var before, during runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 50 * time.Millisecond, MaxOpen: tc.maxOpen}, func(marks chan<- mark, cts chan<- ctEvent) {
+				for i := range n {
+					k := flowKey{src: podA, dst: podB, proto: []uint8{6, 17}[i/65000], sport: uint16(i % 65000), dport: 80}
+					cts <- ctEvent{key: k, at: time.Now()}
+					for _, m := range allowMarks(k) {
+						marks <- m
+					}
+				}
+				// Every connection is in (each was decided on its
+				// last mark): the collector holds what it keeps.
+				runtime.GC()
+				runtime.ReadMemStats(&during)
+			})
+			var started, groups uint64
+			dropped := map[string]uint64{}
+			for _, b := range batches {
+				for _, f := range b.Flows {
+					groups++
+					started += f.Started
+				}
+				for r, v := range b.Dropped {
+					dropped[r] += v
+				}
+			}
+			want := map[string]uint64{}
+			if held < n {
+				want[DropOpen] = uint64(n - held)
+			}
+			if started != n || !maps.Equal(dropped, want) {
+				t.Errorf("%d connections, %d held: started %d, dropped %v, want %v", n, held, started, dropped, want)
+			}
+			if groups > 2*uint64(len(batches)) {
+				t.Errorf("%d groups in %d batches for 2 classes", groups, len(batches))
+			}
+			grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+			if limit := int64(400 * held); grew > limit {
+				t.Errorf("heap grew %d KiB holding %d open connections: over 400 bytes each (%d KiB)", grew>>10, held, limit>>10)
+			}
+			t.Logf("%d connections, %d held open: %d groups in %d batches, dropped %v; heap %d -> %d KiB (%d bytes a held connection)",
+				n, held, groups, len(batches), dropped, before.HeapAlloc>>10, during.HeapAlloc>>10, grew/int64(held))
+		})
 	}
 }
