@@ -82,6 +82,10 @@ type StreamOptions struct {
 	// stream's goroutine (so a handler can reconsider what it holds
 	// without waiting for a change).
 	Nudge <-chan struct{}
+	// Cache, when set, keeps a node-local copy of the list: a stream
+	// that starts with a usable copy delivers it (ListCache) once the
+	// watch brought it up to etcd's revision at start (streamcache.go).
+	Cache StreamCache
 }
 
 // listPage bounds each list request, so a large cluster's state is read
@@ -107,6 +111,7 @@ const progressEvery = 30 * time.Second
 // error.
 func (c *Client) Stream(ctx context.Context, prefix string, h StreamHandler, o StreamOptions) error {
 	s := &stream{c: c, prefix: prefix, h: h, o: o, reason: ListStart}
+	s.loadCache()
 	retry := backoff.New(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -140,6 +145,10 @@ type stream struct {
 	reason    ListReason
 	clusterID uint64
 	probeRev  int64 // ModRevision of ProbeKey as delivered; 0 when absent
+	// etcdRev is etcd's revision at the last resume check; cu is a
+	// loaded cache not delivered yet (streamcache.go).
+	etcdRev int64
+	cu      *catchUp
 }
 
 // once lists or resumes, then follows the watch until it breaks.
@@ -148,8 +157,10 @@ func (s *stream) once(ctx context.Context) error {
 		if err := s.checkResume(ctx); err != nil {
 			return err
 		}
+		s.cacheTooFar()
 	}
 	if s.rev == 0 {
+		s.dropCache(s.reason)
 		kvs, rev, cluster, err := s.c.listRanges(ctx, s.prefix, s.o.ListPrefixes)
 		if err != nil {
 			return err
@@ -161,7 +172,12 @@ func (s *stream) once(ctx context.Context) error {
 			}
 		}
 		log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": len(kvs)}).Info("listed the datastore")
+		if s.o.Cache != nil {
+			s.o.Cache.Listed(kvs, rev, cluster)
+		}
 		s.h.OnList(kvs, rev, s.reason)
+	} else if s.cu != nil {
+		s.deliverCacheIfCaughtUp()
 	} else if s.o.OnResume != nil {
 		s.o.OnResume()
 	}
@@ -185,6 +201,7 @@ func (s *stream) checkResume(ctx context.Context) error {
 	if err != nil {
 		return s.c.wrap(err)
 	}
+	s.etcdRev = resp.Header.Revision
 	probeRev := int64(0)
 	if s.o.ProbeKey != "" && len(resp.Kvs) == 1 {
 		probeRev = resp.Kvs[0].ModRevision
@@ -332,12 +349,18 @@ func (s *stream) follow(ctx context.Context) error {
 		}
 	}()
 	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify())
+	if s.cu != nil {
+		go requestCatchUpProgress(wctx, func() { _ = s.c.etcd.RequestProgress(wctx) }, s.cu.done)
+	}
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
 		select {
 		case wr, ok = <-wch:
 		case <-s.o.Nudge:
+			if s.cu != nil {
+				continue // nothing delivered yet
+			}
 			s.h.OnEvents(nil, s.rev)
 			if s.wantList() {
 				return errListRequested
@@ -370,6 +393,13 @@ func (s *stream) follow(ctx context.Context) error {
 			}
 		}
 		s.rev = rev
+		if s.o.Cache != nil {
+			s.o.Cache.Changed(wr.Events, rev)
+		}
+		if s.cu != nil {
+			s.catchUpEvents(wr.Events)
+			continue
+		}
 		s.h.OnEvents(wr.Events, rev)
 		if s.wantList() {
 			return errListRequested

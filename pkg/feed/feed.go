@@ -39,6 +39,7 @@ import (
 	"github.com/routed-net/routed/internal/heartbeat"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/datastore/listcache"
 	"github.com/routed-net/routed/pkg/ipam"
 )
 
@@ -97,6 +98,10 @@ type Gate interface {
 type Options struct {
 	Gate Gate            // nil: every datastore is followed
 	Beat *heartbeat.Beat // marked as the watch makes progress
+	// Cache, when set, is the node-local copy of what the feed lists:
+	// a restart starts from it (brought up to etcd's revision at start
+	// before anything is delivered) instead of listing everything.
+	Cache *listcache.Cache
 }
 
 // Feed is one node's datastore feed. Subscribe every consumer, then Run.
@@ -190,7 +195,12 @@ func (f *Feed) Rejudge() {
 func (f *Feed) WantList() bool { return f.wantList }
 
 // Collectors are the feed's Prometheus metrics.
-func (f *Feed) Collectors() []prometheus.Collector { return f.metrics.all() }
+func (f *Feed) Collectors() []prometheus.Collector {
+	if f.opt.Cache != nil {
+		return append(f.metrics.all(), f.opt.Cache.Collectors()...)
+	}
+	return f.metrics.all()
+}
 
 // Run follows the datastore until ctx ends; it returns nil then, once
 // every consumer's delivery goroutine has returned (a consumer is never
@@ -207,13 +217,19 @@ func (f *Feed) Run(ctx context.Context) error {
 			s.deliver(ctx)
 		}()
 	}
-	err := f.ds.Stream(ctx, datastore.KeyPrefix, f, datastore.StreamOptions{
+	so := datastore.StreamOptions{
 		Beat:         f.opt.Beat,
 		ProbeKey:     datastore.ClusterInfoKey,
 		OnResume:     func() { f.metrics.resumes.Inc() },
 		ListPrefixes: listPrefixes(f.kinds),
 		Nudge:        f.nudge,
-	})
+	}
+	if f.opt.Cache != nil {
+		so.Cache = f.opt.Cache
+		// Written once more when ctx ends, after the stream stopped.
+		wg.Go(func() { _ = f.opt.Cache.Run(ctx) })
+	}
+	err := f.ds.Stream(ctx, datastore.KeyPrefix, f, so)
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -1,0 +1,304 @@
+// Package listcache keeps a node-local copy of what the node feed's
+// stream lists (datastore.StreamCache), so that a restarted routed
+// starts from it instead of listing the whole datastore: the stream
+// checks the copy is for the same etcd cluster and history, brings it up
+// to etcd's revision at start with the watch, and only then delivers it.
+//
+// The copy is one file (mode 0600, in the node's state directory),
+// replaced atomically (temporary file, fsync, rename): a base, the
+// listed keys at one revision, sorted by key, with a CRC-32C. Changes
+// seen since are kept in memory, the latest per key, and merged into a
+// new file in one pass over the old one: every Period, when they pass
+// MaxChanges bytes, and when the node stops. The list a restart needs is
+// therefore never held in memory longer than it takes to write it.
+package listcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Defaults of Options.
+const (
+	DefaultPeriod     = 3 * time.Minute
+	DefaultMaxChanges = 16 << 20
+	DefaultMaxAge     = time.Hour
+	// finalSaveLimit bounds the save when the node stops.
+	finalSaveLimit = 15 * time.Second
+)
+
+// Options configure a Cache; Path is required.
+type Options struct {
+	// Path is the cache file.
+	Path string
+	// Period is how often changes are written (0: DefaultPeriod).
+	Period time.Duration
+	// MaxChanges is how many bytes of changes are kept in memory before
+	// they are written early (0: DefaultMaxChanges).
+	MaxChanges int
+	// MaxAge: a file written longer ago is not used (0: DefaultMaxAge).
+	MaxAge time.Duration
+}
+
+// Cache is a datastore.StreamCache on a file. Its stream-side methods
+// only take the lock for map updates; Run does the I/O.
+type Cache struct {
+	opt Options
+	log *logrus.Entry
+	m   metrics
+
+	kick chan struct{}
+
+	mu sync.Mutex
+	// What the stream saw: a base (on disk, or a list not written yet)
+	// plus the changes since, up to rev. valid is false until a list or
+	// a usable file, and after the stream discarded the file.
+	valid      bool
+	gen        uint64 // bumped by every new base
+	memBase    []*mvccpb.KeyValue
+	hdr        header // the base's range and cluster; Revision: the base's
+	changes    map[string]*clientv3.Event
+	changeSize int
+	rev        int64 // base + changes are the range at rev
+	savedRev   int64 // the revision of the file on disk (0: none usable)
+}
+
+// New returns a Cache on opt.Path; nothing is read until Load.
+func New(opt Options) (*Cache, error) {
+	if opt.Path == "" {
+		return nil, errors.New("listcache: no path given")
+	}
+	if opt.Period <= 0 {
+		opt.Period = DefaultPeriod
+	}
+	if opt.MaxChanges <= 0 {
+		opt.MaxChanges = DefaultMaxChanges
+	}
+	if opt.MaxAge <= 0 {
+		opt.MaxAge = DefaultMaxAge
+	}
+	return &Cache{opt: opt, log: logrus.WithFields(logrus.Fields{"component": "feed cache", "path": opt.Path}),
+		m: newMetrics(), kick: make(chan struct{}, 1), changes: map[string]*clientv3.Event{}}, nil
+}
+
+// Collectors are the cache's Prometheus metrics.
+func (c *Cache) Collectors() []prometheus.Collector { return c.m.all() }
+
+// Load implements datastore.StreamCache: it reads the whole file, and
+// returns it when it is intact, recent and for exactly this range.
+func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.CachedList, bool) {
+	start := time.Now()
+	want := header{Version: formatVers, Prefix: prefix, Parts: slices.Clone(parts), ProbeKey: probeKey}
+	c.mu.Lock()
+	c.hdr = want
+	c.mu.Unlock()
+	cl, h, err := c.read(want)
+	if err != nil {
+		reason := "unreadable"
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			reason = "absent"
+		case errors.Is(err, errCorrupt):
+			reason = "corrupt"
+		case errors.Is(err, errNotPrivate):
+			reason = "not private"
+		case errors.Is(err, errOtherRange):
+			reason = "other range"
+		case errors.Is(err, errTooOld):
+			reason = "too old"
+		}
+		c.m.fallbacks.WithLabelValues(reason).Inc()
+		lg := c.log.WithError(err).WithField("reason", reason)
+		if reason == "absent" {
+			lg.Info("no cache of the datastore: listing it")
+		} else {
+			lg.Warn("discarding the cache of the datastore: listing it")
+		}
+		return datastore.CachedList{}, false
+	}
+	c.mu.Lock()
+	c.valid, c.gen, c.memBase, c.hdr = true, c.gen+1, nil, h
+	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.rev, c.savedRev = h.Revision, h.Revision
+	c.mu.Unlock()
+	c.log.WithFields(logrus.Fields{"revision": h.Revision, "keys": len(cl.KVs), "written": time.Unix(h.Written, 0).UTC(),
+		"took": time.Since(start).Round(time.Millisecond)}).Info("read the cache of the datastore")
+	return cl, true
+}
+
+var (
+	errOtherRange = errors.New("listcache: written for another range")
+	errTooOld     = errors.New("listcache: too old")
+)
+
+// read reads and checks the whole file against want.
+func (c *Cache) read(want header) (datastore.CachedList, header, error) {
+	f, err := openFile(c.opt.Path)
+	if err != nil {
+		return datastore.CachedList{}, header{}, err
+	}
+	h := f.h
+	if err := sameRange(h, want); err != nil {
+		f.f.Close()
+		return datastore.CachedList{}, h, err
+	}
+	if age := time.Since(time.Unix(h.Written, 0)); age > c.opt.MaxAge {
+		f.f.Close()
+		return datastore.CachedList{}, h, fmt.Errorf("%w: written %s ago, more than %s", errTooOld, age.Round(time.Second), c.opt.MaxAge)
+	}
+	if h.ClusterID == 0 || h.Revision <= 0 {
+		f.f.Close()
+		return datastore.CachedList{}, h, fmt.Errorf("%w: no cluster or revision in the header", errCorrupt)
+	}
+	var kvs []*mvccpb.KeyValue
+	for f.next() {
+		kv := f.kv
+		if !inParts(kv.Key, want) {
+			f.f.Close()
+			return datastore.CachedList{}, h, fmt.Errorf("%w: key %q outside the range", errCorrupt, kv.Key)
+		}
+		kvs = append(kvs, &kv)
+	}
+	if err := f.close(); err != nil {
+		return datastore.CachedList{}, h, err
+	}
+	return datastore.CachedList{KVs: kvs, Revision: h.Revision, ClusterID: h.ClusterID}, h, nil
+}
+
+func sameRange(h, want header) error {
+	if h.Prefix != want.Prefix || h.ProbeKey != want.ProbeKey || !slices.Equal(h.Parts, want.Parts) {
+		return fmt.Errorf("%w: prefix %q, parts %q, probe %q; this stream lists prefix %q, parts %q, probe %q", errOtherRange,
+			h.Prefix, h.Parts, h.ProbeKey, want.Prefix, want.Parts, want.ProbeKey)
+	}
+	return nil
+}
+
+func inParts(key []byte, h header) bool {
+	if len(h.Parts) == 0 {
+		return strings.HasPrefix(string(key), h.Prefix)
+	}
+	for _, p := range h.Parts {
+		if strings.HasPrefix(string(key), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Listed implements datastore.StreamCache: the list becomes the base,
+// written soon (until then it is held here).
+func (c *Cache) Listed(kvs []*mvccpb.KeyValue, rev int64, clusterID uint64) {
+	base := slices.Clone(kvs)
+	slices.SortFunc(base, func(a, b *mvccpb.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
+	c.mu.Lock()
+	c.valid, c.gen, c.memBase = true, c.gen+1, base
+	c.hdr.ClusterID, c.hdr.Revision = clusterID, rev
+	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.rev, c.savedRev = rev, 0
+	c.mu.Unlock()
+	c.wake()
+}
+
+// Changed implements datastore.StreamCache.
+func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
+	c.mu.Lock()
+	if !c.valid {
+		c.mu.Unlock()
+		return
+	}
+	for _, ev := range evs {
+		if !inParts(ev.Kv.Key, c.hdr) {
+			continue
+		}
+		k := string(ev.Kv.Key)
+		if old, ok := c.changes[k]; ok {
+			c.changeSize -= len(old.Kv.Key) + len(old.Kv.Value)
+		}
+		c.changes[k] = ev
+		c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
+	}
+	c.rev = rev
+	early := c.changeSize > c.opt.MaxChanges
+	c.mu.Unlock()
+	if early {
+		c.wake()
+	}
+}
+
+// Discarded implements datastore.StreamCache.
+func (c *Cache) Discarded(reason datastore.ListReason) {
+	c.m.fallbacks.WithLabelValues(string(reason)).Inc()
+	c.mu.Lock()
+	c.valid, c.memBase = false, nil
+	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.mu.Unlock()
+}
+
+// Restored implements datastore.StreamCache.
+func (c *Cache) Restored(rev int64, took time.Duration) {
+	c.m.restores.Inc()
+	c.m.catchUp.Set(took.Seconds())
+}
+
+func (c *Cache) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// minGap is the least time between two writes for changes alone (a new
+// list is written at once: until then it is held in memory).
+const minGap = 30 * time.Second
+
+// Run writes the cache every Period, early when asked (a new list, many
+// changes), and once more when ctx ends (the node stops: the next start
+// needs only what changed meanwhile). It returns after that last write.
+func (c *Cache) Run(ctx context.Context) error {
+	t := time.NewTicker(c.opt.Period)
+	defer t.Stop()
+	var last time.Time
+	var later <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), finalSaveLimit)
+			err := c.save(fctx)
+			cancel()
+			if err != nil {
+				c.log.WithError(err).Warn("could not write the cache of the datastore on the way out")
+			}
+			return nil
+		case <-t.C:
+		case <-later:
+			later = nil
+		case <-c.kick:
+			c.mu.Lock()
+			newBase := c.memBase != nil
+			c.mu.Unlock()
+			if wait := minGap - time.Since(last); !newBase && wait > 0 {
+				if later == nil {
+					later = time.After(wait)
+				}
+				continue
+			}
+		}
+		last = time.Now()
+		if err := c.save(ctx); err != nil && ctx.Err() == nil {
+			c.log.WithError(err).Warn("could not write the cache of the datastore")
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package listcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/internal/atomicfile"
+)
+
+// save writes the base with the changes taken so far as the new file.
+// Changes that arrive meanwhile are kept for the next save.
+func (c *Cache) save(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.valid || (c.memBase == nil && c.rev == c.savedRev) {
+		c.mu.Unlock()
+		return nil
+	}
+	gen, hdr, memBase, changes, rev := c.gen, c.hdr, c.memBase, c.changes, c.rev
+	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.mu.Unlock()
+
+	start := time.Now()
+	baseRev := hdr.Revision
+	hdr.Revision, hdr.Written = rev, start.Unix()
+	n, size, err := c.write(ctx, hdr, baseRev, memBase, changes)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return err // a new base replaced this one meanwhile
+	}
+	if err != nil {
+		c.m.saveFailures.Inc()
+		if memBase != nil || errors.Is(err, errCorrupt) || errors.Is(err, errNotPrivate) || errors.Is(err, errOtherRange) {
+			// The base is lost (a list not written, a file that no
+			// longer reads): nothing to build on until the next list.
+			c.valid, c.memBase, c.savedRev = false, nil, 0
+			c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+			return fmt.Errorf("%w (no cache until the next list)", err)
+		}
+		for k, ev := range changes { // the later changes win
+			if _, ok := c.changes[k]; !ok {
+				c.changes[k] = ev
+				c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
+			}
+		}
+		return err
+	}
+	c.memBase, c.savedRev, c.hdr.Revision = nil, rev, rev
+	c.m.saves.Inc()
+	c.m.size.Set(float64(size))
+	c.m.saveSeconds.Observe(time.Since(start).Seconds())
+	c.log.WithFields(logrus.Fields{"revision": rev, "keys": n, "changes": len(changes), "bytes": size,
+		"took": time.Since(start).Round(time.Millisecond)}).Debug("wrote the cache of the datastore")
+	return nil
+}
+
+// write replaces the file with base (memBase, or the file on disk at
+// baseRev) merged with changes; it returns the keys and bytes written.
+func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []*mvccpb.KeyValue, changes map[string]*clientv3.Event) (int, int64, error) {
+	var next func() (*mvccpb.KeyValue, bool)
+	var disk *file
+	if memBase != nil {
+		i := 0
+		next = func() (*mvccpb.KeyValue, bool) {
+			if i == len(memBase) {
+				return nil, false
+			}
+			i++
+			return memBase[i-1], true
+		}
+	} else {
+		var err error
+		if disk, err = openFile(c.opt.Path); err != nil {
+			return 0, 0, fmt.Errorf("reading the cache to merge into it: %w", err)
+		}
+		defer disk.f.Close()
+		if err := sameRange(disk.h, hdr); err != nil {
+			return 0, 0, err
+		}
+		if disk.h.Revision != baseRev || disk.h.ClusterID != hdr.ClusterID {
+			return 0, 0, fmt.Errorf("%w: the file is at revision %d of cluster %x, this cache wrote %d of %x", errCorrupt,
+				disk.h.Revision, disk.h.ClusterID, baseRev, hdr.ClusterID)
+		}
+		next = func() (*mvccpb.KeyValue, bool) {
+			if !disk.next() {
+				return nil, false
+			}
+			kv := disk.kv
+			return &kv, true
+		}
+	}
+	keys := make([]string, 0, len(changes))
+	for k := range changes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+
+	var written int
+	err := atomicfile.Replace(c.opt.Path, 0o600, func(w io.Writer) error {
+		fw, err := newWriter(w, hdr)
+		if err != nil {
+			return err
+		}
+		emit := func(kv *mvccpb.KeyValue) error {
+			written++
+			if written%4096 == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fw.record(kv)
+		}
+		kv, ok := next()
+		for _, k := range keys {
+			for ok && string(kv.Key) < k {
+				if err := emit(kv); err != nil {
+					return err
+				}
+				kv, ok = next()
+			}
+			if ok && string(kv.Key) == k {
+				kv, ok = next() // replaced or deleted
+			}
+			if ev := changes[k]; ev.Type == clientv3.EventTypePut {
+				if err := emit(ev.Kv); err != nil {
+					return err
+				}
+			}
+		}
+		for ; ok; kv, ok = next() {
+			if err := emit(kv); err != nil {
+				return err
+			}
+		}
+		if disk != nil {
+			// The old file must have read whole and intact before the
+			// new one replaces it.
+			if err := disk.close(); err != nil {
+				return err
+			}
+		}
+		return fw.finish()
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	syncDir(filepath.Dir(c.opt.Path))
+	st, err := os.Stat(c.opt.Path)
+	if err != nil {
+		return 0, 0, err
+	}
+	return written, st.Size(), nil
+}
+
+// syncDir makes a rename in dir durable; a failure only weakens that.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
