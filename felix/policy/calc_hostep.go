@@ -111,8 +111,9 @@ type hostState struct {
 	eps              map[string]*hostEP // this node's, by key
 	failIn, failOut  []HostPort
 	failSet, touched bool
-	peers            []netip.Prefix // the nodes (SetTunnelPeers)
-	tunnelPorts      []uint16       // their tunnels' UDP ports (SetTunnelPeers)
+	peers            []netip.Prefix    // the nodes (SetTunnelPeers)
+	tunnelPorts      []uint16          // their tunnels' UDP ports (SetTunnelPeers)
+	indexed          map[string]string // named interface -> the key the rule index names (indexHosts)
 }
 
 // hostEP is one of this node's host endpoints.
@@ -122,7 +123,9 @@ type hostEP struct {
 	in, out    []*cpolicy // every policy applying, in evaluation order
 	profiles   []string
 	chains     [numHostCtx]string
-	indexed    string // the interface the rule index names it for
+	// shadowedBy is the key of the endpoint that governs the same
+	// interface of the same node instead (hostsInOrder); "": this one.
+	shadowedBy string
 }
 
 // The contexts of a host endpoint's chains.
@@ -277,15 +280,6 @@ func (c *Calc) renderHost(he *hostEP) {
 		name, rules, infos, runs := c.policyListChain(pols, ctx == hostIn || ctx == hostFwdIn || ctx == hostPreDNAT || ctx == hostRawIn, sh)
 		c.swapEPChain(&he.chains[ctx], name, rules, infos, runs)
 	}
-	// The log reader names the endpoint of a named interface.
-	if he.indexed != "" && he.indexed != he.iface {
-		c.index.deleteIface(he.indexed)
-		he.indexed = ""
-	}
-	if he.iface != nftdp.WildcardIface {
-		c.index.setIface(he.iface, EndpointRef{Key: he.key})
-		he.indexed = he.iface
-	}
 	c.pushHosts()
 }
 
@@ -334,9 +328,6 @@ func (c *Calc) removeHost(he *hostEP) {
 	for i := range he.chains {
 		c.unrefEPChain(he.chains[i])
 	}
-	if he.indexed != "" {
-		c.index.deleteIface(he.indexed)
-	}
 	delete(c.hosts.eps, he.key)
 	c.pushHosts()
 }
@@ -348,19 +339,25 @@ type HostSink interface {
 }
 
 // pushHosts gives the sink the host dispatch: this node's host
-// endpoints in key order (the first of two for one interface wins).
+// endpoints in key order, only the first of two for one interface (the
+// others are shadowed: calc_hostep_warn.go), and points the rule index
+// at them.
 func (c *Calc) pushHosts() {
 	hs, ok := c.sink.(HostSink)
 	if !ok || (len(c.hosts.eps) == 0 && !c.hosts.touched) {
 		return
 	}
+	order := c.hostsInOrder()
+	c.indexHosts(order)
 	c.hosts.touched = true
 	if !c.hosts.failSet {
 		c.hosts.failIn, c.hosts.failOut, c.hosts.failSet = DefaultFailsafeInbound(), DefaultFailsafeOutbound(), true
 	}
 	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers, TunnelPorts: c.hosts.tunnelPorts}
-	for _, k := range sortedKeys(c.hosts.eps) {
-		he := c.hosts.eps[k]
+	for _, he := range order {
+		if he.shadowedBy != "" {
+			continue
+		}
 		ch := he.chains
 		h.Endpoints = append(h.Endpoints, nftdp.HostChains{Iface: he.iface, In: ch[hostIn], Out: ch[hostOut],
 			FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]})

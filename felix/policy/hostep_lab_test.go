@@ -362,17 +362,8 @@ spec:
 func TestHostEndpointDoNotTrack(t *testing.T) {
 	h := newHostLab(t)
 	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"})
+	h.load(untrackedHTTP(true))
 	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: untracked-http}
-spec:
-  selector: role == 'edge'
-  doNotTrack: true
-  applyOnForward: true
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-  egress: [{action: Allow, protocol: TCP, source: {ports: [80]}}]
----
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {name: tracked-8080}
@@ -395,7 +386,16 @@ spec:
 
 	// Without the egress rule the replies are not allowed: untracked,
 	// they are not established either.
-	h.load(`
+	h.load(untrackedHTTP(false))
+	h.apply()
+	h.expect("doNotTrack without the reply rule", hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22))
+}
+
+// untrackedHTTP is the doNotTrack policy untracked-http of the
+// endpoints labelled role=edge: TCP 80 in and, with replies, out from
+// source port 80 (its replies, which are not established: untracked).
+func untrackedHTTP(replies bool) string {
+	y := `
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {name: untracked-http}
@@ -405,9 +405,11 @@ spec:
   applyOnForward: true
   types: [Ingress, Egress]
   ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-`)
-	h.apply()
-	h.expect("doNotTrack without the reply rule", hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22))
+`
+	if replies {
+		y += "  egress: [{action: Allow, protocol: TCP, source: {ports: [80]}}]\n"
+	}
+	return y
 }
 
 // flushConntrack empties the namespace's conntrack table.

@@ -29,6 +29,8 @@ type Config struct {
 type Manager struct {
 	calc *Calc
 	dp   *nftdp.Dataplane
+	// hostWarned are the host endpoint warnings logged (manager_hostep.go).
+	hostWarned map[string]bool
 }
 
 // NewManager opens nftables; nothing is written before the first Apply
@@ -152,6 +154,7 @@ func (m *Manager) Apply(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	m.logHostWarnings()
 	return m.dp.Apply()
 }
 

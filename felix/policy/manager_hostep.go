@@ -5,8 +5,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/routed-net/routed/pkg/api"
 )
+
+var hostLog = logrus.WithField("component", "policy")
 
 // SetHostEndpoint adds or replaces a HostEndpoint; local tells whether
 // it is this node's (then its interface is policed). An endpoint that
@@ -72,4 +76,42 @@ func HostEndpointFromAPI(h *api.HostEndpoint, local bool, iface string) (HostEnd
 		he.IPs = append(he.IPs, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}
 	return he, nil
+}
+
+// HostEndpointWarnings lists this node's host endpoints that are not
+// enforced as written: shadowed by another for the same interface, or
+// "*" endpoints that doNotTrack policies select (Calc.HostEndpointWarnings).
+func (m *Manager) HostEndpointWarnings() []HostEndpointWarning {
+	return m.calc.HostEndpointWarnings()
+}
+
+// logHostWarnings logs each host endpoint warning when it appears (a
+// warning naming the endpoints, the interface and the policies) and
+// when it is gone, once each: Apply runs it after every batch.
+func (m *Manager) logHostWarnings() {
+	ws := m.calc.HostEndpointWarnings()
+	if len(ws) == 0 && len(m.hostWarned) == 0 {
+		return
+	}
+	now := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		s := w.String()
+		now[s] = true
+		if m.hostWarned[s] {
+			continue
+		}
+		f := logrus.Fields{"hostEndpoint": w.Endpoint, "node": w.Node, "interface": w.Iface}
+		if w.ShadowedBy != "" {
+			f["shadowedBy"] = w.ShadowedBy
+		} else {
+			f["ignoredPolicies"] = strings.Join(w.IgnoredDoNotTrack, ",")
+		}
+		hostLog.WithFields(f).Warn(s)
+	}
+	for s := range m.hostWarned {
+		if !now[s] {
+			hostLog.Info("no longer so: " + s)
+		}
+	}
+	m.hostWarned = now
 }
