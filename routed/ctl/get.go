@@ -70,7 +70,10 @@ NAMESPACE NAME; WorkloadEndpoints NAMESPACE/POD as the table prints them
 			case "yaml", "json":
 				return api.Encode(g.out, rs, output, len(args) == 1)
 			}
-			return printTable(g.out, k, rs, output == "wide")
+			if err := printTable(g.out, k, rs, output == "wide"); err != nil || k != api.KindHostEndpoint || len(args) > 1 {
+				return err
+			}
+			return printHostEndpointWarnings(cmd.Context(), g.errOut, c, rs)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml, json or wide (default: table)")

@@ -21,7 +21,7 @@ import (
 
 // explainKinds are the resources the policy model is built from.
 var explainKinds = []api.Kind{api.KindTier, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy, api.KindProfile,
-	api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindWorkloadEndpoint, api.KindServiceEndpoints}
+	api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindWorkloadEndpoint, api.KindServiceEndpoints, api.KindHostEndpoint}
 
 // newExplainCmd is "policy explain", added to statuscli's policy command:
 // it reads the datastore and, when it can, the local routed's counters.
@@ -96,6 +96,9 @@ type ExplainResult struct {
 	// StagedTogether is the flow's fate with every staged policy
 	// enforced at once (policy.Calc.ExplainStagedTogether).
 	StagedTogether *policy.StagedVerdict `json:"stagedTogether,omitempty"`
+	// HostEndpointWarnings are the flow's host endpoints that are not
+	// enforced as written (hostendpoint_warn.go).
+	HostEndpointWarnings []policy.HostEndpointWarning `json:"hostEndpointWarnings,omitempty"`
 }
 
 // KernelCheck is one direction's rule counter on the node that serves
@@ -159,7 +162,8 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 	}
 	f.Src, f.Dst, f.SrcPort = sa, da, uint16(srcPort)
 	x := m.Explain(f)
-	res := ExplainResult{Src: src, Dst: dst, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress}
+	res := ExplainResult{Src: src, Dst: dst, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress,
+		HostEndpointWarnings: flowHostWarnings(m, x)}
 	staged, notes, err := stagedPolicies(ctx, ds)
 	if err != nil {
 		return err
@@ -309,6 +313,9 @@ func printExplain(out io.Writer, r ExplainResult) {
 	} else {
 		fmt.Fprintln(out, "verdict: denied")
 	}
+	for _, w := range r.HostEndpointWarnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
 	if r.Counters != "" {
 		fmt.Fprintf(out, "kernel counters: %s\n", r.Counters)
 	}
@@ -329,6 +336,10 @@ func printExplain(out io.Writer, r ExplainResult) {
 // printDecision prints one direction's decision, each line after
 // indent.
 func printDecision(out io.Writer, indent string, d policy.Decision) {
+	if d.Rule.Kind == policy.KindHostNotExplained {
+		fmt.Fprintf(out, "%s%s: the address is host endpoint %s's on %s: host endpoint policy is not explained\n", indent, d.Direction, strings.TrimPrefix(d.Endpoint, "hep:"), d.Node)
+		return
+	}
 	if !d.Policed {
 		fmt.Fprintf(out, "%s%s: not policed (no workload has that address)\n", indent, d.Direction)
 		return
