@@ -57,6 +57,9 @@ type Config struct {
 	IPAMGCGrace   time.Duration
 	SecretsDir    string
 	ShutdownGrace time.Duration
+	// FeedCache is the node feed's cache file (feedcache.go): "" for
+	// feed-cache in StateDir, "none" for off.
+	FeedCache string
 
 	CNIToken CNITokenConfig
 
@@ -187,6 +190,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.PolicyLogDrops, "policy-log-drops", c.envBool(false, "ROUTED_POLICY_LOG_DROPS"), "also log packets dropped because no policy or profile allowed them (env ROUTED_POLICY_LOG_DROPS)")
 	c.bindFlowsFlags(fs)
 	c.bindWireguardFlags(fs)
+	c.bindFeedCacheFlag(fs)
 	fs.StringVar(&c.CNIToken.Kubeconfig, "cni-kubeconfig", env("", "ROUTED_CNI_KUBECONFIG"), "write the CNI plugin's kubeconfig here with a TokenRequest token and keep it refreshed (empty: off) (env ROUTED_CNI_KUBECONFIG)")
 	fs.StringVar(&c.CNIToken.ServiceAccount, "cni-service-account", env(cnitoken.DefaultServiceAccount, "ROUTED_CNI_SERVICE_ACCOUNT"), "the CNI plugin's ServiceAccount (env ROUTED_CNI_SERVICE_ACCOUNT)")
 	fs.StringVar(&c.CNIToken.Namespace, "cni-service-account-namespace", env("", "ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE"), "its namespace (empty: routed's own) (env ROUTED_CNI_SERVICE_ACCOUNT_NAMESPACE)")

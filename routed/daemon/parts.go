@@ -70,7 +70,11 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	n := &node{ds: ds, guard: guard, ipam: ipam.New(ds), health: health.New(), reg: prometheus.NewRegistry(),
 		beats: loopBeats{felix: &heartbeat.Beat{}, bgp: &heartbeat.Beat{}, datastore: &heartbeat.Beat{}}}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	n.feed = feed.New(ds, feed.Options{Gate: guard, Beat: n.beats.datastore})
+	fc, err := cfg.feedCache()
+	if err != nil {
+		return nil, err
+	}
+	n.feed = feed.New(ds, feed.Options{Gate: guard, Beat: n.beats.datastore, Cache: fc})
 	n.reg.MustRegister(n.feed.Collectors()...)
 	held, _ := guard.Frozen()
 	fcs, err := readFelixConfig(ds, cfg.NodeName, held)

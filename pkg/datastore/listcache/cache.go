@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -36,8 +38,9 @@ const (
 	DefaultPeriod     = 3 * time.Minute
 	DefaultMaxChanges = 16 << 20
 	DefaultMaxAge     = time.Hour
-	// finalSaveLimit bounds the save when the node stops.
-	finalSaveLimit = 15 * time.Second
+	// finalSaveLimit bounds the save when the node stops: within the
+	// daemon's default shutdown grace (10 s).
+	finalSaveLimit = 8 * time.Second
 )
 
 // Options configure a Cache; Path is required.
@@ -94,6 +97,9 @@ func New(opt Options) (*Cache, error) {
 		m: newMetrics(), kick: make(chan struct{}, 1), changes: map[string]*clientv3.Event{}}, nil
 }
 
+// Path is the cache file.
+func (c *Cache) Path() string { return c.opt.Path }
+
 // Collectors are the cache's Prometheus metrics.
 func (c *Cache) Collectors() []prometheus.Collector { return c.m.all() }
 
@@ -105,6 +111,7 @@ func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.
 	c.mu.Lock()
 	c.hdr = want
 	c.mu.Unlock()
+	c.removeStaleTemps()
 	cl, h, err := c.read(want)
 	if err != nil {
 		reason := "unreadable"
@@ -137,6 +144,15 @@ func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.
 	c.log.WithFields(logrus.Fields{"revision": h.Revision, "keys": len(cl.KVs), "written": time.Unix(h.Written, 0).UTC(),
 		"took": time.Since(start).Round(time.Millisecond)}).Info("read the cache of the datastore")
 	return cl, true
+}
+
+// removeStaleTemps removes temporary files a write cut short (the process
+// killed in the middle) left beside the cache.
+func (c *Cache) removeStaleTemps() {
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(c.opt.Path), "."+filepath.Base(c.opt.Path)+".tmp-*"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
 }
 
 var (
