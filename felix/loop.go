@@ -61,6 +61,9 @@ type loop struct {
 
 	// hosts is felix's host endpoint state (policy_hostep.go).
 	hosts hostState
+	// wgHost is WireGuard host encryption's table and rules
+	// (wireguard_host.go), made on first use.
+	wgHost *wgHostRouting
 }
 
 // Run programs the dataplane until ctx ends, then returns ctx's error
@@ -275,6 +278,7 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 	a := u.Link.Attrs()
 	deleted := u.Header.Type == unix.RTM_DELLINK
 	l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, deleted)
+	l.hostLink(u.Link, deleted)
 	switch {
 	case strings.HasPrefix(a.Name, l.cfg.WorkloadInterfacePrefix):
 		if !deleted {

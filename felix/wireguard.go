@@ -1,7 +1,6 @@
 package felix
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -23,8 +22,11 @@ type WireguardConfig struct {
 	// traffic is held (blackholed) until the node's key appears, so
 	// turning encryption on never leaks pod traffic in clear text.
 	AllowClear bool
-	// HostEncryption would encrypt host-to-host traffic too (Calico's
-	// wireguardHostEncryptionEnabled); not supported: refused.
+	// HostEncryption encrypts traffic between this node's host address
+	// and other nodes' too (Calico's wireguardHostEncryptionEnabled), for
+	// the families that are on, to every node whose key is known and
+	// that completed a handshake; other host traffic stays in clear
+	// (wireguard_host.go).
 	HostEncryption bool
 	// Port and PortV6 are the UDP ports of the devices, the same on
 	// every node (default 51820 and 51821).
@@ -44,9 +46,6 @@ type WireguardConfig struct {
 }
 
 func (c WireguardConfig) withDefaults() (WireguardConfig, error) {
-	if c.HostEncryption {
-		return c, errors.New("felix: config: WireGuard host encryption (wireguardHostEncryptionEnabled) is not supported: routed encrypts pod traffic between nodes only; turn it off")
-	}
 	if c.Port == 0 {
 		c.Port = wireguard.PortV4
 	}
@@ -162,6 +161,9 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 	}
 }
 
+// heldNoKey is why pod traffic to a node without a key is held.
+const heldNoKey = "it has published no WireGuard key (clear text to it needs --wireguard-allow-clear)"
+
 // wgRoute is the route to dst, pod addresses of a pool on node (or on
 // the node at nh when node is ""), when WireGuard decides it: through
 // the device to a node with a key, held (blackholed) otherwise unless
@@ -187,7 +189,7 @@ func (p *plan) wgRoute(pools []*pool, dst netip.Prefix, nh netip.Addr, node stri
 	case peer == nil && w.allowClear:
 		return routetable.Route{}, false
 	case peer == nil:
-		w.held[node] = "it has published no WireGuard key (clear text to it needs --wireguard-allow-clear)"
+		w.held[node] = heldNoKey
 		return hold, true
 	}
 	peer.AllowedIPs = append(peer.AllowedIPs, dst.Masked())

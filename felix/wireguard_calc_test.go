@@ -119,7 +119,6 @@ func TestWireguardConfigRefused(t *testing.T) {
 		cfg  WireguardConfig
 		want string
 	}{
-		{WireguardConfig{HostEncryption: true}, "host encryption"},
 		{WireguardConfig{Port: 70000}, "port 70000"},
 		{WireguardConfig{Enabled: true, EnabledV6: true, Port: 5000, PortV6: 5000}, "both on port 5000"},
 		{WireguardConfig{MTU: 500}, "MTU 500"},
@@ -129,5 +128,10 @@ func TestWireguardConfigRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error with %q", c.cfg, err, c.want)
 		}
+	}
+	// Host encryption is honoured now (wireguard_host.go), with or
+	// without a family on (FelixConfiguration may turn one on later).
+	if _, err := (Config{NodeName: "a", WireGuard: WireguardConfig{HostEncryption: true}}).withDefaults(); err != nil {
+		t.Errorf("host encryption refused: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package felix_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -236,6 +237,19 @@ func capture(t *testing.T, n *wgNode, peer string) (stop func() []byte) {
 		return ""
 	})
 	return func() []byte {
+		// tcpdump drops what it has not read yet when interrupted, and
+		// on a loaded machine it lags: first wait until a marker sent
+		// after the traffic (an ICMP broadcast on the uplink, never
+		// routed through WireGuard) is in the file.
+		mark := fmt.Sprintf("%016x", uint64(time.Now().UnixNano()))
+		raw, _ := hex.DecodeString(mark)
+		nstest.Eventually(t, 10*time.Second, func() string {
+			_ = exec.Command("ip", "netns", "exec", n.ns.Name, "ping", "-b", "-c", "1", "-W", "0.1", "-p", mark, "192.0.2.255").Run()
+			if b, _ := os.ReadFile(file); !bytes.Contains(b, raw) {
+				return "the capture has not caught up with the traffic yet"
+			}
+			return ""
+		})
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		b, err := os.ReadFile(file)

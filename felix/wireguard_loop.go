@@ -27,10 +27,15 @@ type wgState struct {
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
 	published0 bool                 // PublishKeys was called at least once
+	host       wgHostState          // host encryption (wireguard_host.go)
 }
 
 func newWGState(cfg *Config, lg *logrus.Entry) *wgState {
 	w := &wgState{on: [2]bool{cfg.WireGuard.Enabled, cfg.WireGuard.EnabledV6}}
+	w.host.on = cfg.WireGuard.HostEncryption
+	if w.host.on && !w.on[wg4] && !w.on[wg6] {
+		lg.Warn("WireGuard host encryption is on but WireGuard is off for both families: nothing is encrypted until one is on")
+	}
 	for fam, name := range []string{wireguard.DeviceV4, wireguard.DeviceV6} {
 		w.dev[fam] = wireguard.NewDevice(name, cfg.WireGuard.Mode, cfg.NetNSPath, lg)
 	}
@@ -73,6 +78,12 @@ func (l *loop) applyWireguard(full bool) error {
 		}
 		err = errors.Join(err, l.syncWireguard(false))
 	}
+	changed, herr := l.applyHostEncryption(full, ready)
+	err = errors.Join(err, herr)
+	if changed {
+		// A peer confirmed (or no longer): its keepalive changes.
+		err = errors.Join(err, l.syncWireguard(false))
+	}
 	l.logHeld()
 	return err
 }
@@ -103,13 +114,16 @@ func (l *loop) syncWireguard(full bool) error {
 		}
 		l.st.wg.own[fam] = w.key[fam].PublicKey()
 		want := wireguard.Desired{Up: true, PrivateKey: w.key[fam], Port: l.plan.wg[fam].port, MTU: l.wgMTU(fam),
-			Peers: map[wgtypes.Key]wireguard.Peer{}}
+			FirewallMark: wireguard.FirewallMark, Peers: map[wgtypes.Key]wireguard.Peer{}}
 		for _, p := range l.plan.wg[fam].peers {
-			want.Peers[p.PublicKey] = *p
+			peer := *p
+			peer.Keepalive = l.hostKeepalive(fam, p.PublicKey)
+			want.Peers[p.PublicKey] = peer
 		}
 		d.Set(want)
 		link, err := d.Apply(l.h, full)
 		l.noteDevice(link)
+		l.hostLink(link, false)
 		w.devErr[fam] = err
 		errs = append(errs, err)
 	}
@@ -228,10 +242,16 @@ func (f *Felix) RotateWireguardKeys(ctx context.Context) ([2]string, error) {
 
 // WireguardStatus is felix's WireGuard part as it is now.
 type WireguardStatus struct {
-	Enabled    bool               `json:"enabled"`
-	EnabledV6  bool               `json:"enabledV6"`
-	AllowClear bool               `json:"allowClear"`
-	Devices    []wireguard.Status `json:"devices"`
+	Enabled    bool `json:"enabled"`
+	EnabledV6  bool `json:"enabledV6"`
+	AllowClear bool `json:"allowClear"`
+	// HostEncryption: traffic between host addresses is encrypted too,
+	// per node as HostPeers say.
+	HostEncryption bool               `json:"hostEncryption"`
+	Devices        []wireguard.Status `json:"devices"`
+	// HostPeers are the other nodes as host encryption treats them
+	// (encrypted, or in clear and why); empty while it is off.
+	HostPeers []HostPeer `json:"hostPeers,omitempty"`
 	// Held are the nodes whose pod traffic is held, and why.
 	Held []HeldPeer `json:"held,omitempty"`
 	// Errors are why a device that is on is not working.
@@ -251,7 +271,8 @@ func (f *Felix) Wireguard(ctx context.Context) (WireguardStatus, error) {
 	reply := make(chan WireguardStatus, 1)
 	f.enqueue(func(l *loop) {
 		w := l.f.wg
-		st := WireguardStatus{Enabled: w.on[wg4], EnabledV6: w.on[wg6], AllowClear: l.cfg.WireGuard.AllowClear}
+		st := WireguardStatus{Enabled: w.on[wg4], EnabledV6: w.on[wg6], AllowClear: l.cfg.WireGuard.AllowClear,
+			HostEncryption: w.host.on, HostPeers: l.hostPeers()}
 		for fam, d := range w.dev {
 			if e := w.keyErr[fam]; e != nil && w.on[fam] {
 				st.Errors = append(st.Errors, e.Error())

@@ -186,6 +186,11 @@ func fromNetlink(r netlink.Route, fam int) KernelRoute {
 			k.Gw = a.Unmap()
 		}
 	}
+	if r.Src != nil {
+		if a, ok := netip.AddrFromSlice(r.Src); ok {
+			k.Src = a.Unmap()
+		}
+	}
 	return k
 }
 

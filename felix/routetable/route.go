@@ -46,6 +46,9 @@ type Route struct {
 	// DefaultMetric for Dst's family. A learned route with a BGPFilter's
 	// setPriority has another.
 	Metric uint32
+	// Src is the preferred source address for traffic this host sends
+	// by the route (RTA_PREFSRC); the zero Addr lets the kernel choose.
+	Src netip.Addr
 }
 
 // metric is the kernel metric r is written at.
@@ -77,6 +80,9 @@ func (r Route) String() string {
 	if r.metric() != DefaultMetric(r.Dst) {
 		s += fmt.Sprintf(" metric %d", r.Metric)
 	}
+	if r.Src.IsValid() {
+		s += " src " + r.Src.String()
+	}
 	return s
 }
 
@@ -104,6 +110,8 @@ func (r Route) validate() error {
 		return fmt.Errorf("routetable: route %v: gateway must be a global address of the destination's family", r)
 	case r.OnLink && r.Iface == "":
 		return fmt.Errorf("routetable: route %v: onlink needs a device", r)
+	case r.Src.IsValid() && (r.Src.Is4() != r.Dst.Addr().Is4() || r.Src.Zone() != "" || r.Type != Unicast):
+		return fmt.Errorf("routetable: route %v: source must be an address of the destination's family on a unicast route", r)
 	}
 	return nil
 }
@@ -134,12 +142,13 @@ type KernelRoute struct {
 	OnLink    bool
 	Priority  uint32
 	Tos       uint8
+	Src       netip.Addr // preferred source (RTA_PREFSRC), if any
 }
 
 // matches reports whether the kernel route k is what r asks for, given
 // the ifindex r's device resolved to (0 when r names no device).
 func (r Route) matches(k KernelRoute, ifindex int) bool {
-	if k.Type != r.Type.rtn() || k.Scope != r.scope() || k.Gw != r.Gw || k.OnLink != r.OnLink || k.Priority != r.metric() {
+	if k.Type != r.Type.rtn() || k.Scope != r.scope() || k.Gw != r.Gw || k.OnLink != r.OnLink || k.Priority != r.metric() || k.Src != r.Src {
 		return false
 	}
 	if r.Type == Blackhole {

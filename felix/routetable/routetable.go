@@ -474,7 +474,7 @@ func (rt *RouteTable) plan(p netip.Prefix, now time.Time) (op Op, write, inSync,
 	}
 	k := KernelRoute{
 		Dst: p, Type: want.Type.rtn(), Protocol: rt.cfg.Protocol, Scope: want.scope(),
-		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: want.metric(),
+		LinkIndex: ifindex, Gw: want.Gw, OnLink: want.OnLink, Priority: want.metric(), Src: want.Src,
 	}
 	return Op{Route: k}, true, false, false
 }

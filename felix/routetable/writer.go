@@ -229,6 +229,9 @@ func appendRouteMsg(b []byte, seq uint32, table int, op Op) []byte {
 		if r.LinkIndex != 0 {
 			b = appendAttr(b, unix.RTA_OIF, ne.AppendUint32(nil, uint32(r.LinkIndex)))
 		}
+		if r.Src.IsValid() {
+			b = appendAttr(b, unix.RTA_PREFSRC, r.Src.AsSlice())
+		}
 	}
 	ne.PutUint32(b[start:], uint32(len(b)-start))
 	return b

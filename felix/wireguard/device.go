@@ -21,6 +21,10 @@ type Peer struct {
 	// AllowedIPs are the addresses the peer may send from and that are
 	// sent to it: its blocks, tunnel and node addresses (sorted, masked).
 	AllowedIPs []netip.Prefix
+	// Keepalive is the persistent keepalive (0: none). Host encryption
+	// sets one on a peer until a handshake with it succeeds, so the
+	// first handshake happens without waiting for traffic.
+	Keepalive time.Duration
 }
 
 // Desired is a device as felix wants it. The zero value (Up false) means
@@ -30,7 +34,10 @@ type Desired struct {
 	PrivateKey wgtypes.Key
 	Port       int
 	MTU        int
-	Peers      map[wgtypes.Key]Peer
+	// FirewallMark marks the device's own UDP packets (0: none); see
+	// FirewallMark and HostRule.
+	FirewallMark int
+	Peers        map[wgtypes.Key]Peer
 }
 
 // Device reconciles one WireGuard device (one family). Not safe for
@@ -48,6 +55,11 @@ type Device struct {
 	have  *wgtypes.Device // what the device held when last read
 	want  Desired
 	log   *logrus.Entry
+	// keyEpoch counts the private keys the device has had in this
+	// process (a new device, a rotated key); keyAt is when the current
+	// one was set: handshakes before it were made with another key.
+	keyEpoch int
+	keyAt    time.Time
 }
 
 // NewDevice returns the reconciler of device name.
@@ -97,6 +109,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			return nil, err
 		}
 		d.dev, d.have, full, d.fresh = dev, nil, true, true
+		d.keyEpoch++
 		d.log.WithField("implementation", dev.kind()).Info("WireGuard device made")
 		if link, err = h.LinkByName(d.Name); err != nil {
 			return nil, fmt.Errorf("wireguard: %s: %w", d.Name, err)
@@ -109,6 +122,10 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 	}
 	if cfg, changes := diff(d.have, d.want); changes > 0 {
+		if cfg.PrivateKey != nil && d.have.PrivateKey != (wgtypes.Key{}) {
+			d.keyEpoch++ // a rotation: the sessions of the old key end
+			d.keyAt = time.Now()
+		}
 		fresh := d.fresh && kick(&cfg)
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
@@ -116,7 +133,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 		if fresh {
 			d.fresh = false
-			if err := d.dev.configure(unkick(cfg)); err != nil {
+			if err := d.dev.configure(unkick(cfg, d.want.Peers)); err != nil {
 				d.have = nil
 				return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
 			}
@@ -160,12 +177,13 @@ func kick(cfg *wgtypes.Config) bool {
 	return any
 }
 
-func unkick(cfg wgtypes.Config) wgtypes.Config {
-	var off time.Duration
+// unkick puts each greeted peer's keepalive back to the wanted one.
+func unkick(cfg wgtypes.Config, want map[wgtypes.Key]Peer) wgtypes.Config {
 	out := wgtypes.Config{}
 	for _, p := range cfg.Peers {
 		if !p.Remove {
-			out.Peers = append(out.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, UpdateOnly: true, PersistentKeepaliveInterval: &off})
+			ka := want[p.PublicKey].Keepalive
+			out.Peers = append(out.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, UpdateOnly: true, PersistentKeepaliveInterval: &ka})
 		}
 	}
 	return out
@@ -197,6 +215,11 @@ func diff(have *wgtypes.Device, want Desired) (wgtypes.Config, int) {
 		cfg.ListenPort = &p
 		n++
 	}
+	if have.FirewallMark != want.FirewallMark {
+		m := want.FirewallMark
+		cfg.FirewallMark = &m
+		n++
+	}
 	had := make(map[wgtypes.Key]wgtypes.Peer, len(have.Peers))
 	for _, p := range have.Peers {
 		had[p.PublicKey] = p
@@ -208,16 +231,17 @@ func diff(have *wgtypes.Device, want Desired) (wgtypes.Config, int) {
 		if h, ok := had[p.PublicKey]; ok && samePeer(h, p) {
 			continue
 		}
+		ka := p.Keepalive
 		cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{
 			PublicKey: p.PublicKey, Endpoint: net.UDPAddrFromAddrPort(p.Endpoint),
-			ReplaceAllowedIPs: true, AllowedIPs: ipNets(p.AllowedIPs),
+			ReplaceAllowedIPs: true, AllowedIPs: ipNets(p.AllowedIPs), PersistentKeepaliveInterval: &ka,
 		})
 	}
 	return cfg, n + len(cfg.Peers)
 }
 
 func samePeer(h wgtypes.Peer, p Peer) bool {
-	if h.Endpoint == nil {
+	if h.Endpoint == nil || h.PersistentKeepaliveInterval != p.Keepalive {
 		return false
 	}
 	ep := h.Endpoint.AddrPort()
@@ -325,4 +349,30 @@ func (d *Device) Read() (Status, bool, error) {
 		return 0
 	})
 	return st, true, nil
+}
+
+// KeyEpoch changes whenever the device's private key does (a new
+// device, a rotated key): a peer confirmed by a handshake under an
+// earlier epoch must be confirmed again.
+func (d *Device) KeyEpoch() int { return d.keyEpoch }
+
+// Handshaken reads the device and returns the peers that completed a
+// handshake with its current private key. A completed handshake proves
+// both ends hold each other's public key, so traffic sent through the
+// device to that peer can be read there.
+func (d *Device) Handshaken() (map[wgtypes.Key]bool, error) {
+	if d.dev == nil {
+		return nil, nil
+	}
+	dv, err := d.dev.read()
+	if err != nil {
+		return nil, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
+	}
+	out := map[wgtypes.Key]bool{}
+	for _, p := range dv.Peers {
+		if p.LastHandshakeTime.Unix() > 0 && p.LastHandshakeTime.After(d.keyAt) { // the kernel reports none as 1970
+			out[p.PublicKey] = true
+		}
+	}
+	return out, nil
 }

@@ -30,4 +30,22 @@ const (
 	OverheadV6 = 80
 )
 
+// Host encryption (docs/wireguard.md): the devices' own UDP carries
+// FirewallMark, and a rule at RulePriority sends every packet without
+// that mark to RouteTable, which holds one route per peer host address
+// through the device. The encrypted packets (marked) skip the rule and
+// leave by the main table, so they never loop into the device.
+const (
+	// FirewallMark is the mark bit on every packet a device sends
+	// (Calico's default WireGuard mark; felix/policy uses 0x200000 and
+	// 0x400000, kube-proxy 0x4000 and 0x8000).
+	FirewallMark = 0x00100000
+	// RouteTable is routed's routing table for host-to-host traffic
+	// (`ip route show table 82`), numbered like its route protocol.
+	RouteTable = 82
+	// RulePriority is the priority of the rule that looks RouteTable
+	// up, before the main table's 32766 (Calico's default, 99).
+	RulePriority = 99
+)
+
 var log = logrus.WithField("component", "wireguard")

@@ -11,8 +11,8 @@ import (
 
 // TestWireguardFlags: off by default with clear text refused; Calico's
 // FELIX_ variables turn it on; felix gets the keys' directory and the
-// publisher; a bad value is a start error naming the variable, and
-// host encryption is refused by felix naming the setting.
+// publisher; a bad value is a start error naming the variable; host
+// encryption (flag or Calico's variable) reaches felix, which takes it.
 func TestWireguardFlags(t *testing.T) {
 	parse := func(args ...string) Config {
 		t.Helper()
@@ -44,8 +44,15 @@ func TestWireguardFlags(t *testing.T) {
 		t.Errorf("bad boolean: %v", err)
 	}
 	t.Setenv("ROUTED_WIREGUARD_ALLOW_CLEAR", "")
-	c = parse("--wireguard-host-encryption")
-	if _, err := felix.New(felix.Config{NodeName: "n", WireGuard: c.felixWireguard(nil)}); err == nil || !strings.Contains(err.Error(), "wireguardHostEncryptionEnabled") {
-		t.Errorf("host encryption: %v", err)
+	c = parse("--wireguard", "--wireguard-host-encryption")
+	if fw := c.felixWireguard(nil); !fw.HostEncryption {
+		t.Errorf("--wireguard-host-encryption: felix config %+v", fw)
+	}
+	if _, err := felix.New(felix.Config{NodeName: "n", WireGuard: c.felixWireguard(nil)}); err != nil {
+		t.Errorf("host encryption refused: %v", err)
+	}
+	t.Setenv("FELIX_WIREGUARDHOSTENCRYPTIONENABLED", "true")
+	if c = parse(); !c.Wireguard.HostEncryption {
+		t.Error("FELIX_WIREGUARDHOSTENCRYPTIONENABLED=true: host encryption off")
 	}
 }

@@ -1,0 +1,299 @@
+package felix
+
+import (
+	"errors"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/felix/wireguard"
+)
+
+// Host encryption (Calico's wireguardHostEncryptionEnabled): traffic
+// from this host to another node's host address goes through the
+// family's device, for every node whose key is known AND with which a
+// handshake has succeeded under this node's current key. The handshake
+// proves the other end knows this node's key, so it can read what is
+// sent; until then host traffic to that node stays in clear (never
+// held): BGP, etcd and the key publication itself run over it, and a
+// node that has not yet seen this node's key (or a rotated one) would
+// otherwise drop the replies it needs to learn it (Calico's bootstrap
+// problem, felix/wireguard/bootstrap.go there). A confirmed node stays
+// encrypted until its key or this node's key changes: dropped WireGuard
+// packets cannot turn it back to clear text.
+//
+// The kernel side, owned here and nowhere else: routes in
+// wireguard.RouteTable (protocol 82, through felix's routetable), one
+// per confirmed node's host address with this node's address as the
+// source, and per family the rule "not fwmark FirewallMark lookup
+// RouteTable"; the devices mark their own UDP so it leaves by the main
+// table. Turned off, the rule and the routes go. On exit both stay like
+// felix's other routes: a kernel device keeps encrypting; a userspace
+// device dies with routed and its routes with it, so host traffic falls
+// through to the main table (clear) until routed is back.
+
+const (
+	// hostBootstrapKeepalive is the keepalive of a peer not confirmed
+	// yet: the device greets it (a handshake) as soon as it is
+	// configured and again every interval until one succeeds.
+	hostBootstrapKeepalive = 5 * time.Second
+	// hostCheckEvery is how often the device is read for new handshakes
+	// while some peer is not confirmed.
+	hostCheckEvery = time.Second
+)
+
+// wgHostRouting is the kernel state of host encryption for one Run.
+type wgHostRouting struct {
+	rt   *routetable.RouteTable
+	rule [2]*wireguard.HostRule
+}
+
+// wgHostState is the host encryption part of wgState (it outlives Runs,
+// as the devices whose handshakes it records do).
+type wgHostState struct {
+	on      bool                    // host encryption wanted
+	ok      [2]map[wgtypes.Key]bool // peers confirmed by a handshake
+	epoch   [2]int                  // the device key epoch ok is for
+	checkAt [2]time.Time            // last read of the handshakes
+	queued  bool                    // a recheck is queued on the loop
+	// clear are the nodes whose host traffic goes in clear, and why;
+	// enc the nodes whose host traffic is encrypted (for status and to
+	// log changes).
+	clear [2]map[string]string
+	enc   [2]map[string]bool
+}
+
+// hostRouting returns this Run's host routing, made on first use.
+func (l *loop) hostRouting() *wgHostRouting {
+	if l.wgHost == nil {
+		l.wgHost = &wgHostRouting{
+			rt: routetable.New(routetable.Config{Protocol: l.cfg.RouteProtocol, Table: wireguard.RouteTable,
+				Log: l.log.WithField("part", "wireguard-host")}, l.kernel),
+			rule: [2]*wireguard.HostRule{{Family: netlink.FAMILY_V4}, {Family: netlink.FAMILY_V6}},
+		}
+	}
+	return l.wgHost
+}
+
+// hostLink tells the host table about a link (the devices).
+func (l *loop) hostLink(link netlink.Link, deleted bool) {
+	if l.wgHost == nil || link == nil {
+		return
+	}
+	a := link.Attrs()
+	if a.Name == wireguard.DeviceV4 || a.Name == wireguard.DeviceV6 {
+		l.wgHost.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, deleted)
+	}
+}
+
+// hostKeepalive is the keepalive peer p of family fam should have.
+func (l *loop) hostKeepalive(fam int, p wgtypes.Key) time.Duration {
+	h := &l.f.wg.host
+	if h.on && !h.ok[fam][p] {
+		return hostBootstrapKeepalive
+	}
+	return 0
+}
+
+// applyHostEncryption programs the host routes and rules for the
+// devices that are ready; it reports whether a peer's confirmation
+// changed (its keepalive must then change too).
+func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
+	w := l.f.wg
+	h := &w.host
+	hr := l.hostRouting()
+	routes := map[netip.Prefix]routetable.Route{}
+	var errs []error
+	changed := false
+	pending := false
+	for fam := range w.dev {
+		on := h.on && w.on[fam] && ready[fam]
+		clear, enc := map[string]string{}, map[string]bool{}
+		if on {
+			c, err := l.refreshHandshakes(fam, full)
+			changed = changed || c
+			errs = append(errs, err)
+			own := l.plan.nodeAddr
+			if fam == wg6 {
+				own = l.plan.nodeAddr6
+			}
+			pw := &l.plan.wg[fam]
+			for addr, node := range pw.byAddr {
+				peer := pw.peers[node]
+				switch {
+				case peer == nil && pw.held[node] != "" && pw.held[node] != heldNoKey:
+					clear[node] = pw.held[node]
+				case peer == nil:
+					clear[node] = "it has published no WireGuard key"
+				case !own.IsValid() || wgFam(own.Addr()) != fam:
+					clear[node] = "this node's own address of the family is unknown"
+				case !h.ok[fam][peer.PublicKey]:
+					clear[node] = "no WireGuard handshake with it yet under the current keys"
+					pending = true
+				default:
+					dst := netip.PrefixFrom(addr, addr.BitLen())
+					routes[dst] = routetable.Route{Dst: dst, Iface: pw.dev, Src: own.Addr()}
+					enc[node] = true
+				}
+			}
+		}
+		l.logHostChanges(fam, clear, enc)
+		h.clear[fam], h.enc[fam] = clear, enc
+		hr.rule[fam].Set(on)
+		errs = append(errs, hr.rule[fam].Apply(l.h, full))
+	}
+	if err := hr.rt.SetRoutes(routes); err != nil {
+		errs = append(errs, err)
+	}
+	if full {
+		hr.rt.Resync()
+	}
+	errs = append(errs, hr.rt.Apply())
+	if pending {
+		l.queueHostCheck()
+	}
+	return changed, errors.Join(errs...)
+}
+
+// refreshHandshakes records the peers of family fam confirmed by a
+// handshake: all over again when the device's key changed, and by
+// reading the device (at most every hostCheckEvery, or on a resync)
+// while one is not confirmed. It reports whether the set changed.
+func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
+	h := &l.f.wg.host
+	d := l.f.wg.dev[fam]
+	changed := false
+	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil {
+		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
+	}
+	peers := map[wgtypes.Key]bool{}
+	need := false
+	for _, p := range l.plan.wg[fam].peers {
+		peers[p.PublicKey] = true
+		need = need || !h.ok[fam][p.PublicKey]
+	}
+	for k := range h.ok[fam] {
+		if !peers[k] {
+			delete(h.ok[fam], k) // gone, or its key changed: confirm the new one
+			changed = true
+		}
+	}
+	if !need || (!full && time.Since(h.checkAt[fam]) < hostCheckEvery) {
+		return changed, nil
+	}
+	h.checkAt[fam] = time.Now()
+	shaken, err := d.Handshaken()
+	if err != nil {
+		return changed, err
+	}
+	for k := range shaken {
+		if peers[k] && !h.ok[fam][k] {
+			h.ok[fam][k], changed = true, true
+		}
+	}
+	return changed, nil
+}
+
+// queueHostCheck wakes the loop after hostCheckEvery to look for new
+// handshakes (one wake-up queued at a time).
+func (l *loop) queueHostCheck() {
+	h := &l.f.wg.host
+	if h.queued {
+		return
+	}
+	h.queued = true
+	f := l.f
+	time.AfterFunc(hostCheckEvery, func() {
+		f.enqueue(func(l *loop) { l.f.wg.host.queued = false })
+	})
+}
+
+// logHostChanges says when a node's host traffic becomes encrypted or
+// goes (back) to clear text, and why.
+func (l *loop) logHostChanges(fam int, clear map[string]string, enc map[string]bool) {
+	h := &l.f.wg.host
+	dev := l.plan.wg[fam].dev
+	for node := range enc {
+		if !h.enc[fam][node] {
+			l.log.WithFields(logrus.Fields{"peer": node, "device": dev}).Info("host traffic to node is encrypted")
+		}
+	}
+	for node, why := range clear {
+		if h.clear[fam][node] != why {
+			l.log.WithFields(logrus.Fields{"peer": node, "device": dev}).Info("host traffic to node goes in clear: " + why)
+		}
+	}
+	for node := range h.enc[fam] {
+		if _, still := enc[node]; !still && clear[node] == "" {
+			l.log.WithFields(logrus.Fields{"peer": node, "device": dev}).Info("host traffic to node is no longer routed through WireGuard")
+		}
+	}
+}
+
+// hostPeers is the status's view of host encryption.
+func (l *loop) hostPeers() []HostPeer {
+	h := &l.f.wg.host
+	var out []HostPeer
+	for fam := range h.clear {
+		dev := wireguard.DeviceV4
+		if fam == wg6 {
+			dev = wireguard.DeviceV6
+		}
+		for _, n := range sortedKeys(h.enc[fam]) {
+			out = append(out, HostPeer{Node: n, Device: dev, Encrypted: true})
+		}
+		for _, n := range sortedKeys(h.clear[fam]) {
+			out = append(out, HostPeer{Node: n, Device: dev, Reason: h.clear[fam][n]})
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// HostPeer is another node as host encryption treats it: its host
+// traffic goes through Device, or in clear for Reason.
+type HostPeer struct {
+	Node      string `json:"node"`
+	Device    string `json:"device"`
+	Encrypted bool   `json:"encrypted"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// SetWireguardHostEncryption turns host encryption on or off while
+// felix runs (routed's flag at start; tests).
+func (f *Felix) SetWireguardHostEncryption(on bool) {
+	f.enqueue(func(l *loop) { l.setHostEncryption(on) })
+}
+
+// SetWireguardHostOverride applies FelixConfiguration's
+// wireguardHostEncryptionEnabled: nil leaves routed's flag in force.
+// Safe for concurrent use; it only queues.
+func (f *Felix) SetWireguardHostOverride(on *bool) {
+	f.enqueue(func(l *loop) {
+		v := l.cfg.WireGuard.HostEncryption
+		if on != nil {
+			v = *on
+		}
+		l.setHostEncryption(v)
+	})
+}
+
+func (l *loop) setHostEncryption(on bool) {
+	h := &l.f.wg.host
+	if on == h.on {
+		return
+	}
+	h.on = on
+	l.log.WithField("hostEncryption", on).Info("WireGuard host encryption")
+	if on && !l.f.wg.on[wg4] && !l.f.wg.on[wg6] {
+		l.log.Warn("WireGuard host encryption is on but WireGuard is off for both families: nothing is encrypted until one is on")
+	}
+}

@@ -1,0 +1,73 @@
+package felix_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routed-net/routed/felix"
+	"github.com/routed-net/routed/felix/internal/nstest"
+)
+
+// TestWireguardHostEncryptionPeerWithoutKey: node-a encrypts host
+// traffic, node-b runs without WireGuard (no key). Host traffic from
+// node-a to node-b is answered, in clear (never held: the control plane
+// must bootstrap over it), and node-a's status says why; node-b's pods
+// stay held (pod traffic keeps its rule); once node-b turns WireGuard
+// on, its host traffic is encrypted both ways.
+func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
+	l := newWGLab(t, func(node string, c *felix.Config) {
+		c.WireGuard.Enabled = node == "node-a"
+		c.WireGuard.HostEncryption = true
+	})
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	l.waitRoute(a, b.block, "blackhole")
+	srv := listenHost(t, b, 7778)
+	st := waitHostEncrypted(t, a, "node-b", false)
+	var reason string
+	for _, h := range st.HostPeers {
+		if h.Node == "node-b" {
+			reason = h.Reason
+		}
+	}
+	if !strings.Contains(reason, "no WireGuard key") {
+		t.Errorf("status: host traffic to node-b in clear because %q, want the missing key", reason)
+	}
+	if len(st.Held) != 1 || st.Held[0].Node != "node-b" {
+		t.Errorf("status held %+v, want node-b's pod traffic", st.Held)
+	}
+	if r := hostTable(t, a); strings.Contains(r, "192.0.2.2") {
+		t.Errorf("table 82 routes the keyless node-b: %q", r)
+	}
+
+	stop := capture(t, a, "192.0.2.2")
+	hostTalk(t, a, srv, "192.0.2.2:7778")
+	sent, got := l.ping(a, b.pod, 5, "0.05", "1", secretHex)
+	pcap := stop()
+	if !bytes.Contains(pcap, []byte(hostSecret)) {
+		t.Errorf("host traffic to the keyless node-b should be in clear on the wire:\n%s", dumpPcap(t, pcap))
+	}
+	if got != 0 || bytes.Contains(pcap, []byte(secret)) {
+		t.Errorf("pod traffic to the keyless node-b: %d of %d answered, payload on the wire %v; want held", got, sent, bytes.Contains(pcap, []byte(secret)))
+	}
+
+	// node-b publishes a key: host traffic is encrypted once they shook hands.
+	b.f.SetWireguard(true, false)
+	waitHostEncrypted(t, a, "node-b", true)
+	waitHostEncrypted(t, b, "node-a", true)
+	l.waitPing(a, b.pod, 20*time.Second)
+	stop = capture(t, a, "192.0.2.2")
+	hostTalk(t, a, srv, "192.0.2.2:7778")
+	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
+		t.Error("after node-b's key appeared and a handshake: host payload still in clear")
+	}
+	nstest.Eventually(t, 5*time.Second, func() string {
+		st, err := a.f.Wireguard(context.Background())
+		if err != nil || len(st.Held) != 0 {
+			return "node-b still held"
+		}
+		return ""
+	})
+}
