@@ -301,7 +301,32 @@ spec:
 // the pod's, on traffic the node forwards to a local pod.
 func TestHostEndpointPreDNAT(t *testing.T) {
 	h := newHostLab(t)
-	polab.Nft(t, h.node.NS, fmt.Sprintf(`
+	h.nodePort()
+	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"}, api.DefaultAllowProfile)
+	h.expect("NodePort, no preDNAT policy", hpass("x", "host", "tcp", 30080), hpass("x", "a", "tcp", 8080))
+
+	h.load(preDNATPolicy("Deny", 30080))
+	h.apply()
+	h.expect("preDNAT denies the NodePort", hdrop("x", "host", "tcp", 30080), hpass("x", "a", "tcp", 8080), hpass("x", "host", "tcp", 80))
+	h.load(preDNATPolicy("Deny", 8080))
+	h.apply()
+	h.expect("preDNAT denies the pod's port", hpass("x", "host", "tcp", 30080), hdrop("x", "a", "tcp", 8080), hdrop("x", "host", "tcp", 8080))
+
+	// A preDNAT Allow skips the endpoint's normal policy (Calico's): with
+	// no profile, the endpoint denies all but what preDNAT allows.
+	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"})
+	h.load(preDNATPolicy("Allow", 30080))
+	h.apply()
+	h.expect("preDNAT allows the NodePort past a deny-all endpoint",
+		hpass("x", "host", "tcp", 30080), hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22), hpass("x", "a", "tcp", 8080))
+}
+
+// nodePort stands in for kube-proxy's NodePort: TCP to port 30080 of
+// any of the node's addresses is DNATed to pod a's port 8080, over IPv4
+// and IPv6.
+func (h *hostLab) nodePort() {
+	h.t.Helper()
+	polab.Nft(h.t, h.node.NS, fmt.Sprintf(`
 table ip nodeport {
 	chain pre {
 		type nat hook prerouting priority -100
@@ -315,11 +340,13 @@ table ip6 nodeport {
 	}
 }
 `, h.pods["a"].IPv4, h.pods["a"].IPv6))
-	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"}, api.DefaultAllowProfile)
-	h.expect("NodePort, no preDNAT policy", hpass("x", "host", "tcp", 30080), hpass("x", "a", "tcp", 8080))
+}
 
-	deny := func(port int) string {
-		return fmt.Sprintf(`
+// preDNATPolicy is the preDNAT policy nodeport of the endpoints
+// labelled role=edge: one ingress rule, action (Allow, Deny) on TCP
+// port.
+func preDNATPolicy(action string, port int) string {
+	return fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {name: nodeport}
@@ -327,32 +354,8 @@ spec:
   selector: role == 'edge'
   preDNAT: true
   applyOnForward: true
-  ingress: [{action: Deny, protocol: TCP, destination: {ports: [%d]}}]
-`, port)
-	}
-	h.load(deny(30080))
-	h.apply()
-	h.expect("preDNAT denies the NodePort", hdrop("x", "host", "tcp", 30080), hpass("x", "a", "tcp", 8080), hpass("x", "host", "tcp", 80))
-	h.load(deny(8080))
-	h.apply()
-	h.expect("preDNAT denies the pod's port", hpass("x", "host", "tcp", 30080), hdrop("x", "a", "tcp", 8080), hdrop("x", "host", "tcp", 8080))
-
-	// A preDNAT Allow skips the endpoint's normal policy (Calico's): with
-	// no profile, the endpoint denies all but what preDNAT allows.
-	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"})
-	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: nodeport}
-spec:
-  selector: role == 'edge'
-  preDNAT: true
-  applyOnForward: true
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [30080]}}]
-`)
-	h.apply()
-	h.expect("preDNAT allows the NodePort past a deny-all endpoint",
-		hpass("x", "host", "tcp", 30080), hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22), hpass("x", "a", "tcp", 8080))
+  ingress: [{action: %s, protocol: TCP, destination: {ports: [%d]}}]
+`, action, port)
 }
 
 // TestHostEndpointDoNotTrack: a doNotTrack policy's Allow lets traffic

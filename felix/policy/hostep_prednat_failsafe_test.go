@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/routed-net/routed/felix/policy/internal/polab"
@@ -14,25 +13,9 @@ import (
 // through before conntrack, belong to the raw chains only.
 func TestPreDNATDenyNotBypassedBySourcePort(t *testing.T) {
 	h := newHostLab(t)
-	polab.Nft(t, h.node.NS, fmt.Sprintf(`
-table ip nodeport {
-	chain pre {
-		type nat hook prerouting priority -100
-		tcp dport 30080 dnat to %s:8080
-	}
-}
-`, h.pods["a"].IPv4))
+	h.nodePort()
 	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"}, api.DefaultAllowProfile)
-	h.load(`
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata: {name: nodeport}
-spec:
-  selector: role == 'edge'
-  preDNAT: true
-  applyOnForward: true
-  ingress: [{action: Deny, protocol: TCP, destination: {ports: [30080]}}]
-`)
+	h.load(preDNATPolicy("Deny", 30080))
 	h.apply()
 	dst := h.x.NodeAddr(false)
 	polab.Expect(t, h.x.NS, polab.Probe{Proto: "tcp", Dst: dst, Port: 30080}, false, "preDNAT deny, ephemeral source port")
