@@ -23,6 +23,8 @@ import (
 type realNode struct {
 	spec lab.NodeSpec
 	dial dialer
+	// args are more routed flags for the next start.
+	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 	// base carries the counters of its earlier processes (a restart
@@ -36,9 +38,14 @@ type realNode struct {
 type nodeAcct struct {
 	ready, restartReady time.Duration
 	restarted           bool
-	idle, after         procMem
-	peakAnon            int64
-	idleCPU, churnCPU   float64 // share of one core
+	// restartUncached: ready after the second restart, with
+	// --feed-cache none (-restart-without-cache); fromCache: the first
+	// restart started from the feed cache (its metric says so).
+	restartUncached              time.Duration
+	restartedUncached, fromCache bool
+	idle, after                  procMem
+	peakAnon                     int64
+	idleCPU, churnCPU            float64 // share of one core
 	// lists: full lists of the datastore by the feed since the big
 	// start (the first is the start's); resyncs: consumers given a
 	// snapshot for a backlog. fell: "fell behind" lines in its log.
@@ -64,11 +71,12 @@ func (n *realNode) start(dir, routed, etcd string) error {
 		return err
 	}
 	addr := n.spec.Addr.Addr().String()
-	cmd := exec.Command("ip", "netns", "exec", n.name(), routed,
+	args := []string{"netns", "exec", n.name(), routed,
 		"--role", "node", "--ip6", "none", "--nodename", n.name(), "--ip", n.spec.Addr.String(),
 		"--status-socket", filepath.Join(ndir, "routed.sock"),
-		"--health-listen", addr+":9099", "--metrics-listen", addr+":9091",
-		"--state-dir", filepath.Join(ndir, "state"), "--no-default-ipv4-pool", "--etcd-endpoints", etcd)
+		"--health-listen", addr + ":9099", "--metrics-listen", addr + ":9091",
+		"--state-dir", filepath.Join(ndir, "state"), "--no-default-ipv4-pool", "--etcd-endpoints", etcd}
+	cmd := exec.Command("ip", append(args, n.args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: the harness's Ctrl-C must not reach it
 	// before the harness stops it.

@@ -324,39 +324,6 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 	return nil
 }
 
-// restartUnderChurn stops the last real node halfway through the churn
-// (SIGTERM), starts it again and times it to ready.
-func (b *bigRun) restartUnderChurn(ctx context.Context, ch *churn) error {
-	if !sleep(ctx, b.f.churn/2) {
-		return nil
-	}
-	n := b.nodes[len(b.nodes)-1]
-	lists, resyncs, _, err := n.feedCounters(ctx)
-	if err != nil {
-		return err
-	}
-	n.baseTicks, n.baseLists, n.baseResyn = n.ticks(), n.baseLists+lists, n.baseResyn+resyncs
-	ch.restarting.Store(true)
-	b.tracker.markRestarting()
-	defer ch.restarting.Store(false)
-	n.stop()
-	t := time.Now()
-	if err := n.start(b.dir, b.bins.Routed, b.l.Topo.EtcdEndpoint()); err != nil {
-		return err
-	}
-	d, err := n.waitReady(ctx, t, b.f.readyTimeout)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: not ready again before the churn ended (%s): raise -churn", n.name(), time.Since(t).Round(time.Second))
-		}
-		return err
-	}
-	n.acct.restartReady, n.acct.restarted = d, true
-	fmt.Printf("==> %s restarted under churn: ready %s after its start\n", n.name(), d.Round(time.Millisecond))
-	sleep(ctx, 5*time.Second)
-	return nil
-}
-
 // sampleMemory keeps every real node's and etcd's peak anonymous memory.
 func (b *bigRun) sampleMemory(ctx context.Context) {
 	for sleep(ctx, 2*time.Second) {

@@ -47,7 +47,7 @@ func (b *bigRun) print() {
 	if o.churnErr != "" {
 		fmt.Printf("churn: first failure: %s\n", o.churnErr)
 	}
-	var ready, anonIdle, anonAfter, fileIdle, cpuChurn, restart []float64
+	var ready, anonIdle, anonAfter, fileIdle, cpuChurn, restart, uncached []float64
 	var lists, resyncs, fell float64
 	var peak int64
 	for _, n := range b.nodes {
@@ -62,8 +62,12 @@ func (b *bigRun) print() {
 			fmt.Printf("node %s: not exported: %s (counted as 0)\n", n.name(), strings.Join(a.metricsMissing, ", "))
 		}
 		if a.restarted {
-			fmt.Printf("node %s: restarted halfway through the churn: ready %.1f s after its start (its CPU above includes both processes)\n", n.name(), a.restartReady.Seconds())
+			fmt.Printf("node %s: restarted under churn: ready %.1f s after its start, from its feed cache: %v (its CPU above includes every process)\n", n.name(), a.restartReady.Seconds(), a.fromCache)
 			restart = append(restart, a.restartReady.Seconds())
+			if a.restartedUncached {
+				fmt.Printf("node %s: restarted again under churn with --feed-cache none: ready %.1f s after its start\n", n.name(), a.restartUncached.Seconds())
+				uncached = append(uncached, a.restartUncached.Seconds())
+			}
 		} else {
 			cpuChurn = append(cpuChurn, a.churnCPU)
 		}
@@ -108,6 +112,9 @@ func (b *bigRun) print() {
 	restartS := "not done"
 	if len(restart) > 0 {
 		restartS = fmt.Sprintf("%.1f s", pct(restart, 100))
+	}
+	if len(uncached) > 0 {
+		restartS += fmt.Sprintf(" (with --feed-cache none %.1f s)", pct(uncached, 100))
 	}
 	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met, %.0f ms from the write's answer); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
 		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), mib(peak), pct(fileIdle, 50),

@@ -22,6 +22,7 @@ type bigFlags struct {
 	sh                      shape
 	bin, dir                string
 	keep, restart           bool
+	restartWithoutCache     bool
 	watchers, watchConns    int
 	workers, inFlight       int
 	churn, idle             time.Duration
@@ -67,6 +68,7 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	fs.DurationVar(&f.compactEvery, "compact-every", 5*time.Minute, "compact etcd's history older than this, as kube-apiserver does its etcd (0: never)")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 10*time.Minute, "how long a real node may take to be ready")
 	fs.BoolVar(&f.restart, "restart", true, "restart one real node halfway through the churn")
+	fs.BoolVar(&f.restartWithoutCache, "restart-without-cache", true, "with -restart: restart the node twice, at a third of the churn from its feed cache (routed's default) and at two thirds with --feed-cache none (a full list), to compare")
 	var seed int64
 	fs.Int64Var(&seed, "seed", 1, "seed of the generated cluster and churn")
 	if err := fs.Parse(args); err != nil {
