@@ -54,6 +54,10 @@ type FelixConfigurationSpec struct {
 	// --wireguard and --wireguard-v6), live (docs/wireguard.md).
 	WireguardEnabled   *bool `json:"wireguardEnabled,omitempty"`
 	WireguardEnabledV6 *bool `json:"wireguardEnabledV6,omitempty"`
+	// WireguardHostEncryptionEnabled encrypts traffic between the
+	// nodes' host addresses too (unset: routed's
+	// --wireguard-host-encryption), live (docs/wireguard.md).
+	WireguardHostEncryptionEnabled *bool `json:"wireguardHostEncryptionEnabled,omitempty"`
 }
 
 // ProtoPort is a protocol and port, as Calico's failsafe ports are
@@ -206,6 +210,9 @@ func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigur
 		}
 		if s.WireguardEnabledV6 != nil {
 			out.WireguardEnabledV6 = s.WireguardEnabledV6
+		}
+		if s.WireguardHostEncryptionEnabled != nil {
+			out.WireguardHostEncryptionEnabled = s.WireguardHostEncryptionEnabled
 		}
 	}
 	return out

@@ -13,7 +13,7 @@ import (
 // without a word).
 func TestRefusedBooleansAsStrings(t *testing.T) {
 	for f, v := range map[string]string{
-		"bpfEnabled": `"True"`, "wireguardHostEncryptionEnabled": `"true"`,
+		"bpfEnabled":  `"True"`,
 		"ipipEnabled": `"false"`, "vxlanEnabled": `"false"`, "routeSyncDisabled": `"true"`, "useInternalDataplaneDriver": `"yes"`,
 	} {
 		doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec:\n  " + f + ": " + v + "\n"

@@ -18,17 +18,18 @@ import (
 // felixHonoured says, for each of routed's own fields, how it is
 // honoured (the docs table's reason column).
 var felixHonoured = map[string]string{
-	"ipipMTU":                   "MTU of tunl0, and of pods while IPIP is in use (0: host MTU - 20)",
-	"vxlanMTU":                  "MTU of vxlan.routed, and of pods while IPv4 VXLAN is in use (0: host MTU - 50)",
-	"vxlanMTUV6":                "MTU of vxlan-v6.routed, and of pods while IPv6 VXLAN is in use (0: host MTU - 70)",
-	"vxlanPort":                 "UDP port of both VXLAN devices (unset: 4789); every node must use the same",
-	"vxlanVNI":                  "VNI of both VXLAN devices (unset: 4096); every node must use the same",
-	"routeRefreshInterval":      "how often felix re-reads routes, devices and tables in full (0: the default, 90 s)",
-	"logSeverityScreen":         "routed's log level",
-	"failsafeInboundHostPorts":  "ports to the node that no host endpoint policy closes (net is refused: routed opens them to every peer)",
-	"failsafeOutboundHostPorts": "ports from the node that no host endpoint policy closes (net is refused)",
-	"wireguardEnabled":          "WireGuard encryption of IPv4 pod traffic between nodes, live (unset: routed's --wireguard); see docs/wireguard.md",
-	"wireguardEnabledV6":        "WireGuard encryption of IPv6 pod traffic between nodes, live (unset: routed's --wireguard-v6)",
+	"ipipMTU":                        "MTU of tunl0, and of pods while IPIP is in use (0: host MTU - 20)",
+	"vxlanMTU":                       "MTU of vxlan.routed, and of pods while IPv4 VXLAN is in use (0: host MTU - 50)",
+	"vxlanMTUV6":                     "MTU of vxlan-v6.routed, and of pods while IPv6 VXLAN is in use (0: host MTU - 70)",
+	"vxlanPort":                      "UDP port of both VXLAN devices (unset: 4789); every node must use the same",
+	"vxlanVNI":                       "VNI of both VXLAN devices (unset: 4096); every node must use the same",
+	"routeRefreshInterval":           "how often felix re-reads routes, devices and tables in full (0: the default, 90 s)",
+	"logSeverityScreen":              "routed's log level",
+	"failsafeInboundHostPorts":       "ports to the node that no host endpoint policy closes (net is refused: routed opens them to every peer)",
+	"failsafeOutboundHostPorts":      "ports from the node that no host endpoint policy closes (net is refused)",
+	"wireguardEnabled":               "WireGuard encryption of IPv4 pod traffic between nodes, live (unset: routed's --wireguard); see docs/wireguard.md",
+	"wireguardEnabledV6":             "WireGuard encryption of IPv6 pod traffic between nodes, live (unset: routed's --wireguard-v6)",
+	"wireguardHostEncryptionEnabled": "WireGuard encryption of traffic between the nodes' host addresses too, to each node with a key once a handshake with it succeeded (others in clear, never held), live (unset: routed's --wireguard-host-encryption)",
 }
 
 // felixWarned groups the fields routed drops, by reason.
@@ -121,11 +122,9 @@ func isString(s string) func(string) func(any) string {
 }
 
 const noBPF = "routed has no eBPF dataplane: policy and Services would be enforced by nftables and kube-proxy instead of what this cluster expects"
-const noWG = "routed encrypts pod traffic between nodes only: host-to-host traffic would go unencrypted"
 
 var felixRefusals = []felixRefusal{
 	{"bpfEnabled", "false", noBPF, whenTrue},
-	{"wireguardHostEncryptionEnabled", "false", noWG, whenTrue},
 	{"defaultEndpointToHostAction", "Accept", "routed accepts traffic from a pod to its host once the pod's egress policy allowed it (Calico's Accept); Drop or Return would be ignored and pods would reach their host where Calico stops them", func(why string) func(any) string { return unlessFold("Accept", why) }},
 	{"natOutgoingAddress", "unset", "routed masquerades pod traffic to the address of the interface it leaves by; a fixed source address is not supported, and upstream firewalls may admit only that one", whenSet},
 	{"natPortRange", "unset", "routed's masquerade lets the kernel choose source ports; a fixed range is not supported", whenSet},

@@ -213,9 +213,13 @@ func TestFelixConfigurationFiles(t *testing.T) {
 		t.Errorf("effective %+v", eff)
 	}
 
+	if d, err := read("felixconfig-wireguard.yaml"); err != nil || len(d.Warnings) != 0 {
+		t.Errorf("felixconfig-wireguard.yaml (host encryption, honoured): %v %v", d, err)
+	} else if s := d.Resources[0].(*api.FelixConfiguration).Spec; s.WireguardHostEncryptionEnabled == nil || !*s.WireguardHostEncryptionEnabled {
+		t.Errorf("felixconfig-wireguard.yaml: spec %+v", s)
+	}
 	for file, want := range map[string]string{
 		"felixconfig-bpf.yaml":                   "spec.bpfEnabled (true) cannot be ignored: routed has no eBPF dataplane",
-		"felixconfig-wireguard.yaml":             "spec.wireguardHostEncryptionEnabled (true) cannot be ignored: routed encrypts pod traffic between nodes only",
 		"felixconfig-endpoint-to-host-drop.yaml": "spec.defaultEndpointToHostAction (Drop) cannot be ignored",
 	} {
 		if _, err := read(file); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "document 1 (FelixConfiguration default)") {
@@ -272,7 +276,8 @@ func TestEffectiveFelixConfigurationEveryField(t *testing.T) {
 	ports := []api.ProtoPort{{Port: 22}}
 	on := true
 	full := api.FelixConfigurationSpec{IPIPMTU: &n, VXLANMTU: &n, VXLANMTUV6: &n, VXLANPort: &n, VXLANVNI: &n, RouteRefreshInterval: "10s", LogSeverityScreen: "Info",
-		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports, WireguardEnabled: &on, WireguardEnabledV6: &on}
+		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports, WireguardEnabled: &on, WireguardEnabledV6: &on,
+		WireguardHostEncryptionEnabled: &on}
 	v := reflect.ValueOf(full)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {

@@ -32,7 +32,7 @@ func TestNodeWireguardKeys(t *testing.T) {
 // TestFelixConfigurationWireguard: Calico's wireguardEnabled and
 // wireguardEnabledV6 are honoured (a node's wins over the default's);
 // "true" as a string is refused, never read as false (clear text
-// without a word); host encryption is refused.
+// without a word); host encryption is honoured the same way.
 func TestFelixConfigurationWireguard(t *testing.T) {
 	doc := func(spec string) string {
 		return "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec:\n  " + spec + "\n"
@@ -50,7 +50,14 @@ func TestFelixConfigurationWireguard(t *testing.T) {
 	if _, err := Decode([]byte(doc(`wireguardEnabled: "true"`))); err == nil || !strings.Contains(err.Error(), "wireguardEnabled") {
 		t.Errorf(`wireguardEnabled: "true": %v, want refused`, err)
 	}
-	if _, err := Decode([]byte(doc("wireguardHostEncryptionEnabled: true"))); err == nil || !strings.Contains(err.Error(), "host-to-host") {
-		t.Errorf("host encryption: %v, want refused", err)
+	d, err = Decode([]byte(doc("wireguardHostEncryptionEnabled: true")))
+	if err != nil || len(d.Warnings) != 0 {
+		t.Fatalf("host encryption: %v %v", d, err)
+	}
+	if on := d.Resources[0].(*FelixConfiguration).Spec.WireguardHostEncryptionEnabled; on == nil || !*on {
+		t.Errorf("host encryption: %v, want true", on)
+	}
+	if _, err := Decode([]byte(doc(`wireguardHostEncryptionEnabled: "true"`))); err == nil || !strings.Contains(err.Error(), "wireguardHostEncryptionEnabled") {
+		t.Errorf(`wireguardHostEncryptionEnabled: "true": %v, want refused`, err)
 	}
 }

@@ -184,6 +184,7 @@ func (c *felixConfig) apply(s api.FelixConfigurationSpec) {
 	if c.felix != nil {
 		c.felix.ApplySettings(felixSettings(s))
 		c.felix.SetWireguardOverride(s.WireguardEnabled, s.WireguardEnabledV6)
+		c.felix.SetWireguardHostOverride(s.WireguardHostEncryptionEnabled)
 	}
 	if s.RouteRefreshInterval != c.atStart.RouteRefreshInterval {
 		log.WithFields(logrus.Fields{"now": s.RouteRefreshInterval, "in use": c.atStart.RouteRefreshInterval}).

@@ -115,9 +115,9 @@ spec:
 	// FelixConfiguration: a refused field names file, document and why;
 	// warned fields are named with their file; honoured ones read back.
 	fc := write("felix.yaml", "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {IPIPMTU: 1400, chainInsertMode: Append}\n---\n"+
-		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.worker-1}\nspec: {wireguardHostEncryptionEnabled: true}\n")
+		"apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.worker-1}\nspec: {bpfEnabled: true}\n")
 	_, errOut, code = ctl(t, ep, "", "apply", "-f", fc)
-	if want := fc + ": document 2 (FelixConfiguration node.worker-1): Calico field spec.wireguardHostEncryptionEnabled (true) cannot be ignored: routed encrypts pod traffic between nodes only"; code == 0 || !strings.Contains(errOut, want) {
+	if want := fc + ": document 2 (FelixConfiguration node.worker-1): Calico field spec.bpfEnabled (true) cannot be ignored: routed has no eBPF dataplane"; code == 0 || !strings.Contains(errOut, want) {
 		t.Errorf("refused FelixConfiguration: code %d, stderr %q, want %q", code, errOut, want)
 	}
 	fc = write("felix.yaml", "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {IPIPMTU: 1400, chainInsertMode: Append}\n")
