@@ -19,12 +19,25 @@ const (
 // Wireguard is the node's WireGuard encryption as it is now (felix's
 // WireguardStatus, as JSON).
 type Wireguard struct {
-	Enabled    bool              `json:"enabled"`
-	EnabledV6  bool              `json:"enabledV6"`
-	AllowClear bool              `json:"allowClear"`
-	Devices    []WireguardDevice `json:"devices"`
-	Held       []WireguardHeld   `json:"held,omitempty"`
-	Errors     []string          `json:"errors,omitempty"`
+	Enabled    bool `json:"enabled"`
+	EnabledV6  bool `json:"enabledV6"`
+	AllowClear bool `json:"allowClear"`
+	// HostEncryption: traffic between host addresses is encrypted too,
+	// per node as HostPeers say.
+	HostEncryption bool              `json:"hostEncryption"`
+	Devices        []WireguardDevice `json:"devices"`
+	HostPeers      []WireguardHost   `json:"hostPeers,omitempty"`
+	Held           []WireguardHeld   `json:"held,omitempty"`
+	Errors         []string          `json:"errors,omitempty"`
+}
+
+// WireguardHost is another node as host encryption treats it: host
+// traffic to it goes through Device, or in clear for Reason.
+type WireguardHost struct {
+	Node      string `json:"node"`
+	Device    string `json:"device"`
+	Encrypted bool   `json:"encrypted"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // WireguardDevice is one device (wg.routed, wg-v6.routed).

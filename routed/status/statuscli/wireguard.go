@@ -41,10 +41,35 @@ func wireguardSection(ctx context.Context, out io.Writer, c *status.Client) erro
 	for _, h := range w.Held {
 		fmt.Fprintf(out, "HELD: pod traffic to %s (%s): %s\n", h.Node, h.Device, h.Reason)
 	}
+	hostSection(out, w)
 	if w.AllowClear {
 		fmt.Fprintln(out, "Nodes without a key are reached in clear text (--wireguard-allow-clear).")
 	}
 	return nil
+}
+
+// hostSection says whether host encryption is on and, when it is, which
+// nodes' host traffic is encrypted and which goes in clear, and why.
+func hostSection(out io.Writer, w *status.Wireguard) {
+	if !w.HostEncryption {
+		fmt.Fprintln(out, "Host encryption: off (traffic between host addresses is not encrypted).")
+		return
+	}
+	fmt.Fprintln(out, "Host encryption: on.")
+	var enc []string
+	for _, h := range w.HostPeers {
+		if h.Encrypted {
+			enc = append(enc, h.Node+" ("+h.Device+")")
+		}
+	}
+	if len(enc) > 0 {
+		fmt.Fprintf(out, "Host traffic encrypted to: %s\n", strings.Join(enc, ", "))
+	}
+	for _, h := range w.HostPeers {
+		if !h.Encrypted {
+			fmt.Fprintf(out, "CLEAR: host traffic to %s (%s): %s\n", h.Node, h.Device, h.Reason)
+		}
+	}
 }
 
 // rotateCommand is "node wireguard-rotate-key".
