@@ -81,10 +81,19 @@ type ctEvent struct {
 
 // pending is a connection waiting for its marks.
 type pending struct {
-	first   time.Time
-	steps   []policy.RuleInfo
-	ct      bool
-	ended   *conntrack.Flow
+	first time.Time
+	steps []policy.RuleInfo
+	ct    bool
+	// ends are the DESTROYs that came while it waited: its own, and
+	// those of connections on the same addresses and ports before
+	// the latest (a SYN on a closed entry makes the kernel destroy
+	// it and track a new connection at once: a DESTROY then a NEW).
+	ends []conntrack.Flow
+	// more counts the connections after the first on the tuple in
+	// the grace (a NEW after its NEW); they share its marks and
+	// class.
+	more    uint64
+	sawNew  bool
 	denied  bool      // finalized as denied: later marks are retransmits
 	expires time.Time // of a denied one's suppression
 }
@@ -268,7 +277,12 @@ func (c *Collector) onMark(m mark) {
 func (c *Collector) onConntrack(e ctEvent) {
 	if !e.destroy {
 		if p := c.pendingFor(e.key, e.at); p != nil && !p.denied {
-			p.ct = true
+			if p.sawNew {
+				// A new connection on the tuple, counted
+				// with this one.
+				p.more++
+			}
+			p.sawNew, p.ct = true, true
 			if complete(p) {
 				c.decide(e.key, p, e.at)
 			}
@@ -282,8 +296,7 @@ func (c *Collector) onConntrack(e ctEvent) {
 		return
 	}
 	if p := c.pending[e.key]; p != nil && !p.denied {
-		f := e.flow
-		p.ended = &f
+		p.ends = append(p.ends, e.flow)
 		p.ct = true
 		return
 	}
@@ -356,10 +369,13 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	}
 	delete(c.pending, k)
 	if g != nil {
-		g.Started++
+		g.Started += 1 + p.more
 	}
-	if p.ended != nil {
-		c.ended(cls, p.ended, now)
+	for i := range p.ends {
+		c.ended(cls, &p.ends[i], now)
+	}
+	if uint64(len(p.ends)) > p.more {
+		// Every connection of the tuple ended.
 		c.release(cls)
 		return
 	}

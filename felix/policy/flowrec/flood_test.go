@@ -141,7 +141,10 @@ func TestCapsCounted(t *testing.T) {
 // class, not a record: measured with all of them held, at most 400
 // bytes of heap a connection. Past MaxOpen the rest are still counted
 // as started, the collector holds no more, and the batches report them
-// as open-cap drops (their end will not be counted).
+// as open-cap drops (their end will not be counted). The grace is long
+// so that a loaded machine's stall between a connection's NEW and its
+// marks cannot decide it before its marks (marks after a decision of
+// a connection the cap turned away would start another).
 func TestFloodOpenBounded(t *testing.T) {
 	const n = 100_000
 	for _, tc := range []struct {
@@ -156,7 +159,7 @@ func TestFloodOpenBounded(t *testing.T) {
 			var before, during runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 50 * time.Millisecond, MaxOpen: tc.maxOpen}, func(marks chan<- mark, cts chan<- ctEvent) {
+			batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: time.Second, MaxOpen: tc.maxOpen}, func(marks chan<- mark, cts chan<- ctEvent) {
 				for i := range n {
 					k := flowKey{src: podA, dst: podB, proto: []uint8{6, 17}[i/65000], sport: uint16(i % 65000), dport: 80}
 					cts <- ctEvent{key: k, at: time.Now()}
@@ -197,5 +200,38 @@ func TestFloodOpenBounded(t *testing.T) {
 			t.Logf("%d connections, %d held open: %d groups in %d batches, dropped %v; heap %d -> %d KiB (%d bytes a held connection)",
 				n, held, groups, len(batches), dropped, before.HeapAlloc>>10, during.HeapAlloc>>10, grew/int64(held))
 		})
+	}
+}
+
+// TestTupleReuseCounted: a new connection on the addresses and ports
+// of one still waiting for its marks is a connection of its own (a SYN
+// on a TIME_WAIT entry: the kernel destroys it and tracks a new one at
+// once, a DESTROY then a NEW). 1,000 tuples each used twice in a row
+// count 2,000 started and 1,000 ended, not 1,000 connections with
+// their ends. (The lab's connection benchmark lost 2-6 % of its
+// connections this way, with nothing counted as dropped.)
+func TestTupleReuseCounted(t *testing.T) {
+	const n = 1000
+	batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 100 * time.Millisecond}, func(marks chan<- mark, cts chan<- ctEvent) {
+		for i := range n {
+			k := flowKey{src: podA, dst: podB, proto: 6, sport: uint16(40000 + i), dport: 80}
+			f := conntrack.Flow{CountersOrig: conntrack.Counter{Packets: 3, Bytes: 180}, CountersReply: conntrack.Counter{Packets: 2, Bytes: 120}}
+			cts <- ctEvent{key: k, at: time.Now()}
+			cts <- ctEvent{key: k, destroy: true, flow: f, at: time.Now()}
+			cts <- ctEvent{key: k, at: time.Now()}
+		}
+	})
+	var started, ended uint64
+	for _, b := range batches {
+		for _, f := range b.Flows {
+			started += f.Started
+			ended += f.Ended
+		}
+		if b.DroppedTotal() != 0 {
+			t.Errorf("batch %d dropped %v", b.Seq, b.Dropped)
+		}
+	}
+	if started != 2*n || ended != n {
+		t.Errorf("%d tuples used twice: started %d, ended %d; want %d and %d", n, started, ended, 2*n, n)
 	}
 }
