@@ -47,6 +47,23 @@ func (s StagedPolicy) Key() string {
 	return "staged:sgnp:" + s.Name
 }
 
+// StagedFromAPI gives a Calico staged policy (StagedNetworkPolicy,
+// StagedGlobalNetworkPolicy) the form the model evaluates, with its
+// enforced twin (Enforced); ok is false for any other resource (a
+// StagedKubernetesNetworkPolicy's twin is the controllers' conversion).
+func StagedFromAPI(r api.Resource) (s StagedPolicy, ok bool) {
+	s = StagedPolicy{Kind: r.GetKind(), Namespace: r.Meta().Namespace, Name: r.Meta().Name}
+	switch p := r.(type) {
+	case *api.StagedNetworkPolicy:
+		s.Action, s.Policy = p.Action(), p.Enforced()
+	case *api.StagedGlobalNetworkPolicy:
+		s.Action, s.Policy = p.Action(), p.Enforced()
+	default:
+		return s, false
+	}
+	return s, true
+}
+
 // StagedVerdict is what a flow would meet if one staged policy were
 // enforced: its action applied to the model (Set: its twin added or
 // replaced by it; Delete: its twin removed), every other policy as it

@@ -64,13 +64,8 @@ func staged(t *testing.T, doc string) StagedPolicy {
 	if err := r.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := StagedPolicy{Kind: r.GetKind(), Namespace: r.Meta().Namespace, Name: r.Meta().Name}
-	switch p := r.(type) {
-	case *api.StagedNetworkPolicy:
-		s.Action, s.Policy = p.Action(), p.Enforced()
-	case *api.StagedGlobalNetworkPolicy:
-		s.Action, s.Policy = p.Action(), p.Enforced()
-	default:
+	s, ok := StagedFromAPI(r)
+	if !ok {
 		t.Fatalf("%T", r)
 	}
 	return s

@@ -117,19 +117,15 @@ func (p *StagedNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 // does: its spec must otherwise stay empty.
 func (p *StagedNetworkPolicy) setDefaults() {
 	defaultNamespace(&p.Metadata)
-	if stagedDefaults(&p.Spec.StagedAction, &p.Spec.PolicySpec) {
-		twin := p.Enforced()
-		twin.setDefaults()
-		p.Spec.NetworkPolicySpec = twin.Spec
-	}
+	p.Spec.NetworkPolicySpec = stagedDefaults(&p.Spec.StagedAction, p.Enforced()).Spec
 }
 
 // Validate implements Resource: the name and spec as the twin
 // NetworkPolicy's, or for Delete an empty spec but for the tier.
 func (p *StagedNetworkPolicy) Validate() error {
-	empty := NetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
-	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), &NetworkPolicy{Metadata: p.Metadata, Spec: empty},
-		reflect.DeepEqual(p.Spec.NetworkPolicySpec, empty))
+	empty := p.Enforced()
+	empty.Spec = NetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
+	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), empty)
 }
 
 // GetKind implements Resource.
@@ -140,18 +136,14 @@ func (p *StagedGlobalNetworkPolicy) Meta() *ObjectMeta { return &p.Metadata }
 
 // setDefaults: see StagedNetworkPolicy.setDefaults.
 func (p *StagedGlobalNetworkPolicy) setDefaults() {
-	if stagedDefaults(&p.Spec.StagedAction, &p.Spec.PolicySpec) {
-		twin := p.Enforced()
-		twin.setDefaults()
-		p.Spec.GlobalNetworkPolicySpec = twin.Spec
-	}
+	p.Spec.GlobalNetworkPolicySpec = stagedDefaults(&p.Spec.StagedAction, p.Enforced()).Spec
 }
 
 // Validate implements Resource: see StagedNetworkPolicy.Validate.
 func (p *StagedGlobalNetworkPolicy) Validate() error {
-	empty := GlobalNetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
-	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), &GlobalNetworkPolicy{Metadata: p.Metadata, Spec: empty},
-		reflect.DeepEqual(p.Spec.GlobalNetworkPolicySpec, empty))
+	empty := p.Enforced()
+	empty.Spec = GlobalNetworkPolicySpec{PolicySpec: PolicySpec{Tier: p.Spec.Tier}}
+	return validateStaged(p, p.Spec.StagedAction, p.Enforced(), empty)
 }
 
 // GetKind implements Resource.
@@ -191,35 +183,48 @@ func (p *StagedKubernetesNetworkPolicy) Validate() error {
 	return v.result(KindStagedKubernetesNetworkPolicy, StoreName(p))
 }
 
-// stagedDefaults defaults the staged action to Set and reports whether
-// it is Set; a Delete policy gets only its tier and, as Calico does,
-// no types (they say nothing about a removal).
-func stagedDefaults(a *StagedAction, s *PolicySpec) (set bool) {
+// calicoTwin is the enforced twin of a Calico staged kind
+// (*NetworkPolicy, *GlobalNetworkPolicy): both staged kinds are
+// defaulted and validated through it.
+type calicoTwin interface {
+	Policy
+	setDefaults()
+}
+
+// stagedDefaults defaults the staged action to Set and returns twin (a
+// staged policy's Enforced) with the defaults its spec gets: for Set
+// its kind's own (tier, types, nets written as CIDRs); for Delete only
+// its tier and, as Calico does, no types (they say nothing about a
+// removal).
+func stagedDefaults[T calicoTwin](a *StagedAction, twin T) T {
 	*a = a.orSet()
 	if *a == StagedActionSet {
-		return true
+		twin.setDefaults()
+		return twin
 	}
+	s := twin.Policy()
 	if s.Tier == "" {
 		s.Tier = DefaultTierName
 	}
 	s.Types = nil
-	return false
+	return twin
 }
 
 // validateStaged validates staged policy r through its twin: for Set
 // the policy it would set (names, selectors, rules, as that kind's
 // Validate checks them), for Delete the twin with only r's name and
-// tier (emptyTwin), and r's spec must be empty but for the tier
-// (Calico's rule: the policy is removed whatever it says, so anything
-// written there is a mistake the operator should hear about).
-func validateStaged(r Resource, a StagedAction, twin, emptyTwin Resource, emptySpec bool) error {
+// tier (emptyTwin), and r's spec must be empty but for the tier, that
+// is twin must equal emptyTwin (Calico's rule: the policy is removed
+// whatever it says, so anything written there is a mistake the
+// operator should hear about).
+func validateStaged(r Resource, a StagedAction, twin, emptyTwin calicoTwin) error {
 	var v errs
 	switch a.orSet() {
 	case StagedActionSet:
 		v.take(twin.Validate())
 	case StagedActionDelete:
 		v.take(emptyTwin.Validate())
-		if !emptySpec {
+		if !reflect.DeepEqual(twin, emptyTwin) {
 			v.add("spec", nil, "must be empty but for stagedAction and tier when stagedAction is Delete (the twin is removed whatever the spec says)")
 		}
 	default:

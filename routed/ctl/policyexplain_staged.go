@@ -38,12 +38,8 @@ func StagedForModel(rs []api.Resource) ([]policy.StagedPolicy, []string, error) 
 	var notes []string
 	for _, r := range rs {
 		k := r.GetKind()
-		s := policy.StagedPolicy{Kind: k, Namespace: r.Meta().Namespace, Name: r.Meta().Name}
+		s, ok := policy.StagedFromAPI(r)
 		switch p := r.(type) {
-		case *api.StagedGlobalNetworkPolicy:
-			s.Action, s.Policy = p.Action(), p.Enforced()
-		case *api.StagedNetworkPolicy:
-			s.Action, s.Policy = p.Action(), p.Enforced()
 		case *api.StagedKubernetesNetworkPolicy:
 			c, err := controllers.ConvertStagedKubernetesNetworkPolicy(p)
 			if err != nil {
@@ -54,7 +50,9 @@ func StagedForModel(rs []api.Resource) ([]policy.StagedPolicy, []string, error) 
 				notes = append(notes, fmt.Sprintf("%s %s: %s", k, api.StoreName(r), pr))
 			}
 		default:
-			return nil, nil, fmt.Errorf("%s %s is not a staged policy", k, api.StoreName(r))
+			if !ok {
+				return nil, nil, fmt.Errorf("%s %s is not a staged policy", k, api.StoreName(r))
+			}
 		}
 		out = append(out, s)
 	}
