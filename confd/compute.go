@@ -170,8 +170,11 @@ func Compute(in Input) Desired {
 			out = append(out, candidate{prio: prio, PeerSpec: PeerSpec{Peer: bgp.Peer{
 				Address: a, Port: listenPort(n.Metadata.Name, cfgs), ASN: uint32(nodeASN(n, cfgs)),
 				Type: typ, Name: name, LocalAddress: local, KeepaliveTime: ka, HoldTime: hold,
-				// The node with the higher address waits for the other to dial.
-				Passive: local.Compare(a) > 0,
+				// One side dials, chosen as Calico's BIRD template chooses it
+				// (`gt` on the two addresses as strings: the lower waits),
+				// so a routed node and a calico-node's BIRD still form the
+				// session in a cluster switching node by node.
+				Passive: a.String() > local.String(),
 			}}})
 		}
 		return out

@@ -60,30 +60,30 @@ func TestComputeDualStackPeers(t *testing.T) {
 	}{{
 		name: "mesh per family between nodes that have it", local: "a", nodes: dual,
 		want: []string{
-			"10.0.0.2 AS64512 mesh/b from 10.0.0.1",
-			"10.0.0.3 AS64512 mesh/c from 10.0.0.1",
-			"fd00::2 AS64512 mesh/b from fd00::1",
-			"fd00::4 AS64512 mesh/d from fd00::1",
+			"10.0.0.2 AS64512 mesh/b from 10.0.0.1 passive",
+			"10.0.0.3 AS64512 mesh/c from 10.0.0.1 passive",
+			"fd00::2 AS64512 mesh/b from fd00::1 passive",
+			"fd00::4 AS64512 mesh/d from fd00::1 passive",
 		},
 	}, {
-		name: "the higher IPv6 address waits", local: "b", nodes: dual,
+		name: "the lower address waits, as in Calico's BIRD template", local: "b", nodes: dual,
 		want: []string{
-			"10.0.0.1 AS64512 mesh/a from 10.0.0.2 passive",
-			"10.0.0.3 AS64512 mesh/c from 10.0.0.2",
-			"fd00::1 AS64512 mesh/a from fd00::2 passive",
-			"fd00::4 AS64512 mesh/d from fd00::2",
+			"10.0.0.1 AS64512 mesh/a from 10.0.0.2",
+			"10.0.0.3 AS64512 mesh/c from 10.0.0.2 passive",
+			"fd00::1 AS64512 mesh/a from fd00::2",
+			"fd00::4 AS64512 mesh/d from fd00::2 passive",
 		},
 	}, {
 		name: "IPv6-only node meshes over IPv6 only", local: "d", nodes: dual,
-		want: []string{"fd00::1 AS64512 mesh/a from fd00::4 passive", "fd00::2 AS64512 mesh/b from fd00::4 passive"},
+		want: []string{"fd00::1 AS64512 mesh/a from fd00::4", "fd00::2 AS64512 mesh/b from fd00::4"},
 	}, {
 		name: "route reflector clients over both families", local: "rr1", nodes: rrNodes,
 		configs: []*api.BGPConfiguration{cfg("default", meshOff)}, peers: []*api.BGPPeer{toRRs},
-		want: []string{"10.0.0.1 AS64512 rr/a rrc=224.0.0.1 from 10.0.0.11 passive", "fd00::1 AS64512 rr/a rrc=224.0.0.1 from fd00::11 passive"},
+		want: []string{"10.0.0.1 AS64512 rr/a rrc=224.0.0.1 from 10.0.0.11", "fd00::1 AS64512 rr/a rrc=224.0.0.1 from fd00::11"},
 	}, {
 		name: "client side of the reflector", local: "a", nodes: rrNodes,
 		configs: []*api.BGPConfiguration{cfg("default", meshOff)}, peers: []*api.BGPPeer{toRRs},
-		want: []string{"10.0.0.11 AS64512 rr/rr1 from 10.0.0.1", "fd00::11 AS64512 rr/rr1 from fd00::1"},
+		want: []string{"10.0.0.11 AS64512 rr/rr1 from 10.0.0.1 passive", "fd00::11 AS64512 rr/rr1 from fd00::1 passive"},
 	}, {
 		name: "explicit IPv6 peer with port and password", local: "a", nodes: dual,
 		configs: []*api.BGPConfiguration{cfg("default", meshOff)}, peers: []*api.BGPPeer{tor6},

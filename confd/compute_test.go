@@ -345,13 +345,22 @@ func mustWrite(t *testing.T, path, content string) {
 	}
 }
 
-// Between two routed nodes exactly one side dials: the lower address.
+// Between two nodes exactly one side dials, the one Calico's BIRD
+// template picks (the higher address as a string; the lower waits), so a
+// routed node and a calico-node's BIRD form the session whichever of
+// the two has the higher address (10.0.0.9 sorts after 10.0.0.10).
 func TestNodePeeringsHaveOnePassiveSide(t *testing.T) {
 	nodes := []*api.Node{node("a", "10.0.0.1/24", 0, ""), node("b", "10.0.0.2/24", 0, "")}
 	pa := Compute(Input{NodeName: "a", Nodes: nodes}).Peers
 	pb := Compute(Input{NodeName: "b", Nodes: nodes}).Peers
-	if len(pa) != 1 || len(pb) != 1 || pa[0].Passive || !pb[0].Passive {
+	if len(pa) != 1 || len(pb) != 1 || !pa[0].Passive || pb[0].Passive {
 		t.Fatalf("a: %v, b: %v", pa, pb)
+	}
+	nodes = []*api.Node{node("a", "10.0.0.9/24", 0, ""), node("b", "10.0.0.10/24", 0, "")}
+	pa = Compute(Input{NodeName: "a", Nodes: nodes}).Peers
+	pb = Compute(Input{NodeName: "b", Nodes: nodes}).Peers
+	if len(pa) != 1 || len(pb) != 1 || pa[0].Passive || !pb[0].Passive {
+		t.Fatalf("10.0.0.9 must dial 10.0.0.10 (Calico compares the strings): a: %v, b: %v", pa, pb)
 	}
 	ext := Compute(Input{NodeName: "b", Nodes: nodes, Peers: []*api.BGPPeer{
 		peer("tor", func(s *api.BGPPeerSpec) { s.PeerIP = "10.0.0.0"; s.ASNumber = 65000 })}}).Peers
