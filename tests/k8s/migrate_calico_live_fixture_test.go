@@ -1,0 +1,239 @@
+package k8s_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+	"github.com/routed-net/routed/tests/lab"
+	"github.com/routed-net/routed/tests/testbin"
+)
+
+// migrationLab is a netns lab of three nodes on one subnet (Calico's
+// BGP mode without encapsulation needs the nodes on one L2 segment, or a
+// router that learns the blocks) that runs no routed yet.
+func migrationLab(t *testing.T) *lab.Lab {
+	t.Helper()
+	cnitool, err := exec.LookPath("cnitool")
+	if err != nil {
+		cnitool = filepath.Join(refBinDir(t), "cnitool") // where tests/ensure-deps.sh installs it
+	}
+	bins := lab.Binaries{Cnitool: cnitool, Routed: testbin.Path(t, "routed"), Routedctl: testbin.Path(t, "routedctl"),
+		RoutedCNI: testbin.Path(t, "routed-cni"), RoutedIPAM: testbin.Path(t, "routed-ipam")}
+	idx := lab.ClaimIndex(t)
+	topo := lab.DefaultTopology(fmt.Sprintf("rm%d", idx), idx)
+	topo.NoRouterBGP = true
+	topo.Nodes = topo.Nodes[:3]
+	for i := range topo.Nodes {
+		a := topo.SubnetA.Addr().As4()
+		a[3] = byte(11 + i)
+		topo.Nodes[i].Subnet, topo.Nodes[i].RR = "a", false
+		topo.Nodes[i].Addr = netip.PrefixFrom(netip.AddrFrom4(a), topo.SubnetA.Bits())
+	}
+	dir := t.TempDir()
+	l := lab.New(topo, bins, dir, t.Logf)
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLabLogs(t, dir)
+		}
+		l.Down(context.Background())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := l.UpForMigration(ctx); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	return l
+}
+
+// dumpLabLogs logs the tail of every log the lab wrote.
+func dumpLabLogs(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	for _, p := range logs {
+		b, _ := os.ReadFile(p)
+		t.Logf("---- %s (tail)\n%s", p, tail(string(b), 60))
+	}
+}
+
+// apiRelay makes the API server reachable from inside a lab namespace
+// (a node's, the router's) on that namespace's loopback, and returns a
+// kubeconfig file for it.
+func apiRelay(t *testing.T, srv *kubeapiserver.Server, netnsName, dir string) string {
+	t.Helper()
+	h, err := ns.GetNS(lab.NodeNetNSPath(netnsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	addr := newRelay(t, h, strings.TrimPrefix(srv.URL, "https://"))
+	kc := filepath.Join(dir, netnsName+".kubeconfig")
+	if err := os.WriteFile(kc, srv.Kubeconfig("https://"+addr, srv.AdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// calicoLabADD runs Calico's CNI ADD (KDD, calico-ipam) for p inside
+// its lab node's namespace, with the pod in a new namespace named as the
+// lab names its pods (so the lab's cleanup removes it), and returns the
+// pod as the lab knows pods.
+func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubeconfig string, p *calicoPod) lab.Pod {
+	t.Helper()
+	podNS := fmt.Sprintf("%s-p-%s", l.Topo.Prefix, p.name)
+	if out, err := exec.Command("ip", "netns", "add", podNS).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v %s", podNS, err, out)
+	}
+	p.nodeNS = lab.NodeNetNSPath(p.node)
+	nodename := filepath.Join(dir, p.node+".nodename")
+	if err := os.WriteFile(nodename, []byte(p.node), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cniLog := filepath.Join(dir, p.node+"-calico-cni.log")
+	conf := map[string]any{"cniVersion": "0.3.1", "name": "k8s-pod-network", "type": "calico", "datastore_type": "kubernetes",
+		"nodename": p.node, "nodename_file": nodename, "ipam_lock_file": filepath.Join(dir, p.node+".ipam.lock"), "mtu": 1500,
+		"log_level": "info", "log_file_path": cniLog, "ipam": map[string]string{"type": "calico-ipam"},
+		"policy": map[string]string{"type": "k8s"}, "kubernetes": map[string]string{"kubeconfig": kubeconfig}}
+	raw, _ := json.Marshal(conf)
+	cmd := exec.CommandContext(ctx, "nsenter", "--net="+p.nodeNS, filepath.Join(bin, "calico"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + p.cid, "CNI_NETNS=" + lab.NodeNetNSPath(podNS),
+		"CNI_IFNAME=eth0", "CNI_PATH=" + bin, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + p.ns + ";K8S_POD_NAME=" + p.name + ";K8S_POD_INFRA_CONTAINER_ID=" + p.cid}
+	cmd.Stdin = strings.NewReader(string(raw))
+	out, err := cmd.Output()
+	if err != nil {
+		b, _ := os.ReadFile(cniLog)
+		t.Fatalf("Calico's CNI ADD for %s/%s on %s: %v\n%s\n%s", p.ns, p.name, p.node, err, out, tail(string(b), 30))
+	}
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) != 1 {
+		t.Fatalf("Calico's CNI result: %v %s", err, out)
+	}
+	p.ip, _, _ = strings.Cut(res.IPs[0].Address, "/")
+	p.dev = calicoVeth(p.ns, p.name)
+	return lab.Pod{Name: p.name, Node: p.node, NS: podNS, ContainerID: p.cid, IP: p.ip}
+}
+
+// calicoAffinities reads the confirmed blocks of each node from Calico's
+// BlockAffinity resources, as calico-node's confd reads them.
+func calicoAffinities(t *testing.T, srv *kubeapiserver.Server) map[string][]netip.Prefix {
+	t.Helper()
+	out, errOut, err := kubectl(t, srv, "get", "blockaffinities.crd.projectcalico.org", "-o", "json")
+	if err != nil {
+		t.Fatalf("blockaffinities: %v %s", err, errOut)
+	}
+	var list struct {
+		Items []struct {
+			Spec struct{ Node, CIDR, State string } `json:"spec"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]netip.Prefix{}
+	for _, it := range list.Items {
+		if it.Spec.State == "confirmed" {
+			blocks[it.Spec.Node] = append(blocks[it.Spec.Node], netip.MustParsePrefix(it.Spec.CIDR))
+		}
+	}
+	return blocks
+}
+
+// migrateLive freezes Calico's IPAM, plans and runs the migration from
+// the router namespace (routedctl reaches routed's etcd there, and the
+// API server through a relay), enables routed's copy of the pool and
+// checks IPAM: docs/migrate-calico.md's Kubernetes-datastore steps 2 to
+// 4.
+func migrateLive(ctx context.Context, t *testing.T, srv *kubeapiserver.Server, l *lab.Lab, dir string) {
+	t.Helper()
+	if out, errOut, err := kubectl(t, srv, "patch", "ippools.crd.projectcalico.org", "default-ipv4-ippool", "--type", "merge", "-p", `{"spec":{"disabled":true}}`); err != nil {
+		t.Fatalf("freezing Calico's pool: %v\n%s%s", err, out, errOut)
+	}
+	kc := apiRelay(t, srv, l.Topo.RouterNS(), dir)
+	plan, err := l.Ctl(ctx, "migrate", "calico", "--from-kubeconfig", kc, "--dry-run")
+	if err != nil {
+		t.Fatalf("migrate --dry-run: %v\n%s", err, plan)
+	}
+	out, err := l.Ctl(ctx, "migrate", "calico", "--from-kubeconfig", kc)
+	t.Logf("migration:\n%s", out)
+	if err != nil || !strings.Contains(out, " 0 conflicts") || strings.Contains(out, "Not carried over: pod") {
+		t.Fatalf("migrate: %v\nplan:\n%s", err, plan)
+	}
+	pool, err := l.Ctl(ctx, "get", "ippool", "default-ipv4-ippool", "-o", "yaml")
+	if err != nil || !strings.Contains(pool, "disabled: true") {
+		t.Fatalf("routed's copy of the frozen pool: %v\n%s", err, pool)
+	}
+	f := filepath.Join(dir, "pool-enabled.yaml")
+	if err := os.WriteFile(f, []byte(strings.Replace(pool, "disabled: true", "disabled: false", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := l.Ctl(ctx, "replace", "-f", f); err != nil {
+		t.Fatalf("enabling routed's pool: %v\n%s", err, out)
+	}
+	if out, err := l.Ctl(ctx, "ipam", "check"); err != nil || !strings.Contains(out, "No IPAM problems found") {
+		t.Fatalf("ipam check after the migration: %v\n%s", err, out)
+	}
+}
+
+// checkAfterLiveMigration: every pod kept its address (in its namespace,
+// and in routed's IPAM under Calico's handle), `ipam check` is clean, the
+// migrated NetworkPolicy's deny holds, and a new pod on a switched node
+// gets an address from that node's migrated block and reaches the old
+// pods both ways.
+func checkAfterLiveMigration(ctx context.Context, t *testing.T, l *lab.Lab, cpods []*calicoPod, pods map[string]lab.Pod, blocks map[string][]netip.Prefix) {
+	t.Helper()
+	for _, p := range cpods {
+		addrs, err := exec.Command("ip", "-n", pods[p.node].NS, "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+		if err != nil || !strings.Contains(string(addrs), " "+p.ip+"/32 ") {
+			t.Errorf("%s/%s no longer has Calico's address %s: %v\n%s", p.ns, p.name, p.ip, err, addrs)
+		}
+		if out, err := l.Ctl(ctx, "ipam", "show", "--ip", p.ip); err != nil || !strings.Contains(out, "k8s-pod-network."+p.cid) {
+			t.Errorf("%s is not held by Calico's handle in routed's IPAM: %v\n%s", p.ip, err, out)
+		}
+	}
+	if out, err := l.Ctl(ctx, "ipam", "check"); err != nil || !strings.Contains(out, "No IPAM problems found") {
+		t.Errorf("ipam check after the switch: %v\n%s", err, out)
+	}
+	web, db1, db2 := pods[cpods[0].node], pods[cpods[1].node], pods[cpods[2].node]
+	if reaches(t, web, db1.IP, npDenied) {
+		t.Errorf("%s reached %s:%d, which the migrated NetworkPolicy denies", web.Name, db1.Name, npDenied)
+	}
+	if !reaches(t, db2, db1.IP, npDenied) {
+		t.Errorf("%s cannot reach %s:%d (the NetworkPolicy denies only web-1)", db2.Name, db1.Name, npDenied)
+	}
+
+	node := cpods[1].node
+	fresh, err := l.AddPod(ctx, node, "fresh-1")
+	if err != nil {
+		t.Fatalf("a new pod on %s after the switch: %v", node, err)
+	}
+	ip := netip.MustParseAddr(fresh.IP)
+	inBlock := false
+	for _, b := range blocks[node] {
+		inBlock = inBlock || b.Contains(ip)
+	}
+	if !inBlock {
+		t.Errorf("new pod on %s got %s, outside its migrated blocks %v", node, ip, blocks[node])
+	}
+	if err := lab.TCPListen(ctx, fresh, openPort); err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range pods {
+		if !reaches(t, fresh, old.IP, openPort) || !reaches(t, old, fresh.IP, openPort) {
+			t.Errorf("new pod %s (%s) and migrated pod %s (%s) do not reach each other", fresh.Name, fresh.IP, old.Name, old.IP)
+		}
+	}
+	if !t.Failed() {
+		t.Logf("new pod %s on %s: %s, in the migrated block, reaches the migrated pods both ways", fresh.Name, node, fresh.IP)
+	}
+}

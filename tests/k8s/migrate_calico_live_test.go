@@ -1,0 +1,388 @@
+package k8s_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
+	"github.com/routed-net/routed/tests/lab"
+)
+
+// Probe and policy ports of the live migration's pods.
+const (
+	echoPort   = 7000 // UDP echo: the continuous probes
+	gnpDenied  = 9001 // denied by the migrated GlobalNetworkPolicy
+	npDenied   = 9002 // denied from web-1 to db-1 by the migrated NetworkPolicy
+	openPort   = 9003 // allowed everywhere: the control
+	probeEvery = 50 * time.Millisecond
+	// maxSwitchLoss is the bound asserted per node switch on every
+	// stream across the switched node (issue 38's goal: < 1 s).
+	maxSwitchLoss = time.Second
+)
+
+// TestMigrateCalicoKDDLiveNodeByNode: issue 38's live switch. A Calico
+// cluster on the Kubernetes datastore (a real kube-apiserver with
+// Calico's CRDs) runs pods on three lab nodes, set up by Calico's own CNI
+// plugin and IPAM (v3.31.0, KDD mode), their inter-node routes held as
+// calico-node holds them: a BIRD 2 per node with Calico's mesh
+// configuration (same AS, the nodes' annotated addresses, graceful
+// restart), routes in the kernel as protocol bird. Under UDP probes
+// every 50 ms between the pods of every pair of nodes, Calico's IPAM is
+// frozen, `routedctl migrate calico --from-kubeconfig` writes routed's
+// etcd, and the nodes switch one at a time, the middle address first
+// (so a routed node meets BIRDs on both sides of it): calico-node's
+// BIRD goes without a Cease (its peers keep its routes through graceful
+// restart, its kernel routes stay), routed starts and is ready (every
+// mesh session established, with the BIRDs too), Calico's routes are
+// flushed. Asserted: fewer than maxSwitchLoss of probes lost per switch
+// on the streams across the switched node and none on the others; the
+// mixed mesh exchanges routes both ways (routed programs the BIRD
+// nodes' blocks, the BIRDs learn the routed node's block from routed);
+// the migrated GlobalNetworkPolicy and NetworkPolicy denies deny real
+// TCP on each node once it runs routed; every pod keeps its address and
+// Calico's handle; `ipam check` is clean; a new pod on a switched node
+// gets an address from that node's migrated block and reaches the old
+// pods.
+func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
+	requireRoot(t)
+	calico := buildCalicoCNI(t)
+	srv, rc := startCalicoKDD(t, "calico-crds")
+	l := migrationLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	kube := kubernetes.NewForConfigOrDie(rc)
+	nodes := l.Topo.Nodes
+	dir := t.TempDir()
+
+	writeLiveCalicoCluster(ctx, t, srv, kube, l)
+	bin := calicoBinDir(t, calico, dir)
+	cpods := []*calicoPod{
+		{ns: "shop", name: "web-1", node: nodes[0].Name, cid: "11c0ffee01"},
+		{ns: "shop", name: "db-1", node: nodes[1].Name, cid: "11c0ffee02"},
+		{ns: "shop", name: "db-2", node: nodes[2].Name, cid: "11c0ffee03"},
+	}
+	pods := map[string]lab.Pod{} // by node
+	for _, p := range cpods {
+		createPod(ctx, t, kube, p)
+		kc := apiRelay(t, srv, p.node, dir)
+		pods[p.node] = calicoLabADD(ctx, t, l, bin, dir, kc, p)
+		reportPodIP(ctx, t, kube, p)
+	}
+
+	// calico-node's BIRD on every node, once the blocks are claimed.
+	blocks := calicoAffinities(t, srv)
+	pool := netip.MustParsePrefix(l.Topo.PoolCIDR)
+	birds := map[string]*lab.CalicoBird{}
+	for _, n := range nodes {
+		if len(blocks[n.Name]) == 0 {
+			t.Fatalf("Calico's IPAM gave %s no confirmed block: %v", n.Name, blocks)
+		}
+		b, err := l.StartCalicoBird(ctx, n.Name, l.Topo.NodeAS, pool, blocks[n.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Kill)
+		birds[n.Name] = b
+	}
+	for _, n := range nodes {
+		for _, o := range nodes {
+			if o.Name != n.Name {
+				if err := birds[n.Name].WaitEstablished(ctx, o.Addr.Addr(), 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				waitBlockRoutes(t, l, n.Name, blocks[o.Name], o.Addr.Addr(), "proto bird")
+			}
+		}
+	}
+
+	// Probes between the pods of every pair of nodes, and the ports
+	// policy decides.
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
+	for _, p := range pods {
+		if err := lab.UDPEcho(ctx, p, echoPort); err != nil {
+			t.Fatal(err)
+		}
+		for _, port := range []int{gnpDenied, npDenied, openPort} {
+			if err := lab.TCPListen(ctx, p, port); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.Name != to.Name && !reaches(t, from, to.IP, openPort) {
+				t.Fatalf("before the migration (Calico's dataplane): %s cannot reach %s:%d", from.Name, to.Name, openPort)
+			}
+		}
+	}
+	type stream struct {
+		res lab.ProbeResult
+		err error
+	}
+	pairs := [][2]lab.Pod{{pods[nodes[0].Name], pods[nodes[1].Name]}, {pods[nodes[0].Name], pods[nodes[2].Name]}, {pods[nodes[1].Name], pods[nodes[2].Name]}}
+	streams := make([]stream, len(pairs))
+	var wg sync.WaitGroup
+	for i, pr := range pairs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			streams[i].res, streams[i].err = lab.ProbeStream(probeCtx, pr[0], pr[1], echoPort, probeEvery, 2*time.Second)
+		}()
+	}
+
+	migrateLive(ctx, t, srv, l, dir)
+
+	// The switch, node by node: the middle address first, so the first
+	// routed node has a BIRD with a lower and one with a higher address
+	// (Calico's mesh makes the lower one passive).
+	type window struct {
+		node       string
+		start, end time.Time
+	}
+	var windows []window
+	switched := map[string]bool{}
+	for _, i := range []int{1, 2, 0} {
+		x := nodes[i]
+		w := window{node: x.Name, start: time.Now()}
+		birds[x.Name].Kill()
+		if err := l.StartNode(ctx, x.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitMeshEstablished(t, l, x.Name)
+		for _, o := range nodes {
+			if o.Name == x.Name {
+				continue
+			}
+			waitBlockRoutes(t, l, x.Name, blocks[o.Name], o.Addr.Addr(), "proto 82")
+			// The mixed mesh, one way: routed has the node's block as the
+			// best path from that node's session (BIRD's while it runs).
+			for _, blk := range blocks[o.Name] {
+				testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
+					out, err := l.NodeCtl(ctx, x.Name, "show", "route", blk.String())
+					if err != nil || !learnedFrom(out, blk, o.Addr.Addr()) {
+						return fmt.Sprintf("routed on %s has not learned %s from %s (BIRD: %v): %v\n%s", x.Name, blk, o.Name, !switched[o.Name], err, out)
+					}
+					return ""
+				})
+			}
+		}
+		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
+		switched[x.Name] = true
+		// The mixed mesh, the other way: each remaining BIRD has the routed node's
+		// block from routed itself (routed's LOCAL_PREF, 2147482623; the
+		// BIRD that held it sent 100) and installs it.
+		for _, o := range nodes {
+			if switched[o.Name] {
+				continue
+			}
+			if err := birds[o.Name].WaitEstablished(ctx, x.Addr.Addr(), 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			for _, blk := range blocks[x.Name] {
+				testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
+					out, err := birds[o.Name].Birdc(ctx, "show", "route", "for", blk.String(), "all")
+					if err != nil || !strings.Contains(out, lab.MeshProtocol(x.Addr.Addr())) || !strings.Contains(out, "BGP.local_pref: 2147482623") {
+						return fmt.Sprintf("BIRD on %s has not learned %s from routed on %s: %v\n%s", o.Name, blk, x.Name, err, out)
+					}
+					return ""
+				})
+			}
+			waitBlockRoutes(t, l, o.Name, blocks[x.Name], x.Addr.Addr(), "proto bird")
+		}
+		// A deny stays a deny once routed enforces on the node.
+		to := pods[x.Name]
+		for _, from := range pods {
+			if from.Node == x.Name {
+				continue
+			}
+			if reaches(t, from, to.IP, gnpDenied) {
+				t.Errorf("after %s switched: %s reached %s:%d, which the migrated GlobalNetworkPolicy denies", x.Name, from.Name, to.Name, gnpDenied)
+			}
+			if !reaches(t, from, to.IP, openPort) {
+				t.Errorf("after %s switched: %s cannot reach %s:%d (allowed)", x.Name, from.Name, to.Name, openPort)
+			}
+		}
+		// Let the probes run on the settled state before the next switch.
+		time.Sleep(3 * time.Second)
+		w.end = time.Now()
+		windows = append(windows, w)
+	}
+	stopProbes()
+	wg.Wait()
+
+	for _, s := range streams {
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		t.Logf("probes %s", s.res)
+	}
+	for _, w := range windows {
+		for _, s := range streams {
+			lost := s.res.LostBetween(w.start, w.end)
+			across := s.res.From.Node == w.node || s.res.To.Node == w.node
+			where := "between nodes not switching"
+			if across {
+				where = "across the switched node"
+			}
+			t.Logf("switch of %s (%s with settling): %s -> %s (%s) lost %d probes = %s", w.node, w.end.Sub(w.start).Round(time.Millisecond),
+				s.res.From.Name, s.res.To.Name, where, lost, time.Duration(lost)*probeEvery)
+			switch {
+			case !across && lost > 0:
+				t.Errorf("switch of %s: %d probes lost between %s and %s, on nodes not being switched", w.node, lost, s.res.From.Name, s.res.To.Name)
+			case time.Duration(lost)*probeEvery >= maxSwitchLoss:
+				t.Errorf("switch of %s: %s -> %s lost %s of probes, bound %s", w.node, s.res.From.Name, s.res.To.Name, time.Duration(lost)*probeEvery, maxSwitchLoss)
+			}
+		}
+	}
+	// Outside the switches (freeze, migration, settling) nothing is lost.
+	for _, s := range streams {
+		inWindows := 0
+		for _, w := range windows {
+			inWindows += s.res.LostBetween(w.start, w.end)
+		}
+		if other := s.res.Lost() - inWindows; other != 0 {
+			t.Errorf("%s -> %s: %d probes lost outside the node switches: %s", s.res.From.Name, s.res.To.Name, other, s.res.Gaps())
+		}
+	}
+
+	checkAfterLiveMigration(ctx, t, l, cpods, pods, blocks)
+}
+
+// writeLiveCalicoCluster writes what a running Calico cluster holds on
+// the Kubernetes datastore for the lab's nodes: the pool (no
+// encapsulation), the mesh's BGP configuration, the cluster's readiness,
+// Calico's tiers and the policies to migrate, and the Kubernetes side:
+// nodes annotated by calico-node, the pods' namespace and accounts.
+func writeLiveCalicoCluster(ctx context.Context, t *testing.T, srv *kubeapiserver.Server, kube kubernetes.Interface, l *lab.Lab) {
+	t.Helper()
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range l.Topo.Nodes {
+		must(kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name,
+			Labels:      map[string]string{"kubernetes.io/hostname": n.Name},
+			Annotations: map[string]string{"projectcalico.org/IPv4Address": n.Addr.String()}}}, metav1.CreateOptions{}))
+	}
+	must(kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}))
+	for _, ns := range []string{"shop", "default"} {
+		must(kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}))
+	}
+	kubectlCreate(t, srv, liveCalicoObjects(l))
+}
+
+// liveCalicoObjects are the live cluster's Calico custom resources:
+// the pool (no encapsulation), the mesh's BGP configuration, the
+// cluster's readiness, the tiers Calico always has, and the policies to
+// migrate. The NetworkPolicy (order 10, no rule past its deny) comes
+// before the GlobalNetworkPolicy (order 100) that ends in an Allow: in
+// Calico's tier evaluation the first matching rule decides.
+func liveCalicoObjects(l *lab.Lab) string {
+	crd := func(kind, meta, spec string) string {
+		return fmt.Sprintf("apiVersion: crd.projectcalico.org/v1\nkind: %s\nmetadata: %s\nspec: %s\n", kind, meta, spec)
+	}
+	docs := []string{
+		crd("IPPool", "{name: default-ipv4-ippool}", fmt.Sprintf("{cidr: %s, ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 26, nodeSelector: all()}", l.Topo.PoolCIDR)),
+		crd("BGPConfiguration", "{name: default}", fmt.Sprintf("{nodeToNodeMeshEnabled: true, asNumber: %d}", l.Topo.NodeAS)),
+		crd("ClusterInformation", "{name: default}", `{clusterGUID: 7a1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "k8s,bgp,kdd", calicoVersion: v3.31.0, datastoreReady: true}`),
+	}
+	for _, tier := range []struct {
+		name, order, action string
+	}{{"kube-admin", "1000", "Pass"}, {"default", "1000000", "Deny"}, {"kube-baseline", "10000000", "Pass"}} {
+		docs = append(docs, crd("Tier", "{name: "+tier.name+"}", "{order: "+tier.order+", defaultAction: "+tier.action+"}"))
+	}
+	docs = append(docs,
+		crd("GlobalNetworkPolicy", fmt.Sprintf("{name: deny-tcp-%d}", gnpDenied),
+			fmt.Sprintf("{order: 100, selector: all(), types: [Ingress], ingress: [{action: Deny, protocol: TCP, destination: {ports: [%d]}}, {action: Allow}]}", gnpDenied)),
+		crd("NetworkPolicy", "{name: db-1-not-from-web, namespace: shop}",
+			fmt.Sprintf("{order: 10, selector: \"app == 'db-1'\", types: [Ingress], ingress: [{action: Deny, protocol: TCP, source: {selector: \"app == 'web-1'\"}, destination: {ports: [%d]}}]}", npDenied)))
+	return strings.Join(docs, "---\n")
+}
+
+// reaches reports whether a TCP connection from a pod to addr:port
+// completes within a second.
+func reaches(t *testing.T, from lab.Pod, addr string, port int) bool {
+	t.Helper()
+	ok, err := lab.TCPConnects(from, addr, port, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// waitMeshEstablished waits until `routedctl node status` on node
+// lists a mesh session with every other lab node, each Established.
+func waitMeshEstablished(t *testing.T, l *lab.Lab, node string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, 200*time.Millisecond, func() string {
+		out, err := l.NodeCtl(context.Background(), node, "node", "status")
+		for _, o := range l.Topo.Nodes {
+			if o.Name != node && !hasLineWith(out, "| "+o.Addr.Addr().String()+" ", "Established") {
+				return fmt.Sprintf("routed on %s: no established session with %s: %v\n%s", node, o.Name, err, out)
+			}
+		}
+		return ""
+	})
+}
+
+// learnedFrom reports whether `routedctl show route` output has blk as
+// a best path learned from peer, with peer as next hop, not filtered.
+func learnedFrom(out string, blk netip.Prefix, peer netip.Addr) bool {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[0] == blk.String() && f[1] == peer.String() && strings.Contains(f[2], peer.String()) && f[3] == "*" && !strings.Contains(line, "filtered") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasLineWith reports whether a line of text contains every part.
+func hasLineWith(text string, parts ...string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// waitBlockRoutes waits until node's kernel routes each block via next
+// with the given protocol ("proto bird", "proto 82").
+func waitBlockRoutes(t *testing.T, l *lab.Lab, node string, blocks []netip.Prefix, next netip.Addr, proto string) {
+	t.Helper()
+	for _, blk := range blocks {
+		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
+			routes, err := l.NodeRoutes(context.Background(), node)
+			if err != nil {
+				return err.Error()
+			}
+			for _, line := range strings.Split(routes, "\n") {
+				if strings.HasPrefix(line, blk.String()+" ") && strings.Contains(line, "via "+next.String()+" ") && strings.Contains(line, proto) {
+					return ""
+				}
+			}
+			return fmt.Sprintf("%s: no route %s via %s %s:\n%s", node, blk, next, proto, routes)
+		})
+	}
+}
