@@ -20,6 +20,10 @@
 //     list (at start, and when the gate lets go after a hold, when the
 //     feed asks the stream to list again). Keys no consumer subscribes to
 //     (IPAM handles) are not listed at all.
+//   - With Options.Cache, a copy of the list is kept on disk (changes
+//     since its last write in memory, bounded): a restart starts from it
+//     instead of a list, and the first snapshot still comes only once
+//     the watch brought it up to etcd's revision at start.
 //   - No consumer reads etcd: what they need comes in the feed.
 package feed
 
