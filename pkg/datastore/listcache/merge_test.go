@@ -1,0 +1,120 @@
+package listcache
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+func kv(key, val string, rev int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(val), CreateRevision: rev, ModRevision: rev, Version: 1}
+}
+
+func putEv(key, val string, rev int64) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv(key, val, rev)}
+}
+
+func delEv(key string, rev int64) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+}
+
+// render is a list as "key=value@rev" lines in order.
+func renderKVs(kvs []*mvccpb.KeyValue) string {
+	s := ""
+	for _, kv := range kvs {
+		s += fmt.Sprintf("%s=%s@%d\n", kv.Key, kv.Value, kv.ModRevision)
+	}
+	return s
+}
+
+// TestSaveMergesChangesIntoTheFile: a list written as the base, then
+// changes (new keys before, between and after the base's, replaced and
+// deleted keys, keys outside the parts) merged into the file in two
+// writes, read back as exactly the range at the last revision, in key
+// order; no temporary file stays behind.
+func TestSaveMergesChangesIntoTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache")
+	c, err := New(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Load(prefix, parts, probeKey); ok {
+		t.Fatal("loaded a cache that does not exist")
+	}
+	c.Listed([]*mvccpb.KeyValue{
+		kv(epPart+"b", "b1", 3), kv(probeKey, "ci", 2), kv(epPart+"d", "d1", 4), kv(polPart+"p", "p1", 5),
+	}, 10, 77)
+	if err := c.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Changed([]*clientv3.Event{putEv(epPart+"a", "a1", 11), putEv(epPart+"b", "b2", 12), delEv(epPart+"d", 13),
+		putEv(handles+"x", "h", 14)}, 14)
+	if err := c.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Changed([]*clientv3.Event{putEv(epPart+"c", "c1", 15), putEv(epPart+"z", "z1", 16), delEv(epPart+"a", 17),
+		putEv(polPart+"p", "p2", 18)}, 20)
+	if err := c.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := New(Options{Path: path})
+	cl, ok := c2.Load(prefix, parts, probeKey)
+	if !ok {
+		t.Fatal("the written cache does not load")
+	}
+	// Key order, whatever the parts' order: /routed/v1/c..., g..., w...
+	want := probeKey + "=ci@2\n" + polPart + "p=p2@18\n" + epPart + "b=b2@12\n" + epPart + "c=c1@15\n" + epPart + "z=z1@16\n"
+	if got := renderKVs(cl.KVs); got != want || cl.Revision != 20 || cl.ClusterID != 77 {
+		t.Fatalf("loaded at %d of %d:\n%s\nwant at 20 of 77:\n%s", cl.Revision, cl.ClusterID, got, want)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("files left in the directory: %v", ents)
+	}
+}
+
+// TestDiscardedCacheWritesNothing: after the stream discarded the
+// loaded file, changes are not merged into it (they belong to no base)
+// until the next list.
+func TestDiscardedCacheWritesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	c, _ := New(Options{Path: path})
+	c.Load(prefix, parts, probeKey)
+	c.Listed([]*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
+	if err := c.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	c.Discarded(datastore.ListCompacted)
+	c.Changed([]*clientv3.Event{putEv(epPart+"a", "a", 9)}, 9)
+	if err := c.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(path)
+	if string(before) != string(after) {
+		t.Fatal("a discarded cache was written")
+	}
+}
+
+// TestStaleTemporaryFilesRemoved: a write cut short by a kill leaves a
+// temporary file; the next start removes it.
+func TestStaleTemporaryFilesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".cache.tmp-123")
+	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := New(Options{Path: filepath.Join(dir, "cache")})
+	c.Load(prefix, parts, probeKey)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary file still there: %v", err)
+	}
+}

@@ -1,0 +1,35 @@
+package datastore
+
+import (
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestMergeChanges: the changes a catching-up stream saw, applied to the
+// loaded cache: replaced, deleted, new keys before, between and after;
+// the result in key order.
+func TestMergeChanges(t *testing.T) {
+	k := func(key, val string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(val)} }
+	base := []*mvccpb.KeyValue{k("b", "1"), k("d", "1"), k("f", "1")}
+	changes := map[string]*clientv3.Event{
+		"a": {Type: clientv3.EventTypePut, Kv: k("a", "2")},
+		"d": {Type: clientv3.EventTypeDelete, Kv: k("d", "")},
+		"e": {Type: clientv3.EventTypePut, Kv: k("e", "2")},
+		"f": {Type: clientv3.EventTypePut, Kv: k("f", "2")},
+		"g": {Type: clientv3.EventTypePut, Kv: k("g", "2")},
+		"x": {Type: clientv3.EventTypeDelete, Kv: k("x", "")}, // never there
+	}
+	var got []string
+	for _, kv := range mergeChanges(base, changes) {
+		got = append(got, string(kv.Key)+"="+string(kv.Value))
+	}
+	if g, w := strings.Join(got, " "), "a=2 b=1 e=2 f=2 g=2"; g != w {
+		t.Fatalf("got %s, want %s", g, w)
+	}
+	if !sortedByKey(mergeChanges(base, changes)) || sortedByKey([]*mvccpb.KeyValue{k("b", ""), k("a", "")}) {
+		t.Fatal("sortedByKey")
+	}
+}
