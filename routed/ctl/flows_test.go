@@ -3,18 +3,14 @@ package ctl
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowrec"
-	"github.com/routed-net/routed/internal/testpki"
+	"github.com/routed-net/routed/internal/flowaggtest"
 	"github.com/routed-net/routed/routed/flowagg"
 )
 
@@ -22,28 +18,7 @@ import (
 // with the token, filters, prints a table naming the deny rule and the
 // gaps, and JSON lines with -o json; bad flags are refused by name.
 func TestFlowsCommand(t *testing.T) {
-	pki := testpki.New(t)
-	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte("a-reader-token-of-some-length"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := flowagg.NewServer(flowagg.Config{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile, TokenFile: tok})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := srv.TLSConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, tls.NewListener(ln, tc)) }()
-	t.Cleanup(func() { cancel(); <-done })
+	srv := flowaggtest.Start(t, "a-reader-token-of-some-length")
 	now := time.Now()
 	deny := flowrec.Flow{End: now, Src: flowrec.End{Addr: "10.65.0.1", Kind: flowrec.EndPod, Namespace: "prod", Name: "a"},
 		Dst: flowrec.End{Addr: "10.65.0.2", Kind: flowrec.EndPod, Namespace: "prod", Name: "b"}, Proto: "TCP", DstPort: 9090, Verdict: flowrec.Deny, Denied: 2,
@@ -57,7 +32,7 @@ func TestFlowsCommand(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
 		cmd := New(&out, &errOut)
-		cmd.SetArgs(append([]string{"flows", "--server", "https://" + ln.Addr().String(), "--ca-file", pki.CAFile, "--token-file", tok}, args...))
+		cmd.SetArgs(append(append([]string{"flows"}, srv.CtlArgs()...), args...))
 		err := cmd.ExecuteContext(context.Background())
 		return out.String(), err
 	}
@@ -96,7 +71,7 @@ func TestFlowsCommand(t *testing.T) {
 	}
 	var outB, errB bytes.Buffer
 	cmd := New(&outB, &errB)
-	cmd.SetArgs([]string{"flows", "--server", "https://" + ln.Addr().String(), "--ca-file", pki.CAFile, "--token-file", ""})
+	cmd.SetArgs([]string{"flows", "--server", srv.URL, "--ca-file", srv.PKI.CAFile, "--token-file", ""})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("without a token: %v", err)
 	}

@@ -3,10 +3,8 @@ package flowrec_test
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
-	"github.com/routed-net/routed/internal/testpki"
+	"github.com/routed-net/routed/internal/flowaggtest"
 	"github.com/routed-net/routed/routed/ctl"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -173,37 +171,17 @@ func waitCtl(t *testing.T, base []string, what string, args []string, want ...st
 // resume and the aggregator reports the node's restart as a gap.
 func TestFlowsEndToEnd(t *testing.T) {
 	l := newFlowLabBare(t)
-	pki := testpki.New(t)
+	agg := flowaggtest.Start(t, "end-to-end-reader-token")
 	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte("end-to-end-reader-token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := flowagg.NewServer(flowagg.Config{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile, TokenFile: tok})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := srv.TLSConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, tls.NewListener(ln, tc)) }()
-	t.Cleanup(func() { cancel(); <-done })
-	url := "https://" + ln.Addr().String()
-	cert, key := pki.IssueClient(t, "routed-node")
-	cfg := childConfig{Netns: l.node.Path(), Endpoints: l.eps, URL: url, Cert: cert, Key: key, CA: pki.CAFile, File: filepath.Join(dir, "node", "flows.jsonl")}
+	url := agg.URL
+	cert, key := agg.PKI.IssueClient(t, "routed-node")
+	cfg := childConfig{Netns: l.node.Path(), Endpoints: l.eps, URL: url, Cert: cert, Key: key, CA: agg.PKI.CAFile, File: filepath.Join(dir, "node", "flows.jsonl")}
 	js, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "child.json")
 	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"--server", url, "--ca-file", pki.CAFile, "--token-file", tok}
+	base := agg.CtlArgs()
 
 	child := startChild(t, cfgPath)
 	probeAt := time.Now()
@@ -220,7 +198,7 @@ func TestFlowsEndToEnd(t *testing.T) {
 	}
 	// The page shows them too: denied rows marked, filtered to the
 	// NetworkPolicy's deny, its rule named.
-	checkPage(t, url, "end-to-end-reader-token")
+	checkPage(t, url, agg.Token)
 
 	// kill -9: the process's last interval is lost; a new one adopts
 	// the tables and records again under a new boot ID.
