@@ -25,9 +25,6 @@ const (
 	npDenied   = 9002 // denied from web-1 to db-1 by the migrated NetworkPolicy
 	openPort   = 9003 // allowed everywhere: the control
 	probeEvery = 50 * time.Millisecond
-	// maxSwitchLoss is the bound asserted per node switch on every
-	// stream across the switched node (issue 38's goal: < 1 s).
-	maxSwitchLoss = time.Second
 )
 
 // TestMigrateCalicoKDDLiveNodeByNode: issue 38's live switch. A Calico
@@ -41,19 +38,41 @@ const (
 // frozen, `routedctl migrate calico --from-kubeconfig` writes routed's
 // etcd, and the nodes switch one at a time, the middle address first
 // (so a routed node meets BIRDs on both sides of it): calico-node's
-// BIRD goes without a Cease (its peers keep its routes through graceful
-// restart, its kernel routes stay), routed starts and is ready (every
+// BIRD goes without a Cease (SIGKILL, as when calico-node's container is
+// killed: its peers keep its routes through graceful restart, its
+// kernel routes stay), routed starts and is ready (every
 // mesh session established, with the BIRDs too), Calico's routes are
-// flushed. Asserted: fewer than maxSwitchLoss of probes lost per switch
-// on the streams across the switched node and none on the others; the
-// mixed mesh exchanges routes both ways (routed programs the BIRD
-// nodes' blocks, the BIRDs learn the routed node's block from routed);
+// flushed. Asserted: less than 1 s of probes lost per switch on the
+// streams across the switched node (measured: none) and none on the
+// others; the mixed mesh exchanges routes both ways (routed programs
+// the BIRD nodes' blocks, the BIRDs learn the routed node's block from
+// routed);
 // the migrated GlobalNetworkPolicy and NetworkPolicy denies deny real
 // TCP on each node once it runs routed; every pod keeps its address and
 // Calico's handle; `ipam check` is clean; a new pod on a switched node
 // gets an address from that node's migrated block and reaches the old
 // pods.
 func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
+	liveSwitch(t, (*lab.CalicoBird).Kill, time.Second)
+}
+
+// TestMigrateCalicoKDDLiveNodeByNodeCease is the same switch with
+// calico-node's BIRD stopped as a terminated calico-node stops it
+// (SIGTERM: it closes its sessions with a Cease). The remaining BIRDs
+// then drop the node's block at once instead of keeping it through
+// graceful restart, and pods on nodes still on Calico lose the switched
+// node's pods until its routed's session with them is up: measured here
+// 1.7 to 2.35 s of probes per switch across the switched node while
+// BIRDs remain (0 for the last node, whose peers all run routed, and 0
+// between the other nodes). The bound asserted is 4 s.
+func TestMigrateCalicoKDDLiveNodeByNodeCease(t *testing.T) {
+	liveSwitch(t, (*lab.CalicoBird).Stop, 4*time.Second)
+}
+
+// liveSwitch runs the live switch, stopping each node's BIRD with stop,
+// and asserts at most maxLoss of probes lost per switch across the
+// switched node.
+func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration) {
 	requireRoot(t)
 	calico := buildCalicoCNI(t)
 	srv, rc := startCalicoKDD(t, "calico-crds")
@@ -155,7 +174,7 @@ func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
 	for _, i := range []int{1, 2, 0} {
 		x := nodes[i]
 		w := window{node: x.Name, start: time.Now()}
-		birds[x.Name].Kill()
+		stop(birds[x.Name])
 		if err := l.StartNode(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
@@ -243,8 +262,8 @@ func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
 			switch {
 			case !across && lost > 0:
 				t.Errorf("switch of %s: %d probes lost between %s and %s, on nodes not being switched", w.node, lost, s.res.From.Name, s.res.To.Name)
-			case time.Duration(lost)*probeEvery >= maxSwitchLoss:
-				t.Errorf("switch of %s: %s -> %s lost %s of probes, bound %s", w.node, s.res.From.Name, s.res.To.Name, time.Duration(lost)*probeEvery, maxSwitchLoss)
+			case time.Duration(lost)*probeEvery >= maxLoss:
+				t.Errorf("switch of %s: %s -> %s lost %s of probes, bound %s", w.node, s.res.From.Name, s.res.To.Name, time.Duration(lost)*probeEvery, maxLoss)
 			}
 		}
 	}
