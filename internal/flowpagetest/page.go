@@ -47,8 +47,12 @@ func Open(t testing.TB, url, token string) *Page {
 	if err := chromedp.Do(ctx, chromedp.Navigate(strings.TrimSuffix(url, "/")+"/"), chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
 		t.Fatalf("the page at %s: the sign-in form: %v", url, err)
 	}
-	if form := p.Text("body"); strings.Contains(form, "interval end") {
-		t.Fatalf("the page shows the flows table before the token:\n%s", form)
+	form, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("body")))
+	if err != nil {
+		t.Fatalf("the page at %s: %v", url, err)
+	}
+	if strings.Contains(form, "<table") {
+		t.Fatalf("the page shows a table before the token:\n%s", form)
 	}
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("signin")),
 		chromedp.WaitVisible(chromedp.ID("flows"))); err != nil {
@@ -111,4 +115,15 @@ func (p *Page) Screenshot(path string) {
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+// TextContent is the text of the first element css selects, shown or
+// not (a flow's trace is folded until clicked).
+func (p *Page) TextContent(css string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.TextContent(chromedp.CSS(css)))
+	if err != nil {
+		p.t.Fatalf("the page: text content of %s: %v", css, err)
+	}
+	return s
 }
