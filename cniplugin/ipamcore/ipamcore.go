@@ -30,6 +30,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/ipam"
@@ -77,11 +78,19 @@ type IPAM struct {
 	ipam *ipam.Client
 	lock hostLock
 	log  *logrus.Entry
+	// Trace, when set, is called with "lock" once the host lock is held
+	// (routed-cni's step timings).
+	Trace func(step string)
 }
 
-// New returns routed-ipam over ds, which the caller owns and closes.
+// New returns routed-ipam over ds, which the caller owns and closes,
+// for one CNI verb. Its IPAM client lives for that verb only, under the
+// host lock, so the pool view it reads first is trusted for the rest of
+// the verb (ipam.WithWatchedPools): a family no pool serves (IPv6 on an
+// IPv4 cluster) costs no second read. Writes are still guarded by the
+// pools' and the node's revisions.
 func New(ds *datastore.Client, conf *IPAMConf, log *logrus.Entry) *IPAM {
-	return NewShared(ds, ipam.New(ds), conf, log, nil)
+	return NewShared(ds, ipam.New(ds, ipam.WithWatchedPools()), conf, log, nil)
 }
 
 // NewShared returns routed-ipam over a long-lived IPAM client (routed's
@@ -106,6 +115,9 @@ func (m *IPAM) locked(ctx context.Context, f func(ctx context.Context) error) er
 		return err
 	}
 	defer unlock()
+	if m.Trace != nil {
+		m.Trace("lock")
+	}
 	if waited := time.Since(start); waited > time.Second {
 		m.log.WithField("waited", waited.Round(time.Millisecond)).Info("waited for the host IPAM lock")
 	}
@@ -271,6 +283,15 @@ func (m *IPAM) ReleaseWith(ctx context.Context, network, containerID string, ext
 	}
 	m.log.WithField("ips", released).Info("released")
 	return released, nil
+}
+
+// ReadWith reads the attachment's handle together with keys (nil for an
+// absent key) in one round trip, without the host lock, so that a
+// ReleaseWith that follows reads only the blocks (pkg/ipam's
+// ReadHandleWith): a DEL reads its WorkloadEndpoint this way while the
+// kernel deletes the veth.
+func (m *IPAM) ReadWith(ctx context.Context, network, containerID string, keys ...string) ([]*mvccpb.KeyValue, error) {
+	return m.ipam.ReadHandleWith(ctx, ipam.PodHandle(network, containerID), keys...)
 }
 
 // Check verifies that the attachment's handle still holds every address

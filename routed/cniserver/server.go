@@ -229,8 +229,8 @@ func (s *Server) serveAdd(w http.ResponseWriter, r *http.Request) {
 		Network: req.Network, ContainerID: req.ContainerID, Node: req.Node,
 		Namespace: req.Namespace, Pod: req.Pod, RuntimeIPs: req.RuntimeIPs, ArgsIPs: req.ArgsIPs,
 	}
-	var put *endpointPut
-	var del *endpointDel
+	var put *ipamcore.EndpointPut
+	var del *ipamcore.EndpointDel
 	if len(req.Endpoint) > 0 {
 		wep := new(api.WorkloadEndpoint)
 		if err := json.Unmarshal(req.Endpoint, wep); err != nil {
@@ -241,23 +241,22 @@ func (s *Server) serveAdd(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, lg, "ADD", err)
 			return
 		}
-		put = &endpointPut{wep: wep}
-		key := datastore.Key(api.KindWorkloadEndpoint, wep.Metadata.Name)
-		del = s.weps.deleter(key, req.ContainerID)
+		put = ipamcore.NewEndpointPut(wep)
+		del = s.weps.deleter(wep.Metadata.Name, req.ContainerID)
 		a.Extra, a.Undo = put, del
 	}
 	addrs, err := m.Add(r.Context(), a)
 	if err != nil {
 		if del != nil {
-			s.weps.forget(del.key)
+			s.weps.forget(del.Key())
 		}
 		s.fail(w, lg, "ADD", err)
 		return
 	}
 	reply := cniapi.AddReply{IPs: addrs}
 	if put != nil {
-		reply.EndpointRevision = fmt.Sprint(put.rev)
-		s.weps.put(del.key, req.ContainerID, put.rev)
+		reply.EndpointRevision = fmt.Sprint(put.Rev())
+		s.weps.put(del.Key(), req.ContainerID, put.Rev())
 	}
 	writeJSON(w, http.StatusOK, reply)
 }
@@ -278,10 +277,10 @@ func (s *Server) serveDel(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, lg, "DEL", err)
 		return
 	}
-	var del *endpointDel
+	var del *ipamcore.EndpointDel
 	var extra ipam.Extra
 	if req.EndpointName != "" {
-		del = s.weps.deleter(datastore.Key(api.KindWorkloadEndpoint, req.EndpointName), req.ContainerID)
+		del = s.weps.deleter(req.EndpointName, req.ContainerID)
 		extra = del
 	}
 	released, err := m.ReleaseWith(r.Context(), req.Network, req.ContainerID, extra)
@@ -291,9 +290,9 @@ func (s *Server) serveDel(w http.ResponseWriter, r *http.Request) {
 	}
 	reply := cniapi.DelReply{Released: released, EndpointOurs: true}
 	if del != nil {
-		reply.EndpointOurs = del.ours
-		if del.ours {
-			s.weps.forget(del.key)
+		reply.EndpointOurs = del.Ours()
+		if del.Ours() {
+			s.weps.forget(del.Key())
 		}
 	}
 	writeJSON(w, http.StatusOK, reply)
