@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
+)
+
+// measure takes one column's sample: with flows on (files set) one
+// connection first, until both nodes' files record it (the mark rules,
+// the collector and the file are live), then iperf3, then the
+// connection rate with the nodes' routed CPU over the window and its
+// tail, and with flows on the records of the window's connections.
+func (fb *flowsBench) measure(ctx context.Context, files map[string]string, secs int) flowsColumn {
+	b, l := fb.b, fb.l
+	b.Helper()
+	var c flowsColumn
+	_, p, err := net.SplitHostPort(fb.srv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		b.Fatalf("connection server port %q: %v", p, err)
+	}
+	if len(files) > 0 {
+		testenv.Eventually(b, 30*time.Second, 500*time.Millisecond, func() string {
+			if err := dialOnce(fb.src, fb.srv); err != nil {
+				return fmt.Sprintf("warm-up connection %s -> %s: %v", fb.src.Name, fb.srv, err)
+			}
+			c.warm++
+			for n, f := range files {
+				t, err := tallyFlowsFile(f, fb.src.IP, fb.dst.IP, uint16(port))
+				if err != nil {
+					return err.Error()
+				}
+				if t.Started == 0 {
+					return fmt.Sprintf("%s: no flow %s -> %s yet in %s", n, fb.src.IP, fb.srv, f)
+				}
+			}
+			return ""
+		})
+	}
+	if c.bps, err = l.Throughput(ctx, fb.src, fb.dst, secs); err != nil {
+		b.Fatal(err)
+	}
+	pids := map[string]int{}
+	for _, n := range fb.nodes {
+		pids[n] = l.NodePID(n)
+	}
+	hits := fb.counters(ctx)
+	before := fb.cpu(pids)
+	t0 := time.Now()
+	c.connRate = connRate(b, fb.src, fb.srv, secs)
+	c.conns = int(math.Round(c.connRate * time.Since(t0).Seconds()))
+	// Not a wait for an event: the tail is part of the CPU window.
+	time.Sleep(flowsBenchTail)
+	c.cpu = fb.cpu(pids) - before
+	c.kernel = fb.counters(ctx)
+	for n, v := range hits {
+		c.kernel[n] -= v
+	}
+	if len(files) > 0 {
+		c.tally = fb.recorded(files, c, uint16(port))
+	}
+	return c
+}
+
+// counters reads the deciding rules' packet counters by node.
+func (fb *flowsBench) counters(ctx context.Context) map[string]uint64 {
+	out := map[string]uint64{}
+	for n, r := range fb.rules {
+		v, err := ruleCounter(ctx, fb.l, n, r)
+		if err != nil {
+			fb.b.Fatal(err)
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// cpu is the routed processes' CPU time so far; a node whose routed is
+// not the one the column started fails the benchmark.
+func (fb *flowsBench) cpu(pids map[string]int) time.Duration {
+	var sum time.Duration
+	for n, pid := range pids {
+		if now := fb.l.NodePID(n); now != pid {
+			fb.b.Fatalf("%s: routed changed (pid %d, now %d) during the column", n, pid, now)
+		}
+		d, err := procCPU(pid)
+		if err != nil {
+			fb.b.Fatalf("%s: %v", n, err)
+		}
+		sum += d
+	}
+	return sum
+}
+
+// recorded waits (up to 20 s: batches go out every 3 s) until each
+// node's file records at least as many connections as the node's
+// deciding rule counted in the window, or counts what it dropped. It
+// fails the benchmark at once when the column measured (almost)
+// nothing: no record of the window, fewer than half of the kernel's
+// new connections recorded or accounted for by dropped lines, the
+// deciding rule's counter not counting the connections made (the
+// benchmark's rule names are stale), a denied connection, or more
+// connections recorded than there were. A smaller silent loss is
+// judged in report, after the figures.
+func (fb *flowsBench) recorded(files map[string]string, c flowsColumn, port uint16) map[string]flowsTally {
+	b := fb.b
+	b.Helper()
+	out := map[string]flowsTally{}
+	read := func() bool {
+		all := true
+		for n, f := range files {
+			t, err := tallyFlowsFile(f, fb.src.IP, fb.dst.IP, port)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[n] = t
+			all = all && t.Started+t.Dropped >= c.kernel[n]
+		}
+		return all
+	}
+	for deadline := time.Now().Add(20 * time.Second); !read() && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+	}
+	for n, t := range out {
+		kernel, window := float64(c.kernel[n]), float64(windowRecords(t, c.warm))
+		switch {
+		case t.Denied > 0:
+			b.Fatalf("%s: %d connections %s -> %s recorded as denied; the policies allow them (%s)", n, t.Denied, fb.src.IP, fb.srv, files[n])
+		case kernel < 0.9*float64(c.conns):
+			b.Fatalf("%s: rule %s counted %.0f first packets for %d connections made: it is not the rule that decides them", n, fb.rules[n], kernel, c.conns)
+		case window == 0 && t.Dropped == 0:
+			b.Fatalf("%s: none of the window's %d connections %s -> %s in %s: the on column measured no flow records", n, c.conns, fb.src.IP, fb.srv, files[n])
+		case window+float64(t.Dropped) < 0.5*kernel:
+			b.Fatalf("%s: the kernel's policy saw %.0f new connections, %.0f recorded, %d dropped %v in %s: the on column measured hardly any flow records",
+				n, kernel, window, t.Dropped, t.Reasons, files[n])
+		case float64(t.Started) > 1.01*kernel+float64(c.warm):
+			b.Fatalf("%s: %d connections recorded (%d warm-up before the window), the kernel's policy saw %.0f: counted twice? (%s)", n, t.Started, c.warm, kernel, files[n])
+		}
+	}
+	return out
+}
+
+// windowRecords is how many of a tally's connections were the
+// window's, at least: all but the warm-up connections made before it.
+func windowRecords(t flowsTally, warm int) uint64 {
+	return t.Started - min(t.Started, uint64(warm))
+}
+
+// unaccounted is, of the on columns, the new connections the kernel's
+// policy saw that are neither recorded nor counted as dropped, and
+// those the kernel saw, summed over columns and nodes.
+func unaccounted(cols []flowsColumn) (lost, kernel uint64) {
+	for _, c := range cols {
+		for n, t := range c.tally {
+			kernel += c.kernel[n]
+			if got := windowRecords(t, c.warm) + t.Dropped; got < c.kernel[n] {
+				lost += c.kernel[n] - got
+			}
+		}
+	}
+	return lost, kernel
+}
+
+// report turns the columns' samples into metrics (means over the
+// samples; CPU per 1,000 new flows a second over all of a column's
+// connections; records against the new connections the kernel's
+// policy saw), logs them (a failed benchmark prints no metrics), and
+// fails the benchmark when records were lost without a dropped count.
+// flows-traced/recorded counts the warm-up connections' traces too.
+func (fb *flowsBench) report(cols [2][]flowsColumn) {
+	b := fb.b
+	mean := func(k int, f func(flowsColumn) float64) float64 {
+		s := 0.0
+		for _, c := range cols[k] {
+			s += f(c)
+		}
+		return s / float64(len(cols[k]))
+	}
+	// Cores per 1,000 flows a second is CPU seconds per 1,000
+	// connections; in millicores.
+	mcore := func(k int) float64 {
+		var cpu time.Duration
+		var n int
+		for _, c := range cols[k] {
+			cpu += c.cpu
+			n += c.conns
+		}
+		return cpu.Seconds() * 1e6 / float64(n)
+	}
+	var rec, traced, dropped uint64
+	reasons := map[string]uint64{}
+	for _, c := range cols[1] {
+		for _, t := range c.tally {
+			rec += windowRecords(t, c.warm)
+			traced += t.Traced
+			dropped += t.Dropped
+			for r, v := range t.Reasons {
+				reasons[r] += v
+			}
+		}
+	}
+	lost, kernel := unaccounted(cols[1])
+	bps := func(c flowsColumn) float64 { return c.bps }
+	cps := func(c flowsColumn) float64 { return c.connRate }
+	b.ReportMetric(mean(0, cps), "conn/s-off")
+	b.ReportMetric(mean(1, cps), "conn/s-on")
+	b.ReportMetric(mean(1, cps)/mean(0, cps), "conn/s-on/off")
+	b.ReportMetric(mean(0, bps)/1e6, "iperf-off-Mbit/s")
+	b.ReportMetric(mean(1, bps)/1e6, "iperf-on-Mbit/s")
+	b.ReportMetric(mean(1, bps)/mean(0, bps), "iperf-on/off")
+	b.ReportMetric(mcore(0), "routed-mcore-per-kflow/s-off")
+	b.ReportMetric(mcore(1), "routed-mcore-per-kflow/s-on")
+	b.ReportMetric(mcore(1)-mcore(0), "routed-mcore-per-kflow/s-added")
+	b.ReportMetric(float64(rec)/float64(kernel), "flows-recorded/conn")
+	b.ReportMetric(float64(lost)/float64(kernel), "flows-unaccounted/conn")
+	b.ReportMetric(float64(traced)/float64(max(rec, 1)), "flows-traced/recorded")
+	b.ReportMetric(float64(dropped), "flows-dropped")
+	for k, name := range []string{"off", "on"} {
+		for i, c := range cols[k] {
+			b.Logf("%s #%d: iperf3 %.0f Mbit/s; %.0f conn/s (%d connections), routed CPU %v (window and %v); new connections the deciding rules counted %v; records %+v (warm-up %d)",
+				name, i+1, c.bps/1e6, c.connRate, c.conns, c.cpu, flowsBenchTail, c.kernel, c.tally, c.warm)
+		}
+	}
+	b.Logf("%d policies x %d-address sets, flows on %s and %s: conn/s on/off %.3f (goal >= 0.95), iperf3 on/off %.3f (goal >= 0.98), routed %.1f millicores per 1,000 new flows/s off, %.1f on, %.1f added",
+		benchPolicies, benchSetMembers, fb.nodes[0], fb.nodes[1], mean(1, cps)/mean(0, cps), mean(1, bps)/mean(0, bps), mcore(0), mcore(1), mcore(1)-mcore(0))
+	// Every record lost must be counted as dropped; 1 % covers the
+	// warm-up connections' uncertainty many times over.
+	if lost*100 > kernel {
+		b.Errorf("flow records lost without a dropped count: %d of the %d new connections the kernel's policy saw in the on columns (%.1f %%), dropped %v (an overrun counts once however many events the kernel dropped); see the columns above",
+			lost, kernel, 100*float64(lost)/float64(kernel), reasons)
+	}
+}
