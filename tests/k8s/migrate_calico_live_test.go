@@ -40,9 +40,10 @@ const (
 // (so a routed node meets BIRDs on both sides of it): calico-node's
 // BIRD goes without a Cease (SIGKILL, as when calico-node's container is
 // killed: its peers keep its routes through graceful restart, its
-// kernel routes stay), routed starts and is ready (every
-// mesh session established, with the BIRDs too), Calico's routes are
-// flushed. Asserted: less than 1 s of probes lost per switch on the
+// kernel routes stay), routed starts, and once it is Ready (its
+// readiness probe, which the doc waits for) Calico's routes are flushed;
+// then every mesh session of the routed node is Established, the
+// BIRDs' included. Asserted: less than 1 s of probes lost per switch on the
 // streams across the switched node (measured: none) and none on the
 // others; the mixed mesh exchanges routes both ways (routed programs
 // the BIRD nodes' blocks, the BIRDs learn the routed node's block from
@@ -62,9 +63,12 @@ func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
 // then drop the node's block at once instead of keeping it through
 // graceful restart, and pods on nodes still on Calico lose the switched
 // node's pods until its routed's session with them is up: measured here
-// 1.7 to 2.35 s of probes per switch across the switched node while
+// 1.55 to 2.35 s of probes per switch across the switched node while
 // BIRDs remain (0 for the last node, whose peers all run routed, and 0
-// between the other nodes). The bound asserted is 4 s.
+// between the other nodes): each side waits about 2 s before its first
+// connection (the template's connect delay time 2 where BIRD dials,
+// GoBGP's first attempt 1.5 to 2 s after start where routed dials). The
+// bound asserted is 4 s.
 func TestMigrateCalicoKDDLiveNodeByNodeCease(t *testing.T) {
 	liveSwitch(t, (*lab.CalicoBird).Stop, 4*time.Second)
 }
@@ -178,6 +182,19 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 		if err := l.StartNode(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
+		// docs/migrate-calico.md: once routed-node is Ready (its
+		// readiness probe), remove what Calico left on the node.
+		testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() string {
+			if body, err := l.NodeHTTP(ctx, x.Name, 9099, "/readiness"); err != nil {
+				return fmt.Sprintf("routed on %s not ready: %v\n%s", x.Name, err, body)
+			}
+			return ""
+		})
+		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
+		switched[x.Name] = true
 		waitMeshEstablished(t, l, x.Name)
 		for _, o := range nodes {
 			if o.Name == x.Name {
@@ -196,11 +213,6 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 				})
 			}
 		}
-		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
-		switched[x.Name] = true
 		// The mixed mesh, the other way: each remaining BIRD has the routed node's
 		// block from routed itself (routed's LOCAL_PREF, 2147482623; the
 		// BIRD that held it sent 100) and installs it.
