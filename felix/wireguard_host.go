@@ -53,6 +53,9 @@ const (
 type wgHostRouting struct {
 	rt   *routetable.RouteTable
 	rule [2]*wireguard.HostRule
+	mark *wireguard.IncomingMark
+	// srcValidMark: net.ipv4.conf.all.src_valid_mark was set to 1.
+	srcValidMark bool
 }
 
 // wgHostState is the host encryption part of wgState (it outlives Runs,
@@ -77,6 +80,10 @@ func (l *loop) hostRouting() *wgHostRouting {
 			rt: routetable.New(routetable.Config{Protocol: l.cfg.RouteProtocol, Table: wireguard.RouteTable,
 				Log: l.log.WithField("part", "wireguard-host")}, l.kernel),
 			rule: [2]*wireguard.HostRule{{Family: netlink.FAMILY_V4}, {Family: netlink.FAMILY_V6}},
+			mark: &wireguard.IncomingMark{NetNSFd: -1, WorkloadPrefix: l.cfg.WorkloadInterfacePrefix},
+		}
+		if l.nsh.IsOpen() {
+			l.wgHost.mark.NetNSFd = int(l.nsh)
 		}
 	}
 	return l.wgHost
@@ -113,8 +120,24 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 	var errs []error
 	changed := false
 	pending := false
+	// The reverse-path check must see the uplinks' packets past the
+	// rule before any route of table 82 exists (wireguard.IncomingMark).
+	anyOn := h.on && ((w.on[wg4] && ready[wg4]) || (w.on[wg6] && ready[wg6]))
+	hr.mark.Set(anyOn)
+	if err := hr.mark.Apply(full); err != nil {
+		errs = append(errs, err)
+		anyOn = false // no routes through the devices: rp_filter could drop the peers' UDP
+	}
+	if anyOn && (full || !hr.srcValidMark) {
+		_, err := writeSysctls(l.cfg.NetNSPath, []sysctl{{path: "net/ipv4/conf/all/src_valid_mark", value: "1"}})
+		hr.srcValidMark = err == nil
+		if err != nil {
+			errs = append(errs, err)
+			anyOn = false
+		}
+	}
 	for fam := range w.dev {
-		on := h.on && w.on[fam] && ready[fam]
+		on := anyOn && w.on[fam] && ready[fam]
 		clear, enc := map[string]string{}, map[string]bool{}
 		if on {
 			c, err := l.refreshHandshakes(fam, full)
