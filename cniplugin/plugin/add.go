@@ -56,11 +56,13 @@ func (p *Plugin) add(ctx context.Context, c *call) (*current.Result, error) {
 			errInterfaceExists, c.hostVeth, c.describe())
 	}
 
+	c.tm.mark("netns")
 	if c.viaRouted() {
 		res, err := p.addViaRouted(ctx, c, hostNS, contNS)
 		if !cniapi.IsUnreachable(err) {
 			return res, err
 		}
+		c.tm.mark("socket")
 		c.log.WithError(err).Info("routed is not serving CNI requests on this node; doing the ADD against etcd directly")
 	}
 
@@ -80,21 +82,30 @@ func attach(c *call, hostNS, contNS ns.NetNS, ips []net.IP, mac net.HardwareAddr
 	if err != nil {
 		return nil, err
 	}
-	hostLink, err := configureHostSide(c.hostVeth, hasIPv6(ips))
-	if err != nil {
+	if err := configure(c, contNS, ips, undo); err != nil {
 		return nil, err
 	}
+	return contMAC, nil
+}
+
+// configure sets up both ends of an existing pair for ips and adds the
+// host routes, registering an undo step for each route.
+func configure(c *call, contNS ns.NetNS, ips []net.IP, undo *rollback) error {
+	hostLink, err := configureHostSide(c.hostVeth, hasIPv6(ips))
+	if err != nil {
+		return err
+	}
 	if err := configureContainerSide(contNS, c.args.IfName, ips); err != nil {
-		return nil, err
+		return err
 	}
 	for _, ip := range ips {
 		rt, err := addHostRoute(hostLink, ip)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		undo.add("delete host route "+rt.Dst.String(), func() error { return delRoute(rt) })
 	}
-	return contMAC, nil
+	return nil
 }
 
 // podAddresses extracts the assigned addresses, at most one per family

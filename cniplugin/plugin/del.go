@@ -37,6 +37,7 @@ func (p *Plugin) del(ctx context.Context, c *call) error {
 		if !cniapi.IsUnreachable(err) {
 			return err
 		}
+		c.tm.mark("socket")
 		c.log.WithError(err).Info("routed is not serving CNI requests on this node; doing the DEL against etcd directly")
 	}
 

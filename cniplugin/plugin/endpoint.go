@@ -49,8 +49,12 @@ func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, pod *PodInf
 	return wep
 }
 
-// podInfo asks the pod source, when Kubernetes is configured.
+// podInfo asks the pod source, when Kubernetes is configured, once per
+// call (an ADD that routed did not take goes on with what it read).
 func (p *Plugin) podInfo(ctx context.Context, c *call) (*PodInfo, error) {
+	if c.podRead {
+		return c.pod, nil
+	}
 	kc := c.conf.Kubernetes.Kubeconfig
 	if kc == "" || c.k8s.Pod == "" {
 		return nil, nil
@@ -63,5 +67,6 @@ func (p *Plugin) podInfo(ctx context.Context, c *call) (*PodInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read pod %s: %w", c.describe(), err)
 	}
+	c.pod, c.podRead = info, true
 	return info, nil
 }

@@ -4,12 +4,14 @@ package plugin
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/ipam"
 )
 
 // localIPAM is routed-ipam run in-process. Each verb does what the
@@ -31,19 +33,42 @@ func newLocalIPAM(c *call, ds *datastore.Client) *localIPAM {
 	if err != nil {
 		return &localIPAM{c: c, confErr: ipamcore.CNIError(err)}
 	}
-	return &localIPAM{c: c, core: ipamcore.New(ds, conf, c.log.WithField("component", ipamcore.PluginName))}
+	core := ipamcore.New(ds, conf, c.log.WithField("component", ipamcore.PluginName))
+	core.Trace = c.tm.mark
+	return &localIPAM{c: c, core: core}
 }
 
 func (l *localIPAM) add(ctx context.Context) (types.Result, error) {
+	addrs, err := l.assign(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ipamcore.Result(addrs), nil
+}
+
+// assign is add with extra written in the assignment's transaction and
+// undo in the release that follows a failed one (ipamcore.Assignment).
+func (l *localIPAM) assign(ctx context.Context, extra, undo ipam.Extra) ([]netip.Addr, error) {
 	if l.confErr != nil {
 		return nil, l.confErr
 	}
 	c := l.c
-	addrs, err := l.core.Add(ctx, c.conf.Assignment(c.k8s, c.node, c.args.ContainerID))
+	a := c.conf.Assignment(c.k8s, c.node, c.args.ContainerID)
+	a.Extra, a.Undo = extra, undo
+	addrs, err := l.core.Add(ctx, a)
 	if err != nil {
 		return nil, ipamcore.CNIError(err)
 	}
-	return ipamcore.Result(addrs), nil
+	return addrs, nil
+}
+
+// releaseWith is del with extra written in the release's transaction.
+func (l *localIPAM) releaseWith(ctx context.Context, extra ipam.Extra) error {
+	if l.confErr != nil {
+		return l.confErr
+	}
+	_, err := l.core.ReleaseWith(ctx, l.c.conf.Name, l.c.args.ContainerID, extra)
+	return ipamcore.CNIError(err)
 }
 
 func (l *localIPAM) del(ctx context.Context) error {

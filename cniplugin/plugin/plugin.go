@@ -81,6 +81,11 @@ type call struct {
 	// started is when the plugin began the call: waits are bounded
 	// from it (the runtime's timeout runs from about then).
 	started time.Time
+	// tm times the call's steps for the debug log.
+	tm timings
+	// pod is what the pod source said (podInfo), once podRead.
+	pod     *PodInfo
+	podRead bool
 }
 
 // begin parses the configuration and arguments and opens the log. The
@@ -91,6 +96,7 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 		return nil, err
 	}
 	c := &call{args: args, conf: conf, started: time.Now()}
+	c.tm.last = procStart
 	c.log, c.closeLog = netconf.OpenLog(conf, args.ContainerID, verb)
 	if c.k8s, err = ParseK8sArgs(args.Args); err != nil {
 		c.end()
@@ -111,10 +117,15 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	if c.k8s.Pod != "" {
 		c.log = c.log.WithField("pod", c.k8s.Namespace+"/"+c.k8s.Pod)
 	}
+	c.tm.mark("start")
 	return c, nil
 }
 
-func (c *call) end() { c.closeLog() }
+// end logs the call's timings (at debug) and closes the log.
+func (c *call) end() {
+	c.log.WithField("timings", c.tm.String()).Debug("timings")
+	c.closeLog()
+}
 
 // wepName is the datastore name of this attachment's WorkloadEndpoint.
 func (c *call) wepName() string {

@@ -41,14 +41,14 @@ func handOver(*skel.CmdArgs) error { return toCNIError(fullbin.Exec(PluginName))
 // addDirect hands the ADD to the full build when routed does not serve
 // it: nothing was changed yet.
 func (p *Plugin) addDirect(_ context.Context, c *call, _, _ ns.NetNS) (*current.Result, error) {
-	c.log.Debugf("handing the ADD to %s%s", PluginName, fullbin.Suffix)
+	c.log.WithField("timings", c.tm.String()).Debugf("handing the ADD to %s%s", PluginName, fullbin.Suffix)
 	return nil, fullbin.Exec(PluginName)
 }
 
 // delDirect hands the DEL to the full build when routed does not serve
 // it; the container end may be gone already, which DEL tolerates.
 func (p *Plugin) delDirect(_ context.Context, c *call) error {
-	c.log.Debugf("handing the DEL to %s%s", PluginName, fullbin.Suffix)
+	c.log.WithField("timings", c.tm.String()).Debugf("handing the DEL to %s%s", PluginName, fullbin.Suffix)
 	return fullbin.Exec(PluginName)
 }
 

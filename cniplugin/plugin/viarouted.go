@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -31,6 +34,9 @@ const routedBudget = ipamcore.DefaultLockWait + ipamcore.OpTimeout
 // name it). It fails with cniapi.ErrUnreachable, having changed nothing,
 // when routed is not serving: the caller then does the ADD itself.
 func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.NetNS) (*current.Result, error) {
+	if err := c.socketGone(); err != nil {
+		return nil, err
+	}
 	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", c.conf.IPAM.Type, c.describe(), err)
@@ -111,6 +117,9 @@ func (p *Plugin) releaseViaRouted(ctx context.Context, c *call, cl *cniapi.Clien
 // the namespace was already unreachable.) It fails with
 // cniapi.ErrUnreachable when routed is not serving.
 func (p *Plugin) delViaRouted(ctx context.Context, c *call) error {
+	if err := c.socketGone(); err != nil {
+		return err
+	}
 	req, err := c.conf.RoutedRequest(c.k8s, c.node, c.args.ContainerID, c.args.StdinData)
 	if err != nil {
 		return fmt.Errorf("IPAM plugin %s failed to release the addresses of %s: %w", c.conf.IPAM.Type, c.describe(), err)
@@ -133,6 +142,21 @@ func (p *Plugin) delViaRouted(ctx context.Context, c *call) error {
 		return nil
 	}
 	return delLink(c.hostVeth)
+}
+
+// socketGone fails with cniapi.ErrUnreachable, at the cost of one stat,
+// when routed's CNI socket does not exist (routed stopped, or not yet
+// started): the caller then does the work itself without first reading
+// the pod from Kubernetes, or deleting the container end, for a request
+// that cannot be sent. A DEL done directly overlaps that deletion with
+// its etcd connection (delDirect). A socket that exists but that nobody
+// accepts on (routed killed) is found out by the request itself.
+func (c *call) socketGone() error {
+	path := c.conf.Socket()
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s: %w", cniapi.ErrUnreachable, path, err)
+	}
+	return nil
 }
 
 // randomMAC is a random, locally administered unicast MAC, as the kernel
