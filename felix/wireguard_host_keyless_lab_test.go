@@ -54,9 +54,11 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 	}
 
 	// node-b publishes a key: host traffic is encrypted once they shook hands.
+	began := time.Now()
 	b.f.SetWireguard(true, false)
 	waitHostEncrypted(t, a, "node-b", true)
 	waitHostEncrypted(t, b, "node-a", true)
+	t.Logf("node-b's key published: host traffic encrypted both ways %v later (device made, key relayed, handshake seen)", time.Since(began).Round(time.Millisecond))
 	l.waitPing(a, b.pod, 20*time.Second)
 	stop = capture(t, a, "192.0.2.2")
 	hostTalk(t, a, srv, "192.0.2.2:7778")
