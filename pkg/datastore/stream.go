@@ -350,6 +350,7 @@ func (s *stream) follow(ctx context.Context) error {
 	}()
 	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify())
 	if s.cu != nil {
+		s.cu.watching = time.Now()
 		go requestCatchUpProgress(wctx, func() { _ = s.c.etcd.RequestProgress(wctx) }, s.cu.done)
 	}
 	for {

@@ -62,6 +62,9 @@ type catchUp struct {
 	changes map[string]*clientv3.Event
 	from    int64 // the cache's revision
 	loaded  time.Time
+	// watching is when the watch that catches up was opened (after the
+	// resume checks).
+	watching time.Time
 	// done is closed once delivered or dropped (stops the fast progress
 	// requests).
 	done chan struct{}
@@ -154,8 +157,13 @@ func (s *stream) deliverCacheIfCaughtUp() {
 	s.cu = nil
 	close(cu.done)
 	kvs := mergeChanges(cu.base, cu.changes)
+	checks, watch := time.Since(cu.loaded), time.Duration(0)
+	if !cu.watching.IsZero() {
+		checks, watch = cu.watching.Sub(cu.loaded), time.Since(cu.watching)
+	}
 	log.WithFields(map[string]any{"prefix": s.prefix, "reason": ListCache, "cached": cu.from, "revision": s.rev,
-		"changes": len(cu.changes), "keys": len(kvs), "took": time.Since(cu.loaded).Round(time.Millisecond)}).
+		"changes": len(cu.changes), "keys": len(kvs), "took": time.Since(cu.loaded).Round(time.Millisecond),
+		"checks": checks.Round(time.Millisecond), "watch": watch.Round(time.Millisecond)}).
 		Info("listed the datastore from the node's cache, brought up to etcd's revision at start")
 	s.o.Cache.Restored(s.rev, time.Since(cu.loaded))
 	s.h.OnList(kvs, s.rev, ListCache)
