@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
 )
@@ -38,6 +40,13 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 	if len(st.Held) != 1 || st.Held[0].Node != "node-b" {
 		t.Errorf("status held %+v, want node-b's pod traffic", st.Held)
 	}
+	reg := prometheus.NewRegistry()
+	if err := a.f.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, reg, "routed_wireguard_host_clear_nodes"); v != 1 {
+		t.Errorf("routed_wireguard_host_clear_nodes = %v, want 1 (node-b)", v)
+	}
 	if r := hostTable(t, a); strings.Contains(r, "192.0.2.2") {
 		t.Errorf("table 82 routes the keyless node-b: %q", r)
 	}
@@ -65,6 +74,9 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
 		t.Error("after node-b's key appeared and a handshake: host payload still in clear")
 	}
+	if c, e := gauge(t, reg, "routed_wireguard_host_clear_nodes"), gauge(t, reg, "routed_wireguard_host_encrypted_nodes"); c != 0 || e != 1 {
+		t.Errorf("host clear/encrypted nodes = %v/%v, want 0/1", c, e)
+	}
 	nstest.Eventually(t, 5*time.Second, func() string {
 		st, err := a.f.Wireguard(context.Background())
 		if err != nil || len(st.Held) != 0 {
@@ -72,4 +84,19 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// gauge is the value of the one sample of a gauge (-1: none).
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
 }
