@@ -30,10 +30,15 @@ type hostServer struct {
 
 func listenHost(t *testing.T, n *wgNode, port int) *hostServer {
 	t.Helper()
+	return listenOn(t, n, net.JoinHostPort(strings.Split(n.addr, "/")[0], fmt.Sprint(port)))
+}
+
+// listenOn is listenHost on another address of n's (host:port).
+func listenOn(t *testing.T, n *wgNode, addrPort string) *hostServer {
+	t.Helper()
 	s := &hostServer{peers: make(chan string, 64)}
-	addr := strings.Split(n.addr, "/")[0]
 	n.ns.Do(t, func() (err error) {
-		s.ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", addr, port))
+		s.ln, err = net.Listen("tcp", addrPort)
 		return err
 	})
 	t.Cleanup(func() { s.ln.Close() })
@@ -58,7 +63,7 @@ func dialHost(t *testing.T, n *wgNode, addr string) net.Conn {
 	t.Helper()
 	var c net.Conn
 	n.ns.Do(t, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
 		return err
 	})
 	return c

@@ -35,6 +35,10 @@ type wgLab struct {
 	nodes map[string]*wgNode
 	mu    sync.Mutex
 	keys  map[string]string // node -> published IPv4 key
+	keys6 map[string]string // node -> published IPv6 key
+	// addr6 are the nodes' IPv6 addresses on the Node records (none
+	// unless a test adds them: setAddr6).
+	addr6 map[string]string
 }
 
 type wgNode struct {
@@ -49,7 +53,7 @@ type wgNode struct {
 
 func newWGLab(t *testing.T, mutate func(node string, cfg *felix.Config)) *wgLab {
 	nstest.RequireRoot(t)
-	l := &wgLab{t: t, nodes: map[string]*wgNode{}, keys: map[string]string{}}
+	l := &wgLab{t: t, nodes: map[string]*wgNode{}, keys: map[string]string{}, keys6: map[string]string{}, addr6: map[string]string{}}
 	a := &wgNode{name: "node-a", addr: "192.0.2.1/24", pod: "10.244.0.5", block: "10.244.0.0/26"}
 	b := &wgNode{name: "node-b", addr: "192.0.2.2/24", pod: "10.244.1.5", block: "10.244.1.0/26"}
 	a.ns, b.ns = nstest.New(t), nstest.New(t)
@@ -128,9 +132,9 @@ func (l *wgLab) stop(n *wgNode) {
 
 // publisher plays the Node record: a published key reaches every felix.
 func (l *wgLab) publisher(node string) func(v4, v6 string) {
-	return func(v4, _ string) {
+	return func(v4, v6 string) {
 		l.mu.Lock()
-		l.keys[node] = v4
+		l.keys[node], l.keys6[node] = v4, v6
 		l.mu.Unlock()
 		// Off felix's loop, as the datastore round trip is.
 		go l.feedNodes()
@@ -144,9 +148,26 @@ func (l *wgLab) nodeRecords() []api.Resource {
 	for _, name := range []string{"node-a", "node-b"} {
 		n := node(name, l.nodes[name].addr, "")
 		n.Status.WireguardPublicKey = l.keys[name]
+		if a := l.addr6[name]; a != "" {
+			n.Spec.BGP.IPv6Address = a
+			n.Status.WireguardPublicKeyV6 = l.keys6[name]
+		}
 		out = append(out, n)
 	}
 	return out
+}
+
+// setAddr6 gives each node an IPv6 address on its uplink (and Node
+// record): node-a fd00:2::1/64, node-b fd00:2::2/64.
+func (l *wgLab) setAddr6() {
+	for i, name := range []string{"node-a", "node-b"} {
+		a := fmt.Sprintf("fd00:2::%d/64", i+1)
+		run(l.t, "ip", "-n", l.nodes[name].ns.Name, "addr", "add", a, "dev", "eth0", "nodad")
+		l.mu.Lock()
+		l.addr6[name] = a
+		l.mu.Unlock()
+	}
+	l.feedNodes()
 }
 
 func (l *wgLab) feedNodes() {
