@@ -32,6 +32,52 @@ func TestWireguardThroughputInVM(t *testing.T) {
 	requireVM(t)
 	a, b := vmNodes(t)
 
+	felixes := vmFelixes(t, a, b, felix.WireguardConfig{})
+	routeDev := func(ns *nstest.NS, dst, dev string) {
+		t.Helper()
+		nstest.Eventually(t, 20*time.Second, func() string {
+			l, err := ns.Handle.LinkByName(dev)
+			r, ok := ns.Routes(t)[pfx(dst)]
+			if err != nil || !ok || r.LinkIndex != l.Attrs().Index {
+				return "route " + dst + " not on " + dev
+			}
+			return ""
+		})
+	}
+	got := map[string]float64{}
+	routeDev(a, "10.244.2.0/26", "eth0")
+	got["plain"] = iperfInNS(t, a, b, "10.244.1.5", "10.244.2.5")
+
+	for _, f := range felixes {
+		f.SetWireguard(true, false)
+	}
+	routeDev(a, "10.244.2.0/26", wireguard.DeviceV4)
+	routeDev(b, "10.244.1.0/26", wireguard.DeviceV4)
+	st, err := felixes[0].Wireguard(context.Background())
+	if err != nil || len(st.Devices) != 1 || st.Devices[0].Implementation != "kernel" {
+		t.Fatalf("want the kernel's device: %+v %v", st, err)
+	}
+	// Both devices side by side (ports 51820 and 51999), measured in
+	// turn three times: TCG's crypto is slow and noisy, the best of each
+	// is compared.
+	handWireguard(t, a, b)
+	for i := 0; i < 3; i++ {
+		got["routed"] = max(got["routed"], iperfInNS(t, a, b, "10.244.1.5", "10.244.2.5"))
+		got["hand"] = max(got["hand"], iperfInNS(t, a, b, "10.99.0.1", "10.99.0.2"))
+	}
+	st, _ = felixes[0].Wireguard(context.Background())
+	if len(st.Devices[0].Peers) != 1 || st.Devices[0].Peers[0].TxBytes < 1<<20 {
+		t.Errorf("the iperf3 streams did not go through wg.routed: %+v", st.Devices[0].Peers)
+	}
+	t.Logf("WIREGUARD-THROUGHPUT (best of 3, 2 s each) plain %.0f Mbit/s, routed's wg.routed %.0f Mbit/s (%.2f of plain), hand-configured WireGuard %.0f Mbit/s (%.2f of plain); routed/hand %.2f",
+		got["plain"]/1e6, got["routed"]/1e6, got["routed"]/got["plain"], got["hand"]/1e6, got["hand"]/got["plain"], got["routed"]/got["hand"])
+}
+
+// vmFelixes runs a felix with the kernel's WireGuard (wg as given, mode
+// and keys added) on each of vmNodes' namespaces, relaying each
+// published key to both as the Node records would, until the test ends.
+func vmFelixes(t *testing.T, a, b *nstest.NS, wg felix.WireguardConfig) []*felix.Felix {
+	t.Helper()
 	nodes := map[string]*api.Node{"node-a": node("node-a", "192.0.2.1/24", ""), "node-b": node("node-b", "192.0.2.2/24", "")}
 	keys := make(chan [2]string, 16)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,8 +89,7 @@ func TestWireguardThroughputInVM(t *testing.T) {
 	}{{"node-a", a}, {"node-b", b}} {
 		f, err := felix.New(felix.Config{NodeName: n.name, NetNSPath: n.ns.Path(), ResyncInterval: time.Second,
 			MTUFile: filepath.Join(t.TempDir(), "mtu"), Features: felix.Features{DisableNATOutgoing: true, DisablePolicy: true},
-			WireGuard: felix.WireguardConfig{Mode: wireguard.ModeKernel, KeyDir: t.TempDir(),
-				PublishKeys: func(v4, _ string) { keys <- [2]string{n.name, v4} }}})
+			WireGuard: withKernelKeys(wg, t.TempDir(), func(v4 string) { keys <- [2]string{n.name, v4} })})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,44 +131,13 @@ func TestWireguardThroughputInVM(t *testing.T) {
 			{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed},
 		})
 	}
-	routeDev := func(ns *nstest.NS, dst, dev string) {
-		t.Helper()
-		nstest.Eventually(t, 20*time.Second, func() string {
-			l, err := ns.Handle.LinkByName(dev)
-			r, ok := ns.Routes(t)[pfx(dst)]
-			if err != nil || !ok || r.LinkIndex != l.Attrs().Index {
-				return "route " + dst + " not on " + dev
-			}
-			return ""
-		})
-	}
-	got := map[string]float64{}
-	routeDev(a, "10.244.2.0/26", "eth0")
-	got["plain"] = iperfInNS(t, a, b, "10.244.1.5", "10.244.2.5")
+	return felixes
+}
 
-	for _, f := range felixes {
-		f.SetWireguard(true, false)
-	}
-	routeDev(a, "10.244.2.0/26", wireguard.DeviceV4)
-	routeDev(b, "10.244.1.0/26", wireguard.DeviceV4)
-	st, err := felixes[0].Wireguard(context.Background())
-	if err != nil || len(st.Devices) != 1 || st.Devices[0].Implementation != "kernel" {
-		t.Fatalf("want the kernel's device: %+v %v", st, err)
-	}
-	// Both devices side by side (ports 51820 and 51999), measured in
-	// turn three times: TCG's crypto is slow and noisy, the best of each
-	// is compared.
-	handWireguard(t, a, b)
-	for i := 0; i < 3; i++ {
-		got["routed"] = max(got["routed"], iperfInNS(t, a, b, "10.244.1.5", "10.244.2.5"))
-		got["hand"] = max(got["hand"], iperfInNS(t, a, b, "10.99.0.1", "10.99.0.2"))
-	}
-	st, _ = felixes[0].Wireguard(context.Background())
-	if len(st.Devices[0].Peers) != 1 || st.Devices[0].Peers[0].TxBytes < 1<<20 {
-		t.Errorf("the iperf3 streams did not go through wg.routed: %+v", st.Devices[0].Peers)
-	}
-	t.Logf("WIREGUARD-THROUGHPUT (best of 3, 2 s each) plain %.0f Mbit/s, routed's wg.routed %.0f Mbit/s (%.2f of plain), hand-configured WireGuard %.0f Mbit/s (%.2f of plain); routed/hand %.2f",
-		got["plain"]/1e6, got["routed"]/1e6, got["routed"]/got["plain"], got["hand"]/1e6, got["hand"]/got["plain"], got["routed"]/got["hand"])
+func withKernelKeys(wg felix.WireguardConfig, dir string, publish func(v4 string)) felix.WireguardConfig {
+	wg.Mode, wg.KeyDir = wireguard.ModeKernel, dir
+	wg.PublishKeys = func(v4, _ string) { publish(v4) }
+	return wg
 }
 
 // handWireguard joins a and b with a kernel WireGuard device wgh0 made

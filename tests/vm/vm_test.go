@@ -41,7 +41,7 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 }
 
 // vmTests are felix's tests that need the VM's kernel (ipip).
-var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM", "TestWireguardThroughputInVM"}
+var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM", "TestWireguardThroughputInVM", "TestWireguardHostEncryptionInVM"}
 
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
 // with veth, ipip and vxlan loaded (and iperf3) and runs vmTests there.
@@ -62,7 +62,8 @@ func TestIPIPInVM(t *testing.T) {
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
 	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
-	run(t, ctx, here, []string{"VM_MODULES=vxlan wireguard", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
+	// nf_tables for TestWireguardHostEncryptionInVM (its incoming mark).
+	run(t, ctx, here, []string{"VM_MODULES=vxlan wireguard nf_tables", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
 		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", "240s")
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))
 
