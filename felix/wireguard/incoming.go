@@ -2,7 +2,6 @@ package wireguard
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -50,6 +49,10 @@ func (m *IncomingMark) Apply(full bool) error {
 	// error when the kernel lacks nfnetlink.
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
+		if !m.want {
+			m.synced = true // no nftables: no table to remove either
+			return nil
+		}
 		return fmt.Errorf("wireguard: nftables table %s: kernel has no nftables: %w", IncomingTable, err)
 	}
 	unix.Close(fd)
@@ -72,7 +75,7 @@ func (m *IncomingMark) Apply(full bool) error {
 			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
 		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: m.ruleExprs()})
 	}
-	if err := c.Flush(); err != nil && !(errors.Is(err, unix.ENOENT) && !m.want) {
+	if err := c.Flush(); err != nil && (m.want || present(c)) {
 		return fmt.Errorf("wireguard: writing nftables table %s: %w", IncomingTable, err)
 	}
 	if !m.synced {
@@ -107,4 +110,19 @@ func ifname(n string) []byte {
 	b := make([]byte, unix.IFNAMSIZ)
 	copy(b, n)
 	return b
+}
+
+// present reports whether IncomingTable may exist: a kernel that cannot
+// list inet tables (no nf_tables) has none to remove.
+func present(c *nftables.Conn) bool {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false
+	}
+	for _, t := range tables {
+		if t.Name == IncomingTable {
+			return true
+		}
+	}
+	return false
 }
