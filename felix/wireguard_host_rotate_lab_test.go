@@ -3,8 +3,12 @@ package felix_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/felix/internal/nstest"
 )
 
 // TestWireguardHostEncryptionKeyRotation: node-a rotates its key with
@@ -46,4 +50,29 @@ func TestWireguardHostEncryptionKeyRotation(t *testing.T) {
 	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
 		t.Error("host payload in clear after the rotation settled")
 	}
+}
+
+// TestWireguardHostEncryptionFelixConfiguration: FelixConfiguration's
+// wireguardHostEncryptionEnabled turns host encryption on over routed's
+// flag (off here), live, and removing it brings the flag's setting
+// back: the rule goes.
+func TestWireguardHostEncryptionFelixConfiguration(t *testing.T) {
+	l := newWGLab(t, nil)
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	on := true
+	for _, n := range []*wgNode{a, b} {
+		n.f.SetWireguardHostOverride(&on)
+	}
+	waitHostEncrypted(t, a, "node-b", true)
+	waitHostEncrypted(t, b, "node-a", true)
+	for _, n := range []*wgNode{a, b} {
+		n.f.SetWireguardHostOverride(nil)
+	}
+	nstest.Eventually(t, 10*time.Second, func() string {
+		st, err := a.f.Wireguard(context.Background())
+		if r := hostRule(t, a); err != nil || st.HostEncryption || strings.TrimSpace(r) != "" {
+			return fmt.Sprintf("override removed: host encryption %v, rule %q (%v)", st.HostEncryption, r, err)
+		}
+		return ""
+	})
 }
