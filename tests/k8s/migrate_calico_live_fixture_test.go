@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 	"github.com/routed-net/routed/tests/lab"
 	"github.com/routed-net/routed/tests/testbin"
@@ -228,9 +229,25 @@ func checkAfterLiveMigration(ctx context.Context, t *testing.T, l *lab.Lab, cpod
 	if err := lab.TCPListen(ctx, fresh, openPort); err != nil {
 		t.Fatal(err)
 	}
+	// The first connection of each direction is reported when it fails
+	// (the pod's CNI ADD has returned); the check waits up to 10 s.
 	for _, old := range pods {
-		if !reaches(t, fresh, old.IP, openPort) || !reaches(t, old, fresh.IP, openPort) {
-			t.Errorf("new pod %s (%s) and migrated pod %s (%s) do not reach each other", fresh.Name, fresh.IP, old.Name, old.IP)
+		for _, dir := range [][2]lab.Pod{{fresh, old}, {old, fresh}} {
+			start := time.Now()
+			first := true
+			testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+				if reaches(t, dir[0], dir[1].IP, openPort) {
+					return ""
+				}
+				if first {
+					t.Logf("first connection %s -> %s:%d after the new pod's ADD did not complete", dir[0].Name, dir[1].Name, openPort)
+					first = false
+				}
+				return fmt.Sprintf("%s (%s) cannot reach %s (%s):%d", dir[0].Name, dir[0].IP, dir[1].Name, dir[1].IP, openPort)
+			})
+			if !first {
+				t.Logf("%s -> %s:%d connected %s after the first try", dir[0].Name, dir[1].Name, openPort, time.Since(start).Round(time.Millisecond))
+			}
 		}
 	}
 	if !t.Failed() {

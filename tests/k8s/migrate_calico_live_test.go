@@ -47,9 +47,12 @@ const (
 // streams across the switched node (measured: none) and none on the
 // others; the mixed mesh exchanges routes both ways (routed programs
 // the BIRD nodes' blocks, the BIRDs learn the routed node's block from
-// routed);
-// the migrated GlobalNetworkPolicy and NetworkPolicy denies deny real
-// TCP on each node once it runs routed; every pod keeps its address and
+// routed); the migrated GlobalNetworkPolicy and NetworkPolicy denies
+// hold throughout (their flows tried about 5 times a second before,
+// during and after the switch never connect: before a node switches an
+// nftables stand-in for Calico's felix drops them, removed once routed
+// is Ready, as the doc says for Calico's tables), and deny real TCP on
+// each node once it runs routed; every pod keeps its address and
 // Calico's handle; `ipam check` is clean; a new pod on a switched node
 // gets an address from that node's migrated block and reaches the old
 // pods.
@@ -149,6 +152,30 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 			}
 		}
 	}
+	// Calico's verdicts on the policies before the switch, from a stand-in
+	// (see StandInCalicoPolicy), and the denied flows tried throughout.
+	web, db1 := pods[cpods[0].node], pods[cpods[1].node]
+	var denied []*deniedFlow
+	for i, n := range nodes {
+		to, from := pods[n.Name], pods[nodes[(i+1)%len(nodes)].Name]
+		ds := []lab.CalicoDeny{{To: to.IP, Port: gnpDenied}}
+		denied = append(denied, &deniedFlow{from: from, to: to, port: gnpDenied})
+		if to.Name == db1.Name {
+			ds = append(ds, lab.CalicoDeny{From: web.IP, To: db1.IP, Port: npDenied})
+			denied = append(denied, &deniedFlow{from: web, to: db1, port: npDenied})
+		}
+		if err := l.StandInCalicoPolicy(ctx, n.Name, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var watchers sync.WaitGroup
+	for _, f := range denied {
+		if reaches(t, f.from, f.to.IP, f.port) {
+			t.Fatalf("before the migration: %s reached %s:%d, which Calico's policy denies", f.from.Name, f.to.Name, f.port)
+		}
+		watchers.Add(1)
+		go func() { defer watchers.Done(); f.watch(probeCtx) }()
+	}
 	type stream struct {
 		res lab.ProbeResult
 		err error
@@ -191,6 +218,9 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 			return ""
 		})
 		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.ClearCalicoPolicy(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
@@ -254,6 +284,13 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 	}
 	stopProbes()
 	wg.Wait()
+	watchers.Wait()
+	for _, f := range denied {
+		t.Logf("denied flow %s -> %s:%d tried %d times before, during and after the switch: %d connected", f.from.Name, f.to.Name, f.port, f.tries, len(f.breaches))
+		if f.err != nil || len(f.breaches) > 0 || f.tries == 0 {
+			t.Errorf("denied flow %s -> %s:%d: connected at %v (%v)", f.from.Name, f.to.Name, f.port, f.breaches, f.err)
+		}
+	}
 
 	for _, s := range streams {
 		if s.err != nil {
@@ -344,6 +381,33 @@ func liveCalicoObjects(l *lab.Lab) string {
 		crd("NetworkPolicy", "{name: db-1-not-from-web, namespace: shop}",
 			fmt.Sprintf("{order: 10, selector: \"app == 'db-1'\", types: [Ingress], ingress: [{action: Deny, protocol: TCP, source: {selector: \"app == 'web-1'\"}, destination: {ports: [%d]}}]}", npDenied)))
 	return strings.Join(docs, "---\n")
+}
+
+// deniedFlow is a flow a migrated policy denies, tried again and again
+// while the cluster switches: a connection that completes is a deny that
+// did not hold.
+type deniedFlow struct {
+	from, to lab.Pod
+	port     int
+	tries    int
+	breaches []time.Time
+	err      error
+}
+
+// watch tries the flow until ctx ends.
+func (f *deniedFlow) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		at := time.Now()
+		ok, err := lab.TCPConnects(f.from, f.to.IP, f.port, 200*time.Millisecond)
+		if err != nil {
+			f.err = err
+			return
+		}
+		f.tries++
+		if ok {
+			f.breaches = append(f.breaches, at)
+		}
+	}
 }
 
 // reaches reports whether a TCP connection from a pod to addr:port
