@@ -191,7 +191,12 @@ func TestWireguardHostEncryption(t *testing.T) {
 		t.Errorf("the session opened in clear broke when host encryption came on: %v", err)
 	}
 	sent, got := l.ping(a, b.pod, 5, "0.05", "1", secretHex)
+	// A pod to the other node's host address is routed by table 82 too.
+	psent, pgot := l.ping(a, "192.0.2.2", 5, "0.05", "1", secretHex)
 	pcap := stop()
+	if pgot != psent {
+		t.Errorf("node-a's pod to node-b's host address: %d of %d answered", pgot, psent)
+	}
 	if from != "192.0.2.1" {
 		t.Errorf("node-b saw the connection from %s, want node-a's address 192.0.2.1", from)
 	}
