@@ -138,7 +138,8 @@ type file struct {
 // openFile opens path for reading its records, having checked that it
 // is a regular file only its owner (this process's user) can write.
 func openFile(path string) (*file, error) {
-	f, err := os.Open(path)
+	// O_NOFOLLOW: a symlink planted at the path is refused, not read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -369,8 +369,9 @@ func TestCacheFromAnotherClusterFallsBackToList(t *testing.T) {
 }
 
 // TestBrokenCacheFallsBackToList: a truncated file, a flipped byte, a
-// file others may write and one written for other parts are each
-// discarded, with their reason; the node lists.
+// file others may write, one written for other parts and a symlink are
+// each discarded, with their reason; the node lists, and replaces the
+// file with a good one.
 func TestBrokenCacheFallsBackToList(t *testing.T) {
 	t.Parallel()
 	c, good := stoppedNode(t, 40)
@@ -381,7 +382,7 @@ func TestBrokenCacheFallsBackToList(t *testing.T) {
 	}
 	flipped := slices.Clone(data)
 	flipped[len(flipped)/2] ^= 0x40
-	otherParts := rewriteHeader(t, data, func(h *header) { h.Parts = []string{probeKey, epPart} })
+	otherParts := rewriteFile(t, data, func(h *header) { h.Parts = []string{probeKey, epPart} }, nil)
 	cases := []struct {
 		name, reason string
 		data         []byte
@@ -393,14 +394,22 @@ func TestBrokenCacheFallsBackToList(t *testing.T) {
 		{"world-writable", "not private", data, 0o666},
 		{"other-parts", "other range", otherParts, 0o600},
 		{"empty", "corrupt", nil, 0o600},
+		{"symlink", "unreadable", nil, 0},
 	}
 	for _, tc := range cases {
 		path := filepath.Join(dir, tc.name)
-		if err := os.WriteFile(path, tc.data, tc.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, tc.mode); err != nil {
-			t.Fatal(err)
+		if tc.name == "symlink" {
+			// A link to a good cache is still refused: not followed.
+			if err := os.Symlink(good, path); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if err := os.WriteFile(path, tc.data, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
 		}
 		n := startNode(t, c, path)
 		n.expectList(t, c, datastore.ListStart)
@@ -419,9 +428,9 @@ func TestBrokenCacheFallsBackToList(t *testing.T) {
 	}
 }
 
-// rewriteHeader returns a well-formed file with data's records and a
-// header changed by edit.
-func rewriteHeader(t *testing.T, data []byte, edit func(*header)) []byte {
+// rewriteFile returns a well-formed file (checksum right) with data's
+// header and records changed by edit and editKV (nil: unchanged).
+func rewriteFile(t *testing.T, data []byte, edit func(*header), editKV func(*mvccpb.KeyValue)) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "src")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -432,10 +441,15 @@ func rewriteHeader(t *testing.T, data []byte, edit func(*header)) []byte {
 		t.Fatal(err)
 	}
 	h := f.h
-	edit(&h)
+	if edit != nil {
+		edit(&h)
+	}
 	var kvs []*mvccpb.KeyValue
 	for f.next() {
 		kv := f.kv
+		if editKV != nil {
+			editKV(&kv)
+		}
 		kvs = append(kvs, &kv)
 	}
 	if err := f.close(); err != nil {
@@ -477,4 +491,38 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestCacheWithAnotherHistoryFallsBackToList: a well-formed cache that
+// claims a revision etcd has not reached (etcd restored from an older
+// backup), or whose cluster identity key differs from etcd's at a
+// revision the cache has seen, is not used.
+func TestCacheWithAnotherHistoryFallsBackToList(t *testing.T) {
+	t.Parallel()
+	c, path := stoppedNode(t, 20)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		reason datastore.ListReason
+		data   []byte
+	}{
+		{datastore.ListRolledBack, rewriteFile(t, data, func(h *header) { h.Revision += 1000 }, nil)},
+		{datastore.ListDiverged, rewriteFile(t, data, nil, func(kv *mvccpb.KeyValue) {
+			if string(kv.Key) == probeKey {
+				kv.ModRevision, kv.Value = 1, []byte(`{"clusterGUID":"other"}`)
+			}
+		})},
+	} {
+		if err := os.WriteFile(path, tc.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := startNode(t, c, path)
+		n.expectList(t, c, tc.reason)
+		if got := counter(t, n.cache.m.fallbacks.WithLabelValues(string(tc.reason))); got != 1 {
+			t.Fatalf("fallbacks{%s} %v, want 1", tc.reason, got)
+		}
+		n.stop()
+	}
 }
