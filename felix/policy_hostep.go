@@ -7,6 +7,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/wireguard"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -20,7 +21,14 @@ import (
 type hostState struct {
 	byIP       map[string]*api.HostEndpoint
 	peersDirty bool
+	// uplinks are the interfaces holding this node's IPv4 and IPv6
+	// addresses ("" unknown), whose host endpoints govern WireGuard's
+	// devices; uplinkWhy says why one is unknown (both logged on change).
+	uplinks, uplinkWhy [2]string
 }
+
+// hostDevices are WireGuard's devices, IPv4 then IPv6 (wg4, wg6).
+var hostDevices = [2]string{wireguard.DeviceV4, wireguard.DeviceV6}
 
 // noteNodes marks the tunnel peers for recomputing when k is Node.
 func (l *loop) noteNodes(k api.Kind) {
@@ -60,6 +68,58 @@ func (l *loop) syncTunnelPeers() {
 	}
 	if l.policy.SetHostTunnelPeers(addrs, ports) {
 		l.policyDirty = true
+	}
+	l.syncHostDevices()
+}
+
+// syncHostDevices makes the host endpoint of the interface holding this
+// node's address of each family govern that family's WireGuard device
+// as well (issue 40): with host encryption, traffic between the nodes'
+// host addresses (and the pods' traffic to other hosts) arrives on and
+// leaves by the device instead of the uplink, and a HostEndpoint naming
+// the uplink would otherwise no longer see it. An uplink not found
+// fails closed (nftdp.HostDevice). It runs with the tunnel peers: when
+// a Node changes and at every full resync, so an address that moves is
+// followed within a resync interval.
+func (l *loop) syncHostDevices() {
+	uplinks := make(map[string]string, len(hostDevices))
+	for fam, dev := range hostDevices {
+		addr, ok := l.st.nodeAddr(l.cfg.NodeName)
+		if fam == wg6 {
+			addr, ok = l.st.nodeAddr6(l.cfg.NodeName)
+		}
+		up, why := "", ""
+		if !ok {
+			why = "this node's address of the family is not known"
+		} else if iface, err := l.ifaceHolding([]string{addr.Addr().String()}); err != nil {
+			why = err.Error()
+		} else {
+			up = iface
+		}
+		uplinks[dev] = up
+		l.noteUplink(fam, up, why)
+	}
+	if l.policy.SetHostDevices(uplinks) {
+		l.policyDirty = true
+	}
+}
+
+// noteUplink logs a change of the interface whose host endpoint governs
+// WireGuard's device of family fam: a warning when it is not known
+// while WireGuard of that family is on (named host endpoints then drop
+// the device's new traffic).
+func (l *loop) noteUplink(fam int, up, why string) {
+	h := &l.hosts
+	if h.uplinks[fam] == up && h.uplinkWhy[fam] == why {
+		return
+	}
+	h.uplinks[fam], h.uplinkWhy[fam] = up, why
+	lg := l.log.WithField("device", hostDevices[fam])
+	switch {
+	case up != "":
+		lg.WithField("uplink", up).Info("host endpoints: the WireGuard device is policed by its uplink's host endpoint")
+	case l.f != nil && l.f.wg != nil && l.f.wg.on[fam]:
+		lg.WithField("reason", why).Warn("host endpoints: no interface holds this node's address, so while a host endpoint names an interface, new traffic through the WireGuard device is dropped (fail closed)")
 	}
 }
 

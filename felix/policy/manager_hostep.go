@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -33,6 +34,19 @@ func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, iface string)
 // Apply writes them).
 func (m *Manager) SetHostTunnelPeers(addrs []netip.Addr, udpPorts []uint16) bool {
 	return m.calc.SetTunnelPeers(addrs, udpPorts)
+}
+
+// SetHostDevices sets the interfaces that carry another's traffic
+// (device -> uplink: WireGuard's devices -> the interface holding the
+// node's address of their family, "" when none is known) and reports
+// whether they changed: the uplink's host endpoint governs the device
+// too (nftdp.HostDevice).
+func (m *Manager) SetHostDevices(uplinks map[string]string) bool {
+	devs := make([]nftdp.HostDevice, 0, len(uplinks))
+	for dev, up := range uplinks {
+		devs = append(devs, nftdp.HostDevice{Device: dev, Uplink: up})
+	}
+	return m.dp.SetHostDevices(devs)
 }
 
 // DeleteHostEndpoint removes a HostEndpoint by name.

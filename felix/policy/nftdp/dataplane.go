@@ -95,6 +95,8 @@ type Dataplane struct {
 	dirtyEndpoints map[string]bool
 	dirtyRoots     map[string]bool // chains endpoints began or ceased to use
 
+	host hostDispatch // the host endpoints' dispatch (hostep.go)
+
 	writes int
 }
 

@@ -3,6 +3,7 @@ package nftdp
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -27,9 +28,9 @@ import (
 // Each starts with what no policy may cut: established flows (the
 // filter chains), packets a raw or pre-DNAT policy allowed (the accept
 // bit), IPv6 neighbour discovery, and the failsafe ports; then each
-// named interface goes to its chain, then every other interface (but lo,
-// and the pods' own in the output and forward chains) to the "*"
-// endpoint's. An interface with no chain for a context is accepted by
+// named interface goes to its chain, then WireGuard's devices to their
+// uplink's (HostDevice), then every other interface (but lo, and the
+// pods' own in the output and forward chains) to the "*" endpoint's. An interface with no chain for a context is accepted by
 // that base chain (which ends only it). nftables runs every base chain
 // of a hook, and a drop in any is final: these add to the pods' chains,
 // they never let through what those drop.
@@ -125,9 +126,53 @@ func tunnels(peers []netip.Prefix, ports []uint16, out bool) []Rule {
 	return rules
 }
 
+// HostDevice is an interface that carries traffic which would
+// otherwise cross another one: WireGuard's devices carry, encrypted
+// between the nodes, what would cross the uplink holding the node's
+// address. The host endpoint that governs Uplink governs Device too, in
+// every context (raw, preDNAT, input, output, forward), so that
+// encrypting traffic changes no verdict; an uplink no named endpoint
+// governs leaves the device to the "*" endpoint or to no policy, as the
+// uplink itself. Uplink "" is not known: while any named endpoint
+// exists, the device's traffic to, from and through the host is then
+// dropped (fail closed) but for what every base chain accepts first
+// (established flows, failsafe ports, the tunnels, neighbour
+// discovery). A device a named endpoint names itself keeps that one.
+type HostDevice struct {
+	Device, Uplink string
+}
+
+// hostDispatch is what the host base chains are rendered from: the last
+// SetHostEndpoints and SetHostDevices.
+type hostDispatch struct {
+	eps  HostEndpoints
+	devs []HostDevice
+}
+
+// SetHostDevices replaces the devices governed by their uplink's host
+// endpoint and reports whether they changed (the host base chains are
+// then rendered again).
+func (d *Dataplane) SetHostDevices(devs []HostDevice) bool {
+	devs = slices.Clone(devs)
+	slices.SortFunc(devs, func(a, b HostDevice) int { return strings.Compare(a.Device, b.Device) })
+	if slices.Equal(devs, d.host.devs) {
+		return false
+	}
+	d.host.devs = devs
+	d.renderHosts()
+	return true
+}
+
 // SetHostEndpoints replaces the host endpoint state: with none, the
 // host base chains go (the host is not policed).
 func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
+	d.host.eps = h
+	d.renderHosts()
+}
+
+// renderHosts sets the host base chains from d.host.
+func (d *Dataplane) renderHosts() {
+	h := d.host.eps
 	if len(h.Endpoints) == 0 {
 		for _, name := range hostBaseChains {
 			if _, ok := d.chains[name]; ok {
@@ -185,17 +230,9 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 	fwdIn := []Rule{established, accepted}
 	fwdOut := []Rule{established, accepted}
 
-	for _, ep := range eps {
-		if ep.Iface == WildcardIface {
-			notPods := []string{p, "lo\x00"}
-			input = append(input, Rule{Action: ActJump, Goto: true, Target: ep.In})
-			output = append(output, Rule{Action: ActJump, Goto: true, Target: ep.Out})
-			preDNAT = appendHostJump(preDNAT, Rule{NotInIfaces: notPods}, ep.PreDNAT)
-			fwdIn = appendHostJump(fwdIn, Rule{NotInIfaces: notPods}, ep.FwdIn)
-			fwdOut = appendHostJump(fwdOut, Rule{NotOutIfaces: notPods}, ep.FwdOut)
-			continue
-		}
-		in, out := Rule{InIface: ep.Iface + "\x00"}, Rule{OutIface: ep.Iface + "\x00"}
+	// named dispatches an interface to a named endpoint's chains.
+	named := func(iface string, ep HostChains) {
+		in, out := Rule{InIface: iface + "\x00"}, Rule{OutIface: iface + "\x00"}
 		input = appendHostJump(input, in, ep.In)
 		output = appendHostJump(output, out, ep.Out)
 		preDNAT = appendHostJump(preDNAT, in, ep.PreDNAT)
@@ -206,6 +243,44 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 		}
 		if ep.RawOut != "" {
 			rawOut = appendHostJump(rawOut, out, ep.RawOut)
+		}
+	}
+	byIface := map[string]HostChains{}
+	for _, ep := range eps {
+		if ep.Iface != WildcardIface {
+			byIface[ep.Iface] = ep
+			named(ep.Iface, ep)
+		}
+	}
+	// The devices, after every named interface and before "*".
+	for _, dev := range d.host.devs {
+		if _, own := byIface[dev.Device]; own || len(byIface) == 0 {
+			continue
+		}
+		if ep, ok := byIface[dev.Uplink]; ok {
+			named(dev.Device, ep)
+			continue
+		}
+		if dev.Uplink != "" {
+			continue // the uplink's fate: "*" or no policy
+		}
+		// Unknown uplink: no "*" preDNAT allow (its accept bit would
+		// pass the drops), and nothing new to, from or through the
+		// host.
+		in, out := Rule{InIface: dev.Device + "\x00"}, Rule{OutIface: dev.Device + "\x00"}
+		preDNAT = appendHostJump(preDNAT, in, "")
+		in.Action, out.Action = ActDrop, ActDrop
+		input, output = append(input, in), append(output, out)
+		fwdIn, fwdOut = append(fwdIn, in), append(fwdOut, out)
+	}
+	for _, ep := range eps {
+		if ep.Iface == WildcardIface {
+			notPods := []string{p, "lo\x00"}
+			input = append(input, Rule{Action: ActJump, Goto: true, Target: ep.In})
+			output = append(output, Rule{Action: ActJump, Goto: true, Target: ep.Out})
+			preDNAT = appendHostJump(preDNAT, Rule{NotInIfaces: notPods}, ep.PreDNAT)
+			fwdIn = appendHostJump(fwdIn, Rule{NotInIfaces: notPods}, ep.FwdIn)
+			fwdOut = appendHostJump(fwdOut, Rule{NotOutIfaces: notPods}, ep.FwdOut)
 		}
 	}
 	base(chainHostRawPre, nftables.ChainHookPrerouting, -300, rawPre)
