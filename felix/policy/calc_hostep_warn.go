@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // Host endpoints that do not apply as written. As in Calico's felix
@@ -46,6 +47,21 @@ func (w HostEndpointWarning) String() string {
 	}
 	return fmt.Sprintf("doNotTrack policies %s select HostEndpoint %s (node %s, interface *) and are ignored there: doNotTrack policy applies to named interfaces only, as in Calico",
 		strings.Join(w.IgnoredDoNotTrack, ", "), w.Endpoint, w.Node)
+}
+
+// SetHostEndpointOfNode gives a model (NewModel) a HostEndpoint as its
+// node's own, so that HostEndpointWarnings judges every node's (one
+// found by its expectedIPs alone has no interface here, so it is not
+// judged). SetResource leaves HostEndpoints out: a model that names
+// flows' ends (flow records) must not take a host's address for an
+// endpoint's.
+func (c *Calc) SetHostEndpointOfNode(h *api.HostEndpoint) error {
+	he, err := HostEndpointFromAPI(h, true, "")
+	if err != nil {
+		return err
+	}
+	c.SetHostEndpoint(he)
+	return nil
 }
 
 // HostEndpointWarnings lists the host endpoints given as local (this

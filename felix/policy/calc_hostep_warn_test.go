@@ -84,14 +84,24 @@ func TestHostEndpointDoNotTrackOnWildcardWarned(t *testing.T) {
 }
 
 // TestModelHostEndpointWarnings: a model built from the datastore
-// (routedctl's) sees every node's host endpoints: two for one
+// (routedctl's) sees every node's host endpoints given with
+// SetHostEndpointOfNode (SetResource leaves them out): two for one
 // interface of one node are reported, the same interface name on two
 // nodes is not.
 func TestModelHostEndpointWarnings(t *testing.T) {
 	m := NewModel()
+	var heps []*api.HostEndpoint
 	for _, h := range []struct{ name, node, iface string }{{"a", "n1", "eth0"}, {"b", "n1", "eth0"}, {"c", "n2", "eth0"}} {
-		he := &api.HostEndpoint{Metadata: api.ObjectMeta{Name: h.name}, Spec: api.HostEndpointSpec{Node: h.node, InterfaceName: h.iface}}
-		if err := m.SetResource(he); err != nil {
+		heps = append(heps, &api.HostEndpoint{Metadata: api.ObjectMeta{Name: h.name}, Spec: api.HostEndpointSpec{Node: h.node, InterfaceName: h.iface}})
+		if err := m.SetResource(heps[len(heps)-1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if eps := m.Endpoints(); len(eps) != 0 {
+		t.Fatalf("SetResource took HostEndpoints %v: a flow model would name a host's address as an endpoint", eps)
+	}
+	for _, he := range heps {
+		if err := m.SetHostEndpointOfNode(he); err != nil {
 			t.Fatal(err)
 		}
 	}

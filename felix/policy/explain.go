@@ -367,9 +367,9 @@ func NewModel() *Calc {
 }
 
 // SetResource hands the model one resource of the policy kinds (every
-// workload endpoint is taken as remote: nothing is rendered until
-// Explain; host endpoints as their nodes' own); other kinds are
-// ignored. An invalid one is refused with ErrInvalid.
+// endpoint is taken as remote: nothing is rendered until Explain);
+// other kinds are ignored (HostEndpoints too: see
+// SetHostEndpointOfNode). An invalid one is refused with ErrInvalid.
 func (c *Calc) SetResource(r api.Resource) error {
 	switch v := r.(type) {
 	case *api.Tier:
@@ -398,14 +398,6 @@ func (c *Calc) SetResource(r api.Resource) error {
 		c.SetEndpoint(ep)
 	case *api.ServiceEndpoints:
 		return c.SetServiceEndpoints(v.Metadata.Namespace+"/"+v.Metadata.Name, v)
-	case *api.HostEndpoint:
-		// Taken as its node's own (local), so that HostEndpointWarnings
-		// sees every node's: one found by address has no interface here.
-		he, err := HostEndpointFromAPI(v, true, "")
-		if err != nil {
-			return err
-		}
-		c.SetHostEndpoint(he)
 	}
 	return nil
 }

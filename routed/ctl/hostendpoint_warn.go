@@ -32,7 +32,7 @@ func printHostEndpointWarnings(ctx context.Context, errOut io.Writer, c *datasto
 	}
 	m := policy.NewModel()
 	for _, r := range append(gnps, heps...) {
-		if err := m.SetResource(r); err != nil {
+		if err := setModel(m, r); err != nil {
 			fmt.Fprintf(errOut, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
 		}
 	}
@@ -40,6 +40,16 @@ func printHostEndpointWarnings(ctx context.Context, errOut io.Writer, c *datasto
 		fmt.Fprintf(errOut, "warning: %s\n", w)
 	}
 	return nil
+}
+
+// setModel gives the explain model one resource: HostEndpoints as
+// their nodes' own (policy.Calc.SetHostEndpointOfNode), the rest with
+// SetResource.
+func setModel(m *policy.Calc, r api.Resource) error {
+	if h, ok := r.(*api.HostEndpoint); ok {
+		return m.SetHostEndpointOfNode(h)
+	}
+	return m.SetResource(r)
 }
 
 // flowHostWarnings are the model's host endpoint warnings about the

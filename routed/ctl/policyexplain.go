@@ -128,7 +128,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 			if w, ok := r.(*api.WorkloadEndpoint); ok {
 				weps = append(weps, w)
 			}
-			if err := m.SetResource(r); err != nil {
+			if err := setModel(m, r); err != nil {
 				fmt.Fprintf(out, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
 			}
 		}
