@@ -61,6 +61,8 @@ type Client struct {
 	// epoch counts those calls.
 	watched bool
 	epoch   atomic.Uint64
+	// hint lists blocks a refresh reads too (WithBlockHint).
+	hint []string
 }
 
 // Option configures a Client.

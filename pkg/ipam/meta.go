@@ -115,18 +115,20 @@ type affKV struct {
 // needs beyond the blocks themselves, and stores the pool view in the
 // cache.
 func (c *Client) refresh(ctx context.Context, node string) (*nodeSnap, error) {
-	resp, err := c.readMany(ctx,
+	ops := []clientv3.Op{
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
 		clientv3.OpGet(ipamConfigKey()),
 		clientv3.OpGet(nodeKey(node)),
 		clientv3.OpGet(nodeAffinityPrefix(node), clientv3.WithPrefix()),
 		clientv3.OpGet(blockPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		reservationsOp(),
-	)
+	}
+	resp, err := c.readMany(ctx, append(ops, c.hintOps()...)...)
 	if err != nil {
 		return nil, err
 	}
 	r := resp.Responses
+	c.storeHinted(r[len(ops):])
 	view := buildView(resp.Header.Revision, r[0].GetResponseRange().Kvs, r[1].GetResponseRange().Kvs, r[5].GetResponseRange().Kvs)
 	c.view.Store(view)
 	s := &nodeSnap{view: view, rev: resp.Header.Revision, affs: map[string]affKV{}, blockRevs: map[string]int64{}}
