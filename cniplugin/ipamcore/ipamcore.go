@@ -81,6 +81,10 @@ type IPAM struct {
 	// Trace, when set, is called with "lock" once the host lock is held
 	// (routed-cni's step timings).
 	Trace func(step string)
+	// hintPath is the block hint file of a per-verb client (New), and
+	// hint what it held; "" for a long-lived client (hint.go).
+	hintPath string
+	hint     []string
 }
 
 // New returns routed-ipam over ds, which the caller owns and closes,
@@ -88,9 +92,14 @@ type IPAM struct {
 // host lock, so the pool view it reads first is trusted for the rest of
 // the verb (ipam.WithWatchedPools): a family no pool serves (IPv6 on an
 // IPv4 cluster) costs no second read. Writes are still guarded by the
-// pools' and the node's revisions.
+// pools' and the node's revisions. The node's blocks are read with the
+// pools, as the last verb on this host left them (hint.go).
 func New(ds *datastore.Client, conf *IPAMConf, log *logrus.Entry) *IPAM {
-	return NewShared(ds, ipam.New(ds, ipam.WithWatchedPools()), conf, log, nil)
+	path := hintFile(lockPath(conf))
+	hint := readHint(path)
+	m := NewShared(ds, ipam.New(ds, ipam.WithWatchedPools(), ipam.WithBlockHint(hint)), conf, log, nil)
+	m.hintPath, m.hint = path, hint
+	return m
 }
 
 // NewShared returns routed-ipam over a long-lived IPAM client (routed's
@@ -99,11 +108,15 @@ func New(ds *datastore.Client, conf *IPAMConf, log *logrus.Entry) *IPAM {
 // anything is read; its error ends the verb (the service checks that it
 // locked the very file the plugin would have: see LockFileID).
 func NewShared(ds *datastore.Client, ic *ipam.Client, conf *IPAMConf, log *logrus.Entry, check func(*os.File) error) *IPAM {
-	path := conf.LockFile
-	if path == "" {
-		path = DefaultLockFile
+	return &IPAM{conf: conf, ds: ds, ipam: ic, lock: hostLock{path: lockPath(conf), wait: DefaultLockWait, check: check}, log: log}
+}
+
+// lockPath is the host lock file conf names.
+func lockPath(conf *IPAMConf) string {
+	if conf.LockFile == "" {
+		return DefaultLockFile
 	}
-	return &IPAM{conf: conf, ds: ds, ipam: ic, lock: hostLock{path: path, wait: DefaultLockWait, check: check}, log: log}
+	return conf.LockFile
 }
 
 // locked runs f under the host lock with OpTimeout, counted from when
@@ -184,11 +197,15 @@ func (m *IPAM) Add(ctx context.Context, a Assignment) ([]netip.Addr, error) {
 		// etcd may or may not have applied (an election, a member lost
 		// mid-request) gets the same addresses: ride that out within
 		// OpTimeout.
-		return datastore.RetryUnavailable(ctx, func() error {
+		err := datastore.RetryUnavailable(ctx, func() error {
 			var err error
 			addrs, err = m.assign(ctx, handle, fixed, a)
 			return err
 		})
+		if err == nil {
+			m.saveHint(ctx, a.Node)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
