@@ -181,3 +181,48 @@ func portForward(ctx context.Context, t *testing.T, c *k8scluster.Cluster, logPa
 	}
 	return ""
 }
+
+// flowsDenyRule is how routedctl flows names the NetworkPolicy web's
+// deny rule in TestFlowsOnCluster.
+const flowsDenyRule = "ingress default/np:" + flowsNS + "/web[1] Deny"
+
+// flowsReader runs routedctl flows against the aggregator as an
+// operator does: at url (the port-forward's), with the aggregator's CA
+// and the readers' token.
+type flowsReader struct {
+	ctx                 context.Context
+	t                   *testing.T
+	ctl, url, ca, token string
+}
+
+// flows runs routedctl flows with args and returns its output.
+func (r *flowsReader) flows(args ...string) string {
+	r.t.Helper()
+	cmd := exec.CommandContext(r.ctx, r.ctl, append([]string{"flows", "--server", r.url, "--ca-file", r.ca, "--token-file", r.token}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("routedctl flows %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// wait runs routedctl flows with args until its output holds every
+// want, for at most limit, and returns that output.
+func (r *flowsReader) wait(what string, limit time.Duration, args []string, want ...string) string {
+	r.t.Helper()
+	start := time.Now()
+	for {
+		out := r.flows(args...)
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(out, w)
+		}
+		if ok {
+			return out
+		}
+		if time.Since(start) > limit {
+			r.t.Fatalf("%s: routedctl flows %s lacks %q after %s:\n%s", what, strings.Join(args, " "), want, limit.Round(time.Millisecond), out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +22,32 @@ import (
 // flowsNS is the namespace of TestFlowsOnCluster's pods and policy.
 const flowsNS = "flows-test"
 
-// flowsPolicy allows the server's port 8080 and denies its 9090: the
-// denied flow must name rule 1 of this policy.
+// flowsPolicy: the NetworkPolicy web allows the server's port 8080 and
+// denies its 9090 (rule 1); before it, tier security's
+// GlobalNetworkPolicy guard denies 7070 and passes the rest to the
+// default tier; the staged GlobalNetworkPolicy lockdown would deny 8080.
 const flowsPolicy = `apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: security}
+spec: {order: 100}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: security.guard}
+spec:
+  tier: security
+  selector: app == 'server'
+  types: [Ingress]
+  ingress:
+  - {action: Deny, protocol: TCP, destination: {ports: [7070]}}
+  - {action: Pass}
+---
+apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {name: lockdown}
+spec: {order: 1, selector: app == 'server', types: [Ingress], ingress: [{action: Deny, protocol: TCP, destination: {ports: [8080]}}]}
+---
+apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
 metadata: {name: web, namespace: ` + flowsNS + `}
 spec:
@@ -44,12 +66,16 @@ spec:
 // Service, routed-node with the flows environment, sending to the
 // aggregator through the Service with its routed-node etcd identity. A
 // client pod on one node connects to a server pod on the other, on the
-// port a NetworkPolicy allows and on the one it denies (real TCP). Through
-// `kubectl port-forward` to the Service, `routedctl flows` shows both
-// within 10 s of the connection, the denied one named by the policy's
-// deny rule and recorded by the server's node, and the aggregator's
-// page in headless Chromium shows the denied flow with that rule; the
-// server node's JSON-lines file holds it too.
+// port a NetworkPolicy allows, on the one it denies and on one a
+// GlobalNetworkPolicy of tier security denies (real TCP). Through
+// `kubectl port-forward` to the Service, `routedctl flows` shows each
+// within 10 s of the connection: the denied ones named by their deny
+// rules and recorded by the server's node, the allowed one with tier
+// security's Pass in its trace and the staged policy's deny; the
+// aggregator's page in headless Chromium shows the denied flow with its
+// rule; the server node's JSON-lines file holds it too. Then routed is
+// killed -9 on the server's node and the aggregator's pod deleted
+// (flowsResume): records resume, both are reported as gaps.
 func TestFlowsOnCluster(t *testing.T) {
 	skipShort(t)
 	requireRoot(t)
@@ -117,36 +143,10 @@ func TestFlowsOnCluster(t *testing.T) {
 		return c.Kubectl(ctx, "-n", flowsNS, "exec", "client", "--", "/bin/busybox", "nc", "-w", "2", serverIP, fmt.Sprint(port))
 	}
 
-	pf := portForward(ctx, t, c, filepath.Join(dir, "port-forward.log"))
-	base := []string{"--server", pf, "--ca-file", fl.ca, "--token-file", fl.token}
-	flows := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, ctl, append(append([]string{"flows"}, base...), args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("routedctl flows %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	waitFlows := func(what string, limit time.Duration, args []string, want ...string) (string, time.Duration) {
-		t.Helper()
-		start := time.Now()
-		for {
-			out := flows(args...)
-			ok := true
-			for _, w := range want {
-				ok = ok && strings.Contains(out, w)
-			}
-			if ok {
-				return out, time.Since(start)
-			}
-			if time.Since(start) > limit {
-				t.Fatalf("%s: routedctl flows %s lacks %q after %s:\n%s", what, strings.Join(args, " "), want, limit, out)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	out, _ := waitFlows("the aggregator, through kubectl port-forward to its Service", 30*time.Second, nil, "GAP: aggregator-started")
+	r := &flowsReader{ctx: ctx, t: t, ctl: ctl, ca: fl.ca, token: fl.token}
+	r.url = portForward(ctx, t, c, filepath.Join(dir, "port-forward.log"))
+	flows, waitFlows := r.flows, r.wait
+	out := waitFlows("the aggregator, through kubectl port-forward to its Service", 30*time.Second, nil, "GAP: aggregator-started")
 	t.Logf("routedctl flows through the port-forward:\n%s", out)
 
 	// The allowed port, until it answers (the server's block route may
@@ -164,8 +164,8 @@ func TestFlowsOnCluster(t *testing.T) {
 	}
 	waitFlows("the allowed flow from both nodes", 60*time.Second, []string{"-n", flowsNS, "--port", "8080"}, client+" ", server+" ")
 
-	// Now the measured ones: a new allowed connection and a denied one.
-	since := time.Now().UTC().Truncate(time.Second)
+	// Now the measured ones: a new allowed connection and two denied.
+	since := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
 	allowedAt := time.Now()
 	if out, err := connect(8080); err != nil || !strings.Contains(out, "ok") {
 		t.Fatalf("client -> server:8080 (allowed by rule 0): %v %q", err, out)
@@ -174,32 +174,49 @@ func TestFlowsOnCluster(t *testing.T) {
 	if out, err := connect(9090); err == nil {
 		t.Fatalf("client -> server:9090 connected (%q): the policy's rule 1 denies it", out)
 	}
-	sinceArg := since.Format(time.RFC3339)
-	denyRule := "ingress default/np:" + flowsNS + "/web[1] Deny"
-	out, _ = waitFlows("the denied flow", 10*time.Second-time.Since(deniedAt), []string{"-n", flowsNS, "--verdict", "deny", "--since", sinceArg},
-		server+" ", flowsNS+"/client", flowsNS+"/server", "TCP/9090", denyRule)
+	guardAt := time.Now()
+	if out, err := connect(7070); err == nil {
+		t.Fatalf("client -> server:7070 connected (%q): tier security's guard denies it", out)
+	}
+	out = waitFlows("the NetworkPolicy's deny", 10*time.Second-time.Since(deniedAt), []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
+		server+" ", flowsNS+"/client", flowsNS+"/server", "TCP/9090", flowsDenyRule)
 	deniedTook := time.Since(deniedAt)
-	t.Logf("denied flow in routedctl flows %s after its first packet:\n%s", deniedTook.Round(time.Millisecond), out)
-	out, _ = waitFlows("the allowed flow", 10*time.Second-time.Since(allowedAt), []string{"-n", flowsNS, "--port", "8080", "--since", sinceArg},
-		"allow", "TCP/8080", "ingress default/np:"+flowsNS+"/web[0] Allow")
+	t.Logf("the NetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", deniedTook.Round(time.Millisecond), out)
+	out = waitFlows("tier security's deny", 10*time.Second-time.Since(guardAt), []string{"-n", flowsNS, "--verdict", "deny", "--policy", "security.guard", "--since", since},
+		server+" ", "TCP/7070", "ingress security/gnp:security.guard[0] Deny")
+	t.Logf("the GlobalNetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", time.Since(guardAt).Round(time.Millisecond), out)
+	out = waitFlows("the allowed flow, passed by tier security, staged to be denied", 10*time.Second-time.Since(allowedAt),
+		[]string{"-n", flowsNS, "--port", "8080", "--node", server, "--since", since, "-o", "wide"},
+		"allow", "TCP/8080", "ingress default/np:"+flowsNS+"/web[0] Allow", "ingress: ingress security/gnp:security.guard[1] Pass", "sgnp:lockdown=deny")
 	t.Logf("allowed flow in routedctl flows %s after its first packet:\n%s", time.Since(allowedAt).Round(time.Millisecond), out)
 	if strings.Contains(flows("-n", flowsNS, "--port", "9090", "--verdict", "allow", "--node", server), "TCP/9090") {
 		t.Errorf("the server's node recorded the denied connection as allowed")
 	}
 
 	// The page, from the aggregator in the cluster, through the same
-	// port-forward: the denied flow marked, filtered to it, its rule.
-	page := flowpagetest.Open(t, pf, readToken(t, fl.token))
-	page.Wait("the denied flow of "+flowsNS+" marked", `[...document.querySelectorAll("#flows tr.flow.denied")].some((r) => r.textContent.includes("`+flowsNS+`/server"))`)
-	page.SetFilter("f-verdict", "deny")
+	// port-forward: the denied flows marked; filtered to the denied
+	// flows of the namespace and a policy, each names its rule.
+	page := flowpagetest.Open(t, r.url, readToken(t, fl.token))
+	page.Wait("the denied flows of "+flowsNS+" marked", `[...document.querySelectorAll("#flows tr.flow.denied")].filter((r) => r.textContent.includes("`+flowsNS+`/server")).length >= 2`)
 	page.SetFilter("f-namespace", flowsNS)
-	page.Wait("only denied flows of "+flowsNS+" after the filters", `(() => { const rows = document.querySelectorAll("#flows tr.flow");
-		return rows.length >= 1 && [...rows].every((r) => r.classList.contains("denied") && r.textContent.includes("`+flowsNS+`/")) })()`)
-	if rule := page.Text("#flows tr.denied td.rule"); !strings.Contains(rule, "ingress Deny np:"+flowsNS+"/web rule 1") {
-		t.Errorf("the page's denied row names %q, want the NetworkPolicy's rule 1 (ingress Deny np:%s/web rule 1)", rule, flowsNS)
-	}
+	page.Wait("only flows of "+flowsNS+" after the filter", `[...document.querySelectorAll("#flows tr.flow")].every((r) => r.textContent.includes("`+flowsNS+`/"))`)
 	if path := os.Getenv("FLOWS_SCREENSHOT"); path != "" {
 		page.Screenshot(path)
+	}
+	page.SetFilter("f-verdict", "deny")
+	// (The policy filter matches a policy anywhere in a trace: 9090's
+	// passed tier security's guard, so port 7070 picks the guard's deny.)
+	for _, p := range []struct{ port, policy, rule string }{
+		{"7070", "", "ingress Deny gnp:security.guard rule 0"},
+		{"", "web", "ingress Deny np:" + flowsNS + "/web rule 1"},
+	} {
+		page.SetFilter("f-port", p.port)
+		page.SetFilter("f-policy", p.policy)
+		page.Wait("only denied flows of "+flowsNS+" decided by "+p.rule, fmt.Sprintf(`(() => { const rows = document.querySelectorAll("#flows tr.flow");
+			return rows.length >= 1 && [...rows].every((r) => r.classList.contains("denied") && r.querySelector("td.rule").textContent.includes(%q)) })()`, p.rule))
+		if rule := page.Text("#flows tr.denied td.rule"); !strings.Contains(rule, p.rule) {
+			t.Errorf("the page's denied row filtered to port %q, policy %q names %q, want %q", p.port, p.policy, rule, p.rule)
+		}
 	}
 
 	// The server node's JSON lines for log shippers hold the denied flow
@@ -208,6 +225,8 @@ func TestFlowsOnCluster(t *testing.T) {
 	if deniedTook > 10*time.Second {
 		t.Errorf("the denied flow took %s to show, want under 10 s", deniedTook)
 	}
+
+	flowsResume(ctx, t, c, r, filepath.Join(dir, "port-forward-2.log"), connect)
 	t.Logf("TestFlowsOnCluster ran %s", time.Since(testStart).Round(time.Second))
 }
 
@@ -242,8 +261,8 @@ func readToken(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// flowsPodsYAML is a server pod on node server listening on 8080 and
-// 9090 (each connection answered "ok"), and a client pod on node client.
+// flowsPodsYAML is a server pod on node server listening on 7070, 8080
+// and 9090 (each connection answered "ok"), and a client pod on node client.
 func flowsPodsYAML(client, server string) string {
 	pod := func(name, node, labels, cmd string) string {
 		return fmt.Sprintf(`apiVersion: v1
@@ -260,6 +279,6 @@ spec:
     command: ["/bin/busybox", "sh", "-c", %q]
 `, name, flowsNS, labels, node, k8scluster.BusyboxImage, cmd)
 	}
-	serve := "for p in 8080 9090; do /bin/busybox nc -ll -p $p -e /bin/busybox echo ok & done; wait"
+	serve := "for p in 7070 8080 9090; do /bin/busybox nc -ll -p $p -e /bin/busybox echo ok & done; wait"
 	return pod("server", server, "app: server", serve) + "---\n" + pod("client", client, "app: client", "exec /bin/busybox sleep 3600")
 }
