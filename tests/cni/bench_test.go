@@ -31,6 +31,9 @@ import (
 //     IPAM and endpoint writes itself under the host lock);
 //   - host-local: routed-cni's own cost (the veth work plus the endpoint
 //     write, direct).
+//
+// The direct column's sequential calls are broken down by step from the
+// plugins' debug log (reportSteps: direct-<verb>-<thin|full>-<step>-ms).
 func BenchmarkAddDel(b *testing.B) {
 	b.Run("routed-ipam", func(b *testing.B) {
 		n := newDurableTLSNode(b)
@@ -42,7 +45,8 @@ func BenchmarkAddDel(b *testing.B) {
 			{"daemon", confList(b, "routed-net", "1.1.0", n.routedIPAMConf(nil))},
 			{"direct", confList(b, "routed-net", "1.1.0", direct)},
 		}
-		benchAddDel(b, n, cols)
+		seqLog := benchAddDel(b, n, cols)
+		reportSteps(b, seqLog)
 		for _, c := range cols {
 			reportRequests(b, n, c, newPod(b, "count-"+c.name))
 		}
@@ -59,7 +63,9 @@ type column struct {
 	conf *libcni.NetworkConfigList
 }
 
-func benchAddDel(b *testing.B, n *node, cols []column) {
+// benchAddDel measures cols beside the reference and returns what the
+// plugins logged during the last sequential measurement.
+func benchAddDel(b *testing.B, n *node, cols []column) (seqLog string) {
 	ref := column{"ref", confList(b, "ref-net", "1.1.0", netconf{
 		"type": "ptp",
 		"ipam": map[string]any{"type": "host-local", "subnet": "10.97.0.0/16", "dataDir": n.ipamDir},
@@ -80,12 +86,14 @@ func benchAddDel(b *testing.B, n *node, cols []column) {
 	b.ResetTimer()
 	for range b.N {
 		adds, dels := map[string][]time.Duration{}, map[string][]time.Duration{}
+		mark := n.logMark(b)
 		for i := range seqRuns {
 			for _, c := range all {
 				a, d := n.cycle(b, c.conf, pods[0], i)
 				adds[c.name], dels[c.name] = append(adds[c.name], a), append(dels[c.name], d)
 			}
 		}
+		seqLog = n.logSince(b, mark)
 		report(b, "seq", cols, adds, dels)
 
 		adds, dels = map[string][]time.Duration{}, map[string][]time.Duration{}
@@ -109,6 +117,7 @@ func benchAddDel(b *testing.B, n *node, cols []column) {
 		report(b, "par8", cols, adds, dels)
 	}
 	b.StopTimer()
+	return seqLog
 }
 
 // reportRequests counts, from etcd's own metrics, the requests one

@@ -85,32 +85,7 @@ func TestViaRouted(t *testing.T) {
 		t.Errorf("ADD via routed made %.0f etcd requests (%.0f transactions), want 1 transaction", u1-u0, t1-t0)
 	}
 	ip := res.IPs[0].Address.IP
-	var mac string
-	if err := p.netns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
-		if err == nil {
-			mac = l.Attrs().HardwareAddr.String()
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var wep *api.WorkloadEndpoint
-	for _, w := range n.endpoints() {
-		if w.Spec.ContainerID == p.containerID {
-			wep = w
-		}
-	}
-	if wep == nil || len(wep.Spec.IPNetworks) != 1 || wep.Spec.IPNetworks[0] != ip.String()+"/32" || wep.Spec.MAC != mac {
-		t.Fatalf("endpoint %+v, want %s/32 and MAC %s", wep, ip, mac)
-	}
-	hresp, err := n.store.Etcd().Get(context.Background(), "/routed/v1/ipam/handles/via-net."+p.containerID)
-	if err != nil || len(hresp.Kvs) != 1 {
-		t.Fatalf("handle: %v %v", hresp, err)
-	}
-	if rev := strconv.FormatInt(hresp.Kvs[0].ModRevision, 10); rev != wep.Metadata.ResourceVersion {
-		t.Errorf("handle written at %s, endpoint at %s: not one transaction", rev, wep.Metadata.ResourceVersion)
-	}
+	n.checkEndpointWritten(t, p, "via-net", ip)
 	if out, err := inPod(warm, "ping", "-c1", "-W2", ip.String()); err != nil {
 		t.Errorf("ping from another pod: %v\n%s", err, out)
 	}
