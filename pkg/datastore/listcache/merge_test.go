@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,17 +53,17 @@ func TestSaveMergesChangesIntoTheFile(t *testing.T) {
 	c.Listed([]*mvccpb.KeyValue{
 		kv(epPart+"b", "b1", 3), kv(probeKey, "ci", 2), kv(epPart+"d", "d1", 4), kv(polPart+"p", "p1", 5),
 	}, 10, 77)
-	if err := c.save(context.Background()); err != nil {
+	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	c.Changed([]*clientv3.Event{putEv(epPart+"a", "a1", 11), putEv(epPart+"b", "b2", 12), delEv(epPart+"d", 13),
 		putEv(handles+"x", "h", 14)}, 14)
-	if err := c.save(context.Background()); err != nil {
+	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	c.Changed([]*clientv3.Event{putEv(epPart+"c", "c1", 15), putEv(epPart+"z", "z1", 16), delEv(epPart+"a", 17),
 		putEv(polPart+"p", "p2", 18)}, 20)
-	if err := c.save(context.Background()); err != nil {
+	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	c2, _ := New(Options{Path: path})
@@ -89,13 +90,13 @@ func TestDiscardedCacheWritesNothing(t *testing.T) {
 	c, _ := New(Options{Path: path})
 	c.Load(prefix, parts, probeKey)
 	c.Listed([]*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
-	if err := c.save(context.Background()); err != nil {
+	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
 	c.Discarded(datastore.ListCompacted)
 	c.Changed([]*clientv3.Event{putEv(epPart+"a", "a", 9)}, 9)
-	if err := c.save(context.Background()); err != nil {
+	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(path)
@@ -116,5 +117,45 @@ func TestStaleTemporaryFilesRemoved(t *testing.T) {
 	c.Load(prefix, parts, probeKey)
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Fatalf("stale temporary file still there: %v", err)
+	}
+}
+
+// TestPacedWrite: a write while the node runs keeps to WriteRate; the
+// write on the way out does not wait, and one cut short by the node
+// stopping loses nothing (the last write takes it).
+func TestPacedWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	c, _ := New(Options{Path: path, WriteRate: 1 << 20})
+	c.Load(prefix, parts, probeKey)
+	var base []*mvccpb.KeyValue
+	val := string(make([]byte, 10<<10))
+	for i := range 250 { // 2.5 MiB
+		base = append(base, kv(fmt.Sprintf("%sp%04d", epPart, i), val, 3))
+	}
+	c.Listed(base, 10, 1)
+	start := time.Now()
+	if err := c.save(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 1500*time.Millisecond {
+		t.Fatalf("2.5 MiB at 1 MiB/s written in %s", d)
+	}
+	c.Changed([]*clientv3.Event{putEv(epPart+"new", "n", 11)}, 11)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.save(ctx, true); err == nil {
+		t.Fatal("a paced write of 2.5 MiB finished in 300 ms")
+	}
+	start = time.Now()
+	if err := c.save(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the unpaced write took %s", d)
+	}
+	c2, _ := New(Options{Path: path})
+	cl, ok := c2.Load(prefix, parts, probeKey)
+	if !ok || cl.Revision != 11 || len(cl.KVs) != 251 {
+		t.Fatalf("after the cut-short write: loaded %v at %d with %d keys, want 251 at 11", ok, cl.Revision, len(cl.KVs))
 	}
 }

@@ -18,8 +18,11 @@ import (
 )
 
 // save writes the base with the changes taken so far as the new file.
-// Changes that arrive meanwhile are kept for the next save.
-func (c *Cache) save(ctx context.Context) error {
+// Changes that arrive meanwhile are kept for the next save. A paced save
+// writes at most WriteRate bytes a second, so a big cluster's file does
+// not take a core in bursts while the node runs (the save on the way out
+// is not paced).
+func (c *Cache) save(ctx context.Context, paced bool) error {
 	c.mu.Lock()
 	if !c.valid || (c.memBase == nil && c.rev == c.savedRev) {
 		c.mu.Unlock()
@@ -32,12 +35,18 @@ func (c *Cache) save(ctx context.Context) error {
 	start := time.Now()
 	baseRev := hdr.Revision
 	hdr.Revision, hdr.Written = rev, start.Unix()
-	n, size, err := c.write(ctx, hdr, baseRev, memBase, changes)
+	n, size, err := c.write(ctx, hdr, baseRev, memBase, changes, c.pacer(paced))
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
 		return err // a new base replaced this one meanwhile
+	}
+	if err != nil && ctx.Err() != nil {
+		// Cut short (the node stops while a paced write runs): nothing
+		// is lost, the write on the way out takes it all.
+		c.putBack(changes)
+		return err
 	}
 	if err != nil {
 		c.m.saveFailures.Inc()
@@ -48,12 +57,7 @@ func (c *Cache) save(ctx context.Context) error {
 			c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
 			return fmt.Errorf("%w (no cache until the next list)", err)
 		}
-		for k, ev := range changes { // the later changes win
-			if _, ok := c.changes[k]; !ok {
-				c.changes[k] = ev
-				c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
-			}
-		}
+		c.putBack(changes)
 		return err
 	}
 	c.memBase, c.savedRev, c.hdr.Revision = nil, rev, rev
@@ -65,9 +69,20 @@ func (c *Cache) save(ctx context.Context) error {
 	return nil
 }
 
+// putBack returns changes a failed write took to the pending ones (the
+// later changes win); c.mu is held.
+func (c *Cache) putBack(changes map[string]*clientv3.Event) {
+	for k, ev := range changes {
+		if _, ok := c.changes[k]; !ok {
+			c.changes[k] = ev
+			c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
+		}
+	}
+}
+
 // write replaces the file with base (memBase, or the file on disk at
 // baseRev) merged with changes; it returns the keys and bytes written.
-func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []*mvccpb.KeyValue, changes map[string]*clientv3.Event) (int, int64, error) {
+func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []*mvccpb.KeyValue, changes map[string]*clientv3.Event, pace func(context.Context, int) error) (int, int64, error) {
 	var next func() (*mvccpb.KeyValue, bool)
 	var disk *file
 	if memBase != nil {
@@ -116,6 +131,9 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []
 			written++
 			if written%4096 == 0 && ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if err := pace(ctx, len(kv.Key)+len(kv.Value)); err != nil {
+				return err
 			}
 			return fw.record(kv)
 		}
@@ -166,5 +184,33 @@ func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
+	}
+}
+
+// pacer returns what write calls for each record's bytes: when paced, it
+// sleeps whenever the write is ahead of WriteRate (checked every MiB).
+func (c *Cache) pacer(paced bool) func(context.Context, int) error {
+	if !paced || c.opt.WriteRate < 0 {
+		return func(context.Context, int) error { return nil }
+	}
+	start, done, next := time.Now(), 0, 1<<20
+	return func(ctx context.Context, n int) error {
+		done += n
+		if done < next {
+			return nil
+		}
+		next = done + 1<<20
+		ahead := time.Duration(float64(done)/float64(c.opt.WriteRate)*float64(time.Second)) - time.Since(start)
+		if ahead <= 0 {
+			return nil
+		}
+		t := time.NewTimer(ahead)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
 	}
 }
