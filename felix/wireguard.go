@@ -2,8 +2,10 @@ package felix
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
+	"slices"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
@@ -128,7 +130,10 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 			continue
 		}
 		seen := map[wgtypes.Key]string{s.wg.own[fam]: cfg.NodeName}
-		for name, n := range s.nodes {
+		// By name: of two nodes with one key, the first keeps it, the
+		// same on every run and every node.
+		for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+			n := s.nodes[name]
 			if name == cfg.NodeName {
 				continue
 			}

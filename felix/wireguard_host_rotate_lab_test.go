@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/wireguard"
 )
 
 // TestWireguardHostEncryptionKeyRotation: node-a rotates its key with
@@ -75,4 +78,40 @@ func TestWireguardHostEncryptionFelixConfiguration(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestWireguardHostEncryptionAcrossRestart: like felix's routes, the
+// rule and table 82 stay while felix is stopped (host traffic keeps
+// going through the device, here the same userspace device); a felix
+// that starts with host encryption off removes them.
+func TestWireguardHostEncryptionAcrossRestart(t *testing.T) {
+	l := newWGLab(t, func(_ string, c *felix.Config) { c.WireGuard.HostEncryption = true })
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	waitHostEncrypted(t, a, "node-b", true)
+	srv := listenHost(t, b, 7782)
+	l.stop(a)
+	if r := hostRule(t, a); !strings.Contains(r, "lookup 82") {
+		t.Errorf("felix stopped: rule gone (%q), want it kept like the routes", r)
+	}
+	if r := hostTable(t, a); !strings.Contains(r, "192.0.2.2 dev "+wireguard.DeviceV4) {
+		t.Errorf("felix stopped: table 82 %q, want the route kept", r)
+	}
+	stop := capture(t, a, "192.0.2.2")
+	hostTalk(t, a, srv, "192.0.2.2:7782")
+	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
+		t.Error("felix stopped: host payload in clear")
+	}
+	a.f.SetWireguardHostEncryption(false) // queued: the next Run starts with it off
+	l.start(a)
+	l.feedAll() // a new Run programs once it has the feed's snapshot
+	nstest.Eventually(t, 10*time.Second, func() string {
+		if r := hostRule(t, a) + hostTable(t, a); strings.Contains(r, "82") || strings.Contains(r, "192.0.2.2") {
+			return "restarted with host encryption off: left " + r
+		}
+		if out, err := exec.Command("ip", "netns", "exec", a.ns.Name, "nft", "list", "table", "inet", wireguard.IncomingTable).CombinedOutput(); err == nil {
+			return "restarted with host encryption off: incoming mark table left:\n" + string(out)
+		}
+		return ""
+	})
+	hostTalk(t, a, srv, "192.0.2.2:7782")
 }

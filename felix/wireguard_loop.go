@@ -67,15 +67,14 @@ func (l *loop) wgPodMTU(pod int) int {
 // stopped being) recomputes the routes, which go through it only while
 // it is ready: until then pod traffic to other nodes is held.
 func (l *loop) applyWireguard(full bool) error {
+	// A new Run starts from a fresh state while the devices outlive
+	// Runs: tell the plan what they are before configuring them, or the
+	// first sync would remove every peer (and its session) to add it
+	// back a moment later.
+	l.wgInputs()
 	err := l.syncWireguard(full)
-	w := l.f.wg
-	ready := [2]bool{w.dev[wg4].Ready() && w.hasKey[wg4] && w.on[wg4], w.dev[wg6].Ready() && w.hasKey[wg6] && w.on[wg6]}
-	if ready != l.st.wg.ready || w.on != l.st.wg.on {
-		l.st.wg.ready, l.st.wg.on = ready, w.on
-		l.plan = computePlan(l.cfg, l.st)
-		if rerr := l.rt.SetRoutes(l.plan.routes); rerr != nil {
-			l.log.WithError(rerr).Warn("some routes are invalid and were skipped")
-		}
+	ready, changed := l.wgInputs()
+	if changed {
 		err = errors.Join(err, l.syncWireguard(false))
 	}
 	changed, herr := l.applyHostEncryption(full, ready)
@@ -86,6 +85,27 @@ func (l *loop) applyWireguard(full bool) error {
 	}
 	l.logHeld()
 	return err
+}
+
+// wgInputs tells the plan which devices are on and ready, recomputing
+// it (and the routes) when that changed; it returns readiness.
+func (l *loop) wgInputs() (ready [2]bool, changed bool) {
+	w := l.f.wg
+	for fam := range ready {
+		ready[fam] = w.dev[fam].Ready() && w.hasKey[fam] && w.on[fam]
+		if w.hasKey[fam] {
+			l.st.wg.own[fam] = w.key[fam].PublicKey()
+		}
+	}
+	if ready == l.st.wg.ready && w.on == l.st.wg.on {
+		return ready, false
+	}
+	l.st.wg.ready, l.st.wg.on = ready, w.on
+	l.plan = computePlan(l.cfg, l.st)
+	if err := l.rt.SetRoutes(l.plan.routes); err != nil {
+		l.log.WithError(err).Warn("some routes are invalid and were skipped")
+	}
+	return ready, true
 }
 
 func (l *loop) syncWireguard(full bool) error {
