@@ -55,7 +55,9 @@ func startCNIToken(ctx context.Context, c CNITokenConfig, stateDirs ...string) (
 // that lets it ask goes with the same kubectl delete): routed removes
 // what it and install-cni put on the host,
 // so the runtime does not keep using a CNI configuration that points at
-// a plugin with nobody behind it. When the API cannot say, nothing is
+// a plugin with nobody behind it, and its WireGuard state in the kernel
+// (uninstallKernel), so host traffic does not keep going to devices and
+// a table nobody programs. When the API cannot say, nothing is
 // removed.
 func uninstallIfDeleted(tc cnitoken.Config, c CNITokenConfig, stateDirs []string, seenDeleted bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -74,6 +76,12 @@ func uninstallIfDeleted(tc cnitoken.Config, c CNITokenConfig, stateDirs []string
 	}
 	removed := uninstallFiles(c, stateDirs)
 	l.WithField("removed", removed).Info("routed's DaemonSet is deleted: removed routed's files from the host")
+	// routed runs in the host's network namespace: "" is the host's.
+	kernelRemoved, err := uninstallKernel("")
+	if err != nil {
+		l.WithError(err).Warn("uninstall: could not remove all of routed's WireGuard state from the kernel")
+	}
+	l.WithField("removed", kernelRemoved).Info("routed's DaemonSet is deleted: removed routed's WireGuard rules, table and devices")
 }
 
 // uninstallFiles removes install-cni's and routed's files and returns
