@@ -39,13 +39,6 @@ func (t *timings) mark(step string) {
 	t.last = now
 }
 
-// request records one etcd request that took d.
-func (t *timings) request(kind string, d time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.add("etcd."+kind, d)
-}
-
 // String lists the steps as "name=ms name=ms ...".
 func (t *timings) String() string {
 	t.mu.Lock()

@@ -96,3 +96,10 @@ func (c *call) timeStore(store Store) {
 	}
 	c.tm.mark("dial")
 }
+
+// request records one etcd request that took d.
+func (t *timings) request(kind string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.add("etcd."+kind, d)
+}
