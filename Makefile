@@ -81,7 +81,8 @@ bench: deps build
 	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ && \
 	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ && \
 	  $(BENCH) -bench PodThroughput -benchtime 1x ./tests/e2e/ && \
-	  $(BENCH) -bench PolicyDataplane -benchtime 1x ./tests/e2e/ ; } | tee $(BIN)/bench.txt
+	  $(BENCH) -bench PolicyDataplane -benchtime 1x ./tests/e2e/ && \
+	  $(BENCH) -bench FlowCollection -benchtime 1x ./tests/e2e/ ; } | tee $(BIN)/bench.txt
 
 demo: build
 	./tests/ensure-deps.sh demo
