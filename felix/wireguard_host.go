@@ -124,21 +124,32 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 	// rule before any route of table 82 exists (wireguard.IncomingMark).
 	anyOn := h.on && ((w.on[wg4] && ready[wg4]) || (w.on[wg6] && ready[wg6]))
 	hr.mark.Set(anyOn)
+	var hostErr error // host encryption's kernel state could not be written
 	if err := hr.mark.Apply(full); err != nil {
-		errs = append(errs, err)
-		anyOn = false // no routes through the devices: rp_filter could drop the peers' UDP
+		hostErr = err // no routes through the devices: rp_filter could drop the peers' UDP
 	}
-	if anyOn && (full || !hr.srcValidMark) {
+	if anyOn && hostErr == nil && (full || !hr.srcValidMark) {
 		_, err := writeSysctls(l.cfg.NetNSPath, []sysctl{{path: "net/ipv4/conf/all/src_valid_mark", value: "1"}})
 		hr.srcValidMark = err == nil
-		if err != nil {
-			errs = append(errs, err)
-			anyOn = false
-		}
+		hostErr = err
+	}
+	if hostErr != nil {
+		errs = append(errs, hostErr)
+		anyOn = false
 	}
 	for fam := range w.dev {
 		on := anyOn && w.on[fam] && ready[fam]
 		clear, enc := map[string]string{}, map[string]bool{}
+		if !on && h.on && w.on[fam] {
+			// Wanted but not possible: in clear (never held), and say why.
+			why := "this node's WireGuard device " + l.plan.wg[fam].dev + " is not ready"
+			if hostErr != nil && ready[fam] {
+				why = "host encryption's kernel state could not be written: " + hostErr.Error()
+			}
+			for _, node := range l.plan.wg[fam].byAddr {
+				clear[node] = why
+			}
+		}
 		if on {
 			c, err := l.refreshHandshakes(fam, full)
 			changed = changed || c

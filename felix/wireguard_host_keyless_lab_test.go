@@ -3,6 +3,7 @@ package felix_test
 import (
 	"bytes"
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/wireguard"
 )
 
 // TestWireguardHostEncryptionPeerWithoutKey: node-a encrypts host
@@ -99,4 +101,32 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestWireguardHostEncryptionDeviceUnavailable: asked for the kernel's
+// WireGuard on a kernel without it, node-a has no device: its pod
+// traffic is held, but its host traffic is not (it goes in clear, the
+// status says why) and no rule is written.
+func TestWireguardHostEncryptionDeviceUnavailable(t *testing.T) {
+	nstest.RequireRoot(t)
+	if exec.Command("unshare", "-n", "ip", "link", "add", "wgprobe0", "type", "wireguard").Run() == nil {
+		t.Skip("this kernel has WireGuard: the test is for one without (the VM tier has it)")
+	}
+	l := newWGLab(t, func(node string, c *felix.Config) {
+		c.WireGuard.HostEncryption = true
+		if node == "node-a" {
+			c.WireGuard.Mode = wireguard.ModeKernel
+		}
+	})
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	l.waitRoute(a, b.block, "blackhole")
+	st := waitHostEncrypted(t, a, "node-b", false)
+	if len(st.HostPeers) != 1 || !strings.Contains(st.HostPeers[0].Reason, "not ready") {
+		t.Errorf("status: host peers %+v, want node-b in clear because the device is not ready", st.HostPeers)
+	}
+	srv := listenHost(t, b, 7783)
+	hostTalk(t, a, srv, "192.0.2.2:7783")
+	if r := hostRule(t, a); strings.TrimSpace(r) != "" {
+		t.Errorf("a rule without a device: %q", r)
+	}
 }
