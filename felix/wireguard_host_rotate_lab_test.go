@@ -88,6 +88,7 @@ func TestWireguardHostEncryptionAcrossRestart(t *testing.T) {
 	l := newWGLab(t, func(_ string, c *felix.Config) { c.WireGuard.HostEncryption = true })
 	a, b := l.nodes["node-a"], l.nodes["node-b"]
 	waitHostEncrypted(t, a, "node-b", true)
+	waitHostEncrypted(t, b, "node-a", true) // the echoes come back encrypted too
 	srv := listenHost(t, b, 7782)
 	l.stop(a)
 	if r := hostRule(t, a); !strings.Contains(r, "lookup 82") {
