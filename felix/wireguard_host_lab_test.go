@@ -118,7 +118,9 @@ func dumpPcap(t *testing.T, pcap []byte) string {
 func waitHostEncrypted(t *testing.T, n *wgNode, peer string, want bool) felix.WireguardStatus {
 	t.Helper()
 	var st felix.WireguardStatus
-	nstest.Eventually(t, 30*time.Second, func() string {
+	// Generous: under -race userspace WireGuard's handshakes after a
+	// rotation took 21 s (1 s without).
+	nstest.Eventually(t, 60*time.Second, func() string {
 		var err error
 		if st, err = n.f.Wireguard(context.Background()); err != nil {
 			return err.Error()

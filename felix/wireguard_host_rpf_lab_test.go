@@ -33,6 +33,9 @@ func TestWireguardHostEncryptionStrictRPFilter(t *testing.T) {
 			}
 			srv := listenHost(t, b, 7779)
 			waitHostEncrypted(t, a, "node-b", true)
+			if bHost {
+				waitHostEncrypted(t, b, "node-a", true)
+			}
 			l.waitPing(a, b.pod, 20*time.Second)
 			stop := capture(t, a, "192.0.2.2")
 			hostTalk(t, a, srv, "192.0.2.2:7779")
