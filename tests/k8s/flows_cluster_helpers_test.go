@@ -226,3 +226,8 @@ func (r *flowsReader) wait(what string, limit time.Duration, args []string, want
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// sinceNow is routedctl flows --since for "from now on": the flows of
+// intervals ending after this instant (to the nanosecond, so an
+// interval that ended a moment ago is not taken for a new one).
+func sinceNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }

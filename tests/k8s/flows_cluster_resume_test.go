@@ -52,7 +52,7 @@ func flowsResume(ctx context.Context, t *testing.T, c *k8scluster.Cluster, r *fl
 	}
 	t.Logf("routed on %s Ready again %s after the kill", server.Name, time.Since(killed).Round(time.Second))
 	r.wait("the restart as a gap", 60*time.Second, nil, "GAP: node-restarted")
-	since := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+	since := sinceNow()
 	at := deny("after the kill")
 	out := r.wait("a denied flow after the restart", 10*time.Second-time.Since(at), []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
 		server.Name+" ", flowsDenyRule)
@@ -62,15 +62,15 @@ func flowsResume(ctx context.Context, t *testing.T, c *k8scluster.Cluster, r *fl
 	// Deployment; the old port-forward goes with the old pod.
 	oldPod := strings.TrimSpace(kubectlOK(ctx, t, c, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component=flows-aggregator", "-o", "jsonpath={.items[0].metadata.name}"))
 	kubectlOK(ctx, t, c, "-n", "kube-system", "delete", "pod", oldPod, "--wait=true")
-	since = time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+	since = sinceNow()
 	deny("while the aggregator was away")
 	kubectlOK(ctx, t, c, "-n", "kube-system", "rollout", "status", "deploy/routed-flows-aggregator", "--timeout=120s")
 	r.url = portForward(ctx, t, c, pfLog)
 	r.wait("the new aggregator's start as a gap", 30*time.Second, nil, "GAP: aggregator-started")
 	r.wait("the denied flow of the aggregator's absence, resent", 60*time.Second, []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
 		server.Name+" ", flowsDenyRule)
+	since = sinceNow()
 	at = deny("after the aggregator's restart")
-	since = time.Unix(at.Unix(), 0).UTC().Format(time.RFC3339)
 	out = r.wait("a denied flow after the aggregator's restart", 10*time.Second-time.Since(at), []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
 		server.Name+" ", flowsDenyRule)
 	t.Logf("after the aggregator's restart, a denied flow in routedctl flows %s after its first packet:\n%s", time.Since(at).Round(time.Millisecond), out)

@@ -164,31 +164,33 @@ func TestFlowsOnCluster(t *testing.T) {
 	}
 	waitFlows("the allowed flow from both nodes", 60*time.Second, []string{"-n", flowsNS, "--port", "8080"}, client+" ", server+" ")
 
-	// Now the measured ones: a new allowed connection and two denied.
-	since := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+	// Now the measured ones, each timed from its own connection: a new
+	// allowed connection, then the two denied.
+	since := sinceNow()
 	allowedAt := time.Now()
 	if out, err := connect(8080); err != nil || !strings.Contains(out, "ok") {
 		t.Fatalf("client -> server:8080 (allowed by rule 0): %v %q", err, out)
 	}
-	deniedAt := time.Now()
-	if out, err := connect(9090); err == nil {
-		t.Fatalf("client -> server:9090 connected (%q): the policy's rule 1 denies it", out)
-	}
-	guardAt := time.Now()
-	if out, err := connect(7070); err == nil {
-		t.Fatalf("client -> server:7070 connected (%q): tier security's guard denies it", out)
-	}
-	out = waitFlows("the NetworkPolicy's deny", 10*time.Second-time.Since(deniedAt), []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
-		server+" ", flowsNS+"/client", flowsNS+"/server", "TCP/9090", flowsDenyRule)
-	deniedTook := time.Since(deniedAt)
-	t.Logf("the NetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", deniedTook.Round(time.Millisecond), out)
-	out = waitFlows("tier security's deny", 10*time.Second-time.Since(guardAt), []string{"-n", flowsNS, "--verdict", "deny", "--policy", "security.guard", "--since", since},
-		server+" ", "TCP/7070", "ingress security/gnp:security.guard[0] Deny")
-	t.Logf("the GlobalNetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", time.Since(guardAt).Round(time.Millisecond), out)
 	out = waitFlows("the allowed flow, passed by tier security, staged to be denied", 10*time.Second-time.Since(allowedAt),
 		[]string{"-n", flowsNS, "--port", "8080", "--node", server, "--since", since, "-o", "wide"},
 		"allow", "TCP/8080", "ingress default/np:"+flowsNS+"/web[0] Allow", "ingress: ingress security/gnp:security.guard[1] Pass", "sgnp:lockdown=deny")
 	t.Logf("allowed flow in routedctl flows %s after its first packet:\n%s", time.Since(allowedAt).Round(time.Millisecond), out)
+	since = sinceNow()
+	deniedAt := time.Now()
+	if out, err := connect(9090); err == nil {
+		t.Fatalf("client -> server:9090 connected (%q): the policy's rule 1 denies it", out)
+	}
+	out = waitFlows("the NetworkPolicy's deny", 10*time.Second-time.Since(deniedAt), []string{"-n", flowsNS, "--verdict", "deny", "--port", "9090", "--since", since},
+		server+" ", flowsNS+"/client", flowsNS+"/server", "TCP/9090", flowsDenyRule)
+	t.Logf("the NetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", time.Since(deniedAt).Round(time.Millisecond), out)
+	since = sinceNow()
+	guardAt := time.Now()
+	if out, err := connect(7070); err == nil {
+		t.Fatalf("client -> server:7070 connected (%q): tier security's guard denies it", out)
+	}
+	out = waitFlows("tier security's deny", 10*time.Second-time.Since(guardAt), []string{"-n", flowsNS, "--verdict", "deny", "--port", "7070", "--since", since},
+		server+" ", "TCP/7070", "ingress security/gnp:security.guard[0] Deny")
+	t.Logf("the GlobalNetworkPolicy's deny in routedctl flows %s after its first packet:\n%s", time.Since(guardAt).Round(time.Millisecond), out)
 	if strings.Contains(flows("-n", flowsNS, "--port", "9090", "--verdict", "allow", "--node", server), "TCP/9090") {
 		t.Errorf("the server's node recorded the denied connection as allowed")
 	}
@@ -222,9 +224,6 @@ func TestFlowsOnCluster(t *testing.T) {
 	// The server node's JSON lines for log shippers hold the denied flow
 	// with its rule.
 	checkFlowsFile(t, c.Nodes[1].HostPath("/var/log/routed/flows.jsonl"), flowsNS)
-	if deniedTook > 10*time.Second {
-		t.Errorf("the denied flow took %s to show, want under 10 s", deniedTook)
-	}
 
 	flowsResume(ctx, t, c, r, filepath.Join(dir, "port-forward-2.log"), connect)
 	t.Logf("TestFlowsOnCluster ran %s", time.Since(testStart).Round(time.Second))
