@@ -89,15 +89,10 @@ func (p *Plugin) addDirect(ctx context.Context, c *call, hostNS, contNS ns.NetNS
 // pair is created; then both ends are configured. Every step done is
 // registered with undo, which the caller runs on failure.
 func (p *Plugin) addLocal(ctx context.Context, c *call, l *localIPAM, hostNS, contNS ns.NetNS, undo *rollback) (*current.Result, error) {
-	pod, err := p.podInfo(ctx, c)
+	wep, mac, err := p.newEndpoint(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	mac, err := randomMAC()
-	if err != nil {
-		return nil, err
-	}
-	wep := c.buildEndpoint(nil, mac, pod)
 	put := ipamcore.NewEndpointPut(wep)
 
 	// The pair does not depend on the addresses: make it while etcd

@@ -49,6 +49,22 @@ func (c *call) buildEndpoint(ips []net.IP, contMAC net.HardwareAddr, pod *PodInf
 	return wep
 }
 
+// newEndpoint describes this attachment before its veth exists: the
+// pod as the pod source tells it, no addresses yet, and a container MAC
+// chosen here (the veth is created with it), for an ADD that writes the
+// endpoint in its IPAM transaction.
+func (p *Plugin) newEndpoint(ctx context.Context, c *call) (*api.WorkloadEndpoint, net.HardwareAddr, error) {
+	pod, err := p.podInfo(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	mac, err := randomMAC()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.buildEndpoint(nil, mac, pod), mac, nil
+}
+
 // podInfo asks the pod source, when Kubernetes is configured, once per
 // call (an ADD that routed did not take goes on with what it read).
 func (p *Plugin) podInfo(ctx context.Context, c *call) (*PodInfo, error) {

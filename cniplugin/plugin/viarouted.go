@@ -41,15 +41,10 @@ func (p *Plugin) addViaRouted(ctx context.Context, c *call, hostNS, contNS ns.Ne
 	if err != nil {
 		return nil, fmt.Errorf("IPAM plugin %s failed to assign an address to %s: %w", c.conf.IPAM.Type, c.describe(), err)
 	}
-	pod, err := p.podInfo(ctx, c)
+	wep, mac, err := p.newEndpoint(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	mac, err := randomMAC()
-	if err != nil {
-		return nil, err
-	}
-	wep := c.buildEndpoint(nil, mac, pod)
 	if req.Endpoint, err = json.Marshal(wep); err != nil {
 		return nil, fmt.Errorf("encode WorkloadEndpoint %s: %w", wep.Metadata.Name, err)
 	}
