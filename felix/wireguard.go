@@ -1,6 +1,8 @@
 package felix
 
 import (
+	"time"
+
 	"fmt"
 	"maps"
 	"net/netip"
@@ -30,6 +32,11 @@ type WireguardConfig struct {
 	// that completed a handshake; other host traffic stays in clear
 	// (wireguard_host.go).
 	HostEncryption bool
+	// HostSilentAfter is how long a node whose host traffic is encrypted
+	// may send nothing through the device (confirmed peers keep a
+	// keepalive of a third of it, at most 25 s) before its host traffic
+	// goes back to clear text (0: 90 s; tests shorten it).
+	HostSilentAfter time.Duration
 	// Port and PortV6 are the UDP ports of the devices, the same on
 	// every node (default 51820 and 51821).
 	Port, PortV6 int

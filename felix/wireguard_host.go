@@ -26,8 +26,15 @@ import (
 // node that has not yet seen this node's key (or a rotated one) would
 // otherwise drop the replies it needs to learn it (Calico's bootstrap
 // problem, felix/wireguard/bootstrap.go there). A confirmed node stays
-// encrypted until its key or this node's key changes: dropped WireGuard
-// packets cannot turn it back to clear text.
+// encrypted while its key and this node's stay the same and it stays
+// alive: confirmed peers send a keepalive at least every third of
+// HostSilentAfter, so a node from which nothing arrived for
+// HostSilentAfter lost its device (a reboot, a crash of a userspace
+// device) or cannot be reached: its host traffic goes back to clear
+// text, with a warning, until a new handshake. Otherwise a rebooted
+// node that must reach etcd or the API server on a node still
+// encrypting to it would never read the peers it needs to decrypt the
+// replies.
 //
 // The kernel side, owned here and nowhere else: routes in
 // wireguard.RouteTable (protocol 82, through felix's routetable), one
@@ -47,7 +54,22 @@ const (
 	// hostCheckEvery is how often the device is read for new handshakes
 	// while some peer is not confirmed.
 	hostCheckEvery = time.Second
+	// hostSilentAfter is HostSilentAfter's default; confirmed peers'
+	// keepalive is a third of it, at most hostLiveKeepalive.
+	hostSilentAfter   = 90 * time.Second
+	hostLiveKeepalive = 25 * time.Second
 )
+
+// hostSilence is how long a confirmed peer may stay silent, and how
+// often its keepalive and the check of the device run.
+func (l *loop) hostSilence() (silent, keepalive, check time.Duration) {
+	silent = l.cfg.WireGuard.HostSilentAfter
+	if silent <= 0 {
+		silent = hostSilentAfter
+	}
+	keepalive = max(min(silent/3, hostLiveKeepalive), time.Second).Truncate(time.Second)
+	return silent, keepalive, max(silent/6, time.Second)
+}
 
 // wgHostRouting is the kernel state of host encryption for one Run.
 type wgHostRouting struct {
@@ -61,11 +83,17 @@ type wgHostRouting struct {
 // wgHostState is the host encryption part of wgState (it outlives Runs,
 // as the devices whose handshakes it records do).
 type wgHostState struct {
-	on      bool                    // host encryption wanted
-	ok      [2]map[wgtypes.Key]bool // peers confirmed by a handshake
-	epoch   [2]int                  // the device key epoch ok is for
-	checkAt [2]time.Time            // last read of the handshakes
-	queued  bool                    // a recheck is queued on the loop
+	on bool                    // host encryption wanted
+	ok [2]map[wgtypes.Key]bool // peers confirmed by a handshake
+	// rx and rxAt: the bytes received from each peer and when they last
+	// grew; lostAt: when a peer was last found silent (a new handshake
+	// after it confirms it again).
+	rx      [2]map[wgtypes.Key]int64
+	rxAt    [2]map[wgtypes.Key]time.Time
+	lostAt  [2]map[wgtypes.Key]time.Time
+	epoch   [2]int       // the device key epoch ok is for
+	checkAt [2]time.Time // last read of the handshakes
+	queued  bool         // a recheck is queued on the loop
 	// clear are the nodes whose host traffic goes in clear, and why;
 	// enc the nodes whose host traffic is encrypted (for status and to
 	// log changes).
@@ -103,10 +131,14 @@ func (l *loop) hostLink(link netlink.Link, deleted bool) {
 // hostKeepalive is the keepalive peer p of family fam should have.
 func (l *loop) hostKeepalive(fam int, p wgtypes.Key) time.Duration {
 	h := &l.f.wg.host
-	if h.on && !h.ok[fam][p] {
+	switch {
+	case !h.on:
+		return 0
+	case !h.ok[fam][p]:
 		return hostBootstrapKeepalive
 	}
-	return 0
+	_, keepalive, _ := l.hostSilence()
+	return keepalive
 }
 
 // applyHostEncryption programs the host routes and rules for the
@@ -190,8 +222,12 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 		hr.rt.Resync()
 	}
 	errs = append(errs, hr.rt.Apply())
-	if pending {
-		l.queueHostCheck()
+	switch {
+	case pending:
+		l.queueHostCheck(hostCheckEvery)
+	case anyOn:
+		_, _, check := l.hostSilence()
+		l.queueHostCheck(check) // for peers gone silent
 	}
 	return changed, errors.Join(errs...)
 }
@@ -206,6 +242,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 	changed := false
 	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil {
 		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
+		h.rx[fam], h.rxAt[fam], h.lostAt[fam] = map[wgtypes.Key]int64{}, map[wgtypes.Key]time.Time{}, map[wgtypes.Key]time.Time{}
 	}
 	peers := map[wgtypes.Key]bool{}
 	need := false
@@ -219,32 +256,56 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 			changed = true
 		}
 	}
-	if !need || (!full && time.Since(h.checkAt[fam]) < hostCheckEvery) {
+	for k := range h.rx[fam] {
+		if !peers[k] {
+			delete(h.rx[fam], k)
+			delete(h.rxAt[fam], k)
+			delete(h.lostAt[fam], k)
+		}
+	}
+	silent, _, check := l.hostSilence()
+	every := check
+	if need {
+		every = hostCheckEvery
+	}
+	if !full && time.Since(h.checkAt[fam]) < every {
 		return changed, nil
 	}
-	h.checkAt[fam] = time.Now()
+	now := time.Now()
+	h.checkAt[fam] = now
 	shaken, err := d.Handshaken()
 	if err != nil {
 		return changed, err
 	}
-	for k := range shaken {
-		if peers[k] && !h.ok[fam][k] {
-			h.ok[fam][k], changed = true, true
+	for k := range peers {
+		s, ok := shaken[k]
+		if ok && s.Rx != h.rx[fam][k] {
+			h.rx[fam][k], h.rxAt[fam][k] = s.Rx, now
+		}
+		switch {
+		case !h.ok[fam][k] && ok && s.At.After(h.lostAt[fam][k]):
+			h.ok[fam][k], h.rxAt[fam][k], changed = true, now, true
+		case h.ok[fam][k] && now.Sub(h.rxAt[fam][k]) > silent:
+			delete(h.ok[fam], k)
+			h.lostAt[fam][k], changed = now, true
+			h.rx[fam][k] = s.Rx // kept (and forgotten with the peer) with lostAt
+			l.log.WithFields(logrus.Fields{"peer": l.plan.wg[fam].nodeOfKey(k), "device": l.plan.wg[fam].dev, "silentFor": now.Sub(h.rxAt[fam][k]).Round(time.Second)}).
+				Warn("nothing from node through WireGuard lately (rebooted, its routed gone, or its UDP blocked): its host traffic goes in clear until it handshakes again")
 		}
 	}
 	return changed, nil
 }
 
-// queueHostCheck wakes the loop after hostCheckEvery to look for new
+// queueHostCheck wakes the loop after a while to look for new or stale
 // handshakes (one wake-up queued at a time).
-func (l *loop) queueHostCheck() {
+func (l *loop) queueHostCheck(after time.Duration) {
 	h := &l.f.wg.host
 	if h.queued {
 		return
 	}
 	h.queued = true
 	f := l.f
-	time.AfterFunc(hostCheckEvery, func() {
+	time.AfterFunc(after, func() {
 		f.enqueue(func(l *loop) { l.f.wg.host.queued = false })
 	})
 }
@@ -330,4 +391,14 @@ func (l *loop) setHostEncryption(on bool) {
 	if on && !l.f.wg.on[wg4] && !l.f.wg.on[wg6] {
 		l.log.Warn("WireGuard host encryption is on but WireGuard is off for both families: nothing is encrypted until one is on")
 	}
+}
+
+// nodeOfKey names the peer with public key k (the key itself if none).
+func (w *wgPlan) nodeOfKey(k wgtypes.Key) string {
+	for name, p := range w.peers {
+		if p.PublicKey == k {
+			return name
+		}
+	}
+	return k.String()
 }

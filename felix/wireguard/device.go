@@ -356,11 +356,18 @@ func (d *Device) Read() (Status, bool, error) {
 // earlier epoch must be confirmed again.
 func (d *Device) KeyEpoch() int { return d.keyEpoch }
 
+// Shaken is a peer that completed a handshake: when it last did, and
+// the bytes received from it so far.
+type Shaken struct {
+	At time.Time
+	Rx int64
+}
+
 // Handshaken reads the device and returns the peers that completed a
 // handshake with its current private key. A completed handshake proves
 // both ends hold each other's public key, so traffic sent through the
 // device to that peer can be read there.
-func (d *Device) Handshaken() (map[wgtypes.Key]bool, error) {
+func (d *Device) Handshaken() (map[wgtypes.Key]Shaken, error) {
 	if d.dev == nil {
 		return nil, nil
 	}
@@ -368,10 +375,10 @@ func (d *Device) Handshaken() (map[wgtypes.Key]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
 	}
-	out := map[wgtypes.Key]bool{}
+	out := map[wgtypes.Key]Shaken{}
 	for _, p := range dv.Peers {
 		if p.LastHandshakeTime.Unix() > 0 && p.LastHandshakeTime.After(d.keyAt) { // the kernel reports none as 1970
-			out[p.PublicKey] = true
+			out[p.PublicKey] = Shaken{At: p.LastHandshakeTime, Rx: p.ReceiveBytes}
 		}
 	}
 	return out, nil
