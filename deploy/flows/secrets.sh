@@ -59,11 +59,13 @@ openssl x509 -req -in "$out/tls.csr" -CA "$out/ca.pem" -CAkey "$out/ca-key.pem" 
 rm -f "$out/tls.csr" "$out/tls.ext" "$out/ca.srl"
 openssl rand -hex 32 >"$out/token"
 
+# Server-side apply: a client-side apply would copy the private key and
+# the token into the object's last-applied-configuration annotation.
 $kubectl -n kube-system create secret generic routed-flows-tls \
 	--from-file=tls.crt="$out/tls.crt" --from-file=tls.key="$out/tls.key" --from-file=client-ca="$etcd_ca" \
-	--dry-run=client -o yaml | $kubectl apply -f -
+	--dry-run=client -o yaml | $kubectl apply --server-side --force-conflicts --field-manager=routed-flows-secrets -f -
 $kubectl -n kube-system create secret generic routed-flows-token --from-file=token="$out/token" \
-	--dry-run=client -o yaml | $kubectl apply -f -
+	--dry-run=client -o yaml | $kubectl apply --server-side --force-conflicts --field-manager=routed-flows-secrets -f -
 $kubectl -n kube-system create configmap routed-flows-ca --from-file=ca.crt="$out/ca.pem" \
-	--dry-run=client -o yaml | $kubectl apply -f -
+	--dry-run=client -o yaml | $kubectl apply --server-side --force-conflicts --field-manager=routed-flows-secrets -f -
 echo "routed-flows: Secrets routed-flows-tls, routed-flows-token and ConfigMap routed-flows-ca in kube-system; CA and token in $out"
