@@ -119,9 +119,15 @@ func TestWireguardHostEncryptionKeepsBGPAndEtcd(t *testing.T) {
 	birdPeer(t, b, "192.0.2.2", "192.0.2.1")
 	var since0 string
 	nstest.Eventually(t, 30*time.Second, func() string {
+		// Settled: the same "since" on two reads (BIRD moved it by a
+		// millisecond just after Established once, under -race).
+		prev := since0
 		var info string
 		if since0, info = bgpSession(birdA); info != "Established" {
 			return "BGP session not established: " + birdA("show protocols peer")
+		}
+		if since0 != prev {
+			return "BGP session established since " + since0 + ", not settled yet"
 		}
 		return ""
 	})
