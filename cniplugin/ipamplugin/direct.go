@@ -59,10 +59,11 @@ func (c *call) delDirect() error {
 	return nil
 }
 
-// cmdCheck verifies that the handle still holds every address of the
-// prevResult.
-func cmdCheck(args *skel.CmdArgs) error {
-	c, err := begin(args, "CHECK")
+// direct runs a verb that only the full build serves, against etcd: it
+// begins the call, connects, and hands both to do, whose error it returns
+// as is; the connection and the log close when it returns.
+func direct(args *skel.CmdArgs, verb string, do func(c *call, m *ipamcore.IPAM) error) error {
+	c, err := begin(args, verb)
 	if err != nil {
 		return err
 	}
@@ -71,49 +72,43 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	prev, err := ipamcore.PrevResult(&c.conf.NetConf)
-	if err == nil {
-		err = m.Check(context.Background(), c.conf.Name, args.ContainerID, prev)
-	}
-	if err != nil {
-		return c.fail("CHECK", err)
-	}
-	return nil
+	return do(c, m)
+}
+
+// cmdCheck verifies that the handle still holds every address of the
+// prevResult.
+func cmdCheck(args *skel.CmdArgs) error {
+	return direct(args, "CHECK", func(c *call, m *ipamcore.IPAM) error {
+		prev, err := ipamcore.PrevResult(&c.conf.NetConf)
+		if err == nil {
+			err = m.Check(context.Background(), c.conf.Name, args.ContainerID, prev)
+		}
+		if err != nil {
+			return c.fail("CHECK", err)
+		}
+		return nil
+	})
 }
 
 // cmdGC releases this network's allocations on this node whose container
 // is not among the valid attachments (ipamcore.IPAM.GC).
 func cmdGC(args *skel.CmdArgs) error {
-	c, err := begin(args, "GC")
-	if err != nil {
-		return err
-	}
-	defer c.end()
-	m, err := c.connect()
-	if err != nil {
-		return err
-	}
-	if err := m.GC(context.Background(), c.conf.Name, c.node, c.conf.ValidAttachments); err != nil {
-		return c.fail("GC", err)
-	}
-	return nil
+	return direct(args, "GC", func(c *call, m *ipamcore.IPAM) error {
+		if err := m.GC(context.Background(), c.conf.Name, c.node, c.conf.ValidAttachments); err != nil {
+			return c.fail("GC", err)
+		}
+		return nil
+	})
 }
 
 // cmdStatus succeeds when the datastore answers and some enabled pool
 // (among ipv4_pools, if given) selects this node; otherwise code 50.
 func cmdStatus(args *skel.CmdArgs) error {
-	c, err := begin(args, "STATUS")
-	if err != nil {
-		return err
-	}
-	defer c.end()
-	m, err := c.connect()
-	if err != nil {
-		return err
-	}
-	if err := m.Status(context.Background(), c.node, c.conf.EtcdEndpoints); err != nil {
-		c.log.WithError(err).Error("STATUS: not ready")
-		return ipamcore.NotReady(err)
-	}
-	return nil
+	return direct(args, "STATUS", func(c *call, m *ipamcore.IPAM) error {
+		if err := m.Status(context.Background(), c.node, c.conf.EtcdEndpoints); err != nil {
+			c.log.WithError(err).Error("STATUS: not ready")
+			return ipamcore.NotReady(err)
+		}
+		return nil
+	})
 }
