@@ -19,6 +19,9 @@ import (
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // bigCluster is the datastore of a big cluster as felix on one node
@@ -291,7 +294,15 @@ func newScaleNode(b *testing.B) *scaleNode {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() })
-	return &scaleNode{l: &loop{cfg: &Config{NodeName: "node-0"}, st: newState(), policy: m, policyNames: names{}}, m: m}
+	// The loop's netlink handle in the netns: applyPolicy looks up which
+	// interface holds the node's address (syncHostDevices).
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(h.Close)
+	return &scaleNode{l: &loop{cfg: &Config{NodeName: "node-0"}, st: newState(), policy: m, policyNames: names{}, h: h,
+		log: logrus.WithField("component", "felix-scale")}, m: m}
 }
 
 // take hands a snapshot over and applies the policy: how long each took,
@@ -331,15 +342,26 @@ func cpuTime() time.Duration {
 // Run: go test -run XXX -bench RemoteEndpoints -benchtime 1x ./felix
 // (FELIX_SCALE_EPS, _NODES, _NAMESPACES, _POLICIES change the size;
 // defaults 150,000, 5,000, 2,000, 500; FELIX_SCALE_HEAPPROFILE=<file>
-// writes the heap with the endpoints for go tool pprof).
+// writes the heap with the endpoints for go tool pprof, and <file>.base
+// the heap before the felix with them started: pprof -diff_base
+// <file>.base <file> shows what that felix holds).
 func BenchmarkRemoteEndpoints(b *testing.B) {
 	c := bigCluster{eps: envInt("FELIX_SCALE_EPS", 150000), nodes: envInt("FELIX_SCALE_NODES", 5000),
 		namespaces: envInt("FELIX_SCALE_NAMESPACES", 2000), policies: envInt("FELIX_SCALE_POLICIES", 500)}
+	if os.Getenv("FELIX_SCALE_HEAPPROFILE") != "" {
+		// Sample finely: the default (one sample per 512 KiB) cannot
+		// tell apart retainers of a few bytes per endpoint.
+		defer func(r int) { runtime.MemProfileRate = r }(runtime.MemProfileRate)
+		runtime.MemProfileRate = 4096
+	}
 	for range b.N {
 		h0 := heapInUse()
 		without := newScaleNode(b)
 		without.take(b, c.snapshot(b, false))
 		hWithout := heapInUse()
+		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path+".base")
+		}
 		with := newScaleNode(b)
 		first, firstApply, firstCPU := with.take(b, c.snapshot(b, true))
 		hWith := heapInUse()
