@@ -245,7 +245,7 @@ func TestRejudgeReleasesWithAFreshList(t *testing.T) {
 	rec.wait(t, "the change after the release", func() bool { return len(rec.state) == 3 })
 }
 
-func metricsText(t *testing.T, fd *feed.Feed) string {
+func metricsText(t testing.TB, fd *feed.Feed) string {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	for _, c := range fd.Collectors() {
