@@ -28,6 +28,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/felix/internal/nftprefix"
 )
 
 // Names of the objects this package owns.
@@ -220,28 +222,13 @@ func (f *family) ruleExprs(all, nat *nftables.Set) []expr.Any {
 	}
 }
 
-// elements encodes prefixes as interval set elements: the first address,
-// and the address after the last flagged as an interval end (omitted
-// when the range runs to the family's last address).
+// elements encodes prefixes as interval set elements (nftprefix).
 func elements(ps []netip.Prefix) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, p := range ps {
-		out = append(out, nftables.SetElement{Key: p.Addr().AsSlice()})
-		if end := lastAddr(p).Next(); end.IsValid() {
-			out = append(out, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
-		}
+		out = append(out, nftprefix.Elements(p)...)
 	}
 	return out
-}
-
-// lastAddr is the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // normalize keeps one family's prefixes (IPv4 when v4), sorted and
@@ -254,20 +241,7 @@ func normalize(ps []netip.Prefix, v4 bool) []netip.Prefix {
 			out = append(out, p.Masked())
 		}
 	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	kept := out[:0]
-	for _, p := range out {
-		if len(kept) > 0 && kept[len(kept)-1].Overlaps(p) {
-			continue // sorted: the earlier one is the same or wider
-		}
-		kept = append(kept, p)
-	}
-	return kept
+	return nftprefix.DropCovered(out)
 }
 
 // matchesKernel reads the table back and compares it with want.
@@ -310,48 +284,10 @@ func (f *family) readSet(c *nftables.Conn, name string) ([]netip.Prefix, error) 
 	if err != nil {
 		return nil, fmt.Errorf("natout: reading %s set %s: %w", f.name, name, err)
 	}
-	return f.rangesToPrefixes(els), nil
-}
-
-// rangesToPrefixes turns interval elements back into prefixes: each
-// start with the smallest end marker above it (none: the range runs to
-// the family's last address).
-func (f *family) rangesToPrefixes(els []nftables.SetElement) []netip.Prefix {
-	var starts, ends []netip.Addr
-	for _, e := range els {
-		a, ok := netip.AddrFromSlice(e.Key)
-		if !ok || len(e.Key) != int(f.addrLen) {
-			continue
-		}
-		if e.IntervalEnd {
-			ends = append(ends, a)
-		} else {
-			starts = append(starts, a)
-		}
-	}
-	slices.SortFunc(starts, netip.Addr.Compare)
-	slices.SortFunc(ends, netip.Addr.Compare)
-	var out []netip.Prefix
-	for _, s := range starts {
-		var end netip.Addr // zero: to the last address
-		i, found := slices.BinarySearchFunc(ends, s, netip.Addr.Compare)
-		if found {
-			i++
-		}
-		if i < len(ends) {
-			end = ends[i]
-		}
-		// The longest prefix from s that reaches the end.
-		bits := s.BitLen()
-		for ; bits > 0; bits-- {
-			next := lastAddr(netip.PrefixFrom(s, bits)).Next()
-			if !next.IsValid() || (end.IsValid() && next.Compare(end) >= 0) {
-				break
-			}
-		}
-		out = append(out, netip.PrefixFrom(s, bits))
-	}
-	return out
+	// Sorted by address, as SetPools keeps the wanted prefixes.
+	got := nftprefix.Prefixes(els, int(f.addrLen))
+	slices.SortFunc(got, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return got, nil
 }
 
 // Uninstall removes the routed tables (ip and ip6) from the namespace

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/felix/internal/nftprefix"
 )
 
 var log = logrus.WithField("component", "policy-dataplane")
@@ -354,7 +356,7 @@ func (ft *famTable) wantElems(want *setWant) map[mkey]bool {
 				ps = append(ps, k.member().Prefix)
 			}
 		}
-		for _, p := range dropCovered(ps) {
+		for _, p := range nftprefix.DropCovered(ps) {
 			out[Member{Prefix: p}.key()] = true
 		}
 		return out
@@ -376,7 +378,7 @@ func elemsOf(kind SetKind, interval bool, ms []Member) []nftables.SetElement {
 		case kind == NamedPortSet:
 			out = append(out, nftables.SetElement{Key: namedPortKey(m)})
 		case interval:
-			out = append(out, prefixElems(m.Prefix)...)
+			out = append(out, nftprefix.Elements(m.Prefix)...)
 		default:
 			out = append(out, nftables.SetElement{Key: m.Prefix.Addr().AsSlice()})
 		}

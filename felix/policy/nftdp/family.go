@@ -3,9 +3,10 @@ package nftdp
 import (
 	"encoding/binary"
 	"net/netip"
-	"slices"
 
 	"github.com/google/nftables"
+
+	"github.com/routed-net/routed/felix/internal/nftprefix"
 )
 
 // family is what differs between the ip and ip6 tables.
@@ -48,46 +49,7 @@ func (f *family) prefixes(ps []netip.Prefix) []netip.Prefix {
 			out = append(out, p.Masked())
 		}
 	}
-	return dropCovered(out)
-}
-
-// dropCovered sorts ps and removes every prefix another one covers.
-func dropCovered(ps []netip.Prefix) []netip.Prefix {
-	slices.SortFunc(ps, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	kept := ps[:0]
-	for _, p := range ps {
-		if len(kept) > 0 && kept[len(kept)-1].Overlaps(p) {
-			continue // sorted: the earlier one is the same or wider
-		}
-		kept = append(kept, p)
-	}
-	return kept
-}
-
-// prefixElems is a prefix as interval elements: its first address, and
-// the address after its last flagged as the interval's end (left out
-// when the prefix runs to the family's last address).
-func prefixElems(p netip.Prefix) []nftables.SetElement {
-	out := []nftables.SetElement{{Key: p.Addr().AsSlice()}}
-	if end := prefixLast(p).Next(); end.IsValid() {
-		out = append(out, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
-	}
-	return out
-}
-
-// prefixLast is the highest address of p.
-func prefixLast(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
+	return nftprefix.DropCovered(out)
 }
 
 // portElems is an inclusive port range as interval elements.
@@ -117,47 +79,6 @@ func (f *family) memberFromNamedPortKey(k []byte) (Member, bool) {
 	}
 	a, _ := netip.AddrFromSlice(k[:n])
 	return Member{Prefix: netip.PrefixFrom(a, a.BitLen()), Proto: k[n], Port: binary.BigEndian.Uint16(k[n+4:])}, true
-}
-
-// intervalsToPrefixes reads interval elements back as prefixes: each
-// start with the smallest end above it (none: to the last address), as
-// the longest prefix from the start that reaches that end. Only what
-// prefixElems wrote reads back exactly; anything else still reads back
-// as something different, which is all a resync needs.
-func (f *family) intervalsToPrefixes(els []nftables.SetElement) []netip.Prefix {
-	var starts, ends []netip.Addr
-	for _, e := range els {
-		a, ok := netip.AddrFromSlice(e.Key)
-		if !ok || len(e.Key) != int(f.addrLen) {
-			continue
-		}
-		if e.IntervalEnd {
-			ends = append(ends, a)
-		} else {
-			starts = append(starts, a)
-		}
-	}
-	slices.SortFunc(ends, netip.Addr.Compare)
-	out := make([]netip.Prefix, 0, len(starts))
-	for _, s := range starts {
-		i, found := slices.BinarySearchFunc(ends, s, netip.Addr.Compare)
-		if found {
-			i++
-		}
-		var end netip.Addr
-		if i < len(ends) {
-			end = ends[i]
-		}
-		bits := s.BitLen()
-		for ; bits > 0; bits-- {
-			next := prefixLast(netip.PrefixFrom(s, bits-1)).Next()
-			if netip.PrefixFrom(s, bits-1).Masked().Addr() != s || !next.IsValid() && end.IsValid() || end.IsValid() && next.Compare(end) > 0 {
-				break
-			}
-		}
-		out = append(out, netip.PrefixFrom(s, bits))
-	}
-	return out
 }
 
 // InFamily reports whether the rule is rendered in the table of IP

@@ -2,9 +2,6 @@ package nftdp
 
 import (
 	"net/netip"
-	"slices"
-
-	"github.com/google/nftables"
 	"strings"
 	"testing"
 )
@@ -24,28 +21,6 @@ func TestRuleKeys(t *testing.T) {
 	k1, k2 := long1.key(), long2.key()
 	if len(k1) > 230 || k1 == k2 || ruleID(k1) == ruleID(k2) {
 		t.Errorf("long IDs: %d bytes, distinct %v", len(k1), ruleID(k1) != ruleID(k2))
-	}
-}
-
-func TestIntervalRoundTrip(t *testing.T) {
-	for _, f := range []*family{ipv4, ipv6} {
-		var in []netip.Prefix
-		for _, s := range map[*family][]string{
-			ipv4: {"10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32", "10.1.0.0/16", "192.168.0.0/24", "255.255.255.255/32", "0.0.0.0/32"},
-			ipv6: {"fd00::1/128", "fd00::2/128", "fd00:1::/64", "ffff::/16"},
-		}[f] {
-			in = append(in, netip.MustParsePrefix(s))
-		}
-		var els []nftables.SetElement
-		for _, p := range in {
-			els = append(els, prefixElems(p)...)
-		}
-		got := f.intervalsToPrefixes(els)
-		slices.SortFunc(got, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		want := f.prefixes(in)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: read back %v, want %v", f.name, got, want)
-		}
 	}
 }
 

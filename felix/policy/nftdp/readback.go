@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/google/nftables/expr"
+
+	"github.com/routed-net/routed/felix/internal/nftprefix"
 )
 
 // load reads ft's table back from the kernel: chains with their rules'
@@ -90,7 +92,7 @@ func (d *Dataplane) load(ft *famTable) error {
 			ft.sets[s.Name] = h
 		case s.Interval:
 			h := &setHave{kind: AddrSet, interval: true, elems: map[mkey]bool{}}
-			for _, p := range ft.fam.intervalsToPrefixes(els) {
+			for _, p := range nftprefix.Prefixes(els, int(ft.fam.addrLen)) {
 				h.elems[Member{Prefix: p}.key()] = true
 			}
 			ft.sets[s.Name] = h

@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/felix/internal/nftprefix"
 )
 
 // Registers: reg 1 is a 16-byte register; concatenations start at the
@@ -177,7 +179,7 @@ func (rd *renderer) netMatch(load *expr.Payload, nets []netip.Prefix, invert boo
 	s := &nftables.Set{Table: rd.table, Anonymous: true, Constant: true, Interval: true, KeyType: rd.fam.addrType}
 	var els []nftables.SetElement
 	for _, p := range nets {
-		els = append(els, prefixElems(p)...)
+		els = append(els, nftprefix.Elements(p)...)
 	}
 	if err := anon(s, els); err != nil {
 		return nil, err
