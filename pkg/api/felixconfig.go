@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -170,49 +171,22 @@ func ProtoPortNumber(p string) (uint8, error) {
 
 // EffectiveFelixConfiguration merges the cluster's FelixConfiguration
 // ("default", may be nil) with a node's ("node.<name>", may be nil):
-// each field the node's sets wins.
+// each field the node's sets wins. Every field of FelixConfigurationSpec
+// is unset at its zero value (a nil pointer, an empty string; an empty
+// list given as a pointer is set), so the merge goes field by field
+// without naming them: a new field merges the same way.
 func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigurationSpec {
 	var out FelixConfigurationSpec
+	dst := reflect.ValueOf(&out).Elem()
 	for _, c := range []*FelixConfiguration{global, node} {
 		if c == nil {
 			continue
 		}
-		s := c.Spec
-		if s.IPIPMTU != nil {
-			out.IPIPMTU = s.IPIPMTU
-		}
-		if s.VXLANMTU != nil {
-			out.VXLANMTU = s.VXLANMTU
-		}
-		if s.VXLANMTUV6 != nil {
-			out.VXLANMTUV6 = s.VXLANMTUV6
-		}
-		if s.VXLANPort != nil {
-			out.VXLANPort = s.VXLANPort
-		}
-		if s.VXLANVNI != nil {
-			out.VXLANVNI = s.VXLANVNI
-		}
-		if s.RouteRefreshInterval != "" {
-			out.RouteRefreshInterval = s.RouteRefreshInterval
-		}
-		if s.LogSeverityScreen != "" {
-			out.LogSeverityScreen = s.LogSeverityScreen
-		}
-		if s.FailsafeInboundHostPorts != nil {
-			out.FailsafeInboundHostPorts = s.FailsafeInboundHostPorts
-		}
-		if s.FailsafeOutboundHostPorts != nil {
-			out.FailsafeOutboundHostPorts = s.FailsafeOutboundHostPorts
-		}
-		if s.WireguardEnabled != nil {
-			out.WireguardEnabled = s.WireguardEnabled
-		}
-		if s.WireguardEnabledV6 != nil {
-			out.WireguardEnabledV6 = s.WireguardEnabledV6
-		}
-		if s.WireguardHostEncryptionEnabled != nil {
-			out.WireguardHostEncryptionEnabled = s.WireguardHostEncryptionEnabled
+		src := reflect.ValueOf(c.Spec)
+		for i := range src.NumField() {
+			if f := src.Field(i); !f.IsZero() {
+				dst.Field(i).Set(f)
+			}
 		}
 	}
 	return out
