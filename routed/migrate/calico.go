@@ -68,6 +68,7 @@ func readEtcd(ctx context.Context, from *datastore.Client) (*calicoState, error)
 				continue
 			}
 			st.warnings = append(st.warnings, warnings...)
+			handOver(r)
 			st.resources = append(st.resources, r)
 		}
 	}
@@ -161,6 +162,11 @@ func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
 	// The status (a Node's, an IPPool's conditions) is written by
 	// Calico's components, never applied: it is not read.
 	delete(obj, "status")
+	if tieredPolicy(k) {
+		if err := restorePolicyName(obj); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	if k.Namespaced() {
 		// The key is <plural>/<namespace>/<name>; the value should say
 		// the namespace too, but the key is what Calico goes by.

@@ -218,10 +218,14 @@ func calicoObject(u *unstructured.Unstructured) map[string]any {
 	}
 	if raw := u.GetAnnotations()["projectcalico.org/metadata"]; raw != "" {
 		var meta struct {
+			Name        string            `json:"name"`
 			Labels      map[string]string `json:"labels"`
 			Annotations map[string]string `json:"annotations"`
 		}
 		if json.Unmarshal([]byte(raw), &meta) == nil {
+			if meta.Name != "" && tieredPolicy(api.Kind(u.GetKind())) {
+				md["name"] = meta.Name // givenPolicyName
+			}
 			for k, v := range meta.Labels {
 				labels[k] = v
 			}
