@@ -52,6 +52,14 @@ func (c *cluster) apply(r api.Resource) {
 	}
 }
 
+// meshOff applies the cluster's BGPConfiguration "default" with the
+// node-to-node mesh off.
+func (c *cluster) meshOff() {
+	c.t.Helper()
+	off := false
+	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}})
+}
+
 func (c *cluster) delete(k api.Kind, name string) {
 	c.t.Helper()
 	if err := c.ds.Delete(context.Background(), k, name, ""); err != nil {

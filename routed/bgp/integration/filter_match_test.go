@@ -29,23 +29,11 @@ func TestBGPFilterMatchesAndOperations(t *testing.T) {
 	ibgp := c.lab.AddHost("ibgp", 101)
 	a := c.addNode("a", 1, nil, "10.65.1.0/26")
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol static upstream {
-	ipv4;
-	route 192.168.100.0/24 blackhole { bgp_community.add((65000, 100)); };
-	route 192.168.200.0/24 blackhole;
-	route 192.168.50.0/24 blackhole { bgp_path.prepend(65099); };
-	route 192.168.60.0/24 blackhole { bgp_path.prepend(65098); };
-}
-filter to_nodes { if net ~ [192.168.0.0/16+] then accept; reject; }
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export filter to_nodes; };
-}
-`, tor.Addr, a.host.Addr))
+	bird := torBird(t, tor, a,
+		"192.168.100.0/24 blackhole { bgp_community.add((65000, 100)); }",
+		"192.168.200.0/24 blackhole",
+		"192.168.50.0/24 blackhole { bgp_path.prepend(65099); }",
+		"192.168.60.0/24 blackhole { bgp_path.prepend(65098); }")
 	g := bgptest.StartGobgpd(t, ibgp, fmt.Sprintf(`[global.config]
   as = 64512
   router-id = %[1]q
@@ -126,25 +114,9 @@ protocol bgp node_a {
 // routes have no interface.
 func TestBGPFilterInterface(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	c, tor, a := torLab(t)
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol static upstream {
-	ipv4;
-	route 192.168.100.0/24 blackhole;
-	route 192.168.200.0/24 blackhole;
-}
-filter to_nodes { if net ~ [192.168.0.0/16+] then accept; reject; }
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export filter to_nodes; };
-}
-`, tor.Addr, a.host.Addr))
+	bird := torBird(t, tor, a, "192.168.100.0/24 blackhole", "192.168.200.0/24 blackhole")
 	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "ifaces"}, Spec: api.BGPFilterSpec{
 		ImportV4: []api.BGPFilterRule{
 			{Action: "Reject", Interface: "lo"},
@@ -154,8 +126,7 @@ protocol bgp node_a {
 			{Action: "Accept", Interface: "eth0", Operations: []api.BGPFilterOperation{{AddCommunity: &api.BGPFilterAddCommunity{Value: "65001:9"}}}},
 		},
 	}})
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		Node: "a", PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"ifaces"}, KeepOriginalNextHop: true}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{Node: "a", Filters: []string{"ifaces"}, KeepOriginalNextHop: true})
 
 	a.waitRoutes("BIRD's route past the lo rule, b's block", 30*time.Second,
 		has("192.168.100.0/24", tor.Addr.String(), "10.65.2.0/26", b.host.Addr.String()))
@@ -199,8 +170,7 @@ router bgp 65000
 				{PrependASPath: &api.BGPFilterPrependASPath{Prefix: []api.ASNumber{64512, 64512}}}}},
 		},
 	}})
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"prepend"}}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{Filters: []string{"prepend"}})
 
 	out := frr.WaitVtysh(t, "show bgp ipv4 unicast 10.65.1.0/26", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "64512 65010 64512") && strings.Contains(s, "65001:1:1")

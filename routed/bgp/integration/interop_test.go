@@ -16,9 +16,7 @@ import (
 // the nodes' blocks; the route it sends reaches the nodes' RouteSinks.
 func TestBirdTopOfRack(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	c, tor, a := torLab(t)
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
 	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
 router id %[1]s;
@@ -35,7 +33,7 @@ template bgp nodes {
 protocol bgp node_a from nodes { neighbor %[2]s as 64512; }
 protocol bgp node_b from nodes { neighbor %[3]s as 64512; }
 `, tor.Addr, a.host.Addr, b.host.Addr))
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{})
 
 	for _, n := range []*node{a, b} {
 		n.waitRoutes("route from the ToR", 30*time.Second, has("192.168.100.0/24", tor.Addr.String()))
@@ -62,8 +60,7 @@ protocol bgp node_b from nodes { neighbor %[3]s as 64512; }
 func TestBirdRouteReflector(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	rr := c.lab.AddHost("rr", 200)
 	a := c.addNode("a", 1, nil, "10.65.1.0/26")
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
@@ -104,8 +101,7 @@ template bgp clients {
 func TestGobgpdRouteReflector(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	rr := c.lab.AddHost("rr", 201)
 	a := c.addNode("a", 1, nil, "10.65.1.0/26")
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
@@ -144,9 +140,7 @@ func TestGobgpdRouteReflector(t *testing.T) {
 // numAllowedLocalASNumbers.
 func TestBirdCalicoPeerOptions(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	c, tor, a := torLab(t)
 	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
 router id %[1]s;
 protocol device {}
@@ -182,16 +176,14 @@ protocol bgp node_a {
 // serviceClusterIPs, to a real BIRD 2.
 func TestBirdLearnsServiceRanges(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
-	bird := listeningBird(t, tor, a)
+	c, tor, a := torLab(t)
+	bird := torBird(t, tor, a)
 	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
 		ServiceClusterIPs:      []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}},
 		ServiceExternalIPs:     []api.ServiceClusterIP{{CIDR: "203.0.113.0/24"}},
 		ServiceLoadBalancerIPs: []api.ServiceClusterIP{{CIDR: "198.51.100.0/24"}},
 	}})
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{})
 	out := bird.WaitCtl(t, "show route", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "10.96.0.0/12") && strings.Contains(s, "203.0.113.0/24") && strings.Contains(s, "198.51.100.0/24")
 	})
@@ -203,10 +195,8 @@ func TestBirdLearnsServiceRanges(t *testing.T) {
 // inside the CIDR, and only there; removing them re-advertises without.
 func TestBirdSeesCommunities(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
-	bird := listeningBird(t, tor, a)
+	c, tor, a := torLab(t)
+	bird := torBird(t, tor, a)
 	conf := &api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
 		ServiceClusterIPs: []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}},
 		Communities:       []api.Community{{Name: "pods", Value: "65001:100"}},
@@ -215,7 +205,7 @@ func TestBirdSeesCommunities(t *testing.T) {
 		},
 	}}
 	c.apply(conf)
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{})
 	out := bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "(65001,100)") && strings.Contains(s, "(65001, 1, 2)")
 	})
@@ -231,53 +221,21 @@ func TestBirdSeesCommunities(t *testing.T) {
 	})
 }
 
-// listeningBird runs BIRD 2 on tor as an eBGP peer (AS 65000) of node a
-// that takes every route and sends none.
-func listeningBird(t *testing.T, tor *bgptest.Host, a *node) *bgptest.Bird {
-	t.Helper()
-	return bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export none; };
-}
-`, tor.Addr, a.host.Addr))
-}
-
 // TestBirdBGPFilter: a BGPFilter on the ToR's BGPPeer rejects one of the
 // two routes BIRD sends (import) and keeps the node's block from BIRD
 // while its service range goes out (export). A BGPPeer naming a filter
 // that does not exist keeps its session down rather than unfiltered.
 func TestBirdBGPFilter(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol static upstream {
-	ipv4;
-	route 192.168.100.0/24 blackhole;
-	route 192.168.200.0/24 blackhole;
-}
-filter to_nodes { if net ~ [192.168.0.0/16+] then accept; reject; }
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export filter to_nodes; };
-}
-`, tor.Addr, a.host.Addr))
+	c, tor, a := torLab(t)
+	bird := torBird(t, tor, a, "192.168.100.0/24 blackhole", "192.168.200.0/24 blackhole")
 	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{
 		ServiceClusterIPs: []api.ServiceClusterIP{{CIDR: "10.96.0.0/12"}}}})
 	c.apply(&api.BGPFilter{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPFilterSpec{
 		ImportV4: []api.BGPFilterRule{{Action: "Reject", MatchOperator: "In", CIDR: "192.168.200.0/24"}},
 		ExportV4: []api.BGPFilterRule{{Action: "Reject", MatchOperator: "Equal", CIDR: "10.65.1.0/26"}, {Action: "Accept"}},
 	}})
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"tor"}}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{Filters: []string{"tor"}})
 
 	a.waitRoutes("the accepted route", 30*time.Second, has("192.168.100.0/24", tor.Addr.String()))
 	out := bird.WaitCtl(t, "show route", 30*time.Second, func(s string) bool { return strings.Contains(s, "10.96.0.0/12") })
@@ -289,8 +247,7 @@ protocol bgp node_a {
 	}
 
 	// A filter that does not exist: the session goes down, not open.
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		PeerIP: tor.Addr.String(), ASNumber: 65000, Filters: []string{"missing"}}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{Filters: []string{"missing"}})
 	a.waitPeers("session held down", 30*time.Second, func(ps []status.Peer) bool {
 		p, ok := findPeer(ps, tor.Addr)
 		return ok && !p.Established() && strings.Contains(p.Info, "does not exist")
@@ -302,9 +259,7 @@ protocol bgp node_a {
 // to expect 65100, establishes and sees the node's block with that AS.
 func TestBirdLocalASNumber(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
+	c, tor, a := torLab(t)
 	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
 router id %[1]s;
 protocol device {}
@@ -314,8 +269,7 @@ protocol bgp node_a {
 	ipv4 { import all; export none; };
 }
 `, tor.Addr, a.host.Addr))
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		PeerIP: tor.Addr.String(), ASNumber: 65000, LocalASNumber: 65100}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{LocalASNumber: 65100})
 	out := bird.WaitCtl(t, "show route 10.65.1.0/26 all", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "BGP.as_path: 65100")
 	})

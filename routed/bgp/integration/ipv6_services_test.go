@@ -18,9 +18,7 @@ import (
 // nowhere else.
 func TestBirdLearnsIPv6ServiceRanges(t *testing.T) {
 	t.Parallel()
-	c := newCluster6(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	c, tor, a := torLab6(t)
 	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
 router id %[1]s;
 protocol device {}
@@ -42,7 +40,7 @@ protocol bgp node_a6 {
 		Communities:            []api.Community{{Name: "pods6", Value: "65001:600"}},
 		PrefixAdvertisements:   []api.PrefixAdvertisement{{CIDR: "fd00:65::/32", Communities: []string{"pods6", "65001:6:6"}}},
 	}})
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	c.applyTorPeer(tor, api.BGPPeerSpec{})
 	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor6"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr6.String(), ASNumber: 65000}})
 
 	out := bird.WaitCtl(t, "show route protocol node_a6", 30*time.Second, func(s string) bool {
@@ -75,9 +73,7 @@ protocol bgp node_a6 {
 // the node's IPv6 block; a NotIn rule keeps the IPv6 service range in.
 func TestBirdBGPFilterIPv6(t *testing.T) {
 	t.Parallel()
-	c := newCluster6(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	c, tor, a := torLab6(t)
 	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
 router id %[1]s;
 protocol device {}

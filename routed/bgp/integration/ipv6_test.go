@@ -116,9 +116,7 @@ func TestMeshIPv6(t *testing.T) {
 // keepOriginalNextHop a node passes on the other's block unchanged.
 func TestBirdIPv6(t *testing.T) {
 	t.Parallel()
-	c := newCluster6(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26", "fd00:65:1::/122")
+	c, tor, a := torLab6(t)
 	b := c.addNode("b", 2, nil, "10.65.2.0/26", "fd00:65:2::/122")
 	for _, n := range []*node{a, b} {
 		writeSecret(t, n, "bgp", "tor6", "v6-secret")
@@ -191,8 +189,7 @@ protocol bgp node_b from nodes { neighbor %[4]s as 64512; }
 func TestRouteReflectorIPv6(t *testing.T) {
 	t.Parallel()
 	c := newCluster6(t)
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "peer-with-rrs"},
 		Spec: api.BGPPeerSpec{NodeSelector: "all()", PeerSelector: "route-reflector == 'true'"}})
 	rr := c.addNodeSpec("rr", 11, map[string]string{"route-reflector": "true"},

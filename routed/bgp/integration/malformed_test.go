@@ -25,24 +25,9 @@ import (
 // sides (routed's and BIRD's "since"), and BIRD's route stays in place.
 func TestMalformedUpdatesFromAPeer(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	tor := c.lab.AddHost("tor", 100)
-	a := c.addNode("a", 1, nil, "10.65.1.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol static upstream {
-	ipv4;
-	route 192.168.102.0/24 blackhole;
-}
-filter to_nodes { if net = 192.168.102.0/24 then accept; reject; }
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export filter to_nodes; };
-}
-`, tor.Addr, a.host.Addr))
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	c, tor, a := torLab(t)
+	bird := torBird(t, tor, a, "192.168.102.0/24 blackhole")
+	c.applyTorPeer(tor, api.BGPPeerSpec{})
 
 	origin := attr(0x40, 1, []byte{0})
 	const rogueAS = 4200000001

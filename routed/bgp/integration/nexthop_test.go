@@ -18,8 +18,7 @@ import (
 func TestBirdNextHopSelfOnReflector(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	tor := c.lab.AddHost("tor", 100)
 	rrLabel := map[string]string{"route-reflector": "true"}
 	rr := c.addNodeSpec("rr", 11, rrLabel, func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = "224.0.0.1" },

@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/routed-net/routed/pkg/api"
-	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
 
 // TestPoolDisableBGPExport: Calico's IPPool disableBGPExport through the
@@ -27,17 +25,8 @@ func TestPoolDisableBGPExport(t *testing.T) {
 	c.apply(pool("public", "10.65.0.0/16", false))
 	c.apply(pool("private", "10.66.0.0/16", true))
 	a := c.addNode("a", 1, nil, "10.65.1.0/26", "10.66.1.0/26")
-	bird := bgptest.StartBird(t, tor, fmt.Sprintf(`
-router id %[1]s;
-protocol device {}
-protocol bgp node_a {
-	local %[1]s as 65000;
-	neighbor %[2]s as 64512;
-	ipv4 { import all; export none; };
-}
-`, tor.Addr, a.host.Addr))
-	c.apply(&api.BGPPeer{Metadata: api.ObjectMeta{Name: "tor"}, Spec: api.BGPPeerSpec{
-		Node: "a", PeerIP: tor.Addr.String(), ASNumber: 65000}})
+	bird := torBird(t, tor, a)
+	c.applyTorPeer(tor, api.BGPPeerSpec{Node: "a"})
 
 	routes := func(s string) bool { return strings.Contains(s, "10.65.1.0/26") }
 	got := bird.WaitCtl(t, "show route protocol node_a", 30*time.Second, routes)

@@ -59,8 +59,7 @@ func TestMeshToRouteReflectors(t *testing.T) {
 		return n == 4
 	})
 
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	for _, cl := range clients {
 		cl.waitPeers("only the RRs", 20*time.Second, allEstablished(rr1.host.Addr, rr2.host.Addr))
 	}
@@ -92,8 +91,7 @@ func TestMeshToRouteReflectors(t *testing.T) {
 func TestMD5(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	f := false
-	c.apply(&api.BGPConfiguration{Metadata: api.ObjectMeta{Name: "default"}, Spec: api.BGPConfigurationSpec{NodeToNodeMeshEnabled: &f}})
+	c.meshOff()
 	a := c.addNode("a", 1, nil, "10.65.1.0/26")
 	b := c.addNode("b", 2, nil, "10.65.2.0/26")
 	writeSecret(t, a, "bgp", "pw", "password-a")
