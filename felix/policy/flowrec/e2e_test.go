@@ -33,8 +33,16 @@ type childConfig struct {
 // TestMain runs the node process when asked (FLOWREC_CHILD names its
 // configuration file): like a routed restarted on a node, it adopts
 // the policy tables, records flows and sends them to the aggregator
-// until it is killed.
+// until it is killed. FLOWREC_TRAFFIC runs BenchmarkCollectorCPU's
+// traffic instead.
 func TestMain(m *testing.M) {
+	if path := os.Getenv("FLOWREC_TRAFFIC"); path != "" {
+		if err := runTraffic(path); err != nil {
+			fmt.Fprintln(os.Stderr, "traffic:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if path := os.Getenv("FLOWREC_CHILD"); path != "" {
 		if err := runChild(path); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -47,11 +55,7 @@ func TestMain(m *testing.M) {
 
 func runChild(path string) error {
 	var cfg childConfig
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
+	if err := readJSON(path, &cfg); err != nil {
 		return err
 	}
 	f, err := os.Open(cfg.Netns)

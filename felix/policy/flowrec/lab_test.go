@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -25,7 +26,7 @@ import (
 // the same resources (and the staged ones), and a collector whose
 // batches the test reads.
 type flowLab struct {
-	t       *testing.T
+	t       testing.TB
 	node    *polab.Node
 	m       *policy.Manager
 	model   *flowrec.LockedModel
@@ -123,7 +124,7 @@ func loadModel(m *policy.Manager, model *flowrec.LockedModel, eps []policy.Endpo
 	return m.Apply(context.Background())
 }
 
-func newFlowLabBare(t *testing.T) *flowLab {
+func newFlowLabBare(t testing.TB) *flowLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, nftables, conntrack)")
@@ -182,21 +183,37 @@ func newFlowLab(t *testing.T) *flowLab {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { fs.Close() })
+	runCollector(t, c)
+	return l
+}
+
+// runCollector opens and runs c until the test ends, and fails the
+// test if it stopped for anything but that.
+func runCollector(tb testing.TB, c *flowrec.Collector) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := c.Open(ctx); err != nil {
 		cancel()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Errorf("collector: %v", err)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			tb.Errorf("collector: %v", err)
 		}
-		fs.Close()
 	})
-	return l
+}
+
+// readJSON reads a child process's configuration file into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // waitFlow waits (10 s, the goal) for an aggregated flow want accepts.
