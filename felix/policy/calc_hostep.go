@@ -59,9 +59,13 @@ func DefaultFailsafeOutbound() []HostPort {
 type HostEndpoint struct {
 	// Key is HostEndpointKey(name).
 	Key string
-	// Iface is the interface, "*" for all of them, "" when not known
-	// (then it is not dispatched: see Manager.SetHostEndpoint).
+	// Iface is the interface it names, "*" for all of them, or "" when
+	// it names none and is found by its IPs: then Found are the
+	// interfaces of this node holding one of them, and it governs each
+	// (Calico's); none found, it is not dispatched (see
+	// Manager.SetHostEndpoint).
 	Iface string
+	Found []string
 	// Local: on this node (only then it has chains).
 	Local    bool
 	Node     string
@@ -118,14 +122,38 @@ type hostState struct {
 
 // hostEP is one of this node's host endpoints.
 type hostEP struct {
-	key, iface string
-	ep         *endpoint
-	in, out    []*cpolicy // every policy applying, in evaluation order
-	profiles   []string
-	chains     [numHostCtx]string
-	// shadowedBy is the key of the endpoint that governs the same
-	// interface of the same node instead (hostsInOrder); "": this one.
-	shadowedBy string
+	key string
+	// ifaces are the interfaces it is for, sorted: the one it names,
+	// ["*"], or those holding one of its expected IPs.
+	ifaces   []string
+	ep       *endpoint
+	in, out  []*cpolicy // every policy applying, in evaluation order
+	profiles []string
+	chains   [numHostCtx]string
+	// shadowedBy maps each of ifaces that another endpoint of the same
+	// node governs instead (hostsInOrder) to that endpoint's key.
+	shadowedBy map[string]string
+}
+
+// wildcard reports whether the endpoint is for all interfaces ("*").
+func (he *hostEP) wildcard() bool {
+	return len(he.ifaces) == 1 && he.ifaces[0] == nftdp.WildcardIface
+}
+
+// ifacesOf is the interfaces a host endpoint is for (see hostEP.ifaces);
+// none when it names none and none holds its IPs.
+func ifacesOf(h HostEndpoint) []string {
+	if h.Iface != "" {
+		return []string{h.Iface}
+	}
+	var out []string
+	for _, f := range h.Found {
+		if f != "" && f != nftdp.WildcardIface {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // The contexts of a host endpoint's chains.
@@ -176,7 +204,8 @@ func (c *Calc) SetTunnelPeers(addrs []netip.Addr, udpPorts []uint16) bool {
 func (c *Calc) SetHostEndpoint(h HostEndpoint) {
 	c.SetEndpoint(Endpoint{Key: h.Key, Node: h.Node, Labels: h.Labels, Profiles: h.Profiles, IPs: h.IPs, Ports: h.Ports, Host: true})
 	he := c.hosts.eps[h.Key]
-	if !h.Local || h.Iface == "" {
+	ifaces := ifacesOf(h)
+	if !h.Local || len(ifaces) == 0 {
 		if he != nil {
 			c.removeHost(he)
 		}
@@ -189,7 +218,7 @@ func (c *Calc) SetHostEndpoint(h HostEndpoint) {
 		he = &hostEP{key: c.eps[h.Key].key}
 		c.hosts.eps[he.key] = he
 	}
-	he.iface, he.ep = h.Iface, c.eps[h.Key]
+	he.ifaces, he.ep = ifaces, c.eps[h.Key]
 	c.updateHost(he)
 }
 
@@ -299,7 +328,7 @@ func (c *Calc) hostShape(he *hostEP, ctx int) (pols []*cpolicy, sh chainShape, o
 	forward := func(p *cpolicy) bool { return !p.host.only() && p.host.applyOnForward }
 	preDNAT := func(p *cpolicy) bool { return p.host.preDNAT }
 	untracked := func(p *cpolicy) bool { return p.host.doNotTrack }
-	named := he.iface != nftdp.WildcardIface
+	named := !he.wildcard()
 	switch ctx {
 	case hostIn:
 		return keep(he.in, normal), chainShape{prefix: "hep-in-", profiles: he.profiles, tierDrop: true, endDrop: true}, true
@@ -339,9 +368,11 @@ type HostSink interface {
 }
 
 // pushHosts gives the sink the host dispatch: this node's host
-// endpoints in key order, only the first of two for one interface (the
-// others are shadowed: calc_hostep_warn.go), and points the rule index
-// at them.
+// endpoints in key order, each on every interface it is for, only the
+// first of two for one interface (the others are shadowed there:
+// calc_hostep_warn.go), and points the rule index at them. An endpoint
+// found on several interfaces by its IPs shares its chains between
+// them.
 func (c *Calc) pushHosts() {
 	hs, ok := c.sink.(HostSink)
 	if !ok || (len(c.hosts.eps) == 0 && !c.hosts.touched) {
@@ -355,12 +386,14 @@ func (c *Calc) pushHosts() {
 	}
 	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers, TunnelPorts: c.hosts.tunnelPorts}
 	for _, he := range order {
-		if he.shadowedBy != "" {
-			continue
-		}
 		ch := he.chains
-		h.Endpoints = append(h.Endpoints, nftdp.HostChains{Iface: he.iface, In: ch[hostIn], Out: ch[hostOut],
-			FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]})
+		for _, iface := range he.ifaces {
+			if he.shadowedBy[iface] != "" {
+				continue
+			}
+			h.Endpoints = append(h.Endpoints, nftdp.HostChains{Iface: iface, In: ch[hostIn], Out: ch[hostOut],
+				FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]})
+		}
 	}
 	hs.SetHostEndpoints(h)
 }

@@ -56,7 +56,7 @@ func (w HostEndpointWarning) String() string {
 // flows' ends (flow records) must not take a host's address for an
 // endpoint's.
 func (c *Calc) SetHostEndpointOfNode(h *api.HostEndpoint) error {
-	he, err := HostEndpointFromAPI(h, true, "")
+	he, err := HostEndpointFromAPI(h, true)
 	if err != nil {
 		return err
 	}
@@ -66,20 +66,22 @@ func (c *Calc) SetHostEndpointOfNode(h *api.HostEndpoint) error {
 
 // HostEndpointWarnings lists the host endpoints given as local (this
 // node's to felix; every node's in a model, see SetResource) that are
-// not enforced as written, in name order. An endpoint found by address
-// whose interface is not known yet is not among them.
+// not enforced as written, in name order, one warning per interface
+// where another governs instead. An endpoint found by address whose
+// interface is not known yet is not among them.
 func (c *Calc) HostEndpointWarnings() []HostEndpointWarning {
 	var out []HostEndpointWarning
 	for _, he := range c.hostsInOrder() {
-		w := HostEndpointWarning{Endpoint: strings.TrimPrefix(he.key, hostKeyPrefix), Node: he.ep.nodeName(), Iface: he.iface}
-		if he.shadowedBy != "" {
-			w.ShadowedBy = strings.TrimPrefix(he.shadowedBy, hostKeyPrefix)
-			out = append(out, w)
+		name, node := strings.TrimPrefix(he.key, hostKeyPrefix), he.ep.nodeName()
+		for _, iface := range he.ifaces {
+			if by := he.shadowedBy[iface]; by != "" {
+				out = append(out, HostEndpointWarning{Endpoint: name, Node: node, Iface: iface, ShadowedBy: strings.TrimPrefix(by, hostKeyPrefix)})
+			}
+		}
+		if !he.wildcard() || len(he.shadowedBy) > 0 {
 			continue
 		}
-		if he.iface != nftdp.WildcardIface {
-			continue
-		}
+		w := HostEndpointWarning{Endpoint: name, Node: node, Iface: nftdp.WildcardIface}
 		for _, p := range union(he.in, he.out) {
 			if p.host.doNotTrack {
 				w.IgnoredDoNotTrack = append(w.IgnoredDoNotTrack, p.key)
@@ -95,15 +97,24 @@ func (c *Calc) HostEndpointWarnings() []HostEndpointWarning {
 
 // hostsInOrder returns the local host endpoints in key order (so in
 // name order) with shadowedBy set: per node and interface the first
-// governs, the rest are shadowed by it.
+// that is for it governs (whether it names the interface or holds one
+// of its expected IPs there: Calico prefers neither), the rest are
+// shadowed by it on that interface and may still govern their others.
 func (c *Calc) hostsInOrder() []*hostEP {
 	first := map[[2]string]string{}
 	out := make([]*hostEP, 0, len(c.hosts.eps))
 	for _, k := range sortedKeys(c.hosts.eps) {
 		he := c.hosts.eps[k]
-		at := [2]string{he.ep.nodeName(), he.iface}
-		he.shadowedBy = first[at]
-		if he.shadowedBy == "" {
+		he.shadowedBy = nil
+		for _, iface := range he.ifaces {
+			at := [2]string{he.ep.nodeName(), iface}
+			if by := first[at]; by != "" {
+				if he.shadowedBy == nil {
+					he.shadowedBy = map[string]string{}
+				}
+				he.shadowedBy[iface] = by
+				continue
+			}
 			first[at] = k
 		}
 		out = append(out, he)
@@ -118,8 +129,13 @@ func (c *Calc) hostsInOrder() []*hostEP {
 func (c *Calc) indexHosts(order []*hostEP) {
 	want := map[string]string{}
 	for _, he := range order {
-		if he.shadowedBy == "" && he.iface != nftdp.WildcardIface {
-			want[he.iface] = he.key
+		if he.wildcard() {
+			continue
+		}
+		for _, iface := range he.ifaces {
+			if he.shadowedBy[iface] == "" {
+				want[iface] = he.key
+			}
 		}
 	}
 	for iface := range c.hosts.indexed {

@@ -14,13 +14,15 @@ import (
 var hostLog = logrus.WithField("component", "policy")
 
 // SetHostEndpoint adds or replaces a HostEndpoint; local tells whether
-// it is this node's (then its interface is policed). An endpoint that
-// names no interface is policed on the interface that holds one of its
-// expected addresses: iface is that interface ("" when none holds one
-// yet: then the endpoint's addresses still fill sets, but nothing is
-// policed until felix finds it).
-func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, iface string) error {
-	he, err := HostEndpointFromAPI(h, local, iface)
+// it is this node's (then its interfaces are policed). An endpoint that
+// names no interface is policed on every interface that holds one of
+// its expected addresses, as in Calico: found are those interfaces
+// (none while none holds one: then the endpoint's addresses still fill
+// sets, but nothing is policed until felix finds them; "" is ignored).
+// found is not used when the endpoint names its interface (or "*"):
+// Calico never matches such an endpoint by address.
+func (m *Manager) SetHostEndpoint(h *api.HostEndpoint, local bool, found ...string) error {
+	he, err := HostEndpointFromAPI(h, local, found...)
 	if err != nil {
 		return err
 	}
@@ -65,16 +67,16 @@ func (m *Manager) HostEndpoints() []string {
 }
 
 // HostEndpointFromAPI reads what the calculator needs from a
-// HostEndpoint (see SetHostEndpoint for iface).
-func HostEndpointFromAPI(h *api.HostEndpoint, local bool, iface string) (HostEndpoint, error) {
+// HostEndpoint (see SetHostEndpoint for found).
+func HostEndpointFromAPI(h *api.HostEndpoint, local bool, found ...string) (HostEndpoint, error) {
 	if h.Metadata.Name == "" {
 		return HostEndpoint{}, fieldErr("metadata.name", -1, "", "is required")
 	}
-	if n := h.Spec.InterfaceName; n != "" {
-		iface = n
-	}
-	he := HostEndpoint{Key: HostEndpointKey(h.Metadata.Name), Iface: iface, Local: local, Node: h.Spec.Node,
+	he := HostEndpoint{Key: HostEndpointKey(h.Metadata.Name), Iface: h.Spec.InterfaceName, Local: local, Node: h.Spec.Node,
 		Labels: h.Metadata.Labels, Profiles: h.Spec.Profiles}
+	if he.Iface == "" {
+		he.Found = slices.Clone(found)
+	}
 	for i, p := range h.Spec.Ports {
 		n, ok := p.Protocol.Num()
 		if !ok || p.Name == "" || p.Port == 0 {
