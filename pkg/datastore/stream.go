@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +51,19 @@ const (
 	// ListRequested: the handler asked for the current state (Relister).
 	ListRequested ListReason = "requested"
 )
+
+// ListStreamer is a StreamHandler that takes a list as it is read, page
+// by page, instead of whole: the stream then never holds a big
+// cluster's list, and the handler can keep only what it needs of each
+// key (the stream prefers OnListStream to OnList). kvs yields every key
+// of the range at rev, in key order within each listed part; the keys
+// it yields are the handler's to keep. When reading the list fails part
+// way, kvs yields the error last: the handler must then drop what it
+// took of that list and keep its earlier state (the stream lists again).
+// The handler must range over all of kvs.
+type ListStreamer interface {
+	OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason ListReason)
+}
 
 // Relister is a StreamHandler that can ask for the range to be listed
 // again: after each OnEvents call the stream asks WantList, and when it
@@ -120,7 +135,7 @@ func (c *Client) Stream(ctx context.Context, prefix string, h StreamHandler, o S
 		if ctx.Err() != nil {
 			break
 		}
-		if errors.Is(err, errListRequested) {
+		if errors.Is(err, errListRequested) || errors.Is(err, errCacheUnreadable) {
 			continue // list again at once: not a failure
 		}
 		if time.Since(start) > 10*time.Second {
@@ -161,23 +176,13 @@ func (s *stream) once(ctx context.Context) error {
 	}
 	if s.rev == 0 {
 		s.dropCache(s.reason)
-		kvs, rev, cluster, err := s.c.listRanges(ctx, s.prefix, s.o.ListPrefixes)
-		if err != nil {
+		if err := s.list(ctx); err != nil {
 			return err
 		}
-		s.rev, s.clusterID, s.probeRev = rev, cluster, 0
-		for _, kv := range kvs {
-			if string(kv.Key) == s.o.ProbeKey {
-				s.probeRev = kv.ModRevision
-			}
-		}
-		log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": len(kvs)}).Info("listed the datastore")
-		if s.o.Cache != nil {
-			s.o.Cache.Listed(kvs, rev, cluster)
-		}
-		s.h.OnList(kvs, rev, s.reason)
 	} else if s.cu != nil {
-		s.deliverCacheIfCaughtUp()
+		if err := s.deliverCacheIfCaughtUp(); err != nil {
+			return err
+		}
 	} else if s.o.OnResume != nil {
 		s.o.OnResume()
 	}
@@ -221,53 +226,162 @@ func (s *stream) checkResume(ctx context.Context) error {
 	return nil
 }
 
+// list reads the range at one revision, page by page, handing each page
+// to the cache and the handler as it comes (a ListStreamer takes the
+// keys as they are read; another handler gets them whole at the end),
+// and moves the stream to that revision.
+func (s *stream) list(ctx context.Context) error {
+	pg, err := s.c.newPager(s.prefix, s.o.ListPrefixes)
+	if err != nil {
+		return err
+	}
+	first, err := pg.next(ctx)
+	if err != nil {
+		return err
+	}
+	rev, cluster := pg.rev, pg.cluster
+	if s.o.Cache != nil {
+		s.o.Cache.ListStarted(rev, cluster)
+	}
+	var probeRev int64
+	var failed error
+	keys, read := 0, false
+	seq := func(yield func(*mvccpb.KeyValue, error) bool) {
+		page := first
+		first = nil
+		for {
+			if s.o.Cache != nil {
+				s.o.Cache.ListPage(page)
+			}
+			for _, kv := range page {
+				if string(kv.Key) == s.o.ProbeKey {
+					probeRev = kv.ModRevision
+				}
+				keys++
+				if !yield(kv, nil) {
+					return
+				}
+			}
+			if page, failed = pg.next(ctx); failed != nil {
+				yield(nil, failed)
+				return
+			}
+			if page == nil {
+				// Read whole: the cache has it before the handler
+				// acts on it (a node stopped right after its first
+				// delivery still writes it on the way out).
+				read = true
+				if s.o.Cache != nil {
+					s.o.Cache.Listed(rev, cluster)
+				}
+				return
+			}
+		}
+	}
+	s.deliverList(seq, rev, s.reason)
+	if failed != nil {
+		return failed
+	}
+	if !read {
+		return errListNotRead
+	}
+	s.rev, s.clusterID, s.probeRev = rev, cluster, probeRev
+	log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": keys}).Info("listed the datastore")
+	return nil
+}
+
+// deliverList hands the handler a list as it is read: key by key to a
+// ListStreamer; whole, once read whole, to another handler (nothing when
+// it failed part way: kvs then yields an error last).
+func (s *stream) deliverList(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason ListReason) {
+	if ls, ok := s.h.(ListStreamer); ok {
+		ls.OnListStream(kvs, rev, reason)
+		return
+	}
+	var all []*mvccpb.KeyValue
+	for kv, err := range kvs {
+		if err != nil {
+			return
+		}
+		all = append(all, kv)
+	}
+	s.h.OnList(all, rev, reason)
+}
+
+// pager reads every key under each of its parts at one revision (the
+// first page's), listPage keys per request.
+type pager struct {
+	c        *Client
+	parts    []string
+	key, end string // the next page's range in parts[0]
+	rev      int64
+	cluster  uint64
+}
+
+// newPager reads prefix, or only parts of it when parts are given: in
+// key order (the parts sorted, a part inside another read once with it).
+func (c *Client) newPager(prefix string, parts []string) (*pager, error) {
+	if len(parts) == 0 {
+		parts = []string{prefix}
+	}
+	for _, p := range parts {
+		if !strings.HasPrefix(p, prefix) {
+			return nil, fmt.Errorf("datastore: list prefix %q is outside the stream's range %q", p, prefix)
+		}
+	}
+	var read []string
+	for _, p := range slices.Sorted(slices.Values(parts)) {
+		if len(read) == 0 || !strings.HasPrefix(p, read[len(read)-1]) {
+			read = append(read, p)
+		}
+	}
+	pg := &pager{c: c, parts: read}
+	pg.key, pg.end = read[0], clientv3.GetPrefixRangeEnd(read[0])
+	return pg, nil
+}
+
+// next returns the next page (nil at the end), having set rev and
+// cluster from the first.
+func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
+	for len(pg.parts) > 0 {
+		resp, err := pg.c.listPageRetrying(ctx, pg.key, pg.end, pg.rev)
+		if err != nil {
+			return nil, err
+		}
+		if pg.rev == 0 {
+			pg.rev = resp.Header.Revision
+		}
+		pg.cluster = resp.Header.ClusterId
+		if resp.More && len(resp.Kvs) > 0 {
+			pg.key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		} else if pg.parts = pg.parts[1:]; len(pg.parts) > 0 {
+			pg.key, pg.end = pg.parts[0], clientv3.GetPrefixRangeEnd(pg.parts[0])
+		}
+		if len(resp.Kvs) > 0 {
+			return resp.Kvs, nil
+		}
+	}
+	return nil, nil
+}
+
 // listRanges reads every key under each of parts (all of prefix when
 // parts is empty) at one revision, and returns them with that revision
 // and etcd's cluster ID.
 func (c *Client) listRanges(ctx context.Context, prefix string, parts []string) ([]*mvccpb.KeyValue, int64, uint64, error) {
-	if len(parts) == 0 {
-		return c.listPrefix(ctx, prefix, 0)
+	pg, err := c.newPager(prefix, parts)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	var kvs []*mvccpb.KeyValue
-	var rev int64
-	var cluster uint64
-	for _, p := range parts {
-		if !strings.HasPrefix(p, prefix) {
-			return nil, 0, 0, fmt.Errorf("datastore: list prefix %q is outside the stream's range %q", p, prefix)
-		}
-		got, r, cl, err := c.listPrefix(ctx, p, rev)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		if rev == 0 {
-			rev, cluster = r, cl
-		}
-		kvs = append(kvs, got...)
-	}
-	return kvs, rev, cluster, nil
-}
-
-// listPrefix reads every key under prefix at revision rev (0: the
-// current one), listPage keys per request, and returns them with that
-// revision and etcd's cluster ID.
-func (c *Client) listPrefix(ctx context.Context, prefix string, rev int64) ([]*mvccpb.KeyValue, int64, uint64, error) {
-	var kvs []*mvccpb.KeyValue
-	var cluster uint64
-	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		resp, err := c.listPageRetrying(ctx, key, end, rev)
+		page, err := pg.next(ctx)
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
+		if page == nil {
+			return kvs, pg.rev, pg.cluster, nil
 		}
-		cluster = resp.Header.ClusterId
-		kvs = append(kvs, resp.Kvs...)
-		if !resp.More || len(resp.Kvs) == 0 {
-			return kvs, rev, cluster, nil
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		kvs = append(kvs, page...)
 	}
 }
 
@@ -398,7 +512,9 @@ func (s *stream) follow(ctx context.Context) error {
 			s.o.Cache.Changed(wr.Events, rev)
 		}
 		if s.cu != nil {
-			s.catchUpEvents(wr.Events)
+			if err := s.catchUpEvents(wr.Events); err != nil {
+				return err
+			}
 			continue
 		}
 		s.h.OnEvents(wr.Events, rev)
@@ -459,4 +575,7 @@ const (
 	errConnectionLost = watchError("datastore: connection to etcd lost")
 	// errListRequested ends a watch whose handler asked for a list.
 	errListRequested = watchError("datastore: the handler asked for a list")
+	// errListNotRead: the handler stopped ranging over a list before
+	// its end; the stream lists again.
+	errListNotRead = watchError("datastore: the handler did not read the whole list")
 )

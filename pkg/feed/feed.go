@@ -18,17 +18,21 @@
 //     a slow BGP push cannot stall felix.
 //   - The feed keeps no copy of the datastore: a snapshot is made from a
 //     list (at start, and when the gate lets go after a hold, when the
-//     feed asks the stream to list again). Keys no consumer subscribes to
-//     (IPAM handles) are not listed at all.
-//   - With Options.Cache, a copy of the list is kept on disk (changes
-//     since its last write in memory, bounded): a restart starts from it
-//     instead of a list, and the first snapshot still comes only once
-//     the watch brought it up to etcd's revision at start.
+//     feed asks the stream to list again), taken page by page as it is
+//     read, keeping of each key its value until each consumer decoded
+//     it; a consumer's queue lets go of what it delivered. Keys no
+//     consumer subscribes to (IPAM handles) are not listed at all.
+//   - With Options.Cache, a copy of the list is kept on disk (written as
+//     the list is read; changes since its last write in memory, bounded):
+//     a restart starts from it instead of a list, read key by key, and
+//     the first snapshot still comes only once the watch brought it up to
+//     etcd's revision at start.
 //   - No consumer reads etcd: what they need comes in the feed.
 package feed
 
 import (
 	"context"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -240,17 +244,39 @@ func (f *Feed) Run(ctx context.Context) error {
 	return err
 }
 
-// OnList implements datastore.StreamHandler.
+// OnList implements datastore.StreamHandler (a list handed whole).
 func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListReason) {
-	f.metrics.lists.WithLabelValues(string(reason)).Inc()
-	f.borrowed = map[netip.Prefix]map[netip.Addr]string{}
-	f.ci, f.rev, f.wantList = nil, rev, false
-	items := make([]item, 0, len(kvs))
-	for _, kv := range kvs {
+	f.OnListStream(func(yield func(*mvccpb.KeyValue, error) bool) {
+		for _, kv := range kvs {
+			if !yield(kv, nil) {
+				return
+			}
+		}
+	}, rev, reason)
+}
+
+// OnListStream implements datastore.ListStreamer: it keeps of each key
+// only what a subscriber takes (an item: the key and the value), so the
+// list's pages are garbage as soon as they are read, and hands the
+// consumers the snapshot once the list was read whole. A list cut short
+// changes nothing (the stream lists again).
+func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason datastore.ListReason) {
+	oldBorrowed, oldCI := f.borrowed, f.ci
+	f.borrowed, f.ci = map[netip.Prefix]map[netip.Addr]string{}, nil
+	var items []item
+	for kv, err := range kvs {
+		if err != nil {
+			f.log.WithError(err).WithField("reason", reason).Warn("the list was cut short; nothing of it is delivered")
+			f.borrowed, f.ci = oldBorrowed, oldCI
+			return
+		}
 		if it, ok := f.take(kv, false); ok {
 			items = append(items, it)
 		}
 	}
+	f.metrics.lists.WithLabelValues(string(reason)).Inc()
+	f.rev, f.wantList = rev, false
+	slices.SortFunc(items, byKey)
 	f.seen.Store(rev)
 	if !f.admit() {
 		return
@@ -339,13 +365,21 @@ func (f *Feed) take(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
 		if !f.kinds[KindAffinity] {
 			return item{}, false
 		}
-		return item{kind: KindAffinity, key: key, kv: kv, deleted: deleted}, true
+		return item{kind: KindAffinity, key: key, value: value(kv, deleted), rev: kv.ModRevision, deleted: deleted}, true
 	}
 	k, name, ok := datastore.ParseKey(key)
 	if !ok || !f.kinds[k] {
 		return item{}, false
 	}
-	return item{kind: k, key: key, name: name, kv: kv, deleted: deleted}, true
+	return item{kind: k, key: key, name: name, value: value(kv, deleted), rev: kv.ModRevision, deleted: deleted}, true
+}
+
+// value is what an item keeps of kv's value: nothing for a deletion.
+func value(kv *mvccpb.KeyValue, deleted bool) []byte {
+	if deleted {
+		return nil
+	}
+	return kv.Value
 }
 
 // takeBlock keeps each block's borrowed addresses and reports a block
@@ -364,7 +398,7 @@ func (f *Feed) takeBlock(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
 	} else {
 		f.borrowed[p] = br
 	}
-	return item{kind: KindBorrowed, block: p, borrowed: br, rev: kv.ModRevision}, true
+	return item{kind: KindBorrowed, key: "borrowed:" + p.String(), rev: kv.ModRevision, br: &borrowedItem{block: p, addrs: br}}, true
 }
 
 func sameBorrowed(a, b map[netip.Addr]string) bool {

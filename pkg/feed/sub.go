@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -22,89 +21,125 @@ import (
 
 // item is an update before decoding: the feed's goroutine only moves raw
 // values, each consumer's goroutine decodes its own copy (consumers may
-// change what they are given).
+// change what they are given). An item keeps the stored value and the
+// key as one string (name is a part of it), not etcd's KeyValue: a big
+// cluster's snapshot holds one item per object until its consumer
+// decodes it.
 type item struct {
-	kind     api.Kind
-	key      string
-	name     string
-	kv       *mvccpb.KeyValue // resource and affinity kinds
-	deleted  bool
-	rev      int64
-	block    netip.Prefix
-	borrowed map[netip.Addr]string
+	kind    api.Kind
+	key     string // the object's key (a block's: "borrowed:<cidr>")
+	name    string // resource name: a part of key
+	value   []byte // the stored value (resource and affinity kinds); nil when deleted
+	rev     int64  // the key's ModRevision (the block's for KindBorrowed)
+	deleted bool
+	br      *borrowedItem // KindBorrowed
 }
 
-// pendingBatch is one entry of a consumer's queue: a list of items in
-// revision order, or (merged) the latest item of each object, keyed by
-// object. A merged snapshot holds only present objects; a merged change
-// batch keeps deletions.
+// borrowedItem is one block's addresses held by other nodes.
+type borrowedItem struct {
+	block netip.Prefix
+	addrs map[netip.Addr]string
+}
+
+// pendingBatch is one entry of a consumer's queue. A change batch is a
+// list of items in revision order, or (merged) the latest item of each
+// object, keyed by object, deletions kept. A snapshot is its present
+// objects sorted by key, plus (merged) the changes it absorbed while
+// queued, by object: no map of the whole state is built.
 type pendingBatch struct {
 	snapshot bool
 	rev      int64
 	items    []item
 	merged   map[string]item
+	present  int // a snapshot's objects, the absorbed changes applied
 }
 
 func (b *pendingBatch) size() int {
+	if b.snapshot {
+		return b.present
+	}
 	if b.merged != nil {
 		return len(b.merged)
 	}
 	return len(b.items)
 }
 
+// mergeable reports whether later changes fold into b (a snapshot or a
+// merged change batch) instead of queueing behind it.
+func (b *pendingBatch) mergeable() bool { return b.snapshot || b.merged != nil }
+
 // merge folds items (later than everything in b) into b's map.
 func (b *pendingBatch) merge(items []item) {
-	for _, it := range items {
-		if b.snapshot && it.isDeletion() {
-			delete(b.merged, it.objectKey())
-		} else {
-			b.merged[it.objectKey()] = it
-		}
-	}
-}
-
-// flatten returns b's items: a merged batch's in revision order (a
-// snapshot's by key, their order does not matter but is stable).
-func (b *pendingBatch) flatten() []item {
 	if b.merged == nil {
-		return b.items
+		b.merged = make(map[string]item, len(items))
 	}
-	out := make([]item, 0, len(b.merged))
-	for _, it := range b.merged {
-		out = append(out, it)
-	}
-	slices.SortFunc(out, func(x, y item) int {
-		if !b.snapshot {
-			if c := cmp.Compare(x.revision(), y.revision()); c != 0 {
-				return c
+	for _, it := range items {
+		if b.snapshot {
+			if b.holds(it.key) {
+				b.present--
+			}
+			if !it.isDeletion() {
+				b.present++
 			}
 		}
-		return strings.Compare(x.objectKey(), y.objectKey())
-	})
-	return out
+		b.merged[it.key] = it
+	}
 }
 
-// objectKey names the object an item is about.
-func (it item) objectKey() string {
-	if it.kind == KindBorrowed {
-		return "borrowed:" + it.block.String()
+// holds reports whether snapshot b holds an object at key now.
+func (b *pendingBatch) holds(key string) bool {
+	if it, ok := b.merged[key]; ok {
+		return !it.isDeletion()
 	}
-	return it.key
+	_, found := slices.BinarySearchFunc(b.items, key, func(it item, k string) int { return strings.Compare(it.key, k) })
+	return found
+}
+
+// flatten returns b's items: a merged change batch's in revision order;
+// a snapshot's present objects by key, the absorbed changes applied.
+func (b *pendingBatch) flatten() []item {
+	if len(b.merged) == 0 {
+		return b.items
+	}
+	changes := make([]item, 0, len(b.merged))
+	for _, it := range b.merged {
+		changes = append(changes, it)
+	}
+	if !b.snapshot {
+		slices.SortFunc(changes, func(x, y item) int {
+			if c := cmp.Compare(x.rev, y.rev); c != 0 {
+				return c
+			}
+			return strings.Compare(x.key, y.key)
+		})
+		return changes
+	}
+	slices.SortFunc(changes, func(x, y item) int { return strings.Compare(x.key, y.key) })
+	out := make([]item, 0, len(b.items)+len(changes))
+	i := 0
+	for _, ch := range changes {
+		for i < len(b.items) && b.items[i].key < ch.key {
+			out = append(out, b.items[i])
+			i++
+		}
+		if i < len(b.items) && b.items[i].key == ch.key {
+			i++ // replaced or deleted
+		}
+		if !ch.isDeletion() {
+			out = append(out, ch)
+		}
+	}
+	return append(out, b.items[i:]...)
 }
 
 func (it item) isDeletion() bool {
 	if it.kind == KindBorrowed {
-		return len(it.borrowed) == 0
+		return it.br == nil || len(it.br.addrs) == 0
 	}
 	return it.deleted
 }
 
-func (it item) revision() int64 {
-	if it.kv != nil {
-		return it.kv.ModRevision
-	}
-	return it.rev
-}
+func byKey(x, y item) int { return strings.Compare(x.key, y.key) }
 
 // sub is one consumer: its kinds, its queue and its delivery goroutine.
 type sub struct {
@@ -129,28 +164,47 @@ func newSub(name string, kinds []api.Kind, c Consumer) *sub {
 	return s
 }
 
+// mine returns the items of s's kinds that it keeps, in their order, in
+// a slice of its own (its delivery clears it as it decodes).
 func (s *sub) mine(items []item) []item {
-	var out []item
+	n := 0
 	for _, it := range items {
-		if !s.kinds[it.kind] {
-			continue
+		if s.wants(it) {
+			n++
 		}
-		if keep := s.keep[it.kind]; keep != nil && !keep(it.name) {
-			continue
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]item, 0, n)
+	for _, it := range items {
+		if s.wants(it) {
+			out = append(out, it)
 		}
-		out = append(out, it)
 	}
 	return out
+}
+
+func (s *sub) wants(it item) bool {
+	if !s.kinds[it.kind] {
+		return false
+	}
+	keep := s.keep[it.kind]
+	return keep == nil || keep(it.name)
 }
 
 // pushSnapshot replaces the consumer's queue with the state at rev (on
 // the feed's goroutine): everything queued before it is superseded. It
 // stays mergeable until the consumer takes it, so changes that arrive
-// meanwhile fold into it instead of queueing behind it.
+// meanwhile fold into it instead of queueing behind it. items are the
+// present objects, one per key.
 func (s *sub) pushSnapshot(f *Feed, rev int64, items []item) {
 	f.metrics.snapshots.WithLabelValues(s.name).Inc()
-	b := pendingBatch{snapshot: true, rev: rev, merged: map[string]item{}}
-	b.merge(s.mine(items))
+	b := pendingBatch{snapshot: true, rev: rev, items: s.mine(items)}
+	if !slices.IsSortedFunc(b.items, byKey) {
+		slices.SortFunc(b.items, byKey)
+	}
+	b.present = len(b.items)
 	s.mu.Lock()
 	s.queue = []pendingBatch{b}
 	s.pending = b.size()
@@ -169,7 +223,7 @@ func (s *sub) push(f *Feed, rev int64, items []item) {
 	s.mu.Lock()
 	n := len(s.queue)
 	switch {
-	case n > 0 && s.queue[n-1].merged != nil:
+	case n > 0 && s.queue[n-1].mergeable():
 		last := &s.queue[n-1]
 		s.pending -= last.size()
 		last.merge(mine)
@@ -179,7 +233,7 @@ func (s *sub) push(f *Feed, rev int64, items []item) {
 		f.metrics.overflows.WithLabelValues(s.name).Inc()
 		f.log.WithFields(logrus.Fields{"consumer": s.name, "pending": s.pending + len(mine)}).
 			Warn("consumer fell behind; its backlog is merged to the latest change of each object")
-		b := pendingBatch{rev: rev, merged: map[string]item{}}
+		b := pendingBatch{rev: rev}
 		for _, q := range s.queue {
 			b.merge(q.items)
 		}
@@ -238,8 +292,7 @@ const parallelDecode = 2048
 func (s *sub) takeLocked() (snapshot bool, rev int64, items []item) {
 	b := s.queue[0]
 	if b.snapshot {
-		s.queue = s.queue[1:]
-		s.pending -= b.size()
+		s.dropLocked(1)
 		return true, b.rev, b.flatten()
 	}
 	n := 0
@@ -254,21 +307,36 @@ func (s *sub) takeLocked() (snapshot bool, rev int64, items []item) {
 		}
 	}
 	rev = s.queue[n-1].rev
+	s.dropLocked(n)
+	return false, rev, items
+}
+
+// dropLocked removes the first n batches of the queue, leaving nothing
+// of them reachable from it (a taken snapshot, the whole state of the
+// consumer's kinds, must not stay behind in the queue's array until the
+// next push).
+func (s *sub) dropLocked(n int) {
+	clear(s.queue[:n])
 	s.queue = s.queue[n:]
+	if len(s.queue) == 0 {
+		s.queue = nil
+	}
 	s.pending = 0
 	for _, q := range s.queue {
 		s.pending += q.size()
 	}
-	return false, rev, items
 }
 
 func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 	out := Batch{Snapshot: snapshot, Revision: rev}
 	ups := make([]Update, len(items))
 	ok := make([]bool, len(items))
+	// Each item is cleared once decoded: its raw value is garbage
+	// while the rest decode, not held beside the decoded batch.
 	decodeRange := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			ups[i], ok[i] = decodeItem(items[i])
+			items[i] = item{}
 		}
 	}
 	if workers := runtime.GOMAXPROCS(0); len(items) >= parallelDecode && workers > 1 {
@@ -297,14 +365,13 @@ func decodeItem(it item) (Update, bool) {
 	u := Update{Kind: it.kind, Name: it.name, Deleted: it.deleted, Revision: it.rev}
 	switch it.kind {
 	case KindBorrowed:
-		u.Name, u.Block, u.Borrowed = it.block.String(), it.block, maps.Clone(it.borrowed)
+		u.Name, u.Block, u.Borrowed = it.br.block.String(), it.br.block, maps.Clone(it.br.addrs)
 		if u.Borrowed == nil {
 			u.Borrowed = map[netip.Addr]string{}
 		}
 		return u, true
 	case KindAffinity:
-		u.Revision = it.kv.ModRevision
-		a, err := ipam.DecodeAffinity(it.key, it.kv.Value, it.kv.ModRevision, it.deleted)
+		a, err := ipam.DecodeAffinity(it.key, it.value, it.rev, it.deleted)
 		if err != nil {
 			log.WithError(err).WithField("key", it.key).Warn("skipping unreadable affinity")
 			return u, false
@@ -312,11 +379,10 @@ func decodeItem(it item) (Update, bool) {
 		u.Affinity, u.Name = a, a.Node+"/"+a.CIDR.String()
 		return u, true
 	}
-	u.Revision = it.kv.ModRevision
 	if it.deleted {
 		return u, true
 	}
-	r, err := datastore.Decode(it.kind, it.kv.Value, it.kv.ModRevision)
+	r, err := datastore.Decode(it.kind, it.value, it.rev)
 	if err != nil {
 		log.WithError(err).WithField("key", it.key).Warn("skipping unreadable record")
 		return u, false

@@ -2,10 +2,11 @@ package feed
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
+	"weak"
 
 	dto "github.com/prometheus/client_model/go"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -14,7 +15,7 @@ import (
 func nodeItem(name string, rev int64, deleted bool) item {
 	key := datastore.Key(api.KindNode, name)
 	return item{kind: api.KindNode, key: key, name: name, deleted: deleted,
-		kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+		rev: rev}
 }
 
 func queued(s *sub) (batches int, snapshot bool, items []item) {
@@ -41,7 +42,7 @@ func TestQueuedSnapshotAbsorbsChanges(t *testing.T) {
 	}
 	var got []string
 	for _, it := range items {
-		got = append(got, fmt.Sprintf("%s@%d", it.name, it.revision()))
+		got = append(got, fmt.Sprintf("%s@%d", it.name, it.rev))
 	}
 	if fmt.Sprint(got) != "[b@13 c@11]" {
 		t.Fatalf("snapshot holds %v, want [b@13 c@11]", got)
@@ -76,7 +77,7 @@ func TestBacklogMergesPastMaxPending(t *testing.T) {
 		t.Fatalf("%d items (pending %d), want 11: one per object", len(items), s.pending)
 	}
 	for i := 1; i < len(items); i++ {
-		if items[i-1].revision() > items[i].revision() {
+		if items[i-1].rev > items[i].rev {
 			t.Fatalf("merged items out of revision order at %d", i)
 		}
 	}
@@ -107,7 +108,7 @@ func TestOnlyNames(t *testing.T) {
 	f := New(nil, Options{})
 	s := newSub("c", []api.Kind{api.KindNode, api.KindIPPool}, nil)
 	OnlyNames(api.KindNode, func(n string) bool { return n == "mine" })(s)
-	pool := item{kind: api.KindIPPool, key: datastore.Key(api.KindIPPool, "p"), name: "p", kv: &mvccpb.KeyValue{ModRevision: 3}}
+	pool := item{kind: api.KindIPPool, key: datastore.Key(api.KindIPPool, "p"), name: "p", rev: 3}
 	s.pushSnapshot(f, 3, []item{nodeItem("mine", 1, false), nodeItem("other", 2, false), pool})
 	s.push(f, 4, []item{nodeItem("other", 4, true)})
 	s.push(f, 5, []item{nodeItem("mine", 5, true)})
@@ -134,9 +135,47 @@ func TestTakeJoinsQueuedChanges(t *testing.T) {
 	s.mu.Unlock()
 	var got []string
 	for _, it := range items {
-		got = append(got, fmt.Sprintf("%s@%d", it.name, it.revision()))
+		got = append(got, fmt.Sprintf("%s@%d", it.name, it.rev))
 	}
 	if snap || rev != 3 || fmt.Sprint(got) != "[a@1 b@2 c@2 a@3]" || left != 0 || pending != 0 {
 		t.Fatalf("took snapshot %v rev %d %v, left %d (pending %d); want changes up to 3 [a@1 b@2 c@2 a@3], none left", snap, rev, got, left, pending)
 	}
+}
+
+// TestDeliveredSnapshotIsReleased: once a consumer has its snapshot, the
+// queue holds nothing of it (a consumer of a kind that rarely changes
+// kept its whole snapshot, raw values and all, until its next change),
+// and decoding lets go of each raw value.
+func TestDeliveredSnapshotIsReleased(t *testing.T) {
+	f := New(nil, Options{})
+	s := newSub("c", []api.Kind{api.KindNode}, nil)
+	items := []item{nodeItem("a", 5, false), nodeItem("b", 6, false)}
+	for i := range items {
+		items[i].value = []byte(`{"apiVersion":"routed.io/v1","kind":"Node","metadata":{"name":"x"}}`)
+	}
+	s.pushSnapshot(f, 10, items)
+	s.mu.Lock()
+	queued := weak.Make(&s.queue[0].items[0])
+	value := weak.Make(&s.queue[0].items[0].value[0])
+	snapshot, rev, taken := s.takeLocked()
+	s.mu.Unlock()
+	items = nil
+	b := decodeBatch(snapshot, rev, taken)
+	if len(b.Updates) != 2 || b.Updates[0].Resource == nil {
+		t.Fatalf("decoded %+v", b)
+	}
+	for _, it := range taken {
+		if it.value != nil {
+			t.Fatal("a decoded item still holds its raw value")
+		}
+	}
+	taken = nil
+	runtime.GC()
+	if queued.Value() != nil || value.Value() != nil {
+		t.Fatalf("after delivery the snapshot's items (%v) or a raw value (%v) are still reachable", queued.Value() != nil, value.Value() != nil)
+	}
+	if s.queue != nil || s.pending != 0 {
+		t.Fatalf("queue %v, pending %d after delivery", s.queue, s.pending)
+	}
+	runtime.KeepAlive(b)
 }

@@ -9,8 +9,11 @@
 // listed keys at one revision, sorted by key, with a CRC-32C. Changes
 // seen since are kept in memory, the latest per key, and merged into a
 // new file in one pass over the old one: every Period, when they pass
-// MaxChanges bytes, and when the node stops. The list a restart needs is
-// therefore never held in memory longer than it takes to write it.
+// MaxChanges bytes, and when the node stops. No list is ever held here:
+// a list from etcd is written to a temporary file page by page as the
+// stream reads it (made durable and renamed into place by Run), and a
+// loaded file is checked in one pass that keeps nothing, then read again
+// key by key when the stream delivers it.
 package listcache
 
 import (
@@ -62,8 +65,9 @@ type Options struct {
 	WriteRate int
 }
 
-// Cache is a datastore.StreamCache on a file. Its stream-side methods
-// only take the lock for map updates; Run does the I/O.
+// Cache is a datastore.StreamCache on a file. Its watch-side methods
+// only take the lock for map updates; a list's pages are written to
+// their file as they come; Run does the rest of the I/O.
 type Cache struct {
 	opt Options
 	log *logrus.Entry
@@ -72,14 +76,17 @@ type Cache struct {
 	kick chan struct{}
 
 	mu sync.Mutex
-	// What the stream saw: a base (on disk, or a list not written yet)
-	// plus the changes since, up to rev. valid is false until a list or
-	// a usable file, and after the stream discarded the file.
+	// What the stream saw: a base (on disk, or a list written but not
+	// yet in place: pending) plus the changes since, up to rev. valid
+	// is false until a list or a usable file, and after the stream
+	// discarded the file.
 	valid      bool
-	gen        uint64 // bumped by every new base
-	memBase    []*mvccpb.KeyValue
-	hdr        header // the base's range and cluster; Revision: the base's
-	changes    map[string]*clientv3.Event
+	gen        uint64     // bumped by every new base
+	listing    *listWrite // a list being written as it is read
+	pending    *listWrite // a list written whole, for Run to put in place
+	stopped    bool       // Run has returned: nothing more is written
+	hdr        header     // the base's range and cluster; Revision: the base's
+	changes    changeSet
 	changeSize int
 	rev        int64 // base + changes are the range at rev
 	savedRev   int64 // the revision of the file on disk (0: none usable)
@@ -103,7 +110,7 @@ func New(opt Options) (*Cache, error) {
 		opt.WriteRate = DefaultWriteRate
 	}
 	return &Cache{opt: opt, log: logrus.WithFields(logrus.Fields{"component": "feed cache", "path": opt.Path}),
-		m: newMetrics(), kick: make(chan struct{}, 1), changes: map[string]*clientv3.Event{}}, nil
+		m: newMetrics(), kick: make(chan struct{}, 1), changes: changeSet{}}, nil
 }
 
 // Path is the cache file.
@@ -112,8 +119,11 @@ func (c *Cache) Path() string { return c.opt.Path }
 // Collectors are the cache's Prometheus metrics.
 func (c *Cache) Collectors() []prometheus.Collector { return c.m.all() }
 
-// Load implements datastore.StreamCache: it reads the whole file, and
-// returns it when it is intact, recent and for exactly this range.
+// Load implements datastore.StreamCache: it reads the whole file once,
+// keeping nothing of it, and returns it when it is intact, recent and
+// for exactly this range; the file stays open for the stream to read it
+// again when it delivers it (a later write replaces the path, not this
+// file).
 func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.CachedList, bool) {
 	start := time.Now()
 	want := header{Version: formatVers, Prefix: prefix, Parts: slices.Clone(parts), ProbeKey: probeKey}
@@ -121,7 +131,7 @@ func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.
 	c.hdr = want
 	c.mu.Unlock()
 	c.removeStaleTemps()
-	cl, h, err := c.read(want)
+	cl, h, err := c.check(want)
 	if err != nil {
 		reason := "unreadable"
 		switch {
@@ -146,11 +156,11 @@ func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.
 		return datastore.CachedList{}, false
 	}
 	c.mu.Lock()
-	c.valid, c.gen, c.memBase, c.hdr = true, c.gen+1, nil, h
-	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.valid, c.gen, c.hdr = true, c.gen+1, h
+	c.changes, c.changeSize = changeSet{}, 0
 	c.rev, c.savedRev = h.Revision, h.Revision
 	c.mu.Unlock()
-	c.log.WithFields(logrus.Fields{"revision": h.Revision, "keys": len(cl.KVs), "written": time.Unix(h.Written, 0).UTC(),
+	c.log.WithFields(logrus.Fields{"revision": h.Revision, "keys": cl.Keys, "written": time.Unix(h.Written, 0).UTC(),
 		"took": time.Since(start).Round(time.Millisecond)}).Info("read the cache of the datastore")
 	return cl, true
 }
@@ -169,38 +179,75 @@ var (
 	errTooOld     = errors.New("listcache: too old")
 )
 
-// read reads and checks the whole file against want.
-func (c *Cache) read(want header) (datastore.CachedList, header, error) {
-	f, err := openFile(c.opt.Path)
+// check reads and checks the whole file against want, keeping only its
+// count and the probe key's revision, and returns it open for reading
+// again.
+func (c *Cache) check(want header) (datastore.CachedList, header, error) {
+	f, size, err := openPrivate(c.opt.Path)
 	if err != nil {
 		return datastore.CachedList{}, header{}, err
 	}
-	h := f.h
-	if err := sameRange(h, want); err != nil {
-		f.f.Close()
+	cl, h, err := checkFile(f, size, want, c.opt.MaxAge)
+	if err != nil {
+		f.Close()
 		return datastore.CachedList{}, h, err
 	}
-	if age := time.Since(time.Unix(h.Written, 0)); age > c.opt.MaxAge {
-		f.f.Close()
-		return datastore.CachedList{}, h, fmt.Errorf("%w: written %s ago, more than %s", errTooOld, age.Round(time.Second), c.opt.MaxAge)
+	var once sync.Once
+	cl.Close = func() { once.Do(func() { f.Close() }) }
+	cl.Read = func(yield func(*mvccpb.KeyValue, error) bool) {
+		fl, err := readFrom(f, size)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		for fl.next() {
+			kv := fl.kv
+			if !inParts(kv.Key, want) {
+				yield(nil, fmt.Errorf("%w: key %q outside the range", errCorrupt, kv.Key))
+				return
+			}
+			if !yield(&kv, nil) {
+				return
+			}
+		}
+		if err := fl.verify(); err != nil {
+			yield(nil, err)
+		}
+	}
+	return cl, h, nil
+}
+
+// checkFile reads f whole: its header against want and maxAge, every
+// record in the range and in order, the count and the checksum.
+func checkFile(f *os.File, size int64, want header, maxAge time.Duration) (datastore.CachedList, header, error) {
+	fl, err := readFrom(f, size)
+	if err != nil {
+		return datastore.CachedList{}, header{}, err
+	}
+	h := fl.h
+	if err := sameRange(h, want); err != nil {
+		return datastore.CachedList{}, h, err
+	}
+	if age := time.Since(time.Unix(h.Written, 0)); age > maxAge {
+		return datastore.CachedList{}, h, fmt.Errorf("%w: written %s ago, more than %s", errTooOld, age.Round(time.Second), maxAge)
 	}
 	if h.ClusterID == 0 || h.Revision <= 0 {
-		f.f.Close()
 		return datastore.CachedList{}, h, fmt.Errorf("%w: no cluster or revision in the header", errCorrupt)
 	}
-	var kvs []*mvccpb.KeyValue
-	for f.next() {
-		kv := f.kv
-		if !inParts(kv.Key, want) {
-			f.f.Close()
-			return datastore.CachedList{}, h, fmt.Errorf("%w: key %q outside the range", errCorrupt, kv.Key)
+	cl := datastore.CachedList{Revision: h.Revision, ClusterID: h.ClusterID}
+	for fl.next() {
+		if !inParts(fl.kv.Key, want) {
+			return datastore.CachedList{}, h, fmt.Errorf("%w: key %q outside the range", errCorrupt, fl.kv.Key)
 		}
-		kvs = append(kvs, &kv)
+		if string(fl.kv.Key) == want.ProbeKey {
+			cl.ProbeRev = fl.kv.ModRevision
+		}
+		cl.Keys++
 	}
-	if err := f.close(); err != nil {
+	if err := fl.verify(); err != nil {
 		return datastore.CachedList{}, h, err
 	}
-	return datastore.CachedList{KVs: kvs, Revision: h.Revision, ClusterID: h.ClusterID}, h, nil
+	return cl, h, nil
 }
 
 func sameRange(h, want header) error {
@@ -223,18 +270,93 @@ func inParts(key []byte, h header) bool {
 	return false
 }
 
-// Listed implements datastore.StreamCache: the list becomes the base,
-// written soon (until then it is held here).
-func (c *Cache) Listed(kvs []*mvccpb.KeyValue, rev int64, clusterID uint64) {
-	base := slices.Clone(kvs)
-	slices.SortFunc(base, func(a, b *mvccpb.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
+// changeSet is the latest change of each key since the base, by key.
+type changeSet map[string]change
+
+// change is what the file records of one key's latest change: its value
+// and revisions, or its deletion (the watch's event is not kept).
+type change struct {
+	value                []byte
+	create, mod, version int64
+	deleted              bool
+}
+
+// ListStarted implements datastore.StreamCache: the list is written to a
+// temporary file as it is read; the cache has no base until it is whole.
+func (c *Cache) ListStarted(rev int64, clusterID uint64) {
 	c.mu.Lock()
-	c.valid, c.gen, c.memBase = true, c.gen+1, base
+	defer c.mu.Unlock()
+	c.abortLocked()
+	c.valid = false
+	c.changes, c.changeSize = changeSet{}, 0
+	if c.stopped {
+		return
+	}
+	h := c.hdr
+	h.ClusterID, h.Revision, h.Written = clusterID, rev, time.Now().Unix()
+	lw, err := startList(c.opt.Path, h)
+	if err != nil {
+		c.m.saveFailures.Inc()
+		c.log.WithError(err).Warn("could not start writing the list to the cache of the datastore (no cache until the next list)")
+		return
+	}
+	c.listing = lw
+}
+
+// ListPage implements datastore.StreamCache: the keys are written to the
+// list's file (not kept).
+func (c *Cache) ListPage(kvs []*mvccpb.KeyValue) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listing == nil {
+		return
+	}
+	for _, kv := range kvs {
+		if !inParts(kv.Key, c.listing.hdr) {
+			continue
+		}
+		if err := c.listing.fw.record(kv); err != nil {
+			c.m.saveFailures.Inc()
+			c.log.WithError(err).Warn("could not write the list to the cache of the datastore (no cache until the next list)")
+			c.abortLocked()
+			return
+		}
+	}
+}
+
+// Listed implements datastore.StreamCache: the list's file, written
+// whole, becomes the base; Run makes it durable and puts it in place.
+func (c *Cache) Listed(rev int64, clusterID uint64) {
+	c.mu.Lock()
+	lw := c.listing
+	c.listing = nil
+	if lw == nil || lw.hdr.Revision != rev || lw.hdr.ClusterID != clusterID {
+		c.mu.Unlock()
+		lw.abort()
+		return
+	}
+	if err := lw.fw.finish(); err != nil {
+		c.m.saveFailures.Inc()
+		c.log.WithError(err).Warn("could not write the list to the cache of the datastore (no cache until the next list)")
+		c.mu.Unlock()
+		lw.abort()
+		return
+	}
+	c.pending.abort()
+	c.valid, c.gen, c.pending = true, c.gen+1, lw
 	c.hdr.ClusterID, c.hdr.Revision = clusterID, rev
-	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.changes, c.changeSize = changeSet{}, 0
 	c.rev, c.savedRev = rev, 0
 	c.mu.Unlock()
 	c.wake()
+}
+
+// abortLocked drops a list being written and one not yet in place;
+// c.mu is held.
+func (c *Cache) abortLocked() {
+	c.listing.abort()
+	c.pending.abort()
+	c.listing, c.pending = nil, nil
 }
 
 // Changed implements datastore.StreamCache.
@@ -250,10 +372,14 @@ func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 		}
 		k := string(ev.Kv.Key)
 		if old, ok := c.changes[k]; ok {
-			c.changeSize -= len(old.Kv.Key) + len(old.Kv.Value)
+			c.changeSize -= len(k) + len(old.value)
 		}
-		c.changes[k] = ev
-		c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
+		ch := change{deleted: ev.Type == clientv3.EventTypeDelete}
+		if !ch.deleted {
+			ch.value, ch.create, ch.mod, ch.version = ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Version
+		}
+		c.changes[k] = ch
+		c.changeSize += len(k) + len(ch.value)
 	}
 	c.rev = rev
 	early := c.changeSize > c.opt.MaxChanges
@@ -267,8 +393,8 @@ func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 func (c *Cache) Discarded(reason datastore.ListReason) {
 	c.m.fallbacks.WithLabelValues(string(reason)).Inc()
 	c.mu.Lock()
-	c.valid, c.memBase = false, nil
-	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	c.valid = false
+	c.changes, c.changeSize = changeSet{}, 0
 	c.mu.Unlock()
 }
 
@@ -286,7 +412,7 @@ func (c *Cache) wake() {
 }
 
 // minGap is the least time between two writes for changes alone (a new
-// list is written at once: until then it is held in memory).
+// list is put in place at once).
 const minGap = 30 * time.Second
 
 // Run writes the cache every Period, early when asked (a new list, many
@@ -306,13 +432,17 @@ func (c *Cache) Run(ctx context.Context) error {
 			if err != nil {
 				c.log.WithError(err).Warn("could not write the cache of the datastore on the way out")
 			}
+			c.mu.Lock()
+			c.stopped = true
+			c.abortLocked() // a list cut short by the stop
+			c.mu.Unlock()
 			return nil
 		case <-t.C:
 		case <-later:
 			later = nil
 		case <-c.kick:
 			c.mu.Lock()
-			newBase := c.memBase != nil
+			newBase := c.pending != nil
 			c.mu.Unlock()
 			if wait := minGap - time.Since(last); !newBase && wait > 0 {
 				if later == nil {

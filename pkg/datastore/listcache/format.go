@@ -138,10 +138,25 @@ type file struct {
 // openFile opens path for reading its records, having checked that it
 // is a regular file only its owner (this process's user) can write.
 func openFile(path string) (*file, error) {
+	f, size, err := openPrivate(path)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := readFrom(f, size)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return fl, nil
+}
+
+// openPrivate opens path, a regular file only its owner (this process's
+// user) can write, and returns it with its size.
+func openPrivate(path string) (*os.File, int64, error) {
 	// O_NOFOLLOW: a symlink planted at the path is refused, not read.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	st, err := f.Stat()
 	if err == nil {
@@ -152,16 +167,24 @@ func openFile(path string) (*file, error) {
 	}
 	if err != nil {
 		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+// readFrom reads f (size bytes) from its start: its header now, its
+// records through next. It does not close f on error.
+func readFrom(f *os.File, size int64) (*file, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
 	crc := crc32.New(castagnoli)
-	body := io.TeeReader(io.LimitReader(f, st.Size()-4), crc)
+	body := io.TeeReader(io.LimitReader(f, size-4), crc)
 	r, err := newReader(bufio.NewReaderSize(body, 1<<20))
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	return &file{reader: r, f: f, crc: crc, size: st.Size()}, nil
+	return &file{reader: r, f: f, crc: crc, size: size}, nil
 }
 
 // private refuses a cache file others could have written.
@@ -185,6 +208,12 @@ var errNotPrivate = errors.New("listcache: not private")
 // follows, and the checksum; and closes the file.
 func (fl *file) close() error {
 	defer fl.f.Close()
+	return fl.verify()
+}
+
+// verify checks, after next returned false, the count, that nothing
+// follows, and the checksum.
+func (fl *file) verify() error {
 	if err := fl.reader.end(); err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 package listcache
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,6 +26,35 @@ func putEv(key, val string, rev int64) *clientv3.Event {
 
 func delEv(key string, rev int64) *clientv3.Event {
 	return &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+}
+
+// list hands c kvs as a stream's list at rev: in key order, in pages of
+// two.
+func list(c *Cache, kvs []*mvccpb.KeyValue, rev int64, cluster uint64) {
+	kvs = slices.Clone(kvs)
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	c.ListStarted(rev, cluster)
+	for i := 0; i < len(kvs); i += 2 {
+		c.ListPage(kvs[i:min(i+2, len(kvs))])
+	}
+	c.Listed(rev, cluster)
+}
+
+// loaded reads a loaded copy whole, and closes it.
+func loaded(t *testing.T, cl datastore.CachedList) []*mvccpb.KeyValue {
+	t.Helper()
+	defer cl.Close()
+	var kvs []*mvccpb.KeyValue
+	for kv, err := range cl.Read {
+		if err != nil {
+			t.Fatalf("reading the loaded cache: %v", err)
+		}
+		kvs = append(kvs, kv)
+	}
+	if len(kvs) != cl.Keys {
+		t.Fatalf("the loaded cache said %d keys, read %d", cl.Keys, len(kvs))
+	}
+	return kvs
 }
 
 // render is a list as "key=value@rev" lines in order.
@@ -50,7 +81,7 @@ func TestSaveMergesChangesIntoTheFile(t *testing.T) {
 	if _, ok := c.Load(prefix, parts, probeKey); ok {
 		t.Fatal("loaded a cache that does not exist")
 	}
-	c.Listed([]*mvccpb.KeyValue{
+	list(c, []*mvccpb.KeyValue{
 		kv(epPart+"b", "b1", 3), kv(probeKey, "ci", 2), kv(epPart+"d", "d1", 4), kv(polPart+"p", "p1", 5),
 	}, 10, 77)
 	if err := c.save(context.Background(), true); err != nil {
@@ -73,7 +104,7 @@ func TestSaveMergesChangesIntoTheFile(t *testing.T) {
 	}
 	// Key order, whatever the parts' order: /routed/v1/c..., g..., w...
 	want := probeKey + "=ci@2\n" + polPart + "p=p2@18\n" + epPart + "b=b2@12\n" + epPart + "c=c1@15\n" + epPart + "z=z1@16\n"
-	if got := renderKVs(cl.KVs); got != want || cl.Revision != 20 || cl.ClusterID != 77 {
+	if got := renderKVs(loaded(t, cl)); got != want || cl.Revision != 20 || cl.ClusterID != 77 || cl.ProbeRev != 2 {
 		t.Fatalf("loaded at %d of %d:\n%s\nwant at 20 of 77:\n%s", cl.Revision, cl.ClusterID, got, want)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -89,7 +120,7 @@ func TestDiscardedCacheWritesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cache")
 	c, _ := New(Options{Path: path})
 	c.Load(prefix, parts, probeKey)
-	c.Listed([]*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
+	list(c, []*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
 	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +163,11 @@ func TestPacedWrite(t *testing.T) {
 	for i := range 250 { // 2.5 MiB
 		base = append(base, kv(fmt.Sprintf("%sp%04d", epPart, i), val, 3))
 	}
-	c.Listed(base, 10, 1)
+	list(c, base, 10, 1)
+	if err := c.save(context.Background(), true); err != nil { // puts the list in place
+		t.Fatal(err)
+	}
+	c.Changed([]*clientv3.Event{putEv(epPart+"new0", "n", 11)}, 11)
 	start := time.Now()
 	if err := c.save(context.Background(), true); err != nil {
 		t.Fatal(err)
@@ -140,7 +175,7 @@ func TestPacedWrite(t *testing.T) {
 	if d := time.Since(start); d < 1500*time.Millisecond {
 		t.Fatalf("2.5 MiB at 1 MiB/s written in %s", d)
 	}
-	c.Changed([]*clientv3.Event{putEv(epPart+"new", "n", 11)}, 11)
+	c.Changed([]*clientv3.Event{putEv(epPart+"new", "n", 12)}, 12)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if err := c.save(ctx, true); err == nil {
@@ -155,7 +190,7 @@ func TestPacedWrite(t *testing.T) {
 	}
 	c2, _ := New(Options{Path: path})
 	cl, ok := c2.Load(prefix, parts, probeKey)
-	if !ok || cl.Revision != 11 || len(cl.KVs) != 251 {
-		t.Fatalf("after the cut-short write: loaded %v at %d with %d keys, want 251 at 11", ok, cl.Revision, len(cl.KVs))
+	if !ok || cl.Revision != 12 || cl.Keys != 252 || len(loaded(t, cl)) != 252 {
+		t.Fatalf("after the cut-short write: loaded %v at %d with %d keys, want 252 at 12", ok, cl.Revision, cl.Keys)
 	}
 }

@@ -12,30 +12,33 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/internal/atomicfile"
 )
 
-// save writes the base with the changes taken so far as the new file.
-// Changes that arrive meanwhile are kept for the next save. A paced save
-// writes at most WriteRate bytes a second, so a big cluster's file does
-// not take a core in bursts while the node runs (the save on the way out
-// is not paced).
+// save puts a new list's file in place (made durable, renamed over the
+// cache), then writes the base with the changes taken so far as the new
+// file. Changes that arrive meanwhile are kept for the next save. A
+// paced save writes at most WriteRate bytes a second, so a big
+// cluster's file does not take a core in bursts while the node runs
+// (the save on the way out is not paced).
 func (c *Cache) save(ctx context.Context, paced bool) error {
+	if err := c.commitPending(); err != nil {
+		return err
+	}
 	c.mu.Lock()
-	if !c.valid || (c.memBase == nil && c.rev == c.savedRev) {
+	if !c.valid || c.rev == c.savedRev {
 		c.mu.Unlock()
 		return nil
 	}
-	gen, hdr, memBase, changes, rev := c.gen, c.hdr, c.memBase, c.changes, c.rev
-	c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+	gen, hdr, changes, rev := c.gen, c.hdr, c.changes, c.rev
+	c.changes, c.changeSize = changeSet{}, 0
 	c.mu.Unlock()
 
 	start := time.Now()
 	baseRev := hdr.Revision
 	hdr.Revision, hdr.Written = rev, start.Unix()
-	n, size, err := c.write(ctx, hdr, baseRev, memBase, changes, c.pacer(paced))
+	n, size, err := c.write(ctx, hdr, baseRev, changes, c.pacer(paced))
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -50,17 +53,17 @@ func (c *Cache) save(ctx context.Context, paced bool) error {
 	}
 	if err != nil {
 		c.m.saveFailures.Inc()
-		if memBase != nil || errors.Is(err, errCorrupt) || errors.Is(err, errNotPrivate) || errors.Is(err, errOtherRange) {
-			// The base is lost (a list not written, a file that no
-			// longer reads): nothing to build on until the next list.
-			c.valid, c.memBase, c.savedRev = false, nil, 0
-			c.changes, c.changeSize = map[string]*clientv3.Event{}, 0
+		if errors.Is(err, errCorrupt) || errors.Is(err, errNotPrivate) || errors.Is(err, errOtherRange) {
+			// The base is lost (a file that no longer reads): nothing
+			// to build on until the next list.
+			c.valid, c.savedRev = false, 0
+			c.changes, c.changeSize = changeSet{}, 0
 			return fmt.Errorf("%w (no cache until the next list)", err)
 		}
 		c.putBack(changes)
 		return err
 	}
-	c.memBase, c.savedRev, c.hdr.Revision = nil, rev, rev
+	c.savedRev, c.hdr.Revision = rev, rev
 	c.m.saves.Inc()
 	c.m.size.Set(float64(size))
 	c.m.saveSeconds.Observe(time.Since(start).Seconds())
@@ -69,51 +72,70 @@ func (c *Cache) save(ctx context.Context, paced bool) error {
 	return nil
 }
 
+// commitPending puts a list written whole in place, as the base on disk.
+func (c *Cache) commitPending() error {
+	c.mu.Lock()
+	lw, gen := c.pending, c.gen
+	c.pending = nil
+	c.mu.Unlock()
+	if lw == nil {
+		return nil
+	}
+	start := time.Now()
+	size, err := lw.commit(c.opt.Path)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return err // a new list replaced this one meanwhile
+	}
+	if err != nil {
+		// The base is lost: nothing to build on until the next list.
+		c.m.saveFailures.Inc()
+		c.valid, c.savedRev = false, 0
+		c.changes, c.changeSize = changeSet{}, 0
+		return fmt.Errorf("%w (no cache until the next list)", err)
+	}
+	c.savedRev = lw.hdr.Revision
+	c.m.saves.Inc()
+	c.m.size.Set(float64(size))
+	c.m.saveSeconds.Observe(time.Since(start).Seconds())
+	c.log.WithFields(logrus.Fields{"revision": lw.hdr.Revision, "bytes": size, "took": time.Since(start).Round(time.Millisecond)}).
+		Debug("put the list in place as the cache of the datastore")
+	return nil
+}
+
 // putBack returns changes a failed write took to the pending ones (the
 // later changes win); c.mu is held.
-func (c *Cache) putBack(changes map[string]*clientv3.Event) {
-	for k, ev := range changes {
+func (c *Cache) putBack(changes changeSet) {
+	for k, ch := range changes {
 		if _, ok := c.changes[k]; !ok {
-			c.changes[k] = ev
-			c.changeSize += len(ev.Kv.Key) + len(ev.Kv.Value)
+			c.changes[k] = ch
+			c.changeSize += len(k) + len(ch.value)
 		}
 	}
 }
 
-// write replaces the file with base (memBase, or the file on disk at
-// baseRev) merged with changes; it returns the keys and bytes written.
-func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []*mvccpb.KeyValue, changes map[string]*clientv3.Event, pace func(context.Context, int) error) (int, int64, error) {
-	var next func() (*mvccpb.KeyValue, bool)
-	var disk *file
-	if memBase != nil {
-		i := 0
-		next = func() (*mvccpb.KeyValue, bool) {
-			if i == len(memBase) {
-				return nil, false
-			}
-			i++
-			return memBase[i-1], true
+// write replaces the file with itself (at baseRev) merged with changes;
+// it returns the keys and bytes written.
+func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, changes changeSet, pace func(context.Context, int) error) (int, int64, error) {
+	disk, err := openFile(c.opt.Path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the cache to merge into it: %w", err)
+	}
+	defer disk.f.Close()
+	if err := sameRange(disk.h, hdr); err != nil {
+		return 0, 0, err
+	}
+	if disk.h.Revision != baseRev || disk.h.ClusterID != hdr.ClusterID {
+		return 0, 0, fmt.Errorf("%w: the file is at revision %d of cluster %x, this cache wrote %d of %x", errCorrupt,
+			disk.h.Revision, disk.h.ClusterID, baseRev, hdr.ClusterID)
+	}
+	next := func() (*mvccpb.KeyValue, bool) {
+		if !disk.next() {
+			return nil, false
 		}
-	} else {
-		var err error
-		if disk, err = openFile(c.opt.Path); err != nil {
-			return 0, 0, fmt.Errorf("reading the cache to merge into it: %w", err)
-		}
-		defer disk.f.Close()
-		if err := sameRange(disk.h, hdr); err != nil {
-			return 0, 0, err
-		}
-		if disk.h.Revision != baseRev || disk.h.ClusterID != hdr.ClusterID {
-			return 0, 0, fmt.Errorf("%w: the file is at revision %d of cluster %x, this cache wrote %d of %x", errCorrupt,
-				disk.h.Revision, disk.h.ClusterID, baseRev, hdr.ClusterID)
-		}
-		next = func() (*mvccpb.KeyValue, bool) {
-			if !disk.next() {
-				return nil, false
-			}
-			kv := disk.kv
-			return &kv, true
-		}
+		kv := disk.kv
+		return &kv, true
 	}
 	keys := make([]string, 0, len(changes))
 	for k := range changes {
@@ -122,7 +144,7 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []
 	slices.Sort(keys)
 
 	var written int
-	err := atomicfile.Replace(c.opt.Path, 0o600, func(w io.Writer) error {
+	err = atomicfile.Replace(c.opt.Path, 0o600, func(w io.Writer) error {
 		fw, err := newWriter(w, hdr)
 		if err != nil {
 			return err
@@ -148,8 +170,9 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []
 			if ok && string(kv.Key) == k {
 				kv, ok = next() // replaced or deleted
 			}
-			if ev := changes[k]; ev.Type == clientv3.EventTypePut {
-				if err := emit(ev.Kv); err != nil {
+			if ch := changes[k]; !ch.deleted {
+				kv := &mvccpb.KeyValue{Key: []byte(k), Value: ch.value, CreateRevision: ch.create, ModRevision: ch.mod, Version: ch.version}
+				if err := emit(kv); err != nil {
 					return err
 				}
 			}
@@ -159,12 +182,10 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, memBase []
 				return err
 			}
 		}
-		if disk != nil {
-			// The old file must have read whole and intact before the
-			// new one replaces it.
-			if err := disk.close(); err != nil {
-				return err
-			}
+		// The old file must have read whole and intact before the new
+		// one replaces it.
+		if err := disk.verify(); err != nil {
+			return err
 		}
 		return fw.finish()
 	})
