@@ -164,6 +164,8 @@ func (l *loop) run(ctx context.Context) error {
 	l.log.WithFields(logrus.Fields{"protocol": l.cfg.RouteProtocol, "resync": l.cfg.ResyncInterval}).Info("felix starting")
 	links, stopLinks := l.subscribeLinks()
 	defer func() { stopLinks() }()
+	stopAddrs := l.startHostAddrWatch(ctx) // host endpoints found by address follow them (hostep_addrs.go)
+	defer stopAddrs()
 	resync := time.NewTicker(l.cfg.ResyncInterval)
 	defer resync.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -279,6 +281,7 @@ func (l *loop) onLink(u netlink.LinkUpdate) {
 	deleted := u.Header.Type == unix.RTM_DELLINK
 	l.rt.OnLinkUpdate(routetable.Link{Name: a.Name, Index: a.Index, Up: a.Flags&net.FlagUp != 0}, deleted)
 	l.hostLink(u.Link, deleted)
+	l.noteHostLink(a.Name)
 	switch {
 	case strings.HasPrefix(a.Name, l.cfg.WorkloadInterfacePrefix):
 		if !deleted {

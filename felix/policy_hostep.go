@@ -2,9 +2,10 @@ package felix
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-
-	"github.com/vishvananda/netlink"
+	"slices"
+	"sync/atomic"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/wireguard"
@@ -12,14 +13,17 @@ import (
 )
 
 // hostState is felix's host endpoint state: byIP are this node's
-// HostEndpoints that name no interface, by name, each policed on the
-// interface that holds one of its expected addresses, looked up when it
-// is given and again at every full resync (an address that moves is
-// followed within a resync interval); peersDirty says a Node changed,
-// so the nodes' addresses whose tunnel packets host endpoints let
-// through are computed again.
+// HostEndpoints that name no interface, by name, each policed on every
+// interface that holds one of its expected addresses (Calico's), looked
+// up when it is given, whenever an address or a host interface of
+// felix's namespace changes (hostep_addrs.go) and at every full resync;
+// peersDirty says a Node changed, so the nodes' addresses whose tunnel
+// packets host endpoints let through are computed again.
 type hostState struct {
-	byIP       map[string]*api.HostEndpoint
+	byIP map[string]*hostByIP
+	// watched are the addresses whose changes the address watch passes
+	// on (watchAddrs); its goroutine reads them.
+	watched    atomic.Pointer[map[netip.Addr]bool]
 	peersDirty bool
 	// uplinks are the interfaces holding this node's IPv4 and IPv6
 	// addresses ("" unknown), whose host endpoints govern WireGuard's
@@ -79,9 +83,10 @@ func (l *loop) syncTunnelPeers() {
 // leaves by the device instead of the uplink, and a HostEndpoint naming
 // the uplink would otherwise no longer see it. An uplink not found
 // fails closed (nftdp.HostDevice). It runs with the tunnel peers: when
-// a Node changes and at every full resync, so an address that moves is
-// followed within a resync interval.
+// a Node changes, when this node's address changes in the kernel
+// (hostep_addrs.go) and at every full resync.
 func (l *loop) syncHostDevices() {
+	l.watchAddrs()
 	uplinks := make(map[string]string, len(hostDevices))
 	for fam, dev := range hostDevices {
 		addr, ok := l.st.nodeAddr(l.cfg.NodeName)
@@ -91,7 +96,7 @@ func (l *loop) syncHostDevices() {
 		up, why := "", ""
 		if !ok {
 			why = "this node's address of the family is not known"
-		} else if iface, err := l.ifaceHolding([]string{addr.Addr().String()}); err != nil {
+		} else if iface, err := l.ifaceHolding(addr.Addr()); err != nil {
 			why = err.Error()
 		} else {
 			up = iface
@@ -124,64 +129,71 @@ func (l *loop) noteUplink(fam int, up, why string) {
 }
 
 // setHostEndpoint gives the policy dataplane a HostEndpoint; this
-// node's endpoint without an interface name gets the interface its
+// node's endpoint without an interface name gets the interfaces its
 // addresses are on.
 func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
-	local := h.Spec.Node == l.cfg.NodeName
-	delete(l.hosts.byIP, h.Metadata.Name)
-	iface := ""
-	if local && h.Spec.InterfaceName == "" {
-		if l.hosts.byIP == nil {
-			l.hosts.byIP = map[string]*api.HostEndpoint{}
+	name := h.Metadata.Name
+	prev := l.hosts.byIP[name]
+	delete(l.hosts.byIP, name)
+	if h.Spec.Node != l.cfg.NodeName || h.Spec.InterfaceName != "" {
+		if prev != nil {
+			l.watchAddrs()
 		}
-		l.hosts.byIP[h.Metadata.Name] = h
-		var err error
-		if iface, err = l.ifaceHolding(h.Spec.ExpectedIPs); err != nil {
-			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint: its interface is not known yet; its addresses are looked up again at the next resync")
-		}
+		return l.policy.SetHostEndpoint(h, h.Spec.Node == l.cfg.NodeName)
 	}
-	return l.policy.SetHostEndpoint(h, local, iface)
+	e := &hostByIP{h: h}
+	if prev != nil {
+		e.ifaces, e.why = prev.ifaces, prev.why
+	}
+	if l.hosts.byIP == nil {
+		l.hosts.byIP = map[string]*hostByIP{}
+	}
+	l.hosts.byIP[name] = e
+	l.watchAddrs()
+	held, err := l.hostAddrs(addrSet(h.Spec.ExpectedIPs))
+	if err != nil {
+		// Keep what was found before (nothing, for a new endpoint) and
+		// look again at the next change or resync.
+		l.log.WithError(err).WithField("name", name).Warn("host endpoint: cannot list this host's addresses; looked up again at the next address change or resync")
+	} else {
+		l.noteFound(e, held.holding(h.Spec.ExpectedIPs))
+	}
+	return l.policy.SetHostEndpoint(h, true, e.ifaces...)
 }
 
 // deleteHostEndpoint removes a HostEndpoint from the policy dataplane.
 func (l *loop) deleteHostEndpoint(name string) {
 	delete(l.hosts.byIP, name)
+	l.watchAddrs()
 	l.policy.DeleteHostEndpoint(name)
 }
 
 // refindHostEndpoints looks the interfaces of the endpoints found by
-// address up again.
+// address up again (one address dump for all of them) and gives the
+// policy dataplane those whose interfaces changed.
 func (l *loop) refindHostEndpoints() {
-	for _, h := range l.hosts.byIP {
-		if err := l.setHostEndpoint(h); err != nil {
-			l.log.WithError(err).WithField("name", h.Metadata.Name).Warn("host endpoint refused")
-		}
+	if len(l.hosts.byIP) == 0 {
+		return
 	}
-}
-
-// ifaceHolding is the interface of felix's namespace that holds one of
-// the addresses (the first address held wins, as listed).
-func (l *loop) ifaceHolding(ips []string) (string, error) {
-	addrs, err := l.h.AddrList(nil, netlink.FAMILY_ALL)
+	wanted := map[netip.Addr]bool{}
+	for _, e := range l.hosts.byIP {
+		maps.Copy(wanted, addrSet(e.h.Spec.ExpectedIPs))
+	}
+	held, err := l.hostAddrs(wanted)
 	if err != nil {
-		return "", fmt.Errorf("felix: listing addresses: %w", err)
+		l.log.WithError(err).Warn("host endpoints: cannot list this host's addresses; the interfaces found by address stay as they were")
+		return
 	}
-	for _, s := range ips {
-		want, err := netip.ParseAddr(s)
-		if err != nil {
+	for _, name := range slices.Sorted(maps.Keys(l.hosts.byIP)) {
+		e := l.hosts.byIP[name]
+		if !l.noteFound(e, held.holding(e.h.Spec.ExpectedIPs)) {
 			continue
 		}
-		for _, a := range addrs {
-			if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == want.Unmap() {
-				link, err := l.h.LinkByIndex(a.LinkIndex)
-				if err != nil {
-					return "", fmt.Errorf("felix: interface %d holding %s: %w", a.LinkIndex, s, err)
-				}
-				return link.Attrs().Name, nil
-			}
+		if err := l.policy.SetHostEndpoint(e.h, true, e.ifaces...); err != nil {
+			l.log.WithError(err).WithField("name", name).Warn("host endpoint refused")
 		}
+		l.policyDirty = true
 	}
-	return "", fmt.Errorf("felix: no interface holds any of %v", ips)
 }
 
 // checkFailsafe refuses failsafe ports felix cannot open.

@@ -35,22 +35,7 @@ func TestHostEndpointFromFeed(t *testing.T) {
 	}
 	peer.AddAddr(t, "eth0peer", "192.0.2.2/24")
 	for _, port := range []string{"80", "22", "2222"} {
-		var l net.Listener
-		h.ns.Do(t, func() error {
-			var err error
-			l, err = net.Listen("tcp", "192.0.2.1:"+port)
-			return err
-		})
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		acceptTCP(t, h.ns, "192.0.2.1:"+port)
 	}
 	reach := func(port string) bool {
 		var ok bool
