@@ -334,8 +334,9 @@ func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 	// Each item is cleared once decoded: its raw value is garbage
 	// while the rest decode, not held beside the decoded batch.
 	decodeRange := func(lo, hi int) {
+		sh := sharer{}
 		for i := lo; i < hi; i++ {
-			ups[i], ok[i] = decodeItem(items[i])
+			ups[i], ok[i] = decodeItem(items[i], sh)
 			items[i] = item{}
 		}
 	}
@@ -361,7 +362,7 @@ func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 	return out
 }
 
-func decodeItem(it item) (Update, bool) {
+func decodeItem(it item, sh sharer) (Update, bool) {
 	u := Update{Kind: it.kind, Name: it.name, Deleted: it.deleted, Revision: it.rev}
 	switch it.kind {
 	case KindBorrowed:
@@ -387,6 +388,7 @@ func decodeItem(it item) (Update, bool) {
 		log.WithError(err).WithField("key", it.key).Warn("skipping unreadable record")
 		return u, false
 	}
+	sh.resource(r)
 	u.Resource = r
 	return u, true
 }
