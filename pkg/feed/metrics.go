@@ -18,7 +18,7 @@ func newMetrics() metrics {
 	return metrics{
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "routed_feed_lists_total",
-			Help: "Lists of the datastore by the node feed, by reason (start, compacted, revision went back, etcd cluster changed, history diverged, requested: the gate let go after a hold).",
+			Help: "Lists of the datastore by the node feed, by reason (start, compacted, revision went back, etcd cluster changed, history diverged, requested: the gate let go after a hold, cache: from the node-local cache, cache unreadable: the cache did not read whole when delivered).",
 		}, []string{"reason"}),
 		resumes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "routed_feed_resumes_total",

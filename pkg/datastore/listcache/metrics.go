@@ -20,7 +20,7 @@ func newMetrics() metrics {
 		}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "routed_feed_cache_fallbacks_total",
-			Help: "Starts of the node feed that listed the datastore instead of using its cache, by reason (absent, corrupt, not private, other range, too old, compacted, revision went back, etcd cluster changed, history diverged, cache too far behind).",
+			Help: "Starts of the node feed that listed the datastore instead of using its cache, by reason (absent, corrupt, not private, other range, too old, compacted, revision went back, etcd cluster changed, history diverged, cache too far behind, cache unreadable: it read whole when loaded but not when read again to be delivered).",
 		}, []string{"reason"}),
 		saves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "routed_feed_cache_writes_total",
