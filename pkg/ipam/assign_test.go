@@ -12,10 +12,8 @@ import (
 
 func TestClaimAllocateRelease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ctx := ctxT(t)
 
 	ip := assign(t, c, "n1", "net.c1")
@@ -70,10 +68,8 @@ func TestClaimAllocateRelease(t *testing.T) {
 
 func TestSteadyStateIsOneTxn(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	assign(t, c, "n1", "warm")
 	before := c.Stats()
 	assign(t, c, "n1", "steady")
@@ -85,9 +81,7 @@ func TestSteadyStateIsOneTxn(t *testing.T) {
 
 func TestFIFOReuseOrder(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("tiny", "10.9.0.0/30", 30)
-	c := New(e.ds)
+	_, c := poolEnv(t, "tiny", "10.9.0.0/30", 30)
 	ctx := ctxT(t)
 	ips, err := c.AutoAssign(ctx, AssignArgs{Node: "n1", HandleID: "all", Num: 4})
 	if err != nil || len(ips) != 4 {
@@ -114,9 +108,7 @@ func TestFIFOReuseOrder(t *testing.T) {
 
 func TestHandleIdempotency(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
-	c := New(e.ds)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	ctx := ctxT(t)
 	ip := assign(t, c, "n1", "net.retry")
 	// A retried ADD, even from another process, gets the same address.
@@ -136,9 +128,7 @@ func TestHandleIdempotency(t *testing.T) {
 
 func TestSpecificIP(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
-	c := New(e.ds)
+	_, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	ctx := ctxT(t)
 	want := mustParse("10.244.0.77")
 	ips, err := c.AutoAssign(ctx, AssignArgs{Node: "n1", HandleID: "static", IP: want})
@@ -215,9 +205,7 @@ func TestPoolSelection(t *testing.T) {
 
 func TestExhaustionNamesPool(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
-	c := New(e.ds)
+	_, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	ctx := ctxT(t)
 	ips, err := c.AutoAssign(ctx, AssignArgs{Node: "n1", HandleID: "bulk", Num: 256})
 	if err != nil || len(ips) != 256 {
@@ -233,9 +221,7 @@ func TestExhaustionNamesPool(t *testing.T) {
 
 func TestBorrowing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("one-block", "10.5.0.0/28", 28)
-	c := New(e.ds)
+	_, c := poolEnv(t, "one-block", "10.5.0.0/28", 28)
 	ctx := ctxT(t)
 	own := assign(t, c, "n1", "n1-pod")
 	// n2 cannot claim a block (the pool has one) so it borrows from n1's.
@@ -304,9 +290,7 @@ func TestMaxBlocksPerHost(t *testing.T) {
 
 func TestStaleSequenceRelease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.7.0.0/24", 26)
-	c := New(e.ds)
+	_, c := poolEnv(t, "p", "10.7.0.0/24", 26)
 	ctx := ctxT(t)
 	ip := assign(t, c, "n1", "first")
 	old, err := c.IPInfo(ctx, ip)
@@ -340,9 +324,7 @@ func TestStaleSequenceRelease(t *testing.T) {
 
 func TestTunnelAddress(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.8.0.0/24", 26)
-	c := New(e.ds)
+	_, c := poolEnv(t, "p", "10.8.0.0/24", 26)
 	ips, err := c.AutoAssign(ctxT(t), AssignArgs{Node: "n1", HandleID: TunnelHandle("n1"), Attrs: Attributes{Type: TypeTunnel}})
 	if err != nil {
 		t.Fatal(err)

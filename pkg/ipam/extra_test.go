@@ -59,10 +59,8 @@ func rawGet(t *testing.T, c *Client, key string) (string, int64) {
 // that (DEL may run many times).
 func TestAssignWithExtra(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ctx := ctxT(t)
 	assign(t, c, "n1", "net.warm") // claims and caches the block
 
@@ -124,10 +122,8 @@ func TestAssignWithExtra(t *testing.T) {
 // naming it.
 func TestAssignExtraFixedIP(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	x := &keyExtra{key: "/test/extra/fixed"}
 	ip := mustParse("10.244.0.77")
 	if _, err := c.AutoAssign(ctxT(t), AssignArgs{Node: "n1", HandleID: "net.f", IP: ip, Extra: x}); err != nil {
@@ -142,10 +138,8 @@ func TestAssignExtraFixedIP(t *testing.T) {
 // meanwhile fails with ErrReleased and writes nothing.
 func TestExtraHandleReleased(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ctx := ctxT(t)
 	ip := assign(t, c, "n1", "net.r")
 	hkey := handleKey("net.r")
@@ -168,10 +162,8 @@ func TestExtraHandleReleased(t *testing.T) {
 // seen.
 func TestWatchedPools(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("default", "10.244.0.0/24", 26)
+	e, c := poolEnv(t, "default", "10.244.0.0/24", 26, WithWatchedPools())
 	e.node("n1", nil)
-	c := New(e.ds, WithWatchedPools())
 	ctx := ctxT(t)
 	assign(t, c, "n1", "net.w4")
 	before := c.Stats()

@@ -61,9 +61,7 @@ func TestEmptyBlockReleasedAfterGrace(t *testing.T) {
 
 func TestPendingDeletionRevertedWhenBlockInUse(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.11.0.0/24", 26)
-	c := New(e.ds, WithEmptyBlockGrace(0))
+	e, c := poolEnv(t, "p", "10.11.0.0/24", 26, WithEmptyBlockGrace(0))
 	ctx := ctxT(t)
 	ip := assign(t, c, "n1", "a")
 	block := netip.PrefixFrom(ip, 26).Masked()

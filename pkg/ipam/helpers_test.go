@@ -24,6 +24,15 @@ func newEnv(t testing.TB) *env {
 	return &env{t: t, ds: connect(t, srv.Endpoints)}
 }
 
+// poolEnv is how most tests start: a fresh env holding one pool (no
+// options), and a client on it with opts.
+func poolEnv(t testing.TB, name, cidr string, blockSize int, opts ...Option) (*env, *Client) {
+	t.Helper()
+	e := newEnv(t)
+	e.pool(name, cidr, blockSize)
+	return e, New(e.ds, opts...)
+}
+
 func connect(t testing.TB, endpoints []string) *datastore.Client {
 	t.Helper()
 	ds, err := datastore.New(datastore.Config{Endpoints: endpoints})

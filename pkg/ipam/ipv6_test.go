@@ -150,10 +150,8 @@ func TestDualStackAssignment(t *testing.T) {
 // request fails naming the family, and an IPv6 one works.
 func TestIPv6OnlyPools(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("v6", "fd00:20::/64", 122)
+	e, c := poolEnv(t, "v6", "fd00:20::/64", 122)
 	e.node("n1", nil)
-	c := New(e.ds)
 	_, err := c.AutoAssign(ctxT(t), AssignArgs{Node: "n1", HandleID: "net.a"})
 	if !errors.Is(err, ErrNoPool) || !strings.Contains(err.Error(), "no IPv4 pools exist") {
 		t.Fatalf("IPv4 request with IPv6 pools only: %v", err)

@@ -13,9 +13,7 @@ import (
 // (or none) is leaked; the one the Node names is not.
 func TestCheckFindsTunnelAddressNoNodeUses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.3.0.0/24", 26)
-	c := New(e.ds)
+	e, c := poolEnv(t, "p", "10.3.0.0/24", 26)
 	ctx := ctxT(t)
 	tunnel := func(node string) string {
 		ips, err := c.AutoAssign(ctx, AssignArgs{Node: node, HandleID: TunnelHandle(node), Attrs: Attributes{Type: TypeTunnel}})

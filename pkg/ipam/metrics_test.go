@@ -11,9 +11,7 @@ import (
 
 func TestCollector(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("one-block", "10.14.0.0/28", 28)
-	c := New(e.ds)
+	e, c := poolEnv(t, "one-block", "10.14.0.0/28", 28)
 	assign(t, c, "n1", "a")
 	assign(t, c, "n1", "b")
 	assign(t, c, "n2", "borrowed")
@@ -63,9 +61,7 @@ func value(m *dto.Metric) float64 {
 // scraping every block was a full IPAM listing per node per scrape).
 func TestCollectorUsageOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.11.0.0/24", 26)
-	c := New(e.ds)
+	_, c := poolEnv(t, "p", "10.11.0.0/24", 26)
 	assign(t, c, "n1", "h1")
 	var leading atomic.Bool
 	col := NewCollector(c, time.Second).UsageWhen(leading.Load)

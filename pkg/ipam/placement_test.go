@@ -93,10 +93,8 @@ func TestBlockSizeChangeIsRefused(t *testing.T) {
 // TestCheckFindsBlocksOutsidePools: a pool deleted with blocks left.
 func TestCheckFindsBlocksOutsidePools(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("gone", "10.8.0.0/24", 26)
+	e, c := poolEnv(t, "gone", "10.8.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ip := assign(t, c, "n1", "h1")
 	e.wep("n1", "pod", "h1", ip)
 	if err := e.ds.Delete(context.Background(), api.KindIPPool, "gone", ""); err != nil {
@@ -115,10 +113,8 @@ func TestCheckFindsBlocksOutsidePools(t *testing.T) {
 // never gave it.
 func TestCheckFindsUnallocatedEndpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.7.0.0/24", 26)
+	e, c := poolEnv(t, "p", "10.7.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ip := assign(t, c, "n1", "h1")
 	e.wep("n1", "good", "h1", ip)
 	e.wep("n1", "bad", "h2", ip.Next())

@@ -17,9 +17,7 @@ import (
 // released it is.
 func TestDeletePoolRefusedWhileInUse(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.6.0.0/24", 26)
-	c := New(e.ds)
+	e, c := poolEnv(t, "p", "10.6.0.0/24", 26)
 	ctx := ctxT(t)
 	for _, h := range []string{"a", "b", "c"} {
 		assign(t, c, "n1", h)
@@ -54,10 +52,8 @@ func TestDeletePoolRefusedWhileInUse(t *testing.T) {
 // the block left outside every pool.
 func TestDeletePoolForce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.5.0.0/24", 26)
+	e, c := poolEnv(t, "p", "10.5.0.0/24", 26)
 	e.node("n1", nil)
-	c := New(e.ds)
 	ip := assign(t, c, "n1", "a")
 	e.wep("n1", "a", "a", ip)
 	if err := c.DeletePool(ctxT(t), "p", true); err != nil {

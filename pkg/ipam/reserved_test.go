@@ -110,10 +110,8 @@ func TestReservedSkippedWhenFilling(t *testing.T) {
 // an address from another block.
 func TestReservedWholeOwnBlockMovesOn(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.pool("p", "10.9.2.0/28", 29)
+	e, c := poolEnv(t, "p", "10.9.2.0/28", 29, WithWatchedPools())
 	e.node("n1", nil)
-	c := New(e.ds, WithWatchedPools())
 	first := assign(t, c, "n1", "net.a")
 	blk := netip.PrefixFrom(first, 29).Masked()
 	e.reserve("rest-of-block", blk.String())
