@@ -453,6 +453,11 @@ state = %q
   # below its own (runc failed: "failed to update
   # /proc/self/oom_score_adj: Permission denied"), as in rootless setups.
   restrict_oom_score_adj = true
+  # The pods' network namespaces under the state dir (Cleanup unmounts
+  # what is under the cluster's dir), not in /var/run/netns where a pod
+  # still running when containerd is killed left a cni-* namespace
+  # behind on the host.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/opt/cni/bin"
     conf_dir = "/etc/cni/net.d"
