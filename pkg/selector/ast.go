@@ -9,21 +9,21 @@ import (
 // never modified after parsing, which is what makes Selector safe to share
 // between goroutines.
 type node interface {
-	eval(labels map[string]string) bool
+	eval(labels Labels) bool
 	// write appends the canonical text of the node.
 	write(b *strings.Builder)
 }
 
 type allNode struct{}
 
-func (allNode) eval(map[string]string) bool { return true }
+func (allNode) eval(Labels) bool { return true }
 
 func (allNode) write(b *strings.Builder) { b.WriteString("all()") }
 
 type hasNode struct{ key string }
 
-func (n hasNode) eval(labels map[string]string) bool {
-	_, ok := labels[n.key]
+func (n hasNode) eval(labels Labels) bool {
+	_, ok := labels.Get(n.key)
 	return ok
 }
 
@@ -54,8 +54,8 @@ type cmpNode struct {
 	key, value string
 }
 
-func (n cmpNode) eval(labels map[string]string) bool {
-	v, ok := labels[n.key]
+func (n cmpNode) eval(labels Labels) bool {
+	v, ok := labels.Get(n.key)
 	if !ok {
 		// Only the negative operator holds for a missing label; treating
 		// absence as "" would make k == '' match unlabelled objects.
@@ -90,8 +90,8 @@ type setNode struct {
 	negated bool // "not in", which also matches when the label is absent
 }
 
-func (n setNode) eval(labels map[string]string) bool {
-	v, ok := labels[n.key]
+func (n setNode) eval(labels Labels) bool {
+	v, ok := labels.Get(n.key)
 	if !ok {
 		return n.negated
 	}
@@ -130,7 +130,7 @@ func writeQuoted(b *strings.Builder, v string) {
 
 type notNode struct{ operand node }
 
-func (n notNode) eval(labels map[string]string) bool { return !n.operand.eval(labels) }
+func (n notNode) eval(labels Labels) bool { return !n.operand.eval(labels) }
 
 // write omits parentheses around comparisons ("!a == 'b'") because "!"
 // already applies to a whole comparison in the grammar; adding them would
@@ -148,7 +148,7 @@ func (n notNode) write(b *strings.Builder) {
 
 type andNode struct{ terms []node }
 
-func (n andNode) eval(labels map[string]string) bool {
+func (n andNode) eval(labels Labels) bool {
 	for _, t := range n.terms {
 		if !t.eval(labels) {
 			return false
@@ -171,7 +171,7 @@ func (n andNode) write(b *strings.Builder) {
 
 type orNode struct{ terms []node }
 
-func (n orNode) eval(labels map[string]string) bool {
+func (n orNode) eval(labels Labels) bool {
 	for _, t := range n.terms {
 		if t.eval(labels) {
 			return true

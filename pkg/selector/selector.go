@@ -38,6 +38,9 @@ type Selector interface {
 	// Evaluate reports whether a set of labels satisfies the selector. A nil
 	// map is treated as an object with no labels.
 	Evaluate(labels map[string]string) bool
+	// EvaluateLabels is Evaluate on a read-only view of the labels, for
+	// callers that keep them in another shape than a map.
+	EvaluateLabels(labels Labels) bool
 	// String returns a canonical form that Parse accepts and that selects
 	// exactly the same label sets, so selectors can be stored, compared
 	// textually and re-parsed.
@@ -97,6 +100,22 @@ type selector struct {
 	canonical string
 }
 
-func (s *selector) Evaluate(labels map[string]string) bool { return s.root.eval(labels) }
+func (s *selector) Evaluate(labels map[string]string) bool { return s.root.eval(mapLabels(labels)) }
+
+func (s *selector) EvaluateLabels(labels Labels) bool { return s.root.eval(labels) }
+
+// Labels is a read-only view of an object's labels.
+type Labels interface {
+	// Get returns the value of the label key and whether it is set.
+	Get(key string) (string, bool)
+}
+
+// mapLabels is a map of labels as a Labels (a nil map has none).
+type mapLabels map[string]string
+
+func (m mapLabels) Get(key string) (string, bool) {
+	v, ok := m[key]
+	return v, ok
+}
 
 func (s *selector) String() string { return s.canonical }
