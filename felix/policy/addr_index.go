@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 )
@@ -35,8 +36,8 @@ func newByAddr[T comparable]() byAddr[T] {
 
 func isSingle(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 
-func (x byAddr[T]) add(ps []netip.Prefix, v T) {
-	for _, p := range ps {
+func (x byAddr[T]) add(ps iter.Seq[netip.Prefix], v T) {
+	for p := range ps {
 		if isSingle(p) {
 			x.one[p.Addr()] = append(x.one[p.Addr()], v)
 		} else {
@@ -45,8 +46,8 @@ func (x byAddr[T]) add(ps []netip.Prefix, v T) {
 	}
 }
 
-func (x byAddr[T]) remove(ps []netip.Prefix, v T) {
-	for _, p := range ps {
+func (x byAddr[T]) remove(ps iter.Seq[netip.Prefix], v T) {
+	for p := range ps {
 		if !isSingle(p) {
 			delete(x.wide, v)
 			continue
@@ -60,10 +61,10 @@ func (x byAddr[T]) remove(ps []netip.Prefix, v T) {
 	}
 }
 
-func (x *addrIndex) addEndpoint(e *endpoint)    { x.eps.add(e.ips, e) }
-func (x *addrIndex) removeEndpoint(e *endpoint) { x.eps.remove(e.ips, e) }
-func (x *addrIndex) addNetset(s *netset)        { x.sets.add(s.Nets, s) }
-func (x *addrIndex) removeNetset(s *netset)     { x.sets.remove(s.Nets, s) }
+func (x *addrIndex) addEndpoint(e *endpoint)    { x.eps.add(e.prefixes(), e) }
+func (x *addrIndex) removeEndpoint(e *endpoint) { x.eps.remove(e.prefixes(), e) }
+func (x *addrIndex) addNetset(s *netset)        { x.sets.add(slices.Values(s.Nets), s) }
+func (x *addrIndex) removeNetset(s *netset)     { x.sets.remove(slices.Values(s.Nets), s) }
 
 // endpoint is findAt's answer: of the endpoints with a prefix holding
 // addr (host endpoints only if hosts), the one with the lowest key.
@@ -78,7 +79,7 @@ func (x *addrIndex) endpoint(addr netip.Addr, hosts bool) *endpoint {
 		pick(e)
 	}
 	for e := range x.eps.wide {
-		for _, p := range e.ips {
+		for p := range e.prefixes() {
 			if !isSingle(p) && p.Contains(addr) {
 				pick(e)
 			}

@@ -43,9 +43,9 @@ type Calc struct {
 	sets     map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).
 	profileRefs map[string]int
-	// The groups whose labels read each profile name (existing or not;
+	// The scopes whose labels read each profile name (existing or not;
 	// see profileNames), so that a profile change re-derives only those.
-	profileUsers map[string]map[*group]struct{}
+	profileUsers map[string]map[*groupScope]struct{}
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
@@ -96,11 +96,11 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*group]struct{}{}, epChainRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*groupScope]struct{}{}, epChainRefs: map[string]int{},
 		epChainRuns: map[string][]guardRun{}, runRefs: map[string]int{}, guards: map[string]*guard{},
 	}
 	seed := maphash.MakeSeed()
-	c.groups = groupIndex{seed: seed, byHash: map[uint64][]*group{}}
+	c.groups = groupIndex{seed: seed, byHash: map[uint64][]*group{}, scopes: map[uint64][]*groupScope{}}
 	c.labelSets = newLabelSets(seed)
 	for _, t := range api.DefaultTiers() {
 		c.tiers[t.Metadata.Name] = compileTier(t)
@@ -404,12 +404,14 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	if old != nil && np != nil && maps.Equal(old.labels, np.labels) {
 		return
 	}
-	for _, g := range slices.Collect(maps.Keys(c.profileUsers[name])) {
-		c.rederive(g)
+	for _, s := range slices.Collect(maps.Keys(c.profileUsers[name])) {
+		c.rederive(s)
 		if (old == nil) != (np == nil) {
 			// The endpoints' chains jump to the profile's only while it
 			// exists: one that came or went changes them, labels or not.
-			c.rerender(g)
+			for _, g := range s.groups {
+				c.rerender(g)
+			}
 		}
 	}
 	for _, s := range c.netsets {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"unique"
 
@@ -16,7 +17,7 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	old := c.eps[ep.Key]
 	g := c.groupOf(&ep)
 	l := c.locals[ep.Key]
-	if old != nil && old.g == g && slices.Equal(old.ips, ep.IPs) && old.nodeName() == ep.Node &&
+	if old != nil && old.g == g && old.sameIPs(ep.IPs) && old.nodeName() == ep.Node &&
 		(l != nil) == ep.Local && (l == nil || (l.iface == ep.Iface && l.pod == ep.Pod)) {
 		return // as it was (a snapshot repeats what has not changed)
 	}
@@ -24,7 +25,8 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	if old != nil {
 		key = old.key // one copy of it
 	}
-	e := &endpoint{key: key, g: g, ips: slices.Clip(slices.Clone(ep.IPs))}
+	e := &endpoint{key: key, g: g}
+	e.setIPs(ep.IPs)
 	if ep.Node != "" {
 		e.node = unique.Make(ep.Node)
 	}
@@ -88,16 +90,33 @@ func (c *Calc) DeleteEndpoint(key string) {
 	c.removeFrom(old)
 }
 
-// rederive recomputes a group's labels after a profile it reads
-// changed: its endpoints leave the sets that no longer select it and
-// join those that now do, and its local endpoints' chains follow.
-func (c *Calc) rederive(g *group) {
-	was := c.setsFor(g)
-	labels, nsLabels, saLabels := g.labels, g.nsLabels, g.saLabels
-	c.derive(g)
-	if g.labels == labels && g.nsLabels == nsLabels && g.saLabels == saLabels {
-		return // the same labels (they are interned): the same answers
+// rederive recomputes a scope's labels after a profile it reads
+// changed: the endpoints of its groups whose labels changed leave the
+// sets that no longer select them and join those that now do, and
+// their local endpoints' chains follow.
+func (c *Calc) rederive(s *groupScope) {
+	// What the sets decided with the labels as they were.
+	was := make([][]*aset, len(s.groups))
+	for i, g := range s.groups {
+		was[i] = c.setsFor(g)
 	}
+	labels := s.labels
+	c.deriveScope(s)
+	same := maps.Equal(labels, s.labels)
+	for i, g := range s.groups {
+		nsLabels, saLabels := g.nsLabels, g.saLabels
+		c.derive(g)
+		if same && g.nsLabels == nsLabels && g.saLabels == saLabels {
+			continue // the same labels (they are interned): the same answers
+		}
+		c.regroup(g, was[i])
+	}
+}
+
+// regroup moves a group whose labels changed from the sets that
+// selected it (was) to those that select it now, and renders its local
+// endpoints' chains again.
+func (c *Calc) regroup(g *group, was []*aset) {
 	g.setGen, g.pols = -1, nil
 	now := c.setsFor(g)
 	for _, e := range g.eps {
@@ -120,31 +139,31 @@ func (c *Calc) rederive(g *group) {
 	}
 }
 
-// profileNames are the profiles whose labels a group's labels are
-// derived from (see derive): its own, its namespace's and its service
-// account's.
-func profileNames(g *group) []string {
-	return append(slices.Clip(g.profiles), api.NamespaceProfilePrefix+g.ns,
-		api.ServiceAccountProfilePrefix+g.ns+"."+g.sa)
+// profileNames are the profiles whose labels a scope's labels are
+// derived from (see deriveScope): its own, its namespace's and its
+// service account's.
+func profileNames(s *groupScope) []string {
+	return append(slices.Clip(s.profiles), api.NamespaceProfilePrefix+s.ns,
+		api.ServiceAccountProfilePrefix+s.ns+"."+s.sa)
 }
 
-// holdProfiles records g as a user of the profiles its labels read.
-func (c *Calc) holdProfiles(g *group) {
-	for _, name := range profileNames(g) {
+// holdProfiles records s as a user of the profiles its labels read.
+func (c *Calc) holdProfiles(s *groupScope) {
+	for _, name := range profileNames(s) {
 		users := c.profileUsers[name]
 		if users == nil {
-			users = map[*group]struct{}{}
+			users = map[*groupScope]struct{}{}
 			c.profileUsers[name] = users
 		}
-		users[g] = struct{}{}
+		users[s] = struct{}{}
 	}
 }
 
 // releaseProfiles undoes holdProfiles.
-func (c *Calc) releaseProfiles(g *group) {
-	for _, name := range profileNames(g) {
+func (c *Calc) releaseProfiles(s *groupScope) {
+	for _, name := range profileNames(s) {
 		if users := c.profileUsers[name]; users != nil {
-			delete(users, g)
+			delete(users, s)
 			if len(users) == 0 {
 				delete(c.profileUsers, name)
 			}
@@ -280,7 +299,7 @@ func (c *Calc) renderEndpoint(l *local) {
 		names[k] = name
 		c.swapEPChain(&l.chains[k], name, rules, infos, runs)
 	}
-	c.sink.SetEndpoint(l.iface, names[0], names[1], nftdp.FamiliesOf(e.ips))
+	c.sink.SetEndpoint(l.iface, names[0], names[1], nftdp.FamiliesOf(e.ipList()))
 	c.index.setIface(l.iface, EndpointRef{Key: e.key, Namespace: e.g.ns, Pod: l.pod})
 }
 
@@ -525,7 +544,7 @@ func (s *aset) endpointMembers(e *endpoint) []nftdp.Member {
 // and masked (see changeMembers).
 func (s *aset) membersOf(e *endpoint) []nftdp.Member {
 	var out []nftdp.Member
-	for _, ip := range e.ips {
+	for ip := range e.prefixes() {
 		if s.spec.kind == nftdp.AddrSet {
 			out = append(out, nftdp.Member{Prefix: ip})
 			continue
@@ -554,7 +573,7 @@ func (s *aset) netsetMembers(n *netset) []nftdp.Member {
 // family, else 0.
 func (e *endpoint) onlyFamily() uint8 {
 	var v4, v6 bool
-	for _, p := range e.ips {
+	for p := range e.prefixes() {
 		v4 = v4 || p.Addr().Is4()
 		v6 = v6 || !p.Addr().Is4()
 	}

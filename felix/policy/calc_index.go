@@ -17,15 +17,17 @@ import (
 // policies changed since it was made (a generation number each); a
 // group lives while it has an endpoint.
 
-// groupIndex holds the groups by a hash of what makes them one.
+// groupIndex holds the groups, and their scopes, by a hash of what
+// makes them one.
 type groupIndex struct {
 	setGen, polGen int
 	seed           maphash.Seed
 	byHash         map[uint64][]*group
+	scopes         map[uint64][]*groupScope
 }
 
-// groupHash hashes what puts an endpoint in a group.
-func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
+// scopeHash hashes what puts an endpoint's group in a scope.
+func (x *groupIndex) scopeHash(ep *Endpoint) uint64 {
 	var h maphash.Hash
 	h.SetSeed(x.seed)
 	h.WriteString(ep.Namespace)
@@ -38,6 +40,14 @@ func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
 		h.WriteByte(0)
 		h.WriteString(p)
 	}
+	return h.Sum64()
+}
+
+// groupHash hashes what puts an endpoint in a group: its scope (sh),
+// named ports and labels.
+func (x *groupIndex) groupHash(sh uint64, ep *Endpoint) uint64 {
+	var h maphash.Hash
+	h.SetSeed(x.seed)
 	h.WriteByte(1)
 	for _, p := range ep.Ports {
 		h.WriteString(p.Name)
@@ -46,71 +56,115 @@ func (x *groupIndex) groupHash(ep *Endpoint) uint64 {
 		h.WriteByte(byte(p.Port >> 8))
 		h.WriteByte(byte(p.Port))
 	}
-	return h.Sum64() ^ hashLabels(x.seed, ep.Labels)
+	return sh ^ h.Sum64() ^ hashLabels(x.seed, ep.Labels)
+}
+
+// is reports whether ep belongs in s.
+func (s *groupScope) is(ep *Endpoint) bool {
+	return s.ns == ep.Namespace && s.sa == ep.ServiceAccount && s.host == ep.Host && slices.Equal(s.profiles, ep.Profiles)
 }
 
 // is reports whether ep belongs in g.
 func (g *group) is(ep *Endpoint) bool {
-	if g.ns != ep.Namespace || g.sa != ep.ServiceAccount || g.host != ep.Host || !slices.Equal(g.profiles, ep.Profiles) ||
-		!slices.Equal(g.ports, ep.Ports) {
-		return false
+	return g.sc.is(ep) && slices.Equal(g.ports, ep.Ports) && g.own.equal(ep.Labels)
+}
+
+// scopeOf returns ep's scope, made (and derived) when new; it has no
+// group until one is added.
+func (c *Calc) scopeOf(ep *Endpoint, h uint64) *groupScope {
+	for _, s := range c.groups.scopes[h] {
+		if s.is(ep) {
+			return s
+		}
 	}
-	return g.own.equal(ep.Labels)
+	s := &groupScope{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, host: ep.Host, profiles: slices.Clone(ep.Profiles)}
+	strs := []*string{&s.ns, &s.sa}
+	for i := range s.profiles {
+		strs = append(strs, &s.profiles[i])
+	}
+	pack(strs)
+	c.deriveScope(s)
+	c.groups.scopes[h] = append(c.groups.scopes[h], s)
+	c.holdProfiles(s)
+	return s
 }
 
 // groupOf returns ep's group, made (and derived) when new; it has no
 // endpoint until one is added.
 func (c *Calc) groupOf(ep *Endpoint) *group {
-	h := c.groups.groupHash(ep)
+	sh := c.groups.scopeHash(ep)
+	h := c.groups.groupHash(sh, ep)
 	for _, g := range c.groups.byHash[h] {
 		if g.is(ep) {
 			return g
 		}
 	}
-	g := &group{hash: h, ns: ep.Namespace, sa: ep.ServiceAccount, host: ep.Host, setGen: -1,
-		profiles: slices.Clone(ep.Profiles), ports: slices.Clone(ep.Ports), own: makeOwnLabels(ep.Labels)}
-	strs := []*string{&g.ns, &g.sa, &g.own.s}
-	for i := range g.profiles {
-		strs = append(strs, &g.profiles[i])
-	}
+	s := c.scopeOf(ep, sh)
+	g := &group{hash: h, sc: s, ns: s.ns, sa: s.sa, host: s.host, profiles: s.profiles, setGen: -1,
+		ports: slices.Clone(ep.Ports), own: makeOwnLabels(ep.Labels)}
+	strs := []*string{&g.own.s}
 	for i := range g.ports {
 		strs = append(strs, &g.ports[i].Name)
 	}
 	pack(strs)
 	c.derive(g)
 	c.groups.byHash[h] = append(c.groups.byHash[h], g)
-	c.holdProfiles(g)
+	g.scIdx = len(s.groups)
+	s.groups = append(s.groups, g)
 	return g
 }
 
 // addTo puts e in its group.
 func (c *Calc) addTo(e *endpoint) {
-	e.idx = len(e.g.eps)
+	e.idx = uint32(len(e.g.eps))
 	e.g.eps = append(e.g.eps, e)
 }
 
-// removeFrom takes e out of its group; a group left empty goes.
+// removeFrom takes e out of its group; a group left empty goes, and a
+// scope left without a group.
 func (c *Calc) removeFrom(e *endpoint) {
 	g := e.g
-	last := g.eps[len(g.eps)-1]
-	g.eps[e.idx], last.idx = last, e.idx
-	g.eps[len(g.eps)-1] = nil
-	g.eps = g.eps[:len(g.eps)-1]
+	g.eps = swapRemove(g.eps, int(e.idx), func(o *endpoint, i int) { o.idx = uint32(i) })
 	if len(g.eps) > 0 {
 		if cap(g.eps) > 16 && len(g.eps) < cap(g.eps)/4 {
 			g.eps = slices.Clip(g.eps)
 		}
 		return
 	}
-	list := slices.DeleteFunc(c.groups.byHash[g.hash], func(x *group) bool { return x == g })
-	if len(list) == 0 {
-		delete(c.groups.byHash, g.hash)
-	} else {
-		c.groups.byHash[g.hash] = list
-	}
-	c.releaseProfiles(g)
-	for _, s := range []*labelSet{g.labels, g.nsLabels, g.saLabels} {
+	dropFromBucket(c.groups.byHash, g.hash, g)
+	for _, s := range []*labelSet{g.nsLabels, g.saLabels} {
 		c.labelSets.put(s)
+	}
+	s := g.sc
+	s.groups = swapRemove(s.groups, g.scIdx, func(o *group, i int) { o.scIdx = i })
+	if len(s.groups) > 0 {
+		return
+	}
+	dropFromBucket(c.groups.scopes, s.hash, s)
+	c.releaseProfiles(s)
+	for _, ls := range []*labelSet{s.nsLabels, s.saLabels} {
+		c.labelSets.put(ls)
+	}
+}
+
+// swapRemove takes list[i] out by moving the last element to its place
+// (moved tells it its new position) and returns the shorter list.
+func swapRemove[T any](list []T, i int, moved func(T, int)) []T {
+	last := len(list) - 1
+	list[i] = list[last]
+	moved(list[i], i)
+	var zero T
+	list[last] = zero
+	return list[:last]
+}
+
+// dropFromBucket takes v out of m[h], deleting the bucket when it is
+// left empty.
+func dropFromBucket[T comparable](m map[uint64][]T, h uint64, v T) {
+	if list := slices.DeleteFunc(m[h], func(x T) bool { return x == v }); len(list) > 0 {
+		m[h] = list
+	} else {
+		delete(m, h)
 	}
 }
 

@@ -201,8 +201,8 @@ func TestGroupsShareLabels(t *testing.T) {
 		t.Error("a group keeps a string of the endpoint it was given")
 	}
 	g.Labels["app"] = "changed by the caller"
-	if a.g.labels.m["app"] != "web" {
-		t.Errorf("the caller's map is kept: %v", a.g.labels.m)
+	if v, _ := (labelView{a.g}).Get("app"); v != "web" {
+		t.Errorf("the caller's map is kept: app=%q", v)
 	}
 	web := func() []string {
 		for name, set := range s.sets {
@@ -239,8 +239,8 @@ func TestGroupsShareLabels(t *testing.T) {
 	}
 
 	c.SetEndpoint(mk("b", "10.0.1.2", "db"))
-	if c.eps["b"].g != d.g || a.g.labels.m["app"] != "web" || len(a.g.eps) != 2 || c.eps["c"].g != a.g {
-		t.Errorf("relabelled b: group %p (d's %p); a's labels %v with %d endpoints", c.eps["b"].g, d.g, a.g.labels.m, len(a.g.eps))
+	if app, _ := (labelView{a.g}).Get("app"); c.eps["b"].g != d.g || app != "web" || len(a.g.eps) != 2 || c.eps["c"].g != a.g {
+		t.Errorf("relabelled b: group %p (d's %p); a's app=%q with %d endpoints", c.eps["b"].g, d.g, app, len(a.g.eps))
 	}
 	if got := web(); !slices.Equal(got, []string{"10.0.1.1/32", "10.0.1.3/32"}) {
 		t.Errorf("app == 'web' set after b's relabel: %v", got)
@@ -249,8 +249,8 @@ func TestGroupsShareLabels(t *testing.T) {
 	for _, name := range []string{"a", "b", "c", "d", "local"} {
 		c.DeleteEndpoint(name)
 	}
-	if len(c.groups.byHash) != 0 || len(c.labelSets.byHash) != 0 || len(c.profileUsers) != 0 {
-		t.Errorf("left behind: %d groups, %d label sets, profile users %v", len(c.groups.byHash), len(c.labelSets.byHash), c.profileUsers)
+	if len(c.groups.byHash) != 0 || len(c.groups.scopes) != 0 || len(c.labelSets.byHash) != 0 || len(c.profileUsers) != 0 {
+		t.Errorf("left behind: %d groups, %d scopes, %d label sets, profile users %v", len(c.groups.byHash), len(c.groups.scopes), len(c.labelSets.byHash), c.profileUsers)
 	}
 }
 

@@ -74,7 +74,7 @@ func (c *Calc) Endpoint(key string) (Endpoint, bool) {
 	}
 	g := e.g
 	ep := Endpoint{Key: e.key, Node: e.nodeName(), Namespace: g.ns, ServiceAccount: g.sa, Labels: maps.Collect(g.own.all()),
-		Profiles: slices.Clone(g.profiles), IPs: slices.Clone(e.ips), Ports: slices.Clone(g.ports)}
+		Profiles: slices.Clone(g.profiles), IPs: e.ipList(), Ports: slices.Clone(g.ports)}
 	if l := c.locals[key]; l != nil {
 		ep.Local, ep.Iface, ep.Pod = true, l.iface, l.pod
 	}
@@ -105,7 +105,7 @@ func (c *Calc) findAt(addr netip.Addr, hosts bool) *endpoint {
 		if !hosts && IsHostEndpointKey(e.key) {
 			continue
 		}
-		for _, p := range e.ips {
+		for p := range e.prefixes() {
 			if p.Contains(addr) && (found == nil || e.key < found.key) {
 				found = e
 			}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"iter"
 	"maps"
@@ -9,9 +10,8 @@ import (
 )
 
 // Label sets are shared: the calculator holds every distinct map of
-// labels it derives (an endpoint group's effective labels, its
-// namespace's and its service account's) once, however many groups have
-// it: a namespace's labels are one map for all its pods.
+// namespace or service account labels it derives once, however many
+// groups have it: a namespace's labels are one map for all its pods.
 
 // labelSet is an immutable map of labels with the references to it
 // counted. Nobody may change m.
@@ -55,6 +55,12 @@ func (t *labelSets) get(m map[string]string) *labelSet {
 	return s
 }
 
+// ref takes another reference on s.
+func (t *labelSets) ref(s *labelSet) *labelSet {
+	s.refs++
+	return s
+}
+
 // put drops a reference taken by get; the last one removes the set.
 func (t *labelSets) put(s *labelSet) {
 	if s == nil {
@@ -71,53 +77,109 @@ func (t *labelSets) put(s *labelSet) {
 	}
 }
 
-// ownLabels are an endpoint's own labels, sorted by key: the keys and
-// values end to end in one string, and their lengths (each label costs
-// 8 bytes besides its text, where a pair of strings costs 32).
-type ownLabels struct {
-	s    string
-	lens []uint32 // key, value, key, value...
-}
+// ownLabels are an endpoint group's own labels, sorted by key, in one
+// string: each key and value preceded by its length as a uvarint. The
+// lengths make the encoding prefix-free, so two different label sets
+// never have the same string; a label costs a byte or two besides its
+// text, where a map entry costs 32 and more.
+type ownLabels struct{ s string }
 
 func makeOwnLabels(m map[string]string) ownLabels {
-	o := ownLabels{lens: make([]uint32, 0, 2*len(m))}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		b.WriteString(k)
-		b.WriteString(m[k])
-		o.lens = append(o.lens, uint32(len(k)), uint32(len(m[k])))
+	keys := slices.Sorted(maps.Keys(m))
+	n := 0
+	for _, k := range keys {
+		n += len(k) + len(m[k]) + 2*binary.MaxVarintLen64
 	}
-	o.s = b.String()
-	return o
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(m[k])))
+		b = append(b, m[k]...)
+	}
+	return ownLabels{s: string(b)}
 }
 
-func (o ownLabels) len() int { return len(o.lens) / 2 }
+// next decodes the label at off: its key and value and where the next
+// one starts.
+func (o ownLabels) next(off int) (k, v string, end int) {
+	k, off = o.field(off)
+	v, off = o.field(off)
+	return k, v, off
+}
+
+func (o ownLabels) field(off int) (string, int) {
+	var n uint64
+	for shift := 0; ; shift += 7 {
+		c := o.s[off]
+		off++
+		n |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			break
+		}
+	}
+	end := off + int(n)
+	return o.s[off:end], end
+}
+
+func (o ownLabels) len() int {
+	n := 0
+	for off := 0; off < len(o.s); n++ {
+		_, _, off = o.next(off)
+	}
+	return n
+}
 
 // all yields the labels in key order.
 func (o ownLabels) all() iter.Seq2[string, string] {
 	return func(yield func(k, v string) bool) {
-		off := uint32(0)
-		for i := 0; i < len(o.lens); i += 2 {
-			kl, vl := o.lens[i], o.lens[i+1]
-			if !yield(o.s[off:off+kl], o.s[off+kl:off+kl+vl]) {
+		for off := 0; off < len(o.s); {
+			var k, v string
+			k, v, off = o.next(off)
+			if !yield(k, v) {
 				return
 			}
-			off += kl + vl
 		}
 	}
 }
 
+// get returns the value of label key and whether there is one.
+func (o ownLabels) get(key string) (string, bool) {
+	for off := 0; off < len(o.s); {
+		var k, v string
+		k, v, off = o.next(off)
+		switch {
+		case k == key:
+			return v, true
+		case k > key:
+			return "", false // sorted: it would have come
+		}
+	}
+	return "", false
+}
+
+// hasKeyPrefix reports whether a label's key starts with one of prefixes.
+func (o ownLabels) hasKeyPrefix(prefixes ...string) bool {
+	for k := range o.all() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // equal reports whether m holds exactly these labels.
 func (o ownLabels) equal(m map[string]string) bool {
-	if o.len() != len(m) {
-		return false
-	}
+	n := 0
 	for k, v := range o.all() {
 		if w, ok := m[k]; !ok || w != v {
 			return false
 		}
+		n++
 	}
-	return true
+	return n == len(m)
 }
 
 // pack copies strs, in place, into one string that the copies share:

@@ -125,7 +125,7 @@ func (m *matcher) group(g *group) bool {
 			return false
 		}
 	}
-	return eval(m.sel, g.labels.m)
+	return m.sel == nil || m.sel.EvaluateLabels(labelView{g})
 }
 
 // netset reports whether the matcher picks a network set; nsLabels are

@@ -8,8 +8,10 @@
 package policy
 
 import (
+	"iter"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"unique"
 
@@ -69,14 +71,78 @@ type NetworkSet struct {
 // endpoint is what the calculator keeps of one endpoint: what differs
 // between replicas (its key, addresses and node) and its group, which
 // holds what they share. Remote endpoints are nearly all of a big
-// cluster's, so this is kept small: no map, and no string of its own
-// but its key (a local endpoint's interface and pod are in its local).
+// cluster's, so this is kept small: no map, no string of its own but
+// its key (a local endpoint's interface and pod are in its local), and
+// its address in place when it has one address of full length (a pod's
+// /32 or /128), as nearly all have.
 type endpoint struct {
 	key  string
 	g    *group
-	ips  []netip.Prefix
 	node unique.Handle[string]
-	idx  int // position in g.eps
+	// addr is the address when kind is addr4 or addr6; otherwise more
+	// holds every prefix (none for addrNone).
+	addr [16]byte
+	idx  uint32 // position in g.eps
+	kind addrKind
+	more *[]netip.Prefix
+}
+
+// addrKind says where an endpoint keeps its prefixes.
+type addrKind uint8
+
+const (
+	addrNone addrKind = iota // no address
+	addr4                    // one IPv4 /32, in addr
+	addr6                    // one IPv6 /128, in addr
+	addrMore                 // in more (several, or a wider prefix)
+)
+
+// setIPs records ips (masked prefixes) as e's.
+func (e *endpoint) setIPs(ips []netip.Prefix) {
+	e.addr, e.kind, e.more = [16]byte{}, addrNone, nil
+	switch {
+	case len(ips) == 0:
+	case len(ips) == 1 && ips[0].Addr().Is4() && ips[0].Bits() == 32:
+		e.kind, e.addr = addr4, ips[0].Addr().As16()
+	case len(ips) == 1 && ips[0].Addr().Is6() && ips[0].Addr().Zone() == "" && ips[0].Bits() == 128:
+		e.kind, e.addr = addr6, ips[0].Addr().As16()
+	default:
+		more := slices.Clone(ips)
+		e.kind, e.more = addrMore, &more
+	}
+}
+
+// prefixes yields e's prefixes in the order given.
+func (e *endpoint) prefixes() iter.Seq[netip.Prefix] {
+	return func(yield func(netip.Prefix) bool) {
+		switch e.kind {
+		case addr4:
+			yield(netip.PrefixFrom(netip.AddrFrom16(e.addr).Unmap(), 32))
+		case addr6:
+			yield(netip.PrefixFrom(netip.AddrFrom16(e.addr), 128))
+		case addrMore:
+			for _, p := range *e.more {
+				if !yield(p) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ipList is e's prefixes as a new slice.
+func (e *endpoint) ipList() []netip.Prefix { return slices.Collect(e.prefixes()) }
+
+// sameIPs reports whether e's prefixes are ips, in order.
+func (e *endpoint) sameIPs(ips []netip.Prefix) bool {
+	i := 0
+	for p := range e.prefixes() {
+		if i >= len(ips) || ips[i] != p {
+			return false
+		}
+		i++
+	}
+	return i == len(ips)
 }
 
 // nodeName is the name of e's node ("" when not given).
@@ -87,19 +153,40 @@ func (e *endpoint) nodeName() string {
 	return e.node.Value()
 }
 
+// groupScope is what groups of the same namespace, service account,
+// profiles and kind (host or workload) share: those, the labels their
+// profiles give (the groups' own labels come on top), and the
+// namespace's and service account's labels of the groups whose own
+// labels have none of Calico's "pcns."/"pcsa." labels (nearly all).
+// A namespace's pods are a few scopes whatever their number.
+type groupScope struct {
+	hash     uint64
+	ns, sa   string
+	host     bool
+	profiles []string
+	// labels are the profiles' labels, later profiles winning. Nobody
+	// may change the map: derive replaces it.
+	labels             map[string]string
+	nsLabels, saLabels *labelSet
+	groups             []*group // group.scIdx is the position here
+}
+
 // group is what endpoints with the same labels, profiles, namespace,
 // service account and named ports share (the replicas of a Deployment
 // are one group), with what the calculator derives from that: the
-// labels selectors see, and what they decide (calc_index.go).
+// labels selectors see (labelView), and what they decide
+// (calc_index.go). ns, sa, host and profiles are its scope's (shared;
+// nobody may change them).
 type group struct {
 	hash     uint64
+	sc       *groupScope
+	scIdx    int
 	ns, sa   string
 	host     bool      // host endpoints (Endpoint.Host)
 	own      ownLabels // the endpoints' own labels
 	profiles []string
 	ports    []NamedPort
 
-	labels   *labelSet // profile labels, then its own, then identity
 	nsLabels *labelSet // its namespace's labels
 	saLabels *labelSet // its service account's labels
 
@@ -118,23 +205,32 @@ type groupPolicies struct {
 	in, out []*cpolicy
 }
 
-// derive computes a group's effective labels from its profiles (and
-// takes the label sets in place of those it had).
-func (c *Calc) derive(g *group) {
-	n := g.own.len() + 2
-	for _, name := range g.profiles {
-		if p := c.profiles[name]; p != nil {
-			n += len(p.labels)
-		}
+// labelView is the labels selectors see for a group's endpoints: its
+// profiles' labels, its own over them, and its namespace and service
+// account names (projectcalico.org/namespace, .../serviceaccount) over
+// both, read in place rather than merged into a map per group.
+type labelView struct{ g *group }
+
+// Get implements selector.Labels.
+func (v labelView) Get(k string) (string, bool) {
+	g := v.g
+	switch {
+	case k == api.LabelNamespace && g.ns != "":
+		return g.ns, true
+	case k == api.LabelServiceAccount && g.sa != "":
+		return g.sa, true
 	}
-	labels := make(map[string]string, n)
-	for _, name := range g.profiles {
-		if p := c.profiles[name]; p != nil {
-			for k, v := range p.labels {
-				labels[k] = v
-			}
-		}
+	if val, ok := g.own.get(k); ok {
+		return val, true
 	}
+	val, ok := g.sc.labels[k]
+	return val, ok
+}
+
+// effective merges a group's labels (labelView's) into a new map.
+func (g *group) effective() map[string]string {
+	labels := make(map[string]string, len(g.sc.labels)+g.own.len()+2)
+	maps.Copy(labels, g.sc.labels)
 	for k, v := range g.own.all() {
 		labels[k] = v
 	}
@@ -144,12 +240,42 @@ func (c *Calc) derive(g *group) {
 	if g.sa != "" {
 		labels[api.LabelServiceAccount] = g.sa
 	}
-	old := []*labelSet{g.labels, g.nsLabels, g.saLabels}
-	g.nsLabels = c.labelSets.get(scopeLabels(labels, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+g.ns], g.ns))
-	g.saLabels = c.labelSets.get(scopeLabels(labels, saLabelPrefix, c.profiles[api.ServiceAccountProfilePrefix+g.ns+"."+g.sa], g.sa))
-	g.labels = c.labelSets.get(labels)
-	for _, s := range old {
-		c.labelSets.put(s)
+	return labels
+}
+
+// deriveScope computes the labels a scope's profiles give, and its
+// namespace's and service account's labels (and takes the label sets
+// in place of those it had).
+func (c *Calc) deriveScope(s *groupScope) {
+	labels := map[string]string{}
+	for _, name := range s.profiles {
+		if p := c.profiles[name]; p != nil {
+			maps.Copy(labels, p.labels)
+		}
+	}
+	old := []*labelSet{s.nsLabels, s.saLabels}
+	s.labels = labels
+	s.nsLabels = c.labelSets.get(scopeLabels(labels, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+s.ns], s.ns))
+	s.saLabels = c.labelSets.get(scopeLabels(labels, saLabelPrefix, c.profiles[api.ServiceAccountProfilePrefix+s.ns+"."+s.sa], s.sa))
+	for _, ls := range old {
+		c.labelSets.put(ls)
+	}
+}
+
+// derive takes a group's namespace and service account labels: its
+// scope's, unless its own labels carry "pcns."/"pcsa." ones (which, as
+// in Calico, count as its namespace's or service account's).
+func (c *Calc) derive(g *group) {
+	old := []*labelSet{g.nsLabels, g.saLabels}
+	if !g.own.hasKeyPrefix(nsLabelPrefix, saLabelPrefix) {
+		g.nsLabels, g.saLabels = c.labelSets.ref(g.sc.nsLabels), c.labelSets.ref(g.sc.saLabels)
+	} else {
+		labels := g.effective()
+		g.nsLabels = c.labelSets.get(scopeLabels(labels, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+g.ns], g.ns))
+		g.saLabels = c.labelSets.get(scopeLabels(labels, saLabelPrefix, c.profiles[api.ServiceAccountProfilePrefix+g.ns+"."+g.sa], g.sa))
+	}
+	for _, ls := range old {
+		c.labelSets.put(ls)
 	}
 }
 
@@ -164,11 +290,16 @@ func scopeLabels(labels map[string]string, prefix string, p *profile, name strin
 		}
 	}
 	if p != nil {
+		// Its unprefixed labels first, so that where it has both "team"
+		// and "pcns.team" the prefixed one wins whatever the map's order.
+		for k, v := range p.labels {
+			if !strings.HasPrefix(k, nsLabelPrefix) && !strings.HasPrefix(k, saLabelPrefix) {
+				out[k] = v
+			}
+		}
 		for k, v := range p.labels {
 			if s, ok := strings.CutPrefix(k, prefix); ok {
 				out[s] = v
-			} else if !strings.HasPrefix(k, nsLabelPrefix) && !strings.HasPrefix(k, saLabelPrefix) {
-				out[k] = v
 			}
 		}
 	}
