@@ -56,8 +56,8 @@ const (
 // by page, instead of whole: the stream then never holds a big
 // cluster's list, and the handler can keep only what it needs of each
 // key (the stream prefers OnListStream to OnList). kvs yields every key
-// of the range at rev, in key order within each listed part; the keys
-// it yields are the handler's to keep. When reading the list fails part
+// of the range at rev, in key order; the keys it yields are the
+// handler's to keep. When reading the list fails part
 // way, kvs yields the error last: the handler must then drop what it
 // took of that list and keep its earlier state (the stream lists again).
 // The handler must range over all of kvs.
