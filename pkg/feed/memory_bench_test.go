@@ -58,9 +58,12 @@ var felixKinds = []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoi
 // the peak heap during the list and the live heap when felix is handed
 // its snapshot; the heap the feed keeps once every consumer has its
 // snapshot and the cache file is written, and after churn; the same on a
-// restart from the cache. Every figure is per pod in the cluster.
+// restart from the cache. Every figure is per pod in the cluster. The
+// peak is sampled (heap objects, live or not yet swept, every
+// millisecond), so it depends on the collector's pace: run it with
+// routed's GOGC (50, routed/cmd/routed) to compare with the daemon.
 //
-//	ROUTED_FEED_BENCH_PODS=30000 ROUTED_FEED_BENCH_PROFILES=/tmp/feedprof \
+//	GOGC=50 ROUTED_FEED_BENCH_PODS=50000 ROUTED_FEED_BENCH_PROFILES=/tmp/feedprof \
 //	  go test ./pkg/feed -run '^$' -bench FeedMemory -benchtime 1x -timeout 30m
 func BenchmarkFeedMemory(b *testing.B) {
 	pods := 30000
