@@ -16,6 +16,7 @@ import (
 
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -280,16 +281,26 @@ func heapInUse() uint64 {
 type scaleNode struct {
 	l *loop
 	m *policy.Manager
+	// flows is the flow records' model (nil when flows are off).
+	flows *flowsState
 }
 
-func newScaleNode(b *testing.B) *scaleNode {
+// scaleFlowGroup is the nflog group of flow marks when flows are on.
+const scaleFlowGroup = 7
+
+func newScaleNode(b *testing.B, flows bool) *scaleNode {
 	n := nstest.New(b)
 	f, err := os.Open(n.Path())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { f.Close() })
-	m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+	cfg := &Config{NodeName: "node-0"}
+	if flows {
+		cfg.PolicyLog.FlowGroup = scaleFlowGroup
+		cfg.Flows.Sinks = []func(flowrec.Batch){func(flowrec.Batch) {}}
+	}
+	m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}, Log: cfg.PolicyLog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -301,8 +312,8 @@ func newScaleNode(b *testing.B) *scaleNode {
 		b.Fatal(err)
 	}
 	b.Cleanup(h.Close)
-	return &scaleNode{l: &loop{cfg: &Config{NodeName: "node-0"}, st: newState(), policy: m, policyNames: names{}, h: h,
-		log: logrus.WithField("component", "felix-scale")}, m: m}
+	return &scaleNode{l: &loop{cfg: cfg, st: newState(), policy: m, policyNames: names{}, h: h,
+		log: logrus.WithField("component", "felix-scale")}, m: m, flows: newFlowsState(cfg)}
 }
 
 // take hands a snapshot over and applies the policy: how long each took,
@@ -313,6 +324,7 @@ func (n *scaleNode) take(b *testing.B, rs map[api.Kind][]api.Resource) (calc, ap
 	// What felix.ReplaceResources does on the loop.
 	n.l.st.replaceResources(n.l.cfg.NodeName, rs)
 	n.l.policyReplace(rs)
+	n.flows.replace(rs)
 	t1, c1 := time.Now(), cpuTime()
 	if err := n.l.applyPolicy(context.Background(), false); err != nil {
 		b.Fatal(err)
@@ -341,13 +353,16 @@ func cpuTime() time.Duration {
 //
 // Run: go test -run XXX -bench RemoteEndpoints -benchtime 1x ./felix
 // (FELIX_SCALE_EPS, _NODES, _NAMESPACES, _POLICIES change the size;
-// defaults 150,000, 5,000, 2,000, 500; FELIX_SCALE_HEAPPROFILE=<file>
+// defaults 150,000, 5,000, 2,000, 500; FELIX_SCALE_FLOWS=1 turns flow
+// records on, whose model holds every endpoint again;
+// FELIX_SCALE_HEAPPROFILE=<file>
 // writes the heap with the endpoints for go tool pprof, and <file>.base
 // the heap before the felix with them started: pprof -diff_base
 // <file>.base <file> shows what that felix holds).
 func BenchmarkRemoteEndpoints(b *testing.B) {
 	c := bigCluster{eps: envInt("FELIX_SCALE_EPS", 150000), nodes: envInt("FELIX_SCALE_NODES", 5000),
 		namespaces: envInt("FELIX_SCALE_NAMESPACES", 2000), policies: envInt("FELIX_SCALE_POLICIES", 500)}
+	flows := os.Getenv("FELIX_SCALE_FLOWS") == "1"
 	if os.Getenv("FELIX_SCALE_HEAPPROFILE") != "" {
 		// Sample finely: the default (one sample per 512 KiB) cannot
 		// tell apart retainers of a few bytes per endpoint.
@@ -356,13 +371,13 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 	}
 	for range b.N {
 		h0 := heapInUse()
-		without := newScaleNode(b)
+		without := newScaleNode(b, flows)
 		without.take(b, c.snapshot(b, false))
 		hWithout := heapInUse()
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path+".base")
 		}
-		with := newScaleNode(b)
+		with := newScaleNode(b, flows)
 		first, firstApply, firstCPU := with.take(b, c.snapshot(b, true))
 		hWith := heapInUse()
 		local := len(with.l.st.weps)
@@ -377,6 +392,7 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 		perEP := (float64(full) - float64(fixed)) / float64(c.eps)
 		mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
 		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		b.Logf("flows on: %v", flows)
 		b.Logf("%d endpoints (%d local), %d nodes, %d namespaces, %d policies: first snapshot %v (CPU %v) + apply %v; same snapshot again %v (CPU %v) + apply %v",
 			c.eps, local, c.nodes, c.namespaces, c.policies, ms(first), ms(firstCPU), ms(firstApply), ms(again), ms(againCPU), ms(againApply))
 		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint; %.1f MiB once the endpoints went",
