@@ -177,15 +177,10 @@ func TestWireguardHostEncryptionKeepsBGPAndEtcd(t *testing.T) {
 		}
 	}
 	check("clear", false)
-	for _, n := range []*wgNode{a, b} {
-		n.f.SetWireguardHostEncryption(true)
-	}
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	setHostEncryption(true, a, b)
+	waitHostEncryptedBoth(t, a, b)
 	check("on", true)
-	for _, n := range []*wgNode{a, b} {
-		n.f.SetWireguardHostEncryption(false)
-	}
+	setHostEncryption(false, a, b)
 	nstest.Eventually(t, 10*time.Second, func() string {
 		if r := hostTable(t, a) + hostTable(t, b); strings.Contains(r, "192.0.2.") {
 			return "table 82 still routes: " + r

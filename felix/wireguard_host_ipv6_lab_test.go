@@ -62,9 +62,7 @@ func TestWireguardHostEncryptionIPv6(t *testing.T) {
 		t.Errorf("%d packets on UDP %d, want the host traffic there", n, wireguard.PortV6)
 	}
 
-	for _, n := range []*wgNode{a, b} {
-		n.f.SetWireguardHostEncryption(false)
-	}
+	setHostEncryption(false, a, b)
 	nstest.Eventually(t, 10*time.Second, func() string {
 		if r := run(t, "ip", "-6", "-n", a.ns.Name, "rule", "show", "table", "82"); strings.TrimSpace(r) != "" {
 			return "IPv6 rule still there: " + r

@@ -67,8 +67,7 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 	// node-b publishes a key: host traffic is encrypted once they shook hands.
 	began := time.Now()
 	b.f.SetWireguard(true, false)
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	waitHostEncryptedBoth(t, a, b)
 	t.Logf("node-b's key published: host traffic encrypted both ways %v later (device made, key relayed, handshake seen)", time.Since(began).Round(time.Millisecond))
 	l.waitPing(a, b.pod, 20*time.Second)
 	stop = capture(t, a, "192.0.2.2")

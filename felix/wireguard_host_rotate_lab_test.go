@@ -23,18 +23,10 @@ import (
 func TestWireguardHostEncryptionKeyRotation(t *testing.T) {
 	l := newWGLab(t, nil)
 	a, b := l.nodes["node-a"], l.nodes["node-b"]
-	for _, n := range []*wgNode{a, b} {
-		n.f.SetWireguardHostEncryption(true)
-	}
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	setHostEncryption(true, a, b)
+	waitHostEncryptedBoth(t, a, b)
 	srv := listenHost(t, b, 7780)
-	session := dialHost(t, a, "192.0.2.2:7780")
-	defer session.Close()
-	if err := exchange(session, 1); err != nil {
-		t.Fatal(err)
-	}
-	<-srv.peers
+	session := openHostSession(t, a, srv, "192.0.2.2:7780")
 
 	began := time.Now()
 	if _, err := a.f.RotateWireguardKeys(context.Background()); err != nil {
@@ -43,8 +35,7 @@ func TestWireguardHostEncryptionKeyRotation(t *testing.T) {
 	if err := exchange(session, 3); err != nil {
 		t.Errorf("the host connection broke at the rotation: %v", err)
 	}
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	waitHostEncryptedBoth(t, a, b)
 	t.Logf("after the rotation host traffic is encrypted both ways again %v later", time.Since(began).Round(time.Millisecond))
 	stop := capture(t, a, "192.0.2.2")
 	if err := exchange(session, 3); err != nil {
@@ -67,8 +58,7 @@ func TestWireguardHostEncryptionFelixConfiguration(t *testing.T) {
 	for _, n := range []*wgNode{a, b} {
 		n.f.SetWireguardHostOverride(&on)
 	}
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	waitHostEncryptedBoth(t, a, b)
 	for _, n := range []*wgNode{a, b} {
 		n.f.SetWireguardHostOverride(nil)
 	}
@@ -86,14 +76,7 @@ func TestWireguardHostEncryptionFelixConfiguration(t *testing.T) {
 // going through the device, here the same userspace device); a felix
 // that starts with host encryption off removes them.
 func TestWireguardHostEncryptionAcrossRestart(t *testing.T) {
-	if testing.Short() {
-		// make test runs felix twice: in full (where this runs) and
-		// with -race -short, where the race detector slows userspace
-		// WireGuard so much that its handshakes and this test's
-		// deadlines race (failed once there on a fresh clone; passes
-		// in the full pass and without -race).
-		t.Skip("userspace WireGuard timing under -race: run in make test's full pass")
-	}
+	skipShortRace(t)
 	l := newWGLab(t, func(_ string, c *felix.Config) { c.WireGuard.HostEncryption = true })
 	a, b := l.nodes["node-a"], l.nodes["node-b"]
 	waitHostEncrypted(t, a, "node-b", true)

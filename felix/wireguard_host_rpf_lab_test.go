@@ -20,14 +20,7 @@ import (
 // run with the same setting (docs/wireguard.md), so the mixed case has
 // it on node-a only.
 func TestWireguardHostEncryptionStrictRPFilter(t *testing.T) {
-	if testing.Short() {
-		// make test runs felix twice: in full (where this runs) and
-		// with -race -short, where the race detector slows userspace
-		// WireGuard so much that its handshakes and this test's
-		// deadlines race (failed once there on a fresh clone; passes
-		// in the full pass and without -race).
-		t.Skip("userspace WireGuard timing under -race: run in make test's full pass")
-	}
+	skipShortRace(t)
 	for _, bHost := range []bool{true, false} {
 		t.Run(fmt.Sprintf("node-b host encryption %v", bHost), func(t *testing.T) {
 			l := newWGLab(t, func(node string, c *felix.Config) {

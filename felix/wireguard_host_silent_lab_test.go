@@ -27,8 +27,7 @@ func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 	a, b := l.nodes["node-a"], l.nodes["node-b"]
 	_ = listenHost(t, a, 7101)
 	_ = listenHost(t, b, 7102)
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	waitHostEncryptedBoth(t, a, b)
 	dial := func(from *wgNode, to string) error {
 		var derr error
 		from.ns.Do(t, func() error {
@@ -79,8 +78,7 @@ func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 	t.Logf("node-a's view of node-b: %+v", st.HostPeers)
 
 	l.feedAll()
-	waitHostEncrypted(t, a, "node-b", true)
-	waitHostEncrypted(t, b, "node-a", true)
+	waitHostEncryptedBoth(t, a, b)
 	if err := dial(b, "192.0.2.1:7101"); err != nil {
 		t.Errorf("encrypted again, node-b's host cannot reach node-a's: %v", err)
 	}
