@@ -91,6 +91,11 @@ func Open(netnsFd int, group uint16) (*Reader, error) {
 	return r, nil
 }
 
+// NetfilterSocket returns a bound NETLINK_NETFILTER socket created in
+// the namespace netnsFd (-1: the caller's), for a reader of its own
+// (the flow collector's conntrack events).
+func NetfilterSocket(netnsFd int) (int, error) { return socketIn(netnsFd) }
+
 // socketIn creates the netlink socket inside the namespace.
 func socketIn(netnsFd int) (int, error) {
 	open := func() (int, error) {

@@ -1,8 +1,8 @@
 package flowrec
 
 import (
-	"fmt"
-	"strings"
+	"net/netip"
+	"strconv"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowlog"
@@ -13,7 +13,30 @@ import (
 // the order the kernel logged them) and whether conntrack confirmed
 // it (ct: the kernel accepted the first packet). nil: no end is a pod
 // of this node, so the connection is not this node's to record.
+//
+// A VersionedModel's answers depend on a flow's addresses only while
+// its version holds, so connections alike (same addresses, protocol,
+// port, marks) are classified once: the memo gives the class the first
+// of them got, without asking the model or building the key again.
 func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct bool) *class {
+	mk, memo := c.memo.key(c.cfg.Model, c, k, steps, ct)
+	if memo {
+		if cls, hit := c.memo.m[mk]; hit {
+			if cls != nil {
+				cls.refs++
+			}
+			return cls
+		}
+	}
+	cls := c.classifyNew(k, f, steps, ct)
+	if memo {
+		c.memo.put(c, mk, cls)
+	}
+	return cls
+}
+
+// classifyNew is classify without the memo.
+func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct bool) *class {
 	src, dst, staged := c.cfg.Model.Describe(f)
 	if !src.Local && !dst.Local {
 		return nil
@@ -33,14 +56,24 @@ func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, 
 			tmpl.Verdict = Unknown
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%d|%d|%s|%s|%s", src.id(), dst.id(), k.proto, k.dport, tmpl.Verdict, tmpl.Egress.key(), tmpl.Ingress.key())
+	b := make([]byte, 0, 160)
+	b = append(append(b, src.id()...), '|')
+	b = append(append(b, dst.id()...), '|')
+	b = append(strconv.AppendUint(b, uint64(k.proto), 10), '|')
+	b = append(strconv.AppendUint(b, uint64(k.dport), 10), '|')
+	b = append(append(b, tmpl.Verdict...), '|')
+	b = tmpl.Egress.appendKey(b)
+	b = append(b, '|')
+	b = tmpl.Ingress.appendKey(b)
 	for _, s := range staged {
-		fmt.Fprintf(&b, "|%s:%t:%s:%s", s.Policy, s.Allowed, decisionRule(s.Egress), decisionRule(s.Ingress))
+		b = append(append(b, '|'), s.Policy...)
+		b = strconv.AppendBool(append(b, ':'), s.Allowed)
+		b = append(append(b, ':'), decisionRule(s.Egress)...)
+		b = append(append(b, ':'), decisionRule(s.Ingress)...)
 	}
-	key := b.String()
-	cls := c.classes[key]
+	cls := c.classes[string(b)]
 	if cls == nil {
+		key := string(b)
 		cls = &class{key: key, tmpl: tmpl}
 		c.classes[key] = cls
 	}
@@ -76,4 +109,80 @@ func trace(steps []policy.RuleInfo, dir string, want bool) *Trace {
 		return nil
 	}
 	return t
+}
+
+// memoCap bounds the memo; past it the memo starts again empty.
+const memoCap = 4096
+
+// classMemo remembers the class of connections alike while the model's
+// version holds. It holds a reference on each class it gives (nil
+// classes, of connections not this node's, included), released when
+// it starts again.
+type classMemo struct {
+	m       map[memoKey]*class
+	version uint64
+}
+
+// memoKey is what a connection's class depends on besides the model:
+// its addresses, protocol and port (or ICMP type), the marks' rules
+// (IDs, actions and directions) and whether conntrack confirmed it.
+type memoKey struct {
+	src, dst netip.Addr
+	proto    uint8
+	dport    uint16
+	ct       bool
+	steps    string
+}
+
+// key is the memo's key of a connection; ok is false when the model's
+// answers may depend on more than the key (it is no VersionedModel, or
+// it evaluates staged policies), and the memo is left empty.
+func (m *classMemo) key(model Model, c *Collector, k flowKey, steps []policy.RuleInfo, ct bool) (memoKey, bool) {
+	vm, ok := model.(VersionedModel)
+	var v uint64
+	if ok {
+		v, ok = vm.Version()
+	}
+	if !ok || v != m.version {
+		m.reset(c)
+		m.version = v
+	}
+	if !ok {
+		return memoKey{}, false
+	}
+	mk := memoKey{src: k.src, dst: k.dst, proto: k.proto, dport: k.dport, ct: ct}
+	if len(steps) > 0 {
+		b := make([]byte, 0, 64)
+		for _, s := range steps {
+			b = append(append(b, s.ID...), 0)
+			b = append(append(b, s.Action...), 0)
+			b = append(append(b, s.Direction...), 1)
+		}
+		mk.steps = string(b)
+	}
+	return mk, true
+}
+
+// put remembers cls (nil: not this node's) for mk, with a reference.
+func (m *classMemo) put(c *Collector, mk memoKey, cls *class) {
+	if len(m.m) >= memoCap {
+		m.reset(c)
+	}
+	if m.m == nil {
+		m.m = make(map[memoKey]*class)
+	}
+	if cls != nil {
+		cls.refs++
+	}
+	m.m[mk] = cls
+}
+
+// reset empties the memo, releasing its references.
+func (m *classMemo) reset(c *Collector) {
+	for _, cls := range m.m {
+		if cls != nil {
+			c.release(cls)
+		}
+	}
+	clear(m.m)
 }

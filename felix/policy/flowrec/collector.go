@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"github.com/ti-mo/conntrack"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowlog"
@@ -71,11 +70,11 @@ type mark struct {
 	at   time.Time
 }
 
-// ctEvent is a conntrack NEW or DESTROY.
+// ctEvent is a conntrack NEW or DESTROY (with its counters).
 type ctEvent struct {
 	key     flowKey
 	destroy bool
-	flow    conntrack.Flow
+	counts  counts
 	at      time.Time
 }
 
@@ -88,7 +87,7 @@ type pending struct {
 	// those of connections on the same addresses and ports before
 	// the latest (a SYN on a closed entry makes the kernel destroy
 	// it and track a new connection at once: a DESTROY then a NEW).
-	ends []conntrack.Flow
+	ends []counts
 	// more counts the connections after the first on the tuple in
 	// the grace (a NEW after its NEW); they share its marks and
 	// class.
@@ -98,18 +97,15 @@ type pending struct {
 	expires time.Time // of a denied one's suppression
 }
 
-// open is an allowed connection until its DESTROY.
-type open struct {
-	cls   *class
-	start time.Time
-}
-
 // class is what connections alike share: everything of a Flow but its
-// counts and times.
+// counts and times. grp is its group of the interval epoch (the
+// collector's), so that a connection finds it without hashing the key.
 type class struct {
-	key  string
-	tmpl Flow
-	refs int
+	key      string
+	tmpl     Flow
+	refs     int
+	grp      *Flow
+	grpEpoch uint64
 }
 
 // Collector turns flow marks and conntrack events into batches of
@@ -121,17 +117,22 @@ type Collector struct {
 	seq  uint64
 
 	pending map[flowKey]*pending
-	open    map[flowKey]*open
+	spare   []*pending // pending entries to reuse
+	// open holds allowed connections until their DESTROY, by the
+	// class they belong to.
+	open    map[flowKey]*class
 	classes map[string]*class
+	memo    classMemo
 	groups  map[string]*Flow
 	order   []string // group keys in the order they began
+	epoch   uint64   // the interval's, for class.grp
 	dropped map[string]uint64
 	start   time.Time
 
 	nflogLost, ctLost atomic.Uint64
 
 	nl     *flowlog.Reader
-	ct     <-chan ctEvent
+	ct     *ctReader
 	stopCt context.CancelFunc
 }
 
@@ -152,7 +153,7 @@ func New(cfg Config) (*Collector, error) {
 	_, _ = rand.Read(b[:])
 	return &Collector{cfg: cfg, boot: hex.EncodeToString(b[:]),
 		log:     logrus.WithFields(logrus.Fields{"component": "flows", "node": cfg.Node}),
-		pending: map[flowKey]*pending{}, open: map[flowKey]*open{}, classes: map[string]*class{},
+		pending: map[flowKey]*pending{}, open: map[flowKey]*class{}, classes: map[string]*class{},
 		groups: map[string]*Flow{}, dropped: map[string]uint64{}}, nil
 }
 
@@ -167,13 +168,13 @@ func (c *Collector) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("flowrec: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ct, err := listenConntrack(ctx, c.cfg.NetnsFd, &c.ctLost, c.log)
+	ct, err := openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
 	if err != nil {
-		cancel()
 		nl.Close()
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	go ct.run(ctx)
 	c.nl, c.ct, c.stopCt = nl, ct, cancel
 	return nil
 }
@@ -186,7 +187,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	defer func() { c.stopCt(); c.nl.Close() }()
+	defer func() { c.stopCt(); <-c.ct.done; c.nl.Close() }()
 	marks := make(chan mark, 4096)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -208,17 +209,27 @@ func (c *Collector) Run(ctx context.Context) error {
 			}
 		}, func() { c.nflogLost.Add(1) })
 	}()
-	err := c.loop(ctx, marks, c.ct)
+	err := c.loop(ctx, marks, c.ct.out, c.ct.recycle)
 	cancel()
 	<-nlDone
 	return err
 }
 
-// loop owns the collector's state.
-func (c *Collector) loop(ctx context.Context, marks <-chan mark, cts <-chan ctEvent) error {
+// loop owns the collector's state: it reads marks and batches of
+// conntrack events (handing each batch back through recycle) until
+// ctx ends.
+func (c *Collector) loop(ctx context.Context, marks <-chan mark, cts <-chan []ctEvent, recycle func([]ctEvent)) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	c.start = time.Now()
+	onBatch := func(evs []ctEvent) {
+		for i := range evs {
+			c.onConntrack(&evs[i])
+		}
+		if recycle != nil {
+			recycle(evs)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,9 +237,26 @@ func (c *Collector) loop(ctx context.Context, marks <-chan mark, cts <-chan ctEv
 			return ctx.Err()
 		case m := <-marks:
 			c.onMark(m)
-		case e := <-cts:
-			c.onConntrack(e)
+		case evs := <-cts:
+			onBatch(evs)
 		case now := <-tick.C:
+			// What the readers queued before this tick goes first:
+			// a connection is not decided on its grace while its
+			// NEW or its marks wait in a channel (a collector
+			// behind would count such a connection twice, once on
+			// its marks alone and once on its NEW).
+			for range cap(marks) + 2*ctBatches {
+				select {
+				case m := <-marks:
+					c.onMark(m)
+					continue
+				case evs := <-cts:
+					onBatch(evs)
+					continue
+				default:
+				}
+				break
+			}
 			c.finalize(now)
 			if now.Sub(c.start) >= c.cfg.Interval {
 				c.flush(now)
@@ -244,10 +272,25 @@ func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
 			c.dropped[DropPending]++
 			return nil
 		}
-		p = &pending{first: at}
+		if n := len(c.spare); n > 0 {
+			p, c.spare = c.spare[n-1], c.spare[:n-1]
+		} else {
+			p = &pending{}
+		}
+		p.first = at
 		c.pending[k] = p
 	}
 	return p
+}
+
+// donePending forgets a pending connection, keeping the entry (and
+// its slices) for another.
+func (c *Collector) donePending(k flowKey, p *pending) {
+	delete(c.pending, k)
+	if len(c.spare) < 1024 {
+		*p = pending{steps: p.steps[:0], ends: p.ends[:0]}
+		c.spare = append(c.spare, p)
+	}
 }
 
 func (c *Collector) onMark(m mark) {
@@ -274,7 +317,7 @@ func (c *Collector) onMark(m mark) {
 	}
 }
 
-func (c *Collector) onConntrack(e ctEvent) {
+func (c *Collector) onConntrack(e *ctEvent) {
 	if !e.destroy {
 		if p := c.pendingFor(e.key, e.at); p != nil && !p.denied {
 			if p.sawNew {
@@ -289,14 +332,14 @@ func (c *Collector) onConntrack(e ctEvent) {
 		}
 		return
 	}
-	if o := c.open[e.key]; o != nil {
+	if cls := c.open[e.key]; cls != nil {
 		delete(c.open, e.key)
-		c.ended(o.cls, &e.flow, e.at)
-		c.release(o.cls)
+		c.ended(cls, &e.counts, e.at)
+		c.release(cls)
 		return
 	}
 	if p := c.pending[e.key]; p != nil && !p.denied {
-		p.ends = append(p.ends, e.flow)
+		p.ends = append(p.ends, e.counts)
 		p.ct = true
 		return
 	}
@@ -307,7 +350,7 @@ func (c *Collector) onConntrack(e ctEvent) {
 	if cls == nil {
 		return
 	}
-	c.ended(cls, &e.flow, e.at)
+	c.ended(cls, &e.counts, e.at)
 	c.release(cls)
 }
 
@@ -316,7 +359,7 @@ func (c *Collector) finalize(now time.Time) {
 	for k, p := range c.pending {
 		if p.denied {
 			if now.After(p.expires) {
-				delete(c.pending, k)
+				c.donePending(k, p)
 			}
 			continue
 		}
@@ -353,7 +396,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	}
 	cls := c.classify(k, f, p.steps, p.ct)
 	if cls == nil {
-		delete(c.pending, k)
+		c.donePending(k, p)
 		return
 	}
 	g := c.group(cls, now)
@@ -364,17 +407,18 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		c.release(cls)
 		// Retransmits of a denied first packet are marked again:
 		// they are the same connection attempt for 10 s.
-		p.denied, p.expires, p.steps = true, now.Add(10*time.Second), nil
+		p.denied, p.expires, p.steps = true, now.Add(10*time.Second), p.steps[:0]
 		return
 	}
-	delete(c.pending, k)
+	more, ended := p.more, uint64(len(p.ends))
 	if g != nil {
-		g.Started += 1 + p.more
+		g.Started += 1 + more
 	}
 	for i := range p.ends {
 		c.ended(cls, &p.ends[i], now)
 	}
-	if uint64(len(p.ends)) > p.more {
+	c.donePending(k, p)
+	if ended > more {
 		// Every connection of the tuple ended.
 		c.release(cls)
 		return
@@ -384,40 +428,45 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		c.release(cls)
 		return
 	}
-	c.open[k] = &open{cls: cls, start: p.first}
+	c.open[k] = cls
 }
 
 // ended counts an ended connection's traffic in its class's group.
-func (c *Collector) ended(cls *class, f *conntrack.Flow, now time.Time) {
+func (c *Collector) ended(cls *class, n *counts, now time.Time) {
 	g := c.group(cls, now)
 	if g == nil {
 		return
 	}
 	g.Ended++
-	g.PacketsOut += f.CountersOrig.Packets
-	g.BytesOut += f.CountersOrig.Bytes
-	g.PacketsIn += f.CountersReply.Packets
-	g.BytesIn += f.CountersReply.Bytes
+	g.PacketsOut += n.pktsOut
+	g.BytesOut += n.bytesOut
+	g.PacketsIn += n.pktsIn
+	g.BytesIn += n.bytesIn
 }
 
 // group is the interval's group of cls (nil past the cap, counted).
 func (c *Collector) group(cls *class, now time.Time) *Flow {
-	if g := c.groups[cls.key]; g != nil {
-		return g
+	if cls.grp != nil && cls.grpEpoch == c.epoch {
+		return cls.grp
 	}
-	if len(c.groups) >= c.cfg.MaxGroups {
-		c.dropped[DropGroups]++
-		return nil
+	g := c.groups[cls.key]
+	if g == nil {
+		if len(c.groups) >= c.cfg.MaxGroups {
+			c.dropped[DropGroups]++
+			return nil
+		}
+		g = new(Flow)
+		*g = cls.tmpl
+		g.Node = c.cfg.Node
+		c.groups[cls.key] = g
+		c.order = append(c.order, cls.key)
 	}
-	g := cls.tmpl
-	g.Node = c.cfg.Node
-	c.groups[cls.key] = &g
-	c.order = append(c.order, cls.key)
-	return &g
+	cls.grp, cls.grpEpoch = g, c.epoch
+	return g
 }
 
 func (c *Collector) release(cls *class) {
-	if cls.refs--; cls.refs <= 0 {
+	if cls.refs--; cls.refs <= 0 && c.classes[cls.key] == cls {
 		delete(c.classes, cls.key)
 	}
 }
@@ -442,6 +491,7 @@ func (c *Collector) flush(now time.Time) {
 		c.log.WithField("dropped", c.dropped).Warn("flowrec: records turned away by caps or kernel overruns")
 	}
 	c.groups, c.order, c.dropped, c.start = map[string]*Flow{}, nil, map[string]uint64{}, now
+	c.epoch++
 	for _, s := range c.cfg.Sinks {
 		s(b)
 	}

@@ -2,17 +2,18 @@ package flowrec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"github.com/sirupsen/logrus"
-	"github.com/ti-mo/conntrack"
-	"github.com/ti-mo/netfilter"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/felix/policy/flowlog"
 )
 
 // EnableAccounting turns on conntrack's packet and byte counters
@@ -52,74 +53,143 @@ func EnableAccounting(netnsFd int) error {
 	return nil
 }
 
-// listenConntrack subscribes to conntrack NEW and DESTROY events in the
-// namespace. A socket the kernel overran is counted in lost and
-// replaced (the events it missed are lost: their connections end
-// without a record, their counts in the batch's dropped).
-func listenConntrack(ctx context.Context, netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (<-chan ctEvent, error) {
-	cfg := &netlink.Config{}
-	if netnsFd >= 0 {
-		cfg.NetNS = netnsFd
-	}
-	dial := func() (*conntrack.Conn, chan conntrack.Event, chan error, error) {
-		conn, err := conntrack.Dial(cfg)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("flowrec: conntrack socket: %w", err)
-		}
-		_ = conn.SetReadBuffer(8 << 20)
-		evs := make(chan conntrack.Event, 4096)
-		errs, err := conn.Listen(evs, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy})
-		if err != nil {
-			conn.Close()
-			return nil, nil, nil, fmt.Errorf("flowrec: conntrack events: %w", err)
-		}
-		return conn, evs, errs, nil
-	}
-	conn, evs, errs, err := dial()
+const (
+	// ctRcvBuf is the conntrack socket's receive buffer: at 10,000
+	// connections a second (20,000 events of about 300 bytes) it holds
+	// more than a second of events.
+	ctRcvBuf = 8 << 20
+	// ctBatchWait is how long the reader lets events gather in the
+	// socket after handing a batch over: one wake-up of the reader and
+	// of the collector per batch, not per event. Connections wait
+	// 400 ms for their marks anyway.
+	ctBatchWait = 10 * time.Millisecond
+	// ctMaxBatch caps the events of one batch.
+	ctMaxBatch = 4096
+	// ctBatches is how many batches are in flight between the reader
+	// and the collector (their slices are reused).
+	ctBatches = 64
+)
+
+// ctReader reads conntrack NEW and DESTROY events from a netlink socket
+// of its own and hands them to the collector in batches.
+type ctReader struct {
+	netnsFd int
+	fd      int
+	out     chan []ctEvent
+	free    chan []ctEvent
+	lost    *atomic.Uint64
+	log     *logrus.Entry
+	done    chan struct{}
+}
+
+// openConntrack subscribes to conntrack's NEW and DESTROY events (not
+// UPDATE) in the namespace (-1: the caller's). A receive buffer the
+// kernel overran is counted in lost, and so is a socket that failed
+// (run subscribes again): the events missed are lost, their
+// connections end without a record, their counts in the batch's
+// dropped.
+func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctReader, error) {
+	fd, err := subscribeConntrack(netnsFd)
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan ctEvent, 4096)
-	go func() {
-		defer func() { conn.Close() }()
+	return &ctReader{netnsFd: netnsFd, fd: fd, out: make(chan []ctEvent, ctBatches), free: make(chan []ctEvent, ctBatches),
+		lost: lost, log: log, done: make(chan struct{})}, nil
+}
+
+func subscribeConntrack(netnsFd int) (int, error) {
+	fd, err := flowlog.NetfilterSocket(netnsFd)
+	if err != nil {
+		return -1, fmt.Errorf("flowrec: conntrack socket: %w", err)
+	}
+	for _, g := range []int{unix.NFNLGRP_CONNTRACK_NEW, unix.NFNLGRP_CONNTRACK_DESTROY} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, g); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("flowrec: conntrack events (group %d): %w", g, err)
+		}
+	}
+	// SO_RCVBUFFORCE passes net.core.rmem_max (felix runs with
+	// CAP_NET_ADMIN); without it, as much as rmem_max allows.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ctRcvBuf); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ctRcvBuf)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("flowrec: conntrack socket: %w", err)
+	}
+	return fd, nil
+}
+
+// run reads events until ctx ends, then closes the socket. A socket
+// that fails is counted in lost and replaced.
+func (r *ctReader) run(ctx context.Context) {
+	defer close(r.done)
+	for {
+		err := r.serve(ctx)
+		unix.Close(r.fd)
+		if err == nil {
+			return
+		}
+		r.lost.Add(1)
+		r.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
 		for {
+			if r.fd, err = subscribeConntrack(r.netnsFd); err == nil {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case err := <-errs:
-				lost.Add(1)
-				log.WithError(err).Warn("flowrec: conntrack event socket failed; resubscribing")
-				conn.Close()
-				for {
-					if conn, evs, errs, err = dial(); err == nil {
-						break
-					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(time.Second):
-					}
-				}
-			case ev := <-evs:
-				if ev.Flow == nil {
-					continue
-				}
-				var destroy bool
-				switch ev.Type {
-				case conntrack.EventNew:
-				case conntrack.EventDestroy:
-					destroy = true
-				default:
-					continue
-				}
-				e := ctEvent{key: keyOfConn(ev.Flow), destroy: destroy, flow: *ev.Flow, at: time.Now()}
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return
-				}
+			case <-time.After(time.Second):
 			}
 		}
-	}()
-	return out, nil
+	}
+}
+
+// serve reads the socket until ctx ends (nil) or it fails.
+func (r *ctReader) serve(ctx context.Context) error {
+	rv := newCtRecv(r.fd)
+	pfd := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}}
+	var evs []ctEvent
+	for ctx.Err() == nil {
+		// Wake up every 100 ms to see whether the reader is done.
+		if _, err := unix.Poll(pfd, 100); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("polling the conntrack socket: %w", err)
+		}
+		if evs == nil {
+			select {
+			case evs = <-r.free:
+			default:
+				evs = make([]ctEvent, 0, 256)
+			}
+		}
+		var rerr error
+		evs, rerr = r.read(rv, evs)
+		// Events read before a failure are handed over too.
+		if len(evs) > 0 {
+			select {
+			case r.out <- evs:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if rerr != nil {
+			return fmt.Errorf("reading conntrack events: %w", rerr)
+		}
+		full := len(evs) >= ctMaxBatch
+		if len(evs) > 0 {
+			evs = nil
+			if !full {
+				time.Sleep(ctBatchWait)
+			}
+		}
+	}
+	return nil
+}
+
+// recycle gives a batch's slice back to the reader.
+func (r *ctReader) recycle(evs []ctEvent) {
+	select {
+	case r.free <- evs[:0]:
+	default:
+	}
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ti-mo/conntrack"
-
 	"github.com/routed-net/routed/felix/policy"
 )
 
@@ -28,23 +26,42 @@ func (podModel) Describe(f policy.Flow) (src, dst End, staged []policy.StagedVer
 	return end(f.Src), end(f.Dst), nil
 }
 
+// versionedPodModel is podModel as a VersionedModel that never
+// changes: the collector classifies connections alike once.
+type versionedPodModel struct{ podModel }
+
+func (versionedPodModel) Version() (uint64, bool) { return 1, true }
+
 // runLoop runs a collector's loop on synthetic events and returns its
 // batches once the events are in and one more interval passed.
 func runLoop(t *testing.T, cfg Config, feed func(marks chan<- mark, cts chan<- ctEvent)) []Batch {
 	t.Helper()
 	var mu sync.Mutex
 	var out []Batch
-	cfg.Node, cfg.Group, cfg.Index, cfg.Model = "n", 1, policy.NewRuleIndex(), podModel{}
+	cfg.Node, cfg.Group, cfg.Index = "n", 1, policy.NewRuleIndex()
+	if cfg.Model == nil {
+		cfg.Model = podModel{}
+	}
 	cfg.Sinks = append(cfg.Sinks, func(b Batch) { mu.Lock(); out = append(out, b); mu.Unlock() })
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	marks, cts := make(chan mark), make(chan ctEvent)
+	marks, cts, batches := make(chan mark), make(chan ctEvent), make(chan []ctEvent)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.loop(ctx, marks, cts) }()
+	go func() { defer close(done); _ = c.loop(ctx, marks, batches, nil) }()
+	// The events one at a time, in order, as batches of one.
+	fwd := make(chan struct{})
+	go func() {
+		defer close(fwd)
+		for e := range cts {
+			batches <- []ctEvent{e}
+		}
+	}()
 	feed(marks, cts)
+	close(cts)
+	<-fwd
 	time.Sleep(cfg.Grace + 2*cfg.Interval)
 	cancel()
 	<-done
@@ -66,13 +83,24 @@ func allowMarks(k flowKey) []mark {
 // TestFloodCountedNotStored: 100,000 short connections from one pod to
 // another's port (each a NEW, its marks and a DESTROY with counters)
 // become one flow counting them all, and the collector's state stays
-// small: nothing per connection is left once they ended.
+// small: nothing per connection is left once they ended. The same
+// with a model that is asked every connection and with a versioned
+// one, whose answers the collector remembers.
 func TestFloodCountedNotStored(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		model Model
+	}{{"model", podModel{}}, {"versioned model", versionedPodModel{}}} {
+		t.Run(tc.name, func(t *testing.T) { floodCountedNotStored(t, tc.model) })
+	}
+}
+
+func floodCountedNotStored(t *testing.T, model Model) {
 	const n = 100_000
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 50 * time.Millisecond}, func(marks chan<- mark, cts chan<- ctEvent) {
+	batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 50 * time.Millisecond, Model: model}, func(marks chan<- mark, cts chan<- ctEvent) {
 		for i := range n {
 			// distinct connections: the source port, then past
 			// 65,000 of them the protocol
@@ -81,8 +109,7 @@ func TestFloodCountedNotStored(t *testing.T) {
 			for _, m := range allowMarks(k) {
 				marks <- m
 			}
-			f := conntrack.Flow{CountersOrig: conntrack.Counter{Packets: 3, Bytes: 180}, CountersReply: conntrack.Counter{Packets: 2, Bytes: 120}}
-			cts <- ctEvent{key: k, destroy: true, flow: f, at: time.Now()}
+			cts <- ctEvent{key: k, destroy: true, counts: counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}, at: time.Now()}
 		}
 	})
 	runtime.GC()
@@ -215,9 +242,8 @@ func TestTupleReuseCounted(t *testing.T) {
 	batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 100 * time.Millisecond}, func(marks chan<- mark, cts chan<- ctEvent) {
 		for i := range n {
 			k := flowKey{src: podA, dst: podB, proto: 6, sport: uint16(40000 + i), dport: 80}
-			f := conntrack.Flow{CountersOrig: conntrack.Counter{Packets: 3, Bytes: 180}, CountersReply: conntrack.Counter{Packets: 2, Bytes: 120}}
 			cts <- ctEvent{key: k, at: time.Now()}
-			cts <- ctEvent{key: k, destroy: true, flow: f, at: time.Now()}
+			cts <- ctEvent{key: k, destroy: true, counts: counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}, at: time.Now()}
 			cts <- ctEvent{key: k, at: time.Now()}
 		}
 	})

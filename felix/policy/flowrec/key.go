@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"net/netip"
 
-	"github.com/ti-mo/conntrack"
-
 	"github.com/routed-net/routed/felix/policy/flowlog"
 )
 
@@ -54,16 +52,4 @@ func icmpID(b []byte) (uint16, bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint16(l4[4:]), true
-}
-
-// keyOfConn is the key of a conntrack entry: its original source and
-// port, and the reply's source and port (the destination after DNAT).
-func keyOfConn(f *conntrack.Flow) flowKey {
-	o, r := f.TupleOrig, f.TupleReply
-	k := flowKey{src: o.IP.SourceAddress.Unmap(), dst: r.IP.SourceAddress.Unmap(), proto: o.Proto.Protocol,
-		sport: o.Proto.SourcePort, dport: r.Proto.SourcePort}
-	if o.Proto.ICMPv4 || o.Proto.ICMPv6 {
-		k.sport, k.dport = o.Proto.ICMPID, uint16(o.Proto.ICMPType)
-	}
-	return k
 }

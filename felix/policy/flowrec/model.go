@@ -3,6 +3,7 @@ package flowrec
 import (
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/routed-net/routed/felix/policy"
 )
@@ -12,6 +13,18 @@ import (
 // new connection (not per packet).
 type Model interface {
 	Describe(f policy.Flow) (src, dst End, staged []policy.StagedVerdict)
+}
+
+// VersionedModel is a Model that says when its answers may change: while
+// Version returns the same v with ok, Describe names the ends of a flow
+// by its addresses alone and gives no staged verdicts, so the collector
+// classifies connections alike once (ok is false when staged policies
+// are evaluated: those may look at any of a flow's fields). The End
+// values it returns may be shared between flows: their Labels must not
+// be modified.
+type VersionedModel interface {
+	Model
+	Version() (v uint64, ok bool)
 }
 
 // LockedModel is a Model over a policy model (policy.NewModel) that its
@@ -25,6 +38,28 @@ type LockedModel struct {
 	// pods names remote endpoints' pods, which the model does not
 	// keep (a big cluster's worth of strings it does not need).
 	pods map[string]string
+	// ends remembers the End of each address asked about since the
+	// last change: an address is named (and its labels copied) once,
+	// then shared by the flows that name it.
+	ends map[netip.Addr]End
+	// version counts changes; staged counts the staged policies.
+	version, staged64 atomic.Uint64
+}
+
+// endsCap bounds LockedModel.ends; past it the cache starts again.
+const endsCap = 65536
+
+// changed marks a change (the lock held): names are asked again.
+func (m *LockedModel) changed() {
+	clear(m.ends)
+	m.staged64.Store(uint64(len(m.staged)))
+	m.version.Add(1)
+}
+
+// Version implements VersionedModel: ok while no staged policy is
+// evaluated.
+func (m *LockedModel) Version() (uint64, bool) {
+	return m.version.Load(), m.staged64.Load() == 0
 }
 
 // NewLockedModel returns an empty model.
@@ -36,6 +71,7 @@ func NewLockedModel() *LockedModel {
 func (m *LockedModel) Update(fn func(*policy.Calc) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.changed()
 	return fn(m.calc)
 }
 
@@ -43,6 +79,7 @@ func (m *LockedModel) Update(fn func(*policy.Calc) error) error {
 func (m *LockedModel) SetStaged(s []policy.StagedPolicy) {
 	m.mu.Lock()
 	m.staged = append([]policy.StagedPolicy(nil), s...)
+	m.changed()
 	m.mu.Unlock()
 }
 
@@ -59,7 +96,24 @@ func (m *LockedModel) Describe(f policy.Flow) (src, dst End, staged []policy.Sta
 	return src, dst, staged
 }
 
+// end names the end at a, once per address between changes.
 func (m *LockedModel) end(a netip.Addr) End {
+	if e, ok := m.ends[a]; ok {
+		return e
+	}
+	e := m.lookup(a)
+	if len(m.ends) >= endsCap {
+		clear(m.ends)
+	}
+	if m.ends == nil {
+		m.ends = map[netip.Addr]End{}
+	}
+	m.ends[a] = e
+	return e
+}
+
+// lookup names the end at a from the policy model.
+func (m *LockedModel) lookup(a netip.Addr) End {
 	e := End{Addr: a.String(), Kind: EndNet}
 	if key := m.calc.EndpointAt(a); key != "" {
 		if ep, ok := m.calc.Endpoint(key); ok {
@@ -83,6 +137,7 @@ func (m *LockedModel) end(a netip.Addr) End {
 func (m *LockedModel) Reset() {
 	m.mu.Lock()
 	m.calc, m.staged, m.pods = policy.NewModel(), nil, map[string]string{}
+	m.changed()
 	m.mu.Unlock()
 }
 
@@ -94,5 +149,6 @@ func (m *LockedModel) SetPod(endpoint, pod string) {
 	} else {
 		m.pods[endpoint] = pod
 	}
+	m.changed()
 	m.mu.Unlock()
 }

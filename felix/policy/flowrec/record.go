@@ -1,7 +1,6 @@
 package flowrec
 
 import (
-	"strings"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy"
@@ -60,17 +59,17 @@ func (t *Trace) Decider() policy.RuleInfo {
 	return t.Steps[len(t.Steps)-1]
 }
 
-func (t *Trace) key() string {
+// appendKey appends the trace's part of a class key: "-" when nil,
+// else its verdict and its steps' rule IDs.
+func (t *Trace) appendKey(b []byte) []byte {
 	if t == nil {
-		return "-"
+		return append(b, '-')
 	}
-	var b strings.Builder
-	b.WriteString(t.Verdict)
+	b = append(b, t.Verdict...)
 	for _, s := range t.Steps {
-		b.WriteString(",")
-		b.WriteString(s.ID)
+		b = append(append(b, ','), s.ID...)
 	}
-	return b.String()
+	return b
 }
 
 // Verdicts of a flow.

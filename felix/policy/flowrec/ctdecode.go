@@ -1,0 +1,183 @@
+package flowrec
+
+import (
+	"encoding/binary"
+	"iter"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ctnetlink's message and attribute numbers (linux/netfilter/
+// nfnetlink_conntrack.h) that the collector reads; x/sys/unix does not
+// carry them. Everything else in an event is skipped undecoded.
+const (
+	ctMsgNew    = 0 // IPCTNL_MSG_CT_NEW
+	ctMsgDelete = 2 // IPCTNL_MSG_CT_DELETE
+
+	ctaTupleOrig     = 1  // CTA_TUPLE_ORIG
+	ctaTupleReply    = 2  // CTA_TUPLE_REPLY
+	ctaCountersOrig  = 9  // CTA_COUNTERS_ORIG
+	ctaCountersReply = 10 // CTA_COUNTERS_REPLY
+
+	ctaTupleIP    = 1 // CTA_TUPLE_IP
+	ctaTupleProto = 2 // CTA_TUPLE_PROTO
+
+	ctaIPv4Src = 1 // CTA_IP_V4_SRC
+	ctaIPv6Src = 3 // CTA_IP_V6_SRC
+
+	ctaProtoNum        = 1 // CTA_PROTO_NUM
+	ctaProtoSrcPort    = 2 // CTA_PROTO_SRC_PORT
+	ctaProtoICMPID     = 4 // CTA_PROTO_ICMP_ID
+	ctaProtoICMPType   = 5 // CTA_PROTO_ICMP_TYPE
+	ctaProtoICMPv6ID   = 7 // CTA_PROTO_ICMPV6_ID
+	ctaProtoICMPv6Type = 8 // CTA_PROTO_ICMPV6_TYPE
+
+	ctaCountersPackets = 1 // CTA_COUNTERS_PACKETS (big-endian u64)
+	ctaCountersBytes   = 2 // CTA_COUNTERS_BYTES
+
+	nlaTypeMask = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+	nlmsgHeader = 16
+	nfgenHeader = 4
+)
+
+// counts are a connection's packets and bytes each way, original
+// direction (out: from the source) and reply (in).
+type counts struct {
+	pktsOut, bytesOut, pktsIn, bytesIn uint64
+}
+
+// ctTuple is what the collector reads of a conntrack tuple: its source
+// address and port (or ICMP identifier and type), and its protocol.
+type ctTuple struct {
+	src      netip.Addr
+	proto    uint8
+	sport    uint16
+	icmpID   uint16
+	icmpType uint8
+}
+
+// appendCtEvents decodes the conntrack NEW and DESTROY events of one
+// netlink datagram (UPDATE and anything undecodable is skipped).
+func appendCtEvents(evs []ctEvent, b []byte, at time.Time) []ctEvent {
+	for len(b) >= nlmsgHeader {
+		l := int(binary.NativeEndian.Uint32(b))
+		if l < nlmsgHeader || l > len(b) {
+			break
+		}
+		typ, flags := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint16(b[6:])
+		if typ>>8 == unix.NFNL_SUBSYS_CTNETLINK && l >= nlmsgHeader+nfgenHeader {
+			var destroy bool
+			ok := true
+			switch typ & 0xff {
+			case ctMsgNew:
+				// A NEW message without CREATE or EXCL is an
+				// UPDATE (not subscribed to, but skipped if sent).
+				ok = flags&(unix.NLM_F_CREATE|unix.NLM_F_EXCL) != 0
+			case ctMsgDelete:
+				destroy = true
+			default:
+				ok = false
+			}
+			if ok {
+				if e, ok := decodeCtEvent(b[nlmsgHeader+nfgenHeader : l]); ok {
+					e.destroy, e.at = destroy, at
+					evs = append(evs, e)
+				}
+			}
+		}
+		b = b[min(len(b), (l+3)&^3):]
+	}
+	return evs
+}
+
+// attrs yields the netlink attributes of b: each one's type (flags
+// masked) and payload, up to the end or a malformed one.
+func attrs(b []byte) iter.Seq2[uint16, []byte] {
+	return func(yield func(uint16, []byte) bool) {
+		for len(b) >= 4 {
+			l := int(binary.NativeEndian.Uint16(b))
+			if l < 4 || l > len(b) {
+				return
+			}
+			if !yield(binary.NativeEndian.Uint16(b[2:])&nlaTypeMask, b[4:l]) {
+				return
+			}
+			b = b[min(len(b), (l+3)&^3):]
+		}
+	}
+}
+
+// decodeCtEvent reads an event's key (the original source and port,
+// and the reply's source and port, which is the destination after
+// DNAT) and its counters.
+func decodeCtEvent(b []byte) (ctEvent, bool) {
+	var e ctEvent
+	var orig, reply ctTuple
+	var haveOrig, haveReply bool
+	for typ, v := range attrs(b) {
+		switch typ {
+		case ctaTupleOrig:
+			orig, haveOrig = decodeTuple(v)
+		case ctaTupleReply:
+			reply, haveReply = decodeTuple(v)
+		case ctaCountersOrig:
+			e.counts.pktsOut, e.counts.bytesOut = decodeCounters(v)
+		case ctaCountersReply:
+			e.counts.pktsIn, e.counts.bytesIn = decodeCounters(v)
+		}
+	}
+	if !haveOrig || !haveReply {
+		return e, false
+	}
+	e.key = flowKey{src: orig.src, dst: reply.src, proto: orig.proto, sport: orig.sport, dport: reply.sport}
+	if orig.proto == unix.IPPROTO_ICMP || orig.proto == unix.IPPROTO_ICMPV6 {
+		e.key.sport, e.key.dport = orig.icmpID, uint16(orig.icmpType)
+	}
+	return e, true
+}
+
+// decodeTuple reads a CTA_TUPLE_ORIG or CTA_TUPLE_REPLY.
+func decodeTuple(b []byte) (t ctTuple, ok bool) {
+	for typ, v := range attrs(b) {
+		switch typ {
+		case ctaTupleIP:
+			for at, av := range attrs(v) {
+				switch {
+				case at == ctaIPv4Src && len(av) == 4:
+					t.src, ok = netip.AddrFrom4([4]byte(av)), true
+				case at == ctaIPv6Src && len(av) == 16:
+					t.src, ok = netip.AddrFrom16([16]byte(av)).Unmap(), true
+				}
+			}
+		case ctaTupleProto:
+			for pt, pv := range attrs(v) {
+				switch {
+				case pt == ctaProtoNum && len(pv) >= 1:
+					t.proto = pv[0]
+				case pt == ctaProtoSrcPort && len(pv) >= 2:
+					t.sport = binary.BigEndian.Uint16(pv)
+				case (pt == ctaProtoICMPID || pt == ctaProtoICMPv6ID) && len(pv) >= 2:
+					t.icmpID = binary.BigEndian.Uint16(pv)
+				case (pt == ctaProtoICMPType || pt == ctaProtoICMPv6Type) && len(pv) >= 1:
+					t.icmpType = pv[0]
+				}
+			}
+		}
+	}
+	return t, ok
+}
+
+// decodeCounters reads a CTA_COUNTERS_ORIG or CTA_COUNTERS_REPLY.
+func decodeCounters(b []byte) (packets, bytes uint64) {
+	for typ, v := range attrs(b) {
+		switch {
+		case typ == ctaCountersPackets && len(v) == 8:
+			packets = binary.BigEndian.Uint64(v)
+		case typ == ctaCountersBytes && len(v) == 8:
+			bytes = binary.BigEndian.Uint64(v)
+		}
+	}
+	return packets, bytes
+}
