@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/routed/controllers"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 	"github.com/routed-net/routed/tests/lab"
 	"github.com/routed-net/routed/tests/testbin"
@@ -71,12 +73,7 @@ func dumpLabLogs(t *testing.T, dir string) {
 // kubeconfig file for it.
 func apiRelay(t *testing.T, srv *kubeapiserver.Server, netnsName, dir string) string {
 	t.Helper()
-	h, err := ns.GetNS(lab.NodeNetNSPath(netnsName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	addr := newRelay(t, h, strings.TrimPrefix(srv.URL, "https://"))
+	addr := labRelay(t, netnsName, strings.TrimPrefix(srv.URL, "https://"))
 	kc := filepath.Join(dir, netnsName+".kubeconfig")
 	if err := os.WriteFile(kc, srv.Kubeconfig("https://"+addr, srv.AdminToken), 0o600); err != nil {
 		t.Fatal(err)
@@ -84,11 +81,25 @@ func apiRelay(t *testing.T, srv *kubeapiserver.Server, netnsName, dir string) st
 	return kc
 }
 
-// calicoLabADD runs Calico's CNI ADD (KDD, calico-ipam) for p inside
-// its lab node's namespace, with the pod in a new namespace named as the
-// lab names its pods (so the lab's cleanup removes it), and returns the
-// pod as the lab knows pods.
-func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubeconfig string, p *calicoPod) lab.Pod {
+// labRelay makes target (an address in the test's namespace) reachable
+// from inside a lab namespace, and returns the address to use there.
+func labRelay(t *testing.T, netnsName, target string) string {
+	t.Helper()
+	h, err := ns.GetNS(lab.NodeNetNSPath(netnsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return newRelay(t, h, target)
+}
+
+// calicoLabADD runs Calico's CNI ADD (calico-ipam, on the datastore
+// the datastore fields of its configuration name) for p inside its lab
+// node's namespace, with the pod in a new namespace named as the lab
+// names its pods (so the lab's cleanup removes it), and returns the pod
+// as the lab knows pods. The plugin reads the pod from the API server
+// through kubeconfig on either datastore.
+func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubeconfig string, datastore map[string]any, p *calicoPod) lab.Pod {
 	t.Helper()
 	podNS := fmt.Sprintf("%s-p-%s", l.Topo.Prefix, p.name)
 	if out, err := exec.Command("ip", "netns", "add", podNS).CombinedOutput(); err != nil {
@@ -100,10 +111,11 @@ func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubec
 		t.Fatal(err)
 	}
 	cniLog := filepath.Join(dir, p.node+"-calico-cni.log")
-	conf := map[string]any{"cniVersion": "0.3.1", "name": "k8s-pod-network", "type": "calico", "datastore_type": "kubernetes",
+	conf := map[string]any{"cniVersion": "0.3.1", "name": "k8s-pod-network", "type": "calico",
 		"nodename": p.node, "nodename_file": nodename, "ipam_lock_file": filepath.Join(dir, p.node+".ipam.lock"), "mtu": 1500,
 		"log_level": "info", "log_file_path": cniLog, "ipam": map[string]string{"type": "calico-ipam"},
 		"policy": map[string]string{"type": "k8s"}, "kubernetes": map[string]string{"kubeconfig": kubeconfig}}
+	maps.Copy(conf, datastore)
 	raw, _ := json.Marshal(conf)
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+p.nodeNS, filepath.Join(bin, "calico"))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + p.cid, "CNI_NETNS=" + lab.NodeNetNSPath(podNS),
@@ -125,50 +137,35 @@ func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubec
 	return lab.Pod{Name: p.name, Node: p.node, NS: podNS, ContainerID: p.cid, IP: p.ip}
 }
 
-// calicoAffinities reads the confirmed blocks of each node from Calico's
-// BlockAffinity resources, as calico-node's confd reads them.
-func calicoAffinities(t *testing.T, srv *kubeapiserver.Server) map[string][]netip.Prefix {
-	t.Helper()
-	out, errOut, err := kubectl(t, srv, "get", "blockaffinities.crd.projectcalico.org", "-o", "json")
-	if err != nil {
-		t.Fatalf("blockaffinities: %v %s", err, errOut)
-	}
-	var list struct {
-		Items []struct {
-			Spec struct{ Node, CIDR, State string } `json:"spec"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		t.Fatal(err)
-	}
-	blocks := map[string][]netip.Prefix{}
-	for _, it := range list.Items {
-		if it.Spec.State == "confirmed" {
-			blocks[it.Spec.Node] = append(blocks[it.Spec.Node], netip.MustParsePrefix(it.Spec.CIDR))
-		}
-	}
-	return blocks
-}
-
 // migrateLive freezes Calico's IPAM, plans and runs the migration from
-// the router namespace (routedctl reaches routed's etcd there, and the
-// API server through a relay), enables routed's copy of the pool and
-// checks IPAM: docs/migrate-calico.md's Kubernetes-datastore steps 2 to
-// 4.
-func migrateLive(ctx context.Context, t *testing.T, srv *kubeapiserver.Server, l *lab.Lab, dir string) {
+// the router namespace (routedctl reaches routed's etcd there, and
+// Calico's datastore through a relay), enables routed's copy of the
+// pool and checks IPAM: docs/migrate-calico.md's steps 2 to 4 of a live
+// switch. The policies keep the names Calico's users know, and the
+// namespace and service-account profiles are routed-controllers' to
+// keep up to date from here on.
+func migrateLive(ctx context.Context, t *testing.T, src liveCalico, l *lab.Lab, dir string) {
 	t.Helper()
-	if out, errOut, err := kubectl(t, srv, "patch", "ippools.crd.projectcalico.org", "default-ipv4-ippool", "--type", "merge", "-p", `{"spec":{"disabled":true}}`); err != nil {
-		t.Fatalf("freezing Calico's pool: %v\n%s%s", err, out, errOut)
-	}
-	kc := apiRelay(t, srv, l.Topo.RouterNS(), dir)
-	plan, err := l.Ctl(ctx, "migrate", "calico", "--from-kubeconfig", kc, "--dry-run")
+	src.freeze(ctx, t)
+	from := src.from(t, l, dir)
+	plan, err := l.Ctl(ctx, append([]string{"migrate", "calico", "--dry-run"}, from...)...)
 	if err != nil {
 		t.Fatalf("migrate --dry-run: %v\n%s", err, plan)
 	}
-	out, err := l.Ctl(ctx, "migrate", "calico", "--from-kubeconfig", kc)
+	out, err := l.Ctl(ctx, append([]string{"migrate", "calico"}, from...)...)
 	t.Logf("migration:\n%s", out)
-	if err != nil || !strings.Contains(out, " 0 conflicts") || strings.Contains(out, "Not carried over: pod") {
+	if err != nil || !strings.Contains(out, " 0 conflicts") || strings.Contains(out, "Not carried over: pod") || strings.Contains(out, "Not carried over: WorkloadEndpoint") {
 		t.Fatalf("migrate: %v\nplan:\n%s", err, plan)
+	}
+	for _, r := range [][]string{{"globalnetworkpolicy", "deny-tcp-" + fmt.Sprint(gnpDenied)}, {"networkpolicy", src.namespace() + "/db-1-not-from-web"}} {
+		if out, err := l.Ctl(ctx, "get", r[0], r[1]); err != nil {
+			t.Errorf("Calico's %s %s is not in routed under its name: %v\n%s", r[0], r[1], err, out)
+		}
+	}
+	for _, p := range []string{"kns." + src.namespace(), "ksa." + src.namespace() + ".default"} {
+		if out, err := l.Ctl(ctx, "get", "profile", p, "-o", "yaml"); err != nil || !strings.Contains(out, controllers.OwnerAnnotation+": "+controllers.OwnerValue) {
+			t.Errorf("profile %s is not routed-controllers' (they would never update or delete it): %v\n%s", p, err, out)
+		}
 	}
 	pool, err := l.Ctl(ctx, "get", "ippool", "default-ipv4-ippool", "-o", "yaml")
 	if err != nil || !strings.Contains(pool, "disabled: true") {

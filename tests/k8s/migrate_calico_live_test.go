@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/routed-net/routed/internal/testenv"
@@ -57,7 +55,7 @@ const (
 // gets an address from that node's migrated block and reaches the old
 // pods.
 func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
-	liveSwitch(t, (*lab.CalicoBird).Kill, time.Second)
+	liveSwitch(t, newKDDLive, (*lab.CalicoBird).Kill, time.Second)
 }
 
 // TestMigrateCalicoKDDLiveNodeByNodeCease is the same switch with
@@ -73,40 +71,73 @@ func TestMigrateCalicoKDDLiveNodeByNode(t *testing.T) {
 // GoBGP's first attempt 1.5 to 2 s after start where routed dials). The
 // bound asserted is 4 s.
 func TestMigrateCalicoKDDLiveNodeByNodeCease(t *testing.T) {
-	liveSwitch(t, (*lab.CalicoBird).Stop, 4*time.Second)
+	liveSwitch(t, newKDDLive, (*lab.CalicoBird).Stop, 4*time.Second)
 }
 
-// liveSwitch runs the live switch, stopping each node's BIRD with stop,
-// and asserts at most maxLoss of probes lost per switch across the
-// switched node.
-func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration) {
+// liveCalico is the Calico cluster a live switch migrates, on one of
+// Calico's datastores. What differs between them is where Calico's
+// components keep their state: so how the test writes what they write,
+// how Calico's CNI plugin is configured, where the blocks are read
+// from, how the IPAM is frozen and what routedctl migrates from. The
+// pods are in Kubernetes either way (the CNI plugin reads them there).
+type liveCalico interface {
+	// kube is the API server holding the pods, and a client of it.
+	kube() (*kubeapiserver.Server, kubernetes.Interface)
+	// namespace holds the pods and the migrated NetworkPolicy.
+	namespace() string
+	// setUp writes what calico-node and calico-kube-controllers write
+	// for the lab's nodes before a pod starts, and the policies.
+	setUp(ctx context.Context, t *testing.T, l *lab.Lab)
+	// cniDatastore is the datastore part of Calico's CNI configuration
+	// on a lab node.
+	cniDatastore(t *testing.T, node string) map[string]any
+	// affinities are each node's confirmed blocks, read where
+	// calico-node's confd reads them.
+	affinities(ctx context.Context, t *testing.T) map[string][]netip.Prefix
+	// freeze disables Calico's pool, as the doc's step does.
+	freeze(ctx context.Context, t *testing.T)
+	// from are `routedctl migrate calico`'s source flags, reaching the
+	// datastore from the lab's router namespace.
+	from(t *testing.T, l *lab.Lab, dir string) []string
+}
+
+// liveSwitch runs the live switch of the cluster newSource makes,
+// stopping each node's BIRD with stop, and asserts at most maxLoss of
+// probes lost per switch across the switched node.
+func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*lab.CalicoBird), maxLoss time.Duration) {
 	requireRoot(t)
+	began := time.Now()
+	phase := func(what string) { t.Logf("%s: %s into the test", what, time.Since(began).Round(100*time.Millisecond)) }
 	calico := buildCalicoCNI(t)
-	srv, rc := startCalicoKDD(t, "calico-crds")
+	src := newSource(t)
+	srv, kube := src.kube()
+	phase("Calico's datastore ready")
 	l := migrationLab(t)
+	phase("lab up")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	kube := kubernetes.NewForConfigOrDie(rc)
 	nodes := l.Topo.Nodes
 	dir := t.TempDir()
 
-	writeLiveCalicoCluster(ctx, t, srv, kube, l)
+	src.setUp(ctx, t, l)
 	bin := calicoBinDir(t, calico, dir)
+	ns := src.namespace()
 	cpods := []*calicoPod{
-		{ns: "shop", name: "web-1", node: nodes[0].Name, cid: "11c0ffee01"},
-		{ns: "shop", name: "db-1", node: nodes[1].Name, cid: "11c0ffee02"},
-		{ns: "shop", name: "db-2", node: nodes[2].Name, cid: "11c0ffee03"},
+		{ns: ns, name: "web-1", node: nodes[0].Name, cid: "11c0ffee01"},
+		{ns: ns, name: "db-1", node: nodes[1].Name, cid: "11c0ffee02"},
+		{ns: ns, name: "db-2", node: nodes[2].Name, cid: "11c0ffee03"},
 	}
 	pods := map[string]lab.Pod{} // by node
 	for _, p := range cpods {
 		createPod(ctx, t, kube, p)
 		kc := apiRelay(t, srv, p.node, dir)
-		pods[p.node] = calicoLabADD(ctx, t, l, bin, dir, kc, p)
+		pods[p.node] = calicoLabADD(ctx, t, l, bin, dir, kc, src.cniDatastore(t, p.node), p)
 		reportPodIP(ctx, t, kube, p)
 	}
 
+	phase("Calico's CNI plugin set up the pods")
 	// calico-node's BIRD on every node, once the blocks are claimed.
-	blocks := calicoAffinities(t, srv)
+	blocks := src.affinities(ctx, t)
 	pool := netip.MustParsePrefix(l.Topo.PoolCIDR)
 	birds := map[string]*lab.CalicoBird{}
 	for _, n := range nodes {
@@ -131,6 +162,7 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 		}
 	}
 
+	phase("the BIRD mesh is up")
 	// Probes between the pods of every pair of nodes, and the ports
 	// policy decides.
 	probeCtx, stopProbes := context.WithCancel(ctx)
@@ -191,7 +223,9 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 		}()
 	}
 
-	migrateLive(ctx, t, srv, l, dir)
+	phase("probes running")
+	migrateLive(ctx, t, src, l, dir)
+	phase("migrated")
 
 	// The switch, node by node: the middle address first, so the first
 	// routed node has a BIRD with a lower and one with a higher address
@@ -327,48 +361,34 @@ func liveSwitch(t *testing.T, stop func(*lab.CalicoBird), maxLoss time.Duration)
 		}
 	}
 
+	phase("switched")
 	checkAfterLiveMigration(ctx, t, l, cpods, pods, blocks)
+	phase("checked")
 }
 
-// writeLiveCalicoCluster writes what a running Calico cluster holds on
-// the Kubernetes datastore for the lab's nodes: the pool (no
-// encapsulation), the mesh's BGP configuration, the cluster's readiness,
-// Calico's tiers and the policies to migrate, and the Kubernetes side:
-// nodes annotated by calico-node, the pods' namespace and accounts.
-func writeLiveCalicoCluster(ctx context.Context, t *testing.T, srv *kubeapiserver.Server, kube kubernetes.Interface, l *lab.Lab) {
-	t.Helper()
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range l.Topo.Nodes {
-		must(kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name,
-			Labels:      map[string]string{"kubernetes.io/hostname": n.Name},
-			Annotations: map[string]string{"projectcalico.org/IPv4Address": n.Addr.String()}}}, metav1.CreateOptions{}))
-	}
-	must(kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}))
-	for _, ns := range []string{"shop", "default"} {
-		must(kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}))
-	}
-	kubectlCreate(t, srv, liveCalicoObjects(l))
-}
-
-// liveCalicoObjects are the live cluster's Calico custom resources:
-// the pool (no encapsulation), the mesh's BGP configuration, the
-// cluster's readiness, the tiers Calico always has, and the policies to
-// migrate. The NetworkPolicy (order 10, no rule past its deny) comes
-// before the GlobalNetworkPolicy (order 100) that ends in an Allow: in
-// Calico's tier evaluation the first matching rule decides.
-func liveCalicoObjects(l *lab.Lab) string {
+// liveCalicoObjects are the live cluster's Calico resources, as
+// crd.projectcalico.org/v1 custom resources: the pool (no
+// encapsulation), the mesh's BGP configuration, the cluster's readiness
+// (clusterType as calico-node sets it), the tiers Calico always has,
+// and the policies to migrate, the NetworkPolicy in namespace ns. The
+// policies are named as libcalico-go v3.31 stores them on either
+// datastore (names.TieredPolicyName): under their tier's prefix, the
+// name their user gave kept in the projectcalico.org/metadata
+// annotation, which is the name Calico shows them by. The NetworkPolicy
+// (order 10, no rule past its deny) comes before the
+// GlobalNetworkPolicy (order 100) that ends in an Allow: in Calico's
+// tier evaluation the first matching rule decides.
+func liveCalicoObjects(l *lab.Lab, ns, clusterType string) []string {
 	crd := func(kind, meta, spec string) string {
 		return fmt.Sprintf("apiVersion: crd.projectcalico.org/v1\nkind: %s\nmetadata: %s\nspec: %s\n", kind, meta, spec)
+	}
+	stored := func(name string) string {
+		return fmt.Sprintf(`name: default.%s, annotations: {projectcalico.org/metadata: '{"name":"%s"}'}`, name, name)
 	}
 	docs := []string{
 		crd("IPPool", "{name: default-ipv4-ippool}", fmt.Sprintf("{cidr: %s, ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 26, nodeSelector: all()}", l.Topo.PoolCIDR)),
 		crd("BGPConfiguration", "{name: default}", fmt.Sprintf("{nodeToNodeMeshEnabled: true, asNumber: %d}", l.Topo.NodeAS)),
-		crd("ClusterInformation", "{name: default}", `{clusterGUID: 7a1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "k8s,bgp,kdd", calicoVersion: v3.31.0, datastoreReady: true}`),
+		crd("ClusterInformation", "{name: default}", `{clusterGUID: 7a1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "`+clusterType+`", calicoVersion: v3.31.0, datastoreReady: true}`),
 	}
 	for _, tier := range []struct {
 		name, order, action string
@@ -376,11 +396,11 @@ func liveCalicoObjects(l *lab.Lab) string {
 		docs = append(docs, crd("Tier", "{name: "+tier.name+"}", "{order: "+tier.order+", defaultAction: "+tier.action+"}"))
 	}
 	docs = append(docs,
-		crd("GlobalNetworkPolicy", fmt.Sprintf("{name: deny-tcp-%d}", gnpDenied),
+		crd("GlobalNetworkPolicy", "{"+stored(fmt.Sprintf("deny-tcp-%d", gnpDenied))+"}",
 			fmt.Sprintf("{order: 100, selector: all(), types: [Ingress], ingress: [{action: Deny, protocol: TCP, destination: {ports: [%d]}}, {action: Allow}]}", gnpDenied)),
-		crd("NetworkPolicy", "{name: db-1-not-from-web, namespace: shop}",
+		crd("NetworkPolicy", "{"+stored("db-1-not-from-web")+", namespace: "+ns+"}",
 			fmt.Sprintf("{order: 10, selector: \"app == 'db-1'\", types: [Ingress], ingress: [{action: Deny, protocol: TCP, source: {selector: \"app == 'web-1'\"}, destination: {ports: [%d]}}]}", npDenied)))
-	return strings.Join(docs, "---\n")
+	return docs
 }
 
 // deniedFlow is a flow a migrated policy denies, tried again and again
