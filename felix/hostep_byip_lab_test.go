@@ -1,13 +1,14 @@
 package felix_test
 
 import (
+	"bytes"
 	"fmt"
 	"net"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -206,9 +207,19 @@ func (l *byIPLab) addrs(t *testing.T, iface string, add bool) {
 // dispatches reports whether the host's IPv4 input dispatch names
 // iface (a measurement of how soon felix follows an address; verdicts
 // are proved with traffic).
-func (l *byIPLab) dispatches(iface string) bool {
-	out, err := exec.Command("ip", "netns", "exec", l.h.ns.Name, "nft", "list", "chain", "ip", "routed-policy", "host-input").Output()
-	return err == nil && strings.Contains(string(out), `"`+iface+`"`)
+func dispatches(c *nftables.Conn, iface string) bool {
+	rules, err := c.GetRules(&nftables.Table{Name: "routed-policy", Family: nftables.TableFamilyIPv4}, &nftables.Chain{Name: "host-input"})
+	if err != nil {
+		return false
+	}
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if cmp, ok := e.(*expr.Cmp); ok && bytes.Equal(cmp.Data, []byte(iface+"\x00")) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestHostEndpointByIPTraffic: a HostEndpoint that names no
@@ -218,8 +229,11 @@ func (l *byIPLab) dispatches(iface string) bool {
 // on eth0 and eth1, each holding one expected address, for traffic to
 // any of their addresses, while eth2 stays open. Then the address of
 // eth1 moves to eth2 at runtime (resync an hour away: only felix's
-// address watch can see it): eth2 is governed, eth1 open; the address
-// removed, eth2 is open again; added back on eth1, eth1 is governed.
+// address watch can see it): connections to it on eth2 made at once,
+// before felix can have seen the move, are already policed (the
+// kernel's check, nftdp.HostByAddr); then all of eth2 is governed, eth1
+// open; the address removed, eth2 is open again; added back on eth1,
+// eth1 is governed (how soon felix dispatches it is logged).
 func TestHostEndpointByIPTraffic(t *testing.T) {
 	l := newByIPLab(t)
 	h := l.h
@@ -239,23 +253,33 @@ func TestHostEndpointByIPTraffic(t *testing.T) {
 	}
 	l.expect(t, "found on eth0 and eth1", governed("eth0", eth0...), governed("eth1", eth1...), ungoverned("eth2", eth2...))
 
-	// Move eth1's expected addresses to eth2.
+	// Move eth1's expected addresses to eth2 and connect to them there
+	// at once: the kernel polices them before felix has seen the move.
+	nft := nftConn(t, h)
 	l.addrs(t, "eth1", false)
-	start := time.Now()
 	l.addrs(t, "eth2", true)
-	nstest.Eventually(t, 5*time.Second, func() string {
-		if !l.dispatches("eth2") {
-			return "eth2 not dispatched"
+	inWindow := !dispatches(nft, "eth2")
+	for _, a := range []string{"198.51.100.1", "fd00:b::1"} {
+		if l.dial(t, "eth2", a, "8080") {
+			t.Errorf("[%s]:8080 answered on eth2 right after the address moved there", a)
 		}
-		return ""
-	})
-	t.Logf("eth2 dispatched %v after the address was added to it", time.Since(start).Round(time.Millisecond))
-	l.expect(t, "moved from eth1 to eth2", governed("eth0", eth0...), ungoverned("eth1", byIPPlain["eth1"]...), governed("eth2", eth2...))
+	}
+	t.Logf("connections right after the move were made before felix dispatched eth2: %v", inWindow)
+	l.expect(t, "moved from eth1 to eth2", governed("eth0", eth0...), ungoverned("eth1", byIPPlain["eth1"]...),
+		governed("eth2", append([]string{"198.51.100.1", "fd00:b::1"}, eth2...)...))
 
 	l.addrs(t, "eth2", false)
 	l.expect(t, "gone from eth2", governed("eth0", eth0...), ungoverned("eth1", byIPPlain["eth1"]...), ungoverned("eth2", eth2...))
 
+	start := time.Now()
 	l.addrs(t, "eth1", true)
+	for !dispatches(nft, "eth1") {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("eth1 not dispatched 5 s after the address was added back to it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("eth1 dispatched %v after the address was added to it", time.Since(start).Round(time.Millisecond))
 	l.expect(t, "back on eth1", governed("eth0", eth0...), governed("eth1", eth1...), ungoverned("eth2", eth2...))
 
 	h.f.DeleteResource(api.KindHostEndpoint, "node-a")

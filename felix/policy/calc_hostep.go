@@ -125,7 +125,11 @@ type hostEP struct {
 	key string
 	// ifaces are the interfaces it is for, sorted: the one it names,
 	// ["*"], or those holding one of its expected IPs.
-	ifaces   []string
+	ifaces []string
+	// byAddr are its expected IPs when it is found by them (names no
+	// interface): the kernel polices them wherever they are until felix
+	// finds their interface (nftdp.HostByAddr).
+	byAddr   []netip.Prefix
 	ep       *endpoint
 	in, out  []*cpolicy // every policy applying, in evaluation order
 	profiles []string
@@ -205,7 +209,11 @@ func (c *Calc) SetHostEndpoint(h HostEndpoint) {
 	c.SetEndpoint(Endpoint{Key: h.Key, Node: h.Node, Labels: h.Labels, Profiles: h.Profiles, IPs: h.IPs, Ports: h.Ports, Host: true})
 	he := c.hosts.eps[h.Key]
 	ifaces := ifacesOf(h)
-	if !h.Local || len(ifaces) == 0 {
+	var byAddr []netip.Prefix
+	if h.Iface == "" {
+		byAddr = slices.Clone(h.IPs)
+	}
+	if !h.Local || (len(ifaces) == 0 && len(byAddr) == 0) {
 		if he != nil {
 			c.removeHost(he)
 		}
@@ -218,7 +226,7 @@ func (c *Calc) SetHostEndpoint(h HostEndpoint) {
 		he = &hostEP{key: c.eps[h.Key].key}
 		c.hosts.eps[he.key] = he
 	}
-	he.ifaces, he.ep = ifaces, c.eps[h.Key]
+	he.ifaces, he.byAddr, he.ep = ifaces, byAddr, c.eps[h.Key]
 	c.updateHost(he)
 }
 
@@ -387,12 +395,17 @@ func (c *Calc) pushHosts() {
 	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers, TunnelPorts: c.hosts.tunnelPorts}
 	for _, he := range order {
 		ch := he.chains
+		hc := nftdp.HostChains{In: ch[hostIn], Out: ch[hostOut],
+			FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]}
 		for _, iface := range he.ifaces {
-			if he.shadowedBy[iface] != "" {
-				continue
+			if he.shadowedBy[iface] == "" {
+				hc.Iface = iface
+				h.Endpoints = append(h.Endpoints, hc)
 			}
-			h.Endpoints = append(h.Endpoints, nftdp.HostChains{Iface: iface, In: ch[hostIn], Out: ch[hostOut],
-				FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]})
+		}
+		if len(he.byAddr) > 0 {
+			hc.Iface = ""
+			h.ByAddr = append(h.ByAddr, nftdp.HostByAddr{Addrs: he.byAddr, Chains: hc})
 		}
 	}
 	hs.SetHostEndpoints(h)

@@ -9,7 +9,11 @@ import (
 // byIP sets node-by-ip, this node's HostEndpoint found by its addresses
 // on eth1 and eth2 (x's and y's side, IPv4 and IPv6), as felix gives it
 // when both hold one.
-func (h *hostLab) byIP(profiles ...string) {
+func (h *hostLab) byIP(profiles ...string) { h.byIPFound([]string{"eth1", "eth2"}, profiles...) }
+
+// byIPFound sets node-by-ip as felix gives it when it has found it on
+// the interfaces given.
+func (h *hostLab) byIPFound(found []string, profiles ...string) {
 	h.t.Helper()
 	var ips []string
 	for _, v6 := range []bool{false, true} {
@@ -20,7 +24,7 @@ func (h *hostLab) byIP(profiles ...string) {
 	if err := he.Validate(); err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.m.SetHostEndpoint(he, true, "eth1", "eth2"); err != nil {
+	if err := h.m.SetHostEndpoint(he, true, found...); err != nil {
 		h.t.Fatal(err)
 	}
 	h.apply()
@@ -61,4 +65,25 @@ func TestHostEndpointByIPContexts(t *testing.T) {
 	h.apply()
 	h.expect("preDNAT on both", hdrop("x", "host", "tcp", 30080), hdrop("y", "host", "tcp", 30080), hpass("x", "a", "tcp", 8080), hpass("y", "a", "tcp", 8080),
 		hpass("y", "host", "tcp", 80))
+}
+
+// TestHostEndpointByIPBeforeFound: until felix has found the interface
+// holding an endpoint's address (one just added or moved there), the
+// kernel polices that address's own traffic on it: with node-by-ip
+// found nowhere, a connection from x to the node's address on eth1 is
+// dropped, and so is one from the node to x (its source is that
+// address), the failsafe port stays open, and the rest of eth1's
+// traffic (forwarded) and eth2's wait for felix; found on eth1 and
+// eth2, the whole of both is governed.
+func TestHostEndpointByIPBeforeFound(t *testing.T) {
+	h := newHostLab(t)
+	h.byIPFound(nil)
+	h.expect("not found yet: its addresses are governed", hdrop("x", "host", "tcp", 80), hdrop("y", "host", "tcp", 80),
+		hdrop("host", "x", "tcp", 80), hdrop("host", "y", "tcp", 80), hpass("x", "host", "tcp", 22), hpass("y", "host", "tcp", 22),
+		hpass("x", "y", "tcp", 80), hpass("a", "host", "tcp", 80), hpass("host", "a", "tcp", 8080), hpass("lo", "lo", "tcp", 80))
+	h.load(edgeForward)
+	h.apply()
+	h.expect("not found yet: forwarded traffic waits for felix", hpass("x", "y", "tcp", 80), hpass("x", "host", "tcp", 8080), hdrop("x", "host", "tcp", 80))
+	h.byIPFound([]string{"eth1", "eth2"})
+	h.expect("found", hdrop("x", "y", "tcp", 80), hpass("x", "y", "tcp", 8080), hpass("x", "host", "tcp", 8080), hdrop("x", "host", "tcp", 80))
 }

@@ -485,7 +485,7 @@ func (d *Dataplane) checkRefs(chain string) error {
 	}
 	for i := range c.rules {
 		r := &c.rules[i]
-		if r.Action == ActJump && d.chains[r.Target] == nil {
+		if r.jumps() && d.chains[r.Target] == nil {
 			return fmt.Errorf("nftdp: chain %s rule %d jumps to chain %s, which is not set", chain, i, r.Target)
 		}
 		for _, sd := range []*Side{&r.Src, &r.Dst} {

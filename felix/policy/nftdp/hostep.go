@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Host endpoints (Calico's HostEndpoint) are the node's own interfaces
@@ -80,11 +81,28 @@ type ProtoPort struct {
 	Port  uint16
 }
 
+// HostByAddr is a host endpoint found by its addresses (no interface
+// name): felix dispatches the interfaces holding one of Addrs to its
+// Chains (in Endpoints) once it has seen them hold it. Until then (an
+// address just added or moved), the kernel itself sends a packet to one
+// of Addrs arriving on the interface holding it, and one from one of
+// them leaving by that interface, to Chains (nftables' fib: "daddr .
+// iif type local"), so that the endpoint's own addresses are never
+// open while felix catches up. The rest of such an interface's traffic
+// waits for felix. Chains.Iface is not used.
+type HostByAddr struct {
+	Addrs  []netip.Prefix
+	Chains HostChains
+}
+
 // HostEndpoints is the host endpoint state of the node.
 type HostEndpoints struct {
 	// Endpoints, at most one per interface; the wildcard one applies to
 	// every interface no other names.
 	Endpoints []HostChains
+	// ByAddr are the endpoints found by address, in the order they win
+	// an interface (after Endpoints' interfaces, before the wildcard).
+	ByAddr []HostByAddr
 	// FailsafeIn are opened to the host whatever the policy (destination
 	// ports of arriving packets, source ports of what it sends back);
 	// FailsafeOut likewise from the host.
@@ -173,7 +191,7 @@ func (d *Dataplane) SetHostEndpoints(h HostEndpoints) {
 // renderHosts sets the host base chains from d.host.
 func (d *Dataplane) renderHosts() {
 	h := d.host.eps
-	if len(h.Endpoints) == 0 {
+	if len(h.Endpoints) == 0 && len(h.ByAddr) == 0 {
 		for _, name := range hostBaseChains {
 			if _, ok := d.chains[name]; ok {
 				delete(d.chains, name)
@@ -273,6 +291,23 @@ func (d *Dataplane) renderHosts() {
 		input, output = append(input, in), append(output, out)
 		fwdIn, fwdOut = append(fwdIn, in), append(fwdOut, out)
 	}
+	// Interfaces holding an address-found endpoint's address that felix
+	// has not dispatched yet: its own addresses' traffic (not pods', not
+	// lo's), before "*".
+	for _, ba := range h.ByAddr {
+		notPods := []string{p, "lo\x00"}
+		in, out := Rule{NotInIfaces: notPods, Dst: Side{Nets: ba.Addrs}}, Rule{NotOutIfaces: notPods, Src: Side{Nets: ba.Addrs}}
+		c := ba.Chains
+		input = append(input, localJump(in, ActGotoLocalDst, c.In))
+		output = append(output, localJump(out, ActGotoLocalSrc, c.Out))
+		preDNAT = append(preDNAT, localJump(in, ActGotoLocalDst, c.PreDNAT))
+		if c.RawIn != "" {
+			rawPre = append(rawPre, localJump(in, ActGotoLocalDst, c.RawIn))
+		}
+		if c.RawOut != "" {
+			rawOut = append(rawOut, localJump(out, ActGotoLocalSrc, c.RawOut))
+		}
+	}
 	for _, ep := range eps {
 		if ep.Iface == WildcardIface {
 			notPods := []string{p, "lo\x00"}
@@ -302,6 +337,19 @@ func appendHostJump(rules []Rule, match Rule, chain string) []Rule {
 		match.Action, match.Goto, match.Target = ActJump, true, chain
 	}
 	return append(rules, match)
+}
+
+// jumps reports whether r goes on in chain Target when it matches (a
+// jump or goto, or a host endpoint's local-address goto).
+func (r *Rule) jumps() bool {
+	return r.Action == ActJump || ((r.Action == ActGotoLocalDst || r.Action == ActGotoLocalSrc) && r.Target != "")
+}
+
+// localJump is match with act (ActGotoLocalDst or ActGotoLocalSrc) to
+// chain ("": accept, as appendHostJump).
+func localJump(match Rule, act Action, chain string) Rule {
+	match.Action, match.Target = act, chain
+	return match
 }
 
 // ndRules accept IPv6 neighbour discovery and MLD: without them the
@@ -388,6 +436,18 @@ func (rd *renderer) hostAction(r *Rule) (ex []expr.Any, ok bool) {
 		return append(append([]expr.Any{&expr.Notrack{}}, rd.setBits(rd.acceptMark, true)...), &expr.Verdict{Kind: expr.VerdictAccept}), true
 	case ActClearAccept:
 		return rd.setBits(rd.acceptMark, false), true
+	case ActGotoLocalDst, ActGotoLocalSrc:
+		// fib <addr> . <iface> type local: the address is one the
+		// interface itself holds (the kernel's local route is on it).
+		fib := &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagDADDR: true, FlagIIF: true}
+		if r.Action == ActGotoLocalSrc {
+			fib = &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagSADDR: true, FlagOIF: true}
+		}
+		v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: r.Target}
+		if r.Target == "" {
+			v = &expr.Verdict{Kind: expr.VerdictAccept}
+		}
+		return []expr.Any{fib, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(unix.RTN_LOCAL)}, v}, true
 	case ActJump:
 		if r.Goto {
 			return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.Target}}, true

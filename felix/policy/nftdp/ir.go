@@ -31,9 +31,16 @@ const (
 	ActMarkAccept
 	ActNotrack
 	ActClearAccept
+	// Host endpoints found by address (hostep.go): goto Target (accept
+	// when "") when the packet's destination is an address of the
+	// interface it arrived on; the same for its source and the
+	// interface it leaves by.
+	ActGotoLocalDst
+	ActGotoLocalSrc
 )
 
-var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch", "mark-accept", "notrack", "clear-accept"}
+var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch", "mark-accept", "notrack", "clear-accept",
+	"goto-local-dst", "goto-local-src"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {

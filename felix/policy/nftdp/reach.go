@@ -35,7 +35,7 @@ func (d *Dataplane) wantIn(ft *famTable, name string) *chainWant {
 func (ft *famTable) jumpTargets(c *chainWant) []string {
 	var out []string
 	for i := range c.rules {
-		if r := &c.rules[i]; r.Action == ActJump && ft.fam.applies(r) {
+		if r := &c.rules[i]; r.jumps() && ft.fam.applies(r) {
 			out = append(out, r.Target)
 		}
 	}
