@@ -84,8 +84,13 @@ func (h *HostEndpoint) Validate() error {
 		v.add("spec.interfaceName", n, "is a pod's interface (prefix %q): pods are policed as workload endpoints", kernel.HostDevicePrefix)
 	}
 	for i, ip := range s.ExpectedIPs {
-		if _, err := netip.ParseAddr(ip); err != nil {
+		switch a, err := netip.ParseAddr(ip); {
+		case err != nil:
 			v.add(indexed("spec.expectedIPs", i), ip, "is not an IP address")
+		case a.Zone() != "":
+			// An interface's addresses carry no zone: one written
+			// with it would find no interface, leaving it unpoliced.
+			v.add(indexed("spec.expectedIPs", i), ip, "has a zone (%%%s): give the address alone, and the interface in spec.interfaceName", a.Zone())
 		}
 	}
 	for i, p := range s.Profiles {

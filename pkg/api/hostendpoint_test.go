@@ -25,6 +25,7 @@ func TestHostEndpointValidate(t *testing.T) {
 		{"long-iface", "  node: node1\n  interfaceName: abcdefghijklmnop", []string{"spec.interfaceName"}},
 		{"pod-iface", "  node: node1\n  interfaceName: cali12345", []string{"spec.interfaceName", "pod"}},
 		{"bad-ip", "  node: node1\n  expectedIPs: [10.0.0.0/24]", []string{"spec.expectedIPs[0]", "IP address"}},
+		{"zoned-ip", "  node: node1\n  expectedIPs: [10.0.0.1, 'fe80::1%eth1']", []string{"spec.expectedIPs[1]", "zone (%eth1)"}},
 		{"bad-profile", "  node: node1\n  interfaceName: eth0\n  profiles: ['Not_A Profile']", []string{"spec.profiles[0]"}},
 		{"port-no-name", "  node: node1\n  interfaceName: eth0\n  ports: [{protocol: TCP, port: 22}]", []string{"spec.ports[0].name", "required"}},
 		{"port-proto", "  node: node1\n  interfaceName: eth0\n  ports: [{name: p, protocol: ICMP, port: 22}]", []string{"spec.ports[0].protocol"}},
