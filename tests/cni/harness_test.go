@@ -9,18 +9,13 @@ package cni_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -28,7 +23,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
@@ -37,10 +31,18 @@ import (
 	"github.com/routed-net/routed/pkg/etcdserver"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/pkg/kernel"
+	"github.com/routed-net/routed/tests/cnitest"
 	"github.com/routed-net/routed/tests/testbin"
 
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/internal/testpki"
+)
+
+// The helpers tests/k8s shares, under the names these tests use.
+var (
+	newNetNS = cnitest.NewNetNS
+	cniCode  = cnitest.Code
+	randHex  = cnitest.RandHex
 )
 
 // requireRoot fails (in CI) or skips loudly (elsewhere) without root.
@@ -73,7 +75,7 @@ type node struct {
 	hostNS  ns.NetNS
 	etcd    []string // endpoints as seen from the test process
 	hostEP  string   // etcd endpoint as seen from the host netns
-	proxy   *forwarder
+	proxy   *cnitest.Relay
 	store   *datastore.Client
 	binDir  string // directory of routed-cni (and routed-ipam)
 	refDir  string
@@ -168,8 +170,8 @@ func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server, pk
 	// netns reach it through a forwarder listening on the host netns'
 	// loopback.
 	scheme, target, _ := strings.Cut(srv.Endpoints[0], "://")
-	n.proxy = newForwarder(t, hostNS, target)
-	n.hostEP = scheme + "://" + n.proxy.addr
+	n.proxy = cnitest.NewRelay(t, hostNS, target)
+	n.hostEP = scheme + "://" + n.proxy.Addr
 	var err error
 	n.store, err = datastore.New(n.datastoreConfig())
 	if err != nil {
@@ -192,21 +194,6 @@ func newNodeWith(t testing.TB, startEtcd func(testing.TB) *etcdserver.Server, pk
 func newRuntime(path []string, cacheDir string) *libcni.CNIConfig {
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
 	return libcni.NewCNIConfigWithCacheDir(path, cacheDir, exec)
-}
-
-// newNetNS makes a fresh, uniquely named, bind-mounted network namespace
-// that is removed when the test ends.
-func newNetNS(t testing.TB) ns.NetNS {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	return n
 }
 
 // inHost runs f on a thread inside the node's host netns; processes
@@ -321,23 +308,7 @@ func (n *node) mustAdd(l *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *cur
 	return cur
 }
 
-func (n *node) logTail() string {
-	b, _ := os.ReadFile(n.logFile)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// cniCode returns the CNI error code of err, or 0.
-func cniCode(err error) uint {
-	var te *types.Error
-	if errors.As(err, &te) {
-		return te.Code
-	}
-	return 0
-}
+func (n *node) logTail() string { return cnitest.LogTail(n.logFile) }
 
 // hostLinkExists reports whether an interface exists in the host netns.
 func (n *node) hostLinkExists(name string) bool {
@@ -368,16 +339,11 @@ func (n *node) hostRoutes(ip net.IP) []netlink.Route {
 
 // caliLinks lists the host netns' interfaces whose name starts with cali.
 func (n *node) caliLinks() []string {
-	var names []string
-	n.inHost(func() error {
-		links, err := netlink.LinkList()
-		for _, l := range links {
-			if strings.HasPrefix(l.Attrs().Name, "cali") {
-				names = append(names, l.Attrs().Name)
-			}
-		}
-		return err
-	})
+	n.t.Helper()
+	names, err := cnitest.CaliLinks(n.hostNS)
+	if err != nil {
+		n.t.Fatalf("in host netns: %v", err)
+	}
 	return names
 }
 
@@ -438,88 +404,6 @@ func inPod(p *pod, name string, args ...string) (string, error) {
 		return err
 	})
 	return string(out), err
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	f, _ := os.Open("/dev/urandom")
-	defer f.Close()
-	_, _ = io.ReadFull(f, b)
-	return fmt.Sprintf("%x", b)
-}
-
-// forwarder is a TCP relay listening on 127.0.0.1 inside a netns and
-// connecting to a target on the test process's loopback: it gives the
-// plugins in a node's host netns a way to reach the test's etcd. Closing
-// it makes etcd unreachable from the node (connection refused).
-type forwarder struct {
-	addr string
-	ln   net.Listener
-	mu   sync.Mutex
-	open []net.Conn
-	done bool
-}
-
-func newForwarder(t testing.TB, in ns.NetNS, target string) *forwarder {
-	t.Helper()
-	f := &forwarder{}
-	if err := in.Do(func(ns.NetNS) error {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		f.ln = ln
-		return err
-	}); err != nil {
-		t.Fatalf("forwarder listen: %v", err)
-	}
-	f.addr = f.ln.Addr().String()
-	go f.serve(target)
-	t.Cleanup(f.Close)
-	return f
-}
-
-func (f *forwarder) serve(target string) {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		// Dialled from an unlocked goroutine: the test process's netns.
-		u, err := net.DialTimeout("tcp", target, 2*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		f.mu.Lock()
-		if f.done {
-			f.mu.Unlock()
-			c.Close()
-			u.Close()
-			return
-		}
-		f.open = append(f.open, c, u)
-		f.mu.Unlock()
-		go pipe(c, u)
-		go pipe(u, c)
-	}
-}
-
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// Close stops listening and cuts every relayed connection.
-func (f *forwarder) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.done {
-		return
-	}
-	f.done = true
-	f.ln.Close()
-	for _, c := range f.open {
-		c.Close()
-	}
 }
 
 // hostCmd runs a command in the node's host netns.

@@ -3,32 +3,35 @@ package k8s_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 	"github.com/routed-net/routed/pkg/ipam"
+	"github.com/routed-net/routed/tests/cnitest"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 	"github.com/routed-net/routed/tests/testbin"
+)
+
+// The helpers tests/cni shares, under the names these tests use.
+var (
+	newNetNS = cnitest.NewNetNS
+	cniCode  = cnitest.Code
+	randHex  = cnitest.RandHex
 )
 
 // node is a Kubernetes node as far as the CNI plugin can tell: a fresh
@@ -36,7 +39,7 @@ import (
 // server (as a node reaches them), CNI directories filled by the real
 // installer from the DaemonSet's init container spec, and a libcni
 // runtime running the plugins inside the namespace. A minimal version of
-// tests/cni's harness (whose helpers are not exported).
+// tests/cni's harness; what both need is in tests/cnitest.
 type node struct {
 	t      *testing.T
 	name   string
@@ -232,14 +235,7 @@ func (n *node) del(l *libcni.NetworkConfigList, s *sandbox) error {
 	return n.hostNS.Do(func(ns.NetNS) error { return n.cni.DelNetworkList(context.Background(), l, s.rt()) })
 }
 
-func (n *node) logTail() string {
-	b, _ := os.ReadFile(n.logFile)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (n *node) logTail() string { return cnitest.LogTail(n.logFile) }
 
 // endpoints maps pod name to its WorkloadEndpoint.
 func (n *node) endpoints() map[string]*api.WorkloadEndpoint {
@@ -272,38 +268,8 @@ func (n *node) inUse() int {
 
 // caliLinks lists the node's host-side pod interfaces.
 func (n *node) caliLinks() []string {
-	var names []string
-	n.hostNS.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
-		for _, l := range links {
-			if strings.HasPrefix(l.Attrs().Name, "cali") {
-				names = append(names, l.Attrs().Name)
-			}
-		}
-		return err
-	})
+	names, _ := cnitest.CaliLinks(n.hostNS)
 	return names
-}
-
-func cniCode(err error) uint {
-	var te *types.Error
-	if errors.As(err, &te) {
-		return te.Code
-	}
-	return 0
-}
-
-func newNetNS(t testing.TB) ns.NetNS {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	return n
 }
 
 // refBinDir holds the reference plugins tests/ensure-deps.sh installs.
@@ -341,74 +307,15 @@ func copyFile(t testing.TB, src, dst string) {
 	}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	f, _ := os.Open("/dev/urandom")
-	defer f.Close()
-	_, _ = io.ReadFull(f, b)
-	return fmt.Sprintf("%x", b)
-}
-
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
 
 // newRelay listens on 127.0.0.1 inside netns and relays each connection
-// to target on the test process's loopback: how the node reaches etcd
-// and the API server. It returns the listening address.
+// to target on the test process's loopback (cnitest.Relay): how the node
+// reaches etcd and the API server. It returns the listening address.
 func newRelay(t testing.TB, in ns.NetNS, target string) string {
 	t.Helper()
-	var ln net.Listener
-	if err := in.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatalf("relay listen: %v", err)
-	}
-	var mu sync.Mutex
-	var open []net.Conn
-	done := false
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// Dialled from an unlocked goroutine: the test's netns.
-			u, err := net.DialTimeout("tcp", target, 2*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			if done {
-				mu.Unlock()
-				c.Close()
-				u.Close()
-				return
-			}
-			open = append(open, c, u)
-			mu.Unlock()
-			go pipe(c, u)
-			go pipe(u, c)
-		}
-	}()
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		done = true
-		ln.Close()
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
+	return cnitest.NewRelay(t, in, target).Addr
 }
