@@ -216,11 +216,10 @@ func reportPodIP(ctx context.Context, t *testing.T, kube kubernetes.Interface, p
 	}
 }
 
-// calicoADD runs Calico's CNI ADD for p in fresh node and pod network
-// namespaces, and records the address and host device it set up. The
-// plugin reaches the API server (and, when calicoEtcd is set, Calico's
-// etcd, its datastore; else the API server is) through relays on the
-// node namespace's loopback.
+// calicoADD runs Calico's CNI ADD (calicoCNIAdd) for p in fresh node
+// and pod network namespaces. The plugin reaches the API server (and,
+// when calicoEtcd is set, Calico's etcd, its datastore; else the API
+// server is) through relays on the node namespace's loopback.
 func calicoADD(ctx context.Context, t *testing.T, bin, dir string, p *calicoPod, srv *kubeapiserver.Server, calicoEtcd string) {
 	t.Helper()
 	node, pod := newNetNS(t), newNetNS(t)
@@ -239,45 +238,11 @@ func calicoADD(ctx context.Context, t *testing.T, bin, dir string, p *calicoPod,
 	if err := os.WriteFile(kubeconfig, srv.Kubeconfig("https://"+apiAddr, srv.AdminToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	datastore := `"datastore_type": "kubernetes"`
+	datastore := map[string]any{"datastore_type": "kubernetes"}
 	if calicoEtcd != "" {
-		datastore = fmt.Sprintf(`"datastore_type": "etcdv3", "etcd_endpoints": "http://%s"`, newRelay(t, node, strings.TrimPrefix(calicoEtcd, "http://")))
+		datastore = map[string]any{"datastore_type": "etcdv3", "etcd_endpoints": "http://" + newRelay(t, node, strings.TrimPrefix(calicoEtcd, "http://"))}
 	}
-	nodename := filepath.Join(dir, p.node+".nodename")
-	if err := os.WriteFile(nodename, []byte(p.node), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`{"cniVersion": "0.3.1", "name": "k8s-pod-network", "type": "calico", %s,
- "nodename": %q, "nodename_file": %q, "ipam_lock_file": %q, "mtu": 1450, "log_level": "info", "log_file_path": %q,
- "ipam": {"type": "calico-ipam"}, "policy": {"type": "k8s"}, "kubernetes": {"kubeconfig": %q}}`,
-		datastore, p.node, nodename, filepath.Join(dir, "ipam.lock"), filepath.Join(dir, "cni.log"), kubeconfig)
-	cmd := exec.CommandContext(ctx, "nsenter", "--net="+p.nodeNS, filepath.Join(bin, "calico"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + p.cid, "CNI_NETNS=" + pod.Path(),
-		"CNI_IFNAME=eth0", "CNI_PATH=" + bin, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + p.ns + ";K8S_POD_NAME=" + p.name + ";K8S_POD_INFRA_CONTAINER_ID=" + p.cid}
-	cmd.Stdin = strings.NewReader(conf)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "cni.log"))
-		t.Fatalf("Calico's CNI ADD for %s/%s: %v\n%s%s\n%s", p.ns, p.name, err, out, stderr.String(), tail(string(log), 30))
-	}
-	var res struct {
-		IPs []struct{ Address string } `json:"ips"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) != 1 {
-		t.Fatalf("Calico's CNI result: %v %s", err, out)
-	}
-	p.ip, _, _ = strings.Cut(res.IPs[0].Address, "/")
-	links, err := exec.Command("nsenter", "--net="+p.nodeNS, "ip", "-o", "link", "show").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v %s", err, links)
-	}
-	m := regexp.MustCompile(`\d+: (cali[0-9a-f]+)@`).FindStringSubmatch(string(links))
-	if m == nil {
-		t.Fatalf("no cali device in %s:\n%s", p.nodeNS, links)
-	}
-	p.dev = m[1]
+	calicoCNIAdd(ctx, t, bin, dir, kubeconfig, datastore, p, pod.Path())
 }
 
 // calicoBinDir is a CNI_PATH holding Calico's binary as both plugins.

@@ -93,12 +93,10 @@ func labRelay(t *testing.T, netnsName, target string) string {
 	return newRelay(t, h, target)
 }
 
-// calicoLabADD runs Calico's CNI ADD (calico-ipam, on the datastore
-// the datastore fields of its configuration name) for p inside its lab
-// node's namespace, with the pod in a new namespace named as the lab
-// names its pods (so the lab's cleanup removes it), and returns the pod
-// as the lab knows pods. The plugin reads the pod from the API server
-// through kubeconfig on either datastore.
+// calicoLabADD runs Calico's CNI ADD (calicoCNIAdd) for p inside its
+// lab node's namespace, with the pod in a new namespace named as the
+// lab names its pods (so the lab's cleanup removes it), and returns the
+// pod as the lab knows pods.
 func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubeconfig string, datastore map[string]any, p *calicoPod) lab.Pod {
 	t.Helper()
 	podNS := fmt.Sprintf("%s-p-%s", l.Topo.Prefix, p.name)
@@ -106,6 +104,18 @@ func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubec
 		t.Fatalf("ip netns add %s: %v %s", podNS, err, out)
 	}
 	p.nodeNS = lab.NodeNetNSPath(p.node)
+	calicoCNIAdd(ctx, t, bin, dir, kubeconfig, datastore, p, lab.NodeNetNSPath(podNS))
+	return lab.Pod{Name: p.name, Node: p.node, NS: podNS, ContainerID: p.cid, IP: p.ip}
+}
+
+// calicoCNIAdd runs Calico's CNI ADD (calico-ipam) for p, the plugin in
+// p.nodeNS and the pod's network namespace at podNetNS, on the
+// datastore the datastore fields of its configuration name; the plugin
+// reads the pod from the API server through kubeconfig on either
+// datastore. It records the address the plugin gave and the host device
+// it created (Calico's name for it, checked on the node).
+func calicoCNIAdd(ctx context.Context, t *testing.T, bin, dir, kubeconfig string, datastore map[string]any, p *calicoPod, podNetNS string) {
+	t.Helper()
 	nodename := filepath.Join(dir, p.node+".nodename")
 	if err := os.WriteFile(nodename, []byte(p.node), 0o644); err != nil {
 		t.Fatal(err)
@@ -118,13 +128,15 @@ func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubec
 	maps.Copy(conf, datastore)
 	raw, _ := json.Marshal(conf)
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+p.nodeNS, filepath.Join(bin, "calico"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + p.cid, "CNI_NETNS=" + lab.NodeNetNSPath(podNS),
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + p.cid, "CNI_NETNS=" + podNetNS,
 		"CNI_IFNAME=eth0", "CNI_PATH=" + bin, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + p.ns + ";K8S_POD_NAME=" + p.name + ";K8S_POD_INFRA_CONTAINER_ID=" + p.cid}
 	cmd.Stdin = strings.NewReader(string(raw))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		b, _ := os.ReadFile(cniLog)
-		t.Fatalf("Calico's CNI ADD for %s/%s on %s: %v\n%s\n%s", p.ns, p.name, p.node, err, out, tail(string(b), 30))
+		t.Fatalf("Calico's CNI ADD for %s/%s on %s: %v\n%s%s\n%s", p.ns, p.name, p.node, err, out, stderr.String(), tail(string(b), 30))
 	}
 	var res struct {
 		IPs []struct{ Address string } `json:"ips"`
@@ -134,7 +146,9 @@ func calicoLabADD(ctx context.Context, t *testing.T, l *lab.Lab, bin, dir, kubec
 	}
 	p.ip, _, _ = strings.Cut(res.IPs[0].Address, "/")
 	p.dev = calicoVeth(p.ns, p.name)
-	return lab.Pod{Name: p.name, Node: p.node, NS: podNS, ContainerID: p.cid, IP: p.ip}
+	if out, err := exec.Command("nsenter", "--net="+p.nodeNS, "ip", "link", "show", "dev", p.dev).CombinedOutput(); err != nil {
+		t.Fatalf("Calico's CNI ADD for %s/%s left no %s on %s: %v %s", p.ns, p.name, p.dev, p.node, err, out)
+	}
 }
 
 // migrateLive freezes Calico's IPAM, plans and runs the migration from
