@@ -42,6 +42,9 @@ type LockedModel struct {
 	// last change: an address is named (and its labels copied) once,
 	// then shared by the flows that name it.
 	ends map[netip.Addr]End
+	// unstaged holds the (source, destination) pairs no staged
+	// policy concerns, since the last change.
+	unstaged map[[2]netip.Addr]bool
 	// version counts changes; staged counts the staged policies.
 	version, staged64 atomic.Uint64
 }
@@ -52,6 +55,7 @@ const endsCap = 65536
 // changed marks a change (the lock held): names are asked again.
 func (m *LockedModel) changed() {
 	clear(m.ends)
+	clear(m.unstaged)
 	m.staged64.Store(uint64(len(m.staged)))
 	m.version.Add(1)
 }
@@ -89,9 +93,27 @@ func (m *LockedModel) Describe(f policy.Flow) (src, dst End, staged []policy.Sta
 	defer m.mu.Unlock()
 	src, dst = m.end(f.Src), m.end(f.Dst)
 	if len(m.staged) > 0 && (src.Kind == EndPod || dst.Kind == EndPod) {
+		// Which staged policies ExplainStaged evaluates depends on
+		// the endpoints at the two addresses alone (those the staged
+		// policy or its twin applies to, or that felix would refuse
+		// it): a pair none concerns is remembered until the next
+		// change, and its flows skip the policy walks.
+		pair := [2]netip.Addr{f.Src, f.Dst}
+		if m.unstaged[pair] {
+			return src, dst, nil
+		}
 		// An error means a calculator that programs the kernel, which
 		// NewLockedModel never holds.
 		staged, _ = m.calc.ExplainStaged(f, m.calc.Explain(f), m.staged)
+		if len(staged) == 0 {
+			if len(m.unstaged) >= endsCap {
+				clear(m.unstaged)
+			}
+			if m.unstaged == nil {
+				m.unstaged = map[[2]netip.Addr]bool{}
+			}
+			m.unstaged[pair] = true
+		}
 	}
 	return src, dst, staged
 }
