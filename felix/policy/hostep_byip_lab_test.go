@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -73,8 +74,9 @@ func TestHostEndpointByIPContexts(t *testing.T) {
 // found nowhere, a connection from x to the node's address on eth1 is
 // dropped, and so is one from the node to x (its source is that
 // address), the failsafe port stays open, and the rest of eth1's
-// traffic (forwarded) and eth2's wait for felix; found on eth1 and
-// eth2, the whole of both is governed.
+// traffic (forwarded) waits for felix; a resync reads the guard back
+// without a write; found on eth1 and eth2, the whole of both is
+// governed.
 func TestHostEndpointByIPBeforeFound(t *testing.T) {
 	h := newHostLab(t)
 	h.byIPFound(nil)
@@ -84,6 +86,14 @@ func TestHostEndpointByIPBeforeFound(t *testing.T) {
 	h.load(edgeForward)
 	h.apply()
 	h.expect("not found yet: forwarded traffic waits for felix", hpass("x", "y", "tcp", 80), hpass("x", "host", "tcp", 8080), hdrop("x", "host", "tcp", 80))
+	// A full resync reads the guard back from the kernel as written.
+	before := h.m.Writes()
+	if err := h.m.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w := h.m.Writes() - before; w != 0 {
+		t.Errorf("a resync with nothing changed wrote %d transactions, want 0", w)
+	}
 	h.byIPFound([]string{"eth1", "eth2"})
 	h.expect("found", hdrop("x", "y", "tcp", 80), hpass("x", "y", "tcp", 8080), hpass("x", "host", "tcp", 8080), hdrop("x", "host", "tcp", 80))
 }
