@@ -30,15 +30,7 @@ var errCheck = errors.New("routed-cni: CHECK found differences")
 // veth ends, addresses, routes in the container and on the host, and the
 // WorkloadEndpoint. It reports every difference, not just the first.
 func (p *Plugin) CmdCheck(args *skel.CmdArgs) error {
-	c, err := begin(args, "CHECK")
-	if err != nil {
-		return toCNIError(err)
-	}
-	defer c.end()
-	if err := p.check(context.Background(), c); err != nil {
-		return c.finish("CHECK", err)
-	}
-	return nil
+	return runVerb(args, "CHECK", p.check)
 }
 
 func (p *Plugin) check(ctx context.Context, c *call) error {

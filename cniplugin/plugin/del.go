@@ -17,16 +17,13 @@ import (
 // possible), then the endpoint, and the addresses are released only
 // after the endpoint naming them is gone.
 func (p *Plugin) CmdDel(args *skel.CmdArgs) error {
-	c, err := begin(args, "DEL")
-	if err != nil {
-		return toCNIError(err)
-	}
-	defer c.end()
-	if err := p.del(context.Background(), c); err != nil {
-		return c.finish("DEL", err)
-	}
-	c.log.Info("DEL done")
-	return nil
+	return runVerb(args, "DEL", func(ctx context.Context, c *call) error {
+		if err := p.del(ctx, c); err != nil {
+			return err
+		}
+		c.log.Info("DEL done")
+		return nil
+	})
 }
 
 func (p *Plugin) del(ctx context.Context, c *call) error {

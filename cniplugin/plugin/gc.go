@@ -22,15 +22,7 @@ import (
 // in-process), then lets the IPAM plugin collect allocations that never
 // got an endpoint (IPAM GC).
 func (p *Plugin) CmdGC(args *skel.CmdArgs) error {
-	c, err := begin(args, "GC")
-	if err != nil {
-		return toCNIError(err)
-	}
-	defer c.end()
-	if err := p.gc(context.Background(), c); err != nil {
-		return c.finish("GC", err)
-	}
-	return nil
+	return runVerb(args, "GC", p.gc)
 }
 
 func (p *Plugin) gc(ctx context.Context, c *call) error {

@@ -121,6 +121,21 @@ func begin(args *skel.CmdArgs, verb string) (*call, error) {
 	return c, nil
 }
 
+// runVerb runs one verb: it begins the call (a bad configuration or
+// argument is a CNI error), runs do, ends the call, and finishes do's
+// error into the CNI error the runtime gets.
+func runVerb(args *skel.CmdArgs, verb string, do func(context.Context, *call) error) error {
+	c, err := begin(args, verb)
+	if err != nil {
+		return toCNIError(err)
+	}
+	defer c.end()
+	if err := do(context.Background(), c); err != nil {
+		return c.finish(verb, err)
+	}
+	return nil
+}
+
 // end logs the call's timings (at debug) and closes the log.
 func (c *call) end() {
 	c.log.WithField("timings", c.tm.String()).Debug("timings")

@@ -19,16 +19,13 @@ import (
 // answer and the IPAM plugin must be ready (for routed-ipam: some enabled
 // pool serves this node). Failures carry code 50 (plugin not available).
 func (p *Plugin) CmdStatus(args *skel.CmdArgs) error {
-	c, err := begin(args, "STATUS")
-	if err != nil {
-		return toCNIError(err)
-	}
-	defer c.end()
-	if err := p.status(context.Background(), c); err != nil {
-		return c.finish("STATUS", err)
-	}
-	c.log.Debug("STATUS ready")
-	return nil
+	return runVerb(args, "STATUS", func(ctx context.Context, c *call) error {
+		if err := p.status(ctx, c); err != nil {
+			return err
+		}
+		c.log.Debug("STATUS ready")
+		return nil
+	})
 }
 
 func (p *Plugin) status(ctx context.Context, c *call) error {
