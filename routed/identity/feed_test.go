@@ -13,6 +13,7 @@ import (
 	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/routed/noderecord"
 )
@@ -67,6 +68,27 @@ func heldMsg(what string, fd *feed.Feed, g *Guard) string {
 	return fmt.Sprintf("%s: not held (guard frozen %v %q)", what, frozen, why)
 }
 
+// guardWithNodes starts a guard on a fresh datastore holding the Nodes
+// named (registered at addr, which it returns); the guard stops when the
+// test ends.
+func guardWithNodes(t *testing.T, nodes ...string) (context.Context, *datastore.Client, *Guard, noderecord.Addresses) {
+	t.Helper()
+	ds := dstest.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g := New(ds, t.TempDir())
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}
+	for _, n := range nodes {
+		if _, err := noderecord.Register(ctx, ds, n, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, ds, g, addr
+}
+
 // TestWipeHoldsTheFeed reproduces the wipe as etcd delivers it (every key
 // deleted in one request: a delete event per key, the identity among
 // them) and checks that none of those deletes reaches a consumer of the
@@ -75,19 +97,7 @@ func heldMsg(what string, fd *feed.Feed, g *Guard) string {
 // fresh snapshot.
 func TestWipeHoldsTheFeed(t *testing.T) {
 	t.Parallel()
-	ds := dstest.Client(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	g := New(ds, t.TempDir())
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	addr := noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}
-	for _, n := range []string{"wipe-a", "wipe-b", "wipe-c"} {
-		if _, err := noderecord.Register(ctx, ds, n, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, ds, g, addr := guardWithNodes(t, "wipe-a", "wipe-b", "wipe-c")
 	behind := &feedRecorder{}
 	keeper := noderecord.NewKeeper("wipe-a", addr)
 	fd := feed.New(ds, feed.Options{Gate: g})
@@ -158,19 +168,7 @@ func TestWipeHoldsTheFeed(t *testing.T) {
 // are held; the guard never reads etcd for them.
 func TestIdentityDeletedFirstHoldsLaterDeletes(t *testing.T) {
 	t.Parallel()
-	ds := dstest.Client(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	g := New(ds, t.TempDir())
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	addr := noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.9/24")}
-	for _, n := range []string{"kbk-a", "kbk-b"} {
-		if _, err := noderecord.Register(ctx, ds, n, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, ds, g, _ := guardWithNodes(t, "kbk-a", "kbk-b")
 	behind := &feedRecorder{}
 	fd := feed.New(ds, feed.Options{Gate: g})
 	fd.Subscribe("recorder", []api.Kind{api.KindNode}, behind)
