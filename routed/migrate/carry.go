@@ -17,8 +17,9 @@ import (
 var ErrNoCalico = errors.New("migrate: no Calico datastore")
 
 // ErrConflict means routed already holds state that differs from what
-// the migration would write; nothing was written.
-var ErrConflict = errors.New("migrate: routed's datastore already holds different state")
+// the migration would write, or two Calico resources would be written
+// under one name; nothing was written.
+var ErrConflict = errors.New("migrate: conflicting state (routed already holds something different, or two Calico resources carry one name)")
 
 // Item is what the migration does with one resource.
 type Item struct {
@@ -90,8 +91,25 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	// read per resource: a big cluster has a hundred thousand endpoints).
 	held := map[api.Kind]map[string]api.Resource{}
 	conflict := false
+	// Two Calico resources may carry one routed name (a policy stored
+	// as default.x and another given the name x): both would be planned
+	// as created and the write would stop half way at the second.
+	named := map[api.Kind]map[string]int{}
 	for _, r := range carried {
 		k := r.GetKind()
+		if named[k] == nil {
+			named[k] = map[string]int{}
+		}
+		named[k][api.StoreName(r)]++
+	}
+	for _, r := range carried {
+		k := r.GetKind()
+		if n := named[k][api.StoreName(r)]; n > 1 {
+			rep.Items = append(rep.Items, Item{Kind: k, Name: api.StoreName(r), Action: "conflict",
+				Detail: fmt.Sprintf("%d resources in Calico's datastore carry this name into routed; rename or delete all but one", n)})
+			conflict = true
+			continue
+		}
 		if held[k] == nil {
 			rs, _, err := to.List(ctx, k)
 			if err != nil {
