@@ -24,24 +24,31 @@ func newAddrIndex() *addrIndex {
 }
 
 // byAddr keeps values by the single addresses of their prefixes, and
-// the values with a wider prefix apart.
+// the values with a wider prefix apart. An address nearly always has
+// one value: it is kept in one, the others (rare) in more.
 type byAddr[T comparable] struct {
-	one  map[netip.Addr][]T
+	one  map[netip.Addr]T
+	more map[netip.Addr][]T
 	wide map[T]struct{}
 }
 
 func newByAddr[T comparable]() byAddr[T] {
-	return byAddr[T]{one: map[netip.Addr][]T{}, wide: map[T]struct{}{}}
+	return byAddr[T]{one: map[netip.Addr]T{}, more: map[netip.Addr][]T{}, wide: map[T]struct{}{}}
 }
 
 func isSingle(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 
 func (x byAddr[T]) add(ps iter.Seq[netip.Prefix], v T) {
 	for p := range ps {
-		if isSingle(p) {
-			x.one[p.Addr()] = append(x.one[p.Addr()], v)
-		} else {
+		if !isSingle(p) {
 			x.wide[v] = struct{}{}
+			continue
+		}
+		a := p.Addr()
+		if _, taken := x.one[a]; taken {
+			x.more[a] = append(x.more[a], v)
+		} else {
+			x.one[a] = v
 		}
 	}
 }
@@ -53,10 +60,34 @@ func (x byAddr[T]) remove(ps iter.Seq[netip.Prefix], v T) {
 			continue
 		}
 		a := p.Addr()
-		if rest := slices.DeleteFunc(x.one[a], func(o T) bool { return o == v }); len(rest) > 0 {
-			x.one[a] = rest
+		rest := x.more[a]
+		if o, ok := x.one[a]; ok && o == v {
+			if len(rest) == 0 {
+				delete(x.one, a)
+				continue
+			}
+			x.one[a], rest = rest[0], rest[1:]
+		} else if i := slices.Index(rest, v); i >= 0 {
+			rest = slices.Delete(rest, i, i+1)
+		}
+		if len(rest) > 0 {
+			x.more[a] = slices.Clip(rest)
 		} else {
-			delete(x.one, a)
+			delete(x.more, a)
+		}
+	}
+}
+
+// at yields the values with the single address a.
+func (x byAddr[T]) at(a netip.Addr) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		if v, ok := x.one[a]; !ok || !yield(v) {
+			return
+		}
+		for _, v := range x.more[a] {
+			if !yield(v) {
+				return
+			}
 		}
 	}
 }
@@ -75,7 +106,7 @@ func (x *addrIndex) endpoint(addr netip.Addr, hosts bool) *endpoint {
 			found = e
 		}
 	}
-	for _, e := range x.eps.one[addr] {
+	for e := range x.eps.at(addr) {
 		pick(e)
 	}
 	for e := range x.eps.wide {
@@ -97,7 +128,7 @@ func (x *addrIndex) netset(addr netip.Addr) (best *netset, net netip.Prefix) {
 			best, net, bits = s, n, n.Bits()
 		}
 	}
-	for _, s := range x.sets.one[addr] {
+	for s := range x.sets.at(addr) {
 		consider(s, netip.PrefixFrom(addr, addr.BitLen()))
 	}
 	if best != nil {

@@ -38,14 +38,17 @@ type Calc struct {
 	ordered  []*cpolicy // every policy in evaluation order
 	profiles map[string]*profile
 	netsets  map[string]*netset
-	eps      map[string]*endpoint
-	locals   map[string]*local
-	sets     map[string]*aset
+	// eps are the host endpoints, weps the workloads' (eptable.go):
+	// read them through endpoint and allEndpoints.
+	eps    map[string]*endpoint
+	weps   *epTable
+	locals map[string]*local
+	sets   map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).
 	profileRefs map[string]int
 	// The scopes whose labels read each profile name (existing or not;
 	// see profileNames), so that a profile change re-derives only those.
-	profileUsers map[string]map[*groupScope]struct{}
+	profileUsers map[string][]*groupScope
 	// Local endpoints dispatched to each endpoint chain: endpoints with
 	// the same policies and profiles share their chains.
 	epChainRefs map[string]int
@@ -58,6 +61,7 @@ type Calc struct {
 	// (calc_index.go), and the label sets they share (labelset.go).
 	groups    groupIndex
 	labelSets labelSets
+	keys      *labelKeys // of the groups' own labels
 	// The endpoints of the Services rules name (calc_service.go).
 	services map[string]*service
 	// This node's host endpoints and their failsafe ports (calc_hostep.go).
@@ -96,11 +100,13 @@ func NewCalc(sink Sink, lc LogConfig) *Calc {
 		sink: sink, log: lc, index: NewRuleIndex(),
 		tiers: map[string]tierInfo{}, policies: map[string]*cpolicy{}, profiles: map[string]*profile{},
 		netsets: map[string]*netset{}, eps: map[string]*endpoint{}, locals: map[string]*local{},
-		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string]map[*groupScope]struct{}{}, epChainRefs: map[string]int{},
+		sets: map[string]*aset{}, profileRefs: map[string]int{}, profileUsers: map[string][]*groupScope{}, epChainRefs: map[string]int{},
 		epChainRuns: map[string][]guardRun{}, runRefs: map[string]int{}, guards: map[string]*guard{},
 	}
 	seed := maphash.MakeSeed()
 	c.groups = groupIndex{seed: seed, byHash: map[uint64][]*group{}, scopes: map[uint64][]*groupScope{}}
+	c.weps = newEPTable(seed)
+	c.keys = newLabelKeys()
 	c.labelSets = newLabelSets(seed)
 	for _, t := range api.DefaultTiers() {
 		c.tiers[t.Metadata.Name] = compileTier(t)
@@ -404,7 +410,7 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	if old != nil && np != nil && maps.Equal(old.labels, np.labels) {
 		return
 	}
-	for _, s := range slices.Collect(maps.Keys(c.profileUsers[name])) {
+	for _, s := range slices.Clone(c.profileUsers[name]) {
 		c.rederive(s)
 		if (old == nil) != (np == nil) {
 			// The endpoints' chains jump to the profile's only while it

@@ -14,7 +14,7 @@ import (
 // that select it and, when local, its chains and dispatch entry follow.
 // The calculator keeps none of ep's maps, slices or strings but its key.
 func (c *Calc) SetEndpoint(ep Endpoint) {
-	old := c.eps[ep.Key]
+	old := c.endpoint(ep.Key)
 	g := c.groupOf(&ep)
 	l := c.locals[ep.Key]
 	if old != nil && old.g == g && old.sameIPs(ep.IPs) && old.nodeName() == ep.Node &&
@@ -30,7 +30,7 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	if ep.Node != "" {
 		e.node = unique.Make(ep.Node)
 	}
-	c.eps[key] = e
+	c.storeEndpoint(e)
 	if c.at != nil {
 		if old != nil {
 			c.at.removeEndpoint(old)
@@ -73,11 +73,11 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 
 // DeleteEndpoint removes an endpoint; a missing one is no change.
 func (c *Calc) DeleteEndpoint(key string) {
-	old := c.eps[key]
+	old := c.endpoint(key)
 	if old == nil {
 		return
 	}
-	delete(c.eps, key)
+	c.dropEndpoint(key)
 	if c.at != nil {
 		c.at.removeEndpoint(old)
 	}
@@ -150,23 +150,19 @@ func profileNames(s *groupScope) []string {
 // holdProfiles records s as a user of the profiles its labels read.
 func (c *Calc) holdProfiles(s *groupScope) {
 	for _, name := range profileNames(s) {
-		users := c.profileUsers[name]
-		if users == nil {
-			users = map[*groupScope]struct{}{}
-			c.profileUsers[name] = users
+		if users := c.profileUsers[name]; !slices.Contains(users, s) {
+			c.profileUsers[name] = append(users, s)
 		}
-		users[s] = struct{}{}
 	}
 }
 
 // releaseProfiles undoes holdProfiles.
 func (c *Calc) releaseProfiles(s *groupScope) {
 	for _, name := range profileNames(s) {
-		if users := c.profileUsers[name]; users != nil {
-			delete(users, s)
-			if len(users) == 0 {
-				delete(c.profileUsers, name)
-			}
+		if users := slices.DeleteFunc(c.profileUsers[name], func(o *groupScope) bool { return o == s }); len(users) > 0 {
+			c.profileUsers[name] = slices.Clip(users)
+		} else {
+			delete(c.profileUsers, name)
 		}
 	}
 }

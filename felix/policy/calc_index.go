@@ -101,7 +101,7 @@ func (c *Calc) groupOf(ep *Endpoint) *group {
 	}
 	s := c.scopeOf(ep, sh)
 	g := &group{hash: h, sc: s, ns: s.ns, sa: s.sa, host: s.host, profiles: s.profiles, setGen: -1,
-		ports: slices.Clone(ep.Ports), own: makeOwnLabels(ep.Labels)}
+		ports: slices.Clone(ep.Ports), own: makeOwnLabels(c.keys, ep.Labels)}
 	strs := []*string{&g.own.s}
 	for i := range g.ports {
 		strs = append(strs, &g.ports[i].Name)
@@ -109,7 +109,7 @@ func (c *Calc) groupOf(ep *Endpoint) *group {
 	pack(strs)
 	c.derive(g)
 	c.groups.byHash[h] = append(c.groups.byHash[h], g)
-	g.scIdx = len(s.groups)
+	g.scIdx = int32(len(s.groups))
 	s.groups = append(s.groups, g)
 	return g
 }
@@ -136,7 +136,8 @@ func (c *Calc) removeFrom(e *endpoint) {
 		c.labelSets.put(s)
 	}
 	s := g.sc
-	s.groups = swapRemove(s.groups, g.scIdx, func(o *group, i int) { o.scIdx = i })
+	g.own.release()
+	s.groups = swapRemove(s.groups, int(g.scIdx), func(o *group, i int) { o.scIdx = int32(i) })
 	if len(s.groups) > 0 {
 		return
 	}

@@ -68,7 +68,7 @@ func (c *Calc) EndpointAt(addr netip.Addr) string {
 // Endpoint returns an endpoint as the calculator keeps it: as it was
 // given, but that a remote endpoint's interface and pod are not kept.
 func (c *Calc) Endpoint(key string) (Endpoint, bool) {
-	e := c.eps[key]
+	e := c.endpoint(key)
 	if e == nil {
 		return Endpoint{}, false
 	}
@@ -83,9 +83,9 @@ func (c *Calc) Endpoint(key string) (Endpoint, bool) {
 
 // Endpoints returns the keys of every endpoint, sorted.
 func (c *Calc) Endpoints() []string {
-	keys := make([]string, 0, len(c.eps))
-	for k := range c.eps {
-		keys = append(keys, k)
+	keys := make([]string, 0, c.weps.n+len(c.eps))
+	for e := range c.allEndpoints() {
+		keys = append(keys, e.key)
 	}
 	slices.Sort(keys)
 	return keys
@@ -101,7 +101,7 @@ func (c *Calc) findAt(addr netip.Addr, hosts bool) *endpoint {
 		return c.at.endpoint(addr, hosts)
 	}
 	var found *endpoint
-	for _, e := range c.eps {
+	for e := range c.allEndpoints() {
 		if !hosts && IsHostEndpointKey(e.key) {
 			continue
 		}
@@ -315,7 +315,7 @@ func (x *interp) inSet(name string, a netip.Addr, port uint16) bool {
 		}
 		return false
 	}
-	for _, e := range x.c.eps {
+	for e := range x.c.allEndpoints() {
 		if has(s.endpointMembers(e)) {
 			return true
 		}

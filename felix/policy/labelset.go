@@ -77,49 +77,103 @@ func (t *labelSets) put(s *labelSet) {
 	}
 }
 
-// ownLabels are an endpoint group's own labels, sorted by key, in one
-// string: each key and value preceded by its length as a uvarint. The
-// lengths make the encoding prefix-free, so two different label sets
-// never have the same string; a label costs a byte or two besides its
-// text, where a map entry costs 32 and more.
-type ownLabels struct{ s string }
+// labelKeys numbers the label keys of a calculator's groups' own
+// labels, with the groups holding each counted: a cluster has a few
+// dozen keys (app, app.kubernetes.io/name, projectcalico.org/namespace,
+// ...) that every group repeats.
+type labelKeys struct {
+	ids   map[string]uint32
+	names []string
+	refs  []int32
+	free  []uint32
+}
 
-func makeOwnLabels(m map[string]string) ownLabels {
-	keys := slices.Sorted(maps.Keys(m))
+func newLabelKeys() *labelKeys { return &labelKeys{ids: map[string]uint32{}} }
+
+// ref returns k's number, taking a reference on it.
+func (t *labelKeys) ref(k string) uint32 {
+	id, ok := t.ids[k]
+	if !ok {
+		k = strings.Clone(k) // not the caller's
+		if n := len(t.free); n > 0 {
+			id, t.free = t.free[n-1], t.free[:n-1]
+			t.names[id] = k
+		} else {
+			id = uint32(len(t.names))
+			t.names, t.refs = append(t.names, k), append(t.refs, 0)
+		}
+		t.ids[k] = id
+	}
+	t.refs[id]++
+	return id
+}
+
+// unref drops a reference taken by ref; the last one frees the number.
+func (t *labelKeys) unref(id uint32) {
+	if t.refs[id]--; t.refs[id] > 0 {
+		return
+	}
+	delete(t.ids, t.names[id])
+	t.names[id] = ""
+	t.free = append(t.free, id)
+}
+
+// ownLabels are an endpoint group's own labels in one string: for each,
+// in key order, its key's number (labelKeys) and its value's length as
+// uvarints, then the value. A number stands for one key while any group
+// holds it and the lengths make the encoding prefix-free, so two
+// different label sets never have the same string. A label costs a few
+// bytes besides its value, where a map entry costs 32 and more.
+type ownLabels struct {
+	s    string
+	keys *labelKeys
+}
+
+func makeOwnLabels(keys *labelKeys, m map[string]string) ownLabels {
+	names := slices.Sorted(maps.Keys(m))
 	n := 0
-	for _, k := range keys {
-		n += len(k) + len(m[k]) + 2*binary.MaxVarintLen64
+	for _, k := range names {
+		n += len(m[k]) + 2*binary.MaxVarintLen32
 	}
 	b := make([]byte, 0, n)
-	for _, k := range keys {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
+	for _, k := range names {
+		b = binary.AppendUvarint(b, uint64(keys.ref(k)))
 		b = binary.AppendUvarint(b, uint64(len(m[k])))
 		b = append(b, m[k]...)
 	}
-	return ownLabels{s: string(b)}
+	return ownLabels{s: string(b), keys: keys}
 }
 
-// next decodes the label at off: its key and value and where the next
-// one starts.
-func (o ownLabels) next(off int) (k, v string, end int) {
-	k, off = o.field(off)
-	v, off = o.field(off)
-	return k, v, off
+// release drops the references on the labels' keys.
+func (o ownLabels) release() {
+	for off := 0; off < len(o.s); {
+		var id uint32
+		id, _, off = o.next(off)
+		o.keys.unref(id)
+	}
 }
 
-func (o ownLabels) field(off int) (string, int) {
+// next decodes the label at off: its key's number, its value and where
+// the next one starts.
+func (o ownLabels) next(off int) (id uint32, v string, end int) {
+	var n uint64
+	n, off = o.uvarint(off)
+	id = uint32(n)
+	n, off = o.uvarint(off)
+	end = off + int(n)
+	return id, o.s[off:end], end
+}
+
+func (o ownLabels) uvarint(off int) (uint64, int) {
 	var n uint64
 	for shift := 0; ; shift += 7 {
 		c := o.s[off]
 		off++
 		n |= uint64(c&0x7f) << shift
 		if c < 0x80 {
-			break
+			return n, off
 		}
 	}
-	end := off + int(n)
-	return o.s[off:end], end
 }
 
 func (o ownLabels) len() int {
@@ -134,9 +188,10 @@ func (o ownLabels) len() int {
 func (o ownLabels) all() iter.Seq2[string, string] {
 	return func(yield func(k, v string) bool) {
 		for off := 0; off < len(o.s); {
-			var k, v string
-			k, v, off = o.next(off)
-			if !yield(k, v) {
+			var id uint32
+			var v string
+			id, v, off = o.next(off)
+			if !yield(o.keys.names[id], v) {
 				return
 			}
 		}
@@ -145,14 +200,16 @@ func (o ownLabels) all() iter.Seq2[string, string] {
 
 // get returns the value of label key and whether there is one.
 func (o ownLabels) get(key string) (string, bool) {
+	want, ok := o.keys.ids[key]
+	if !ok {
+		return "", false // no group has such a label
+	}
 	for off := 0; off < len(o.s); {
-		var k, v string
-		k, v, off = o.next(off)
-		switch {
-		case k == key:
+		var id uint32
+		var v string
+		id, v, off = o.next(off)
+		if id == want {
 			return v, true
-		case k > key:
-			return "", false // sorted: it would have come
 		}
 	}
 	return "", false

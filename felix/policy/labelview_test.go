@@ -89,7 +89,7 @@ func TestLabelViewIsTheMergedLabels(t *testing.T) {
 	}
 	check := func(when string) {
 		for key, ep := range given {
-			g := c.eps[key].g
+			g := c.endpoint(key).g
 			want := mergedLabels(c, ep)
 			v := labelView{g}
 			for _, k := range append(slices.Collect(maps.Keys(want)), keys...) {
@@ -121,15 +121,16 @@ func TestLabelViewIsTheMergedLabels(t *testing.T) {
 	for key := range given {
 		c.DeleteEndpoint(key)
 	}
-	if len(c.groups.scopes) != 0 || len(c.labelSets.byHash) != 0 || len(c.profileUsers) != 0 {
-		t.Errorf("left behind: %d scopes, %d label sets, %d profile users", len(c.groups.scopes), len(c.labelSets.byHash), len(c.profileUsers))
+	if len(c.groups.scopes) != 0 || len(c.labelSets.byHash) != 0 || len(c.profileUsers) != 0 || len(c.keys.ids) != 0 || c.weps.n != 0 {
+		t.Errorf("left behind: %d scopes, %d label sets, %d profile users, label keys %v, %d endpoints",
+			len(c.groups.scopes), len(c.labelSets.byHash), len(c.profileUsers), c.keys.ids, c.weps.n)
 	}
 }
 
 // TestOwnLabelsEncoding: own labels read back as given (keys and values
 // of any length, empty ones, keys that prefix others), get finds
-// exactly the labels there are, and different label sets never encode
-// alike.
+// exactly the labels there are, different label sets never encode
+// alike, and the keys' numbers are freed when the last set goes.
 func TestOwnLabelsEncoding(t *testing.T) {
 	sets := []map[string]string{
 		nil, {}, {"": ""}, {"a": ""}, {"": "a"}, {"a": "b"}, {"ab": ""}, {"a": "", "b": ""}, {"a": "b", "ab": "c"},
@@ -137,8 +138,11 @@ func TestOwnLabelsEncoding(t *testing.T) {
 		{"a\x00b": "c"}, {"a": "\x00b\x80"}, {"\x80": "\x01"},
 	}
 	seen := map[string]int{}
+	keys := newLabelKeys()
+	var made []ownLabels
 	for i, m := range sets {
-		o := makeOwnLabels(m)
+		o := makeOwnLabels(keys, m)
+		made = append(made, o)
 		if j, dup := seen[o.s]; dup && !maps.Equal(sets[j], m) {
 			t.Errorf("%v and %v encode alike", sets[j], m)
 		}
@@ -160,5 +164,14 @@ func TestOwnLabelsEncoding(t *testing.T) {
 				}
 			}
 		}
+		if _, ok := o.get("no such key"); ok {
+			t.Errorf("%v has a label no group has", m)
+		}
+	}
+	for _, o := range made {
+		o.release()
+	}
+	if len(keys.ids) != 0 || len(keys.free) != len(keys.names) {
+		t.Errorf("keys left after every label set went: %v", keys.ids)
 	}
 }

@@ -180,9 +180,7 @@ type groupScope struct {
 type group struct {
 	hash     uint64
 	sc       *groupScope
-	scIdx    int
 	ns, sa   string
-	host     bool      // host endpoints (Endpoint.Host)
 	own      ownLabels // the endpoints' own labels
 	profiles []string
 	ports    []NamedPort
@@ -195,7 +193,9 @@ type group struct {
 	setGen int
 	sets   []*aset
 	// Policies applying to the group (asked for local endpoints only).
-	pols *groupPolicies
+	pols  *groupPolicies
+	scIdx int32 // position in sc.groups
+	host  bool  // host endpoints (Endpoint.Host)
 }
 
 // groupPolicies are the policies applying to a group in evaluation
