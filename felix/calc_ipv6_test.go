@@ -26,7 +26,7 @@ func TestComputePlanIPv6(t *testing.T) {
 	s := newState()
 	v6pool := testPool("v6", "fd00:244::/112", "", true, "")
 	v6pool.Spec.IPIPMode = "Always" // refused by the API; routed natively all the same
-	for _, r := range []api.Resource{
+	s.seed([]api.Resource{
 		testPool("v4", "10.244.0.0/16", "Always", false, "all()"),
 		v6pool,
 		dualNode("a", "192.0.2.1/24", "fd00:10::1/64"),
@@ -34,19 +34,14 @@ func TestComputePlanIPv6(t *testing.T) {
 		dualNode("far", "198.51.100.3/24", "fd00:20::3/64"),
 		testNode("v4only", "192.0.2.4/24", "", nil),
 		testWEP("w1", "a", "cali1", "10.244.1.5/32", "fd00:244::5/128"),
-	} {
-		s.setResource("a", r)
-	}
-	for _, a := range []BlockAffinity{
+	}, []BlockAffinity{
 		{"a", pfx("fd00:244::/122"), AffinityConfirmed},
 		{"a", pfx("fd00:244::40/122"), AffinityPending},
 		{"same", pfx("fd00:244::80/122"), AffinityConfirmed},
 		{"far", pfx("fd00:244::c0/122"), AffinityConfirmed},
 		{"v4only", pfx("fd00:244::100/122"), AffinityConfirmed}, // no IPv6 address: not routable
 		{"same", pfx("10.244.2.0/26"), AffinityConfirmed},
-	} {
-		s.affinities[affKey{a.Node, a.CIDR}] = a
-	}
+	})
 	s.gateway = func(nh netip.Addr) netip.Addr {
 		if nh == addr("fd00:20::3") {
 			return addr("fe80::1").WithZone("eth0") // an RA-learned router

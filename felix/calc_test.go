@@ -14,6 +14,17 @@ func testPool(name, cidr, ipip string, nat bool, sel string) *api.IPPool {
 	return p
 }
 
+// seed gives s the resources as node "a" sees them and the blocks'
+// affinities, as the feed would.
+func (s *state) seed(rs []api.Resource, affs []BlockAffinity) {
+	for _, r := range rs {
+		s.setResource("a", r)
+	}
+	for _, a := range affs {
+		s.affinities[affKey{a.Node, a.CIDR}] = a
+	}
+}
+
 func testNode(name, addr, tunnel string, labels map[string]string) *api.Node {
 	return &api.Node{Metadata: api.ObjectMeta{Name: name, Labels: labels},
 		Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: addr, IPv4IPIPTunnelAddr: tunnel}}}
@@ -32,7 +43,7 @@ var (
 func TestComputePlanRouteShapes(t *testing.T) {
 	cfg := &Config{NodeName: "a"}
 	s := newState()
-	for _, r := range []api.Resource{
+	s.seed([]api.Resource{
 		testPool("always", "10.1.0.0/16", "Always", true, "all()"),
 		testPool("cross", "10.2.0.0/16", "CrossSubnet", false, "role == 'x'"),
 		testPool("never", "10.3.0.0/16", "Never", true, ""),
@@ -41,10 +52,7 @@ func TestComputePlanRouteShapes(t *testing.T) {
 		testNode("far", "198.51.100.3/24", "", nil),
 		testWEP("w1", "a", "cali1", "10.3.0.5/32"),
 		testWEP("w2", "far", "cali9", "10.3.9.9/32"),
-	} {
-		s.setResource("a", r)
-	}
-	for _, a := range []BlockAffinity{
+	}, []BlockAffinity{
 		{"a", pfx("10.3.0.0/26"), AffinityConfirmed},
 		{"a", pfx("10.3.0.64/26"), AffinityPending},
 		{"same", pfx("10.2.1.0/26"), AffinityConfirmed},
@@ -52,9 +60,7 @@ func TestComputePlanRouteShapes(t *testing.T) {
 		{"same", pfx("10.1.1.0/26"), AffinityConfirmed},
 		{"same", pfx("10.3.1.0/26"), AffinityConfirmed},
 		{"far", pfx("10.3.2.0/26"), AffinityPendingDeletion},
-	} {
-		s.affinities[affKey{a.Node, a.CIDR}] = a
-	}
+	})
 	// "far" borrowed 10.2.1.7 from "same"'s block and announces it.
 	s.borrowed[pfx("10.2.1.0/26")] = map[netip.Addr]string{addr("10.2.1.7"): "far"}
 	s.learned[pfx("10.2.1.7/32")] = learnedRoute{nextHop: addr("198.51.100.3"), peer: addr("198.51.100.3")}

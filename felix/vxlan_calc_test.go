@@ -23,22 +23,17 @@ func TestComputePlanVXLAN(t *testing.T) {
 		n.Spec.IPv4VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddr = vtep, VXLANMAC(name).String()
 		return n
 	}
-	for _, r := range []api.Resource{
+	s.seed([]api.Resource{
 		vx,
 		vtepNode("a", "192.0.2.1/24", "10.5.0.0"),
 		vtepNode("same", "192.0.2.2/24", "10.5.1.0"),
 		vtepNode("far", "198.51.100.3/24", "10.5.2.0"),
 		testNode("new", "198.51.100.4/24", "", nil), // no VTEP yet
-	} {
-		s.setResource("a", r)
-	}
-	for _, a := range []BlockAffinity{
+	}, []BlockAffinity{
 		{"same", pfx("10.5.1.0/26"), AffinityConfirmed},
 		{"far", pfx("10.5.2.0/26"), AffinityConfirmed},
 		{"new", pfx("10.5.4.0/26"), AffinityConfirmed},
-	} {
-		s.affinities[affKey{a.Node, a.CIDR}] = a
-	}
+	})
 	s.borrowed[pfx("10.5.1.0/26")] = map[netip.Addr]string{addr("10.5.1.9"): "far"}
 
 	p := computePlan(cfg, s)
@@ -81,21 +76,16 @@ func TestComputePlanVXLANv6(t *testing.T) {
 		n.Spec.IPv6VXLANTunnelAddr, n.Spec.VXLANTunnelMACAddrV6 = vtep6, VXLANMACV6(name).String()
 		return n
 	}
-	for _, r := range []api.Resource{
+	s.seed([]api.Resource{
 		vx, testPool("v4", "10.5.0.0/16", "Never", false, "all()"),
 		vtepNode("a", "192.0.2.1/24", "fd00:10:1::1/64", "fd00:5::"),
 		vtepNode("same", "192.0.2.2/24", "fd00:10:1::2/64", "fd00:5::40"),
 		vtepNode("far", "198.51.100.3/24", "fd00:10:2::3/64", "fd00:5::80"),
-	} {
-		s.setResource("a", r)
-	}
-	for _, a := range []BlockAffinity{
+	}, []BlockAffinity{
 		{"same", pfx("fd00:5::40/122"), AffinityConfirmed},
 		{"far", pfx("fd00:5::80/122"), AffinityConfirmed},
 		{"far", pfx("10.5.2.0/26"), AffinityConfirmed},
-	} {
-		s.affinities[affKey{a.Node, a.CIDR}] = a
-	}
+	})
 	s.borrowed[pfx("fd00:5::40/122")] = map[netip.Addr]string{addr("fd00:5::49"): "far"}
 
 	p := computePlan(cfg, s)

@@ -43,23 +43,18 @@ func TestComputePlanWireguard(t *testing.T) {
 	}
 	b := nodeWithKey("b", "192.0.2.2/24", kb)
 	b.Spec.IPv4VXLANTunnelAddr = "10.9.0.2"
-	for _, r := range []api.Resource{
+	s.seed([]api.Resource{
 		testPool("p", "10.3.0.0/16", "Always", false, "all()"),
 		nodeWithKey("a", "192.0.2.1/24", wgKey(t)),
 		b,
 		nodeWithKey("c", "192.0.2.3/24", ""),
 		nodeWithKey("d", "192.0.2.4/24", kb), // the same key as b: a clone
-	} {
-		s.setResource("a", r)
-	}
-	for _, a := range []BlockAffinity{
+	}, []BlockAffinity{
 		{"a", pfx("10.3.0.0/26"), AffinityConfirmed},
 		{"b", pfx("10.3.1.0/26"), AffinityConfirmed},
 		{"c", pfx("10.3.2.0/26"), AffinityConfirmed},
 		{"d", pfx("10.3.3.0/26"), AffinityConfirmed},
-	} {
-		s.affinities[affKey{a.Node, a.CIDR}] = a
-	}
+	})
 	s.learned[pfx("10.3.2.9/32")] = learnedRoute{nextHop: addr("192.0.2.2"), peer: addr("192.0.2.2")} // borrowed by b from c's block
 	s.learned[pfx("172.16.0.0/16")] = learnedRoute{nextHop: addr("192.0.2.254"), peer: addr("192.0.2.254")}
 	s.borrowed[pfx("10.3.2.0/26")] = map[netip.Addr]string{addr("10.3.2.9"): "b"}
