@@ -49,8 +49,13 @@ type LockedModel struct {
 	version, staged64 atomic.Uint64
 }
 
-// endsCap bounds LockedModel.ends; past it the cache starts again.
-const endsCap = 65536
+// endsCap and pairsCap bound LockedModel.ends (an End with its labels
+// is a few hundred bytes) and LockedModel.unstaged; past them a cache
+// starts again empty.
+const (
+	endsCap  = 4096
+	pairsCap = 16384
+)
 
 // changed marks a change (the lock held): names are asked again.
 func (m *LockedModel) changed() {
@@ -106,7 +111,7 @@ func (m *LockedModel) Describe(f policy.Flow) (src, dst End, staged []policy.Sta
 		// NewLockedModel never holds.
 		staged, _ = m.calc.ExplainStaged(f, m.calc.Explain(f), m.staged)
 		if len(staged) == 0 {
-			if len(m.unstaged) >= endsCap {
+			if len(m.unstaged) >= pairsCap {
 				clear(m.unstaged)
 			}
 			if m.unstaged == nil {
