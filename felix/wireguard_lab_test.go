@@ -203,6 +203,28 @@ func (l *wgLab) waitRoute(n *wgNode, dst, want string) {
 	})
 }
 
+// waitThroughWireguard waits until a and b route each other's blocks
+// through wg.routed and a's pod reaches b's.
+func (l *wgLab) waitThroughWireguard(a, b *wgNode) {
+	l.t.Helper()
+	l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
+	l.waitRoute(b, a.block, "dev "+wireguard.DeviceV4)
+	l.waitPing(a, b.pod, 20*time.Second)
+}
+
+// expectEncrypted pings b's pod from a's with the secret as payload and
+// fails the test (saying when, as what says) if the payload crossed a's
+// uplink in clear or no WireGuard packet did.
+func (l *wgLab) expectEncrypted(a, b *wgNode, what string) {
+	t := l.t
+	t.Helper()
+	stop := capture(t, a, "192.0.2.2")
+	l.ping(a, b.pod, 5, "0.05", "1", secretHex)
+	if pcap := stop(); bytes.Contains(pcap, []byte(secret)) || udpPackets(t, pcap, wireguard.PortV4) == 0 {
+		t.Errorf("%s: payload in clear, or no WireGuard packets", what)
+	}
+}
+
 func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
@@ -356,14 +378,8 @@ func TestWireguardEncryptsPodTraffic(t *testing.T) {
 	// On again: encrypted again, with the same keys (kept in the state dir).
 	a.f.SetWireguard(true, false)
 	b.f.SetWireguard(true, false)
-	l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
-	l.waitRoute(b, a.block, "dev "+wireguard.DeviceV4)
-	l.waitPing(a, b.pod, 20*time.Second)
-	stop = capture(t, a, "192.0.2.2")
-	l.ping(a, b.pod, 5, "0.05", "1", secretHex)
-	if pcap := stop(); bytes.Contains(pcap, []byte(secret)) || udpPackets(t, pcap, wireguard.PortV4) == 0 {
-		t.Error("after turning WireGuard on again: payload in clear, or no WireGuard packets")
-	}
+	l.waitThroughWireguard(a, b)
+	l.expectEncrypted(a, b, "after turning WireGuard on again")
 }
 
 // TestWireguardHoldsTrafficToNodesWithoutKey: node-b runs without
@@ -413,14 +429,8 @@ func TestWireguardHoldsTrafficToNodesWithoutKey(t *testing.T) {
 			}
 			// node-b turns WireGuard on: its key appears, traffic flows, encrypted.
 			b.f.SetWireguard(true, false)
-			l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
-			l.waitRoute(b, a.block, "dev "+wireguard.DeviceV4)
-			l.waitPing(a, b.pod, 20*time.Second)
-			stop = capture(t, a, "192.0.2.2")
-			l.ping(a, b.pod, 5, "0.05", "1", secretHex)
-			if pcap := stop(); bytes.Contains(pcap, []byte(secret)) || udpPackets(t, pcap, wireguard.PortV4) == 0 {
-				t.Error("after node-b's key appeared: payload in clear or no WireGuard packets")
-			}
+			l.waitThroughWireguard(a, b)
+			l.expectEncrypted(a, b, "after node-b's key appeared")
 		})
 	}
 }
@@ -586,7 +596,5 @@ func TestWireguardFelixConfigurationOverride(t *testing.T) {
 	for _, n := range []*wgNode{a, b} {
 		n.f.SetWireguardOverride(nil, nil)
 	}
-	l.waitRoute(a, b.block, "dev "+wireguard.DeviceV4)
-	l.waitRoute(b, a.block, "dev "+wireguard.DeviceV4)
-	l.waitPing(a, b.pod, 20*time.Second)
+	l.waitThroughWireguard(a, b)
 }
