@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/kernel/nldump"
 )
 
 // Host endpoints found by address. A HostEndpoint of this node that
@@ -46,8 +47,13 @@ func (l *loop) hostAddrs(wanted map[netip.Addr]bool) (heldAddrs, error) {
 	if len(wanted) == 0 {
 		return held, nil
 	}
-	addrs, err := l.h.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return l.h.AddrList(nil, netlink.FAMILY_ALL) })
 	if err != nil {
+		// Nothing else may come to look again (the change that broke
+		// the dump may be a pod's device, which is not watched): an
+		// interface that should be governed would stay open until the
+		// resync.
+		l.lookAgainSoon()
 		return nil, fmt.Errorf("felix: listing addresses: %w", err)
 	}
 	names := map[int]string{}
@@ -71,6 +77,21 @@ func (l *loop) hostAddrs(wanted map[netip.Addr]bool) (heldAddrs, error) {
 		slices.Sort(held[ip])
 	}
 	return held, nil
+}
+
+// lookAgainSoon queues hostAddrsChanged on the loop in a second (once,
+// however many lookups fail meanwhile).
+func (l *loop) lookAgainSoon() {
+	if !l.hosts.again.CompareAndSwap(false, true) {
+		return
+	}
+	f := l.f
+	time.AfterFunc(time.Second, func() {
+		f.enqueue(func(l *loop) {
+			l.hosts.again.Store(false)
+			l.hostAddrsChanged()
+		})
+	})
 }
 
 // isWorkloadIface reports whether name is a pod's device.

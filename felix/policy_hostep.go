@@ -23,7 +23,9 @@ type hostState struct {
 	byIP map[string]*hostByIP
 	// watched are the addresses whose changes the address watch passes
 	// on (watchAddrs); its goroutine reads them.
-	watched    atomic.Pointer[map[netip.Addr]bool]
+	watched atomic.Pointer[map[netip.Addr]bool]
+	// again says a lookup that failed has queued another (lookAgainSoon).
+	again      atomic.Bool
 	peersDirty bool
 	// uplinks are the interfaces holding this node's IPv4 and IPv6
 	// addresses ("" unknown), whose host endpoints govern WireGuard's

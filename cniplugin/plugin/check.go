@@ -20,6 +20,7 @@ import (
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/kernel"
+	"github.com/routed-net/routed/pkg/kernel/nldump"
 )
 
 // errCheck marks a CHECK that found the attachment differing from what
@@ -214,9 +215,9 @@ func readSysctl(path string) (string, error) {
 }
 
 func addrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	return retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, family) })
+	return nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(link, family) })
 }
 
 func routeList(link netlink.Link, family int) ([]netlink.Route, error) {
-	return retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(link, family) })
+	return nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(link, family) })
 }
