@@ -198,6 +198,13 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 			})
 		}
 	}
+	inSync := n.feed.Synced
+	if n.felix != nil {
+		inSync = func() bool { return n.feed.Synced() && n.felix.Applied() }
+	}
+	g.Go("start-up heap", supervise.Restart, func(ctx context.Context) error {
+		return releaseStartHeap(ctx, inSync, log.WithField("component", "daemon"))
+	})
 	if n.cni != nil {
 		// The plugins use etcd directly while it is down.
 		g.Go("cni socket", supervise.Restart, n.cni.Run)
