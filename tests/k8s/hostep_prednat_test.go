@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,9 +24,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/routed-net/routed/felix/policy"
-	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/felix"
+	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/feed"
 	k8scluster "github.com/routed-net/routed/tests/k8s/cluster"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
@@ -41,7 +44,8 @@ var (
 )
 
 // pdnHostModel is what an operator applies (Calico's documents, decoded
-// as routedctl apply decodes them): a HostEndpoint for the node's
+// as routedctl apply decodes them, stored in routed's datastore): the
+// profile of the pod and the host endpoint, a HostEndpoint for the node's
 // external interface eth0 with Calico's allow-all profile, and the
 // preDNAT policy nodeport: the denied client may not reach the NodePort,
 // the allowed one may.
@@ -76,15 +80,19 @@ spec:
 // network namespace runs the real kube-proxy (iptables mode, as the
 // cluster of `make k8s-demo` runs it; tests/k8s/cluster) against the
 // package's kube-apiserver, for a NodePort Service whose one endpoint is
-// a pod (its own namespace, a cali veth, routed as routed's CNI does)
-// serving TCP; routed's policy dataplane (felix/policy on nftables)
-// programs the node namespace. Two client addresses beyond the node's
-// eth0 connect to the node's address on the NodePort with real TCP and
-// must get the pod's answer: both do before any policy; with the
+// a pod (its own namespace, a cali veth, wired as routed's CNI wires
+// it) serving TCP; felix runs for the node in that namespace, fed by the
+// node's feed from routed's datastore (a real etcd), where the test
+// writes the resources. Two client addresses beyond the node's eth0
+// connect to the node's address on the NodePort with real TCP and must
+// get the pod's answer: both do before any host endpoint; with the
 // HostEndpoint on eth0 and the preDNAT policy (deny one source, allow
-// the other), the allowed client reaches the pod and the denied one
-// never does, sampled together over many rounds; with the policy
-// deleted the denied client gets through again.
+// the other) stored, the denied client is stopped, and over many rounds
+// sampled together the allowed one connects in each and the denied one
+// in none; with the policy deleted the denied client gets through
+// again. The rules name the NodePort, which only a pre-DNAT verdict
+// sees: the same policy without preDNAT stops the allowed client too
+// (after the DNAT the port is the pod's 8080).
 //
 // IPv4 only: the test cluster's Services are single-stack IPv4
 // (kube-apiserver's --service-cluster-ip-range=10.96.0.0/16), so no
@@ -151,41 +159,45 @@ func TestHostEndpointPreDNATNodePort(t *testing.T) {
 	reaches("kube-proxy's NodePort, no policy", 45*time.Second, pdnDenied, pdnAllowed)
 	t.Logf("kube-proxy serves NodePort %d in %s", nodePort, time.Since(start).Round(100*time.Millisecond))
 
-	m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(node.Fd())}})
-	if err != nil {
+	// routed's side, as on a node: the resources in routed's datastore
+	// (a real etcd), the node's feed from it, felix programming the node
+	// namespace. The pod's endpoint first, with no host endpoint.
+	store := dstest.Client(t)
+	if err := store.EnsureDefaultTiers(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	if err := m.SetEndpoint(policy.Endpoint{Key: nodeName + "-k8s-pdn-web-eth0", Iface: "calipdn0", Local: true, Node: nodeName,
-		Namespace: "pdn", Profiles: []string{api.DefaultAllowProfile}, IPs: []netip.Prefix{netip.PrefixFrom(pdnPod, 32)},
-		Labels: map[string]string{"app": "web"}}); err != nil {
-		t.Fatal(err)
-	}
+	wep := &api.WorkloadEndpoint{Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(nodeName, "k8s", "pdn", "web", "", "eth0"), Namespace: "pdn",
+		Labels: map[string]string{"app": "web"}},
+		Spec: api.WorkloadEndpointSpec{Node: nodeName, Orchestrator: "k8s", Namespace: "pdn", Pod: "web", ContainerID: "c0ffee" + id, Endpoint: "eth0",
+			InterfaceName: "calipdn0", ContainerInterface: "eth0", IPNetworks: []string{netip.PrefixFrom(pdnPod, 32).String()},
+			Profiles: []string{api.DefaultAllowProfile}}}
 	docs, err := api.Decode([]byte(fmt.Sprintf(pdnHostModel, nodeName, pdnDenied, pdnAllowed, nodePort)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var preDNAT api.Policy
-	for _, r := range docs.Resources {
-		switch r := r.(type) {
-		case *api.Profile:
-			err = m.SetProfile(r)
-		case *api.HostEndpoint:
-			err = m.SetHostEndpoint(r, true)
-		case api.Policy:
-			preDNAT, err = r, m.SetPolicy(r)
-		default:
-			err = fmt.Errorf("unexpected %T", r)
-		}
-		if err != nil {
-			t.Fatal(err)
+	apply := func(rs ...api.Resource) {
+		t.Helper()
+		for _, r := range rs {
+			if _, err := store.Apply(ctx, r); err != nil {
+				t.Fatalf("apply %s %s: %v", r.GetKind(), r.Meta().Name, err)
+			}
 		}
 	}
-	if err := m.Apply(ctx); err != nil {
-		t.Fatal(err)
-	}
+	profile, hostModel := docs.Resources[0], docs.Resources[1:]
+	apply(profile, wep)
+	startFelix(t, store, node, nodeName)
+	reaches("kube-proxy's NodePort, felix running, no host endpoint", 30*time.Second, pdnDenied, pdnAllowed)
 
 	start = time.Now()
+	apply(hostModel...)
+	if err := k8scluster.WaitFor(ctx, 30*time.Second, "the denied client stopped by the preDNAT policy", func() error {
+		if err := connect(pdnDenied, 300*time.Millisecond); err == nil {
+			return fmt.Errorf("%s still reaches the pod through NodePort %d", pdnDenied, nodePort)
+		}
+		return nil
+	}); err != nil {
+		pdnFail(t, node, proxyLog, err)
+	}
 	reaches("the allowed client through the preDNAT policy", 15*time.Second, pdnAllowed)
 	// Sampled together: the allowed client keeps connecting while the
 	// denied one, over as many attempts, never does.
@@ -198,13 +210,45 @@ func TestHostEndpointPreDNATNodePort(t *testing.T) {
 			pdnFail(t, node, proxyLog, fmt.Errorf("round %d: the denied client %s reached the pod through NodePort %d past the preDNAT deny", i, pdnDenied, nodePort))
 		}
 	}
-	t.Logf("preDNAT: %d rounds, the allowed client connected in each, the denied one in none (%s)", rounds, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("preDNAT: %d rounds, the allowed client connected in each, the denied one in none (%s since the apply)", rounds, time.Since(start).Round(100*time.Millisecond))
 
-	m.DeletePolicy(policy.PolicyKey(preDNAT))
-	if err := m.Apply(ctx); err != nil {
+	gnp := hostModel[len(hostModel)-1]
+	cur, err := store.Get(ctx, gnp.GetKind(), api.StoreName(gnp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, gnp.GetKind(), api.StoreName(gnp), cur.Meta().ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
 	reaches("the denied client with the policy deleted", 15*time.Second, pdnDenied, pdnAllowed)
+}
+
+// startFelix runs felix for nodeName in the node namespace, fed from
+// store by the node's feed, as routed-node runs it (IPIP and NAT
+// outgoing off: the test has no pool); both stop when the test ends.
+func startFelix(t *testing.T, store *datastore.Client, node ns.NetNS, nodeName string) {
+	t.Helper()
+	f, err := felix.New(felix.Config{NodeName: nodeName, NetNSPath: node.Path(), MTUFile: filepath.Join(t.TempDir(), "mtu"),
+		Features: felix.Features{DisableIPIP: true, DisableNATOutgoing: true},
+		Log:      logrus.WithField("component", "felix").WithField("node", nodeName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fd := feed.New(store, feed.Options{})
+	fc := f.Consumer()
+	fd.Subscribe("felix", fc.SubscribedKinds(), fc)
+	done := make(chan error, 2)
+	go func() { done <- f.Run(ctx) }()
+	go func() { done <- fd.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for i := 0; i < 2; i++ {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("felix or its feed returned %v", err)
+			}
+		}
+	})
 }
 
 // pdnNetwork wires the test's namespaces: the node's eth0 (pdnNode/24)
