@@ -17,11 +17,13 @@ const (
 	ctSlotBytes = 4096
 )
 
-// mmsghdr is struct mmsghdr (linux/socket.h).
+// mmsghdr is struct mmsghdr (linux/socket.h). Go pads it as C does on
+// every architecture (to the alignment of Msghdr's pointers: 64 bytes
+// on 64-bit, 32 on 32-bit), where a written-out 4-byte pad was right on
+// 64-bit only.
 type mmsghdr struct {
 	hdr unix.Msghdr
 	len uint32
-	_   [4]byte
 }
 
 // ctRecv reads many datagrams of a netlink socket with one system call
