@@ -338,6 +338,12 @@ func pdnService(ctx context.Context, t *testing.T, kube kubernetes.Interface, no
 			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}},
 		metav1.CreateOptions{})
 	must(err)
+	// The package's API server runs no namespace controller: the
+	// namespace's deletion would leave these behind for later tests.
+	t.Cleanup(func() {
+		_ = kube.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), "web-a", metav1.DeleteOptions{})
+		_ = kube.CoreV1().Services(ns).Delete(context.Background(), "web", metav1.DeleteOptions{})
+	})
 	nodePort := svc.Spec.Ports[0].NodePort
 	if nodePort == 0 {
 		t.Fatalf("Service %s/web got no NodePort: %+v", ns, svc.Spec)
