@@ -2,6 +2,7 @@ package felix
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -65,9 +66,19 @@ func (l *loop) hostAddrs(wanted map[netip.Addr]bool) (heldAddrs, error) {
 		ip = ip.Unmap()
 		name, ok := names[a.LinkIndex]
 		if !ok {
-			if link, err := l.h.LinkByIndex(a.LinkIndex); err == nil {
+			link, err := l.h.LinkByIndex(a.LinkIndex)
+			var gone netlink.LinkNotFoundError
+			switch {
+			case err == nil:
 				name = link.Attrs().Name
-			} // else gone since the dump: its addresses went with it
+			case errors.As(err, &gone):
+				// gone since the dump: its addresses went with it
+			default:
+				// Not known to be gone: counting it as holding nothing
+				// would leave it unpoliced until something else moved.
+				l.lookAgainSoon()
+				return nil, fmt.Errorf("felix: the interface holding %s (index %d): %w", ip, a.LinkIndex, err)
+			}
 			names[a.LinkIndex] = name
 		}
 		if name == "" || l.isWorkloadIface(name) || slices.Contains(held[ip], name) {

@@ -155,8 +155,8 @@ func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
 	held, err := l.hostAddrs(addrSet(h.Spec.ExpectedIPs))
 	if err != nil {
 		// Keep what was found before (nothing, for a new endpoint) and
-		// look again at the next change or resync.
-		l.log.WithError(err).WithField("name", name).Warn("host endpoint: cannot list this host's addresses; looked up again at the next address change or resync")
+		// look again in a second (hostAddrs queued it).
+		l.log.WithError(err).WithField("name", name).Warn("host endpoint: cannot list this host's addresses; looked up again in a second")
 	} else {
 		l.noteFound(e, held.holding(h.Spec.ExpectedIPs))
 	}
