@@ -63,6 +63,11 @@ func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 
 	l.stop(b)
 	run(t, "ip", "-n", b.ns.Name, "link", "del", "wg.routed")
+	// The crashed routed's wireguard-go goes with its process: stop it
+	// here (the new felix makes a device of its own).
+	if err := b.f.CloseWireguard(); err != nil {
+		t.Error(err)
+	}
 	f, err := felix.New(b.cfg)
 	if err != nil {
 		t.Fatal(err)

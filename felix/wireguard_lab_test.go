@@ -102,6 +102,12 @@ func newWGLab(t *testing.T, mutate func(node string, cfg *felix.Config)) *wgLab 
 		l.start(n)
 		t.Cleanup(func() {
 			l.stop(n)
+			// The userspace device outlives Run (in this process): stop
+			// it, or it keeps running after the test, greeting a peer
+			// whose namespace is gone ("network is unreachable").
+			if err := n.f.CloseWireguard(); err != nil {
+				t.Errorf("%s: %v", n.name, err)
+			}
 			if t.Failed() {
 				for _, e := range hook.AllEntries() {
 					t.Logf("%s log %s: %s %v", n.name, e.Level, e.Message, e.Data)

@@ -224,6 +224,24 @@ func (f *Felix) SetWireguardOverride(v4, v6 *bool) {
 	})
 }
 
+// CloseWireguard stops the WireGuard devices this process runs: a
+// userspace device (wireguard-go, in this process) and its link go, a
+// kernel device stays. The devices outlive Run on purpose (a restarted
+// loop keeps their sessions), so whoever ends felix for good (a test's
+// cleanup) calls this after the last Run has returned; it refuses while
+// Run is active.
+func (f *Felix) CloseWireguard() error {
+	if !f.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("felix: closing WireGuard devices: %w", ErrAlreadyRunning)
+	}
+	defer f.running.Store(false)
+	var errs []error
+	for _, d := range f.wg.dev {
+		errs = append(errs, d.Close())
+	}
+	return errors.Join(errs...)
+}
+
 // RotateWireguardKeys makes new private keys for the families that are
 // on, programs them and publishes the new public keys; it returns them
 // ("" for a family that is off).

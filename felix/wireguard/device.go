@@ -200,6 +200,28 @@ func (d *Device) remove(h *netlink.Handle) error {
 	return errors.Join(err, deleteLink(h, d.Name))
 }
 
+// Close releases the device held by this process: a userspace device
+// (wireguard-go) stops, and its link goes with it; a kernel device's link
+// stays (the kernel keeps encrypting) and only the configuration client
+// closes. A later Apply makes or adopts the device again. For the end of
+// the process (or of a test), never while Apply may run.
+func (d *Device) Close() error {
+	if d.dev == nil {
+		return nil
+	}
+	var err error
+	if k, ok := d.dev.(*kernelDev); ok {
+		err = k.c.Close()
+	} else {
+		err = d.dev.close()
+	}
+	d.dev, d.have = nil, nil
+	if err != nil {
+		return fmt.Errorf("wireguard: closing %s: %w", d.Name, err)
+	}
+	return nil
+}
+
 // diff is the configuration that turns have into want, and how many
 // changes it holds.
 func diff(have *wgtypes.Device, want Desired) (wgtypes.Config, int) {
