@@ -49,8 +49,15 @@ import (
 const (
 	// hostBootstrapKeepalive is the keepalive of a peer not confirmed
 	// yet: the device greets it (a handshake) as soon as it is
-	// configured and again every interval until one succeeds.
+	// configured and again every interval until one succeeds; the end of
+	// the pair that does not greet first waits hostGreetGrace before.
 	hostBootstrapKeepalive = 5 * time.Second
+	// hostGreetGrace is how long the end of a pair that does not greet
+	// first (wireguard.GreetsFirst) waits for the other end's handshake
+	// before it greets too: both greeting at once can leave a session
+	// that only works one way until WireGuard's 15-s rekey (see the
+	// wireguard package's kick).
+	hostGreetGrace = time.Second
 	// hostCheckEvery is how often the device is read for new handshakes
 	// while some peer is not confirmed.
 	hostCheckEvery = time.Second
@@ -88,12 +95,15 @@ type wgHostState struct {
 	// rx and rxAt: the bytes received from each peer and when they last
 	// grew; lostAt: when a peer was last found silent (a new handshake
 	// after it confirms it again).
-	rx      [2]map[wgtypes.Key]int64
-	rxAt    [2]map[wgtypes.Key]time.Time
-	lostAt  [2]map[wgtypes.Key]time.Time
-	epoch   [2]int       // the device key epoch ok is for
-	checkAt [2]time.Time // last read of the handshakes
-	queued  bool         // a recheck is queued on the loop
+	rx     [2]map[wgtypes.Key]int64
+	rxAt   [2]map[wgtypes.Key]time.Time
+	lostAt [2]map[wgtypes.Key]time.Time
+	// waitFrom: since when this node has waited for the handshake of a
+	// peer that greets first (hostGreetGrace).
+	waitFrom [2]map[wgtypes.Key]time.Time
+	epoch    [2]int       // the device key epoch ok is for
+	checkAt  [2]time.Time // last read of the handshakes
+	queued   bool         // a recheck is queued on the loop
 	// clear are the nodes whose host traffic goes in clear, and why;
 	// enc the nodes whose host traffic is encrypted (for status and to
 	// log changes).
@@ -135,8 +145,25 @@ func (l *loop) hostKeepalive(fam int, p wgtypes.Key) time.Duration {
 	case !h.on:
 		return 0
 	case !h.ok[fam][p]:
-		return hostBootstrapKeepalive
+		if wireguard.GreetsFirst(l.f.wg.key[fam].PublicKey(), p) {
+			return hostBootstrapKeepalive
+		}
+		// The peer greets first: greet too only if its handshake has
+		// not come within the grace (it may not encrypt host traffic).
+		if h.waitFrom[fam] == nil {
+			h.waitFrom[fam] = map[wgtypes.Key]time.Time{}
+		}
+		since, ok := h.waitFrom[fam][p]
+		if !ok {
+			since = time.Now()
+			h.waitFrom[fam][p] = since
+		}
+		if time.Since(since) >= hostGreetGrace {
+			return hostBootstrapKeepalive
+		}
+		return 0
 	}
+	delete(h.waitFrom[fam], p)
 	_, keepalive, _ := l.hostSilence()
 	return keepalive
 }
@@ -242,6 +269,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 	changed := false
 	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil {
 		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
+		h.waitFrom[fam] = map[wgtypes.Key]time.Time{}
 		h.rx[fam], h.rxAt[fam], h.lostAt[fam] = map[wgtypes.Key]int64{}, map[wgtypes.Key]time.Time{}, map[wgtypes.Key]time.Time{}
 	}
 	peers := map[wgtypes.Key]bool{}
@@ -261,6 +289,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 			delete(h.rx[fam], k)
 			delete(h.rxAt[fam], k)
 			delete(h.lostAt[fam], k)
+			delete(h.waitFrom[fam], k)
 		}
 	}
 	silent, _, check := l.hostSilence()

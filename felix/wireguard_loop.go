@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -23,6 +24,7 @@ type wgState struct {
 	key        [2]wgtypes.Key
 	hasKey     [2]bool
 	keyErr     [2]error
+	keyKnown   [2]bool              // the key was loaded from its file (Desired.KnownKey)
 	devErr     [2]error             // the last Apply's, for status
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
@@ -121,6 +123,8 @@ func (l *loop) syncWireguard(full bool) error {
 			continue
 		}
 		if !w.hasKey[fam] {
+			_, statErr := os.Stat(w.keys[fam].Path)
+			w.keyKnown[fam] = statErr == nil
 			key, err := w.keys[fam].LoadOrCreate()
 			if err != nil {
 				if w.keyErr[fam] == nil || w.keyErr[fam].Error() != err.Error() {
@@ -134,7 +138,7 @@ func (l *loop) syncWireguard(full bool) error {
 		}
 		l.st.wg.own[fam] = w.key[fam].PublicKey()
 		want := wireguard.Desired{Up: true, PrivateKey: w.key[fam], Port: l.plan.wg[fam].port, MTU: l.wgMTU(fam),
-			FirewallMark: wireguard.FirewallMark, Peers: map[wgtypes.Key]wireguard.Peer{}}
+			FirewallMark: wireguard.FirewallMark, Peers: map[wgtypes.Key]wireguard.Peer{}, KnownKey: w.keyKnown[fam]}
 		for _, p := range l.plan.wg[fam].peers {
 			peer := *p
 			peer.Keepalive = l.hostKeepalive(fam, p.PublicKey)
@@ -263,7 +267,7 @@ func (f *Felix) RotateWireguardKeys(ctx context.Context) ([2]string, error) {
 				r.err = errors.Join(r.err, err)
 				continue
 			}
-			w.key[fam], w.hasKey[fam] = key, true
+			w.key[fam], w.hasKey[fam], w.keyKnown[fam] = key, true, true
 			r.pub[fam] = key.PublicKey().String()
 		}
 		l.planDirty = true

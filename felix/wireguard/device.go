@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,12 @@ type Desired struct {
 	// FirewallMark and HostRule.
 	FirewallMark int
 	Peers        map[wgtypes.Key]Peer
+	// KnownKey: the private key was loaded from its file, not made for
+	// this start, so peers may still hold sessions with it (a restart):
+	// a new device then greets every peer at once (kick). A new key has
+	// no sessions anywhere, and its peers are learning it at the same
+	// moment: only the peers this device greets first are greeted.
+	KnownKey bool
 }
 
 // Device reconciles one WireGuard device (one family). Not safe for
@@ -126,7 +133,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			d.keyEpoch++ // a rotation: the sessions of the old key end
 			d.keyAt = time.Now()
 		}
-		fresh := d.fresh && kick(&cfg)
+		fresh := d.fresh && kick(&cfg, d.want.PrivateKey.PublicKey(), d.want.KnownKey)
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
 			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
@@ -157,25 +164,40 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 	return h.LinkByName(d.Name)
 }
 
-// kick makes a new device greet every peer at once. A device made again
+// kick makes a new device greet its peers at once. A device made again
 // (wireguard-go dies with routed) has no sessions while its peers still
 // send with theirs, which it cannot read; they would notice only after
 // WireGuard's keepalive and rekey timeouts (about 15 s). A peer given a
 // persistent keepalive sends one when it starts, and with no session
 // that is a handshake, so the peers have new sessions within a round
 // trip; unkick then turns the keepalives off again.
+// With a new key (all, false) only the peers this device greets first
+// (GreetsFirst) are kicked: two devices that learn each other at the
+// same moment (a cluster's first start, a node joining while its peers
+// bootstrap host encryption) would otherwise both initiate at once, and
+// wireguard-go, which handles a peer's handshake messages on several
+// goroutines, can then complete one side's handshake under the index of
+// its response to the other side's initiation: the handshake counts as
+// done on both ends, yet everything the other end sends is dropped
+// (unknown receiver index) until the 15-s rekey, seen as host
+// connections stalling for 15-20 s after both nodes reported encryption.
 // It reports whether cfg has peers to greet.
-func kick(cfg *wgtypes.Config) bool {
+func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 	every := time.Second
 	any := false
 	for i := range cfg.Peers {
-		if !cfg.Peers[i].Remove {
+		if !cfg.Peers[i].Remove && (all || GreetsFirst(own, cfg.Peers[i].PublicKey)) {
 			cfg.Peers[i].PersistentKeepaliveInterval = &every
 			any = true
 		}
 	}
 	return any
 }
+
+// GreetsFirst reports whether the device with public key own starts the
+// handshake with peer when both could (the lower key does): only one
+// end of a pair greets at once (see kick).
+func GreetsFirst(own, peer wgtypes.Key) bool { return bytes.Compare(own[:], peer[:]) < 0 }
 
 // unkick puts each greeted peer's keepalive back to the wanted one.
 func unkick(cfg wgtypes.Config, want map[wgtypes.Key]Peer) wgtypes.Config {
