@@ -56,8 +56,13 @@ const (
 	// first (wireguard.GreetsFirst) waits for the other end's handshake
 	// before it greets too: both greeting at once can leave a session
 	// that only works one way until WireGuard's 15-s rekey (see the
-	// wireguard package's kick).
-	hostGreetGrace = time.Second
+	// wireguard package's kick). Longer than WireGuard's handshake retry
+	// (5 s and up to 1/3 s of jitter): the first end's greeting often
+	// reaches this one before it has the first end's key (both learn
+	// each other's at once) and is retried then; greeting at 1 s crossed
+	// that retry or a rotated device's own initiation (1 of 7 rotations
+	// under load still broke).
+	hostGreetGrace = 7 * time.Second
 	// hostCheckEvery is how often the device is read for new handshakes
 	// while some peer is not confirmed.
 	hostCheckEvery = time.Second
