@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -17,7 +18,7 @@ import (
 func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "Carry another system's cluster state over to routed"}
 	var from datastore.Config
-	var dryRun bool
+	var dryRun, acceptLoss bool
 	var kubeconfig string
 	calico := &cobra.Command{
 		Use:   "calico (--from-etcd URL | --from-kubeconfig FILE)",
@@ -48,10 +49,22 @@ names it. --dry-run prints the plan without writing. What cannot be
 carried over (a refused Calico field, a block outside the carried pools,
 an allocation type routed lacks, a kind routed has no counterpart for)
 is listed with what is lost; the rest is carried. An interrupted run
-completes when run again. Calico's datastore is only read.`,
+completes when run again. Calico's datastore is only read.
+
+Policy is never weakened silently. A Calico resource that enforces or
+shapes policy (a network policy, tier, profile, network set, host
+endpoint, a FelixConfiguration setting failsafe ports, endpoint-to-host
+action or WireGuard, a kind routed does not know) and cannot be carried
+is listed as a POLICY LOSS with what routed would allow without it, and
+the run (dry run included) writes nothing and exits non-zero. Fix it in
+Calico and run again, or pass --accept-policy-loss to carry the rest
+without it. Where a narrower form exists it is carried instead and
+listed as "Narrowed": an Allow or Log rule with an HTTP match is
+dropped, a Deny rule with one keeps its other matches (routed runs no
+application-layer proxy); routed then denies at least what Calico did.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := migrate.Options{DryRun: dryRun, Progress: func(it migrate.Item) {
+			opts := migrate.Options{DryRun: dryRun, AcceptPolicyLoss: acceptLoss, Progress: func(it migrate.Item) {
 				fmt.Fprintf(g.errOut, "created %s %s\n", it.Kind, it.Name)
 			}}
 			run, err := migrationSource(cmd, from, kubeconfig)
@@ -61,7 +74,10 @@ completes when run again. Calico's datastore is only read.`,
 			return g.with(func(c *datastore.Client) error {
 				rep, err := run(c, opts)
 				if rep != nil {
-					printMigration(g, rep, dryRun)
+					printMigration(g, rep, dryRun, acceptLoss)
+				}
+				if errors.Is(err, migrate.ErrPolicyLoss) {
+					return fmt.Errorf("%w\nFix each POLICY LOSS above in Calico and run again, or pass --accept-policy-loss to carry the rest without them (routed then allows what they stopped)", err)
 				}
 				return err
 			})
@@ -73,6 +89,8 @@ completes when run again. Calico's datastore is only read.`,
 	calico.Flags().StringVar(&from.CertFile, "from-etcd-cert-file", "", "client certificate for Calico's etcd")
 	calico.Flags().StringVar(&from.KeyFile, "from-etcd-key-file", "", "client key for Calico's etcd")
 	calico.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, write nothing")
+	calico.Flags().BoolVar(&acceptLoss, "accept-policy-loss", false,
+		"carry the rest when Calico policy (policies, tiers, profiles, network sets, host endpoints, ...) cannot be carried; without it such a run writes nothing")
 	cmd.AddCommand(calico)
 	return cmd
 }
@@ -113,7 +131,7 @@ func migrationSource(cmd *cobra.Command, from datastore.Config, kubeconfig strin
 	}, nil
 }
 
-func printMigration(g *globals, rep *migrate.Report, dryRun bool) {
+func printMigration(g *globals, rep *migrate.Report, dryRun, acceptLoss bool) {
 	tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tACTION\tDETAIL")
 	counts := map[string]int{}
@@ -135,10 +153,31 @@ func printMigration(g *globals, rep *migrate.Report, dryRun bool) {
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(g.out, "Not carried over: %s\n", s)
 	}
+	for _, n := range rep.Narrowed {
+		fmt.Fprintf(g.out, "Narrowed: %s %s: %s\n", n.Kind, n.Name, n.Change)
+	}
+	for _, l := range rep.PolicyLosses {
+		fmt.Fprintf(g.out, "POLICY LOSS: %s\n", l)
+	}
 	verb := "Migrated"
 	if dryRun {
 		verb = "Plan"
 	}
-	fmt.Fprintf(g.out, "%s: %d to create, %d to update, %d unchanged, %d conflicts, %d not carried over\n",
-		verb, counts["create"], counts["update"], counts["unchanged"], counts["conflict"], len(rep.Skipped))
+	losses := ""
+	if n := len(rep.PolicyLosses); n > 0 {
+		losses = fmt.Sprintf(" (%d enforcing policy, refused)", n)
+		if acceptLoss {
+			losses = fmt.Sprintf(" (%d enforcing policy, loss accepted)", n)
+		}
+	}
+	fmt.Fprintf(g.out, "%s: %d to create, %d to update, %d unchanged, %d conflicts, %d not carried over%s, %d narrowed\n",
+		verb, counts["create"], counts["update"], counts["unchanged"], counts["conflict"], len(rep.Skipped)+len(rep.PolicyLosses), losses, len(rep.Narrowed))
+	if len(rep.PolicyLosses) > 0 && acceptLoss {
+		// Loudly, where an operator watching the run looks: routed now
+		// allows what these stopped in Calico.
+		fmt.Fprintf(g.errOut, "WARNING: --accept-policy-loss: %d Calico resource(s) enforcing or shaping policy are NOT carried; routed allows what they stopped:\n", len(rep.PolicyLosses))
+		for _, l := range rep.PolicyLosses {
+			fmt.Fprintf(g.errOut, "WARNING: policy lost: %s\n", l)
+		}
+	}
 }

@@ -62,21 +62,21 @@ func readEtcd(ctx context.Context, from *datastore.Client) (*calicoState, error)
 			return nil, err
 		}
 		for _, kv := range kvs {
-			r, warnings, err := decodeCalico(k, kv)
+			where := "Calico key " + string(kv.Key)
+			obj, err := calicoJSON(k, kv)
 			if err != nil {
-				st.skipped = append(st.skipped, fmt.Sprintf("%s: %v", k, err))
+				st.refused(k, obj, where, err)
 				continue
 			}
-			st.warnings = append(st.warnings, warnings...)
-			handOver(r)
-			st.resources = append(st.resources, r)
+			if r := st.convert(k, obj, where); r != nil {
+				handOver(r)
+				st.resources = append(st.resources, r)
+			}
 		}
 	}
-	left, err := leftovers(ctx, from)
-	if err != nil {
+	if err := st.leftovers(ctx, from); err != nil {
 		return nil, err
 	}
-	st.skipped = append(st.skipped, left...)
 	cfg, err := calicoIPAMConfiguration(ctx, from)
 	if err != nil {
 		return nil, err
@@ -154,17 +154,28 @@ func calicoIPAMConfiguration(ctx context.Context, from *datastore.Client) (*api.
 // decodeCalico reads one stored Calico v3 resource the way routedctl
 // reads a Calico file, and validates it.
 func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
+	obj, err := calicoJSON(k, x)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeCalicoObject(k, obj, "Calico key "+string(x.Key))
+}
+
+// calicoJSON is one stored Calico v3 resource as the Calico object it
+// stands for: the name Calico shows, the namespace its key says, no
+// status. The object is returned with the error when it is JSON.
+func calicoJSON(k api.Kind, x kv) (map[string]any, error) {
 	key := "Calico key " + string(x.Key)
 	var obj map[string]any
 	if err := json.Unmarshal(x.Value, &obj); err != nil {
-		return nil, nil, fmt.Errorf("%s: not JSON: %w", key, err)
+		return nil, fmt.Errorf("%s: not JSON: %w", key, err)
 	}
 	// The status (a Node's, an IPPool's conditions) is written by
 	// Calico's components, never applied: it is not read.
 	delete(obj, "status")
 	if tieredPolicy(k) {
 		if err := restorePolicyName(obj); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", key, err)
+			return obj, fmt.Errorf("%s: %w", key, err)
 		}
 	}
 	if k.Namespaced() {
@@ -175,7 +186,7 @@ func decodeCalico(k api.Kind, x kv) (api.Resource, []string, error) {
 			md["namespace"] = ns
 		}
 	}
-	return decodeCalicoObject(k, obj, key)
+	return obj, nil
 }
 
 // decodeCalicoObject reads one Calico v3 object (any apiVersion it was

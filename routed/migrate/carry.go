@@ -40,12 +40,23 @@ type Report struct {
 	// Notes say what stays where it is and why (Kubernetes
 	// NetworkPolicies, which routed's controllers convert).
 	Notes []string
+	// PolicyLosses are the Calico resources enforcing or shaping policy
+	// that cannot be carried. Unless Options.AcceptPolicyLoss, any of
+	// them refuses the run (ErrPolicyLoss) and nothing is written.
+	PolicyLosses []PolicyLoss
+	// Narrowed lists the changes made to carry a resource that deny at
+	// least what Calico denied (an Allow rule with an HTTP match dropped).
+	Narrowed []Narrowing
 }
 
 // Options steer one migration run.
 type Options struct {
 	// DryRun only plans: nothing is written.
 	DryRun bool
+	// AcceptPolicyLoss carries the rest when Calico resources that
+	// enforce or shape policy cannot be carried (Report.PolicyLosses);
+	// without it such a run writes nothing and fails with ErrPolicyLoss.
+	AcceptPolicyLoss bool
 	// Progress, when set, is called after each resource is written
 	// (Action "create"), on the caller's goroutine.
 	Progress func(Item)
@@ -61,6 +72,10 @@ type calicoState struct {
 	skipped   []string
 	warnings  []string
 	notes     []string
+	// losses are what skipped would hold but for enforcing or shaping
+	// policy (refused); narrowed, what convert changed to carry.
+	losses   []PolicyLoss
+	narrowed []Narrowing
 }
 
 // writeOrder is the order resources are written in: pools before the
@@ -75,12 +90,13 @@ var writeOrder = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBG
 // the blocks. What routed holds identically is left alone, so a run
 // interrupted at any point completes when run again.
 func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Options) (*Report, error) {
-	rep := &Report{Skipped: st.skipped, Warnings: st.warnings, Notes: st.notes}
-	carried, tierSkips, err := withTiers(ctx, to, st.resources)
+	rep := &Report{Skipped: st.skipped, Warnings: st.warnings, Notes: st.notes,
+		PolicyLosses: slices.Clone(st.losses), Narrowed: st.narrowed}
+	carried, tierLosses, err := withTiers(ctx, to, st.resources)
 	if err != nil {
 		return nil, err
 	}
-	rep.Skipped = append(rep.Skipped, tierSkips...)
+	rep.PolicyLosses = append(rep.PolicyLosses, tierLosses...)
 	for _, r := range carried {
 		routedNodeMACs(r)
 	}
@@ -140,8 +156,17 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	for _, b := range rep.Blocks {
 		conflict = conflict || b.Action == ipam.ImportConflict
 	}
+	// Both refusals are named when both apply: the operator fixes both
+	// before anything is written.
+	var refusals []error
 	if conflict {
-		return rep, fmt.Errorf("%w: nothing was written; see the entries marked conflict", ErrConflict)
+		refusals = append(refusals, fmt.Errorf("%w: nothing was written; see the entries marked conflict", ErrConflict))
+	}
+	if len(rep.PolicyLosses) > 0 && !opts.AcceptPolicyLoss {
+		refusals = append(refusals, policyLossError(rep.PolicyLosses))
+	}
+	if len(refusals) > 0 {
+		return rep, errors.Join(refusals...)
 	}
 	if opts.DryRun {
 		return rep, nil

@@ -2,7 +2,6 @@ package migrate
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 )
@@ -11,19 +10,18 @@ import (
 // read (the etcd source's leftovers, for the Kubernetes datastore): per
 // resource the API server serves in Calico's group and holds objects of,
 // a count, the first names and what is lost.
-func (s *kubeSource) leftovers(ctx context.Context) ([]string, error) {
+func (s *kubeSource) leftovers(ctx context.Context, st *calicoState) error {
 	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, s.ipamConfigs: true}
 	for _, k := range crdKinds {
 		carried[k.Plural()] = true
 	}
-	var out []string
 	for _, plural := range slices.Sorted(maps.Keys(s.served)) {
 		if carried[plural] {
 			continue
 		}
 		items, err := s.listCRD(ctx, plural)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(items) == 0 {
 			continue
@@ -32,7 +30,7 @@ func (s *kubeSource) leftovers(ctx context.Context) ([]string, error) {
 		for i := range items {
 			names[i] = objectName(&items[i])
 		}
-		out = append(out, fmt.Sprintf("%d %s (%s): %s", len(names), plural, firstNames(names), why(plural)))
+		st.leftover(plural, names)
 	}
-	return out, nil
+	return nil
 }

@@ -138,20 +138,14 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 				st.skipped = append(st.skipped, fmt.Sprintf("%s: converted by Calico from a Kubernetes policy (its name starts %s); routed's controllers convert the Kubernetes original, which stays where it is", where, p))
 				continue
 			}
-			r, warnings, err := decodeCalicoObject(k, calicoObject(&u), where)
-			if err != nil {
-				st.skipped = append(st.skipped, fmt.Sprintf("%s: %v", k, err))
-				continue
+			if r := st.convert(k, calicoObject(&u), where); r != nil {
+				st.resources = append(st.resources, r)
 			}
-			st.warnings = append(st.warnings, warnings...)
-			st.resources = append(st.resources, r)
 		}
 	}
-	left, err := s.leftovers(ctx)
-	if err != nil {
+	if err := s.leftovers(ctx, st); err != nil {
 		return nil, err
 	}
-	st.skipped = append(st.skipped, left...)
 	if err := s.readIPAM(ctx, st); err != nil {
 		return nil, err
 	}

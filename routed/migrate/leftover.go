@@ -17,7 +17,8 @@ import (
 const calicoRoot = "/calico/"
 
 // leftoverWhy says, per Calico resource type routed has no counterpart
-// for, what the operator loses. Types not listed get leftoverDefault.
+// for and that decides no verdict, what the operator loses. Types not
+// listed are policy losses (leftover).
 var leftoverWhy = map[string]string{
 	"clusterinformations":           "routed keeps its own cluster identity",
 	"kubecontrollersconfigurations": "routed runs no Calico kube-controllers",
@@ -26,17 +27,17 @@ var leftoverWhy = map[string]string{
 
 const leftoverDefault = "routed has no such resource"
 
-// leftovers lists what of Calico's datastore the migration does not
+// leftovers records what of Calico's datastore the migration does not
 // read at all: resource types routed has no counterpart for, grouped by
-// type with a count and the first names.
-func leftovers(ctx context.Context, from *datastore.Client) ([]string, error) {
+// type with a count and the first names (leftover).
+func (st *calicoState) leftovers(ctx context.Context, from *datastore.Client) error {
 	carried := map[string]bool{api.KindWorkloadEndpoint.Plural(): true}
 	for _, k := range calicoKinds {
 		carried[k.Plural()] = true
 	}
 	keys, err := listKeys(ctx, from, calicoResources)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	names := map[string][]string{}
 	for _, k := range keys {
@@ -45,18 +46,26 @@ func leftovers(ctx context.Context, from *datastore.Client) ([]string, error) {
 			names[plural] = append(names[plural], name)
 		}
 	}
-	var out []string
 	for _, plural := range slices.Sorted(maps.Keys(names)) {
-		out = append(out, fmt.Sprintf("%d %s (%s): %s", len(names[plural]), plural, firstNames(names[plural]), why(plural)))
+		st.leftover(plural, names[plural])
 	}
-	return out, nil
+	return nil
 }
 
-func why(plural string) string {
+// leftover records the objects (names) of one Calico resource type the
+// migration does not read. A type leftoverWhy knows changes no verdict
+// and is a notice. Any other is a type routed does not know (Calico
+// Enterprise's threat feeds, say, which fill network sets that deny
+// rules select): it may decide verdicts, so it is a policy loss, which
+// the operator accepts knowingly or not at all.
+func (st *calicoState) leftover(plural string, names []string) {
 	if w := leftoverWhy[plural]; w != "" {
-		return w
+		st.skipped = append(st.skipped, fmt.Sprintf("%d %s (%s): %s", len(names), plural, firstNames(names), w))
+		return
 	}
-	return leftoverDefault
+	st.losses = append(st.losses, PolicyLoss{Kind: plural, Name: firstNames(names),
+		Reason:      fmt.Sprintf("%d of them; %s", len(names), leftoverDefault),
+		Consequence: "routed cannot tell whether they decide what policy allows; if they do (filling network sets, say), what they denied would be allowed"})
 }
 
 // firstNames shows up to five names, then how many more.

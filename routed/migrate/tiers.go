@@ -10,8 +10,8 @@ import (
 
 // withTiers drops from carried the policies whose tier neither comes
 // along, nor exists in routed, nor is one of the tiers routed always
-// has, and says why for each: written, they would be refused.
-func withTiers(ctx context.Context, to *datastore.Client, carried []api.Resource) ([]api.Resource, []string, error) {
+// has, and names each as a policy loss: written, they would be refused.
+func withTiers(ctx context.Context, to *datastore.Client, carried []api.Resource) ([]api.Resource, []PolicyLoss, error) {
 	tiers := map[string]bool{}
 	for _, t := range api.DefaultTiers() {
 		tiers[t.Metadata.Name] = true
@@ -22,7 +22,7 @@ func withTiers(ctx context.Context, to *datastore.Client, carried []api.Resource
 		}
 	}
 	var out []api.Resource
-	var skipped []string
+	var losses []PolicyLoss
 	for _, r := range carried {
 		p, ok := r.(api.Policy)
 		if !ok || tiers[p.Policy().Tier] {
@@ -35,10 +35,12 @@ func withTiers(ctx context.Context, to *datastore.Client, carried []api.Resource
 			tiers[p.Policy().Tier] = true
 			out = append(out, r)
 		case datastore.IsNotFound(err):
-			skipped = append(skipped, fmt.Sprintf("%s %s: its tier %q is in neither datastore", r.GetKind(), api.StoreName(r), p.Policy().Tier))
+			losses = append(losses, PolicyLoss{Kind: string(r.GetKind()), Name: api.StoreName(r),
+				Reason:      fmt.Sprintf("its tier %q is in neither datastore", p.Policy().Tier),
+				Consequence: lossConsequence(r.GetKind(), resourceObject(r))})
 		default:
 			return nil, nil, err
 		}
 	}
-	return out, skipped, nil
+	return out, losses, nil
 }

@@ -10,10 +10,12 @@ import (
 // policy and an IPv6 block outside every pool is migrated. Network
 // policy, tiers, profiles, network sets, the host endpoint, the staged
 // policy, the reservation and the FelixConfiguration (its unused field
-// warned) are carried; what cannot be is printed as not carried over,
-// each with the reason, instead of being passed over in silence: a
-// policy routed cannot honour (an HTTP match), one whose tier exists
-// nowhere, a block outside every pool.
+// warned) are carried; a policy allowing only some HTTP requests is
+// carried narrowed (the Allow dropped) and listed so; what cannot be
+// carried is printed, each with the reason, instead of being passed
+// over in silence: a policy whose tier exists nowhere (a policy loss:
+// the run is refused until --accept-policy-loss), a block outside every
+// pool.
 func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 	t.Parallel()
 	ep := startEtcd(t)
@@ -37,25 +39,36 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 		"/calico/ipam/v2/assignment/ipv6/block/fd00:10:244:1::-122": `{"cidr":"fd00:10:244:1::/122","affinity":"host:node-a","allocations":[],"unallocated":[],"attributes":[],"deleted":false}`,
 	})
 	out, errOut, code := ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
+	if code == 0 || !strings.Contains(out, `POLICY LOSS: GlobalNetworkPolicy lost.x cannot be carried (its tier "lost" is in neither datastore)`) ||
+		!strings.Contains(errOut, "--accept-policy-loss") {
+		t.Fatalf("migrate with a policy lost: code %d, want refused naming it\n%s%s", code, out, errOut)
+	}
+	if out, _, code := ctl(t, ep, "", "get", "ippool", "default-ipv4-ippool"); code == 0 {
+		t.Fatalf("the refused run wrote the pool:\n%s", out)
+	}
+	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep, "--accept-policy-loss")
 	if code != 0 {
 		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{
-		"Calico key " + res + "networkpolicies/shop/default.l7",
-		"spec.ingress[0].http",
-		`Not carried over: GlobalNetworkPolicy lost.x: its tier "lost" is in neither datastore`,
+		"Narrowed: NetworkPolicy shop.default.l7: spec.ingress[0] (Allow with an HTTP match) dropped",
+		`POLICY LOSS: GlobalNetworkPolicy lost.x cannot be carried (its tier "lost" is in neither datastore)`,
 		"Not carried over: block fd00:10:244:1::/122 (0 addresses in use): not inside a carried IP pool",
 		"HostEndpoint         node-a-eth0             create",
 		"StagedNetworkPolicy  shop.default.try        create",
 		"IPReservation        gateways                create",
 		"FelixConfiguration   default                 create",
+		"NetworkPolicy        shop.default.l7         create",
 		// pool, reservation, FelixConfiguration, host endpoint, 2 tiers,
-		// profile, 2 sets, 2 global and 1 namespaced policy, 1 staged.
-		"Migrated: 13 to create, 0 to update, 0 unchanged, 0 conflicts, 3 not carried over",
+		// profile, 2 sets, 2 global and 2 namespaced policies, 1 staged.
+		"Migrated: 14 to create, 0 to update, 0 unchanged, 0 conflicts, 2 not carried over (1 enforcing policy, loss accepted), 1 narrowed",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if !strings.Contains(errOut, "WARNING: policy lost: GlobalNetworkPolicy lost.x") {
+		t.Errorf("the accepted loss is not warned about:\n%s", errOut)
 	}
 	out, _, _ = ctl(t, ep, "", "get", "networkpolicy", "shop/default.allow-web", "-o", "yaml")
 	if !strings.Contains(out, "namespace: shop") || !strings.Contains(out, "- 80") {
@@ -76,8 +89,8 @@ func TestMigrateCalicoNamesWhatItLeaves(t *testing.T) {
 		}
 	}
 	// A second run finds everything in place.
-	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep)
-	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 13 unchanged, 0 conflicts") {
+	out, errOut, code = ctl(t, ep, "", "migrate", "calico", "--from-etcd", ep, "--accept-policy-loss")
+	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 14 unchanged, 0 conflicts") {
 		t.Errorf("second migrate: code %d\n%s%s", code, out, errOut)
 	}
 }
