@@ -23,6 +23,7 @@ var leftoverWhy = map[string]string{
 	"clusterinformations":           "routed keeps its own cluster identity",
 	"kubecontrollersconfigurations": "routed runs no Calico kube-controllers",
 	"caliconodestatuses":            "status, written by Calico's nodes",
+	"qospolicies":                   "routed applies no QoS policy: the bandwidth limits and DSCP marks it sets are not applied (no verdict changes)",
 }
 
 const leftoverDefault = "routed has no such resource"

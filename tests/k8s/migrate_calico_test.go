@@ -27,6 +27,8 @@ import (
 //   - again: a second run is a no-op;
 //   - interrupted: a run cancelled after three writes resumes;
 //   - least privilege: the documented Job's ClusterRole is enough;
+//   - policy loss: a policy routed can neither carry nor narrow refuses
+//     the run, nothing written, until --accept-policy-loss;
 //   - conflict: routed state that differs is refused, nothing written.
 func TestMigrateCalicoKDD(t *testing.T) {
 	srv, rc := calicoKDDCluster(t, false)
@@ -72,7 +74,10 @@ func TestMigrateCalicoKDD(t *testing.T) {
 			"IPReservation          keep-out",
 			"Not carried over: 1 clusterinformations (default)",
 			"Not carried over: networkpolicies.crd.projectcalico.org shop/knp.default.legacy: converted by Calico from a Kubernetes policy",
-			"Not carried over: GlobalNetworkPolicy: globalnetworkpolicies.crd.projectcalico.org http-gets (GlobalNetworkPolicy http-gets): Calico field spec.ingress[0].http",
+			// Narrowed, not lost: its Allow rule matching HTTP goes, the
+			// web pods keep its ingress default deny.
+			"Narrowed: GlobalNetworkPolicy http-gets: spec.ingress[0] (Allow with an HTTP match) dropped",
+			"GlobalNetworkPolicy    http-gets",
 			"Not carried over: block 10.244.2.64/26: address 10.244.2.66 (wireguardTunnelAddress, handle \"wireguard-tunnel-addr-node-b\"): routed has no such allocation type",
 			"Not carried over: block 10.244.3.0/26 (0 addresses in use): no confirmed affinity to a node",
 			"Not carried over: Node node-c: calico-node left no address on it",
@@ -273,6 +278,34 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		}
 	})
 
+	t.Run("policy loss", func(t *testing.T) {
+		// A policy routed can neither carry nor narrow (a Pass rule
+		// matching HTTP) refuses the run, writing nothing, until the
+		// loss is accepted.
+		pol := "apiVersion: crd.projectcalico.org/v1\nkind: GlobalNetworkPolicy\nmetadata: {name: pass-l7}\nspec:\n  selector: app == 'db'\n  ingress: [{action: Deny, protocol: TCP, destination: {ports: [22]}}, {action: Pass, http: {methods: [GET]}}]\n"
+		if out, errOut, err := kubectl(t, srv, "create", "-f", writeTemp(t, pol)); err != nil {
+			t.Fatalf("%v\n%s%s", err, out, errOut)
+		}
+		defer func() {
+			if out, errOut, err := kubectl(t, srv, "delete", "globalnetworkpolicies.crd.projectcalico.org", "pass-l7"); err != nil {
+				t.Fatalf("%v\n%s%s", err, out, errOut)
+			}
+		}()
+		fresh := dstest.Client(t)
+		out, errOut, code := migrateCtl(t, fresh.Endpoints()[0], nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
+		if code == 0 || !strings.Contains(out, "POLICY LOSS: GlobalNetworkPolicy pass-l7 cannot be carried") ||
+			!strings.Contains(out, "traffic its 1 Deny rule(s) denied would be allowed") || !strings.Contains(errOut, "--accept-policy-loss") {
+			t.Fatalf("policy loss: code %d, want refused naming it\n%s%s", code, out, errOut)
+		}
+		if _, err := fresh.Get(context.Background(), api.KindIPPool, "default-ipv4-ippool"); err == nil {
+			t.Fatal("a refused migration wrote the pool")
+		}
+		out, errOut, code = migrateCtl(t, fresh.Endpoints()[0], nil, "migrate", "calico", "--from-kubeconfig", kubeconfig, "--accept-policy-loss")
+		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[2] != planned || !strings.Contains(errOut, "WARNING: policy lost: GlobalNetworkPolicy pass-l7") {
+			t.Fatalf("accepted policy loss: code %d, want %s created and the loss warned\n%s%s", code, planned, out, errOut)
+		}
+	})
+
 	t.Run("conflict", func(t *testing.T) {
 		if _, errOut, code := migrateCtl(t, ep, nil, "apply", "-f", writeTemp(t, "apiVersion: routed.io/v1\nkind: BGPPeer\nmetadata: {name: rack1-tor}\nspec: {peerIP: 10.0.0.2, asNumber: 64567}\n")); code != 0 {
 			t.Fatal(errOut)
@@ -331,7 +364,7 @@ func TestMigrateCalicoKDDv3(t *testing.T) {
 	out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig)
 	t.Logf("migration:\n%s%s", out, errOut)
 	for _, want := range []string{
-		"Migrated: 29 to create, 0 to update, 0 unchanged, 0 conflicts, 7 not carried over",
+		"Migrated: 30 to create, 0 to update, 0 unchanged, 0 conflicts, 6 not carried over, 1 narrowed",
 		"WorkloadEndpoint node--a-k8s-shop-web--1-eth0 create",
 		"IPAMConfiguration default create",
 		"Not carried over: networkpolicies.projectcalico.org shop/knp.default.legacy",
