@@ -97,6 +97,10 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 		return nil, err
 	}
 	rep.PolicyLosses = append(rep.PolicyLosses, tierLosses...)
+	// A narrowed policy lost for its tier is not carried narrowed.
+	rep.Narrowed = slices.DeleteFunc(slices.Clone(rep.Narrowed), func(n Narrowing) bool {
+		return slices.ContainsFunc(tierLosses, func(l PolicyLoss) bool { return l.Kind == string(n.Kind) && l.Name == n.Name })
+	})
 	for _, r := range carried {
 		routedNodeMACs(r)
 	}

@@ -4,14 +4,19 @@ import (
 	"context"
 	"maps"
 	"slices"
+
+	"github.com/routed-net/routed/pkg/api"
 )
 
-// leftovers lists Calico's custom resources the migration does not
+// leftovers records Calico's custom resources the migration does not
 // read (the etcd source's leftovers, for the Kubernetes datastore): per
 // resource the API server serves in Calico's group and holds objects of,
 // a count, the first names and what is lost.
 func (s *kubeSource) leftovers(ctx context.Context, st *calicoState) error {
-	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, s.ipamConfigs: true}
+	// Nodes, profiles and workload endpoints, should Calico's group
+	// serve them, are what readKube derives from Kubernetes objects.
+	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, s.ipamConfigs: true,
+		api.KindNode.Plural(): true, api.KindProfile.Plural(): true, api.KindWorkloadEndpoint.Plural(): true}
 	for _, k := range crdKinds {
 		carried[k.Plural()] = true
 	}

@@ -22,13 +22,14 @@ var lossyCalico = map[string]string{
 	// Losses.
 	"globalnetworkpolicies/default.deny-ssh": `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.deny-ssh"},"spec":{"tier":"default","selector":"app == 'db'",
 	 "ingress":[{"action":"Deny","protocol":"TCP","destination":{"ports":[22]}},{"action":"Pass","http":{"methods":["GET"]}}]}}`,
-	"networkpolicies/shop/gone.x": `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"gone.x","namespace":"shop"},"spec":{"tier":"gone","selector":"all()","types":["Egress"]}}`,
-	"hostendpoints/node-a-eth0":   `{"kind":"HostEndpoint","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-a-eth0"},"spec":{"node":"node-a","interfaceName":"eth0","expectedIPs":["not-an-address"]}}`,
-	"globalnetworksets/blocked":   `{"kind":"GlobalNetworkSet","apiVersion":"projectcalico.org/v3","metadata":{"name":"blocked","labels":{"blocked":"true"}},"spec":{"nets":["198.51.100.0/33"]}}`,
-	"felixconfigurations/default": `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"bpfEnabled":true,"failsafeInboundHostPorts":[{"protocol":"TCP","port":22}]}}`,
-	"globalthreatfeeds/tor-exits": `{"kind":"GlobalThreatFeed","apiVersion":"projectcalico.org/v3","metadata":{"name":"tor-exits"},"spec":{}}`,
-	"profiles/edge":               `{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"edge"},"spec":{"ingress":[{"action":"Pass","http":{"methods":["GET"]}}]}}`,
-	"tiers/broken":                `{"kind":"Tier","apiVersion":"projectcalico.org/v3","metadata":{"name":"broken"},"spec":{"order":1,"defaultAction":"Maybe"}}`,
+	"networkpolicies/shop/gone.x":  `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"gone.x","namespace":"shop"},"spec":{"tier":"gone","selector":"all()","types":["Egress"]}}`,
+	"networkpolicies/shop/gone.l7": `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"gone.l7","namespace":"shop"},"spec":{"tier":"gone","selector":"all()","ingress":[{"action":"Allow","http":{"methods":["GET"]}}]}}`,
+	"hostendpoints/node-a-eth0":    `{"kind":"HostEndpoint","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-a-eth0"},"spec":{"node":"node-a","interfaceName":"eth0","expectedIPs":["not-an-address"]}}`,
+	"globalnetworksets/blocked":    `{"kind":"GlobalNetworkSet","apiVersion":"projectcalico.org/v3","metadata":{"name":"blocked","labels":{"blocked":"true"}},"spec":{"nets":["198.51.100.0/33"]}}`,
+	"felixconfigurations/default":  `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"bpfEnabled":true,"failsafeInboundHostPorts":[{"protocol":"TCP","port":22}]}}`,
+	"globalthreatfeeds/tor-exits":  `{"kind":"GlobalThreatFeed","apiVersion":"projectcalico.org/v3","metadata":{"name":"tor-exits"},"spec":{}}`,
+	"profiles/edge":                `{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"edge"},"spec":{"ingress":[{"action":"Pass","http":{"methods":["GET"]}}]}}`,
+	"tiers/broken":                 `{"kind":"Tier","apiVersion":"projectcalico.org/v3","metadata":{"name":"broken"},"spec":{"order":1,"defaultAction":"Maybe"}}`,
 	// Narrowed: the Allow with an HTTP match goes, egress keeps its
 	// default deny.
 	"networkpolicies/shop/default.l7": `{"kind":"NetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"default.l7","namespace":"shop"},"spec":{"tier":"default","selector":"app == 'web'",
@@ -44,6 +45,7 @@ var lossyCalico = map[string]string{
 var wantLosses = map[string]string{
 	"GlobalNetworkPolicy default.deny-ssh": "traffic its 1 Deny rule(s) denied would be allowed",
 	"NetworkPolicy shop.gone.x":            `its tier "gone" is in neither datastore`,
+	"NetworkPolicy shop.gone.l7":           `its tier "gone" is in neither datastore`,
 	"HostEndpoint node-a-eth0":             "would not be policed",
 	"GlobalNetworkSet blocked":             "Deny rule denied to or from them would be allowed",
 	"FelixConfiguration default":           "failsafeInboundHostPorts",
@@ -112,7 +114,7 @@ func checkLosses(t *testing.T, rep *Report) {
 // TestPolicyLossRefusesTheRun: from Calico's etcd (a real one), every
 // resource that enforces or shapes policy and cannot be carried (a
 // policy with a Pass rule matching HTTP, a policy whose tier exists
-// nowhere, a host endpoint, a network set, a FelixConfiguration setting
+// nowhere (narrowed or not: not listed as narrowed), a host endpoint, a network set, a FelixConfiguration setting
 // failsafe ports, a profile, a tier, a kind routed does not know) is a
 // policy loss naming why and what routed would allow without it; a
 // FelixConfiguration setting none, a staged policy and a known
