@@ -204,7 +204,8 @@ func hostTable(t *testing.T, n *wgNode) string {
 // looping into wg.routed); pod traffic is still encrypted; a TCP
 // connection opened in clear before host encryption came on (a BGP or
 // etcd session) survives it going on and off; turned off, the rule,
-// the table's routes and the incoming mark table go and the same payload is on the wire in clear
+// the table's routes and the incoming mark tables (inet and arp) go and
+// the same payload is on the wire in clear
 // (the capture can see it); on again, encrypted again.
 func TestWireguardHostEncryption(t *testing.T) {
 	l := newWGLab(t, nil)
@@ -265,8 +266,10 @@ func TestWireguardHostEncryption(t *testing.T) {
 			if r := hostTable(t, n); strings.Contains(r, "192.0.2.") {
 				return n.name + " still has routes in table 82: " + r
 			}
-			if out, err := exec.Command("ip", "netns", "exec", n.ns.Name, "nft", "list", "table", "inet", wireguard.IncomingTable).CombinedOutput(); err == nil {
-				return n.name + " still has the incoming mark table:\n" + string(out)
+			for _, fam := range []string{"inet", "arp"} {
+				if out, err := exec.Command("ip", "netns", "exec", n.ns.Name, "nft", "list", "table", fam, wireguard.IncomingTable).CombinedOutput(); err == nil {
+					return n.name + " still has the incoming mark table " + fam + ":\n" + string(out)
+				}
 			}
 		}
 		return ""

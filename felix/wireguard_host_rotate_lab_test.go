@@ -124,8 +124,10 @@ func TestWireguardHostEncryptionAcrossRestart(t *testing.T) {
 		if r := hostRule(t, a) + hostTable(t, a); strings.Contains(r, "82") || strings.Contains(r, "192.0.2.2") {
 			return "restarted with host encryption off: left " + r
 		}
-		if out, err := exec.Command("ip", "netns", "exec", a.ns.Name, "nft", "list", "table", "inet", wireguard.IncomingTable).CombinedOutput(); err == nil {
-			return "restarted with host encryption off: incoming mark table left:\n" + string(out)
+		for _, fam := range []string{"inet", "arp"} {
+			if out, err := exec.Command("ip", "netns", "exec", a.ns.Name, "nft", "list", "table", fam, wireguard.IncomingTable).CombinedOutput(); err == nil {
+				return "restarted with host encryption off: incoming mark table " + fam + " left:\n" + string(out)
+			}
 		}
 		return ""
 	})

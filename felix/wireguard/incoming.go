@@ -9,20 +9,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IncomingTable is the nftables table (family inet) of host encryption:
-// `nft list table inet routed-wireguard`.
+// IncomingTable is the name of host encryption's two nftables tables,
+// one of family inet and one of family arp: `nft list table inet
+// routed-wireguard`, `nft list table arp routed-wireguard`.
 const IncomingTable = "routed-wireguard"
 
-// IncomingMark keeps IncomingTable, whose one rule marks every packet
-// that arrives on an interface other than lo, the WireGuard devices and
-// the pods' with FirewallMark, before conntrack (raw priority). With
+// arpIn is the arp family's input hook (NF_ARP_IN in
+// linux/netfilter_arp.h; not the inet family's NF_INET_LOCAL_IN, 1).
+const arpIn nftables.ChainHook = 0
+
+// IncomingMark keeps the IncomingTable tables, whose rules mark every
+// packet that arrives on an interface other than lo, the WireGuard
+// devices and the pods' with FirewallMark. With
 // net.ipv4.conf.all.src_valid_mark=1 the reverse-path check then looks
 // such a packet's source up past the host encryption rule, in the main
 // table: under strict rp_filter a peer's WireGuard UDP, and the clear
 // host traffic of a peer that does not encrypt it, arrive on the uplink
 // while the peer's address routes through the device, and would be
-// dropped (Calico marks them the same way). Not safe for concurrent
-// use: felix's loop owns it.
+// dropped (Calico marks them the same way). The inet table marks IP
+// packets before conntrack (prerouting, raw priority).
+//
+// The arp table marks ARP: the kernel answers an ARP request only if
+// a route lookup from the target to the sender passes the same check
+// (arp_process calls ip_route_input, whose fib_validate_source looks
+// the sender up with the skb's mark when src_valid_mark is set), and
+// ARP never passes the inet family's hooks. Without it a node with a
+// peer's address in table 82 ignores that peer's ARP requests under
+// strict rp_filter, and once their neighbour entries expire the two
+// cannot reach each other on the uplink at all, WireGuard included.
+// NF_ARP_IN runs before arp_process, so the mark is there for the
+// lookup. IPv6 needs nothing: neighbour discovery makes no
+// reverse-path check and IPv6 has no rp_filter.
+//
+// Both tables are written and deleted in one transaction. Not safe for
+// concurrent use: felix's loop owns it.
 type IncomingMark struct {
 	// NetNSFd is the namespace to program (-1: this process's).
 	NetNSFd int
@@ -38,8 +58,8 @@ func (m *IncomingMark) Set(on bool) {
 	}
 }
 
-// Apply writes the table (replacing whatever is there, in one
-// transaction) or deletes it, when the wanted state changed or on a
+// Apply writes both tables (replacing whatever is there, in one
+// transaction) or deletes them, when the wanted state changed or on a
 // full resync. A table already gone is success.
 func (m *IncomingMark) Apply(full bool) error {
 	if m.synced && !full {
@@ -64,25 +84,43 @@ func (m *IncomingMark) Apply(full bool) error {
 	if err != nil {
 		return fmt.Errorf("wireguard: nftables table %s: %w", IncomingTable, err)
 	}
-	tbl := &nftables.Table{Name: IncomingTable, Family: nftables.TableFamilyINet}
-	// Add, delete, add: one transaction that replaces the table whether
-	// or not it was there.
-	c.AddTable(tbl)
-	c.DelTable(tbl)
-	if m.want {
-		c.AddTable(tbl)
-		ch := c.AddChain(&nftables.Chain{Name: "mark-incoming", Table: tbl, Type: nftables.ChainTypeFilter,
-			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
-		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: m.ruleExprs()})
+	err = m.flush(c, nftables.TableFamilyINet, nftables.TableFamilyARP)
+	if err != nil && !m.want && present(c, nftables.TableFamilyINet) {
+		// A kernel without nftables' arp family (CONFIG_NF_TABLES_ARP)
+		// refuses the whole transaction: remove the inet table alone.
+		err = m.flush(c, nftables.TableFamilyINet)
 	}
-	if err := c.Flush(); err != nil && (m.want || present(c)) {
-		return fmt.Errorf("wireguard: writing nftables table %s: %w", IncomingTable, err)
+	if err != nil && (m.want || present(c, nftables.TableFamilyINet, nftables.TableFamilyARP)) {
+		return fmt.Errorf("wireguard: writing nftables tables inet and arp %s: %w", IncomingTable, err)
 	}
 	if !m.synced {
-		log.WithField("table", IncomingTable).WithField("present", m.want).Info("host encryption's incoming mark table written")
+		log.WithField("table", IncomingTable).WithField("present", m.want).Info("host encryption's incoming mark tables (inet, arp) written")
 	}
 	m.synced = true
 	return nil
+}
+
+// flush replaces the IncomingTable table of each family with the
+// wanted one (none when off), in one transaction: add, delete, add, so
+// that it works whether or not a table was there.
+func (m *IncomingMark) flush(c *nftables.Conn, families ...nftables.TableFamily) error {
+	for _, fam := range families {
+		tbl := &nftables.Table{Name: IncomingTable, Family: fam}
+		c.AddTable(tbl)
+		c.DelTable(tbl)
+		if !m.want {
+			continue
+		}
+		c.AddTable(tbl)
+		ch := &nftables.Chain{Name: "mark-incoming", Table: tbl, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw}
+		if fam == nftables.TableFamilyARP {
+			ch.Hooknum, ch.Priority = nftables.ChainHookRef(arpIn), nftables.ChainPriorityFilter
+		}
+		c.AddChain(ch)
+		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: m.ruleExprs()})
+	}
+	return c.Flush()
 }
 
 // ruleExprs is: iifname != { lo, wg.routed, wg-v6.routed } iifname !=
@@ -112,16 +150,19 @@ func ifname(n string) []byte {
 	return b
 }
 
-// present reports whether IncomingTable may exist: a kernel that cannot
-// list inet tables (no nf_tables) has none to remove.
-func present(c *nftables.Conn) bool {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return false
-	}
-	for _, t := range tables {
-		if t.Name == IncomingTable {
-			return true
+// present reports whether an IncomingTable table of one of the
+// families may exist: a kernel that cannot list a family's tables (no
+// nf_tables) has none of it to remove.
+func present(c *nftables.Conn, families ...nftables.TableFamily) bool {
+	for _, fam := range families {
+		tables, err := c.ListTablesOfFamily(fam)
+		if err != nil {
+			continue
+		}
+		for _, t := range tables {
+			if t.Name == IncomingTable {
+				return true
+			}
 		}
 	}
 	return false
