@@ -384,9 +384,7 @@ func (c *Calc) policyListChain(pols []*cpolicy, in bool, sh chainShape) (name st
 				out = append(out, nftdp.Rule{IfPassClear: r.IfPassClear, IPVersion: r.IPVersion, Action: nftdp.ActLog,
 					LogGroup: c.log.Group, LogRate: c.log.rate(), LogPrefix: logDropRulePrefix + ruleToken(r.ID)})
 			}
-			if m, ok := c.log.flowMark(r); ok {
-				out = append(out, m)
-			}
+			r = c.log.flowMark(r)
 		}
 		out = append(out, r)
 	}

@@ -12,14 +12,18 @@ import (
 
 // logRecords reads nflog group 7 in the lab's node namespace as routed
 // does and resolves each packet against the lab's Manager.
-func (l *lab) logRecords(t *testing.T) <-chan flowlog.Record {
+func (l *lab) logRecords(t *testing.T) <-chan flowlog.Record { return l.nflogRecords(t, 7) }
+
+// nflogRecords reads and resolves an nflog group's packets (the
+// policy log's, or flow marks') until the test ends.
+func (l *lab) nflogRecords(t *testing.T, group uint16) <-chan flowlog.Record {
 	t.Helper()
-	r, err := flowlog.Open(l.node.Fd, 7)
+	r, err := flowlog.Open(l.node.Fd, group)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan flowlog.Record, 64)
+	out := make(chan flowlog.Record, 1024)
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done; r.Close() })
 	ifname := func(i uint32) string {

@@ -16,16 +16,19 @@ type LogConfig struct {
 	// a tier's end or after the profiles).
 	Drops bool
 	// FlowGroup, when set, is the nflog group of flow verdict marks
-	// (felix/flows): every rule that decides (Allow, Deny, Pass, a
-	// tier's or the profiles' end drop) is preceded by a log rule with
-	// the same matches and prefix "F <token>", so the first packet of
-	// each new connection names the rules that decided it. Policy
-	// chains see new connections only (established traffic is accepted
-	// before them), so no accepted established packet is copied.
+	// (felix/policy/flowrec): every rule that decides (Allow, Deny,
+	// Pass, a tier's or the profiles' end drop) also logs the packets
+	// it decides with prefix "F <token>", so the first packet of each
+	// new connection names the rules that decided it. The rule's
+	// matches are evaluated once: it goes to a small chain that logs
+	// and then gives the verdict (nftdp's tail chains). Policy chains
+	// see new connections only (established traffic is accepted before
+	// them), so no accepted established packet is copied.
 	FlowGroup uint16
-	// FlowRate limits each flow mark rule to that many packets a
-	// second (0: 100); a flow past the limit is recorded without its
-	// trace (felix/flows counts it).
+	// FlowRate limits each deciding rule's flow mark to that many
+	// packets a second (0: 100); a packet past the limit gets its
+	// rule's verdict without a mark, and its flow is recorded without
+	// its trace (felix/policy/flowrec counts it).
 	FlowRate uint32
 }
 
@@ -57,36 +60,34 @@ func (lc LogConfig) expand(r *rule, id, logPrefix string, inProfile bool) []nftd
 		for _, dst := range alternatives(&r.dst, r.proto) {
 			x := base
 			x.Src, x.Dst = src, dst
-			if m, ok := lc.flowMark(x); ok {
-				out = append(out, m)
-			}
-			out = append(out, x)
+			out = append(out, lc.flowMark(x))
 		}
 	}
 	return out
 }
 
-// flowMark is the rule that marks a deciding rule's packets for
-// felix/flows: the same matches, no counter, no ID (so counters and
-// Explain see only the deciding rule), an nflog of group FlowGroup
-// with prefix "F <token of the deciding rule's ID>". ok is false when
-// flow marks are off or the rule decides nothing.
-func (lc LogConfig) flowMark(r nftdp.Rule) (nftdp.Rule, bool) {
+// flowMark is r marking the packets it decides for
+// felix/policy/flowrec: an nflog of group FlowGroup with prefix "F
+// <token of r's ID>", limited to FlowRate a second, before r's verdict
+// (nftdp writes it as a goto to a chain holding the limited log and
+// the verdict, so r's matches are evaluated once and a packet over the
+// limit still gets r's verdict). r keeps its ID and counter, which
+// counters and Explain read. r is returned as it is when flow marks
+// are off or r decides nothing.
+func (lc LogConfig) flowMark(r nftdp.Rule) nftdp.Rule {
 	if lc.FlowGroup == 0 || r.ID == "" {
-		return nftdp.Rule{}, false
+		return r
 	}
 	switch r.Action {
 	case nftdp.ActAccept, nftdp.ActDrop, nftdp.ActPass, nftdp.ActReturn:
 	default:
-		return nftdp.Rule{}, false
+		return r
 	}
-	m := r
-	m.ID, m.Counter, m.Action = "", false, nftdp.ActLog
-	m.LogGroup, m.LogRate, m.LogPrefix = lc.FlowGroup, lc.FlowRate, flowRulePrefix+ruleToken(r.ID)
-	if m.LogRate == 0 {
-		m.LogRate = 100
+	r.LogGroup, r.LogRate, r.LogPrefix = lc.FlowGroup, lc.FlowRate, flowRulePrefix+ruleToken(r.ID)
+	if r.LogRate == 0 {
+		r.LogRate = 100
 	}
-	return m, true
+	return r
 }
 
 func (lc LogConfig) rate() uint32 {

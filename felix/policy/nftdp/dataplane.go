@@ -88,6 +88,8 @@ type Dataplane struct {
 	// only in the tables of its families.
 	epRefs  map[string]int
 	famRefs [2]map[string]int
+	// tailRefs counts the chains going to each tail chain (tail.go).
+	tailRefs map[string]int
 
 	// What changed since the last successful Apply of both families.
 	dirtyChains    map[string]bool
@@ -103,7 +105,8 @@ type Dataplane struct {
 type chainWant struct {
 	rules []Rule
 	keys  []string
-	hook  *hook // base chains only
+	hook  *hook    // base chains only
+	tails []string // the tail chains its rules go to (tail.go)
 }
 
 type setWant struct {
@@ -170,6 +173,7 @@ func New(cfg Config) (*Dataplane, error) {
 		conn: c, dump: dump, cfg: cfg,
 		chains: map[string]*chainWant{}, sets: map[string]*setWant{}, endpoints: map[string]epWant{}, epRefs: map[string]int{},
 		famRefs:     [2]map[string]int{{}, {}},
+		tailRefs:    map[string]int{},
 		dirtyChains: map[string]bool{}, dirtySets: map[string]map[mkey]bool{}, dirtyEndpoints: map[string]bool{}, dirtyRoots: map[string]bool{},
 	}
 	for _, f := range []*family{ipv4, ipv6} {
@@ -219,28 +223,41 @@ func (d *Dataplane) Writes() int { return d.writes }
 var ErrInternalChain = errors.New("nftdp: chain name is reserved for the dataplane's own chains")
 
 // SetChain sets a regular chain's rules: endpoints are dispatched to
-// such chains; the base and dispatch chains are this package's own.
+// such chains; the base, dispatch and tail chains are this package's
+// own. A verdict rule with a log goes through a tail chain (tail.go),
+// which comes and goes with the rules going to it.
 func (d *Dataplane) SetChain(name string, rules []Rule) error {
-	if isInternal(name) {
+	if isInternal(name) || isTail(name) {
 		return fmt.Errorf("%w: %q", ErrInternalChain, name)
+	}
+	if err := checkLogs(name, rules); err != nil {
+		return err
 	}
 	keys := make([]string, len(rules))
 	for i := range rules {
 		keys[i] = rules[i].key()
 	}
-	if c, ok := d.chains[name]; ok && slices.Equal(c.keys, keys) {
+	old, ok := d.chains[name]
+	if ok && slices.Equal(old.keys, keys) {
 		return nil
 	}
-	d.chains[name] = &chainWant{rules: rules, keys: keys}
+	var had []string
+	if ok {
+		had = old.tails
+	}
+	c := &chainWant{rules: rules, keys: keys, tails: tailsOf(rules)}
+	d.chains[name] = c
 	d.dirtyChains[name] = true
+	d.useTails(had, c.tails, rules)
 	return nil
 }
 
 // DeleteChain removes a chain; a missing one is no change.
 func (d *Dataplane) DeleteChain(name string) {
-	if c, ok := d.chains[name]; ok && c.hook == nil {
+	if c, ok := d.chains[name]; ok && c.hook == nil && !isTail(name) {
 		delete(d.chains, name)
 		d.dirtyChains[name] = true
+		d.useTails(c.tails, nil, nil)
 	}
 }
 
@@ -462,7 +479,7 @@ func (d *Dataplane) Apply() error {
 // chains.
 func (d *Dataplane) checkEndpoint(ep string) error {
 	w, ok := d.endpoints[ep]
-	if ok && (d.chains[w.from] == nil || d.chains[w.to] == nil || isInternal(w.from) || isInternal(w.to)) {
+	if ok && (d.chains[w.from] == nil || d.chains[w.to] == nil || isInternal(w.from) || isInternal(w.to) || isTail(w.from) || isTail(w.to)) {
 		return fmt.Errorf("nftdp: endpoint %s: chains %q and %q must be set before it is dispatched to", ep, w.from, w.to)
 	}
 	return nil
@@ -487,6 +504,9 @@ func (d *Dataplane) checkRefs(chain string) error {
 		r := &c.rules[i]
 		if r.jumps() && d.chains[r.Target] == nil {
 			return fmt.Errorf("nftdp: chain %s rule %d jumps to chain %s, which is not set", chain, i, r.Target)
+		}
+		if r.tailed() && d.chains[r.tailName()] == nil {
+			return fmt.Errorf("nftdp: chain %s rule %d: its tail chain %s is not set", chain, i, r.tailName())
 		}
 		for _, sd := range []*Side{&r.Src, &r.Dst} {
 			names := append(append(append([]string{}, sd.Sets...), sd.NotSets...), sd.NotNamedPortSets...)

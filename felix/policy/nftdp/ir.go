@@ -107,11 +107,16 @@ type Rule struct {
 	Target string
 	// Goto makes ActJump a goto: the target's end is the caller's.
 	Goto bool
-	// LogPrefix is the nflog prefix of ActLog.
+	// LogPrefix is the nflog prefix of ActLog, or of a verdict rule
+	// that also logs.
 	LogPrefix string
-	// LogGroup is the nflog group of ActLog.
+	// LogGroup is the nflog group of ActLog. Set on an ActAccept,
+	// ActDrop, ActPass, ActReturn, ActMarkAccept or ActNotrack rule, the
+	// rule also logs what it decides: it is written as a goto to a tail
+	// chain that logs, limited, and then gives the verdict (tail.go).
 	LogGroup uint16
-	// LogRate limits ActLog to that many packets a second (0: unlimited).
+	// LogRate limits the log to that many packets a second (0:
+	// unlimited).
 	LogRate uint32
 	// Counter adds a packets/bytes counter.
 	Counter bool

@@ -59,6 +59,10 @@ func TestNftListsEveryRule(t *testing.T) {
 		{ID: "t/p/ingress/7", NotICMP: &nftdp.ICMPMatch{Type: 3, Code: -1}, IPVersion: 4, Counter: true, Action: nftdp.ActDrop},
 		{ID: "t/p/ingress/8", NotProto: 6, IfPassClear: true, CtState: expr.CtStateBitNEW, Counter: true, Action: nftdp.ActNone},
 		{ID: "t/p/ingress/9", IfPassSet: true, Action: nftdp.ActClearPass},
+		// Verdicts that also log (flow marks): through tail chains.
+		{ID: "t/p/ingress/10", Proto: 17, Counter: true, Action: nftdp.ActPass, LogGroup: 8, LogRate: 100, LogPrefix: "F tok10"},
+		{ID: "t/p/ingress/11", Src: nftdp.Side{Sets: []string{"s-nets"}}, Counter: true, Action: nftdp.ActDrop, LogGroup: 8, LogRate: 100, LogPrefix: "F tok11"},
+		{ID: "t/p/ingress/12", Proto: 6, Counter: true, Action: nftdp.ActReturn, LogGroup: 8, LogRate: 100, LogPrefix: "F tok12"},
 		{Action: nftdp.ActReturn},
 	}
 	if err := d.SetChain("ep-nl", rules); err != nil {
@@ -85,6 +89,9 @@ func TestNftListsEveryRule(t *testing.T) {
 		if c == "h-prednat" {
 			rs[0].Action = nftdp.ActMarkAccept
 		}
+		if c != "h-raw-out" {
+			rs[0].LogGroup, rs[0].LogRate, rs[0].LogPrefix = 8, 100, "F "+c
+		}
 		if err := d.SetChain(c, rs); err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +107,8 @@ func TestNftListsEveryRule(t *testing.T) {
 	apply(t, d)
 
 	out := nftList(t, node)
-	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "table ip routed", "masquerade", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "chain h-raw-in", "notrack", "chain h-prednat", "iifname vmap @from-wl-dispatch"} {
+	for _, want := range []string{"table ip routed-policy", "table ip6 routed-policy", "table ip routed", "masquerade", "chain ep-nl", "@n-http", "@s-addrs", "map from-wl-dispatch", "chain h-raw-in", "notrack", "chain h-prednat", "iifname vmap @from-wl-dispatch",
+		"goto fm-pass-", "goto fm-drop-", "goto fm-return-", "goto fm-notrack-", "goto fm-mark-accept-", `log prefix "F tok10" group 8`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nft list ruleset lacks %q:\n%s", want, out)
 		}

@@ -35,8 +35,12 @@ func (d *Dataplane) wantIn(ft *famTable, name string) *chainWant {
 func (ft *famTable) jumpTargets(c *chainWant) []string {
 	var out []string
 	for i := range c.rules {
-		if r := &c.rules[i]; r.jumps() && ft.fam.applies(r) {
-			out = append(out, r.Target)
+		if r := &c.rules[i]; ft.fam.applies(r) {
+			if r.jumps() {
+				out = append(out, r.Target)
+			} else if r.tailed() {
+				out = append(out, r.tailName())
+			}
 		}
 	}
 	return out

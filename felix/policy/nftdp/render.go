@@ -263,6 +263,10 @@ func (rd *renderer) setBits(bits uint32, on bool) []expr.Any {
 func ne32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
 
 func (rd *renderer) action(r *Rule) []expr.Any {
+	if r.tailed() {
+		// The verdict and its limited log are in the tail (tail.go).
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.tailName()}}
+	}
 	if ex, ok := rd.hostAction(r); ok {
 		return ex
 	}
