@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -66,8 +67,7 @@ func (st *calicoState) refused(k api.Kind, obj map[string]any, where string, err
 // narrowHTTP has a narrower form, and records what it could not read
 // (refused). It returns nil when the object was not carried.
 func (st *calicoState) convert(k api.Kind, obj map[string]any, where string) api.Resource {
-	narrowed, changes := narrowHTTP(k, obj)
-	r, warnings, err := decodeCalicoObject(k, narrowed, where)
+	r, warnings, changes, err := convertCalico(k, obj, where)
 	if err != nil {
 		st.refused(k, obj, where, err)
 		return nil
@@ -77,6 +77,26 @@ func (st *calicoState) convert(k api.Kind, obj map[string]any, where string) api
 		st.narrowed = append(st.narrowed, Narrowing{Kind: k, Name: api.StoreName(r), Change: c})
 	}
 	return r
+}
+
+// ConvertCalico reads one Calico v3 object of kind k (its JSON as a
+// map; not modified) as the migration carries it: narrowed where a
+// narrower form exists, with one line per change, or refused naming the
+// field. Exported so that the narrowed forms can be proved against real
+// traffic where the dataplane's test harness lives (felix/policy).
+func ConvertCalico(k api.Kind, obj map[string]any) (api.Resource, []string, error) {
+	r, _, changes, err := convertCalico(k, obj, "Calico "+string(k))
+	return r, changes, err
+}
+
+func convertCalico(k api.Kind, obj map[string]any, where string) (api.Resource, []string, []string, error) {
+	narrowed, changes := narrowHTTP(k, obj)
+	// decodeCalicoObject sets the top level's apiVersion and kind.
+	r, warnings, err := decodeCalicoObject(k, maps.Clone(narrowed), where)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, warnings, changes, nil
 }
 
 func staged(k api.Kind) bool {
