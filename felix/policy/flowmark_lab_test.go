@@ -2,11 +2,14 @@ package policy_test
 
 import (
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/felix/policy/nftdp"
 )
 
 // TestFlowMarkPastLimitKeepsVerdict: with flow marks on and limited to
@@ -17,7 +20,10 @@ import (
 // profile), each placed so that a packet falling through it would get
 // the opposite verdict. Explain agrees with every one; the deciding
 // rules' counters count every connection, and their marks name them,
-// fewer than the connections (the limit held).
+// fewer than the connections (the limit held). A restarted Manager
+// with the same configuration writes nothing; one with flows off
+// removes every tail and mark (one transaction per family) and the
+// verdicts stay.
 func TestFlowMarkPastLimitKeepsVerdict(t *testing.T) {
 	l := newLabWithLogConfig(t, policy.LogConfig{Group: 7, FlowGroup: 8, FlowRate: 1})
 	marks := l.nflogRecords(t, 8)
@@ -81,4 +87,35 @@ func TestFlowMarkPastLimitKeepsVerdict(t *testing.T) {
 		}
 	}
 	t.Logf("connections by rule %v, flow marks %v", sent, got)
+
+	// A restarted felix with the same model writes nothing; one with
+	// flows off takes the tails out, a transaction per family, and the
+	// verdicts stay.
+	for _, c := range []struct {
+		lc     policy.LogConfig
+		writes int
+	}{{policy.LogConfig{Group: 7, FlowGroup: 8, FlowRate: 1}, 0}, {policy.LogConfig{Group: 7}, 2}} {
+		m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: c.lc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		l.m = m
+		l.load(baseModel)
+		l.load(policy.FlowMarkModel)
+		for _, ep := range l.eps {
+			if err := m.SetEndpoint(ep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.apply()
+		if m.Writes() != c.writes {
+			t.Errorf("restarted with flow group %d: %d writes, want %d", c.lc.FlowGroup, m.Writes(), c.writes)
+		}
+	}
+	out, err := exec.Command("nsenter", "--net="+l.node.Path(), "nft", "list", "ruleset").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "fm-") || strings.Contains(string(out), `"F `) {
+		t.Errorf("flows off: nft list ruleset (%v) still has flow marks:\n%s", err, out)
+	}
+	l.expect("flows off", append(append(both(pass("a", "b", "tcp", 8080)), both(drop("a", "b", "tcp", 9090))...), both(pass("a", "b", "udp", 5353))...)...)
 }
