@@ -63,6 +63,11 @@ type Client struct {
 	epoch   atomic.Uint64
 	// hint lists blocks a refresh reads too (WithBlockHint).
 	hint []string
+	// pageLimit, when set, replaces the page sizes of GC's paged reads,
+	// and afterPage runs after each page (tests: many pages, writes
+	// between them).
+	pageLimit int
+	afterPage func(prefix string)
 }
 
 // Option configures a Client.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -85,18 +84,8 @@ func (c *Client) Check(ctx context.Context, grace time.Duration) (*Report, error
 func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 	r := &Report{Revision: s.rev, Inconsistencies: s.inconsistencies()}
 	s.checkPlacement(r)
-	wepHandles, wepIPs := map[string]bool{}, map[netip.Addr]bool{}
-	for _, w := range s.weps {
-		if w.Spec.Handle != "" {
-			wepHandles[w.Spec.Handle] = true
-		}
-		for _, n := range w.Spec.IPNetworks {
-			if p, err := netip.ParsePrefix(n); err == nil {
-				wepIPs[p.Addr()] = true
-			}
-		}
-	}
-	for _, key := range s.sortedBlocks() {
+	x, eps := s.index(), s.eps
+	for i, key := range x.keys {
 		b := s.blocks[key].b
 		if s.gone(b.owner()) {
 			r.DeadNodeBlocks = append(r.DeadNodeBlocks, usageOf(s, key))
@@ -112,7 +101,7 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 				reason = fmt.Sprintf("tunnel address of deleted node %q", hold.Node)
 			case hold.Type == TypeTunnel && s.nodes[hold.Node] != nil && !slices.Contains(tunnelAddrs(s.nodes[hold.Node]), b.addr(o)):
 				reason = fmt.Sprintf("tunnel address node %q no longer uses (its Node names %s)", hold.Node, namesOf(tunnelAddrs(s.nodes[hold.Node])))
-			case hold.Type != TypeTunnel && !wepHandles[hold.Handle] && !wepIPs[b.addr(o)]:
+			case hold.Type != TypeTunnel && !eps.handleUsed(x, hold.Handle) && !eps.ipUsed(i, o):
 				reason = fmt.Sprintf("no workload endpoint uses handle %q", hold.Handle)
 			default:
 				continue
@@ -129,10 +118,9 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 			r.DanglingAffinities = append(r.DanglingAffinities, Affinity{Node: a.node, CIDR: a.cidr, State: a.rec.State})
 		}
 	}
-	derived := s.derivedHandles()
-	for _, id := range s.sortedHandles() {
-		if derived[id] == nil {
-			r.EmptyHandles = append(r.EmptyHandles, id)
+	for _, f := range s.handleFindings() {
+		if f.want == nil {
+			r.EmptyHandles = append(r.EmptyHandles, f.id)
 		}
 	}
 	return r
@@ -188,7 +176,7 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	}
 
 	// Re-read: the releases may have emptied blocks of deleted nodes.
-	s2, err := c.snapshot(ctx, true)
+	s2, err := c.blocksAndNodes(ctx)
 	if err != nil {
 		fail("re-reading", err)
 		return r, nil
@@ -212,40 +200,33 @@ func (c *Client) casOK(ctx context.Context, ws []write, extra ...clientv3.Cmp) (
 // deleting records of handles that hold nothing. Each write is guarded on
 // the blocks involved not having changed since the snapshot.
 func (c *Client) repairHandles(ctx context.Context, s *snapshot, r *Report) error {
-	derived := s.derivedHandles()
+	found := s.handleFindings()
 	var errs []error
-	for _, id := range s.sortedHandles() {
-		if derived[id] != nil {
+	for _, f := range found {
+		if f.want != nil {
 			continue
 		}
-		ok, err := c.casOK(ctx, []write{{key: handleKey(id), rev: s.handles[id].rev}})
+		ok, err := c.casOK(ctx, []write{{key: handleKey(f.id), rev: f.rev}})
 		errs = append(errs, err)
 		if ok {
-			c.handles.drop(handleKey(id))
-			r.RemovedHandles = append(r.RemovedHandles, id)
+			c.handles.drop(handleKey(f.id))
+			r.RemovedHandles = append(r.RemovedHandles, f.id)
 		}
 	}
-	ids := make([]string, 0, len(derived))
-	for id := range derived {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		want := derived[id]
-		cur, exists := s.handles[id]
-		if exists && cur.h.equal(want) {
+	for _, f := range found {
+		if f.want == nil {
 			continue
 		}
-		ws := []write{{key: handleKey(id), rev: cur.rev, val: want.encode()}}
-		for cidr := range want.Blocks {
+		ws := []write{{key: handleKey(f.id), rev: f.rev, val: f.want.encode()}}
+		for cidr := range f.want.Blocks {
 			p, _ := netip.ParsePrefix(cidr)
 			ws = append(ws, write{key: blockKey(p), rev: s.blocks[blockKey(p)].rev, guard: true})
 		}
 		ok, err := c.casOK(ctx, ws)
 		errs = append(errs, err)
 		if ok {
-			c.handles.drop(handleKey(id))
-			r.Repaired = append(r.Repaired, fmt.Sprintf("rewrote handle %q from its blocks", id))
+			c.handles.drop(handleKey(f.id))
+			r.Repaired = append(r.Repaired, fmt.Sprintf("rewrote handle %q from its blocks", f.id))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,13 +1,7 @@
 package ipam
 
 import (
-	"fmt"
 	"net/netip"
-	"slices"
-	"sort"
-	"strings"
-
-	"github.com/routed-net/routed/pkg/api"
 )
 
 // BlockOverlap is two blocks claiming some of the same addresses: two
@@ -35,7 +29,8 @@ type EndpointMismatch struct {
 
 // checkPlacement finds addresses that can reach two pods: overlapping
 // blocks, blocks outside every pool, addresses named by two endpoints,
-// and endpoints whose address is not allocated to them.
+// and endpoints whose address is not allocated to them (the last two
+// found as the endpoints were read: scanEndpoints).
 func (s *snapshot) checkPlacement(r *Report) {
 	keys := s.sortedBlocks()
 	// Sorted by start address, a block overlaps a later one exactly when
@@ -58,63 +53,9 @@ func (s *snapshot) checkPlacement(r *Report) {
 		open = append(kept, b)
 	}
 
-	byIP := map[netip.Addr][]*api.WorkloadEndpoint{}
-	for _, w := range s.weps {
-		for _, n := range w.Spec.IPNetworks {
-			if p, err := netip.ParsePrefix(n); err == nil {
-				byIP[p.Addr()] = append(byIP[p.Addr()], w)
-			}
-		}
+	if s.eps != nil { // endpoints were read (Check and GC)
+		r.SharedAddresses, r.EndpointMismatches = s.eps.shared, s.eps.mismatches
 	}
-	ips := make([]netip.Addr, 0, len(byIP))
-	for ip := range byIP {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
-		ws := byIP[ip]
-		if len(ws) > 1 {
-			sa := SharedAddress{IP: ip}
-			for _, w := range ws {
-				sa.Endpoints = append(sa.Endpoints, w.Metadata.Name)
-			}
-			sort.Strings(sa.Endpoints)
-			r.SharedAddresses = append(r.SharedAddresses, sa)
-		}
-		for _, w := range ws {
-			if why := s.heldFor(ip, w); why != "" {
-				r.EndpointMismatches = append(r.EndpointMismatches, EndpointMismatch{Endpoint: w.Metadata.Name, Node: w.Spec.Node, IP: ip, Reason: why})
-			}
-		}
-	}
-}
-
-// heldFor says why ip is not allocated to endpoint w ("" when it is).
-// With overlapping blocks any one holding it for w is enough.
-func (s *snapshot) heldFor(ip netip.Addr, w *api.WorkloadEndpoint) string {
-	var why []string
-	for _, key := range s.sortedBlocks() {
-		b := s.blocks[key].b
-		o, ok := b.ordinal(ip)
-		if !ok {
-			continue
-		}
-		h := b.holder(o)
-		switch {
-		case h == nil:
-			why = append(why, fmt.Sprintf("not allocated in block %s", b.prefix))
-		case w.Spec.Handle != "" && h.Handle != w.Spec.Handle:
-			why = append(why, fmt.Sprintf("allocated to handle %q in block %s, endpoint names %q", h.Handle, b.prefix, w.Spec.Handle))
-		case h.Node != "" && h.Node != w.Spec.Node:
-			why = append(why, fmt.Sprintf("allocated for node %q in block %s, endpoint is on %q", h.Node, b.prefix, w.Spec.Node))
-		default:
-			return ""
-		}
-	}
-	if len(why) == 0 {
-		return "no IPAM block holds this address"
-	}
-	return strings.Join(why, "; ")
 }
 
 // sharedAllocations lists addresses allocated in both a and b.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -124,16 +125,59 @@ func usageOf(s *snapshot, key string) BlockUsage {
 	return u
 }
 
-// Usage reads every pool and block and accounts for them.
+// Usage reads every pool and block and accounts for them. It reads the
+// blocks page by page and keeps only each one's account (no handle
+// records, no allocations), so its memory grows with the blocks, not
+// with the addresses they hold.
 func (c *Client) Usage(ctx context.Context) (*Usage, error) {
-	s, err := c.snapshot(ctx, false)
+	s, _, err := c.pagedSnapshot(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	return s.usage(), nil
+	var blocks []BlockUsage
+	err = c.pages(ctx, blockPrefix, s.rev, blockPage, func(kv *mvccpbKV) {
+		key := string(kv.Key)
+		s.addIPAM(key, kv)
+		if _, ok := s.blocks[key]; ok {
+			blocks = append(blocks, usageOf(s, key))
+			delete(s.blocks, key)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	// In address order, as sortedBlocks orders them.
+	slices.SortFunc(blocks, func(a, b BlockUsage) int {
+		if c := a.CIDR.Addr().Compare(b.CIDR.Addr()); c != 0 {
+			return c
+		}
+		return a.CIDR.Bits() - b.CIDR.Bits()
+	})
+	return s.usage(blocks), nil
 }
 
-func (s *snapshot) usage() *Usage {
+// BlockOwners counts the blocks affine to each node ("" for none), as
+// Usage's BlocksPerNode does, reading the blocks page by page at rev (0:
+// now) and keeping only their owners.
+func (c *Client) BlockOwners(ctx context.Context, rev int64) (map[string]int, error) {
+	s := &snapshot{blocks: map[string]blockKV{}}
+	out := map[string]int{}
+	err := c.pages(ctx, blockPrefix, rev, blockPage, func(kv *mvccpbKV) {
+		key := string(kv.Key)
+		s.addIPAM(key, kv)
+		if bkv, ok := s.blocks[key]; ok {
+			out[bkv.b.owner()]++
+			delete(s.blocks, key)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// usage accounts for blocks (in address order) by pool.
+func (s *snapshot) usage(blocks []BlockUsage) *Usage {
 	u := &Usage{Revision: s.rev}
 	idx := map[string]int{}
 	for i, p := range s.view.pools {
@@ -144,8 +188,7 @@ func (s *snapshot) usage() *Usage {
 		})
 		idx[p.name()] = i
 	}
-	for _, key := range s.sortedBlocks() {
-		bu := usageOf(s, key)
+	for _, bu := range blocks {
 		i, ok := idx[bu.Pool]
 		if !ok {
 			u.Orphaned = append(u.Orphaned, bu)

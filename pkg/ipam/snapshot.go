@@ -2,12 +2,12 @@ package ipam
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -23,9 +23,16 @@ type snapshot struct {
 	blocks  map[string]blockKV  // by block key
 	affs    map[string]affKV    // by affinity key
 	handles map[string]handleKV // by handle ID
-	// nodes and weps are only read by full snapshots.
+	// nodes are only read by full snapshots (and blocksAndNodes).
 	nodes map[string]*api.Node
-	weps  []*api.WorkloadEndpoint
+	// eps is what the endpoints say, in full snapshots (scanEndpoints).
+	eps *endpointMarks
+	// paged: the handle records were not kept but compared with the
+	// blocks as they were read, with found the result (joinHandles).
+	paged bool
+	found []handleFinding
+	// idx indexes the blocks, once built (index).
+	idx *blockIndex
 	// unreadable lists records that could not be decoded.
 	unreadable []string
 	// reclaimable is the Client's (see WithReclaimable); nil: any absent
@@ -44,56 +51,41 @@ type handleKV struct {
 }
 
 // snapshot reads the IPAM state in one round trip; full adds nodes and
-// workload endpoints, which leak detection needs.
+// what the workload endpoints say, which leak detection needs, read page
+// by page (fullSnapshot).
 func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
-	ops := []clientv3.Op{
+	if full {
+		return c.fullSnapshot(ctx)
+	}
+	resp, err := c.readMany(ctx,
 		clientv3.OpGet(ipamPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
 		clientv3.OpGet(ipamConfigKey()),
-		reservationsOp(),
-	}
-	if full {
-		ops = append(ops,
-			clientv3.OpGet(datastore.KindPrefix(api.KindNode), clientv3.WithPrefix()),
-			clientv3.OpGet(datastore.KindPrefix(api.KindWorkloadEndpoint), clientv3.WithPrefix()))
-	}
-	resp, err := c.readMany(ctx, ops...)
+		reservationsOp())
 	if err != nil {
 		return nil, err
 	}
 	r := resp.Responses
-	s := &snapshot{
-		rev:     resp.Header.Revision,
-		view:    buildView(resp.Header.Revision, r[1].GetResponseRange().Kvs, r[2].GetResponseRange().Kvs, r[3].GetResponseRange().Kvs),
-		blocks:  map[string]blockKV{},
-		affs:    map[string]affKV{},
-		handles: map[string]handleKV{},
-	}
-	c.view.Store(s.view)
+	s := c.newSnapshot(resp.Header.Revision, r[1:4])
+	s.handles = map[string]handleKV{}
 	for _, kv := range r[0].GetResponseRange().Kvs {
 		s.addIPAM(string(kv.Key), kv)
 	}
-	if !full {
-		return s, nil
-	}
-	s.nodes = map[string]*api.Node{}
-	for _, kv := range r[4].GetResponseRange().Kvs {
-		n, err := decodeNode(kv.Value)
-		if err != nil {
-			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))
-			continue
-		}
-		s.nodes[n.Metadata.Name] = n
-	}
-	for _, kv := range r[5].GetResponseRange().Kvs {
-		var w api.WorkloadEndpoint
-		if err := json.Unmarshal(kv.Value, &w); err != nil {
-			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))
-			continue
-		}
-		s.weps = append(s.weps, &w)
-	}
 	return s, nil
+}
+
+// newSnapshot starts a snapshot at rev from the responses to reading the
+// pools, the IPAM configuration and the reservations (in that order),
+// and makes its view of them the Client's.
+func (c *Client) newSnapshot(rev int64, view []*etcdserverpb.ResponseOp) *snapshot {
+	s := &snapshot{
+		rev:    rev,
+		view:   buildView(rev, view[0].GetResponseRange().Kvs, view[1].GetResponseRange().Kvs, view[2].GetResponseRange().Kvs),
+		blocks: map[string]blockKV{},
+		affs:   map[string]affKV{},
+	}
+	c.view.Store(s.view)
+	return s
 }
 
 func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
@@ -146,21 +138,12 @@ func (s *snapshot) sortedBlocks() []string {
 // derivedHandles computes, from the blocks alone, which ordinals every
 // handle holds: what the handle records must say.
 func (s *snapshot) derivedHandles() map[string]*handleRec {
+	x := s.index()
 	out := map[string]*handleRec{}
-	for _, key := range s.sortedBlocks() {
-		b := s.blocks[key].b
-		for o := range b.Allocations {
-			hold := b.holder(o)
-			if hold == nil {
-				continue
-			}
-			h := out[hold.Handle]
-			if h == nil {
-				h = &handleRec{ID: hold.Handle, Blocks: map[string][]int{}}
-				out[hold.Handle] = h
-			}
-			h.Blocks[b.CIDR] = append(h.Blocks[b.CIDR], o)
-		}
+	for lo := 0; lo < len(x.refs); {
+		_, hi := x.group(x.refs[lo].handle)
+		out[x.refs[lo].handle] = x.record(s, lo, hi)
+		lo = hi
 	}
 	return out
 }

@@ -39,10 +39,9 @@ func (c *Client) Verify(ctx context.Context) ([]string, error) {
 			out = append(out, fmt.Sprintf("affinity %s/%s is %s", a.node, a.cidr, a.rec.State))
 		}
 	}
-	derived := s.derivedHandles()
-	for _, id := range s.sortedHandles() {
-		if derived[id] == nil {
-			out = append(out, fmt.Sprintf("handle %q holds no address", id))
+	for _, f := range s.handleFindings() {
+		if f.want == nil {
+			out = append(out, fmt.Sprintf("handle %q holds no address", f.id))
 		}
 	}
 	return out, nil
@@ -60,19 +59,13 @@ func (s *snapshot) inconsistencies() []string {
 			out = append(out, fmt.Sprintf("block %s is affine to %s but has no affinity record", b.CIDR, b.owner()))
 		}
 	}
-	derived := s.derivedHandles()
-	ids := make([]string, 0, len(derived))
-	for id := range derived {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		rec, ok := s.handles[id]
+	for _, f := range s.handleFindings() {
 		switch {
-		case !ok:
-			out = append(out, fmt.Sprintf("handle %q holds addresses in blocks but has no handle record", id))
-		case !rec.h.equal(derived[id]):
-			out = append(out, fmt.Sprintf("handle %q record says %v but blocks say %v", id, rec.h.Blocks, derived[id].Blocks))
+		case f.want == nil:
+		case f.has == nil:
+			out = append(out, fmt.Sprintf("handle %q holds addresses in blocks but has no handle record", f.id))
+		default:
+			out = append(out, fmt.Sprintf("handle %q record says %v but blocks say %v", f.id, f.has.Blocks, f.want.Blocks))
 		}
 	}
 	return out
