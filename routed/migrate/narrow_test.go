@@ -82,3 +82,22 @@ func TestNarrowHTTPLeavesWhatHasNoNarrowerForm(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowHTTPProfile: a profile's rules narrow as a policy's do; a
+// profile has no types to pin.
+func TestNarrowHTTPProfile(t *testing.T) {
+	obj := calicoObj(t, `{"metadata":{"name":"edge"},"spec":{"labelsToApply":{"zone":"edge"},
+	 "ingress":[{"action":"Allow","http":{"methods":["GET"]}},{"action":"Deny","protocol":"TCP","http":{"paths":[{"exact":"/admin"}]}}]}}`)
+	out, lines := narrowHTTP(api.KindProfile, obj)
+	if len(lines) != 2 {
+		t.Fatalf("changes %q", lines)
+	}
+	r, _, err := decodeCalicoObject(api.KindProfile, out, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.(*api.Profile).Spec
+	if len(p.Ingress) != 1 || p.Ingress[0].Action != api.ActionDeny || p.Ingress[0].Protocol == nil || p.LabelsToApply["zone"] != "edge" {
+		t.Errorf("profile %+v, want only the Deny, without its HTTP match", p)
+	}
+}
