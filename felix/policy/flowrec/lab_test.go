@@ -84,8 +84,6 @@ metadata: {name: lockdown}
 spec: {order: 1, selector: app == 'b', types: [Ingress], ingress: [{action: Deny, protocol: TCP, destination: {ports: [8080]}}]}
 `
 
-// newFlowLabBare is the node, its pods and the programmed policy
-// (flow marks on group 8), with conntrack accounting on.
 // loadModel gives the lab's policy, staged policy and endpoints to a
 // Manager and a model, and programs the Manager.
 func loadModel(m *policy.Manager, model *flowrec.LockedModel, eps []policy.Endpoint) error {
@@ -124,14 +122,21 @@ func loadModel(m *policy.Manager, model *flowrec.LockedModel, eps []policy.Endpo
 	return m.Apply(context.Background())
 }
 
-func newFlowLabBare(t testing.TB) *flowLab {
+// newFlowLabBare is the node, its pods and the programmed policy
+// (flow marks on group 8; opts may change the log configuration), with
+// conntrack accounting on.
+func newFlowLabBare(t testing.TB, opts ...func(*policy.LogConfig)) *flowLab {
 	t.Helper()
+	lc := policy.LogConfig{Group: 7, FlowGroup: 8}
+	for _, o := range opts {
+		o(&lc)
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, nftables, conntrack)")
 	}
 	l := &flowLab{t: t, node: polab.NewNode(t), pods: map[string]*polab.Pod{}, model: flowrec.NewLockedModel()}
 	var err error
-	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: policy.LogConfig{Group: 7, FlowGroup: 8}})
+	l.m, err = policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: l.node.Fd}, Log: lc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,9 +171,9 @@ func newFlowLabBare(t testing.TB) *flowLab {
 
 // newFlowLab is newFlowLabBare with a collector whose batches the
 // test reads and a JSON-lines file.
-func newFlowLab(t *testing.T) *flowLab {
+func newFlowLab(t *testing.T, opts ...func(*policy.LogConfig)) *flowLab {
 	t.Helper()
-	l := newFlowLabBare(t)
+	l := newFlowLabBare(t, opts...)
 	l.file = filepath.Join(t.TempDir(), "flows", "flows.jsonl")
 	fs, err := flowrec.OpenFile(flowrec.FileConfig{Path: l.file})
 	if err != nil {
