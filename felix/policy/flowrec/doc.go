@@ -4,13 +4,16 @@
 //
 // The kernel says what it decided: with policy.LogConfig.FlowGroup set,
 // every deciding rule (Allow, Deny, Pass, a tier's or the profiles' end)
-// is preceded by a rate-limited nflog rule with the same matches and
-// prefix "F <token>". Policy chains only see a connection's first
-// packet (established traffic is accepted before them), so nothing of
-// accepted established traffic reaches userspace. Connection tracking
-// gives the start (NEW), the end and the packets and bytes each way
-// (DESTROY, with nf_conntrack_acct on). A denied connection has no
-// conntrack entry: its drop's mark is the record.
+// also sends what it decides to a rate-limited nflog with prefix
+// "F <token>" before its verdict (through a small chain of its own, so
+// that its matches are evaluated once and a packet over the limit still
+// gets its verdict: felix/policy/nftdp/tail.go). Policy chains only
+// see a connection's first packet (established traffic is accepted
+// before them), so nothing of accepted established traffic reaches
+// userspace. Connection tracking gives the start (NEW), the end and
+// the packets and bytes each way (DESTROY, with nf_conntrack_acct on).
+// A denied connection has no conntrack entry: its drop's mark is the
+// record.
 //
 // The Collector owns all state on one goroutine: the connections seen
 // in the last moments (waiting for their marks, which the kernel
