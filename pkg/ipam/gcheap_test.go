@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/procmem"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 )
@@ -27,96 +27,29 @@ var gcHeapEndpoints = flag.Int("gcheap.endpoints", 20000, "endpoints BenchmarkGC
 // bigIPAM writes a cluster's IPAM state and endpoints the way routed and
 // the scale-big loader write them: per node its Node record, its /26
 // blocks through Import (block, confirmed affinity, one handle per pod)
-// and its pods' WorkloadEndpoints (labels, profiles, named ports, as
-// routed-cni writes a Kubernetes pod's), encoded by datastore.Encode and
-// put 100 to a transaction. It returns the endpoints' addresses.
-func bigIPAM(tb testing.TB, e *env, c *Client, nodes, perNode int) []netip.Addr {
+// and its pods' WorkloadEndpoints as routed-cni writes them.
+func bigIPAM(tb testing.TB, e *env, c *Client, nodes, perNode int) {
 	tb.Helper()
-	ctx := ctxT(tb)
-	tcp := api.ProtocolFromName(api.ProtocolTCP)
-	var ips []netip.Addr
-	var ops []clientv3.Op
-	flush := func() {
-		if _, err := e.ds.Etcd().Txn(ctx).Then(ops...).Commit(); err != nil {
-			tb.Fatal(err)
-		}
-		ops = ops[:0]
-	}
-	put := func(r api.Resource) {
-		k, v, err := datastore.Encode(r)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if ops = append(ops, clientv3.OpPut(k, string(v))); len(ops) == 100 {
-			flush()
-		}
-	}
+	batch := dstest.NewBatch(tb, e.ds)
 	for n := range nodes {
 		node := fmt.Sprintf("sim-%05d", n)
-		put(&api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: node}})
+		batch.Put(&api.Node{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: node}})
 		var ibs []ImportBlock
 		for j := range perNode {
 			if j%64 == 0 {
 				ibs = append(ibs, ImportBlock{CIDR: netip.PrefixFrom(addrAt(pfx("10.0.0.0/8"), (n*((perNode+63)/64)+j/64)*64), 26), Node: node})
 			}
-			ns := fmt.Sprintf("ns-%04d", (n+j)%2000)
-			pod := fmt.Sprintf("app-%d-%08x-%05x", j%5, uint32(n*31+j)*2654435761, n*perNode+j)
-			handle := PodHandle(DefaultNetwork, fmt.Sprintf("%016x%016x%016x%016x", n, j, n*j, n+j))
-			ib := &ibs[len(ibs)-1]
-			ip := addrAt(ib.CIDR, j%64)
-			ib.Allocations = append(ib.Allocations, ImportAllocation{Ordinal: j % 64, Handle: handle, Namespace: ns, Pod: pod, Node: node, Type: TypePod})
-			labels, profiles := api.PodIdentity(ns, "default", map[string]string{"app": fmt.Sprintf("app-%d", j%5), "tier": "backend", "pod-template-hash": "5d8f7c9b4"})
-			put(&api.WorkloadEndpoint{
-				TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindWorkloadEndpoint},
-				Metadata: api.ObjectMeta{Name: api.WorkloadEndpointName(node, "k8s", ns, pod, "", "eth0"), Labels: labels},
-				Spec: api.WorkloadEndpointSpec{Node: node, Orchestrator: "k8s", Namespace: ns, Pod: pod, ContainerID: handle[len(DefaultNetwork)+1:],
-					Endpoint: "eth0", InterfaceName: "cali" + handle[len(handle)-11:], ContainerInterface: "eth0",
-					IPNetworks: []string{netip.PrefixFrom(ip, 32).String()}, MAC: "ee:ee:ee:ee:ee:ee", Handle: handle,
-					ServiceAccountName: "default", Profiles: profiles,
-					Ports: []api.WorkloadEndpointPort{{Name: "http", Protocol: tcp, Port: 8080}, {Name: "grpc", Protocol: tcp, Port: 9000}, {Name: "metrics", Protocol: tcp, Port: 9090}}},
-			})
-			ips = append(ips, ip)
+			ib, i := &ibs[len(ibs)-1], n*perNode+j
+			handle := PodHandle(DefaultNetwork, fmt.Sprintf("%064x", i))
+			w := dstest.PodEndpoint(node, i, handle, addrAt(ib.CIDR, j%64))
+			ib.Allocations = append(ib.Allocations, ImportAllocation{Ordinal: j % 64, Handle: handle, Namespace: w.Spec.Namespace, Pod: w.Spec.Pod, Node: node, Type: TypePod})
+			batch.Put(w)
 		}
-		if _, err := c.Import(ctx, ibs, false); err != nil {
+		if _, err := c.Import(ctxT(tb), ibs, false); err != nil {
 			tb.Fatalf("import %s's blocks: %v", node, err)
 		}
 	}
-	flush()
-	return ips
-}
-
-// heapDuring runs f and returns the most heap in use while it ran, above
-// what was live before, and the bytes f allocated. The heap is sampled
-// every millisecond with the collector at GOGC=10, so that garbage adds
-// little: the peak is close to what f held at once.
-func heapDuring(f func()) (peak, allocated uint64) {
-	defer debug.SetGCPercent(debug.SetGCPercent(10))
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/allocs:bytes"}}
-	runtime.GC()
-	metrics.Read(s)
-	base, alloc0 := s[0].Value.Uint64(), s[1].Value.Uint64()
-	stop, done := make(chan struct{}), make(chan uint64)
-	go func() {
-		high := base
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		one := s[:1:1]
-		for {
-			metrics.Read(one)
-			high = max(high, one[0].Value.Uint64())
-			select {
-			case <-stop:
-				done <- high
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	f()
-	close(stop)
-	high := <-done
-	metrics.Read(s)
-	return high - base, s[1].Value.Uint64() - alloc0
+	batch.Flush()
 }
 
 // wholeGCRead is the baseline: what GC read before it read page by page,
@@ -208,7 +141,7 @@ func gcHeapChild(pass string) int {
 	var f gcHeapFigures
 	f.AnonBefore = anonMemory()
 	t0 := time.Now()
-	f.Peak, f.Allocated = heapDuring(func() { err = gcHeapPasses[pass](ctx, c, n) })
+	f.Peak, f.Allocated = procmem.HeapDuring(func() { err = gcHeapPasses[pass](ctx, c, n) })
 	f.Millis = time.Since(t0).Milliseconds()
 	f.AnonAfter = anonMemory()
 	if err != nil {
@@ -228,14 +161,8 @@ type gcHeapFigures struct {
 
 // anonMemory is the process's resident anonymous memory (RssAnon).
 func anonMemory() uint64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	st, _ := procmem.ReadStatus(os.Getpid())
+	return uint64(st.Anon)
 }
 
 // BenchmarkGCHeap measures, per endpoint of the cluster, the heap one
