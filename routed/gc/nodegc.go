@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -40,37 +42,86 @@ type nodeGC struct {
 	// reclaiming, when set, runs after the pass decided which nodes are
 	// gone and before it deletes anything (tests race a node's return).
 	reclaiming func(gone map[string]bool)
+	// page, when set, is the keys per read of Nodes and endpoints (tests
+	// read many pages); 0: nodePage and endpointPage.
+	page int
+}
+
+// Page sizes of the pass's reads: a page of endpoints is about 1 MB.
+const (
+	nodePage     = 1000
+	endpointPage = 1000
+)
+
+// suspect is what the pass keeps of an endpoint whose node has no Node
+// record: enough to delete it, fenced and conditional, once the node
+// counts as gone.
+type suspect struct {
+	name, node string
+	rev        int64
 }
 
 // run does one pass and returns the nodes it treated as gone.
+//
+// Its memory does not grow with the cluster's pods: endpoints are read
+// page by page and each is reduced to its node's name, and kept whole
+// (name, node, revision) only when its node has no Node record. All
+// reads are at the revision of the first page, so together they are
+// one snapshot, as one List was. That alone would not make a stale read
+// safe; what does is the delete itself: it is conditional on the
+// endpoint still being at the revision read and on its node still
+// having no Node record, so an endpoint changed or a node re-registered
+// since the snapshot is kept.
 func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
-	nodes, _, err := g.ds.List(ctx, api.KindNode)
-	if err != nil {
-		return nil, err
+	nodesPage, endpointsPage := nodePage, endpointPage
+	if g.page > 0 {
+		nodesPage, endpointsPage = g.page, g.page
 	}
-	live := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		live[n.Meta().Name] = true
-	}
-	weps, _, err := g.ds.List(ctx, api.KindWorkloadEndpoint)
-	if err != nil {
-		return nil, err
-	}
-	u, err := ipam.New(g.ds).Usage(ctx)
-	if err != nil {
-		return nil, err
-	}
-	missing, err := g.readMissing(ctx)
+	live := map[string]bool{}
+	rev, err := g.ds.Pages(ctx, datastore.KindPrefix(api.KindNode), 0, nodesPage, func(kvs []*mvccpb.KeyValue) error {
+		for _, kv := range kvs {
+			var n api.Node
+			if err := json.Unmarshal(kv.Value, &n); err != nil {
+				log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable record")
+				continue
+			}
+			live[n.Metadata.Name] = true
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	// Nodes something still refers to.
 	referred := map[string]bool{}
-	for _, r := range weps {
-		referred[r.(*api.WorkloadEndpoint).Spec.Node] = true
+	var suspects []suspect
+	_, err = g.ds.Pages(ctx, datastore.KindPrefix(api.KindWorkloadEndpoint), rev, endpointsPage, func(kvs []*mvccpb.KeyValue) error {
+		for _, kv := range kvs {
+			var w api.WorkloadEndpoint
+			if err := json.Unmarshal(kv.Value, &w); err != nil {
+				log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable record")
+				continue
+			}
+			referred[w.Spec.Node] = true
+			if !live[w.Spec.Node] {
+				suspects = append(suspects, suspect{name: w.Metadata.Name, node: w.Spec.Node, rev: kv.ModRevision})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	for n := range u.BlocksPerNode() {
+	owners, err := ipam.New(g.ds).BlockOwners(ctx, rev)
+	if err != nil {
+		return nil, err
+	}
+	for n := range owners {
 		referred[n] = true
+	}
+	missing, err := g.readMissing(ctx)
+	if err != nil {
+		return nil, err
 	}
 	now := g.now()
 	gone := map[string]bool{}
@@ -104,26 +155,25 @@ func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
 	if g.reclaiming != nil && len(gone) > 0 {
 		g.reclaiming(gone)
 	}
-	for _, r := range weps {
-		w := r.(*api.WorkloadEndpoint)
-		if !gone[w.Spec.Node] {
+	for _, w := range suspects {
+		if !gone[w.node] {
 			continue
 		}
 		// Only while the node is still absent: one that re-registered
-		// since the list above keeps its endpoints.
-		err := g.ds.DeleteFenced(ctx, api.KindWorkloadEndpoint, w.Metadata.Name, w.Metadata.ResourceVersion, g.fence,
-			datastore.Absent(api.KindNode, w.Spec.Node))
+		// since the read above keeps its endpoints.
+		err := g.ds.DeleteFenced(ctx, api.KindWorkloadEndpoint, w.name, strconv.FormatInt(w.rev, 10), g.fence,
+			datastore.Absent(api.KindNode, w.node))
 		switch {
 		case err == nil:
-			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("removed endpoint of a deleted node")
+			log.WithFields(map[string]any{"endpoint": w.name, "node": w.node}).Info("removed endpoint of a deleted node")
 		case errors.Is(err, datastore.ErrFenced):
 			return nil, err
 		case errors.Is(err, datastore.ErrConflict):
-			delete(gone, w.Spec.Node) // it came back (or the endpoint changed): not gone after all
-			log.WithFields(map[string]any{"endpoint": w.Metadata.Name, "node": w.Spec.Node}).Info("kept endpoint: its node came back or it changed during GC")
+			delete(gone, w.node) // it came back (or the endpoint changed): not gone after all
+			log.WithFields(map[string]any{"endpoint": w.name, "node": w.node}).Info("kept endpoint: its node came back or it changed during GC")
 		case datastore.IsNotFound(err):
 		default:
-			log.WithError(err).WithField("endpoint", w.Metadata.Name).Warn("could not remove endpoint of a deleted node")
+			log.WithError(err).WithField("endpoint", w.name).Warn("could not remove endpoint of a deleted node")
 		}
 	}
 	return gone, nil
