@@ -135,7 +135,8 @@ func envInt(name string, def int) int {
 // Run: go test -run XXX -bench Programming -benchtime 1x ./felix/policy
 // (POLICY_BENCH_EPS, _LOCAL, _POLICIES, _SAMPLES change the shape;
 // POLICY_BENCH_DUAL=1 gives every endpoint an IPv6 address too;
-// POLICY_BENCH_HOSTS=100 adds 100 host endpoints, one of them local).
+// POLICY_BENCH_HOSTS=100 adds 100 host endpoints, one of them local;
+// POLICY_BENCH_FLOWS=1 turns flow marks on).
 func BenchmarkProgramming(b *testing.B) {
 	bm := benchModel{nEP: envInt("POLICY_BENCH_EPS", 10000), nLocal: envInt("POLICY_BENCH_LOCAL", 200), nPol: envInt("POLICY_BENCH_POLICIES", 1000),
 		dual: os.Getenv("POLICY_BENCH_DUAL") == "1", nHosts: envInt("POLICY_BENCH_HOSTS", 0)}
@@ -146,7 +147,11 @@ func BenchmarkProgramming(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m, err := policy.NewManager(policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}})
+		cfg := policy.Config{Dataplane: nftdp.Config{NetnsFd: int(f.Fd())}}
+		if os.Getenv("POLICY_BENCH_FLOWS") == "1" {
+			cfg.Log.FlowGroup = 8 // every deciding rule with its flow mark (docs/flows.md)
+		}
+		m, err := policy.NewManager(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
