@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"time"
@@ -143,7 +144,7 @@ func (s *Sender) send(ctx context.Context, b *flowrec.Batch) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL+"/v1/batches", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL+"/v1/nodes/"+url.PathEscape(b.Node)+"/batches", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func (s *Sender) send(ctx context.Context, b *flowrec.Batch) error {
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		err := fmt.Errorf("aggregator answered %s: %s", resp.Status, bytes.TrimSpace(msg))
-		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusForbidden {
+		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusRequestEntityTooLarge {
 			return &refusedError{err}
 		}
 		return err

@@ -54,6 +54,8 @@ type Server struct {
 	token  []byte
 	window *Window
 	log    *logrus.Entry
+	// batchSlots bounds the batch requests decoded at once.
+	batchSlots chan struct{}
 }
 
 // tokenCookie carries the token in a browser after the login form.
@@ -81,7 +83,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.NodeIdentities == nil {
 		cfg.NodeIdentities = []string{"routed-node"}
 	}
-	return &Server{cfg: cfg, token: tok, window: NewWindow(cfg.MaxEntries, cfg.MaxAge), log: logrus.WithField("component", "flowagg")}, nil
+	return &Server{cfg: cfg, token: tok, window: NewWindow(cfg.MaxEntries, cfg.MaxAge), batchSlots: make(chan struct{}, MaxConcurrentBatches), log: logrus.WithField("component", "flowagg")}, nil
 }
 
 // Window is the server's window.
@@ -139,11 +141,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Handler serves POST /v1/batches (nodes, mutual TLS), GET /v1/flows
+// Handler serves POST /v1/nodes/{node}/batches (nodes, mutual TLS), GET /v1/flows
 // (readers, token) and the page (/, its login form at POST /login).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/batches", s.postBatch)
+	mux.HandleFunc("POST /v1/nodes/{node}/batches", s.postBatch)
 	mux.HandleFunc("GET /v1/flows", s.reader(s.getFlows))
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("POST /login", s.login)
@@ -158,24 +160,49 @@ func nodeIdentity(r *http.Request) (string, bool) {
 	return r.TLS.VerifiedChains[0][0].Subject.CommonName, true
 }
 
+// postBatch takes a node's batch at /v1/nodes/{node}/batches. The node
+// is in the path so the sender's identity is checked before a byte of
+// the body is read; the body is then decoded as a stream within
+// MaxBatchBytes and MaxBatchFlows, at most MaxConcurrentBatches at once.
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	id, ok := nodeIdentity(r)
 	if !ok {
-		http.Error(w, "flowagg: batches need a client certificate of the cluster CA", http.StatusUnauthorized)
+		refuseUnread(w, "flowagg: batches need a client certificate of the cluster CA", http.StatusUnauthorized)
+		return
+	}
+	node := r.PathValue("node")
+	switch {
+	case !validName(node):
+		refuseUnread(w, fmt.Sprintf("flowagg: node %q in the path is not a DNS-1123 name", node), http.StatusBadRequest)
+		return
+	case !slices.Contains(s.cfg.NodeIdentities, id) && id != node:
+		refuseUnread(w, fmt.Sprintf("flowagg: identity %q may not send node %q's flows", id, node), http.StatusForbidden)
+		return
+	}
+	select {
+	case s.batchSlots <- struct{}{}:
+		defer func() { <-s.batchSlots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		refuseUnread(w, fmt.Sprintf("flowagg: %d batches are being taken already; send again", MaxConcurrentBatches), http.StatusServiceUnavailable)
 		return
 	}
 	var b flowrec.Batch
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20))
-	if err := dec.Decode(&b); err != nil {
-		http.Error(w, "flowagg: batch: "+err.Error(), http.StatusBadRequest)
+	if err := decodeBatch(http.MaxBytesReader(w, r.Body, MaxBatchBytes), &b); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) || errors.Is(err, errBatchTooLarge) {
+			refuseUnread(w, fmt.Sprintf("flowagg: batch of node %q: %v (at most %d flows, %d bytes: split it)", node, err, MaxBatchFlows, MaxBatchBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, fmt.Sprintf("flowagg: batch of node %q: %v", node, err), http.StatusBadRequest)
 		return
 	}
 	switch {
-	case b.Node == "" || b.Boot == "" || b.Seq == 0:
-		http.Error(w, "flowagg: batch: node, boot and seq are required", http.StatusBadRequest)
+	case b.Node != node:
+		http.Error(w, fmt.Sprintf("flowagg: batch: node %q differs from the path's %q", b.Node, node), http.StatusBadRequest)
 		return
-	case !slices.Contains(s.cfg.NodeIdentities, id) && id != b.Node:
-		http.Error(w, fmt.Sprintf("flowagg: identity %q may not send node %q's flows", id, b.Node), http.StatusForbidden)
+	case b.Boot == "" || b.Seq == 0:
+		http.Error(w, "flowagg: batch: boot and seq are required", http.StatusBadRequest)
 		return
 	}
 	for i := range b.Flows {
@@ -186,6 +213,14 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// refuseUnread answers a request whose body was not read and closes
+// the connection: net/http would otherwise read up to 256 KiB of the
+// body before answering, and wait on a sender that trickles it.
+func refuseUnread(w http.ResponseWriter, msg string, code int) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, msg, code)
 }
 
 // authorized: the token as a bearer token or in the page's cookie.

@@ -127,7 +127,7 @@ func allowedFlow(port uint16) flowrec.Flow {
 func post(t *testing.T, c *http.Client, url string, b flowrec.Batch) int {
 	t.Helper()
 	js, _ := json.Marshal(b)
-	resp, err := c.Post(url+"/v1/batches", "application/json", strings.NewReader(string(js)))
+	resp, err := c.Post(url+"/v1/nodes/"+b.Node+"/batches", "application/json", strings.NewReader(string(js)))
 	if err != nil {
 		return -1
 	}

@@ -56,9 +56,13 @@ func (c *Config) defaults() {
 		c.MaxOpen = 262144
 	}
 	if c.MaxGroups == 0 {
-		c.MaxGroups = 10000
+		c.MaxGroups = DefaultMaxGroups
 	}
 }
+
+// DefaultMaxGroups is the default cap on an interval's groups, so on a
+// batch's flows; the aggregator refuses batches with more.
+const DefaultMaxGroups = 10_000
 
 // ErrConfig is returned for an unusable Config.
 var ErrConfig = errors.New("flowrec: invalid configuration")
