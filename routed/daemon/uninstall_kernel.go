@@ -82,7 +82,7 @@ func uninstallKernel(nsPath string) (removed []string, err error) {
 		if err := m.Apply(true); err != nil {
 			errs = append(errs, fmt.Errorf("uninstall: %w", err))
 		} else {
-			removed = append(removed, "nftables table inet "+wireguard.IncomingTable)
+			removed = append(removed, "nftables tables inet and arp "+wireguard.IncomingTable)
 		}
 	}
 	return removed, errors.Join(errs...)
@@ -111,8 +111,8 @@ func openNS(path string) (*netlink.Handle, int, func(), error) {
 }
 
 // hasIncomingTable reports whether the namespace (fd, -1 this
-// process's) has host encryption's nftables table; a kernel without
-// nftables has none.
+// process's) has one of host encryption's nftables tables (inet, arp);
+// a kernel without nftables has none.
 func hasIncomingTable(fd int) (bool, error) {
 	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
@@ -127,12 +127,14 @@ func hasIncomingTable(fd int) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("uninstall: nftables: %w", err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	// Both families: the arp table alone (left by an interrupted
+	// uninstall, say) must go too.
+	tables, err := c.ListTables()
 	if err != nil {
 		return false, fmt.Errorf("uninstall: listing nftables tables: %w", err)
 	}
 	for _, t := range tables {
-		if t.Name == wireguard.IncomingTable {
+		if t.Name == wireguard.IncomingTable && (t.Family == nftables.TableFamilyINet || t.Family == nftables.TableFamilyARP) {
 			return true, nil
 		}
 	}

@@ -30,7 +30,7 @@ func sh(t *testing.T, args ...string) string {
 // (uninstallIfDeleted), run in a fresh network namespace holding what
 // host encryption leaves (rule 99 "not fwmark 0x100000 lookup 82" proto
 // 82 in both families, routes in table 82, the devices wg.routed and
-// wg-v6.routed, the nftables table inet routed-wireguard), removes all
+// wg-v6.routed, the nftables tables inet and arp routed-wireguard), removes all
 // of it and leaves the rest: a rule looking up table 82 with another
 // protocol, another table's rule and route, a main-table route, another
 // device and another nftables table. A second run finds nothing and
@@ -67,6 +67,8 @@ func TestUninstallRemovesWireguardState(t *testing.T) {
 	ip("route", "add", "203.0.113.0/24", "dev", "eth0", "proto", "static")
 	nft("add", "table", "inet", "routed-wireguard")
 	nft("add", "chain", "inet", "routed-wireguard", "mark-incoming", "{ type filter hook prerouting priority raw; }")
+	nft("add", "table", "arp", "routed-wireguard")
+	nft("add", "chain", "arp", "routed-wireguard", "mark-incoming", "{ type filter hook input priority filter; }")
 	nft("add", "table", "inet", "someone-else")
 
 	// The uninstall path itself, as routed runs it in the host's
@@ -122,6 +124,17 @@ func TestUninstallRemovesWireguardState(t *testing.T) {
 	removed, err := uninstallKernel("/run/netns/" + name)
 	if err != nil || len(removed) != 0 {
 		t.Errorf("second uninstall: removed %v, error %v; want nothing and no error", removed, err)
+	}
+
+	// The arp table alone (an earlier uninstall interrupted between
+	// the two, or a kernel that refused the pair) goes too.
+	nft("add", "table", "arp", "routed-wireguard")
+	removed, err = uninstallKernel("/run/netns/" + name)
+	if err != nil || len(removed) != 1 {
+		t.Errorf("uninstall with only the arp table: removed %v, error %v; want the table and no error", removed, err)
+	}
+	if tables := nft("list", "tables"); strings.Contains(tables, "routed-wireguard") {
+		t.Errorf("the arp table routed-wireguard is still there:\n%s", tables)
 	}
 }
 
