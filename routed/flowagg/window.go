@@ -7,10 +7,12 @@
 package flowagg
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,10 +80,15 @@ type Window struct {
 	// The memory bounds (MaxBytes, MaxRecordBytes, MaxNodes).
 	maxBytes, maxRecord, maxNodes int
 
-	mu      sync.Mutex
-	buf     []Entry // oldest first
-	sizes   []int   // each entry's size, as buf
-	bytes   int     // sum of sizes
+	mu sync.Mutex
+	// buf[head:] are the entries, oldest first (their Seq ascending);
+	// sizes[head:] their sizes. Eviction advances head and compacts
+	// only when head passes half of buf, so a record costs O(1)
+	// amortized however full the window is.
+	buf     []Entry
+	sizes   []int
+	head    int
+	bytes   int // sum of sizes
 	next    uint64
 	nodes   map[string]*nodeState
 	evicted uint64 // entries pushed out by the cap
@@ -174,29 +181,41 @@ func (w *Window) addSizedLocked(e Entry, size int) {
 	e.Seq = w.next
 	w.next++
 	n := 0
-	for n < len(w.buf) && (len(w.buf)-n >= w.max || w.bytes+size > w.maxBytes) {
-		w.bytes -= w.sizes[n]
+	for w.head+n < len(w.buf) && (len(w.buf)-w.head-n >= w.max || w.bytes+size > w.maxBytes) {
+		w.bytes -= w.sizes[w.head+n]
 		n++
 	}
 	if n > 0 {
 		w.evicted += uint64(n)
-		w.buf = append(w.buf[:0], w.buf[n:]...)
-		w.sizes = append(w.sizes[:0], w.sizes[n:]...)
+		w.dropLocked(n)
 	}
 	w.buf = append(w.buf, e)
 	w.sizes = append(w.sizes, size)
 	w.bytes += size
 }
 
+// dropLocked removes the n oldest entries (their sizes already taken
+// off w.bytes).
+func (w *Window) dropLocked(n int) {
+	clear(w.buf[w.head : w.head+n]) // let the flows be collected
+	w.head += n
+	if w.head >= len(w.buf)/2 && w.head >= 1024 || w.head == len(w.buf) {
+		live := copy(w.buf, w.buf[w.head:])
+		clear(w.buf[live:])
+		w.buf = w.buf[:live]
+		w.sizes = w.sizes[:copy(w.sizes, w.sizes[w.head:])]
+		w.head = 0
+	}
+}
+
 func (w *Window) expireLocked(now time.Time) {
-	i := 0
+	i := w.head
 	for i < len(w.buf) && now.Sub(w.buf[i].Received) > w.maxAge {
 		w.bytes -= w.sizes[i]
 		i++
 	}
-	if i > 0 {
-		w.buf = append(w.buf[:0], w.buf[i:]...)
-		w.sizes = append(w.sizes[:0], w.sizes[i:]...)
+	if i > w.head {
+		w.dropLocked(i - w.head)
 	}
 }
 
@@ -206,13 +225,15 @@ func (w *Window) expireLocked(now time.Time) {
 func (w *Window) After(seq uint64, keep func(*Entry) bool) (out []Entry, last uint64, more <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.buf) > 0 && w.buf[0].Seq > seq+1 && seq > 0 {
-		out = append(out, Entry{Received: time.Now(), Gap: &Gap{Node: "*", To: w.buf[0].Received, Reason: GapEvicted}})
+	live := w.buf[w.head:]
+	if len(live) > 0 && live[0].Seq > seq+1 && seq > 0 {
+		out = append(out, Entry{Received: time.Now(), Gap: &Gap{Node: "*", To: live[0].Received, Reason: GapEvicted}})
 	}
-	for i := range w.buf {
-		e := &w.buf[i]
-		if e.Seq > seq && keep(e) {
-			out = append(out, *e)
+	// Seq ascends: a follower's start is found by binary search.
+	from, _ := slices.BinarySearchFunc(live, seq+1, func(e Entry, s uint64) int { return cmp.Compare(e.Seq, s) })
+	for i := from; i < len(live); i++ {
+		if keep(&live[i]) {
+			out = append(out, live[i])
 		}
 	}
 	return out, w.next - 1, w.changed
@@ -222,7 +243,7 @@ func (w *Window) After(seq uint64, keep func(*Entry) bool) (out []Entry, last ui
 func (w *Window) Stats() (entries int, evicted uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.buf), w.evicted
+	return len(w.buf) - w.head, w.evicted
 }
 
 // Bytes is the size of the records the window holds.
