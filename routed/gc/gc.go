@@ -6,6 +6,7 @@ package gc
 
 import (
 	"context"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,12 @@ func Run(ctx context.Context, c Config) error {
 			every(ctx, c.Period, func() {
 				if !c.Held() {
 					clusterGC(ctx, c.DS, fence, c.Grace)
+					// What the pass read is garbage now: hand it back
+					// to the kernel at once, not over the scavenger's
+					// minutes, so the elected node's anonymous memory
+					// does not stay at the pass's peak (one collection
+					// a period, on one node).
+					debug.FreeOSMemory()
 				}
 			})
 		})
