@@ -91,7 +91,7 @@ func (c *Client) scanEndpoints(ctx context.Context, s *snapshot) error {
 		m.ipNamed[i], m.ipTwice[i] = make([]uint64, n), make([]uint64, n)
 	}
 	prefix := datastore.KindPrefix(api.KindWorkloadEndpoint)
-	err := c.pages(ctx, prefix, s.rev, recordPage, func(kv *mvccpbKV) {
+	err := c.pages(ctx, prefix, s.rev, endpointPage, func(kv *mvccpbKV) {
 		var w api.WorkloadEndpoint
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))
@@ -140,7 +140,7 @@ func (c *Client) scanEndpoints(ctx context.Context, s *snapshot) error {
 // naming the addresses in shared: a second pass only when two endpoints
 // share an address, so the first keeps no name.
 func (c *Client) nameShared(ctx context.Context, rev int64, shared map[netip.Addr][]string) error {
-	return c.pages(ctx, datastore.KindPrefix(api.KindWorkloadEndpoint), rev, recordPage, func(kv *mvccpbKV) {
+	return c.pages(ctx, datastore.KindPrefix(api.KindWorkloadEndpoint), rev, endpointPage, func(kv *mvccpbKV) {
 		var w api.WorkloadEndpoint
 		if json.Unmarshal(kv.Value, &w) != nil {
 			return // listed as unreadable by the first pass
