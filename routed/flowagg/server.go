@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +41,12 @@ type Config struct {
 	// certificate). Any other verified name may send only the batches
 	// of the node of that name.
 	NodeIdentities []string
+	// ReadTimeout bounds reading a request, body included (0: 30 s;
+	// a follower's stream only writes, and outlives it); IdleTimeout
+	// closes idle keep-alive connections (0: 60 s).
+	ReadTimeout, IdleTimeout time.Duration
+	// MaxConns bounds the connections open at once (0: MaxConns).
+	MaxConns int
 	// MaxEntries and MaxAge bound the window (0: 100,000 and 1 h).
 	MaxEntries int
 	MaxAge     time.Duration
@@ -79,6 +86,15 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxAge == 0 {
 		cfg.MaxAge = time.Hour
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = MaxConns
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 60 * time.Second
 	}
 	if cfg.NodeIdentities == nil {
 		cfg.NodeIdentities = []string{"routed-node"}
@@ -124,9 +140,13 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, tls.NewListener(ln, tc))
 }
 
-// Serve serves on a TLS listener until ctx ends.
+// Serve serves on a TLS listener until ctx ends, at most cfg.MaxConns
+// connections at once; a request must arrive within ReadTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := limitConns(ln, s.cfg.MaxConns)
+	ln = lim
+	srv := &http.Server{Handler: s.Handler(), ConnState: lim.connState, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: s.cfg.ReadTimeout,
+		IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -301,10 +321,26 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
+// maxLoginBody bounds the sign-in form (a token is well under 1 KiB).
+const maxLoginBody = 4 << 10
+
 // login takes the token from the form and keeps it in an HttpOnly,
 // Secure, SameSite=Strict cookie for the page's requests.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	tok := r.PostFormValue("token")
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/x-www-form-urlencoded" {
+		refuseUnread(w, "flowagg: sign in with the form (application/x-www-form-urlencoded)", http.StatusUnsupportedMediaType)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
+	if err := r.ParseForm(); err != nil {
+		code := http.StatusBadRequest
+		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		refuseUnread(w, fmt.Sprintf("flowagg: the sign-in form: %v (at most %d bytes)", err, maxLoginBody), code)
+		return
+	}
+	tok := r.PostForm.Get("token")
 	if subtle.ConstantTimeCompare([]byte(tok), s.token) != 1 {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)

@@ -85,9 +85,8 @@ func (a *aggregator) stop() {
 	}
 }
 
-// client is an HTTPS client trusting the test CA, with a client
-// certificate when cert is given.
-func client(t *testing.T, pki testpki.PKI, cert, key string) *http.Client {
+// caPool holds the test CA.
+func caPool(t *testing.T, pki testpki.PKI) *x509.CertPool {
 	t.Helper()
 	pem, err := os.ReadFile(pki.CAFile)
 	if err != nil {
@@ -95,7 +94,14 @@ func client(t *testing.T, pki testpki.PKI, cert, key string) *http.Client {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	tc := &tls.Config{RootCAs: pool}
+	return pool
+}
+
+// client is an HTTPS client trusting the test CA, with a client
+// certificate when cert is given.
+func client(t *testing.T, pki testpki.PKI, cert, key string) *http.Client {
+	t.Helper()
+	tc := &tls.Config{RootCAs: caPool(t, pki)}
 	if cert != "" {
 		c, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
