@@ -38,7 +38,9 @@ type Config struct {
 	// and the groups of one interval (0: 10,000).
 	MaxPending, MaxOpen, MaxGroups int
 	// Sinks receive each batch on the collector's goroutine: they must
-	// not block.
+	// not block. Every sink gets the same batch, its Flows and Dropped
+	// included, and may hand it to goroutines of its own: a sink treats
+	// it as read-only (a sink that adds to Dropped adds to a copy).
 	Sinks []func(Batch)
 }
 

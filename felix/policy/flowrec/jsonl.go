@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -84,10 +85,12 @@ func (s *FileSink) run() {
 		s.dropped = 0
 		s.mu.Unlock()
 		if lostBatches > 0 {
-			if b.Dropped == nil {
-				b.Dropped = map[string]uint64{}
-			}
-			b.Dropped["file-queue-batches"] += lostBatches
+			// The batch is shared with the other sinks (the sender
+			// encodes it on its own goroutine): add to a copy.
+			d := make(map[string]uint64, len(b.Dropped)+1)
+			maps.Copy(d, b.Dropped)
+			d[DropFileQueue] += lostBatches
+			b.Dropped = d
 		}
 		if err := WriteBatch(s.w, b); err != nil {
 			s.log.WithError(err).Warn("flowrec: writing the flow log")

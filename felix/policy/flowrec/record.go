@@ -146,4 +146,7 @@ const (
 	DropGroups   = "group-cap"     // too many groups in one interval
 	DropNflog    = "nflog-overrun" // the kernel dropped marks (socket full)
 	DropCtEvents = "ct-overrun"    // the kernel dropped conntrack events
+	// DropFileQueue counts batches the flow log file's queue turned
+	// away before this one (only in the file's lines).
+	DropFileQueue = "file-queue-batches"
 )
