@@ -63,10 +63,9 @@ type Server struct {
 	log    *logrus.Entry
 	// batchSlots bounds the batch requests decoded at once.
 	batchSlots chan struct{}
+	// sessions are the page's, created by the sign-in form.
+	sessions sessions
 }
-
-// tokenCookie carries the token in a browser after the login form.
-const tokenCookie = "routed-flows-token"
 
 // NewServer reads the token and sets up the window.
 func NewServer(cfg Config) (*Server, error) {
@@ -162,13 +161,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Handler serves POST /v1/nodes/{node}/batches (nodes, mutual TLS), GET /v1/flows
-// (readers, token) and the page (/, its login form at POST /login).
+// (readers, token) and the page (/, its login form at POST /login,
+// POST /logout to end its session).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/nodes/{node}/batches", s.postBatch)
 	mux.HandleFunc("GET /v1/flows", s.reader(s.getFlows))
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
 	return mux
 }
 
@@ -243,17 +244,14 @@ func refuseUnread(w http.ResponseWriter, msg string, code int) {
 	http.Error(w, msg, code)
 }
 
-// authorized: the token as a bearer token or in the page's cookie.
+// authorized: the token as a bearer token, or the page's session
+// cookie.
 func (s *Server) authorized(r *http.Request) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		c, err := r.Cookie(tokenCookie)
-		if err != nil {
-			return false
-		}
-		tok = c.Value
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return subtle.ConstantTimeCompare([]byte(tok), s.token) == 1
 	}
-	return subtle.ConstantTimeCompare([]byte(tok), s.token) == 1
+	c, err := r.Cookie(sessionCookie)
+	return err == nil && s.sessions.valid(c.Value, time.Now())
 }
 
 func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
@@ -324,8 +322,9 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 // maxLoginBody bounds the sign-in form (a token is well under 1 KiB).
 const maxLoginBody = 4 << 10
 
-// login takes the token from the form and keeps it in an HttpOnly,
-// Secure, SameSite=Strict cookie for the page's requests.
+// login checks the token from the form and starts a session: an
+// HttpOnly, Secure, SameSite=Strict cookie holding a random session id
+// that expires after SessionMaxAge (the token itself stays here).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/x-www-form-urlencoded" {
 		refuseUnread(w, "flowagg: sign in with the form (application/x-www-form-urlencoded)", http.StatusUnsupportedMediaType)
@@ -347,7 +346,16 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(strings.Replace(loginPage, "<!--msg-->", `<p id="error">wrong token</p>`, 1)))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, sessionCookieFor(s.sessions.create(time.Now()), int(SessionMaxAge/time.Second)))
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// logout ends the page's session and clears its cookie.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.end(c.Value)
+	}
+	http.SetCookie(w, sessionCookieFor("", -1))
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
