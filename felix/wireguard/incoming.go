@@ -41,14 +41,37 @@ const arpIn nftables.ChainHook = 0
 // lookup. IPv6 needs nothing: neighbour discovery makes no
 // reverse-path check and IPv6 has no rp_filter.
 //
-// Both tables are written and deleted in one transaction. Not safe for
-// concurrent use: felix's loop owns it.
+// Both tables are written and deleted in one transaction. A kernel
+// without nftables' arp family (CONFIG_NF_TABLES_ARP unset) refuses
+// that transaction whole, so before writing the tables Apply probes the
+// family (ARPFamily): when the kernel refuses it, only the inet table
+// is written and ARPUnmarked says why ARP is not marked (the caller
+// must then refuse host encryption under strict rp_filter, where the
+// peers' ARP would be ignored). Not safe for concurrent use: felix's
+// loop owns it.
 type IncomingMark struct {
 	// NetNSFd is the namespace to program (-1: this process's).
 	NetNSFd int
 	// WorkloadPrefix is the pods' host interface prefix ("cali").
 	WorkloadPrefix string
-	want, synced   bool
+	// ARPFamily, when set, replaces the probe of nftables' arp family:
+	// nil when the kernel takes an arp table with an input chain, else
+	// why not. Tests set it to stand for a kernel without the family.
+	ARPFamily    func(*nftables.Conn) error
+	want, synced bool
+	// arpErr is why the arp table is not written while the tables are
+	// wanted (nil: it is, or nothing is wanted).
+	arpErr error
+}
+
+// ARPUnmarked reports why incoming ARP is not marked while the tables
+// are wanted and written (the kernel has no nftables arp family), or
+// nil.
+func (m *IncomingMark) ARPUnmarked() error {
+	if !m.want || !m.synced {
+		return nil
+	}
+	return m.arpErr
 }
 
 // Set records whether the table should exist; Apply makes it so.
@@ -84,7 +107,21 @@ func (m *IncomingMark) Apply(full bool) error {
 	if err != nil {
 		return fmt.Errorf("wireguard: nftables table %s: %w", IncomingTable, err)
 	}
-	err = m.flush(c, nftables.TableFamilyINet, nftables.TableFamilyARP)
+	families := []nftables.TableFamily{nftables.TableFamilyINet, nftables.TableFamilyARP}
+	arpErr := error(nil)
+	if m.want {
+		probe := m.ARPFamily
+		if probe == nil {
+			probe = probeARP
+		}
+		if arpErr = probe(c); arpErr != nil {
+			// Without the family the combined transaction would fail
+			// whole: write the inet table alone.
+			families = families[:1]
+			arpErr = fmt.Errorf("the kernel refuses nftables' arp family (CONFIG_NF_TABLES_ARP): %w", arpErr)
+		}
+	}
+	err = m.flush(c, families...)
 	if err != nil && !m.want && present(c, nftables.TableFamilyINet) {
 		// A kernel without nftables' arp family (CONFIG_NF_TABLES_ARP)
 		// refuses the whole transaction: remove the inet table alone.
@@ -94,10 +131,26 @@ func (m *IncomingMark) Apply(full bool) error {
 		return fmt.Errorf("wireguard: writing nftables tables inet and arp %s: %w", IncomingTable, err)
 	}
 	if !m.synced {
-		log.WithField("table", IncomingTable).WithField("present", m.want).Info("host encryption's incoming mark tables (inet, arp) written")
+		lg := log.WithField("table", IncomingTable).WithField("present", m.want).WithField("arp", m.want && arpErr == nil)
+		if arpErr != nil {
+			lg = lg.WithError(arpErr) // the caller warns (ARPUnmarked)
+		}
+		lg.Info("host encryption's incoming mark tables written")
 	}
-	m.synced = true
+	m.arpErr, m.synced = arpErr, true
 	return nil
+}
+
+// probeARP asks the kernel for an arp table with a filter chain on
+// its input hook and deletes it in the same transaction: nothing is
+// left behind, and an error says the family cannot be used.
+func probeARP(c *nftables.Conn) error {
+	tbl := &nftables.Table{Name: IncomingTable + "-probe", Family: nftables.TableFamilyARP}
+	c.AddTable(tbl)
+	c.AddChain(&nftables.Chain{Name: "probe", Table: tbl, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookRef(arpIn), Priority: nftables.ChainPriorityFilter})
+	c.DelTable(tbl)
+	return c.Flush()
 }
 
 // flush replaces the IncomingTable table of each family with the
