@@ -63,6 +63,8 @@ func decodeBatch(r io.Reader, b *flowrec.Batch) error {
 			v = &b.Start
 		case "end":
 			v = &b.End
+		case "part":
+			v = &b.Part
 		case "dropped":
 			v = &b.Dropped
 		case "flows":

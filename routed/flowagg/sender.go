@@ -139,12 +139,50 @@ func (s *Sender) Run(ctx context.Context) {
 	}
 }
 
+// send sends b, split into pieces (Batch.Part) where it is past the
+// aggregator's limits (MaxBatchFlows, MaxBatchBytes) or the aggregator
+// answers 413. A resent batch splits the same way, and the aggregator
+// skips the pieces it has.
 func (s *Sender) send(ctx context.Context, b *flowrec.Batch) error {
-	body, err := json.Marshal(b)
+	part := 0
+	return s.sendPieces(ctx, *b, &part)
+}
+
+func (s *Sender) sendPieces(ctx context.Context, b flowrec.Batch, part *int) error {
+	b.Part = *part
+	body, err := json.Marshal(&b)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL+"/v1/nodes/"+url.PathEscape(b.Node)+"/batches", bytes.NewReader(body))
+	if len(b.Flows) > 1 && (len(b.Flows) > MaxBatchFlows || len(body) > MaxBatchBytes) {
+		return s.split(ctx, b, part)
+	}
+	err = s.post(ctx, b.Node, body)
+	if errors.Is(err, errTooLarge) && len(b.Flows) > 1 {
+		return s.split(ctx, b, part)
+	}
+	if err == nil {
+		*part++
+	}
+	return err
+}
+
+// split sends b's flows in two halves; Dropped goes with the first.
+func (s *Sender) split(ctx context.Context, b flowrec.Batch, part *int) error {
+	h := len(b.Flows) / 2
+	first, second := b, b
+	first.Flows, second.Flows, second.Dropped = b.Flows[:h], b.Flows[h:], nil
+	if err := s.sendPieces(ctx, first, part); err != nil {
+		return err
+	}
+	return s.sendPieces(ctx, second, part)
+}
+
+// errTooLarge is the aggregator's 413.
+var errTooLarge = errors.New("flowagg: the aggregator found the batch too large")
+
+func (s *Sender) post(ctx context.Context, node string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL+"/v1/nodes/"+url.PathEscape(node)+"/batches", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -157,7 +195,10 @@ func (s *Sender) send(ctx context.Context, b *flowrec.Batch) error {
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		err := fmt.Errorf("aggregator answered %s: %s", resp.Status, bytes.TrimSpace(msg))
-		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusRequestEntityTooLarge {
+		switch resp.StatusCode {
+		case http.StatusRequestEntityTooLarge:
+			return &refusedError{fmt.Errorf("%w: %w", errTooLarge, err)}
+		case http.StatusBadRequest, http.StatusForbidden:
 			return &refusedError{err}
 		}
 		return err

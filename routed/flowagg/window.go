@@ -55,6 +55,7 @@ const (
 type nodeState struct {
 	boot    string
 	seq     uint64
+	part    int // the last piece taken of batch seq (Batch.Part)
 	lastEnd time.Time
 }
 
@@ -127,12 +128,14 @@ func (w *Window) Add(b flowrec.Batch) error {
 		w.nodes[b.Node] = st
 	case st.boot != b.Boot:
 		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapRestarted}})
-	case b.Seq <= st.seq:
-		return nil // a batch resent after its acknowledgement was lost
-	case b.Seq != st.seq+1:
+	case b.Seq < st.seq || b.Seq == st.seq && b.Part <= st.part:
+		return nil // a batch (or piece) resent after its acknowledgement was lost
+	case b.Seq == st.seq && b.Part != st.part+1,
+		b.Seq == st.seq+1 && b.Part != 0,
+		b.Seq > st.seq+1:
 		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapMissing}})
 	}
-	st.boot, st.seq, st.lastEnd = b.Boot, b.Seq, b.End
+	st.boot, st.seq, st.part, st.lastEnd = b.Boot, b.Seq, b.Part, b.End
 	var kept []Entry
 	var sizes []int
 	tooLarge := uint64(0)

@@ -74,3 +74,38 @@ func TestWindowMemoryBounds(t *testing.T) {
 		t.Errorf("a tracked node's next batch: %v", err)
 	}
 }
+
+// TestWindowBatchPieces: the pieces of a split batch are taken in
+// order without a gap; a piece resent is skipped; a piece lost (the
+// next piece or batch arrives instead) is a batches-missing gap.
+func TestWindowBatchPieces(t *testing.T) {
+	w := NewWindow(1000, time.Hour)
+	missing := func() int {
+		out, _, _ := w.After(0, func(*Entry) bool { return true })
+		n := 0
+		for _, e := range out {
+			if e.Gap != nil && e.Gap.Reason == GapMissing {
+				n++
+			}
+		}
+		return n
+	}
+	piece := func(seq uint64, part int) flowrec.Batch {
+		b := boundsBatch("n1", seq, flowWithPod(fmt.Sprintf("p%d-%d", seq, part)))
+		b.Part = part
+		return b
+	}
+	for _, b := range []flowrec.Batch{piece(1, 0), piece(1, 1), piece(1, 1), piece(2, 0), piece(2, 1)} {
+		if err := w.Add(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := w.Stats(); n != 5 || missing() != 0 {
+		t.Errorf("pieces in order (one resent): %d entries, %d missing gaps; want 5, 0", n, missing())
+	}
+	_ = w.Add(piece(2, 3)) // piece 2 lost
+	_ = w.Add(piece(3, 1)) // piece 0 of batch 3 lost
+	if missing() != 2 {
+		t.Errorf("two lost pieces: %d missing gaps, want 2", missing())
+	}
+}

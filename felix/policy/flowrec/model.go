@@ -144,7 +144,8 @@ func (m *LockedModel) lookup(a netip.Addr) End {
 	e := End{Addr: a.String(), Kind: EndNet}
 	if key := m.calc.EndpointAt(a); key != "" {
 		if ep, ok := m.calc.Endpoint(key); ok {
-			e.Kind, e.Namespace, e.Name, e.Endpoint, e.Node, e.Labels, e.Local = EndPod, ep.Namespace, ep.Pod, ep.Key, ep.Node, ep.Labels, ep.Local
+			e.Kind, e.Namespace, e.Name, e.Endpoint, e.Node, e.Local = EndPod, ep.Namespace, ep.Pod, ep.Key, ep.Node, ep.Local
+			e.Labels, e.LabelsTruncated = capLabels(ep.Labels)
 			if e.Name == "" {
 				e.Name = m.pods[key]
 			}
@@ -155,7 +156,8 @@ func (m *LockedModel) lookup(a netip.Addr) End {
 		}
 	}
 	if s, ok := m.calc.NetworkSetAt(a); ok {
-		e.Kind, e.Namespace, e.Name, e.Labels = EndNetworkSet, s.Namespace, s.Key, s.Labels
+		e.Kind, e.Namespace, e.Name = EndNetworkSet, s.Namespace, s.Key
+		e.Labels, e.LabelsTruncated = capLabels(s.Labels)
 	}
 	return e
 }

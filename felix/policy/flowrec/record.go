@@ -24,6 +24,9 @@ type End struct {
 	Endpoint  string            `json:"endpoint,omitempty"`
 	Node      string            `json:"node,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// LabelsTruncated: the end's labels were more than MaxLabelBytes;
+	// Labels holds those that fit, in key order.
+	LabelsTruncated bool `json:"labelsTruncated,omitempty"`
 	// Local: a pod on the node that recorded the flow.
 	Local bool `json:"local,omitempty"`
 }
@@ -125,6 +128,9 @@ type Batch struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
 	Flows []Flow    `json:"flows"`
+	// Part numbers the pieces of a batch the sender split to fit the
+	// aggregator's limits (0, 1, ...); only piece 0 carries Dropped.
+	Part int `json:"part,omitempty"`
 	// Dropped counts connections or marks the caps or the kernel
 	// turned away in the interval (they are in no flow), by reason.
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
