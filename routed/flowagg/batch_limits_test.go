@@ -129,3 +129,20 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 		t.Errorf("after the open batches ended: %d, want 204", code)
 	}
 }
+
+// TestBatchDropReasonsKnown: a batch's dropped counts may name only the
+// node's drop reasons: the gap entry stays small.
+func TestBatchDropReasonsKnown(t *testing.T) {
+	pki := testpki.New(t)
+	a := startAggregator(t, pki, "")
+	cert, key := pki.IssueClient(t, "routed-node")
+	c := client(t, pki, cert, key)
+	bad := fmt.Sprintf(`{"node":"node-a","boot":"b","seq":1,"dropped":{%q:1}}`, strings.Repeat("k", 1000))
+	if code := postBody(t, c, a.url, "node-a", strings.NewReader(bad)); code != http.StatusBadRequest {
+		t.Errorf("an unknown drop reason: %d, want 400", code)
+	}
+	good := `{"node":"node-a","boot":"b","seq":1,"dropped":{"group-cap":3,"nflog-overrun":1}}`
+	if code := postBody(t, c, a.url, "node-a", strings.NewReader(good)); code != http.StatusNoContent {
+		t.Errorf("known drop reasons: %d, want 204", code)
+	}
+}

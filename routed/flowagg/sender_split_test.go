@@ -1,7 +1,6 @@
 package flowagg_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,15 +18,7 @@ import (
 func TestSenderSplitsBigBatch(t *testing.T) {
 	pki := testpki.New(t)
 	a := startAggregator(t, pki, "")
-	cert, key := pki.IssueClient(t, "node-1")
-	s, err := flowagg.NewSender(flowagg.SenderConfig{URL: a.url, CertFile: cert, KeyFile: key, CAFile: pki.CAFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := startSender(t, pki, a.url, "node-1")
 	labels := map[string]string{}
 	for i := range 40 {
 		labels[fmt.Sprintf("k%02d", i)] = strings.Repeat("v", flowrec.MaxLabelBytes/40-3)

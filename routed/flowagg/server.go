@@ -226,6 +226,12 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "flowagg: batch: boot and seq are required", http.StatusBadRequest)
 		return
 	}
+	for k := range b.Dropped {
+		if !slices.Contains(flowrec.DropReasons, k) {
+			http.Error(w, fmt.Sprintf("flowagg: batch of node %q: dropped: %q is not a drop reason (%s)", node, k, strings.Join(flowrec.DropReasons, ", ")), http.StatusBadRequest)
+			return
+		}
+	}
 	for i := range b.Flows {
 		b.Flows[i].Node = b.Node
 	}

@@ -293,15 +293,7 @@ func TestFiltersAndGaps(t *testing.T) {
 func TestSenderResumesAfterAggregatorRestart(t *testing.T) {
 	pki := testpki.New(t)
 	a := startAggregator(t, pki, "")
-	cert, key := pki.IssueClient(t, "routed-node")
-	s, err := flowagg.NewSender(flowagg.SenderConfig{URL: a.url, CertFile: cert, KeyFile: key, CAFile: pki.CAFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := startSender(t, pki, a.url, "routed-node")
 	reader := client(t, pki, "", "")
 	s.Sink(batch("node-a", "boot1", 1, allowedFlow(1)))
 	waitFlows(t, reader, a.url, "port=1", 1)
@@ -317,6 +309,22 @@ func TestSenderResumesAfterAggregatorRestart(t *testing.T) {
 	if len(gaps) != 2 || gaps[0].Reason != flowagg.GapAggregator || gaps[1].Reason != flowagg.GapMissing || gaps[1].Node != "node-a" {
 		t.Errorf("gaps after the restart: %+v", gaps)
 	}
+}
+
+// startSender runs a node's Sender with a client certificate of cn
+// until the test ends.
+func startSender(t *testing.T, pki testpki.PKI, url, cn string) *flowagg.Sender {
+	t.Helper()
+	cert, key := pki.IssueClient(t, cn)
+	s, err := flowagg.NewSender(flowagg.SenderConfig{URL: url, CertFile: cert, KeyFile: key, CAFile: pki.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
 }
 
 func waitFlows(t *testing.T, c *http.Client, url, query string, n int) {

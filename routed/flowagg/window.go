@@ -57,6 +57,7 @@ type nodeState struct {
 	seq     uint64
 	part    int // the last piece taken of batch seq (Batch.Part)
 	lastEnd time.Time
+	seen    time.Time // when its last batch arrived
 }
 
 // Memory bounds beside the entry count: the count alone bounds nothing
@@ -115,6 +116,9 @@ func (w *Window) Add(b flowrec.Batch) error {
 	now := time.Now()
 	st := w.nodes[b.Node]
 	if st == nil && len(w.nodes) >= w.maxNodes {
+		w.forgetNodesLocked(now)
+	}
+	if st == nil && len(w.nodes) >= w.maxNodes {
 		return fmt.Errorf("%w (%d): node %q", ErrTooManyNodes, w.maxNodes, b.Node)
 	}
 	switch {
@@ -135,7 +139,7 @@ func (w *Window) Add(b flowrec.Batch) error {
 		b.Seq > st.seq+1:
 		w.addLocked(Entry{Received: now, Gap: &Gap{Node: b.Node, From: st.lastEnd, To: b.Start, Reason: GapMissing}})
 	}
-	st.boot, st.seq, st.part, st.lastEnd = b.Boot, b.Seq, b.Part, b.End
+	st.boot, st.seq, st.part, st.lastEnd, st.seen = b.Boot, b.Seq, b.Part, b.End, now
 	var kept []Entry
 	var sizes []int
 	tooLarge := uint64(0)
@@ -167,6 +171,18 @@ func (w *Window) Add(b flowrec.Batch) error {
 	close(w.changed)
 	w.changed = make(chan struct{})
 	return nil
+}
+
+// forgetNodesLocked forgets the nodes not heard from for longer than
+// the window's MaxAge: none of their entries is left, and a node name
+// sent once must not hold a place forever. A forgotten node that comes
+// back starts with a batches-missing gap.
+func (w *Window) forgetNodesLocked(now time.Time) {
+	for name, st := range w.nodes {
+		if now.Sub(st.seen) > w.maxAge {
+			delete(w.nodes, name)
+		}
+	}
 }
 
 // entrySize is an entry's JSON size, what it costs to hold and serve.

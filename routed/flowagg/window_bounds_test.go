@@ -109,3 +109,28 @@ func TestWindowBatchPieces(t *testing.T) {
 		t.Errorf("two lost pieces: %d missing gaps, want 2", missing())
 	}
 }
+
+// TestWindowForgetsQuietNodes: at the node cap, nodes not heard from
+// for longer than the window's MaxAge are forgotten and a new node is
+// taken; while they are recent, it is refused.
+func TestWindowForgetsQuietNodes(t *testing.T) {
+	w := NewWindow(1000, 300*time.Millisecond)
+	w.maxNodes = 2
+	for _, n := range []string{"n1", "n2"} {
+		if err := w.Add(boundsBatch(n, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Add(boundsBatch("n3", 1)); !errors.Is(err, ErrTooManyNodes) {
+		t.Fatalf("a third node at once: %v, want ErrTooManyNodes", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := w.Add(boundsBatch("n3", 1))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 and n2 quiet for 5 s (MaxAge 300 ms), n3 still refused: %v", err)
+		}
+	}
+}

@@ -156,3 +156,7 @@ const (
 	// away before this one (only in the file's lines).
 	DropFileQueue = "file-queue-batches"
 )
+
+// DropReasons are the reasons a node's batch may carry in Dropped; the
+// aggregator refuses a batch with any other.
+var DropReasons = []string{DropPending, DropOpen, DropGroups, DropNflog, DropCtEvents}
