@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowrec"
@@ -34,12 +37,12 @@ func (p *flowPrinter) print(e flowagg.Entry) error {
 		p.header = true
 	}
 	if g := e.Gap; g != nil {
-		fmt.Fprintf(p.tw, "%s\t%s\tGAP: %s%s\n", g.To.Local().Format("15:04:05"), g.Node, g.Reason, gapDetail(g))
+		fmt.Fprintf(p.tw, "%s\t%s\tGAP: %s%s\n", g.To.Local().Format("15:04:05"), esc(g.Node), esc(g.Reason), esc(gapDetail(g)))
 		return p.tw.Flush()
 	}
 	f := e.Flow
-	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s/%d\t%s\t%s\t%d\t%d/%d\t%s\n", f.End.Local().Format("15:04:05"), f.Node, endName(f.Src), endName(f.Dst),
-		f.Proto, f.DstPort, f.Verdict, ruleName(decidingRule(f)), f.Started+f.Denied, f.BytesOut, f.BytesIn, stagedSummary(f.Staged))
+	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s/%d\t%s\t%s\t%d\t%d/%d\t%s\n", f.End.Local().Format("15:04:05"), esc(f.Node), esc(endName(f.Src)), esc(endName(f.Dst)),
+		esc(f.Proto), f.DstPort, esc(f.Verdict), esc(ruleName(decidingRule(f))), f.Started+f.Denied, f.BytesOut, f.BytesIn, esc(stagedSummary(f.Staged)))
 	if p.o == "wide" {
 		for _, x := range []struct {
 			dir string
@@ -49,16 +52,28 @@ func (p *flowPrinter) print(e flowagg.Entry) error {
 				continue
 			}
 			for _, s := range x.t.Steps {
-				fmt.Fprintf(p.tw, "\t\t  %s: %s\n", x.dir, ruleName(s))
+				fmt.Fprintf(p.tw, "\t\t  %s: %s\n", x.dir, esc(ruleName(s)))
 			}
 		}
 		for _, s := range f.Staged {
 			if s.Error != "" {
-				fmt.Fprintf(p.tw, "\t\t  staged %s: %s\n", s.Policy, s.Error)
+				fmt.Fprintf(p.tw, "\t\t  staged %s: %s\n", esc(s.Policy), esc(s.Error))
 			}
 		}
 	}
 	return p.tw.Flush()
+}
+
+// esc escapes control and non-printable characters (a terminal's
+// escape sequences, tabs that would shift the columns) as Go escapes:
+// names and errors in flows come from the nodes' datastore, not from
+// routedctl.
+func esc(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 func (p *flowPrinter) flush() { _ = p.tw.Flush() }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 )
@@ -29,6 +30,9 @@ type ReaderConfig struct {
 func Read(ctx context.Context, rc ReaderConfig, f Filter, follow bool, fn func(Entry) error) error {
 	if rc.URL == "" || rc.Token == "" {
 		return fmt.Errorf("%w: the aggregator URL and a reader token are required", ErrConfig)
+	}
+	if u, err := url.Parse(rc.URL); err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%w: the aggregator URL %q is not https://HOST:PORT: the reader token would travel in clear (the aggregator serves HTTPS only)", ErrConfig, rc.URL)
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if rc.CAFile != "" {
