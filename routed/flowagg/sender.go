@@ -33,6 +33,9 @@ type SenderConfig struct {
 	// the aggregator reports as a gap (their sequence numbers are
 	// missing).
 	Queue int
+	// QueueBytes bounds the queued batches' size too (ApproxBytes; 0:
+	// 64 MiB): past it the oldest go, as past Queue.
+	QueueBytes int
 }
 
 // Sender sends batches in order, retrying while the aggregator is away.
@@ -42,7 +45,8 @@ type Sender struct {
 	log    *logrus.Entry
 
 	mu      sync.Mutex
-	queue   []flowrec.Batch
+	queue   []queued
+	bytes   int // the queued batches' ApproxBytes
 	dropped uint64
 	wake    chan struct{}
 }
@@ -67,19 +71,32 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.Queue == 0 {
 		cfg.Queue = 200
 	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = 64 << 20
+	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	return &Sender{cfg: cfg, client: &http.Client{Transport: tr, Timeout: 10 * time.Second},
 		log: logrus.WithField("component", "flowagg-sender"), wake: make(chan struct{}, 1)}, nil
 }
 
-// Sink queues a batch (flowrec.Config.Sinks); it never blocks.
+// queued is a batch waiting to be sent, with its ApproxBytes.
+type queued struct {
+	b     flowrec.Batch
+	bytes int
+}
+
+// Sink queues a batch (flowrec.Config.Sinks); it never blocks. Past
+// the queue's count or bytes the oldest batches go, counted.
 func (s *Sender) Sink(b flowrec.Batch) {
+	n := b.ApproxBytes()
 	s.mu.Lock()
-	if len(s.queue) >= s.cfg.Queue {
+	for len(s.queue) > 0 && (len(s.queue) >= s.cfg.Queue || s.bytes+n > s.cfg.QueueBytes) {
+		s.bytes -= s.queue[0].bytes
 		s.queue = s.queue[1:]
 		s.dropped++
 	}
-	s.queue = append(s.queue, b)
+	s.queue = append(s.queue, queued{b, n})
+	s.bytes += n
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -101,7 +118,8 @@ func (s *Sender) Run(ctx context.Context) {
 		s.mu.Lock()
 		var b *flowrec.Batch
 		if len(s.queue) > 0 {
-			b = &s.queue[0]
+			head := s.queue[0].b // a copy: Sink may drop the queue's head meanwhile
+			b = &head
 		}
 		s.mu.Unlock()
 		if b == nil {
@@ -132,7 +150,8 @@ func (s *Sender) Run(ctx context.Context) {
 		}
 		backoff = time.Second
 		s.mu.Lock()
-		if len(s.queue) > 0 && s.queue[0].Seq == b.Seq && s.queue[0].Boot == b.Boot {
+		if len(s.queue) > 0 && s.queue[0].b.Seq == b.Seq && s.queue[0].b.Boot == b.Boot {
+			s.bytes -= s.queue[0].bytes
 			s.queue = s.queue[1:]
 		}
 		s.mu.Unlock()

@@ -320,11 +320,16 @@ func startSender(t *testing.T, pki testpki.PKI, url, cn string) *flowagg.Sender 
 	if err != nil {
 		t.Fatal(err)
 	}
+	run(t, s)
+	return s
+}
+
+// run runs s until the test ends.
+func run(t *testing.T, s *flowagg.Sender) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return s
 }
 
 func waitFlows(t *testing.T, c *http.Client, url, query string, n int) {

@@ -32,8 +32,13 @@ type FileSink struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	dropped uint64
+	bytes   int // the queued batches' ApproxBytes, at most maxFileQueueBytes
 	log     *logrus.Entry
 }
+
+// maxFileQueueBytes bounds the batches waiting for the disk beside
+// their count.
+const maxFileQueueBytes = 32 << 20
 
 // droppedLine is the line a batch with drops adds.
 type droppedLine struct {
@@ -68,12 +73,18 @@ func OpenFile(cfg FileConfig) (*FileSink, error) {
 
 // Sink is the Config.Sinks function.
 func (s *FileSink) Sink(b Batch) {
+	n := b.ApproxBytes()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bytes+n > maxFileQueueBytes && s.bytes > 0 {
+		s.dropped++
+		return
+	}
 	select {
 	case s.q <- b:
+		s.bytes += n
 	default:
-		s.mu.Lock()
 		s.dropped++
-		s.mu.Unlock()
 	}
 }
 
@@ -95,6 +106,9 @@ func (s *FileSink) run() {
 		if err := WriteBatch(s.w, b); err != nil {
 			s.log.WithError(err).Warn("flowrec: writing the flow log")
 		}
+		s.mu.Lock()
+		s.bytes -= b.ApproxBytes()
+		s.mu.Unlock()
 	}
 }
 

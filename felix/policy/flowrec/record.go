@@ -136,6 +136,28 @@ type Batch struct {
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
 }
 
+// ApproxBytes estimates the batch's JSON size without encoding it (the
+// queues bound their bytes with it): a fixed cost per flow, trace step
+// and staged verdict, plus the ends' labels.
+func (b *Batch) ApproxBytes() int {
+	n := 256
+	for i := range b.Flows {
+		f := &b.Flows[i]
+		n += 512 + 256*len(f.Staged)
+		for _, e := range []*End{&f.Src, &f.Dst} {
+			for k, v := range e.Labels {
+				n += len(k) + len(v) + 6
+			}
+		}
+		for _, t := range []*Trace{f.Egress, f.Ingress} {
+			if t != nil {
+				n += 256 * len(t.Steps)
+			}
+		}
+	}
+	return n
+}
+
 // DroppedTotal sums Dropped.
 func (b *Batch) DroppedTotal() uint64 {
 	var n uint64
