@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -90,7 +92,22 @@ type wgHostRouting struct {
 	mark *wireguard.IncomingMark
 	// srcValidMark: net.ipv4.conf.all.src_valid_mark was set to 1.
 	srcValidMark bool
+	// refusal is why IPv4 host encryption is refused (hostV4Refusal),
+	// read at refusalAt for uplink with the ARP marked or not as arpOK.
+	refusal   string
+	refusalAt time.Time
+	uplink    string
+	arpOK     bool
 }
+
+// hostRefusalEvery is how often the ARP sysctls are read again while
+// host encryption is wanted (also at every full resync, and when the
+// uplink or the ARP marking changes).
+const hostRefusalEvery = 5 * time.Second
+
+// hostARPProbe, when set (tests), replaces the IncomingMark's probe of
+// nftables' arp family in the Runs started after.
+var hostARPProbe atomic.Pointer[func(*nftables.Conn) error]
 
 // wgHostState is the host encryption part of wgState (it outlives Runs,
 // as the devices whose handshakes it records do).
@@ -114,6 +131,10 @@ type wgHostState struct {
 	// log changes).
 	clear [2]map[string]string
 	enc   [2]map[string]bool
+	// refused is why IPv4 host encryption is refused ("" when it is
+	// not), arpUnmarked why incoming ARP is not marked: for status, and
+	// to log each once.
+	refused, arpUnmarked string
 }
 
 // hostRouting returns this Run's host routing, made on first use.
@@ -124,6 +145,9 @@ func (l *loop) hostRouting() *wgHostRouting {
 				Log: l.log.WithField("part", "wireguard-host")}, l.kernel),
 			rule: [2]*wireguard.HostRule{{Family: netlink.FAMILY_V4}, {Family: netlink.FAMILY_V6}},
 			mark: &wireguard.IncomingMark{NetNSFd: -1, WorkloadPrefix: l.cfg.WorkloadInterfacePrefix},
+		}
+		if p := hostARPProbe.Load(); p != nil {
+			l.wgHost.mark.ARPFamily = *p
 		}
 		if l.nsh.IsOpen() {
 			l.wgHost.mark.NetNSFd = int(l.nsh)
@@ -201,14 +225,27 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 		errs = append(errs, hostErr)
 		anyOn = false
 	}
+	var refused [2]string
+	if anyOn && w.on[wg4] && ready[wg4] {
+		r, err := l.hostRefusal(full, hr)
+		if err != nil {
+			r = "the ARP settings could not be read: " + err.Error()
+			errs = append(errs, err)
+		}
+		refused[wg4] = r
+	}
+	l.noteHostRefusal(refused[wg4], hr.mark.ARPUnmarked())
 	for fam := range w.dev {
-		on := anyOn && w.on[fam] && ready[fam]
+		on := anyOn && w.on[fam] && ready[fam] && refused[fam] == ""
 		clear, enc := map[string]string{}, map[string]bool{}
 		if !on && h.on && w.on[fam] {
 			// Wanted but not possible: in clear (never held), and say why.
 			why := "this node's WireGuard device " + l.plan.wg[fam].dev + " is not ready"
-			if hostErr != nil && ready[fam] {
+			switch {
+			case hostErr != nil && ready[fam]:
 				why = "host encryption's kernel state could not be written: " + hostErr.Error()
+			case refused[fam] != "":
+				why = "host encryption refused: " + refused[fam]
 			}
 			for _, node := range l.plan.wg[fam].byAddr {
 				clear[node] = why

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix"
-	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/felix/wireguard"
 )
 
@@ -104,32 +103,7 @@ func TestWireguardHostEncryptionStrictRPFilterARP(t *testing.T) {
 		}
 	}
 
-	for _, n := range []*wgNode{a, b} {
-		run(t, "ip", "-n", n.ns.Name, "neigh", "flush", "dev", "eth0")
-	}
-	flushed := time.Now()
-	nstest.Eventually(t, 10*time.Second, func() string {
-		if err := arpAnswered(a, "192.0.2.2"); err != nil {
-			return err.Error()
-		}
-		if err := arpAnswered(b, "192.0.2.1"); err != nil {
-			return err.Error()
-		}
-		if err := tryHostTalk(a, "192.0.2.2:7781"); err != nil {
-			return "node-a's host to node-b's host: " + err.Error()
-		}
-		if err := tryHostTalk(b, "192.0.2.1:7782"); err != nil {
-			return "node-b's host to node-a's host: " + err.Error()
-		}
-		if _, got := l.ping(a, b.pod, 1, "0.2", "1", ""); got != 1 {
-			return "node-a's pod cannot ping node-b's pod"
-		}
-		if _, got := l.ping(b, a.pod, 1, "0.2", "1", ""); got != 1 {
-			return "node-b's pod cannot ping node-a's pod"
-		}
-		return ""
-	})
-	t.Logf("host and pod traffic both ways back %v after the neighbour tables were flushed", time.Since(flushed).Round(time.Millisecond))
+	recovers(t, l, a, b, "192.0.2.2:7781", "192.0.2.1:7782")
 	for _, s := range []*hostServer{srvA, srvB} {
 		drainPeers(s)
 	}

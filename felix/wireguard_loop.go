@@ -294,6 +294,9 @@ type WireguardStatus struct {
 	// HostPeers are the other nodes as host encryption treats them
 	// (encrypted, or in clear and why); empty while it is off.
 	HostPeers []HostPeer `json:"hostPeers,omitempty"`
+	// HostWarnings say why host encryption is refused for a family, or
+	// what it cannot protect against (incoming ARP not marked).
+	HostWarnings []string `json:"hostWarnings,omitempty"`
 	// Held are the nodes whose pod traffic is held, and why.
 	Held []HeldPeer `json:"held,omitempty"`
 	// Errors are why a device that is on is not working.
@@ -314,7 +317,7 @@ func (f *Felix) Wireguard(ctx context.Context) (WireguardStatus, error) {
 	f.enqueue(func(l *loop) {
 		w := l.f.wg
 		st := WireguardStatus{Enabled: w.on[wg4], EnabledV6: w.on[wg6], AllowClear: l.cfg.WireGuard.AllowClear,
-			HostEncryption: w.host.on, HostPeers: l.hostPeers()}
+			HostEncryption: w.host.on, HostPeers: l.hostPeers(), HostWarnings: l.hostWarnings()}
 		for fam, d := range w.dev {
 			if e := w.keyErr[fam]; e != nil && w.on[fam] {
 				st.Errors = append(st.Errors, e.Error())

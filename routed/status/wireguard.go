@@ -27,8 +27,11 @@ type Wireguard struct {
 	HostEncryption bool              `json:"hostEncryption"`
 	Devices        []WireguardDevice `json:"devices"`
 	HostPeers      []WireguardHost   `json:"hostPeers,omitempty"`
-	Held           []WireguardHeld   `json:"held,omitempty"`
-	Errors         []string          `json:"errors,omitempty"`
+	// HostWarnings say why host encryption is refused for a family, or
+	// what it cannot protect against.
+	HostWarnings []string        `json:"hostWarnings,omitempty"`
+	Held         []WireguardHeld `json:"held,omitempty"`
+	Errors       []string        `json:"errors,omitempty"`
 }
 
 // WireguardHost is another node as host encryption treats it: host

@@ -56,6 +56,9 @@ func hostSection(out io.Writer, w *status.Wireguard) {
 		return
 	}
 	fmt.Fprintln(out, "Host encryption: on.")
+	for _, warn := range w.HostWarnings {
+		fmt.Fprintf(out, "WARNING: %s\n", warn)
+	}
 	var enc []string
 	for _, h := range w.HostPeers {
 		if h.Encrypted {

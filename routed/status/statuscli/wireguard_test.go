@@ -22,10 +22,11 @@ func TestWireguardHostSection(t *testing.T) {
 		{Node: "n2", Device: "wg.routed", Encrypted: true},
 		{Node: "n3", Device: "wg.routed", Encrypted: true},
 		{Node: "n5", Device: "wg.routed", Reason: "it has published no WireGuard key"},
-	}})
+	}, HostWarnings: []string{"host encryption refused for IPv4: net.ipv4.conf.all.arp_filter=1"}})
 	got := out.String()
 	for _, want := range []string{"Host encryption: on.", "Host traffic encrypted to: n2 (wg.routed), n3 (wg.routed)",
-		"CLEAR: host traffic to n5 (wg.routed): it has published no WireGuard key"} {
+		"CLEAR: host traffic to n5 (wg.routed): it has published no WireGuard key",
+		"WARNING: host encryption refused for IPv4: net.ipv4.conf.all.arp_filter=1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("on: output lacks %q:\n%s", want, got)
 		}

@@ -1,0 +1,149 @@
+package felix
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// IPv4 host encryption depends on two ARP checks of the kernel (the
+// peers' host addresses route through wg.routed in table 82, their ARP
+// arrives on the uplink):
+//
+//   - rp_filter: arp_process looks the sender up with ip_route_input,
+//     whose reverse-path check (fib_validate_source) uses the skb's mark
+//     when src_valid_mark is on. Strict (1) drops the request unless the
+//     arp table of wireguard.IncomingMark marks it. The effective value
+//     is the larger of all's and the device's (IN_DEV_MAXCONF).
+//   - arp_filter: arp_filter() in net/ipv4/arp.c looks the route from
+//     this node back to the sender up with ip_route_output, whose flow
+//     carries no mark: it finds table 82's wg.routed instead of the
+//     uplink and ignores the request, whatever nftables marks. Nothing
+//     in a routing rule tells that lookup apart from this host's own
+//     traffic to the peer (no mark, uid 0, iif lo, no protocol or port
+//     a rule can match). On when all's or the device's is 1
+//     (IN_DEV_ORCONF).
+//
+// hostV4Refusal says why IPv4 host encryption must not be turned on
+// (the node would stop answering its peers' ARP, and once the
+// neighbour entries expire they lose each other on the uplink,
+// WireGuard's own UDP included), or "" when it may. arpUnmarked is why
+// incoming ARP is not marked (nil: it is).
+func (l *loop) hostV4Refusal(arpUnmarked error) (string, error) {
+	devs := []string{"all"}
+	if up := l.hosts.uplinks[wg4]; up != "" {
+		devs = append(devs, up)
+	}
+	var vals map[string]int
+	read := func() error {
+		var err error
+		vals, err = readConfInts(devs, "arp_filter", "rp_filter")
+		return err
+	}
+	var err error
+	if l.cfg.NetNSPath == "" {
+		err = read()
+	} else {
+		err = ns.WithNetNSPath(l.cfg.NetNSPath, func(ns.NetNS) error { return read() })
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, d := range devs {
+		if vals[d+".arp_filter"] != 0 {
+			return fmt.Sprintf("net.ipv4.conf.%s.arp_filter=1: the kernel's ARP filter looks the route back to a peer up without felix's mark, "+
+				"finds %s instead of the uplink and ignores the peer's ARP requests (set arp_filter=0 on all and the uplink to encrypt host traffic)",
+				d, hostDevices[wg4]), nil
+		}
+	}
+	if arpUnmarked != nil {
+		for _, d := range devs {
+			if vals[d+".rp_filter"] == 1 {
+				return fmt.Sprintf("net.ipv4.conf.%s.rp_filter=1 (strict) and incoming ARP cannot be marked (%v): "+
+					"the reverse-path check would route a peer's ARP requests back through %s and ignore them (set rp_filter to 0 or 2 on all and the uplink, "+
+					"or use a kernel with CONFIG_NF_TABLES_ARP)", d, arpUnmarked, hostDevices[wg4]), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// readConfInts reads net.ipv4.conf.<dev>.<key> for each device and key
+// in the calling thread's namespace, keyed "<dev>.<key>".
+func readConfInts(devs []string, keys ...string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, d := range devs {
+		for _, k := range keys {
+			p := filepath.Join("/proc/sys/net/ipv4/conf", d, k)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil, fmt.Errorf("felix: reading sysctl net.ipv4.conf.%s.%s: %w", d, k, err)
+			}
+			v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				return nil, fmt.Errorf("felix: sysctl net.ipv4.conf.%s.%s is %q: %w", d, k, b, err)
+			}
+			out[d+"."+k] = v
+		}
+	}
+	return out, nil
+}
+
+// hostRefusal is hostV4Refusal, read again at most every
+// hostRefusalEvery unless a full resync, the uplink or the marking of
+// ARP changed.
+func (l *loop) hostRefusal(full bool, hr *wgHostRouting) (string, error) {
+	unmarked := hr.mark.ARPUnmarked()
+	up := l.hosts.uplinks[wg4]
+	if !full && hr.uplink == up && hr.arpOK == (unmarked == nil) && time.Since(hr.refusalAt) < hostRefusalEvery {
+		return hr.refusal, nil
+	}
+	r, err := l.hostV4Refusal(unmarked)
+	if err != nil {
+		hr.refusalAt = time.Time{} // read again on the next pass
+		return "", err
+	}
+	hr.refusal, hr.refusalAt, hr.uplink, hr.arpOK = r, time.Now(), up, unmarked == nil
+	return r, nil
+}
+
+// noteHostRefusal records why IPv4 host encryption is refused and why
+// incoming ARP is not marked, logging each once when it changes.
+func (l *loop) noteHostRefusal(refused string, arpUnmarked error) {
+	h := &l.f.wg.host
+	un := ""
+	if arpUnmarked != nil {
+		un = arpUnmarked.Error()
+	}
+	if refused != h.refused {
+		if refused != "" {
+			l.log.WithField("device", hostDevices[wg4]).WithField("reason", refused).
+				Warn("WireGuard host encryption refused for IPv4: host traffic to the other nodes goes in clear (pod traffic stays encrypted)")
+		} else if h.refused != "" && h.on {
+			l.log.WithField("device", hostDevices[wg4]).Info("WireGuard host encryption for IPv4 no longer refused")
+		}
+	}
+	if un != h.arpUnmarked && un != "" {
+		l.log.WithField("reason", un).Warn("WireGuard host encryption: incoming ARP is not marked, so strict rp_filter (1 on all or the uplink) would make this node ignore its peers' ARP; host encryption is refused while it is strict")
+	}
+	h.refused, h.arpUnmarked = refused, un
+}
+
+// hostWarnings are host encryption's refusal and the unmarked ARP, for
+// the status.
+func (l *loop) hostWarnings() []string {
+	h := &l.f.wg.host
+	var out []string
+	if h.refused != "" {
+		out = append(out, "host encryption refused for IPv4: "+h.refused)
+	}
+	if h.arpUnmarked != "" {
+		out = append(out, "incoming ARP is not marked ("+h.arpUnmarked+"): strict rp_filter (1 on all or the uplink) would make this node ignore its peers' ARP requests, so host encryption is refused while it is set")
+	}
+	return out
+}
