@@ -189,8 +189,8 @@ func TestWireguardHostEncryptionARPFilterRefused(t *testing.T) {
 // one has it). The inet table is written alone, for real, and host
 // encryption works while rp_filter is not strict (0 here): host
 // traffic encrypted both ways, the status warns that ARP is not
-// marked, the log says so once however many resyncs pass (every 5 s in
-// this lab), no arp table exists. With rp_filter=1 on all and the
+// marked, the log says so once over the test's resyncs (every 5 s
+// here), no arp table exists. With rp_filter=1 on all and the
 // uplink, the peers' ARP would be ignored, so host encryption is
 // refused with that reason (never silently broken): after a neighbour
 // flush ARP, host traffic (in clear) and pod traffic recover.

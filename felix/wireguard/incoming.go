@@ -38,7 +38,9 @@ const arpIn nftables.ChainHook = 0
 // strict rp_filter, and once their neighbour entries expire the two
 // cannot reach each other on the uplink at all, WireGuard included.
 // NF_ARP_IN runs before arp_process, so the mark is there for the
-// lookup. IPv6 needs nothing: neighbour discovery makes no
+// lookup. arp_filter=1 cannot be helped this way: arp_filter() looks
+// the route back to the sender up with ip_route_output, whose flow has
+// no mark (felix refuses IPv4 host encryption there instead). IPv6 needs nothing: neighbour discovery makes no
 // reverse-path check and IPv6 has no rp_filter.
 //
 // Both tables are written and deleted in one transaction. A kernel
