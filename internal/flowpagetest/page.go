@@ -127,3 +127,20 @@ func (p *Page) TextContent(css string) string {
 	}
 	return s
 }
+
+// SignOut presses the page's Sign out button and waits for the
+// sign-in form.
+func (p *Page) SignOut() {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
+		p.t.Fatalf("signing out: %v", err)
+	}
+}
+
+// Navigate loads url in the page's tab.
+func (p *Page) Navigate(url string) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(url)); err != nil {
+		p.t.Fatalf("loading %s: %v", url, err)
+	}
+}
