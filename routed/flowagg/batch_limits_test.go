@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/procmem"
 	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -144,5 +145,27 @@ func TestBatchDropReasonsKnown(t *testing.T) {
 	good := `{"node":"node-a","boot":"b","seq":1,"dropped":{"group-cap":3,"nflog-overrun":1}}`
 	if code := postBody(t, c, a.url, "node-a", strings.NewReader(good)); code != http.StatusNoContent {
 		t.Errorf("known drop reasons: %d, want 204", code)
+	}
+}
+
+// TestBatchOfEmptyFlowsHeapBounded: the review's amplification, a
+// 4 MiB body of {} flows (3 bytes each on the wire, a whole Flow
+// decoded), is refused at MaxBatchFlows: the aggregator's heap grows by
+// a few MB while it is read, not the gigabytes it took when the whole
+// body was decoded first.
+func TestBatchOfEmptyFlowsHeapBounded(t *testing.T) {
+	pki := testpki.New(t)
+	a := startAggregator(t, pki, "")
+	cert, key := pki.IssueClient(t, "routed-node")
+	c := client(t, pki, cert, key)
+	body := emptyFlows("node-a", (4<<20)/3)
+	var code int
+	peak, _ := procmem.HeapDuring(func() { code = postBody(t, c, a.url, "node-a", strings.NewReader(body)) })
+	t.Logf("a %d-byte body of {} flows: %d, the process's heap peaked %.1f MB above its start", len(body), code, float64(peak)/(1<<20))
+	if code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 4 MiB body of {} flows: %d, want 413", code)
+	}
+	if peak > 64<<20 {
+		t.Errorf("the heap peaked %d MB above its start while refusing it, want under 64", peak>>20)
 	}
 }
