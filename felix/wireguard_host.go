@@ -226,7 +226,8 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 		anyOn = false
 	}
 	var refused [2]string
-	if anyOn && w.on[wg4] && ready[wg4] {
+	checked := anyOn && w.on[wg4] && ready[wg4]
+	if checked {
 		r, err := l.hostRefusal(full, hr)
 		if err != nil {
 			r = "the ARP settings could not be read: " + err.Error()
@@ -234,7 +235,7 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 		}
 		refused[wg4] = r
 	}
-	l.noteHostRefusal(refused[wg4], hr.mark.ARPUnmarked())
+	l.noteHostRefusal(refused[wg4], checked, hr.mark.ARPUnmarked())
 	for fam := range w.dev {
 		on := anyOn && w.on[fam] && ready[fam] && refused[fam] == ""
 		clear, enc := map[string]string{}, map[string]bool{}

@@ -113,8 +113,10 @@ func (l *loop) hostRefusal(full bool, hr *wgHostRouting) (string, error) {
 }
 
 // noteHostRefusal records why IPv4 host encryption is refused and why
-// incoming ARP is not marked, logging each once when it changes.
-func (l *loop) noteHostRefusal(refused string, arpUnmarked error) {
+// incoming ARP is not marked, logging each once when it changes; the
+// end of a refusal is logged only when the settings were checked (not
+// when the device is merely not ready or host encryption went off).
+func (l *loop) noteHostRefusal(refused string, checked bool, arpUnmarked error) {
 	h := &l.f.wg.host
 	un := ""
 	if arpUnmarked != nil {
@@ -124,7 +126,7 @@ func (l *loop) noteHostRefusal(refused string, arpUnmarked error) {
 		if refused != "" {
 			l.log.WithField("device", hostDevices[wg4]).WithField("reason", refused).
 				Warn("WireGuard host encryption refused for IPv4: host traffic to the other nodes goes in clear (pod traffic stays encrypted)")
-		} else if h.refused != "" && h.on {
+		} else if h.refused != "" && checked {
 			l.log.WithField("device", hostDevices[wg4]).Info("WireGuard host encryption for IPv4 no longer refused")
 		}
 	}
