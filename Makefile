@@ -20,6 +20,8 @@ TAGS_routed-cni  := cnithin
 TAGS_routed-ipam := cnithin
 # Test timeout per package; the whole suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 20m
+MODULE = github.com/routed-net/routed
+LONG_TESTS = ./tests/e2e ./tests/k8s
 
 .PHONY: all build deps test test-unit docs bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
@@ -56,9 +58,19 @@ lint:
 # (real etcd, BGP peers, CNI runtime) and the qemu IPIP VM tests.
 test: deps lint build
 	@[ "$$(id -u)" = 0 ] || { echo "make test needs root (network namespaces, routes, nftables)"; exit 1; }
-	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
-	$(GO) test -tags cnithin -count=1 ./cniplugin/...
-	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -race -short -timeout $(TEST_TIMEOUT) -count=1 ./pkg/... ./felix/... ./confd/... ./routed/bgp/... ./routed/status/... ./routed/daemon/...
+	@# The lab and cluster tiers (LONG_TESTS) mostly wait on timers and
+	@# on the processes they start: they run beside the other packages
+	@# and the race pass instead of after them; their output is printed
+	@# when they end, each line tagged [long].
+	@( ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 $(LONG_TESTS) > $(BIN)/test-long.log 2>&1; \
+	  echo $$? > $(BIN)/test-long.rc ) & long=$$!; \
+	rc=0; \
+	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 $$($(GO) list ./... | grep -v -x $(LONG_TESTS:./%=-e $(MODULE)/%)) || rc=1; \
+	$(GO) test -tags cnithin -count=1 ./cniplugin/... || rc=1; \
+	ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -race -short -timeout $(TEST_TIMEOUT) -count=1 ./pkg/... ./felix/... ./confd/... ./routed/bgp/... ./routed/status/... ./routed/daemon/... || rc=1; \
+	wait $$long; sed 's/^/[long] /' $(BIN)/test-long.log; \
+	[ "$$(cat $(BIN)/test-long.rc)" = 0 ] || { echo "make test: $(LONG_TESTS) failed"; rc=1; }; \
+	exit $$rc
 
 test-unit:
 	$(GO) test -short -count=1 ./pkg/...
