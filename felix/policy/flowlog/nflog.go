@@ -19,21 +19,24 @@ import (
 // nfnetlink_log's message and attribute numbers (linux/netfilter/
 // nfnetlink_log.h), which x/sys/unix does not carry.
 const (
-	msgPacket       = 0
-	msgConfig       = 1
-	attrTimestamp   = 3
-	attrIfIndexIn   = 4
-	attrIfIndexOut  = 5
-	attrPayload     = 9
-	attrPrefix      = 10
-	cfgCmd          = 1
-	cfgMode         = 2
-	cfgTimeout      = 4
-	cfgQThresh      = 5
-	cmdBind         = 1
-	copyPacket      = 2
-	copyRange       = 128 // IPv6 header, extension-free, and a TCP header fit
-	flushTimeout    = 10  // 1/100 s: a record reaches readers within 100 ms
+	msgPacket      = 0
+	msgConfig      = 1
+	attrTimestamp  = 3
+	attrIfIndexIn  = 4
+	attrIfIndexOut = 5
+	attrPayload    = 9
+	attrPrefix     = 10
+	cfgCmd         = 1
+	cfgMode        = 2
+	cfgTimeout     = 4
+	cfgQThresh     = 5
+	cmdBind        = 1
+	copyPacket     = 2
+	// copyRange bytes of each packet are copied: the IPv6 header, a
+	// chain of extension headers (ParseFlow walks them) and the
+	// transport header fit; a longer chain is reported Incomplete.
+	copyRange       = 256
+	flushTimeout    = 10 // 1/100 s: a record reaches readers within 100 ms
 	flushThreshold  = 32
 	nfnlHeaderBytes = 16 + 4 // nlmsghdr + nfgenmsg
 )
@@ -70,7 +73,7 @@ func Open(netnsFd int, group uint16) (*Reader, error) {
 		data []byte
 	}{
 		{cfgCmd, []byte{cmdBind}},
-		{cfgMode, []byte{0, 0, 0, copyRange, copyPacket, 0}},
+		{cfgMode, []byte{0, 0, copyRange >> 8, copyRange & 0xff, copyPacket, 0}},
 		{cfgTimeout, binary.BigEndian.AppendUint32(nil, flushTimeout)},
 		{cfgQThresh, binary.BigEndian.AppendUint32(nil, flushThreshold)},
 	}

@@ -11,16 +11,28 @@ type Flow struct {
 	Proto    uint8
 	// SrcPort and DstPort are set for TCP, UDP, SCTP and UDPLite.
 	SrcPort, DstPort uint16
-	// ICMPType and ICMPCode are set for ICMP and ICMPv6 (else -1).
-	ICMPType, ICMPCode int
+	// ICMPType and ICMPCode are set for ICMP and ICMPv6 (else -1);
+	// ICMPID is the identifier in the next two bytes (what conntrack
+	// keys echo on), -1 when the header is shorter.
+	ICMPType, ICMPCode, ICMPID int
+	// Fragment: a non-first fragment, which carries no transport
+	// header; Proto is still the upper-layer protocol, as nftables'
+	// `meta l4proto` sees it, and no ports are set.
+	Fragment bool
+	// Incomplete: the IPv6 extension header chain could not be walked
+	// to its end (a header runs past the copied bytes, or more than
+	// MaxExtHeaders): Proto is the header the walk stopped at and no
+	// ports are set.
+	Incomplete bool
 }
 
 // ParseFlow decodes an IPv4 or IPv6 header and the ports or ICMP type
 // after it; ok is false when the payload is no IP packet. IPv6
-// extension headers are not walked: Proto is then the first next
-// header and the ports are not read.
+// extension headers are walked as the kernel walks them (see
+// isExtHeader), so Proto is the upper-layer protocol that nftables and
+// conntrack see. It never reads outside b.
 func ParseFlow(b []byte) (f Flow, ok bool) {
-	f.ICMPType, f.ICMPCode = -1, -1
+	f.ICMPType, f.ICMPCode, f.ICMPID = -1, -1, -1
 	if len(b) < 1 {
 		return f, false
 	}
@@ -35,7 +47,8 @@ func ParseFlow(b []byte) (f Flow, ok bool) {
 		f.Dst = netip.AddrFrom4([4]byte(b[16:20]))
 		f.Proto = b[9]
 		// Only the first fragment carries the transport header.
-		if ihl >= 20 && len(b) >= ihl && binary.BigEndian.Uint16(b[6:])&0x1fff == 0 {
+		f.Fragment = binary.BigEndian.Uint16(b[6:])&0x1fff != 0
+		if ihl >= 20 && len(b) >= ihl && !f.Fragment {
 			l4 = b[ihl:]
 		}
 	case 6:
@@ -44,8 +57,11 @@ func ParseFlow(b []byte) (f Flow, ok bool) {
 		}
 		f.Src = netip.AddrFrom16([16]byte(b[8:24]))
 		f.Dst = netip.AddrFrom16([16]byte(b[24:40]))
-		f.Proto = b[6]
-		l4 = b[40:]
+		proto, off, frag, incomplete := walkExt6(b)
+		f.Proto, f.Fragment, f.Incomplete = proto, frag, incomplete
+		if off >= 0 {
+			l4 = b[off:]
+		}
 	default:
 		return f, false
 	}
@@ -58,6 +74,9 @@ func ParseFlow(b []byte) (f Flow, ok bool) {
 	case 1, 58:
 		if len(l4) >= 2 {
 			f.ICMPType, f.ICMPCode = int(l4[0]), int(l4[1])
+		}
+		if len(l4) >= 6 {
+			f.ICMPID = int(binary.BigEndian.Uint16(l4[4:]))
 		}
 	}
 	return f, true

@@ -30,7 +30,7 @@ func Resolve(p Packet, idx *policy.RuleIndex, ifname func(uint32) string) Record
 	}
 	if f, ok := ParseFlow(p.Payload); ok {
 		rec.Src, rec.Dst, rec.Proto = f.Src.String(), f.Dst.String(), ProtoName(f.Proto)
-		rec.SrcPort, rec.DstPort = f.SrcPort, f.DstPort
+		rec.SrcPort, rec.DstPort, rec.Fragment = f.SrcPort, f.DstPort, f.Fragment
 		if f.ICMPType >= 0 {
 			t, c := f.ICMPType, f.ICMPCode
 			rec.ICMPType, rec.ICMPCode = &t, &c

@@ -22,6 +22,8 @@ type Record struct {
 	DstPort   uint16 `json:"dstPort,omitempty"`
 	ICMPType  *int   `json:"icmpType,omitempty"`
 	ICMPCode  *int   `json:"icmpCode,omitempty"`
+	// Fragment: a non-first fragment (no transport header, so no ports).
+	Fragment bool `json:"fragment,omitempty"`
 	// Iface is the host-side interface of the endpoint the rule
 	// belongs to (the packet's input interface for egress, its output
 	// interface for ingress).
