@@ -1,14 +1,13 @@
 package flowlog
 
-// IPv6 extension headers, walked the way the kernel's ipv6_find_hdr
-// (nftables' `meta l4proto` and `th`) and ipv6_skip_exthdr (conntrack)
-// walk them, so that a flow record names the same protocol and ports
-// as the rule that logged the packet and the conntrack entry it joins.
+// IPv6 extension headers, walked the way nftables walks them for
+// `meta l4proto` and `th` (ipv6_find_hdr with IP6_FH_F_AUTH), so that
+// a flow record names the protocol and ports the policy decided on and
+// that conntrack keys the connection by.
 const (
 	nhHopByHop = 0
 	nhRouting  = 43
 	nhFragment = 44
-	nhAuth     = 51
 	nhNone     = 59
 	nhDestOpts = 60
 
@@ -19,16 +18,19 @@ const (
 	MaxExtHeaders = 32
 )
 
-// isExtHeader reports whether the kernel walks past next header nh
-// (include/net/ipv6.h ipv6_ext_hdr, less No Next Header, which ends
-// the chain). Mobility (135), HIP (139), Shim6 (140) and the
-// experimental 253/254 are not walked: nftables and conntrack key such
-// a packet as that protocol, and so must the record, or it would
-// neither match the rule that logged it nor join its conntrack entry.
-// ESP (50) is opaque and ends the walk as the upper-layer protocol.
+// isExtHeader reports whether nftables walks past next header nh:
+// include/net/ipv6.h ipv6_ext_hdr, less No Next Header (59), which
+// ends the chain, and less AH (51), where nftables stops (it asks
+// ipv6_find_hdr for IP6_FH_F_AUTH): a TCP segment behind AH is
+// protocol 51 to `meta l4proto` and no `th dport` matches it, so the
+// policy decides it as protocol 51 and the record must say so
+// (conntrack alone walks AH: such a mark does not join its entry).
+// Mobility (135), HIP (139), Shim6 (140) and the experimental 253/254
+// are not walked either: the kernel keys such a packet as that
+// protocol. ESP (50) is opaque and ends the walk as well.
 func isExtHeader(nh uint8) bool {
 	switch nh {
-	case nhHopByHop, nhRouting, nhFragment, nhAuth, nhDestOpts:
+	case nhHopByHop, nhRouting, nhFragment, nhDestOpts:
 		return true
 	}
 	return false
@@ -59,9 +61,6 @@ func walkExt6(b []byte) (proto uint8, off int, laterFragment, incomplete bool) {
 				return h[0], -1, true, false
 			}
 			size = 8
-		case nhAuth:
-			// RFC 4302 2.2: length in 4-byte units, minus 2.
-			size = (int(h[1]) + 2) * 4
 		default:
 			// Hop-by-Hop, Routing, Destination Options (RFC 8200 4.3-4.6):
 			// length in 8-byte units, not counting the first 8 bytes.

@@ -51,8 +51,11 @@ func fragHeader(next uint8, offset uint16, more bool) []byte {
 	return h
 }
 
+// nhAuth is AH, where nftables stops walking (see isExtHeader).
+const nhAuth = 51
+
 // authHeader is an AH with a 96-bit ICV: 24 bytes, length field 4
-// ((4+2)*4), unlike the 8-byte units of the others.
+// ((4+2)*4, unlike the 8-byte units of the others).
 func authHeader(next uint8) []byte {
 	h := make([]byte, 24)
 	h[0], h[1] = next, 4
@@ -111,10 +114,13 @@ func TestParseFlowIPv6ExtensionHeaders(t *testing.T) {
 		{"hop-by-hop", v6Packet(nhHopByHop, optsHeader(6, 0), tcpSYN()), tcp},
 		{"routing", v6Packet(nhRouting, routingHeader(6), tcpSYN()), tcp},
 		{"first fragment", v6Packet(nhFragment, fragHeader(6, 0, true), tcpSYN()), tcp},
-		{"authentication header (4-byte units)", v6Packet(nhAuth, authHeader(6), tcpSYN()), tcp},
-		{"the RFC 8200 order, all kinds",
+		// nftables stops at AH: the policy sees protocol 51, no ports.
+		{"AH ends the walk", v6Packet(nhAuth, authHeader(6), tcpSYN()), want{proto: 51, icmpType: -1, icmpID: -1}},
+		{"AH after the others", v6Packet(nhHopByHop, optsHeader(nhDestOpts, 0), optsHeader(nhAuth, 1), authHeader(6), tcpSYN()),
+			want{proto: 51, icmpType: -1, icmpID: -1}},
+		{"the RFC 8200 order, all kinds walked",
 			v6Packet(nhHopByHop, optsHeader(nhDestOpts, 0), optsHeader(nhRouting, 1), routingHeader(nhFragment),
-				fragHeader(nhAuth, 0, true), authHeader(nhDestOpts), optsHeader(17, 0), udpHeader()),
+				fragHeader(nhDestOpts, 0, true), optsHeader(17, 0), udpHeader()),
 			want{proto: 17, sport: 5353, dport: 53, icmpType: -1, icmpID: -1}},
 		{"ICMPv6 echo behind hop-by-hop", v6Packet(nhHopByHop, optsHeader(58, 0), echoRequest()),
 			want{proto: 58, icmpType: 128, icmpID: 0x1234}},
@@ -134,7 +140,7 @@ func TestParseFlowIPv6ExtensionHeaders(t *testing.T) {
 		{"nothing after the options", v6Packet(nhDestOpts, optsHeader(6, 0)), tcpNoPorts},
 		{"options length 255, 16 bytes left", v6Packet(nhDestOpts, []byte{6, 255, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}),
 			want{proto: 60, icmpType: -1, icmpID: -1, incomp: true}},
-		{"AH length past the packet", v6Packet(nhAuth, authHeader(6)[:16]), want{proto: 51, icmpType: -1, icmpID: -1, incomp: true}},
+		{"routing length past the packet", v6Packet(nhRouting, routingHeader(6)[:16]), want{proto: 43, icmpType: -1, icmpID: -1, incomp: true}},
 		{"fragment header cut", v6Packet(nhFragment, []byte{6, 0, 0}), want{proto: 44, icmpType: -1, icmpID: -1, incomp: true}},
 		{"chain ends at the buffer", v6Packet(nhHopByHop), want{proto: 0, icmpType: -1, icmpID: -1, incomp: true}},
 		{"TCP header cut", v6Packet(nhDestOpts, optsHeader(6, 0), []byte{0x30, 0x39}), tcpNoPorts},
@@ -159,8 +165,8 @@ func TestParseFlowIPv6ExtensionHeaders(t *testing.T) {
 // that ends before the TCP ports yields none (ParseFlow slices within
 // its buffer, so a read past it would panic here).
 func TestParseFlowEveryPrefix(t *testing.T) {
-	full := v6Packet(nhHopByHop, optsHeader(nhRouting, 1), routingHeader(nhFragment), fragHeader(nhAuth, 0, true),
-		authHeader(nhDestOpts), optsHeader(6, 2), tcpSYN())
+	full := v6Packet(nhHopByHop, optsHeader(nhRouting, 1), routingHeader(nhFragment), fragHeader(nhDestOpts, 0, true),
+		optsHeader(6, 2), tcpSYN())
 	portsAt := len(full) - 20 + 4
 	for n := 0; n <= len(full); n++ {
 		f, ok := ParseFlow(full[:n:n])
