@@ -204,3 +204,22 @@ func FuzzParseFlow(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseFlow: the cost of the walk per logged packet.
+func BenchmarkParseFlow(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+	}{
+		{"v6 TCP", v6Packet(6, tcpSYN())},
+		{"v6 TCP behind 3 headers", v6Packet(nhHopByHop, optsHeader(nhDestOpts, 0), optsHeader(nhRouting, 1), routingHeader(6), tcpSYN())},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if f, _ := ParseFlow(c.pkt); f.DstPort != 443 {
+					b.Fatal(f)
+				}
+			}
+		})
+	}
+}
