@@ -125,6 +125,11 @@ const noBPF = "routed has no eBPF dataplane: policy and Services would be enforc
 
 var felixRefusals = []felixRefusal{
 	{"bpfEnabled", "false", noBPF, whenTrue},
+	// Unset passes here although Calico felix's own default is Drop:
+	// calico-node's FELIX_DEFAULTENDPOINTTOHOSTACTION overrides every
+	// FelixConfiguration (Calico's manifests and operator set ACCEPT), and
+	// a file alone cannot say what it is. The migration takes the
+	// effective value from the environment (routed/migrate/felixenv.go).
 	{"defaultEndpointToHostAction", "Accept", "routed accepts traffic from a pod to its host once the pod's egress policy allowed it (Calico's Accept); Drop or Return would be ignored and pods would reach their host where Calico stops them", func(why string) func(any) string { return unlessFold("Accept", why) }},
 	{"natOutgoingAddress", "unset", "routed masquerades pod traffic to the address of the interface it leaves by; a fixed source address is not supported, and upstream firewalls may admit only that one", whenSet},
 	{"natPortRange", "unset", "routed's masquerade lets the kernel choose source ports; a fixed range is not supported", whenSet},

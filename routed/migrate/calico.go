@@ -68,6 +68,7 @@ func readEtcd(ctx context.Context, from *datastore.Client) (*calicoState, error)
 				st.refused(k, obj, where, err)
 				continue
 			}
+			st.felix.saw(k, obj)
 			if r := st.convert(k, obj, where); r != nil {
 				handOver(r)
 				st.resources = append(st.resources, r)
@@ -77,6 +78,7 @@ func readEtcd(ctx context.Context, from *datastore.Client) (*calicoState, error)
 	if err := st.leftovers(ctx, from); err != nil {
 		return nil, err
 	}
+	st.etcdUnchecked()
 	cfg, err := calicoIPAMConfiguration(ctx, from)
 	if err != nil {
 		return nil, err

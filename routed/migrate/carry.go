@@ -76,6 +76,8 @@ type calicoState struct {
 	// policy (refused); narrowed, what convert changed to carry.
 	losses   []PolicyLoss
 	narrowed []Narrowing
+	// felix is what the FelixConfigurations read set (felixenv.go).
+	felix felixSeen
 }
 
 // writeOrder is the order resources are written in: pools before the

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,13 +36,6 @@ var crdKinds = []api.Kind{api.KindIPPool, api.KindIPReservation, api.KindFelixCo
 	api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindHostEndpoint,
 	api.KindTier, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy,
 	api.KindStagedGlobalNetworkPolicy, api.KindStagedNetworkPolicy, api.KindStagedKubernetesNetworkPolicy}
-
-// derivedPolicyPrefixes start the names Calico gives the policies it
-// converts from Kubernetes objects. Calico serves them (through its API
-// server) but does not keep them; should any be stored, they are not
-// carried: routed's controllers convert the Kubernetes originals, which
-// stay where they are.
-var derivedPolicyPrefixes = []string{"knp.default.", "kanp.adminnetworkpolicy.", "kbanp.baselineadminnetworkpolicy.", "kcnp."}
 
 // CalicoKube reads a Calico cluster that keeps its data in Kubernetes
 // (the API server at kube) and writes routed's datastore to as Calico
@@ -81,6 +72,10 @@ type kubeSource struct {
 	// blocks are Calico's converted blocks, which the endpoints' handles
 	// are looked up in.
 	blocks blockSet
+	// anpServed are the plurals served in policy.networking.k8s.io/v1alpha1;
+	// cnpServed, whether ClusterNetworkPolicy v1beta1 is (kubeanp.go).
+	anpServed map[string]bool
+	cnpServed bool
 }
 
 func newKubeSource(cfg *rest.Config) (*kubeSource, error) {
@@ -102,17 +97,9 @@ func (s *kubeSource) discover() error {
 		gv          schema.GroupVersion
 		ipamConfigs string
 	}{{calicoCRDv1, "ipamconfigs"}, {calicoCRDv3, "ipamconfigurations"}} {
-		list, err := s.kube.Discovery().ServerResourcesForGroupVersion(c.gv.String())
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("migrate: asking the API server for %s: %w", c.gv, err)
-		}
-		served := map[string]bool{}
-		if list != nil {
-			for _, r := range list.APIResources {
-				if !strings.Contains(r.Name, "/") {
-					served[r.Name] = true
-				}
-			}
+		served, err := s.servedIn(c.gv)
+		if err != nil {
+			return err
 		}
 		if served["ippools"] && served["ipamblocks"] {
 			s.gv, s.served, s.ipamConfigs = c.gv, served, c.ipamConfigs
@@ -126,7 +113,14 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 	if err := s.discover(); err != nil {
 		return nil, err
 	}
+	if err := s.discoverAdmin(); err != nil {
+		return nil, err
+	}
 	st := &calicoState{}
+	// derived are Calico's conversions of admin network policies, by
+	// "<plural>/<name>" of their original: losses unless the original
+	// itself is listed as one (adminPolicies).
+	derived := map[string]PolicyLoss{}
 	for _, k := range crdKinds {
 		items, err := s.listCRD(ctx, k.Plural())
 		if err != nil {
@@ -134,16 +128,30 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 		}
 		for _, u := range items {
 			where := fmt.Sprintf("%s.%s %s", k.Plural(), s.gv.Group, objectName(&u))
-			if p, ok := derivedPolicy(k, u.GetName()); ok {
-				st.skipped = append(st.skipped, fmt.Sprintf("%s: converted by Calico from a Kubernetes policy (its name starts %s); routed's controllers convert the Kubernetes original, which stays where it is", where, p))
+			if why, carried, ok := s.derivedPolicy(k, &u); ok {
+				if carried {
+					st.skipped = append(st.skipped, fmt.Sprintf("%s: %s", where, why))
+					continue
+				}
+				obj := calicoObject(&u)
+				spec, _ := obj["spec"].(map[string]any)
+				derived[adminOriginal(u.GetName())] = PolicyLoss{Kind: string(k), Name: objectStoreName(k, obj, where), Reason: why, Consequence: policyLoss(spec)}
 				continue
 			}
-			if r := st.convert(k, calicoObject(&u), where); r != nil {
+			obj := calicoObject(&u)
+			st.felix.saw(k, obj)
+			if r := st.convert(k, obj, where); r != nil {
 				st.resources = append(st.resources, r)
 			}
 		}
 	}
+	if err := s.adminPolicies(ctx, st, derived); err != nil {
+		return nil, err
+	}
 	if err := s.leftovers(ctx, st); err != nil {
+		return nil, err
+	}
+	if err := s.felixEnv(ctx, st); err != nil {
 		return nil, err
 	}
 	if err := s.readIPAM(ctx, st); err != nil {
@@ -153,18 +161,6 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 		return nil, err
 	}
 	return st, nil
-}
-
-func derivedPolicy(k api.Kind, name string) (string, bool) {
-	if k != api.KindNetworkPolicy && k != api.KindGlobalNetworkPolicy {
-		return "", false
-	}
-	for _, p := range derivedPolicyPrefixes {
-		if strings.HasPrefix(name, p) {
-			return p, true
-		}
-	}
-	return "", false
 }
 
 // listCRD lists every object of one of Calico's custom resources, page

@@ -143,15 +143,7 @@ func lossConsequence(k api.Kind, obj map[string]any) string {
 // policyLoss is what a Calico policy's absence allows, from its spec.
 func policyLoss(spec map[string]any) string {
 	var parts []string
-	count := map[string]int{}
-	for _, dir := range []string{"ingress", "egress"} {
-		rules, _ := spec[dir].([]any)
-		for _, x := range rules {
-			rule, _ := x.(map[string]any)
-			a, _ := rule["action"].(string)
-			count[a]++
-		}
-	}
+	count := ruleActions(spec)
 	if n := count[string(api.ActionDeny)]; n > 0 {
 		parts = append(parts, fmt.Sprintf("traffic its %d Deny rule(s) denied would be allowed", n))
 	}
@@ -175,6 +167,20 @@ func policyLoss(spec map[string]any) string {
 	return "it would no longer apply: " + strings.Join(parts, "; ")
 }
 
+// ruleActions counts a policy spec's ingress and egress rules by action.
+func ruleActions(spec map[string]any) map[string]int {
+	count := map[string]int{}
+	for _, dir := range []string{"ingress", "egress"} {
+		rules, _ := spec[dir].([]any)
+		for _, x := range rules {
+			rule, _ := x.(map[string]any)
+			a, _ := rule["action"].(string)
+			count[a]++
+		}
+	}
+	return count
+}
+
 // felixPolicyFields are the FelixConfiguration fields that decide what
 // policy leaves open or what leaves a node in clear, with what leaving
 // them out allows; each applies when set to other than what routed does
@@ -185,6 +191,9 @@ var felixPolicyFields = map[string]struct {
 }{
 	"failsafeInboundHostPorts":  {func(v any) bool { return v != nil }, "routed's default failsafe ports would replace these: host ports Calico kept closed may open"},
 	"failsafeOutboundHostPorts": {func(v any) bool { return v != nil }, "routed's default outbound failsafe ports would replace these: connections from the host Calico's policy stopped may go out"},
+	// Unset is not Accept in Calico (felix's default is Drop) but may be
+	// in calico-node's environment: checkFelixEnv (felixenv.go) judges
+	// the effective value once every FelixConfiguration is read.
 	"defaultEndpointToHostAction": {func(v any) bool { s, _ := v.(string); return s != "" && !strings.EqualFold(s, "Accept") },
 		"pods would reach their host where Calico stopped them"},
 	"allowIPIPPacketsFromWorkloads":  {func(v any) bool { return v == false }, "IPIP packets from pods, which Calico drops, would be forwarded"},
