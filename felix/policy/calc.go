@@ -344,9 +344,18 @@ func (c *Calc) policyChain(p *cpolicy, in bool) ([]nftdp.Rule, map[string]RuleIn
 	return p.host.allows(rules), infos
 }
 
-// setChain writes a chain and records what its rule IDs stand for.
+// setChain writes a chain and records what its rule IDs stand for. A
+// chain the sink refuses (a rule it cannot write: a bug, never user
+// input) fails closed: it becomes a single drop, so the chain never
+// keeps the rules it held before, and the error is logged.
 func (c *Calc) setChain(name string, rules []nftdp.Rule, infos map[string]RuleInfo) {
-	_ = c.sink.SetChain(name, rules)
+	if err := c.sink.SetChain(name, rules); err != nil {
+		hostLog.WithError(err).WithField("chain", name).Error("the dataplane refused a policy chain: it drops every packet until the chain can be written")
+		if err := c.sink.SetChain(name, []nftdp.Rule{{Action: nftdp.ActDrop, Counter: true}}); err != nil {
+			hostLog.WithError(err).WithField("chain", name).Error("the dataplane refused the drop that replaces a refused chain")
+		}
+		infos = nil
+	}
 	c.index.setChain(name, infos)
 }
 
