@@ -76,7 +76,14 @@ func nodeCutOff(t *testing.T, l *lab.Lab, src, dst lab.Pod) {
 
 	// The rest of the cluster writes a deny for a flow into the cut node,
 	// then etcd compacts its history past what the cut node has seen.
+	// etcd keeps the compaction's own revision (a watch from it is
+	// served), so compacting right after the deny would leave a node
+	// that missed only the deny free to resume, and rightly: a second
+	// write puts the deny's revision below the compaction.
 	if err := l.ApplyYAML(ctx, "cut-deny.yaml", denyYAML(src.IP, victim.IP)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ApplyYAML(ctx, "cut-mark.yaml", cutMarkYAML); err != nil {
 		t.Fatal(err)
 	}
 	rev, err := l.CompactEtcd(ctx)
@@ -135,8 +142,21 @@ func nodeCutOff(t *testing.T, l *lab.Lab, src, dst lab.Pod) {
 	if _, err := l.Ctl(ctx, "delete", "globalnetworkpolicy", "e2e-deny"); err != nil {
 		t.Error(err)
 	}
+	if _, err := l.Ctl(ctx, "delete", "globalnetworkset", "e2e-cut-mark"); err != nil {
+		t.Error(err)
+	}
 	waitVerdict(t, l, src, victim.IP, true, "after the deny was deleted")
 }
+
+// cutMarkYAML is a write after the deny, so that compacting at etcd's
+// revision compacts the deny's revision away: a network set no policy
+// selects (TEST-NET-1), which changes no verdict.
+const cutMarkYAML = `apiVersion: routed.io/v1
+kind: GlobalNetworkSet
+metadata: {name: e2e-cut-mark, labels: {e2e-cut-mark: "1"}}
+spec:
+  nets: [192.0.2.0/24]
+`
 
 // processStart is routed's process start time on node, from its metrics.
 func processStart(t *testing.T, l *lab.Lab, node string) float64 {
