@@ -22,8 +22,10 @@ TAGS_routed-ipam := cnithin
 TEST_TIMEOUT ?= 20m
 MODULE = github.com/routed-net/routed
 LONG_TESTS = ./tests/e2e ./tests/k8s
+# TEST_FREE_KIB: the free space make test asks for (8 GiB).
+TEST_FREE_KIB ?= 8388608
 
-.PHONY: all build deps test test-unit docs bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
+.PHONY: all build deps test test-space test-unit docs bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -56,7 +58,7 @@ lint:
 
 # test runs every tier: unit, privileged (netns, real kernel), integration
 # (real etcd, BGP peers, CNI runtime) and the qemu IPIP VM tests.
-test: deps lint build
+test: test-space deps lint build
 	@[ "$$(id -u)" = 0 ] || { echo "make test needs root (network namespaces, routes, nftables)"; exit 1; }
 	@# The lab and cluster tiers (LONG_TESTS) mostly wait on timers and
 	@# on the processes they start: they run beside the other packages
@@ -71,6 +73,15 @@ test: deps lint build
 	wait $$long; sed 's/^/[long] /' $(BIN)/test-long.log; \
 	[ "$$(cat $(BIN)/test-long.rc)" = 0 ] || { echo "make test: $(LONG_TESTS) failed"; rc=1; }; \
 	exit $$rc
+
+# test-space: a full disk fails tests deep inside etcd, containerd or
+# the linker; make test says so first.
+test-space:
+	@for d in "$${TMPDIR:-/tmp}" "$$($(GO) env GOCACHE)"; do \
+	  while [ ! -e "$$d" ]; do d=$$(dirname "$$d"); done; \
+	  avail=$$(df -Pk "$$d" | awk 'NR==2 {print $$4}'); \
+	  [ "$$avail" -ge $(TEST_FREE_KIB) ] || { echo "make test needs $$(($(TEST_FREE_KIB) / 1048576)) GiB free in $$d (the tests' etcd, containerd and binaries write there); it has $$((avail / 1024)) MiB. Free some (e.g. go clean -cache) and run again."; exit 1; }; \
+	done
 
 test-unit:
 	$(GO) test -short -count=1 ./pkg/...
