@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -201,21 +200,8 @@ func BenchmarkGCHeap(b *testing.B) {
 func mib(v uint64) float64 { return float64(v) / (1 << 20) }
 
 func runGCHeapChild(b *testing.B, pass string, e *env, n int) gcHeapFigures {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), gcHeapPassEnv+"="+pass, "GCHEAP_ETCD="+strings.Join(e.ds.Endpoints(), ","), "GCHEAP_ENDPOINTS="+strconv.Itoa(n))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("%s pass: %v", pass, err)
-	}
 	var f gcHeapFigures
-	if err := json.Unmarshal(out, &f); err != nil {
-		b.Fatalf("%s pass printed %q: %v", pass, out, err)
-	}
+	procmem.RunChild(b, []string{gcHeapPassEnv + "=" + pass, "GCHEAP_ETCD=" + strings.Join(e.ds.Endpoints(), ","), "GCHEAP_ENDPOINTS=" + strconv.Itoa(n)}, &f)
 	return f
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,25 +194,12 @@ func BenchmarkNodeGCHeap(b *testing.B) {
 	start := time.Now()
 	writeCluster(b, ds, n/30)
 	b.Logf("wrote %d endpoints in %s", n, time.Since(start).Round(time.Millisecond))
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, pass := range []string{"paged", "whole"} {
 		b.Run(pass, func(b *testing.B) {
 			var worst nodeGCHeapFigures
 			for range b.N {
-				cmd := exec.Command(exe, "-test.run=^$")
-				cmd.Env = append(os.Environ(), nodeGCHeapEnv+"="+pass, "NODEGCHEAP_ETCD="+strings.Join(ds.Endpoints(), ","), "NODEGCHEAP_ENDPOINTS="+strconv.Itoa(n))
-				cmd.Stderr = os.Stderr
-				out, err := cmd.Output()
-				if err != nil {
-					b.Fatalf("%s pass: %v", pass, err)
-				}
 				var f nodeGCHeapFigures
-				if err := json.Unmarshal(out, &f); err != nil {
-					b.Fatalf("%s pass printed %q: %v", pass, out, err)
-				}
+				procmem.RunChild(b, []string{nodeGCHeapEnv + "=" + pass, "NODEGCHEAP_ETCD=" + strings.Join(ds.Endpoints(), ","), "NODEGCHEAP_ENDPOINTS=" + strconv.Itoa(n)}, &f)
 				worst = nodeGCHeapFigures{Peak: max(worst.Peak, f.Peak), Allocated: max(worst.Allocated, f.Allocated), Anon: max(worst.Anon, f.Anon), Millis: max(worst.Millis, f.Millis)}
 			}
 			b.ReportMetric(float64(worst.Peak)/float64(n), "peak-heap-B/endpoint")
