@@ -87,12 +87,20 @@ func TestPolicyEnforcedAcrossNodes(t *testing.T) {
 	}
 
 	// kill -9 the destination node's routed, then start it again, while
-	// probing both flows every 100 ms.
-	sctx, stop := context.WithCancel(ctx)
-	denied := make(chan lab.PingResult, 1)
-	allowed := make(chan lab.PingResult, 1)
-	go func() { denied <- l.PingStream(sctx, a, b.IP, 100*time.Millisecond) }()
-	go func() { allowed <- l.PingStream(sctx, a, c.IP, 100*time.Millisecond) }()
+	// probing both flows every 100 ms: each stream has finished probes
+	// before the kill and three more after the node is ready again (a
+	// restart from the feed cache can take less than one probe).
+	den := l.StartPings(a, b.IP, 100*time.Millisecond)
+	alw := l.StartPings(a, c.IP, 100*time.Millisecond)
+	waitProbes := func(when string, n map[*lab.Pings]int) {
+		t.Helper()
+		for p, want := range n {
+			if err := p.WaitDone(want, 30*time.Second); err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+		}
+	}
+	waitProbes("before the kill", map[*lab.Pings]int{den: 1, alw: 2})
 	l.StopNode(n[2].Name, true)
 	if err := l.StartNode(ctx, n[2].Name); err != nil {
 		t.Fatal(err)
@@ -100,8 +108,8 @@ func TestPolicyEnforcedAcrossNodes(t *testing.T) {
 	if err := l.WaitNodeReady(ctx, n[2].Name, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	stop()
-	d, al := <-denied, <-allowed
+	waitProbes("after the restart", map[*lab.Pings]int{den: den.Done() + 3, alw: alw.Done() + 3})
+	d, al := den.Stop(), alw.Stop()
 	t.Logf("across kill -9 and restart of routed on %s: denied flow %s, allowed flow %s", n[2].Name, d, al)
 	if d.Sent == 0 || d.Received != 0 {
 		t.Errorf("the denied flow passed %d packets across the restart: %s", d.Received, d)

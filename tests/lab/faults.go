@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,29 +42,75 @@ func (r PingResult) String() string {
 }
 
 // PingStream pings to from a pod every interval until ctx ends, and
-// returns the counts. Run it in a goroutine around a fault.
+// returns the counts. Run it in a goroutine around a fault; when the
+// fault may be shorter than a probe, use StartPings and wait for probes
+// on both sides of it instead.
 func (l *Lab) PingStream(ctx context.Context, from Pod, to string, interval time.Duration) PingResult {
-	var r PingResult
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return r
-		case <-t.C:
+	p := l.StartPings(from, to, interval)
+	<-ctx.Done()
+	return p.Stop()
+}
+
+// Pings is a ping stream running in the background (StartPings).
+type Pings struct {
+	done   atomic.Int64 // probes finished, answered or not
+	stop   chan struct{}
+	result chan PingResult
+}
+
+// StartPings pings to from a pod every interval, the first probe at
+// once, until Stop.
+func (l *Lab) StartPings(from Pod, to string, interval time.Duration) *Pings {
+	p := &Pings{stop: make(chan struct{}), result: make(chan PingResult, 1)}
+	go func() {
+		var r PingResult
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			r.Sent++
+			// One probe per tick with a short deadline, so a gap in
+			// forwarding shows up as lost probes rather than a slow one.
+			sent := time.Now()
+			out, err := nsRun(context.Background(), from.NS, "ping", "-n", "-q", "-c", "1", "-W", "1", to)
+			if strings.Contains(out, " 1 received") {
+				r.Received++
+			} else {
+				r.LostProbes = append(r.LostProbes, fmt.Sprintf("sent %s, ping ran %s: %v",
+					sent.UTC().Format("15:04:05.000"), time.Since(sent).Round(time.Millisecond), err))
+			}
+			p.done.Add(1)
+			select {
+			case <-p.stop:
+				p.result <- r
+				return
+			case <-t.C:
+			}
 		}
-		r.Sent++
-		// One probe per tick with a short deadline, so a gap in
-		// forwarding shows up as lost probes rather than a slow one.
-		sent := time.Now()
-		out, err := nsRun(context.Background(), from.NS, "ping", "-n", "-q", "-c", "1", "-W", "1", to)
-		if strings.Contains(out, " 1 received") {
-			r.Received++
-		} else {
-			r.LostProbes = append(r.LostProbes, fmt.Sprintf("sent %s, ping ran %s: %v",
-				sent.UTC().Format("15:04:05.000"), time.Since(sent).Round(time.Millisecond), err))
+	}()
+	return p
+}
+
+// Done is the number of probes finished so far.
+func (p *Pings) Done() int { return int(p.done.Load()) }
+
+// WaitDone waits until n probes have finished, or says how many had
+// after timeout.
+func (p *Pings) WaitDone(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for p.Done() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ping stream: %d of %d probes finished after %v", p.Done(), n, timeout)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	return nil
+}
+
+// Stop ends the stream after the probe in flight and returns the
+// counts.
+func (p *Pings) Stop() PingResult {
+	close(p.stop)
+	return <-p.result
 }
 
 // NodeProcessRunning reports whether the lab's routed on node is up.
