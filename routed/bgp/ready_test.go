@@ -31,8 +31,17 @@ func TestReadinessNeedsConfiguration(t *testing.T) {
 	want(false, "not configured yet")
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
 	want(false, "sessions not configured yet")
+	pending := func(want bool) {
+		t.Helper()
+		p, err := sp.Process(ctx)
+		if err != nil || p.PeersPending != want {
+			t.Errorf("Process().PeersPending = %v (%v), want %v", p.PeersPending, err, want)
+		}
+	}
+	pending(true)
 	sp.SetPeers(nil)
 	want(true, "no BGP sessions configured")
+	pending(false)
 	peer := func(a string, client bool) Peer {
 		return Peer{Address: netip.MustParseAddr(a), ASN: 64512, RRClient: client}
 	}

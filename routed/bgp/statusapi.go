@@ -172,7 +172,7 @@ func (s *Speaker) Process(ctx context.Context) (status.Process, error) {
 	p := status.Process{
 		PID: os.Getpid(), Started: s.start, NodeName: s.cfg.NodeName,
 		ListenPort: v.listenPort, GracefulRestart: !s.cfg.DisableGracefulRestart,
-		Restarting: v.restarting,
+		Restarting: v.restarting, PeersPending: !s.want.snapshot().peersSet,
 	}
 	if v.global != nil {
 		p.RouterID, p.ASN = v.global.RouterID.String(), v.global.ASN

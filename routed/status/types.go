@@ -118,6 +118,10 @@ type Process struct {
 	// restart is in progress (routes from before are being re-sent).
 	GracefulRestart bool `json:"gracefulRestart"`
 	Restarting      bool `json:"restarting,omitempty"`
+	// PeersPending is true until the BGP sessions to hold have been read
+	// from the datastore (start-up): until then the session list is
+	// empty or incomplete, not a node without peers.
+	PeersPending bool `json:"peersPending,omitempty"`
 }
 
 // Provider is what the status server asks. The BGP speaker implements it.

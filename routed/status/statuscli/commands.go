@@ -8,7 +8,7 @@
 //	   Established)
 //	1  routed is not running, or the status could not be read
 //	2  node status only: routed runs but at least one configured session
-//	   is not Established
+//	   is not Established, or it has not read its sessions yet
 package statuscli
 
 import (
@@ -73,8 +73,9 @@ func NewCommands(out io.Writer) []*cobra.Command {
 		Short: "Show whether routed runs and the state of its BGP sessions",
 		Long: `Prints "routed process is running." and a table of BGP sessions for
 IPv4 then IPv6, like calicoctl node status. Exit code 0 when every
-configured session (of either family) is Established, 2 when one is not,
-1 when routed is not running.`,
+configured session (of either family) is Established, 2 when one is not
+or while routed has not read its sessions from the datastore yet
+(start-up), 1 when routed is not running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return nodeStatus(cmd.Context(), out, client())
@@ -213,6 +214,12 @@ func notRunning(out io.Writer, err error) error {
 
 func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 	ctx = ctxOrBackground(ctx)
+	// Asked before the sessions: once read they stay read, so a list
+	// fetched after a "not pending" answer is complete.
+	proc, err := c.Process(ctx)
+	if err != nil {
+		return notRunning(out, err)
+	}
 	peers, err := c.Peers(ctx)
 	if err != nil {
 		return notRunning(out, err)
@@ -232,6 +239,10 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 		fmt.Fprintf(out, "\nWireGuard status unavailable: %v\n", err)
 	}
 	fmt.Fprintln(out)
+	if proc.PeersPending {
+		fmt.Fprintln(out, "BGP sessions not configured yet: routed has not read them from the datastore.")
+		return &ExitError{Code: ExitSessionDown, Err: errors.New("BGP sessions not configured yet"), Reported: true}
+	}
 	down := 0
 	for _, p := range peers {
 		if !p.Established() {

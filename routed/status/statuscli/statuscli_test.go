@@ -17,14 +17,15 @@ import (
 )
 
 type provider struct {
-	peers  []status.Peer
-	routes []status.Route
+	peers   []status.Peer
+	routes  []status.Route
+	pending bool // the sessions not read from the datastore yet
 }
 
 func (p provider) Peers(context.Context) ([]status.Peer, error)   { return p.peers, nil }
 func (p provider) Routes(context.Context) ([]status.Route, error) { return p.routes, nil }
 func (p provider) Process(context.Context) (status.Process, error) {
-	return status.Process{PID: 1}, nil
+	return status.Process{PID: 1, PeersPending: p.pending}, nil
 }
 
 func serve(t *testing.T, p status.Provider) string {
@@ -98,6 +99,23 @@ func TestNodeStatus(t *testing.T) {
 	t.Setenv(status.EnvSocket, sock) // the environment works as well as the flag
 	if out, err := run("node", "status"); err != nil || !strings.Contains(out, "Established") {
 		t.Fatalf("all up: %v\n%s", err, out)
+	}
+}
+
+// TestNodeStatusBeforeSessionsAreRead: at start-up routed serves its
+// status before it has read its BGP sessions from the datastore; node
+// status then has no session to show and must not say all is well (the
+// lab's readiness wait passed in that window once, a restart of 80 ms).
+func TestNodeStatusBeforeSessionsAreRead(t *testing.T) {
+	sock := serve(t, provider{pending: true})
+	out, err := run("node", "status", "--status-socket", sock)
+	if code(err) != ExitSessionDown || !strings.Contains(out, "BGP sessions not configured yet") {
+		t.Fatalf("sessions not read yet: exit %d (%v), want 2 naming it:\n%s", code(err), err, out)
+	}
+	// A node that has read its sessions and has none is fine.
+	sock = serve(t, provider{})
+	if out, err := run("node", "status", "--status-socket", sock); err != nil || !strings.Contains(out, "No IPv4 peers found.") {
+		t.Fatalf("no sessions configured: exit %d (%v)\n%s", code(err), err, out)
 	}
 }
 
