@@ -190,7 +190,7 @@ func (b *bigRun) measureIdle(ctx context.Context) error {
 	}
 	b.out.etcdIdle, b.out.etcdIdleCPU = e1, float64(e1.ticks-e0.ticks)/100/secs
 	b.out.etcdPeakAnon = e1.mem.Anon
-	return nil
+	return b.writeHeapProfiles(ctx, "idle")
 }
 
 // runChurn runs the cluster-wide churn, restarts one real node halfway,
@@ -370,6 +370,11 @@ func (b *bigRun) finish(ctx context.Context) error {
 			return err
 		}
 		n.acct.peakAnon = max(n.acct.peakAnon, n.acct.after.Anon)
+	}
+	if err := b.writeHeapProfiles(ctx, "after-churn"); err != nil {
+		return err
+	}
+	for _, n := range b.nodes {
 		lists, resyncs, _, err := n.feedCounters(ctx)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"time"
 )
 
@@ -31,6 +32,8 @@ type bigFlags struct {
 	compactEvery            time.Duration
 	readyTimeout            time.Duration
 	seed                    uint64
+	// heapProfiles is where each real node's heap profiles go ("": none).
+	heapProfiles string
 }
 
 func parseBigFlags(args []string) (*bigFlags, error) {
@@ -71,12 +74,20 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 10*time.Minute, "how long a real node may take to be ready")
 	fs.BoolVar(&f.restart, "restart", true, "restart one real node halfway through the churn")
 	fs.BoolVar(&f.restartWithoutCache, "restart-without-cache", true, "with -restart: restart the node twice, at a third of the churn from its feed cache (routed's default) and at two thirds with --feed-cache none (a full list), to compare")
+	fs.StringVar(&f.heapProfiles, "heap-profiles", "", "write each real node's Go heap profile (inuse and alloc) and MemStats at the end of the idle window and right after the churn into this directory")
 	var seed int64
 	fs.Int64Var(&seed, "seed", 1, "seed of the generated cluster and churn")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	f.seed = uint64(seed)
+	if f.heapProfiles != "" {
+		abs, err := filepath.Abs(f.heapProfiles)
+		if err != nil {
+			return nil, fmt.Errorf("-heap-profiles: %w", err)
+		}
+		f.heapProfiles = abs
+	}
 	sh := &f.sh
 	switch {
 	case sh.real < 1:
