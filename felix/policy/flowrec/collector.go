@@ -86,7 +86,11 @@ type ctEvent struct {
 
 // pending is a connection waiting for its marks.
 type pending struct {
+	key   flowKey
 	first time.Time
+	// gen moves on each time the connection is decided, suppressed or
+	// forgotten: the due queues' entries of an earlier one are stale.
+	gen   uint64
 	steps []policy.RuleInfo
 	ct    bool
 	// ends are the DESTROYs that came while it waited: its own, and
@@ -124,6 +128,9 @@ type Collector struct {
 
 	pending map[flowKey]*pending
 	spare   []*pending // pending entries to reuse
+	// waiting orders pending connections by the end of their grace,
+	// suppressed denied ones by the end of their suppression.
+	waiting, suppressed dueQueue
 	// open holds allowed connections until their DESTROY, by the
 	// class they belong to.
 	open    map[flowKey]*class
@@ -283,18 +290,20 @@ func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
 		} else {
 			p = &pending{}
 		}
-		p.first = at
+		p.key, p.first = k, at
 		c.pending[k] = p
+		c.waiting.compact(len(c.pending))
+		c.waiting.push(p, at.Add(c.cfg.Grace))
 	}
 	return p
 }
 
 // donePending forgets a pending connection, keeping the entry (and
-// its slices) for another.
+// its slices) for another. Its due entries go stale.
 func (c *Collector) donePending(k flowKey, p *pending) {
 	delete(c.pending, k)
+	*p = pending{steps: p.steps[:0], ends: p.ends[:0], gen: p.gen + 1}
 	if len(c.spare) < 1024 {
-		*p = pending{steps: p.steps[:0], ends: p.ends[:0]}
 		c.spare = append(c.spare, p)
 	}
 }
@@ -360,20 +369,27 @@ func (c *Collector) onConntrack(e *ctEvent) {
 	c.release(cls)
 }
 
-// finalize decides the connections whose marks had time to arrive.
+// finalize forgets the denied connections whose suppression ended and
+// decides those whose marks had time to arrive (their grace ended).
 func (c *Collector) finalize(now time.Time) {
-	for k, p := range c.pending {
-		if p.denied {
-			if now.After(p.expires) {
-				c.donePending(k, p)
-			}
-			continue
+	for {
+		p, ok := c.suppressed.pop(now, afterDue)
+		if !ok {
+			break
 		}
-		if now.Sub(p.first) >= c.cfg.Grace {
-			c.decide(k, p, now)
+		c.donePending(p.key, p)
+	}
+	for {
+		p, ok := c.waiting.pop(now, atOrAfterDue)
+		if !ok {
+			break
 		}
+		c.decide(p.key, p, now)
 	}
 }
+
+func afterDue(at, now time.Time) bool     { return now.After(at) }
+func atOrAfterDue(at, now time.Time) bool { return !at.After(now) }
 
 // complete says a connection needs no more waiting: conntrack confirmed
 // it and both directions' allowing marks are in (a pod to a pod of this
@@ -414,6 +430,9 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		// Retransmits of a denied first packet are marked again:
 		// they are the same connection attempt for 10 s.
 		p.denied, p.expires, p.steps = true, now.Add(10*time.Second), p.steps[:0]
+		p.gen++
+		c.suppressed.compact(len(c.pending))
+		c.suppressed.push(p, p.expires)
 		return
 	}
 	more, ended := p.more, uint64(len(p.ends))
