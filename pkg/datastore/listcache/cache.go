@@ -90,6 +90,11 @@ type Cache struct {
 	changeSize int
 	rev        int64 // base + changes are the range at rev
 	savedRev   int64 // the revision of the file on disk (0: none usable)
+
+	// mergeCopies makes write read the file as it did before issue 36's
+	// churn profiles (a copy of every record): only
+	// BenchmarkMergeWrite's baseline sets it.
+	mergeCopies bool
 }
 
 // New returns a Cache on opt.Path; nothing is read until Load.
@@ -235,6 +240,7 @@ func checkFile(f *os.File, size int64, want header, maxAge time.Duration) (datas
 		return datastore.CachedList{}, h, fmt.Errorf("%w: no cluster or revision in the header", errCorrupt)
 	}
 	cl := datastore.CachedList{Revision: h.Revision, ClusterID: h.ClusterID}
+	fl.reuse = true // the check keeps nothing of a record
 	for fl.next() {
 		if !inParts(fl.kv.Key, want) {
 			return datastore.CachedList{}, h, fmt.Errorf("%w: key %q outside the range", errCorrupt, fl.kv.Key)

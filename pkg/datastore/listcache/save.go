@@ -130,9 +130,15 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, changes ch
 		return 0, 0, fmt.Errorf("%w: the file is at revision %d of cluster %x, this cache wrote %d of %x", errCorrupt,
 			disk.h.Revision, disk.h.ClusterID, baseRev, hdr.ClusterID)
 	}
+	// Each record of the file is written out before the next is read:
+	// one pair of buffers serves them all.
+	disk.reuse = !c.mergeCopies
 	next := func() (*mvccpb.KeyValue, bool) {
 		if !disk.next() {
 			return nil, false
+		}
+		if disk.reuse {
+			return &disk.kv, true
 		}
 		kv := disk.kv
 		return &kv, true
