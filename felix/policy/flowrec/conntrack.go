@@ -145,15 +145,20 @@ func (r *ctReader) run(ctx context.Context) {
 	}
 }
 
-// serve reads the socket until ctx ends (nil) or it fails.
+// serve reads the socket until ctx ends (nil) or it fails. While
+// events come it reads a batch every ctBatchWait; it waits in poll
+// only once a read found the socket empty.
 func (r *ctReader) serve(ctx context.Context) error {
 	rv := newCtRecv(r.fd)
 	pfd := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}}
 	var evs []ctEvent
+	empty := true
 	for ctx.Err() == nil {
-		// Wake up every 100 ms to see whether the reader is done.
-		if _, err := unix.Poll(pfd, 100); err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("polling the conntrack socket: %w", err)
+		if empty {
+			// Wake up every 100 ms to see whether the reader is done.
+			if _, err := unix.Poll(pfd, 100); err != nil && !errors.Is(err, unix.EINTR) {
+				return fmt.Errorf("polling the conntrack socket: %w", err)
+			}
 		}
 		if evs == nil {
 			select {
@@ -175,8 +180,9 @@ func (r *ctReader) serve(ctx context.Context) error {
 		if rerr != nil {
 			return fmt.Errorf("reading conntrack events: %w", rerr)
 		}
+		empty = len(evs) == 0
 		full := len(evs) >= ctMaxBatch
-		if len(evs) > 0 {
+		if !empty {
 			evs = nil
 			if !full {
 				time.Sleep(ctBatchWait)
