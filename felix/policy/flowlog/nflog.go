@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 
@@ -55,8 +56,13 @@ type Packet struct {
 }
 
 // Reader is a socket bound to one nflog group in one network namespace.
+// Run waits for it in Go's network poller: no thread sits blocked in a
+// system call for it (a blocked one has its processor handed to
+// another thread, and each return from it sets sysmon polling every
+// 20 µs for a while).
 type Reader struct {
 	fd    int
+	f     *os.File // owns fd once Open configured it
 	group uint16
 }
 
@@ -83,14 +89,13 @@ func Open(netnsFd int, group uint16) (*Reader, error) {
 			return nil, fmt.Errorf("flowlog: nflog group %d: %w", group, err)
 		}
 	}
-	// A blocked recvfrom does not return when the socket is closed:
-	// wake up every 100 ms to see whether the reader is done.
-	tv := unix.Timeval{Usec: 100_000}
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	// Non-blocking from here, os.NewFile registers it with the poller.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("flowlog: nflog socket: %w", err)
+	}
+	r.f = os.NewFile(uintptr(fd), "nflog")
 	return r, nil
 }
 
@@ -172,24 +177,41 @@ func (r *Reader) config(typ uint16, payload []byte) error {
 }
 
 // Close releases the socket (and the group).
-func (r *Reader) Close() error { return unix.Close(r.fd) }
+func (r *Reader) Close() error { return r.f.Close() }
 
 // Run reads until ctx ends, handing each packet to fn. An overrun is
 // reported to fn's caller through lost (may be nil) and reading goes on.
 func (r *Reader) Run(ctx context.Context, fn func(Packet), lost func()) error {
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("flowlog: nflog socket: %w", err)
+	}
+	// ctx's end wakes Run where it waits for the socket.
+	stop := context.AfterFunc(ctx, func() { _ = r.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	buf := make([]byte, 1<<16)
 	for ctx.Err() == nil {
-		k, _, err := unix.Recvfrom(r.fd, buf, 0)
+		var k int
+		var rerr error
+		// The poller waits when the socket is empty (EAGAIN).
+		err := rc.Read(func(fd uintptr) bool {
+			k, rerr = unix.Read(int(fd), buf)
+			return rerr != unix.EAGAIN
+		})
 		switch {
-		case err == unix.EAGAIN || err == unix.EINTR:
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("flowlog: waiting for nflog: %w", err)
+		case rerr == unix.EINTR:
 			continue
-		case err == unix.ENOBUFS:
+		case rerr == unix.ENOBUFS:
 			if lost != nil {
 				lost()
 			}
 			continue
-		case err != nil:
-			return fmt.Errorf("flowlog: reading nflog: %w", err)
+		case rerr != nil:
+			return fmt.Errorf("flowlog: reading nflog: %w", rerr)
 		}
 		now := time.Now()
 		for b := buf[:k]; len(b) >= 16; {
