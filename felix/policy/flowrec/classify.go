@@ -1,7 +1,6 @@
 package flowrec
 
 import (
-	"net/netip"
 	"strconv"
 
 	"github.com/routed-net/routed/felix/policy"
@@ -127,7 +126,7 @@ type classMemo struct {
 // its addresses, protocol and port (or ICMP type), the marks' rules
 // (IDs, actions and directions) and whether conntrack confirmed it.
 type memoKey struct {
-	src, dst netip.Addr
+	src, dst [16]byte // as flowKey's
 	proto    uint8
 	dport    uint16
 	ct       bool

@@ -360,7 +360,7 @@ func (c *Collector) onConntrack(e *ctEvent) {
 	}
 	// A connection older than the collector (or turned away by the
 	// open cap): its class is named now, its trace is unknown.
-	f := policy.Flow{Src: e.key.src, Dst: e.key.dst, Proto: e.key.proto, SrcPort: e.key.sport, DstPort: e.key.dport, ICMPType: -1, ICMPCode: -1}
+	f := policy.Flow{Src: e.key.srcAddr(), Dst: e.key.dstAddr(), Proto: e.key.proto, SrcPort: e.key.sport, DstPort: e.key.dport, ICMPType: -1, ICMPCode: -1}
 	cls := c.classify(e.key, f, nil, true)
 	if cls == nil {
 		return
@@ -412,7 +412,7 @@ func complete(p *pending) bool {
 // their retransmits are not new connections, others become open (or
 // ended, when their DESTROY came already).
 func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
-	f := policy.Flow{Src: k.src, Dst: k.dst, Proto: k.proto, SrcPort: k.sport, DstPort: k.dport, ICMPType: -1, ICMPCode: -1}
+	f := policy.Flow{Src: k.srcAddr(), Dst: k.dstAddr(), Proto: k.proto, SrcPort: k.sport, DstPort: k.dport, ICMPType: -1, ICMPCode: -1}
 	if k.proto == 1 || k.proto == 58 {
 		f.SrcPort, f.DstPort, f.ICMPType, f.ICMPCode = 0, 0, int(k.dport), 0
 	}

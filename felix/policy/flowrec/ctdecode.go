@@ -129,7 +129,7 @@ func decodeCtEvent(e *ctEvent, b []byte) bool {
 	if !haveOrig || !haveReply {
 		return false
 	}
-	e.key = flowKey{src: orig.src, dst: reply.src, proto: orig.proto, sport: orig.sport, dport: reply.sport}
+	e.key = flowKey{src: orig.src.As16(), dst: reply.src.As16(), proto: orig.proto, sport: orig.sport, dport: reply.sport}
 	if orig.proto == unix.IPPROTO_ICMP || orig.proto == unix.IPPROTO_ICMPV6 {
 		e.key.sport, e.key.dport = orig.icmpID, uint16(orig.icmpType)
 	}

@@ -44,7 +44,7 @@ func BenchmarkCollectorEvents(b *testing.B) {
 		for i := 0; i < conns; i += batch {
 			evs = evs[:0]
 			for j := i; j < min(conns, i+batch); j++ {
-				k := flowKey{src: podA, dst: podB, proto: 6, sport: uint16(1024 + j%60000), dport: 80}
+				k := newFlowKey(podA, podB, 6, uint16(1024+j%60000), 80)
 				evs = append(evs, ctEvent{key: k, destroy: destroy, at: now, counts: counts{pktsOut: 5, bytesOut: 300, pktsIn: 4, bytesIn: 250}})
 			}
 			for k := range evs {

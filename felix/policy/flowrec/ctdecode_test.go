@@ -27,8 +27,7 @@ import (
 // DNAT), for ICMP the identifier and type.
 func libraryKey(f *conntrack.Flow) flowKey {
 	o, r := f.TupleOrig, f.TupleReply
-	k := flowKey{src: o.IP.SourceAddress.Unmap(), dst: r.IP.SourceAddress.Unmap(), proto: o.Proto.Protocol,
-		sport: o.Proto.SourcePort, dport: r.Proto.SourcePort}
+	k := newFlowKey(o.IP.SourceAddress.Unmap(), r.IP.SourceAddress.Unmap(), o.Proto.Protocol, o.Proto.SourcePort, r.Proto.SourcePort)
 	if o.Proto.ICMPv4 || o.Proto.ICMPv6 {
 		k.sport, k.dport = o.Proto.ICMPID, uint16(o.Proto.ICMPType)
 	}
@@ -47,7 +46,7 @@ func (e seenEvent) String() string {
 	if e.destroy {
 		kind = "DESTROY"
 	}
-	return fmt.Sprintf("%s %s:%d -> %s:%d proto %d %+v", kind, e.key.src, e.key.sport, e.key.dst, e.key.dport, e.key.proto, e.counts)
+	return fmt.Sprintf("%s %s:%d -> %s:%d proto %d %+v", kind, e.key.srcAddr(), e.key.sport, e.key.dstAddr(), e.key.dport, e.key.proto, e.counts)
 }
 
 // TestConntrackDecodeMatchesLibrary: the collector's own decoding of
@@ -253,7 +252,7 @@ func TestDecodeCtMessages(t *testing.T) {
 	at := time.Now()
 	dgram := slices.Concat(ctMessage(ctMsgNew, unix.NLM_F_CREATE|unix.NLM_F_EXCL), ctMessage(ctMsgNew, 0), ctMessage(1, 0), ctMessage(ctMsgDelete, 0))
 	evs := appendCtEvents(nil, dgram, at)
-	k := flowKey{src: netip.MustParseAddr("10.0.0.1"), dst: netip.MustParseAddr("10.0.0.2"), proto: 6, sport: 1234, dport: 8080}
+	k := newFlowKey(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 6, 1234, 8080)
 	n := counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}
 	want := []ctEvent{{key: k, counts: n, at: at}, {key: k, destroy: true, counts: n, at: at}}
 	if !slices.Equal(evs, want) {

@@ -104,7 +104,7 @@ func floodCountedNotStored(t *testing.T, model Model) {
 		for i := range n {
 			// distinct connections: the source port, then past
 			// 65,000 of them the protocol
-			k := flowKey{src: podA, dst: podB, proto: []uint8{6, 17}[i/65000], sport: uint16(i % 65000), dport: 80}
+			k := newFlowKey(podA, podB, []uint8{6, 17}[i/65000], uint16(i%65000), 80)
 			cts <- ctEvent{key: k, at: time.Now()}
 			for _, m := range allowMarks(k) {
 				marks <- m
@@ -142,7 +142,7 @@ func TestCapsCounted(t *testing.T) {
 	batches := runLoop(t, Config{Interval: 300 * time.Millisecond, Grace: 100 * time.Millisecond, MaxPending: 100, MaxGroups: 10}, func(marks chan<- mark, cts chan<- ctEvent) {
 		for i := range 150 {
 			// every connection to its own port: a class each
-			k := flowKey{src: podA, dst: podB, proto: 6, sport: 40000, dport: uint16(1000 + i)}
+			k := newFlowKey(podA, podB, 6, 40000, uint16(1000+i))
 			cts <- ctEvent{key: k, at: time.Now()}
 		}
 	})
@@ -188,7 +188,7 @@ func TestFloodOpenBounded(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: time.Second, MaxOpen: tc.maxOpen}, func(marks chan<- mark, cts chan<- ctEvent) {
 				for i := range n {
-					k := flowKey{src: podA, dst: podB, proto: []uint8{6, 17}[i/65000], sport: uint16(i % 65000), dport: 80}
+					k := newFlowKey(podA, podB, []uint8{6, 17}[i/65000], uint16(i%65000), 80)
 					cts <- ctEvent{key: k, at: time.Now()}
 					for _, m := range allowMarks(k) {
 						marks <- m
@@ -241,7 +241,7 @@ func TestTupleReuseCounted(t *testing.T) {
 	const n = 1000
 	batches := runLoop(t, Config{Interval: 200 * time.Millisecond, Grace: 100 * time.Millisecond}, func(marks chan<- mark, cts chan<- ctEvent) {
 		for i := range n {
-			k := flowKey{src: podA, dst: podB, proto: 6, sport: uint16(40000 + i), dport: 80}
+			k := newFlowKey(podA, podB, 6, uint16(40000+i), 80)
 			cts <- ctEvent{key: k, at: time.Now()}
 			cts <- ctEvent{key: k, destroy: true, counts: counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}, at: time.Now()}
 			cts <- ctEvent{key: k, at: time.Now()}

@@ -20,7 +20,7 @@ func TestKeyOfPacketIPv6ExtensionHeader(t *testing.T) {
 	p[50], p[51] = 0x01, 0xbb // dport 443
 	k, ok := keyOfPacket(p)
 	if !ok || k.proto != 6 || k.sport != 12345 || k.dport != 443 ||
-		k.src != netip.MustParseAddr("::1") || k.dst != netip.MustParseAddr("::2") {
+		k.srcAddr() != netip.MustParseAddr("::1") || k.dstAddr() != netip.MustParseAddr("::2") {
 		t.Errorf("TCP behind destination options: %+v ok=%v", k, ok)
 	}
 
