@@ -87,29 +87,39 @@ func newBlock(p netip.Prefix, node string, seqBase uint64, now time.Time) *block
 
 func decodeBlock(data []byte) (*block, error) {
 	var b block
-	if err := json.Unmarshal(data, &b); err != nil {
-		return nil, fmt.Errorf("%w: block: %v", ErrCorrupt, err)
+	if err := decodeChecked(data, &b, &b, func() int { return len(b.Attributes) }); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// decodeChecked decodes data into v, which holds the block b (v is b,
+// or a view of it with its own attributes: attrs counts those), then
+// checks b's cidr and arrays and sets its prefix.
+func decodeChecked(data []byte, v any, b *block, attrs func() int) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: block: %v", ErrCorrupt, err)
 	}
 	p, err := netip.ParsePrefix(b.CIDR)
 	if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" || p.Addr().BitLen()-p.Bits() > 16 {
-		return nil, fmt.Errorf("%w: block has bad cidr %q", ErrCorrupt, b.CIDR)
+		return fmt.Errorf("%w: block has bad cidr %q", ErrCorrupt, b.CIDR)
 	}
 	b.prefix = p.Masked()
 	n := b.size()
 	if len(b.Allocations) != n || len(b.Seq) != n || len(b.AllocatedAt) != n {
-		return nil, fmt.Errorf("%w: block %s: per-address arrays do not have %d entries", ErrCorrupt, b.CIDR, n)
+		return fmt.Errorf("%w: block %s: per-address arrays do not have %d entries", ErrCorrupt, b.CIDR, n)
 	}
 	for o, a := range b.Allocations {
-		if a != nil && (*a < 0 || *a >= len(b.Attributes)) {
-			return nil, fmt.Errorf("%w: block %s: ordinal %d refers to missing attribute %d", ErrCorrupt, b.CIDR, o, *a)
+		if a != nil && (*a < 0 || *a >= attrs()) {
+			return fmt.Errorf("%w: block %s: ordinal %d refers to missing attribute %d", ErrCorrupt, b.CIDR, o, *a)
 		}
 	}
 	for _, o := range b.Unallocated {
 		if o < 0 || o >= n {
-			return nil, fmt.Errorf("%w: block %s: unallocated ordinal %d out of range", ErrCorrupt, b.CIDR, o)
+			return fmt.Errorf("%w: block %s: unallocated ordinal %d out of range", ErrCorrupt, b.CIDR, o)
 		}
 	}
-	return &b, nil
+	return nil
 }
 
 func (b *block) encode() []byte {

@@ -62,19 +62,12 @@ func DecodeBorrowed(key string, value []byte, deleted bool) (netip.Prefix, map[n
 	if err != nil {
 		return p, nil, err
 	}
-	out := map[netip.Addr]string{}
 	if deleted {
-		return p, out, nil
+		return p, map[netip.Addr]string{}, nil
 	}
-	b, err := decodeBlock(value)
+	b, err := decodeBlockNodes(value)
 	if err != nil {
 		return p, nil, err
 	}
-	owner := b.owner()
-	for o := range b.Allocations {
-		if h := b.holder(o); h != nil && h.Node != "" && h.Node != owner {
-			out[b.addr(o)] = h.Node
-		}
-	}
-	return p, out, nil
+	return p, b.borrowed(), nil
 }
