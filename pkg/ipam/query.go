@@ -110,6 +110,12 @@ type BlockUsage struct {
 
 func usageOf(s *snapshot, key string) BlockUsage {
 	b := s.blocks[key].b
+	return accountOf(s, b, func(a int) string { return b.Attributes[a].Node })
+}
+
+// accountOf accounts for block b of s; nodeOf is the node of the
+// attribute at an index (b's own attributes, or a view's).
+func accountOf(s *snapshot, b *block, nodeOf func(int) string) BlockUsage {
 	u := BlockUsage{CIDR: b.prefix, Node: b.owner(), Size: b.size(), InUse: b.inUse(), Free: b.free(), EmptySince: b.EmptySince}
 	if a, ok := s.affinityOf(b); ok {
 		u.State = a.rec.State
@@ -117,8 +123,8 @@ func usageOf(s *snapshot, key string) BlockUsage {
 	if p := s.poolOf(b.prefix); p != nil {
 		u.Pool = p.name()
 	}
-	for o := range b.Allocations {
-		if h := b.holder(o); h != nil && h.Node != u.Node {
+	for _, a := range b.Allocations {
+		if a != nil && nodeOf(*a) != u.Node {
 			u.Borrowed++
 		}
 	}
@@ -134,13 +140,14 @@ func (c *Client) Usage(ctx context.Context) (*Usage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each block is decoded keeping only its attributes' nodes: the
+	// elected node's metrics read every block of the cluster at every
+	// scrape (at 150,000 pods 100 MB allocated a scrape with the whole
+	// blocks; BenchmarkDecodeBorrowed shows the difference a block).
 	var blocks []BlockUsage
 	err = c.pages(ctx, blockPrefix, s.rev, blockPage, func(kv *mvccpbKV) {
-		key := string(kv.Key)
-		s.addIPAM(key, kv)
-		if _, ok := s.blocks[key]; ok {
-			blocks = append(blocks, usageOf(s, key))
-			delete(s.blocks, key)
+		if b, ok := s.blockNodes(string(kv.Key), kv); ok {
+			blocks = append(blocks, accountOf(s, &b.block, func(a int) string { return b.Attributes[a].Node }))
 		}
 	})
 	if err != nil {

@@ -93,12 +93,11 @@ func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
 	switch {
 	case strings.HasPrefix(key, blockPrefix):
 		b, err := decodeBlock(kv.Value)
+		if err == nil {
+			err = keyMatches(key, b)
+		}
 		if err != nil {
 			bad(err)
-			return
-		}
-		if p, err := parseBlockKey(key); err != nil || p != b.prefix {
-			bad(fmt.Errorf("%w: key does not match cidr %s", ErrCorrupt, b.CIDR))
 			return
 		}
 		s.blocks[key] = blockKV{b: b, rev: kv.ModRevision}
@@ -117,6 +116,28 @@ func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
 		}
 		s.handles[strings.TrimPrefix(key, handlePrefix)] = handleKV{h: h, rev: kv.ModRevision}
 	}
+}
+
+// blockNodes decodes the block at key keeping only its attributes'
+// nodes (what Usage needs), or notes it unreadable as addIPAM does.
+func (s *snapshot) blockNodes(key string, kv *mvccpbKV) (*blockNodes, bool) {
+	b, err := decodeBlockNodes(kv.Value)
+	if err == nil {
+		err = keyMatches(key, &b.block)
+	}
+	if err != nil {
+		s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", key, err))
+		return nil, false
+	}
+	return b, true
+}
+
+// keyMatches checks that a block is stored under its own key.
+func keyMatches(key string, b *block) error {
+	if p, err := parseBlockKey(key); err != nil || p != b.prefix {
+		return fmt.Errorf("%w: key does not match cidr %s", ErrCorrupt, b.CIDR)
+	}
+	return nil
 }
 
 // sortedBlocks returns the block keys ordered by address.
