@@ -10,6 +10,7 @@ package datastore
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -20,7 +21,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -79,6 +82,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	ec, err := clientv3.New(ecfg)
 	if err != nil {
+		// With a user name New authenticates before it returns: an etcd
+		// too busy or too far to answer in DialTimeout is unavailable,
+		// not a bad configuration (a CNI ADD would fail with code 7).
+		if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+			return nil, fmt.Errorf("%w: %v did not answer within %v while authenticating as %q: %w",
+				ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, cfg.Username, err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return &Client{cfg: cfg, tls: tlsCfg, etcd: ec}, nil

@@ -121,3 +121,39 @@ func TestStreamAgainstDeadEtcdStopsWithContext(t *testing.T) {
 		t.Fatalf("no list can come from a dead etcd, got %d", n)
 	}
 }
+
+// TestSlowAuthIsUnavailable: with a user name, New authenticates before
+// it returns; an etcd that accepts the connection but does not answer in
+// DialTimeout is unavailable (retry), not a bad configuration (a CNI
+// ADD failed with code 7, "invalid network config", when a busy etcd
+// took longer than 3 s to check a password).
+func TestSlowAuthIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan []net.Conn, 1) // the connections accepted, held open, never answered
+	go func() {
+		var conns []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				held <- conns
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for _, c := range <-held {
+			c.Close()
+		}
+	})
+	_, err = New(Config{Endpoints: []string{"http://" + ln.Addr().String()}, Username: "routed-cni", Password: "pw",
+		DialTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "did not answer within 300ms") {
+		t.Fatalf("New against a silent etcd: %v; want ErrUnavailable naming the wait, not ErrConfig", err)
+	}
+}

@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"testing"
+	"time"
 
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -23,7 +24,9 @@ func TestCNIIdentityRunsIPAM(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, user := range []string{datastore.RoleCNI, datastore.RoleNode} {
-		ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints, Username: user, Password: pw[user]})
+		// New authenticates (bcrypt in etcd) before it returns: give a
+		// busy machine room; this test is about what the role may do.
+		ds, err := datastore.New(datastore.Config{Endpoints: srv.Endpoints, Username: user, Password: pw[user], DialTimeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
