@@ -24,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -266,14 +265,22 @@ func sameRange(h, want header) error {
 
 func inParts(key []byte, h header) bool {
 	if len(h.Parts) == 0 {
-		return strings.HasPrefix(string(key), h.Prefix)
+		return hasPrefix(key, h.Prefix)
 	}
 	for _, p := range h.Parts {
-		if strings.HasPrefix(string(key), p) {
+		if hasPrefix(key, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasPrefix is strings.HasPrefix(string(key), p) without converting the
+// key: that conversion, a call's argument, copied every key longer than
+// 32 bytes to the heap, for every part tried, on every watch event
+// (20 MB in 4 minutes of scale-big's churn).
+func hasPrefix(key []byte, p string) bool {
+	return len(key) >= len(p) && string(key[:len(p)]) == p
 }
 
 // changeSet is the latest change of each key since the base, by key.
