@@ -310,7 +310,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 	h := &l.f.wg.host
 	d := l.f.wg.dev[fam]
 	changed := false
-	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil {
+	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil || l.ownKeyChanging(fam) {
 		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
 		h.waitFrom[fam] = map[wgtypes.Key]time.Time{}
 		h.rx[fam], h.rxAt[fam], h.lostAt[fam] = map[wgtypes.Key]int64{}, map[wgtypes.Key]time.Time{}, map[wgtypes.Key]time.Time{}
@@ -366,6 +366,45 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 		}
 	}
 	return changed, nil
+}
+
+// hostKeyChanging reports whether host traffic goes through a ready
+// device of a family whose sessions the next device write ends: this
+// node's key changes (its rotation: felix's key is not the one the
+// device runs), or the key of a node whose host traffic is encrypted
+// changed (its rotation: the device swaps the peer, dropping its
+// sessions). The host routes through the device must go before that
+// write (applyWireguard), never after: host packets routed into a
+// device with no session make it start a handshake at once, which
+// crosses the handshake the other end starts when it learns the new
+// key. Crossed handshakes can leave a session both ends count as done
+// while one end drops what the other sends (the wireguard package's
+// kick): host traffic was lost for 10-15 s after both nodes said
+// encrypted again (issue 40).
+func (l *loop) hostKeyChanging(ready [2]bool) bool {
+	h := &l.f.wg.host
+	for fam := range ready {
+		if !ready[fam] || !h.on {
+			continue
+		}
+		if l.ownKeyChanging(fam) {
+			return true
+		}
+		for node := range h.enc[fam] {
+			if p := l.plan.wg[fam].peers[node]; p == nil || !h.ok[fam][p.PublicKey] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ownKeyChanging: host encryption is on and family fam's device runs
+// with a key other than felix's (a rotation not written yet); the
+// peers' confirmations are for the old key.
+func (l *loop) ownKeyChanging(fam int) bool {
+	w := l.f.wg
+	return w.host.on && w.on[fam] && w.hasKey[fam] && w.dev[fam].Ready() && !w.dev[fam].RunsKey(w.key[fam])
 }
 
 // queueHostCheck wakes the loop after a while to look for new or stale

@@ -73,8 +73,14 @@ func (l *loop) applyWireguard(full bool) error {
 	// Runs: tell the plan what they are before configuring them, or the
 	// first sync would remove every peer (and its session) to add it
 	// back a moment later.
-	l.wgInputs()
-	err := l.syncWireguard(full)
+	ready, _ := l.wgInputs()
+	var err error
+	if l.hostKeyChanging(ready) {
+		// Host traffic leaves the devices before a key changes (see
+		// hostKeyChanging).
+		_, err = l.applyHostEncryption(false, ready)
+	}
+	err = errors.Join(err, l.syncWireguard(full))
 	ready, changed := l.wgInputs()
 	if changed {
 		err = errors.Join(err, l.syncWireguard(false))

@@ -395,6 +395,13 @@ func (d *Device) Read() (Status, bool, error) {
 	return st, true, nil
 }
 
+// RunsKey reports whether the device is configured and runs with
+// private key k. False while a new key waits to be written by the next
+// Apply: the sessions of the running key end then.
+func (d *Device) RunsKey(k wgtypes.Key) bool {
+	return d.dev != nil && d.have != nil && d.have.PrivateKey == k
+}
+
 // KeyEpoch changes whenever the device's private key does (a new
 // device, a rotated key): a peer confirmed by a handshake under an
 // earlier epoch must be confirmed again.
