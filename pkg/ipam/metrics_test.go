@@ -83,3 +83,43 @@ func TestCollectorUsageOnlyWhenAsked(t *testing.T) {
 		t.Errorf("leading: %d metrics, want usage too", n)
 	}
 }
+
+// TestCollectorUsageEvery: the usage read (every block of the cluster)
+// serves the scrapes of the next UsageEvery without reading again, says
+// its age, and is read again once older.
+func TestCollectorUsageEvery(t *testing.T) {
+	t.Parallel()
+	_, c := poolEnv(t, "p", "10.12.0.0/24", 26)
+	assign(t, c, "n1", "h1")
+	col := NewCollector(c, 5*time.Second)
+	scrape := func() (inUse, age float64, reads uint64) {
+		t.Helper()
+		before := c.Stats().Gets + c.Stats().Txns
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(col)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "routed_ipam_allocations_in_use":
+				inUse = value(mf.GetMetric()[0])
+			case "routed_ipam_usage_age_seconds":
+				age = value(mf.GetMetric()[0])
+			}
+		}
+		return inUse, age, c.Stats().Gets + c.Stats().Txns - before
+	}
+	if n, _, reads := scrape(); n != 1 || reads == 0 {
+		t.Fatalf("first scrape: %v in use, %d reads; want 1 from a read", n, reads)
+	}
+	assign(t, c, "n1", "h2")
+	if n, age, reads := scrape(); n != 1 || reads != 0 || age < 0 || age > 60 {
+		t.Errorf("second scrape within a minute: %v in use, age %v s, %d reads; want the first read's 1, no read", n, age, reads)
+	}
+	col.UsageEvery(0)
+	if n, _, reads := scrape(); n != 2 || reads == 0 {
+		t.Errorf("scrape after the read expired: %v in use, %d reads; want 2 from a new read", n, reads)
+	}
+}
