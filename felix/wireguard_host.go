@@ -310,10 +310,17 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 	h := &l.f.wg.host
 	d := l.f.wg.dev[fam]
 	changed := false
-	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil || l.ownKeyChanging(fam) {
+	changing := l.ownKeyChanging(fam)
+	if e := d.KeyEpoch(); e != h.epoch[fam] || h.ok[fam] == nil || changing {
 		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
 		h.waitFrom[fam] = map[wgtypes.Key]time.Time{}
 		h.rx[fam], h.rxAt[fam], h.lostAt[fam] = map[wgtypes.Key]int64{}, map[wgtypes.Key]time.Time{}, map[wgtypes.Key]time.Time{}
+	}
+	if changing {
+		// The device still runs the old key: its handshakes are the old
+		// key's and must not confirm anyone (read now, they would put the
+		// host routes back before the new key is written).
+		return changed, nil
 	}
 	peers := map[wgtypes.Key]bool{}
 	need := false
