@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -81,6 +82,12 @@ func TestDecodeBorrowedAgreesWithDecodeBlock(t *testing.T) {
 	}
 	if _, got, _ := DecodeBorrowed(key, []byte(good), false); len(got) != 3 {
 		t.Errorf("borrowed %v, want the 3 addresses of sim-00009", got)
+	}
+	// A value for another cidr than its key's would have its addresses
+	// routed by the key's block: refused, as the snapshot refuses it.
+	other := blockPrefix + "10.140.12.128-26"
+	if _, got, err := DecodeBorrowed(other, []byte(good), false); !errors.Is(err, ErrCorrupt) || got != nil {
+		t.Errorf("block 10.140.12.64/26 stored at %s: borrowed %v, error %v; want ErrCorrupt", other, got, err)
 	}
 }
 

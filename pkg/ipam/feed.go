@@ -69,5 +69,10 @@ func DecodeBorrowed(key string, value []byte, deleted bool) (netip.Prefix, map[n
 	if err != nil {
 		return p, nil, err
 	}
+	// Its addresses are filed under the key's prefix: a value for
+	// another cidr would route that cidr's addresses by this block.
+	if err := keyMatches(key, &b.block); err != nil {
+		return p, nil, err
+	}
 	return p, b.borrowed(), nil
 }
