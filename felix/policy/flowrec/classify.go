@@ -127,6 +127,7 @@ type classMemo struct {
 // (IDs, actions and directions) and whether conntrack confirmed it.
 type memoKey struct {
 	src, dst [16]byte // as flowKey's
+	v6       bool
 	proto    uint8
 	dport    uint16
 	ct       bool
@@ -149,7 +150,7 @@ func (m *classMemo) key(model Model, c *Collector, k flowKey, steps []policy.Rul
 	if !ok {
 		return memoKey{}, false
 	}
-	mk := memoKey{src: k.src, dst: k.dst, proto: k.proto, dport: k.dport, ct: ct}
+	mk := memoKey{src: k.src, dst: k.dst, v6: k.v6, proto: k.proto, dport: k.dport, ct: ct}
 	if len(steps) > 0 {
 		b := make([]byte, 0, 64)
 		for _, s := range steps {

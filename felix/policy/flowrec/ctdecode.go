@@ -129,7 +129,7 @@ func decodeCtEvent(e *ctEvent, b []byte) bool {
 	if !haveOrig || !haveReply {
 		return false
 	}
-	e.key = flowKey{src: orig.src.As16(), dst: reply.src.As16(), proto: orig.proto, sport: orig.sport, dport: reply.sport}
+	e.key = newFlowKey(orig.src, reply.src, orig.proto, orig.sport, reply.sport)
 	if orig.proto == unix.IPPROTO_ICMP || orig.proto == unix.IPPROTO_ICMPV6 {
 		e.key.sport, e.key.dport = orig.icmpID, uint16(orig.icmpType)
 	}
@@ -147,7 +147,7 @@ func decodeTuple(t *ctTuple, b []byte) (ok bool) {
 				case at == ctaIPv4Src && len(av) == 4:
 					t.src, ok = netip.AddrFrom4([4]byte(av)), true
 				case at == ctaIPv6Src && len(av) == 16:
-					t.src, ok = netip.AddrFrom16([16]byte(av)).Unmap(), true
+					t.src, ok = netip.AddrFrom16([16]byte(av)), true // an IPv4-mapped one stays IPv6
 				}
 			}
 		case ctaTupleProto:

@@ -33,3 +33,22 @@ func TestKeyOfPacketIPv6ExtensionHeader(t *testing.T) {
 		t.Errorf("echo behind hop-by-hop: %+v ok=%v", k, ok)
 	}
 }
+
+// TestKeyFamilies: an IPv6 connection from ::ffff:10.0.0.1 and an IPv4
+// one from 10.0.0.1 on the same ports are two keys (a review found them
+// one: a pod's IPv6 packets from mapped addresses were recorded as the
+// IPv4 pods' flow and a denied one suppressed the real one's record),
+// and each gives its addresses back as they were.
+func TestKeyFamilies(t *testing.T) {
+	v4 := newFlowKey(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 17, 1000, 53)
+	mapped := newFlowKey(netip.MustParseAddr("::ffff:10.0.0.1"), netip.MustParseAddr("::ffff:10.0.0.2"), 17, 1000, 53)
+	if v4 == mapped {
+		t.Fatalf("IPv4 and IPv4-mapped IPv6 connections have one key: %+v", v4)
+	}
+	if got := v4.srcAddr(); got != netip.MustParseAddr("10.0.0.1") || !got.Is4() {
+		t.Errorf("IPv4 key's source %v, want 10.0.0.1", got)
+	}
+	if got := mapped.dstAddr(); got != netip.MustParseAddr("::ffff:10.0.0.2") {
+		t.Errorf("IPv6 key's destination %v, want ::ffff:10.0.0.2", got)
+	}
+}
