@@ -1,6 +1,8 @@
 package nftdp
 
 import (
+	"net/netip"
+
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 )
@@ -22,7 +24,17 @@ const (
 	chainFromWL     = "from-wl"
 	chainToWL       = "to-wl"
 	chainFromWLHost = "from-wl-host"
+	// chainSpoofed+direction ("spoofed-src-egress", "spoofed-src-to-host")
+	// drop packets from workloads whose source is not theirs.
+	chainSpoofed = "spoofed-src-"
 )
+
+// dadSources are the sources the reverse-path check leaves alone: IPv6's
+// unspecified address, the source of duplicate address detection's
+// neighbour solicitations and MLD reports sent before a pod has an
+// address (no route leads to it). It is nobody's address, so no policy
+// naming pods matches it.
+var dadSources = []netip.Prefix{netip.MustParsePrefix("::/128")}
 
 // ICMPv6 neighbour discovery and router solicitation a pod needs to
 // reach its host at all (types 133-136), and MLD reports (131, 143).
@@ -38,17 +50,31 @@ func (d *Dataplane) addBase() {
 		{CtState: expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED, Action: ActAccept},
 		{CtState: expr.CtStateBitINVALID, Action: ActDrop},
 	}
-	unknown := func(dir string) []Rule {
+	// drop is a counted drop with ID why/dir, logged to the drop log
+	// group (prefix "D why dir") when there is one.
+	drop := func(why, dir string) []Rule {
 		var rs []Rule
 		if d.cfg.DropLogGroup != 0 {
-			rs = append(rs, Rule{Action: ActLog, LogGroup: d.cfg.DropLogGroup, LogRate: d.cfg.DropLogRate, LogPrefix: "D unknown-iface " + dir})
+			rs = append(rs, Rule{Action: ActLog, LogGroup: d.cfg.DropLogGroup, LogRate: d.cfg.DropLogRate, LogPrefix: "D " + why + " " + dir})
 		}
-		return append(rs, Rule{ID: "unknown-iface/" + dir, Counter: true, Action: ActDrop})
+		return append(rs, Rule{ID: why + "/" + dir, Counter: true, Action: ActDrop})
 	}
+	unknown := func(dir string) []Rule { return drop("unknown-iface", dir) }
 
-	base(chainFwdEgress, nftables.ChainHookForward, 0, Rule{InIface: p, Action: ActJump, Target: chainFromWL})
+	// A workload's packet whose source has no route back through its
+	// interface is spoofed (another pod's address, the host's, anything
+	// not routed to that pod): it goes to a drop of its own before
+	// anything else, the established accept included, since a spoofed
+	// packet can match the real owner's connection.
+	spoofed := func(dir string) Rule {
+		return Rule{InIface: p, Src: Side{NotNets: dadSources}, SrcNoRouteBack: true, Action: ActJump, Target: chainSpoofed + dir}
+	}
+	d.addInternal(chainSpoofed+"egress", nil, drop("spoofed-src", "egress"))
+	d.addInternal(chainSpoofed+"to-host", nil, drop("spoofed-src", "to-host"))
+
+	base(chainFwdEgress, nftables.ChainHookForward, 0, spoofed("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})
 	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
-	base(chainInput, nftables.ChainHookInput, 0, Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
+	base(chainInput, nftables.ChainHookInput, 0, spoofed("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
 
 	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))
@@ -77,6 +103,8 @@ func (d *Dataplane) addInternal(name string, h *hook, rules []Rule) {
 func isInternal(name string) bool {
 	switch name {
 	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost:
+		return true
+	case chainSpoofed + "egress", chainSpoofed + "to-host":
 		return true
 	}
 	return isHostBase(name)

@@ -97,6 +97,11 @@ type Rule struct {
 	// CtState matches when the conntrack state has any of these bits
 	// (expr.CtStateBit*); 0 for no conntrack match.
 	CtState uint32
+	// SrcNoRouteBack: the packet's source address has no route back
+	// through the interface it came in on (nft: fib saddr . iif oif
+	// missing), a reverse-path check independent of rp_filter. Only
+	// meaningful on the input and forward hooks.
+	SrcNoRouteBack bool
 	// IfPassClear: the rule applies only while the pass bit is clear.
 	IfPassClear bool
 	// IfPassSet: the rule applies only while the pass bit is set.

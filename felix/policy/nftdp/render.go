@@ -49,6 +49,13 @@ func (rd *renderer) render(r *Rule, anon anonAdder) (ex []expr.Any, ok bool, err
 		}
 	}
 	ex = append(ex, rd.hostExprs(r)...)
+	if r.SrcNoRouteBack {
+		// The route to the source, looked up as if to send there and
+		// kept only when it leaves by the input interface: oif 0 when
+		// there is none (or it is another device's, or local).
+		ex = append(ex, &expr.Fib{Register: reg1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(0)})
+	}
 	if r.CtState != 0 {
 		ex = append(ex, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(r.CtState), Xor: ne32(0)},
