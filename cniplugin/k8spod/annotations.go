@@ -63,7 +63,7 @@ func lookup(annots map[string]string, name, owner string) (string, string, error
 func stringList(value, key, owner string) ([]string, error) {
 	var list []string
 	if err := json.Unmarshal([]byte(value), &list); err != nil {
-		return nil, fmt.Errorf("%w: %s annotation %s=%s is not a JSON list of strings (e.g. [\"10.244.1.5\"]): %v", ErrAnnotation, owner, key, value, err)
+		return nil, fmt.Errorf("%w: %s annotation %s=%s is not a JSON list of strings (e.g. [\"10.244.1.5\"]): %w", ErrAnnotation, owner, key, value, err)
 	}
 	if len(list) == 0 {
 		return nil, fmt.Errorf("%w: %s annotation %s is an empty list; remove it or name at least one entry", ErrAnnotation, owner, key)

@@ -53,7 +53,7 @@ func parseSel(field, s string) (selector.Selector, error) {
 	}
 	sel, err := selector.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, field, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, field, err)
 	}
 	return sel, nil
 }

@@ -98,7 +98,7 @@ func decodeBlock(data []byte) (*block, error) {
 // checks b's cidr and arrays and sets its prefix.
 func decodeChecked(data []byte, v any, b *block, attrs func() int) error {
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: block: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: block: %w", ErrCorrupt, err)
 	}
 	p, err := netip.ParsePrefix(b.CIDR)
 	if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" || p.Addr().BitLen()-p.Bits() > 16 {

@@ -41,7 +41,7 @@ func parseCIDRKeyPart(s string) (netip.Prefix, error) {
 	}
 	p, err := netip.ParsePrefix(s[:i] + "/" + s[i+1:])
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%w: key part %q: %v", ErrCorrupt, s, err)
+		return netip.Prefix{}, fmt.Errorf("%w: key part %q: %w", ErrCorrupt, s, err)
 	}
 	return p, nil
 }

@@ -135,7 +135,7 @@ func (c *Client) refresh(ctx context.Context, node string) (*nodeSnap, error) {
 	if kvs := r[2].GetResponseRange().Kvs; len(kvs) > 0 {
 		n, err := decodeNode(kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("%w: node %q: %v", ErrCorrupt, node, err)
+			return nil, fmt.Errorf("%w: node %q: %w", ErrCorrupt, node, err)
 		}
 		s.node = nodeInfo{labels: n.Metadata.Labels, rev: kvs[0].ModRevision}
 	}

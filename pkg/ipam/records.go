@@ -46,7 +46,7 @@ func encodeAffinity(state string, now time.Time) []byte {
 func decodeAffinity(data []byte) (affinityRec, error) {
 	var a affinityRec
 	if err := json.Unmarshal(data, &a); err != nil {
-		return a, fmt.Errorf("%w: affinity: %v", ErrCorrupt, err)
+		return a, fmt.Errorf("%w: affinity: %w", ErrCorrupt, err)
 	}
 	switch a.State {
 	case StatePending, StateConfirmed, StatePendingDeletion:
@@ -67,7 +67,7 @@ type handleRec struct {
 func decodeHandle(data []byte) (*handleRec, error) {
 	var h handleRec
 	if err := json.Unmarshal(data, &h); err != nil {
-		return nil, fmt.Errorf("%w: handle: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: handle: %w", ErrCorrupt, err)
 	}
 	if h.Blocks == nil {
 		h.Blocks = map[string][]int{}

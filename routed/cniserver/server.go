@@ -199,7 +199,7 @@ var errHeld = errors.New("cniserver: routed holds every datastore write")
 func (s *Server) prepare(r *http.Request) (*cniapi.Request, *ipamcore.IPAM, *logrus.Entry, error) {
 	var req cniapi.Request
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: bad request: %v", ipamcore.ErrConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: bad request: %w", ipamcore.ErrConfig, err)
 	}
 	lg := log.WithFields(logrus.Fields{"containerID": req.ContainerID, "network": req.Network})
 	if req.Pod != "" {
@@ -234,7 +234,7 @@ func (s *Server) serveAdd(w http.ResponseWriter, r *http.Request) {
 	if len(req.Endpoint) > 0 {
 		wep := new(api.WorkloadEndpoint)
 		if err := json.Unmarshal(req.Endpoint, wep); err != nil {
-			s.fail(w, lg, "ADD", fmt.Errorf("%w: bad request: endpoint: %v", ipamcore.ErrConfig, err))
+			s.fail(w, lg, "ADD", fmt.Errorf("%w: bad request: endpoint: %w", ipamcore.ErrConfig, err))
 			return
 		}
 		if err := s.checkEndpoint(req, wep); err != nil {

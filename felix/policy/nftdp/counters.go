@@ -25,7 +25,7 @@ func NewCounterReader(netnsFd int, table string) (*CounterReader, error) {
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	unix.Close(fd)
 	d, err := newRuleDumper(netnsFd)

@@ -230,7 +230,7 @@ func (fl *file) verify() error {
 	}
 	var sum [4]byte
 	if _, err := fl.f.ReadAt(sum[:], fl.size-4); err != nil {
-		return fmt.Errorf("%w: checksum unreadable: %v", errCorrupt, err)
+		return fmt.Errorf("%w: checksum unreadable: %w", errCorrupt, err)
 	}
 	if got, want := fl.crc.Sum32(), binary.LittleEndian.Uint32(sum[:]); got != want {
 		return fmt.Errorf("%w: checksum %08x, file says %08x", errCorrupt, got, want)
@@ -253,7 +253,7 @@ func newReader(r *bufio.Reader) (*reader, error) {
 		return nil, fmt.Errorf("%w: truncated header", errCorrupt)
 	}
 	if err := json.Unmarshal(hb, &fr.h); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", errCorrupt, err)
+		return nil, fmt.Errorf("%w: header: %w", errCorrupt, err)
 	}
 	if fr.h.Version != formatVers {
 		return nil, fmt.Errorf("%w: format version %d, want %d", errCorrupt, fr.h.Version, formatVers)
