@@ -14,11 +14,18 @@ const (
 	KindTierEnd      = "tier end"           // no policy of the tier decided
 	KindNoProfile    = "no profile allowed" // past the tiers, no profile allowed
 	KindUnknownIface = "unknown interface"  // an interface felix has not programmed
-	KindNotPoliced   = "not policed"        // the address is no workload (explain)
+	// KindSpoofedSource: a packet from a pod whose source address has no
+	// route back through the pod's interface (another pod's address, the
+	// host's, any address not the pod's), dropped before any policy
+	// (nftdp's reverse-path check). Its direction is "egress" (forwarded)
+	// or "to-host" (to the node itself).
+	KindSpoofedSource = "spoofed source: the source address is not the pod's"
+	KindNotPoliced    = "not policed" // the address is no workload (explain)
 	// KindHostNotExplained: the address is a host endpoint's, whose
 	// policy explain does not evaluate (it answers for workloads).
 	KindHostNotExplained = "host endpoint: its policy is not explained"
 	unknownIfacePfx      = "D unknown-iface "
+	spoofedSrcPfx        = "D spoofed-src " // + direction (nftdp/base.go)
 	logRulePrefix        = "L "
 	logDropRulePrefix    = "D "
 	flowRulePrefix       = "F " // a flow verdict mark (LogConfig.FlowGroup)
@@ -115,13 +122,18 @@ func (x *RuleIndex) deleteIface(iface string) {
 }
 
 // Resolve reads an nflog prefix: a Log rule's ("L <token>"), a logged
-// drop's ("D <token>"), a flow verdict mark's ("F <token>") or an
-// unprogrammed interface's drop. The verdict is "log" for a Log rule
-// (the packet goes on to the next rule), "flow" for a flow mark (the
-// rule named decides: its Action says how) and "drop" for the others.
+// drop's ("D <token>"), a flow verdict mark's ("F <token>"), or the
+// drop of a packet from an unprogrammed interface or from a spoofed
+// source ("D unknown-iface <dir>", "D spoofed-src <dir>"). The verdict
+// is "log" for a Log rule (the packet goes on to the next rule), "flow"
+// for a flow mark (the rule named decides: its Action says how) and
+// "drop" for the others.
 func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool) {
 	if dir, isUnknown := strings.CutPrefix(prefix, unknownIfacePfx); isUnknown {
 		return RuleInfo{ID: "unknown-iface/" + dir, Kind: KindUnknownIface, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
+	}
+	if dir, isSpoofed := strings.CutPrefix(prefix, spoofedSrcPfx); isSpoofed {
+		return RuleInfo{ID: "spoofed-src/" + dir, Kind: KindSpoofedSource, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
 	}
 	verdict = "drop"
 	tok, isLog := strings.CutPrefix(prefix, logRulePrefix)

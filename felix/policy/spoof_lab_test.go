@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 )
 
@@ -79,6 +81,46 @@ spec:
 		fromC(fmt.Sprintf("after v6=%v", v6))
 		if src, ok := sink.Has(spoofed); ok {
 			t.Errorf("%s: b received a's datagram sent from c's address %s", spoofed, src)
+		}
+	}
+}
+
+// TestSpoofedSourceLogged: with drop logging on, a datagram pod a sends
+// from pod c's address (to pod b and to the node) reaches the policy
+// log through the real nflog reader as what it is: a drop of kind
+// spoofed source, direction egress or to-host, on a's interface and
+// endpoint, with the spoofed source and the destination, and the rule
+// ID its counter has (spoofed-src/<direction>). Before the RuleIndex
+// knew the prefix the record was an unknown rule (its raw prefix).
+// IPv4 and IPv6.
+func TestSpoofedSourceLogged(t *testing.T) {
+	l := newLabWithLog(t, true)
+	logs := l.logRecords(t)
+	const port, srcPort = 6262, 41626
+	l.expect("before", both(pass("a", "host", "tcp", 7070))...)
+	a, b, c := l.pods["a"], l.pods["b"], l.pods["c"]
+	a.AddAddr(t, "eth0", c.IPv4.String()+"/32")
+	a.AddAddr(t, "eth0", c.IPv6.String()+"/128")
+	for _, v6 := range []bool{false, true} {
+		for _, dst := range []struct {
+			name string
+			addr netip.Addr
+			dir  string
+		}{
+			{"pod b", b.Addr(v6), "egress"},
+			{"the node", l.ns("host").Addr(v6), "to-host"},
+		} {
+			what := fmt.Sprintf("a's datagram from c's address to %s v6=%v", dst.name, v6)
+			polab.SendUDP(t, a.NS, c.Addr(v6), srcPort, netip.AddrPortFrom(dst.addr, port), what)
+			r := waitRecord(t, logs, what, func(r flowlog.Record) bool {
+				return r.Proto == "UDP" && r.DstPort == port && r.Dst == dst.addr.String()
+			})
+			if r.Verdict != "drop" || r.Kind != policy.KindSpoofedSource || r.Direction != dst.dir ||
+				r.RuleID != "spoofed-src/"+dst.dir || r.Action != "Deny" || r.Rule != -1 || r.Prefix != "" ||
+				r.Iface != a.Iface || r.Endpoint != l.eps["a"].Key || r.Namespace != "prod" ||
+				r.Src != c.Addr(v6).String() || r.SrcPort != srcPort {
+				t.Errorf("%s: record %+v", what, r)
+			}
 		}
 	}
 }

@@ -143,9 +143,10 @@ about routed's memory or goroutines on a live node.`,
 profile rules as <chain>/<index> (pi-/po-<policy>, pri-/pro-<profile>),
 the default drops of the chains that endpoints with the same policies
 share as ep-in-/ep-eg-<hash>/tier-end/<tier> and .../no-profile-allowed,
-and packets from or to interfaces felix has not programmed as
-unknown-iface/<direction>. A SUBSTRING keeps the rules whose ID contains
-it.
+packets from or to interfaces felix has not programmed as
+unknown-iface/<direction>, and packets from pods whose source address is
+not theirs as spoofed-src/egress and spoofed-src/to-host. A SUBSTRING
+keeps the rules whose ID contains it.
 
 LAST HIT is how long ago felix first saw the counter grow. felix reads
 the counters every 10 s and whenever asked, so the rule matched at most
@@ -171,7 +172,10 @@ matched (verdict log: the packet goes on to the next rule) and, when routed
 runs with --policy-log-drops, those dropped because no rule allowed them
 (verdict drop). Each line has the time, verdict, direction, the endpoint
 (namespace/pod) whose rule it is, source and destination with ports,
-protocol, and the tier, policy (or profile) and rule index.
+protocol, and the tier, policy (or profile) and rule index. A packet a pod
+sent from an address that is not its own is dropped before any policy:
+its line says "spoofed source: the source address is not the pod's", with
+direction egress (forwarded) or to-host and the sending pod.
 
 The kernel limits each logging rule to --policy-log-rate packets a second
 and routed keeps the last 2048 records. -f follows new records as they
