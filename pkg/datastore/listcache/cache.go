@@ -7,13 +7,14 @@
 // The copy is one file (mode 0600, in the node's state directory),
 // replaced atomically (temporary file, fsync, rename): a base, the
 // listed keys at one revision, sorted by key, with a CRC-32C. Changes
-// seen since are kept in memory, the latest per key, and merged into a
-// new file in one pass over the old one: every Period, when they pass
-// MaxChanges bytes, and when the node stops. No list is ever held here:
-// a list from etcd is written to a temporary file page by page as the
-// stream reads it (made durable and renamed into place by Run), and a
-// loaded file is checked in one pass that keeps nothing, then read again
-// key by key when the stream delivers it.
+// seen since are kept, the latest per key (the keys and revisions in
+// memory, the values in an unlinked journal file beside it), and merged
+// into a new file in one pass over the old one: every Period, when they
+// pass MaxChanges bytes, and when the node stops. No list is ever held
+// here: a list from etcd is written to a temporary file page by page as
+// the stream reads it (made durable and renamed into place by Run), and
+// a loaded file is checked in one pass that keeps nothing, then read
+// again key by key when the stream delivers it.
 package listcache
 
 import (
@@ -54,8 +55,9 @@ type Options struct {
 	Path string
 	// Period is how often changes are written (0: DefaultPeriod).
 	Period time.Duration
-	// MaxChanges is how many bytes of changes are kept in memory before
-	// they are written early (0: DefaultMaxChanges).
+	// MaxChanges is how many bytes of changes are kept before they are
+	// written early (0: DefaultMaxChanges); so is a journal of values
+	// past 4 times that (the same keys changing again and again).
 	MaxChanges int
 	// MaxAge: a file written longer ago is not used (0: DefaultMaxAge).
 	MaxAge time.Duration
@@ -79,16 +81,15 @@ type Cache struct {
 	// yet in place: pending) plus the changes since, up to rev. valid
 	// is false until a list or a usable file, and after the stream
 	// discarded the file.
-	valid      bool
-	gen        uint64     // bumped by every new base
-	listing    *listWrite // a list being written as it is read
-	pending    *listWrite // a list written whole, for Run to put in place
-	stopped    bool       // Run has returned: nothing more is written
-	hdr        header     // the base's range and cluster; Revision: the base's
-	changes    changeSet
-	changeSize int
-	rev        int64 // base + changes are the range at rev
-	savedRev   int64 // the revision of the file on disk (0: none usable)
+	valid    bool
+	gen      uint64     // bumped by every new base
+	listing  *listWrite // a list being written as it is read
+	pending  *listWrite // a list written whole, for Run to put in place
+	stopped  bool       // Run has returned: nothing more is written
+	hdr      header     // the base's range and cluster; Revision: the base's
+	changes  changes
+	rev      int64 // base + changes are the range at rev
+	savedRev int64 // the revision of the file on disk (0: none usable)
 
 	// mergeCopies makes write read the file as it did before issue 36's
 	// churn profiles (a copy of every record): only
@@ -114,7 +115,7 @@ func New(opt Options) (*Cache, error) {
 		opt.WriteRate = DefaultWriteRate
 	}
 	return &Cache{opt: opt, log: logrus.WithFields(logrus.Fields{"component": "feed cache", "path": opt.Path}),
-		m: newMetrics(), kick: make(chan struct{}, 1), changes: changeSet{}}, nil
+		m: newMetrics(), kick: make(chan struct{}, 1)}, nil
 }
 
 // Path is the cache file.
@@ -161,7 +162,7 @@ func (c *Cache) Load(prefix string, parts []string, probeKey string) (datastore.
 	}
 	c.mu.Lock()
 	c.valid, c.gen, c.hdr = true, c.gen+1, h
-	c.changes, c.changeSize = changeSet{}, 0
+	c.changes.close()
 	c.rev, c.savedRev = h.Revision, h.Revision
 	c.mu.Unlock()
 	c.log.WithFields(logrus.Fields{"revision": h.Revision, "keys": cl.Keys, "written": time.Unix(h.Written, 0).UTC(),
@@ -283,17 +284,6 @@ func hasPrefix(key []byte, p string) bool {
 	return len(key) >= len(p) && string(key[:len(p)]) == p
 }
 
-// changeSet is the latest change of each key since the base, by key.
-type changeSet map[string]change
-
-// change is what the file records of one key's latest change: its value
-// and revisions, or its deletion (the watch's event is not kept).
-type change struct {
-	value                []byte
-	create, mod, version int64
-	deleted              bool
-}
-
 // ListStarted implements datastore.StreamCache: the list is written to a
 // temporary file as it is read; the cache has no base until it is whole.
 func (c *Cache) ListStarted(rev int64, clusterID uint64) {
@@ -301,7 +291,7 @@ func (c *Cache) ListStarted(rev int64, clusterID uint64) {
 	defer c.mu.Unlock()
 	c.abortLocked()
 	c.valid = false
-	c.changes, c.changeSize = changeSet{}, 0
+	c.changes.close()
 	if c.stopped {
 		return
 	}
@@ -358,7 +348,7 @@ func (c *Cache) Listed(rev int64, clusterID uint64) {
 	c.pending.abort()
 	c.valid, c.gen, c.pending = true, c.gen+1, lw
 	c.hdr.ClusterID, c.hdr.Revision = clusterID, rev
-	c.changes, c.changeSize = changeSet{}, 0
+	c.changes.close()
 	c.rev, c.savedRev = rev, 0
 	c.mu.Unlock()
 	c.wake()
@@ -383,19 +373,24 @@ func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 		if !inParts(ev.Kv.Key, c.hdr) {
 			continue
 		}
-		k := string(ev.Kv.Key)
-		if old, ok := c.changes[k]; ok {
-			c.changeSize -= len(k) + len(old.value)
-		}
 		ch := change{deleted: ev.Type == clientv3.EventTypeDelete}
 		if !ch.deleted {
-			ch.value, ch.create, ch.mod, ch.version = ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Version
+			ch.create, ch.mod, ch.version = ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Version
 		}
-		c.changes[k] = ch
-		c.changeSize += len(k) + len(ch.value)
+		if err := c.changes.put(c.opt.Path, string(ev.Kv.Key), ch, ev.Kv.Value); err != nil {
+			// The file on disk stays as it is (a base at an older
+			// revision, which a restart catches up from); this run
+			// records nothing more until the next list.
+			c.m.saveFailures.Inc()
+			c.log.WithError(err).Warn("could not keep the datastore's changes for the cache (no cache updates until the next list)")
+			c.valid = false
+			c.changes.close()
+			c.mu.Unlock()
+			return
+		}
 	}
 	c.rev = rev
-	early := c.changeSize > c.opt.MaxChanges
+	early := c.changes.size > c.opt.MaxChanges || c.changes.journalBytes() > 4*int64(c.opt.MaxChanges)
 	c.mu.Unlock()
 	if early {
 		c.wake()
@@ -407,7 +402,7 @@ func (c *Cache) Discarded(reason datastore.ListReason) {
 	c.m.fallbacks.WithLabelValues(string(reason)).Inc()
 	c.mu.Lock()
 	c.valid = false
-	c.changes, c.changeSize = changeSet{}, 0
+	c.changes.close()
 	c.mu.Unlock()
 }
 

@@ -31,14 +31,15 @@ func (c *Cache) save(ctx context.Context, paced bool) error {
 		c.mu.Unlock()
 		return nil
 	}
-	gen, hdr, changes, rev := c.gen, c.hdr, c.changes, c.rev
-	c.changes, c.changeSize = changeSet{}, 0
+	gen, hdr, taken, rev := c.gen, c.hdr, c.changes, c.rev
+	c.changes = changes{}
 	c.mu.Unlock()
+	defer taken.close() // after putBack took what it needs
 
 	start := time.Now()
 	baseRev := hdr.Revision
 	hdr.Revision, hdr.Written = rev, start.Unix()
-	n, size, err := c.write(ctx, hdr, baseRev, changes, c.pacer(paced))
+	n, size, err := c.write(ctx, hdr, baseRev, taken, c.pacer(paced))
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -48,7 +49,7 @@ func (c *Cache) save(ctx context.Context, paced bool) error {
 	if err != nil && ctx.Err() != nil {
 		// Cut short (the node stops while a paced write runs): nothing
 		// is lost, the write on the way out takes it all.
-		c.putBack(changes)
+		c.putBack(&taken)
 		return err
 	}
 	if err != nil {
@@ -57,17 +58,17 @@ func (c *Cache) save(ctx context.Context, paced bool) error {
 			// The base is lost (a file that no longer reads): nothing
 			// to build on until the next list.
 			c.valid, c.savedRev = false, 0
-			c.changes, c.changeSize = changeSet{}, 0
+			c.changes.close()
 			return fmt.Errorf("%w (no cache until the next list)", err)
 		}
-		c.putBack(changes)
+		c.putBack(&taken)
 		return err
 	}
 	c.savedRev, c.hdr.Revision = rev, rev
 	c.m.saves.Inc()
 	c.m.size.Set(float64(size))
 	c.m.saveSeconds.Observe(time.Since(start).Seconds())
-	c.log.WithFields(logrus.Fields{"revision": rev, "keys": n, "changes": len(changes), "bytes": size,
+	c.log.WithFields(logrus.Fields{"revision": rev, "keys": n, "changes": len(taken.byKey), "bytes": size,
 		"took": time.Since(start).Round(time.Millisecond)}).Debug("wrote the cache of the datastore")
 	return nil
 }
@@ -92,7 +93,7 @@ func (c *Cache) commitPending() error {
 		// The base is lost: nothing to build on until the next list.
 		c.m.saveFailures.Inc()
 		c.valid, c.savedRev = false, 0
-		c.changes, c.changeSize = changeSet{}, 0
+		c.changes.close()
 		return fmt.Errorf("%w (no cache until the next list)", err)
 	}
 	c.savedRev = lw.hdr.Revision
@@ -105,19 +106,33 @@ func (c *Cache) commitPending() error {
 }
 
 // putBack returns changes a failed write took to the pending ones (the
-// later changes win); c.mu is held.
-func (c *Cache) putBack(changes changeSet) {
-	for k, ch := range changes {
-		if _, ok := c.changes[k]; !ok {
-			c.changes[k] = ch
-			c.changeSize += len(k) + len(ch.value)
+// later changes win), their values copied to the pending ones' journal;
+// c.mu is held. A journal that fails here loses the cache's base, as
+// in Changed.
+func (c *Cache) putBack(old *changes) {
+	var buf []byte
+	for k, ch := range old.byKey {
+		if _, ok := c.changes.byKey[k]; ok {
+			continue
+		}
+		v, err := old.value(ch, buf)
+		if err == nil {
+			buf = v
+			err = c.changes.put(c.opt.Path, k, ch, v)
+		}
+		if err != nil {
+			c.m.saveFailures.Inc()
+			c.log.WithError(err).Warn("could not keep the datastore's changes for the cache (no cache updates until the next list)")
+			c.valid = false
+			c.changes.close()
+			return
 		}
 	}
 }
 
 // write replaces the file with itself (at baseRev) merged with changes;
 // it returns the keys and bytes written.
-func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, changes changeSet, pace func(context.Context, int) error) (int, int64, error) {
+func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, chs changes, pace func(context.Context, int) error) (int, int64, error) {
 	disk, err := openFile(c.opt.Path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the cache to merge into it: %w", err)
@@ -143,13 +158,14 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, changes ch
 		kv := disk.kv
 		return &kv, true
 	}
-	keys := make([]string, 0, len(changes))
-	for k := range changes {
+	keys := make([]string, 0, len(chs.byKey))
+	for k := range chs.byKey {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 
 	var written int
+	var keyBuf, val []byte // a changed key's record, written before the next is read
 	err = atomicfile.Replace(c.opt.Path, 0o600, func(w io.Writer) error {
 		fw, err := newWriter(w, hdr)
 		if err != nil {
@@ -176,8 +192,12 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, changes ch
 			if ok && string(kv.Key) == k {
 				kv, ok = next() // replaced or deleted
 			}
-			if ch := changes[k]; !ch.deleted {
-				kv := &mvccpb.KeyValue{Key: []byte(k), Value: ch.value, CreateRevision: ch.create, ModRevision: ch.mod, Version: ch.version}
+			if ch := chs.byKey[k]; !ch.deleted {
+				if val, err = chs.value(ch, val); err != nil {
+					return err
+				}
+				keyBuf = append(keyBuf[:0], k...)
+				kv := &mvccpb.KeyValue{Key: keyBuf, Value: val, CreateRevision: ch.create, ModRevision: ch.mod, Version: ch.version}
 				if err := emit(kv); err != nil {
 					return err
 				}
