@@ -10,15 +10,18 @@ import (
 // classify names a connection's class, taking a reference on it: its
 // ends from the model, its traces from the kernel's marks (steps, in
 // the order the kernel logged them) and whether conntrack confirmed
-// it (ct: the kernel accepted the first packet). nil: no end is a pod
-// of this node, so the connection is not this node's to record.
+// it (ct: the kernel accepted the first packet). noTrace says the
+// nflog reader was down while the connection waited for its marks: a
+// direction without its decision's mark is then NoTraceMarkReader's,
+// not a mark lost on its own. nil: no end is a pod of this node, so
+// the connection is not this node's to record.
 //
 // A VersionedModel's answers depend on a flow's addresses only while
 // its version holds, so connections alike (same addresses, protocol,
 // port, marks) are classified once: the memo gives the class the first
 // of them got, without asking the model or building the key again.
-func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct bool) *class {
-	mk, memo := c.memo.key(c.cfg.Model, c, k, steps, ct)
+func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct, noTrace bool) *class {
+	mk, memo := c.memo.key(c.cfg.Model, c, k, steps, ct, noTrace)
 	if memo {
 		if cls, hit := c.memo.m[mk]; hit {
 			if cls != nil {
@@ -27,7 +30,7 @@ func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, 
 			return cls
 		}
 	}
-	cls := c.classifyNew(k, f, steps, ct)
+	cls := c.classifyNew(k, f, steps, ct, noTrace)
 	if memo {
 		c.memo.put(c, mk, cls)
 	}
@@ -35,7 +38,7 @@ func (c *Collector) classify(k flowKey, f policy.Flow, steps []policy.RuleInfo, 
 }
 
 // classifyNew is classify without the memo.
-func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct bool) *class {
+func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInfo, ct, noTrace bool) *class {
 	src, dst, staged := c.cfg.Model.Describe(f)
 	if !src.Local && !dst.Local {
 		return nil
@@ -54,6 +57,9 @@ func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInf
 		case t.Verdict == Unknown && tmpl.Verdict != Deny && !ct:
 			tmpl.Verdict = Unknown
 		}
+		if t != nil && t.Verdict == Unknown && noTrace {
+			tmpl.NoTrace = NoTraceMarkReader
+		}
 	}
 	b := make([]byte, 0, 160)
 	b = append(append(b, src.id()...), '|')
@@ -64,6 +70,7 @@ func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInf
 	b = tmpl.Egress.appendKey(b)
 	b = append(b, '|')
 	b = tmpl.Ingress.appendKey(b)
+	b = append(append(b, '|'), tmpl.NoTrace...)
 	for _, s := range staged {
 		b = append(append(b, '|'), s.Policy...)
 		b = strconv.AppendBool(append(b, ':'), s.Allowed)
@@ -124,20 +131,22 @@ type classMemo struct {
 
 // memoKey is what a connection's class depends on besides the model:
 // its addresses, protocol and port (or ICMP type), the marks' rules
-// (IDs, actions and directions) and whether conntrack confirmed it.
+// (IDs, actions and directions), whether conntrack confirmed it and
+// whether the nflog reader was down.
 type memoKey struct {
 	src, dst [16]byte // as flowKey's
 	v6       bool
 	proto    uint8
 	dport    uint16
 	ct       bool
+	noTrace  bool
 	steps    string
 }
 
 // key is the memo's key of a connection; ok is false when the model's
 // answers may depend on more than the key (it is no VersionedModel, or
 // it evaluates staged policies), and the memo is left empty.
-func (m *classMemo) key(model Model, c *Collector, k flowKey, steps []policy.RuleInfo, ct bool) (memoKey, bool) {
+func (m *classMemo) key(model Model, c *Collector, k flowKey, steps []policy.RuleInfo, ct, noTrace bool) (memoKey, bool) {
 	vm, ok := model.(VersionedModel)
 	var v uint64
 	if ok {
@@ -150,7 +159,7 @@ func (m *classMemo) key(model Model, c *Collector, k flowKey, steps []policy.Rul
 	if !ok {
 		return memoKey{}, false
 	}
-	mk := memoKey{src: k.src, dst: k.dst, v6: k.v6, proto: k.proto, dport: k.dport, ct: ct}
+	mk := memoKey{src: k.src, dst: k.dst, v6: k.v6, proto: k.proto, dport: k.dport, ct: ct, noTrace: noTrace}
 	if len(steps) > 0 {
 		b := make([]byte, 0, 64)
 		for _, s := range steps {

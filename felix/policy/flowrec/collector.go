@@ -143,10 +143,12 @@ type Collector struct {
 	start   time.Time
 
 	nflogLost, ctLost atomic.Uint64
+	// parked is set while the loop waits for events (see wakeLoop).
+	parked atomic.Bool
+	marksState
 
-	nl     *flowlog.Reader
-	ct     *ctReader
-	stopCt context.CancelFunc
+	nl *flowlog.Reader // the nflog reader Open made, until Run takes it
+	ct *ctSock
 }
 
 // New checks cfg and returns a collector; Run starts it.
@@ -186,27 +188,29 @@ func (c *Collector) Open(ctx context.Context) error {
 		nl.Close()
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	go ct.run(ctx)
-	c.nl, c.ct, c.stopCt = nl, ct, cancel
+	c.nl, c.ct = nl, ct
 	return nil
 }
 
 // Run reads flow marks and conntrack events until ctx ends, opening
-// the sockets first unless Open did.
+// the sockets first unless Open did. The conntrack socket is read by
+// Run's goroutine, which owns the collector's state; the nflog reader
+// runs on a goroutine of its own (readMarks), started again when it
+// fails.
 func (c *Collector) Run(ctx context.Context) error {
 	if c.nl == nil {
 		if err := c.Open(ctx); err != nil {
 			return err
 		}
 	}
-	defer func() { c.stopCt(); <-c.ct.done; c.nl.Close() }()
+	defer c.ct.close()
 	marks := make(chan mark, 4096)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	nlDone := make(chan error, 1)
+	nlDone := make(chan struct{})
 	go func() {
-		nlDone <- c.nl.Run(ctx, func(p flowlog.Packet) {
+		defer close(nlDone)
+		c.readMarks(ctx, c.nl, func(p flowlog.Packet) {
 			ri, verdict, ok := c.cfg.Index.Resolve(p.Prefix)
 			if !ok || verdict != "flow" {
 				return
@@ -217,65 +221,16 @@ func (c *Collector) Run(ctx context.Context) error {
 			}
 			select {
 			case marks <- mark{key: k, rule: ri, at: p.Time}:
+				c.wakeLoop(c.ct)
 			default:
 				c.nflogLost.Add(1)
 			}
-		}, func() { c.nflogLost.Add(1) })
+		})
 	}()
-	err := c.loop(ctx, marks, c.ct.out, c.ct.recycle)
+	err := c.loop(ctx, marks, c.ct)
 	cancel()
 	<-nlDone
 	return err
-}
-
-// loop owns the collector's state: it reads marks and batches of
-// conntrack events (handing each batch back through recycle) until
-// ctx ends.
-func (c *Collector) loop(ctx context.Context, marks <-chan mark, cts <-chan []ctEvent, recycle func([]ctEvent)) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	c.start = time.Now()
-	onBatch := func(evs []ctEvent) {
-		for i := range evs {
-			c.onConntrack(&evs[i])
-		}
-		if recycle != nil {
-			recycle(evs)
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			c.flush(time.Now())
-			return ctx.Err()
-		case m := <-marks:
-			c.onMark(m)
-		case evs := <-cts:
-			onBatch(evs)
-		case now := <-tick.C:
-			// What the readers queued before this tick goes first:
-			// a connection is not decided on its grace while its
-			// NEW or its marks wait in a channel (a collector
-			// behind would count such a connection twice, once on
-			// its marks alone and once on its NEW).
-			for range cap(marks) + 2*ctBatches {
-				select {
-				case m := <-marks:
-					c.onMark(m)
-					continue
-				case evs := <-cts:
-					onBatch(evs)
-					continue
-				default:
-				}
-				break
-			}
-			c.finalize(now)
-			if now.Sub(c.start) >= c.cfg.Interval {
-				c.flush(now)
-			}
-		}
-	}
 }
 
 func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
@@ -361,7 +316,7 @@ func (c *Collector) onConntrack(e *ctEvent) {
 	// A connection older than the collector (or turned away by the
 	// open cap): its class is named now, its trace is unknown.
 	f := policy.Flow{Src: e.key.srcAddr(), Dst: e.key.dstAddr(), Proto: e.key.proto, SrcPort: e.key.sport, DstPort: e.key.dport, ICMPType: -1, ICMPCode: -1}
-	cls := c.classify(e.key, f, nil, true)
+	cls := c.classify(e.key, f, nil, true, false)
 	if cls == nil {
 		return
 	}
@@ -416,7 +371,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	if k.proto == 1 || k.proto == 58 {
 		f.SrcPort, f.DstPort, f.ICMPType, f.ICMPCode = 0, 0, int(k.dport), 0
 	}
-	cls := c.classify(k, f, p.steps, p.ct)
+	cls := c.classify(k, f, p.steps, p.ct, c.marksLost(p.first))
 	if cls == nil {
 		c.donePending(k, p)
 		return
@@ -505,7 +460,8 @@ func (c *Collector) flush(now time.Time) {
 		c.dropped[DropCtEvents] += n
 	}
 	c.seq++
-	b := Batch{Node: c.cfg.Node, Boot: c.boot, Seq: c.seq, Start: c.start, End: now, Flows: make([]Flow, 0, len(c.order))}
+	b := Batch{Node: c.cfg.Node, Boot: c.boot, Seq: c.seq, Start: c.start, End: now, Flows: make([]Flow, 0, len(c.order)),
+		MarkReaderFailures: c.markFailures.Swap(0), MarkReaderDown: c.markDown.Load()}
 	for _, k := range c.order {
 		g := c.groups[k]
 		g.Start, g.End = c.start, now

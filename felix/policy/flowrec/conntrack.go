@@ -1,12 +1,11 @@
 package flowrec
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -58,43 +57,74 @@ const (
 	// connections a second (20,000 events of about 300 bytes) it holds
 	// more than a second of events.
 	ctRcvBuf = 8 << 20
-	// ctBatchWait is how long the reader lets events gather in the
-	// socket after handing a batch over: one wake-up of the reader and
-	// of the collector per batch, not per event. Connections wait
-	// 400 ms for their marks anyway.
+	// ctBatchWait is how long the collector lets events gather in the
+	// socket after it read some: one wake-up per batch, not per event.
+	// Connections wait 400 ms for their marks anyway.
 	ctBatchWait = 10 * time.Millisecond
-	// ctMaxBatch caps the events of one batch.
+	// ctMaxBatch caps the events of one read.
 	ctMaxBatch = 4096
-	// ctBatches is how many batches are in flight between the reader
-	// and the collector (their slices are reused).
-	ctBatches = 64
+	// ctRetry is how long a failed conntrack socket waits before it
+	// subscribes again.
+	ctRetry = time.Second
 )
 
-// ctReader reads conntrack NEW and DESTROY events from a netlink socket
-// of its own and hands them to the collector in batches.
-type ctReader struct {
+// longAgo is a read deadline in the past: it wakes a wait at once.
+var longAgo = time.Unix(1, 0)
+
+// ctSock is the collector's conntrack event subscription: a netlink
+// socket of its own, read by the collector's goroutine (Collector.loop)
+// without a reader goroutine in between. The goroutine waits for it in
+// Go's network poller (the socket is non-blocking, in an os.File), with
+// the collector's next timer as the read deadline, so one wake-up reads
+// a batch and handles it end to end.
+//
+// A receive buffer the kernel overran is counted in lost, and so is a
+// socket that failed (the collector subscribes again after ctRetry):
+// the events missed are lost, their connections end without a record,
+// their counts in the batch's dropped.
+type ctSock struct {
 	netnsFd int
-	fd      int
-	out     chan []ctEvent
-	free    chan []ctEvent
 	lost    *atomic.Uint64
 	log     *logrus.Entry
-	done    chan struct{}
+
+	f  *os.File // nil while failed
+	rc syscall.RawConn
+	rv *ctRecv
+	// cur is f for poke, which runs on other goroutines.
+	cur atomic.Pointer[os.File]
+	// retryAt is when a failed socket subscribes again.
+	retryAt time.Time
+	evs     []ctEvent
+	// wake ends a wait while the socket is failed (poke).
+	wake  chan struct{}
+	timer *time.Timer
+	until time.Time
 }
 
 // openConntrack subscribes to conntrack's NEW and DESTROY events (not
-// UPDATE) in the namespace (-1: the caller's). A receive buffer the
-// kernel overran is counted in lost, and so is a socket that failed
-// (run subscribes again): the events missed are lost, their
-// connections end without a record, their counts in the batch's
-// dropped.
-func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctReader, error) {
-	fd, err := subscribeConntrack(netnsFd)
-	if err != nil {
+// UPDATE) in the namespace (-1: the caller's).
+func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock, error) {
+	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, evs: make([]ctEvent, 0, 256), wake: make(chan struct{}, 1)}
+	if err := s.subscribe(); err != nil {
 		return nil, err
 	}
-	return &ctReader{netnsFd: netnsFd, fd: fd, out: make(chan []ctEvent, ctBatches), free: make(chan []ctEvent, ctBatches),
-		lost: lost, log: log, done: make(chan struct{})}, nil
+	return s, nil
+}
+
+func (s *ctSock) subscribe() error {
+	fd, err := subscribeConntrack(s.netnsFd)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), "conntrack")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("flowrec: conntrack socket: %w", err)
+	}
+	s.f, s.rc, s.rv = f, rc, newCtRecv(fd)
+	s.cur.Store(f)
+	return nil
 }
 
 func subscribeConntrack(netnsFd int) (int, error) {
@@ -113,6 +143,7 @@ func subscribeConntrack(netnsFd int) (int, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ctRcvBuf); err != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ctRcvBuf)
 	}
+	// Non-blocking: os.NewFile registers it with the poller.
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("flowrec: conntrack socket: %w", err)
@@ -120,82 +151,118 @@ func subscribeConntrack(netnsFd int) (int, error) {
 	return fd, nil
 }
 
-// run reads events until ctx ends, then closes the socket. A socket
-// that fails is counted in lost and replaced.
-func (r *ctReader) run(ctx context.Context) {
-	defer close(r.done)
-	for {
-		err := r.serve(ctx)
-		unix.Close(r.fd)
-		if err == nil {
-			return
+// read hands the events queued in the socket (up to ctMaxBatch) to fn
+// without waiting, and says how many there were and whether the batch
+// was full (more may be queued). A socket that fails is closed and
+// counted; read subscribes again once ctRetry passed.
+func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
+	if s.f == nil {
+		if time.Now().Before(s.retryAt) {
+			return 0, false
 		}
-		r.lost.Add(1)
-		r.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
-		for {
-			if r.fd, err = subscribeConntrack(r.netnsFd); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+		if err := s.subscribe(); err != nil {
+			s.log.WithError(err).Debug("flowrec: conntrack events: subscribing again failed")
+			s.retryAt = time.Now().Add(ctRetry)
+			return 0, false
 		}
+		s.log.Info("flowrec: conntrack events: subscribed again")
 	}
+	evs, err := s.readQueued(s.evs[:0])
+	// Events read before a failure are handled too.
+	for i := range evs {
+		fn(&evs[i])
+	}
+	s.evs = evs[:0]
+	if err != nil {
+		s.lost.Add(1)
+		s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
+		s.close()
+		s.retryAt = time.Now().Add(ctRetry)
+	}
+	return len(evs), len(evs) >= ctMaxBatch
 }
 
-// serve reads the socket until ctx ends (nil) or it fails. While
-// events come it reads a batch every ctBatchWait; it waits in poll
-// only once a read found the socket empty.
-func (r *ctReader) serve(ctx context.Context) error {
-	rv := newCtRecv(r.fd)
-	pfd := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}}
-	var evs []ctEvent
-	empty := true
-	for ctx.Err() == nil {
-		if empty {
-			// Wake up every 100 ms to see whether the reader is done.
-			if _, err := unix.Poll(pfd, 100); err != nil && !errors.Is(err, unix.EINTR) {
-				return fmt.Errorf("polling the conntrack socket: %w", err)
-			}
-		}
-		if evs == nil {
-			select {
-			case evs = <-r.free:
-			default:
-				evs = make([]ctEvent, 0, 256)
-			}
-		}
-		var rerr error
-		evs, rerr = r.read(rv, evs)
-		// Events read before a failure are handed over too.
-		if len(evs) > 0 {
-			select {
-			case r.out <- evs:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		if rerr != nil {
-			return fmt.Errorf("reading conntrack events: %w", rerr)
-		}
-		empty = len(evs) == 0
-		full := len(evs) >= ctMaxBatch
-		if !empty {
-			evs = nil
-			if !full {
-				time.Sleep(ctBatchWait)
-			}
-		}
+// arm prepares a wait that ends at until: from here on a poke ends it
+// at once, even one that comes before wait.
+func (s *ctSock) arm(until time.Time) {
+	s.until = until
+	if s.f != nil {
+		_ = s.f.SetReadDeadline(until)
+		return
 	}
-	return nil
-}
-
-// recycle gives a batch's slice back to the reader.
-func (r *ctReader) recycle(evs []ctEvent) {
 	select {
-	case r.free <- evs[:0]:
+	case <-s.wake:
 	default:
+	}
+}
+
+// wait blocks until the socket may have events, the armed deadline
+// passed or poke was called. While the socket is failed it also ends
+// at the time to subscribe again, or with a mark (returned).
+func (s *ctSock) wait(marks <-chan mark) (mark, bool) {
+	if s.f != nil {
+		first := true
+		// The poller waits when the first call says "not yet"; the
+		// events are read by read, with MSG_DONTWAIT.
+		_ = s.rc.Read(func(uintptr) bool {
+			if first {
+				first = false
+				return false
+			}
+			return true
+		})
+		return mark{}, false
+	}
+	until := s.until
+	if s.retryAt.Before(until) {
+		until = s.retryAt
+	}
+	return waitChan(&s.timer, until, s.wake, marks)
+}
+
+// waitChan waits on channels until until (timer is reused).
+func waitChan(timer **time.Timer, until time.Time, wake <-chan struct{}, marks <-chan mark) (mark, bool) {
+	d := time.Until(until)
+	if d <= 0 {
+		return mark{}, false
+	}
+	if *timer == nil {
+		*timer = time.NewTimer(d)
+	} else {
+		(*timer).Reset(d)
+	}
+	defer (*timer).Stop()
+	select {
+	case <-wake:
+	case <-(*timer).C:
+	case m := <-marks:
+		return m, true
+	}
+	return mark{}, false
+}
+
+// settle sleeps ctBatchWait: events gather in the socket meanwhile
+// (marks in their channel), to be read on one wake-up.
+func (s *ctSock) settle() { time.Sleep(ctBatchWait) }
+
+// poke ends a wait (any goroutine may call it).
+func (s *ctSock) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	if f := s.cur.Load(); f != nil {
+		// A closed file's error is harmless: a new one is armed
+		// before its wait.
+		_ = f.SetReadDeadline(longAgo)
+	}
+}
+
+// close releases the socket.
+func (s *ctSock) close() {
+	if s.f != nil {
+		s.cur.Store(nil)
+		s.f.Close()
+		s.f, s.rc, s.rv = nil, nil, nil
 	}
 }

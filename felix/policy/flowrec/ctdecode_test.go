@@ -96,23 +96,24 @@ table inet ctdecode {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go ours.run(ctx)
-	t.Cleanup(func() { cancel(); <-ours.done; lib.Close() })
+	readDone := make(chan struct{})
+	t.Cleanup(func() { cancel(); ours.poke(); <-readDone; ours.close(); lib.Close() })
 
 	var mu sync.Mutex
 	var got, want []seenEvent
+	// The collector's loop's use of the socket: read what is queued,
+	// wait in the poller with a deadline.
 	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case evs := <-ours.out:
+		defer close(readDone)
+		for ctx.Err() == nil {
+			n, _ := ours.read(func(e *ctEvent) {
 				mu.Lock()
-				for _, e := range evs {
-					got = append(got, seenEvent{key: e.key, destroy: e.destroy, counts: e.counts})
-				}
+				got = append(got, seenEvent{key: e.key, destroy: e.destroy, counts: e.counts})
 				mu.Unlock()
-				ours.recycle(evs)
+			})
+			if n == 0 {
+				ours.arm(time.Now().Add(100 * time.Millisecond))
+				ours.wait(nil)
 			}
 		}
 	}()

@@ -46,9 +46,11 @@ func newCtRecv(fd int) *ctRecv {
 	return r
 }
 
-// read appends the events queued in the socket (up to ctMaxBatch); a
-// receive buffer overrun (ENOBUFS) and a cut datagram count in lost.
-func (r *ctReader) read(rv *ctRecv, evs []ctEvent) ([]ctEvent, error) {
+// readQueued appends the events queued in the socket (up to
+// ctMaxBatch); a receive buffer overrun (ENOBUFS) and a cut datagram
+// count in lost.
+func (s *ctSock) readQueued(evs []ctEvent) ([]ctEvent, error) {
+	rv := s.rv
 	now := time.Now()
 	for len(evs) < ctMaxBatch {
 		for i := range rv.msgs {
@@ -68,7 +70,7 @@ func (r *ctReader) read(rv *ctRecv, evs []ctEvent) ([]ctEvent, error) {
 			case errors.Is(err, unix.EINTR):
 				continue
 			case errors.Is(err, unix.ENOBUFS):
-				r.lost.Add(1)
+				s.lost.Add(1)
 				continue
 			default:
 				return evs, err
@@ -77,7 +79,7 @@ func (r *ctReader) read(rv *ctRecv, evs []ctEvent) ([]ctEvent, error) {
 		for i := range int(n) {
 			m := &rv.msgs[i]
 			if m.hdr.Flags&unix.MSG_TRUNC != 0 {
-				r.lost.Add(1)
+				s.lost.Add(1)
 				continue
 			}
 			evs = appendCtEvents(evs, rv.buf[i*ctSlotBytes:i*ctSlotBytes+int(m.len)], now)

@@ -94,3 +94,12 @@ func (d *dueQueue) compact(live int) {
 
 // len is how many entries (live or stale) are queued.
 func (d *dueQueue) len() int { return len(d.q) - d.head }
+
+// next is the due time of the front entry (live or stale: a stale
+// one's time is early, never late).
+func (d *dueQueue) next() (time.Time, bool) {
+	if d.head < len(d.q) {
+		return d.q[d.head].at, true
+	}
+	return time.Time{}, false
+}

@@ -50,7 +50,7 @@ func runLoop(t *testing.T, cfg Config, feed func(marks chan<- mark, cts chan<- c
 	marks, cts, batches := make(chan mark), make(chan ctEvent), make(chan []ctEvent)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.loop(ctx, marks, batches, nil) }()
+	go func() { defer close(done); _ = c.loop(ctx, marks, newChanSource(batches)) }()
 	// The events one at a time, in order, as batches of one.
 	fwd := make(chan struct{})
 	go func() {

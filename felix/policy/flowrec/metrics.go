@@ -8,12 +8,16 @@ import (
 type Metrics struct {
 	flows   *prometheus.CounterVec
 	dropped *prometheus.CounterVec
+	// markFailures and markUp follow the nflog reader.
+	markFailures prometheus.Counter
+	markUp       prometheus.Gauge
 }
 
 // NewMetrics registers routed_flows_total{verdict,direction,policy} (new
 // connections, by the policy, profile or tier end that decided each
 // direction policed here; "" when none did) and
-// routed_flows_dropped_total{reason}.
+// routed_flows_dropped_total{reason}, and the nflog reader's health:
+// routed_flows_mark_reader_failures_total and routed_flows_mark_reader_up.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		flows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routed_flows_total",
@@ -21,8 +25,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"verdict", "direction", "policy"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routed_flows_dropped_total",
 			Help: "Connections or marks the flow collector's caps or the kernel turned away, by reason."}, []string{"reason"}),
+		markFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "routed_flows_mark_reader_failures_total",
+			Help: "Failures of the flow collector's nflog reader (the deciding rules' marks); it is started again with backoff."}),
+		markUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routed_flows_mark_reader_up",
+			Help: "1 while the flow collector's nflog reader runs (at the last batch); flows decided while it is 0 carry noTrace."}),
 	}
-	for _, c := range []prometheus.Collector{m.flows, m.dropped} {
+	m.markUp.Set(1)
+	for _, c := range []prometheus.Collector{m.flows, m.dropped, m.markFailures, m.markUp} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +62,14 @@ func (m *Metrics) Sink(b Batch) {
 				name = d.Kind + ":" + d.Tier
 			}
 			m.flows.WithLabelValues(x.t.Verdict, x.dir, name).Add(n)
+		}
+	}
+	if b.Part == 0 {
+		m.markFailures.Add(float64(b.MarkReaderFailures))
+		if b.MarkReaderDown {
+			m.markUp.Set(0)
+		} else {
+			m.markUp.Set(1)
 		}
 	}
 	for r, n := range b.Dropped {

@@ -103,6 +103,11 @@ type Flow struct {
 	Egress  *Trace                 `json:"egress,omitempty"`
 	Ingress *Trace                 `json:"ingress,omitempty"`
 	Staged  []policy.StagedVerdict `json:"staged,omitempty"`
+	// NoTrace says why a direction's trace is unknown when the reason
+	// is known: NoTraceMarkReader. Empty otherwise (a mark lost to the
+	// mark rule's rate limit or an nflog overrun, a flow older than
+	// the collector).
+	NoTrace string `json:"noTrace,omitempty"`
 	// Started, Ended and Denied count connections that began, ended
 	// (their counters are in the byte and packet fields) and were
 	// denied in the interval.
@@ -134,7 +139,17 @@ type Batch struct {
 	// Dropped counts connections or marks the caps or the kernel
 	// turned away in the interval (they are in no flow), by reason.
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
+	// MarkReaderFailures counts failures of the node's nflog reader
+	// (the source of the traces) in the interval; MarkReaderDown says
+	// it was not running at the batch's end. Flows decided meanwhile
+	// carry NoTrace.
+	MarkReaderFailures uint64 `json:"markReaderFailures,omitempty"`
+	MarkReaderDown     bool   `json:"markReaderDown,omitempty"`
 }
+
+// NoTraceMarkReader is Flow.NoTrace when the node's nflog reader was
+// down while the flow's connections waited for their marks.
+const NoTraceMarkReader = "mark-reader-down"
 
 // ApproxBytes estimates the batch's JSON size without encoding it (the
 // queues bound their bytes with it): a fixed cost per flow, trace step
