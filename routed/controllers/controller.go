@@ -339,6 +339,12 @@ func (s *syncer) syncPod(ctx context.Context, pod *corev1.Pod) error {
 // object of the same name that the controllers did not write is left
 // alone.
 func (s *syncer) ensure(ctx context.Context, want api.Resource) error {
+	return s.ensureAdopting(ctx, want, nil)
+}
+
+// ensureAdopting is ensure that also takes over a stored object adopt
+// (when not nil) accepts although the controllers did not write it.
+func (s *syncer) ensureAdopting(ctx context.Context, want api.Resource, adopt func(api.Resource) bool) error {
 	kind, name := want.GetKind(), api.StoreName(want)
 	cur, err := s.store.Get(ctx, kind, name)
 	if datastore.IsNotFound(err) {
@@ -352,8 +358,11 @@ func (s *syncer) ensure(ctx context.Context, want api.Resource) error {
 		return err
 	}
 	if !IsOwned(cur) {
-		log.WithFields(logrus.Fields{"kind": kind, "name": name}).Warn("an object of this name was not written by the controllers; leaving it alone")
-		return nil
+		if adopt == nil || !adopt(cur) {
+			log.WithFields(logrus.Fields{"kind": kind, "name": name}).Warn("an object of this name was not written by the controllers; leaving it alone")
+			return nil
+		}
+		log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("adopting Calico's object of this name")
 	}
 	m := want.Meta()
 	m.ResourceVersion, m.CreationTimestamp, m.UID = cur.Meta().ResourceVersion, cur.Meta().CreationTimestamp, cur.Meta().UID
@@ -377,6 +386,12 @@ func same(a, b api.Resource) bool {
 // deleteOwned removes what the controllers wrote under name; missing is
 // done, and an object someone else wrote is never deleted.
 func (s *syncer) deleteOwned(ctx context.Context, kind api.Kind, name string) error {
+	return s.deleteAdopting(ctx, kind, name, nil)
+}
+
+// deleteAdopting is deleteOwned that also removes a stored object adopt
+// (when not nil) accepts although the controllers did not write it.
+func (s *syncer) deleteAdopting(ctx context.Context, kind api.Kind, name string, adopt func(api.Resource) bool) error {
 	cur, err := s.store.Get(ctx, kind, name)
 	if datastore.IsNotFound(err) {
 		return nil
@@ -384,7 +399,7 @@ func (s *syncer) deleteOwned(ctx context.Context, kind api.Kind, name string) er
 	if err != nil {
 		return err
 	}
-	if !IsOwned(cur) {
+	if !IsOwned(cur) && (adopt == nil || !adopt(cur)) {
 		return nil
 	}
 	err = s.store.Delete(ctx, kind, name, cur.Meta().ResourceVersion)

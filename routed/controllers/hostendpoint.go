@@ -22,23 +22,40 @@ import (
 // selects the endpoints. Each goes with its node; turning it off removes
 // them. Only what the controllers wrote (OwnerAnnotation) is changed or
 // removed: a host endpoint written by hand under the same name is left.
+//
+// One exception, for clusters moved from Calico (routedctl migrate
+// calico): while on, an unowned "<node>-auto-hep" carrying Calico's
+// CalicoCreatedByLabel is Calico's kube-controllers' own, carried as it
+// was, and is adopted (rewritten as the controllers' own) or, its node
+// gone, removed. While off it is left alone like any other: it keeps
+// policing its host as Calico wrote it (failing closed), rather than
+// being removed by a controller that never wrote it.
 
 // AutoHostEndpointSuffix ends the name of a node's automatic host
 // endpoint: "<node>-auto-hep", as Calico names it.
 const AutoHostEndpointSuffix = "-auto-hep"
 
-// AutoHostEndpoint is the automatic host endpoint of a node.
+// CalicoCreatedByLabel, set to CalicoCreatedByValue, marks the host
+// endpoints Calico's kube-controllers create. The controllers set it on
+// theirs too, so that a policy selecting Calico's automatic host
+// endpoints by it selects routed's.
+const (
+	CalicoCreatedByLabel = "projectcalico.org/created-by"
+	CalicoCreatedByValue = "calico-kube-controllers"
+)
+
+// AutoHostEndpoint is the automatic host endpoint of a node, labelled
+// as Calico labels it: the node's labels and CalicoCreatedByLabel.
 func AutoHostEndpoint(n *corev1.Node) *api.HostEndpoint {
 	h := &api.HostEndpoint{TypeMeta: api.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindHostEndpoint},
 		Metadata: api.ObjectMeta{Name: n.Name + AutoHostEndpointSuffix},
 		Spec:     api.HostEndpointSpec{Node: n.Name, InterfaceName: api.AllInterfaces, Profiles: []string{api.DefaultAllowProfile}}}
 	owned(&h.Metadata, n.Name)
-	if len(n.Labels) > 0 {
-		h.Metadata.Labels = map[string]string{}
-		for k, v := range n.Labels {
-			h.Metadata.Labels[k] = v
-		}
+	h.Metadata.Labels = map[string]string{}
+	for k, v := range n.Labels {
+		h.Metadata.Labels[k] = v
 	}
+	h.Metadata.Labels[CalicoCreatedByLabel] = CalicoCreatedByValue
 	for _, a := range n.Status.Addresses {
 		if (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && !slices.Contains(h.Spec.ExpectedIPs, a.Address) {
 			h.Spec.ExpectedIPs = append(h.Spec.ExpectedIPs, a.Address)
@@ -62,7 +79,7 @@ func DefaultAllowProfile() *api.Profile {
 // and a Node informer of its own.
 func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 	if !on {
-		return s.removeAutoHostEndpoints(ctx, nil)
+		return s.removeAutoHostEndpoints(ctx, nil, false)
 	}
 	f := informers.NewSharedInformerFactory(s.kube, 0)
 	inf := f.Core().V1().Nodes().Informer()
@@ -92,7 +109,7 @@ func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 			err := s.removeAutoHostEndpoints(ctx, func(node string) bool {
 				_, ok, err := nodes.GetByKey(node)
 				return err == nil && ok
-			})
+			}, true)
 			if err != nil {
 				log.WithError(err).Warn("automatic host endpoints: resync incomplete")
 			}
@@ -130,19 +147,32 @@ func (s *syncer) syncAutoHostEndpoint(ctx context.Context, nodes cache.Indexer, 
 		return err
 	}
 	if !ok {
-		return s.deleteOwned(ctx, api.KindHostEndpoint, name+AutoHostEndpointSuffix)
+		return s.deleteAdopting(ctx, api.KindHostEndpoint, name+AutoHostEndpointSuffix, fromCalico)
 	}
 	// The profile first: an endpoint naming a profile that does not
 	// exist would deny everything.
 	if err := s.ensure(ctx, DefaultAllowProfile()); err != nil {
 		return fmt.Errorf("profile %s: %w", api.DefaultAllowProfile, err)
 	}
-	return s.ensure(ctx, AutoHostEndpoint(o.(*corev1.Node)))
+	return s.ensureAdopting(ctx, AutoHostEndpoint(o.(*corev1.Node)), fromCalico)
+}
+
+// fromCalico reports whether r, not written by the controllers, is the
+// automatic host endpoint of a node Calico's kube-controllers wrote
+// (carried by routedctl migrate calico): "<node>-auto-hep" for its
+// node, on "*", with Calico's label. The controllers adopt it while on.
+// Those Calico made from templates ("<node>-<template>[-<interface>]-auto-hep",
+// not on "*") are never adopted: routed has no templates.
+func fromCalico(r api.Resource) bool {
+	h, ok := r.(*api.HostEndpoint)
+	return ok && !IsOwned(h) && h.Metadata.Name == h.Spec.Node+AutoHostEndpointSuffix &&
+		h.Spec.InterfaceName == api.AllInterfaces && h.Metadata.Labels[CalicoCreatedByLabel] == CalicoCreatedByValue
 }
 
 // removeAutoHostEndpoints deletes the automatic host endpoints the
-// controllers wrote, but those of nodes keep reports as present.
-func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node string) bool) error {
+// controllers wrote (and, with calico, Calico's they would adopt), but
+// those of nodes keep reports as present.
+func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node string) bool, calico bool) error {
 	list, _, err := s.store.List(ctx, api.KindHostEndpoint)
 	if err != nil {
 		return fmt.Errorf("list hostendpoints: %w", err)
@@ -150,10 +180,15 @@ func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node str
 	for _, r := range list {
 		h := r.(*api.HostEndpoint)
 		node, ok := strings.CutSuffix(h.Metadata.Name, AutoHostEndpointSuffix)
-		if !ok || !IsOwned(h) || (keep != nil && keep(node)) {
+		mine := IsOwned(h) || (calico && fromCalico(h))
+		if !ok || !mine || (keep != nil && keep(node)) {
 			continue
 		}
-		if err := s.deleteOwned(ctx, api.KindHostEndpoint, h.Metadata.Name); err != nil {
+		var adopt func(api.Resource) bool
+		if calico {
+			adopt = fromCalico
+		}
+		if err := s.deleteAdopting(ctx, api.KindHostEndpoint, h.Metadata.Name, adopt); err != nil {
 			return err
 		}
 	}

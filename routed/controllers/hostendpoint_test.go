@@ -109,3 +109,88 @@ func TestAutoHostEndpoints(t *testing.T) {
 		t.Error("the hand-written endpoint was deleted")
 	}
 }
+
+// TestAutoHostEndpointsAdoptCalicos: Calico's automatic host endpoints,
+// carried unowned by routedctl migrate calico, fail closed in either
+// order. Off, the controllers remove only what they wrote: Calico's stay
+// as carried, policing their hosts. On, Calico's "<node>-auto-hep" of a
+// node is taken over (rewritten as the controllers' own, labels and
+// addresses from the node, Calico's created-by label kept), a deleted
+// node's goes, and what is not Calico's default endpoint (one from a
+// template, one written by hand under the same pattern) is left alone.
+func TestAutoHostEndpointsAdoptCalicos(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := dstest.Client(t)
+	calico := func(name, node, iface string, labels map[string]string, ips ...string) *api.HostEndpoint {
+		l := map[string]string{CalicoCreatedByLabel: CalicoCreatedByValue}
+		for k, v := range labels {
+			l[k] = v
+		}
+		return &api.HostEndpoint{Metadata: api.ObjectMeta{Name: name, Labels: l},
+			Spec: api.HostEndpointSpec{Node: node, InterfaceName: iface, ExpectedIPs: ips, Profiles: []string{api.DefaultAllowProfile}}}
+	}
+	written := AutoHostEndpoint(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "old"}})
+	for _, h := range []*api.HostEndpoint{
+		calico("node1-auto-hep", "node1", "*", map[string]string{"zone": "old"}, "10.0.0.1", "10.244.0.1"),
+		calico("gone-auto-hep", "gone", "*", nil, "10.0.0.9"),
+		calico("node1-tmpl-auto-hep", "node1", "", nil, "10.0.0.1"),
+		{Metadata: api.ObjectMeta{Name: "byhand-auto-hep"}, Spec: api.HostEndpointSpec{Node: "byhand", InterfaceName: "*"}},
+		written,
+	} {
+		if _, err := store.Create(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", Labels: map[string]string{"zone": "a"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}})
+	hep := func(name string) *api.HostEndpoint {
+		r, err := store.Get(ctx, api.KindHostEndpoint, name)
+		if err != nil {
+			return nil
+		}
+		return r.(*api.HostEndpoint)
+	}
+	run := func(on bool, done func() string) {
+		t.Helper()
+		cctx, stop := context.WithCancel(ctx)
+		ended := make(chan error, 1)
+		go func() {
+			ended <- Run(cctx, Config{Kube: kube, Store: store, Identity: "t", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second,
+				RetryPeriod: 200 * time.Millisecond, AutoHostEndpoints: on})
+		}()
+		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, done)
+		stop()
+		if err := <-ended; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	run(false, func() string {
+		if hep("old-auto-hep") != nil {
+			return "the controllers' own endpoint still there with autoCreate off"
+		}
+		return ""
+	})
+	for _, name := range []string{"node1-auto-hep", "gone-auto-hep", "node1-tmpl-auto-hep", "byhand-auto-hep"} {
+		if h := hep(name); h == nil || IsOwned(h) {
+			t.Errorf("off: %s was removed or taken over: %+v", name, h)
+		}
+	}
+	run(true, func() string {
+		h := hep("node1-auto-hep")
+		if h == nil || !IsOwned(h) || h.Metadata.Labels["zone"] != "a" || h.Metadata.Labels[CalicoCreatedByLabel] != CalicoCreatedByValue ||
+			!slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
+			return fmt.Sprintf("node1's endpoint not taken over: %+v", h)
+		}
+		if hep("gone-auto-hep") != nil {
+			return "Calico's endpoint of a deleted node is still there"
+		}
+		return ""
+	})
+	if h := hep("node1-tmpl-auto-hep"); h == nil || IsOwned(h) || !slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
+		t.Errorf("on: Calico's template endpoint was changed: %+v", h)
+	}
+	if h := hep("byhand-auto-hep"); h == nil || IsOwned(h) {
+		t.Errorf("on: the hand-written endpoint was changed: %+v", h)
+	}
+}
