@@ -192,6 +192,9 @@ func (l *loop) hostAddrsChanged() {
 	if l.policy == nil {
 		return
 	}
+	if l.hosts.hold != nil {
+		l.hosts.hold()
+	}
 	l.hosts.peersDirty = true // WireGuard's devices follow the uplink
 	l.refindHostEndpoints()
 }

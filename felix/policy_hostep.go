@@ -31,6 +31,10 @@ type hostState struct {
 	// addresses ("" unknown), whose host endpoints govern WireGuard's
 	// devices; uplinkWhy says why one is unknown (both logged on change).
 	uplinks, uplinkWhy [2]string
+	// hold, set by tests only (hostep_export_test.go), runs on the loop
+	// before it looks the addresses up again after a change: a test
+	// holds felix back there to prove what the kernel alone polices.
+	hold func()
 }
 
 // hostDevices are WireGuard's devices, IPv4 then IPv6 (wg4, wg6).

@@ -380,7 +380,9 @@ type HostSink interface {
 // first of two for one interface (the others are shadowed there:
 // calc_hostep_warn.go), and points the rule index at them. An endpoint
 // found on several interfaces by its IPs shares its chains between
-// them.
+// them. Each carries its rank in that order, so that the kernel tries
+// an address-found endpoint's guard before the interfaces of endpoints
+// it would win them from (nftdp.HostChains.Rank).
 func (c *Calc) pushHosts() {
 	hs, ok := c.sink.(HostSink)
 	if !ok || (len(c.hosts.eps) == 0 && !c.hosts.touched) {
@@ -393,10 +395,10 @@ func (c *Calc) pushHosts() {
 		c.hosts.failIn, c.hosts.failOut, c.hosts.failSet = DefaultFailsafeInbound(), DefaultFailsafeOutbound(), true
 	}
 	h := nftdp.HostEndpoints{FailsafeIn: c.hosts.failIn, FailsafeOut: c.hosts.failOut, TunnelPeers: c.hosts.peers, TunnelPorts: c.hosts.tunnelPorts}
-	for _, he := range order {
+	for rank, he := range order {
 		ch := he.chains
 		hc := nftdp.HostChains{In: ch[hostIn], Out: ch[hostOut],
-			FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut]}
+			FwdIn: ch[hostFwdIn], FwdOut: ch[hostFwdOut], PreDNAT: ch[hostPreDNAT], RawIn: ch[hostRawIn], RawOut: ch[hostRawOut], Rank: rank}
 		for _, iface := range he.ifaces {
 			if he.shadowedBy[iface] == "" {
 				hc.Iface = iface

@@ -28,10 +28,12 @@ import (
 //
 // Each starts with what no policy may cut: established flows (the
 // filter chains), packets a raw or pre-DNAT policy allowed (the accept
-// bit), IPv6 neighbour discovery, and the failsafe ports; then each
-// named interface goes to its chain, then WireGuard's devices to their
-// uplink's (HostDevice), then every other interface (but lo, and the
-// pods' own in the output and forward chains) to the "*" endpoint's. An interface with no chain for a context is accepted by
+// bit), IPv6 neighbour discovery, and the failsafe ports; then, in the
+// endpoints' rank, each named interface goes to its chain, WireGuard's
+// devices to their uplink's (HostDevice) and an address-found
+// endpoint's own addresses to its (HostByAddr); then every other
+// interface (but lo, and the pods' own in the output and forward
+// chains) to the "*" endpoint's. An interface with no chain for a context is accepted by
 // that base chain (which ends only it). nftables runs every base chain
 // of a hook, and a drop in any is final: these add to the pods' chains,
 // they never let through what those drop.
@@ -73,6 +75,11 @@ type HostChains struct {
 	// RawIn and RawOut police traffic before connection tracking (named
 	// interfaces only, as in Calico).
 	RawIn, RawOut string
+	// Rank is the endpoint's place among the node's endpoints (their
+	// names' order, in which one wins an interface two claim): an
+	// address-found endpoint's guard (HostByAddr) is tried before the
+	// interfaces dispatched to endpoints ranked after it.
+	Rank int
 }
 
 // ProtoPort is a failsafe port: a protocol number (6 or 17) and port.
@@ -88,8 +95,12 @@ type ProtoPort struct {
 // of Addrs arriving on the interface holding it, and one from one of
 // them leaving by that interface, to Chains (nftables' fib: "daddr .
 // iif type local"), so that the endpoint's own addresses are never
-// open while felix catches up. The rest of such an interface's traffic
-// waits for felix. Chains.Iface is not used.
+// open while felix catches up: before the interfaces felix dispatched to
+// endpoints ranked after it (Chains.Rank), which it wins once felix
+// looks, and, for IPv4 addresses (local, for that check, on the first
+// of two interfaces holding one only), on every interface no endpoint
+// governs while the node has no "*" endpoint. The rest of such an
+// interface's traffic waits for felix. Chains.Iface is not used.
 type HostByAddr struct {
 	Addrs  []netip.Prefix
 	Chains HostChains
@@ -100,8 +111,9 @@ type HostEndpoints struct {
 	// Endpoints, at most one per interface; the wildcard one applies to
 	// every interface no other names.
 	Endpoints []HostChains
-	// ByAddr are the endpoints found by address, in the order they win
-	// an interface (after Endpoints' interfaces, before the wildcard).
+	// ByAddr are the endpoints found by address; their guards go in
+	// their Chains.Rank among Endpoints' interfaces, before the
+	// wildcard.
 	ByAddr []HostByAddr
 	// FailsafeIn are opened to the host whatever the policy (destination
 	// ports of arriving packets, source ports of what it sends back);
@@ -248,6 +260,10 @@ func (d *Dataplane) renderHosts() {
 	fwdIn := []Rule{established, accepted}
 	fwdOut := []Rule{established, accepted}
 
+	// With address-found endpoints, a named interface without untracked
+	// policy is accepted in the raw chains (not left to the rules after
+	// it): a guard ranked after its endpoint must not apply there.
+	rawAlways := len(h.ByAddr) > 0
 	// named dispatches an interface to a named endpoint's chains.
 	named := func(iface string, ep HostChains) {
 		in, out := Rule{InIface: iface + "\x00"}, Rule{OutIface: iface + "\x00"}
@@ -256,27 +272,56 @@ func (d *Dataplane) renderHosts() {
 		preDNAT = appendHostJump(preDNAT, in, ep.PreDNAT)
 		fwdIn = appendHostJump(fwdIn, in, ep.FwdIn)
 		fwdOut = appendHostJump(fwdOut, out, ep.FwdOut)
-		if ep.RawIn != "" {
+		if ep.RawIn != "" || rawAlways {
 			rawPre = appendHostJump(rawPre, in, ep.RawIn)
 		}
-		if ep.RawOut != "" {
+		if ep.RawOut != "" || rawAlways {
 			rawOut = appendHostJump(rawOut, out, ep.RawOut)
 		}
 	}
+	// guard sends the address-found endpoint's own addresses' traffic to
+	// its chains: held by the interface (inAct, outAct: the kernel's
+	// per-interface check), or, for the ambiguous IPv4 case, by any.
+	notGuarded := []string{p, "lo\x00"}
+	guard := func(ba HostByAddr, addrs []netip.Prefix, ipv uint8, inAct, outAct Action) {
+		in := Rule{IPVersion: ipv, NotInIfaces: notGuarded, Dst: Side{Nets: addrs}}
+		out := Rule{IPVersion: ipv, NotOutIfaces: notGuarded, Src: Side{Nets: addrs}}
+		c := ba.Chains
+		input = append(input, localJump(in, inAct, c.In))
+		output = append(output, localJump(out, outAct, c.Out))
+		preDNAT = append(preDNAT, localJump(in, inAct, c.PreDNAT))
+		rawPre = append(rawPre, localJump(in, inAct, c.RawIn))
+		rawOut = append(rawOut, localJump(out, outAct, c.RawOut))
+	}
+
+	// What governs an interface is decided in the endpoints' rank (their
+	// names' order, as felix shadows them): each interface felix has
+	// dispatched, and each address-found endpoint's guard, at its
+	// endpoint's rank. So a packet to an address an interface took since
+	// felix last looked meets the endpoint that wins the interface now:
+	// the guard's, when it ranks before the one felix dispatched there
+	// (an address moved to an interface another endpoint governs), the
+	// dispatched one otherwise; once felix has looked, both agree.
+	type step struct {
+		rank  int
+		guard bool
+		emit  func()
+	}
+	var steps []step
 	byIface := map[string]HostChains{}
 	for _, ep := range eps {
 		if ep.Iface != WildcardIface {
 			byIface[ep.Iface] = ep
-			named(ep.Iface, ep)
+			steps = append(steps, step{ep.Rank, false, func() { named(ep.Iface, ep) }})
 		}
 	}
-	// The devices, after every named interface and before "*".
+	// The devices, at their uplink's endpoint's rank, before "*".
 	for _, dev := range d.host.devs {
 		if _, own := byIface[dev.Device]; own || len(byIface) == 0 {
 			continue
 		}
 		if ep, ok := byIface[dev.Uplink]; ok {
-			named(dev.Device, ep)
+			steps = append(steps, step{ep.Rank, false, func() { named(dev.Device, ep) }})
 			continue
 		}
 		if dev.Uplink != "" {
@@ -292,20 +337,39 @@ func (d *Dataplane) renderHosts() {
 		fwdIn, fwdOut = append(fwdIn, in), append(fwdOut, out)
 	}
 	// Interfaces holding an address-found endpoint's address that felix
-	// has not dispatched yet: its own addresses' traffic (not pods', not
-	// lo's), before "*".
+	// has not dispatched (or dispatched to an endpoint ranked after it):
+	// its own addresses' traffic (not pods', not lo's).
 	for _, ba := range h.ByAddr {
-		notPods := []string{p, "lo\x00"}
-		in, out := Rule{NotInIfaces: notPods, Dst: Side{Nets: ba.Addrs}}, Rule{NotOutIfaces: notPods, Src: Side{Nets: ba.Addrs}}
-		c := ba.Chains
-		input = append(input, localJump(in, ActGotoLocalDst, c.In))
-		output = append(output, localJump(out, ActGotoLocalSrc, c.Out))
-		preDNAT = append(preDNAT, localJump(in, ActGotoLocalDst, c.PreDNAT))
-		if c.RawIn != "" {
-			rawPre = append(rawPre, localJump(in, ActGotoLocalDst, c.RawIn))
+		steps = append(steps, step{ba.Chains.Rank, true, func() { guard(ba, ba.Addrs, 0, ActGotoLocalDst, ActGotoLocalSrc) }})
+	}
+	slices.SortStableFunc(steps, func(a, b step) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
 		}
-		if c.RawOut != "" {
-			rawOut = append(rawOut, localJump(out, ActGotoLocalSrc, c.RawOut))
+		switch {
+		case a.guard == b.guard:
+			return 0
+		case b.guard:
+			return -1
+		}
+		return 1
+	})
+	for _, s := range steps {
+		s.emit()
+	}
+	// An IPv4 address two interfaces hold is local, for the kernel's
+	// per-interface check, on the first to take it only: on an
+	// interface no endpoint governs, the endpoint's IPv4 addresses meet
+	// its chains wherever they are local (the second holder's traffic
+	// before felix dispatches it, and, with no way for the kernel to
+	// tell them apart, such traffic arriving on an interface that does
+	// not hold them). With a "*" endpoint that one governs such
+	// interfaces, as before.
+	if !slices.ContainsFunc(eps, func(ep HostChains) bool { return ep.Iface == WildcardIface }) {
+		for _, ba := range h.ByAddr {
+			if v4 := NetsIn(4, ba.Addrs); len(v4) > 0 {
+				guard(ba, v4, 4, ActGotoAnyLocalDst, ActGotoAnyLocalSrc)
+			}
 		}
 	}
 	for _, ep := range eps {
@@ -342,10 +406,17 @@ func appendHostJump(rules []Rule, match Rule, chain string) []Rule {
 // jumps reports whether r goes on in chain Target when it matches (a
 // jump or goto, or a host endpoint's local-address goto).
 func (r *Rule) jumps() bool {
-	return r.Action == ActJump || ((r.Action == ActGotoLocalDst || r.Action == ActGotoLocalSrc) && r.Target != "")
+	switch r.Action {
+	case ActJump:
+		return true
+	case ActGotoLocalDst, ActGotoLocalSrc, ActGotoAnyLocalDst, ActGotoAnyLocalSrc:
+		return r.Target != ""
+	}
+	return false
 }
 
-// localJump is match with act (ActGotoLocalDst or ActGotoLocalSrc) to
+// localJump is match with act (ActGotoLocalDst, ActGotoLocalSrc or
+// their any-interface forms) to
 // chain ("": accept, as appendHostJump).
 func localJump(match Rule, act Action, chain string) Rule {
 	match.Action, match.Target = act, chain
@@ -436,12 +507,20 @@ func (rd *renderer) hostAction(r *Rule) (ex []expr.Any, ok bool) {
 		return append(append([]expr.Any{&expr.Notrack{}}, rd.setBits(rd.acceptMark, true)...), &expr.Verdict{Kind: expr.VerdictAccept}), true
 	case ActClearAccept:
 		return rd.setBits(rd.acceptMark, false), true
-	case ActGotoLocalDst, ActGotoLocalSrc:
+	case ActGotoLocalDst, ActGotoLocalSrc, ActGotoAnyLocalDst, ActGotoAnyLocalSrc:
 		// fib <addr> . <iface> type local: the address is one the
-		// interface itself holds (the kernel's local route is on it).
-		fib := &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagDADDR: true, FlagIIF: true}
-		if r.Action == ActGotoLocalSrc {
+		// interface itself holds (the kernel's local route is on it);
+		// without the interface, one the host holds.
+		var fib *expr.Fib
+		switch r.Action {
+		case ActGotoLocalDst:
+			fib = &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagDADDR: true, FlagIIF: true}
+		case ActGotoLocalSrc:
 			fib = &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagSADDR: true, FlagOIF: true}
+		case ActGotoAnyLocalDst:
+			fib = &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagDADDR: true}
+		default:
+			fib = &expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagSADDR: true}
 		}
 		v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: r.Target}
 		if r.Target == "" {

@@ -37,10 +37,15 @@ const (
 	// interface it leaves by.
 	ActGotoLocalDst
 	ActGotoLocalSrc
+	// The same when the address is the host's own on any interface
+	// (an IPv4 address two interfaces hold is local on the first
+	// only, for the kernel's per-interface check).
+	ActGotoAnyLocalDst
+	ActGotoAnyLocalSrc
 )
 
 var actionNames = [...]string{"none", "accept", "drop", "pass", "log", "return", "jump", "clear-pass", "dispatch", "mark-accept", "notrack", "clear-accept",
-	"goto-local-dst", "goto-local-src"}
+	"goto-local-dst", "goto-local-src", "goto-any-local-dst", "goto-any-local-src"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
