@@ -174,12 +174,18 @@ func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
 	}
 	s.evs = evs[:0]
 	if err != nil {
-		s.lost.Add(1)
-		s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
-		s.close()
-		s.retryAt = time.Now().Add(ctRetry)
+		s.fail(err)
 	}
 	return len(evs), len(evs) >= ctMaxBatch
+}
+
+// fail closes a socket that failed, counts it in lost (its events are)
+// and has read subscribe again after ctRetry.
+func (s *ctSock) fail(err error) {
+	s.lost.Add(1)
+	s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
+	s.close()
+	s.retryAt = time.Now().Add(ctRetry)
 }
 
 // arm prepares a wait that ends at until: from here on a poke ends it
@@ -187,8 +193,13 @@ func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
 func (s *ctSock) arm(until time.Time) {
 	s.until = until
 	if s.f != nil {
-		_ = s.f.SetReadDeadline(until)
-		return
+		err := s.f.SetReadDeadline(until)
+		if err == nil {
+			return
+		}
+		// A socket the poller cannot wait for would have the loop
+		// spin: it is a failed one.
+		s.fail(fmt.Errorf("waiting for conntrack events: %w", err))
 	}
 	select {
 	case <-s.wake:
