@@ -142,9 +142,10 @@ type Batch struct {
 	// MarkReaderFailures counts failures of the node's nflog reader
 	// (the source of the traces) in the interval; MarkReaderDown says
 	// it was not running at the batch's end. Flows decided meanwhile
-	// carry NoTrace.
-	MarkReaderFailures uint64 `json:"markReaderFailures,omitempty"`
-	MarkReaderDown     bool   `json:"markReaderDown,omitempty"`
+	// carry NoTrace. The node's sinks (its metrics) read them; they
+	// are not sent (the aggregator refuses fields it does not know).
+	MarkReaderFailures uint64 `json:"-"`
+	MarkReaderDown     bool   `json:"-"`
 }
 
 // NoTraceMarkReader is Flow.NoTrace when the node's nflog reader was
