@@ -24,4 +24,11 @@
 // JSON-lines file, Prometheus counters, the cluster aggregator).
 // Everything is capped; what the caps turn away is counted and
 // reported in the batch as dropped, never silently lost.
+//
+// That goroutine reads the conntrack socket itself (loop.go): a batch
+// of events is read and handled on one wake-up, and an idle collector
+// waits in Go's poller until an event or its next due time. The nflog
+// reader runs on a goroutine of its own and queues marks to it; when
+// it fails it is logged, counted and started again with backoff, and
+// the flows decided meanwhile say so (Flow.NoTrace).
 package flowrec
