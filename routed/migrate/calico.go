@@ -106,7 +106,36 @@ func readEtcd(ctx context.Context, from *datastore.Client) (*calicoState, error)
 		}
 		st.resources = append(st.resources, w)
 	}
+	if err := st.etcdAutoHostEndpoints(ctx, from); err != nil {
+		return nil, err
+	}
+	st.defaultAllowProfile()
 	return st, nil
+}
+
+// etcdAutoHostEndpoints reads Calico's KubeControllersConfigurations
+// from etcd (status included: what calico-kube-controllers run) and
+// says what becomes of the automatic host endpoints (autohep.go).
+func (st *calicoState) etcdAutoHostEndpoints(ctx context.Context, from *datastore.Client) error {
+	kvs, err := list(ctx, from, calicoResources+kubeControllersConfigs+"/")
+	if err != nil {
+		return err
+	}
+	objs := map[string]map[string]any{}
+	for _, kv := range kvs {
+		where := "Calico key " + string(kv.Key)
+		var obj map[string]any
+		if err := json.Unmarshal(kv.Value, &obj); err != nil {
+			return fmt.Errorf("migrate: %s: not JSON: %w", where, err)
+		}
+		objs[where] = obj
+	}
+	cfg, err := st.kubeControllersConfig(objs)
+	if err != nil {
+		return err
+	}
+	st.autoHostEndpoints(cfg, nil)
+	return nil
 }
 
 // list reads every key under prefix from Calico's etcd, within the

@@ -82,10 +82,14 @@ type calicoState struct {
 
 // writeOrder is the order resources are written in: pools before the
 // blocks inside them, nodes before their endpoints, tiers and profiles
-// before the policies and endpoints naming them, the endpoints last.
+// before the policies and endpoints naming them, the endpoints last
+// (host endpoints after the policies selecting them: one applying
+// before them would only have its profile's rules, which may allow
+// everything, as projectcalico-default-allow does). Kinds not listed go
+// first.
 var writeOrder = []api.Kind{api.KindIPPool, api.KindBGPConfiguration, api.KindBGPFilter, api.KindBGPPeer, api.KindNode,
 	api.KindTier, api.KindProfile, api.KindGlobalNetworkSet, api.KindNetworkSet, api.KindGlobalNetworkPolicy, api.KindNetworkPolicy,
-	api.KindIPAMConfiguration, api.KindWorkloadEndpoint}
+	api.KindHostEndpoint, api.KindIPAMConfiguration, api.KindWorkloadEndpoint}
 
 // carry plans st against routed's datastore to and, unless opts.DryRun
 // or anything conflicts, writes it: the resources in writeOrder, then
@@ -144,7 +148,9 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 		}
 		it := Item{Kind: k, Name: api.StoreName(r), Action: "create"}
 		if cur, ok := held[k][it.Name]; ok {
-			if why := differs(cur, r); why != "" {
+			if takenOver(cur, r) {
+				it.Action, it.Detail = "unchanged", "routed-controllers keep it (AUTO_HOST_ENDPOINTS=true)"
+			} else if why := differs(cur, r); why != "" {
 				it.Action, it.Detail, conflict = "conflict", why, true
 			} else {
 				it.Action = "unchanged"

@@ -16,7 +16,7 @@ func (s *kubeSource) leftovers(ctx context.Context, st *calicoState) error {
 	// Nodes, profiles and workload endpoints, should Calico's group
 	// serve them, are what readKube derives from Kubernetes objects.
 	carried := map[string]bool{crdIPAMBlocks: true, crdAffinities: true, crdHandles: true, s.ipamConfigs: true,
-		api.KindNode.Plural(): true, api.KindProfile.Plural(): true, api.KindWorkloadEndpoint.Plural(): true}
+		api.KindNode.Plural(): true, api.KindProfile.Plural(): true, api.KindWorkloadEndpoint.Plural(): true, kubeControllersConfigs: true}
 	for _, k := range crdKinds {
 		carried[k.Plural()] = true
 	}

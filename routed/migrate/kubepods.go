@@ -53,7 +53,9 @@ func (s *kubeSource) readKube(ctx context.Context, st *calicoState) error {
 	if err != nil {
 		return fmt.Errorf("migrate: listing nodes: %w", err)
 	}
+	s.nodes = make(map[string]*corev1.Node, len(nodes))
 	for i := range nodes {
+		s.nodes[nodes[i].Name] = &nodes[i]
 		n, warnings, skip, err := kubeNode(&nodes[i])
 		switch {
 		case err != nil:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -76,6 +77,28 @@ type kubeSource struct {
 	// cnpServed, whether ClusterNetworkPolicy v1beta1 is (kubeanp.go).
 	anpServed map[string]bool
 	cnpServed bool
+	// nodes are the Kubernetes nodes, by name (readKube).
+	nodes map[string]*corev1.Node
+}
+
+// autoHostEndpoints reads Calico's KubeControllersConfigurations (status
+// included: what calico-kube-controllers run) and says what becomes of
+// the automatic host endpoints (autohep.go).
+func (s *kubeSource) autoHostEndpoints(ctx context.Context, st *calicoState) error {
+	items, err := s.listCRD(ctx, kubeControllersConfigs)
+	if err != nil {
+		return err
+	}
+	objs := map[string]map[string]any{}
+	for i := range items {
+		objs[fmt.Sprintf("%s.%s %s", kubeControllersConfigs, s.gv.Group, items[i].GetName())] = items[i].Object
+	}
+	cfg, err := st.kubeControllersConfig(objs)
+	if err != nil {
+		return err
+	}
+	st.autoHostEndpoints(cfg, s.nodes)
+	return nil
 }
 
 func newKubeSource(cfg *rest.Config) (*kubeSource, error) {
@@ -160,6 +183,10 @@ func (s *kubeSource) read(ctx context.Context) (*calicoState, error) {
 	if err := s.readKube(ctx, st); err != nil {
 		return nil, err
 	}
+	if err := s.autoHostEndpoints(ctx, st); err != nil {
+		return nil, err
+	}
+	st.defaultAllowProfile()
 	return st, nil
 }
 

@@ -20,10 +20,9 @@ const calicoRoot = "/calico/"
 // for and that decides no verdict, what the operator loses. Types not
 // listed are policy losses (leftover).
 var leftoverWhy = map[string]string{
-	"clusterinformations":           "routed keeps its own cluster identity",
-	"kubecontrollersconfigurations": "routed runs no Calico kube-controllers",
-	"caliconodestatuses":            "status, written by Calico's nodes",
-	"qospolicies":                   "routed applies no QoS policy: the bandwidth limits and DSCP marks it sets are not applied (no verdict changes)",
+	"clusterinformations": "routed keeps its own cluster identity",
+	"caliconodestatuses":  "status, written by Calico's nodes",
+	"qospolicies":         "routed applies no QoS policy: the bandwidth limits and DSCP marks it sets are not applied (no verdict changes)",
 }
 
 const leftoverDefault = "routed has no such resource"
@@ -32,7 +31,7 @@ const leftoverDefault = "routed has no such resource"
 // read at all: resource types routed has no counterpart for, grouped by
 // type with a count and the first names (leftover).
 func (st *calicoState) leftovers(ctx context.Context, from *datastore.Client) error {
-	carried := map[string]bool{api.KindWorkloadEndpoint.Plural(): true}
+	carried := map[string]bool{api.KindWorkloadEndpoint.Plural(): true, kubeControllersConfigs: true}
 	for _, k := range calicoKinds {
 		carried[k.Plural()] = true
 	}
