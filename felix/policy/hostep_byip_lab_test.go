@@ -2,8 +2,12 @@ package policy_test
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"testing"
 
+	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -96,4 +100,77 @@ func TestHostEndpointByIPBeforeFound(t *testing.T) {
 	}
 	h.byIPFound([]string{"eth1", "eth2"})
 	h.expect("found", hdrop("x", "y", "tcp", 80), hpass("x", "y", "tcp", 8080), hpass("x", "host", "tcp", 8080), hdrop("x", "host", "tcp", 80))
+}
+
+// setHEP sets one of this node's HostEndpoints (names no interface when
+// iface is "": then found are the interfaces felix found).
+func (h *hostLab) setHEP(name, iface string, labels map[string]string, ips []netip.Addr, found []string, profiles ...string) {
+	h.t.Helper()
+	he := &api.HostEndpoint{Metadata: api.ObjectMeta{Name: name, Labels: labels},
+		Spec: api.HostEndpointSpec{Node: "node", InterfaceName: iface, Profiles: profiles}}
+	for _, a := range ips {
+		he.Spec.ExpectedIPs = append(he.Spec.ExpectedIPs, a.String())
+	}
+	if err := he.Validate(); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.m.SetHostEndpoint(he, true, found...); err != nil {
+		h.t.Fatal(err)
+	}
+	h.apply()
+}
+
+// TestHostEndpointByIPShadowedUntracked: an address-found endpoint
+// shadowed on eth1 by a named one (sorting first) does not apply its
+// doNotTrack policy to its addresses there: with a-eth1 (allow-all)
+// governing eth1, b-byip's untracked Deny of TCP 80 leaves x's
+// connections to the node's eth1 address answered, IPv4 and IPv6. Its
+// guard once came after every dispatched interface, and a named
+// interface without untracked policy had no raw rule, so the guard
+// dropped them.
+func TestHostEndpointByIPShadowedUntracked(t *testing.T) {
+	h := newHostLab(t)
+	h.load(`
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: untracked-deny}
+spec:
+  selector: role == 'edge'
+  doNotTrack: true
+  applyOnForward: true
+  types: [Ingress]
+  ingress: [{action: Deny, protocol: TCP, destination: {ports: [80]}}]
+`)
+	h.setHEP("a-eth1", "eth1", map[string]string{"role": "plain"}, nil, nil, api.DefaultAllowProfile)
+	h.setHEP("b-byip", "", map[string]string{"role": "edge"}, []netip.Addr{h.x.NodeAddr(false), h.x.NodeAddr(true)}, []string{"eth1"})
+	h.expect("b-byip shadowed on eth1", hpass("x", "host", "tcp", 80), hpass("x", "host", "tcp", 8080))
+	// Not shadowed, its untracked Deny applies.
+	h.m.DeleteHostEndpoint("a-eth1")
+	h.apply()
+	h.expect("b-byip governs eth1", hdrop("x", "host", "tcp", 80), hpass("x", "host", "tcp", 22))
+}
+
+// TestHostEndpointByIPAnyInterfaceIPv4: with no "*" endpoint, IPv4
+// traffic to an address-found endpoint's address arriving on an
+// interface no endpoint governs meets that endpoint (the kernel cannot
+// tell it from a second interface holding the address); IPv6's stays
+// unpoliced, as in Calico (its check is exact). With a "*" endpoint,
+// that one keeps such traffic. Real TCP from y (behind eth2) to the
+// node's eth1 addresses.
+func TestHostEndpointByIPAnyInterfaceIPv4(t *testing.T) {
+	h := newHostLab(t)
+	h.setHEP("only-x", "", map[string]string{"role": "edge"}, []netip.Addr{h.x.NodeAddr(false), h.x.NodeAddr(true)}, []string{"eth1"})
+	probe := func(why string, v6 bool, port int, want bool) {
+		t.Helper()
+		polab.Expect(t, h.y.NS, polab.Probe{Proto: "tcp", Dst: h.x.NodeAddr(v6), Port: port}, want, fmt.Sprintf("%s: y->eth1's address v6=%v", why, v6))
+	}
+	probe("no '*'", false, 80, false)
+	probe("no '*'", false, 22, true)
+	probe("no '*'", true, 80, true)
+	h.expect("no '*': eth2's own", hpass("y", "host", "tcp", 80), hdrop("x", "host", "tcp", 80))
+
+	h.setHEP("star", nftdp.WildcardIface, nil, nil, nil, api.DefaultAllowProfile)
+	probe("'*' allows all", false, 80, true)
+	probe("'*' allows all", true, 80, true)
+	h.expect("'*': eth1 stays only-x's", hdrop("x", "host", "tcp", 80))
 }
