@@ -4,11 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -68,65 +65,6 @@ const (
 	ctRetry = time.Second
 )
 
-// longAgo is a read deadline in the past: it wakes a wait at once.
-var longAgo = time.Unix(1, 0)
-
-// ctSock is the collector's conntrack event subscription: a netlink
-// socket of its own, read by the collector's goroutine (Collector.loop)
-// without a reader goroutine in between. The goroutine waits for it in
-// Go's network poller (the socket is non-blocking, in an os.File), with
-// the collector's next timer as the read deadline, so one wake-up reads
-// a batch and handles it end to end.
-//
-// A receive buffer the kernel overran is counted in lost, and so is a
-// socket that failed (the collector subscribes again after ctRetry):
-// the events missed are lost, their connections end without a record,
-// their counts in the batch's dropped.
-type ctSock struct {
-	netnsFd int
-	lost    *atomic.Uint64
-	log     *logrus.Entry
-
-	f  *os.File // nil while failed
-	rc syscall.RawConn
-	rv *ctRecv
-	// cur is f for poke, which runs on other goroutines.
-	cur atomic.Pointer[os.File]
-	// retryAt is when a failed socket subscribes again.
-	retryAt time.Time
-	evs     []ctEvent
-	// wake ends a wait while the socket is failed (poke).
-	wake  chan struct{}
-	timer *time.Timer
-	until time.Time
-}
-
-// openConntrack subscribes to conntrack's NEW and DESTROY events (not
-// UPDATE) in the namespace (-1: the caller's).
-func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock, error) {
-	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, evs: make([]ctEvent, 0, 256), wake: make(chan struct{}, 1)}
-	if err := s.subscribe(); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *ctSock) subscribe() error {
-	fd, err := subscribeConntrack(s.netnsFd)
-	if err != nil {
-		return err
-	}
-	f := os.NewFile(uintptr(fd), "conntrack")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("flowrec: conntrack socket: %w", err)
-	}
-	s.f, s.rc, s.rv = f, rc, newCtRecv(fd)
-	s.cur.Store(f)
-	return nil
-}
-
 func subscribeConntrack(netnsFd int) (int, error) {
 	fd, err := flowlog.NetfilterSocket(netnsFd)
 	if err != nil {
@@ -149,131 +87,4 @@ func subscribeConntrack(netnsFd int) (int, error) {
 		return -1, fmt.Errorf("flowrec: conntrack socket: %w", err)
 	}
 	return fd, nil
-}
-
-// read hands the events queued in the socket (up to ctMaxBatch) to fn
-// without waiting, and says how many there were and whether the batch
-// was full (more may be queued). A socket that fails is closed and
-// counted; read subscribes again once ctRetry passed.
-func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
-	if s.f == nil {
-		if time.Now().Before(s.retryAt) {
-			return 0, false
-		}
-		if err := s.subscribe(); err != nil {
-			s.log.WithError(err).Debug("flowrec: conntrack events: subscribing again failed")
-			s.retryAt = time.Now().Add(ctRetry)
-			return 0, false
-		}
-		s.log.Info("flowrec: conntrack events: subscribed again")
-	}
-	evs, err := s.readQueued(s.evs[:0])
-	// Events read before a failure are handled too.
-	for i := range evs {
-		fn(&evs[i])
-	}
-	s.evs = evs[:0]
-	if err != nil {
-		s.fail(err)
-	}
-	return len(evs), len(evs) >= ctMaxBatch
-}
-
-// fail closes a socket that failed, counts it in lost (its events are)
-// and has read subscribe again after ctRetry.
-func (s *ctSock) fail(err error) {
-	s.lost.Add(1)
-	s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
-	s.close()
-	s.retryAt = time.Now().Add(ctRetry)
-}
-
-// arm prepares a wait that ends at until: from here on a poke ends it
-// at once, even one that comes before wait.
-func (s *ctSock) arm(until time.Time) {
-	s.until = until
-	if s.f != nil {
-		err := s.f.SetReadDeadline(until)
-		if err == nil {
-			return
-		}
-		// A socket the poller cannot wait for would have the loop
-		// spin: it is a failed one.
-		s.fail(fmt.Errorf("waiting for conntrack events: %w", err))
-	}
-	select {
-	case <-s.wake:
-	default:
-	}
-}
-
-// wait blocks until the socket may have events, the armed deadline
-// passed or poke was called. While the socket is failed it also ends
-// at the time to subscribe again, or with a mark (returned).
-func (s *ctSock) wait(marks <-chan mark) (mark, bool) {
-	if s.f != nil {
-		first := true
-		// The poller waits when the first call says "not yet"; the
-		// events are read by read, with MSG_DONTWAIT.
-		_ = s.rc.Read(func(uintptr) bool {
-			if first {
-				first = false
-				return false
-			}
-			return true
-		})
-		return mark{}, false
-	}
-	until := s.until
-	if s.retryAt.Before(until) {
-		until = s.retryAt
-	}
-	return waitChan(&s.timer, until, s.wake, marks)
-}
-
-// waitChan waits on channels until until (timer is reused).
-func waitChan(timer **time.Timer, until time.Time, wake <-chan struct{}, marks <-chan mark) (mark, bool) {
-	d := time.Until(until)
-	if d <= 0 {
-		return mark{}, false
-	}
-	if *timer == nil {
-		*timer = time.NewTimer(d)
-	} else {
-		(*timer).Reset(d)
-	}
-	defer (*timer).Stop()
-	select {
-	case <-wake:
-	case <-(*timer).C:
-	case m := <-marks:
-		return m, true
-	}
-	return mark{}, false
-}
-
-// settle sleeps ctBatchWait: events gather in the socket meanwhile
-// (marks in their channel), to be read on one wake-up.
-func (s *ctSock) settle() { time.Sleep(ctBatchWait) }
-
-// poke ends a wait (any goroutine may call it).
-func (s *ctSock) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	if f := s.cur.Load(); f != nil {
-		// A closed file's error is harmless: a new one is armed
-		// before its wait.
-		_ = f.SetReadDeadline(longAgo)
-	}
-}
-
-// close releases the socket.
-func (s *ctSock) close() {
-	if s.f != nil {
-		s.cur.Store(nil)
-		s.f.Close()
-		s.f, s.rc, s.rv = nil, nil, nil
-	}
 }

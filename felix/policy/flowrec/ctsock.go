@@ -1,0 +1,175 @@
+package flowrec
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// ctSock is the collector's conntrack event subscription: a netlink
+// socket of its own, read by the collector's goroutine (Collector.loop)
+// without a reader goroutine in between, so one wake-up reads a batch
+// and handles it end to end.
+//
+// It is not in Go's network poller: the poller registers a socket
+// edge-triggered for good, so every datagram (every NEW and every
+// DESTROY) would wake the poller's thread, even while the loop lets a
+// batch gather and waits for nothing. The loop waits for it in poll(2)
+// only once a read found it empty, with the next due time as the
+// timeout, beside an eventfd that poke writes (a mark queued while the
+// loop waits, ctx's end).
+//
+// A receive buffer the kernel overran is counted in lost, and so is a
+// socket that failed (the collector subscribes again after ctRetry):
+// the events missed are lost, their connections end without a record,
+// their counts in the batch's dropped.
+type ctSock struct {
+	netnsFd int
+	lost    *atomic.Uint64
+	log     *logrus.Entry
+
+	fd int // -1 while failed
+	rv *ctRecv
+	// retryAt is when a failed socket subscribes again.
+	retryAt time.Time
+	evs     []ctEvent
+	until   time.Time
+	pfd     []unix.PollFd
+
+	// mu guards efd against poke after close (its number could be
+	// another file's by then).
+	mu  sync.Mutex
+	efd int
+}
+
+// openConntrack subscribes to conntrack's NEW and DESTROY events (not
+// UPDATE) in the namespace (-1: the caller's).
+func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("flowrec: eventfd: %w", err)
+	}
+	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, fd: -1, efd: efd, evs: make([]ctEvent, 0, 256)}
+	if err := s.subscribe(); err != nil {
+		unix.Close(efd)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *ctSock) subscribe() error {
+	fd, err := subscribeConntrack(s.netnsFd)
+	if err != nil {
+		return err
+	}
+	s.fd, s.rv = fd, newCtRecv(fd)
+	return nil
+}
+
+// read hands the events queued in the socket (up to ctMaxBatch) to fn
+// without waiting, and says how many there were and whether the batch
+// was full (more may be queued). A socket that fails is closed and
+// counted; read subscribes again once ctRetry passed.
+func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
+	if s.fd < 0 {
+		if time.Now().Before(s.retryAt) {
+			return 0, false
+		}
+		if err := s.subscribe(); err != nil {
+			s.log.WithError(err).Debug("flowrec: conntrack events: subscribing again failed")
+			s.retryAt = time.Now().Add(ctRetry)
+			return 0, false
+		}
+		s.log.Info("flowrec: conntrack events: subscribed again")
+	}
+	evs, err := s.readQueued(s.evs[:0])
+	// Events read before a failure are handled too.
+	for i := range evs {
+		fn(&evs[i])
+	}
+	s.evs = evs[:0]
+	if err != nil {
+		s.fail(err)
+	}
+	return len(evs), len(evs) >= ctMaxBatch
+}
+
+// fail closes a socket that failed, counts it in lost (its events are)
+// and has read subscribe again after ctRetry.
+func (s *ctSock) fail(err error) {
+	s.lost.Add(1)
+	s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
+	s.closeSocket()
+	s.retryAt = time.Now().Add(ctRetry)
+}
+
+// arm sets the time the next wait ends; a poke from here on ends it at
+// once (the eventfd stays readable until wait reads it).
+func (s *ctSock) arm(until time.Time) { s.until = until }
+
+// wait blocks until the socket may have events, the armed time passed
+// or poke was called (while the socket is failed: until the time to
+// subscribe again at the latest). It never takes marks itself.
+func (s *ctSock) wait(<-chan mark) (mark, bool) {
+	until := s.until
+	s.pfd = append(s.pfd[:0], unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN})
+	if s.fd >= 0 {
+		s.pfd = append(s.pfd, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+	} else if s.retryAt.Before(until) {
+		until = s.retryAt
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return mark{}, false
+	}
+	ms := int(min((d+time.Millisecond-1)/time.Millisecond, math.MaxInt32))
+	if _, err := unix.Poll(s.pfd, ms); err != nil && !errors.Is(err, unix.EINTR) {
+		if s.fd >= 0 {
+			s.fail(fmt.Errorf("waiting for conntrack events: %w", err))
+		}
+		return mark{}, false
+	}
+	if s.pfd[0].Revents != 0 {
+		var b [8]byte
+		_, _ = unix.Read(s.efd, b[:])
+	}
+	return mark{}, false
+}
+
+// settle sleeps ctBatchWait: events gather in the socket meanwhile
+// (marks in their channel), to be read on one wake-up.
+func (s *ctSock) settle() { time.Sleep(ctBatchWait) }
+
+// poke ends a wait (any goroutine may call it).
+func (s *ctSock) poke() {
+	one := [8]byte{1}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.efd >= 0 {
+		_, _ = unix.Write(s.efd, one[:])
+	}
+}
+
+func (s *ctSock) closeSocket() {
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd, s.rv = -1, nil
+	}
+}
+
+// close releases the socket and the eventfd.
+func (s *ctSock) close() {
+	s.closeSocket()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.efd >= 0 {
+		unix.Close(s.efd)
+		s.efd = -1
+	}
+}
