@@ -30,13 +30,24 @@ import (
 // problem, felix/wireguard/bootstrap.go there). A confirmed node stays
 // encrypted while its key and this node's stay the same and it stays
 // alive: confirmed peers send a keepalive at least every third of
-// HostSilentAfter, so a node from which nothing arrived for
-// HostSilentAfter lost its device (a reboot, a crash of a userspace
-// device) or cannot be reached: its host traffic goes back to clear
-// text, with a warning, until a new handshake. Otherwise a rebooted
-// node that must reach etcd or the API server on a node still
-// encrypting to it would never read the peers it needs to decrypt the
-// replies.
+// HostSilentAfter, and a peer from which nothing arrived for half of it
+// (three quarters on the end that does not greet first) is asked for a
+// new handshake (hostProbe): an alive peer answers within a round trip.
+// A node from which nothing arrived for HostSilentAfter even so lost
+// its device (a reboot, a crash of a userspace device) or cannot be
+// reached: its host traffic goes back to clear text, with a warning,
+// until a new handshake, which the device keeps asking for every 5 s,
+// so a node back (or one wrongly found silent) is encrypted again
+// within seconds. Otherwise a rebooted node that must reach etcd or the
+// API server on a node still encrypting to it would never read the
+// peers it needs to decrypt the replies.
+//
+// The keepalives alone cannot prove both ends alive: WireGuard restarts
+// a peer's keepalive timer on every packet sent or received, so of two
+// ends with the same interval the one whose timer fires first can keep
+// the other's from ever firing while the link is idle; that end hears
+// nothing, though the other is alive. Hence the handshake asked for
+// before the silence is judged.
 //
 // The kernel side, owned here and nowhere else: routes in
 // wireguard.RouteTable (protocol 82, through felix's routetable), one
@@ -120,6 +131,9 @@ type wgHostState struct {
 	rx     [2]map[wgtypes.Key]int64
 	rxAt   [2]map[wgtypes.Key]time.Time
 	lostAt [2]map[wgtypes.Key]time.Time
+	// probedAt: when a new handshake with the peer was last asked for
+	// (hostProbe); one per silence.
+	probedAt [2]map[wgtypes.Key]time.Time
 	// waitFrom: since when this node has waited for the handshake of a
 	// peer that greets first (hostGreetGrace).
 	waitFrom [2]map[wgtypes.Key]time.Time
@@ -315,6 +329,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 		h.epoch[fam], h.ok[fam], changed = e, map[wgtypes.Key]bool{}, true
 		h.waitFrom[fam] = map[wgtypes.Key]time.Time{}
 		h.rx[fam], h.rxAt[fam], h.lostAt[fam] = map[wgtypes.Key]int64{}, map[wgtypes.Key]time.Time{}, map[wgtypes.Key]time.Time{}
+		h.probedAt[fam] = map[wgtypes.Key]time.Time{}
 	}
 	if changing {
 		// The device still runs the old key: its handshakes are the old
@@ -339,6 +354,7 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 			delete(h.rx[fam], k)
 			delete(h.rxAt[fam], k)
 			delete(h.lostAt[fam], k)
+			delete(h.probedAt[fam], k)
 			delete(h.waitFrom[fam], k)
 		}
 	}
@@ -358,21 +374,59 @@ func (l *loop) refreshHandshakes(fam int, full bool) (bool, error) {
 	}
 	for k := range peers {
 		s, ok := shaken[k]
-		if ok && s.Rx != h.rx[fam][k] {
+		// Heard from: bytes arrived since the last read, or a handshake
+		// since it was last heard (a peer made again by a probe starts
+		// its counters from zero).
+		if ok && (s.Rx != h.rx[fam][k] || s.At.After(h.rxAt[fam][k])) {
 			h.rx[fam][k], h.rxAt[fam][k] = s.Rx, now
 		}
+		quiet := now.Sub(h.rxAt[fam][k])
+		probed := h.probedAt[fam][k].After(h.rxAt[fam][k]) // during this silence
 		switch {
 		case !h.ok[fam][k] && ok && s.At.After(h.lostAt[fam][k]):
 			h.ok[fam][k], h.rxAt[fam][k], changed = true, now, true
-		case h.ok[fam][k] && now.Sub(h.rxAt[fam][k]) > silent:
+		case h.ok[fam][k] && quiet > silent:
 			delete(h.ok[fam], k)
 			h.lostAt[fam][k], changed = now, true
 			h.rx[fam][k] = s.Rx // kept (and forgotten with the peer) with lostAt
-			l.log.WithFields(logrus.Fields{"peer": l.plan.wg[fam].nodeOfKey(k), "device": l.plan.wg[fam].dev, "silentFor": now.Sub(h.rxAt[fam][k]).Round(time.Second)}).
+			l.log.WithFields(logrus.Fields{"peer": l.plan.wg[fam].nodeOfKey(k), "device": l.plan.wg[fam].dev, "silentFor": quiet.Round(time.Second)}).
 				Warn("nothing from node through WireGuard lately (rebooted, its routed gone, or its UDP blocked): its host traffic goes in clear until it handshakes again")
+			if !probed {
+				// Not asked yet (the loop was held up): ask now, or its
+				// old session would keep a handshake away for minutes.
+				l.hostProbe(fam, k, now)
+			}
+		case h.ok[fam][k] && quiet > l.hostProbeAfter(fam, k) && !probed:
+			l.hostProbe(fam, k, now)
+			changed = true // the device must be written
 		}
 	}
 	return changed, nil
+}
+
+// hostProbeAfter is how long a confirmed peer may stay unheard before
+// a new handshake with it is asked for: half the silence limit on the
+// end of the pair that greets first, three quarters on the other, so
+// when both hear nothing (a link down) only one starts a handshake at a
+// time (crossed handshakes: the wireguard package's kick).
+func (l *loop) hostProbeAfter(fam int, p wgtypes.Key) time.Duration {
+	silent, _, _ := l.hostSilence()
+	if wireguard.GreetsFirst(l.f.wg.key[fam].PublicKey(), p) {
+		return silent / 2
+	}
+	return silent * 3 / 4
+}
+
+// hostProbe asks family fam's device for a new handshake with peer p
+// (wireguard.Device.Regreet: its old session goes), written by the
+// next Apply; the handshake's completion is what refreshHandshakes
+// looks for.
+func (l *loop) hostProbe(fam int, p wgtypes.Key, now time.Time) {
+	h := &l.f.wg.host
+	h.probedAt[fam][p] = now
+	l.f.wg.dev[fam].Regreet(p)
+	l.log.WithFields(logrus.Fields{"peer": l.plan.wg[fam].nodeOfKey(p), "device": l.plan.wg[fam].dev, "quietFor": now.Sub(h.rxAt[fam][p]).Round(time.Second)}).
+		Debug("nothing from node through WireGuard for a while: asking it for a new handshake")
 }
 
 // hostKeyChanging reports whether host traffic goes through a ready

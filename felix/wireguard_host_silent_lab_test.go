@@ -1,7 +1,11 @@
 package felix_test
 
 import (
+	"bytes"
+	"context"
 	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,8 +51,8 @@ func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 	}
 
 	// Idle and alive: still encrypted after three silence windows (a
-	// peer found silent stays in clear until a new handshake, which an
-	// established session does not make for two minutes).
+	// peer whose keepalives another's kept from firing is asked for a
+	// handshake before its silence is judged).
 	idle := time.Now()
 	nstest.Eventually(t, 10*silent, func() string {
 		st := waitHostEncrypted(t, a, "node-b", true)
@@ -94,5 +98,115 @@ func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 	}
 	if err := dial(a, "192.0.2.2:7102"); err != nil {
 		t.Errorf("encrypted again, node-a's host cannot reach node-b's: %v", err)
+	}
+}
+
+// TestWireguardHostEncryptionPeerBackAfterSilence: node-b is alive but
+// its WireGuard UDP is dropped both ways (nftables in its namespace)
+// until both nodes find each other silent and send host traffic in
+// clear (it still flows: only UDP 51820 is dropped). Once the drop is
+// lifted, both must encrypt host traffic again within
+// silenceRecoveryBound. Their old sessions are still valid then and
+// WireGuard would not handshake on them for about two minutes; felix
+// asks the device for a new handshake when it stops hearing a peer,
+// which WireGuard retries every 5 s until it is answered. Without that
+// the recovery took until the sessions' rekey (about 95 s after the
+// lift here).
+func TestWireguardHostEncryptionPeerBackAfterSilence(t *testing.T) {
+	skipShortRace(t)
+	const silent = 10 * time.Second
+	// WireGuard's handshake retry (5 s and up to 1/3 s of jitter), felix's
+	// read of the handshakes once a second, and slack for a loaded machine.
+	const silenceRecoveryBound = 10 * time.Second
+	l := newWGLab(t, func(node string, c *felix.Config) {
+		c.WireGuard.HostEncryption, c.WireGuard.HostSilentAfter = true, silent
+	})
+	a, b := l.nodes["node-a"], l.nodes["node-b"]
+	srvB, srvA := listenHost(t, b, 7103), listenHost(t, a, 7104)
+	waitHostEncryptedBoth(t, a, b)
+	// From a settled pair: right after the first handshake wireguard-go
+	// may still retry an initiation, which would handshake after the
+	// lift on its own.
+	waitKeepalivesOnly(t, a, b)
+
+	drop := "table inet routed-test-silence {\n" +
+		" chain in { type filter hook prerouting priority raw - 10; udp dport 51820 drop; udp sport 51820 drop; }\n" +
+		" chain out { type filter hook output priority raw - 10; udp dport 51820 drop; udp sport 51820 drop; }\n}\n"
+	nftIn(t, b, drop)
+	lift := func() {
+		_ = exec.Command("ip", "netns", "exec", b.ns.Name, "nft", "delete", "table", "inet", "routed-test-silence").Run()
+	}
+	t.Cleanup(lift)
+	dropped := time.Now()
+	waitHostEncrypted(t, a, "node-b", false)
+	waitHostEncrypted(t, b, "node-a", false)
+	t.Logf("both nodes send host traffic in clear %v after node-b's WireGuard UDP was dropped (silence limit %v)", time.Since(dropped).Round(100*time.Millisecond), silent)
+	// In clear, host traffic still flows (only WireGuard's UDP is dropped).
+	hostTalk(t, a, srvB, "192.0.2.2:7103")
+
+	lift()
+	lifted := time.Now()
+	waitHostEncryptedBoth(t, a, b)
+	took := time.Since(lifted)
+	t.Logf("host traffic encrypted both ways again %v after the drop was lifted (bound %v)", took.Round(10*time.Millisecond), silenceRecoveryBound)
+	if took > silenceRecoveryBound {
+		t.Errorf("host traffic encrypted again %v after node-b was heard again, want within %v", took.Round(10*time.Millisecond), silenceRecoveryBound)
+	}
+	stop := capture(t, a, "192.0.2.2")
+	hostTalk(t, a, srvB, "192.0.2.2:7103")
+	hostTalk(t, b, srvA, "192.0.2.1:7104")
+	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
+		t.Errorf("host payload in clear after both nodes said encrypted again:\n%s", dumpPcap(t, pcap))
+	}
+}
+
+// waitKeepalivesOnly waits until, over one window longer than
+// WireGuard's handshake retry (5 s), each node sent the other nothing
+// but keepalives (32 bytes each: a handshake message is 148 or 92).
+func waitKeepalivesOnly(t *testing.T, nodes ...*wgNode) {
+	t.Helper()
+	const window = 6 * time.Second
+	tx := func(n *wgNode) int64 {
+		st, err := n.f.Wireguard(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, d := range st.Devices {
+			for _, p := range d.Peers {
+				sum += p.TxBytes
+			}
+		}
+		return sum
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		before := make([]int64, len(nodes))
+		for i, n := range nodes {
+			before[i] = tx(n)
+		}
+		time.Sleep(window)
+		settled := true
+		for i, n := range nodes {
+			if d := tx(n) - before[i]; d%32 != 0 {
+				settled = false
+			}
+		}
+		if settled {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WireGuard devices still send handshakes after 90 s")
+		}
+	}
+}
+
+// nftIn loads an nftables ruleset into n's namespace.
+func nftIn(t *testing.T, n *wgNode, ruleset string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", n.ns.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f in %s: %v: %s", n.name, err, out)
 	}
 }

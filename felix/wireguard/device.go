@@ -67,6 +67,8 @@ type Device struct {
 	// one was set: handshakes before it were made with another key.
 	keyEpoch int
 	keyAt    time.Time
+	// regreet are the peers the next Apply makes again (Regreet).
+	regreet map[wgtypes.Key]bool
 }
 
 // NewDevice returns the reconciler of device name.
@@ -151,6 +153,9 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 		d.log.WithField("changes", changes).Debug("WireGuard device updated")
 	}
+	if err := d.applyRegreets(); err != nil {
+		return link, err
+	}
 	if link.Attrs().MTU != d.want.MTU {
 		if err := h.LinkSetMTU(link, d.want.MTU); err != nil {
 			return link, fmt.Errorf("wireguard: %s: MTU %d: %w", d.Name, d.want.MTU, err)
@@ -218,7 +223,7 @@ func (d *Device) remove(h *netlink.Handle) error {
 		err = d.dev.close()
 		d.log.Info("WireGuard device removed: encryption is off for its family")
 	}
-	d.dev, d.have = nil, nil
+	d.dev, d.have, d.regreet = nil, nil, nil
 	return errors.Join(err, deleteLink(h, d.Name))
 }
 
