@@ -20,19 +20,11 @@ func (h *hostLab) byIP(profiles ...string) { h.byIPFound([]string{"eth1", "eth2"
 // the interfaces given.
 func (h *hostLab) byIPFound(found []string, profiles ...string) {
 	h.t.Helper()
-	var ips []string
+	var ips []netip.Addr
 	for _, v6 := range []bool{false, true} {
-		ips = append(ips, h.x.NodeAddr(v6).String(), h.y.NodeAddr(v6).String())
+		ips = append(ips, h.x.NodeAddr(v6), h.y.NodeAddr(v6))
 	}
-	he := &api.HostEndpoint{Metadata: api.ObjectMeta{Name: "node-by-ip", Labels: map[string]string{"role": "edge"}},
-		Spec: api.HostEndpointSpec{Node: "node", ExpectedIPs: ips, Profiles: profiles}}
-	if err := he.Validate(); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := h.m.SetHostEndpoint(he, true, found...); err != nil {
-		h.t.Fatal(err)
-	}
-	h.apply()
+	h.setHEP("node-by-ip", "", map[string]string{"role": "edge"}, ips, found, profiles...)
 }
 
 // TestHostEndpointByIPContexts: an endpoint found by address on two
