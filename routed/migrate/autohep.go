@@ -169,7 +169,8 @@ func (st *calicoState) autoHostEndpoints(cfg *autoHEPConfig, nodes map[string]*c
 	}
 	if cfg.defaultHEP {
 		st.notes = append(st.notes, fmt.Sprintf("automatic host endpoints: %s has autoCreate Enabled. Run routed-controllers with AUTO_HOST_ENDPOINTS=true before the first node switches "+
-			"(`kubectl -n kube-system set env deployment/routed-controllers AUTO_HOST_ENDPOINTS=true`, or in the env of the container controllers in deploy/base/controllers.yaml: `- {name: AUTO_HOST_ENDPOINTS, value: \"true\"}`): "+
+			"(in the env of the container controllers of the Deployment routed-controllers, in the manifest you apply (deploy/base/controllers.yaml): `- {name: AUTO_HOST_ENDPOINTS, value: \"true\"}`; "+
+			"a `kubectl -n kube-system set env deployment/routed-controllers AUTO_HOST_ENDPOINTS=true` is undone by the next apply of a manifest without it, after which routed-controllers remove the endpoints they took over): "+
 			"they then take over the %d carried <node>-auto-hep (%s), follow node labels and addresses, remove a deleted node's and create one for every node added later. "+
 			"Until then the carried ones keep policing their hosts as written (routed-controllers never remove them), and a node added later has none",
 			cfg.where, len(perNode), firstNames(heNames(perNode))))
