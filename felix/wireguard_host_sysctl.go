@@ -2,13 +2,19 @@ package felix
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/routed-net/routed/pkg/kernel/nldump"
 )
 
 // IPv4 host encryption depends on two ARP checks of the kernel (the
@@ -29,23 +35,34 @@ import (
 //     a rule can match). On when all's or the device's is 1
 //     (IN_DEV_ORCONF).
 //
+// Which devices: all, and every interface a peer's ARP request can
+// arrive on (hostARPDevices): the uplink and each interface whose IPv4
+// subnet holds a peer's host address. A peer behind a router never
+// ARPs for this node (its router does, from an address table 82 does
+// not hold). `default` is not read: it is a template, copied to an
+// interface when the interface is made and, when written, to every
+// existing interface whose own value was never written (devinet's
+// devinet_copy_dflt_conf), so an interface's own file already shows
+// what default gave it. The devices' own (wg.routed) do not matter
+// here: ARP never arrives on them (no link layer).
+//
 // hostV4Refusal says why IPv4 host encryption must not be turned on
 // (the node would stop answering its peers' ARP, and once the
 // neighbour entries expire they lose each other on the uplink,
 // WireGuard's own UDP included), or "" when it may. arpUnmarked is why
 // incoming ARP is not marked (nil: it is).
 func (l *loop) hostV4Refusal(arpUnmarked error) (string, error) {
-	devs := []string{"all"}
-	if up := l.hosts.uplinks[wg4]; up != "" {
-		devs = append(devs, up)
+	devs, err := l.hostARPDevices()
+	if err != nil {
+		return "", err
 	}
+	devs = append([]string{"all"}, devs...)
 	var vals map[string]int
 	read := func() error {
 		var err error
 		vals, err = readConfInts(devs, "arp_filter", "rp_filter")
 		return err
 	}
-	var err error
 	if l.cfg.NetNSPath == "" {
 		err = read()
 	} else {
@@ -57,7 +74,7 @@ func (l *loop) hostV4Refusal(arpUnmarked error) (string, error) {
 	for _, d := range devs {
 		if vals[d+".arp_filter"] != 0 {
 			return fmt.Sprintf("net.ipv4.conf.%s.arp_filter=1: the kernel's ARP filter looks the route back to a peer up without felix's mark, "+
-				"finds %s instead of the uplink and ignores the peer's ARP requests (set arp_filter=0 on all and the uplink to encrypt host traffic)",
+				"finds %s instead of the interface the request came on and ignores the peer's ARP requests (set arp_filter=0 on all and on each interface the peers are on to encrypt host traffic)",
 				d, hostDevices[wg4]), nil
 		}
 	}
@@ -65,12 +82,71 @@ func (l *loop) hostV4Refusal(arpUnmarked error) (string, error) {
 		for _, d := range devs {
 			if vals[d+".rp_filter"] == 1 {
 				return fmt.Sprintf("net.ipv4.conf.%s.rp_filter=1 (strict) and incoming ARP cannot be marked (%v): "+
-					"the reverse-path check would route a peer's ARP requests back through %s and ignore them (set rp_filter to 0 or 2 on all and the uplink, "+
+					"the reverse-path check would route a peer's ARP requests back through %s and ignore them (set rp_filter to 0 or 2 on all and on each interface the peers are on, "+
 					"or use a kernel with CONFIG_NF_TABLES_ARP)", d, arpUnmarked, hostDevices[wg4]), nil
 			}
 		}
 	}
 	return "", nil
+}
+
+// hostARPDevices names the interfaces the peers' ARP requests arrive
+// on: the uplink, and each interface (not lo, not the WireGuard
+// devices) holding an IPv4 address whose subnet holds a peer's host
+// address, sorted.
+func (l *loop) hostARPDevices() ([]string, error) {
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return l.h.AddrList(nil, netlink.FAMILY_V4) })
+	if err != nil {
+		return nil, fmt.Errorf("felix: listing addresses for the ARP settings: %w", err)
+	}
+	var subnets []ifSubnet
+	names := map[int]string{}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || a.IPNet == nil {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		name, ok := names[a.LinkIndex]
+		if !ok {
+			link, err := l.h.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				continue // gone since the dump, with its addresses
+			}
+			name = link.Attrs().Name
+			names[a.LinkIndex] = name
+		}
+		subnets = append(subnets, ifSubnet{dev: name, net: netip.PrefixFrom(ip.Unmap(), ones).Masked()})
+	}
+	return onLinkDevices(l.hosts.uplinks[wg4], subnets, slices.Collect(maps.Keys(l.plan.wg[wg4].byAddr))), nil
+}
+
+// ifSubnet is an interface's IPv4 subnet.
+type ifSubnet struct {
+	dev string
+	net netip.Prefix
+}
+
+// onLinkDevices is uplink ("" for none) and the interfaces of subnets
+// whose subnet holds one of peers, without lo and the WireGuard
+// devices, sorted and once each.
+func onLinkDevices(uplink string, subnets []ifSubnet, peers []netip.Addr) []string {
+	set := map[string]bool{}
+	if uplink != "" {
+		set[uplink] = true
+	}
+	for _, sn := range subnets {
+		if sn.dev == "lo" || sn.dev == hostDevices[wg4] || sn.dev == hostDevices[wg6] || set[sn.dev] {
+			continue
+		}
+		for _, p := range peers {
+			if sn.net.Contains(p) {
+				set[sn.dev] = true
+				break
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // readConfInts reads net.ipv4.conf.<dev>.<key> for each device and key
