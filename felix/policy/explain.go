@@ -17,6 +17,13 @@ type Flow struct {
 	SrcPort, DstPort uint16
 	// ICMPType and ICMPCode: -1 when not ICMP.
 	ICMPType, ICMPCode int
+	// From is the key of the workload endpoint that sends the packet
+	// (whose interface it leaves); empty: the workload holding Src.
+	// Src need not be From's: a source with no route back to From's
+	// interface is dropped on From's node before any policy (the
+	// reverse-path check; see sourceIsSenders), and otherwise From's
+	// egress policy decides, as the kernel picks it by interface.
+	From string
 }
 
 // Decision is what one direction's policy does with a flow.
@@ -120,7 +127,17 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 	if in {
 		addr = f.Dst
 	}
+	var sender *endpoint
+	if f.From != "" {
+		var done bool
+		if sender, done = c.decideSender(f, in, &d); done {
+			return d
+		}
+	}
 	e := c.workloadAt(addr)
+	if !in && sender != nil {
+		e = sender
+	}
 	if e == nil {
 		// Host endpoints' chains (hostep) are not walked here: say so
 		// rather than answer with a pod's semantics or "not policed".

@@ -92,7 +92,7 @@ spec:
 // endpoint, with the spoofed source and the destination, and the rule
 // ID its counter has (spoofed-src/<direction>). Before the RuleIndex
 // knew the prefix the record was an unknown rule (its raw prefix).
-// IPv4 and IPv6.
+// Explain, given a as the sender, answers the same drop. IPv4 and IPv6.
 func TestSpoofedSourceLogged(t *testing.T) {
 	l := newLabWithLog(t, true)
 	logs := l.logRecords(t)
@@ -121,6 +121,18 @@ func TestSpoofedSourceLogged(t *testing.T) {
 				r.Src != c.Addr(v6).String() || r.SrcPort != srcPort {
 				t.Errorf("%s: record %+v", what, r)
 			}
+		}
+		// Explain, told that a sends, names the same drop, whose kernel
+		// counter has counted the datagram to b.
+		x := l.m.Explain(policy.Flow{Src: c.Addr(v6), Dst: b.Addr(v6), Proto: 17, SrcPort: srcPort, DstPort: port,
+			ICMPType: -1, ICMPCode: -1, From: l.eps["a"].Key})
+		cs, err := l.m.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Allowed() || x.Egress.Rule.Kind != policy.KindSpoofedSource || x.Egress.Rule.ID != "spoofed-src/egress" ||
+			cs[x.Egress.Rule.ID].Packets == 0 || x.Ingress.Rule.Kind != policy.KindNotReached {
+			t.Errorf("explain of a's datagram from c's address v6=%v: %+v (kernel counter %+v)", v6, x, cs[x.Egress.Rule.ID])
 		}
 	}
 }

@@ -26,7 +26,7 @@ var explainKinds = []api.Kind{api.KindTier, api.KindGlobalNetworkPolicy, api.Kin
 // newExplainCmd is "policy explain", added to statuscli's policy command:
 // it reads the datastore and, when it can, the local routed's counters.
 func newExplainCmd(connect func() (*datastore.Client, error), out io.Writer) *cobra.Command {
-	var output string
+	var output, from string
 	var srcPort int
 	cmd := &cobra.Command{
 		Use:   "explain SRC DST [PROTO[/PORT]]",
@@ -53,7 +53,19 @@ destination's ingress, or whose enforced twin does: what the flow would meet
 if that staged policy alone were enforced (Set adds or replaces its twin,
 Delete removes it), with the rule that would decide, and the flow's fate
 with every staged policy enforced at once. Staged policies are never
-enforced; their rules have no kernel counter.`,
+enforced; their rules have no kernel counter.
+
+--from NAMESPACE/POD (or a WorkloadEndpoint name) names the pod that sends
+the packet; SRC must then be an address, the packet's source, which need
+not be the pod's. A pod sends only from its own addresses: its node drops a
+packet whose source has no route back through the pod's interface before
+any policy (counted under spoofed-src/egress, or spoofed-src/to-host when
+sent to the node itself). So a source that is not one of the pod's
+addresses answers "dropped: spoofed source", except IPv6 link-local
+(fe80::/64) and :: sources and, in IPv4, 0.0.0.0 to 255.255.255.255 or
+224.0.0.0/24 (DHCP), which pass the check and meet the pod's egress policy.
+What explain cannot see: whether the pod's routes are programmed yet on its
+node (until they are, all its packets are dropped).`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" {
@@ -69,18 +81,22 @@ enforced; their rules have no kernel counter.`,
 				return err
 			}
 			defer c.Close()
-			return explain(cmd.Context(), out, c, status.NewClient(status.SocketPath(sock)), args[0], args[1], proto, srcPort, output == "json")
+			q := explainQuery{src: args[0], dst: args[1], proto: proto, srcPort: srcPort, from: from}
+			return explain(cmd.Context(), out, c, status.NewClient(status.SocketPath(sock)), q, output == "json")
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: the explanation as JSON")
 	cmd.Flags().IntVar(&srcPort, "source-port", 0, "the source port (default: none, as an ephemeral port no rule names)")
+	cmd.Flags().StringVar(&from, "from", "", "the pod (NAMESPACE/POD or WorkloadEndpoint name) that sends; SRC is then the packet's source address, which need not be the pod's")
 	return cmd
 }
 
 // ExplainResult is what "policy explain -o json" prints.
 type ExplainResult struct {
-	Src     string          `json:"src"`
-	Dst     string          `json:"dst"`
+	Src string `json:"src"`
+	Dst string `json:"dst"`
+	// From is the sending pod (--from), when given.
+	From    string          `json:"from,omitempty"`
 	Flow    string          `json:"flow"`
 	Allowed bool            `json:"allowed"`
 	Egress  policy.Decision `json:"egress"`
@@ -113,7 +129,17 @@ type KernelCheck struct {
 	Agrees bool `json:"agrees"`
 }
 
-func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *status.Client, src, dst, proto string, srcPort int, asJSON bool) error {
+// explainQuery is what "policy explain" is asked: its arguments and
+// flags.
+type explainQuery struct {
+	src, dst, proto string
+	srcPort         int
+	// from is --from: the sending pod, SRC then an address.
+	from string
+}
+
+func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *status.Client, q explainQuery, asJSON bool) error {
+	src, dst, proto, srcPort := q.src, q.dst, q.proto, q.srcPort
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -136,6 +162,15 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 	sa, sv4, sv6, err := resolveRef(weps, src)
 	if err != nil {
 		return err
+	}
+	var fromKey string
+	if q.from != "" {
+		if !sa.IsValid() {
+			return usageError("with --from, SRC must be an address (the packet's source), not %q", src)
+		}
+		if fromKey, err = resolveSender(weps, q.from); err != nil {
+			return err
+		}
 	}
 	da, dv4, dv6, err := resolveRef(weps, dst)
 	if err != nil {
@@ -160,9 +195,9 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 	if err != nil {
 		return err
 	}
-	f.Src, f.Dst, f.SrcPort = sa, da, uint16(srcPort)
+	f.Src, f.Dst, f.SrcPort, f.From = sa, da, uint16(srcPort), fromKey
 	x := m.Explain(f)
-	res := ExplainResult{Src: src, Dst: dst, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress,
+	res := ExplainResult{Src: src, Dst: dst, From: q.from, Flow: flowString(f), Allowed: x.Allowed(), Egress: x.Egress, Ingress: x.Ingress,
 		HostEndpointWarnings: flowHostWarnings(m, x)}
 	staged, notes, err := stagedPolicies(ctx, ds)
 	if err != nil {
@@ -211,6 +246,18 @@ func resolveRef(weps []*api.WorkloadEndpoint, ref string) (addr, v4, v6 netip.Ad
 		return netip.Addr{}, v4, v6, nil
 	}
 	return addr, v4, v6, fmt.Errorf("%q is no address, WorkloadEndpoint name or NAMESPACE/POD of a WorkloadEndpoint", ref)
+}
+
+// resolveSender reads --from: a WorkloadEndpoint name or NAMESPACE/POD,
+// giving the endpoint's key in the policy model (its name).
+func resolveSender(weps []*api.WorkloadEndpoint, ref string) (string, error) {
+	ns, pod, isPod := strings.Cut(ref, "/")
+	for _, w := range weps {
+		if w.Metadata.Name == ref || (isPod && w.Spec.Namespace == ns && w.Spec.Pod == pod) {
+			return w.Metadata.Name, nil
+		}
+	}
+	return "", fmt.Errorf("--from %q: no WorkloadEndpoint has that name or NAMESPACE/POD", ref)
 }
 
 func pickFamily(four bool, v4, v6 netip.Addr) netip.Addr {
@@ -305,12 +352,18 @@ func kernelChecks(ctx context.Context, st *status.Client, x policy.Explanation) 
 
 func printExplain(out io.Writer, r ExplainResult) {
 	fmt.Fprintf(out, "flow: %s\n", r.Flow)
+	if r.From != "" {
+		fmt.Fprintf(out, "sent by: %s\n", r.From)
+	}
 	for _, d := range []policy.Decision{r.Egress, r.Ingress} {
 		printDecision(out, "", d)
 	}
-	if r.Allowed {
+	switch {
+	case r.Egress.Rule.Kind == policy.KindSpoofedSource:
+		fmt.Fprintln(out, "verdict: dropped: spoofed source")
+	case r.Allowed:
 		fmt.Fprintln(out, "verdict: allowed")
-	} else {
+	default:
 		fmt.Fprintln(out, "verdict: denied")
 	}
 	for _, w := range r.HostEndpointWarnings {
@@ -336,6 +389,14 @@ func printExplain(out io.Writer, r ExplainResult) {
 // printDecision prints one direction's decision, each line after
 // indent.
 func printDecision(out io.Writer, indent string, d policy.Decision) {
+	switch d.Rule.Kind {
+	case policy.KindSpoofedSource:
+		fmt.Fprintf(out, "%s%s of %s on %s: dropped: spoofed source: the source address is not the pod's, dropped before any policy [%s]\n", indent, d.Direction, d.Endpoint, d.Node, d.Rule.ID)
+		return
+	case policy.KindNotReached, policy.KindUnknownSender:
+		fmt.Fprintf(out, "%s%s: %s\n", indent, d.Direction, d.Rule.Kind)
+		return
+	}
 	if d.Rule.Kind == policy.KindHostNotExplained {
 		fmt.Fprintf(out, "%s%s: the address is host endpoint %s's on %s: host endpoint policy is not explained\n", indent, d.Direction, strings.TrimPrefix(d.Endpoint, "hep:"), d.Node)
 		return
