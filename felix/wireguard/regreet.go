@@ -51,8 +51,8 @@ func (d *Device) applyRegreets() error {
 		add.Peers = append(add.Peers, wgtypes.PeerConfig{PublicKey: k, Endpoint: net.UDPAddrFromAddrPort(p.Endpoint), ReplaceAllowedIPs: true,
 			AllowedIPs: ipNets(p.AllowedIPs), PersistentKeepaliveInterval: &every})
 	}
-	clear(d.regreet)
 	if len(drop.Peers) == 0 {
+		clear(d.regreet)
 		return nil
 	}
 	// Separate writes: the removal ends the sessions before the peer is
@@ -64,6 +64,7 @@ func (d *Device) applyRegreets() error {
 			return fmt.Errorf("wireguard: %s: greeting %d peers again: %w", d.Name, len(drop.Peers), err)
 		}
 	}
+	clear(d.regreet) // kept on an error: the next Apply tries again
 	var err error
 	if d.have, err = d.dev.read(); err != nil {
 		d.have = nil

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -8,13 +9,24 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// recorder is an impl that records what is written to it.
-type recorder struct{ writes []wgtypes.Config }
+// recorder is an impl that records what is written to it; failAt > 0
+// fails that write (counted from 1) once.
+type recorder struct {
+	writes []wgtypes.Config
+	failAt int
+}
 
-func (r *recorder) configure(c wgtypes.Config) error { r.writes = append(r.writes, c); return nil }
-func (r *recorder) read() (*wgtypes.Device, error)   { return &wgtypes.Device{}, nil }
-func (r *recorder) close() error                     { return nil }
-func (r *recorder) kind() string                     { return "recorder" }
+func (r *recorder) configure(c wgtypes.Config) error {
+	if r.failAt > 0 && len(r.writes)+1 == r.failAt {
+		r.failAt = 0
+		return errors.New("recorder: refused")
+	}
+	r.writes = append(r.writes, c)
+	return nil
+}
+func (r *recorder) read() (*wgtypes.Device, error) { return &wgtypes.Device{}, nil }
+func (r *recorder) close() error                   { return nil }
+func (r *recorder) kind() string                   { return "recorder" }
 
 // TestRegreetRemakesPeer: a peer Regreet asks for is removed, then added
 // back as wanted with a 1 s keepalive (which starts a handshake at
@@ -55,5 +67,16 @@ func TestRegreetRemakesPeer(t *testing.T) {
 	r.writes = nil
 	if err := d.applyRegreets(); err != nil || len(r.writes) != 0 {
 		t.Errorf("a second Apply wrote %+v (%v): each Regreet is done once", r.writes, err)
+	}
+
+	// A write that fails keeps the request for the next Apply.
+	d.Regreet(p)
+	r.writes, r.failAt = nil, 2
+	if err := d.applyRegreets(); err == nil {
+		t.Fatal("a refused write returned no error")
+	}
+	r.writes = nil
+	if err := d.applyRegreets(); err != nil || len(r.writes) != 3 {
+		t.Errorf("after a refused write, the next Apply wrote %d times (%v), want the 3 writes again", len(r.writes), err)
 	}
 }
