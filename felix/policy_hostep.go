@@ -35,6 +35,9 @@ type hostState struct {
 	// before it looks the addresses up again after a change: a test
 	// holds felix back there to prove what the kernel alone polices.
 	hold func()
+	// encapPorts are the UDP ports dropped from pods as encapsulated
+	// (syncEncapPorts).
+	encapPorts []uint16
 }
 
 // hostDevices are WireGuard's devices, IPv4 then IPv6 (wg4, wg6).
@@ -79,6 +82,7 @@ func (l *loop) syncTunnelPeers() {
 	if l.policy.SetHostTunnelPeers(addrs, ports) {
 		l.policyDirty = true
 	}
+	l.syncEncapPorts()
 	l.syncHostDevices()
 }
 

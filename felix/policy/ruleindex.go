@@ -20,12 +20,18 @@ const (
 	// (nftdp's reverse-path check). Its direction is "egress" (forwarded)
 	// or "to-host" (to the node itself).
 	KindSpoofedSource = "spoofed source: the source address is not the pod's"
+	// KindWorkloadEncap: IPIP, IPv6-in-IPv4 or UDP to the VXLAN port sent
+	// by a pod, dropped before any policy (nftdp/encap.go): the nodes'
+	// tunnels would unwrap it from any source. Direction "egress" or
+	// "to-host".
+	KindWorkloadEncap = "encapsulated: a pod's IPIP or VXLAN packet"
 	KindNotPoliced    = "not policed" // the address is no workload (explain)
 	// KindHostNotExplained: the address is a host endpoint's, whose
 	// policy explain does not evaluate (it answers for workloads).
 	KindHostNotExplained = "host endpoint: its policy is not explained"
 	unknownIfacePfx      = "D unknown-iface "
 	spoofedSrcPfx        = "D spoofed-src " // + direction (nftdp/base.go)
+	wlEncapPfx           = "D wl-encap "    // + direction (nftdp/encap.go)
 	logRulePrefix        = "L "
 	logDropRulePrefix    = "D "
 	flowRulePrefix       = "F " // a flow verdict mark (LogConfig.FlowGroup)
@@ -124,7 +130,8 @@ func (x *RuleIndex) deleteIface(iface string) {
 // Resolve reads an nflog prefix: a Log rule's ("L <token>"), a logged
 // drop's ("D <token>"), a flow verdict mark's ("F <token>"), or the
 // drop of a packet from an unprogrammed interface or from a spoofed
-// source ("D unknown-iface <dir>", "D spoofed-src <dir>"). The verdict
+// source ("D unknown-iface <dir>", "D spoofed-src <dir>") or of a
+// pod's encapsulated packet ("D wl-encap <dir>"). The verdict
 // is "log" for a Log rule (the packet goes on to the next rule), "flow"
 // for a flow mark (the rule named decides: its Action says how) and
 // "drop" for the others.
@@ -134,6 +141,9 @@ func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool
 	}
 	if dir, isSpoofed := strings.CutPrefix(prefix, spoofedSrcPfx); isSpoofed {
 		return RuleInfo{ID: "spoofed-src/" + dir, Kind: KindSpoofedSource, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
+	}
+	if dir, isEncap := strings.CutPrefix(prefix, wlEncapPfx); isEncap {
+		return RuleInfo{ID: "wl-encap/" + dir, Kind: KindWorkloadEncap, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
 	}
 	verdict = "drop"
 	tok, isLog := strings.CutPrefix(prefix, logRulePrefix)

@@ -196,8 +196,6 @@ var felixPolicyFields = map[string]struct {
 	// the effective value once every FelixConfiguration is read.
 	"defaultEndpointToHostAction": {func(v any) bool { s, _ := v.(string); return s != "" && !strings.EqualFold(s, "Accept") },
 		"pods would reach their host where Calico stopped them"},
-	"allowIPIPPacketsFromWorkloads":  {func(v any) bool { return v == false }, "IPIP packets from pods, which Calico drops, would be forwarded"},
-	"allowVXLANPacketsFromWorkloads": {func(v any) bool { return v == false }, "VXLAN packets from pods, which Calico drops, would be forwarded"},
 	"wireguardEnabled":               {func(v any) bool { return v == true }, "IPv4 pod traffic between nodes would go in clear unless routed runs with --wireguard"},
 	"wireguardEnabledV6":             {func(v any) bool { return v == true }, "IPv6 pod traffic between nodes would go in clear unless routed runs with --wireguard-v6"},
 	"wireguardHostEncryptionEnabled": {func(v any) bool { return v == true }, "host traffic between nodes would go in clear unless routed runs with --wireguard-host-encryption"},

@@ -71,10 +71,17 @@ func (d *Dataplane) addBase() {
 	}
 	d.addInternal(chainSpoofed+"egress", nil, drop("spoofed-src", "egress"))
 	d.addInternal(chainSpoofed+"to-host", nil, drop("spoofed-src", "to-host"))
+	// Then what a pod sends inside a tunnel's encapsulation (encap.go).
+	encap := func(dir string) Rule { return Rule{InIface: p, Action: ActJump, Target: chainEncap + dir} }
+	d.encapPorts = []uint16{DefaultVXLANPort}
+	for _, dir := range []string{"egress", "to-host"} {
+		d.addInternal(chainEncapDrop+dir, nil, drop("wl-encap", dir))
+		d.addInternal(chainEncap+dir, nil, encapRules(dir, d.encapPorts))
+	}
 
-	base(chainFwdEgress, nftables.ChainHookForward, 0, spoofed("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})
+	base(chainFwdEgress, nftables.ChainHookForward, 0, spoofed("egress"), encap("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})
 	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
-	base(chainInput, nftables.ChainHookInput, 0, spoofed("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
+	base(chainInput, nftables.ChainHookInput, 0, spoofed("to-host"), encap("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
 
 	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))
@@ -105,6 +112,8 @@ func isInternal(name string) bool {
 	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost:
 		return true
 	case chainSpoofed + "egress", chainSpoofed + "to-host":
+		return true
+	case chainEncap + "egress", chainEncap + "to-host", chainEncapDrop + "egress", chainEncapDrop + "to-host":
 		return true
 	}
 	return isHostBase(name)

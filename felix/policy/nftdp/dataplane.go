@@ -88,6 +88,9 @@ type Dataplane struct {
 	// only in the tables of its families.
 	epRefs  map[string]int
 	famRefs [2]map[string]int
+	// encapPorts are the UDP ports dropped from pods as encapsulated
+	// (encap.go).
+	encapPorts []uint16
 	// tailRefs counts the chains going to each tail chain (tail.go).
 	tailRefs map[string]int
 

@@ -144,9 +144,10 @@ profile rules as <chain>/<index> (pi-/po-<policy>, pri-/pro-<profile>),
 the default drops of the chains that endpoints with the same policies
 share as ep-in-/ep-eg-<hash>/tier-end/<tier> and .../no-profile-allowed,
 packets from or to interfaces felix has not programmed as
-unknown-iface/<direction>, and packets from pods whose source address is
-not theirs as spoofed-src/egress and spoofed-src/to-host. A SUBSTRING
-keeps the rules whose ID contains it.
+unknown-iface/<direction>, packets from pods whose source address is
+not theirs as spoofed-src/egress and spoofed-src/to-host, and IPIP or
+VXLAN packets pods send as wl-encap/egress and wl-encap/to-host. A
+SUBSTRING keeps the rules whose ID contains it.
 
 LAST HIT is how long ago felix first saw the counter grow. felix reads
 the counters every 10 s and whenever asked, so the rule matched at most

@@ -206,7 +206,7 @@ func (p Probe) icmp() (bool, error) {
 	id := uint16(time.Now().UnixNano())
 	msg := []byte{typ, 0, 0, 0, byte(id >> 8), byte(id), 0, 1, 'p', 'r', 'o', 'b', 'e'}
 	if typ == 8 { // the kernel checksums ICMPv6 itself
-		binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+		binary.BigEndian.PutUint16(msg[2:], Checksum(msg))
 	}
 	if _, err := c.WriteTo(msg, &net.IPAddr{IP: p.Dst.AsSlice()}); err != nil {
 		return false, nil
@@ -225,7 +225,8 @@ func (p Probe) icmp() (bool, error) {
 	}
 }
 
-func checksum(b []byte) uint16 {
+// Checksum is the Internet checksum of b (RFC 1071).
+func Checksum(b []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(b[i])<<8 | uint32(b[i+1])
