@@ -29,12 +29,16 @@ const (
 	chainSpoofed = "spoofed-src-"
 )
 
-// dadSources are the sources the reverse-path check leaves alone: IPv6's
-// unspecified address, the source of duplicate address detection's
-// neighbour solicitations and MLD reports sent before a pod has an
-// address (no route leads to it). It is nobody's address, so no policy
-// naming pods matches it.
-var dadSources = []netip.Prefix{netip.MustParsePrefix("::/128")}
+// unspecified is IPv6's ::, no route's destination: the reverse-path
+// check would drop every packet from it, so it is checked on its own.
+var unspecified = []netip.Prefix{netip.MustParsePrefix("::/128")}
+
+// dadTypes are what a pod legitimately sends from ::, to the node only
+// (link-local multicast, never forwarded): duplicate address detection's
+// neighbour solicitations (135) and the MLD reports of the groups it
+// joins before it has an address (131, 143). Anything else from :: is
+// spoofed (a pod that sent UDP from :: reached the node's services).
+var dadTypes = []uint8{131, 135, 143}
 
 // ICMPv6 neighbour discovery and router solicitation a pod needs to
 // reach its host at all (types 133-136), and MLD reports (131, 143).
@@ -67,7 +71,19 @@ func (d *Dataplane) addBase() {
 	// anything else, the established accept included, since a spoofed
 	// packet can match the real owner's connection.
 	spoofed := func(dir string) Rule {
-		return Rule{InIface: p, Src: Side{NotNets: dadSources}, SrcNoRouteBack: true, Action: ActJump, Target: chainSpoofed + dir}
+		return Rule{InIface: p, SrcNoRouteBack: true, Action: ActJump, Target: chainSpoofed + dir}
+	}
+	// From ::, only DAD's and MLD's ICMPv6 to the node go on (to the
+	// node's chain, as the jump after the check would); the rest is
+	// spoofed. (IPv6-only rules: the ip table leaves them out.)
+	unspec := func(dir, next string) []Rule {
+		var rs []Rule
+		if next != "" {
+			for _, t := range dadTypes {
+				rs = append(rs, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, Action: ActJump, Target: next})
+			}
+		}
+		return append(rs, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Action: ActJump, Target: chainSpoofed + dir}, spoofed(dir))
 	}
 	d.addInternal(chainSpoofed+"egress", nil, drop("spoofed-src", "egress"))
 	d.addInternal(chainSpoofed+"to-host", nil, drop("spoofed-src", "to-host"))
@@ -79,9 +95,9 @@ func (d *Dataplane) addBase() {
 		d.addInternal(chainEncap+dir, nil, encapRules(dir, d.encapPorts))
 	}
 
-	base(chainFwdEgress, nftables.ChainHookForward, 0, spoofed("egress"), encap("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})
+	base(chainFwdEgress, nftables.ChainHookForward, 0, append(unspec("egress", ""), encap("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})...)
 	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
-	base(chainInput, nftables.ChainHookInput, 0, spoofed("to-host"), encap("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
+	base(chainInput, nftables.ChainHookInput, 0, append(unspec("to-host", chainFromWLHost), encap("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})...)
 
 	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))

@@ -409,3 +409,142 @@ func synAck(p []byte) (src, dst netip.AddrPort, ok bool) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// TestUnspecifiedSourceOnlyForDAD: IPv6's :: is a source only for DAD's
+// neighbour solicitations and MLD reports. A pod sending anything else
+// from :: (a UDP datagram written as a raw frame on its eth0) to the
+// node or to another pod is dropped as spoofed and counted, whatever
+// its egress policy allows (allow-all here). Before the exception was
+// narrowed to those ICMPv6 types, the node received the datagram from
+// :: (its egress policy allowed it). TestDADPassesSpoofCheck covers
+// the solicitations.
+func TestUnspecifiedSourceOnlyForDAD(t *testing.T) {
+	node := polab.NewNode(t)
+	a := node.AddPod(t, "cali-una", "10.75.0.1", "fd00:75::1")
+	b := node.AddPod(t, "cali-unb", "10.75.0.2", "fd00:75::2")
+	const port = 7575
+	sinkB := polab.NewUDPSink(t, b.NS, port)
+	sinkHost := polab.NewUDPSink(t, node.NS, port)
+	d := newDP(t, node)
+	d.SetChain("allow-all", []nftdp.Rule{{Action: nftdp.ActAccept}})
+	d.SetEndpoint(a.Iface, "allow-all", "allow-all", nftdp.BothFamilies)
+	d.SetEndpoint(b.Iface, "allow-all", "allow-all", nftdp.BothFamilies)
+	applyResyncNoop(t, d, "allow all")
+
+	// a's own datagrams arrive (and the frames below reach the node: the
+	// same path, from the same MAC to the same device).
+	for _, dst := range []struct {
+		addr netip.Addr
+		sink *polab.UDPSink
+	}{{b.IPv6, sinkB}, {hostAddr(true), sinkHost}} {
+		own := "own to " + dst.addr.String()
+		nstest.Eventually(t, 10*time.Second, func() string {
+			if src, ok := dst.sink.Has(own); ok {
+				if src != a.IPv6.String() {
+					return fmt.Sprintf("%s: arrived from %s", own, src)
+				}
+				return ""
+			}
+			polab.SendUDP(t, a.NS, a.IPv6, 41750, netip.AddrPortFrom(dst.addr, port), own)
+			return own + ": never arrived"
+		})
+	}
+
+	hostSide, err := node.Handle.LinkByName(a.Iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth, err := a.Handle.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := func(id string) uint64 {
+		t.Helper()
+		cs, err := d.Counters(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[id].Packets
+	}
+	before := counter("spoofed-src/to-host")
+	payload := "from the unspecified address"
+	nstest.Eventually(t, 5*time.Second, func() string {
+		if n := counter("spoofed-src/to-host"); n > before {
+			return ""
+		}
+		a.Do(t, func() error {
+			fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("packet socket: %w", err)
+			}
+			defer unix.Close(fd)
+			for _, dst := range []netip.Addr{b.IPv6, hostAddr(true)} {
+				f := udp6Frame(hostSide.Attrs().HardwareAddr, eth.Attrs().HardwareAddr, netip.IPv6Unspecified(), dst, 41751, port, []byte(payload))
+				if err := unix.Sendto(fd, f, 0, &unix.SockaddrLinklayer{Ifindex: eth.Attrs().Index, Halen: 6}); err != nil {
+					return fmt.Errorf("sending a frame on eth0: %w", err)
+				}
+			}
+			return nil
+		})
+		return "spoofed-src/to-host did not count a's datagram from ::"
+	})
+	// A datagram of a's own, sent after, arrives: the node is reading.
+	after := "after, from a's own address"
+	nstest.Eventually(t, 10*time.Second, func() string {
+		if _, ok := sinkHost.Has(after); ok {
+			return ""
+		}
+		polab.SendUDP(t, a.NS, a.IPv6, 41752, netip.AddrPortFrom(hostAddr(true), port), after)
+		return after + ": never arrived"
+	})
+	for name, s := range map[string]*polab.UDPSink{"the node": sinkHost, "pod b": sinkB} {
+		if src, ok := s.Has(payload); ok {
+			t.Errorf("%s received a's datagram from %s", name, src)
+		}
+	}
+}
+
+// udp6Frame builds an Ethernet frame carrying an IPv6 UDP datagram
+// with any source (a socket would pick its own).
+func udp6Frame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	ulen := 8 + len(payload)
+	f := make([]byte, 14+40+ulen)
+	copy(f[0:6], dstMAC)
+	copy(f[6:12], srcMAC)
+	binary.BigEndian.PutUint16(f[12:14], unix.ETH_P_IPV6)
+	ip := f[14:]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:6], uint16(ulen))
+	ip[6], ip[7] = unix.IPPROTO_UDP, 64
+	s16, d16 := src.As16(), dst.As16()
+	copy(ip[8:24], s16[:])
+	copy(ip[24:40], d16[:])
+	u := ip[40:]
+	binary.BigEndian.PutUint16(u[0:2], sport)
+	binary.BigEndian.PutUint16(u[2:4], dport)
+	binary.BigEndian.PutUint16(u[4:6], uint16(ulen))
+	copy(u[8:], payload)
+	// The checksum over the pseudo-header (addresses, length, next
+	// header) and the datagram; 0 is sent as 0xffff in IPv6.
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(ip[8:40])
+	sum += uint32(ulen) + unix.IPPROTO_UDP
+	add(u)
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	cs := ^uint16(sum)
+	if cs == 0 {
+		cs = 0xffff
+	}
+	binary.BigEndian.PutUint16(u[6:8], cs)
+	return f
+}
