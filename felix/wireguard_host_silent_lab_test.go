@@ -22,7 +22,9 @@ import (
 // host reaches node-a's host (as it must reach etcd there) and node-a's
 // answers are readable; once node-b reads its peers, both encrypt again.
 // Before that, an idle but live peer stays encrypted through several
-// silence windows: the keepalive of confirmed peers keeps it heard.
+// silence windows: the keepalives of confirmed peers keep it heard, and
+// where one end's keepalive timer keeps the other's from firing, the
+// handshake felix asks for after half the window does.
 func TestWireguardHostEncryptionPeerRebooted(t *testing.T) {
 	// Its silence window is timing: a handshake under -race at load 12
 	// took over the 60 s wait once, and at 6 s (keepalives every 2 s) a
