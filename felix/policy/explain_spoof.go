@@ -23,25 +23,29 @@ var (
 	ipv4Broadcast      = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 )
 
-// sourceIsSenders models nftdp's reverse-path check for a packet the
-// workload e sends with source src to dst: it passes when the node has
-// a route to src back through e's interface, which holds for e's own
-// addresses (felix routes each of its networks to its interface) and
-// IPv6 link-local ones (fe80::/64 on every cali device); IPv6's ::
-// (duplicate address detection) is left alone; an IPv4 0.0.0.0 passes
-// only to the broadcast or local multicast addresses (DHCP), as the
-// kernel's fib lookup answers. Anything else (another pod's address,
-// the node's, a remote one) is dropped.
+// sourceIsSenders models nftdp's reverse-path check for a packet f the
+// workload e sends: it passes when the node has a route to f.Src back
+// through e's interface, which holds for e's own addresses (felix
+// routes each of its networks to its interface) and IPv6 link-local
+// ones (fe80::/64 on every cali device); IPv6's :: passes only as
+// ICMPv6 types 131, 135 and 143 (DAD's solicitations, MLD reports:
+// nftdp's dadTypes); an IPv4 0.0.0.0 passes only to the broadcast or
+// local multicast addresses (DHCP), as the kernel's fib lookup answers.
+// Anything else (another pod's address, the node's, a remote one) is
+// dropped.
 //
 // What the model cannot see: whether e's routes are programmed yet on
 // its node (until they are, all its packets are dropped), and a node
 // whose cali devices lack the link-local address (then its link-local
 // sources are dropped too).
-func sourceIsSenders(e *endpoint, src, dst netip.Addr) bool {
+func sourceIsSenders(e *endpoint, f Flow) bool {
+	src, dst := f.Src, f.Dst
 	// No Unmap: an IPv6 packet from ::ffff:a.b.c.d has no route back
 	// (the fib lookup is IPv6's), whoever holds a.b.c.d.
 	switch {
-	case src.Is6() && (src == netip.IPv6Unspecified() || ipv6LinkLocal.Contains(src)):
+	case src.Is6() && src == netip.IPv6Unspecified():
+		return f.Proto == 58 && (f.ICMPType == 131 || f.ICMPType == 135 || f.ICMPType == 143)
+	case src.Is6() && ipv6LinkLocal.Contains(src):
 		return true
 	case src.Is4() && src == netip.IPv4Unspecified():
 		return dst == ipv4Broadcast || ipv4LocalMulticast.Contains(dst)
@@ -68,7 +72,7 @@ func (c *Calc) decideSender(f Flow, in bool, d *Decision) (sender *endpoint, don
 		}
 		return nil, true
 	}
-	if sourceIsSenders(e, f.Src, f.Dst) {
+	if sourceIsSenders(e, f) {
 		return e, false
 	}
 	if in {

@@ -9,11 +9,11 @@ import (
 // and whose source is not a's is dropped at a's egress by the
 // reverse-path check, whatever the policies say (the same flow from c
 // itself is allowed), and its ingress is never reached. A sender's own
-// addresses, link-local and :: sources, and 0.0.0.0 to the broadcast
-// address pass the check, and the sender's egress policy decides them
-// (the kernel picks it by interface); 0.0.0.0 to a pod, nobody's
-// addresses and the IPv4-mapped IPv6 form of its own do not; an
-// unknown sender is refused.
+// addresses, link-local sources, :: for DAD and MLD, and 0.0.0.0 to the
+// broadcast address pass the check, and the sender's egress policy
+// decides them (the kernel picks it by interface); 0.0.0.0 to a pod,
+// nobody's addresses, :: for anything else and the IPv4-mapped IPv6
+// form of its own do not; an unknown sender is refused.
 func TestExplainSpoofedSource(t *testing.T) {
 	m := stagedModel(t)
 	fromC := tcpFlow(3, 2, 8080)
@@ -50,11 +50,17 @@ func TestExplainSpoofedSource(t *testing.T) {
 		{"the unspecified address to a pod", addr("0.0.0.0"), addr("10.0.0.2"), 6, 8080, true},
 		{"IPv6 link-local", addr("fe80::a"), addr("fe80::1"), 58, 0, false},
 		{"IPv6 link-local outside fe80::/64", addr("fe80:1::a"), addr("fe80::1"), 58, 0, true},
-		{"IPv6 unspecified (DAD)", addr("::"), addr("ff02::1:ff00:1"), 58, 0, false},
+		{"IPv6 unspecified (DAD)", addr("::"), addr("ff02::1:ff00:1"), 58, 135, false},
+		{"IPv6 unspecified (MLDv2 report)", addr("::"), addr("ff02::16"), 58, 143, false},
+		{"IPv6 unspecified, an echo request", addr("::"), addr("fd00::2"), 58, 128, true},
+		{"IPv6 unspecified, UDP", addr("::"), addr("fd00::2"), 17, 53, true},
 		{"an IPv6 address not d's", addr("fd00::3"), addr("fd00::2"), 6, 8080, true},
 		{"the IPv4-mapped IPv6 form of d's address", addr("::ffff:10.0.0.4"), addr("fd00::2"), 6, 8080, true},
 	} {
 		f := Flow{Src: tc.src, Dst: tc.dst, Proto: tc.proto, DstPort: tc.port, ICMPType: -1, ICMPCode: -1, From: "ep-d"}
+		if tc.proto == 58 { // port: the ICMPv6 type
+			f.DstPort, f.ICMPType, f.ICMPCode = 0, int(tc.port), 0
+		}
 		x := m.Explain(f)
 		if got := x.Egress.Rule.Kind == KindSpoofedSource; got != tc.spoofed {
 			t.Errorf("%s: spoofed %v, want %v (egress %+v)", tc.name, got, tc.spoofed, x.Egress)

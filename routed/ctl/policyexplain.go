@@ -62,8 +62,9 @@ packet whose source has no route back through the pod's interface before
 any policy (counted under spoofed-src/egress, or spoofed-src/to-host when
 sent to the node itself). So a source that is not one of the pod's
 addresses answers "dropped: spoofed source", except IPv6 link-local
-(fe80::/64) and :: sources and, in IPv4, 0.0.0.0 to 255.255.255.255 or
-224.0.0.0/24 (DHCP), which pass the check and meet the pod's egress policy.
+(fe80::/64) sources, :: for ICMPv6 types 131, 135 and 143 (DAD, MLD) and,
+in IPv4, 0.0.0.0 to 255.255.255.255 or 224.0.0.0/24 (DHCP), which pass the
+check and meet the pod's egress policy.
 What explain cannot see: whether the pod's routes are programmed yet on its
 node (until they are, all its packets are dropped).`,
 		Args: cobra.RangeArgs(2, 3),
