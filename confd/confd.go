@@ -32,6 +32,12 @@ type Speaker interface {
 	SetNoExportCIDRs([]netip.Prefix)
 }
 
+// problemSink is told why BGP cannot be configured ("" once it can), for
+// status; *bgp.Speaker implements it.
+type problemSink interface {
+	SetConfigProblem(string)
+}
+
 // PeerRouteSink programs the routes to peers with reachableBy (felix on
 // a node): peer address to gateway, the whole set each time.
 type PeerRouteSink interface {
@@ -164,14 +170,18 @@ func (c *Confd) push(st *state) {
 		}
 		st.lastWarn = d.Warnings
 	}
-	if d.Problem != "" {
-		if d.Problem != st.lastProb {
+	if d.Problem != st.lastProb {
+		if d.Problem != "" {
 			c.log.Warn(d.Problem + "; BGP waits for it")
-			st.lastProb = d.Problem
 		}
+		if p, ok := c.sp.(problemSink); ok {
+			p.SetConfigProblem(d.Problem)
+		}
+		st.lastProb = d.Problem
+	}
+	if d.Problem != "" {
 		return
 	}
-	st.lastProb = ""
 	if st.lastGlobal == nil || *st.lastGlobal != d.Global {
 		g := d.Global
 		st.lastGlobal = &g

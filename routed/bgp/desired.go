@@ -18,6 +18,8 @@ type desired struct {
 	// peers is nil until confd first sets it.
 	peers    []Peer
 	peersSet bool
+	// problem is why confd cannot configure BGP ("" when it can).
+	problem  string
 	services []netip.Prefix
 	adverts  []PrefixCommunities
 	filters  map[netip.Addr]PeerFilters
@@ -47,6 +49,14 @@ func (d *desired) update(f func()) {
 	f()
 	d.mu.Unlock()
 	d.poke()
+}
+
+// pending reports whether the sessions have not been set yet, and what
+// confd said stops it from setting them ("" when nothing does).
+func (d *desired) pending() (bool, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.peersSet, d.problem
 }
 
 // snapshot is a copy of desired the loop can use without locking.

@@ -17,6 +17,9 @@ import (
 //     mesh, is ready).
 func (s *Speaker) Readiness(ctx context.Context) (bool, string) {
 	w := s.want.snapshot()
+	if _, problem := s.want.pending(); problem != "" && !w.peersSet {
+		return false, "BGP not configured: " + problem
+	}
 	if w.global == nil || !w.global.Valid() {
 		return false, "BGP not configured yet (no AS number or router ID from the datastore)"
 	}

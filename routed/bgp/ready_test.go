@@ -29,6 +29,13 @@ func TestReadinessNeedsConfiguration(t *testing.T) {
 		}
 	}
 	want(false, "not configured yet")
+	// confd says what stops it; status and readiness name it.
+	sp.SetConfigProblem(`no Node resource "n1"`)
+	want(false, `BGP not configured: no Node resource "n1"`)
+	if p, err := sp.Process(ctx); err != nil || !p.PeersPending || p.ConfigProblem != `no Node resource "n1"` {
+		t.Errorf("Process() = %+v (%v), want the sessions pending with the problem", p, err)
+	}
+	sp.SetConfigProblem("")
 	sp.SetGlobal(Global{ASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1")})
 	want(false, "sessions not configured yet")
 	pending := func(want bool) {

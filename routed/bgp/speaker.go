@@ -131,6 +131,15 @@ func (s *Speaker) SetPeers(peers []Peer) {
 	s.want.update(func() { s.want.peers, s.want.peersSet = peers, true })
 }
 
+// SetConfigProblem records why BGP cannot be configured from the
+// datastore ("" once it can): the node has no Node resource or no BGP
+// address, say. Status reports it while no sessions were set.
+func (s *Speaker) SetConfigProblem(problem string) {
+	s.want.mu.Lock()
+	s.want.problem = problem
+	s.want.mu.Unlock()
+}
+
 // SetServiceCIDRs sets the service cluster IP ranges to advertise.
 func (s *Speaker) SetServiceCIDRs(cidrs []netip.Prefix) {
 	cidrs = slices.Clone(cidrs)

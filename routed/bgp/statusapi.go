@@ -169,10 +169,11 @@ func (s *Speaker) routes(family bgp.Family) ([]status.Route, error) {
 // Process implements status.Provider.
 func (s *Speaker) Process(ctx context.Context) (status.Process, error) {
 	v := s.getView()
+	pending, problem := s.want.pending()
 	p := status.Process{
 		PID: os.Getpid(), Started: s.start, NodeName: s.cfg.NodeName,
 		ListenPort: v.listenPort, GracefulRestart: !s.cfg.DisableGracefulRestart,
-		Restarting: v.restarting, PeersPending: !s.want.snapshot().peersSet,
+		Restarting: v.restarting, PeersPending: pending, ConfigProblem: problem,
 	}
 	if v.global != nil {
 		p.RouterID, p.ASN = v.global.RouterID.String(), v.global.ASN

@@ -122,6 +122,10 @@ type Process struct {
 	// from the datastore (start-up): until then the session list is
 	// empty or incomplete, not a node without peers.
 	PeersPending bool `json:"peersPending,omitempty"`
+	// ConfigProblem is why BGP cannot be configured from the datastore
+	// (no Node resource for this node, no BGP address): the sessions
+	// stay pending until it is fixed.
+	ConfigProblem string `json:"configProblem,omitempty"`
 }
 
 // Provider is what the status server asks. The BGP speaker implements it.

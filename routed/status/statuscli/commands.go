@@ -244,6 +244,10 @@ func nodeStatus(ctx context.Context, out io.Writer, c *status.Client) error {
 		fmt.Fprintf(out, "\nWireGuard status unavailable: %v\n", err)
 	}
 	fmt.Fprintln(out)
+	if proc.PeersPending && proc.ConfigProblem != "" {
+		fmt.Fprintf(out, "BGP sessions not configured: %s.\n", proc.ConfigProblem)
+		return &ExitError{Code: ExitSessionDown, Err: fmt.Errorf("BGP sessions not configured: %s", proc.ConfigProblem), Reported: true}
+	}
 	if proc.PeersPending {
 		fmt.Fprintln(out, "BGP sessions not configured yet: routed has not read them from the datastore.")
 		return &ExitError{Code: ExitSessionDown, Err: errors.New("BGP sessions not configured yet"), Reported: true}

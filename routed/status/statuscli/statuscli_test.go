@@ -19,13 +19,14 @@ import (
 type provider struct {
 	peers   []status.Peer
 	routes  []status.Route
-	pending bool // the sessions not read from the datastore yet
+	pending bool   // the sessions not read from the datastore yet
+	problem string // why they cannot be (confd)
 }
 
 func (p provider) Peers(context.Context) ([]status.Peer, error)   { return p.peers, nil }
 func (p provider) Routes(context.Context) ([]status.Route, error) { return p.routes, nil }
 func (p provider) Process(context.Context) (status.Process, error) {
-	return status.Process{PID: 1, PeersPending: p.pending}, nil
+	return status.Process{PID: 1, PeersPending: p.pending, ConfigProblem: p.problem}, nil
 }
 
 func serve(t *testing.T, p status.Provider) string {
@@ -111,6 +112,12 @@ func TestNodeStatusBeforeSessionsAreRead(t *testing.T) {
 	out, err := run("node", "status", "--status-socket", sock)
 	if code(err) != ExitSessionDown || !strings.Contains(out, "BGP sessions not configured yet") {
 		t.Fatalf("sessions not read yet: exit %d (%v), want 2 naming it:\n%s", code(err), err, out)
+	}
+	// Read, but confd cannot configure BGP: the reason, not "yet".
+	sock = serve(t, provider{pending: true, problem: `node "n1" has no BGP address`})
+	out, err = run("node", "status", "--status-socket", sock)
+	if code(err) != ExitSessionDown || !strings.Contains(out, `BGP sessions not configured: node "n1" has no BGP address.`) || strings.Contains(out, "yet") {
+		t.Fatalf("confd's problem: exit %d (%v), want 2 naming it:\n%s", code(err), err, out)
 	}
 	// A node that has read its sessions and has none is fine.
 	sock = serve(t, provider{})
