@@ -86,6 +86,14 @@ func New(cfg Config) (*Client, error) {
 		// too busy or too far to answer in DialTimeout is unavailable,
 		// not a bad configuration (a CNI ADD would fail with code 7).
 		if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+			// A certificate the client cannot verify looks the same:
+			// say so (still unavailable, as for every other request).
+			if tlsCfg != nil {
+				if p := tlsProblem(context.Background(), cfg, tlsCfg); p != "" {
+					return nil, fmt.Errorf("%w: %v: %s (while authenticating as %q): %w",
+						ErrUnavailable, cfg.Endpoints, p, cfg.Username, err)
+				}
+			}
 			return nil, fmt.Errorf("%w: %v did not answer within %v while authenticating as %q: %w",
 				ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, cfg.Username, err)
 		}

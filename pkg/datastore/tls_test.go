@@ -154,3 +154,23 @@ func TestNewTLSConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestNewWithUserNamesAnUntrustedServer: with a user name, New
+// authenticates before it returns; against an etcd whose certificate the
+// configured CA does not sign, etcd's client only sees a dial that never
+// ends. New says what is wrong (the certificate, the endpoint), not
+// only that etcd "did not answer" (a review finding: a wrong CA file
+// read as an etcd too busy to answer). Real TLS etcd.
+func TestNewWithUserNamesAnUntrustedServer(t *testing.T) {
+	t.Parallel()
+	pki := testpki.New(t)
+	s := startTLSEtcd(t, pki)
+	other := testpki.New(t)
+	_, err := New(Config{Endpoints: s.Endpoints, CACertFile: other.CAFile, CertFile: pki.ClientCert, KeyFile: pki.ClientKey,
+		Username: "routed-cni", Password: "pw", DialTimeout: 500 * time.Millisecond})
+	wantErr(t, "New", err, ErrUnavailable)
+	if err == nil || !strings.Contains(err.Error(), "TLS handshake with "+s.Endpoints[0]) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("New against an etcd the CA does not sign: %v; want the handshake's certificate error naming the endpoint", err)
+	}
+	t.Log(err)
+}
