@@ -57,17 +57,7 @@ func (l *loop) hostV4Refusal(arpUnmarked error) (string, error) {
 		return "", err
 	}
 	devs = append([]string{"all"}, devs...)
-	var vals map[string]int
-	read := func() error {
-		var err error
-		vals, err = readConfInts(devs, "arp_filter", "rp_filter")
-		return err
-	}
-	if l.cfg.NetNSPath == "" {
-		err = read()
-	} else {
-		err = ns.WithNetNSPath(l.cfg.NetNSPath, func(ns.NetNS) error { return read() })
-	}
+	vals, err := readConfIntsIn(l.cfg.NetNSPath, devs, "arp_filter", "rp_filter")
 	if err != nil {
 		return "", err
 	}
@@ -147,6 +137,21 @@ func onLinkDevices(uplink string, subnets []ifSubnet, peers []netip.Addr) []stri
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// readConfIntsIn is readConfInts in the namespace at nsPath ("": this
+// thread's).
+func readConfIntsIn(nsPath string, devs []string, keys ...string) (map[string]int, error) {
+	if nsPath == "" {
+		return readConfInts(devs, keys...)
+	}
+	var vals map[string]int
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		vals, err = readConfInts(devs, keys...)
+		return err
+	})
+	return vals, err
 }
 
 // readConfInts reads net.ipv4.conf.<dev>.<key> for each device and key

@@ -30,6 +30,9 @@ type wgState struct {
 	held       [2]map[string]string // last held nodes, for logging changes
 	published0 bool                 // PublishKeys was called at least once
 	host       wgHostState          // host encryption (wireguard_host.go)
+	// rpfChecked is the index of the IPv4 device whose rp_filter was
+	// last checked, rpfWarned the one warned about (wireguard_rpfilter.go).
+	rpfChecked, rpfWarned int
 }
 
 func newWGState(cfg *Config, lg *logrus.Entry) *wgState {
@@ -154,6 +157,9 @@ func (l *loop) syncWireguard(full bool) error {
 		link, err := d.Apply(l.h, full)
 		l.noteDevice(link)
 		l.hostLink(link, false)
+		if err == nil {
+			l.wgRPFilter(fam, link, full)
+		}
 		w.devErr[fam] = err
 		errs = append(errs, err)
 	}
