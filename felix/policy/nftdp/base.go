@@ -27,6 +27,8 @@ const (
 	// chainSpoofed+direction ("spoofed-src-egress", "spoofed-src-to-host")
 	// drop packets from workloads whose source is not theirs.
 	chainSpoofed = "spoofed-src-"
+	// chainSpoofCheck (prerouting) sends them there.
+	chainSpoofCheck = "spoof-check"
 )
 
 // unspecified is IPv6's ::, no route's destination: the reverse-path
@@ -67,24 +69,26 @@ func (d *Dataplane) addBase() {
 
 	// A workload's packet whose source has no route back through its
 	// interface is spoofed (another pod's address, the host's, anything
-	// not routed to that pod): it goes to a drop of its own before
-	// anything else, the established accept included, since a spoofed
-	// packet can match the real owner's connection.
-	spoofed := func(dir string) Rule {
-		return Rule{InIface: p, SrcNoRouteBack: true, Action: ActJump, Target: chainSpoofed + dir}
+	// not routed to that pod): it is dropped on the prerouting hook
+	// before connection tracking, so that it can neither match nor
+	// refresh (nor, as an in-window RST, close) the real owner's
+	// connection, and before the host answers it (ICMP errors of
+	// forwarding). Counted as to-host when its destination is the node
+	// itself (local, broadcast, multicast), else as egress.
+	spoofed := func(to Rule) []Rule {
+		host, fwd := to, to
+		host.DstNotUnicast, host.Action, host.Target = true, ActJump, chainSpoofed+"to-host"
+		fwd.Action, fwd.Target = ActJump, chainSpoofed+"egress"
+		return []Rule{host, fwd}
 	}
-	// From ::, only DAD's and MLD's ICMPv6 to the node go on (to the
-	// node's chain, as the jump after the check would); the rest is
+	// From ::, only DAD's and MLD's ICMPv6 to the node go on; the rest is
 	// spoofed. (IPv6-only rules: the ip table leaves them out.)
-	unspec := func(dir, next string) []Rule {
-		var rs []Rule
-		if next != "" {
-			for _, t := range dadTypes {
-				rs = append(rs, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, Action: ActJump, Target: next})
-			}
-		}
-		return append(rs, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Action: ActJump, Target: chainSpoofed + dir}, spoofed(dir))
+	var check []Rule
+	for _, t := range dadTypes {
+		check = append(check, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, DstNotUnicast: true, Action: ActAccept})
 	}
+	check = append(check, spoofed(Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}})...)
+	check = append(check, spoofed(Rule{InIface: p, SrcNoRouteBack: true})...)
 	d.addInternal(chainSpoofed+"egress", nil, drop("spoofed-src", "egress"))
 	d.addInternal(chainSpoofed+"to-host", nil, drop("spoofed-src", "to-host"))
 	// Then what a pod sends inside a tunnel's encapsulation (encap.go).
@@ -95,9 +99,11 @@ func (d *Dataplane) addBase() {
 		d.addInternal(chainEncap+dir, nil, encapRules(dir, d.encapPorts))
 	}
 
-	base(chainFwdEgress, nftables.ChainHookForward, 0, append(unspec("egress", ""), encap("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})...)
+	// Before conntrack (-200) and the host endpoints' raw chain (-300).
+	base(chainSpoofCheck, nftables.ChainHookPrerouting, -310, check...)
+	base(chainFwdEgress, nftables.ChainHookForward, 0, encap("egress"), Rule{InIface: p, Action: ActJump, Target: chainFromWL})
 	base(chainFwdIngress, nftables.ChainHookForward, 1, Rule{OutIface: p, Action: ActJump, Target: chainToWL})
-	base(chainInput, nftables.ChainHookInput, 0, append(unspec("to-host", chainFromWLHost), encap("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})...)
+	base(chainInput, nftables.ChainHookInput, 0, encap("to-host"), Rule{InIface: p, Action: ActJump, Target: chainFromWLHost})
 
 	fromWL := append(append([]Rule{}, established...), Rule{InIface: p, Action: ActDispatch, Target: FromWLIfaces})
 	d.addInternal(chainFromWL, nil, append(fromWL, unknown("egress")...))
@@ -125,7 +131,7 @@ func (d *Dataplane) addInternal(name string, h *hook, rules []Rule) {
 // isInternal reports whether callers may not set or delete the chain.
 func isInternal(name string) bool {
 	switch name {
-	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost:
+	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost, chainSpoofCheck:
 		return true
 	case chainSpoofed + "egress", chainSpoofed + "to-host":
 		return true

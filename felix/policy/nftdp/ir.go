@@ -105,8 +105,12 @@ type Rule struct {
 	// SrcNoRouteBack: the packet's source address has no route back
 	// through the interface it came in on (nft: fib saddr . iif oif
 	// missing), a reverse-path check independent of rp_filter. Only
-	// meaningful on the input and forward hooks.
+	// meaningful on the prerouting, input and forward hooks.
 	SrcNoRouteBack bool
+	// DstNotUnicast: the destination's route is not a unicast one (nft:
+	// fib daddr type != unicast): the packet is for the node itself
+	// (local, broadcast, multicast), not to be forwarded.
+	DstNotUnicast bool
 	// IfPassClear: the rule applies only while the pass bit is clear.
 	IfPassClear bool
 	// IfPassSet: the rule applies only while the pass bit is set.

@@ -56,6 +56,10 @@ func (rd *renderer) render(r *Rule, anon anonAdder) (ex []expr.Any, ok bool, err
 		ex = append(ex, &expr.Fib{Register: reg1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(0)})
 	}
+	if r.DstNotUnicast {
+		ex = append(ex, &expr.Fib{Register: reg1, FlagDADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: ne32(unix.RTN_UNICAST)})
+	}
 	if r.CtState != 0 {
 		ex = append(ex, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(r.CtState), Xor: ne32(0)},
