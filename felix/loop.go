@@ -349,8 +349,18 @@ func (l *loop) apply(ctx context.Context) {
 	if l.tunnelDirty {
 		errs = append(errs, l.applyTunnel())
 	}
+	policyFull := full
 	if l.vxlanDirty {
-		errs = append(errs, l.applyVXLAN())
+		// The drop of pods' VXLAN covers the port before a device
+		// listens on it (policy_encap.go).
+		ok, applied, err := l.coverVXLANPort(ctx, full)
+		errs = append(errs, err)
+		if applied {
+			policyFull = false // done just now
+		}
+		if ok {
+			errs = append(errs, l.applyVXLAN())
+		}
 	}
 	errs = append(errs, l.writeMTU(full))
 	errs = append(errs, l.applySysctls(full))
@@ -366,7 +376,7 @@ func (l *loop) apply(ctx context.Context) {
 		errs = append(errs, l.nat.Apply(full))
 	}
 	errs = append(errs, l.rt.Apply())
-	errs = append(errs, l.applyPolicy(ctx, full))
+	errs = append(errs, l.applyPolicy(ctx, policyFull))
 	if err := errors.Join(errs...); err != nil {
 		l.failures++
 		backoff := min(time.Duration(1<<min(l.failures-1, 10))*500*time.Millisecond, defaultMaxRetryBackoff, l.cfg.ResyncInterval)
