@@ -342,9 +342,12 @@ func (s *syncer) ensure(ctx context.Context, want api.Resource) error {
 	return s.ensureAdopting(ctx, want, nil)
 }
 
-// ensureAdopting is ensure that also takes over a stored object adopt
-// (when not nil) accepts although the controllers did not write it.
-func (s *syncer) ensureAdopting(ctx context.Context, want api.Resource, adopt func(api.Resource) bool) error {
+// ensureAdopting is ensure with adopt (when not nil) deciding about
+// the stored object before anything is written over it: it sees the
+// stored object and want (which it may mark) and returns false to leave
+// the stored object as it is (saying why is then its job). Without
+// adopt, only what the controllers wrote is written over.
+func (s *syncer) ensureAdopting(ctx context.Context, want api.Resource, adopt func(cur, want api.Resource) bool) error {
 	kind, name := want.GetKind(), api.StoreName(want)
 	cur, err := s.store.Get(ctx, kind, name)
 	if datastore.IsNotFound(err) {
@@ -357,12 +360,13 @@ func (s *syncer) ensureAdopting(ctx context.Context, want api.Resource, adopt fu
 	if err != nil {
 		return err
 	}
-	if !IsOwned(cur) {
-		if adopt == nil || !adopt(cur) {
-			log.WithFields(logrus.Fields{"kind": kind, "name": name}).Warn("an object of this name was not written by the controllers; leaving it alone")
+	if adopt != nil {
+		if !adopt(cur, want) {
 			return nil
 		}
-		log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("adopting Calico's object of this name")
+	} else if !IsOwned(cur) {
+		log.WithFields(logrus.Fields{"kind": kind, "name": name}).Warn("an object of this name was not written by the controllers; leaving it alone")
+		return nil
 	}
 	m := want.Meta()
 	m.ResourceVersion, m.CreationTimestamp, m.UID = cur.Meta().ResourceVersion, cur.Meta().CreationTimestamp, cur.Meta().UID

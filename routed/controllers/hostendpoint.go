@@ -26,10 +26,12 @@ import (
 // One exception, for clusters moved from Calico (routedctl migrate
 // calico): while on, an unowned "<node>-auto-hep" carrying Calico's
 // CalicoCreatedByLabel is Calico's kube-controllers' own, carried as it
-// was, and is adopted (rewritten as the controllers' own) or, its node
-// gone, removed. While off it is left alone like any other: it keeps
-// policing its host as Calico wrote it (failing closed), rather than
-// being removed by a controller that never wrote it.
+// was, and is adopted (rewritten as the controllers' own, marked
+// AdoptedAnnotation) unless that would remove a label or an expected IP
+// (hostendpoint_takeover.go), or, its node gone, removed. While off it
+// is left alone like any other: it keeps policing its host as Calico
+// wrote it (failing closed), rather than being removed by a controller
+// that never wrote it; one adopted earlier is released, not removed.
 
 // AutoHostEndpointSuffix ends the name of a node's automatic host
 // endpoint: "<node>-auto-hep", as Calico names it.
@@ -75,11 +77,11 @@ func DefaultAllowProfile() *api.Profile {
 }
 
 // autoHostEndpoints keeps one automatic host endpoint per node while on
-// (and removes those it wrote while off) until ctx ends, with a queue
-// and a Node informer of its own.
+// (and while off removes those it created and releases those it took
+// over) until ctx ends, with a queue and a Node informer of its own.
 func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 	if !on {
-		return s.removeAutoHostEndpoints(ctx, nil, false)
+		return s.autoHostEndpointsOff(ctx)
 	}
 	f := informers.NewSharedInformerFactory(s.kube, 0)
 	inf := f.Core().V1().Nodes().Informer()
@@ -103,13 +105,14 @@ func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 		q.ShutDown()
 	}()
 	nodes := inf.GetIndexer()
+	refused := map[string]string{} // the worker's own: see takeOver
 	go func() {
 		for {
 			// Nodes deleted while no controller ran: their endpoints go.
 			err := s.removeAutoHostEndpoints(ctx, func(node string) bool {
 				_, ok, err := nodes.GetByKey(node)
 				return err == nil && ok
-			}, true)
+			})
 			if err != nil {
 				log.WithError(err).Warn("automatic host endpoints: resync incomplete")
 			}
@@ -128,7 +131,7 @@ func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 		if quit {
 			return ctx.Err()
 		}
-		err := s.syncAutoHostEndpoint(ctx, nodes, name)
+		err := s.syncAutoHostEndpoint(ctx, nodes, name, refused)
 		if err != nil && ctx.Err() == nil {
 			log.WithError(err).WithField("node", name).Warn("automatic host endpoint: sync failed; retrying")
 			q.AddRateLimited(name)
@@ -140,13 +143,14 @@ func (s *syncer) autoHostEndpoints(ctx context.Context, on bool) error {
 }
 
 // syncAutoHostEndpoint makes a node's automatic host endpoint (and the
-// profile it names) match the node, or go with it.
-func (s *syncer) syncAutoHostEndpoint(ctx context.Context, nodes cache.Indexer, name string) error {
+// profile it names) match the node, or go with it. refused is takeOver's.
+func (s *syncer) syncAutoHostEndpoint(ctx context.Context, nodes cache.Indexer, name string, refused map[string]string) error {
 	o, ok, err := nodes.GetByKey(name)
 	if err != nil {
 		return err
 	}
 	if !ok {
+		delete(refused, name+AutoHostEndpointSuffix)
 		return s.deleteAdopting(ctx, api.KindHostEndpoint, name+AutoHostEndpointSuffix, fromCalico)
 	}
 	// The profile first: an endpoint naming a profile that does not
@@ -154,13 +158,15 @@ func (s *syncer) syncAutoHostEndpoint(ctx context.Context, nodes cache.Indexer, 
 	if err := s.ensure(ctx, DefaultAllowProfile()); err != nil {
 		return fmt.Errorf("profile %s: %w", api.DefaultAllowProfile, err)
 	}
-	return s.ensureAdopting(ctx, AutoHostEndpoint(o.(*corev1.Node)), fromCalico)
+	n := o.(*corev1.Node)
+	return s.ensureAdopting(ctx, AutoHostEndpoint(n), s.takeOver(n, refused))
 }
 
 // fromCalico reports whether r, not written by the controllers, is the
 // automatic host endpoint of a node Calico's kube-controllers wrote
 // (carried by routedctl migrate calico): "<node>-auto-hep" for its
-// node, on "*", with Calico's label. The controllers adopt it while on.
+// node, on "*", with Calico's label. The controllers adopt it while on
+// (unless takeOver finds that would remove something).
 // Those Calico made from templates ("<node>-<template>[-<interface>]-auto-hep",
 // not on "*") are never adopted: routed has no templates.
 func fromCalico(r api.Resource) bool {
@@ -170,9 +176,9 @@ func fromCalico(r api.Resource) bool {
 }
 
 // removeAutoHostEndpoints deletes the automatic host endpoints the
-// controllers wrote (and, with calico, Calico's they would adopt), but
-// those of nodes keep reports as present.
-func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node string) bool, calico bool) error {
+// controllers wrote or took over, and Calico's they would take over,
+// but those of nodes keep reports as present.
+func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node string) bool) error {
 	list, _, err := s.store.List(ctx, api.KindHostEndpoint)
 	if err != nil {
 		return fmt.Errorf("list hostendpoints: %w", err)
@@ -180,15 +186,10 @@ func (s *syncer) removeAutoHostEndpoints(ctx context.Context, keep func(node str
 	for _, r := range list {
 		h := r.(*api.HostEndpoint)
 		node, ok := strings.CutSuffix(h.Metadata.Name, AutoHostEndpointSuffix)
-		mine := IsOwned(h) || (calico && fromCalico(h))
-		if !ok || !mine || (keep != nil && keep(node)) {
+		if !ok || !(IsOwned(h) || fromCalico(h)) || keep(node) {
 			continue
 		}
-		var adopt func(api.Resource) bool
-		if calico {
-			adopt = fromCalico
-		}
-		if err := s.deleteAdopting(ctx, api.KindHostEndpoint, h.Metadata.Name, adopt); err != nil {
+		if err := s.deleteAdopting(ctx, api.KindHostEndpoint, h.Metadata.Name, fromCalico); err != nil {
 			return err
 		}
 	}

@@ -114,8 +114,9 @@ func TestAutoHostEndpoints(t *testing.T) {
 // carried unowned by routedctl migrate calico, fail closed in either
 // order. Off, the controllers remove only what they wrote: Calico's stay
 // as carried, policing their hosts. On, Calico's "<node>-auto-hep" of a
-// node is taken over (rewritten as the controllers' own, labels and
-// addresses from the node, Calico's created-by label kept), a deleted
+// node is taken over (rewritten as the controllers' own, marked
+// adopted, labels and addresses from the node, which here only adds to
+// them, Calico's created-by label kept), a deleted
 // node's goes, and what is not Calico's default endpoint (one from a
 // template, one written by hand under the same pattern) is left alone.
 func TestAutoHostEndpointsAdoptCalicos(t *testing.T) {
@@ -132,7 +133,7 @@ func TestAutoHostEndpointsAdoptCalicos(t *testing.T) {
 	}
 	written := AutoHostEndpoint(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "old"}})
 	for _, h := range []*api.HostEndpoint{
-		calico("node1-auto-hep", "node1", "*", map[string]string{"zone": "old"}, "10.0.0.1", "10.244.0.1"),
+		calico("node1-auto-hep", "node1", "*", map[string]string{"zone": "a"}, "10.0.0.1"),
 		calico("gone-auto-hep", "gone", "*", nil, "10.0.0.9"),
 		calico("node1-tmpl-auto-hep", "node1", "", nil, "10.0.0.1"),
 		{Metadata: api.ObjectMeta{Name: "byhand-auto-hep"}, Spec: api.HostEndpointSpec{Node: "byhand", InterfaceName: "*"}},
@@ -142,8 +143,8 @@ func TestAutoHostEndpointsAdoptCalicos(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", Labels: map[string]string{"zone": "a"}},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}})
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", Labels: map[string]string{"zone": "a", "rack": "r1"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeExternalIP, Address: "192.0.2.1"}}}})
 	hep := func(name string) *api.HostEndpoint {
 		r, err := store.Get(ctx, api.KindHostEndpoint, name)
 		if err != nil {
@@ -178,8 +179,9 @@ func TestAutoHostEndpointsAdoptCalicos(t *testing.T) {
 	}
 	run(true, func() string {
 		h := hep("node1-auto-hep")
-		if h == nil || !IsOwned(h) || h.Metadata.Labels["zone"] != "a" || h.Metadata.Labels[CalicoCreatedByLabel] != CalicoCreatedByValue ||
-			!slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
+		if h == nil || !IsOwned(h) || h.Metadata.Annotations[AdoptedAnnotation] != CalicoCreatedByValue || h.Metadata.Labels["rack"] != "r1" ||
+			h.Metadata.Labels["zone"] != "a" || h.Metadata.Labels[CalicoCreatedByLabel] != CalicoCreatedByValue ||
+			!slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1", "192.0.2.1"}) {
 			return fmt.Sprintf("node1's endpoint not taken over: %+v", h)
 		}
 		if hep("gone-auto-hep") != nil {
