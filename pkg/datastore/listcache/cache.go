@@ -8,13 +8,14 @@
 // replaced atomically (temporary file, fsync, rename): a base, the
 // listed keys at one revision, sorted by key, with a CRC-32C. Changes
 // seen since are kept, the latest per key (the keys and revisions in
-// memory, the values in an unlinked journal file beside it), and merged
-// into a new file in one pass over the old one: every Period, when they
-// pass MaxChanges bytes, and when the node stops. No list is ever held
-// here: a list from etcd is written to a temporary file page by page as
-// the stream reads it (made durable and renamed into place by Run), and
-// a loaded file is checked in one pass that keeps nothing, then read
-// again key by key when the stream delivers it.
+// memory, the values in an unlinked journal file beside it, or in
+// memory while it cannot be written), and merged into a new file in
+// one pass over the old one: every Period, when they pass MaxChanges
+// bytes, and when the node stops. No list is ever held here: a list
+// from etcd is written to a temporary file page by page as the stream
+// reads it (made durable and renamed into place by Run), and a loaded
+// file is checked in one pass that keeps nothing, then read again key
+// by key when the stream delivers it.
 package listcache
 
 import (
@@ -57,7 +58,9 @@ type Options struct {
 	Period time.Duration
 	// MaxChanges is how many bytes of changes are kept before they are
 	// written early (0: DefaultMaxChanges); so is a journal of values
-	// past 4 times that (the same keys changing again and again).
+	// past 4 times that (the same keys changing again and again). While
+	// the journal cannot be written, at most twice that is held in
+	// memory.
 	MaxChanges int
 	// MaxAge: a file written longer ago is not used (0: DefaultMaxAge).
 	MaxAge time.Duration
@@ -362,10 +365,11 @@ func (c *Cache) abortLocked() {
 	c.listing, c.pending = nil, nil
 }
 
-// Changed implements datastore.StreamCache.
+// Changed implements datastore.StreamCache. Nothing is kept once Run
+// returned (nothing would write it).
 func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 	c.mu.Lock()
-	if !c.valid {
+	if !c.valid || c.stopped {
 		c.mu.Unlock()
 		return
 	}
@@ -377,14 +381,8 @@ func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 		if !ch.deleted {
 			ch.create, ch.mod, ch.version = ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Version
 		}
-		if err := c.changes.put(c.opt.Path, string(ev.Kv.Key), ch, ev.Kv.Value); err != nil {
-			// The file on disk stays as it is (a base at an older
-			// revision, which a restart catches up from); this run
-			// records nothing more until the next list.
-			c.m.saveFailures.Inc()
-			c.log.WithError(err).Warn("could not keep the datastore's changes for the cache (no cache updates until the next list)")
-			c.valid = false
-			c.changes.close()
+		if err := c.changes.put(string(ev.Kv.Key), ch, ev.Kv.Value, c.journalOpts()); err != nil {
+			c.lostChangesLocked(err)
 			c.mu.Unlock()
 			return
 		}
@@ -395,6 +393,36 @@ func (c *Cache) Changed(evs []*clientv3.Event, rev int64) {
 	if early {
 		c.wake()
 	}
+}
+
+// maxHeldFactor bounds the changes held on the heap while the journal
+// cannot be written: MaxChanges asks for a write, the rest is room for
+// the changes that come while writes fail too.
+const maxHeldFactor = 2
+
+// journalOpts are the cache's for changes.put.
+func (c *Cache) journalOpts() journalOpts {
+	return journalOpts{cachePath: c.opt.Path, maxHeld: maxHeldFactor * c.opt.MaxChanges, failed: c.journalFailed}
+}
+
+// journalFailed says the journal failed and the changes are held on the
+// heap until the next write, which starts a new journal.
+func (c *Cache) journalFailed(err error) {
+	c.m.saveFailures.Inc()
+	c.log.WithError(err).Warn("could not keep the datastore's changes in the journal: they stay in memory until the next write of the cache")
+}
+
+// lostChangesLocked stops the cache's updates: a change's value could
+// not be kept (a journal that fails to read back what it holds, or too
+// many changes held in memory while it cannot be written). The file on
+// disk stays as it is (a base at an older revision, which a restart
+// catches up from); this run records nothing more until the next list.
+// c.mu is held.
+func (c *Cache) lostChangesLocked(err error) {
+	c.m.saveFailures.Inc()
+	c.log.WithError(err).Warn("could not keep the datastore's changes for the cache (no cache updates until the next list)")
+	c.valid = false
+	c.changes.close()
 }
 
 // Discarded implements datastore.StreamCache.
@@ -442,7 +470,8 @@ func (c *Cache) Run(ctx context.Context) error {
 			}
 			c.mu.Lock()
 			c.stopped = true
-			c.abortLocked() // a list cut short by the stop
+			c.abortLocked()   // a list cut short by the stop
+			c.changes.close() // the changes since the last write, and their journal
 			c.mu.Unlock()
 			return nil
 		case <-t.C:

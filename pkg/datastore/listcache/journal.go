@@ -1,7 +1,7 @@
 package listcache
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,17 +14,27 @@ import (
 // 24 MiB more heap (scale-big's churn profiles, issue 36: 18 MB of
 // etcd's decoded values held by the cache after 4 minutes of churn).
 // What stays in memory is the key and about 50 bytes a key.
+//
+// A journal that cannot be created or written (a full disk, EIO, no
+// file descriptors, a read-only remount) loses nothing: its values are
+// read back (those still buffered from memory) and held on the heap,
+// as before the journal, until the next write takes them; that write
+// starts a new journal. Only a value that cannot be read back is lost,
+// and then put fails (the cache stops, never writing a wrong value).
 type changes struct {
 	byKey map[string]change
 	// size is the bytes of the latest changes' keys and values, checked
 	// against MaxChanges.
 	size int
-	j    *journal // nil until the first value
+	j    *journal // nil until the first value, and once held
+	// held is the values on the heap (by key) once the journal failed:
+	// nil until then, and then every value is here.
+	held map[string][]byte
 }
 
 // change is what the file records of one key's latest change: where its
-// value is in the journal and its revisions, or its deletion (the
-// watch's event is not kept).
+// value is in the journal (off -1: in changes.held) and its revisions,
+// or its deletion (the watch's event is not kept).
 type change struct {
 	off                  int64
 	n                    int
@@ -32,39 +42,104 @@ type change struct {
 	deleted              bool
 }
 
+// errTooMuchHeld is a journal that failed and more changes held since
+// than journalOpts.maxHeld.
+var errTooMuchHeld = errors.New("listcache: too many changes held in memory while the journal cannot be written")
+
+// journalOpts is what put needs of the cache.
+type journalOpts struct {
+	cachePath string // the journal is opened beside it
+	maxHeld   int    // bounds size while values are held: past it put fails
+	failed    func(error)
+}
+
 // put records ch as key's latest change, its value (unless a deletion)
-// appended to the journal, which is opened beside cachePath at the
-// first value.
-func (cs *changes) put(cachePath, key string, ch change, value []byte) error {
-	if !ch.deleted {
-		if cs.j == nil {
-			j, err := openJournal(cachePath)
-			if err != nil {
-				return err
-			}
-			cs.j = j
-		}
-		off, err := cs.j.append(value)
-		if err != nil {
-			return err
-		}
-		ch.off, ch.n = off, len(value)
-	}
+// appended to the journal, which is opened at the first value. A
+// journal that fails moves every value to the heap (o.failed says why,
+// once); put fails only when a value is lost or more than o.maxHeld
+// bytes would be held.
+func (cs *changes) put(key string, ch change, value []byte, o journalOpts) error {
 	if cs.byKey == nil {
 		cs.byKey = map[string]change{}
 	}
 	if old, ok := cs.byKey[key]; ok {
 		cs.size -= len(key) + old.n
+		delete(cs.byKey, key)
+		delete(cs.held, key)
+	}
+	if !ch.deleted {
+		ch.n = len(value)
+		if cs.held == nil {
+			off, err := cs.appendJournal(o.cachePath, value)
+			if err == nil {
+				ch.off = off
+			} else {
+				o.failed(err)
+				if err := cs.hold(); err != nil {
+					return err
+				}
+			}
+		}
+		if cs.held != nil {
+			ch.off = -1
+			cs.held[key] = append([]byte(nil), value...)
+		}
 	}
 	cs.byKey[key] = ch
 	cs.size += len(key) + ch.n
+	if cs.held != nil && cs.size > o.maxHeld {
+		return fmt.Errorf("%w: %d bytes, more than %d", errTooMuchHeld, cs.size, o.maxHeld)
+	}
+	return nil
+}
+
+// appendJournal appends value to the journal, opened at the first one.
+func (cs *changes) appendJournal(cachePath string, value []byte) (int64, error) {
+	if cs.j == nil {
+		j, err := openJournal(cachePath)
+		if err != nil {
+			return 0, err
+		}
+		cs.j = j
+	}
+	return cs.j.append(value)
+}
+
+// hold reads every value of the journal back onto the heap (the
+// journal failed) and closes it; from then on values are held.
+func (cs *changes) hold() error {
+	held := map[string][]byte{}
+	for k, ch := range cs.byKey {
+		if ch.deleted || ch.n == 0 || ch.off < 0 {
+			continue
+		}
+		v, err := cs.j.read(ch.off, ch.n, nil)
+		if err != nil {
+			return err
+		}
+		held[k] = v
+		ch.off = -1
+		cs.byKey[k] = ch
+	}
+	if cs.j != nil {
+		cs.j.f.Close()
+		cs.j = nil
+	}
+	cs.held = held
 	return nil
 }
 
 // value reads ch's value into buf (grown as needed).
-func (cs *changes) value(ch change, buf []byte) ([]byte, error) {
+func (cs *changes) value(key string, ch change, buf []byte) ([]byte, error) {
 	if ch.n == 0 {
 		return buf[:0], nil
+	}
+	if ch.off < 0 {
+		v, ok := cs.held[key]
+		if !ok || len(v) != ch.n {
+			return nil, fmt.Errorf("listcache: the value of %q is not held", key)
+		}
+		return append(buf[:0], v...), nil
 	}
 	return cs.j.read(ch.off, ch.n, buf)
 }
@@ -89,12 +164,14 @@ func (cs *changes) close() {
 // journal is an append-only file of values: created beside the cache
 // (the same file system, private to this process's user) and unlinked at
 // once, so it never outlives the process, even killed, and never needs
-// cleaning. It is read back only by the write that merges it.
+// cleaning. It is read back only by the write that merges it, or when
+// it fails. Its values not yet in the file are in buf, whole: a failed
+// write to the file loses none of them.
 type journal struct {
-	f       *os.File
-	w       *bufio.Writer
-	off     int64 // bytes appended
-	flushed int64 // bytes in the file, the rest in w
+	f    *os.File
+	buf  []byte // the values from base to off
+	base int64  // bytes in the file
+	off  int64  // bytes appended
 }
 
 // journalBuffer is what a journal gathers before a write to its file:
@@ -112,32 +189,43 @@ func openJournal(cachePath string) (*journal, error) {
 		f.Close()
 		return nil, fmt.Errorf("listcache: unlinking the journal of changes: %w", err)
 	}
-	return &journal{f: f, w: bufio.NewWriterSize(f, journalBuffer)}, nil
+	return &journal{f: f, buf: make([]byte, 0, journalBuffer)}, nil
 }
 
+// append adds v, writing the buffer to the file when full. On an error
+// v is appended all the same (in buf), and so are the values before.
 func (j *journal) append(v []byte) (int64, error) {
 	off := j.off
-	if _, err := j.w.Write(v); err != nil {
-		return 0, fmt.Errorf("listcache: writing the journal of changes: %w", err)
-	}
+	j.buf = append(j.buf, v...)
 	j.off += int64(len(v))
-	if j.w.Buffered() == 0 {
-		j.flushed = j.off
+	if len(j.buf) < journalBuffer {
+		return off, nil
+	}
+	// A write cut short (ENOSPC part way) leaves base where it was:
+	// the next write, if any, writes the whole buffer again there.
+	if _, err := j.f.WriteAt(j.buf, j.base); err != nil {
+		return off, fmt.Errorf("listcache: writing the journal of changes: %w", err)
+	}
+	j.base = j.off
+	if cap(j.buf) > 2*journalBuffer { // grown by one big value
+		j.buf = make([]byte, 0, journalBuffer)
+	} else {
+		j.buf = j.buf[:0]
 	}
 	return off, nil
 }
 
+// read returns the n bytes at off, from the file or from buf; a value
+// is never split between them.
 func (j *journal) read(off int64, n int, buf []byte) ([]byte, error) {
-	if off+int64(n) > j.flushed {
-		if err := j.w.Flush(); err != nil {
-			return nil, fmt.Errorf("listcache: writing the journal of changes: %w", err)
-		}
-		j.flushed = j.off
-	}
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
+	if off >= j.base {
+		copy(buf, j.buf[off-j.base:])
+		return buf, nil
+	}
 	if _, err := j.f.ReadAt(buf, off); err != nil {
 		return nil, fmt.Errorf("listcache: reading the journal of changes at %d (%d bytes): %w", off, n, err)
 	}

@@ -106,25 +106,24 @@ func (c *Cache) commitPending() error {
 }
 
 // putBack returns changes a failed write took to the pending ones (the
-// later changes win), their values copied to the pending ones' journal;
-// c.mu is held. A journal that fails here loses the cache's base, as
+// later changes win), their values copied to the pending ones' journal
+// (or held in memory when it cannot be written, as in Changed); c.mu is
+// held. A value that cannot be read back stops the cache's updates, as
 // in Changed.
 func (c *Cache) putBack(old *changes) {
 	var buf []byte
+	o := c.journalOpts()
 	for k, ch := range old.byKey {
 		if _, ok := c.changes.byKey[k]; ok {
 			continue
 		}
-		v, err := old.value(ch, buf)
+		v, err := old.value(k, ch, buf)
 		if err == nil {
 			buf = v
-			err = c.changes.put(c.opt.Path, k, ch, v)
+			err = c.changes.put(k, ch, v, o)
 		}
 		if err != nil {
-			c.m.saveFailures.Inc()
-			c.log.WithError(err).Warn("could not keep the datastore's changes for the cache (no cache updates until the next list)")
-			c.valid = false
-			c.changes.close()
+			c.lostChangesLocked(err)
 			return
 		}
 	}
@@ -193,7 +192,7 @@ func (c *Cache) write(ctx context.Context, hdr header, baseRev int64, chs change
 				kv, ok = next() // replaced or deleted
 			}
 			if ch := chs.byKey[k]; !ch.deleted {
-				if val, err = chs.value(ch, val); err != nil {
+				if val, err = chs.value(k, ch, val); err != nil {
 					return err
 				}
 				keyBuf = append(keyBuf[:0], k...)
