@@ -66,6 +66,9 @@ type Calc struct {
 	services map[string]*service
 	// This node's host endpoints and their failsafe ports (calc_hostep.go).
 	hosts hostState
+	// encapPorts are the UDP ports dropped from pods as encapsulation
+	// (explain_encap.go; nil: nftdp's default).
+	encapPorts []uint16
 	// at finds endpoints and network sets by address (models only:
 	// addr_index.go).
 	at *addrIndex

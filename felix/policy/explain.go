@@ -134,6 +134,9 @@ func (c *Calc) decide(f Flow, in bool) Decision {
 			return d
 		}
 	}
+	if c.decideEncap(f, sender, in, &d) {
+		return d
+	}
 	e := c.workloadAt(addr)
 	if !in && sender != nil {
 		e = sender

@@ -5,5 +5,6 @@ package policy
 // IPv6 in IPv4 always are) and reports whether they changed (then Apply
 // writes them).
 func (m *Manager) SetWorkloadEncapPorts(ports []uint16) bool {
+	m.calc.SetWorkloadEncapPorts(ports)
 	return m.dp.SetWorkloadEncapPorts(ports)
 }

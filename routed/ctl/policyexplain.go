@@ -66,7 +66,13 @@ addresses answers "dropped: spoofed source", except IPv6 link-local
 in IPv4, 0.0.0.0 to 255.255.255.255 or 224.0.0.0/24 (DHCP), which pass the
 check and meet the pod's egress policy.
 What explain cannot see: whether the pod's routes are programmed yet on its
-node (until they are, all its packets are dropped).`,
+node (until they are, all its packets are dropped).
+
+UDP a pod sends to a VXLAN port (4789 and FelixConfiguration default's
+vxlanPort) answers "dropped: encapsulated": nodes drop it before any policy
+(wl-encap/egress, or wl-encap/to-host to the node itself), since their
+tunnel devices would unwrap it from any source. A node also keeps dropping
+every VXLAN port it has used since routed started, which explain cannot know.`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" {
@@ -159,6 +165,9 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 				fmt.Fprintf(out, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
 			}
 		}
+	}
+	if err := explainEncapPorts(ctx, m, ds); err != nil {
+		return err
 	}
 	sa, sv4, sv6, err := resolveRef(weps, src)
 	if err != nil {
@@ -362,6 +371,8 @@ func printExplain(out io.Writer, r ExplainResult) {
 	switch {
 	case r.Egress.Rule.Kind == policy.KindSpoofedSource:
 		fmt.Fprintln(out, "verdict: dropped: spoofed source")
+	case r.Egress.Rule.Kind == policy.KindWorkloadEncap:
+		fmt.Fprintln(out, "verdict: dropped: encapsulated (a pod's VXLAN)")
 	case r.Allowed:
 		fmt.Fprintln(out, "verdict: allowed")
 	default:
@@ -393,6 +404,9 @@ func printDecision(out io.Writer, indent string, d policy.Decision) {
 	switch d.Rule.Kind {
 	case policy.KindSpoofedSource:
 		fmt.Fprintf(out, "%s%s of %s on %s: dropped: spoofed source: the source address is not the pod's, dropped before any policy [%s]\n", indent, d.Direction, d.Endpoint, d.Node, d.Rule.ID)
+		return
+	case policy.KindWorkloadEncap:
+		fmt.Fprintf(out, "%s%s of %s on %s: dropped: UDP to a VXLAN port from a pod, dropped before any policy (the nodes' tunnels would unwrap it from any source) [%s]\n", indent, d.Direction, d.Endpoint, d.Node, d.Rule.ID)
 		return
 	case policy.KindNotReached, policy.KindUnknownSender:
 		fmt.Fprintf(out, "%s%s: %s\n", indent, d.Direction, d.Rule.Kind)
@@ -434,4 +448,24 @@ func describeRule(r policy.RuleInfo) string {
 		return fmt.Sprintf("the end of the profiles: no policy or profile allowed the flow [%s]", r.ID)
 	}
 	return r.Kind
+}
+
+// explainEncapPorts tells the model the UDP ports felix drops from pods
+// as VXLAN: the default port and the one FelixConfiguration "default"
+// sets (felix keeps every port it has used since it started dropped:
+// explain cannot know those).
+func explainEncapPorts(ctx context.Context, m *policy.Calc, ds *datastore.Client) error {
+	ports := []uint16{policy.DefaultVXLANPort}
+	r, err := ds.Get(ctx, api.KindFelixConfiguration, "default")
+	switch {
+	case errors.Is(err, datastore.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if fc, ok := r.(*api.FelixConfiguration); ok && fc.Spec.VXLANPort != nil {
+			ports = append(ports, uint16(*fc.Spec.VXLANPort))
+		}
+	}
+	m.SetWorkloadEncapPorts(ports)
+	return nil
 }
