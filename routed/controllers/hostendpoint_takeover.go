@@ -123,8 +123,12 @@ func (s *syncer) takeOver(node *corev1.Node, refused map[string]string) func(cur
 		if loss := TakeoverLosses(c, w); !loss.Empty() {
 			if why := loss.String(); refused[name] != why {
 				refused[name] = why
+				hint := "routed-controllers give only the Node's InternalIP and ExternalIP addresses"
+				if len(loss.Labels) > 0 {
+					hint = "give the Kubernetes Node those labels to let routed-controllers take it over"
+				}
 				msg := fmt.Sprintf("Calico's automatic host endpoint %s is not taken over: that would remove its %s, which policies may select or match; "+
-					"it keeps policing as Calico wrote it (give the Kubernetes Node those labels to let routed-controllers take it over)", name, why)
+					"it keeps policing as Calico wrote it (%s)", name, why, hint)
 				log.WithFields(fields).WithField("lost", why).Warn(msg)
 				if s.recorder != nil {
 					s.recorder.Event(node, corev1.EventTypeWarning, EventReasonNotTakenOver, msg)
