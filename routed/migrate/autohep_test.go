@@ -60,7 +60,7 @@ func TestEtcdAutoHostEndpoints(t *testing.T) {
 	src, to := dstest.Client(t), dstest.Client(t)
 	putCalico(t, src, map[string]string{
 		"ippools/p":                             `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"p"},"spec":{"cidr":"10.246.0.0/16","blockSize":26}}`,
-		"hostendpoints/node-a-auto-hep":         calicoHEP("node-a-auto-hep", "node-a", "*", true, "10.0.0.1", "10.246.0.1"),
+		"hostendpoints/node-a-auto-hep":         calicoHEP("node-a-auto-hep", "node-a", "*", true, "10.0.0.1"),
 		"hostendpoints/node-a-tmpl-auto-hep":    calicoHEP("node-a-tmpl-auto-hep", "node-a", "", true, "10.0.0.1"),
 		"hostendpoints/node-a-eth0":             calicoHEP("node-a-eth0", "node-a", "eth0", false, "10.0.0.1"),
 		"kubecontrollersconfigurations/default": kcc(`{"autoCreate":"Enabled","templates":[{"generateName":"tmpl","interfaceCIDRs":["10.0.0.0/24"],"nodeSelector":"all()"}]}`),
@@ -111,7 +111,7 @@ func TestEtcdAutoHostEndpoints(t *testing.T) {
 		return r.(*api.HostEndpoint)
 	}
 	if h := hep(); controllers.IsOwned(h) || h.Metadata.Labels[controllers.CalicoCreatedByLabel] != controllers.CalicoCreatedByValue ||
-		!slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1", "10.246.0.1"}) {
+		!slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
 		t.Errorf("carried %+v, want Calico's, unowned", h)
 	}
 	if p, err := to.Get(ctx, api.KindProfile, api.DefaultAllowProfile); err != nil || !controllers.IsOwned(p) {
@@ -131,7 +131,7 @@ func TestEtcdAutoHostEndpoints(t *testing.T) {
 			RetryPeriod: 200 * time.Millisecond, AutoHostEndpoints: true})
 	}()
 	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
-		if h := hep(); !controllers.IsOwned(h) || !slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
+		if h := hep(); !controllers.IsOwned(h) || h.Metadata.Annotations[controllers.AdoptedAnnotation] == "" || !slices.Equal(h.Spec.ExpectedIPs, []string{"10.0.0.1"}) {
 			return fmt.Sprintf("not taken over: %+v", h)
 		}
 		return ""
@@ -145,7 +145,7 @@ func TestEtcdAutoHostEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, it := range rep.Items {
-		if it.Name == "node-a-auto-hep" && (it.Action != "unchanged" || !strings.Contains(it.Detail, "routed-controllers keep it")) {
+		if it.Name == "node-a-auto-hep" && (it.Action != "unchanged" || !strings.Contains(it.Detail, "routed-controllers keep it") || !strings.Contains(it.Detail, "they release it")) {
 			t.Errorf("after the take-over: %+v", it)
 		}
 	}
@@ -155,7 +155,8 @@ func TestEtcdAutoHostEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := joined(rep.Notes); !strings.Contains(n, "has not autoCreate Enabled") || !strings.Contains(n, "Keep routed-controllers' AUTO_HOST_ENDPOINTS off") {
+	if n := joined(rep.Notes); !strings.Contains(n, "has not autoCreate Enabled") || !strings.Contains(n, "Keep routed-controllers' AUTO_HOST_ENDPOINTS off") ||
+		!strings.Contains(n, "they release the <node>-auto-hep they took over") {
 		t.Errorf("notes %q, want the feature kept off", rep.Notes)
 	}
 }
@@ -251,5 +252,96 @@ func TestKubeAutoHostEndpoints(t *testing.T) {
 	}
 	if created := migrate(); len(created) != 0 {
 		t.Errorf("a second run wrote %q", created)
+	}
+}
+
+// TestEtcdAutoHostEndpointLabels (security review finding on e8e9e96):
+// from etcd, Calico's <node>-auto-hep copies its Calico Node's labels,
+// which may hold one set with `calicoctl label node` (role=ingress)
+// besides those copied from Kubernetes (recorded in the Calico Node's
+// projectcalico.org/kube-labels). routed-controllers write only the
+// Kubernetes ones, so the endpoint's extra label is a policy loss naming
+// it (the plan is refused); an endpoint whose Calico Node has no such
+// record is a warning saying its labels could not be checked. A spec
+// and status.runningConfig that disagree are a warning naming both.
+func TestEtcdAutoHostEndpointLabels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, to := dstest.Client(t), dstest.Client(t)
+	calicoNode := func(name, annotations string) string {
+		return `{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"` + name + `","labels":{"kubernetes.io/hostname":"` + name + `","role":"ingress"}` + annotations +
+			`},"spec":{"bgp":{"ipv4Address":"10.0.0.1/24"},"orchRefs":[{"nodeName":"` + name + `","orchestrator":"k8s"}]}}`
+	}
+	hep := func(node string) string {
+		return fmt.Sprintf(`{"kind":"HostEndpoint","apiVersion":"projectcalico.org/v3","metadata":{"name":"%s-auto-hep","labels":{"kubernetes.io/hostname":%q,"role":"ingress","projectcalico.org/created-by":"calico-kube-controllers"}},
+		 "spec":{"node":%q,"interfaceName":"*","expectedIPs":["10.0.0.1"],"profiles":["projectcalico-default-allow"]}}`, node, node, node)
+	}
+	putCalico(t, src, map[string]string{
+		"nodes/node-a":                  calicoNode("node-a", `,"annotations":{"projectcalico.org/kube-labels":"{\"kubernetes.io/hostname\":\"node-a\"}"}`),
+		"nodes/node-b":                  calicoNode("node-b", ""),
+		"hostendpoints/node-a-auto-hep": hep("node-a"),
+		"hostendpoints/node-b-auto-hep": hep("node-b"),
+		"kubecontrollersconfigurations/default": `{"kind":"KubeControllersConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},` +
+			`"spec":{"controllers":{"node":{"hostEndpoint":{"autoCreate":"Disabled"}}}},"status":{"runningConfig":{"controllers":{"node":{"hostEndpoint":{"autoCreate":"Enabled"}}}}}}`,
+	})
+	rep, err := Calico(ctx, src, to, Options{DryRun: true})
+	if !errors.Is(err, ErrPolicyLoss) {
+		t.Fatalf("a label routed-controllers would remove: %v, want %v", err, ErrPolicyLoss)
+	}
+	got := lossNames(rep.PolicyLosses)
+	if l, ok := got["HostEndpoint node-a-auto-hep"]; !ok || !strings.Contains(l.Reason, "role=ingress") || !strings.Contains(l.Reason, "projectcalico.org/kube-labels") ||
+		!strings.Contains(l.Consequence, "do not take it over") {
+		t.Errorf("node-a-auto-hep: %v, want a loss naming role=ingress", l)
+	}
+	if len(rep.PolicyLosses) != 1 {
+		t.Errorf("losses %v, want only node-a-auto-hep's", rep.PolicyLosses)
+	}
+	w := joined(rep.Warnings)
+	if !strings.Contains(w, "labels of 1 <node>-auto-hep (node-b-auto-hep) could not be checked") {
+		t.Errorf("warnings %q, want node-b-auto-hep's labels not checked", rep.Warnings)
+	}
+	if !strings.Contains(w, "spec sets host endpoints to autoCreate Disabled") || !strings.Contains(w, "status.runningConfig (what calico-kube-controllers run, their environment such as AUTO_HOST_ENDPOINTS overriding the spec) to autoCreate Enabled") {
+		t.Errorf("warnings %q, want the spec and runningConfig named", rep.Warnings)
+	}
+	if written(t, to) != 0 {
+		t.Fatal("a refused plan wrote")
+	}
+}
+
+// TestKubeAutoHostEndpointLabels (security review finding on e8e9e96):
+// from the Kubernetes datastore, a <node>-auto-hep holding a label the
+// Kubernetes Node lacks, or another value, is a policy loss naming it:
+// routed-controllers write the Node's labels and would remove it. One
+// that only gains labels is none.
+func TestKubeAutoHostEndpointLabels(t *testing.T) {
+	hep := func(node string, labels map[string]string) *unstructured.Unstructured {
+		u := object(calicoCRDv1, "HostEndpoint", node+"-auto-hep", map[string]any{"node": node, "interfaceName": "*", "expectedIPs": []any{"10.0.0.1"},
+			"profiles": []any{api.DefaultAllowProfile}})
+		labels[controllers.CalicoCreatedByLabel] = controllers.CalicoCreatedByValue
+		u.SetLabels(labels)
+		return u
+	}
+	node := func(name string, labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	}
+	config := object(calicoCRDv1, "KubeControllersConfiguration", "default", map[string]any{"controllers": map[string]any{"node": map[string]any{"hostEndpoint": map[string]any{"autoCreate": "Enabled"}}}})
+	c := fakeCluster{gv: calicoCRDv1,
+		kube: []runtime.Object{node("node-a", map[string]string{"zone": "a"}), node("node-b", map[string]string{"zone": "b"}), node("node-c", map[string]string{"zone": "c", "new": "x"})},
+		objs: []*unstructured.Unstructured{hep("node-a", map[string]string{"zone": "a", "role": "ingress"}), hep("node-b", map[string]string{"zone": "old"}),
+			hep("node-c", map[string]string{"zone": "c"}), config}}
+	src, _, _ := c.source()
+	st, err := src.read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lossNames(st.losses)
+	for name, word := range map[string]string{"HostEndpoint node-a-auto-hep": "role=ingress", "HostEndpoint node-b-auto-hep": "zone=old (would become b)"} {
+		if l, ok := got[name]; !ok || !strings.Contains(l.Reason, word) || !strings.Contains(l.Reason, "Kubernetes Node") {
+			t.Errorf("%s: %v, want a loss naming %q", name, l, word)
+		}
+	}
+	if len(st.losses) != 2 {
+		t.Errorf("losses %v, want node-a's and node-b's only", st.losses)
 	}
 }

@@ -149,7 +149,7 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 		it := Item{Kind: k, Name: api.StoreName(r), Action: "create"}
 		if cur, ok := held[k][it.Name]; ok {
 			if takenOver(cur, r) {
-				it.Action, it.Detail = "unchanged", "routed-controllers keep it (AUTO_HOST_ENDPOINTS=true)"
+				it.Action, it.Detail = "unchanged", takenOverDetail(cur)
 			} else if why := differs(cur, r); why != "" {
 				it.Action, it.Detail, conflict = "conflict", why, true
 			} else {
