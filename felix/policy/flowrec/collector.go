@@ -456,6 +456,10 @@ func (c *Collector) flush(now time.Time) {
 	if n := c.nflogLost.Swap(0); n > 0 {
 		c.dropped[DropNflog] += n
 	}
+	if c.ct != nil {
+		// Drops after an ENOBUFS the loop read get none of their own.
+		c.ct.countDrops()
+	}
 	if n := c.ctLost.Swap(0); n > 0 {
 		c.dropped[DropCtEvents] += n
 	}

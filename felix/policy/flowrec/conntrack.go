@@ -81,7 +81,9 @@ func subscribeConntrack(netnsFd int) (int, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ctRcvBuf); err != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ctRcvBuf)
 	}
-	// Non-blocking: os.NewFile registers it with the poller.
+	// Non-blocking: the collector's goroutine reads it only when
+	// poll(2) or a batch's settle says it may have events, and must
+	// never block in a read (ctsock.go).
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("flowrec: conntrack socket: %w", err)

@@ -102,7 +102,7 @@ table inet ctdecode {
 	var mu sync.Mutex
 	var got, want []seenEvent
 	// The collector's loop's use of the socket: read what is queued,
-	// wait in the poller with a deadline.
+	// wait for it in poll(2) with a timeout.
 	go func() {
 		defer close(readDone)
 		for ctx.Err() == nil {

@@ -47,8 +47,9 @@ func newCtRecv(fd int) *ctRecv {
 }
 
 // readQueued appends the events queued in the socket (up to
-// ctMaxBatch); a receive buffer overrun (ENOBUFS) and a cut datagram
-// count in lost.
+// ctMaxBatch). At a receive buffer overrun (ENOBUFS) the events the
+// kernel dropped count in lost, as its drop counter says (one, if it
+// cannot be read); a cut datagram counts one.
 func (s *ctSock) readQueued(evs []ctEvent) ([]ctEvent, error) {
 	rv := s.rv
 	now := time.Now()
@@ -70,7 +71,9 @@ func (s *ctSock) readQueued(evs []ctEvent) ([]ctEvent, error) {
 			case errors.Is(err, unix.EINTR):
 				continue
 			case errors.Is(err, unix.ENOBUFS):
-				s.lost.Add(1)
+				if !s.countDrops() {
+					s.lost.Add(1)
+				}
 				continue
 			default:
 				return evs, err

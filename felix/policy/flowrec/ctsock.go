@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -25,10 +26,13 @@ import (
 // timeout, beside an eventfd that poke writes (a mark queued while the
 // loop waits, ctx's end).
 //
-// A receive buffer the kernel overran is counted in lost, and so is a
-// socket that failed (the collector subscribes again after ctRetry):
-// the events missed are lost, their connections end without a record,
-// their counts in the batch's dropped.
+// Every event the kernel could not queue (its receive buffer full) is
+// counted in lost: the socket's drop counter (countDrops) says how
+// many, where the ENOBUFS a read gets says only that some were. A
+// socket that failed counts one more (the collector subscribes again
+// after ctRetry; what it missed meanwhile is not known). The
+// connections of the events missed end without a record; their number
+// is the batch's ct-overrun.
 type ctSock struct {
 	netnsFd int
 	lost    *atomic.Uint64
@@ -36,6 +40,9 @@ type ctSock struct {
 
 	fd int // -1 while failed
 	rv *ctRecv
+	// drops is the socket's drop counter (SK_MEMINFO_DROPS) counted
+	// in lost so far; a new socket's starts at 0.
+	drops uint32
 	// retryAt is when a failed socket subscribes again.
 	retryAt time.Time
 	evs     []ctEvent
@@ -68,8 +75,45 @@ func (s *ctSock) subscribe() error {
 	if err != nil {
 		return err
 	}
-	s.fd, s.rv = fd, newCtRecv(fd)
+	s.fd, s.rv, s.drops = fd, newCtRecv(fd), 0
 	return nil
+}
+
+// countDrops adds to lost the events the kernel dropped since the last
+// call (its drop counter counts each event it could not queue, where a
+// read's ENOBUFS says only that some were), and says whether it could
+// read the counter. The loop calls it at each ENOBUFS and each flush
+// (drops after an ENOBUFS, while the buffer is still full, get no
+// ENOBUFS of their own), and before a failed socket is closed.
+func (s *ctSock) countDrops() bool {
+	if s.fd < 0 {
+		return false
+	}
+	n, err := socketDrops(s.fd)
+	if err != nil {
+		s.log.WithError(err).Debug("flowrec: conntrack events: reading the socket's drop counter")
+		return false
+	}
+	// The counter is 32 bits and wraps; the difference wraps with it.
+	s.lost.Add(uint64(n - s.drops))
+	s.drops = n
+	return true
+}
+
+// socketDrops reads a socket's drop counter: SK_MEMINFO_DROPS of
+// getsockopt(SOL_SOCKET, SO_MEMINFO), Linux 4.12 on.
+func socketDrops(fd int) (uint32, error) {
+	var mi [unix.SK_MEMINFO_VARS]uint32
+	l := uint32(unsafe.Sizeof(mi))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0)
+	if errno != 0 {
+		return 0, fmt.Errorf("flowrec: getsockopt SO_MEMINFO: %w", errno)
+	}
+	if l < (unix.SK_MEMINFO_DROPS+1)*4 {
+		return 0, fmt.Errorf("flowrec: getsockopt SO_MEMINFO: %d bytes, no drop counter", l)
+	}
+	return mi[unix.SK_MEMINFO_DROPS], nil
 }
 
 // read hands the events queued in the socket (up to ctMaxBatch) to fn
@@ -100,9 +144,12 @@ func (s *ctSock) read(fn func(*ctEvent)) (n int, full bool) {
 	return len(evs), len(evs) >= ctMaxBatch
 }
 
-// fail closes a socket that failed, counts it in lost (its events are)
-// and has read subscribe again after ctRetry.
+// fail closes a socket that failed, counts what its drop counter has
+// not said yet and one more for the events missed until the next
+// subscription (their number is not known), and has read subscribe
+// again after ctRetry.
 func (s *ctSock) fail(err error) {
+	s.countDrops()
 	s.lost.Add(1)
 	s.log.WithError(err).Warn("flowrec: conntrack event socket failed; subscribing again")
 	s.closeSocket()

@@ -39,9 +39,11 @@ type ctSource interface {
 // One goroutine does it all: it reads a batch of events and handles
 // it on the same wake-up (a reader goroutine handing batches over cost
 // a second wake-up per batch). While events come it reads every
-// ctBatchWait; once the socket is empty it waits in Go's poller for
-// it, with the next due time as the deadline, so an idle collector
-// wakes when something falls due, not at every tick. Marks come from
+// ctBatchWait; once the socket is empty it waits for it in poll(2)
+// beside an eventfd (ctSock.wait; not in Go's network poller, which
+// would wake for every event), with the next due time as the timeout,
+// so an idle collector wakes when something falls due, not at every
+// tick. Marks come from
 // the nflog reader's goroutine through a channel: it pokes the loop
 // only while the loop waits (parked), once per wait.
 func (c *Collector) loop(ctx context.Context, marks <-chan mark, src ctSource) error {
