@@ -141,8 +141,13 @@ func (s *flowsState) replace(rs map[api.Kind][]api.Resource) {
 }
 
 // runFlows records flows until ctx ends (felix's Run starts it with the
-// policy dataplane's rule index). Without its nflog group or conntrack
-// events there are no flow records, and felix goes on enforcing.
+// policy dataplane's rule index). An nflog group or conntrack
+// subscription the collector cannot open at the start is logged and
+// opened later by the collector itself (flowrec.Collector.Open), so a
+// moment's trouble then costs traces or records until it passes, not
+// until felix restarts. Only a collector that cannot run at all (its
+// configuration) leaves the node without flow records; felix goes on
+// enforcing either way.
 func (f *Felix) runFlows(ctx context.Context, netnsFd int, idx *policy.RuleIndex) {
 	if err := flowrec.EnableAccounting(netnsFd); err != nil {
 		f.log.WithError(err).Warn("flows: conntrack accounting is off: flows will have no packet or byte counts")

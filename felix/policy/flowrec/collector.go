@@ -178,15 +178,25 @@ func (c *Collector) Boot() string { return c.boot }
 // Open binds the nflog group and subscribes to conntrack events in the
 // namespace; from then on nothing is missed (Run reads what queued).
 // Connection accounting must be on there (EnableAccounting).
+//
+// A socket that cannot be opened yet (the nflog group held by another
+// socket for a moment at felix's start, say) does not fail Open: it is
+// logged, and Run opens it later, the nflog reader with backoff
+// (meanwhile flows carry noTrace: mark-reader-down), the conntrack
+// socket every ctRetry (meanwhile ct-overrun counts the failure). Open
+// fails only when neither can ever run (no eventfd).
 func (c *Collector) Open(ctx context.Context) error {
-	nl, err := flowlog.Open(c.cfg.NetnsFd, c.cfg.Group)
-	if err != nil {
-		return fmt.Errorf("flowrec: %w", err)
-	}
 	ct, err := openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
 	if err != nil {
-		nl.Close()
 		return err
+	}
+	nl, err := flowlog.Open(c.cfg.NetnsFd, c.cfg.Group)
+	if err != nil {
+		nl = nil
+		c.markDown.Store(true)
+		c.markFailures.Add(1)
+		c.log.WithError(err).WithField("group", c.cfg.Group).Error(
+			"flowrec: binding the nflog group of flow marks failed: flows get no trace (noTrace) until the reader opens it (tried again with backoff)")
 	}
 	c.nl, c.ct = nl, ct
 	return nil
@@ -198,7 +208,7 @@ func (c *Collector) Open(ctx context.Context) error {
 // runs on a goroutine of its own (readMarks), started again when it
 // fails.
 func (c *Collector) Run(ctx context.Context) error {
-	if c.nl == nil {
+	if c.ct == nil {
 		if err := c.Open(ctx); err != nil {
 			return err
 		}

@@ -56,7 +56,11 @@ type ctSock struct {
 }
 
 // openConntrack subscribes to conntrack's NEW and DESTROY events (not
-// UPDATE) in the namespace (-1: the caller's).
+// UPDATE) in the namespace (-1: the caller's). A subscription that
+// fails is not an error: the socket starts failed (counted and logged)
+// and read subscribes again every ctRetry, so a namespace or netlink
+// trouble at felix's start does not turn flow records off for good.
+// Only the eventfd's failure is.
 func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -64,8 +68,9 @@ func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock
 	}
 	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, fd: -1, efd: efd, evs: make([]ctEvent, 0, 256)}
 	if err := s.subscribe(); err != nil {
-		unix.Close(efd)
-		return nil, err
+		s.lost.Add(1)
+		s.log.WithError(err).Error("flowrec: conntrack events: subscribing failed; trying again every second: connections end without a record until it works")
+		s.retryAt = time.Now().Add(ctRetry)
 	}
 	return s, nil
 }

@@ -27,8 +27,15 @@
 //
 // That goroutine reads the conntrack socket itself (loop.go): a batch
 // of events is read and handled on one wake-up, and an idle collector
-// waits in Go's poller until an event or its next due time. The nflog
-// reader runs on a goroutine of its own and queues marks to it; when
-// it fails it is logged, counted and started again with backoff, and
-// the flows decided meanwhile say so (Flow.NoTrace).
+// waits in poll(2), on the socket and an eventfd the nflog reader
+// writes, until an event, a mark or its next due time (not in Go's
+// network poller, which would wake for every event). The nflog reader
+// runs on a goroutine of its own and queues marks to it; when it fails
+// it is logged, counted and started again with backoff, and the flows
+// decided meanwhile say so (Flow.NoTrace). A socket that cannot be
+// opened at the start is handled the same way (the nflog reader with
+// backoff, the conntrack socket subscribed again every second), so a
+// moment's trouble then does not turn flow records off until felix
+// restarts. Events the kernel could not queue for the conntrack socket
+// are counted from its drop counter (ct-overrun).
 package flowrec

@@ -43,14 +43,31 @@ func (m *marksState) marksLost(first time.Time) bool {
 // until ctx ends. A reader that fails is logged with the cause (once
 // per failure, not per retry), counted (Batch.MarkReaderFailures),
 // and opened again with backoff; meanwhile the flows decided are
-// marked as having no trace.
+// marked as having no trace. A nil nl is a reader Open could not open
+// (logged and counted there): it is opened the same way.
 func (c *Collector) readMarks(ctx context.Context, nl *flowlog.Reader, deliver func(flowlog.Packet)) {
 	bo := backoff.New(markRetryMin, markRetryMax)
 	for {
+		if nl == nil {
+			var err error
+			for {
+				if !bo.Wait(ctx) {
+					return
+				}
+				if nl, err = flowlog.Open(c.cfg.NetnsFd, c.cfg.Group); err == nil {
+					break
+				}
+				c.log.WithError(err).Debug("flowrec: opening the nflog group again failed")
+			}
+			c.markBack.Store(time.Now().UnixNano())
+			c.markDown.Store(false)
+			c.log.WithField("group", c.cfg.Group).Info("flowrec: the nflog reader of flow marks runs again")
+		}
 		c.markReader.Store(nl)
 		began := time.Now()
 		err := nl.Run(ctx, deliver, func() { c.nflogLost.Add(1) })
 		nl.Close()
+		nl = nil
 		if ctx.Err() != nil {
 			return
 		}
@@ -64,18 +81,6 @@ func (c *Collector) readMarks(ctx context.Context, nl *flowlog.Reader, deliver f
 		if time.Since(began) > markRetryMax {
 			bo.Reset()
 		}
-		for {
-			if !bo.Wait(ctx) {
-				return
-			}
-			if nl, err = flowlog.Open(c.cfg.NetnsFd, c.cfg.Group); err == nil {
-				break
-			}
-			c.log.WithError(err).Debug("flowrec: opening the nflog group again failed")
-		}
-		c.markBack.Store(time.Now().UnixNano())
-		c.markDown.Store(false)
-		c.log.WithField("group", c.cfg.Group).Info("flowrec: the nflog reader of flow marks runs again")
 	}
 }
 
