@@ -8,6 +8,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/felix/wireguard"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -25,7 +26,8 @@ func (l *loop) openPolicy() error {
 		return nil
 	}
 	m, err := policy.NewManager(policy.Config{
-		Dataplane:        nftdp.Config{NetnsFd: l.netnsFd(), IfacePrefix: l.cfg.WorkloadInterfacePrefix},
+		Dataplane: nftdp.Config{NetnsFd: l.netnsFd(), IfacePrefix: l.cfg.WorkloadInterfacePrefix,
+			TunnelIfaces: []string{TunnelDevice, VXLANDevice, VXLANDeviceV6, wireguard.DeviceV4, wireguard.DeviceV6}},
 		Log:              l.cfg.PolicyLog,
 		FailsafeInbound:  l.cfg.FailsafeInboundHostPorts,
 		FailsafeOutbound: l.cfg.FailsafeOutboundHostPorts,

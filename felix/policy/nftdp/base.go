@@ -89,8 +89,17 @@ func (d *Dataplane) addBase() {
 	}
 	check = append(check, spoofed(Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}})...)
 	check = append(check, spoofed(Rule{InIface: p, SrcNoRouteBack: true})...)
+	// A local pod's address arriving on a tunnel or WireGuard device is
+	// another node (or whoever can reach the node's VXLAN port)
+	// posing as that pod: WireGuard's allowed IPs give a peer its whole
+	// block, in which this node may have borrowed addresses for its own
+	// pods, and the devices' rp_filter may be off.
+	for _, t := range d.cfg.TunnelIfaces {
+		check = append(check, Rule{InIface: t + "\x00", SrcViaIface: p, Action: ActJump, Target: chainSpoofed + "tunnel"})
+	}
 	d.addInternal(chainSpoofed+"egress", nil, drop("spoofed-src", "egress"))
 	d.addInternal(chainSpoofed+"to-host", nil, drop("spoofed-src", "to-host"))
+	d.addInternal(chainSpoofed+"tunnel", nil, drop("spoofed-src", "tunnel"))
 	// Then what a pod sends inside a tunnel's encapsulation (encap.go).
 	encap := func(dir string) Rule { return Rule{InIface: p, Action: ActJump, Target: chainEncap + dir} }
 	d.encapPorts = []uint16{DefaultVXLANPort}
@@ -133,7 +142,7 @@ func isInternal(name string) bool {
 	switch name {
 	case chainFwdEgress, chainFwdIngress, chainInput, chainFromWL, chainToWL, chainFromWLHost, chainSpoofCheck:
 		return true
-	case chainSpoofed + "egress", chainSpoofed + "to-host":
+	case chainSpoofed + "egress", chainSpoofed + "to-host", chainSpoofed + "tunnel":
 		return true
 	case chainEncap + "egress", chainEncap + "to-host", chainEncapDrop + "egress", chainEncapDrop + "to-host":
 		return true

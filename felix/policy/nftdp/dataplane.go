@@ -67,6 +67,10 @@ type Config struct {
 	DropLogGroup uint16
 	// DropLogRate limits that log to packets a second (default 10).
 	DropLogRate uint32
+	// TunnelIfaces are the node's tunnel and WireGuard devices: a packet
+	// arriving on one whose source is a local pod's address (routed
+	// through a pod's interface) is spoofed and dropped (base.go).
+	TunnelIfaces []string
 }
 
 // ErrUnsupported means the kernel has no nf_tables netlink interface.

@@ -107,6 +107,10 @@ type Rule struct {
 	// missing), a reverse-path check independent of rp_filter. Only
 	// meaningful on the prerouting, input and forward hooks.
 	SrcNoRouteBack bool
+	// SrcViaIface: the route to the packet's source leaves by an
+	// interface whose name starts with this (nft: fib saddr oifname
+	// "cali*"): the source is a local pod's address.
+	SrcViaIface string
 	// DstNotUnicast: the destination's route is not a unicast one (nft:
 	// fib daddr type != unicast): the packet is for the node itself
 	// (local, broadcast, multicast), not to be forwarded.

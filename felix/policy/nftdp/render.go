@@ -56,6 +56,10 @@ func (rd *renderer) render(r *Rule, anon anonAdder) (ex []expr.Any, ok bool, err
 		ex = append(ex, &expr.Fib{Register: reg1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(0)})
 	}
+	if r.SrcViaIface != "" {
+		ex = append(ex, &expr.Fib{Register: reg1, FlagSADDR: true, ResultOIFNAME: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(r.SrcViaIface)})
+	}
 	if r.DstNotUnicast {
 		ex = append(ex, &expr.Fib{Register: reg1, FlagDADDR: true, ResultADDRTYPE: true},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: ne32(unix.RTN_UNICAST)})
