@@ -21,6 +21,8 @@ var (
 	// kernel's fib lookup lets a source 0.0.0.0 (DHCP) reach.
 	ipv4LocalMulticast = netip.MustParsePrefix("224.0.0.0/24")
 	ipv4Broadcast      = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	// ipv4Multicast: where IGMP from 0.0.0.0 may go.
+	ipv4Multicast = netip.MustParsePrefix("224.0.0.0/4")
 )
 
 // sourceIsSenders models nftdp's reverse-path check for a packet f the
@@ -29,8 +31,9 @@ var (
 // routes each of its networks to its interface) and IPv6 link-local
 // ones (fe80::/64 on every cali device); IPv6's :: passes only as
 // ICMPv6 types 131, 135 and 143 (DAD's solicitations, MLD reports:
-// nftdp's dadTypes); an IPv4 0.0.0.0 passes only to the broadcast or
-// local multicast addresses (DHCP), as the kernel's fib lookup answers.
+// nftdp's dadTypes); an IPv4 0.0.0.0 passes only as a DHCP request
+// (UDP 68 to 67) to the broadcast or local multicast addresses, or as
+// IGMP to a multicast address (nftdp's zeroSource rules).
 // Anything else (another pod's address, the node's, a remote one) is
 // dropped.
 //
@@ -48,7 +51,8 @@ func sourceIsSenders(e *endpoint, f Flow) bool {
 	case src.Is6() && ipv6LinkLocal.Contains(src):
 		return true
 	case src.Is4() && src == netip.IPv4Unspecified():
-		return dst == ipv4Broadcast || ipv4LocalMulticast.Contains(dst)
+		dhcp := f.Proto == 17 && f.SrcPort == 68 && f.DstPort == 67 && (dst == ipv4Broadcast || ipv4LocalMulticast.Contains(dst))
+		return dhcp || f.Proto == 2 && ipv4Multicast.Contains(dst)
 	}
 	for p := range e.prefixes() {
 		if p.Contains(src) {

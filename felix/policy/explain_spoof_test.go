@@ -10,7 +10,7 @@ import (
 // reverse-path check, whatever the policies say (the same flow from c
 // itself is allowed), and its ingress is never reached. A sender's own
 // addresses, link-local sources, :: for DAD and MLD, and 0.0.0.0 to the
-// broadcast address pass the check, and the sender's egress policy
+// broadcast address as a DHCP request, or as IGMP, pass the check, and the sender's egress policy
 // decides them (the kernel picks it by interface); 0.0.0.0 to a pod,
 // nobody's addresses, :: for anything else and the IPv4-mapped IPv6
 // form of its own do not; an unknown sender is refused.
@@ -46,7 +46,10 @@ func TestExplainSpoofedSource(t *testing.T) {
 		{"d's own IPv6 address", addr("fd00::4"), addr("fd00::2"), 6, 8080, false},
 		{"nobody's address", addr("10.9.9.9"), addr("10.0.0.2"), 6, 8080, true},
 		{"the unspecified address to the broadcast (DHCP)", addr("0.0.0.0"), addr("255.255.255.255"), 17, 67, false},
-		{"the unspecified address to local multicast", addr("0.0.0.0"), addr("224.0.0.251"), 17, 5353, false},
+		{"the unspecified address to local multicast (DHCP)", addr("0.0.0.0"), addr("224.0.0.1"), 17, 67, false},
+		{"the unspecified address, IGMP", addr("0.0.0.0"), addr("224.0.0.22"), 2, 0, false},
+		{"the unspecified address, mDNS to local multicast", addr("0.0.0.0"), addr("224.0.0.251"), 17, 5353, true},
+		{"the unspecified address, UDP to the broadcast not DHCP", addr("0.0.0.0"), addr("255.255.255.255"), 17, 7676, true},
 		{"the unspecified address to a pod", addr("0.0.0.0"), addr("10.0.0.2"), 6, 8080, true},
 		{"IPv6 link-local", addr("fe80::a"), addr("fe80::1"), 58, 0, false},
 		{"IPv6 link-local outside fe80::/64", addr("fe80:1::a"), addr("fe80::1"), 58, 0, true},
@@ -60,6 +63,9 @@ func TestExplainSpoofedSource(t *testing.T) {
 		f := Flow{Src: tc.src, Dst: tc.dst, Proto: tc.proto, DstPort: tc.port, ICMPType: -1, ICMPCode: -1, From: "ep-d"}
 		if tc.proto == 58 { // port: the ICMPv6 type
 			f.DstPort, f.ICMPType, f.ICMPCode = 0, int(tc.port), 0
+		}
+		if tc.proto == 17 && tc.port == 67 {
+			f.SrcPort = 68 // a DHCP client's
 		}
 		x := m.Explain(f)
 		if got := x.Egress.Rule.Kind == KindSpoofedSource; got != tc.spoofed {

@@ -63,8 +63,9 @@ any policy (counted under spoofed-src/egress, or spoofed-src/to-host when
 sent to the node itself). So a source that is not one of the pod's
 addresses answers "dropped: spoofed source", except IPv6 link-local
 (fe80::/64) sources, :: for ICMPv6 types 131, 135 and 143 (DAD, MLD) and,
-in IPv4, 0.0.0.0 to 255.255.255.255 or 224.0.0.0/24 (DHCP), which pass the
-check and meet the pod's egress policy.
+in IPv4, 0.0.0.0 as a DHCP request (UDP 68 to 67) to 255.255.255.255 or
+224.0.0.0/24, or as IGMP, which pass the check and meet the pod's egress
+policy.
 What explain cannot see: whether the pod's routes are programmed yet on its
 node (until they are, all its packets are dropped).
 

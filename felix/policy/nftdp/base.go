@@ -35,6 +35,15 @@ const (
 // check would drop every packet from it, so it is checked on its own.
 var unspecified = []netip.Prefix{netip.MustParsePrefix("::/128")}
 
+// zeroSource is IPv4's 0.0.0.0; dhcpDests the destinations of a DHCP
+// client's requests from it (the limited broadcast, local multicast);
+// ipv4Multicast those of IGMP reports.
+var (
+	zeroSource    = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32")}
+	dhcpDests     = []netip.Prefix{netip.MustParsePrefix("255.255.255.255/32"), netip.MustParsePrefix("224.0.0.0/24")}
+	ipv4Multicast = []netip.Prefix{netip.MustParsePrefix("224.0.0.0/4")}
+)
+
 // dadTypes are what a pod legitimately sends from ::, to the node only
 // (link-local multicast, never forwarded): duplicate address detection's
 // neighbour solicitations (135) and the MLD reports of the groups it
@@ -88,6 +97,16 @@ func (d *Dataplane) addBase() {
 		check = append(check, Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}, Proto: 58, ICMP: &ICMPMatch{Type: t, Code: -1}, DstNotUnicast: true, Action: ActAccept})
 	}
 	check = append(check, spoofed(Rule{IPVersion: 6, InIface: p, Src: Side{Nets: unspecified}})...)
+	// From IPv4's 0.0.0.0 likewise only a DHCP client's request to the
+	// broadcast or local multicast (the only destinations the kernel
+	// lets a zero source reach) and IGMP; the rest is spoofed (a pod's
+	// UDP from 0.0.0.0 to the broadcast reached any of the node's
+	// services, judged only by its egress policy).
+	check = append(check,
+		Rule{IPVersion: 4, InIface: p, Src: Side{Nets: zeroSource, Ports: []PortRange{{68, 68}}}, Proto: 17,
+			Dst: Side{Nets: dhcpDests, Ports: []PortRange{{67, 67}}}, Action: ActAccept},
+		Rule{IPVersion: 4, InIface: p, Src: Side{Nets: zeroSource}, Proto: 2, Dst: Side{Nets: ipv4Multicast}, Action: ActAccept})
+	check = append(check, spoofed(Rule{IPVersion: 4, InIface: p, Src: Side{Nets: zeroSource}})...)
 	check = append(check, spoofed(Rule{InIface: p, SrcNoRouteBack: true})...)
 	// A local pod's address arriving on a tunnel or WireGuard device is
 	// another node (or whoever can reach the node's VXLAN port)
