@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -175,6 +176,10 @@ func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
 			delete(gone, w.node) // it came back (or the endpoint changed): not gone after all
 			log.WithFields(map[string]any{"endpoint": w.name, "node": w.node}).Info("kept endpoint: its node came back or it changed during GC")
 		case datastore.IsNotFound(err):
+		case ctx.Err() != nil:
+			// Stopped (a deposed leader's context is cancelled, maybe
+			// before its fenced write is refused): not a finished pass.
+			return nil, fmt.Errorf("gc: node GC stopped: %w", ctx.Err())
 		default:
 			log.WithError(err).WithField("endpoint", w.name).Warn("could not remove endpoint of a deleted node")
 		}

@@ -226,8 +226,11 @@ func TestLeaderDeposedMidGC(t *testing.T) {
 	if r.first != nil {
 		t.Fatalf("first pass as leader: %v", r.first)
 	}
-	if !errors.Is(r.second, datastore.ErrFenced) {
-		t.Errorf("node GC pass during which the leader was deposed: %v, want ErrFenced", r.second)
+	// The pass's context is cancelled when the leadership is seen lost,
+	// which may come before the fenced delete is refused: either stops
+	// it, never a pass reported as done.
+	if !errors.Is(r.second, datastore.ErrFenced) && !errors.Is(r.second, context.Canceled) {
+		t.Errorf("node GC pass during which the leader was deposed: %v, want ErrFenced or context.Canceled", r.second)
 	}
 	if !errors.Is(r.ipamErr, datastore.ErrFenced) {
 		t.Errorf("IPAM GC by the deposed leader: %v, want ErrFenced", r.ipamErr)
