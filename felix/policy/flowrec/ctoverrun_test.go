@@ -3,7 +3,6 @@ package flowrec
 import (
 	"errors"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // overrunSlack is how far the events counted lost may be from the
@@ -32,9 +32,7 @@ const overrunSlack = 6
 // buffer of a few KiB that nobody reads meanwhile; what was read plus
 // what was counted lost must be what was created.
 func TestConntrackOverrunCounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, conntrack)")
-	}
+	testenv.RequireRoot(t, "network namespaces, conntrack")
 	node := polab.NewNode(t)
 	var batches []Batch
 	c, err := New(Config{Node: "n", NetnsFd: node.Fd, Group: 1, Index: policy.NewRuleIndex(), Model: podModel{},
