@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -162,14 +163,28 @@ func (p Probe) tcp() (bool, error) {
 	d := net.Dialer{Timeout: p.timeout(), LocalAddr: p.local(), Control: p.fixedPort}
 	c, err := d.Dial("tcp", netip.AddrPortFrom(p.Dst, uint16(p.Port)).String())
 	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return false, nil
+		if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EADDRINUSE) {
+			// The probe never left: the 4-tuple is still held here.
+			return false, fmt.Errorf("polab: probe %v not sent: %w", p, err)
 		}
-		return false, nil // refused or reset: no echo either
+		return false, nil // timed out, refused or reset: no echo either
 	}
 	defer c.Close()
-	return echo(c, p.timeout())
+	ok, err := echo(c, p.timeout())
+	if ok && p.SrcPort != 0 {
+		// Let the server close first, so its side, not ours, holds
+		// the 4-tuple in TIME_WAIT: a probe from the same fixed port
+		// may follow at once, and the kernel refuses to connect a
+		// 4-tuple whose TIME_WAIT is on the connecting side
+		// (EADDRNOTAVAIL), whereas a SYN reaching a TIME_WAIT on the
+		// server side opens a new connection. Serve closes right
+		// after its echo; the order of the two closes was a race,
+		// and the client closing first read the next probe as
+		// dropped.
+		_ = c.SetReadDeadline(time.Now().Add(p.timeout()))
+		_, _ = io.Copy(io.Discard, c)
+	}
+	return ok, err
 }
 
 func (p Probe) udp() (bool, error) {
