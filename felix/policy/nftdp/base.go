@@ -55,6 +55,16 @@ var dadTypes = []uint8{131, 135, 143}
 // reach its host at all (types 133-136), and MLD reports (131, 143).
 var ndTypes = []uint8{131, 133, 134, 135, 136, 143}
 
+// dropRules are a counted drop with ID why/dir, logged to the drop log
+// group (prefix "D why dir") when there is one.
+func (d *Dataplane) dropRules(why, dir string) []Rule {
+	var rs []Rule
+	if d.cfg.DropLogGroup != 0 {
+		rs = append(rs, Rule{Action: ActLog, LogGroup: d.cfg.DropLogGroup, LogRate: d.cfg.DropLogRate, LogPrefix: "D " + why + " " + dir})
+	}
+	return append(rs, Rule{ID: why + "/" + dir, Counter: true, Action: ActDrop})
+}
+
 func (d *Dataplane) addBase() {
 	p := d.cfg.IfacePrefix
 	prio := func(v int32) *nftables.ChainPriority { return nftables.ChainPriorityRef(nftables.ChainPriority(v)) }
@@ -65,15 +75,7 @@ func (d *Dataplane) addBase() {
 		{CtState: expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED, Action: ActAccept},
 		{CtState: expr.CtStateBitINVALID, Action: ActDrop},
 	}
-	// drop is a counted drop with ID why/dir, logged to the drop log
-	// group (prefix "D why dir") when there is one.
-	drop := func(why, dir string) []Rule {
-		var rs []Rule
-		if d.cfg.DropLogGroup != 0 {
-			rs = append(rs, Rule{Action: ActLog, LogGroup: d.cfg.DropLogGroup, LogRate: d.cfg.DropLogRate, LogPrefix: "D " + why + " " + dir})
-		}
-		return append(rs, Rule{ID: why + "/" + dir, Counter: true, Action: ActDrop})
-	}
+	drop := d.dropRules
 	unknown := func(dir string) []Rule { return drop("unknown-iface", dir) }
 
 	// A workload's packet whose source has no route back through its

@@ -95,6 +95,10 @@ type Dataplane struct {
 	// encapPorts are the UDP ports dropped from pods as encapsulated
 	// (encap.go).
 	encapPorts []uint16
+	// encapSrc are the allowed outer sources of tunnel packets, sorted
+	// (encap_hosts.go); nil until SetEncapSources, when there is no
+	// check.
+	encapSrc []netip.Prefix
 	// tailRefs counts the chains going to each tail chain (tail.go).
 	tailRefs map[string]int
 

@@ -61,5 +61,6 @@ func (d *Dataplane) SetWorkloadEncapPorts(ports []uint16) bool {
 	for _, dir := range []string{"egress", "to-host"} {
 		d.setInternal(chainEncap+dir, nil, encapRules(dir, ports))
 	}
+	d.syncEncapSrcChain() // the outer-source check follows the ports
 	return true
 }
