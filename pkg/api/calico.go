@@ -65,7 +65,6 @@ var calicoFields = map[Kind][]calicoField{
 	KindNode: {
 		{path: "spec.orchRefs", note: "routed names nodes by their Kubernetes node name"},
 		{path: "spec.addresses", note: "routed reads the node's address from spec.bgp.ipv4Address"},
-		{path: "spec.wireguard", note: "written by Calico's WireGuard support, which routed does not have"},
 		{path: "status", note: "status is written by the node, not applied"},
 	},
 	KindGlobalNetworkPolicy: policyFields(true),

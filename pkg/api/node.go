@@ -46,6 +46,22 @@ type NodeSpec struct {
 	// VXLANTunnelMACAddrV6 is the MAC of the node's IPv6 VXLAN device,
 	// which other nodes put in their neighbour and FDB entries for it.
 	VXLANTunnelMACAddrV6 string `json:"vxlanTunnelMACAddrV6,omitempty"`
+	// Wireguard holds the addresses of the node's WireGuard devices,
+	// allocated from the pools while the node publishes a key of the
+	// family (Calico's spec.wireguard).
+	Wireguard *NodeWireguardSpec `json:"wireguard,omitempty"`
+}
+
+// NodeWireguardSpec is the address of each of a node's WireGuard
+// devices: its routes to other nodes' pods use it as the source, so
+// what its host sends them arrives from an address the receiving node
+// routes back through its own device (docs/wireguard.md).
+type NodeWireguardSpec struct {
+	// InterfaceIPv4Address is the address of the IPv4 device; empty
+	// when IPv4 encryption is off on the node or no pool selects it.
+	InterfaceIPv4Address string `json:"interfaceIPv4Address,omitempty"`
+	// InterfaceIPv6Address is the same for the IPv6 device.
+	InterfaceIPv6Address string `json:"interfaceIPv6Address,omitempty"`
 }
 
 // VXLANMAC is the MAC of a node's VXLAN device: derived from the node
@@ -170,8 +186,21 @@ func validateASN(v *errs, field string, asn ASNumber, optional bool) {
 	}
 }
 
-// validateNodeWireguard checks the published WireGuard keys.
+// validateNodeWireguard checks the published WireGuard keys and the
+// devices' addresses.
 func validateNodeWireguard(v *errs, n *Node) {
+	if w := n.Spec.Wireguard; w != nil {
+		if t := w.InterfaceIPv4Address; t != "" {
+			if a, err := netip.ParseAddr(t); err != nil || !a.Is4() {
+				v.add("spec.wireguard.interfaceIPv4Address", t, "must be an IPv4 address")
+			}
+		}
+		if t := w.InterfaceIPv6Address; t != "" {
+			if a, err := netip.ParseAddr(t); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
+				v.add("spec.wireguard.interfaceIPv6Address", t, "must be an IPv6 address")
+			}
+		}
+	}
 	for _, f := range [][2]string{{"status.wireguardPublicKey", n.Status.WireguardPublicKey}, {"status.wireguardPublicKeyV6", n.Status.WireguardPublicKeyV6}} {
 		if f[1] == "" {
 			continue
@@ -180,4 +209,18 @@ func validateNodeWireguard(v *errs, n *Node) {
 			v.add(f[0], f[1], "must be a WireGuard public key (base64 of 32 bytes)")
 		}
 	}
+}
+
+// WireguardAddress returns the address of the node's WireGuard device
+// of the family (IPv6 when v6), if it has a valid one.
+func (n *Node) WireguardAddress(v6 bool) (netip.Addr, bool) {
+	if n.Spec.Wireguard == nil {
+		return netip.Addr{}, false
+	}
+	s := n.Spec.Wireguard.InterfaceIPv4Address
+	if v6 {
+		s = n.Spec.Wireguard.InterfaceIPv6Address
+	}
+	a, err := netip.ParseAddr(s)
+	return a, err == nil && a.Is6() == v6 && !a.Is4In6()
 }

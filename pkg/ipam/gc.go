@@ -277,6 +277,13 @@ func tunnelAddrs(n *api.Node) []netip.Addr {
 			out = append(out, a)
 		}
 	}
+	// The WireGuard devices' addresses are tunnel allocations too
+	// (routed/tunneladdr).
+	for _, v6 := range []bool{false, true} {
+		if a, ok := n.WireguardAddress(v6); ok {
+			out = append(out, a)
+		}
+	}
 	return out
 }
 

@@ -70,7 +70,7 @@ func convertBlocks(raw []rawBlock, confirmed map[string]bool, pools []netip.Pref
 			ia := ipam.ImportAllocation{Ordinal: o, Handle: deref(attr.HandleID), Namespace: s["namespace"], Pod: s["pod"], Node: s["node"], Type: ipam.TypePod}
 			switch s["type"] {
 			case "":
-			case "ipipTunnelAddress", "vxlanTunnelAddress", "vxlanV6TunnelAddress":
+			case "ipipTunnelAddress", "vxlanTunnelAddress", "vxlanV6TunnelAddress", "wireguardTunnelAddress", "wireguardV6TunnelAddress":
 				ia.Type = ipam.TypeTunnel
 			default:
 				out.skipped = append(out.skipped, fmt.Sprintf("block %s: address %s (%s, handle %q): routed has no such allocation type; it will be free in routed", p, addrAt(p, o), s["type"], ia.Handle))

@@ -1,6 +1,7 @@
 // Package tunneladdr gives this node its IPIP and VXLAN tunnel addresses
-// (and VTEP MAC) from the pools that select it, and records them on its
-// Node, as Calico's node does.
+// (and VTEP MAC), and its WireGuard devices' addresses while it
+// publishes WireGuard keys, from the pools that select it, and records
+// them on its Node, as Calico's node does.
 //
 // The Loop decides from the Node and pools the node feed delivered: it
 // reads nothing from etcd on a wake. It writes the Node (conditional on
@@ -161,6 +162,7 @@ func settle(ctx context.Context, st Store, ic IPAM, node *api.Node, pools []*api
 		{VXLANTunnelHandle(name), 4, encapPoolsFor(pools, &n, 4, vxlanMode), &s.IPv4VXLANTunnelAddr},
 		{VXLANV6TunnelHandle(name), 6, v6pools, &s.IPv6VXLANTunnelAddr},
 	}
+	tunnels = append(tunnels, wireguardTunnels(&n, pools)...)
 	// Releases first, so a pool switching encapsulation can hand the
 	// released address straight to the other tunnel.
 	sort.SliceStable(tunnels, func(i, j int) bool { return len(tunnels[i].pools) == 0 && len(tunnels[j].pools) > 0 })
@@ -176,10 +178,13 @@ func settle(ctx context.Context, st Store, ic IPAM, node *api.Node, pools []*api
 	if s.IPv6VXLANTunnelAddr != "" {
 		s.VXLANTunnelMACAddrV6 = felix.VXLANMACV6(name).String()
 	}
+	if *s.Wireguard == (api.NodeWireguardSpec{}) {
+		s.Wireguard = nil
+	}
 	was := &node.Spec
 	if was.BGP.IPv4IPIPTunnelAddr == s.BGP.IPv4IPIPTunnelAddr && was.IPv4VXLANTunnelAddr == s.IPv4VXLANTunnelAddr &&
 		was.VXLANTunnelMACAddr == s.VXLANTunnelMACAddr && was.IPv6VXLANTunnelAddr == s.IPv6VXLANTunnelAddr &&
-		was.VXLANTunnelMACAddrV6 == s.VXLANTunnelMACAddrV6 {
+		was.VXLANTunnelMACAddrV6 == s.VXLANTunnelMACAddrV6 && sameWireguard(was.Wireguard, s.Wireguard) {
 		return nil, nil
 	}
 	if _, err := st.Update(ctx, &n); err != nil {
@@ -187,6 +192,7 @@ func settle(ctx context.Context, st Store, ic IPAM, node *api.Node, pools []*api
 	}
 	log.WithFields(map[string]any{"ipipTunnelAddr": s.BGP.IPv4IPIPTunnelAddr, "vxlanTunnelAddr": s.IPv4VXLANTunnelAddr,
 		"vxlanMAC": s.VXLANTunnelMACAddr, "vxlanTunnelAddrV6": s.IPv6VXLANTunnelAddr, "vxlanMACV6": s.VXLANTunnelMACAddrV6,
+		"wireguardAddr": wgAddr(s.Wireguard, false), "wireguardAddrV6": wgAddr(s.Wireguard, true),
 	}).Info("tunnel addresses updated")
 	return &n, nil
 }

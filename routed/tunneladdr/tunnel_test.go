@@ -60,13 +60,7 @@ func TestVXLANTunnelAddressFollowsPools(t *testing.T) {
 	if _, err := noderecord.Register(ctx, ds, "n1", noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
 		t.Fatal(err)
 	}
-	node := func() *api.Node {
-		r, err := ds.Get(ctx, api.KindNode, "n1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.(*api.Node)
-	}
+	node := func() *api.Node { return getNode(t, ds, "n1") }
 	dstest.Apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.51.0.0/24, vxlanMode: CrossSubnet}\n")
 	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
 		t.Fatal(err)
