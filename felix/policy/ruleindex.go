@@ -25,13 +25,19 @@ const (
 	// tunnels would unwrap it from any source. Direction "egress" or
 	// "to-host".
 	KindWorkloadEncap = "encapsulated: a pod's IPIP or VXLAN packet"
-	KindNotPoliced    = "not policed" // the address is no workload (explain)
+	// KindEncapNotNode: an IPIP packet or UDP to a VXLAN port addressed
+	// to the node from a source that is no node's (nor in the external
+	// node nets), dropped before the node unwraps it
+	// (nftdp/encap_hosts.go). Direction "not-node".
+	KindEncapNotNode = "encapsulated: a tunnel packet from a source that is no node's"
+	KindNotPoliced   = "not policed" // the address is no workload (explain)
 	// KindHostNotExplained: the address is a host endpoint's, whose
 	// policy explain does not evaluate (it answers for workloads).
 	KindHostNotExplained = "host endpoint: its policy is not explained"
 	unknownIfacePfx      = "D unknown-iface "
 	spoofedSrcPfx        = "D spoofed-src " // + direction (nftdp/base.go)
 	wlEncapPfx           = "D wl-encap "    // + direction (nftdp/encap.go)
+	encapSrcPfx          = "D encap-src "   // + "not-node" (nftdp/encap_hosts.go)
 	logRulePrefix        = "L "
 	logDropRulePrefix    = "D "
 	flowRulePrefix       = "F " // a flow verdict mark (LogConfig.FlowGroup)
@@ -131,7 +137,8 @@ func (x *RuleIndex) deleteIface(iface string) {
 // drop's ("D <token>"), a flow verdict mark's ("F <token>"), or the
 // drop of a packet from an unprogrammed interface or from a spoofed
 // source ("D unknown-iface <dir>", "D spoofed-src <dir>") or of a
-// pod's encapsulated packet ("D wl-encap <dir>"). The verdict
+// pod's encapsulated packet ("D wl-encap <dir>") or of a tunnel packet
+// from a source that is no node's ("D encap-src not-node"). The verdict
 // is "log" for a Log rule (the packet goes on to the next rule), "flow"
 // for a flow mark (the rule named decides: its Action says how) and
 // "drop" for the others.
@@ -144,6 +151,9 @@ func (x *RuleIndex) Resolve(prefix string) (ri RuleInfo, verdict string, ok bool
 	}
 	if dir, isEncap := strings.CutPrefix(prefix, wlEncapPfx); isEncap {
 		return RuleInfo{ID: "wl-encap/" + dir, Kind: KindWorkloadEncap, Direction: dir, Index: -1, Action: "Deny"}, "drop", true
+	}
+	if why, isEncapSrc := strings.CutPrefix(prefix, encapSrcPfx); isEncapSrc {
+		return RuleInfo{ID: "encap-src/" + why, Kind: KindEncapNotNode, Direction: why, Index: -1, Action: "Deny"}, "drop", true
 	}
 	verdict = "drop"
 	tok, isLog := strings.CutPrefix(prefix, logRulePrefix)
