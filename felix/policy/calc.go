@@ -42,6 +42,7 @@ type Calc struct {
 	// read them through endpoint and allEndpoints.
 	eps    map[string]*endpoint
 	weps   *epTable
+	recs   epRecords // the workload endpoints' records and keys
 	locals map[string]*local
 	sets   map[string]*aset
 	// Local endpoints referring to each profile name (existing or not).

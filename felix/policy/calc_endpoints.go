@@ -21,11 +21,7 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 		(l != nil) == ep.Local && (l == nil || (l.iface == ep.Iface && l.pod == ep.Pod)) {
 		return // as it was (a snapshot repeats what has not changed)
 	}
-	key := ep.Key
-	if old != nil {
-		key = old.key // one copy of it
-	}
-	e := &endpoint{key: key, g: g}
+	e := c.makeEndpoint(ep.Key, g, old)
 	e.setIPs(ep.IPs)
 	if ep.Node != "" {
 		e.node = unique.Make(ep.Node)
@@ -69,6 +65,9 @@ func (c *Calc) SetEndpoint(ep Endpoint) {
 	if ep.Local {
 		c.updateLocal(e, ep.Iface, ep.Pod)
 	}
+	if old != nil {
+		c.releaseEndpoint(old, e)
+	}
 }
 
 // DeleteEndpoint removes an endpoint; a missing one is no change.
@@ -88,6 +87,7 @@ func (c *Calc) DeleteEndpoint(key string) {
 		c.removeLocal(l)
 	}
 	c.removeFrom(old)
+	c.releaseEndpoint(old, nil)
 }
 
 // rederive recomputes a scope's labels after a profile it reads
@@ -170,10 +170,7 @@ func (c *Calc) releaseProfiles(s *groupScope) {
 // SetNetworkSet adds or replaces a network set (namespaced when
 // Namespace is set).
 func (c *Calc) SetNetworkSet(s NetworkSet) {
-	ns := &netset{NetworkSet: s, nsLabels: scopeLabels(nil, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+s.Namespace], s.Namespace)}
-	if s.Namespace == "" {
-		ns.nsLabels = nil
-	}
+	ns := newNetset(s, c.profiles[api.NamespaceProfilePrefix+s.Namespace])
 	if c.at != nil {
 		if old := c.netsets[s.Key]; old != nil {
 			c.at.removeNetset(old)
