@@ -107,6 +107,15 @@ type pending struct {
 	expires time.Time // of a denied one's suppression
 }
 
+// conn is the collector's entry of a connection: p while it awaits
+// its marks (or is suppressed, denied), cls once it is open (allowed,
+// until its DESTROY); never both. Kept by value in Collector.conns: an
+// open connection costs its key and two pointers, no record.
+type conn struct {
+	p   *pending
+	cls *class
+}
+
 // class is what connections alike share: everything of a Flow but its
 // counts and times. grp is its group of the interval epoch (the
 // collector's), so that a connection finds it without hashing the key.
@@ -126,21 +135,23 @@ type Collector struct {
 	boot string
 	seq  uint64
 
-	pending map[flowKey]*pending
-	spare   []*pending // pending entries to reuse
+	// conns holds every connection the collector knows of, in one
+	// map so that a connection costs one lookup per event: awaiting
+	// its marks (or suppressed, denied), or open (allowed, until its
+	// DESTROY). nPending and nOpen count each kind for the caps.
+	conns           map[flowKey]conn
+	nPending, nOpen int
+	spare           []*pending // pending entries to reuse
 	// waiting orders pending connections by the end of their grace,
 	// suppressed denied ones by the end of their suppression.
 	waiting, suppressed dueQueue
-	// open holds allowed connections until their DESTROY, by the
-	// class they belong to.
-	open    map[flowKey]*class
-	classes map[string]*class
-	memo    classMemo
-	groups  map[string]*Flow
-	order   []string // group keys in the order they began
-	epoch   uint64   // the interval's, for class.grp
-	dropped map[string]uint64
-	start   time.Time
+	classes             map[string]*class
+	memo                classMemo
+	groups              map[string]*Flow
+	order               []string // group keys in the order they began
+	epoch               uint64   // the interval's, for class.grp
+	dropped             map[string]uint64
+	start               time.Time
 
 	nflogLost, ctLost atomic.Uint64
 	// parked is set while the loop waits for events (see wakeLoop).
@@ -167,8 +178,8 @@ func New(cfg Config) (*Collector, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Collector{cfg: cfg, boot: hex.EncodeToString(b[:]),
-		log:     logrus.WithFields(logrus.Fields{"component": "flows", "node": cfg.Node}),
-		pending: map[flowKey]*pending{}, open: map[flowKey]*class{}, classes: map[string]*class{},
+		log:   logrus.WithFields(logrus.Fields{"component": "flows", "node": cfg.Node}),
+		conns: map[flowKey]conn{}, classes: map[string]*class{},
 		groups: map[string]*Flow{}, dropped: map[string]uint64{}}, nil
 }
 
@@ -243,44 +254,69 @@ func (c *Collector) Run(ctx context.Context) error {
 	return err
 }
 
-func (c *Collector) pendingFor(k flowKey, at time.Time) *pending {
-	p := c.pending[k]
-	if p == nil {
-		if len(c.pending) >= c.cfg.MaxPending {
-			c.dropped[DropPending]++
-			return nil
-		}
-		if n := len(c.spare); n > 0 {
-			p, c.spare = c.spare[n-1], c.spare[:n-1]
-		} else {
-			p = &pending{}
-		}
-		p.key, p.first = k, at
-		c.pending[k] = p
-		c.waiting.compact(len(c.pending))
-		c.waiting.push(p, at.Add(c.cfg.Grace))
+// pendingFor is the pending entry of k (cur: its entry in conns),
+// made if there is none (nil past the cap, counted). A new connection
+// on the key of an open one takes the key: the open one's DESTROY was
+// lost (counted as ct-overrun), or it is another conntrack entry on
+// the same key (a NAT clash remapped its reply's port), whose DESTROY
+// is then counted as that of a connection older than the collector.
+func (c *Collector) pendingFor(k flowKey, cur conn, at time.Time) *pending {
+	if cur.p != nil {
+		return cur.p
 	}
+	if cur.cls != nil {
+		c.release(cur.cls)
+		c.nOpen--
+		delete(c.conns, k)
+	}
+	if c.nPending >= c.cfg.MaxPending {
+		c.dropped[DropPending]++
+		return nil
+	}
+	var p *pending
+	if n := len(c.spare); n > 0 {
+		p, c.spare = c.spare[n-1], c.spare[:n-1]
+	} else {
+		p = &pending{}
+	}
+	p.key, p.first = k, at
+	c.conns[k] = conn{p: p}
+	c.nPending++
+	c.waiting.compact(c.nPending)
+	c.waiting.push(p, at.Add(c.cfg.Grace))
 	return p
 }
 
-// donePending forgets a pending connection, keeping the entry (and
-// its slices) for another. Its due entries go stale.
-func (c *Collector) donePending(k flowKey, p *pending) {
-	delete(c.pending, k)
+// spareMax bounds the pending entries kept for reuse. Connections are
+// decided in bursts (each tick's, up to a tick's worth of new ones:
+// 1,400 at 14,000 a second), so the spares must hold a burst for the
+// next tick's new connections to find them.
+const spareMax = 4096
+
+// donePending forgets a pending connection (its entry in conns too,
+// unless keep: the caller replaces it), keeping the record (and its
+// slices) for another. Its due entries go stale.
+func (c *Collector) donePending(k flowKey, p *pending, keep bool) {
+	if !keep {
+		delete(c.conns, k)
+	}
+	c.nPending--
 	*p = pending{steps: p.steps[:0], ends: p.ends[:0], gen: p.gen + 1}
-	if len(c.spare) < 1024 {
+	if len(c.spare) < spareMax {
 		c.spare = append(c.spare, p)
 	}
 }
 
 func (c *Collector) onMark(m mark) {
-	if c.open[m.key] != nil {
+	cur := c.conns[m.key]
+	if cur.cls != nil {
 		// A mark later than the grace, of a connection decided
 		// already (or a packet of it still new to conntrack): it is
 		// not a new connection.
 		return
 	}
-	p := c.pendingFor(m.key, time.Now())
+	now := time.Now()
+	p := c.pendingFor(m.key, cur, now)
 	if p == nil || p.denied {
 		return
 	}
@@ -293,13 +329,14 @@ func (c *Collector) onMark(m mark) {
 	}
 	p.steps = append(p.steps, m.rule)
 	if complete(p) {
-		c.decide(m.key, p, time.Now())
+		c.decide(m.key, p, now)
 	}
 }
 
 func (c *Collector) onConntrack(e *ctEvent) {
+	cur := c.conns[e.key]
 	if !e.destroy {
-		if p := c.pendingFor(e.key, e.at); p != nil && !p.denied {
+		if p := c.pendingFor(e.key, cur, e.at); p != nil && !p.denied {
 			if p.sawNew {
 				// A new connection on the tuple, counted
 				// with this one.
@@ -312,13 +349,14 @@ func (c *Collector) onConntrack(e *ctEvent) {
 		}
 		return
 	}
-	if cls := c.open[e.key]; cls != nil {
-		delete(c.open, e.key)
+	if cls := cur.cls; cls != nil {
+		delete(c.conns, e.key)
+		c.nOpen--
 		c.ended(cls, &e.counts, e.at)
 		c.release(cls)
 		return
 	}
-	if p := c.pending[e.key]; p != nil && !p.denied {
+	if p := cur.p; p != nil && !p.denied {
 		p.ends = append(p.ends, e.counts)
 		p.ct = true
 		return
@@ -342,7 +380,7 @@ func (c *Collector) finalize(now time.Time) {
 		if !ok {
 			break
 		}
-		c.donePending(p.key, p)
+		c.donePending(p.key, p, false)
 	}
 	for {
 		p, ok := c.waiting.pop(now, atOrAfterDue)
@@ -383,7 +421,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	}
 	cls := c.classify(k, f, p.steps, p.ct, c.marksLost(p.first))
 	if cls == nil {
-		c.donePending(k, p)
+		c.donePending(k, p, false)
 		return
 	}
 	g := c.group(cls, now)
@@ -396,7 +434,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		// they are the same connection attempt for 10 s.
 		p.denied, p.expires, p.steps = true, now.Add(10*time.Second), p.steps[:0]
 		p.gen++
-		c.suppressed.compact(len(c.pending))
+		c.suppressed.compact(c.nPending)
 		c.suppressed.push(p, p.expires)
 		return
 	}
@@ -407,18 +445,23 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	for i := range p.ends {
 		c.ended(cls, &p.ends[i], now)
 	}
-	c.donePending(k, p)
 	if ended > more {
 		// Every connection of the tuple ended.
+		c.donePending(k, p, false)
 		c.release(cls)
 		return
 	}
-	if len(c.open) >= c.cfg.MaxOpen {
+	if c.nOpen >= c.cfg.MaxOpen {
+		c.donePending(k, p, false)
 		c.dropped[DropOpen]++
 		c.release(cls)
 		return
 	}
-	c.open[k] = cls
+	// The entry turns open in place: one map write, not a delete
+	// and an insert.
+	c.donePending(k, p, true)
+	c.conns[k] = conn{cls: cls}
+	c.nOpen++
 }
 
 // ended counts an ended connection's traffic in its class's group.
