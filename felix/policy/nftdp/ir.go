@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 )
 
@@ -142,12 +143,15 @@ type Rule struct {
 
 // key identifies a rule's content: the same key means the same rendered
 // rule in either family. It is stored in the rule's comment so a resync
-// can compare the kernel's rules without decoding expressions.
+// can compare the kernel's rules without decoding expressions. Only the
+// fields a rule sets go into it (fieldsOf), so a field added to Rule or
+// Side in a later release leaves the keys of rules that do not use it,
+// and with them the rules and their counters, as they were: the first
+// apply after an upgrade rewrites only what changed.
 func (r *Rule) key() string {
-	c := *r
-	c.ICMP, c.NotICMP = nil, nil // pointers: hash what they point to
-	s := fmt.Sprintf("%+v|%+v|%+v", c, deref(r.ICMP), deref(r.NotICMP))
-	h := sha256.Sum256([]byte(s))
+	var b strings.Builder
+	fieldsOf(&b, reflect.ValueOf(*r))
+	h := sha256.Sum256([]byte(b.String()))
 	k := base64.RawURLEncoding.EncodeToString(h[:12])
 	if r.ID == "" {
 		return k
@@ -165,11 +169,31 @@ func (r *Rule) key() string {
 // maxIDLen bounds the ID part of a rule's comment.
 const maxIDLen = 200
 
-func deref(m *ICMPMatch) ICMPMatch {
-	if m == nil {
-		return ICMPMatch{Code: -2}
+// fieldsOf writes a struct's non-zero fields as name:value, in
+// declaration order, recursing into this package's struct fields (Side)
+// and through pointers (ICMP, NotICMP); any other value is written with
+// %+v.
+func fieldsOf(b *strings.Builder, v reflect.Value) {
+	t := v.Type()
+	b.WriteByte('{')
+	for i := range t.NumField() {
+		f := v.Field(i)
+		if f.IsZero() {
+			continue
+		}
+		b.WriteString(t.Field(i).Name)
+		b.WriteByte(':')
+		if f.Kind() == reflect.Pointer {
+			f = f.Elem()
+		}
+		if f.Kind() == reflect.Struct && f.Type().PkgPath() == t.PkgPath() {
+			fieldsOf(b, f)
+		} else {
+			fmt.Fprintf(b, "%+v", f.Interface())
+		}
+		b.WriteByte(' ')
 	}
-	return *m
+	b.WriteByte('}')
 }
 
 // ruleID is the ID part of a stored comment.
