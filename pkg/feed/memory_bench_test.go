@@ -66,14 +66,7 @@ var felixKinds = []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoi
 //	GOGC=50 ROUTED_FEED_BENCH_PODS=50000 ROUTED_FEED_BENCH_PROFILES=/tmp/feedprof \
 //	  go test ./pkg/feed -run '^$' -bench FeedMemory -benchtime 1x -timeout 30m
 func BenchmarkFeedMemory(b *testing.B) {
-	pods := 30000
-	if v := os.Getenv(benchPodsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < podsPerNode {
-			b.Fatalf("%s=%q: want a number of pods >= %d", benchPodsEnv, v, podsPerNode)
-		}
-		pods = n
-	}
+	pods := envPods(b)
 	profDir := os.Getenv(benchProfilesEnv)
 	ds := childEtcdClient(b)
 	t0 := time.Now()
