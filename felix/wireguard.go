@@ -105,6 +105,9 @@ type wgInputs struct {
 	on    [2]bool // encryption wanted for the family
 	ready [2]bool // the device is made and configured: routes may use it
 	own   [2]wgtypes.Key
+	// src is the address on the ready device (this Node's
+	// spec.wireguard), the source of routes through it; invalid: none.
+	src [2]netip.Addr
 }
 
 // wgPlan is one family's device as the plan wants it.
@@ -113,6 +116,8 @@ type wgPlan struct {
 	allowClear bool
 	dev        string
 	port       int
+	// src is the source of routes through the device (wgInputs.src).
+	src netip.Addr
 	// byAddr finds remote nodes by their address of the family.
 	byAddr map[netip.Addr]string
 	// peers are the remote nodes with a key, by name.
@@ -128,7 +133,7 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 	for fam := range p.wg {
 		w := &p.wg[fam]
 		*w = wgPlan{on: s.wg.on[fam], ready: s.wg.ready[fam], allowClear: cfg.WireGuard.AllowClear,
-			dev: wireguard.DeviceV4, port: cfg.WireGuard.Port,
+			dev: wireguard.DeviceV4, port: cfg.WireGuard.Port, src: s.wg.src[fam],
 			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{}}
 		if fam == wg6 {
 			w.dev, w.port = wireguard.DeviceV6, cfg.WireGuard.PortV6
@@ -205,7 +210,11 @@ func (p *plan) wgRoute(pools []*pool, dst netip.Prefix, nh netip.Addr, node stri
 		return hold, true
 	}
 	peer.AllowedIPs = append(peer.AllowedIPs, dst.Masked())
-	return routetable.Route{Dst: dst.Masked(), Iface: w.dev}, true
+	// The device's address as source: what this host sends the node's
+	// pods arrives there from an address it routes back through its
+	// own device, so its reverse-path check passes
+	// (wireguard_rpfilter.go).
+	return routetable.Route{Dst: dst.Masked(), Iface: w.dev, Src: w.src}, true
 }
 
 // finishWireguard routes other nodes' borrowed addresses (and their
@@ -238,6 +247,7 @@ func (p *plan) finishWireguard(cfg *Config, s *state, pools []*pool) {
 			}
 		}
 	}
+	p.routeWGAddrs(cfg, s, pools)
 	for fam := range p.wg {
 		for name, peer := range p.wg[fam].peers {
 			n := s.nodes[name]

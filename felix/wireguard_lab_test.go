@@ -39,6 +39,10 @@ type wgLab struct {
 	// addr6 are the nodes' IPv6 addresses on the Node records (none
 	// unless a test adds them: setAddr6).
 	addr6 map[string]string
+	// wgAddrs are the nodes' WireGuard device addresses, on their Node
+	// records while they publish a key, as routed/tunneladdr allocates
+	// them (none unless a test adds them: setWGAddrs).
+	wgAddrs map[string]string
 }
 
 type wgNode struct {
@@ -154,6 +158,9 @@ func (l *wgLab) nodeRecords() []api.Resource {
 	for _, name := range []string{"node-a", "node-b"} {
 		n := node(name, l.nodes[name].addr, "")
 		n.Status.WireguardPublicKey = l.keys[name]
+		if a := l.wgAddrs[name]; a != "" && l.keys[name] != "" {
+			n.Spec.Wireguard = &api.NodeWireguardSpec{InterfaceIPv4Address: a}
+		}
 		if a := l.addr6[name]; a != "" {
 			n.Spec.BGP.IPv6Address = a
 			n.Status.WireguardPublicKeyV6 = l.keys6[name]
@@ -173,6 +180,15 @@ func (l *wgLab) setAddr6() {
 		l.addr6[name] = a
 		l.mu.Unlock()
 	}
+	l.feedNodes()
+}
+
+// setWGAddrs gives node-a and node-b WireGuard device addresses from
+// their blocks (10.244.0.1 and 10.244.1.1) on their Node records.
+func (l *wgLab) setWGAddrs() {
+	l.mu.Lock()
+	l.wgAddrs = map[string]string{"node-a": "10.244.0.1", "node-b": "10.244.1.1"}
+	l.mu.Unlock()
 	l.feedNodes()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,10 +30,13 @@ type wgState struct {
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
 	published0 bool                 // PublishKeys was called at least once
+	addr       [2]netip.Addr        // the address on each device (wireguard_addr.go)
 	host       wgHostState          // host encryption (wireguard_host.go)
 	// rpfChecked is the index of the IPv4 device whose rp_filter was
-	// last checked, rpfWarned the one warned about (wireguard_rpfilter.go).
-	rpfChecked, rpfWarned int
+	// last checked (rpfAll: all.rp_filter then), rpfWarned the one last
+	// warned about and rpfWarnedWhy the cases named (wireguard_rpfilter.go).
+	rpfChecked, rpfWarned, rpfAll int
+	rpfWarnedWhy                  string
 }
 
 func newWGState(cfg *Config, lg *logrus.Entry) *wgState {
@@ -102,16 +106,21 @@ func (l *loop) applyWireguard(full bool) error {
 // it (and the routes) when that changed; it returns readiness.
 func (l *loop) wgInputs() (ready [2]bool, changed bool) {
 	w := l.f.wg
+	var src [2]netip.Addr
 	for fam := range ready {
 		ready[fam] = w.dev[fam].Ready() && w.hasKey[fam] && w.on[fam]
+		src[fam] = netip.Addr{}
+		if ready[fam] {
+			src[fam] = w.addr[fam]
+		}
 		if w.hasKey[fam] {
 			l.st.wg.own[fam] = w.key[fam].PublicKey()
 		}
 	}
-	if ready == l.st.wg.ready && w.on == l.st.wg.on {
+	if ready == l.st.wg.ready && w.on == l.st.wg.on && src == l.st.wg.src {
 		return ready, false
 	}
-	l.st.wg.ready, l.st.wg.on = ready, w.on
+	l.st.wg.ready, l.st.wg.on, l.st.wg.src = ready, w.on, src
 	l.plan = computePlan(l.cfg, l.st)
 	if err := l.rt.SetRoutes(l.plan.routes); err != nil {
 		l.log.WithError(err).Warn("some routes are invalid and were skipped")
@@ -125,7 +134,7 @@ func (l *loop) syncWireguard(full bool) error {
 	for fam := range w.dev {
 		d := w.dev[fam]
 		if !w.on[fam] {
-			w.hasKey[fam] = false
+			w.hasKey[fam], w.addr[fam] = false, netip.Addr{}
 			d.Set(wireguard.Desired{})
 			_, err := d.Apply(l.h, full)
 			errs = append(errs, err)
@@ -157,6 +166,9 @@ func (l *loop) syncWireguard(full bool) error {
 		link, err := d.Apply(l.h, full)
 		l.noteDevice(link)
 		l.hostLink(link, false)
+		if err == nil && link != nil {
+			err = l.syncWGAddr(fam, link)
+		}
 		if err == nil {
 			l.wgRPFilter(fam, link, full)
 		}
