@@ -1,7 +1,9 @@
 package felix_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"os/exec"
 	"slices"
 	"strings"
@@ -55,9 +57,18 @@ func TestWireguardHostToPodStrictRPFilter(t *testing.T) {
 					return ""
 				})
 			}
-			// Steady: several in a row, none lost.
-			if out, err := exec.Command("ip", "netns", "exec", b.ns.Name, "ping", "-c", "5", "-i", "0.2", "-W", "1", a.pod).CombinedOutput(); err != nil {
+			// Steady: several in a row, none lost, and neither the
+			// requests nor the pod's replies (which echo the pattern)
+			// in clear on the uplink: the replies go to node-b's device
+			// address, which node-a routes through its device.
+			stop := capture(t, a, "192.0.2.2")
+			const pattern = "5eedc0de0a11fa11"
+			if out, err := exec.Command("ip", "netns", "exec", b.ns.Name, "ping", "-c", "5", "-i", "0.2", "-W", "1", "-p", pattern, a.pod).CombinedOutput(); err != nil {
 				t.Fatalf("node-b's host to node-a's pod: %v\n%s", err, out)
+			}
+			raw, _ := hex.DecodeString(pattern)
+			if bytes.Contains(stop(), raw) {
+				t.Error("node-b's host's pings to node-a's pod (or the replies) are in clear on the uplink")
 			}
 			for _, n := range []*wgNode{a, b} {
 				if c := warnings(n, "net.ipv4.conf.all.rp_filter is not 0"); c != 0 {
