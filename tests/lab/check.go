@@ -84,12 +84,12 @@ func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report 
 	// Routes propagate within a second or two of the pods' blocks being
 	// claimed; give convergence a bounded wait before judging.
 	fmt.Fprintf(out, "\n==> pinging every pod from every other pod (%d pairs)\n", len(pods)*(len(pods)-1))
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second * time.Duration(WaitScale))
 	r.Pairs, r.PairOK = pingAll(ctx, l, pods, deadline, func(p Pod) string { return p.IP }, fail)
 	fmt.Fprintf(out, "%d/%d pairs reachable\n", r.PairOK, r.Pairs)
 	if r.DualStack {
 		fmt.Fprintf(out, "\n==> ping -6 from every pod to every other pod (%d pairs)\n", len(pods)*(len(pods)-1))
-		r.Pairs6, r.PairOK6 = pingAll(ctx, l, pods, time.Now().Add(20*time.Second), func(p Pod) string { return p.IP6 }, fail)
+		r.Pairs6, r.PairOK6 = pingAll(ctx, l, pods, time.Now().Add(20*time.Second*time.Duration(WaitScale)), func(p Pod) string { return p.IP6 }, fail)
 		fmt.Fprintf(out, "%d/%d IPv6 pairs reachable\n", r.PairOK6, r.Pairs6)
 	}
 	return r

@@ -291,8 +291,16 @@ func (s *Scale) Down(ctx context.Context) {
 	Cleanup(ctx, s.cfg.Prefix, s.cfg.Dir)
 }
 
-// waitUntil polls f every 250 ms until it succeeds or timeout passes.
+// WaitScale multiplies the budget of every wait the lab makes
+// (waitUntil, Check's pings). 1 on the host; a lab inside an emulated VM
+// (qemu TCG, tests/vm/labvm) runs several times slower and sets it
+// before Up. Set it only before the lab starts.
+var WaitScale = 1
+
+// waitUntil polls f every 250 ms until it succeeds or timeout (times
+// WaitScale) passes.
 func waitUntil(ctx context.Context, timeout time.Duration, what string, f func() error) error {
+	timeout *= time.Duration(WaitScale)
 	deadline := time.Now().Add(timeout)
 	var err error
 	for time.Now().Before(deadline) {

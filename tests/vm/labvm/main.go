@@ -44,7 +44,13 @@ func main() {
 	timeout := flag.Duration("timeout", 6*time.Minute, "give up after this long")
 	pings := flag.Int("pings", 5, "echo requests per node pair in the counter checks")
 	mode := flag.String("ipip-mode", "CrossSubnet", "the pool's ipipMode; anything but CrossSubnet must fail the checks (a control)")
+	waitScale := flag.Int("wait-scale", 1, "multiply the lab's waits by this (tests/vm passes more than 1 under qemu TCG, which runs the guest several times slower)")
 	flag.Parse()
+	if *waitScale < 1 {
+		fmt.Fprintf(os.Stderr, "-wait-scale %d: want 1 or more\n", *waitScale)
+		os.Exit(2)
+	}
+	lab.WaitScale = *waitScale
 	if os.Getenv("ROUTED_IN_VM") != "1" {
 		fmt.Fprintln(os.Stderr, "labvm runs inside the VM booted by tests/vm (TestLabIPIPInVM), which sets ROUTED_IN_VM=1")
 		os.Exit(2)
@@ -90,7 +96,7 @@ func run(ctx context.Context, binDir, dir, mode string, pings int) (failures []s
 		fail("lab up: %v", err)
 		return
 	}
-	logf("lab is up (ipipMode %s, no BGP on the router)", topo.IPIPMode)
+	logf("lab is up (ipipMode %s, no BGP on the router, waits x%d)", topo.IPIPMode, lab.WaitScale)
 
 	// (1) Two pods per node, every pod pings every other pod.
 	rep := lab.Check(ctx, l, 2, os.Stdout)
@@ -219,7 +225,7 @@ func checkRoutes(ctx context.Context, l *lab.Lab, n lab.NodeSpec, byNode map[str
 	sort.Slice(wants, func(i, j int) bool { return wants[i].block.Addr().Less(wants[j].block.Addr()) })
 	// The pods already answer pings, so the routes are in; still allow
 	// a little time for late updates.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second * time.Duration(lab.WaitScale))
 	for {
 		routes, err := l.NodeRoutes(ctx, n.Name)
 		var bad []string
