@@ -128,6 +128,9 @@ for m in \$(cat /modules/order); do
 	insmod /modules/\$m.ko || echo "ROUTED-VM: insmod \$m failed"
 done
 echo "ROUTED-VM: modules loaded: \$(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
+# Which accelerator the guest really got: Linux names KVM when it finds
+# it; under TCG there is no such line.
+echo "ROUTED-VM: \$(grep -c ^processor /proc/cpuinfo) vCPUs, \$(dmesg | grep -m1 'Hypervisor detected' || echo 'no hypervisor detected (TCG)')"
 cd /tmp
 ROUTED_IN_VM=1 /test.bin $args
 echo "ROUTED-VM-EXIT \$?"

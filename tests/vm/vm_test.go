@@ -1,10 +1,10 @@
-// Package vm boots a small VM (Debian's 6.1 cloud kernel under qemu TCG,
+// Package vm boots a small VM (Debian's 6.1 cloud kernel under qemu,
 // busybox initramfs) to test what the CI kernel cannot do: it has no ipip
-// module. The VM runs felix's own test binary with ROUTED_IN_VM=1.
+// module. The VM runs felix's own test binary with ROUTED_IN_VM=1;
+// chooseAccel says whether qemu uses KVM or TCG and logs which.
 package vm
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -59,36 +59,27 @@ func TestIPIPInVM(t *testing.T) {
 	work := t.TempDir()
 	bin := filepath.Join(work, "felix.test")
 	run(t, ctx, root, []string{"CGO_ENABLED=0"}, "go", "test", "-c", "-o", bin, "./felix")
+	a := chooseAccel(t, 9*time.Minute, 4*time.Minute)
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
 	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
 	// nf_tables for TestWireguardHostEncryptionInVM (its incoming mark).
 	run(t, ctx, here, []string{"VM_MODULES=vxlan wireguard nf_tables", "VM_DYNBINS=/usr/bin/iperf3"}, "sh", "build-initramfs.sh", cacheDir(), bin, work,
-		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", "240s")
+		"-test.v", "-test.run", "^("+strings.Join(vmTests, "|")+")$", "-test.timeout", guestTimeout(a).String())
 	t.Logf("initramfs built in %v", time.Since(start).Round(time.Millisecond))
 
-	start = time.Now()
-	qemu := exec.CommandContext(ctx, "qemu-system-x86_64", "-accel", "tcg", "-m", "1024", "-smp", "1",
-		"-nographic", "-no-reboot", "-nic", "none",
-		"-kernel", filepath.Join(work, "vmlinuz"), "-initrd", filepath.Join(work, "initrd.gz"),
-		"-append", "console=ttyS0 panic=-1 edd=off quiet")
-	var serial bytes.Buffer
-	qemu.Stdout, qemu.Stderr = &serial, &serial
-	qemu.Stdin = nil
-	err = qemu.Run()
-	out := serial.String()
-	_ = os.WriteFile(filepath.Join(work, "serial.log"), serial.Bytes(), 0o644)
-	t.Logf("VM ran for %v", time.Since(start).Round(time.Millisecond))
+	out, dur, err := boot(t, ctx, work, a, "1024")
+	t.Logf("VM ran for %v (-accel %s -smp %d, host load %s)", dur.Round(time.Millisecond), a.Name, a.SMP, loadAvg())
 	m := regexp.MustCompile(`ROUTED-VM-EXIT (\d+)`).FindStringSubmatch(out)
 	switch {
 	case m == nil:
-		t.Fatalf("the VM did not report a result (qemu: %v); serial console:\n%s", err, out)
+		t.Fatalf("the VM did not report a result within %v under -accel %s (qemu: %v); serial console (tail):\n%s", a.Limit.Round(time.Second), a.Name, err, tail(out, 300))
 	case m[1] != "0":
-		t.Fatalf("felix's tests failed in the VM (exit %s); serial console:\n%s", m[1], out)
+		t.Fatalf("felix's tests failed in the VM (exit %s, -accel %s); serial console (tail):\n%s", m[1], a.Name, tail(out, 300))
 	}
 	for _, name := range vmTests {
 		if !strings.Contains(out, "--- PASS: "+name) {
-			t.Fatalf("felix's %s did not pass in the VM; serial console:\n%s", name, out)
+			t.Fatalf("felix's %s did not pass in the VM; serial console (tail):\n%s", name, tail(out, 300))
 		}
 	}
 	for _, line := range strings.Split(out, "\n") {
