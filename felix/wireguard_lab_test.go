@@ -43,6 +43,8 @@ type wgLab struct {
 	// records while they publish a key, as routed/tunneladdr allocates
 	// them (none unless a test adds them: setWGAddrs).
 	wgAddrs map[string]string
+	// wgAddrs6 are the same for the IPv6 devices (setWGAddrs6).
+	wgAddrs6 map[string]string
 }
 
 type wgNode struct {
@@ -164,6 +166,12 @@ func (l *wgLab) nodeRecords() []api.Resource {
 		if a := l.addr6[name]; a != "" {
 			n.Spec.BGP.IPv6Address = a
 			n.Status.WireguardPublicKeyV6 = l.keys6[name]
+			if a6 := l.wgAddrs6[name]; a6 != "" && l.keys6[name] != "" {
+				if n.Spec.Wireguard == nil {
+					n.Spec.Wireguard = &api.NodeWireguardSpec{}
+				}
+				n.Spec.Wireguard.InterfaceIPv6Address = a6
+			}
 		}
 		out = append(out, n)
 	}
