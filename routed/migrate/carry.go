@@ -245,6 +245,9 @@ func withNodeTunnels(n, cur *api.Node) *api.Node {
 		bgp.IPv4IPIPTunnelAddr = cur.Spec.BGP.IPv4IPIPTunnelAddr
 		c.Spec.BGP = &bgp
 	}
+	if c.Spec.Wireguard == nil {
+		c.Spec.Wireguard = cur.Spec.Wireguard // the WireGuard device addresses (routed/tunneladdr)
+	}
 	return &c
 }
 
