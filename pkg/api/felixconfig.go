@@ -1,7 +1,9 @@
 package api
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"time"
@@ -59,6 +61,13 @@ type FelixConfigurationSpec struct {
 	// nodes' host addresses too (unset: routed's
 	// --wireguard-host-encryption), live (docs/wireguard.md).
 	WireguardHostEncryptionEnabled *bool `json:"wireguardHostEncryptionEnabled,omitempty"`
+	// ExternalNodesCIDRList are the addresses or CIDRs, besides every
+	// node's addresses, that may send the nodes IPIP and VXLAN packets
+	// (Calico's externalNodesList): tunnel packets to a node from any
+	// other source are dropped before the node unwraps them. A node that
+	// sends from an address its Node record does not hold (a second
+	// uplink) must be covered here.
+	ExternalNodesCIDRList *[]string `json:"externalNodesList,omitempty"`
 }
 
 // ProtoPort is a protocol and port, as Calico's failsafe ports are
@@ -114,6 +123,13 @@ func (c *FelixConfiguration) Validate() error {
 	}
 	validateProtoPorts(&v, "spec.failsafeInboundHostPorts", s.FailsafeInboundHostPorts)
 	validateProtoPorts(&v, "spec.failsafeOutboundHostPorts", s.FailsafeOutboundHostPorts)
+	if s.ExternalNodesCIDRList != nil {
+		for i, c := range *s.ExternalNodesCIDRList {
+			if _, err := parseExternalNode(c); err != nil {
+				v.add(fmt.Sprintf("spec.externalNodesList[%d]", i), c, "%v", err)
+			}
+		}
+	}
 	return v.result(KindFelixConfiguration, c.Metadata.Name)
 }
 
@@ -190,4 +206,38 @@ func EffectiveFelixConfiguration(global, node *FelixConfiguration) FelixConfigur
 		}
 	}
 	return out
+}
+
+// ExternalNodeNets parses a FelixConfiguration's externalNodesList (nil:
+// none). An entry that is neither a CIDR nor an address is an error
+// naming the field and the entry: the list is refused whole, never
+// applied without it.
+func ExternalNodeNets(list *[]string) ([]netip.Prefix, error) {
+	if list == nil {
+		return nil, nil
+	}
+	out := make([]netip.Prefix, 0, len(*list))
+	for i, c := range *list {
+		p, err := parseExternalNode(c)
+		if err != nil {
+			return nil, fmt.Errorf("FelixConfiguration spec.externalNodesList[%d] %q: %w", i, c, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseExternalNode reads one externalNodesList entry: a CIDR
+// (10.0.0.0/24, host bits ignored) or an address (a /32 or /128).
+func parseExternalNode(c string) (netip.Prefix, error) {
+	c = strings.TrimSpace(c)
+	if p, err := netip.ParsePrefix(c); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(c)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, errors.New("must be a CIDR (10.0.0.0/24, fd00::/64) or an IP address")
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }

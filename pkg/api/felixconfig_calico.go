@@ -29,6 +29,7 @@ var felixHonoured = map[string]string{
 	"failsafeOutboundHostPorts":      "ports from the node that no host endpoint policy closes (net is refused)",
 	"wireguardEnabled":               "WireGuard encryption of IPv4 pod traffic between nodes, live (unset: routed's --wireguard); see docs/wireguard.md",
 	"wireguardEnabledV6":             "WireGuard encryption of IPv6 pod traffic between nodes, live (unset: routed's --wireguard-v6)",
+	"externalNodesList":              "addresses or CIDRs besides the nodes' own that may send the nodes IPIP and VXLAN packets (others are dropped before decapsulation, counted encap-src/not-node), live; a bad entry is refused",
 	"wireguardHostEncryptionEnabled": "WireGuard encryption of traffic between the nodes' host addresses too, to each node with a key once a handshake with it succeeded (others in clear, never held), live (unset: routed's --wireguard-host-encryption)",
 }
 
@@ -83,7 +84,6 @@ var felixWarned = map[string][]string{
 	"routed programs the main routing table":                                                                                         {"routeTableRanges", "routeTableRange"},
 	"Calico uses it only with kube-proxy in IPVS mode, to tell host traffic from workload traffic; routed does not read it":          {"kubeNodePortRanges"},
 	"routed has no policy sync API for application-layer policy (Dikastes)":                                                          {"policySyncPathPrefix", "sidecarAccelerationEnabled"},
-	"routed has no support for non-Kubernetes nodes' tunnels":                                                                        {"externalNodesList"},
 	"routed always writes the pod MTU file":                                                                                          {"requireMTUFile"},
 	"routed does not answer ARP/NDP for pod addresses on host interfaces (localSubnetL2Reachability other than Disabled is refused)": {"localSubnetL2ReachabilityRefreshInterval"},
 	"Windows only": {"windowsManageFirewallRules"},

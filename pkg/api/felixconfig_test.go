@@ -240,6 +240,9 @@ func TestFelixConfigurationValidate(t *testing.T) {
 		{"default", "routeRefreshInterval: 10ms", "spec.routeRefreshInterval: must be at least 1s"},
 		{"default", "routeRefreshInterval: soon", "spec.routeRefreshInterval: is not a duration"},
 		{"default", "vxlanPort: 0", "spec.vxlanPort: must be a UDP port"},
+		{"default", "externalNodesList: [10.9.0.0/16, 192.0.2.7, 'fd00:9::/64']", ""},
+		{"default", "externalNodesList: [10.9.0.0/16, 10.9.0.0/33]", "spec.externalNodesList[1]: must be a CIDR"},
+		{"default", "externalNodesList: [node-b]", "spec.externalNodesList[0]: must be a CIDR"},
 		{"default", "vxlanVNI: 16777216", "spec.vxlanVNI: must be a VXLAN network identifier"},
 		{"default", "logSeverityScreen: Loud", "spec.logSeverityScreen: must be one of Debug, Info, Warning, Error, Fatal"},
 		{"default", "failsafeInboundHostPorts: [{protocol: ICMP, port: 1}]", "spec.failsafeInboundHostPorts[0].protocol: must be TCP, UDP or SCTP"},
@@ -277,7 +280,7 @@ func TestEffectiveFelixConfigurationEveryField(t *testing.T) {
 	on := true
 	full := api.FelixConfigurationSpec{IPIPMTU: &n, VXLANMTU: &n, VXLANMTUV6: &n, VXLANPort: &n, VXLANVNI: &n, RouteRefreshInterval: "10s", LogSeverityScreen: "Info",
 		FailsafeInboundHostPorts: &ports, FailsafeOutboundHostPorts: &ports, WireguardEnabled: &on, WireguardEnabledV6: &on,
-		WireguardHostEncryptionEnabled: &on}
+		WireguardHostEncryptionEnabled: &on, ExternalNodesCIDRList: &[]string{"10.9.0.0/16"}}
 	v := reflect.ValueOf(full)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {
