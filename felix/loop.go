@@ -61,6 +61,9 @@ type loop struct {
 
 	// hosts is felix's host endpoint state (policy_hostep.go).
 	hosts hostState
+	// encapSrc are the allowed sources of tunnel packets beyond the
+	// nodes (policy_encap.go).
+	encapSrc encapSrcState
 	// wgHost is WireGuard host encryption's table and rules
 	// (wireguard_host.go), made on first use.
 	wgHost *wgHostRouting
@@ -346,14 +349,25 @@ func (l *loop) apply(ctx context.Context) {
 		l.detectMTU()
 	}
 	errs = append(errs, l.applyWireguard(full))
-	if l.tunnelDirty {
+	policyFull := full
+	// Strangers' tunnel packets are dropped before a tunnel device
+	// comes up (policy_encap.go).
+	encapOK := true
+	if l.tunnelDirty || l.vxlanDirty {
+		ok, applied, err := l.coverEncapSources(ctx, full)
+		errs = append(errs, err)
+		encapOK = ok
+		if applied {
+			policyFull = false // done just now
+		}
+	}
+	if l.tunnelDirty && encapOK {
 		errs = append(errs, l.applyTunnel())
 	}
-	policyFull := full
-	if l.vxlanDirty {
+	if l.vxlanDirty && encapOK {
 		// The drop of pods' VXLAN covers the port before a device
 		// listens on it (policy_encap.go).
-		ok, applied, err := l.coverVXLANPort(ctx, full)
+		ok, applied, err := l.coverVXLANPort(ctx, policyFull)
 		errs = append(errs, err)
 		if applied {
 			policyFull = false // done just now

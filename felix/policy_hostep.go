@@ -52,21 +52,13 @@ func (l *loop) noteNodes(k api.Kind) {
 
 // syncTunnelPeers gives the policy dataplane every node's address and
 // the UDP ports of the tunnels felix runs (their IPIP, VXLAN and, where
-// it is on, WireGuard packets pass host endpoint policy).
+// it is on, WireGuard packets pass host endpoint policy), and the
+// sources allowed to send this node tunnel packets (syncEncapSources).
 func (l *loop) syncTunnelPeers() {
 	l.hosts.peersDirty = false
 	var addrs []netip.Addr
 	for _, n := range l.st.nodes {
-		if n.Spec.BGP == nil {
-			continue
-		}
-		for _, s := range []string{n.Spec.BGP.IPv4Address, n.Spec.BGP.IPv6Address} {
-			if p, err := netip.ParsePrefix(s); err == nil {
-				addrs = append(addrs, p.Addr())
-			} else if a, err := netip.ParseAddr(s); err == nil {
-				addrs = append(addrs, a)
-			}
-		}
+		addrs = append(addrs, nodeHostAddrs(n)...)
 	}
 	ports := []uint16{uint16(l.cfg.vxlanPort())}
 	// WireGuard's ports where it is on now (flags, or FelixConfiguration
@@ -83,6 +75,7 @@ func (l *loop) syncTunnelPeers() {
 		l.policyDirty = true
 	}
 	l.syncEncapPorts()
+	l.syncEncapSources()
 	l.syncHostDevices()
 }
 

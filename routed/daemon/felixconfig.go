@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"time"
@@ -24,7 +25,8 @@ import (
 //     log level; unset: --log-level again), ipipMTU, vxlanMTU and
 //     vxlanMTUV6 (felix.ApplySettings: the devices and the pod MTU file
 //     follow at once; pods created before keep their MTU), vxlanVNI and
-//     vxlanPort (the VXLAN devices are recreated).
+//     vxlanPort (the VXLAN devices are recreated), externalNodesList
+//     (felix.SetExternalNodes; also given at start, before felix runs).
 //   - At start only (readFelixConfig, before felix is built):
 //     routeRefreshInterval (felix's ResyncInterval) and
 //     failsafeInboundHostPorts/failsafeOutboundHostPorts (felix's
@@ -77,6 +79,19 @@ func readFelixConfig(ds *datastore.Client, node string, held bool) (api.FelixCon
 func felixSettings(s api.FelixConfigurationSpec) felix.Settings {
 	return felix.Settings{IPIPMTU: deref(s.IPIPMTU), VXLANMTU: deref(s.VXLANMTU), VXLANMTUV6: deref(s.VXLANMTUV6),
 		VXLANVNI: deref(s.VXLANVNI), VXLANPort: deref(s.VXLANPort)}
+}
+
+// externalNodes parses externalNodesList for felix. A bad entry (one
+// stored past validation, e.g. written straight to the datastore) is
+// logged as an error naming it, and then no external source is
+// admitted: never a list applied without the entry the operator meant.
+func externalNodes(s api.FelixConfigurationSpec) []netip.Prefix {
+	nets, err := api.ExternalNodeNets(s.ExternalNodesCIDRList)
+	if err != nil {
+		log.WithError(err).Error("externalNodesList refused: no external source may send this node IPIP or VXLAN packets until it is fixed")
+		return nil
+	}
+	return nets
 }
 
 func deref(p *int) int {
@@ -185,6 +200,7 @@ func (c *felixConfig) apply(s api.FelixConfigurationSpec) {
 		c.felix.ApplySettings(felixSettings(s))
 		c.felix.SetWireguardOverride(s.WireguardEnabled, s.WireguardEnabledV6)
 		c.felix.SetWireguardHostOverride(s.WireguardHostEncryptionEnabled)
+		c.felix.SetExternalNodes(externalNodes(s))
 	}
 	if s.RouteRefreshInterval != c.atStart.RouteRefreshInterval {
 		log.WithFields(logrus.Fields{"now": s.RouteRefreshInterval, "in use": c.atStart.RouteRefreshInterval}).

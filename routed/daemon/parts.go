@@ -111,6 +111,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 			return nil, err
 		}
 		n.felix = fx
+		fx.SetExternalNodes(externalNodes(fcs)) // before any tunnel comes up
 		if cfg.DisablePolicy {
 			log.Warn("network policy is NOT enforced on this node (--disable-policy): every pod reaches every pod")
 		}
