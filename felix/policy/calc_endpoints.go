@@ -170,10 +170,7 @@ func (c *Calc) releaseProfiles(s *groupScope) {
 // SetNetworkSet adds or replaces a network set (namespaced when
 // Namespace is set).
 func (c *Calc) SetNetworkSet(s NetworkSet) {
-	ns := &netset{NetworkSet: s, nsLabels: scopeLabels(nil, nsLabelPrefix, c.profiles[api.NamespaceProfilePrefix+s.Namespace], s.Namespace)}
-	if s.Namespace == "" {
-		ns.nsLabels = nil
-	}
+	ns := newNetset(s, c.profiles[api.NamespaceProfilePrefix+s.Namespace])
 	if c.at != nil {
 		if old := c.netsets[s.Key]; old != nil {
 			c.at.removeNetset(old)

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -82,6 +84,10 @@ func (m *Manager) DeleteProfile(name string) { m.calc.DeleteProfile(name) }
 func (m *Manager) SetNetworkSet(s *api.NetworkSet) error {
 	ns, err := netsetFromAPI("ns:"+s.Metadata.Namespace+"/"+s.Metadata.Name, s.Metadata.Namespace, s.Metadata.Labels, s.Spec.Nets)
 	if err == nil {
+		if forged := netsetForgedLabels(s.Metadata.Namespace, s.Metadata.Labels); len(forged) > 0 {
+			hostLog.WithFields(logrus.Fields{"networkSet": s.Metadata.Namespace + "/" + s.Metadata.Name, "labels": forged}).
+				Warn("NetworkSet labels ignored: a NetworkSet's selectors see projectcalico.org/namespace as its own namespace and no projectcalico.org/serviceaccount, whatever its labels say (as Calico for the namespace)")
+		}
 		m.calc.SetNetworkSet(ns)
 	}
 	return err

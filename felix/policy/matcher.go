@@ -5,9 +5,11 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/selector"
 )
 
@@ -41,7 +43,8 @@ type matcher struct {
 	ns    string
 	nsSel selector.Selector
 	// Service accounts: the endpoint's must be in saNames (when given)
-	// and its labels match saSel (when given). Network sets never match.
+	// and its labels match saSel (when given). A network set has none:
+	// names never match it, saSel sees empty labels.
 	hasSA   bool
 	saNames []string
 	saSel   selector.Selector
@@ -128,11 +131,19 @@ func (m *matcher) group(g *group) bool {
 	return m.sel == nil || m.sel.EvaluateLabels(labelView{g})
 }
 
-// netset reports whether the matcher picks a network set; nsLabels are
-// the labels of the set's namespace.
+// netset reports whether the matcher picks a network set, as Calico's
+// expansion of the rule's selectors does: the namespace selector sees
+// the set's namespace's labels (a GlobalNetworkSet's are empty, so
+// "!has(x)" picks it; all(), which Calico reads as "has a namespace",
+// does not), the service account selector an empty set of labels (no
+// network set has a service account, so names never match and
+// "!has(x)" does), and the selector the set's labels as selLabels makes
+// them.
 func (m *matcher) netset(s *netset) bool {
 	if m.hasSA {
-		return false
+		if len(m.saNames) > 0 || !eval(m.saSel, nil) {
+			return false
+		}
 	}
 	switch m.scope {
 	case scopeOwnNS:
@@ -140,17 +151,68 @@ func (m *matcher) netset(s *netset) bool {
 			return false
 		}
 	case scopeNSSel:
-		if s.Namespace == "" || !eval(m.nsSel, s.nsLabels) {
+		if s.Namespace == "" && m.nsSel.String() == "all()" {
+			return false
+		}
+		if !eval(m.nsSel, s.nsLabels) {
 			return false
 		}
 	}
-	return eval(m.sel, s.Labels)
+	return eval(m.sel, s.selLabels)
 }
 
-// netset is a NetworkSet with its namespace's labels.
+// netset is a NetworkSet with its namespace's labels and the labels its
+// selectors see.
 type netset struct {
 	NetworkSet
-	nsLabels map[string]string
+	nsLabels  map[string]string
+	selLabels map[string]string
+}
+
+// newNetset makes a network set's view for selectors. kns is its
+// namespace's profile (kns.<namespace>, nil if none or for a global set).
+func newNetset(s NetworkSet, kns *profile) *netset {
+	n := &netset{NetworkSet: s, selLabels: s.Labels}
+	if s.Namespace == "" {
+		return n
+	}
+	n.nsLabels = scopeLabels(nil, nsLabelPrefix, kns, s.Namespace)
+	n.selLabels = netsetLabels(s.Namespace, s.Labels, kns)
+	return n
+}
+
+// netsetLabels are the labels a namespaced NetworkSet's selectors see,
+// as Calico gives them (libcalico-go's network set processor): its
+// namespace profile's labelsToApply, its own over them, and
+// projectcalico.org/namespace set to its namespace over both, whatever
+// the set says, so a tenant cannot pass its set off as another
+// namespace's (or as a global one, "!has(projectcalico.org/namespace)").
+// projectcalico.org/serviceaccount is taken off: a network set has no
+// service account, so a rule naming one never matches a tenant's set
+// claiming it (Calico leaves a user's label there).
+func netsetLabels(ns string, own map[string]string, kns *profile) map[string]string {
+	out := map[string]string{}
+	if kns != nil {
+		maps.Copy(out, kns.labels)
+	}
+	maps.Copy(out, own)
+	delete(out, api.LabelServiceAccount)
+	out[api.LabelNamespace] = ns
+	return out
+}
+
+// netsetForgedLabels names the labels of a namespaced NetworkSet that
+// netsetLabels overrides or takes off (for a warning: the set's author
+// meant something routed does not do).
+func netsetForgedLabels(ns string, own map[string]string) []string {
+	var out []string
+	if v, ok := own[api.LabelNamespace]; ok && v != ns {
+		out = append(out, api.LabelNamespace+"="+v)
+	}
+	if v, ok := own[api.LabelServiceAccount]; ok {
+		out = append(out, api.LabelServiceAccount+"="+v)
+	}
+	return out
 }
 
 // hashName makes a short nftables-safe name from an identity string.
