@@ -303,7 +303,7 @@ func TestInvalidPolicyRefused(t *testing.T) {
 		"  selector: all()\n  ingress: [{action: Allow, source: {selector: 'a ==='}}]",
 		"  selector: all()\n  ingress: [{action: Allow, source: {nets: [10.0.0.0/33]}}]",
 		"  selector: all()\n  ingress: [{action: Allow, protocol: ICMP, destination: {ports: [80]}}]",
-		"  selector: all()\n  ingress: [{action: Allow, destination: {ports: [http]}}]",
+		"  selector: all()\n  ingress: [{action: Allow, protocol: ICMP, icmp: {code: 1}}]",
 	} {
 		d, err := api.Decode([]byte(gnpYAML("p", "1", "default", bad)))
 		if err != nil {

@@ -23,7 +23,7 @@ type side struct {
 	sel, notSel     *matcher // nil: no selector match
 	ports, notPorts []nftdp.PortRange
 	named, notNamed []string // named ports
-	portMatcher     *matcher // whose named ports: sel, or all in scope
+	portMatcher     *matcher // whose named ports: sel, or every endpoint
 }
 
 // setSpec is one nftables set a rule needs: the addresses a matcher
@@ -153,6 +153,17 @@ func compileSide(field string, e *api.EntityRule, policyNS string, proto uint8) 
 		if s.notSel, err = newMatcher(field+".notSelector", e.NotSelector, e.NamespaceSelector, policyNS, nil, ""); err != nil {
 			return s, err
 		}
+		// In a NetworkPolicy a notSelector alone still means the
+		// policy's namespace, as in Calico (whose rule gets the positive
+		// selector projectcalico.org/namespace == '<ns>' whenever
+		// selector, notSelector or namespaceSelector is set): "not app
+		// a" is every other endpoint of the namespace, never an address
+		// outside it.
+		if s.sel == nil && policyNS != "" {
+			if s.sel, err = newMatcher(field, "", "", policyNS, nil, ""); err != nil {
+				return s, err
+			}
+		}
 	}
 	for _, x := range []struct {
 		name  string
@@ -164,12 +175,16 @@ func compileSide(field string, e *api.EntityRule, policyNS string, proto uint8) 
 			switch {
 			case p.Invalid != "":
 				return s, fieldErr(field+"."+x.name, i, p.Invalid, "must be a port, a range lo:hi or a port name")
-			case proto != 6 && proto != 17 && proto != 132 && proto != 136:
+			case p.PortName != "" && (proto == 0 || portProto(proto)):
+				// Without a protocol a named port is matched on the
+				// protocol each endpoint gives that name, as in Calico:
+				// the set holds (address . protocol . port), so a packet
+				// of another protocol is never in it.
+				*x.names = append(*x.names, p.PortName)
+			case !portProto(proto):
 				// Without a port protocol the transport header is not
 				// ports (ICMP's checksum would be read as one).
 				return s, fieldErr(field+"."+x.name, i, p, "needs protocol TCP, UDP, SCTP or UDPLite")
-			case p.PortName != "":
-				*x.names = append(*x.names, p.PortName)
 			case p.MinPort > p.MaxPort:
 				return s, fieldErr(field+"."+x.name, i, p, "has its first port after its last")
 			default:
@@ -178,15 +193,23 @@ func compileSide(field string, e *api.EntityRule, policyNS string, proto uint8) 
 		}
 	}
 	if len(s.named)+len(s.notNamed) > 0 {
+		// Whose named ports: the side's positive selector's endpoints,
+		// else every endpoint of the cluster, also in a NetworkPolicy
+		// (Calico looks a named port up with selector.All when the rule
+		// has no positive selector): a Deny of port "metrics" denies
+		// every pod's metrics port, whatever its namespace.
 		s.portMatcher = s.sel
 		if s.portMatcher == nil {
-			if s.portMatcher, err = newMatcher(field, "", "", policyNS, nil, ""); err != nil {
+			if s.portMatcher, err = newMatcher(field, "", "", "", nil, ""); err != nil {
 				return s, err
 			}
 		}
 	}
 	return s, nil
 }
+
+// portProto reports whether a protocol has ports nftables can match.
+func portProto(proto uint8) bool { return proto == 6 || proto == 17 || proto == 132 || proto == 136 }
 
 // sets lists the nftables sets the rule needs.
 func (r *rule) sets() []setSpec {
