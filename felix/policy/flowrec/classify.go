@@ -44,12 +44,21 @@ func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInf
 		return nil
 	}
 	tmpl := Flow{Src: src, Dst: dst, Proto: flowlog.ProtoName(k.proto), DstPort: k.dport, Staged: staged}
-	tmpl.Egress = trace(steps, "egress", src.Local)
-	denied := tmpl.Egress != nil && tmpl.Egress.Verdict == Deny
+	// The traces are built on the stack and go to the heap only with
+	// a new class: a connection of a known class (every one when the
+	// model cannot be memoized: staged policies) allocates none.
+	var eg, in Trace
+	var egp, inp *Trace
+	if trace(&eg, steps, "egress", src.Local) {
+		egp = &eg
+	}
+	denied := egp != nil && egp.Verdict == Deny
 	// A packet its egress denied never met the ingress policy.
-	tmpl.Ingress = trace(steps, "ingress", dst.Local && !denied)
+	if trace(&in, steps, "ingress", dst.Local && !denied) {
+		inp = &in
+	}
 	tmpl.Verdict = Allow
-	for _, t := range []*Trace{tmpl.Egress, tmpl.Ingress} {
+	for _, t := range [2]*Trace{egp, inp} {
 		switch {
 		case t == nil:
 		case t.Verdict == Deny:
@@ -62,14 +71,14 @@ func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInf
 		}
 	}
 	b := make([]byte, 0, 160)
-	b = append(append(b, src.id()...), '|')
-	b = append(append(b, dst.id()...), '|')
+	b = append(src.appendID(b), '|')
+	b = append(dst.appendID(b), '|')
 	b = append(strconv.AppendUint(b, uint64(k.proto), 10), '|')
 	b = append(strconv.AppendUint(b, uint64(k.dport), 10), '|')
 	b = append(append(b, tmpl.Verdict...), '|')
-	b = tmpl.Egress.appendKey(b)
+	b = egp.appendKey(b)
 	b = append(b, '|')
-	b = tmpl.Ingress.appendKey(b)
+	b = inp.appendKey(b)
 	b = append(append(b, '|'), tmpl.NoTrace...)
 	for _, s := range staged {
 		b = append(append(b, '|'), s.Policy...)
@@ -80,6 +89,14 @@ func (c *Collector) classifyNew(k flowKey, f policy.Flow, steps []policy.RuleInf
 	cls := c.classes[string(b)]
 	if cls == nil {
 		key := string(b)
+		if egp != nil {
+			tmpl.Egress = new(Trace)
+			*tmpl.Egress = eg
+		}
+		if inp != nil {
+			tmpl.Ingress = new(Trace)
+			*tmpl.Ingress = in
+		}
 		cls = &class{key: key, tmpl: tmpl}
 		c.classes[key] = cls
 	}
@@ -94,11 +111,12 @@ func decisionRule(d *policy.Decision) string {
 	return d.Rule.ID
 }
 
-// trace is one direction's trace from the marks. want says the
-// direction is policed on this node; marks of a direction not wanted
-// still make a trace (the model may not know a pod yet).
-func trace(steps []policy.RuleInfo, dir string, want bool) *Trace {
-	t := &Trace{Verdict: Unknown}
+// trace fills t with one direction's trace from the marks and says
+// whether the flow has one. want says the direction is policed on
+// this node; marks of a direction not wanted still make a trace (the
+// model may not know a pod yet).
+func trace(t *Trace, steps []policy.RuleInfo, dir string, want bool) bool {
+	t.Verdict = Unknown
 	for _, s := range steps {
 		if s.Direction != dir {
 			continue
@@ -111,10 +129,7 @@ func trace(steps []policy.RuleInfo, dir string, want bool) *Trace {
 			t.Verdict = Deny
 		}
 	}
-	if len(t.Steps) == 0 && !want {
-		return nil
-	}
-	return t
+	return len(t.Steps) > 0 || want
 }
 
 // memoCap bounds the memo; past it the memo starts again empty.

@@ -31,16 +31,19 @@ type End struct {
 	Local bool `json:"local,omitempty"`
 }
 
-// id names the end in group keys: the pod or network set, else the
-// address.
-func (e End) id() string {
+// appendID appends what names the end in group keys: the pod or
+// network set, else the address (appended, not concatenated: a
+// string of more than 32 bytes would be allocated per connection).
+func (e *End) appendID(b []byte) []byte {
 	switch e.Kind {
 	case EndPod:
-		return "pod:" + e.Namespace + "/" + e.Name + "@" + e.Addr
+		b = append(append(b, "pod:"...), e.Namespace...)
+		b = append(append(b, '/'), e.Name...)
+		return append(append(b, '@'), e.Addr...)
 	case EndNetworkSet:
-		return "ns:" + e.Name
+		return append(append(b, "ns:"...), e.Name...)
 	}
-	return "net:" + e.Addr
+	return append(append(b, "net:"...), e.Addr...)
 }
 
 // Trace is what one direction's policy did with a flow's first
