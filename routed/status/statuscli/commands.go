@@ -146,8 +146,9 @@ share as ep-in-/ep-eg-<hash>/tier-end/<tier> and .../no-profile-allowed,
 packets from or to interfaces felix has not programmed as
 unknown-iface/<direction>, packets from pods whose source address is
 not theirs as spoofed-src/egress and spoofed-src/to-host, and IPIP or
-VXLAN packets pods send as wl-encap/egress and wl-encap/to-host. A
-SUBSTRING keeps the rules whose ID contains it.
+VXLAN packets pods send as wl-encap/egress and wl-encap/to-host, and
+IPIP or VXLAN packets to the node from a source that is no node's (nor
+in externalNodesList) as encap-src/not-node. A SUBSTRING keeps the rules whose ID contains it.
 
 LAST HIT is how long ago felix first saw the counter grow. felix reads
 the counters every 10 s and whenever asked, so the rule matched at most
