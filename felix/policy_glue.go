@@ -58,7 +58,9 @@ func isPolicyKind(k api.Kind) bool {
 }
 
 // policySet hands one resource to the policy dataplane; an invalid one
-// is refused there (the previous version of it stays) and logged.
+// is refused there and logged: a policy refused for its rules denies
+// what it selects (fail closed), anything else keeps its previous
+// version.
 func (l *loop) policySet(r api.Resource) {
 	l.noteNodes(r.GetKind())
 	if l.policy == nil || !isPolicyKind(r.GetKind()) {
@@ -69,9 +71,9 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.Tier:
 		l.policy.SetTier(v)
 	case *api.NetworkPolicy:
-		err = l.policy.SetPolicy(v)
+		err = l.policy.SetPolicyFailClosed(v)
 	case *api.GlobalNetworkPolicy:
-		err = l.policy.SetPolicy(v)
+		err = l.policy.SetPolicyFailClosed(v)
 	case *api.Profile:
 		err = l.policy.SetProfile(v)
 	case *api.NetworkSet:
@@ -89,7 +91,15 @@ func (l *loop) policySet(r api.Resource) {
 		l.policyNames.add(r.GetKind(), api.StoreName(r))
 	}
 	if err != nil {
-		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("name", r.Meta().Name).Warn("policy input refused; its previous version (if any) stays in force")
+		msg := "policy input refused; its previous version (if any) stays in force"
+		if _, ok := r.(api.Policy); ok {
+			// The error says what is in force: a deny of what the
+			// policy selects, or (its selection refused) its
+			// previous version.
+			msg = "policy refused"
+		}
+		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("namespace", r.Meta().Namespace).
+			WithField("name", r.Meta().Name).Error(msg)
 	}
 	l.policyDirty = true
 }

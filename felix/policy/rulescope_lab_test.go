@@ -1,12 +1,14 @@
 package policy_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // Where a NetworkPolicy rule looks: the namespace a notSelector alone
@@ -111,4 +113,38 @@ func TestNamedPortWithoutProtocol(t *testing.T) {
 		ps = append(ps, both(p)...)
 	}
 	l.expect("named ports without a protocol", ps...)
+}
+
+// A policy whose rules felix refuses denies everything in its
+// directions for the pods it selects (fail closed), and replaces its
+// previous version, instead of being left out: left out, the pods fell
+// back to their allow-all profiles, and an edited policy's old version
+// stayed in force until a restart dropped it.
+func TestRefusedPolicyFailsClosed(t *testing.T) {
+	l := newLab(t)
+	set := func(y string) error {
+		d, err := api.Decode([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.m.SetPolicyFailClosed(d.Resources[0].(api.Policy))
+	}
+	if err := set(prodNP("guard-b", "app == 'b'", "Ingress", "[{action: Allow, protocol: TCP, destination: {ports: [9090]}}]")); err != nil {
+		t.Fatal(err)
+	}
+	l.apply()
+	l.expect("valid version", pass("a", "b", "tcp", 9090), drop("a", "b", "tcp", 8080))
+	// ICMP has no ports: felix refuses the rule (so does pkg/api).
+	err := set(prodNP("guard-b", "app == 'b'", "Ingress", "[{action: Allow, protocol: ICMP, destination: {ports: [8080]}}]"))
+	if !errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), "spec.ingress[0].destination.ports[0]") {
+		t.Fatalf("refusal %v: want ErrInvalid naming spec.ingress[0].destination.ports[0]", err)
+	}
+	l.apply()
+	l.expect("refused version", drop("a", "b", "tcp", 9090), drop("a", "b", "tcp", 8080), drop("c", "b", "icmp", 0),
+		pass("a", "d", "tcp", 8080), pass("b", "a", "tcp", 8080))
+	if err := set(prodNP("guard-b", "app == 'b'", "Ingress", "[{action: Allow}]")); err != nil {
+		t.Fatal(err)
+	}
+	l.apply()
+	l.expect("fixed version", pass("a", "b", "tcp", 8080), pass("c", "b", "icmp", 0))
 }
