@@ -10,7 +10,7 @@ import (
 // cpolicy is a compiled NetworkPolicy or GlobalNetworkPolicy.
 type cpolicy struct {
 	key   string // "gnp:<name>" or "np:<namespace>/<name>"
-	name  string // for ties: <name>, or <namespace>/<name>
+	name  string // for ties: tieName's
 	tier  string
 	order float64 // +Inf when not given
 	sel   *matcher
@@ -32,6 +32,13 @@ func PolicyKey(p api.Policy) string {
 	return "gnp:" + p.Meta().Name
 }
 
+// tieName orders policies of one tier and order as Calico 3.32 and later
+// do (felix/calc PolKVLess): by "<name>/<namespace>/<kind>", so name
+// first, then namespace (none for a GlobalNetworkPolicy), then kind
+// ("GlobalNetworkPolicy" before "NetworkPolicy"). Earlier Calico
+// compared its stored key names, which differ from release to release.
+func tieName(name, ns, kind string) string { return name + "/" + ns + "/" + kind }
+
 func compilePolicy(p api.Policy) (*cpolicy, error) {
 	spec := p.Policy()
 	ns := ""
@@ -44,10 +51,7 @@ func compilePolicy(p api.Policy) (*cpolicy, error) {
 			return nil, fieldErr("metadata.namespace", -1, "", "is required for a NetworkPolicy")
 		}
 	}
-	cp := &cpolicy{key: PolicyKey(p), name: p.Meta().Name, tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}, host: hostFlagsOf(p)}
-	if ns != "" {
-		cp.name = ns + "/" + cp.name
-	}
+	cp := &cpolicy{key: PolicyKey(p), name: tieName(p.Meta().Name, ns, string(p.GetKind())), tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}, host: hostFlagsOf(p)}
 	if cp.tier == "" {
 		cp.tier = api.DefaultTierName
 	}
