@@ -90,7 +90,7 @@ func chooseAccel(t *testing.T, tcgLimit, kvmLimit time.Duration) accel {
 	if a.Limit < time.Minute {
 		t.Fatalf("only %v left before the test binary's -timeout: too little to boot a VM (%s); raise -timeout", a.Limit, a.Name)
 	}
-	t.Logf("qemu: -accel %s -smp %d (%s); the VM may run %v, waits in it x%d; host load %s", a.Name, a.SMP, a.Why, a.Limit.Round(time.Second), a.WaitScale, loadAvg())
+	t.Logf("qemu: -accel %s -smp %d (%s); the VM may run %v; host load %s", a.Name, a.SMP, a.Why, a.Limit.Round(time.Second), loadAvg())
 	return a
 }
 
