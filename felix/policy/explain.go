@@ -389,13 +389,15 @@ func NewModel() *Calc {
 // SetResource hands the model one resource of the policy kinds (every
 // endpoint is taken as remote: nothing is rendered until Explain);
 // other kinds are ignored (HostEndpoints too: see
-// SetHostEndpointOfNode). An invalid one is refused with ErrInvalid.
+// SetHostEndpointOfNode). An invalid one is refused with ErrInvalid; a
+// policy refused for its rules is modelled as felix installs it, a deny
+// of what it selects (Manager.SetPolicyFailClosed).
 func (c *Calc) SetResource(r api.Resource) error {
 	switch v := r.(type) {
 	case *api.Tier:
 		c.SetTier(v)
 	case api.Policy:
-		return c.SetPolicy(v)
+		return c.setPolicyFailClosed(v)
 	case *api.Profile:
 		return c.SetProfile(v)
 	case *api.NetworkSet:

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -46,5 +48,43 @@ func TestDenyingPolicyKeepsDirections(t *testing.T) {
 		if len(p.Spec.Ingress) != len(tc.ingress) || len(p.Spec.Egress) != len(tc.egress) {
 			t.Error("denyingPolicy changed the policy it copied")
 		}
+	}
+}
+
+// The explain model (routedctl policy explain, flow records) takes a
+// refused policy as felix's dataplane does: a deny of what it selects.
+func TestModelRefusedPolicyDenies(t *testing.T) {
+	m := NewModel()
+	d, err := api.Decode([]byte(`apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: kns.prod}
+spec: {ingress: [{action: Allow}], egress: [{action: Allow}]}
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: guard-b, namespace: prod}
+spec:
+  selector: app == 'b'
+  types: [Ingress]
+  ingress: [{action: Allow, protocol: ICMP, destination: {ports: [8080]}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetResource(d.Resources[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetResource(d.Resources[1]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("refused policy: error %v, want ErrInvalid", err)
+	}
+	for i, app := range []string{"a", "b"} {
+		m.SetEndpoint(Endpoint{Key: "ep-" + app, Node: "n1", Namespace: "prod", Labels: map[string]string{"app": app},
+			Profiles: []string{"kns.prod"}, IPs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 32)}})
+	}
+	if x := m.Explain(tcpFlow(1, 2, 8080)); x.Ingress.Allowed || x.Ingress.Rule.Policy != "np:prod/guard-b" {
+		t.Errorf("a -> b: ingress %+v, want denied by np:prod/guard-b", x.Ingress)
+	}
+	if x := m.Explain(tcpFlow(2, 1, 8080)); !x.Allowed() {
+		t.Errorf("b -> a: %+v, want allowed (the policy has no egress)", x)
 	}
 }
