@@ -124,6 +124,10 @@ type wgPlan struct {
 	peers map[string]*wireguard.Peer
 	// held are the remote nodes whose pod traffic is held, and why.
 	held map[string]string
+	// refused are the tunnel addresses Node records claim that IPAM
+	// does not hold for the node ("node address": why;
+	// wireguard_ipam.go).
+	refused map[string]string
 }
 
 // initWireguard fills the plan's WireGuard part from the nodes: every
@@ -134,7 +138,8 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 		w := &p.wg[fam]
 		*w = wgPlan{on: s.wg.on[fam], ready: s.wg.ready[fam], allowClear: cfg.WireGuard.AllowClear,
 			dev: wireguard.DeviceV4, port: cfg.WireGuard.Port, src: s.wg.src[fam],
-			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{}}
+			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{},
+			refused: map[string]string{}}
 		if fam == wg6 {
 			w.dev, w.port = wireguard.DeviceV6, cfg.WireGuard.PortV6
 		}
@@ -247,7 +252,8 @@ func (p *plan) finishWireguard(cfg *Config, s *state, pools []*pool) {
 			}
 		}
 	}
-	p.routeWGAddrs(cfg, s, pools)
+	c := newTunnelAddrCheck(cfg.NodeName, s)
+	p.routeWGAddrs(cfg, s, pools, c)
 	for fam := range p.wg {
 		for name, peer := range p.wg[fam].peers {
 			n := s.nodes[name]
@@ -255,7 +261,7 @@ func (p *plan) finishWireguard(cfg *Config, s *state, pools []*pool) {
 			if fam == wg6 {
 				t = n.Spec.IPv6VXLANTunnelAddr
 			}
-			if a, err := netip.ParseAddr(t); err == nil && wgFam(a) == fam {
+			if a, err := netip.ParseAddr(t); err == nil && wgFam(a) == fam && c.note(p.wg[fam].refused, name, "VXLAN tunnel address", a) {
 				peer.AllowedIPs = append(peer.AllowedIPs, netip.PrefixFrom(a, a.BitLen()))
 			}
 			wireguard.SortPrefixes(peer.AllowedIPs)

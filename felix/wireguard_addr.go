@@ -21,7 +21,9 @@ import (
 
 // wgOwnAddr is the address family fam's device should carry: this
 // node's from its Node, when it lies in a pool (as the allocation
-// does); invalid: none.
+// does) and IPAM holds it for this node and no local pod has it
+// (wireguard_ipam.go); invalid: none. An address IPAM no longer backs
+// thus leaves the device at the next apply.
 func (l *loop) wgOwnAddr(fam int) netip.Addr {
 	n := l.st.nodes[l.cfg.NodeName]
 	if n == nil {
@@ -31,8 +33,14 @@ func (l *loop) wgOwnAddr(fam int) netip.Addr {
 	if !ok || !inPools(l.st.sortedPools(), netip.PrefixFrom(a, a.BitLen())) {
 		return netip.Addr{}
 	}
+	if newTunnelAddrCheck(l.cfg.NodeName, l.st).refusal(l.cfg.NodeName, wgAddrWhat, a) != "" {
+		return netip.Addr{} // logged from the plan (logRefused)
+	}
 	return a
 }
+
+// wgAddrWhat names a WireGuard device address in refusals.
+const wgAddrWhat = "WireGuard device address"
 
 // syncWGAddr puts the wanted address on family fam's device (link, made
 // and configured) and records what it carries; on an error it records
@@ -54,15 +62,14 @@ func (l *loop) syncWGAddr(fam int, link netlink.Link) error {
 
 // routeWGAddrs routes every other node's device address through the
 // device as its blocks are (held when they are held), which also puts
-// it among the peer's allowed IPs.
-func (p *plan) routeWGAddrs(cfg *Config, s *state, pools []*pool) {
+// it among the peer's allowed IPs. An address IPAM does not hold for
+// its node (c) is neither routed, held nor allowed; it is recorded in
+// refused, this node's too (wgOwnAddr keeps it off the device).
+func (p *plan) routeWGAddrs(cfg *Config, s *state, pools []*pool, c *tunnelAddrCheck) {
 	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
-		if name == cfg.NodeName {
-			continue
-		}
 		for fam := range p.wg {
 			a, ok := s.nodes[name].WireguardAddress(fam == wg6)
-			if !ok || !p.wg[fam].on {
+			if !ok || !p.wg[fam].on || !c.note(p.wg[fam].refused, name, wgAddrWhat, a) || name == cfg.NodeName {
 				continue
 			}
 			dst := netip.PrefixFrom(a, a.BitLen())

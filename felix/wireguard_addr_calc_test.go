@@ -13,21 +13,13 @@ import (
 // TestComputePlanWireguardDeviceAddresses: with this node's device
 // carrying its address, routes through the device take it as their
 // source; every other node's device address is routed through the
-// device (also one outside its blocks) and is in its peer's allowed
+// device (also one IPAM lends it outside its blocks) and is in its peer's allowed
 // IPs; a held node's is held; before the device carries an address the
 // routes have no source (the kernel refuses a source it does not have).
 func TestComputePlanWireguardDeviceAddresses(t *testing.T) {
-	cfg, err := Config{NodeName: "a", WireGuard: WireguardConfig{Enabled: true}}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := wgTestConfig(t)
 	s := newState()
-	node := func(name, ip, key, wg string) *api.Node {
-		n := testNode(name, ip, "", nil)
-		n.Status.WireguardPublicKey = key
-		n.Spec.Wireguard = &api.NodeWireguardSpec{InterfaceIPv4Address: wg}
-		return n
-	}
+	node := wgAddrNode
 	s.seed([]api.Resource{
 		testPool("p", "10.3.0.0/16", "Never", false, "all()"),
 		node("a", "192.0.2.1/24", wgKey(t), "10.3.0.1"),
@@ -40,6 +32,8 @@ func TestComputePlanWireguardDeviceAddresses(t *testing.T) {
 		{"c", pfx("10.3.2.0/26"), AffinityConfirmed},
 		{"d", pfx("10.3.3.0/26"), AffinityConfirmed},
 	})
+	// c's address comes from a block of no node's: IPAM lends it to c.
+	s.borrowed[pfx("10.3.9.0/26")] = map[netip.Addr]string{addr("10.3.9.7"): "c"}
 	s.wg.on, s.wg.ready = [2]bool{true, false}, [2]bool{true, false}
 	s.wg.src[wg4] = addr("10.3.0.1")
 
@@ -72,4 +66,22 @@ func TestComputePlanWireguardDeviceAddresses(t *testing.T) {
 	if r := p.routes[pfx("10.3.1.0/26")]; r.Src.IsValid() || r.Iface != wireguard.DeviceV4 {
 		t.Errorf("no device address yet: %+v, want through the device without a source", r)
 	}
+}
+
+// wgTestConfig is node a's configuration with WireGuard on.
+func wgTestConfig(t *testing.T) Config {
+	t.Helper()
+	cfg, err := Config{NodeName: "a", WireGuard: WireguardConfig{Enabled: true}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// wgAddrNode is a node with a WireGuard key (none: "") and device address.
+func wgAddrNode(name, ip, key, wg string) *api.Node {
+	n := testNode(name, ip, "", nil)
+	n.Status.WireguardPublicKey = key
+	n.Spec.Wireguard = &api.NodeWireguardSpec{InterfaceIPv4Address: wg}
+	return n
 }

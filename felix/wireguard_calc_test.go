@@ -58,6 +58,8 @@ func TestComputePlanWireguard(t *testing.T) {
 	s.learned[pfx("10.3.2.9/32")] = learnedRoute{nextHop: addr("192.0.2.2"), peer: addr("192.0.2.2")} // borrowed by b from c's block
 	s.learned[pfx("172.16.0.0/16")] = learnedRoute{nextHop: addr("192.0.2.254"), peer: addr("192.0.2.254")}
 	s.borrowed[pfx("10.3.2.0/26")] = map[netip.Addr]string{addr("10.3.2.9"): "b"}
+	// b's VXLAN tunnel address: IPAM lends it to b (wireguard_ipam.go).
+	s.borrowed[pfx("10.9.0.0/26")] = map[netip.Addr]string{addr("10.9.0.2"): "b"}
 	s.wg.on, s.wg.ready = [2]bool{true, false}, [2]bool{true, false}
 
 	p := computePlan(&cfg, s)

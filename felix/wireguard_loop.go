@@ -29,6 +29,7 @@ type wgState struct {
 	devErr     [2]error             // the last Apply's, for status
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
+	refused    [2]map[string]string // last refused tunnel addresses, for logging changes
 	published0 bool                 // PublishKeys was called at least once
 	addr       [2]netip.Addr        // the address on each device (wireguard_addr.go)
 	host       wgHostState          // host encryption (wireguard_host.go)
@@ -216,6 +217,28 @@ func (l *loop) logHeld() {
 			}
 		}
 		w.held[fam] = maps.Clone(now)
+	}
+	l.logRefused()
+}
+
+// logRefused says once, per node and address, that a tunnel address its
+// Node claims is ignored because IPAM does not hold it for the node
+// (wireguard_ipam.go), and when that ends.
+func (l *loop) logRefused() {
+	w := l.f.wg
+	for fam := range w.refused {
+		now := l.plan.wg[fam].refused
+		for key, why := range now {
+			if w.refused[fam][key] != why {
+				l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev}).Warn("ignoring a tunnel address the node's record claims: " + why)
+			}
+		}
+		for key := range w.refused[fam] {
+			if _, still := now[key]; !still {
+				l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev}).Info("tunnel address no longer ignored (IPAM holds it for the node, or the node no longer claims it): " + key)
+			}
+		}
+		w.refused[fam] = maps.Clone(now)
 	}
 }
 
