@@ -1,7 +1,12 @@
 package policy_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // netsetOver is a NetworkSet (namespace ns) or, with ns "", a
@@ -21,7 +26,8 @@ func netsetOver(name, ns, labels string) string {
 // labels, as Calico gives them. Real traffic from c's addresses, which
 // only a network set puts in the rules' sets:
 //   - a tenant's set in dev labelled projectcalico.org/namespace: prod
-//     is not admitted by an admin rule allowing prod (it was);
+//     is not admitted by an admin rule allowing prod (it was), and a
+//     warning names the set and the label;
 //   - a tenant's set is not taken for a global one by
 //     "!has(projectcalico.org/namespace)" (it was), while a
 //     GlobalNetworkSet still is;
@@ -29,9 +35,22 @@ func netsetOver(name, ns, labels string) string {
 //     selector on the namespace's profile labels (pcns.env) sees them.
 func TestNetworkSetNamespaceLabel(t *testing.T) {
 	l := newLab(t)
+	hook := new(logtest.Hook)
+	oldHooks := logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	logrus.StandardLogger().AddHook(hook)
+	t.Cleanup(func() { logrus.StandardLogger().ReplaceHooks(oldHooks) })
 	allowProd := gnpOnB("admin", `[{action: Allow, source: {selector: "projectcalico.org/namespace == 'prod'"}}]`)
 	l.load(netsetOver("mine", "dev", "{projectcalico.org/namespace: prod}") + "---" + allowProd)
 	l.apply()
+	warned := false
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel && e.Data["networkSet"] == "dev/mine" && strings.Contains(fmt.Sprint(e.Data["labels"]), "projectcalico.org/namespace=prod") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Error("no warning naming dev/mine and its label projectcalico.org/namespace=prod")
+	}
 	l.expect("a dev NetworkSet claiming namespace prod",
 		append(both(drop("c", "b", "tcp", 8080)), both(pass("a", "b", "tcp", 8080))...)...)
 	l.loadOrDelete(netsetOver("mine", "dev", "{}")+"---"+allowProd, true)
