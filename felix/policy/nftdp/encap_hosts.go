@@ -17,8 +17,17 @@ import (
 // admits only that pod. The check sits on the input hook (decapsulation
 // follows local delivery: the ipip and vxlan receive handlers run after
 // it), before the policy's own input chain; pods' interfaces are left
-// to the workload encapsulation drop (encap.go) and lo to the node
-// itself.
+// to the workload encapsulation drop (encap.go).
+//
+// Tunnel packets arriving on lo are all dropped: routed never tunnels
+// to its own node (routes and VTEPs are only ever for other nodes), and
+// any local process (a hostNetwork pod's unprivileged UDP socket) could
+// otherwise send a VXLAN frame to 127.0.0.1 or the node's own address
+// with a spoofed inner source. Likewise a tunnel packet from outside
+// whose source is one of this node's own addresses is dropped whatever
+// the allowed set holds: IPv4 drops it as martian anyway (unless
+// accept_local), IPv6 does not, and an externalNodesList range may
+// cover the node.
 
 // chainEncapSrc (input hook) sends tunnel packets from unknown sources
 // to chainEncapSrcDrop, counted "encap-src/not-node" and logged
@@ -45,24 +54,41 @@ const ipipProto = 4
 
 // encapSrcRules are the check's rules for the VXLAN ports: IPIP in
 // IPv4, and UDP to a port in both families (vxlan-v6.routed runs over
-// IPv6), from a source outside the set, jump to the drop.
+// IPv6). Arriving on lo, from one of the node's own addresses, or from
+// a source outside the set, they go to the drop.
 func (d *Dataplane) encapSrcRules() []Rule {
 	not := []string{d.cfg.IfacePrefix, "lo\x00"}
-	src := Side{NotSets: []string{encapSrcSet}}
-	rs := []Rule{{IPVersion: 4, Proto: ipipProto, NotInIfaces: not, Src: src, Action: ActJump, Target: chainEncapSrcDrop}}
+	ipip := Rule{IPVersion: 4, Proto: ipipProto}
+	var udp *Rule
 	if len(d.encapPorts) > 0 {
-		udp := Rule{Proto: 17, NotInIfaces: not, Src: src, Action: ActJump, Target: chainEncapSrcDrop}
+		udp = &Rule{Proto: 17}
 		for _, p := range d.encapPorts {
 			udp.Dst.Ports = append(udp.Dst.Ports, PortRange{p, p})
 		}
-		rs = append(rs, udp)
 	}
+	var rs []Rule
+	add := func(set func(r *Rule)) {
+		for _, base := range []*Rule{&ipip, udp} {
+			if base == nil {
+				continue
+			}
+			r := *base
+			r.Dst.Ports = slices.Clone(base.Dst.Ports)
+			r.Action, r.Target = ActJump, chainEncapSrcDrop
+			set(&r)
+			rs = append(rs, r)
+		}
+	}
+	add(func(r *Rule) { r.InIface = "lo\x00" })
+	add(func(r *Rule) { r.NotInIfaces, r.Action = not, ActGotoAnyLocalSrc })
+	add(func(r *Rule) { r.NotInIfaces, r.Src = not, Side{NotSets: []string{encapSrcSet}} })
 	return rs
 }
 
 // SetEncapSources sets the addresses and nets tunnel packets to the
 // node may come from (every node's addresses and the external node
-// nets) and reports whether they changed. Until it is first called
+// nets) and reports whether they changed. Tunnel packets on lo or from
+// the node's own addresses are dropped whatever srcs holds. Until it is first called
 // there is no check (a Dataplane whose user runs no tunnels, or has
 // not learnt the nodes yet); from then on packets from any other source
 // are dropped, and an empty list drops them all. felix calls it before

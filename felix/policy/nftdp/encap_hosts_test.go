@@ -30,51 +30,20 @@ import (
 // the node, which the packet would reach with them, gets nothing),
 // while the node's IPIP reaches it. Real packets between namespaces.
 func TestEncapFromStrangerDropped(t *testing.T) {
-	node := polab.NewNode(t)
-	b := node.AddPod(t, "cali-esb", "10.74.0.2", "fd00:74::2")
+	l := newEncapLab(t, "cali-esb", "vxes", 4802, 4803)
+	node, d := l.node, l.d
 	stranger := node.AddPeer(t, "esx0", 77)
 	member := node.AddPeer(t, "esn0", 78)
 	external := node.AddPeer(t, "ese0", 79)
-	const vxPort, vx6Port, port, srcPort = 4802, 4803, 7474, 41747
-	mac := addVXLAN(t, node, "vxes", vxPort)
-	mac6 := addVXLAN6(t, node, "vxes6", vx6Port)
-	remote := map[bool]netip.Addr{false: netip.MustParseAddr("10.74.9.9"), true: netip.MustParseAddr("fd00:74:9::9")}
-	sinkB := polab.NewUDPSink(t, b.NS, port)
-
-	d := newDP(t, node)
-	d.AddSet("from-r", nftdp.AddrSet)
-	for _, a := range remote {
-		d.AddMember("from-r", nftdp.Member{Prefix: netip.PrefixFrom(a, a.BitLen())})
-	}
-	if err := d.SetChain("b-in", []nftdp.Rule{
-		{Src: nftdp.Side{Sets: []string{"from-r"}}, Action: nftdp.ActAccept},
-		{Action: nftdp.ActDrop},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	d.SetChain("allow-all", []nftdp.Rule{{Action: nftdp.ActAccept}})
-	d.SetEndpoint(b.Iface, "allow-all", "b-in", nftdp.BothFamilies)
-	d.SetWorkloadEncapPorts([]uint16{vxPort, vx6Port})
-	applyResyncNoop(t, d, "policies")
-
-	counter := func() uint64 {
-		t.Helper()
-		cs, err := d.Counters(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs[nftdp.EncapSrcDropID].Packets
-	}
+	counter := l.counter
 	// send wraps a datagram from R to B (inner family innerV6) in VXLAN
 	// from p over IPv4 (outerV6 false) or IPv6.
-	send := func(p *polab.Peer, outerV6, innerV6 bool, payload string) {
-		t.Helper()
-		inner := innerUDP(remote[innerV6], b.Addr(innerV6), srcPort, port, payload)
-		dst, m := netip.AddrPortFrom(p.NodeIPv4, vxPort), mac
-		if outerV6 {
-			dst, m = netip.AddrPortFrom(p.NodeIPv6, vx6Port), mac6
+	send := func(p *polab.Peer, outerV6, innerV6 bool) func(string) {
+		return func(payload string) {
+			t.Helper()
+			port, data := l.frame(outerV6, innerV6, payload)
+			polab.SendUDP(t, p.NS, p.Addr(outerV6), encapLabSrcPort, netip.AddrPortFrom(p.NodeAddr(outerV6), port), data)
 		}
-		polab.SendUDP(t, p.NS, p.Addr(outerV6), srcPort, dst, string(vxlanFrame(m, innerV6, inner)))
 	}
 	type flow struct{ outerV6, innerV6 bool }
 	flows := []flow{{false, false}, {false, true}, {true, false}, {true, true}}
@@ -83,32 +52,11 @@ func TestEncapFromStrangerDropped(t *testing.T) {
 	}
 	arrives := func(p *polab.Peer, tag string, f flow) {
 		t.Helper()
-		msg := name(tag, f)
-		nstest.Eventually(t, 10*time.Second, func() string {
-			if src, ok := sinkB.Has(msg); ok {
-				if src != remote[f.innerV6].String() {
-					return fmt.Sprintf("%s: arrived from %s", msg, src)
-				}
-				return ""
-			}
-			send(p, f.outerV6, f.innerV6, msg)
-			return msg + ": the inner datagram never reached B"
-		})
+		l.arrives(name(tag, f), f.innerV6, send(p, f.outerV6, f.innerV6))
 	}
 	dropped := func(p *polab.Peer, tag string, f flow) {
 		t.Helper()
-		msg := name(tag, f)
-		before := counter()
-		send(p, f.outerV6, f.innerV6, msg)
-		nstest.Eventually(t, 5*time.Second, func() string {
-			if src, ok := sinkB.Has(msg); ok {
-				return fmt.Sprintf("%s: B received the inner datagram from %s", msg, src)
-			}
-			if n := counter(); n <= before {
-				return fmt.Sprintf("%s: counter %s still %d", msg, nftdp.EncapSrcDropID, n)
-			}
-			return ""
-		})
+		l.dropped(name(tag, f), send(p, f.outerV6, f.innerV6))
 	}
 
 	// The hole: no check yet.
@@ -156,7 +104,7 @@ func TestEncapFromStrangerDropped(t *testing.T) {
 			defer syscall.Close(fd)
 			var sa syscall.SockaddrInet4
 			copy(sa.Addr[:], net.IP(p.NodeIPv4.AsSlice()).To4())
-			return syscall.Sendto(fd, innerUDP(remote[false], b.IPv4, srcPort, port, payload), 0, &sa)
+			return syscall.Sendto(fd, innerUDP(l.remote[false], l.b.IPv4, encapLabSrcPort, encapLabPort, payload), 0, &sa)
 		})
 	}
 	before := counter()
