@@ -111,3 +111,53 @@ func getNode(t *testing.T, ds *datastore.Client, name string) *api.Node {
 	}
 	return r.(*api.Node)
 }
+
+// TestWireguardAddressReclaimedAfterOldGC: an IPAM GC leader of a
+// version before WireGuard device addresses were tunnel addresses it
+// knew frees the node's (here by releasing its handle, as such a GC
+// does) and a pod gets the address. The next verifying pass (the Loop's
+// first, after an error, and every recheck) gives the node a new device
+// address under its WireGuard handle, as a tunnel allocation, and
+// records it; the pod keeps its own.
+func TestWireguardAddressReclaimedAfterOldGC(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	ctx := context.Background()
+	ic := ipam.New(ds)
+	if _, err := noderecord.Register(ctx, ds, "n1", noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
+		t.Fatal(err)
+	}
+	dstest.Apply(t, ds, "apiVersion: routed.io/v1\nkind: IPPool\nmetadata: {name: p4}\nspec: {cidr: 10.55.0.0/24}\n")
+	n := getNode(t, ds, "n1")
+	n.Status.WireguardPublicKey = testKey
+	if _, err := ds.Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	old, ok := getNode(t, ds, "n1").WireguardAddress(false)
+	if !ok {
+		t.Fatal("no device address")
+	}
+	if _, err := ic.ReleaseByHandle(ctx, WireguardTunnelHandle("n1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ic.AssignIP(ctx, old, "k8s-pod-network.pod1", "n1", ipam.Attributes{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTunnelAddress(ctx, ds, ic, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	now, ok := getNode(t, ds, "n1").WireguardAddress(false)
+	if !ok || now == old {
+		t.Fatalf("device address after the old GC freed %s and a pod took it: %v (recorded %v)", old, now, ok)
+	}
+	info, err := ic.IPInfo(ctx, now)
+	if err != nil || info.Handle != WireguardTunnelHandle("n1") || info.Type != ipam.TypeTunnel || info.Node != "n1" {
+		t.Fatalf("%s: allocation %+v (%v), want a tunnel allocation of n1 under its WireGuard handle", now, info, err)
+	}
+	if info, err := ic.IPInfo(ctx, old); err != nil || info.Handle != "k8s-pod-network.pod1" {
+		t.Fatalf("%s: allocation %+v (%v), want the pod's", old, info, err)
+	}
+}
