@@ -227,8 +227,52 @@ func ExternalNodeNets(list *[]string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// ExternalNodeWarnings lists what in a FelixConfiguration's
+// externalNodesList admits more than it seems to, each naming the field,
+// index and entry: a CIDR with host bits set (10.0.0.5/24 admits the
+// whole 10.0.0.0/24; Calico accepts it the same way, so it is warned,
+// not refused) and a /0 (0.0.0.0/0, ::/0: every source of that family
+// may send the nodes IPIP and VXLAN, the tunnel source check is off;
+// legitimate only as an explicit opt-out). Entries that do not parse are
+// ExternalNodeNets' errors, not listed here.
+func ExternalNodeWarnings(list *[]string) []string {
+	if list == nil {
+		return nil
+	}
+	var out []string
+	for i, c := range *list {
+		p, err := parseExternalNode(c)
+		if err != nil {
+			continue
+		}
+		field := fmt.Sprintf("FelixConfiguration spec.externalNodesList[%d] %q", i, c)
+		switch {
+		case p.Bits() == 0:
+			out = append(out, fmt.Sprintf("%s admits every IP%s source: the check of tunnel packets' outer source is off for that family (any host that reaches a node may send it IPIP or VXLAN with any inner source)", field, ipFamily(p)))
+		case hostBitsSet(c):
+			out = append(out, fmt.Sprintf("%s has host bits set: it admits the whole %s", field, p))
+		}
+	}
+	return out
+}
+
+// ipFamily is "v4" or "v6", as in IPv4.
+func ipFamily(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "v4"
+	}
+	return "v6"
+}
+
+// hostBitsSet reports whether c is a CIDR with bits set past its length.
+func hostBitsSet(c string) bool {
+	p, err := netip.ParsePrefix(strings.TrimSpace(c))
+	return err == nil && p != p.Masked()
+}
+
 // parseExternalNode reads one externalNodesList entry: a CIDR
-// (10.0.0.0/24, host bits ignored) or an address (a /32 or /128).
+// (10.0.0.0/24; host bits are cleared, and ExternalNodeWarnings names
+// them) or an address (a /32 or /128).
 func parseExternalNode(c string) (netip.Prefix, error) {
 	c = strings.TrimSpace(c)
 	if p, err := netip.ParsePrefix(c); err == nil {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -85,13 +87,57 @@ func felixSettings(s api.FelixConfigurationSpec) felix.Settings {
 // stored past validation, e.g. written straight to the datastore) is
 // logged as an error naming it, and then no external source is
 // admitted: never a list applied without the entry the operator meant.
+// Entries that admit more than they seem (host bits set, a /0) are
+// warned about, naming them (api.ExternalNodeWarnings). Each distinct
+// list is logged about once, not on every FelixConfiguration event.
 func externalNodes(s api.FelixConfigurationSpec) []netip.Prefix {
+	return externalNodesOnce.parse(log, s)
+}
+
+// externalNodesOnce remembers the externalNodesList last logged about
+// (the daemon parses it at start and on every FelixConfiguration event).
+var externalNodesOnce externalNodesParser
+
+// externalNodesParser parses externalNodesList, logging about each
+// distinct list once. The zero value is ready.
+type externalNodesParser struct {
+	mu   sync.Mutex
+	last []string
+	seen bool
+}
+
+// parse is externalNodes, logging to lg.
+func (o *externalNodesParser) parse(lg *logrus.Entry, s api.FelixConfigurationSpec) []netip.Prefix {
 	nets, err := api.ExternalNodeNets(s.ExternalNodesCIDRList)
+	say := o.changed(s.ExternalNodesCIDRList)
 	if err != nil {
-		log.WithError(err).Error("externalNodesList refused: no external source may send this node IPIP or VXLAN packets until it is fixed")
+		if say {
+			lg.WithError(err).Error("externalNodesList refused: no external source may send this node IPIP or VXLAN packets until it is fixed")
+		}
 		return nil
 	}
+	if say {
+		for _, w := range api.ExternalNodeWarnings(s.ExternalNodesCIDRList) {
+			lg.WithField("field", "externalNodesList").Warn(w)
+		}
+	}
 	return nets
+}
+
+// changed reports whether list differs from the last one given (true
+// the first time), and remembers it.
+func (o *externalNodesParser) changed(list *[]string) bool {
+	var l []string
+	if list != nil {
+		l = *list
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen && slices.Equal(o.last, l) {
+		return false
+	}
+	o.last, o.seen = slices.Clone(l), true
+	return true
 }
 
 func deref(p *int) int {
