@@ -100,7 +100,10 @@ func (l *loop) syncEncapSources() {
 // created or brought up: until the sources were written once, the
 // policy is applied now (with full's resync). It reports whether the
 // devices may be applied (not while that write fails: they wait for the
-// retry) and whether it applied the policy.
+// retry) and whether it applied the policy. Without a policy
+// dataplane (--disable-policy) there is no check at all: the devices
+// unwrap tunnel packets from any source, as routed's start-up warning
+// and docs/tunnel-sources.md say.
 func (l *loop) coverEncapSources(ctx context.Context, full bool) (ok, applied bool, err error) {
 	if l.policy == nil || l.encapSrc.applied {
 		return true, false, nil

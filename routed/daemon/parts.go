@@ -113,7 +113,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		n.felix = fx
 		fx.SetExternalNodes(externalNodes(fcs)) // before any tunnel comes up
 		if cfg.DisablePolicy {
-			log.Warn("network policy is NOT enforced on this node (--disable-policy): every pod reaches every pod")
+			log.Warn("network policy is NOT enforced on this node (--disable-policy): every pod reaches every pod, and tunl0 and the VXLAN devices unwrap IPIP and VXLAN from any source that reaches the node, with any inner source (no check of the outer source, docs/tunnel-sources.md)")
 		}
 		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
 		// Only the elected IPAM GC node exports the cluster-wide usage.
