@@ -33,7 +33,7 @@ func printHostEndpointWarnings(ctx context.Context, errOut io.Writer, c *datasto
 	m := policy.NewModel()
 	for _, r := range append(gnps, heps...) {
 		if err := setModel(m, r); err != nil {
-			fmt.Fprintf(errOut, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
+			fmt.Fprintf(errOut, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)
 		}
 	}
 	for _, w := range m.HostEndpointWarnings() {

@@ -163,7 +163,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 				weps = append(weps, w)
 			}
 			if err := setModel(m, r); err != nil {
-				fmt.Fprintf(out, "warning: %s %s left out, as felix leaves it out: %v\n", r.GetKind(), api.StoreName(r), err)
+				fmt.Fprintf(out, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)
 			}
 		}
 	}
