@@ -75,10 +75,10 @@ func computePlan(cfg *Config, s *state) *plan {
 	// The IPv6 tunnel runs between the nodes' IPv6 addresses.
 	p.vxlan6.on = p.vxlan6.on && p.nodeAddr6.IsValid()
 	if p.vxlan.on {
-		p.vxlan.vteps = remoteVTEPs(cfg.NodeName, s, vxlanV4)
+		p.vxlan.vteps, p.vxlan.refused = remoteVTEPs(cfg.NodeName, s, vxlanV4)
 	}
 	if p.vxlan6.on {
-		p.vxlan6.vteps = remoteVTEPs(cfg.NodeName, s, vxlanV6)
+		p.vxlan6.vteps, p.vxlan6.refused = remoteVTEPs(cfg.NodeName, s, vxlanV6)
 	}
 	if cfg.Features.DisableIPIP {
 		p.ipip = false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 
@@ -25,6 +26,26 @@ type vxlanDev struct {
 	h   *netlink.Handle
 	log *logrus.Entry
 	fam vxlanFamily
+	// refused are the refused VXLAN tunnel address claims last logged
+	// (vxlanPlan.refused).
+	refused map[string]string
+}
+
+// logRefused says once, per node and address, that a VXLAN tunnel
+// address a Node claims is ignored because IPAM does not hold it for the
+// node (remoteVTEPs), and when that ends.
+func (v *vxlanDev) logRefused(now map[string]string) {
+	for key, why := range now {
+		if v.refused[key] != why {
+			v.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": v.fam.device}).Warn("no VTEP for the node: ignoring a tunnel address its record claims: " + why)
+		}
+	}
+	for key := range v.refused {
+		if _, still := now[key]; !still {
+			v.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": v.fam.device}).Info("VXLAN tunnel address no longer refused (IPAM holds it for the node, the node no longer claims it, or VXLAN is off): " + key)
+		}
+	}
+	v.refused = maps.Clone(now)
 }
 
 // vxlanWant is the device felix wants; a zero value means none.
@@ -223,7 +244,7 @@ func vxlanChanged(old, cur *plan) bool {
 	}
 	for _, pair := range [][2]*vxlanPlan{{&old.vxlan, &cur.vxlan}, {&old.vxlan6, &cur.vxlan6}} {
 		o, c := pair[0], pair[1]
-		if o.on != c.on || o.addr != c.addr || o.mac != c.mac || len(o.vteps) != len(c.vteps) {
+		if o.on != c.on || o.addr != c.addr || o.mac != c.mac || len(o.vteps) != len(c.vteps) || !maps.Equal(o.refused, c.refused) {
 			return true
 		}
 		for k, v := range c.vteps {
@@ -260,6 +281,7 @@ func (l *loop) applyVXLAN() error {
 				want.mac = d.mac(l.cfg.NodeName) // what the daemon records
 			}
 		}
+		d.dev.logRefused(d.plan.refused)
 		link, err := d.dev.reconcile(want)
 		l.noteDevice(link)
 		errs = append(errs, err)

@@ -45,6 +45,10 @@ type vxlanPlan struct {
 	mac  string
 	// vteps are the remote nodes it reaches, by node address.
 	vteps map[netip.Addr]vtep
+	// refused are the VXLAN tunnel addresses other nodes' records claim
+	// that IPAM does not hold for them (wireguard_ipam.go), keyed "node
+	// address", with the reason: they get no VTEP.
+	refused map[string]string
 }
 
 // vtep is a remote node's VXLAN tunnel endpoint: its device address and
@@ -72,9 +76,19 @@ func nodeVTEP(n *api.Node, fam vxlanFamily) (string, string) {
 }
 
 // remoteVTEPs lists every other node that has a VXLAN address, MAC and
-// node address of the family, by node address.
-func remoteVTEPs(local string, s *state, fam vxlanFamily) map[netip.Addr]vtep {
-	out := map[netip.Addr]vtep{}
+// node address of the family, by node address. A node's VXLAN address
+// is a claim its writer makes (the routed-rr identity may write its own
+// Node record): it becomes the on-link gateway of the routes to the
+// node's blocks and a permanent ARP/NDP entry to the node's MAC, so a
+// claim of another node's address (its VTEP, or a pod's) would pull
+// that traffic to the claimant. It counts only where IPAM holds it for
+// the node, as for WireGuard (tunnelAddrCheck); a refused claim leaves
+// the node without a VTEP (its blocks are routed as for a node whose
+// VTEP is not known yet: directly) and is returned in refused, keyed
+// "node address", for logging once.
+func remoteVTEPs(local string, s *state, fam vxlanFamily) (map[netip.Addr]vtep, map[string]string) {
+	out, refused := map[netip.Addr]vtep{}, map[string]string{}
+	c := newTunnelAddrCheck(local, s)
 	for name, n := range s.nodes {
 		if name == local {
 			continue
@@ -95,9 +109,12 @@ func remoteVTEPs(local string, s *state, fam vxlanFamily) map[netip.Addr]vtep {
 		if err != nil || len(mac) != 6 {
 			continue
 		}
+		if !c.note(refused, name, "VXLAN tunnel address", addr) {
+			continue
+		}
 		out[na.Addr()] = vtep{node: name, nodeAddr: na.Addr(), addr: addr, mac: mac}
 	}
-	return out
+	return out, refused
 }
 
 // borrowedVXLANRoutes routes each address another node borrowed from a

@@ -199,6 +199,7 @@ func TestVXLANv6DeviceFDBAndRoutes(t *testing.T) {
 	h.f.ReplaceAffinities([]felix.BlockAffinity{
 		{Node: "node-a", CIDR: pfx("fd00:244::/122"), State: felix.AffinityConfirmed},
 		{Node: "node-b", CIDR: pfx("fd00:244::40/122"), State: felix.AffinityConfirmed},
+		{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed}, // holds node-b's VTEP
 		{Node: "node-c", CIDR: pfx("fd00:244::80/122"), State: felix.AffinityConfirmed},
 		{Node: "node-c", CIDR: pfx("10.244.3.0/26"), State: felix.AffinityConfirmed},
 	})
