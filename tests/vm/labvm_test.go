@@ -83,7 +83,7 @@ func TestLabIPIPInVM(t *testing.T) {
 	}
 	// Quiet, the lab takes 60-90 s under TCG; a 2-core host running the
 	// suite's other packages beside it stretches that several times.
-	a := chooseAccel(t, 9*time.Minute, 4*time.Minute)
+	a := chooseAccel(t, 2, 9*time.Minute, 4*time.Minute)
 	t.Logf("the lab's waits in the VM x%d (-accel %s)", a.WaitScale, a.Name)
 	start = time.Now()
 	run(t, ctx, here, []string{

@@ -59,7 +59,7 @@ func TestIPIPInVM(t *testing.T) {
 	work := t.TempDir()
 	bin := filepath.Join(work, "felix.test")
 	run(t, ctx, root, []string{"CGO_ENABLED=0"}, "go", "test", "-c", "-o", bin, "./felix")
-	a := chooseAccel(t, 9*time.Minute, 4*time.Minute)
+	a := chooseAccel(t, 1, 9*time.Minute, 4*time.Minute)
 	start := time.Now()
 	// vxlan too: felix's TestIPIPVXLANSwitchInVM switches a pool between them.
 	// iperf3 for felix's TestEncapThroughputInVM (plain, IPIP, VXLAN).
