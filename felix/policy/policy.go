@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -39,6 +40,25 @@ func PolicyKey(p api.Policy) string {
 // compared its stored key names, which differ from release to release.
 func tieName(name, ns, kind string) string { return name + "/" + ns + "/" + kind }
 
+// tieNameOf is tieName of p as Calico keys it: a NetworkPolicy the
+// controllers wrote for a Kubernetes NetworkPolicy is Calico's
+// KubernetesNetworkPolicy, keyed by the Kubernetes name (without
+// "knp.default.", and whole where the stored name had to be hashed).
+// A NetworkPolicy only named "knp.default.<x>" (Calico accepts such
+// names) keeps its name and kind, as in Calico.
+func tieNameOf(p api.Policy, ns string) string {
+	name, kind := p.Meta().Name, string(p.GetKind())
+	m := p.Meta()
+	if kind == string(api.KindNetworkPolicy) && strings.HasPrefix(name, api.KubernetesNetworkPolicyPrefix) &&
+		m.Annotations[api.ControllersOwnerAnnotation] == api.ControllersOwnerValue {
+		name, kind = strings.TrimPrefix(name, api.KubernetesNetworkPolicyPrefix), api.KindKubernetesNetworkPolicy
+		if srcNS, srcName, ok := strings.Cut(m.Annotations[api.KubernetesSourceAnnotation], "/"); ok && srcNS == ns && srcName != "" {
+			name = srcName
+		}
+	}
+	return tieName(name, ns, kind)
+}
+
 func compilePolicy(p api.Policy) (*cpolicy, error) {
 	spec := p.Policy()
 	ns := ""
@@ -51,7 +71,7 @@ func compilePolicy(p api.Policy) (*cpolicy, error) {
 			return nil, fieldErr("metadata.namespace", -1, "", "is required for a NetworkPolicy")
 		}
 	}
-	cp := &cpolicy{key: PolicyKey(p), name: tieName(p.Meta().Name, ns, string(p.GetKind())), tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}, host: hostFlagsOf(p)}
+	cp := &cpolicy{key: PolicyKey(p), name: tieNameOf(p, ns), tier: spec.Tier, order: math.Inf(1), selected: map[string]bool{}, host: hostFlagsOf(p)}
 	if cp.tier == "" {
 		cp.tier = api.DefaultTierName
 	}

@@ -24,7 +24,7 @@ import (
 const (
 	OwnerAnnotation  = "routed.io/owner"
 	OwnerValue       = "routed-controllers"
-	SourceAnnotation = "routed.io/k8s-source"
+	SourceAnnotation = api.KubernetesSourceAnnotation
 )
 
 // Calico's prefixes for namespace and service-account labels on their
@@ -37,7 +37,7 @@ const (
 
 // PolicyNamePrefix starts the name of every NetworkPolicy converted from
 // a Kubernetes one (Calico's "knp.default.").
-const PolicyNamePrefix = "knp.default."
+const PolicyNamePrefix = api.KubernetesNetworkPolicyPrefix
 
 // PolicyOrder is the order of converted policies in the default tier
 // (Calico's 1000).
