@@ -32,8 +32,8 @@ import (
 // endpoints' rank, each named interface goes to its chain, WireGuard's
 // devices to their uplink's (HostDevice) and an address-found
 // endpoint's own addresses to its (HostByAddr); then every other
-// interface (but lo, and the pods' own in the output and forward
-// chains) to the "*" endpoint's. An interface with no chain for a context is accepted by
+// interface (but lo, and the pods' own in the output chain) to the
+// "*" endpoint's. An interface with no chain for a context is accepted by
 // that base chain (which ends only it). nftables runs every base chain
 // of a hook, and a drop in any is final: these add to the pods' chains,
 // they never let through what those drop.
@@ -374,12 +374,17 @@ func (d *Dataplane) renderHosts() {
 	}
 	for _, ep := range eps {
 		if ep.Iface == WildcardIface {
-			notPods := []string{p, "lo\x00"}
+			// The pods' devices too, as Calico's pre-DNAT and forward
+			// dispatch send every interface no named endpoint names
+			// to the "*" chains: a "*" preDNAT or applyOnForward
+			// policy polices the pods' traffic as well (the output
+			// chain has accepted the host's traffic to its pods).
+			notLo := []string{"lo\x00"}
 			input = append(input, Rule{Action: ActJump, Goto: true, Target: ep.In})
 			output = append(output, Rule{Action: ActJump, Goto: true, Target: ep.Out})
-			preDNAT = appendHostJump(preDNAT, Rule{NotInIfaces: notPods}, ep.PreDNAT)
-			fwdIn = appendHostJump(fwdIn, Rule{NotInIfaces: notPods}, ep.FwdIn)
-			fwdOut = appendHostJump(fwdOut, Rule{NotOutIfaces: notPods}, ep.FwdOut)
+			preDNAT = appendHostJump(preDNAT, Rule{NotInIfaces: notLo}, ep.PreDNAT)
+			fwdIn = appendHostJump(fwdIn, Rule{NotInIfaces: notLo}, ep.FwdIn)
+			fwdOut = appendHostJump(fwdOut, Rule{NotOutIfaces: notLo}, ep.FwdOut)
 		}
 	}
 	base(chainHostRawPre, nftables.ChainHookPrerouting, -300, rawPre)
