@@ -2,11 +2,13 @@ package confd
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -24,10 +26,9 @@ type fakeSpeaker struct {
 	filters  map[netip.Addr]bgp.PeerFilters
 	noExport []netip.Prefix
 	setCall  int
-	changed  chan struct{}
 }
 
-func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{changed: make(chan struct{}, 100)} }
+func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{} }
 
 func (f *fakeSpeaker) SetGlobal(g bgp.Global) { f.do(func() { f.global = g }) }
 func (f *fakeSpeaker) SetPeers(p []bgp.Peer) {
@@ -45,25 +46,19 @@ func (f *fakeSpeaker) do(fn func()) {
 	f.mu.Lock()
 	fn()
 	f.mu.Unlock()
-	f.changed <- struct{}{}
 }
 
+// waitFor waits 10 s for cond, called with f's lock held.
 func (f *fakeSpeaker) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
 		f.mu.Lock()
-		ok := cond()
-		f.mu.Unlock()
-		if ok {
-			return
+		defer f.mu.Unlock()
+		if !cond() {
+			return fmt.Sprintf("waiting for %s; peers %v global %+v", what, f.peers, f.global)
 		}
-		select {
-		case <-f.changed:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s; peers %v global %+v", what, f.peers, f.global)
-		}
-	}
+		return ""
+	})
 }
 
 func TestConfdFollowsDatastore(t *testing.T) {

@@ -21,7 +21,6 @@ func (p *problemSpeaker) SetConfigProblem(s string) {
 	p.pmu.Lock()
 	p.problem = append(p.problem, s)
 	p.pmu.Unlock()
-	p.changed <- struct{}{}
 }
 
 func (p *problemSpeaker) last() (string, int) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/routed-net/routed/felix"
 	"github.com/routed-net/routed/felix/internal/nstest"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -273,12 +274,12 @@ func TestHostEndpointByIPTraffic(t *testing.T) {
 
 	start := time.Now()
 	l.addrs(t, "eth1", true)
-	for !dispatches(nft, "eth1") {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("eth1 not dispatched 5 s after the address was added back to it")
+	testenv.Eventually(t, 5*time.Second, time.Millisecond, func() string {
+		if !dispatches(nft, "eth1") {
+			return "eth1 not dispatched since the address was added back to it"
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return ""
+	})
 	t.Logf("eth1 dispatched %v after the address was added to it", time.Since(start).Round(time.Millisecond))
 	l.expect(t, "back on eth1", governed("eth0", eth0...), governed("eth1", eth1...), ungoverned("eth2", eth2...))
 

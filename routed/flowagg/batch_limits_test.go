@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/procmem"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -110,16 +111,12 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 		}
 	})
 	c := client(t, pki, cert, key)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		code := postBody(t, c, a.url, "node-a", strings.NewReader(emptyFlows("node-a", 1)))
-		if code == http.StatusServiceUnavailable {
-			break
+	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() string {
+		if code := postBody(t, c, a.url, "node-a", strings.NewReader(emptyFlows("node-a", 1))); code != http.StatusServiceUnavailable {
+			return fmt.Sprintf("with %d batch requests open, one more: %d, want 503", flowagg.MaxConcurrentBatches, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with %d batch requests open, one more: %d, want 503", flowagg.MaxConcurrentBatches, code)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	for _, w := range writers {
 		w.Close() // the open batches end (malformed): their slots free
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -40,15 +41,12 @@ func TestSenderSplitsBigBatch(t *testing.T) {
 	// Wait on the window itself: reading 13,000 flows of 4 KiB labels
 	// again and again is what would be slow (60 MB a read).
 	want := 2 + 1 + 2600 + flowagg.MaxBatchFlows + 500 // the start and dropped gaps, the flows
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if n, _ := a.srv.Window().Stats(); n >= want {
-			break
+	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() string {
+		if n, _ := a.srv.Window().Stats(); n < want {
+			return fmt.Sprintf("%d entries in the window, want %d", n, want)
 		}
-		if time.Now().After(deadline) {
-			n, _ := a.srv.Window().Stats()
-			t.Fatalf("%d entries in the window after 60 s, want %d", n, want)
-		}
-	}
+		return ""
+	})
 	reader := client(t, pki, "", "")
 	fl, _ := flowsOf(read(t, reader, a.url, "port=5432"))
 	if len(fl) != 1 {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -61,15 +63,12 @@ func startAggregatorWith(t *testing.T, pki testpki.PKI, addr string, edit func(*
 		addr = "127.0.0.1:0"
 	}
 	var ln net.Listener
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() string {
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Sprintf("listening on %s (the previous server's port is being released): %v", addr, err)
 		}
-		time.Sleep(50 * time.Millisecond) // the previous server's port is being released
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return ""
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &aggregator{url: "https://" + ln.Addr().String(), addr: ln.Addr().String(), srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- srv.Serve(ctx, tls.NewListener(ln, tc)) }()
@@ -334,17 +333,13 @@ func run(t *testing.T, s *flowagg.Sender) {
 
 func waitFlows(t *testing.T, c *http.Client, url, query string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second) // a big batch under -race on a shared machine
-	for {
-		fl, _ := flowsOf(read(t, c, url, query))
-		if len(fl) >= n {
-			return
+	// 60 s: a big batch under -race on a shared machine.
+	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() string {
+		if fl, _ := flowsOf(read(t, c, url, query)); len(fl) < n {
+			return fmt.Sprintf("?%s: %d flows, want %d", query, len(fl), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("?%s: %d flows after 60 s, want %d", query, len(fl), n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestPerNodeIdentitiesOnly: with no shared identity (--node-identities

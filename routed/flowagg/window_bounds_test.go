@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 func boundsBatch(node string, seq uint64, flows ...flowrec.Flow) flowrec.Batch {
@@ -124,13 +125,10 @@ func TestWindowForgetsQuietNodes(t *testing.T) {
 	if err := w.Add(boundsBatch("n3", 1)); !errors.Is(err, ErrTooManyNodes) {
 		t.Fatalf("a third node at once: %v, want ErrTooManyNodes", err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := w.Add(boundsBatch("n3", 1))
-		if err == nil {
-			break
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() string {
+		if err := w.Add(boundsBatch("n3", 1)); err != nil {
+			return fmt.Sprintf("n1 and n2 quiet (MaxAge 300 ms), n3 still refused: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("n1 and n2 quiet for 5 s (MaxAge 300 ms), n3 still refused: %v", err)
-		}
-	}
+		return ""
+	})
 }

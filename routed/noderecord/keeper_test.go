@@ -2,6 +2,7 @@ package noderecord
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -54,24 +55,21 @@ spec: {bgp: {ipv4Address: 10.0.0.9/24, ipv6Address: "fd00:10::9/64", asNumber: 6
 			t.Fatal(err)
 		}
 		start := time.Now()
-		deadline := start.Add(5 * time.Second)
-		for {
+		var got *api.Node
+		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() string {
 			r, err := ds.Get(ctx, api.KindNode, "keep")
-			if err == nil {
-				got := r.(*api.Node)
-				t.Logf("deletion %d: re-created after %s", i+1, time.Since(start).Round(time.Microsecond))
-				if !reflect.DeepEqual(got.Spec, want.Spec) || !reflect.DeepEqual(got.Metadata.Labels, want.Metadata.Labels) {
-					t.Fatalf("re-created Node differs:\ngot  %+v %+v\nwant %+v %+v", got.Metadata.Labels, *got.Spec.BGP, want.Metadata.Labels, *want.Spec.BGP)
-				}
-				break
+			if datastore.IsNotFound(err) {
+				return fmt.Sprintf("deletion %d: Node record not re-created", i+1)
 			}
-			if !datastore.IsNotFound(err) {
+			if err != nil {
 				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("deletion %d: Node record not re-created within 5 s", i+1)
-			}
-			time.Sleep(20 * time.Millisecond)
+			got = r.(*api.Node)
+			return ""
+		})
+		t.Logf("deletion %d: re-created after %s", i+1, time.Since(start).Round(time.Microsecond))
+		if !reflect.DeepEqual(got.Spec, want.Spec) || !reflect.DeepEqual(got.Metadata.Labels, want.Metadata.Labels) {
+			t.Fatalf("re-created Node differs:\ngot  %+v %+v\nwant %+v %+v", got.Metadata.Labels, *got.Spec.BGP, want.Metadata.Labels, *want.Spec.BGP)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	k8scluster "github.com/routed-net/routed/tests/k8s/cluster"
 	"github.com/routed-net/routed/tests/k8s/demo"
 )
@@ -210,21 +211,17 @@ func (r *flowsReader) flows(args ...string) string {
 // want, for at most limit, and returns that output.
 func (r *flowsReader) wait(what string, limit time.Duration, args []string, want ...string) string {
 	r.t.Helper()
-	start := time.Now()
-	for {
-		out := r.flows(args...)
-		ok := true
+	var out string
+	testenv.Eventually(r.t, limit, 200*time.Millisecond, func() string {
+		out = r.flows(args...)
 		for _, w := range want {
-			ok = ok && strings.Contains(out, w)
+			if !strings.Contains(out, w) {
+				return fmt.Sprintf("%s: routedctl flows %s lacks %q:\n%s", what, strings.Join(args, " "), w, out)
+			}
 		}
-		if ok {
-			return out
-		}
-		if time.Since(start) > limit {
-			r.t.Fatalf("%s: routedctl flows %s lacks %q after %s:\n%s", what, strings.Join(args, " "), want, limit.Round(time.Millisecond), out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
+	return out
 }
 
 // sinceNow is routedctl flows --since for "from now on": the flows of

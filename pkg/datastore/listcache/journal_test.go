@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestChangesKeepTheirValuesOffTheHeap: 8 MiB of changed values (2,000
@@ -86,17 +88,14 @@ func TestFailedWriteKeepsChangesValues(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.save(ctx, true) }()
 	// The write has taken the changes when none are pending.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() string {
 		c.mu.Lock()
-		taken := len(c.changes.byKey) == 0
-		c.mu.Unlock()
-		if taken {
-			break
+		defer c.mu.Unlock()
+		if n := len(c.changes.byKey); n != 0 {
+			return fmt.Sprintf("the write did not take the changes: %d pending", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the write did not take the changes within 10 s")
-		}
-	}
+		return ""
+	})
 	// Changes while the write runs: b replaced, c new.
 	c.Changed([]*clientv3.Event{putEv(epPart+"b", "b2", 14), putEv(epPart+"c", "c1", 15)}, 15)
 	cancel()

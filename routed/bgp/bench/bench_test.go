@@ -32,6 +32,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/confd"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/routed/bgp"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
@@ -196,17 +197,16 @@ func benchPropagation(b *testing.B, clients, rrs int) {
 }
 
 func waitEstablished(b *testing.B, m *member) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	b.Helper()
+	testenv.Eventually(b, 60*time.Second, 50*time.Millisecond, func() string {
 		ps, err := m.sp.Peers(context.Background())
 		up := err == nil && len(ps) > 0
 		for _, p := range ps {
 			up = up && p.Established()
 		}
-		if up {
-			return
+		if !up {
+			return fmt.Sprintf("%s: sessions never all came up: %+v (%v)", m.name, ps, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b.Fatalf("%s: sessions never all came up", m.name)
+		return ""
+	})
 }

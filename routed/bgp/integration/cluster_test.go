@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -135,22 +136,20 @@ func (n *node) start() {
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(n.cmd, n.done)
 	// Generous: a -race build of the node on a loaded 2-core machine took
 	// longer than 15 s to answer (TestMesh, TestBirdIPv6 at load 60-70).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(n.cfg.ControlSocket); err == nil {
-			if _, err := n.Status.Process(context.Background()); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not start:\n%s", n.name, n.out.String())
-		}
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() string {
 		select {
 		case <-n.done:
 			t.Fatalf("node %s exited while starting:\n%s", n.name, n.out.String())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		if _, err := os.Stat(n.cfg.ControlSocket); err != nil {
+			return fmt.Sprintf("node %s did not start (%v):\n%s", n.name, err, n.out.String())
+		}
+		if _, err := n.Status.Process(context.Background()); err != nil {
+			return fmt.Sprintf("node %s did not start (status: %v):\n%s", n.name, err, n.out.String())
+		}
+		return ""
+	})
 }
 
 // kill stops the node process (only the PID this test started).
@@ -213,35 +212,29 @@ func (n *node) affinity(cidr, state string, deleted bool) {
 // waitRoutes polls the node's RouteSink until cond holds.
 func (n *node) waitRoutes(what string, timeout time.Duration, cond func(map[string]string) bool) {
 	n.c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last map[string]string
-	for time.Now().Before(deadline) {
-		last = n.sink().Routes
-		if cond(last) {
-			return
+	testenv.Eventually(n.c.t, timeout, 100*time.Millisecond, func() string {
+		if last := n.sink().Routes; !cond(last) {
+			return fmt.Sprintf("node %s: %s: never happened; routes %v", n.name, what, last)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	n.c.t.Fatalf("node %s: %s: never happened; routes %v", n.name, what, last)
+		return ""
+	})
 }
 
 // waitPeers polls the node's status until cond holds.
 func (n *node) waitPeers(what string, timeout time.Duration, cond func([]status.Peer) bool) []status.Peer {
 	n.c.t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last []status.Peer
-	for time.Now().Before(deadline) {
+	var lastErr error
+	testenv.Eventually(n.c.t, timeout, 100*time.Millisecond, func() string {
 		ps, err := n.Status.Peers(context.Background())
-		if err == nil {
-			last = ps
-			if cond(ps) {
-				return ps
-			}
+		if err != nil {
+			lastErr = err
+		} else if last = ps; cond(ps) {
+			return ""
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	n.c.t.Fatalf("node %s: %s: never happened; peers %+v", n.name, what, last)
-	return nil
+		return fmt.Sprintf("node %s: %s: never happened; peers %+v (last status error: %v)", n.name, what, last, lastErr)
+	})
+	return last
 }
 
 // has returns a route condition: every prefix -> next hop pair holds.

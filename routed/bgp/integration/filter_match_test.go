@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
@@ -94,12 +95,13 @@ func TestBGPFilterMatchesAndOperations(t *testing.T) {
 	t.Logf("BIRD's route to a's block (iBGP-only reject skipped, eBGP rule's large community):\n%s", own)
 
 	var rib string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(rib, "10.96.0.0/12") {
-		rib, _ = g.CLI("global", "rib")
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !strings.Contains(rib, "10.96.0.0/12") || strings.Contains(rib, "10.65.1.0/26") {
+	testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() string {
+		if rib, _ = g.CLI("global", "rib"); !strings.Contains(rib, "10.96.0.0/12") {
+			return fmt.Sprintf("gobgpd (iBGP) should have the service range:\n%s", rib)
+		}
+		return ""
+	})
+	if strings.Contains(rib, "10.65.1.0/26") {
 		t.Fatalf("gobgpd (iBGP) should have the service range and not a's block (rejected for iBGP peers):\n%s", rib)
 	}
 	t.Logf("gobgpd's RIB:\n%s", rib)

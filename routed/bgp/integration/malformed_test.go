@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 	"github.com/routed-net/routed/routed/status"
@@ -83,21 +84,21 @@ func TestMalformedUpdatesFromAPeer(t *testing.T) {
 			close(closed)
 		}()
 		outcome := ""
-		deadline := time.Now().Add(20 * time.Second)
-		for outcome == "" {
+		testenv.Eventually(t, 20*time.Second, 100*time.Millisecond, func() string {
 			select {
 			case <-closed:
 				outcome = "session closed"
+				return ""
 			case <-a.done:
 				t.Fatalf("%s: the routed node exited:\n%s", tc.name, a.out.String())
-			case <-time.After(100 * time.Millisecond):
-				if a.sink().Routes[marker.String()] == r.Addr.String() {
-					outcome = "session kept, malformed route dropped or repaired"
-				} else if time.Now().After(deadline) {
-					t.Fatalf("%s: the node neither closed the session nor took the next UPDATE", tc.name)
-				}
+			default:
 			}
-		}
+			if via := a.sink().Routes[marker.String()]; via != r.Addr.String() {
+				return fmt.Sprintf("%s: the node neither closed the session nor took the next UPDATE (marker %s via %q, want %s)", tc.name, marker, via, r.Addr)
+			}
+			outcome = "session kept, malformed route dropped or repaired"
+			return ""
+		})
 		rp.c.Close()
 		if _, learned := a.sink().Routes[bad.String()]; learned && tc.name != "unknown well-known attribute" && tc.name != "AS_PATH and AS4_PATH" {
 			t.Errorf("%s: the malformed route %s reached the node's routes", tc.name, bad)
@@ -171,22 +172,19 @@ func dialRaw(t *testing.T, h *bgptest.Host, remote netip.Addr, asn uint32) *rawP
 	if remote.Is6() {
 		local = h.Addr6
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var p *rawPeer
+	var p *rawPeer
+	testenv.Eventually(t, 60*time.Second, 300*time.Millisecond, func() string {
 		err := h.Do(func() error {
 			var err error
 			p, err = tryRaw(local, remote, h.Addr, asn)
 			return err
 		})
-		if err == nil {
-			return p
+		if err != nil {
+			return fmt.Sprintf("raw peer %s: no session: %v", local, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("raw peer %s: no session within 60 s: %v", local, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return ""
+	})
+	return p
 }
 
 // tryRaw opens a session from local to remote with BGP identifier id.

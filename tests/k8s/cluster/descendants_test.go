@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"fmt"
 	"os/exec"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestWithDescendants: a shell's children and grandchildren are found
@@ -26,17 +29,12 @@ func TestWithDescendants(t *testing.T) {
 	})
 	// The shell starts a sleep and a subshell with one more: 4
 	// processes in all, once it has forked them.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := withDescendants([]int{cmd.Process.Pid})
-		if len(got) == 4 && got[0] == cmd.Process.Pid {
-			break
+	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() string {
+		if got := withDescendants([]int{cmd.Process.Pid}); len(got) != 4 || got[0] != cmd.Process.Pid {
+			return fmt.Sprintf("descendants of the shell %d: %v; want it and its 3 descendants", cmd.Process.Pid, got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("descendants of the shell %d: %v; want it and its 3 descendants", cmd.Process.Pid, got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	if got := withDescendants([]int{1}); len(got) != 0 {
 		t.Errorf("init must never be listed: %v", got)
 	}
