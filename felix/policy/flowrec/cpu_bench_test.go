@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // trafficConfig is what the traffic process (this test binary run
@@ -245,25 +246,21 @@ func benchCollectorCPU(b *testing.B, conns int, staged bool) {
 		}
 		// Every connection counted, started and ended (the traffic
 		// process flushed their conntrack entries).
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testenv.Eventually(b, 60*time.Second, 20*time.Millisecond, func() string {
 			mu.Lock()
 			s, e, d := started, ended, dropped
 			mu.Unlock()
 			if d != 0 {
 				b.Fatalf("the collector dropped %d records", d)
 			}
-			if s >= uint64(conns) && e >= uint64(conns) {
-				if s != uint64(conns) || e != uint64(conns) {
-					b.Fatalf("%d connections: %d started, %d ended", conns, s, e)
-				}
-				break
+			if s < uint64(conns) || e < uint64(conns) {
+				return fmt.Sprintf("%d connections: the collector counted %d started, %d ended", conns, s, e)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%d connections: after 60 s the collector counted %d started, %d ended", conns, s, e)
+			if s != uint64(conns) || e != uint64(conns) {
+				b.Fatalf("%d connections: %d started, %d ended", conns, s, e)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return ""
+		})
 		u1, s1 := cpuTimes(b)
 		cpu += u1 + s1 - u0 - s0
 		sys += s1 - s0

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // libraryKey is how the collector named a conntrack event's connection
@@ -150,19 +151,15 @@ table inet ctdecode {
 	// with its counters.
 	wait := func(what string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
 			mu.Lock()
 			g, w := len(got), len(want)
 			mu.Unlock()
-			if g >= n && w >= n {
-				return
+			if g < n || w < n {
+				return fmt.Sprintf("%s: %d events decoded here and %d by the library, want %d each", what, g, w, n)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: after 10 s, %d events decoded here and %d by the library, want %d each", what, g, w, n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 	wait("NEW events", len(probes))
 	flusher, err := conntrack.Dial(&netlink.Config{NetNS: node.Fd})

@@ -17,6 +17,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/internal/flowaggtest"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/ctl"
 	"github.com/routed-net/routed/routed/flowagg"
 )
@@ -151,20 +152,16 @@ func routedctlFlows(t *testing.T, base []string, args ...string) string {
 func waitCtl(t *testing.T, base []string, what string, args []string, want ...string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
 		out := routedctlFlows(t, base, args...)
-		ok := true
 		for _, w := range want {
-			ok = ok && strings.Contains(out, w)
+			if !strings.Contains(out, w) {
+				return fmt.Sprintf("%s: routedctl flows %v lacks %q:\n%s", what, args, w, out)
+			}
 		}
-		if ok {
-			return time.Since(start)
-		}
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("%s: routedctl flows %v lacks %q after 10 s:\n%s", what, args, want, out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
+	return time.Since(start)
 }
 
 // TestFlowsEndToEnd: a node process records real connections and sends
@@ -214,11 +211,9 @@ func TestFlowsEndToEnd(t *testing.T) {
 	polab.Expect(t, l.pods["a"].NS, polab.Probe{Proto: "tcp", Dst: l.pods["b"].Addr(false), Port: 9090, SrcPort: 42424}, false, "a->b after the restart")
 	waitCtl(t, base, "the restart as a gap", nil, "GAP: node-restarted")
 	// The connection after the restart is recorded too.
-	var out string
-	var after int
-	for deadline := time.Now().Add(10 * time.Second); after < 2 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		out = routedctlFlows(t, base, "--verdict", "deny", "--port", "9090", "-o", "json")
-		after = 0
+	testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
+		out := routedctlFlows(t, base, "--verdict", "deny", "--port", "9090", "-o", "json")
+		after := 0
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var e flowagg.Entry
 			if err := json.Unmarshal([]byte(line), &e); err != nil {
@@ -228,8 +223,9 @@ func TestFlowsEndToEnd(t *testing.T) {
 				after++
 			}
 		}
-	}
-	if after < 2 {
-		t.Errorf("deny flows to 9090 before and after the restart: %d entries:\n%s", after, out)
-	}
+		if after < 2 {
+			return fmt.Sprintf("deny flows to 9090 before and after the restart: %d entries, want 2:\n%s", after, out)
+		}
+		return ""
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -224,32 +225,24 @@ func readJSON(path string, v any) error {
 // waitFlow waits (10 s, the goal) for an aggregated flow want accepts.
 func (l *flowLab) waitFlow(what string, want func(f *flowrec.Flow) bool) flowrec.Flow {
 	l.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var found flowrec.Flow
+	testenv.Eventually(l.t, 10*time.Second, 100*time.Millisecond, func() string {
 		l.mu.Lock()
+		defer l.mu.Unlock()
+		var seen []string
 		for _, b := range l.batches {
 			for i := range b.Flows {
 				if want(&b.Flows[i]) {
-					f := b.Flows[i]
-					l.mu.Unlock()
-					return f
+					found = b.Flows[i]
+					return ""
 				}
+				js, _ := json.Marshal(b.Flows[i])
+				seen = append(seen, string(js))
 			}
 		}
-		l.mu.Unlock()
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var seen []string
-	for _, b := range l.batches {
-		for _, f := range b.Flows {
-			js, _ := json.Marshal(f)
-			seen = append(seen, string(js))
-		}
-	}
-	l.t.Fatalf("no flow %s within 10 s; flows seen:\n%s", what, strings.Join(seen, "\n"))
-	return flowrec.Flow{}
+		return fmt.Sprintf("no flow %s; flows seen:\n%s", what, strings.Join(seen, "\n"))
+	})
+	return found
 }
 
 func (l *flowLab) probe(from, to, proto string, port int, v6, want bool) {
@@ -340,18 +333,14 @@ func TestFlowVerdicts(t *testing.T) {
 		t.Errorf("ended a->b tcp/8080: %d/%d packets, %d/%d bytes out/in, ingress %s", f.PacketsOut, f.PacketsIn, f.BytesOut, f.BytesIn, steps(f.Ingress))
 	}
 	// The JSON-lines file holds the denied flow with its rule.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if found := fileHas(t, l.file, func(f flowrec.Flow) bool {
+	testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
+		if !fileHas(t, l.file, func(f flowrec.Flow) bool {
 			return f.Verdict == flowrec.Deny && f.Ingress != nil && f.Ingress.Decider().ID == "pi-np:prod/web/1" && f.DstPort == 9090
-		}); found {
-			break
+		}) {
+			return fmt.Sprintf("the JSON-lines file %s has no denied flow naming pi-np:prod/web/1", l.file)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the JSON-lines file %s has no denied flow naming pi-np:prod/web/1 after 10 s", l.file)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func fileHas(t *testing.T, path string, want func(flowrec.Flow) bool) bool {

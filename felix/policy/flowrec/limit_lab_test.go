@@ -8,6 +8,7 @@ import (
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestFlowTracePastMarkLimit: with each rule's flow mark limited to 1
@@ -32,18 +33,17 @@ func TestFlowTracePastMarkLimit(t *testing.T) {
 	}
 	allowed := match(a.IPv4, b.IPv4, "TCP", 8080)
 	// Every allowed connection is recorded (within the 10 s goal).
-	deadline := time.Now().Add(10 * time.Second)
 	var started uint64
-	for {
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
 		started = 0
 		for _, f := range l.flows(allowed) {
 			started += f.Started
 		}
-		if started >= conns || time.Now().After(deadline) {
-			break
+		if started < conns {
+			return fmt.Sprintf("%d allowed connections recorded as started, want %d", started, conns)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 	if started != conns {
 		t.Errorf("%d allowed connections recorded as started, want %d", started, conns)
 	}

@@ -1,6 +1,7 @@
 package flowrec_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestMarkReaderRestarts: the collector's nflog reader (the source of
@@ -121,37 +123,39 @@ func (l *flowLab) waitBatch(what string, want func(*flowrec.Batch) bool) {
 
 func (l *flowLab) waitBatchAfter(from int, what string, want func(*flowrec.Batch) bool) {
 	l.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(l.t, 10*time.Second, 50*time.Millisecond, func() string {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		for i := from; i < len(l.batches); i++ {
 			if want(&l.batches[i]) {
-				l.mu.Unlock()
-				return
+				return ""
 			}
 		}
-		l.mu.Unlock()
-	}
-	l.t.Fatalf("no %s within 10 s", what)
+		return fmt.Sprintf("no %s in the %d batches since batch %d", what, max(len(l.batches)-from, 0), from)
+	})
 }
 
 // waitFlowAfter waits 10 s for a flow want accepts in a batch from
 // from on.
 func (l *flowLab) waitFlowAfter(from int, what string, want func(*flowrec.Flow) bool) flowrec.Flow {
 	l.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	var found flowrec.Flow
+	testenv.Eventually(l.t, 10*time.Second, 50*time.Millisecond, func() string {
 		l.mu.Lock()
+		defer l.mu.Unlock()
+		n := 0
 		for i := from; i < len(l.batches); i++ {
 			for j := range l.batches[i].Flows {
 				if f := l.batches[i].Flows[j]; want(&f) {
-					l.mu.Unlock()
-					return f
+					found = f
+					return ""
 				}
+				n++
 			}
 		}
-		l.mu.Unlock()
-	}
-	l.t.Fatalf("no flow %s within 10 s", what)
-	return flowrec.Flow{}
+		return fmt.Sprintf("no flow %s among the %d flows since batch %d", what, n, from)
+	})
+	return found
 }
 
 // gauge is the value of an unlabelled counter or gauge of reg.

@@ -1,6 +1,7 @@
 package flowrec_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/policy/internal/polab"
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // newRetryCollector is a collector of l's on netnsFd whose batches l
@@ -44,14 +46,15 @@ func captureLogs(t *testing.T) *logtest.Hook {
 // waitLog waits 10 s for a log entry whose message holds msg.
 func waitLog(t *testing.T, hook *logtest.Hook, msg string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for _, e := range hook.AllEntries() {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		entries := hook.AllEntries()
+		for _, e := range entries {
 			if strings.Contains(e.Message, msg) {
-				return
+				return ""
 			}
 		}
-	}
-	t.Fatalf("no log %q within 10 s", msg)
+		return fmt.Sprintf("no log %q among %d entries", msg, len(entries))
+	})
 }
 
 // TestCollectorStartsWithGroupHeld: another socket holds the flows'
