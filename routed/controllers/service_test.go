@@ -103,7 +103,8 @@ func TestServicesNamed(t *testing.T) {
 
 // TestServiceRecords drives Run with client-go's fake clientset for the
 // API server and a real etcd: a Service a rule names gets its record
-// and follows its EndpointSlices (an endpoint added, a slice removed);
+// and follows its EndpointSlices (an endpoint added, a port changed, a
+// slice removed);
 // a Service no rule names gets none; the record goes when the last
 // rule naming it goes, comes back with a new rule, goes when its last
 // slice moves to another Service and with the Service's slices; a record left by an earlier run for a Service no
@@ -170,6 +171,28 @@ func TestServiceRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("endpoint added", map[string]string{"web": "[10.0.0.1 10.0.0.2 10.0.0.3]"})
+
+	// A slice's port changes (a named targetPort resolving to another
+	// number on its pods): the record's ports follow, per slice.
+	if _, err := es.Update(ctx, slice("shop", "web", "web-2", []discoveryv1.EndpointPort{esPort("http", "", 9090)}, endpoint(true, "10.0.0.2")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() string {
+		r, err := store.Get(ctx, api.KindServiceEndpoints, "shop.web")
+		if err != nil {
+			return err.Error()
+		}
+		var got []string
+		for _, sub := range r.(*api.ServiceEndpoints).Spec.Subsets {
+			for _, p := range sub.Ports {
+				got = append(got, fmt.Sprintf("%v:%s/%d", sub.Addresses, p.Protocol.Name, p.Port))
+			}
+		}
+		if w := "[[10.0.0.1 10.0.0.3]:TCP/8080 [10.0.0.2]:TCP/9090]"; fmt.Sprint(got) != w {
+			return fmt.Sprintf("port changed: record web %v, want %s", got, w)
+		}
+		return ""
+	})
 	if err := es.Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
