@@ -2,6 +2,7 @@ package noderecord
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,14 @@ func TestKeyPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	var held atomic.Bool
-	p := NewKeyPublisher("wg", held.Load)
+	var refused atomic.Int32 // the publisher asked while held
+	p := NewKeyPublisher("wg", func() bool {
+		h := held.Load()
+		if h {
+			refused.Add(1)
+		}
+		return h
+	})
 	k := NewKeeper("wg", addr)
 	fd := feed.New(ds, feed.Options{})
 	fd.Subscribe("keys", Kinds, p)
@@ -65,9 +73,19 @@ spec: {bgp: {ipv4Address: 10.0.0.7/24}}
 	}
 	keysAre(k4, k6)
 
+	// The publisher runs in one goroutine and writes only after the hold
+	// says no: once it has asked about a second wake-up, whatever it did
+	// about the first (a write included) is done.
 	held.Store(true)
-	p.Publish(k6, "")
-	time.Sleep(500 * time.Millisecond)
+	for i := int32(1); i <= 2; i++ {
+		p.Publish(k6, "")
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+			if n := refused.Load(); n < i {
+				return fmt.Sprintf("the publisher asked the hold %d times about the new keys, want %d", n, i)
+			}
+			return ""
+		})
+	}
 	if n := getNode(t, ds, "wg"); n.Status.WireguardPublicKey != k4 {
 		t.Fatalf("published while the datastore was held: %+v", n.Status)
 	}
