@@ -2,14 +2,13 @@ package daemon
 
 import (
 	"context"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
-
-	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestReleaseStartHeapWaitsForSync: the heap is returned once, only
@@ -17,24 +16,29 @@ import (
 func TestReleaseStartHeapWaitsForSync(t *testing.T) {
 	logger, hook := test.NewNullLogger()
 	var synced atomic.Bool
+	var restored atomic.Int64
 	asked := make(chan struct{}, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- releaseStartHeap(ctx, func() bool { asked <- struct{}{}; return synced.Load() }, logrus.NewEntry(logger))
+		done <- releaseStartHeap(ctx, func() bool { asked <- struct{}{}; return synced.Load() }, func() { restored.Add(1) }, logrus.NewEntry(logger))
 	}()
 	<-asked
 	<-asked // asked twice, not in sync: nothing released yet
 	if n := len(hook.AllEntries()); n != 0 {
 		t.Fatalf("released before the node was in sync: %d log entries", n)
 	}
+	if n := restored.Load(); n != 0 {
+		t.Fatalf("the steady GOGC was put back %d times before the node was in sync", n)
+	}
 	synced.Store(true)
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
-		if len(hook.AllEntries()) == 0 {
-			return "no release since the node was in sync"
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hook.AllEntries()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no release 10 s after the node was in sync")
 		}
-		return ""
-	})
+		time.Sleep(20 * time.Millisecond)
+	}
 	if e := hook.LastEntry(); e.Message != "in sync: returned the start-up heap to the kernel" || e.Data["heldAfter"] == nil {
 		t.Fatalf("log: %q %v", e.Message, e.Data)
 	}
@@ -49,5 +53,40 @@ func TestReleaseStartHeapWaitsForSync(t *testing.T) {
 	}
 	if n := len(hook.AllEntries()); n != 1 {
 		t.Fatalf("%d log entries, want one release", n)
+	}
+	if n := restored.Load(); n != 1 {
+		t.Fatalf("the steady GOGC was put back %d times, want once at the release", n)
+	}
+}
+
+// TestLowerGCForStart: without GOGC in the environment the collector
+// runs at startGCPercent until restore puts the previous percent back
+// (once, however often restore is called); with GOGC set nothing
+// changes.
+func TestLowerGCForStart(t *testing.T) {
+	t.Setenv("GOGC", "")
+	prev := debug.SetGCPercent(73)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	restore := lowerGCForStart()
+	if got := debug.SetGCPercent(startGCPercent); got != startGCPercent {
+		t.Fatalf("GOGC during start-up %d, want %d", got, startGCPercent)
+	}
+	restore()
+	if got := debug.SetGCPercent(42); got != 73 {
+		t.Fatalf("GOGC after restore %d, want the previous 73", got)
+	}
+	restore() // a second call must not put 73 back over 42
+	if got := debug.SetGCPercent(73); got != 42 {
+		t.Fatalf("a second restore changed GOGC to %d, want 42 left alone", got)
+	}
+
+	t.Setenv("GOGC", "80")
+	restore = lowerGCForStart()
+	if got := debug.SetGCPercent(73); got != 73 {
+		t.Fatalf("with GOGC set in the environment the percent became %d, want 73 left alone", got)
+	}
+	restore()
+	if got := debug.SetGCPercent(73); got != 73 {
+		t.Fatalf("restore with GOGC set changed the percent to %d", got)
 	}
 }

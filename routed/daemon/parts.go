@@ -63,6 +63,8 @@ type node struct {
 	gcLeading atomic.Bool
 	// flows are the node's flow record sinks (flows.go).
 	flows *flowsParts
+	// restoreGC puts the steady GOGC back once in sync (heaprelease.go).
+	restoreGC func()
 }
 
 // build makes every part and subscribes each consumer to the node feed.
@@ -204,7 +206,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 		inSync = func() bool { return n.feed.Synced() && n.felix.Applied() }
 	}
 	g.Go("start-up heap", supervise.Restart, func(ctx context.Context) error {
-		return releaseStartHeap(ctx, inSync, log.WithField("component", "daemon"))
+		return releaseStartHeap(ctx, inSync, n.restoreGC, log.WithField("component", "daemon"))
 	})
 	if n.cni != nil {
 		// The plugins use etcd directly while it is down.

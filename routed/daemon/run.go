@@ -69,10 +69,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
 
+	// The start-up list and the first programming run with a lower
+	// GOGC, put back once in sync (heaprelease.go).
+	restoreGC := lowerGCForStart()
+	defer restoreGC()
 	n, err := build(cfg, ds, guard, addr)
 	if err != nil {
 		return err
 	}
+	n.restoreGC = restoreGC
 	g := supervise.New(ctx, log)
 	n.start(g, cfg)
 	log.Info("routed running")
