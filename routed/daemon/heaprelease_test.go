@@ -9,6 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // TestReleaseStartHeapWaitsForSync: the heap is returned once, only
@@ -32,13 +34,12 @@ func TestReleaseStartHeapWaitsForSync(t *testing.T) {
 		t.Fatalf("the steady GOGC was put back %d times before the node was in sync", n)
 	}
 	synced.Store(true)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(hook.AllEntries()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no release 10 s after the node was in sync")
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if len(hook.AllEntries()) == 0 {
+			return "no release since the node was in sync"
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 	if e := hook.LastEntry(); e.Message != "in sync: returned the start-up heap to the kernel" || e.Data["heldAfter"] == nil {
 		t.Fatalf("log: %q %v", e.Message, e.Data)
 	}
