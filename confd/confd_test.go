@@ -2,11 +2,15 @@ package confd
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
@@ -110,14 +114,59 @@ func TestConfdFollowsDatastore(t *testing.T) {
 	mustWrite(t, secrets+"/bgp/tor", "pw2")
 	sp.waitFor(t, "rotated password", func() bool { return len(sp.peers) == 1 && sp.peers[0].Password == "pw2" })
 
-	// Without changes confd does not keep re-sending peers.
+	// Without changes confd does not keep re-sending peers. Each resync
+	// (every 200 ms) reads the password file, then decides: after four
+	// reads, three resyncs have decided.
+	reads := fileReads(t, secrets+"/bgp/tor")
 	sp.mu.Lock()
 	calls := sp.setCall
 	sp.mu.Unlock()
-	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if n := reads(); n < 4 {
+			return fmt.Sprintf("confd read the password file %d times since the rotation was taken, want 4 (resyncs every 200 ms)", n)
+		}
+		return ""
+	})
+	t.Logf("four reads of the password file (resyncs) in %s", time.Since(start).Round(time.Millisecond))
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.setCall != calls {
 		t.Fatalf("SetPeers called %d more times without a change", sp.setCall-calls)
+	}
+}
+
+// fileReads counts, from now on, the times path is opened for reading
+// and closed (inotify's IN_CLOSE_NOWRITE): each of confd's pushes reads a
+// peer's password file once, so a test can wait for resyncs to happen.
+func fileReads(t *testing.T, path string) func() int {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_CLOSE_NOWRITE); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	buf := make([]byte, 4096)
+	return func() int {
+		for {
+			k, err := unix.Read(fd, buf)
+			if errors.Is(err, unix.EAGAIN) {
+				return n
+			}
+			if err != nil {
+				t.Fatalf("inotify on %s: %v", path, err)
+			}
+			// struct inotify_event: wd, mask, cookie, len, then len bytes of name.
+			for off := 0; off+unix.SizeofInotifyEvent <= k; {
+				if binary.NativeEndian.Uint32(buf[off+4:])&unix.IN_CLOSE_NOWRITE != 0 {
+					n++
+				}
+				off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
+			}
+		}
 	}
 }
