@@ -17,6 +17,7 @@ import (
 // table reads as empty.
 func (d *Dataplane) load(ft *famTable) error {
 	ft.tableExists = false
+	prev := ft.sets
 	ft.chains = map[string]*chainHave{}
 	ft.sets = map[string]*setHave{}
 	ft.ifaces = map[string]map[string]string{}
@@ -64,6 +65,35 @@ func (d *Dataplane) load(ft *famTable) error {
 		if s.Anonymous || strings.HasPrefix(s.Name, "__") {
 			continue
 		}
+		// The sets of addresses and of named ports, the big ones (every
+		// pod a selector matches), are read key by key into the map the
+		// previous read made, emptied; the others through the library.
+		if !s.IsMap && !s.Interval {
+			h := &setHave{kind: AddrSet}
+			decode := func(k []byte) {
+				if a, ok := netip.AddrFromSlice(k); ok && len(k) == int(ft.fam.addrLen) {
+					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}.key()] = true
+				}
+			}
+			if s.KeyType.Bytes == ft.fam.namedPortType.Bytes {
+				h.kind = NamedPortSet
+				decode = func(k []byte) {
+					if m, ok := ft.fam.memberFromNamedPortKey(k); ok {
+						h.elems[m.key()] = true
+					}
+				}
+			}
+			begin := func() {
+				if h.elems = reuse(prev[s.Name]); h.elems == nil {
+					h.elems = map[mkey]bool{}
+				}
+			}
+			if err := d.dump.setKeys(ft.fam.nft, ft.table.Name, s.Name, begin, decode); err != nil {
+				return fmt.Errorf("nftdp: reading %s set %s: %w", ft.fam.name, s.Name, err)
+			}
+			ft.sets[s.Name] = h
+			continue
+		}
 		els, err := d.conn.GetSetElements(s)
 		if err != nil {
 			return fmt.Errorf("nftdp: reading %s set %s: %w", ft.fam.name, s.Name, err)
@@ -82,32 +112,27 @@ func (d *Dataplane) load(ft *famTable) error {
 			// Only this package writes the table: any other map is an
 			// earlier version's dispatch.
 			ft.legacy = append(ft.legacy, s.Name)
-		case s.KeyType.Bytes == ft.fam.namedPortType.Bytes:
-			h := &setHave{kind: NamedPortSet, elems: map[mkey]bool{}}
-			for _, e := range els {
-				if m, ok := ft.fam.memberFromNamedPortKey(e.Key); ok {
-					h.elems[m.key()] = true
-				}
-			}
-			ft.sets[s.Name] = h
-		case s.Interval:
+		default: // an interval set
 			h := &setHave{kind: AddrSet, interval: true, elems: map[mkey]bool{}}
 			for _, p := range nftprefix.Prefixes(els, int(ft.fam.addrLen)) {
 				h.elems[Member{Prefix: p}.key()] = true
-			}
-			ft.sets[s.Name] = h
-		default:
-			h := &setHave{kind: AddrSet, elems: make(map[mkey]bool, len(els))}
-			for _, e := range els {
-				if a, ok := netip.AddrFromSlice(e.Key); ok && len(e.Key) == int(ft.fam.addrLen) {
-					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}.key()] = true
-				}
 			}
 			ft.sets[s.Name] = h
 		}
 	}
 	ft.loaded = true
 	return nil
+}
+
+// reuse empties the elements of a set read before, for a read of the
+// same set to fill: the map keeps its buckets, so a resync does not
+// allocate the sets' maps again. Nil when there was none.
+func reuse(h *setHave) map[mkey]bool {
+	if h == nil || h.interval {
+		return nil
+	}
+	clear(h.elems)
+	return h.elems
 }
 
 // Counter is a rule's packet and byte count, summed over both families
