@@ -64,8 +64,15 @@ dropped, a Deny rule with one keeps its other matches (routed runs no
 application-layer proxy); routed then denies at least what Calico did.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The plan, with what is not carried and why, is printed
+			// before the first write; a run refused or stopped before
+			// writing prints it at the end.
+			planShown := false
 			opts := migrate.Options{DryRun: dryRun, AcceptPolicyLoss: acceptLoss, Progress: func(it migrate.Item) {
 				fmt.Fprintf(g.errOut, "created %s %s\n", it.Kind, it.Name)
+			}, Planned: func(rep *migrate.Report) {
+				printPlan(g, rep, acceptLoss)
+				planShown = true
 			}}
 			run, err := migrationSource(cmd, from, kubeconfig)
 			if err != nil {
@@ -74,7 +81,10 @@ application-layer proxy); routed then denies at least what Calico did.`,
 			return g.with(func(c *datastore.Client) error {
 				rep, err := run(c, opts)
 				if rep != nil {
-					printMigration(g, rep, dryRun, acceptLoss)
+					if !planShown {
+						printPlan(g, rep, acceptLoss)
+					}
+					printSummary(g, rep, dryRun, acceptLoss)
 				}
 				if errors.Is(err, migrate.ErrPolicyLoss) {
 					return fmt.Errorf("%w\nFix each POLICY LOSS above in Calico and run again, or pass --accept-policy-loss to carry the rest without them (routed then allows what they stopped)", err)
@@ -131,17 +141,16 @@ func migrationSource(cmd *cobra.Command, from datastore.Config, kubeconfig strin
 	}, nil
 }
 
-func printMigration(g *globals, rep *migrate.Report, dryRun, acceptLoss bool) {
+// printPlan prints what the migration does with each resource and
+// block, what it narrows, and what it does not carry and why.
+func printPlan(g *globals, rep *migrate.Report, acceptLoss bool) {
 	tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tACTION\tDETAIL")
-	counts := map[string]int{}
 	for _, it := range rep.Items {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Kind, it.Name, it.Action, it.Detail)
-		counts[it.Action]++
 	}
 	for _, b := range rep.Blocks {
 		fmt.Fprintf(tw, "IPAMBlock\t%s (%s)\t%s\t%s\n", b.CIDR, b.Node, b.Action, b.Detail)
-		counts[b.Action]++
 	}
 	tw.Flush()
 	for _, w := range rep.Warnings {
@@ -159,6 +168,25 @@ func printMigration(g *globals, rep *migrate.Report, dryRun, acceptLoss bool) {
 	for _, l := range rep.PolicyLosses {
 		fmt.Fprintf(g.out, "POLICY LOSS: %s\n", l)
 	}
+	if len(rep.PolicyLosses) > 0 && acceptLoss {
+		// Loudly, where an operator watching the run looks: routed now
+		// allows what these stopped in Calico.
+		fmt.Fprintf(g.errOut, "WARNING: --accept-policy-loss: %d Calico resource(s) enforcing or shaping policy are NOT carried; routed allows what they stopped:\n", len(rep.PolicyLosses))
+		for _, l := range rep.PolicyLosses {
+			fmt.Fprintf(g.errOut, "WARNING: policy lost: %s\n", l)
+		}
+	}
+}
+
+// printSummary prints the counts of the plan or of what was done.
+func printSummary(g *globals, rep *migrate.Report, dryRun, acceptLoss bool) {
+	counts := map[string]int{}
+	for _, it := range rep.Items {
+		counts[it.Action]++
+	}
+	for _, b := range rep.Blocks {
+		counts[b.Action]++
+	}
 	verb := "Migrated"
 	if dryRun {
 		verb = "Plan"
@@ -172,12 +200,4 @@ func printMigration(g *globals, rep *migrate.Report, dryRun, acceptLoss bool) {
 	}
 	fmt.Fprintf(g.out, "%s: %d to create, %d to update, %d unchanged, %d conflicts, %d not carried over%s, %d narrowed\n",
 		verb, counts["create"], counts["update"], counts["unchanged"], counts["conflict"], len(rep.Skipped)+len(rep.PolicyLosses), losses, len(rep.Narrowed))
-	if len(rep.PolicyLosses) > 0 && acceptLoss {
-		// Loudly, where an operator watching the run looks: routed now
-		// allows what these stopped in Calico.
-		fmt.Fprintf(g.errOut, "WARNING: --accept-policy-loss: %d Calico resource(s) enforcing or shaping policy are NOT carried; routed allows what they stopped:\n", len(rep.PolicyLosses))
-		for _, l := range rep.PolicyLosses {
-			fmt.Fprintf(g.errOut, "WARNING: policy lost: %s\n", l)
-		}
-	}
 }

@@ -60,6 +60,11 @@ type Options struct {
 	// Progress, when set, is called after each resource is written
 	// (Action "create"), on the caller's goroutine.
 	Progress func(Item)
+	// Planned, when set, is called with the complete plan once nothing
+	// refuses it and before the first write (not on a dry run), so what
+	// is not carried, narrowed or lost is shown before anything is
+	// written.
+	Planned func(*Report)
 }
 
 // calicoState is what one Calico datastore holds, converted to routed's
@@ -182,6 +187,9 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	}
 	if opts.DryRun {
 		return rep, nil
+	}
+	if opts.Planned != nil {
+		opts.Planned(rep)
 	}
 	if _, err := to.InitClusterInfo(ctx); err != nil {
 		return rep, err

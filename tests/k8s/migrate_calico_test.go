@@ -3,16 +3,27 @@ package k8s_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/routed/migrate"
+	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 	"github.com/routed-net/routed/tests/testbin"
 )
 
@@ -166,40 +177,80 @@ func TestMigrateCalicoKDD(t *testing.T) {
 	})
 
 	t.Run("interrupted", func(t *testing.T) {
+		// A run stopped at every step resumes: before the first write
+		// (when the plan, with what is not carried, has been shown and
+		// nothing is written yet), after each resource, and after the
+		// last resource, before the blocks.
 		to := dstest.Client(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		written := 0
-		_, err := migrate.CalicoKube(ctx, rc, to, migrate.Options{Progress: func(migrate.Item) {
-			if written++; written == 3 {
-				cancel()
-			}
-		}})
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled run: %v", err)
-		}
+		// Three reads of the cluster a stop point: unthrottled (client-go
+		// allows 5 requests a second by default).
+		rc := rest.CopyConfig(rc)
+		rc.QPS, rc.Burst = 1000, 1000
 		plan, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := count(plan, "unchanged"); n != 3 {
-			t.Fatalf("after the cancelled run routed holds %d of Calico's resources, want 3", n)
+		total := count(plan, "create")
+		if total != len(plan.Items) || total < 20 {
+			t.Fatalf("plan into an empty routed: %d to create of %d", total, len(plan.Items))
 		}
-		rep, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
-		if err != nil {
-			t.Fatal(err)
+		for stop := 0; stop <= total; stop++ {
+			if _, err := to.Etcd().Delete(context.Background(), "\x00", clientv3.WithFromKey()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			written, shownEmpty := 0, false
+			_, err := migrate.CalicoKube(ctx, rc, to, migrate.Options{
+				Planned: func(rep *migrate.Report) {
+					// What is not carried is known, and shown, before
+					// anything is written.
+					keys, err := to.Etcd().Get(context.Background(), "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+					shownEmpty = err == nil && keys.Count == 0 && slices.ContainsFunc(rep.Skipped, func(s string) bool { return strings.Contains(s, "clusterinformations") })
+					if stop == 0 {
+						cancel()
+					}
+				},
+				Progress: func(migrate.Item) {
+					if written++; written == stop {
+						cancel()
+					}
+				}})
+			cancel()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("run stopped after %d writes: %v", stop, err)
+			}
+			if !shownEmpty {
+				t.Fatalf("run stopped after %d writes: the plan was not handed over, with what is not carried, before the first write", stop)
+			}
+			// The resumed run finds the resources written before the stop
+			// unchanged, and writes the rest and every block.
+			rep, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
+			if err != nil {
+				t.Fatalf("resuming after %d writes: %v", stop, err)
+			}
+			if c, u := count(rep, "create"), count(rep, "unchanged"); u != stop || c+u != len(rep.Items) {
+				t.Fatalf("resumed after %d writes: %d created, %d unchanged of %d", stop, c, u, len(rep.Items))
+			}
+			for _, b := range rep.Blocks {
+				if b.Action != "create" {
+					t.Fatalf("resumed after %d writes: block %s %s, want written by the resumed run (the blocks come after every resource)", stop, b.CIDR, b.Action)
+				}
+			}
+			out, errOut, code := migrateCtl(t, to.Endpoints()[0], nil, "ipam", "check")
+			if code != 0 || !strings.Contains(out, "No IPAM problems found") {
+				t.Fatalf("ipam check after resuming from %d writes: code %d\n%s%s", stop, code, out, errOut)
+			}
+			again, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
+			if err != nil || count(again, "create") != 0 || count(again, "unchanged") != total {
+				t.Fatalf("a run after the one resumed from %d writes is not a no-op: %v", stop, err)
+			}
+			for _, b := range again.Blocks {
+				if b.Action != "unchanged" {
+					t.Fatalf("a run after the one resumed from %d writes: block %s %s", stop, b.CIDR, b.Action)
+				}
+			}
 		}
-		if c, u := count(rep, "create"), count(rep, "unchanged"); u != 3 || c+u != len(rep.Items) {
-			t.Errorf("resumed run: %d created, %d unchanged of %d", c, u, len(rep.Items))
-		}
-		out, errOut, code := migrateCtl(t, to.Endpoints()[0], nil, "ipam", "check")
-		if code != 0 || !strings.Contains(out, "No IPAM problems found") {
-			t.Fatalf("ipam check after resuming: code %d\n%s%s", code, out, errOut)
-		}
-		again, err := migrate.CalicoKube(context.Background(), rc, to, migrate.Options{})
-		if err != nil || count(again, "create") != 0 {
-			t.Fatalf("a run after the resumed one wrote again: %v", err)
-		}
+		t.Logf("stopped and resumed at each of %d points: before the first write and after each of %d resources", total+1, total)
 	})
 
 	t.Run("routed's tiers first", func(t *testing.T) {
@@ -225,20 +276,15 @@ func TestMigrateCalicoKDD(t *testing.T) {
 
 	t.Run("least privilege", func(t *testing.T) {
 		// The documented Job, its ServiceAccount and read-only ClusterRole,
-		// as the API server validates them.
-		job := filepath.Join(repoRoot(), "docs", "migrate-calico-job.yaml")
-		if out, errOut, err := kubectl(t, srv, "create", "-f", job); err != nil {
-			t.Fatalf("%s: %v\n%s%s", job, err, out, errOut)
+		// as the API server validates them, reading all the run reads:
+		// calico-node's DaemonSet (its environment) and, as Calico 3.29's
+		// manifests install them, the admin network policy kinds (a list
+		// refused stops the run).
+		kubectlCreate(t, srv, calicoNodeDaemonSet+"---\n"+adminPolicyCRDs)
+		if out, errOut, err := kubectl(t, srv, "wait", "--for=condition=Established", "--timeout=90s", "crd", "adminnetworkpolicies.policy.networking.k8s.io", "baselineadminnetworkpolicies.policy.networking.k8s.io"); err != nil {
+			t.Fatalf("admin network policy CRDs: %v\n%s%s", err, out, errOut)
 		}
-		token, err := srv.ServiceAccountToken(context.Background(), "kube-system", "routed-migrate")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		kc := filepath.Join(dir, "kubeconfig")
-		if err := os.WriteFile(kc, srv.Kubeconfig(srv.URL, token), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		token, dir, kc := migrateJobKubeconfig(t, srv)
 		fresh := dstest.Client(t).Endpoints()[0]
 		// The Job's service account is one more profile to create.
 		n, _ := strconv.Atoi(planned)
@@ -246,6 +292,9 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		out, errOut, code := migrateCtl(t, fresh, nil, "migrate", "calico", "--from-kubeconfig", kc, "--dry-run")
 		if m := planLine.FindStringSubmatch(out); code != 0 || m == nil || m[2] != want || !containsSpaced(out, "Profile ksa.kube-system.routed-migrate create") {
 			t.Fatalf("with the Job's service account: code %d, want %s to create\n%s%s", code, want, out, errOut)
+		}
+		if strings.Contains(errOut, "calico-node's environment") {
+			t.Fatalf("with the Job's service account calico-node's environment was not read:\n%s", errOut)
 		}
 
 		// In a pod: no flag, the service account's files where the
@@ -277,6 +326,49 @@ func TestMigrateCalicoKDD(t *testing.T) {
 		}
 		if out, errOut, err := kubectl(t, srv, "apply", "--dry-run=server", "-k", overlay); err != nil || !strings.Contains(out, "daemonset.apps/routed-node") {
 			t.Fatalf("server dry run of %s: %v\n%s%s", overlay, err, out, errOut)
+		}
+	})
+
+	t.Run("node network available", func(t *testing.T) {
+		// calico-node's preStop hook marks its node's network unavailable
+		// as it leaves (Kubernetes then taints the node NoSchedule);
+		// the documented patch of the switch clears that, keeping the
+		// node's other conditions.
+		ctx := context.Background()
+		kube := kubernetes.NewForConfigOrDie(rc)
+		down := `{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status"},` +
+			`{"type":"NetworkUnavailable","status":"True","reason":"CalicoIsDown","message":"Calico is shutting down on this node"}]}}`
+		if _, err := kube.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType, []byte(down), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+		doc, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "migrate-calico.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var patch string
+		for _, line := range strings.Split(string(doc), "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, "kubectl patch node $N --subresource=status") {
+				patch = l
+			}
+		}
+		if patch == "" {
+			t.Fatal("docs/migrate-calico.md has no `kubectl patch node $N --subresource=status` line")
+		}
+		cmd := exec.Command("sh", "-c", patch)
+		cmd.Env = append(os.Environ(), "N=node-a", "KUBECONFIG="+srv.AdminKubeconfig, "HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", patch, err, out)
+		}
+		n, err := kube.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+		for _, c := range n.Status.Conditions {
+			got[c.Type] = c.Status
+		}
+		if got[corev1.NodeNetworkUnavailable] != corev1.ConditionFalse || got[corev1.NodeReady] != corev1.ConditionTrue || len(got) != 2 {
+			t.Fatalf("after the documented patch node-a's conditions are %v, want NetworkUnavailable False and Ready kept", got)
 		}
 	})
 
@@ -385,4 +477,77 @@ func TestMigrateCalicoKDDv3(t *testing.T) {
 	if out, errOut, code := migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Migrated: 0 to create, 0 to update, 30 unchanged") {
 		t.Fatalf("second run: code %d\n%s%s", code, out, errOut)
 	}
+	// The documented Job's service account reads projectcalico.org/v3
+	// too: its own profile is the one more to create.
+	_, _, jobKC := migrateJobKubeconfig(t, srv)
+	out, errOut, code = migrateCtl(t, ep, nil, "migrate", "calico", "--from-kubeconfig", jobKC, "--dry-run")
+	if code != 0 || !containsSpaced(out, "Plan: 1 to create, 0 to update, 30 unchanged, 0 conflicts") {
+		t.Fatalf("with the Job's service account: code %d\n%s%s", code, out, errOut)
+	}
+}
+
+// migrateJobKubeconfig creates docs/migrate-calico-job.yaml's objects
+// (the Job, its ServiceAccount and read-only ClusterRole, as the API
+// server validates them) and returns the service account's token, a
+// directory and a kubeconfig in it that authenticates with the token.
+func migrateJobKubeconfig(t *testing.T, srv *kubeapiserver.Server) (token, dir, kubeconfig string) {
+	t.Helper()
+	job := filepath.Join(repoRoot(), "docs", "migrate-calico-job.yaml")
+	if out, errOut, err := kubectl(t, srv, "create", "-f", job); err != nil {
+		t.Fatalf("%s: %v\n%s%s", job, err, out, errOut)
+	}
+	token, err := srv.ServiceAccountToken(context.Background(), "kube-system", "routed-migrate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, srv.Kubeconfig(srv.URL, token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return token, dir, kubeconfig
+}
+
+// calicoNodeDaemonSet is calico-node's DaemonSet as Calico's manifests
+// name it, with the environment they give felix (no kube-controller-manager
+// runs here: it starts no pod).
+const calicoNodeDaemonSet = `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: calico-node, namespace: kube-system}
+spec:
+  selector: {matchLabels: {k8s-app: calico-node}}
+  template:
+    metadata: {labels: {k8s-app: calico-node}}
+    spec:
+      hostNetwork: true
+      containers:
+      - name: calico-node
+        image: quay.io/calico/node:v3.31.0
+        env:
+        - {name: FELIX_DEFAULTENDPOINTTOHOSTACTION, value: ACCEPT}
+`
+
+// adminPolicyCRDs serve AdminNetworkPolicy and BaselineAdminNetworkPolicy
+// in policy.networking.k8s.io/v1alpha1, as Calico's manifests install
+// them (the schema left open: the tests list them, none is created).
+var adminPolicyCRDs = adminPolicyCRD("adminnetworkpolicies", "AdminNetworkPolicy") + "---\n" +
+	adminPolicyCRD("baselineadminnetworkpolicies", "BaselineAdminNetworkPolicy")
+
+func adminPolicyCRD(plural, kind string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: %[1]s.policy.networking.k8s.io
+  annotations: {api-approved.kubernetes.io: "https://github.com/kubernetes-sigs/network-policy-api/pull/30"}
+spec:
+  group: policy.networking.k8s.io
+  scope: Cluster
+  names: {plural: %[1]s, singular: %[2]s, kind: %[3]s, listKind: %[3]sList}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`, plural, strings.ToLower(kind), kind)
 }
