@@ -21,6 +21,7 @@ import (
 	"github.com/routed-net/routed/felix/natout"
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/routetable"
+	"github.com/routed-net/routed/internal/backoff"
 )
 
 // ErrAlreadyRunning is returned by a second concurrent Run.
@@ -56,7 +57,8 @@ type loop struct {
 	peeringWake                       time.Time           // a retired peering address is due to go
 	sysctlsNeeded                     map[string]struct{} // device names
 	sysctlsAll                        bool                // re-check every device
-	failures                          int
+	failures                          int                 // in a row
+	retry                             *backoff.Backoff    // paces retryAt; made on the first failure
 	retryAt                           time.Time
 
 	// hosts is felix's host endpoint state (policy_hostep.go).
@@ -393,13 +395,18 @@ func (l *loop) apply(ctx context.Context) {
 	errs = append(errs, l.applyPolicy(ctx, policyFull))
 	if err := errors.Join(errs...); err != nil {
 		l.failures++
-		backoff := min(time.Duration(1<<min(l.failures-1, 10))*500*time.Millisecond, defaultMaxRetryBackoff, l.cfg.ResyncInterval)
-		l.retryAt = time.Now().Add(backoff)
-		l.log.WithError(err).WithField("retryIn", backoff).Warn("dataplane update failed")
+		if l.retry == nil {
+			// Never later than the periodic resync would retry anyway.
+			l.retry = backoff.New(500*time.Millisecond, min(defaultMaxRetryBackoff, l.cfg.ResyncInterval))
+		}
+		wait := l.retry.Next()
+		l.retryAt = time.Now().Add(wait)
+		l.log.WithError(err).WithField("retryIn", wait).Warn("dataplane update failed")
 		return
 	}
 	if l.failures > 0 {
 		l.log.WithField("after", l.failures).Info("dataplane update succeeded again")
+		l.retry.Reset()
 	}
 	l.failures, l.retryAt = 0, time.Time{}
 	l.f.applied.Store(true)

@@ -255,7 +255,9 @@ func modRev(kv *mvccpb.KeyValue) int64 {
 // sleep a jittered, growing delay so that writers that collided do not
 // collide again in lock step. It reports whether it slept: the state the
 // failed write returned is then likely stale, and the caller should read
-// it again just before retrying rather than lose once more.
+// it again just before retrying rather than lose once more. This is not
+// internal/backoff's pacing of a loop waiting for something to recover:
+// immediate retries and jitter are what spread colliding writers apart.
 func backoff(ctx context.Context, attempt int) (bool, error) {
 	if attempt <= 2 {
 		return false, ctx.Err()

@@ -13,6 +13,7 @@ import (
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 	npinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 
+	"github.com/routed-net/routed/internal/backoff"
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -53,6 +54,9 @@ func (w *cnpWatch) served() (bool, error) {
 // run waits until the API is served, starts the informer, and from its
 // first sync enqueues every change; it returns when ctx ends.
 func (w *cnpWatch) run(ctx context.Context, enqueue func(o any), synced func()) {
+	// A fixed pace (floor = ceiling): the CRD may come at any time, and
+	// a cluster without it is normal, not a failure to back off from.
+	poll := backoff.New(cnpPollInterval, cnpPollInterval)
 	warned := false
 	for {
 		ok, err := w.served()
@@ -67,10 +71,8 @@ func (w *cnpWatch) run(ctx context.Context, enqueue func(o any), synced func()) 
 			warned = true
 			log.Warnf("ClusterNetworkPolicy %s is not served (CRD not installed?); looking again every %s", npv1beta1.GroupVersion, cnpPollInterval)
 		}
-		select {
-		case <-ctx.Done():
+		if !poll.Wait(ctx) {
 			return
-		case <-time.After(cnpPollInterval):
 		}
 	}
 	f := npinformers.NewSharedInformerFactory(w.client, 0)

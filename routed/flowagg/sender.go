@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/felix/policy/flowrec"
+	"github.com/routed-net/routed/internal/backoff"
 )
 
 // SenderConfig says where a node sends its batches.
@@ -113,7 +114,7 @@ func (s *Sender) Dropped() uint64 {
 
 // Run sends queued batches until ctx ends.
 func (s *Sender) Run(ctx context.Context) {
-	backoff := time.Second
+	retry := backoff.New(time.Second, 30*time.Second)
 	for {
 		s.mu.Lock()
 		var b *flowrec.Batch
@@ -139,16 +140,16 @@ func (s *Sender) Run(ctx context.Context) {
 			err = nil
 		}
 		if err != nil {
-			s.log.WithError(err).WithField("retryIn", backoff).Warn("flowagg: sending flows")
+			wait := retry.Next()
+			s.log.WithError(err).WithField("retryIn", wait).Warn("flowagg: sending flows")
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(2*backoff, 30*time.Second)
 			continue
 		}
-		backoff = time.Second
+		retry.Reset()
 		s.mu.Lock()
 		if len(s.queue) > 0 && s.queue[0].b.Seq == b.Seq && s.queue[0].b.Boot == b.Boot {
 			s.bytes -= s.queue[0].bytes
