@@ -458,7 +458,7 @@ func peerAppliesTo(bp *api.BGPPeer) (func(*api.Node) bool, error) {
 	case s.NodeSelector != "":
 		sel, err := selector.Parse(s.NodeSelector)
 		if err != nil {
-			return nil, fmt.Errorf("BGPPeer %q: nodeSelector: %v", bp.Metadata.Name, err)
+			return nil, fmt.Errorf("BGPPeer %q: nodeSelector: %w", bp.Metadata.Name, err)
 		}
 		return func(n *api.Node) bool { return sel.Evaluate(n.Metadata.Labels) }, nil
 	}

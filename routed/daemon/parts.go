@@ -228,20 +228,30 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	}
 }
 
-// serveHTTP serves h on addr until ctx ends.
+// serveHTTP serves h on addr until ctx ends. It returns once the server
+// is shut down (requests in flight get up to 2 s) and its shutdown
+// goroutine has ended, also when Serve fails on its own.
 func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	served, shut := make(chan struct{}), make(chan struct{})
 	go func() {
-		<-ctx.Done()
+		defer close(shut)
+		select {
+		case <-ctx.Done():
+		case <-served:
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Serve(l)
+	close(served)
+	<-shut // Serve returns as Shutdown starts; Shutdown waits for requests
+	if !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
