@@ -142,18 +142,24 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 }
 
 // send sends one request and returns the answer when its status is
-// 2xx; the caller closes its body.
+// 2xx; the caller closes its body. body is sent as JSON, or as it is
+// when a rawBody.
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
 	u := *c.server
 	u.Path = strings.TrimSuffix(c.server.Path, "/") + path
 	u.RawQuery = query.Encode()
 	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	ctype := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case rawBody:
+		r, ctype = bytes.NewReader(b.data), b.contentType
+	default:
+		j, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
 		}
-		r = bytes.NewReader(b)
+		r = bytes.NewReader(j)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), r)
 	if err != nil {
@@ -171,7 +177,7 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -208,6 +208,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	g.Go("start-up heap", supervise.Restart, func(ctx context.Context) error {
 		return releaseStartHeap(ctx, inSync, n.restoreGC, log.WithField("component", "daemon"))
 	})
+	startNodeCondition(g, cfg, inSync)
 	if n.cni != nil {
 		// The plugins use etcd directly while it is down.
 		g.Go("cni socket", supervise.Restart, n.cni.Run)
