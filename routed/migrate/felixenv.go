@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,14 +30,33 @@ const (
 	endpointToHostAllow = "pods would reach their host where Calico stopped them: routed accepts a pod's traffic to its host once the pod's egress policy allows it"
 )
 
+// wireguardEnv are calico-node's variables that turn WireGuard on, and
+// the FelixConfiguration fields routed reads for the same (routed
+// encrypts only as FelixConfiguration "default" or its own flags say).
+// A cluster Calico encrypted through the environment alone would cross
+// the network in clear after the switch: a loss, which refuses the run.
+var wireguardEnv = []struct{ env, field string }{
+	{"FELIX_WIREGUARDENABLED", "wireguardEnabled"},
+	{"FELIX_WIREGUARDENABLEDV6", "wireguardEnabledV6"},
+	{"FELIX_WIREGUARDHOSTENCRYPTIONENABLED", "wireguardHostEncryptionEnabled"},
+}
+
+// wireguardClear is the consequence of a WireGuard setting routed does
+// not read, and its remedy.
+func wireguardClear(field string) string {
+	return fmt.Sprintf(`traffic Calico encrypted with WireGuard would cross the network in clear under routed: set %s: true in FelixConfiguration "default" (kubectl patch felixconfigurations.crd.projectcalico.org default --type merge -p '{"spec":{"%s":true}}', or calicoctl patch) and run the migration again`, field, field)
+}
+
 // calicoNodeNamespaces are where Calico's manifests (kube-system) and
 // its operator (calico-system) run calico-node.
 var calicoNodeNamespaces = []string{"kube-system", "calico-system"}
 
 // felixSeen is what the FelixConfigurations read set for
-// defaultEndpointToHostAction, by name ("" when unset).
+// defaultEndpointToHostAction, by name ("" when unset), and which of
+// the wireguardEnv fields they set true, by name.
 type felixSeen struct {
 	endpointToHost map[string]string
+	wireguard      map[string]map[string]bool
 }
 
 // saw records a FelixConfiguration read (obj as read); other kinds are
@@ -51,8 +71,14 @@ func (f *felixSeen) saw(k api.Kind, obj map[string]any) {
 	v, _ := spec[endpointToHostField].(string)
 	if f.endpointToHost == nil {
 		f.endpointToHost = map[string]string{}
+		f.wireguard = map[string]map[string]bool{}
 	}
 	f.endpointToHost[name] = v
+	on := map[string]bool{}
+	for _, w := range wireguardEnv {
+		on[w.field], _ = spec[w.field].(bool)
+	}
+	f.wireguard[name] = on
 }
 
 // calicoNodeEnv is the environment of one calico-node container: the
@@ -152,6 +178,8 @@ func (st *calicoState) checkFelixEnv(envs []calicoNodeEnv, notChecked string) {
 			w += fmt.Sprintf(`, and as no FelixConfiguration "default" sets %s, Calico's felix drops pods' traffic to their host (its default, Drop) unless %s says otherwise (Calico's manifests and operator set ACCEPT): if it is unset or not ACCEPT, %s`,
 				endpointToHostField, envEndpointToHost, endpointToHostAllow)
 		}
+		w += fmt.Sprintf(". WireGuard turned on there (%s, %s or %s) is not carried either: set the same in FelixConfiguration \"default\" before switching, or pod traffic Calico encrypted crosses the network in clear",
+			wireguardEnv[0].env, wireguardEnv[1].env, wireguardEnv[2].env)
 		st.warnings = append(st.warnings, w)
 		return
 	}
@@ -172,6 +200,21 @@ func (st *calicoState) checkFelixEnv(envs []calicoNodeEnv, notChecked string) {
 				Reason: fmt.Sprintf("%s is unset there (or there is no FelixConfiguration default) and calico-node's environment (%s) does not set %s: Calico's felix applies its default, Drop",
 					endpointToHostField, e.where, envEndpointToHost),
 				Consequence: endpointToHostAllow})
+		}
+		for _, w := range wireguardEnv {
+			v, set, known := e.lookup(w.env)
+			on, err := strconv.ParseBool(v)
+			switch {
+			case st.felix.wireguard["default"][w.field]:
+				// routed encrypts as Calico did.
+			case !known:
+				st.warnings = append(st.warnings, fmt.Sprintf("%s: calico-node's %s comes from a ConfigMap or Secret, which the migration does not read; if it is true, %s",
+					e.where, w.env, wireguardClear(w.field)))
+			case set && (on || err != nil):
+				st.addLoss(PolicyLoss{Kind: "DaemonSet", Name: strings.TrimPrefix(e.where, "DaemonSet "),
+					Reason:      fmt.Sprintf(`calico-node's environment sets %s=%q, which routed does not read, and FelixConfiguration "default" does not set %s: true`, w.env, v, w.field),
+					Consequence: wireguardClear(w.field)})
+			}
 		}
 		for _, f := range []struct{ env, field string }{{envFailsafeInbound, "failsafeInboundHostPorts"}, {envFailsafeOutbound, "failsafeOutboundHostPorts"}} {
 			v, set, known := e.lookup(f.env)

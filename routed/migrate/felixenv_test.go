@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 func calicoNodeDS(ns string, env ...corev1.EnvVar) *appsv1.DaemonSet {
@@ -34,7 +35,9 @@ func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Va
 // in the environment are losses too (routed reads only
 // FelixConfigurations). What cannot be read (no calico-node DaemonSet,
 // listing forbidden, a value from a ConfigMap) is a warning saying
-// what was not checked.
+// what was not checked. WireGuard turned on in the environment and not
+// in FelixConfiguration "default" is a loss too: routed would send in
+// clear what Calico encrypted.
 func TestFelixEnvironmentDecidesEndpointToHost(t *testing.T) {
 	fc := func(spec map[string]any) *unstructured.Unstructured {
 		return object(calicoCRDv1, "FelixConfiguration", "default", spec)
@@ -66,6 +69,20 @@ func TestFelixEnvironmentDecidesEndpointToHost(t *testing.T) {
 		{"no calico-node", fc(map[string]any{}), []runtime.Object{&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy"}}}, false,
 			"", "", "was not checked (no DaemonSet"},
 		{"forbidden", fc(accept), nil, true, "", "", "was not checked (listing DaemonSets in kube-system"},
+		// WireGuard turned on only in the environment would end in clear
+		// text: a loss; carried by FelixConfiguration "default": nothing.
+		{"WireGuard in the environment only", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), env("FELIX_WIREGUARDENABLED", "true"))}, false,
+			"DaemonSet kube-system/calico-node", "FELIX_WIREGUARDENABLED=\"true\"", ""},
+		{"WireGuard in the environment and the FelixConfiguration", fc(map[string]any{"defaultEndpointToHostAction": "Accept", "wireguardEnabled": true}),
+			[]runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), env("FELIX_WIREGUARDENABLED", "true"))}, false, "", "", ""},
+		{"WireGuard off in the environment", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), env("FELIX_WIREGUARDENABLED", "false"))}, false, "", "", ""},
+		{"WireGuard IPv6 only in the environment", fc(map[string]any{"defaultEndpointToHostAction": "Accept", "wireguardEnabled": true}),
+			[]runtime.Object{calicoNodeDS("calico-system", env(envEndpointToHost, "ACCEPT"), env("FELIX_WIREGUARDENABLED", "true"), env("FELIX_WIREGUARDENABLEDV6", "True"))}, false,
+			"DaemonSet calico-system/calico-node", "FELIX_WIREGUARDENABLEDV6=\"True\"", ""},
+		{"WireGuard not a boolean", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), env("FELIX_WIREGUARDHOSTENCRYPTIONENABLED", "yes"))}, false,
+			"DaemonSet kube-system/calico-node", "FELIX_WIREGUARDHOSTENCRYPTIONENABLED=\"yes\"", ""},
+		{"WireGuard host encryption from a ConfigMap", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), corev1.EnvVar{Name: "FELIX_WIREGUARDHOSTENCRYPTIONENABLED",
+			ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "x"}}})}, false, "", "", "FELIX_WIREGUARDHOSTENCRYPTIONENABLED comes from a ConfigMap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fakeCluster{gv: calicoCRDv1, kube: tc.ds}
@@ -142,4 +159,32 @@ func TestEtcdWarnsOfWhatItCannotCheck(t *testing.T) {
 		"felixconfigurations/default": `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"defaultEndpointToHostAction":"Accept"}}`,
 	})
 	check(false)
+}
+
+// TestEtcdCarriesWireguardSettings: Calico's FelixConfiguration "default"
+// turning WireGuard on (IPv4, IPv6, host encryption) arrives in routed's
+// datastore with the three settings on, which routed's felix encrypts
+// by (issue 40: the same fields through migration).
+func TestEtcdCarriesWireguardSettings(t *testing.T) {
+	ctx := context.Background()
+	src, to := dstest.Client(t), dstest.Client(t)
+	putCalico(t, src, map[string]string{
+		"ippools/p": `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"p"},"spec":{"cidr":"10.247.0.0/16","blockSize":26}}`,
+		"felixconfigurations/default": `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},` +
+			`"spec":{"defaultEndpointToHostAction":"Accept","wireguardEnabled":true,"wireguardEnabledV6":true,"wireguardHostEncryptionEnabled":true}}`,
+	})
+	if _, err := Calico(ctx, src, to, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := to.Get(ctx, api.KindFelixConfiguration, "default")
+	if err != nil {
+		t.Fatalf("routed's FelixConfiguration default after the migration: %v", err)
+	}
+	s := r.(*api.FelixConfiguration).Spec
+	for name, v := range map[string]*bool{"wireguardEnabled": s.WireguardEnabled, "wireguardEnabledV6": s.WireguardEnabledV6,
+		"wireguardHostEncryptionEnabled": s.WireguardHostEncryptionEnabled} {
+		if v == nil || !*v {
+			t.Errorf("%s not carried on: %+v", name, s)
+		}
+	}
 }
