@@ -33,8 +33,9 @@ type Config struct {
 	RouteProtocol uint8
 	// ResyncInterval is how often the kernel is re-read in full.
 	ResyncInterval time.Duration
-	// RouteGracePeriod protects routes on devices younger than this
-	// (the CNI plugin's host route before felix hears of the pod).
+	// RouteGracePeriod protects routes on pods' devices younger than
+	// this (the CNI plugin's host route before felix hears of the pod);
+	// felix's own devices have none.
 	RouteGracePeriod time.Duration
 	// NetNSPath is the network namespace to program; empty means the
 	// namespace felix runs in.

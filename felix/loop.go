@@ -144,7 +144,8 @@ func (f *Felix) open() (*loop, error) {
 	}
 	l.rt = routetable.New(routetable.Config{
 		Protocol: f.cfg.RouteProtocol, GracePeriod: f.cfg.RouteGracePeriod,
-		Log: l.log, Metrics: f.metrics,
+		GraceFor: func(iface string) bool { return strings.HasPrefix(iface, f.cfg.WorkloadInterfacePrefix) },
+		Log:      l.log, Metrics: f.metrics,
 	}, l.kernel)
 	f.rt.Store(l.rt)
 	return l, nil

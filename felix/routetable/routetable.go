@@ -33,6 +33,10 @@ type Config struct {
 	// this long ago: the CNI plugin installs a pod's host route before
 	// felix hears of the pod, and must not see it deleted.
 	GracePeriod time.Duration
+	// GraceFor says which devices the grace period protects (nil: all):
+	// felix gives it to pods' devices only, so that its own devices'
+	// routes (a tunnel's, WireGuard's) move at once when they must.
+	GraceFor func(iface string) bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is the logger; nil means logrus with component=felix.
@@ -561,7 +565,7 @@ func (rt *RouteTable) inGrace(ifindex int, now time.Time) bool {
 		return false
 	}
 	name, ok := rt.linkNames[ifindex]
-	if !ok {
+	if !ok || (rt.cfg.GraceFor != nil && !rt.cfg.GraceFor(name)) {
 		return false
 	}
 	st := rt.links[name]

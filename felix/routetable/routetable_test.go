@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,6 +289,44 @@ func TestGracePeriodProtectsNewInterfaces(t *testing.T) {
 	}
 	if _, ok := e.ns.Routes(t)[pfx("10.244.1.7/32")]; ok {
 		t.Fatal("unwanted route survived the end of the grace period")
+	}
+}
+
+// TestGracePeriodOnlyForPodDevices: with GraceFor naming pods' devices,
+// a route of ours on a new device of felix's own (a tunnel's) is moved
+// at once when another device must carry it (a node's blocks moving
+// from the VXLAN device to WireGuard's), while a new pod device's
+// route still waits out the grace period.
+func TestGracePeriodOnlyForPodDevices(t *testing.T) {
+	e := newEnv(t)
+	e.rt = routetable.New(routetable.Config{Protocol: proto, GracePeriod: 10 * time.Second, Now: e.clock.Now,
+		GraceFor: func(n string) bool { return strings.HasPrefix(n, "cali") }}, e.k)
+	if err := e.rt.SetRoutes(wantSet(wep)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	tun := e.ns.Veth(t, "tun7", "tun7peer")
+	pod := e.ns.Veth(t, "cali7", "pod7")
+	e.ip(t, "route", "add", "10.244.7.0/26", "dev", "tun7", "scope", "link", "proto", fmt.Sprint(proto))
+	e.ip(t, "route", "add", "10.244.1.77/32", "dev", "cali7", "scope", "link", "proto", fmt.Sprint(proto))
+	e.rt.OnLinkUpdate(routetable.Link{Name: "tun7", Index: tun.Attrs().Index, Up: true}, false)
+	e.rt.OnLinkUpdate(routetable.Link{Name: "cali7", Index: pod.Attrs().Index, Up: true}, false)
+	e.rt.Resync()
+	// The block now goes by eth0 instead of the young tunnel device.
+	if err := e.rt.SetRoutes(wantSet(wep, routetable.Route{Dst: pfx("10.244.7.0/26"), Iface: "eth0"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	routes := e.ns.Routes(t)
+	if r, ok := routes[pfx("10.244.7.0/26")]; !ok || r.LinkIndex != e.ifindex(t, "eth0") {
+		t.Fatalf("the block's route on the 0 s old tunnel device was not moved to eth0: %+v (present %v)", r, ok)
+	}
+	if _, ok := routes[pfx("10.244.1.77/32")]; !ok {
+		t.Fatal("felix deleted a CNI route on a new pod device within the grace period")
 	}
 }
 
