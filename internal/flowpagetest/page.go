@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
 
@@ -67,20 +68,20 @@ func Open(t testing.TB, url, token string) *Page {
 func (p *Page) Wait(what, expr string) time.Duration {
 	p.t.Helper()
 	start := time.Now()
-	for {
+	testenv.Eventually(p.t, WaitLimit, 100*time.Millisecond, func() string {
 		ok, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](expr))
 		if err != nil {
 			p.t.Fatalf("the page: %s: %v", what, err)
 		}
 		if ok {
-			return time.Since(start)
+			return ""
 		}
-		if time.Since(start) > WaitLimit {
-			body, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			p.t.Fatalf("the page: %s: not within %s; it shows:\n%s", what, WaitLimit, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		// Read on every miss, so that the failure shows the page as
+		// it was at the last poll.
+		body, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		return fmt.Sprintf("the page: %s: not yet; it shows:\n%s", what, body)
+	})
+	return time.Since(start)
 }
 
 // SetFilter types value into the filter input or select of that id

@@ -22,6 +22,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"golang.org/x/sys/unix"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver"
@@ -318,18 +319,14 @@ func (c *Cluster) StartRouted(t testing.TB, nodes []string) map[string]string {
 		socks[n] = sock
 	}
 	for _, sock := range socks {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() string {
 			conn, err := net.Dial("unix", sock)
-			if err == nil {
-				conn.Close()
-				break
+			if err != nil {
+				return fmt.Sprintf("CNI socket %s not accepting: %v", sock, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CNI socket %s not accepting: %v", sock, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			conn.Close()
+			return ""
+		})
 	}
 	return socks
 }

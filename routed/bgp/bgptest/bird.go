@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // Bird is a BIRD 2 daemon running in a lab host.
@@ -46,16 +48,14 @@ func StartBird(t testing.TB, h *Host, config string) *Bird {
 			t.Logf("bird output:\n%s", b.log.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := b.Ctl("show status"); err == nil {
-			return b
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+		_, err := b.Ctl("show status")
+		if err == nil {
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bird did not come up:\n%s", b.log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprintf("bird did not come up: %v", err)
+	})
+	return b
 }
 
 // birdLab is what labConfig adds at the top of a test's BIRD config.
@@ -94,17 +94,17 @@ func (b *Bird) Ctl(command string) (string, error) {
 // WaitCtl polls a birdc command until match accepts its output.
 func (b *Bird) WaitCtl(t testing.TB, command string, timeout time.Duration, match func(string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var out string
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, timeout, 200*time.Millisecond, func() string {
 		out, _ = b.Ctl(command)
 		if match(out) {
-			return out
+			return ""
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	protocols, _ := b.Ctl("show protocols all")
-	t.Fatalf("birdc %s never matched; last output:\n%s\nbirdc show protocols all:\n%s", command, out, protocols)
+		// Asked on every miss, so that the failure shows the protocols
+		// as they were at the last poll.
+		protocols, _ := b.Ctl("show protocols all")
+		return fmt.Sprintf("birdc %s never matched; last output:\n%s\nbirdc show protocols all:\n%s", command, out, protocols)
+	})
 	return out
 }
 

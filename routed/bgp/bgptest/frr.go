@@ -2,12 +2,15 @@ package bgptest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // FRR is FRRouting's bgpd (Debian's frr package) running alone, without
@@ -56,16 +59,14 @@ func StartFRR(t testing.TB, h *Host, config string) *FRR {
 			t.Logf("bgpd output:\n%s", f.log.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if out, err := f.Vtysh("show bgp summary"); err == nil && !strings.Contains(out, "failed") {
-			return f
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+		out, err := f.Vtysh("show bgp summary")
+		if err == nil && !strings.Contains(out, "failed") {
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bgpd did not come up:\n%s", f.log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprintf("bgpd did not come up: vtysh show bgp summary: %v: %s", err, out)
+	})
+	return f
 }
 
 // Vtysh runs one vtysh command against this bgpd.
@@ -78,15 +79,13 @@ func (f *FRR) Vtysh(command string) (string, error) {
 // passes (then the test fails with the last output).
 func (f *FRR) WaitVtysh(t testing.TB, command string, timeout time.Duration, match func(string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var out string
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, timeout, 200*time.Millisecond, func() string {
 		out, _ = f.Vtysh(command)
 		if match(out) {
-			return out
+			return ""
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("vtysh %s never matched; last output:\n%s", command, out)
-	return ""
+		return fmt.Sprintf("vtysh %s never matched; last output:\n%s", command, out)
+	})
+	return out
 }

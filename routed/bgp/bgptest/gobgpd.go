@@ -2,11 +2,14 @@ package bgptest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // Gobgpd is a gobgpd daemon (Debian's, a GoBGP built apart from routed)
@@ -41,16 +44,14 @@ func StartGobgpd(t testing.TB, h *Host, tomlConfig string) *Gobgpd {
 			t.Logf("gobgpd output:\n%s", g.log.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := g.CLI("global"); err == nil {
-			return g
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+		out, err := g.CLI("global")
+		if err == nil {
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gobgpd did not come up:\n%s", g.log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprintf("gobgpd did not come up: gobgp global: %v: %s", err, out)
+	})
+	return g
 }
 
 // CLI runs the gobgp client against this daemon, e.g. CLI("neighbor").
