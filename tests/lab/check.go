@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // Report is the outcome of the lab checks.
@@ -96,7 +98,8 @@ func Check(ctx context.Context, l *Lab, podsPerNode int, out io.Writer) *Report 
 }
 
 // pingAll pings addr(to) from every pod to every other, retrying each
-// pair until deadline, and returns the pair count and the reachable ones.
+// pair every 200 ms until deadline (a pair after the deadline gets one
+// probe), and returns the pair count and the reachable ones.
 func pingAll(ctx context.Context, l *Lab, pods []Pod, deadline time.Time, addr func(Pod) string, fail func(string, ...any)) (pairs, ok int) {
 	for _, from := range pods {
 		for _, to := range pods {
@@ -104,18 +107,21 @@ func pingAll(ctx context.Context, l *Lab, pods []Pod, deadline time.Time, addr f
 				continue
 			}
 			pairs++
-			for {
+			err := testenv.Poll(ctx, time.Until(deadline), 200*time.Millisecond, func() (bool, string, error) {
 				got, err := l.Ping(ctx, from, addr(to), 1)
-				if err == nil && got == 1 {
-					ok++
-					break
+				switch {
+				case err != nil:
+					return false, err.Error(), nil
+				case got != 1:
+					return false, "no answer", nil
 				}
-				if time.Now().After(deadline) || ctx.Err() != nil {
-					fail("%s (%s) -> %s (%s) unreachable", from.Name, from.Node, to.Name, addr(to))
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
+				return true, "", nil
+			})
+			if err != nil {
+				fail("%s (%s) -> %s (%s) unreachable: %v", from.Name, from.Node, to.Name, addr(to), err)
+				continue
 			}
+			ok++
 		}
 	}
 	return pairs, ok

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // StopEtcd stops the lab's etcd (its data stays).
@@ -96,12 +98,12 @@ func (p *Pings) Done() int { return int(p.done.Load()) }
 // WaitDone waits until n probes have finished, or says how many had
 // after timeout.
 func (p *Pings) WaitDone(n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for p.Done() < n {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ping stream: %d of %d probes finished after %v", p.Done(), n, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+	err := testenv.Poll(context.Background(), timeout, 20*time.Millisecond, func() (bool, string, error) {
+		done := p.Done()
+		return done >= n, fmt.Sprintf("%d of %d probes finished", done, n), nil
+	})
+	if err != nil {
+		return fmt.Errorf("ping stream: %w", err)
 	}
 	return nil
 }

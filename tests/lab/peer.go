@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // AddHost builds a namespace called <prefix>-<name> with host number host
@@ -103,25 +105,22 @@ func (g *GoBGP) Run(ctx context.Context, args ...string) (string, error) {
 
 // WaitEstablished waits until gobgpd's session with neighbor is up.
 func (g *GoBGP) WaitEstablished(ctx context.Context, neighbor netip.Addr, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	err := testenv.Poll(ctx, timeout, 250*time.Millisecond, func() (bool, string, error) {
 		out, err := g.Run(ctx, "neighbor")
-		if err == nil {
-			for _, line := range strings.Split(out, "\n") {
-				if f := strings.Fields(line); len(f) > 0 && f[0] == neighbor.String() && strings.Contains(line, "Establ") {
-					return nil
-				}
+		if err != nil {
+			return false, fmt.Sprintf("%v\n%s", err, out), nil
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == neighbor.String() && strings.Contains(line, "Establ") {
+				return true, "", nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gobgpd in %s: no session with %s within %v: %v\n%s", g.NS, neighbor, timeout, err, out)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		return false, "gobgp neighbor:\n" + out, nil
+	})
+	if err != nil {
+		return fmt.Errorf("gobgpd in %s: no session with %s: %w", g.NS, neighbor, err)
 	}
+	return nil
 }
 
 // Stop ends gobgpd.

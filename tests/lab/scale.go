@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/routed/status"
 )
@@ -298,22 +299,20 @@ func (s *Scale) Down(ctx context.Context) {
 var WaitScale = 1
 
 // waitUntil polls f every 250 ms until it succeeds or timeout (times
-// WaitScale) passes.
+// WaitScale) passes or ctx ends. The error names what and f's last
+// error.
 func waitUntil(ctx context.Context, timeout time.Duration, what string, f func() error) error {
 	timeout *= time.Duration(WaitScale)
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return nil
+	err := testenv.Poll(ctx, timeout, 250*time.Millisecond, func() (bool, string, error) {
+		if err := f(); err != nil {
+			return false, err.Error(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
-	return fmt.Errorf("waited %s for %s: %w", timeout, what, err)
+	return nil
 }
 
 // DialIn returns a dialer whose sockets live in namespace h: the socket

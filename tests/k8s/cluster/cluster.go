@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/ociimage"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/internal/testpki"
 	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 )
@@ -697,7 +698,7 @@ func (p *proc) output() string {
 func (p *proc) exitedErr() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited: %s", p.name, LastLines(p.output(), 20))
+		return fmt.Errorf("%s %w: %s", p.name, errExited, LastLines(p.output(), 20))
 	default:
 		return errors.New("not yet")
 	}
@@ -727,20 +728,27 @@ func LastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// waitFor polls f until it returns nil; an error other than "not yet"
-// from an exited process ends the wait at once.
+// errExited marks the error of a process that exited while awaited.
+var errExited = errors.New("exited")
+
+// waitFor polls f every 250 ms until it returns nil; an error from an
+// exited process (errExited) ends the wait at once. The error names what
+// and f's last error.
 func waitFor(ctx context.Context, limit time.Duration, what string, f func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
+	err := testenv.Poll(ctx, limit, 250*time.Millisecond, func() (bool, string, error) {
 		err := f()
-		if err == nil {
-			return nil
+		switch {
+		case err == nil:
+			return true, "", nil
+		case errors.Is(err, errExited):
+			return false, "", err
 		}
-		if strings.Contains(err.Error(), "exited") || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return false, err.Error(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }
 
 // WaitFor is waitFor for callers: polls f until it returns nil.

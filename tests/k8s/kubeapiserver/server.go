@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/routed-net/routed/internal/testenv"
 )
 
 // Config says how to run the server.
@@ -186,31 +188,37 @@ func start(ctx context.Context, cfg Config, files *credentials) (*Server, error)
 }
 
 // waitReady polls /readyz, then the bootstrap objects namespaced
-// manifests and priority classes need.
+// manifests and priority classes need, every 250 ms, all within limit;
+// the server's exit ends the wait at once.
 func (s *Server) waitReady(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	var last string
 	for _, path := range []string{"/readyz", "/api/v1/namespaces/kube-system", "/apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical"} {
-		for {
+		var exited error
+		err := testenv.Poll(ctx, time.Until(deadline), 250*time.Millisecond, func() (bool, string, error) {
 			code, body, err := s.Do(ctx, http.MethodGet, path, nil)
-			if err == nil && code == http.StatusOK {
-				break
-			}
-			if err != nil {
+			var last string
+			switch {
+			case err != nil:
 				last = err.Error()
-			} else {
+			case code != http.StatusOK:
 				last = fmt.Sprintf("%d %s", code, firstLine(body))
+			default:
+				return true, "", nil
 			}
 			select {
 			case <-s.exited:
-				return fmt.Errorf("kubeapiserver: exited while starting (last answer to %s: %s)", path, last)
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(250 * time.Millisecond):
+				exited = fmt.Errorf("kubeapiserver: exited while starting (last answer to %s: %s)", path, last)
+				return false, "", exited
+			default:
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("kubeapiserver: not ready after %s: GET %s: %s", limit, path, last)
-			}
+			return false, last, nil
+		})
+		switch {
+		case err == nil:
+		case exited != nil:
+			return exited
+		default:
+			return fmt.Errorf("kubeapiserver: not ready within %s: GET %s: %w", limit, path, err)
 		}
 	}
 	return nil
