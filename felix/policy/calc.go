@@ -137,7 +137,7 @@ func (c *Calc) tier(name string) tierInfo {
 }
 
 // less orders policies as Calico evaluates them: tier order, tier name,
-// policy order, policy name.
+// policy order, policy name (tieName), then the key.
 func (c *Calc) less(a, b *cpolicy) int {
 	ta, tb := c.tier(a.tier), c.tier(b.tier)
 	switch {
@@ -147,8 +147,13 @@ func (c *Calc) less(a, b *cpolicy) int {
 		return cmpS(a.tier, b.tier)
 	case a.order != b.order:
 		return cmpF(a.order, b.order)
+	case a.name != b.name:
+		return cmpS(a.name, b.name)
 	}
-	return cmpS(a.name, b.name)
+	// Equal tie names (a NetworkPolicy that carries the controllers'
+	// annotations of the Kubernetes policy of the same name): the key
+	// decides, the same on every node and in explain.
+	return cmpS(a.key, b.key)
 }
 
 func cmpF(a, b float64) int {

@@ -239,17 +239,23 @@ func (d *Dataplane) renderHosts() {
 
 	// Raw runs before conntrack has a state: replies to the other
 	// direction's failsafe flows are let through by source port there
-	// only. Pre-DNAT runs after conntrack: replies are established, and
-	// a source-port rule would let anyone past a preDNAT Deny by
-	// connecting from port 179 or 53.
+	// only. Pre-DNAT runs after conntrack and accepts established and
+	// related traffic first, as Calico's mangle PREROUTING does (a
+	// preDNAT Deny of an address must not drop the replies of
+	// connections to it); a source-port rule would let anyone past a
+	// preDNAT Deny by connecting from port 179 or 53.
 	tun, tunOut := tunnels(h.TunnelPeers, h.TunnelPorts, false), tunnels(h.TunnelPeers, h.TunnelPorts, true)
 	rawPre := append(append([]Rule{clear}, ndRules()...), tun...)
 	rawPre = append(append(rawPre, failsafe(fsIn, false)...), failsafe(fsOut, true)...)
 	rawOut := append(append([]Rule{clear}, ndRules()...), tunOut...)
 	rawOut = append(append(rawOut, failsafe(fsOut, false)...), failsafe(fsIn, true)...)
-	preDNAT := append(append([]Rule{accepted}, ndRules()...), tun...)
+	preDNAT := append(append([]Rule{established, accepted}, ndRules()...), tun...)
 	preDNAT = append(preDNAT, failsafe(fsIn, false)...)
-	input := append(append([]Rule{established, accepted}, ndRules()...), tun...)
+	// A pod's traffic to its host meets the "*" endpoint's ingress
+	// policy whatever a preDNAT policy allowed it (since the "*"
+	// preDNAT policies see pods' packets): the accept bit is cleared
+	// for pods' devices before it is honoured.
+	input := append(append([]Rule{established, {InIface: p, Action: ActClearAccept}, accepted}, ndRules()...), tun...)
 	input = append(append(input, failsafe(fsIn, false)...), Rule{InIface: "lo\x00", Action: ActAccept})
 	output := append(append([]Rule{established, accepted}, ndRules()...), tunOut...)
 	output = append(append(output, failsafe(fsOut, false)...),
@@ -257,8 +263,12 @@ func (d *Dataplane) renderHosts() {
 		// The host's traffic to its own pods is not policed (kubelet's
 		// probes; Calico's default too): the pod's ingress polices it.
 		Rule{OutIface: p, Action: ActAccept})
+	// A preDNAT Allow skips the forward policy of the interface the
+	// traffic came in by, not the applyOnForward egress policy of the
+	// one it leaves by: Calico's forward dispatch to host endpoints is
+	// unconditional and clears the accept bit first.
 	fwdIn := []Rule{established, accepted}
-	fwdOut := []Rule{established, accepted}
+	fwdOut := []Rule{established}
 
 	// With address-found endpoints, a named interface without untracked
 	// policy is accepted in the raw chains (not left to the rules after
