@@ -150,7 +150,8 @@ func TestCopyIsReleasePlusPatch(t *testing.T) {
 		}
 	}
 
-	// The patch is the one PATCHED.md describes: the table package only.
+	// The patch is the one PATCHED.md describes: the table package and
+	// the server's first connection attempt.
 	diff, err := os.ReadFile(patch)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +166,8 @@ func TestCopyIsReleasePlusPatch(t *testing.T) {
 		t.Fatal("PATCHED.diff changes no file")
 	}
 	for _, f := range touched {
-		if !strings.HasPrefix(f, "internal/pkg/table/") {
-			t.Errorf("PATCHED.diff changes %s, outside internal/pkg/table, which PATCHED.md does not describe", f)
+		if !strings.HasPrefix(f, "internal/pkg/table/") && f != "pkg/server/fsm.go" {
+			t.Errorf("PATCHED.diff changes %s, outside internal/pkg/table and pkg/server/fsm.go, which PATCHED.md does not describe", f)
 		}
 	}
 }

@@ -416,6 +416,10 @@ type fsm struct {
 	// so atomic to keep the read lock-free without copying capMap.
 	extendedMessage atomic.Bool
 
+	// dialed is set by the peer's first outgoing connection attempt,
+	// which connectLoop makes at once (routed's patch, PATCHED.md).
+	dialed atomic.Bool
+
 	// safe for concurrent access
 	state                    fsmState
 	familyMap                atomic.Value // map[bgp.Family]bgp.BGPAddPathMode
@@ -922,7 +926,11 @@ func (h *fsmHandler) connectLoop(ctx context.Context) net.Conn {
 
 	tick := minConnectRetryInterval
 	for {
-		timer := time.NewTimer(time.Duration((0.75+rand.Float64()*0.25)*float64(tick)*1000) * time.Millisecond)
+		wait := time.Duration((0.75+rand.Float64()*0.25)*float64(tick)*1000) * time.Millisecond
+		if !fsm.dialed.Swap(true) {
+			wait = 0
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			fsm.logger.Debug("stop connect loop")
