@@ -114,6 +114,11 @@ type pending struct {
 type conn struct {
 	p   *pending
 	cls *class
+	// ct: conntrack's NEW of the open connection came. One decided by
+	// its marks before the NEW (the two sockets are read apart, and the
+	// grace can end between them) takes that NEW as its own, not as a
+	// new connection on the tuple.
+	ct bool
 }
 
 // class is what connections alike share: everything of a Flow but its
@@ -336,6 +341,11 @@ func (c *Collector) onMark(m mark) {
 func (c *Collector) onConntrack(e *ctEvent) {
 	cur := c.conns[e.key]
 	if !e.destroy {
+		if cur.cls != nil && !cur.ct {
+			cur.ct = true
+			c.conns[e.key] = cur
+			return
+		}
 		if p := c.pendingFor(e.key, cur, e.at); p != nil && !p.denied {
 			if p.sawNew {
 				// A new connection on the tuple, counted
@@ -438,7 +448,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		c.suppressed.push(p, p.expires)
 		return
 	}
-	more, ended := p.more, uint64(len(p.ends))
+	more, ended, sawNew := p.more, uint64(len(p.ends)), p.sawNew
 	if g != nil {
 		g.Started += 1 + more
 	}
@@ -460,7 +470,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	// The entry turns open in place: one map write, not a delete
 	// and an insert.
 	c.donePending(k, p, true)
-	c.conns[k] = conn{cls: cls}
+	c.conns[k] = conn{cls: cls, ct: sawNew}
 	c.nOpen++
 }
 
