@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -386,6 +387,12 @@ func TestManifestReferences(t *testing.T) {
 	if r := find(t, objs, "ClusterRole", "routed-controllers"); !reflect.DeepEqual(r["rules"], ctlRules) {
 		t.Errorf("ClusterRole routed-controllers rules %v, want %v", r["rules"], ctlRules)
 	}
+	// routed-node keeps its Node's NetworkUnavailable condition False
+	// (routed/nodecond): patch on nodes/status, nothing more.
+	nodeStatusRule := map[string]any{"apiGroups": []any{""}, "resources": []any{"nodes/status"}, "verbs": []any{"patch"}}
+	if r := find(t, objs, "ClusterRole", "routed-node"); !slices.ContainsFunc(list(r["rules"]), func(x any) bool { return reflect.DeepEqual(x, nodeStatusRule) }) {
+		t.Errorf("ClusterRole routed-node rules %v, want %v among them", r["rules"], nodeStatusRule)
+	}
 	leaseCreate := map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"create"}}
 	leaseUpdate := map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{"routed-controllers"}, "verbs": []any{"get", "update"}}
 	if r := find(t, objs, "Role", "routed-controllers-leader"); r.namespace() != "kube-system" || !reflect.DeepEqual(r["rules"], []any{leaseCreate, leaseUpdate}) {
@@ -396,12 +403,13 @@ func TestManifestReferences(t *testing.T) {
 			continue
 		}
 		for _, r := range list(o["rules"]) {
-			if reflect.DeepEqual(r, tokenRule) || reflect.DeepEqual(r, eventRule) || reflect.DeepEqual(r, leaseCreate) || reflect.DeepEqual(r, leaseUpdate) {
+			if reflect.DeepEqual(r, tokenRule) || reflect.DeepEqual(r, eventRule) || reflect.DeepEqual(r, leaseCreate) || reflect.DeepEqual(r, leaseUpdate) ||
+				(o.id() == "rbac.authorization.k8s.io/v1 ClusterRole//routed-node" && reflect.DeepEqual(r, nodeStatusRule)) {
 				continue
 			}
 			for _, v := range list(asMap(r)["verbs"]) {
 				if v != "get" && v != "list" && v != "watch" {
-					t.Errorf("%s grants %v: routed only reads the API, but for the CNI plugin's token and the controllers' events and Lease", o.id(), v)
+					t.Errorf("%s grants %v: routed only reads the API, but for the CNI plugin's token, the controllers' events and Lease and routed-node's NetworkUnavailable condition", o.id(), v)
 				}
 			}
 			for _, res := range list(asMap(r)["resources"]) {
