@@ -56,44 +56,69 @@ func (r *ruleDumper) close() error { return r.conn.Close() }
 // in the kernel's order and in rule order within a chain. A missing
 // table has no rules.
 func (r *ruleDumper) rules(fam nftables.TableFamily, table string) ([]ruleSummary, error) {
-	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(table + "\x00")}})
+	var out []ruleSummary
+	err := r.dump(fam, unix.NFT_MSG_GETRULE, unix.NFT_MSG_NEWRULE, "rules of "+table,
+		[]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(table + "\x00")}},
+		func() { out = out[:0] },
+		func(b []byte) error {
+			s, err := parseRuleSummary(b)
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// dump runs one netlink dump of the nftables request get with attrs
+// and hands the body (after nfgenmsg) of each reply of type reply to
+// each. A dump the kernel marks as interrupted (the ruleset changed
+// while it was read) is read again, up to dumpAttempts times, with
+// begin called before each attempt so that the caller starts over. A
+// missing table or set (ENOENT) dumps nothing. what names the object in
+// errors ("rules of filter", "set a4 of filter").
+func (r *ruleDumper) dump(fam nftables.TableFamily, get, reply int, what string, attrs []netlink.Attribute, begin func(), each func(b []byte) error) error {
+	data, err := netlink.MarshalAttributes(attrs)
+	if err != nil {
+		return err
+	}
 	req := netlink.Message{
 		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | get),
 			Flags: netlink.Request | netlink.Dump,
 		},
 		// nfgenmsg: family, version, resource id (unused).
-		Data: append([]byte{byte(fam), unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data: append([]byte{byte(fam), unix.NFNETLINK_V0, 0, 0}, data...),
 	}
+	want := netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | reply)
 	for range dumpAttempts {
+		begin()
 		msgs, err := r.conn.Execute(req)
 		if errors.Is(err, unix.ENOENT) {
-			return nil, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("nftdp: dumping rules of %s: %w", table, err)
+			return fmt.Errorf("nftdp: dumping %s: %w", what, err)
 		}
-		out := make([]ruleSummary, 0, len(msgs))
 		interrupted := false
 		for _, m := range msgs {
 			interrupted = interrupted || m.Header.Flags&netlink.DumpInterrupted != 0
-			if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWRULE) || len(m.Data) < 4 {
+			if m.Header.Type != want || len(m.Data) < 4 {
 				continue
 			}
-			s, err := parseRuleSummary(m.Data[4:])
-			if err != nil {
-				return nil, fmt.Errorf("nftdp: decoding a rule of %s: %w", table, err)
+			if err := each(m.Data[4:]); err != nil {
+				return fmt.Errorf("nftdp: decoding %s: %w", what, err)
 			}
-			out = append(out, s)
 		}
 		if !interrupted {
-			return out, nil
+			return nil
 		}
 	}
-	return nil, fmt.Errorf("%w (table %s)", errDumpInterrupted, table)
+	return fmt.Errorf("%w (%s)", errDumpInterrupted, what)
 }
 
 // parseRuleSummary decodes a rule's attributes, and of its expressions

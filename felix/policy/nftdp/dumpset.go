@@ -2,7 +2,6 @@ package nftdp
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -20,44 +19,13 @@ import (
 // marks as interrupted is read again), so that the caller starts over;
 // key is only valid during the call. A missing set has no elements.
 func (r *ruleDumper) setKeys(fam nftables.TableFamily, table, set string, begin func(), each func(key []byte)) error {
-	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
-		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(table + "\x00")},
-		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(set + "\x00")},
-	})
-	if err != nil {
-		return err
-	}
-	req := netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
-			Flags: netlink.Request | netlink.Dump,
+	return r.dump(fam, unix.NFT_MSG_GETSETELEM, unix.NFT_MSG_NEWSETELEM, "set "+set+" of "+table,
+		[]netlink.Attribute{
+			{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(table + "\x00")},
+			{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(set + "\x00")},
 		},
-		Data: append([]byte{byte(fam), unix.NFNETLINK_V0, 0, 0}, attrs...),
-	}
-	for range dumpAttempts {
-		begin()
-		msgs, err := r.conn.Execute(req)
-		if errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("nftdp: dumping set %s of %s: %w", set, table, err)
-		}
-		interrupted := false
-		for _, m := range msgs {
-			interrupted = interrupted || m.Header.Flags&netlink.DumpInterrupted != 0
-			if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM) || len(m.Data) < 4 {
-				continue
-			}
-			if err := eachElemKey(m.Data[4:], each); err != nil {
-				return fmt.Errorf("nftdp: decoding set %s of %s: %w", set, table, err)
-			}
-		}
-		if !interrupted {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w (set %s of %s)", errDumpInterrupted, set, table)
+		begin,
+		func(b []byte) error { return eachElemKey(b, each) })
 }
 
 // eachElemKey walks one NEWSETELEM message's element list and hands
