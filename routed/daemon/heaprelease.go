@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/routed-net/routed/internal/supervise"
 )
 
 // startGCPercent is the collector's GOGC from the daemon's start until
@@ -24,6 +26,9 @@ import (
 // pages pinned by a few survivors among the list's garbage once it is
 // freed.
 const startGCPercent = 20
+
+// startGCLimit is how long the start-up GOGC lasts at most.
+var startGCLimit = 5 * time.Minute
 
 // lowerGCForStart sets startGCPercent unless the environment sets GOGC
 // (the operator's choice stands), and returns what puts the previous
@@ -47,16 +52,23 @@ func lowerGCForStart() (restore func()) {
 // a fraction of a second of CPU. restoreGC puts the steady GOGC back
 // (lowerGCForStart) just before.
 func releaseStartHeap(ctx context.Context, inSync func() bool, restoreGC func(), log *logrus.Entry) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for !inSync() {
-		select {
-		case <-ctx.Done():
+	// A node that is not in sync within startGCLimit (etcd lost after
+	// registration, a dataplane that keeps failing) gets the steady
+	// GOGC back meanwhile: the low one costs collections, and the
+	// start-up list it was for is over by then.
+	limit, stop := context.WithTimeout(ctx, startGCLimit)
+	synced := supervise.Until(limit, time.Second, inSync)
+	stop()
+	restoreGC()
+	if !synced {
+		if ctx.Err() != nil {
 			return nil
-		case <-t.C:
+		}
+		log.WithField("after", startGCLimit).Info("not in sync yet: the steady GOGC is back; the start-up heap is returned once in sync")
+		if !supervise.Until(ctx, time.Second, inSync) {
+			return nil
 		}
 	}
-	restoreGC()
 	before := heapHeld()
 	began := time.Now()
 	debug.FreeOSMemory()

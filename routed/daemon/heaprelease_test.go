@@ -91,3 +91,43 @@ func TestLowerGCForStart(t *testing.T) {
 		t.Fatalf("restore with GOGC set changed the percent to %d", got)
 	}
 }
+
+// TestStartGCLimit: a node not in sync within startGCLimit gets the
+// steady GOGC back then, and the heap is still returned once it is in
+// sync.
+func TestStartGCLimit(t *testing.T) {
+	prev := startGCLimit
+	startGCLimit = 50 * time.Millisecond
+	t.Cleanup(func() { startGCLimit = prev })
+	logger, hook := test.NewNullLogger()
+	var synced atomic.Bool
+	var restored atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- releaseStartHeap(ctx, synced.Load, func() { restored.Add(1) }, logrus.NewEntry(logger))
+	}()
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() string {
+		if restored.Load() == 0 {
+			return "the steady GOGC is not back after the limit"
+		}
+		return ""
+	})
+	if e := hook.LastEntry(); e == nil || e.Data["after"] == nil {
+		t.Fatalf("no log line says the steady GOGC is back: %v", hook.AllEntries())
+	}
+	synced.Store(true)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if e := hook.LastEntry(); e.Message != "in sync: returned the start-up heap to the kernel" {
+			return "no release since the node was in sync: " + e.Message
+		}
+		return ""
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := restored.Load(); n != 1 {
+		t.Fatalf("the steady GOGC was put back %d times, want once", n)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/internal/backoff"
+	"github.com/routed-net/routed/internal/supervise"
 	"github.com/routed-net/routed/routed/cnitoken"
 )
 
@@ -63,7 +64,7 @@ func Run(ctx context.Context, c Config) error {
 		c.Log = logrus.WithField("component", "nodecond")
 	}
 	log := c.Log.WithField("node", c.Node)
-	if !waitInSync(ctx, c.InSync) {
+	if !supervise.Until(ctx, 500*time.Millisecond, c.InSync) {
 		return nil
 	}
 	k := keeper{client: c.Client, node: c.Node, log: log}
@@ -94,22 +95,4 @@ func Run(ctx context.Context, c Config) error {
 		t.Stop()
 	}
 	return nil
-}
-
-// waitInSync returns once inSync (nil: at once) reports true, or false
-// when ctx ends first.
-func waitInSync(ctx context.Context, inSync func() bool) bool {
-	if inSync == nil {
-		return true
-	}
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for !inSync() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
 }
