@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/tests/lab"
 )
 
@@ -135,13 +136,21 @@ func run(bin, dir string, o options) int {
 	fmt.Print(heapGrowth(filepath.Join(l.Dir, "profiles"), "warm", "end", l.Topo.Nodes))
 	fmt.Print(smaps.growth("warm", "end"))
 	problems = append(problems, growth...)
-	time.Sleep(5 * time.Second) // let goroutines of finished work exit
-	after := goroutines(ctx, l)
-	for node, n := range after {
-		if b := before[node]; n > b+20 {
-			problems = append(problems, fmt.Sprintf("%s: goroutines grew from %d to %d", node, b, n))
+	// Goroutines of finished work exit shortly after it: wait up to
+	// goroutineSettle for every node to be back within the bound, and
+	// report the nodes that are not.
+	var after map[string]int
+	var grown []string
+	_ = testenv.Poll(ctx, goroutineSettle, time.Second, func() (bool, string, error) {
+		after, grown = goroutines(ctx, l), nil
+		for node, n := range after {
+			if b := before[node]; n > b+20 {
+				grown = append(grown, fmt.Sprintf("%s: goroutines grew from %d to %d (%v after the churn)", node, b, n, goroutineSettle))
+			}
 		}
-	}
+		return len(grown) == 0 && len(after) == len(l.Topo.Nodes), strings.Join(grown, "; "), nil
+	})
+	problems = append(problems, grown...)
 	fmt.Printf("==> goroutines after: %v\n", after)
 	if len(before) < len(l.Topo.Nodes) || len(after) < len(l.Topo.Nodes) {
 		problems = append(problems, fmt.Sprintf("goroutines read from %d nodes before and %d after, of %d", len(before), len(after), len(l.Topo.Nodes)))
@@ -153,6 +162,10 @@ func run(bin, dir string, o options) int {
 	fmt.Println("PASS: no failures; no leaked addresses, endpoints, veths, routes or goroutines; anonymous memory, goroutines and open files flat")
 	return 0
 }
+
+// goroutineSettle is how long the goroutines of finished work get to
+// exit before the count after the churn is checked.
+const goroutineSettle = 30 * time.Second
 
 // primeProfileAt is when, from the start of the churn, the first
 // (discarded) heap profile is taken: once every routed is past start-up.
