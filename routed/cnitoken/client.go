@@ -2,6 +2,7 @@ package cnitoken
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -51,6 +52,14 @@ type ClientConfig struct {
 	Token, TokenFile string
 	// UserAgent names routed in the API server's logs.
 	UserAgent string
+	// PingAfter and PingTimeout: an HTTP/2 connection silent for
+	// PingAfter (0: 30 s) is pinged, and closed, failing its requests
+	// and watches, when no answer comes within PingTimeout (0: 15 s),
+	// client-go's figures. Without them a watch over a connection the
+	// network silently lost (an API server's address gone, a NAT entry
+	// expired) waits for TCP's retransmissions, about 15 minutes, and
+	// the condition or DaemonSet it keeps is not watched meanwhile.
+	PingAfter, PingTimeout time.Duration
 }
 
 // Client makes routed's requests to the API server.
@@ -83,6 +92,10 @@ func NewClient(cc ClientConfig) (*Client, error) {
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   true,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: cmp.Or(cc.PingAfter, 30*time.Second),
+			PingTimeout:     cmp.Or(cc.PingTimeout, 15*time.Second),
+		},
 	}
 	return &Client{server: u, http: &http.Client{Transport: tr}, cfg: cc}, nil
 }
