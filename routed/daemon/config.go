@@ -63,6 +63,11 @@ type Config struct {
 
 	CNIToken CNITokenConfig
 
+	// NodeCondition keeps the Kubernetes Node's NetworkUnavailable
+	// condition False once in sync (routed/nodecond), when routed runs
+	// in a pod.
+	NodeCondition bool
+
 	// DisablePolicy runs felix without the network policy dataplane
 	// (kernels without nftables only): every pod then reaches every pod.
 	DisablePolicy bool
@@ -184,6 +189,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IPAMGCGrace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be before GC frees it")
 	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>) (env ROUTED_BGP_SECRETS_DIR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
+	fs.BoolVar(&c.NodeCondition, "node-condition", c.envBool(true, "ROUTED_NODE_CONDITION"), "in a Kubernetes pod, keep the Node's NetworkUnavailable condition False once the node is in sync, as calico-node does (needs patch on nodes/status); false leaves the condition to another controller (env ROUTED_NODE_CONDITION)")
 	fs.BoolVar(&c.DisablePolicy, "disable-policy", c.envBool(false, "ROUTED_DISABLE_POLICY"), "run without network policy enforcement, for kernels without nftables: every pod reaches every pod and CNI ADDs that wait for policy fail (env ROUTED_DISABLE_POLICY)")
 	fs.IntVar(&c.PolicyLogGroup, "policy-log-group", c.envInt(100, "ROUTED_POLICY_LOG_GROUP"), "nflog group of the policy Log action and of logged drops, which routed reads for routedctl policy log (0: off) (env ROUTED_POLICY_LOG_GROUP)")
 	fs.IntVar(&c.PolicyLogRate, "policy-log-rate", c.envInt(10, "ROUTED_POLICY_LOG_RATE"), "packets a second each logging rule may log, limited in the kernel (env ROUTED_POLICY_LOG_RATE)")

@@ -17,8 +17,8 @@ import (
 // Kubernetes cluster there is no Node to keep.
 func startNodeCondition(g *supervise.Group, cfg Config, inSync func() bool) {
 	l := log.WithField("component", "nodecond")
-	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
-		l.Debug("not in a Kubernetes pod: the Node's NetworkUnavailable condition is not kept")
+	if why := nodeConditionOff(cfg); why != "" {
+		l.Info("the Node's NetworkUnavailable condition is not kept: " + why)
 		return
 	}
 	client, err := cnitoken.InClusterClient()
@@ -29,4 +29,16 @@ func startNodeCondition(g *supervise.Group, cfg Config, inSync func() bool) {
 	g.Go("node condition", supervise.Restart, func(ctx context.Context) error {
 		return nodecond.Run(ctx, nodecond.Config{Client: client, Node: cfg.NodeName, InSync: inSync, Log: l})
 	})
+}
+
+// nodeConditionOff says why the condition keeper does not run, "" when
+// it does.
+func nodeConditionOff(cfg Config) string {
+	switch {
+	case !cfg.NodeCondition:
+		return "--node-condition=false"
+	case os.Getenv("KUBERNETES_SERVICE_HOST") == "":
+		return "not in a Kubernetes pod"
+	}
+	return ""
 }
