@@ -24,8 +24,9 @@ import (
 const cnitoolModule = "github.com/containernetworking/cni/cnitool@v1.3.1"
 
 // labModules are loaded in the lab VM besides veth and ipip: the router's
-// bridges and felix's NAT table (nft masquerade in a nat chain).
-const labModules = "bridge nf_tables nft_chain_nat nft_masq"
+// bridges, felix's NAT table (nft masquerade in a nat chain) and
+// WireGuard (the lab's last phase turns it on over the IPIP pool).
+const labModules = "bridge nf_tables nft_chain_nat nft_masq wireguard"
 
 // routedPkgs are routed's binaries the lab runs (routed-etcd is its
 // `routed etcd`). The CNI plugins are
@@ -46,7 +47,12 @@ var routedPkgs = map[string]string{
 // subnets, pods through cnitool and the CNI plugins) inside a VM whose
 // kernel has the ipip module, with ipipMode CrossSubnet and no BGP on the
 // router: cross-subnet pod traffic must go through tunl0 (its counters
-// move) and same-subnet traffic must not. tests/vm/labvm does the
+// move) and same-subnet traffic must not. Then FelixConfiguration
+// wireguardEnabled, applied with routedctl, turns WireGuard on over the
+// same IPIP pool: cross-subnet pod pings and a TCP connection go
+// through wg.routed (its counters move by at least the probes) and
+// not tunl0 (its counters stay still), a new pod gets the WireGuard
+// MTU; deleted, traffic is back on tunl0. tests/vm/labvm does the
 // checking inside the VM.
 func TestLabIPIPInVM(t *testing.T) {
 	testenv.RequireRoot(t, "apt-get, network namespaces")

@@ -5,7 +5,8 @@
 // other through tunl0. It checks that every pod reaches every other pod,
 // that routes to cross-subnet blocks go through tunl0 and same-subnet
 // ones straight out of eth0, and that tunl0's packet counters move with
-// cross-subnet pings and stay still with same-subnet pings.
+// cross-subnet pings and stay still with same-subnet pings. Then it
+// turns WireGuard on over the same pool and off again (wireguard.go).
 //
 // It prints "ROUTED-LABVM: PASS" or "ROUTED-LABVM: FAIL ..." and exits 0
 // or 1. It refuses to run outside the VM (ROUTED_IN_VM=1): it builds
@@ -145,40 +146,10 @@ func run(ctx context.Context, binDir, dir, mode string, pings int) (failures []s
 			}
 		}
 	}
-	phase := func(name string, pairs [][2]lab.NodeSpec) (delta map[string][2]int64, expect map[string]int64, ok bool) {
-		before, err := counters(nodes)
-		if err != nil {
-			fail("%s: reading tunl0 counters: %v", name, err)
-			return nil, nil, false
-		}
-		expect = map[string]int64{}
-		ok = true
-		for _, pr := range pairs {
-			from, to := byNode[pr[0].Name][0], byNode[pr[1].Name][0]
-			got, err := l.Ping(ctx, from, to.IP, pings)
-			if err != nil || got != pings {
-				fail("%s: %s (%s) -> %s (%s): %d/%d replies (%v)", name, from.Name, from.Node, to.Name, to.IP, got, pings, err)
-				ok = false
-			}
-			// Each echo crosses the sender's and the receiver's tunl0
-			// once each way when it is tunnelled.
-			expect[pr[0].Name] += int64(got)
-			expect[pr[1].Name] += int64(got)
-		}
-		after, err := counters(nodes)
-		if err != nil {
-			fail("%s: reading tunl0 counters: %v", name, err)
-			return nil, nil, false
-		}
-		delta = map[string][2]int64{}
-		for _, n := range nodes {
-			d := [2]int64{int64(after[n.Name][0] - before[n.Name][0]), int64(after[n.Name][1] - before[n.Name][1])}
-			delta[n.Name] = d
-			fmt.Printf("%s %s pings (%d pairs x %d): %s tunl0 rx +%d tx +%d packets (rx %d->%d, tx %d->%d)\n",
-				marker, name, len(pairs), pings, n.Name, d[0], d[1],
-				before[n.Name][0], after[n.Name][0], before[n.Name][1], after[n.Name][1])
-		}
-		return delta, expect, ok
+	pr := &prober{ctx: ctx, l: l, nodes: nodes, byNode: byNode, pings: pings, fail: fail}
+	phase := func(name string, pairs [][2]lab.NodeSpec) (map[string][2]int64, map[string]int64, bool) {
+		delta, expect, ok := pr.measure(name, pairs, nil, "tunl0")
+		return delta["tunl0"], expect, ok
 	}
 	if delta, _, ok := phase("same-subnet", same); ok {
 		for _, n := range nodes {
@@ -195,10 +166,80 @@ func run(ctx context.Context, binDir, dir, mode string, pings int) (failures []s
 			}
 		}
 	}
+	// (4) WireGuard on the same IPIP pool, turned on and off by
+	// FelixConfiguration (wireguard.go); only once IPIP is proven.
+	if len(failures) == 0 {
+		wireguardPhase(pr, cross)
+	}
 	if out, err := l.NodeRoutes(ctx, nodes[0].Name); err == nil && len(failures) > 0 {
 		logf("kernel routes on %s at the end:\n%s", nodes[0].Name, out)
 	}
 	return failures
+}
+
+// prober sends a fixed number of pings between the first pods of node
+// pairs and reads devices' packet counters on every node around them.
+type prober struct {
+	ctx    context.Context
+	l      *lab.Lab
+	nodes  []lab.NodeSpec
+	byNode map[string][]lab.Pod
+	pings  int
+	fail   func(string, ...any)
+}
+
+// measure pings across pairs (pings each, from the first pod of the
+// first node to the first pod of the second) and, when tcp is not nil,
+// runs it too; it returns every device's counter change per node (rx,
+// tx packets) and the packets each node's tunnel must carry at least
+// each way if the pings are tunnelled through it: each echo crosses the
+// sender's and the receiver's tunnel once each way. ok is false when a
+// ping lost a reply or a counter could not be read (fail said why).
+func (p *prober) measure(name string, pairs [][2]lab.NodeSpec, tcp func() error, devs ...string) (delta map[string]map[string][2]int64, expect map[string]int64, ok bool) {
+	before := map[string]map[string][2]uint64{}
+	for _, dev := range devs {
+		c, err := counters(p.nodes, dev)
+		if err != nil {
+			p.fail("%s: reading %s counters: %v", name, dev, err)
+			return nil, nil, false
+		}
+		before[dev] = c
+	}
+	expect = map[string]int64{}
+	ok = true
+	for _, pr := range pairs {
+		from, to := p.byNode[pr[0].Name][0], p.byNode[pr[1].Name][0]
+		got, err := p.l.Ping(p.ctx, from, to.IP, p.pings)
+		if err != nil || got != p.pings {
+			p.fail("%s: %s (%s) -> %s (%s): %d/%d replies (%v)", name, from.Name, from.Node, to.Name, to.IP, got, p.pings, err)
+			ok = false
+		}
+		expect[pr[0].Name] += int64(got)
+		expect[pr[1].Name] += int64(got)
+	}
+	if tcp != nil {
+		if err := tcp(); err != nil {
+			p.fail("%s: %v", name, err)
+			ok = false
+		}
+	}
+	delta = map[string]map[string][2]int64{}
+	for _, dev := range devs {
+		after, err := counters(p.nodes, dev)
+		if err != nil {
+			p.fail("%s: reading %s counters: %v", name, dev, err)
+			return nil, nil, false
+		}
+		delta[dev] = map[string][2]int64{}
+		for _, n := range p.nodes {
+			b, a := before[dev][n.Name], after[n.Name]
+			d := [2]int64{int64(a[0] - b[0]), int64(a[1] - b[1])}
+			delta[dev][n.Name] = d
+			fmt.Printf("%s %s pings (%d pairs x %d): %s %s rx +%d tx +%d packets (rx %d->%d, tx %d->%d)\n",
+				marker, name, len(pairs), p.pings, n.Name, dev, d[0], d[1], b[0], a[0], b[1], a[1])
+		}
+	}
+	return delta, expect, ok
 }
 
 // checkRoutes checks n's routes to every other node's pod blocks: via
@@ -284,12 +325,12 @@ func routeLine(routes string, block netip.Prefix) string {
 	return ""
 }
 
-// counters reads tunl0's RX and TX packet counters in every node's
+// counters reads a device's RX and TX packet counters in every node's
 // namespace over netlink.
-func counters(nodes []lab.NodeSpec) (map[string][2]uint64, error) {
+func counters(nodes []lab.NodeSpec, dev string) (map[string][2]uint64, error) {
 	out := map[string][2]uint64{}
 	for _, n := range nodes {
-		rx, tx, err := tunlPackets(n.Name)
+		rx, tx, err := devPackets(n.Name, dev)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
@@ -298,27 +339,36 @@ func counters(nodes []lab.NodeSpec) (map[string][2]uint64, error) {
 	return out, nil
 }
 
-func tunlPackets(ns string) (rx, tx uint64, err error) {
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer h.Close()
-	// Only rtnetlink: the guest kernel has no xfrm netlink family.
-	nh, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer nh.Close()
-	link, err := nh.LinkByName("tunl0")
+func devPackets(ns, dev string) (rx, tx uint64, err error) {
+	link, err := nsLink(ns, dev)
 	if err != nil {
 		return 0, 0, err
 	}
 	st := link.Attrs().Statistics
 	if st == nil {
-		return 0, 0, fmt.Errorf("tunl0 has no statistics")
+		return 0, 0, fmt.Errorf("%s has no statistics", dev)
 	}
 	return st.RxPackets, st.TxPackets, nil
+}
+
+// nsLink reads a link in a named namespace (a node's or a pod's).
+func nsLink(ns, dev string) (netlink.Link, error) {
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	// Only rtnetlink: the guest kernel has no xfrm netlink family.
+	nh, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	defer nh.Close()
+	link, err := nh.LinkByName(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	return link, nil
 }
 
 // dumpLogs prints the tail of every log the lab wrote.
