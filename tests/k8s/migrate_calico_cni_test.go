@@ -2,7 +2,6 @@ package k8s_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,41 +47,7 @@ func buildCalicoCNI(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	env := append(os.Environ(), "GONOSUMDB=github.com/projectcalico", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	src := filepath.Join(t.TempDir(), "calico")
-	for _, m := range calicoModules {
-		cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", m.path+"@"+m.version)
-		cmd.Env, cmd.Dir = env, t.TempDir()
-		b, err := cmd.Output()
-		var info struct{ Dir, Sum, Error string }
-		if jerr := json.Unmarshal(b, &info); err != nil || jerr != nil || info.Error != "" {
-			t.Fatalf("go mod download %s@%s: %v %v %s", m.path, m.version, err, jerr, info.Error)
-		}
-		if info.Sum != m.sum {
-			t.Fatalf("%s@%s: hash %s, pinned %s", m.path, m.version, info.Sum, m.sum)
-		}
-		dst := filepath.Join(src, m.dir)
-		if _, err := exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
-			// The destination did not exist yet: make it and copy again.
-			if err := os.MkdirAll(dst, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := exec.CommandContext(ctx, "cp", "-r", info.Dir+"/.", dst+"/").CombinedOutput(); err != nil {
-				t.Fatalf("copy %s: %v %s", m.path, err, out)
-			}
-		}
-		if out, err := exec.CommandContext(ctx, "chmod", "-R", "u+w", dst).CombinedOutput(); err != nil {
-			t.Fatalf("%v %s", err, out)
-		}
-	}
-	// A module Calico's go.mod replaces with a directory that the
-	// plugin does not import and the proxy does not serve.
-	stub := filepath.Join(src, "lib", "httpmachinery")
-	if err := os.MkdirAll(stub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(stub, "go.mod"), []byte("module github.com/projectcalico/calico/lib/httpmachinery\n\ngo 1.24\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	src := calicoSource(ctx, t, env)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
