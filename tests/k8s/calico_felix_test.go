@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +148,7 @@ func installFelixCRDs(t *testing.T, srv *kubeapiserver.Server) {
 // calicoFelix is Calico's felix running as one node's felix.
 type calicoFelix struct {
 	log    string
+	proc   *os.Process   // felix itself: nsenter, unshare and sh exec it
 	exited chan struct{} // closed when felix has exited
 	health *http.Client
 }
@@ -189,6 +191,7 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubecon
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	f.proc = cmd.Process
 	go func() { _ = cmd.Wait(); close(f.exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -210,6 +213,21 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubecon
 			return c, err
 		}}}
 	return f
+}
+
+// stop ends felix as the kubelet ends calico-node's container (SIGTERM)
+// and waits until it has exited. Felix leaves its dataplane (its
+// nftables tables, its routes) as it was.
+func (f *calicoFelix) stop(t *testing.T) {
+	t.Helper()
+	if err := f.proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping felix: %v", err)
+	}
+	select {
+	case <-f.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("felix still running 10 s after SIGTERM (log %s)", f.log)
+	}
 }
 
 // waitReady waits for felix's readiness report (in sync with the

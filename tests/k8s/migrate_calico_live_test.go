@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/routed-net/routed/internal/testenv"
@@ -31,7 +33,8 @@ const (
 // plugin and IPAM (v3.31.0, KDD mode), their inter-node routes held as
 // calico-node holds them: a BIRD 2 per node with Calico's mesh
 // configuration (same AS, the nodes' annotated addresses, graceful
-// restart), routes in the kernel as protocol bird. Under UDP probes
+// restart), routes in the kernel as protocol bird, and Calico's own
+// felix per node (v3.31.0, nftables mode). Under UDP probes
 // every 50 ms between the pods of every pair of nodes, Calico's IPAM is
 // frozen, `routedctl migrate calico --from-kubeconfig` writes routed's
 // etcd, and the nodes switch one at a time, the middle address first
@@ -47,9 +50,9 @@ const (
 // the BIRD nodes' blocks, the BIRDs learn the routed node's block from
 // routed); the migrated GlobalNetworkPolicy and NetworkPolicy denies
 // hold throughout (their flows tried about 5 times a second before,
-// during and after the switch never connect: before a node switches an
-// nftables stand-in for Calico's felix drops them, removed once routed
-// is Ready, as the doc says for Calico's tables), and deny real TCP on
+// during and after the switch never connect: before a node switches
+// Calico's own felix drops them, stopped with its BIRD; the table it
+// leaves is deleted once routed is Ready, as the doc says), and deny real TCP on
 // each node once it runs routed; every pod keeps its address and
 // Calico's handle; `ipam check` is clean; a new pod on a switched node
 // gets an address from that node's migrated block and reaches the old
@@ -112,6 +115,15 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	calico := buildCalicoCNI(t)
 	src := newSource(t)
 	srv, kube := src.kube()
+	// On the Kubernetes datastore Calico's own felix enforces Calico's
+	// policies on each node until it switches; on etcd an nftables
+	// stand-in does (see StandInCalicoPolicy).
+	kdd, realFelix := src.(*kddLive)
+	var felixBin string
+	if realFelix {
+		felixBin = buildCalicoFelix(t)
+		installFelixCRDs(t, kdd.srv)
+	}
 	phase("Calico's datastore ready")
 	l := migrationLab(t)
 	phase("lab up")
@@ -185,10 +197,12 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 			}
 		}
 	}
-	// Calico's verdicts on the policies before the switch, from a stand-in
-	// (see StandInCalicoPolicy), and the denied flows tried throughout.
+	// Calico's verdicts on the policies before the switch, from Calico's
+	// felix (KDD) or a stand-in (etcd), and the denied flows tried
+	// throughout.
 	web, db1 := pods[cpods[0].node], pods[cpods[1].node]
 	var denied []*deniedFlow
+	felixes := map[string]*calicoFelix{}
 	for i, n := range nodes {
 		to, from := pods[n.Name], pods[nodes[(i+1)%len(nodes)].Name]
 		ds := []lab.CalicoDeny{{To: to.IP, Port: gnpDenied}}
@@ -197,15 +211,30 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 			ds = append(ds, lab.CalicoDeny{From: web.IP, To: db1.IP, Port: npDenied})
 			denied = append(denied, &deniedFlow{from: web, to: db1, port: npDenied})
 		}
-		if err := l.StandInCalicoPolicy(ctx, n.Name, ds); err != nil {
+		if realFelix {
+			felixes[n.Name] = startLiveFelix(t, felixBin, kdd, n.Name, dir)
+		} else if err := l.StandInCalicoPolicy(ctx, n.Name, ds); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for name, f := range felixes {
+		start := time.Now()
+		f.waitReady(t, 2*time.Minute)
+		t.Logf("Calico's felix on %s ready after %s", name, time.Since(start).Round(time.Millisecond))
+	}
+	if realFelix {
+		phase("Calico's felix ready on every node")
+	}
 	var watchers sync.WaitGroup
 	for _, f := range denied {
-		if reaches(t, f.from, f.to.IP, f.port) {
-			t.Fatalf("before the migration: %s reached %s:%d, which Calico's policy denies", f.from.Name, f.to.Name, f.port)
-		}
+		// Felix reports ready once its first dataplane update is applied;
+		// a deny not in force within seconds of that is a failure.
+		testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
+			if reaches(t, f.from, f.to.IP, f.port) {
+				return fmt.Sprintf("before the migration: %s reached %s:%d, which Calico's policy denies", f.from.Name, f.to.Name, f.port)
+			}
+			return ""
+		})
 		watchers.Add(1)
 		go func() { defer watchers.Done(); f.watch(probeCtx) }()
 	}
@@ -240,7 +269,18 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	for _, i := range []int{1, 2, 0} {
 		x := nodes[i]
 		w := window{node: x.Name, start: time.Now()}
+		// calico-node's pod goes: its BIRD and its felix stop together.
+		var felixDone sync.WaitGroup
+		if f := felixes[x.Name]; f != nil {
+			felixDone.Add(1)
+			go func() {
+				defer felixDone.Done()
+				f.stop(t)
+				t.Logf("Calico's felix on %s exited %s after SIGTERM", x.Name, time.Since(w.start).Round(time.Millisecond))
+			}()
+		}
 		stop(birds[x.Name])
+		felixDone.Wait()
 		if err := l.StartNode(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
@@ -255,8 +295,25 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
+		if realFelix {
+			// What Calico's felix left on the node, deleted as the doc
+			// says: its nftables tables.
+			tables := nodeNFTables(t, x.Name)
+			t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", x.Name, tables)
+			if !strings.Contains(tables, "table ip calico\n") {
+				t.Errorf("no table ip calico on %s: Calico's felix left no rules", x.Name)
+			}
+		}
 		if err := l.ClearCalicoPolicy(ctx, x.Name); err != nil {
 			t.Fatal(err)
+		}
+		if realFelix {
+			// The doc's `nft delete table` lines leave only routed's.
+			for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, x.Name)), "\n") {
+				if f := strings.Fields(line); len(f) != 3 || !strings.HasPrefix(f[2], "routed") {
+					t.Errorf("%s: %q left after the doc's nft lines, not routed's", x.Name, line)
+				}
+			}
 		}
 		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
 		switched[x.Name] = true
@@ -365,6 +422,28 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	phase("switched")
 	checkAfterLiveMigration(ctx, t, l, cpods, pods, blocks)
 	phase("checked")
+}
+
+// startLiveFelix runs Calico's felix as the felix of the lab node node,
+// in that node's namespace, reaching k's API server through a relay.
+func startLiveFelix(t *testing.T, bin string, k *kddLive, node, dir string) *calicoFelix {
+	t.Helper()
+	h, err := ns.GetNS(lab.NodeNetNSPath(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return startCalicoFelix(t, bin, h, node, apiRelay(t, k.srv, node, dir), dir)
+}
+
+// nodeNFTables is `nft list tables` in a lab node's namespace.
+func nodeNFTables(t *testing.T, node string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net="+lab.NodeNetNSPath(node), "nft", "list", "tables").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list tables on %s: %v\n%s", node, err, out)
+	}
+	return string(out)
 }
 
 // liveCalicoObjects are the live cluster's Calico resources, as
