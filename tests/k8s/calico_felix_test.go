@@ -154,12 +154,13 @@ type calicoFelix struct {
 }
 
 // startCalicoFelix runs felix as node's felix in the network namespace
-// node (the Kubernetes datastore through kubeconfig, nftables mode, BPF
-// off) until the test ends. Felix writes outside its network namespace
+// node (on the datastore that datastore, from kddFelix or etcdFelix,
+// names; nftables mode, BPF off) until the test ends. Felix writes
+// outside its network namespace
 // (/var/lib/calico/mtu, /var/run/calico, /run/xtables.lock), so it runs
 // in a mount namespace of its own with empty /var/lib and /run, and the
 // node namespace's sysfs. It logs to dir/felix-<node>.log.
-func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubeconfig, dir string) *calicoFelix {
+func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, datastore []string, dir string) *calicoFelix {
 	t.Helper()
 	// Felix's dataplane shells out to nft, and in nftables mode also to
 	// ipset (to remove what an iptables-mode felix left); calico-node's
@@ -177,8 +178,7 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubecon
 	defer logf.Close()
 	cmd := exec.Command("nsenter", "--net="+node.Path(), "unshare", "--mount", "--propagation", "private", "sh", "-c",
 		`mount -t tmpfs felix /var/lib && mount -t tmpfs felix /run && mount -t sysfs sysfs /sys && mkdir /run/calico && exec "$0"`, bin)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "KUBECONFIG=" + kubeconfig, "DATASTORE_TYPE=kubernetes",
-		"FELIX_DATASTORETYPE=kubernetes", "FELIX_FELIXHOSTNAME=" + nodeName,
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "FELIX_FELIXHOSTNAME=" + nodeName,
 		"FELIX_NFTABLESMODE=Enabled", "FELIX_BPFENABLED=false", "FELIX_IPV6SUPPORT=false", "FELIX_XDPENABLED=false",
 		"FELIX_HEALTHENABLED=true", "FELIX_HEALTHHOST=127.0.0.1", "FELIX_HEALTHPORT=9099",
 		"FELIX_LOGFILEPATH=none", "FELIX_LOGSEVERITYSCREEN=Info", "FELIX_USAGEREPORTINGENABLED=false",
@@ -186,7 +186,7 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubecon
 		// With BPF off felix still removes BPF's connect-time load
 		// balancer at start, through libbpf, which a build without cgo
 		// has only as a stub that panics; Calico's own tests skip it so.
-		"FELIX_DebugSkipCTLBCleanup=true"}
+		"FELIX_DebugSkipCTLBCleanup=true"}, datastore...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -213,6 +213,19 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName, kubecon
 			return c, err
 		}}}
 	return f
+}
+
+// kddFelix is felix's environment for the Kubernetes datastore, the
+// API server reached through kubeconfig.
+func kddFelix(kubeconfig string) []string {
+	return []string{"KUBECONFIG=" + kubeconfig, "DATASTORE_TYPE=kubernetes", "FELIX_DATASTORETYPE=kubernetes"}
+}
+
+// etcdFelix is felix's environment for the etcd datastore at endpoint
+// (a URL): calico-node's ETCD_ENDPOINTS (Calico's calico-etcd.yaml sets
+// it) and felix's own names for the same.
+func etcdFelix(endpoint string) []string {
+	return []string{"DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS=" + endpoint, "FELIX_DATASTORETYPE=etcdv3", "FELIX_ETCDENDPOINTS=" + endpoint}
 }
 
 // stop ends felix as the kubelet ends calico-node's container (SIGTERM)
@@ -367,7 +380,7 @@ func TestCalicoFelixEnforcesOnKDD(t *testing.T) {
 		}
 	}
 
-	f := startCalicoFelix(t, felix, node, nodeName, kubeconfig, dir)
+	f := startCalicoFelix(t, felix, node, nodeName, kddFelix(kubeconfig), dir)
 	start := time.Now()
 	f.waitReady(t, 2*time.Minute)
 	t.Logf("felix ready after %s", time.Since(start).Round(time.Millisecond))

@@ -24,24 +24,28 @@ import (
 // TestMigrateCalicoEtcdLiveNodeByNode: issue 38's live switch of a
 // Calico cluster on the etcd datastore. Calico's own etcd holds what
 // calico-node and calico-kube-controllers write there (the pool, the
-// mesh's BGP configuration, each node's Node with its BGP address, the
+// mesh's BGP configuration, the cluster's readiness, felix's global
+// configuration, each node's Node with its BGP address, the
 // namespace and service-account profiles, Calico's tiers, and the
 // policies); Calico's own CNI plugin and IPAM
 // (v3.31.0, datastore etcdv3) set up a pod on each of three lab nodes,
 // writing the blocks, affinities, handles and workload endpoints; a
 // BIRD 2 per node runs the mesh configuration calico-node's confd
 // renders from those (the same template as on the Kubernetes
-// datastore). Then, as on the Kubernetes datastore and with the same
-// assertions (liveSwitch): under UDP probes every 50 ms between the pods
-// of every pair of nodes, Calico's pool is disabled in its etcd, `routedctl
-// migrate calico --from-etcd` writes routed's etcd (plan, migration,
-// routed's pool enabled, `ipam check` clean, policies under their
-// names, profiles routed-controllers'), and each node switches (its
-// BIRD killed, routed started, Calico's routes and policy stand-in
-// removed once routed is Ready): less than 1 s of probes lost per switch
-// across the switched node, none between the others, the denies hold
-// throughout, every pod keeps its address under Calico's handle, a new
-// pod gets an address from its node's migrated block.
+// datastore), and Calico's own felix per node (v3.31.0, nftables mode,
+// datastore etcdv3, through the relay the CNI plugin uses) enforces the
+// policies from that etcd. Then, as on the Kubernetes datastore and
+// with the same assertions (liveSwitch): under UDP probes every 50 ms
+// between the pods of every pair of nodes, Calico's pool is disabled in
+// its etcd, `routedctl migrate calico --from-etcd` writes routed's etcd
+// (plan, migration, routed's pool enabled, `ipam check` clean, policies
+// under their names, profiles routed-controllers'), and each node
+// switches (its BIRD killed and its felix SIGTERMed, routed started,
+// Calico's routes and felix's `ip calico` table removed once routed is
+// Ready): less than 1 s of probes lost per switch across the switched
+// node, none between the others, the denies hold throughout, every pod
+// keeps its address under Calico's handle, a new pod gets an address
+// from its node's migrated block.
 func TestMigrateCalicoEtcdLiveNodeByNode(t *testing.T) {
 	liveSwitch(t, newEtcdLive, (*lab.CalicoBird).Kill, time.Second)
 }
@@ -80,8 +84,9 @@ func (e *etcdLive) namespace() string { return e.ns }
 
 // setUp writes the pods' namespace and account in Kubernetes, and in
 // Calico's etcd what calico-node (its Node, the pool, the cluster's
-// readiness), calico-kube-controllers (the profiles of the namespaces
-// and service accounts) and the operator (the mesh's BGP configuration,
+// readiness, which felix waits for, and felix's global configuration),
+// calico-kube-controllers (the profiles of the namespaces and service
+// accounts) and the operator (the mesh's BGP configuration,
 // the tiers, the policies) write there.
 func (e *etcdLive) setUp(ctx context.Context, t *testing.T, l *lab.Lab) {
 	t.Helper()
@@ -98,6 +103,13 @@ func (e *etcdLive) setUp(ctx context.Context, t *testing.T, l *lab.Lab) {
 		kv[k] = v
 	}
 	const res = "/calico/resources/v3/projectcalico.org/"
+	// calico-node's start (ensureDefaultConfig) writes felix's global
+	// configuration. On etcd it also writes node.<name> with
+	// defaultEndpointToHostAction Return, which its manifest's
+	// FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT (the felixes here have it
+	// too) overrides; not written here: `routedctl migrate calico` counts
+	// each as a policy loss and refuses the run.
+	kv[res+"felixconfigurations/default"] = `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"reportingInterval":"0s","logSeverityScreen":"Info"}}`
 	for _, n := range l.Topo.Nodes {
 		kv[res+"nodes/"+n.Name] = fmt.Sprintf(`{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":%q,"labels":{"kubernetes.io/hostname":%q}},"spec":{"bgp":{"ipv4Address":%q},"orchRefs":[{"nodeName":%q,"orchestrator":"k8s"}]}}`,
 			n.Name, n.Name, n.Addr, n.Name)
@@ -233,4 +245,10 @@ func (e *etcdLive) freeze(ctx context.Context, t *testing.T) {
 // from: Calico's etcd, through a relay into the router namespace.
 func (e *etcdLive) from(t *testing.T, l *lab.Lab, _ string) []string {
 	return []string{"--from-etcd", "http://" + e.relay(t, l.Topo.RouterNS())}
+}
+
+// felixDatastore: Calico's etcd, through the node's relay (the one
+// Calico's CNI plugin uses there).
+func (e *etcdLive) felixDatastore(t *testing.T, node, _ string) []string {
+	return etcdFelix("http://" + e.relay(t, node))
 }

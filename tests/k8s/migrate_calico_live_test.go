@@ -103,6 +103,9 @@ type liveCalico interface {
 	// from are `routedctl migrate calico`'s source flags, reaching the
 	// datastore from the lab's router namespace.
 	from(t *testing.T, l *lab.Lab, dir string) []string
+	// felixDatastore is the datastore part of the environment of
+	// Calico's felix on a lab node (kddFelix, etcdFelix).
+	felixDatastore(t *testing.T, node, dir string) []string
 }
 
 // liveSwitch runs the live switch of the cluster newSource makes,
@@ -113,16 +116,14 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	began := time.Now()
 	phase := func(what string) { t.Logf("%s: %s into the test", what, time.Since(began).Round(100*time.Millisecond)) }
 	calico := buildCalicoCNI(t)
+	// Calico's own felix enforces Calico's policies on each node until
+	// it switches. On the Kubernetes datastore it lists kinds whose CRDs
+	// the migration does not need.
+	felixBin := buildCalicoFelix(t)
 	src := newSource(t)
 	srv, kube := src.kube()
-	// On the Kubernetes datastore Calico's own felix enforces Calico's
-	// policies on each node until it switches; on etcd an nftables
-	// stand-in does (see StandInCalicoPolicy).
-	kdd, realFelix := src.(*kddLive)
-	var felixBin string
-	if realFelix {
-		felixBin = buildCalicoFelix(t)
-		installFelixCRDs(t, kdd.srv)
+	if k, ok := src.(*kddLive); ok {
+		installFelixCRDs(t, k.srv)
 	}
 	phase("Calico's datastore ready")
 	l := migrationLab(t)
@@ -198,33 +199,24 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		}
 	}
 	// Calico's verdicts on the policies before the switch, from Calico's
-	// felix (KDD) or a stand-in (etcd), and the denied flows tried
-	// throughout.
+	// felix, and the denied flows tried throughout.
 	web, db1 := pods[cpods[0].node], pods[cpods[1].node]
 	var denied []*deniedFlow
 	felixes := map[string]*calicoFelix{}
 	for i, n := range nodes {
 		to, from := pods[n.Name], pods[nodes[(i+1)%len(nodes)].Name]
-		ds := []lab.CalicoDeny{{To: to.IP, Port: gnpDenied}}
 		denied = append(denied, &deniedFlow{from: from, to: to, port: gnpDenied})
 		if to.Name == db1.Name {
-			ds = append(ds, lab.CalicoDeny{From: web.IP, To: db1.IP, Port: npDenied})
 			denied = append(denied, &deniedFlow{from: web, to: db1, port: npDenied})
 		}
-		if realFelix {
-			felixes[n.Name] = startLiveFelix(t, felixBin, kdd, n.Name, dir)
-		} else if err := l.StandInCalicoPolicy(ctx, n.Name, ds); err != nil {
-			t.Fatal(err)
-		}
+		felixes[n.Name] = startLiveFelix(t, felixBin, src, n.Name, dir)
 	}
 	for name, f := range felixes {
 		start := time.Now()
 		f.waitReady(t, 2*time.Minute)
 		t.Logf("Calico's felix on %s ready after %s", name, time.Since(start).Round(time.Millisecond))
 	}
-	if realFelix {
-		phase("Calico's felix ready on every node")
-	}
+	phase("Calico's felix ready on every node")
 	var watchers sync.WaitGroup
 	for _, f := range denied {
 		// Felix reports ready once its first dataplane update is applied;
@@ -271,14 +263,12 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		w := window{node: x.Name, start: time.Now()}
 		// calico-node's pod goes: its BIRD and its felix stop together.
 		var felixDone sync.WaitGroup
-		if f := felixes[x.Name]; f != nil {
-			felixDone.Add(1)
-			go func() {
-				defer felixDone.Done()
-				f.stop(t)
-				t.Logf("Calico's felix on %s exited %s after SIGTERM", x.Name, time.Since(w.start).Round(time.Millisecond))
-			}()
-		}
+		felixDone.Add(1)
+		go func() {
+			defer felixDone.Done()
+			felixes[x.Name].stop(t)
+			t.Logf("Calico's felix on %s exited %s after SIGTERM", x.Name, time.Since(w.start).Round(time.Millisecond))
+		}()
 		stop(birds[x.Name])
 		felixDone.Wait()
 		if err := l.StartNode(ctx, x.Name); err != nil {
@@ -295,24 +285,20 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
-		if realFelix {
-			// What Calico's felix left on the node, deleted as the doc
-			// says: its nftables tables.
-			tables := nodeNFTables(t, x.Name)
-			t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", x.Name, tables)
-			if !strings.Contains(tables, "table ip calico\n") {
-				t.Errorf("no table ip calico on %s: Calico's felix left no rules", x.Name)
-			}
+		// What Calico's felix left on the node, deleted as the doc
+		// says: its nftables tables.
+		tables := nodeNFTables(t, x.Name)
+		t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", x.Name, tables)
+		if !strings.Contains(tables, "table ip calico\n") {
+			t.Errorf("no table ip calico on %s: Calico's felix left no rules", x.Name)
 		}
 		if err := l.ClearCalicoPolicy(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
-		if realFelix {
-			// The doc's `nft delete table` lines leave only routed's.
-			for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, x.Name)), "\n") {
-				if f := strings.Fields(line); len(f) != 3 || !strings.HasPrefix(f[2], "routed") {
-					t.Errorf("%s: %q left after the doc's nft lines, not routed's", x.Name, line)
-				}
+		// The doc's `nft delete table` lines leave only routed's.
+		for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, x.Name)), "\n") {
+			if f := strings.Fields(line); len(f) != 3 || !strings.HasPrefix(f[2], "routed") {
+				t.Errorf("%s: %q left after the doc's nft lines, not routed's", x.Name, line)
 			}
 		}
 		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
@@ -425,15 +411,21 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 }
 
 // startLiveFelix runs Calico's felix as the felix of the lab node node,
-// in that node's namespace, reaching k's API server through a relay.
-func startLiveFelix(t *testing.T, bin string, k *kddLive, node, dir string) *calicoFelix {
+// in that node's namespace, on src's datastore.
+func startLiveFelix(t *testing.T, bin string, src liveCalico, node, dir string) *calicoFelix {
 	t.Helper()
 	h, err := ns.GetNS(lab.NodeNetNSPath(node))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return startCalicoFelix(t, bin, h, node, apiRelay(t, k.srv, node, dir), dir)
+	return startCalicoFelix(t, bin, h, node, src.felixDatastore(t, node, dir), dir)
+}
+
+// felixDatastore: the API server, through a relay into the node's
+// namespace.
+func (k *kddLive) felixDatastore(t *testing.T, node, dir string) []string {
+	return kddFelix(apiRelay(t, k.srv, node, dir))
 }
 
 // nodeNFTables is `nft list tables` in a lab node's namespace.
