@@ -34,7 +34,7 @@ func (versionedPodModel) Version() (uint64, bool) { return 1, true }
 
 // runLoop runs a collector's loop on synthetic events and returns its
 // batches once the events are in and one more interval passed.
-func runLoop(t *testing.T, cfg Config, feed func(marks chan<- mark, cts chan<- ctEvent)) []Batch {
+func runLoop(t *testing.T, cfg Config, feed func(marks chan<- mark, cts chan<- ctEvent), until func(tally) bool) []Batch {
 	t.Helper()
 	var mu sync.Mutex
 	var out []Batch
@@ -62,10 +62,41 @@ func runLoop(t *testing.T, cfg Config, feed func(marks chan<- mark, cts chan<- c
 	feed(marks, cts)
 	close(cts)
 	<-fwd
-	time.Sleep(cfg.Grace + 2*cfg.Interval)
+	// Until the batches hold what the test expects (or a deadline, and
+	// the test's checks then say what is missing).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		got := tallyOf(out)
+		mu.Unlock()
+		if until(got) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(cfg.Interval / 4)
+	}
 	cancel()
 	<-done
 	return out
+}
+
+// tally is what a run's batches counted, summed.
+type tally struct {
+	started, ended uint64
+	dropped        map[string]uint64
+}
+
+func tallyOf(batches []Batch) tally {
+	t := tally{dropped: map[string]uint64{}}
+	for _, b := range batches {
+		for _, f := range b.Flows {
+			t.started += f.Started
+			t.ended += f.Ended
+		}
+		for r, v := range b.Dropped {
+			t.dropped[r] += v
+		}
+	}
+	return t
 }
 
 var (
@@ -111,7 +142,7 @@ func floodCountedNotStored(t *testing.T, model Model) {
 			}
 			cts <- ctEvent{key: k, destroy: true, counts: counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}, at: time.Now()}
 		}
-	})
+	}, func(c tally) bool { return c.started >= n && c.ended >= n })
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	var started, ended, bytesOut, groups uint64
@@ -145,6 +176,8 @@ func TestCapsCounted(t *testing.T) {
 			k := newFlowKey(podA, podB, 6, 40000, uint16(1000+i))
 			cts <- ctEvent{key: k, at: time.Now()}
 		}
+	}, func(c tally) bool {
+		return c.dropped[DropPending] >= 50 && c.dropped[DropGroups] >= 90 && c.started >= 10
 	})
 	dropped := map[string]uint64{}
 	var started uint64
@@ -198,7 +231,7 @@ func TestFloodOpenBounded(t *testing.T) {
 				// last mark): the collector holds what it keeps.
 				runtime.GC()
 				runtime.ReadMemStats(&during)
-			})
+			}, func(c tally) bool { return c.started >= n && c.dropped[DropOpen] >= uint64(n-held) })
 			var started, groups uint64
 			dropped := map[string]uint64{}
 			for _, b := range batches {
@@ -246,7 +279,7 @@ func TestTupleReuseCounted(t *testing.T) {
 			cts <- ctEvent{key: k, destroy: true, counts: counts{pktsOut: 3, bytesOut: 180, pktsIn: 2, bytesIn: 120}, at: time.Now()}
 			cts <- ctEvent{key: k, at: time.Now()}
 		}
-	})
+	}, func(c tally) bool { return c.started >= 2*n && c.ended >= n })
 	var started, ended uint64
 	for _, b := range batches {
 		for _, f := range b.Flows {
