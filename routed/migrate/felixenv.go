@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -14,21 +15,42 @@ import (
 )
 
 // Calico's felix takes its configuration from calico-node's FELIX_*
-// environment variables over every FelixConfiguration, and falls back
-// to its own defaults. Two of those decide what pods and hosts may
-// reach, and routed reads neither the environment nor Calico's default:
+// environment variables over FelixConfiguration "node.<name>" over
+// FelixConfiguration "default", and falls back to its own defaults. Two
+// of those decide what pods and hosts may reach, and routed reads
+// neither the environment nor Calico's default:
 // defaultEndpointToHostAction (felix's default is Drop; Calico's
-// manifests and operator set FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT)
-// and the failsafe ports. The migration takes the effective value:
-// environment, else FelixConfiguration "default", else Drop.
+// manifests and operator set FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT;
+// on etcd calico-node's start writes node.<name> with Return) and the
+// failsafe ports. The migration takes the effective value: environment,
+// else each FelixConfiguration's own, else Drop.
+//
+// routed's verdict on a pod's traffic to its host is Calico's Return:
+// once the pod's egress policy allows it, routed accepts in its own
+// table's input base chain, and an nftables accept ends only that base
+// chain: the host's own rules on the input hook (another nftables
+// table, iptables-nft's filter INPUT, iptables-legacy) still see the
+// packet and may drop it, as Calico's RETURN hands it back to the
+// host's INPUT chain (TestEndpointToHostIsReturn, felix/policy, proves
+// it on a real kernel). Calico's Accept skips the host's iptables INPUT
+// rules after its own; routed never does, so it is no looser than
+// Accept either. Only Drop is lost: routed would accept what felix
+// dropped.
 const (
 	envEndpointToHost   = "FELIX_DEFAULTENDPOINTTOHOSTACTION"
 	envFailsafeInbound  = "FELIX_FAILSAFEINBOUNDHOSTPORTS"
 	envFailsafeOutbound = "FELIX_FAILSAFEOUTBOUNDHOSTPORTS"
 	calicoNodeContainer = "calico-node"
 	endpointToHostField = "defaultEndpointToHostAction"
-	endpointToHostAllow = "pods would reach their host where Calico stopped them: routed accepts a pod's traffic to its host once the pod's egress policy allows it"
+	endpointToHostAllow = "pods would reach their host where Calico stopped them: routed accepts a pod's traffic to its host once the pod's egress policy allows it and leaves it to the host's own firewall (Calico's Return)"
 )
+
+// endpointToHostLost reports whether routed would accept what felix
+// stops under defaultEndpointToHostAction v (set: not empty): anything
+// but Accept and Return (Drop; felix refuses to start on other values).
+func endpointToHostLost(v string) bool {
+	return !strings.EqualFold(v, "Accept") && !strings.EqualFold(v, "Return")
+}
 
 // wireguardEnv are calico-node's variables that turn WireGuard on, and
 // the FelixConfiguration fields routed reads for the same (routed
@@ -166,40 +188,58 @@ func setVar(e calicoNodeEnv, v corev1.EnvVar) {
 // checkFelixEnv records what calico-node's environment (envs; nil when
 // it was not checked, notChecked saying why) and the FelixConfigurations
 // seen leave unenforced in routed: a loss for each effective
-// defaultEndpointToHostAction other than Accept and each environment
-// setting failsafe ports (routed reads only FelixConfigurations), a
-// warning for what could not be checked.
+// defaultEndpointToHostAction routed loosens (endpointToHostLost),
+// whether the environment sets it, or, where the environment leaves it
+// unset or was not read, a FelixConfiguration ("default" or
+// "node.<name>") does, or nothing does (Calico's Drop; a warning when
+// the environment was not read); a loss for each environment setting
+// failsafe ports (routed reads only FelixConfigurations), a warning for
+// what could not be checked.
 func (st *calicoState) checkFelixEnv(envs []calicoNodeEnv, notChecked string) {
 	fcValue := st.felix.endpointToHost["default"]
 	if envs == nil {
 		w := fmt.Sprintf("calico-node's environment was not checked (%s). Its FELIX_* variables override every FelixConfiguration; routed reads no environment of Calico's. Check %s, %s and %s in calico-node's DaemonSet before switching: failsafe ports set there are replaced by routed's defaults",
 			notChecked, envEndpointToHost, envFailsafeInbound, envFailsafeOutbound)
 		if fcValue == "" {
-			w += fmt.Sprintf(`, and as no FelixConfiguration "default" sets %s, Calico's felix drops pods' traffic to their host (its default, Drop) unless %s says otherwise (Calico's manifests and operator set ACCEPT): if it is unset or not ACCEPT, %s`,
+			w += fmt.Sprintf(`, and as no FelixConfiguration "default" sets %s, Calico's felix drops pods' traffic to their host (its default, Drop) on nodes no FelixConfiguration "node.<name>" sets it for, unless %s says otherwise (Calico's manifests and operator set ACCEPT): if it is unset or DROP, %s`,
 				endpointToHostField, envEndpointToHost, endpointToHostAllow)
 		}
 		w += fmt.Sprintf(". WireGuard turned on there (%s, %s or %s) is not carried either: set the same in FelixConfiguration \"default\" before switching, or pod traffic Calico encrypted crosses the network in clear",
 			wireguardEnv[0].env, wireguardEnv[1].env, wireguardEnv[2].env)
 		st.warnings = append(st.warnings, w)
+		st.configuredEndpointToHost(fmt.Sprintf("calico-node's environment, which overrides it, was not read (%s): lost unless it sets %s=ACCEPT or RETURN", notChecked, envEndpointToHost))
 		return
 	}
-	defaultLost := false
+	defaultLost, configuredJudged := false, false
+	configured := func(why string) {
+		if !configuredJudged {
+			configuredJudged = true
+			st.configuredEndpointToHost(why)
+		}
+	}
 	for _, e := range envs {
 		v, set, known := e.lookup(envEndpointToHost)
 		switch {
 		case !known:
-			st.warnings = append(st.warnings, fmt.Sprintf("%s: calico-node's %s comes from a ConfigMap or Secret (valueFrom or envFrom), which the migration does not read; if it is not ACCEPT, %s",
+			st.warnings = append(st.warnings, fmt.Sprintf("%s: calico-node's %s comes from a ConfigMap or Secret (valueFrom or envFrom), which the migration does not read; if it is DROP, %s",
 				e.where, envEndpointToHost, endpointToHostAllow))
-		case set && !strings.EqualFold(v, "Accept"):
+			configured(fmt.Sprintf("%s: calico-node's %s, which overrides it, comes from a ConfigMap or Secret the migration does not read: lost unless it is ACCEPT or RETURN", e.where, envEndpointToHost))
+		case set && endpointToHostLost(v):
 			st.addLoss(PolicyLoss{Kind: "DaemonSet", Name: strings.TrimPrefix(e.where, "DaemonSet "),
 				Reason:      fmt.Sprintf("calico-node's environment sets %s=%s, which overrides every FelixConfiguration; routed reads no environment of Calico's and accepts", envEndpointToHost, v),
 				Consequence: endpointToHostAllow})
-		case !set && fcValue == "" && !defaultLost:
-			defaultLost = true
-			st.addLoss(PolicyLoss{Kind: string(api.KindFelixConfiguration), Name: "default",
-				Reason: fmt.Sprintf("%s is unset there (or there is no FelixConfiguration default) and calico-node's environment (%s) does not set %s: Calico's felix applies its default, Drop",
-					endpointToHostField, e.where, envEndpointToHost),
-				Consequence: endpointToHostAllow})
+		case set:
+			// ACCEPT or RETURN overrides every FelixConfiguration, and
+			// routed does no less.
+		default:
+			configured(fmt.Sprintf("calico-node's environment (%s) does not set %s, which would override it", e.where, envEndpointToHost))
+			if fcValue == "" && !defaultLost {
+				defaultLost = true
+				st.addLoss(PolicyLoss{Kind: string(api.KindFelixConfiguration), Name: "default",
+					Reason: fmt.Sprintf("%s is unset there (or there is no FelixConfiguration default) and calico-node's environment (%s) does not set %s: Calico's felix applies its default, Drop",
+						endpointToHostField, e.where, envEndpointToHost),
+					Consequence: endpointToHostAllow})
+			}
 		}
 		for _, w := range wireguardEnv {
 			v, set, known := e.lookup(w.env)
@@ -228,6 +268,24 @@ func (st *calicoState) checkFelixEnv(envs []calicoNodeEnv, notChecked string) {
 					Consequence: felixPolicyFields[f.field].allows})
 			}
 		}
+	}
+}
+
+// configuredEndpointToHost records a loss for each FelixConfiguration
+// ("default", "node.<name>") setting a defaultEndpointToHostAction
+// routed loosens, why saying why the environment does not override it.
+func (st *calicoState) configuredEndpointToHost(why string) {
+	names := make([]string, 0, len(st.felix.endpointToHost))
+	for name, v := range st.felix.endpointToHost {
+		if v != "" && endpointToHostLost(v) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		st.addLoss(PolicyLoss{Kind: string(api.KindFelixConfiguration), Name: name,
+			Reason:      fmt.Sprintf("%s %q would not apply: %s", endpointToHostField, st.felix.endpointToHost[name], why),
+			Consequence: endpointToHostAllow})
 	}
 }
 

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -30,8 +31,9 @@ func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Va
 // TestFelixEnvironmentDecidesEndpointToHost: from the Kubernetes
 // source, the effective defaultEndpointToHostAction is calico-node's
 // FELIX_DEFAULTENDPOINTTOHOSTACTION over FelixConfiguration "default"
-// over Calico's own default, Drop; anything but Accept is a policy loss
-// (routed accepts), named after where it comes from. Failsafe ports set
+// over Calico's own default, Drop; Drop is a policy loss (routed
+// accepts), named after where it comes from; Accept and Return are not
+// (routed's accept is Calico's Return: TestEndpointToHostIsReturn). Failsafe ports set
 // in the environment are losses too (routed reads only
 // FelixConfigurations). What cannot be read (no calico-node DaemonSet,
 // listing forbidden, a value from a ConfigMap) is a warning saying
@@ -60,8 +62,11 @@ func TestFelixEnvironmentDecidesEndpointToHost(t *testing.T) {
 		{"FelixConfiguration Accept", fc(accept), []runtime.Object{calicoNodeDS("kube-system")}, false, "", "", ""},
 		{"environment DROP over Accept", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "DROP"))}, false,
 			"DaemonSet kube-system/calico-node", "FELIX_DEFAULTENDPOINTTOHOSTACTION=DROP", ""},
-		{"environment RETURN, operator", fc(accept), []runtime.Object{calicoNodeDS("calico-system", env(envEndpointToHost, "RETURN"))}, false,
-			"DaemonSet calico-system/calico-node", "=RETURN", ""},
+		{"environment RETURN, operator", fc(accept), []runtime.Object{calicoNodeDS("calico-system", env(envEndpointToHost, "RETURN"))}, false, "", "", ""},
+		{"environment ACCEPT over Drop", fc(map[string]any{"defaultEndpointToHostAction": "Drop"}), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"))}, false, "", "", ""},
+		{"FelixConfiguration Drop", fc(map[string]any{"defaultEndpointToHostAction": "Drop"}), []runtime.Object{calicoNodeDS("kube-system")}, false,
+			"FelixConfiguration default", `"Drop" would not apply`, ""},
+		{"FelixConfiguration Return", fc(map[string]any{"defaultEndpointToHostAction": "Return"}), []runtime.Object{calicoNodeDS("kube-system")}, false, "", "", ""},
 		{"failsafe ports in the environment", fc(accept), []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"), env(envFailsafeInbound, "tcp:22"))}, false,
 			"DaemonSet kube-system/calico-node", "FELIX_FAILSAFEINBOUNDHOSTPORTS", ""},
 		{"from a ConfigMap", fc(map[string]any{}), []runtime.Object{calicoNodeDS("kube-system", corev1.EnvVar{Name: envEndpointToHost,
@@ -120,6 +125,106 @@ func TestFelixEnvironmentDecidesEndpointToHost(t *testing.T) {
 				t.Errorf("warnings %q, want none", st.warnings)
 			}
 		})
+	}
+}
+
+// TestFelixEnvironmentOverridesNodeConfigs: calico-node's environment
+// overrides FelixConfiguration "node.<name>" as it does "default"
+// (felix: environment, then the node's, then the global one). A node's
+// Return, which calico-node's start writes on etcd, is not a loss with
+// the manifests' ACCEPT or with nothing in the environment (routed does
+// what Return does); a node's Drop is, unless the environment says
+// ACCEPT, named after that node's FelixConfiguration; "default" is
+// judged as before.
+func TestFelixEnvironmentOverridesNodeConfigs(t *testing.T) {
+	fc := func(name, action string) *unstructured.Unstructured {
+		spec := map[string]any{}
+		if action != "" {
+			spec["defaultEndpointToHostAction"] = action
+		}
+		return object(calicoCRDv1, "FelixConfiguration", name, spec)
+	}
+	manifest := []runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "ACCEPT"))}
+	unset := []runtime.Object{calicoNodeDS("kube-system")}
+	for _, tc := range []struct {
+		name  string
+		objs  []*unstructured.Unstructured
+		ds    []runtime.Object
+		want  map[string]string // loss "<kind> <name>": a word of its reason
+		warns string
+	}{
+		{"node Return, environment ACCEPT", []*unstructured.Unstructured{fc("default", ""), fc("node.rm1-n1", "Return"), fc("node.rm1-n2", "Return")}, manifest, nil, ""},
+		{"node Return, environment unset, default Accept", []*unstructured.Unstructured{fc("default", "Accept"), fc("node.rm1-n1", "Return")}, unset, nil, ""},
+		{"node Return, environment unset, default unset", []*unstructured.Unstructured{fc("default", ""), fc("node.rm1-n1", "Return")}, unset,
+			map[string]string{"FelixConfiguration default": "its default, Drop"}, ""},
+		{"node Drop, environment ACCEPT", []*unstructured.Unstructured{fc("default", ""), fc("node.rm1-n1", "Drop")}, manifest, nil, ""},
+		{"node Drop, environment RETURN", []*unstructured.Unstructured{fc("default", ""), fc("node.rm1-n1", "Drop")},
+			[]runtime.Object{calicoNodeDS("calico-system", env(envEndpointToHost, "RETURN"))}, nil, ""},
+		{"node Drop, environment unset", []*unstructured.Unstructured{fc("default", "Accept"), fc("node.rm1-n1", "Drop"), fc("node.rm1-n2", "Return")}, unset,
+			map[string]string{"FelixConfiguration node.rm1-n1": `"Drop" would not apply: calico-node's environment (DaemonSet kube-system/calico-node) does not set`}, ""},
+		{"node Drop, environment DROP", []*unstructured.Unstructured{fc("default", "Accept"), fc("node.rm1-n1", "Drop")},
+			[]runtime.Object{calicoNodeDS("kube-system", env(envEndpointToHost, "DROP"))},
+			map[string]string{"DaemonSet kube-system/calico-node": "=DROP"}, ""},
+		{"node Drop, environment from a ConfigMap", []*unstructured.Unstructured{fc("default", "Accept"), fc("node.rm1-n1", "Drop")},
+			[]runtime.Object{calicoNodeDS("kube-system", corev1.EnvVar{Name: envEndpointToHost, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "x"}}})},
+			map[string]string{"FelixConfiguration node.rm1-n1": "lost unless it is ACCEPT or RETURN"}, "comes from a ConfigMap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, _, _ := fakeCluster{gv: calicoCRDv1, kube: tc.ds, objs: tc.objs}.source()
+			st, err := src.read(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := lossNames(st.losses)
+			if len(got) != len(tc.want) {
+				t.Errorf("losses %v, want %v", st.losses, tc.want)
+			}
+			for name, word := range tc.want {
+				if l, ok := got[name]; !ok || !strings.Contains(l.Reason, word) || !strings.Contains(l.Consequence, "Calico's Return") {
+					t.Errorf("losses %v, want %s saying %q", st.losses, name, word)
+				}
+			}
+			all := strings.Join(st.warnings, "\n")
+			if tc.warns == "" && all != "" || !strings.Contains(all, tc.warns) {
+				t.Errorf("warnings %q, want %q", st.warnings, tc.warns)
+			}
+		})
+	}
+}
+
+// TestEtcdNodeConfigs: from Calico's etcd, where calico-node's
+// environment is not read, the FelixConfiguration node.<name> with
+// Return that calico-node's start writes for each node is carried
+// without a loss (routed does what Return does), and a node's Drop is a
+// loss naming it and saying the environment, which could override it,
+// was not read.
+func TestEtcdNodeConfigs(t *testing.T) {
+	ctx := context.Background()
+	src, to := dstest.Client(t), dstest.Client(t)
+	node := func(name, action string) string {
+		return `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"` + name + `"},"spec":{"defaultEndpointToHostAction":"` + action + `"}}`
+	}
+	putCalico(t, src, map[string]string{
+		"ippools/p":                       `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"p"},"spec":{"cidr":"10.246.0.0/16","blockSize":26}}`,
+		"felixconfigurations/default":     `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"reportingInterval":"0s","logSeverityScreen":"Info"}}`,
+		"felixconfigurations/node.rm1-n1": node("node.rm1-n1", "Return"),
+		"felixconfigurations/node.rm1-n2": node("node.rm1-n2", "Return"),
+	})
+	rep, err := Calico(ctx, src, to, Options{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.PolicyLosses) != 0 {
+		t.Errorf("losses %v, want none for calico-node's Return", rep.PolicyLosses)
+	}
+	putCalico(t, src, map[string]string{"felixconfigurations/node.rm1-n2": node("node.rm1-n2", "Drop")})
+	rep, err = Calico(ctx, src, to, Options{DryRun: true})
+	if !errors.Is(err, ErrPolicyLoss) {
+		t.Fatalf("with node.rm1-n2 Drop: %v, want %v", err, ErrPolicyLoss)
+	}
+	got := lossNames(rep.PolicyLosses)
+	if l, ok := got["FelixConfiguration node.rm1-n2"]; len(got) != 1 || !ok || !strings.Contains(l.Reason, `"Drop" would not apply: calico-node's environment, which overrides it, was not read`) {
+		t.Errorf("losses %v, want only FelixConfiguration node.rm1-n2's Drop", rep.PolicyLosses)
 	}
 }
 

@@ -191,11 +191,9 @@ var felixPolicyFields = map[string]struct {
 }{
 	"failsafeInboundHostPorts":  {func(v any) bool { return v != nil }, "routed's default failsafe ports would replace these: host ports Calico kept closed may open"},
 	"failsafeOutboundHostPorts": {func(v any) bool { return v != nil }, "routed's default outbound failsafe ports would replace these: connections from the host Calico's policy stopped may go out"},
-	// Unset is not Accept in Calico (felix's default is Drop) but may be
-	// in calico-node's environment: checkFelixEnv (felixenv.go) judges
-	// the effective value once every FelixConfiguration is read.
-	"defaultEndpointToHostAction": {func(v any) bool { s, _ := v.(string); return s != "" && !strings.EqualFold(s, "Accept") },
-		"pods would reach their host where Calico stopped them"},
+	// defaultEndpointToHostAction is not here: calico-node's environment
+	// overrides every FelixConfiguration, so checkFelixEnv (felixenv.go)
+	// judges each one's value once all are read and the environment is.
 	"wireguardEnabled":               {func(v any) bool { return v == true }, "IPv4 pod traffic between nodes would go in clear unless routed runs with --wireguard"},
 	"wireguardEnabledV6":             {func(v any) bool { return v == true }, "IPv6 pod traffic between nodes would go in clear unless routed runs with --wireguard-v6"},
 	"wireguardHostEncryptionEnabled": {func(v any) bool { return v == true }, "host traffic between nodes would go in clear unless routed runs with --wireguard-host-encryption"},

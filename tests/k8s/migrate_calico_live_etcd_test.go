@@ -104,13 +104,13 @@ func (e *etcdLive) setUp(ctx context.Context, t *testing.T, l *lab.Lab) {
 	}
 	const res = "/calico/resources/v3/projectcalico.org/"
 	// calico-node's start (ensureDefaultConfig) writes felix's global
-	// configuration. On etcd it also writes node.<name> with
-	// defaultEndpointToHostAction Return, which its manifest's
-	// FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT (the felixes here have it
-	// too) overrides; not written here: `routedctl migrate calico` counts
-	// each as a policy loss and refuses the run.
+	// configuration and, on etcd, node.<name> for each node with
+	// defaultEndpointToHostAction Return (which its manifest's
+	// FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT, set on the felixes here
+	// too, overrides). routed's accept is Return, so they cost nothing.
 	kv[res+"felixconfigurations/default"] = `{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},"spec":{"reportingInterval":"0s","logSeverityScreen":"Info"}}`
 	for _, n := range l.Topo.Nodes {
+		kv[res+"felixconfigurations/node."+n.Name] = fmt.Sprintf(`{"kind":"FelixConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"node.%s"},"spec":{"defaultEndpointToHostAction":"Return"}}`, n.Name)
 		kv[res+"nodes/"+n.Name] = fmt.Sprintf(`{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":%q,"labels":{"kubernetes.io/hostname":%q}},"spec":{"bgp":{"ipv4Address":%q},"orchRefs":[{"nodeName":%q,"orchestrator":"k8s"}]}}`,
 			n.Name, n.Name, n.Addr, n.Name)
 	}
