@@ -130,7 +130,14 @@ var felixRefusals = []felixRefusal{
 	// FelixConfiguration (Calico's manifests and operator set ACCEPT), and
 	// a file alone cannot say what it is. The migration takes the
 	// effective value from the environment (routed/migrate/felixenv.go).
-	{"defaultEndpointToHostAction", "Accept", "routed accepts traffic from a pod to its host once the pod's egress policy allowed it (Calico's Accept); Drop or Return would be ignored and pods would reach their host where Calico stops them", func(why string) func(any) string { return unlessFold("Accept", why) }},
+	//
+	// Return is routed's own behaviour: routed accepts in its own
+	// nftables table, which ends only that table's chain, so the host's
+	// own firewall rules on the input hook still decide after it, as
+	// after Calico's RETURN (felix/policy TestEndpointToHostIsReturn);
+	// Accept differs only in skipping the host's later iptables INPUT
+	// rules, so routed is never looser than it.
+	{"defaultEndpointToHostAction", "Accept or Return", "routed accepts traffic from a pod to its host once the pod's egress policy allowed it and leaves the host's own firewall rules to decide after it (Calico's Return, never looser than Accept); Drop would be ignored and pods would reach their host where Calico stops them", func(why string) func(any) string { return unlessFold(why, "Accept", "Return") }},
 	{"natOutgoingAddress", "unset", "routed masquerades pod traffic to the address of the interface it leaves by; a fixed source address is not supported, and upstream firewalls may admit only that one", whenSet},
 	{"natPortRange", "unset", "routed's masquerade lets the kernel choose source ports; a fixed range is not supported", whenSet},
 	{"natOutgoingExclusions", "IPPoolsOnly", "routed leaves traffic to pool addresses unmasqueraded and masquerades all else; IPPoolsAndHostIPs would also spare traffic to the hosts", isString("IPPoolsOnly")},
@@ -182,12 +189,18 @@ func felixCalicoFields() []calicoField {
 	return out
 }
 
-// unlessFold is unless, comparing without case (Calico reads
-// defaultEndpointToHostAction that way).
-func unlessFold(ok, why string) func(any) string {
+// unlessFold is unless with any of oks, comparing without case (Calico
+// reads defaultEndpointToHostAction that way).
+func unlessFold(why string, oks ...string) func(any) string {
 	return func(v any) string {
-		if s, isStr := v.(string); v == nil || (isStr && (s == "" || strings.EqualFold(s, ok))) {
+		s, isStr := v.(string)
+		if v == nil || (isStr && s == "") {
 			return ""
+		}
+		for _, ok := range oks {
+			if isStr && strings.EqualFold(s, ok) {
+				return ""
+			}
 		}
 		return why
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,8 +138,14 @@ func TestFelixConfigurationVerdicts(t *testing.T) {
 				t.Errorf("%s: Other: %v %v", r.Name, d, err)
 			}
 		case strings.HasPrefix(r.Verdict, "refused unless "):
-			ok, set := routedValue(strings.TrimPrefix(r.Verdict, "refused unless "))
-			if set {
+			// "refused unless A or B": each is routed's value
+			var oks []any
+			for _, v := range strings.Split(strings.TrimPrefix(r.Verdict, "refused unless "), " or ") {
+				ok, set := routedValue(v)
+				oks = append(oks, ok)
+				if !set {
+					continue
+				}
 				d, err := api.Decode([]byte(felixDoc("default", map[string]any{r.Name: ok})))
 				if err != nil || len(d.Warnings) != 0 {
 					t.Errorf("%s at routed's value %v: %v", r.Name, ok, err)
@@ -148,7 +155,7 @@ func TestFelixConfigurationVerdicts(t *testing.T) {
 			}
 			refused := false
 			for _, bad := range []any{true, false, 1, "Other"} {
-				if bad == ok {
+				if slices.Contains(oks, bad) {
 					continue
 				}
 				_, err := api.Decode([]byte(felixDoc("default", map[string]any{r.Name: bad})))
@@ -217,6 +224,13 @@ func TestFelixConfigurationFiles(t *testing.T) {
 		t.Errorf("felixconfig-wireguard.yaml (host encryption, honoured): %v %v", d, err)
 	} else if s := d.Resources[0].(*api.FelixConfiguration).Spec; s.WireguardHostEncryptionEnabled == nil || !*s.WireguardHostEncryptionEnabled {
 		t.Errorf("felixconfig-wireguard.yaml: spec %+v", s)
+	}
+	// Return is what routed does (TestEndpointToHostIsReturn): the
+	// rest of the configuration is kept.
+	if d, err := read("felixconfig-endpoint-to-host-return.yaml"); err != nil || len(d.Resources) != 1 {
+		t.Errorf("felixconfig-endpoint-to-host-return.yaml: %v %v", d, err)
+	} else if s := d.Resources[0].(*api.FelixConfiguration).Spec; s.IPIPMTU == nil || *s.IPIPMTU != 1400 {
+		t.Errorf("felixconfig-endpoint-to-host-return.yaml: the rest of the spec lost: %+v", s)
 	}
 	for file, want := range map[string]string{
 		"felixconfig-bpf.yaml":                   "spec.bpfEnabled (true) cannot be ignored: routed has no eBPF dataplane",
