@@ -147,6 +147,9 @@ func installFelixCRDs(t *testing.T, srv *kubeapiserver.Server) {
 
 // calicoFelix is Calico's felix running as one node's felix.
 type calicoFelix struct {
+	mode   felixMode
+	netns  string // the node's network namespace
+	kept   string // in iptables mode, iptablesSave before felix started
 	log    string
 	proc   *os.Process   // felix itself: nsenter, unshare and sh exec it
 	exited chan struct{} // closed when felix has exited
@@ -155,22 +158,27 @@ type calicoFelix struct {
 
 // startCalicoFelix runs felix as node's felix in the network namespace
 // node (on the datastore that datastore, from kddFelix or etcdFelix,
-// names; nftables mode, BPF off) until the test ends. Felix writes
+// names; the dataplane mode, BPF off) until the test ends. In iptables
+// mode the node's iptables first get what a kubelet writes (kubeletChains). Felix writes
 // outside its network namespace
 // (/var/lib/calico/mtu, /var/run/calico, /run/xtables.lock), so it runs
 // in a mount namespace of its own with empty /var/lib and /run, and the
 // node namespace's sysfs. It logs to dir/felix-<node>.log.
-func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, datastore []string, dir string) *calicoFelix {
+func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, mode felixMode, datastore []string, dir string) *calicoFelix {
 	t.Helper()
-	// Felix's dataplane shells out to nft, and in nftables mode also to
-	// ipset (to remove what an iptables-mode felix left); calico-node's
-	// image ships both.
-	for _, tool := range []string{"nft", "ipset"} {
+	// Felix's dataplane shells out to nft, ipset (in nftables mode too,
+	// to remove what an iptables-mode felix left) and iptables' save and
+	// restore of either backend (to choose one, and to remove what a
+	// felix of the other mode left); calico-node's image ships them all.
+	for tool, pkg := range map[string]string{"nft": "nftables", "ipset": "ipset", "iptables-nft-restore": "iptables", "iptables-legacy-save": "iptables"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found (Calico's felix runs it): apt-get install %s", tool, map[string]string{"nft": "nftables", "ipset": "ipset"}[tool])
+			t.Fatalf("%s not found (Calico's felix runs it): apt-get install %s", tool, pkg)
 		}
 	}
-	f := &calicoFelix{log: filepath.Join(dir, "felix-"+nodeName+".log"), exited: make(chan struct{})}
+	f := &calicoFelix{mode: mode, netns: node.Path(), log: filepath.Join(dir, "felix-"+nodeName+".log"), exited: make(chan struct{})}
+	if mode.iptables {
+		f.kept = kubeletChains(t, node.Path())
+	}
 	logf, err := os.Create(f.log)
 	if err != nil {
 		t.Fatal(err)
@@ -178,15 +186,16 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, 
 	defer logf.Close()
 	cmd := exec.Command("nsenter", "--net="+node.Path(), "unshare", "--mount", "--propagation", "private", "sh", "-c",
 		`mount -t tmpfs felix /var/lib && mount -t tmpfs felix /run && mount -t sysfs sysfs /sys && mkdir /run/calico && exec "$0"`, bin)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "FELIX_FELIXHOSTNAME=" + nodeName,
-		"FELIX_NFTABLESMODE=Enabled", "FELIX_BPFENABLED=false", "FELIX_IPV6SUPPORT=false", "FELIX_XDPENABLED=false",
+	env := append([]string{"PATH=" + os.Getenv("PATH"), "FELIX_FELIXHOSTNAME=" + nodeName,
+		"FELIX_BPFENABLED=false", "FELIX_IPV6SUPPORT=false", "FELIX_XDPENABLED=false",
 		"FELIX_HEALTHENABLED=true", "FELIX_HEALTHHOST=127.0.0.1", "FELIX_HEALTHPORT=9099",
 		"FELIX_LOGFILEPATH=none", "FELIX_LOGSEVERITYSCREEN=Info", "FELIX_USAGEREPORTINGENABLED=false",
 		"FELIX_LOGSEVERITYSYS=none", "FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT",
 		// With BPF off felix still removes BPF's connect-time load
 		// balancer at start, through libbpf, which a build without cgo
 		// has only as a stub that panics; Calico's own tests skip it so.
-		"FELIX_DebugSkipCTLBCleanup=true"}, datastore...)
+		"FELIX_DebugSkipCTLBCleanup=true"}, mode.env...)
+	cmd.Env = append(env, datastore...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -273,7 +282,7 @@ const (
 )
 
 // TestCalicoFelixEnforcesOnKDD runs Calico's own felix (v3.31.0, built
-// from source, nftables mode) as the felix of one node on the
+// from source, nftables mode: felixEnforcesOnKDD) as the felix of one node on the
 // Kubernetes datastore, with two pods that Calico's CNI plugin set up
 // on that node. Without policy the client reaches the server on every
 // port (felix programmed both endpoints under their namespace's
@@ -283,6 +292,11 @@ const (
 // and deleting the NetworkPolicy opens its port again. The verdicts are
 // felix's: the node namespace has no other rules.
 func TestCalicoFelixEnforcesOnKDD(t *testing.T) {
+	felixEnforcesOnKDD(t, felixNFTables)
+}
+
+// felixEnforcesOnKDD is TestCalicoFelixEnforcesOnKDD with felix in mode.
+func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	requireRoot(t)
 	felix := buildCalicoFelix(t)
 	calico := buildCalicoCNI(t)
@@ -380,13 +394,11 @@ func TestCalicoFelixEnforcesOnKDD(t *testing.T) {
 		}
 	}
 
-	f := startCalicoFelix(t, felix, node, nodeName, kddFelix(kubeconfig), dir)
+	f := startCalicoFelix(t, felix, node, nodeName, mode, kddFelix(kubeconfig), dir)
 	start := time.Now()
 	f.waitReady(t, 2*time.Minute)
 	t.Logf("felix ready after %s", time.Since(start).Round(time.Millisecond))
-	if out, err := exec.Command("nsenter", "--net="+node.Path(), "nft", "list", "tables").CombinedOutput(); err != nil || !strings.Contains(string(out), "calico") {
-		t.Fatalf("no Calico nftables tables on the node: %v\n%s", err, out)
-	}
+	f.checkProgrammed(t)
 
 	connects := func(port int, timeout time.Duration) bool {
 		ok, err := lab.TCPConnects(cliPod, srvPod.IP, port, timeout)
@@ -439,5 +451,16 @@ func TestCalicoFelixEnforcesOnKDD(t *testing.T) {
 	testenv.Eventually(t, time.Minute, 200*time.Millisecond, reachAll(felixOpen, felixNPDenied))
 	if connects(felixGNPDenied, 2*time.Second) {
 		t.Fatalf("%s reaches %s:%d, which the GlobalNetworkPolicy still denies", client.name, server.name, felixGNPDenied)
+	}
+	if mode.iptables {
+		// What felix leaves when it stops, and the doc's clean-up.
+		f.stop(t)
+		if connects(felixGNPDenied, 2*time.Second) {
+			t.Fatalf("%s reaches %s:%d once felix stopped: it took its rules with it", client.name, server.name, felixGNPDenied)
+		}
+		f.clearIptables(t)
+		if !connects(felixGNPDenied, 2*time.Second) {
+			t.Fatalf("%s cannot reach %s:%d with Calico's rules removed", client.name, server.name, felixGNPDenied)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -110,9 +109,14 @@ type liveCalico interface {
 
 // liveSwitch runs the live switch of the cluster newSource makes,
 // stopping each node's BIRD with stop, and asserts at most maxLoss of
-// probes lost per switch across the switched node.
-func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*lab.CalicoBird), maxLoss time.Duration) {
+// probes lost per switch across the switched node. Felix runs in
+// nftables mode, or in iptables mode if mode is felixIptables.
+func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*lab.CalicoBird), maxLoss time.Duration, mode ...felixMode) {
 	requireRoot(t)
+	felixIn := felixNFTables
+	if len(mode) > 0 {
+		felixIn = mode[0]
+	}
 	began := time.Now()
 	phase := func(what string) { t.Logf("%s: %s into the test", what, time.Since(began).Round(100*time.Millisecond)) }
 	calico := buildCalicoCNI(t)
@@ -209,7 +213,7 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		if to.Name == db1.Name {
 			denied = append(denied, &deniedFlow{from: web, to: db1, port: npDenied})
 		}
-		felixes[n.Name] = startLiveFelix(t, felixBin, src, n.Name, dir)
+		felixes[n.Name] = startLiveFelix(t, felixBin, src, n.Name, felixIn, dir)
 	}
 	for name, f := range felixes {
 		start := time.Now()
@@ -285,21 +289,10 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		if err := l.ClearCalicoDataplane(ctx, x.Name); err != nil {
 			t.Fatal(err)
 		}
-		// What Calico's felix left on the node, deleted as the doc
-		// says: its nftables tables.
-		tables := nodeNFTables(t, x.Name)
-		t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", x.Name, tables)
-		if !strings.Contains(tables, "table ip calico\n") {
-			t.Errorf("no table ip calico on %s: Calico's felix left no rules", x.Name)
-		}
-		if err := l.ClearCalicoPolicy(ctx, x.Name); err != nil {
-			t.Fatal(err)
-		}
-		// The doc's `nft delete table` lines leave only routed's.
-		for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, x.Name)), "\n") {
-			if f := strings.Fields(line); len(f) != 3 || !strings.HasPrefix(f[2], "routed") {
-				t.Errorf("%s: %q left after the doc's nft lines, not routed's", x.Name, line)
-			}
+		if felixIn.iptables {
+			felixes[x.Name].clearIptables(t)
+		} else {
+			clearCalicoNFTables(ctx, t, l, x.Name)
 		}
 		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
 		switched[x.Name] = true
@@ -412,14 +405,34 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 
 // startLiveFelix runs Calico's felix as the felix of the lab node node,
 // in that node's namespace, on src's datastore.
-func startLiveFelix(t *testing.T, bin string, src liveCalico, node, dir string) *calicoFelix {
+func startLiveFelix(t *testing.T, bin string, src liveCalico, node string, mode felixMode, dir string) *calicoFelix {
 	t.Helper()
 	h, err := ns.GetNS(lab.NodeNetNSPath(node))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return startCalicoFelix(t, bin, h, node, src.felixDatastore(t, node, dir), dir)
+	return startCalicoFelix(t, bin, h, node, mode, src.felixDatastore(t, node, dir), dir)
+}
+
+// clearCalicoNFTables checks that Calico's felix, stopped in nftables
+// mode, left its table on node, and deletes it as the doc says.
+func clearCalicoNFTables(ctx context.Context, t *testing.T, l *lab.Lab, node string) {
+	t.Helper()
+	tables := nodeNFTables(t, node)
+	t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", node, tables)
+	if !strings.Contains(tables, "table ip calico\n") {
+		t.Errorf("no table ip calico on %s: Calico's felix left no rules", node)
+	}
+	if err := l.ClearCalicoPolicy(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	// The doc's `nft delete table` lines leave only routed's.
+	for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, node)), "\n") {
+		if f := strings.Fields(line); len(f) != 3 || !strings.HasPrefix(f[2], "routed") {
+			t.Errorf("%s: %q left after the doc's nft lines, not routed's", node, line)
+		}
+	}
 }
 
 // felixDatastore: the API server, through a relay into the node's
@@ -431,11 +444,7 @@ func (k *kddLive) felixDatastore(t *testing.T, node, dir string) []string {
 // nodeNFTables is `nft list tables` in a lab node's namespace.
 func nodeNFTables(t *testing.T, node string) string {
 	t.Helper()
-	out, err := exec.Command("nsenter", "--net="+lab.NodeNetNSPath(node), "nft", "list", "tables").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list tables on %s: %v\n%s", node, err, out)
-	}
-	return string(out)
+	return nsNFTables(t, lab.NodeNetNSPath(node))
 }
 
 // liveCalicoObjects are the live cluster's Calico resources, as
