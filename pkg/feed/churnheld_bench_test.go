@@ -35,6 +35,11 @@ const (
 	churnTimeEnv = "ROUTED_FEED_BENCH_CHURN"
 	churnRateEnv = "ROUTED_FEED_BENCH_RATE"
 	heapDumpEnv  = "ROUTED_FEED_BENCH_HEAPDUMPS"
+	// recordsEnv "after-gc": the snapshot's endpoints are all converted
+	// (policy.EndpointFromAPI) first, then a collection, then their
+	// records are made; unset, each is converted and made in turn, as
+	// felix's policyReplace does.
+	recordsEnv = "ROUTED_FEED_BENCH_RECORDS"
 )
 
 // BenchmarkChurnHeld takes apart what a node's heap holds from the
@@ -78,7 +83,8 @@ func BenchmarkChurnHeld(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fx := &churnRecords{node: benchNodeName(0), calc: policy.NewCalc(nopSink{}, policy.LogConfig{})}
+		fx := &churnRecords{node: benchNodeName(0), calc: policy.NewCalc(nopSink{}, policy.LogConfig{}),
+			afterGC: os.Getenv(recordsEnv) == "after-gc"}
 		fd := feed.New(ds, feed.Options{Cache: c})
 		fd.Subscribe("felix", felixKinds, fx)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -268,12 +274,17 @@ func churnAt(b *testing.B, ds *datastore.Client, fx *churnRecords, pods, next, r
 // snapshot and then from each change, as felix's policy loop does.
 type churnRecords struct {
 	node      string
+	afterGC   bool // recordsEnv
 	calc      *policy.Calc
 	endpoints atomic.Int64
 	rev       atomic.Int64
 }
 
 func (c *churnRecords) OnBatch(b feed.Batch) {
+	if b.Snapshot && c.afterGC {
+		c.snapshotAfterGC(b)
+		return
+	}
 	for _, u := range b.Updates {
 		if u.Kind != api.KindWorkloadEndpoint {
 			continue
@@ -295,5 +306,27 @@ func (c *churnRecords) OnBatch(b feed.Batch) {
 			c.endpoints.Add(1)
 		}
 	}
+	c.rev.Store(b.Revision)
+}
+
+// snapshotAfterGC makes the records of a snapshot's endpoints once they
+// are all converted and the conversion's garbage is collected (the
+// batch itself stays referenced, as felix's replace holds it): the
+// records' small objects then fill whole pages instead of sitting
+// among that garbage.
+func (c *churnRecords) snapshotAfterGC(b feed.Batch) {
+	var eps []policy.Endpoint
+	for _, u := range b.Updates {
+		if w, ok := u.Resource.(*api.WorkloadEndpoint); ok {
+			if ep, err := policy.EndpointFromAPI(w, w.Spec.Node == c.node); err == nil {
+				eps = append(eps, ep)
+			}
+		}
+	}
+	runtime.GC()
+	for _, ep := range eps {
+		c.calc.SetEndpoint(ep)
+	}
+	c.endpoints.Add(int64(len(eps)))
 	c.rev.Store(b.Revision)
 }
