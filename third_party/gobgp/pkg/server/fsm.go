@@ -241,6 +241,11 @@ type outgoingConnManager struct {
 	wg     sync.WaitGroup
 	fsm    *fsm
 	state  fsmState
+	// notif, set by stop before it cancels ctx, is sent on the
+	// manager's connection (if it has sent OPEN) instead of closing it
+	// silently: a Cease when the connection loses a collision (routed's
+	// patch, PATCHED.md).
+	notif *bgp.BGPMessage
 }
 
 func newOutGoingConnManager(ctx context.Context, fsm *fsm) *outgoingConnManager {
@@ -319,7 +324,11 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 			case <-ocm.ctx.Done():
 				holdTimer.Stop()
 				conn.SetReadDeadline(time.Now())
-				conn.Close()
+				if ocm.notif != nil {
+					_ = fsm.sendNotification(conn, ocm.notif)
+				} else {
+					conn.Close()
+				}
 				wg.Wait()
 				return
 			case reason := <-reasonCh:
@@ -343,9 +352,17 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 					continue
 				}
 				fsm.logger.Debug("open message received on outgoing connection", slog.String("remote", conn.RemoteAddr().String()))
-				ch <- outgoingConn{
+				select {
+				case ch <- outgoingConn{
 					conn: conn,
 					open: fmsg.MsgData.(*bgp.BGPMessage),
+				}:
+				case <-ocm.ctx.Done():
+					if ocm.notif != nil {
+						_ = fsm.sendNotification(conn, ocm.notif)
+					} else {
+						conn.Close()
+					}
 				}
 				return
 			}
@@ -355,18 +372,32 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 	}
 }
 
-func (ocm *outgoingConnManager) stop() {
+// stop ends the manager and closes its connection, and one it delivered
+// that the FSM has not taken; with notif, after sending it (routed's
+// patch, PATCHED.md).
+func (ocm *outgoingConnManager) stop(notif *bgp.BGPMessage) {
+	ocm.notif = notif
 	ocm.cancel()
 	ocm.wg.Wait()
 	// drain
 	for {
 		select {
 		case c := <-ocm.fsm.outgoingConnCh:
-			c.conn.Close()
+			if notif != nil {
+				_ = ocm.fsm.sendNotification(c.conn, notif)
+			} else {
+				c.conn.Close()
+			}
 		default:
 			return
 		}
 	}
+}
+
+// collisionCease is the NOTIFICATION closing the connection that loses
+// a collision (RFC 4271 6.8, RFC 4486 subcode 7).
+func collisionCease() *bgp.BGPMessage {
+	return bgp.NewBGPNotificationMessage(bgp.BGP_ERROR_CEASE, bgp.BGP_ERROR_SUB_CONNECTION_COLLISION_RESOLUTION, nil)
 }
 
 type pConfAccess struct {
@@ -446,6 +477,45 @@ type fsm struct {
 	// multiple fsm goroutines access. no lock required due to how they are used.
 	conn net.Conn
 	h    *fsmHandler
+}
+
+// outgoingPending reports whether the outgoing connection manager may
+// still deliver a connection (it runs) or has delivered one the FSM has
+// not taken: then the FSM, on an incoming connection in OpenSent or
+// OpenConfirm, has a parallel connection to fall back to when its own
+// fails, for instance closed by the peer as the loser of a collision
+// (routed's patch, PATCHED.md). Only the loop goroutine reads the channel.
+func (fsm *fsm) outgoingPending() bool {
+	return len(fsm.outgoingConnCh) > 0 || (fsm.outgoingConnMgr != nil && fsm.outgoingConnMgr.ctx.Err() == nil)
+}
+
+// openconfirmTimers are the hold time and keepalive interval OpenConfirm
+// runs with, negotiated from the OPEN received as stateChange does for
+// Established (RFC 4271 8.2.2: OpenConfirm uses the negotiated hold
+// time; routed's patch, PATCHED.md). Zero: no hold timer, no keepalives.
+func (fsm *fsm) openconfirmTimers() (hold, keepalive time.Duration) {
+	fsm.lock.Lock()
+	open := fsm.recvOpen
+	fsm.lock.Unlock()
+	conf := fsm.pConf.ReadOnly()
+	myHoldTime := conf.Timers.Config.HoldTime
+	holdTime := myHoldTime
+	if open != nil {
+		if body, ok := open.Body.(*bgp.BGPOpen); ok && float64(body.HoldTime) < holdTime {
+			holdTime = float64(body.HoldTime)
+		}
+	}
+	if holdTime <= 0 {
+		return 0, 0
+	}
+	ka := conf.Timers.Config.KeepaliveInterval
+	if holdTime < myHoldTime {
+		ka = holdTime / 3
+	}
+	if ka <= 0 {
+		ka = 1
+	}
+	return time.Duration(holdTime * float64(time.Second)), time.Duration(ka * float64(time.Second))
 }
 
 func (fsm *fsm) tryReceiveOutgoingConn() (outgoingConn, bool) {
@@ -979,7 +1049,9 @@ func (h *fsmHandler) connectLoop(ctx context.Context) net.Conn {
 func (h *fsmHandler) active(ctx context.Context) (bgp.FSMState, *fsmStateReason) {
 	fsm := h.fsm
 
-	if fsm.outgoingConnMgr == nil || fsm.outgoingConnMgr.ctx.Err() != nil {
+	// A connection the last manager delivered and the FSM has not taken
+	// yet is read below: no second dial beside it (routed's patch).
+	if (fsm.outgoingConnMgr == nil || fsm.outgoingConnMgr.ctx.Err() != nil) && len(fsm.outgoingConnCh) == 0 {
 		fsm.logger.Info("starting outgoing connection manager")
 		fsm.outgoingConnMgr = newOutGoingConnManager(ctx, fsm)
 	}
@@ -1530,6 +1602,14 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmRestartTimerExpired, nil, nil)
 			}
 		case e := <-recvChan:
+			if m, ok := e.MsgData.(*bgp.BGPMessage); ok && m.Header.Type == bgp.BGP_MSG_NOTIFICATION && fsm.outgoingPending() {
+				// The peer closed the incoming connection, perhaps as the
+				// loser of a collision: go on with the outgoing one
+				// (routed's patch, PATCHED.md).
+				fsm.logger.Info("incoming connection closed by a notification, waiting for the outgoing one", slog.String("State", fsm.state.String()))
+				fsm.conn.Close()
+				return bgp.BGP_FSM_ACTIVE, newfsmStateReason(fsmNotificationRecv, m, nil)
+			}
 			nextState, reason, notif := fsm.handleOpen(e)
 			if nextState != bgp.BGP_FSM_OPENCONFIRM {
 				if notif != nil {
@@ -1545,22 +1625,31 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 			fsm.recvOpen = m
 			fsm.lock.Unlock()
 
+			// RFC 4271 6.8 (routed's patch, PATCHED.md): the connection
+			// the higher BGP Identifier opened wins; the loser is closed
+			// with a Cease.
+			isDominant := fsm.isDominant(m.Body.(*bgp.BGPOpen))
 			if outConn, ok := fsm.tryReceiveOutgoingConn(); ok {
 				// collision detected
-				isDominant := fsm.isDominant(m.Body.(*bgp.BGPOpen))
 				if isDominant {
 					// close the incoming connection
-					fsm.logger.Debug("collision detected: dominant on active side, close the incoming connection")
-					fsm.conn.Close()
+					fsm.logger.Info("collision detected: dominant on active side, close the incoming connection")
+					_ = fsm.sendNotification(fsm.conn, collisionCease())
 					fsm.conn = outConn.conn
 					fsm.lock.Lock()
 					fsm.recvOpen = outConn.open
 					fsm.lock.Unlock()
 				} else {
 					// close the outgoing connection
-					fsm.logger.Debug("collision detected: dominant on passive side, close the outgoing connection")
-					outConn.conn.Close()
+					fsm.logger.Info("collision detected: dominant on passive side, close the outgoing connection")
+					_ = fsm.sendNotification(outConn.conn, collisionCease())
 				}
+			} else if !isDominant && fsm.outgoingConnMgr != nil {
+				// The incoming connection wins any collision: stop
+				// dialling, closing the outgoing connection if there is
+				// one. Dominant, the outgoing one would win: the manager
+				// goes on and openconfirm takes what it delivers.
+				fsm.outgoingConnMgr.stop(collisionCease())
 			}
 
 			b, _ := bgp.NewBGPKeepAliveMessage().Serialize()
@@ -1569,45 +1658,27 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 				fsm.conn.Close()
 				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmWriteFailed, nil, nil)
 			}
-			// stop to try to connect.
-			if fsm.outgoingConnMgr.state.Load() == bgp.BGP_FSM_CONNECT {
-				fsm.outgoingConnMgr.stop()
-			}
 
 			fsm.bgpMessageStateUpdate(bgp.BGP_MSG_KEEPALIVE, false)
 			return bgp.BGP_FSM_OPENCONFIRM, newfsmStateReason(fsmOpenMsgReceived, nil, nil)
 		case result := <-fsm.outgoingConnCh:
-			incomingConn := fsm.conn
+			// The outgoing connection received an OPEN before the
+			// incoming one: its BGP Identifier settles the collision
+			// now (RFC 4271 6.8 lets a speaker that knows it examine
+			// OpenSent; routed's patch, PATCHED.md).
+			if !fsm.isDominant(result.open.Body.(*bgp.BGPOpen)) {
+				// the incoming connection wins: wait for its OPEN
+				fsm.logger.Info("collision detected: dominant on passive side, close the outgoing connection")
+				_ = fsm.sendNotification(result.conn, collisionCease())
+				continue
+			}
+			fsm.logger.Info("collision detected: dominant on active side, close the incoming connection")
+			_ = fsm.sendNotification(fsm.conn, collisionCease())
 			fsm.conn = result.conn
 			fsm.lock.Lock()
 			fsm.recvOpen = result.open
 			fsm.lock.Unlock()
 
-			var e *fsmMsg
-			select {
-			case e = <-recvChan:
-			default:
-			}
-			if e != nil {
-				nextState, _, _ := fsm.handleOpen(e)
-				if nextState == bgp.BGP_FSM_OPENCONFIRM {
-					// collision detected
-					isDominant := fsm.isDominant(result.open.Body.(*bgp.BGPOpen))
-					if isDominant {
-						// close the incoming connection
-						fsm.logger.Debug("collision detected: dominant on active side, close the incoming connection")
-						incomingConn.Close()
-					} else {
-						// close the outgoing connection
-						fsm.logger.Debug("collision detected: dominant on passive side, close the outgoing connection")
-						result.conn.Close()
-						fsm.conn = incomingConn
-						fsm.lock.Lock()
-						fsm.recvOpen = e.MsgData.(*bgp.BGPMessage)
-						fsm.lock.Unlock()
-					}
-				}
-			}
 			b, _ := bgp.NewBGPKeepAliveMessage().Serialize()
 			fsm.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			if _, err := fsm.conn.Write(b); err != nil {
@@ -1619,6 +1690,10 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 			return bgp.BGP_FSM_OPENCONFIRM, newfsmStateReason(fsmOpenMsgReceived, result.open, nil)
 		case err := <-reasonCh:
 			fsm.conn.Close()
+			if fsm.outgoingPending() {
+				// go on with the outgoing connection (routed's patch)
+				return bgp.BGP_FSM_ACTIVE, &err
+			}
 			return bgp.BGP_FSM_IDLE, &err
 		case <-holdTimer.C:
 			m := bgp.NewBGPNotificationMessage(bgp.BGP_ERROR_HOLD_TIMER_EXPIRED, 0, nil)
@@ -1659,35 +1734,55 @@ func keepaliveTicker(fsm *fsm) *time.Ticker {
 
 func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateReason) {
 	fsm := h.fsm
-	ticker := keepaliveTicker(fsm)
 
-	wg := &sync.WaitGroup{}
-	wg.Add(1)
-	reasonCh := make(chan fsmStateReason, 1)
-	recvChan := make(chan *fsmMsg, 1)
-	go h.recvMessage(ctx, fsm.conn, recvChan, reasonCh, wg)
-
-	defer func() {
+	// The connection is read by one goroutine at a time; a collision
+	// (below) replaces it and its reader.
+	var (
+		conn     net.Conn
+		wg       *sync.WaitGroup
+		reasonCh chan fsmStateReason
+		recvChan chan *fsmMsg
+	)
+	startRecv := func() {
+		conn = fsm.conn
+		wg = &sync.WaitGroup{}
+		wg.Add(1)
+		reasonCh = make(chan fsmStateReason, 1)
+		recvChan = make(chan *fsmMsg, 1)
+		go h.recvMessage(ctx, conn, recvChan, reasonCh, wg)
+	}
+	stopRecv := func() {
 		// for to stop the recv goroutine
-		fsm.conn.SetReadDeadline(time.Now())
+		conn.SetReadDeadline(time.Now())
 		wg.Wait()
 		close(recvChan)
 		// reset the read deadline
-		fsm.conn.SetReadDeadline(time.Time{})
-	}()
-
-	fsm.lock.Lock()
-	var holdTimer *time.Timer
-	conf := fsm.pConf.ReadCopy()
-	if conf.Timers.State.NegotiatedHoldTime == 0 {
-		holdTimer = &time.Timer{}
-	} else {
-		// RFC 4271 P.65
-		// sets the HoldTimer according to the negotiated value
-		holdTimer = time.NewTimer(time.Second * time.Duration(conf.Timers.State.NegotiatedHoldTime))
+		conn.SetReadDeadline(time.Time{})
 	}
-	fsm.pConf.Update(&conf)
-	fsm.lock.Unlock()
+	startRecv()
+	defer func() { stopRecv() }()
+
+	// RFC 4271 P.65: sets the HoldTimer according to the negotiated
+	// value; negotiated from the OPEN received, a first session's
+	// Established has not computed it yet (routed's patch, PATCHED.md).
+	holdTimer := &time.Timer{}
+	ticker := &time.Ticker{}
+	armTimers := func() {
+		hold, keepalive := fsm.openconfirmTimers()
+		if hold > 0 {
+			holdTimer = time.NewTimer(hold)
+			ticker = time.NewTicker(keepalive)
+		}
+	}
+	disarmTimers := func() {
+		if holdTimer.C != nil {
+			holdTimer.Stop()
+			ticker.Stop()
+		}
+		holdTimer, ticker = &time.Timer{}, &time.Ticker{}
+	}
+	armTimers()
+	defer disarmTimers()
 
 	for {
 		select {
@@ -1700,6 +1795,34 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 			}
 			conn.Close()
 			fsm.logger.Warn("Closed an accepted connection", slog.String("State", fsm.state.String()))
+		case result := <-fsm.outgoingConnCh:
+			// RFC 4271 6.8: the outgoing connection received an OPEN
+			// while the incoming one is in OpenConfirm; the connection
+			// the higher BGP Identifier opened wins, the loser is
+			// closed with a Cease (routed's patch, PATCHED.md).
+			if !fsm.isDominant(result.open.Body.(*bgp.BGPOpen)) {
+				fsm.logger.Info("collision detected: dominant on passive side, close the outgoing connection")
+				_ = fsm.sendNotification(result.conn, collisionCease())
+				continue
+			}
+			b, _ := bgp.NewBGPKeepAliveMessage().Serialize()
+			result.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := result.conn.Write(b); err != nil {
+				fsm.logger.Warn("failed to send keepalive on outgoing connection", slog.String("Error", err.Error()))
+				result.conn.Close()
+				continue
+			}
+			fsm.bgpMessageStateUpdate(bgp.BGP_MSG_KEEPALIVE, false)
+			fsm.logger.Info("collision detected: dominant on active side, close the incoming connection")
+			_ = fsm.sendNotification(fsm.conn, collisionCease())
+			stopRecv()
+			fsm.conn = result.conn
+			fsm.lock.Lock()
+			fsm.recvOpen = result.open
+			fsm.lock.Unlock()
+			startRecv()
+			disarmTimers()
+			armTimers()
 		case <-fsm.gracefulRestartTimer.C:
 			conf := fsm.pConf.ReadOnly()
 			restarting := conf.GracefulRestart.State.PeerRestarting
@@ -1723,6 +1846,14 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 				if m.Header.Type == bgp.BGP_MSG_KEEPALIVE {
 					return bgp.BGP_FSM_ESTABLISHED, newfsmStateReason(fsmOpenMsgNegotiated, nil, nil)
 				}
+				if m.Header.Type == bgp.BGP_MSG_NOTIFICATION && fsm.outgoingPending() {
+					// The peer closed the incoming connection, perhaps
+					// as the loser of a collision: go on with the
+					// outgoing one (routed's patch, PATCHED.md).
+					fsm.logger.Info("incoming connection closed by a notification, waiting for the outgoing one", slog.String("State", fsm.state.String()))
+					fsm.conn.Close()
+					return bgp.BGP_FSM_ACTIVE, newfsmStateReason(fsmNotificationRecv, m, nil)
+				}
 				// send notification ?
 				fsm.conn.Close()
 				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmInvalidMsg, nil, nil)
@@ -1737,6 +1868,10 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 			}
 		case err := <-reasonCh:
 			fsm.conn.Close()
+			if fsm.outgoingPending() {
+				// go on with the outgoing connection (routed's patch)
+				return bgp.BGP_FSM_ACTIVE, &err
+			}
 			return bgp.BGP_FSM_IDLE, &err
 		case <-holdTimer.C:
 			m := bgp.NewBGPNotificationMessage(bgp.BGP_ERROR_HOLD_TIMER_EXPIRED, 0, nil)
@@ -2166,10 +2301,18 @@ func (h *fsmHandler) loop(ctx context.Context, wg *sync.WaitGroup) {
 				slog.String("Reason", reason.String()))
 		}
 
-		switch reason.Type {
-		case fsmAdminDown, fsmGracefulRestart:
-			if fsm.outgoingConnMgr != nil {
-				fsm.outgoingConnMgr.stop()
+		// The outgoing connection manager stops when the session is up
+		// (a connection it holds lost the collision: a Cease) and in
+		// Idle (admin down, graceful restart, a failure with no
+		// parallel connection), so that it neither redials beside a
+		// session nor leaves a connection for a later Active (routed's
+		// patch, PATCHED.md).
+		if fsm.outgoingConnMgr != nil {
+			switch nextState {
+			case bgp.BGP_FSM_ESTABLISHED:
+				fsm.outgoingConnMgr.stop(collisionCease())
+			case bgp.BGP_FSM_IDLE:
+				fsm.outgoingConnMgr.stop(nil)
 			}
 		}
 
