@@ -1,20 +1,19 @@
-//go:build !race
-
-// Two speakers in one process: left out of -race runs, as speaker_test.go
-// is (GoBGP's StartBgp writes package variables every server reads).
-
 package bgp
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +22,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/routed-net/routed/routed/bgp/bgptest"
-	"github.com/routed-net/routed/routed/status"
 )
 
 // connCounter counts, from GoBGP's log lines, the connection attempts a
@@ -124,55 +122,44 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
 	base := [3]byte{127, byte(100 + rand.IntN(100)), byte(rand.IntN(250))}
-	counters := [2]*connCounter{{}, {}}
-	nodes := [2]*collisionNode{}
+	addr := func(k int) netip.Addr { return netip.AddrFrom4([4]byte{base[0], base[1], base[2], byte(k + 1)}) }
+
+	// Each speaker in a process of its own (this test binary again,
+	// TestSimultaneousOpenChild): GoBGP's servers share package
+	// variables, so two in one process race by design, and this test
+	// runs under -race too.
+	nodes := [2]*collisionChild{}
 	for k := range nodes {
-		nodes[k] = newCollisionNode(t, netip.AddrFrom4([4]byte{base[0], base[1], base[2], byte(k + 1)}), port, counters[k])
-	}
-	peers := [2]Peer{}
-	for k := range nodes {
-		peers[k] = Peer{
-			Address: nodes[1-k].addr, ASN: 64512, Port: port, Type: PeerTypeMesh, Name: "peer",
-			LocalAddress: nodes[k].addr,
-			Passive:      false, // both dial: the collision
-			HoldTime:     3 * time.Second, KeepaliveTime: time.Second,
+		c, err := startCollisionChild(t, addr(k), addr(1-k), port)
+		if err != nil {
+			return pairResult{err: err.Error()}
 		}
-	}
-	peerOf := func(k int) (status.Peer, bool) {
-		ps, _ := nodes[k].sp.Peers(context.Background())
-		for _, p := range ps {
-			if p.Address == nodes[1-k].addr.String() {
-				return p, true
-			}
-		}
-		return status.Peer{}, false
+		defer c.stop()
+		nodes[k] = c
 	}
 	describe := func() string {
 		s := ""
-		for k := range nodes {
-			p, _ := peerOf(k)
-			s += fmt.Sprintf(" node%d: %s (sent %d, received %d; dials %d, refused %d)", k+1, p.BGPState, p.MessagesSent, p.MessagesReceived, counters[k].dials.Load(), counters[k].refused.Load())
+		for k, c := range nodes {
+			st := c.state()
+			s += fmt.Sprintf(" node%d: %s (sent %d, received %d; dials %d, refused %d)", k+1, st.BGPState, st.Sent, st.Received, st.Dials, st.Refused)
 		}
 		return s
 	}
-
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for k := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			nodes[k].sp.SetPeers([]Peer{peers[k]})
-		}()
+	for _, c := range nodes {
+		select {
+		case <-c.ready:
+		case <-time.After(30 * time.Second):
+			return pairResult{err: "speaker did not start:" + describe()}
+		}
 	}
+
 	t0 := time.Now()
-	close(start)
-	wg.Wait()
+	for _, c := range nodes {
+		c.goNow()
+	}
 	for {
-		a, _ := peerOf(0)
-		b, _ := peerOf(1)
-		if a.Established() && b.Established() {
+		a, b := nodes[0].state(), nodes[1].state()
+		if a.Established && b.Established {
 			r.took = time.Since(t0)
 			break
 		}
@@ -190,12 +177,12 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
 		var now [2]uint64
 		for {
 			done := true
-			for k := range nodes {
-				p, _ := peerOf(k)
-				if !p.Established() {
+			for k, c := range nodes {
+				st := c.state()
+				if !st.Established {
 					return now, "session dropped:" + describe()
 				}
-				now[k] = p.MessagesReceived
+				now[k] = st.Received
 				if now[k] < base[k]+more {
 					done = false
 				}
@@ -217,15 +204,16 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
 	if r.err != "" {
 		return r
 	}
-	var dials, refused [2]int64
-	for k := range nodes {
-		dials[k], refused[k] = counters[k].dials.Load(), counters[k].refused.Load()
+	var before [2]childState
+	for k, c := range nodes {
+		before[k] = c.state()
 	}
 	if _, r.err = received(kept, 3); r.err != "" {
 		return r
 	}
-	for k := range nodes {
-		if d, f := counters[k].dials.Load()-dials[k], counters[k].refused.Load()-refused[k]; d != 0 || f != 0 {
+	for k, c := range nodes {
+		st := c.state()
+		if d, f := st.Dials-before[k].Dials, st.Refused-before[k].Refused; d != 0 || f != 0 {
 			r.err += fmt.Sprintf(" node%d dialled %d times and refused %d connections over three keepalives while Established;", k+1, d, f)
 		}
 	}
@@ -233,6 +221,147 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
 		r.err += describe()
 	}
 	return r
+}
+
+// childState is what a TestSimultaneousOpenChild process reports of its
+// one peer, a JSON line every 10 ms.
+type childState struct {
+	Established    bool
+	BGPState       string
+	Sent, Received uint64
+	Dials, Refused int64
+}
+
+const collideChildEnv = "ROUTED_COLLIDE_CHILD"
+
+// collisionChild is a speaker in a child process: it starts, says
+// "ready", adds its peer when told "go" on stdin and exits when stdin
+// closes.
+type collisionChild struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	ready chan struct{}
+	done  chan struct{}
+
+	mu   sync.Mutex
+	last childState
+}
+
+func startCollisionChild(t *testing.T, local, remote netip.Addr, port uint16) (*collisionChild, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSimultaneousOpenChild$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d", collideChildEnv, local, remote, port))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &collisionChild{cmd: cmd, in: in, ready: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(out)
+		readied := false
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "COLLIDE ")
+			if !ok {
+				continue
+			}
+			if line == "ready" {
+				if !readied {
+					readied = true
+					close(c.ready)
+				}
+				continue
+			}
+			var st childState
+			if json.Unmarshal([]byte(line), &st) == nil {
+				c.mu.Lock()
+				c.last = st
+				c.mu.Unlock()
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (c *collisionChild) state() childState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+func (c *collisionChild) goNow() { _, _ = io.WriteString(c.in, "go\n") }
+
+func (c *collisionChild) stop() {
+	c.in.Close()
+	<-c.done
+	_ = c.cmd.Wait()
+}
+
+// TestSimultaneousOpenChild is one speaker of TestSimultaneousOpen, run
+// in a process of its own; it skips unless started by it.
+func TestSimultaneousOpenChild(t *testing.T) {
+	spec := os.Getenv(collideChildEnv)
+	if spec == "" {
+		t.Skip("a TestSimultaneousOpen child")
+	}
+	f := strings.Split(spec, ",")
+	if len(f) != 3 {
+		t.Fatalf("%s=%q", collideChildEnv, spec)
+	}
+	local, remote := netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1])
+	port, err := strconv.Atoi(f[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counter connCounter
+	node := newCollisionNode(t, local, uint16(port), &counter)
+	peer := Peer{
+		Address: remote, ASN: 64512, Port: uint16(port), Type: PeerTypeMesh, Name: "peer",
+		LocalAddress: local,
+		Passive:      false, // both dial: the collision
+		HoldTime:     3 * time.Second, KeepaliveTime: time.Second,
+	}
+	fmt.Println("COLLIDE ready")
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return
+			}
+			if l == "go" {
+				node.sp.SetPeers([]Peer{peer})
+			}
+		case <-tick.C:
+			st := childState{Dials: counter.dials.Load(), Refused: counter.refused.Load()}
+			ps, _ := node.sp.Peers(context.Background())
+			for _, p := range ps {
+				if p.Address == remote.String() {
+					st.Established, st.BGPState = p.Established(), p.BGPState
+					st.Sent, st.Received = p.MessagesSent, p.MessagesReceived
+				}
+			}
+			b, _ := json.Marshal(st)
+			fmt.Printf("COLLIDE %s\n", b)
+		}
+	}
 }
 
 type collisionNode struct {
@@ -247,6 +376,10 @@ func newCollisionNode(t *testing.T, addr netip.Addr, port uint16, counter *connC
 	logger.SetLevel(logrus.DebugLevel)
 	logger.SetOutput(io.Discard)
 	logger.SetFormatter(nopFormatter{})
+	if os.Getenv("ROUTED_COLLIDE_LOG") != "" { // a child's log, to see a failure
+		logger.SetOutput(os.Stderr)
+		logger.SetFormatter(&logrus.TextFormatter{TimestampFormat: "05.000000", FullTimestamp: true})
+	}
 	logger.AddHook(counter)
 	sink := bgptest.NewRecorder()
 	sp, err := New(Config{

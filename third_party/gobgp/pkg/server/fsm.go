@@ -518,6 +518,20 @@ func (fsm *fsm) openconfirmTimers() (hold, keepalive time.Duration) {
 	return time.Duration(holdTime * float64(time.Second)), time.Duration(ka * float64(time.Second))
 }
 
+// connFailed closes the FSM's connection, which failed in OpenSent or
+// OpenConfirm, and goes on with the outgoing one if there may be one
+// (Active), else to Idle (routed's patch, PATCHED.md).
+func (fsm *fsm) connFailed(reason *fsmStateReason) (bgp.FSMState, *fsmStateReason) {
+	fsm.conn.Close()
+	if fsm.outgoingPending() {
+		fsm.logger.Info("connection failed, waiting for the outgoing one",
+			slog.String("State", fsm.state.String()),
+			slog.String("Reason", reason.String()))
+		return bgp.BGP_FSM_ACTIVE, reason
+	}
+	return bgp.BGP_FSM_IDLE, reason
+}
+
 func (fsm *fsm) tryReceiveOutgoingConn() (outgoingConn, bool) {
 	select {
 	case item := <-fsm.outgoingConnCh:
@@ -1606,9 +1620,7 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 				// The peer closed the incoming connection, perhaps as the
 				// loser of a collision: go on with the outgoing one
 				// (routed's patch, PATCHED.md).
-				fsm.logger.Info("incoming connection closed by a notification, waiting for the outgoing one", slog.String("State", fsm.state.String()))
-				fsm.conn.Close()
-				return bgp.BGP_FSM_ACTIVE, newfsmStateReason(fsmNotificationRecv, m, nil)
+				return fsm.connFailed(newfsmStateReason(fsmNotificationRecv, m, nil))
 			}
 			nextState, reason, notif := fsm.handleOpen(e)
 			if nextState != bgp.BGP_FSM_OPENCONFIRM {
@@ -1655,8 +1667,7 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 			b, _ := bgp.NewBGPKeepAliveMessage().Serialize()
 			fsm.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			if _, err := fsm.conn.Write(b); err != nil {
-				fsm.conn.Close()
-				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmWriteFailed, nil, nil)
+				return fsm.connFailed(newfsmStateReason(fsmWriteFailed, nil, nil))
 			}
 
 			fsm.bgpMessageStateUpdate(bgp.BGP_MSG_KEEPALIVE, false)
@@ -1689,12 +1700,7 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 			fsm.bgpMessageStateUpdate(bgp.BGP_MSG_KEEPALIVE, false)
 			return bgp.BGP_FSM_OPENCONFIRM, newfsmStateReason(fsmOpenMsgReceived, result.open, nil)
 		case err := <-reasonCh:
-			fsm.conn.Close()
-			if fsm.outgoingPending() {
-				// go on with the outgoing connection (routed's patch)
-				return bgp.BGP_FSM_ACTIVE, &err
-			}
-			return bgp.BGP_FSM_IDLE, &err
+			return fsm.connFailed(&err)
 		case <-holdTimer.C:
 			m := bgp.NewBGPNotificationMessage(bgp.BGP_ERROR_HOLD_TIMER_EXPIRED, 0, nil)
 			_ = fsm.sendNotification(fsm.conn, m)
@@ -1836,8 +1842,7 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 			b, _ := m.Serialize()
 			fsm.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			if _, err := fsm.conn.Write(b); err != nil {
-				fsm.conn.Close()
-				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmWriteFailed, nil, nil)
+				return fsm.connFailed(newfsmStateReason(fsmWriteFailed, nil, nil))
 			}
 			fsm.bgpMessageStateUpdate(m.Header.Type, false)
 		case e := <-recvChan:
@@ -1850,9 +1855,7 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 					// The peer closed the incoming connection, perhaps
 					// as the loser of a collision: go on with the
 					// outgoing one (routed's patch, PATCHED.md).
-					fsm.logger.Info("incoming connection closed by a notification, waiting for the outgoing one", slog.String("State", fsm.state.String()))
-					fsm.conn.Close()
-					return bgp.BGP_FSM_ACTIVE, newfsmStateReason(fsmNotificationRecv, m, nil)
+					return fsm.connFailed(newfsmStateReason(fsmNotificationRecv, m, nil))
 				}
 				// send notification ?
 				fsm.conn.Close()
@@ -1867,12 +1870,7 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 					slog.Any("Data", e.MsgData))
 			}
 		case err := <-reasonCh:
-			fsm.conn.Close()
-			if fsm.outgoingPending() {
-				// go on with the outgoing connection (routed's patch)
-				return bgp.BGP_FSM_ACTIVE, &err
-			}
-			return bgp.BGP_FSM_IDLE, &err
+			return fsm.connFailed(&err)
 		case <-holdTimer.C:
 			m := bgp.NewBGPNotificationMessage(bgp.BGP_ERROR_HOLD_TIMER_EXPIRED, 0, nil)
 			_ = fsm.sendNotification(fsm.conn, m)
