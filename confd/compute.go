@@ -173,7 +173,10 @@ func Compute(in Input) Desired {
 				// One side dials, chosen as Calico's BIRD template chooses it
 				// (`gt` on the two addresses as strings: the lower waits),
 				// so a routed node and a calico-node's BIRD still form the
-				// session in a cluster switching node by node.
+				// session in a cluster switching node by node. The waiting
+				// side still dials once, at once, when the peer is added
+				// (bgp.Peer.Passive): a BIRD that must dial waits its
+				// connect delay first, and lost the node's routes meanwhile.
 				Passive: a.String() > local.String(),
 			}}})
 		}

@@ -20,7 +20,7 @@ const (
 	GoBGPVersion = "v4.8.0"
 	// GoBGPPatch names routed's changes to it (third_party/gobgp/PATCHED.md,
 	// the diff in PATCHED.diff).
-	GoBGPPatch = "routed patch 1: a peer's Adj-RIB-In has 16 shards, not 2,048; patch 2: a peer's first dial is at once; patch 3: connection collisions resolved per RFC 4271 6.8 (third_party/gobgp/PATCHED.md)"
+	GoBGPPatch = "routed patch 1: a peer's Adj-RIB-In has 16 shards, not 2,048; patch 2: a peer's first dial is at once; patch 3: connection collisions resolved per RFC 4271 6.8; patch 4: a passive peer dials once at its start (third_party/gobgp/PATCHED.md)"
 	// GoBGPReplace is where go.mod points the module.
 	GoBGPReplace = "./third_party/gobgp"
 )

@@ -64,7 +64,15 @@ func collisionPairs() int {
 // connection accepted and refused on either side. Before the collision
 // fix in third_party/gobgp (PATCHED.md, the third change) some pairs
 // stayed in OpenConfirm for good and others redialled every 1.5-2 s.
-func TestSimultaneousOpen(t *testing.T) {
+func TestSimultaneousOpen(t *testing.T) { runSimultaneousOpen(t, false) }
+
+// TestSimultaneousOpenPassiveDialsOnce is TestSimultaneousOpen between
+// two routed nodes as confd configures them: the higher address passive,
+// which since PATCHED.md's fourth change dials once, at once, when the
+// peer is added, and so collides with the active side's dial.
+func TestSimultaneousOpenPassiveDialsOnce(t *testing.T) { runSimultaneousOpen(t, true) }
+
+func runSimultaneousOpen(t *testing.T, passiveSecond bool) {
 	const (
 		establishBound = 3 * time.Second
 		parallel       = 8
@@ -79,7 +87,7 @@ func TestSimultaneousOpen(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = simultaneousOpenPair(t, establishBound)
+			results[i] = simultaneousOpenPair(t, establishBound, passiveSecond)
 		}()
 	}
 	wg.Wait()
@@ -113,7 +121,7 @@ type pairResult struct {
 	err  string
 }
 
-func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
+func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool) (r pairResult) {
 	// A pair of addresses of its own on loopback, one port for both.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,7 +138,7 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration) (r pairResult) {
 	// runs under -race too.
 	nodes := [2]*collisionChild{}
 	for k := range nodes {
-		c, err := startCollisionChild(t, addr(k), addr(1-k), port)
+		c, err := startCollisionChild(t, addr(k), addr(1-k), port, passiveSecond && k == 1)
 		if err != nil {
 			return pairResult{err: err.Error()}
 		}
@@ -247,9 +255,9 @@ type collisionChild struct {
 	last childState
 }
 
-func startCollisionChild(t *testing.T, local, remote netip.Addr, port uint16) (*collisionChild, error) {
+func startCollisionChild(t *testing.T, local, remote netip.Addr, port uint16, passive bool) (*collisionChild, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSimultaneousOpenChild$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d", collideChildEnv, local, remote, port))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%t", collideChildEnv, local, remote, port, passive))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -312,7 +320,7 @@ func TestSimultaneousOpenChild(t *testing.T) {
 		t.Skip("a TestSimultaneousOpen child")
 	}
 	f := strings.Split(spec, ",")
-	if len(f) != 3 {
+	if len(f) != 4 {
 		t.Fatalf("%s=%q", collideChildEnv, spec)
 	}
 	local, remote := netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1])
@@ -325,7 +333,7 @@ func TestSimultaneousOpenChild(t *testing.T) {
 	peer := Peer{
 		Address: remote, ASN: 64512, Port: uint16(port), Type: PeerTypeMesh, Name: "peer",
 		LocalAddress: local,
-		Passive:      false, // both dial: the collision
+		Passive:      f[3] == "true",
 		HoldTime:     3 * time.Second, KeepaliveTime: time.Second,
 	}
 	fmt.Println("COLLIDE ready")

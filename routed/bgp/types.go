@@ -122,10 +122,13 @@ type Peer struct {
 	// LocalAddress is the source address (of the same family as
 	// Address); invalid lets the kernel choose.
 	LocalAddress netip.Addr
-	// Passive waits for the peer to connect instead of dialling. Between
-	// two routed nodes one side is passive: GoBGP closes connections
-	// that arrive while it sits in Idle after a failure, and two active
-	// sides can then keep missing each other forever.
+	// Passive waits for the peer to connect instead of dialling, after
+	// one attempt at once when the peer is added (third_party/gobgp's
+	// patch: a peer that would dial only later, such as calico-node's
+	// BIRD in its connect delay, is reached at once). Between two routed
+	// nodes one side is passive: GoBGP closes connections that arrive
+	// while it sits in Idle after a failure, and two active sides can
+	// then keep missing each other.
 	Passive bool
 	// RRClient marks the peer as a route-reflector client of this node,
 	// with RRClusterID as this node's cluster ID.

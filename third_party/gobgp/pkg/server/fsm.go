@@ -271,8 +271,9 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 	fsm := ocm.fsm
 	conf := fsm.pConf.ReadOnly()
 	isPassive := conf.Transport.Config.PassiveMode
-
-	if isPassive {
+	// A dynamic neighbor (peer.isDynamicNeighbor) exists because the
+	// peer has just connected: it never dials.
+	if isPassive && !conf.Config.NeighborAddress.IsValid() && conf.Config.NeighborInterface == "" {
 		return
 	}
 
@@ -280,8 +281,13 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 	for {
 		switch ocm.state.Load() {
 		case bgp.BGP_FSM_CONNECT:
-			conn = ocm.fsm.h.connectLoop(ocm.ctx)
-			if ocm.ctx.Err() != nil {
+			// A passive peer dials once in its life, at once (routed's
+			// patch, PATCHED.md), then only waits.
+			if isPassive && fsm.dialed.Load() {
+				return
+			}
+			conn = ocm.fsm.h.connectLoop(ocm.ctx, isPassive)
+			if conn == nil || ocm.ctx.Err() != nil {
 				// right after connectLoop() returns a connection, the context may be canceled.
 				if conn != nil {
 					conn.Close()
@@ -448,7 +454,8 @@ type fsm struct {
 	extendedMessage atomic.Bool
 
 	// dialed is set by the peer's first outgoing connection attempt,
-	// which connectLoop makes at once (routed's patch, PATCHED.md).
+	// which connectLoop makes at once, passive peers included; a
+	// passive peer makes no other (routed's patch, PATCHED.md).
 	dialed atomic.Bool
 
 	// safe for concurrent access
@@ -976,7 +983,7 @@ func (h *fsmHandler) idle(ctx context.Context) (bgp.FSMState, *fsmStateReason) {
 	}
 }
 
-func (h *fsmHandler) connectLoop(ctx context.Context) net.Conn {
+func (h *fsmHandler) connectLoop(ctx context.Context, once bool) net.Conn {
 	fsm := h.fsm
 
 	retryInterval, addr, port, password, ttl, ttlMin, mss, localAddress, localPort, bindInterface, tos := func() (int, string, int, string, uint8, uint8, uint16, string, int, string, uint8) {
@@ -1055,6 +1062,9 @@ func (h *fsmHandler) connectLoop(ctx context.Context) net.Conn {
 			} else {
 				fsm.logger.Debug("failed to connect", slog.String("Error", err.Error()))
 			}
+		}
+		if once {
+			return nil
 		}
 		tick = retryInterval
 	}
