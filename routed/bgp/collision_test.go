@@ -27,8 +27,9 @@ import (
 // connCounter counts, from GoBGP's log lines, the connection attempts a
 // speaker makes ("try to connect", connectLoop) and the connections it
 // accepts and closes at once because its session is past Active
-// ("Closed an accepted connection", "accepted conn is closed ...").
-type connCounter struct{ dials, refused atomic.Int64 }
+// ("Closed an accepted connection", "accepted conn is closed ..."), and
+// the collisions it resolves by BGP Identifier ("collision detected: ...").
+type connCounter struct{ dials, refused, collisions atomic.Int64 }
 
 func (c *connCounter) Levels() []logrus.Level { return logrus.AllLevels }
 
@@ -38,6 +39,10 @@ func (c *connCounter) Fire(e *logrus.Entry) error {
 		c.dials.Add(1)
 	case "Closed an accepted connection", "accepted conn is closed to avoid be blocked":
 		c.refused.Add(1)
+	default:
+		if strings.HasPrefix(e.Message, "collision detected") {
+			c.collisions.Add(1)
+		}
 	}
 	return nil
 }
@@ -64,6 +69,10 @@ func collisionPairs() int {
 // connection accepted and refused on either side. Before the collision
 // fix in third_party/gobgp (PATCHED.md, the third change) some pairs
 // stayed in OpenConfirm for good and others redialled every 1.5-2 s.
+// Each speaker's router ID is random, apart from its address; then each
+// side holds exactly one established TCP connection to the other, the
+// same one, and where either side resolved a collision by BGP
+// Identifier, it is the one the higher identifier opened.
 func TestSimultaneousOpen(t *testing.T) { runSimultaneousOpen(t, false) }
 
 // TestSimultaneousOpenPassiveDialsOnce is TestSimultaneousOpen between
@@ -92,9 +101,12 @@ func runSimultaneousOpen(t *testing.T, passiveSecond bool) {
 	}
 	wg.Wait()
 
-	var stuck, redial int
+	var stuck, redial, resolved int
 	var took []time.Duration
 	for i, r := range results {
+		if r.resolved {
+			resolved++
+		}
 		if r.err != "" {
 			t.Errorf("pair %d: %s", i, r.err)
 			if r.took == 0 {
@@ -110,15 +122,18 @@ func runSimultaneousOpen(t *testing.T, passiveSecond bool) {
 	if len(took) > 0 {
 		t.Logf("%d pairs: established in %v (median) to %v (max)", len(took), took[len(took)/2], took[len(took)-1])
 	}
+	t.Logf("%d/%d pairs resolved a collision by BGP Identifier", resolved, n)
 	t.Logf("%d/%d pairs not established on both sides within %v, %d/%d established but still dialling or refusing after", stuck, n, establishBound, redial, n)
 }
 
 // pairResult is one pair's outcome: err is empty when the pair passed;
 // took is how long both sides took to be Established, zero if they never
-// were.
+// were; resolved is whether either side resolved a collision by BGP
+// Identifier.
 type pairResult struct {
-	took time.Duration
-	err  string
+	took     time.Duration
+	err      string
+	resolved bool
 }
 
 func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool) (r pairResult) {
@@ -131,6 +146,18 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 	ln.Close()
 	base := [3]byte{127, byte(100 + rand.IntN(100)), byte(rand.IntN(250))}
 	addr := func(k int) netip.Addr { return netip.AddrFrom4([4]byte{base[0], base[1], base[2], byte(k + 1)}) }
+	// Router IDs apart from the addresses, so that the higher address
+	// (the passive one with passiveSecond) is not always dominant.
+	var rid [2]netip.Addr
+	for rid[0] == rid[1] {
+		for k := range rid {
+			rid[k] = netip.AddrFrom4([4]byte{byte(1 + rand.IntN(223)), byte(rand.IntN(256)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+		}
+	}
+	higher := 0
+	if rid[1].Compare(rid[0]) > 0 {
+		higher = 1
+	}
 
 	// Each speaker in a process of its own (this test binary again,
 	// TestSimultaneousOpenChild): GoBGP's servers share package
@@ -138,7 +165,7 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 	// runs under -race too.
 	nodes := [2]*collisionChild{}
 	for k := range nodes {
-		c, err := startCollisionChild(t, addr(k), addr(1-k), port, passiveSecond && k == 1)
+		c, err := startCollisionChild(t, addr(k), addr(1-k), rid[k], port, passiveSecond && k == 1)
 		if err != nil {
 			return pairResult{err: err.Error()}
 		}
@@ -149,7 +176,8 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 		s := ""
 		for k, c := range nodes {
 			st := c.state()
-			s += fmt.Sprintf(" node%d: %s (sent %d, received %d; dials %d, refused %d)", k+1, st.BGPState, st.Sent, st.Received, st.Dials, st.Refused)
+			s += fmt.Sprintf(" node%d (router ID %s): %s (sent %d, received %d; dials %d, refused %d, collisions %d; TCP established out %d, in %d)",
+				k+1, rid[k], st.BGPState, st.Sent, st.Received, st.Dials, st.Refused, st.Collisions, st.Out, st.In)
 		}
 		return s
 	}
@@ -227,6 +255,18 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 	}
 	if r.err != "" {
 		r.err += describe()
+		return r
+	}
+
+	// One connection, the same on both sides; the higher identifier's
+	// outgoing one where a collision was resolved.
+	a, b := nodes[0].state(), nodes[1].state()
+	r.resolved = a.Collisions > 0 || b.Collisions > 0
+	switch {
+	case a.Out+a.In != 1 || b.Out+b.In != 1 || a.Out != b.In:
+		r.err = "not exactly one established TCP connection between the two:" + describe()
+	case r.resolved && nodes[higher].state().Out != 1:
+		r.err = fmt.Sprintf("the collision kept the connection node%d (the lower router ID) opened:%s", 2-higher, describe())
 	}
 	return r
 }
@@ -238,6 +278,8 @@ type childState struct {
 	BGPState       string
 	Sent, Received uint64
 	Dials, Refused int64
+	Collisions     int64
+	Out, In        int // established TCP connections to the peer, by who opened them
 }
 
 const collideChildEnv = "ROUTED_COLLIDE_CHILD"
@@ -255,9 +297,9 @@ type collisionChild struct {
 	last childState
 }
 
-func startCollisionChild(t *testing.T, local, remote netip.Addr, port uint16, passive bool) (*collisionChild, error) {
+func startCollisionChild(t *testing.T, local, remote, routerID netip.Addr, port uint16, passive bool) (*collisionChild, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSimultaneousOpenChild$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%t", collideChildEnv, local, remote, port, passive))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%t,%s", collideChildEnv, local, remote, port, passive, routerID))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -320,7 +362,7 @@ func TestSimultaneousOpenChild(t *testing.T) {
 		t.Skip("a TestSimultaneousOpen child")
 	}
 	f := strings.Split(spec, ",")
-	if len(f) != 4 {
+	if len(f) != 5 {
 		t.Fatalf("%s=%q", collideChildEnv, spec)
 	}
 	local, remote := netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1])
@@ -329,7 +371,7 @@ func TestSimultaneousOpenChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	var counter connCounter
-	node := newCollisionNode(t, local, uint16(port), &counter)
+	node := newCollisionNode(t, local, netip.MustParseAddr(f[4]), uint16(port), &counter)
 	peer := Peer{
 		Address: remote, ASN: 64512, Port: uint16(port), Type: PeerTypeMesh, Name: "peer",
 		LocalAddress: local,
@@ -358,13 +400,16 @@ func TestSimultaneousOpenChild(t *testing.T) {
 				node.sp.SetPeers([]Peer{peer})
 			}
 		case <-tick.C:
-			st := childState{Dials: counter.dials.Load(), Refused: counter.refused.Load()}
+			st := childState{Dials: counter.dials.Load(), Refused: counter.refused.Load(), Collisions: counter.collisions.Load()}
 			ps, _ := node.sp.Peers(context.Background())
 			for _, p := range ps {
 				if p.Address == remote.String() {
 					st.Established, st.BGPState = p.Established(), p.BGPState
 					st.Sent, st.Received = p.MessagesSent, p.MessagesReceived
 				}
+			}
+			if st.Established {
+				st.Out, st.In = establishedTCP(t, local, remote, uint16(port))
 			}
 			b, _ := json.Marshal(st)
 			fmt.Printf("COLLIDE %s\n", b)
@@ -377,9 +422,47 @@ type collisionNode struct {
 	addr netip.Addr
 }
 
-// newCollisionNode starts a speaker on addr whose GoBGP log lines go to
-// counter only (at debug: GoBGP logs its dials there).
-func newCollisionNode(t *testing.T, addr netip.Addr, port uint16, counter *connCounter) *collisionNode {
+// establishedTCP counts the established TCP connections from local to
+// remote in /proc/net/tcp: out those local opened (its port is not the
+// BGP port), in those remote opened.
+func establishedTCP(t *testing.T, local, remote netip.Addr, port uint16) (out, in int) {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An IPv4 address in /proc/net/tcp: 8 hex digits of its bytes in
+	// host (little-endian) order, then ":" and the port in hex.
+	hexAddr := func(a netip.Addr) string {
+		b := a.As4()
+		return fmt.Sprintf("%02X%02X%02X%02X", b[3], b[2], b[1], b[0])
+	}
+	l, r := hexAddr(local), hexAddr(remote)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "01" { // 01: TCP_ESTABLISHED
+			continue
+		}
+		la, lp, _ := strings.Cut(f[1], ":")
+		ra, rp, _ := strings.Cut(f[2], ":")
+		if la != l || ra != r {
+			continue
+		}
+		lport, _ := strconv.ParseUint(lp, 16, 16)
+		rport, _ := strconv.ParseUint(rp, 16, 16)
+		switch {
+		case uint16(rport) == port && uint16(lport) != port:
+			out++
+		case uint16(lport) == port:
+			in++
+		}
+	}
+	return out, in
+}
+
+// newCollisionNode starts a speaker on addr with router ID routerID
+// whose GoBGP log lines go to counter only (at debug: GoBGP logs its
+// dials there).
+func newCollisionNode(t *testing.T, addr, routerID netip.Addr, port uint16, counter *connCounter) *collisionNode {
 	logger := logrus.New()
 	logger.SetLevel(logrus.DebugLevel)
 	logger.SetOutput(io.Discard)
@@ -407,7 +490,7 @@ func newCollisionNode(t *testing.T, addr netip.Addr, port uint16, counter *connC
 		<-done
 		_ = sp.Stop(context.Background())
 	})
-	sp.SetGlobal(Global{ASN: 64512, RouterID: addr})
+	sp.SetGlobal(Global{ASN: 64512, RouterID: routerID})
 	sp.OnAffinitySnapshot(nil)
 	return &collisionNode{sp: sp, addr: addr}
 }

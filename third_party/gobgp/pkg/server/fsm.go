@@ -245,7 +245,7 @@ type outgoingConnManager struct {
 	// manager's connection (if it has sent OPEN) instead of closing it
 	// silently: a Cease when the connection loses a collision (routed's
 	// patch, PATCHED.md).
-	notif *bgp.BGPMessage
+	notif atomic.Pointer[bgp.BGPMessage]
 }
 
 func newOutGoingConnManager(ctx context.Context, fsm *fsm) *outgoingConnManager {
@@ -330,8 +330,8 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 			case <-ocm.ctx.Done():
 				holdTimer.Stop()
 				conn.SetReadDeadline(time.Now())
-				if ocm.notif != nil {
-					_ = fsm.sendNotification(conn, ocm.notif)
+				if n := ocm.notif.Load(); n != nil {
+					_ = fsm.sendNotification(conn, n)
 				} else {
 					conn.Close()
 				}
@@ -364,8 +364,8 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 					open: fmsg.MsgData.(*bgp.BGPMessage),
 				}:
 				case <-ocm.ctx.Done():
-					if ocm.notif != nil {
-						_ = fsm.sendNotification(conn, ocm.notif)
+					if n := ocm.notif.Load(); n != nil {
+						_ = fsm.sendNotification(conn, n)
 					} else {
 						conn.Close()
 					}
@@ -382,7 +382,7 @@ func (ocm *outgoingConnManager) run(ch chan<- outgoingConn) {
 // that the FSM has not taken; with notif, after sending it (routed's
 // patch, PATCHED.md).
 func (ocm *outgoingConnManager) stop(notif *bgp.BGPMessage) {
-	ocm.notif = notif
+	ocm.notif.Store(notif)
 	ocm.cancel()
 	ocm.wg.Wait()
 	// drain
@@ -398,6 +398,17 @@ func (ocm *outgoingConnManager) stop(notif *bgp.BGPMessage) {
 			return
 		}
 	}
+}
+
+// isCollisionCease reports whether m is a Cease with subcode 7,
+// Connection Collision Resolution (RFC 4486): the peer closed this
+// connection because it keeps the other one.
+func isCollisionCease(m *bgp.BGPMessage) bool {
+	if m.Header.Type != bgp.BGP_MSG_NOTIFICATION {
+		return false
+	}
+	n, ok := m.Body.(*bgp.BGPNotification)
+	return ok && n.ErrorCode == bgp.BGP_ERROR_CEASE && n.ErrorSubcode == bgp.BGP_ERROR_SUB_CONNECTION_COLLISION_RESOLUTION
 }
 
 // collisionCease is the NOTIFICATION closing the connection that loses
@@ -1626,10 +1637,11 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 				return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmRestartTimerExpired, nil, nil)
 			}
 		case e := <-recvChan:
-			if m, ok := e.MsgData.(*bgp.BGPMessage); ok && m.Header.Type == bgp.BGP_MSG_NOTIFICATION && fsm.outgoingPending() {
-				// The peer closed the incoming connection, perhaps as the
-				// loser of a collision: go on with the outgoing one
-				// (routed's patch, PATCHED.md).
+			if m, ok := e.MsgData.(*bgp.BGPMessage); ok && isCollisionCease(m) && fsm.outgoingPending() {
+				// The peer closed the incoming connection as the loser
+				// of a collision: go on with the outgoing one (routed's
+				// patch, PATCHED.md). Any other NOTIFICATION ends in
+				// Idle below, as upstream.
 				return fsm.connFailed(newfsmStateReason(fsmNotificationRecv, m, nil))
 			}
 			nextState, reason, notif := fsm.handleOpen(e)
@@ -1861,10 +1873,10 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 				if m.Header.Type == bgp.BGP_MSG_KEEPALIVE {
 					return bgp.BGP_FSM_ESTABLISHED, newfsmStateReason(fsmOpenMsgNegotiated, nil, nil)
 				}
-				if m.Header.Type == bgp.BGP_MSG_NOTIFICATION && fsm.outgoingPending() {
-					// The peer closed the incoming connection, perhaps
-					// as the loser of a collision: go on with the
-					// outgoing one (routed's patch, PATCHED.md).
+				if isCollisionCease(m) && fsm.outgoingPending() {
+					// The peer closed the incoming connection as the
+					// loser of a collision: go on with the outgoing
+					// one (routed's patch, PATCHED.md).
 					return fsm.connFailed(newfsmStateReason(fsmNotificationRecv, m, nil))
 				}
 				// send notification ?
@@ -2341,6 +2353,11 @@ func (h *fsmHandler) loop(ctx context.Context, wg *sync.WaitGroup) {
 		oldState = nextState
 	}
 
+	// The peer is going: its dialler and a connection it holds or
+	// delivered go with it (routed's patch, PATCHED.md).
+	if fsm.outgoingConnMgr != nil {
+		fsm.outgoingConnMgr.stop(nil)
+	}
 	select {
 	case conn := <-fsm.connCh:
 		conn.Close()
