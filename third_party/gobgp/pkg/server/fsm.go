@@ -550,9 +550,20 @@ func (fsm *fsm) connFailed(reason *fsmStateReason) (bgp.FSMState, *fsmStateReaso
 	return bgp.BGP_FSM_IDLE, reason
 }
 
+// gotOutgoing marks the manager done once the FSM took its connection:
+// it returns right after delivering, but cancels its context only in a
+// deferred call, and until then outgoingPending and active would count
+// on it to deliver again (routed's patch, PATCHED.md).
+func (fsm *fsm) gotOutgoing() {
+	if fsm.outgoingConnMgr != nil {
+		fsm.outgoingConnMgr.cancel()
+	}
+}
+
 func (fsm *fsm) tryReceiveOutgoingConn() (outgoingConn, bool) {
 	select {
 	case item := <-fsm.outgoingConnCh:
+		fsm.gotOutgoing()
 		return item, true
 	default:
 		var zero outgoingConn
@@ -1119,6 +1130,7 @@ func (h *fsmHandler) active(ctx context.Context) (bgp.FSMState, *fsmStateReason)
 			}
 			return bgp.BGP_FSM_IDLE, newfsmStateReason(fsmWriteFailed, nil, []byte(err.Error()))
 		case result := <-fsm.outgoingConnCh:
+			fsm.gotOutgoing()
 			b, _ := bgp.NewBGPKeepAliveMessage().Serialize()
 			result.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			if _, err := result.conn.Write(b); err != nil {
@@ -1695,6 +1707,7 @@ func (h *fsmHandler) opensent(ctx context.Context) (bgp.FSMState, *fsmStateReaso
 			fsm.bgpMessageStateUpdate(bgp.BGP_MSG_KEEPALIVE, false)
 			return bgp.BGP_FSM_OPENCONFIRM, newfsmStateReason(fsmOpenMsgReceived, nil, nil)
 		case result := <-fsm.outgoingConnCh:
+			fsm.gotOutgoing()
 			// The outgoing connection received an OPEN before the
 			// incoming one: its BGP Identifier settles the collision
 			// now (RFC 4271 6.8 lets a speaker that knows it examine
@@ -1824,6 +1837,7 @@ func (h *fsmHandler) openconfirm(ctx context.Context) (bgp.FSMState, *fsmStateRe
 			conn.Close()
 			fsm.logger.Warn("Closed an accepted connection", slog.String("State", fsm.state.String()))
 		case result := <-fsm.outgoingConnCh:
+			fsm.gotOutgoing()
 			// RFC 4271 6.8: the outgoing connection received an OPEN
 			// while the incoming one is in OpenConfirm; the connection
 			// the higher BGP Identifier opened wins, the loser is
