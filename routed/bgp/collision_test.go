@@ -52,10 +52,14 @@ type nopFormatter struct{}
 func (nopFormatter) Format(*logrus.Entry) ([]byte, error) { return nil, nil }
 
 // collisionPairs is how many pairs TestSimultaneousOpen runs
-// (ROUTED_COLLIDE_PAIRS overrides).
+// (ROUTED_COLLIDE_PAIRS overrides): 40, or 10 with -short (make test's
+// pass under -race, which is there for races, beside the full pass).
 func collisionPairs() int {
 	if n, err := strconv.Atoi(os.Getenv("ROUTED_COLLIDE_PAIRS")); err == nil && n > 0 {
 		return n
+	}
+	if testing.Short() {
+		return 10
 	}
 	return 40
 }
