@@ -380,6 +380,8 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 		with := newScaleNode(b, flows)
 		first, firstApply, firstCPU := with.take(b, c.snapshot(b, true))
 		hWith := heapInUse()
+		var inuse runtime.MemStats
+		runtime.ReadMemStats(&inuse)
 		local := len(with.l.st.weps)
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
@@ -397,7 +399,10 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 			c.eps, local, c.nodes, c.namespaces, c.policies, ms(first), ms(firstCPU), ms(firstApply), ms(again), ms(againCPU), ms(againApply))
 		b.Logf("heap retained: %.1f MiB with the endpoints (%.1f MiB after the same snapshot again), %.1f MiB without: %.0f bytes per endpoint; %.1f MiB once the endpoints went",
 			mib(full), mib(hAgain-hWithout), mib(fixed), perEP, mib(hGone-hWithout))
+		b.Logf("heap in use after the first snapshot (pages holding objects): %.1f MiB for %.1f MiB live",
+			mib(inuse.HeapInuse), mib(inuse.HeapAlloc))
 		b.ReportMetric(perEP, "B/endpoint")
+		b.ReportMetric(mib(inuse.HeapInuse), "MiB-inuse")
 		b.ReportMetric(float64(first.Milliseconds()), "snapshot-ms")
 		b.ReportMetric(float64(again.Milliseconds()), "resnapshot-ms")
 		runtime.KeepAlive(without)
