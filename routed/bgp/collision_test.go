@@ -477,24 +477,11 @@ func newCollisionNode(t *testing.T, addr, routerID netip.Addr, port uint16, coun
 	}
 	logger.AddHook(counter)
 	sink := bgptest.NewRecorder()
-	sp, err := New(Config{
+	sp := runSpeaker(t, Config{
 		NodeName: "node-" + addr.String(), ListenPort: int32(port),
 		ListenAddresses: []string{addr.String()}, RouteSink: sink, RouteStatus: sink,
 		StateDir: t.TempDir(), ConnectRetry: 2 * time.Second,
 		Log: logger.WithField("node", addr.String()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sp.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = sp.Stop(context.Background())
-	})
-	sp.SetGlobal(Global{ASN: 64512, RouterID: routerID})
-	sp.OnAffinitySnapshot(nil)
+	}, Global{ASN: 64512, RouterID: routerID})
 	return &collisionNode{sp: sp, addr: addr}
 }

@@ -79,6 +79,13 @@ func (l *loopLab) speakerWith(i int, asn uint32, edit func(*Config)) *testNode {
 	if edit != nil {
 		edit(&cfg)
 	}
+	sp := runSpeaker(t, cfg, Global{ASN: asn, RouterID: a})
+	return &testNode{sp: sp, sink: sink, addr: a}
+}
+
+// runSpeaker runs a speaker made from cfg until the test ends, with
+// global g and no blocks of its own.
+func runSpeaker(t *testing.T, cfg Config, g Global) *Speaker {
 	sp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +98,9 @@ func (l *loopLab) speakerWith(i int, asn uint32, edit func(*Config)) *testNode {
 		<-done
 		_ = sp.Stop(context.Background()) // close sockets: the next test may reuse the port
 	})
-	sp.SetGlobal(Global{ASN: asn, RouterID: a})
+	sp.SetGlobal(g)
 	sp.OnAffinitySnapshot(nil)
-	return &testNode{sp: sp, sink: sink, addr: a}
+	return sp
 }
 
 func (l *loopLab) peerOf(n *testNode, asn uint32, typ string) Peer {
