@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -296,7 +299,7 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		if felixIn.iptables {
 			felixes[x.Name].clearIptables(t)
 		} else {
-			clearCalicoNFTables(ctx, t, l, x.Name)
+			clearCalicoNFTables(ctx, t, x.Name)
 		}
 		t.Logf("%s switched to routed in %s", x.Name, time.Since(w.start).Round(time.Millisecond))
 		switched[x.Name] = true
@@ -420,16 +423,18 @@ func startLiveFelix(t *testing.T, bin string, src liveCalico, node string, mode 
 }
 
 // clearCalicoNFTables checks that Calico's felix, stopped in nftables
-// mode, left its table on node, and deletes it as the doc says.
-func clearCalicoNFTables(ctx context.Context, t *testing.T, l *lab.Lab, node string) {
+// mode, left its table on node, and deletes it with the doc's own
+// line (step 6.2's `nft delete table ip calico ...`).
+func clearCalicoNFTables(ctx context.Context, t *testing.T, node string) {
 	t.Helper()
 	tables := nodeNFTables(t, node)
 	t.Logf("nftables tables on %s once felix stopped and routed is Ready:\n%s", node, tables)
 	if !strings.Contains(tables, "table ip calico\n") {
 		t.Errorf("no table ip calico on %s: Calico's felix left no rules", node)
 	}
-	if err := l.ClearCalicoPolicy(ctx, node); err != nil {
-		t.Fatal(err)
+	line := calicoNFTablesCleanup(t)
+	if out, err := exec.CommandContext(ctx, "nsenter", "--net="+lab.NodeNetNSPath(node), "sh", "-ec", line).CombinedOutput(); err != nil {
+		t.Fatalf("%s: the doc's %q: %v\n%s", node, line, err, out)
 	}
 	// The doc's `nft delete table` lines leave only routed's.
 	for _, line := range strings.Split(strings.TrimSpace(nodeNFTables(t, node)), "\n") {
@@ -437,6 +442,23 @@ func clearCalicoNFTables(ctx context.Context, t *testing.T, l *lab.Lab, node str
 			t.Errorf("%s: %q left after the doc's nft lines, not routed's", node, line)
 		}
 	}
+}
+
+// calicoNFTablesCleanup is docs/migrate-calico.md step 6.2's line that
+// deletes Calico's nftables tables.
+func calicoNFTablesCleanup(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "migrate-calico.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "nft delete table ip calico") {
+			return line
+		}
+	}
+	t.Fatal("docs/migrate-calico.md has no `nft delete table ip calico` line")
+	return ""
 }
 
 // felixDatastore: the API server, through a relay into the node's
