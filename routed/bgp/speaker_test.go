@@ -83,26 +83,6 @@ func (l *loopLab) speakerWith(i int, asn uint32, edit func(*Config)) *testNode {
 	return &testNode{sp: sp, sink: sink, addr: a}
 }
 
-// runSpeaker runs a speaker made from cfg until the test ends, with
-// global g and no blocks of its own.
-func runSpeaker(t *testing.T, cfg Config, g Global) *Speaker {
-	sp, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sp.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = sp.Stop(context.Background()) // close sockets: the next test may reuse the port
-	})
-	sp.SetGlobal(g)
-	sp.OnAffinitySnapshot(nil)
-	return sp
-}
-
 func (l *loopLab) peerOf(n *testNode, asn uint32, typ string) Peer {
 	return Peer{Address: n.addr, ASN: asn, Port: l.port, Type: typ, Name: "peer", LocalAddress: netip.Addr{}}
 }
