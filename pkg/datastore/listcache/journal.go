@@ -9,7 +9,7 @@ import (
 
 // changes is the latest change of each key since the base: its
 // revisions in memory, its value in a journal file. Kept in the heap,
-// the values were up to MaxChanges (16 MiB) of live objects scattered
+// the values were up to MaxChanges (16 MiB then) of live objects scattered
 // over the heap's pages between two writes, which at GOGC=50 is about
 // 24 MiB more heap (scale-big's churn profiles, issue 36: 18 MB of
 // etcd's decoded values held by the cache after 4 minutes of churn).
