@@ -46,7 +46,7 @@ type chainHave struct {
 type setHave struct {
 	kind     SetKind
 	interval bool // an interval set; else a hash set of single addresses
-	elems    map[mkey]bool
+	elems    memberMap[struct{}]
 }
 
 func (h *hook) String() string {
@@ -291,7 +291,7 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 			return fmt.Errorf("nftdp: %s set %s: %w", f.name, name, err)
 		}
 		t.note("add set %s", name)
-		have = &setHave{kind: want.kind, interval: interval, elems: map[mkey]bool{}}
+		have = &setHave{kind: want.kind, interval: interval}
 		ft.sets[name] = have
 		full = true
 	}
@@ -299,13 +299,13 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 	var add, del []mkey
 	if full || !partial || dirty == nil || interval {
 		wantElems := ft.wantElems(want)
-		for k := range have.elems {
+		for k := range have.elems.all() {
 			if !wantElems[k] {
 				del = append(del, k)
 			}
 		}
 		for k := range wantElems {
-			if !have.elems[k] {
+			if !have.elems.has(k) {
 				add = append(add, k)
 			}
 		}
@@ -314,10 +314,11 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 			if !k.in(f) {
 				continue
 			}
-			switch w := want.members[k] > 0; {
-			case w && !have.elems[k]:
+			n, _ := want.members.get(k)
+			switch w := n > 0; {
+			case w && !have.elems.has(k):
 				add = append(add, k)
-			case !w && have.elems[k]:
+			case !w && have.elems.has(k):
 				del = append(del, k)
 			}
 		}
@@ -337,10 +338,10 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 		t.note("set %s: add %v", name, ms)
 	}
 	for _, m := range del {
-		delete(have.elems, m)
+		have.elems.del(m)
 	}
 	for _, m := range add {
-		have.elems[m] = true
+		have.elems.put(m, struct{}{})
 	}
 	return nil
 }
@@ -348,10 +349,10 @@ func (d *Dataplane) syncSet(t *txn, ft *famTable, name string, want *setWant, fu
 // wantElems is what a set should hold in ft's family: its members, and
 // in an address set without those another member covers.
 func (ft *famTable) wantElems(want *setWant) map[mkey]bool {
-	out := make(map[mkey]bool, len(want.members))
+	out := make(map[mkey]bool, want.members.len())
 	if ft.interval(want) {
 		var ps []netip.Prefix
-		for k := range want.members {
+		for k := range want.members.all() {
 			if k.in(ft.fam) {
 				ps = append(ps, k.member().Prefix)
 			}
@@ -361,7 +362,7 @@ func (ft *famTable) wantElems(want *setWant) map[mkey]bool {
 		}
 		return out
 	}
-	for k := range want.members {
+	for k := range want.members.all() {
 		if k.in(ft.fam) {
 			out[k] = true
 		}

@@ -122,7 +122,7 @@ type chainWant struct {
 
 type setWant struct {
 	kind    SetKind
-	members map[mkey]int32 // reference counts
+	members memberMap[int32] // reference counts
 	// nets counts the members wider than one address, per family
 	// (index famIdx): an address set is an interval set in a family's
 	// table only while it holds a net of that family.
@@ -277,7 +277,7 @@ func (d *Dataplane) AddSet(name string, kind SetKind) {
 	if s, ok := d.sets[name]; ok && s.kind == kind {
 		return
 	}
-	d.sets[name] = &setWant{kind: kind, members: map[mkey]int32{}}
+	d.sets[name] = &setWant{kind: kind}
 	d.dirtySets[name] = nil
 }
 
@@ -300,8 +300,9 @@ func (d *Dataplane) AddMember(name string, m Member) {
 	}
 	m.Prefix = m.Prefix.Masked()
 	k := m.key()
-	s.members[k]++
-	if s.members[k] == 1 {
+	n, _ := s.members.get(k)
+	s.members.put(k, n+1)
+	if n == 0 {
 		d.memberChanged(name, s, m, k)
 	}
 }
@@ -314,21 +315,21 @@ func (d *Dataplane) RemoveMember(name string, m Member) {
 	}
 	m.Prefix = m.Prefix.Masked()
 	k := m.key()
-	switch n := s.members[k]; {
+	switch n, _ := s.members.get(k); {
 	case n <= 0:
 		return
 	case n == 1:
-		delete(s.members, k)
+		s.members.del(k)
 		d.memberChanged(name, s, m, k)
 	default:
-		s.members[k] = n - 1
+		s.members.put(k, n-1)
 	}
 }
 
 func (d *Dataplane) memberChanged(name string, s *setWant, m Member, k mkey) {
 	if !m.Prefix.IsSingleIP() {
 		// A net covers or uncovers other members: diff the whole set.
-		s.nets[famIdx(m.Prefix)] += map[bool]int{true: 1, false: -1}[s.members[k] > 0]
+		s.nets[famIdx(m.Prefix)] += map[bool]int{true: 1, false: -1}[s.members.has(k)]
 		d.dirtySets[name] = nil
 		return
 	}
@@ -350,7 +351,7 @@ func (d *Dataplane) Members(name string) []Member {
 		return nil
 	}
 	return sortedMembers(func(yield func(Member) bool) {
-		for k := range s.members {
+		for k := range s.members.all() {
 			if !yield(k.member()) {
 				return
 			}

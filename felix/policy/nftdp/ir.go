@@ -226,7 +226,8 @@ type Member struct {
 // keep: 22 bytes and no pointer, where a Member is 40 with one (the
 // zone of its netip.Addr). A set can hold a cluster's worth of pods (a
 // named port every pod has), so this halves what each member costs and
-// the collector has nothing to scan in those maps.
+// the collector has nothing to scan in those maps. Those maps
+// (memberMap) pack an IPv4 member further, into 8 bytes.
 type mkey struct {
 	addr  [16]byte
 	fam   uint8 // 4 or 6; 0 for the zero Prefix

@@ -72,21 +72,19 @@ func (d *Dataplane) load(ft *famTable) error {
 			h := &setHave{kind: AddrSet}
 			decode := func(k []byte) {
 				if a, ok := netip.AddrFromSlice(k); ok && len(k) == int(ft.fam.addrLen) {
-					h.elems[Member{Prefix: netip.PrefixFrom(a, a.BitLen())}.key()] = true
+					h.elems.put(Member{Prefix: netip.PrefixFrom(a, a.BitLen())}.key(), struct{}{})
 				}
 			}
 			if s.KeyType.Bytes == ft.fam.namedPortType.Bytes {
 				h.kind = NamedPortSet
 				decode = func(k []byte) {
 					if m, ok := ft.fam.memberFromNamedPortKey(k); ok {
-						h.elems[m.key()] = true
+						h.elems.put(m.key(), struct{}{})
 					}
 				}
 			}
 			begin := func() {
-				if h.elems = reuse(prev[s.Name]); h.elems == nil {
-					h.elems = map[mkey]bool{}
-				}
+				h.elems = reuse(prev[s.Name])
 			}
 			if err := d.dump.setKeys(ft.fam.nft, ft.table.Name, s.Name, begin, decode); err != nil {
 				return fmt.Errorf("nftdp: reading %s set %s: %w", ft.fam.name, s.Name, err)
@@ -113,9 +111,9 @@ func (d *Dataplane) load(ft *famTable) error {
 			// earlier version's dispatch.
 			ft.legacy = append(ft.legacy, s.Name)
 		default: // an interval set
-			h := &setHave{kind: AddrSet, interval: true, elems: map[mkey]bool{}}
+			h := &setHave{kind: AddrSet, interval: true}
 			for _, p := range nftprefix.Prefixes(els, int(ft.fam.addrLen)) {
-				h.elems[Member{Prefix: p}.key()] = true
+				h.elems.put(Member{Prefix: p}.key(), struct{}{})
 			}
 			ft.sets[s.Name] = h
 		}
@@ -125,13 +123,13 @@ func (d *Dataplane) load(ft *famTable) error {
 }
 
 // reuse empties the elements of a set read before, for a read of the
-// same set to fill: the map keeps its buckets, so a resync does not
-// allocate the sets' maps again. Nil when there was none.
-func reuse(h *setHave) map[mkey]bool {
+// same set to fill: the maps keep their room, so a resync does not
+// allocate the sets' maps again. Empty when there was none.
+func reuse(h *setHave) memberMap[struct{}] {
 	if h == nil || h.interval {
-		return nil
+		return memberMap[struct{}]{}
 	}
-	clear(h.elems)
+	h.elems.clear()
 	return h.elems
 }
 
