@@ -119,6 +119,22 @@ func buildCalicoFelix(t *testing.T) string {
 // network policies): felix is not in sync until every list succeeds.
 func installFelixCRDs(t *testing.T, srv *kubeapiserver.Server) {
 	t.Helper()
+	args := []string{"create"}
+	for _, f := range felixCRDFiles(t) {
+		args = append(args, "-f", f)
+	}
+	if out, errOut, err := kubectl(t, srv, args...); err != nil {
+		t.Fatalf("installing felix's CRDs: %v\n%s%s", err, out, errOut)
+	}
+	if out, errOut, err := kubectl(t, srv, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("felix's CRDs not established: %v\n%s%s", err, out, errOut)
+	}
+}
+
+// felixCRDFiles are the CRDs of Calico's source tree (calicoFelixDir)
+// that testdata/calico-crds lacks.
+func felixCRDFiles(t *testing.T) []string {
+	t.Helper()
 	have, err := os.ReadDir(filepath.Join("testdata", "calico-crds"))
 	if err != nil {
 		t.Fatal(err)
@@ -131,18 +147,13 @@ func installFelixCRDs(t *testing.T, srv *kubeapiserver.Server) {
 	if err != nil || len(all) == 0 {
 		t.Fatalf("Calico's CRDs in %s: %v", calicoFelixDir(), err)
 	}
-	args := []string{"create"}
+	var files []string
 	for _, f := range all {
 		if !installed[filepath.Base(f)] {
-			args = append(args, "-f", f)
+			files = append(files, f)
 		}
 	}
-	if out, errOut, err := kubectl(t, srv, args...); err != nil {
-		t.Fatalf("installing felix's CRDs: %v\n%s%s", err, out, errOut)
-	}
-	if out, errOut, err := kubectl(t, srv, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-		t.Fatalf("felix's CRDs not established: %v\n%s%s", err, out, errOut)
-	}
+	return files
 }
 
 // calicoFelix is Calico's felix running as one node's felix.

@@ -15,7 +15,6 @@ import (
 	"github.com/routed-net/routed/internal/flowpagetest"
 	k8scluster "github.com/routed-net/routed/tests/k8s/cluster"
 	"github.com/routed-net/routed/tests/k8s/demo"
-	"github.com/routed-net/routed/tests/k8s/kubeapiserver"
 	"github.com/routed-net/routed/tests/testbin"
 )
 
@@ -82,14 +81,7 @@ func TestFlowsOnCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	testStart := time.Now()
-	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := kubeapiserver.BuildNode(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, node := kubeBinaries(ctx, t)
 	routed := testbin.Path(t, "routed")
 	ctl := testbin.Path(t, "routedctl")
 	dir := t.TempDir()

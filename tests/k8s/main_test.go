@@ -109,6 +109,22 @@ func cluster(t testing.TB) *kubeapiserver.Server {
 	return shared.srv
 }
 
+// kubeBinaries builds (once, into the test cache) kube-apiserver and
+// the node's binaries (kubelet, kube-proxy, ...) for a real cluster, and
+// returns their paths.
+func kubeBinaries(ctx context.Context, t *testing.T) (api, node string) {
+	t.Helper()
+	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err = kubeapiserver.BuildNode(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, node
+}
+
 func skipShort(t testing.TB) {
 	t.Helper()
 	if testing.Short() {

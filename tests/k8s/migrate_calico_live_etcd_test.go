@@ -98,7 +98,7 @@ func (e *etcdLive) setUp(ctx context.Context, t *testing.T, l *lab.Lab) {
 		t.Fatal(err)
 	}
 	kv := map[string]string{}
-	for _, doc := range liveCalicoObjects(l, e.ns, "k8s,bgp") {
+	for _, doc := range liveCalicoObjects(l.Topo.PoolCIDR, l.Topo.NodeAS, e.ns, "k8s,bgp") {
 		k, v := calicoEtcdObject(t, doc)
 		kv[k] = v
 	}

@@ -54,7 +54,7 @@ func (k *kddLive) setUp(ctx context.Context, t *testing.T, l *lab.Lab) {
 	for _, ns := range []string{"shop", "default"} {
 		must(k.kc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}))
 	}
-	kubectlCreate(t, k.srv, strings.Join(liveCalicoObjects(l, "shop", "k8s,bgp,kdd"), "---\n"))
+	kubectlCreate(t, k.srv, strings.Join(liveCalicoObjects(l.Topo.PoolCIDR, l.Topo.NodeAS, "shop", "k8s,bgp,kdd"), "---\n"))
 }
 
 // cniDatastore: the plugin keeps Calico's state in the API server it
@@ -71,6 +71,13 @@ func (k *kddLive) affinities(_ context.Context, t *testing.T) map[string][]netip
 	if err != nil {
 		t.Fatalf("blockaffinities: %v %s", err, errOut)
 	}
+	return confirmedBlocks(t, out)
+}
+
+// confirmedBlocks are the confirmed blocks of each node in the output
+// of `kubectl get blockaffinities.crd.projectcalico.org -o json`.
+func confirmedBlocks(t *testing.T, out string) map[string][]netip.Prefix {
+	t.Helper()
 	var list struct {
 		Items []struct {
 			Spec struct{ Node, CIDR, State string } `json:"spec"`

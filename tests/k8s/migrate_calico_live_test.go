@@ -228,19 +228,9 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 		t.Logf("Calico's felix on %s ready after %s", name, time.Since(start).Round(time.Millisecond))
 	}
 	phase("Calico's felix ready on every node")
-	var watchers sync.WaitGroup
-	for _, f := range denied {
-		// Felix reports ready once its first dataplane update is applied;
-		// a deny not in force within seconds of that is a failure.
-		testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
-			if reaches(t, f.from, f.to.IP, f.port) {
-				return fmt.Sprintf("before the migration: %s reached %s:%d, which Calico's policy denies", f.from.Name, f.to.Name, f.port)
-			}
-			return ""
-		})
-		watchers.Add(1)
-		go func() { defer watchers.Done(); f.watch(probeCtx) }()
-	}
+	// Felix reports ready once its first dataplane update is applied;
+	// a deny not in force within seconds of that is a failure.
+	watchers := watchDenied(t, probeCtx, denied)
 	type stream struct {
 		res lab.ProbeResult
 		err error
@@ -263,15 +253,11 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	// The switch, node by node: the middle address first, so the first
 	// routed node has a BIRD with a lower and one with a higher address
 	// (Calico's mesh makes the lower one passive).
-	type window struct {
-		node       string
-		start, end time.Time
-	}
-	var windows []window
+	var windows []switchWindow
 	switched := map[string]bool{}
 	for _, i := range []int{1, 2, 0} {
 		x := nodes[i]
-		w := window{node: x.Name, start: time.Now()}
+		w := switchWindow{node: x.Name, start: time.Now()}
 		// calico-node's pod goes: its BIRD and its felix stop together.
 		var felixDone sync.WaitGroup
 		felixDone.Add(1)
@@ -363,12 +349,7 @@ func liveSwitch(t *testing.T, newSource func(*testing.T) liveCalico, stop func(*
 	stopProbes()
 	wg.Wait()
 	watchers.Wait()
-	for _, f := range denied {
-		t.Logf("denied flow %s -> %s:%d tried %d times before, during and after the switch: %d connected", f.from.Name, f.to.Name, f.port, f.tries, len(f.breaches))
-		if f.err != nil || len(f.breaches) > 0 || f.tries == 0 {
-			t.Errorf("denied flow %s -> %s:%d: connected at %v (%v)", f.from.Name, f.to.Name, f.port, f.breaches, f.err)
-		}
-	}
+	reportDenied(t, denied)
 
 	for _, s := range streams {
 		if s.err != nil {
@@ -485,7 +466,7 @@ func nodeNFTables(t *testing.T, node string) string {
 // (order 10, no rule past its deny) comes before the
 // GlobalNetworkPolicy (order 100) that ends in an Allow: in Calico's
 // tier evaluation the first matching rule decides.
-func liveCalicoObjects(l *lab.Lab, ns, clusterType string) []string {
+func liveCalicoObjects(pool string, asn uint32, ns, clusterType string) []string {
 	crd := func(kind, meta, spec string) string {
 		return fmt.Sprintf("apiVersion: crd.projectcalico.org/v1\nkind: %s\nmetadata: %s\nspec: %s\n", kind, meta, spec)
 	}
@@ -493,8 +474,8 @@ func liveCalicoObjects(l *lab.Lab, ns, clusterType string) []string {
 		return fmt.Sprintf(`name: default.%s, annotations: {projectcalico.org/metadata: '{"name":"%s"}'}`, name, name)
 	}
 	docs := []string{
-		crd("IPPool", "{name: default-ipv4-ippool}", fmt.Sprintf("{cidr: %s, ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 26, nodeSelector: all()}", l.Topo.PoolCIDR)),
-		crd("BGPConfiguration", "{name: default}", fmt.Sprintf("{nodeToNodeMeshEnabled: true, asNumber: %d}", l.Topo.NodeAS)),
+		crd("IPPool", "{name: default-ipv4-ippool}", fmt.Sprintf("{cidr: %s, ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 26, nodeSelector: all()}", pool)),
+		crd("BGPConfiguration", "{name: default}", fmt.Sprintf("{nodeToNodeMeshEnabled: true, asNumber: %d}", asn)),
 		crd("ClusterInformation", "{name: default}", `{clusterGUID: 7a1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "`+clusterType+`", calicoVersion: v3.31.0, datastoreReady: true}`),
 	}
 	for _, tier := range []struct {
@@ -510,6 +491,12 @@ func liveCalicoObjects(l *lab.Lab, ns, clusterType string) []string {
 	return docs
 }
 
+// switchWindow is the time one node took to switch, with settling.
+type switchWindow struct {
+	node       string
+	start, end time.Time
+}
+
 // deniedFlow is a flow a migrated policy denies, tried again and again
 // while the cluster switches: a connection that completes is a deny that
 // did not hold.
@@ -519,6 +506,37 @@ type deniedFlow struct {
 	tries    int
 	breaches []time.Time
 	err      error
+}
+
+// watchDenied waits up to 10 s until each flow is denied (Calico's
+// policy in force before the migration), then tries it again and again
+// until ctx ends; the caller waits for the returned group.
+func watchDenied(t *testing.T, ctx context.Context, denied []*deniedFlow) *sync.WaitGroup {
+	t.Helper()
+	var watchers sync.WaitGroup
+	for _, f := range denied {
+		testenv.Eventually(t, 10*time.Second, 200*time.Millisecond, func() string {
+			if reaches(t, f.from, f.to.IP, f.port) {
+				return fmt.Sprintf("before the migration: %s reached %s:%d, which Calico's policy denies", f.from.Name, f.to.Name, f.port)
+			}
+			return ""
+		})
+		watchers.Add(1)
+		go func() { defer watchers.Done(); f.watch(ctx) }()
+	}
+	return &watchers
+}
+
+// reportDenied logs how often each flow was tried and fails the test
+// for any that connected or could not be tried.
+func reportDenied(t *testing.T, denied []*deniedFlow) {
+	t.Helper()
+	for _, f := range denied {
+		t.Logf("denied flow %s -> %s:%d tried %d times before, during and after the switch: %d connected", f.from.Name, f.to.Name, f.port, f.tries, len(f.breaches))
+		if f.err != nil || len(f.breaches) > 0 || f.tries == 0 {
+			t.Errorf("denied flow %s -> %s:%d: connected at %v (%v)", f.from.Name, f.to.Name, f.port, f.breaches, f.err)
+		}
+	}
 }
 
 // watch tries the flow until ctx ends.

@@ -32,14 +32,7 @@ func TestRealNodeRunsRouted(t *testing.T) {
 	skipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
-	api, err := kubeapiserver.Build(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := kubeapiserver.BuildNode(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, node := kubeBinaries(ctx, t)
 	e2e, agnhost, err := kubeapiserver.BuildE2E(ctx, kubeapiserver.CacheDir(), kubeapiserver.Version, t.Logf)
 	if err != nil {
 		t.Fatal(err)

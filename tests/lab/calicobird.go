@@ -22,10 +22,9 @@ import (
 // of each pair passive, as Calico's template decides it (its `gt` on the
 // two addresses as strings).
 type CalicoBird struct {
-	Node string
+	Node string // the network namespace it runs in
 	p    *proc
 	sock string
-	lab  *Lab
 }
 
 // MeshProtocol is the name Calico's template gives the mesh session
@@ -34,12 +33,12 @@ func MeshProtocol(addr netip.Addr) string {
 	return "Mesh_" + strings.ReplaceAll(addr.String(), ".", "_")
 }
 
-// calicoBirdConf is node's configuration: blocks are its confirmed
-// blocks in pool, asn the cluster's AS number.
-func (l *Lab) calicoBirdConf(n NodeSpec, asn uint32, pool netip.Prefix, blocks []netip.Prefix) string {
-	me := n.Addr.Addr()
+// calicoBirdConf is the configuration of node (address me, the mesh to
+// peers): blocks are its confirmed blocks in pool, asn the cluster's AS
+// number.
+func calicoBirdConf(node string, me netip.Addr, peers []netip.Addr, asn uint32, pool netip.Prefix, blocks []netip.Prefix) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Calico v3.31.0's mesh configuration for %s, in BIRD 2's syntax.\nrouter id %s;\n\n", n.Name, me)
+	fmt.Fprintf(&b, "# Calico v3.31.0's mesh configuration for %s, in BIRD 2's syntax.\nrouter id %s;\n\n", node, me)
 	b.WriteString("# Aggregation of routes on this host; export the block, nothing beneath it.\nfunction calico_aggr() {\n")
 	for _, blk := range blocks {
 		fmt.Fprintf(&b, "  # Block %s is confirmed\n  if ( net = %s ) then { accept; }\n  if ( net ~ %s ) then { reject; }\n", blk, blk, blk)
@@ -97,8 +96,7 @@ template bgp bgp_template {
 }
 
 `, asn)
-	for _, o := range l.Topo.Nodes {
-		peer := o.Addr.Addr()
+	for _, peer := range peers {
 		if peer == me {
 			continue
 		}
@@ -118,22 +116,37 @@ func (l *Lab) StartCalicoBird(ctx context.Context, node string, asn uint32, pool
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(l.Dir, node)
+	var peers []netip.Addr
+	for _, o := range l.Topo.Nodes {
+		peers = append(peers, o.Addr.Addr())
+	}
+	b, err := StartCalicoBirdIn(ctx, node, filepath.Join(l.Dir, node), n.Addr.Addr(), peers, asn, pool, blocks)
+	if err == nil {
+		l.recordPID(b.p)
+	}
+	return b, err
+}
+
+// StartCalicoBirdIn starts calico-node's BIRD (see CalicoBird) in the
+// network namespace netns of a node with address me, meshed with peers
+// (me among them or not), its configuration, socket and log in dir, and
+// waits until it answers. Kill or Stop ends it.
+func StartCalicoBirdIn(ctx context.Context, netns, dir string, me netip.Addr, peers []netip.Addr, asn uint32, pool netip.Prefix, blocks []netip.Prefix) (*CalicoBird, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	conf := filepath.Join(dir, "calico-bird.cfg")
-	if err := os.WriteFile(conf, []byte(l.calicoBirdConf(n, asn, pool, blocks)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(calicoBirdConf(netns, me, peers, asn, pool, blocks)), 0o644); err != nil {
 		return nil, err
 	}
-	b := &CalicoBird{Node: node, sock: filepath.Join(dir, "calico-bird.ctl"), lab: l}
-	b.p, err = startProc(node, filepath.Join(dir, "calico-bird.log"), nil,
+	b := &CalicoBird{Node: netns, sock: filepath.Join(dir, "calico-bird.ctl")}
+	var err error
+	b.p, err = startProc(netns, filepath.Join(dir, "calico-bird.log"), nil,
 		"bird", "-f", "-c", conf, "-s", b.sock, "-P", filepath.Join(dir, "calico-bird.pid"))
 	if err != nil {
-		return nil, fmt.Errorf("calico BIRD on %s: %w", node, err)
+		return nil, fmt.Errorf("calico BIRD on %s: %w", netns, err)
 	}
-	l.recordPID(b.p)
-	if err := l.waitFor(ctx, 10*time.Second, "calico BIRD on "+node, func() error {
+	if err := waitUntil(ctx, 10*time.Second, "calico BIRD on "+netns, func() error {
 		_, err := b.Birdc(ctx, "show", "status")
 		return err
 	}); err != nil {
@@ -151,7 +164,7 @@ func (b *CalicoBird) Birdc(ctx context.Context, args ...string) (string, error) 
 // WaitEstablished waits until BIRD's session with the node at peer is
 // Established.
 func (b *CalicoBird) WaitEstablished(ctx context.Context, peer netip.Addr, timeout time.Duration) error {
-	return b.lab.waitFor(ctx, timeout, fmt.Sprintf("BIRD on %s: session %s", b.Node, MeshProtocol(peer)), func() error {
+	return waitUntil(ctx, timeout, fmt.Sprintf("BIRD on %s: session %s", b.Node, MeshProtocol(peer)), func() error {
 		out, err := b.Birdc(ctx, "show", "protocols", MeshProtocol(peer))
 		if err != nil {
 			return err

@@ -45,6 +45,14 @@ func Up(ctx context.Context, dir, bin string, logf func(string, ...any)) (*clust
 // profile. It returns the overlay directory (for `kubectl delete -k`;
 // the caller removes it) also on failure, when it was written.
 func Install(ctx context.Context, c *cluster.Cluster, root, bin string, logf func(string, ...any)) (overlay string, err error) {
+	return InstallFrom(ctx, c, root, bin, filepath.Join(root, "deploy", "base"), logf)
+}
+
+// InstallFrom is Install with base (a kustomization directory built on
+// deploy/base, such as docs/migrate-calico-overlay) in place of
+// deploy/base. A routed-node DaemonSet that matches no node yet counts
+// as rolled out.
+func InstallFrom(ctx context.Context, c *cluster.Cluster, root, bin, base string, logf func(string, ...any)) (overlay string, err error) {
 	step := func(format string, a ...any) { logf("==> "+format, a...) }
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
 	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
@@ -66,8 +74,8 @@ func Install(ctx context.Context, c *cluster.Cluster, root, bin string, logf fun
 		return "", err
 	}
 
-	step("kubectl apply -k: the shipped deploy/base with an overlay for the image and the etcd endpoint (TLS: its CA and client certificate in the Secrets, their paths in routed-config)")
-	overlay, err = writeOverlay(root, c)
+	step("kubectl apply -k: %s with an overlay for the image and the etcd endpoint (TLS: its CA and client certificate in the Secrets, their paths in routed-config)", base)
+	overlay, err = writeOverlay(base, c)
 	if err != nil {
 		return "", err
 	}
@@ -265,7 +273,7 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 		var learned string
 		if err := cluster.WaitFor(ctx, 30*time.Second, "routed on "+c.Node+" lists "+block+" from "+c.Nodes[1].Addr.String(), func() error {
 			var err error
-			if learned, err = routedOn(ctx, c, c.Node, "show", "route"); err != nil {
+			if learned, err = RoutedOn(ctx, c, c.Node, "show", "route"); err != nil {
 				return err
 			}
 			if !hasRow(learned, block, c.Nodes[1].Addr.String()) {
@@ -385,12 +393,15 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 	return nil
 }
 
-func writeOverlay(root string, c *cluster.Cluster) (string, error) {
+// writeOverlay writes, in a new temporary directory, a kustomization of
+// the directory of (deploy/base or one built on it) for the cluster c:
+// routed's image as the demo imports it, routed's etcd and its TLS.
+func writeOverlay(of string, c *cluster.Cluster) (string, error) {
 	dir, err := os.MkdirTemp("", "routed-k8s-overlay-")
 	if err != nil {
 		return "", err
 	}
-	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "base"))
+	base, err := filepath.Rel(dir, of)
 	if err != nil {
 		return "", err
 	}
@@ -534,11 +545,11 @@ func crossNodePair(nodeOf map[string]string, first string) (from, to string) {
 
 // routedStatus is `routedctl node status` in the routed-node pod on node.
 func routedStatus(ctx context.Context, c *cluster.Cluster, node string) (string, error) {
-	return routedOn(ctx, c, node, "node", "status")
+	return RoutedOn(ctx, c, node, "node", "status")
 }
 
 // routedOn runs routedctl in the routed-node pod on node.
-func routedOn(ctx context.Context, c *cluster.Cluster, node string, args ...string) (string, error) {
+func RoutedOn(ctx context.Context, c *cluster.Cluster, node string, args ...string) (string, error) {
 	pod, err := c.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}")
 	if err != nil {
 		return "", err
