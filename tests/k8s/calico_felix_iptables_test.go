@@ -12,7 +12,18 @@ import (
 // felixMode is the dataplane Calico's felix programs on a node.
 type felixMode struct {
 	iptables bool
+	backend  string   // in iptables mode, the node's iptables backend: "nft" or "legacy"
 	env      []string // felix's settings for the mode
+}
+
+// save is the iptables-save of the mode's backend; other is that of the
+// other backend, which felix must leave alone.
+func (m felixMode) save() string { return "iptables-" + m.backend + "-save" }
+func (m felixMode) other() string {
+	if m.backend == "legacy" {
+		return "iptables-nft-save"
+	}
+	return "iptables-legacy-save"
 }
 
 var (
@@ -25,7 +36,11 @@ var (
 	// picks the one where it finds the kubelet's chains (kubeletChains
 	// writes them with iptables-nft, as a kubelet does on a host whose
 	// iptables is iptables-nft, Debian's default since 11), so nft.
-	felixIptables = felixMode{iptables: true, env: []string{"FELIX_NFTABLESMODE=Disabled", "FELIX_IPTABLESBACKEND=auto"}}
+	felixIptables = felixMode{iptables: true, backend: "nft", env: []string{"FELIX_NFTABLESMODE=Disabled", "FELIX_IPTABLESBACKEND=auto"}}
+	// felixIptablesLegacy is felixIptables on a node whose kubelet uses
+	// iptables-legacy (hosts whose iptables is the legacy one): felix,
+	// backend auto, finds the kubelet's chains there and picks legacy.
+	felixIptablesLegacy = felixMode{iptables: true, backend: "legacy", env: felixIptables.env}
 )
 
 // TestCalicoFelixEnforcesOnKDDIptables is TestCalicoFelixEnforcesOnKDD
@@ -38,14 +53,22 @@ func TestCalicoFelixEnforcesOnKDDIptables(t *testing.T) {
 	felixEnforcesOnKDD(t, felixIptables)
 }
 
-// kubeletChains writes into the iptables (nft backend) of the network
-// namespace netns what a kubelet writes into a node's (its canary and
-// hint chains, which tell iptables wrappers and felix the backend in
-// use, and the KUBE-FIREWALL rule of kubelets before 1.27) and returns
-// iptablesSave of it: what Calico's clean-up must leave.
-func kubeletChains(t *testing.T, netns string) string {
+// TestCalicoFelixEnforcesOnKDDIptablesLegacy is
+// TestCalicoFelixEnforcesOnKDDIptables on a node whose iptables backend
+// is legacy (felixIptablesLegacy): the same verdicts, and step 6.2's
+// loop removes felix's chains there and leaves the kubelet's.
+func TestCalicoFelixEnforcesOnKDDIptablesLegacy(t *testing.T) {
+	felixEnforcesOnKDD(t, felixIptablesLegacy)
+}
+
+// kubeletChains writes into the iptables (backend "nft" or "legacy") of
+// the network namespace netns what a kubelet writes into a node's (its
+// canary and hint chains, which tell iptables wrappers and felix the
+// backend in use, and the KUBE-FIREWALL rule of kubelets before 1.27)
+// and returns iptablesSave of it: what Calico's clean-up must leave.
+func kubeletChains(t *testing.T, netns, backend string) string {
 	t.Helper()
-	cmd := exec.Command("nsenter", "--net="+netns, "iptables-nft-restore", "--noflush")
+	cmd := exec.Command("nsenter", "--net="+netns, "iptables-"+backend+"-restore", "--noflush")
 	cmd.Stdin = strings.NewReader(`*mangle
 :KUBE-IPTABLES-HINT - [0:0]
 :KUBE-KUBELET-CANARY - [0:0]
@@ -64,7 +87,7 @@ COMMIT
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("writing the kubelet's iptables chains: %v\n%s", err, out)
 	}
-	return iptablesSave(t, netns, "iptables-nft-save")
+	return iptablesSave(t, netns, "iptables-"+backend+"-save")
 }
 
 // counters are the packet and byte counts iptables-save prints per chain.
@@ -124,16 +147,16 @@ func (f *calicoFelix) checkProgrammed(t *testing.T) {
 	if strings.Contains(tables, "calico") {
 		t.Errorf("felix in iptables mode made an nftables table of its own:\n%s", tables)
 	}
-	save := iptablesSave(t, f.netns, "iptables-nft-save")
+	save := iptablesSave(t, f.netns, f.mode.save())
 	for _, want := range []string{":cali-FORWARD ", "-A FORWARD -m comment --comment \"cali:", ":cali-PREROUTING ", ":cali-POSTROUTING "} {
 		if !strings.Contains(save, want) {
-			t.Fatalf("no %q in iptables-nft-save: felix did not program the nft backend\n%s", want, save)
+			t.Fatalf("no %q in %s: felix did not program the %s backend\n%s", want, f.mode.save(), f.mode.backend, save)
 		}
 	}
-	if legacy := iptablesSave(t, f.netns, "iptables-legacy-save"); strings.Contains(legacy, "cali") {
-		t.Errorf("felix wrote iptables-legacy too:\n%s", legacy)
+	if other := iptablesSave(t, f.netns, f.mode.other()); strings.Contains(other, "cali") {
+		t.Errorf("felix wrote the other backend (%s) too:\n%s", f.mode.other(), other)
 	}
-	t.Logf("felix's iptables (nft backend): %d chains named cali-*", strings.Count(save, "\n:cali-"))
+	t.Logf("felix's iptables (%s backend): %d chains named cali-*", f.mode.backend, strings.Count(save, "\n:cali-"))
 }
 
 // calicoIptablesCleanup is docs/migrate-calico.md step 6.2's clean-up of
@@ -170,7 +193,7 @@ func calicoIptablesCleanup(t *testing.T) string {
 // built-in chains, and nftables tables other than iptables' are kept.
 func (f *calicoFelix) clearIptables(t *testing.T) {
 	t.Helper()
-	save := iptablesSave(t, f.netns, "iptables-nft-save")
+	save := iptablesSave(t, f.netns, f.mode.save())
 	if !strings.Contains(save, "-A FORWARD -m comment --comment \"cali:") {
 		t.Fatalf("felix left no jump into its chains in FORWARD:\n%s", save)
 	}
@@ -180,7 +203,7 @@ func (f *calicoFelix) clearIptables(t *testing.T) {
 	if out, err := exec.Command("nsenter", "--net="+f.netns, "sh", "-ec", script).CombinedOutput(); err != nil {
 		t.Fatalf("the doc's clean-up: %v\n%s\n%s", err, out, script)
 	}
-	after := iptablesSave(t, f.netns, "iptables-nft-save")
+	after := iptablesSave(t, f.netns, f.mode.save())
 	kept := iptablesTables(f.kept)
 	for name, table := range iptablesTables(after) {
 		if want, ok := kept[name]; ok {
@@ -200,8 +223,8 @@ func (f *calicoFelix) clearIptables(t *testing.T) {
 			t.Errorf("table %s gone after the doc's clean-up", name)
 		}
 	}
-	if legacy := iptablesSave(t, f.netns, "iptables-legacy-save"); strings.Contains(legacy, "cali") {
-		t.Errorf("iptables-legacy after the doc's clean-up:\n%s", legacy)
+	if other := iptablesSave(t, f.netns, f.mode.other()); strings.Contains(other, "cali") {
+		t.Errorf("%s after the doc's clean-up:\n%s", f.mode.other(), other)
 	}
 	out, err := exec.Command("nsenter", "--net="+f.netns, "ipset", "list", "-n").CombinedOutput()
 	if err != nil || strings.Contains(string(out), "cali") {

@@ -188,7 +188,7 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, 
 	}
 	f := &calicoFelix{mode: mode, netns: node.Path(), log: filepath.Join(dir, "felix-"+nodeName+".log"), exited: make(chan struct{})}
 	if mode.iptables {
-		f.kept = kubeletChains(t, node.Path())
+		f.kept = kubeletChains(t, node.Path(), mode.backend)
 	}
 	logf, err := os.Create(f.log)
 	if err != nil {
