@@ -2,7 +2,6 @@ package policy
 
 import (
 	"hash/maphash"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -425,7 +424,7 @@ func (c *Calc) replaceProfile(name string, np *profile) {
 	// Labels flow from profiles to endpoints (and, for namespace
 	// profiles, to network sets): re-derive those that use it, when they
 	// changed (a snapshot gives every profile again).
-	if old != nil && np != nil && maps.Equal(old.labels, np.labels) {
+	if old != nil && np != nil && old.labels.equal(np.labels) {
 		return
 	}
 	for _, s := range slices.Clone(c.profileUsers[name]) {

@@ -19,7 +19,7 @@ func mergedLabels(c *Calc, ep Endpoint) map[string]string {
 	out := map[string]string{}
 	for _, name := range ep.Profiles {
 		if p := c.profiles[name]; p != nil {
-			maps.Copy(out, p.labels)
+			maps.Insert(out, p.labels.all())
 		}
 	}
 	maps.Copy(out, ep.Labels)

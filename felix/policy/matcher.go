@@ -193,7 +193,7 @@ func newNetset(s NetworkSet, kns *profile) *netset {
 func netsetLabels(ns string, own map[string]string, kns *profile) map[string]string {
 	out := map[string]string{}
 	if kns != nil {
-		maps.Copy(out, kns.labels)
+		maps.Insert(out, kns.labels.all())
 	}
 	maps.Copy(out, own)
 	delete(out, api.LabelServiceAccount)

@@ -250,7 +250,7 @@ func (c *Calc) deriveScope(s *groupScope) {
 	labels := map[string]string{}
 	for _, name := range s.profiles {
 		if p := c.profiles[name]; p != nil {
-			maps.Copy(labels, p.labels)
+			maps.Insert(labels, p.labels.all())
 		}
 	}
 	old := []*labelSet{s.nsLabels, s.saLabels}
@@ -292,12 +292,12 @@ func scopeLabels(labels map[string]string, prefix string, p *profile, name strin
 	if p != nil {
 		// Its unprefixed labels first, so that where it has both "team"
 		// and "pcns.team" the prefixed one wins whatever the map's order.
-		for k, v := range p.labels {
+		for k, v := range p.labels.all() {
 			if !strings.HasPrefix(k, nsLabelPrefix) && !strings.HasPrefix(k, saLabelPrefix) {
 				out[k] = v
 			}
 		}
-		for k, v := range p.labels {
+		for k, v := range p.labels.all() {
 			if s, ok := strings.CutPrefix(k, prefix); ok {
 				out[s] = v
 			}
@@ -312,7 +312,7 @@ func scopeLabels(labels map[string]string, prefix string, p *profile, name strin
 // profile is a compiled Profile.
 type profile struct {
 	name            string
-	labels          map[string]string
+	labels          profileLabels
 	ingress, egress []*rule
 }
 

@@ -15,7 +15,7 @@ import (
 // named for the warning. A GlobalNetworkSet keeps its labels as given
 // (as Calico: only a cluster administrator writes one).
 func TestNetsetLabels(t *testing.T) {
-	kns := &profile{name: "kns.dev", labels: map[string]string{"pcns.env": "dev", "team": "ns"}}
+	kns := &profile{name: "kns.dev", labels: packProfileLabels(map[string]string{"pcns.env": "dev", "team": "ns"})}
 	own := map[string]string{"team": "mine", api.LabelNamespace: "prod", api.LabelServiceAccount: "admin"}
 	n := newNetset(NetworkSet{Key: "ns:dev/x", Namespace: "dev", Labels: own}, kns)
 	want := map[string]string{"pcns.env": "dev", "team": "mine", api.LabelNamespace: "dev"}
@@ -48,7 +48,7 @@ func TestNetsetLabels(t *testing.T) {
 // account names do not; a namespaced set is picked by its namespace's
 // labels, not by pcns. labels of its own.
 func TestNetsetMatchScopes(t *testing.T) {
-	kns := &profile{name: "kns.dev", labels: map[string]string{"pcns.env": "dev"}}
+	kns := &profile{name: "kns.dev", labels: packProfileLabels(map[string]string{"pcns.env": "dev"})}
 	global := newNetset(NetworkSet{Key: "gns:bad", Labels: map[string]string{"kind": "bad"}}, nil)
 	dev := newNetset(NetworkSet{Key: "ns:dev/bad", Namespace: "dev", Labels: map[string]string{"kind": "bad", "pcns.env": "prod"}}, kns)
 	for _, tc := range []struct {

@@ -171,7 +171,7 @@ type tierInfo struct {
 }
 
 func compileProfile(p *api.Profile) (*profile, error) {
-	cp := &profile{name: p.Metadata.Name, labels: p.Spec.LabelsToApply}
+	cp := &profile{name: p.Metadata.Name, labels: packProfileLabels(p.Spec.LabelsToApply)}
 	var err error
 	if cp.ingress, err = compileRules("spec.ingress", p.Spec.Ingress, ""); err != nil {
 		return nil, err
