@@ -12,13 +12,15 @@ import (
 // felixMode is the dataplane Calico's felix programs on a node.
 type felixMode struct {
 	iptables bool
+	ipv6     bool     // felix's IPv6 support on and the pods dual-stack
 	backend  string   // in iptables mode, the node's iptables backend: "nft" or "legacy"
 	env      []string // felix's settings for the mode
 }
 
 // save is the iptables-save of the mode's backend; other is that of the
 // other backend, which felix must leave alone.
-func (m felixMode) save() string { return "iptables-" + m.backend + "-save" }
+func (m felixMode) save() string  { return "iptables-" + m.backend + "-save" }
+func (m felixMode) save6() string { return "ip6tables-" + m.backend + "-save" }
 func (m felixMode) other() string {
 	if m.backend == "legacy" {
 		return "iptables-nft-save"
@@ -41,6 +43,9 @@ var (
 	// iptables-legacy (hosts whose iptables is the legacy one): felix,
 	// backend auto, finds the kubelet's chains there and picks legacy.
 	felixIptablesLegacy = felixMode{iptables: true, backend: "legacy", env: felixIptables.env}
+	// felixIptablesDualStack is felixIptables with IPv6: an IPv6 pool
+	// beside the IPv4 one, dual-stack pods, FELIX_IPV6SUPPORT=true.
+	felixIptablesDualStack = felixMode{iptables: true, ipv6: true, backend: "nft", env: append([]string{"FELIX_IPV6SUPPORT=true"}, felixIptables.env...)}
 )
 
 // TestCalicoFelixEnforcesOnKDDIptables is TestCalicoFelixEnforcesOnKDD
@@ -59,6 +64,16 @@ func TestCalicoFelixEnforcesOnKDDIptables(t *testing.T) {
 // loop removes felix's chains there and leaves the kubelet's.
 func TestCalicoFelixEnforcesOnKDDIptablesLegacy(t *testing.T) {
 	felixEnforcesOnKDD(t, felixIptablesLegacy)
+}
+
+// TestCalicoFelixEnforcesOnKDDIptablesDualStack is
+// TestCalicoFelixEnforcesOnKDDIptables with dual-stack pods and felix's
+// IPv6 support on (felixIptablesDualStack): the policies' verdicts hold
+// over IPv4 and IPv6, felix's ip6tables chains stay when it stops, and
+// step 6.2's loop removes them too (its ip6tables passes), leaving
+// ip6tables' tables as they were before felix.
+func TestCalicoFelixEnforcesOnKDDIptablesDualStack(t *testing.T) {
+	felixEnforcesOnKDD(t, felixIptablesDualStack)
 }
 
 // kubeletChains writes into the iptables (backend "nft" or "legacy") of
@@ -90,6 +105,33 @@ COMMIT
 	return iptablesSave(t, netns, "iptables-"+backend+"-save")
 }
 
+// keptAsBefore checks save's output after the doc's clean-up (after)
+// against its output before felix started (kept): every table that was
+// there is as it was, the tables felix made hold only empty built-in
+// chains.
+func keptAsBefore(t *testing.T, save, after, kept string) {
+	t.Helper()
+	before := iptablesTables(kept)
+	for name, table := range iptablesTables(after) {
+		if want, ok := before[name]; ok {
+			if table != want {
+				t.Errorf("%s: table %s after the doc's clean-up:\n%s\nbefore felix started:\n%s", save, name, table, want)
+			}
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(table), "\n") {
+			if !strings.HasPrefix(line, "*") && line != "COMMIT" && !(strings.HasPrefix(line, ":") && strings.HasSuffix(line, " ACCEPT")) {
+				t.Errorf("%s: table %s (felix made it) after the doc's clean-up has %q", save, name, line)
+			}
+		}
+	}
+	for name := range before {
+		if !strings.Contains(after, "*"+name+"\n") {
+			t.Errorf("%s: table %s gone after the doc's clean-up", save, name)
+		}
+	}
+}
+
 // counters are the packet and byte counts iptables-save prints per chain.
 var counters = regexp.MustCompile(` \[\d+:\d+\]$`)
 
@@ -118,7 +160,9 @@ func iptablesTables(save string) map[string]string {
 		if strings.HasPrefix(line, "*") {
 			name = strings.TrimSpace(line[1:])
 		}
-		tables[name] += line
+		if name != "" { // nothing outside a table (an empty save has no table)
+			tables[name] += line
+		}
 	}
 	return tables
 }
@@ -157,6 +201,13 @@ func (f *calicoFelix) checkProgrammed(t *testing.T) {
 		t.Errorf("felix wrote the other backend (%s) too:\n%s", f.mode.other(), other)
 	}
 	t.Logf("felix's iptables (%s backend): %d chains named cali-*", f.mode.backend, strings.Count(save, "\n:cali-"))
+	if f.mode.ipv6 {
+		save6 := iptablesSave(t, f.netns, f.mode.save6())
+		if !strings.Contains(save6, ":cali-FORWARD ") {
+			t.Fatalf("no cali-FORWARD in %s: felix did not program IPv6\n%s", f.mode.save6(), save6)
+		}
+		t.Logf("felix's ip6tables: %d chains named cali-*", strings.Count(save6, "\n:cali-"))
+	}
 }
 
 // calicoIptablesCleanup is docs/migrate-calico.md step 6.2's clean-up of
@@ -199,29 +250,20 @@ func (f *calicoFelix) clearIptables(t *testing.T) {
 	}
 	nftBefore := nsNFTables(t, f.netns)
 	t.Logf("felix stopped; it left %d cali-* chains, %d rules", strings.Count(save, "\n:cali-"), strings.Count(save, "\n-A "))
+	if f.mode.ipv6 {
+		save6 := iptablesSave(t, f.netns, f.mode.save6())
+		if !strings.Contains(save6, "-A FORWARD -m comment --comment \"cali:") {
+			t.Fatalf("felix left no jump into its chains in ip6tables' FORWARD:\n%s", save6)
+		}
+		t.Logf("and in ip6tables %d cali-* chains, %d rules", strings.Count(save6, "\n:cali-"), strings.Count(save6, "\n-A "))
+	}
 	script := calicoIptablesCleanup(t)
 	if out, err := exec.Command("nsenter", "--net="+f.netns, "sh", "-ec", script).CombinedOutput(); err != nil {
 		t.Fatalf("the doc's clean-up: %v\n%s\n%s", err, out, script)
 	}
-	after := iptablesSave(t, f.netns, f.mode.save())
-	kept := iptablesTables(f.kept)
-	for name, table := range iptablesTables(after) {
-		if want, ok := kept[name]; ok {
-			if table != want {
-				t.Errorf("table %s after the doc's clean-up:\n%s\nbefore felix started:\n%s", name, table, want)
-			}
-			continue
-		}
-		for _, line := range strings.Split(strings.TrimSpace(table), "\n") {
-			if !strings.HasPrefix(line, "*") && line != "COMMIT" && !(strings.HasPrefix(line, ":") && strings.HasSuffix(line, " ACCEPT")) {
-				t.Errorf("table %s (felix made it) after the doc's clean-up has %q", name, line)
-			}
-		}
-	}
-	for name := range kept {
-		if !strings.Contains(after, "*"+name+"\n") {
-			t.Errorf("table %s gone after the doc's clean-up", name)
-		}
+	keptAsBefore(t, f.mode.save(), iptablesSave(t, f.netns, f.mode.save()), f.kept)
+	if f.mode.ipv6 {
+		keptAsBefore(t, f.mode.save6(), iptablesSave(t, f.netns, f.mode.save6()), f.kept6)
 	}
 	if other := iptablesSave(t, f.netns, f.mode.other()); strings.Contains(other, "cali") {
 		t.Errorf("%s after the doc's clean-up:\n%s", f.mode.other(), other)

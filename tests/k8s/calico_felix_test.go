@@ -16,6 +16,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -161,6 +162,7 @@ type calicoFelix struct {
 	mode   felixMode
 	netns  string // the node's network namespace
 	kept   string // in iptables mode, iptablesSave before felix started
+	kept6  string // the same of ip6tables, with IPv6 on
 	log    string
 	proc   *os.Process   // felix itself: nsenter, unshare and sh exec it
 	exited chan struct{} // closed when felix has exited
@@ -189,6 +191,9 @@ func startCalicoFelix(t *testing.T, bin string, node ns.NetNS, nodeName string, 
 	f := &calicoFelix{mode: mode, netns: node.Path(), log: filepath.Join(dir, "felix-"+nodeName+".log"), exited: make(chan struct{})}
 	if mode.iptables {
 		f.kept = kubeletChains(t, node.Path(), mode.backend)
+		if mode.ipv6 {
+			f.kept6 = iptablesSave(t, node.Path(), mode.save6())
+		}
 	}
 	logf, err := os.Create(f.log)
 	if err != nil {
@@ -325,6 +330,13 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 		crd("IPPool", "{name: default-ipv4-ippool}", "{cidr: 10.247.0.0/16, ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 26, nodeSelector: all()}"),
 		crd("ClusterInformation", "{name: default}", `{clusterGUID: 9c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "k8s,kdd", calicoVersion: v3.31.0, datastoreReady: true}`),
 	}
+	nodeAnnotations := map[string]string{"projectcalico.org/IPv4Address": "10.0.0.41/24"}
+	cniConf := map[string]any{"datastore_type": "kubernetes"}
+	if mode.ipv6 {
+		docs = append(docs, crd("IPPool", "{name: default-ipv6-ippool}", "{cidr: 'fd5e:247::/48', ipipMode: Never, vxlanMode: Never, natOutgoing: false, blockSize: 122, nodeSelector: all()}"))
+		nodeAnnotations["projectcalico.org/IPv6Address"] = "fd00:41::41/64"
+		cniConf["ipam"] = map[string]string{"type": "calico-ipam", "assign_ipv4": "true", "assign_ipv6": "true"}
+	}
 	for _, tier := range []struct{ name, order, action string }{{"kube-admin", "1000", "Pass"}, {"default", "1000000", "Deny"}, {"kube-baseline", "10000000", "Pass"}} {
 		docs = append(docs, crd("Tier", "{name: "+tier.name+"}", "{order: "+tier.order+", defaultAction: "+tier.action+"}"))
 	}
@@ -337,7 +349,7 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	}
 	must(kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName,
 		Labels:      map[string]string{"kubernetes.io/hostname": nodeName},
-		Annotations: map[string]string{"projectcalico.org/IPv4Address": "10.0.0.41/24"}}}, metav1.CreateOptions{}))
+		Annotations: nodeAnnotations}}, metav1.CreateOptions{}))
 	must(kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}))
 	must(kube.CoreV1().ServiceAccounts(podNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}))
 
@@ -377,6 +389,22 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: uplink.Attrs().Index, Gw: net.ParseIP("10.0.0.1")}); err != nil {
 			return err
 		}
+		if mode.ipv6 {
+			// The same for IPv6: the pods' gateway, felix's link-local
+			// address on their cali devices, answers once the node
+			// forwards and has a default route.
+			addr6, _ := netlink.ParseAddr("fd00:41::41/64")
+			addr6.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(uplink, addr6); err != nil {
+				return err
+			}
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: uplink.Attrs().Index, Gw: net.ParseIP("fd00:41::1")}); err != nil {
+				return err
+			}
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
 	}); err != nil {
 		t.Fatal(err)
@@ -393,16 +421,28 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	for _, p := range []*calicoPod{server, client} {
 		createPod(ctx, t, kube, p)
 		podNets[p] = newNetNS(t)
-		calicoCNIAdd(ctx, t, bin, dir, kubeconfig, map[string]any{"datastore_type": "kubernetes"}, p, podNets[p].Path())
+		calicoCNIAdd(ctx, t, bin, dir, kubeconfig, cniConf, p, podNets[p].Path())
+		if mode.ipv6 && p.ip6 == "" {
+			t.Fatalf("Calico's CNI gave %s no IPv6 address", p.name)
+		}
 		reportPodIP(ctx, t, kube, p)
 	}
 	// The pods as the lab's probes know them (by netns name).
-	srvPod := lab.Pod{Name: server.name, NS: filepath.Base(podNets[server].Path()), IP: server.ip}
-	cliPod := lab.Pod{Name: client.name, NS: filepath.Base(podNets[client].Path()), IP: client.ip}
+	srvPod := lab.Pod{Name: server.name, NS: filepath.Base(podNets[server].Path()), IP: server.ip, IP6: server.ip6}
+	cliPod := lab.Pod{Name: client.name, NS: filepath.Base(podNets[client].Path()), IP: client.ip, IP6: client.ip6}
+	srvAddrs := []string{srvPod.IP}
 	for _, port := range []int{felixOpen, felixGNPDenied, felixNPDenied} {
 		if err := lab.TCPListen(ctx, srvPod, port); err != nil {
 			t.Fatal(err)
 		}
+		if mode.ipv6 {
+			if err := lab.TCPListen6(ctx, srvPod, port); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if mode.ipv6 {
+		srvAddrs = append(srvAddrs, srvPod.IP6)
 	}
 
 	f := startCalicoFelix(t, felix, node, nodeName, mode, kddFelix(kubeconfig), dir)
@@ -411,13 +451,32 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	t.Logf("felix ready after %s", time.Since(start).Round(time.Millisecond))
 	f.checkProgrammed(t)
 
-	connects := func(port int, timeout time.Duration) bool {
-		ok, err := lab.TCPConnects(cliPod, srvPod.IP, port, timeout)
-		if err != nil {
-			t.Fatal(err)
+	// connects: the client reaches the server's port on every address
+	// (IPv4, and IPv6 when dual-stack); connectsAny: on one of them.
+	count := func(port int, timeout time.Duration) int {
+		n := 0
+		for _, addr := range srvAddrs {
+			ok, err := lab.TCPConnects(cliPod, addr, port, timeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				n++
+			}
 		}
-		return ok
+		return n
 	}
+	connects := func(port int, timeout time.Duration) bool { return count(port, timeout) == len(srvAddrs) }
+	// which names the addresses the client reaches port on, and not.
+	which := func(port int) string {
+		var out []string
+		for _, addr := range srvAddrs {
+			ok, _ := lab.TCPConnects(cliPod, addr, port, time.Second)
+			out = append(out, fmt.Sprintf("[%s]:%d %v", addr, port, ok))
+		}
+		return strings.Join(out, ", ")
+	}
+	connectsAny := func(port int, timeout time.Duration) bool { return count(port, timeout) > 0 }
 	reachAll := func(ports ...int) func() string {
 		return func() string {
 			for _, port := range ports {
@@ -443,7 +502,7 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	start = time.Now()
 	testenv.Eventually(t, time.Minute, 200*time.Millisecond, func() string {
 		for _, port := range []int{felixGNPDenied, felixNPDenied} {
-			if connects(port, 300*time.Millisecond) {
+			if connectsAny(port, 300*time.Millisecond) {
 				return fmt.Sprintf("%s still reaches %s:%d", client.name, server.name, port)
 			}
 		}
@@ -451,7 +510,7 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 	})
 	t.Logf("felix enforces both policies %s after they were created", time.Since(start).Round(time.Millisecond))
 	if !connects(felixOpen, 2*time.Second) {
-		t.Fatalf("%s cannot reach %s:%d, which the policies allow", client.name, server.name, felixOpen)
+		t.Fatalf("%s cannot reach %s:%d, which the policies allow (%s)", client.name, server.name, felixOpen, which(felixOpen))
 	}
 
 	// The NetworkPolicy gone, the GlobalNetworkPolicy's allow-the-rest
@@ -460,13 +519,13 @@ func felixEnforcesOnKDD(t *testing.T, mode felixMode) {
 		t.Fatalf("%v\n%s%s", err, out, errOut)
 	}
 	testenv.Eventually(t, time.Minute, 200*time.Millisecond, reachAll(felixOpen, felixNPDenied))
-	if connects(felixGNPDenied, 2*time.Second) {
+	if connectsAny(felixGNPDenied, 2*time.Second) {
 		t.Fatalf("%s reaches %s:%d, which the GlobalNetworkPolicy still denies", client.name, server.name, felixGNPDenied)
 	}
 	if mode.iptables {
 		// What felix leaves when it stops, and the doc's clean-up.
 		f.stop(t)
-		if connects(felixGNPDenied, 2*time.Second) {
+		if connectsAny(felixGNPDenied, 2*time.Second) {
 			t.Fatalf("%s reaches %s:%d once felix stopped: it took its rules with it", client.name, server.name, felixGNPDenied)
 		}
 		f.clearIptables(t)

@@ -154,7 +154,7 @@ spec: {clusterGUID: 4d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a, clusterType: "k8s,kdd", ca
 // calicoPod is a pod Calico's CNI plugin sets up in a network namespace
 // of its own, the plugin running in its node's namespace (nodeNS); ip
 // and dev are what the plugin gave it.
-type calicoPod struct{ ns, name, node, cid, ip, dev, nodeNS string }
+type calicoPod struct{ ns, name, node, cid, ip, ip6, dev, nodeNS string }
 
 func createPod(ctx context.Context, t *testing.T, kube kubernetes.Interface, p *calicoPod) {
 	t.Helper()
@@ -176,6 +176,9 @@ func reportPodIP(ctx context.Context, t *testing.T, kube kubernetes.Interface, p
 	}
 	t.Logf("Calico set up %s/%s: %s on %s, annotations %v", p.ns, p.name, p.ip, p.dev, got.Annotations)
 	got.Status.Phase, got.Status.PodIP, got.Status.PodIPs = corev1.PodRunning, p.ip, []corev1.PodIP{{IP: p.ip}}
+	if p.ip6 != "" { // a dual-stack pod: the kubelet reports both
+		got.Status.PodIPs = append(got.Status.PodIPs, corev1.PodIP{IP: p.ip6})
+	}
 	if _, err := kube.CoreV1().Pods(p.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

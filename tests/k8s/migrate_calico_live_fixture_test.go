@@ -141,10 +141,21 @@ func calicoCNIAdd(ctx context.Context, t *testing.T, bin, dir, kubeconfig string
 	var res struct {
 		IPs []struct{ Address string } `json:"ips"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) != 1 {
+	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 || len(res.IPs) > 2 {
 		t.Fatalf("Calico's CNI result: %v %s", err, out)
 	}
-	p.ip, _, _ = strings.Cut(res.IPs[0].Address, "/")
+	// An IPv4 address, and an IPv6 one where the IPAM assigns both.
+	for _, ip := range res.IPs {
+		addr, _, _ := strings.Cut(ip.Address, "/")
+		if strings.Contains(addr, ":") {
+			p.ip6 = addr
+		} else {
+			p.ip = addr
+		}
+	}
+	if p.ip == "" {
+		t.Fatalf("Calico's CNI result has no IPv4 address: %s", out)
+	}
 	p.dev = calicoVeth(p.ns, p.name)
 	if out, err := exec.Command("nsenter", "--net="+p.nodeNS, "ip", "link", "show", "dev", p.dev).CombinedOutput(); err != nil {
 		t.Fatalf("Calico's CNI ADD for %s/%s left no %s on %s: %v %s", p.ns, p.name, p.dev, p.node, err, out)

@@ -77,10 +77,19 @@ func UDPEcho(ctx context.Context, p Pod, port int) error {
 // TCPListen accepts (and closes) connections on port in a pod until ctx
 // ends: a destination whose reachability policy decides.
 func TCPListen(ctx context.Context, p Pod, port int) error {
+	return tcpListen(ctx, p, "tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+}
+
+// TCPListen6 is TCPListen on the pod's IPv6 addresses.
+func TCPListen6(ctx context.Context, p Pod, port int) error {
+	return tcpListen(ctx, p, "tcp6", fmt.Sprintf("[::]:%d", port))
+}
+
+func tcpListen(ctx context.Context, p Pod, network, addr string) error {
 	var ln net.Listener
 	if err := InNetNS(p.NS, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		ln, err = net.Listen(network, addr)
 		return err
 	}); err != nil {
 		return fmt.Errorf("tcp listener in %s: %w", p.Name, err)
@@ -99,12 +108,17 @@ func TCPListen(ctx context.Context, p Pod, port int) error {
 }
 
 // TCPConnects reports whether a TCP connection from a pod to addr:port
-// completes within timeout (false: dropped or refused on the way).
+// (IPv4 or IPv6) completes within timeout (false: dropped or refused on
+// the way).
 func TCPConnects(from Pod, addr string, port int, timeout time.Duration) (bool, error) {
+	network := "tcp4"
+	if strings.Contains(addr, ":") {
+		network = "tcp6"
+	}
 	var c net.Conn
 	var derr error
 	if err := InNetNS(from.NS, func() error {
-		c, derr = net.DialTimeout("tcp4", net.JoinHostPort(addr, fmt.Sprint(port)), timeout)
+		c, derr = net.DialTimeout(network, net.JoinHostPort(addr, fmt.Sprint(port)), timeout)
 		return nil
 	}); err != nil {
 		return false, err
