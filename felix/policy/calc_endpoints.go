@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"unique"
 
@@ -102,7 +101,7 @@ func (c *Calc) rederive(s *groupScope) {
 	}
 	labels := s.labels
 	c.deriveScope(s)
-	same := maps.Equal(labels, s.labels)
+	same := labels.equal(s.labels)
 	for i, g := range s.groups {
 		nsLabels, saLabels := g.nsLabels, g.saLabels
 		c.derive(g)

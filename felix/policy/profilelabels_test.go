@@ -30,3 +30,29 @@ func TestProfileLabelsAreTheMap(t *testing.T) {
 		t.Error("the same labels differ")
 	}
 }
+
+// TestProfileLabelsGet: get finds every label and only those, at every
+// size (binary search bounds).
+func TestProfileLabelsGet(t *testing.T) {
+	m := map[string]string{}
+	for n := range 9 {
+		l := packProfileLabels(m)
+		if l.len() != n {
+			t.Fatalf("len %d, want %d", l.len(), n)
+		}
+		for k, v := range m {
+			if got, ok := l.get(k); !ok || got != v {
+				t.Errorf("%d labels: get(%q) = %q, %v; want %q", n, k, got, ok, v)
+			}
+		}
+		for _, k := range []string{"", "a", "k", "k0", "k00", "k9", "z", "k" + string(rune('0'+n))} {
+			if _, in := m[k]; in {
+				continue
+			}
+			if got, ok := l.get(k); ok {
+				t.Errorf("%d labels: get(%q) = %q, true for a label it has not", n, k, got)
+			}
+		}
+		m["k"+string(rune('0'+n))] = "v" + string(rune('0'+n))
+	}
+}
