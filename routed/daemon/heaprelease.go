@@ -15,7 +15,7 @@ import (
 )
 
 // startGCPercent is the collector's GOGC from the daemon's start until
-// the node is in sync, when the steady one (routed/cmd/routed's 50) is
+// the node is in sync, when the steady one (routed/cmd/routed's 25) is
 // put back. The start-up list and the first programming allocate about
 // 7 KB a pod in the cluster, most of it garbage, while the node's
 // long-lived state grows among it: a collection every 20 % of the live
