@@ -18,6 +18,12 @@ type FeedConsumer struct{ f *Felix }
 // Consumer returns felix's subscription to the node feed.
 func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
 
+// Options are felix's subscription's options: a snapshot's endpoints
+// undecoded (Felix.ReplaceEncoded decodes them as it goes).
+func (c FeedConsumer) Options() []feed.SubOption {
+	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint)}
+}
+
 // SubscribedKinds is every kind felix needs from the feed.
 func (c FeedConsumer) SubscribedKinds() []api.Kind { return c.f.dispatch().SubscribedKinds() }
 

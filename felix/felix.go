@@ -106,16 +106,35 @@ func (f *Felix) takePending() []func(*loop) {
 	return p
 }
 
-// ReplaceResources replaces all IPPools, Nodes and WorkloadEndpoints
-// (those kinds present as keys in rs) with rs; the first call marks the
-// resource state as synced.
-func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) {
+// ReplaceResources replaces everything of the kinds present as keys in
+// rs with rs; the first call marks the resource state as synced.
+func (f *Felix) ReplaceResources(rs map[api.Kind][]api.Resource) { f.ReplaceEncoded(rs, nil) }
+
+// ReplaceEncoded is ReplaceResources with the snapshot's endpoints
+// undecoded (felix's subscription takes them so: FeedConsumer.Options):
+// the loop decodes them a chunk at a time and hands each to the routes'
+// state, the policy and the flow records, so that what felix keeps of a
+// big cluster's endpoints is made while only a chunk of them is live,
+// not among a whole decoded snapshot (feed.Encoded).
+func (f *Felix) ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []feed.Encoded) {
 	f.enqueue(func(l *loop) {
-		l.st.replaceResources(l.cfg.NodeName, rs)
-		l.policyReplace(rs)
-		f.flows.replace(rs)
+		l.replace(rs, enc, f.flows)
 		l.resourcesSynced = true
 		l.planDirty = true
+	})
+}
+
+// replace makes the loop's resources, the policy's and the flow
+// records' those of a snapshot: rs, decoded, and enc, decoded here.
+func (l *loop) replace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, flows *flowsState) {
+	l.st.replaceResources(l.cfg.NodeName, rs)
+	flows.replace(rs)
+	l.policyReplace(rs, func(set func(api.Resource)) {
+		feed.DecodeEach(enc, func(r api.Resource) {
+			l.st.setResource(l.cfg.NodeName, r)
+			flows.set(r)
+			set(r)
+		})
 	})
 }
 

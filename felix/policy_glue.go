@@ -137,12 +137,19 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 }
 
 // policyReplace makes the policy dataplane's input equal to a snapshot's
-// (the kinds present in rs): what the snapshot no longer has goes.
-func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
+// (the kinds present in rs): what the snapshot no longer has goes, once
+// the rest is set. undecoded, when not nil, sets the snapshot's
+// undecoded objects (endpoints: felix takes only those undecoded) with
+// the function it is given, at the endpoints' turn; it runs also when
+// felix has no policy dataplane (the routes' state needs them).
+func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, undecoded func(set func(api.Resource))) {
 	if _, ok := rs[api.KindNode]; ok {
 		l.noteNodes(api.KindNode)
 	}
 	if l.policy == nil {
+		if undecoded != nil {
+			undecoded(func(api.Resource) {})
+		}
 		return
 	}
 	for _, k := range policyReplaceOrder {
@@ -151,17 +158,25 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource) {
 			continue
 		}
 		keep := make(map[string]bool, len(list))
-		for _, r := range list {
+		set := func(r api.Resource) {
 			keep[api.StoreName(r)] = true
+			l.policySet(r)
+		}
+		for _, r := range list {
+			set(r)
+		}
+		if k == api.KindWorkloadEndpoint && undecoded != nil {
+			undecoded(set)
+			undecoded = nil
 		}
 		for _, name := range l.policyGiven(k) {
 			if !keep[name] {
 				l.policyDelete(k, name)
 			}
 		}
-		for _, r := range list {
-			l.policySet(r)
-		}
+	}
+	if undecoded != nil {
+		undecoded(func(r api.Resource) { l.policySet(r) })
 	}
 	l.policyDirty = true
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/felix/policy"
@@ -20,6 +21,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/pkg/feed"
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -279,8 +281,9 @@ func heapInUse() uint64 {
 // scaleNode is felix's state and policy (a real dataplane in a fresh
 // netns) on node-0, taking snapshots as felix.ReplaceResources does.
 type scaleNode struct {
-	l *loop
-	m *policy.Manager
+	ns *nstest.NS
+	l  *loop
+	m  *policy.Manager
 	// flows is the flow records' model (nil when flows are off).
 	flows *flowsState
 }
@@ -288,7 +291,7 @@ type scaleNode struct {
 // scaleFlowGroup is the nflog group of flow marks when flows are on.
 const scaleFlowGroup = 7
 
-func newScaleNode(b *testing.B, flows bool) *scaleNode {
+func newScaleNode(b testing.TB, flows bool) *scaleNode {
 	n := nstest.New(b)
 	f, err := os.Open(n.Path())
 	if err != nil {
@@ -312,24 +315,57 @@ func newScaleNode(b *testing.B, flows bool) *scaleNode {
 		b.Fatal(err)
 	}
 	b.Cleanup(h.Close)
-	return &scaleNode{l: &loop{cfg: cfg, st: newState(), policy: m, policyNames: names{}, h: h,
+	return &scaleNode{ns: n, l: &loop{cfg: cfg, st: newState(), policy: m, policyNames: names{}, h: h,
 		log: logrus.WithField("component", "felix-scale")}, m: m, flows: newFlowsState(cfg)}
 }
 
 // take hands a snapshot over and applies the policy: how long each took,
 // and the process's CPU time (user and system, the collector's
 // included) for the first.
-func (n *scaleNode) take(b *testing.B, rs map[api.Kind][]api.Resource) (calc, apply, cpu time.Duration) {
+func (n *scaleNode) take(b testing.TB, snap feedSnap) (calc, apply, cpu time.Duration) {
 	t0, c0 := time.Now(), cpuTime()
-	// What felix.ReplaceResources does on the loop.
-	n.l.st.replaceResources(n.l.cfg.NodeName, rs)
-	n.l.policyReplace(rs)
-	n.flows.replace(rs)
+	// What felix.ReplaceEncoded does on the loop.
+	n.l.replace(snap.rs, snap.enc, n.flows)
 	t1, c1 := time.Now(), cpuTime()
 	if err := n.l.applyPolicy(context.Background(), false); err != nil {
 		b.Fatal(err)
 	}
 	return t1.Sub(t0), time.Since(t1), c1 - c0
+}
+
+// feedSnapshot is a snapshot of c as the feed hands it to felix (see
+// encoded); with FELIX_SCALE_DECODED=1 all decoded, as before felix took
+// endpoints undecoded.
+func (c bigCluster) feedSnapshot(tb testing.TB, withEPs bool) feedSnap {
+	if os.Getenv("FELIX_SCALE_DECODED") == "1" || !withEPs {
+		return feedSnap{rs: c.snapshot(tb, withEPs)}
+	}
+	rs := c.snapshot(tb, false)
+	enc := make([]feed.Encoded, 0, c.eps)
+	for i := range c.eps {
+		enc = append(enc, encodeAsStored(tb, c.endpoint(i)))
+	}
+	return feedSnap{rs, enc}
+}
+
+// encodeAsStored is r as the feed hands it over undecoded
+// (feed.Undecoded): its stored value, and its name a part of the same
+// bytes as a listed item's is of its key.
+func encodeAsStored(tb testing.TB, r api.Resource) feed.Encoded {
+	v, err := json.Marshal(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	name := api.StoreName(r)
+	buf := append([]byte(name), v...)
+	return feed.NewEncoded(r.GetKind(), unsafe.String(&buf[0], len(name)), buf[len(name):], 1)
+}
+
+// feedSnap is a snapshot as felix takes it: decoded resources by kind,
+// and undecoded ones.
+type feedSnap struct {
+	rs  map[api.Kind][]api.Resource
+	enc []feed.Encoded
 }
 
 // cpuTime is the CPU time the process has used, user and system.
@@ -372,13 +408,13 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 	for range b.N {
 		h0 := heapInUse()
 		without := newScaleNode(b, flows)
-		without.take(b, c.snapshot(b, false))
+		without.take(b, c.feedSnapshot(b, false))
 		hWithout := heapInUse()
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path+".base")
 		}
 		with := newScaleNode(b, flows)
-		first, firstApply, firstCPU := with.take(b, c.snapshot(b, true))
+		first, firstApply, firstCPU := with.take(b, c.feedSnapshot(b, true))
 		hWith := heapInUse()
 		var inuse runtime.MemStats
 		runtime.ReadMemStats(&inuse)
@@ -386,9 +422,9 @@ func BenchmarkRemoteEndpoints(b *testing.B) {
 		if path := os.Getenv("FELIX_SCALE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
 		}
-		again, againApply, againCPU := with.take(b, c.snapshot(b, true))
+		again, againApply, againCPU := with.take(b, c.feedSnapshot(b, true))
 		hAgain := heapInUse()
-		with.take(b, c.snapshot(b, false))
+		with.take(b, c.feedSnapshot(b, false))
 		hGone := heapInUse()
 		fixed, full := hWithout-h0, hWith-hWithout
 		perEP := (float64(full) - float64(fixed)) / float64(c.eps)

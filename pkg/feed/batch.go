@@ -73,6 +73,15 @@ type ResourceHandler interface {
 	DeleteResource(k api.Kind, name string)
 }
 
+// EncodedHandler is a ResourceHandler that takes a snapshot's undecoded
+// objects (Undecoded) as they are: rs holds the decoded kinds (every
+// kind of the snapshot has an entry, the undecoded ones' empty), enc the
+// undecoded objects, which it decodes itself (DecodeEach) to replace
+// everything of rs's kinds.
+type EncodedHandler interface {
+	ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []Encoded)
+}
+
 // SubscribedKinds is every kind d needs from the feed.
 func (d Dispatch) SubscribedKinds() []api.Kind {
 	kinds := slices.Clone(d.Kinds)
@@ -89,7 +98,7 @@ func (d Dispatch) SubscribedKinds() []api.Kind {
 func (d Dispatch) OnBatch(b Batch) {
 	if b.Snapshot {
 		if d.Resources != nil {
-			d.Resources.ReplaceResources(b.Resources(d.Kinds))
+			d.replace(b)
 		}
 		if d.Affinities != nil {
 			d.Affinities.OnAffinitySnapshot(b.Affinities())
@@ -120,4 +129,24 @@ func (d Dispatch) OnBatch(b Batch) {
 			}
 		}
 	}
+}
+
+// replace hands a snapshot's resources to the handler: its undecoded
+// objects undecoded when the handler takes them so, else decoded here.
+func (d Dispatch) replace(b Batch) {
+	rs := b.Resources(d.Kinds)
+	if len(b.Encoded) == 0 {
+		d.Resources.ReplaceResources(rs)
+		return
+	}
+	if h, ok := d.Resources.(EncodedHandler); ok {
+		h.ReplaceEncoded(rs, b.Encoded)
+		return
+	}
+	DecodeEach(b.Encoded, func(r api.Resource) {
+		if list, ok := rs[r.GetKind()]; ok {
+			rs[r.GetKind()] = append(list, r)
+		}
+	})
+	d.Resources.ReplaceResources(rs)
 }

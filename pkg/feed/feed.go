@@ -84,6 +84,9 @@ type Batch struct {
 	Snapshot bool
 	Revision int64
 	Updates  []Update
+	// Encoded are a snapshot's objects of the kinds the subscription
+	// takes undecoded (Undecoded), in key order.
+	Encoded []Encoded
 }
 
 // Consumer takes the feed's batches. OnBatch runs on the consumer's own

@@ -146,8 +146,11 @@ type sub struct {
 	name  string
 	kinds map[api.Kind]bool
 	keep  map[api.Kind]func(name string) bool // OnlyNames
-	c     Consumer
-	wake  chan struct{}
+	// undecoded are the kinds whose snapshot objects go undecoded
+	// (Undecoded).
+	undecoded map[api.Kind]bool
+	c         Consumer
+	wake      chan struct{}
 
 	mu      sync.Mutex
 	queue   []pendingBatch
@@ -157,7 +160,7 @@ type sub struct {
 }
 
 func newSub(name string, kinds []api.Kind, c Consumer) *sub {
-	s := &sub{name: name, kinds: map[api.Kind]bool{}, keep: map[api.Kind]func(string) bool{}, c: c, wake: make(chan struct{}, 1)}
+	s := &sub{name: name, kinds: map[api.Kind]bool{}, keep: map[api.Kind]func(string) bool{}, undecoded: map[api.Kind]bool{}, c: c, wake: make(chan struct{}, 1)}
 	for _, k := range kinds {
 		s.kinds[k] = true
 	}
@@ -275,7 +278,7 @@ func (s *sub) deliver(ctx context.Context) {
 				return
 			}
 			s.busySince.Store(time.Now().UnixNano())
-			s.c.OnBatch(decodeBatch(snapshot, rev, items))
+			s.c.OnBatch(decodeBatch(snapshot, rev, items, s.undecoded))
 			s.busySince.Store(0)
 		}
 	}
@@ -327,8 +330,13 @@ func (s *sub) dropLocked(n int) {
 	}
 }
 
-func decodeBatch(snapshot bool, rev int64, items []item) Batch {
+// decodeBatch decodes items (a snapshot's objects of the undecoded kinds
+// go on in Encoded).
+func decodeBatch(snapshot bool, rev int64, items []item, undecoded map[api.Kind]bool) Batch {
 	out := Batch{Snapshot: snapshot, Revision: rev}
+	if snapshot {
+		items, out.Encoded = takeUndecoded(items, undecoded)
+	}
 	ups := make([]Update, len(items))
 	ok := make([]bool, len(items))
 	// Each item is cleared once decoded: its raw value is garbage
@@ -340,13 +348,8 @@ func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 			items[i] = item{}
 		}
 	}
-	if workers := runtime.GOMAXPROCS(0); len(items) >= parallelDecode && workers > 1 {
-		var wg sync.WaitGroup
-		per := (len(items) + workers - 1) / workers
-		for lo := 0; lo < len(items); lo += per {
-			wg.Go(func() { decodeRange(lo, min(lo+per, len(items))) })
-		}
-		wg.Wait()
+	if len(items) >= parallelDecode {
+		spread(len(items), decodeRange)
 	} else {
 		decodeRange(0, len(items))
 	}
@@ -360,6 +363,22 @@ func decodeBatch(snapshot bool, rev int64, items []item) Batch {
 	clear(ups[n:])
 	out.Updates = ups[:n]
 	return out
+}
+
+// spread calls f on n items split in one range per CPU, at once, and
+// returns when every call has.
+func spread(n int, f func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers < 2 || n < 2 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
+		wg.Go(func() { f(lo, min(lo+per, n)) })
+	}
+	wg.Wait()
 }
 
 func decodeItem(it item, sh sharer) (Update, bool) {

@@ -150,7 +150,7 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 	n.feed.Subscribe("bgp", spc.SubscribedKinds(), spc)
 	if n.felix != nil {
 		fxc := n.felix.Consumer()
-		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc)
+		n.feed.Subscribe("felix", fxc.SubscribedKinds(), fxc, fxc.Options()...)
 		n.journal = reimport.NewJournal(filepath.Join(cfg.StateDir, "local-endpoints.json"), cfg.NodeName, guard.ClusterGUID)
 		if _, err := n.journal.Load(guard.ClusterGUID()); err != nil {
 			log.WithError(err).Warn("starting without a saved view of this node's endpoints")

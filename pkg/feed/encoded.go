@@ -1,0 +1,94 @@
+package feed
+
+import (
+	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// Encoded is an object of a snapshot handed over as stored, not decoded
+// (the kinds a subscription takes undecoded, see Undecoded): a consumer
+// that keeps a little of each of a big cluster's objects decodes them
+// a chunk at a time (DecodeEach) and drops each decoded object before
+// the next chunk. Decoded all at once, a snapshot of 150,000 endpoints
+// is live while the consumer makes what it keeps, which then sits in
+// the snapshot's pages, a few small objects to a page, once the
+// snapshot is gone (issue 36: felix's heap in use 120 MiB for 74 MiB
+// live, against 86 MiB decoded a chunk at a time).
+type Encoded struct{ it item }
+
+// NewEncoded is a stored object of kind k named name: its value as
+// stored and its revision.
+func NewEncoded(k api.Kind, name string, value []byte, rev int64) Encoded {
+	return Encoded{item{kind: k, key: datastore.Key(k, name), name: name, value: value, rev: rev}}
+}
+
+// Kind is the object's kind.
+func (e Encoded) Kind() api.Kind { return e.it.kind }
+
+// Name is the object's resource name (known without decoding).
+func (e Encoded) Name() string { return e.it.name }
+
+// Undecoded hands the objects of kinds in snapshots to the consumer
+// undecoded, in Batch.Encoded (its changes stay decoded: they are few).
+// The consumer must take them: feed.Dispatch's resource handler as an
+// EncodedHandler, or by DecodeEach.
+func Undecoded(kinds ...api.Kind) SubOption {
+	return func(s *sub) {
+		for _, k := range kinds {
+			s.undecoded[k] = true
+		}
+	}
+}
+
+// decodeChunk is how many objects DecodeEach decodes before handing
+// them on: small against a big cluster's snapshot, big enough to spread
+// over every CPU.
+const decodeChunk = 1024
+
+// DecodeEach decodes es in order, a chunk at a time (each chunk over
+// every CPU), and calls fn with each object on the caller's goroutine.
+// An unreadable value is logged and skipped, as in a decoded batch.
+// Each value is dropped from es once decoded.
+func DecodeEach(es []Encoded, fn func(api.Resource)) {
+	out := make([]api.Resource, min(decodeChunk, len(es)))
+	for lo := 0; lo < len(es); lo += decodeChunk {
+		part := es[lo:min(lo+decodeChunk, len(es))]
+		decode := func(lo, hi int) {
+			sh := sharer{}
+			for i := lo; i < hi; i++ {
+				if u, ok := decodeItem(part[i].it, sh); ok {
+					out[i] = u.Resource
+				}
+				part[i].it.value = nil
+			}
+		}
+		spread(len(part), decode)
+		for i := range part {
+			if out[i] != nil {
+				fn(out[i])
+				out[i] = nil
+			}
+		}
+	}
+}
+
+// takeUndecoded moves a snapshot's present objects of the undecoded
+// kinds out of items, in order, and returns the rest (items' array,
+// compacted) and them.
+func takeUndecoded(items []item, undecoded map[api.Kind]bool) ([]item, []Encoded) {
+	if len(undecoded) == 0 {
+		return items, nil
+	}
+	var enc []Encoded
+	n := 0
+	for _, it := range items {
+		if undecoded[it.kind] && !it.deleted {
+			enc = append(enc, Encoded{it})
+			continue
+		}
+		items[n] = it
+		n++
+	}
+	clear(items[n:])
+	return items[:n], enc
+}
