@@ -125,17 +125,41 @@ func (f *Felix) ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []feed.Encode
 }
 
 // replace makes the loop's resources, the policy's and the flow
-// records' those of a snapshot: rs, decoded, and enc, decoded here.
+// records' those of a snapshot: rs, decoded, and enc, undecoded
+// endpoints decoded here as they are set. The flow records' model is
+// made anew beside the one in use and takes its place at the end, so
+// flows are named throughout.
 func (l *loop) replace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, flows *flowsState) {
+	enc = decodeOthers(rs, enc)
+	if _, ok := rs[api.KindWorkloadEndpoint]; !ok && len(enc) > 0 {
+		rs[api.KindWorkloadEndpoint] = nil
+	}
+	next := flows.staging()
+	next.setAll(rs)
 	l.st.replaceResources(l.cfg.NodeName, rs)
-	flows.replace(rs)
-	l.policyReplace(rs, func(set func(api.Resource)) {
-		feed.DecodeEach(enc, func(r api.Resource) {
-			l.st.setResource(l.cfg.NodeName, r)
-			flows.set(r)
-			set(r)
-		})
+	l.policyReplace(rs, enc, func(r api.Resource) {
+		l.st.setResource(l.cfg.NodeName, r)
+		next.set(r)
 	})
+	flows.adopt(next)
+}
+
+// decodeOthers decodes into rs the undecoded objects of kinds other than
+// endpoints (felix asks for endpoints alone undecoded) and returns the
+// endpoints.
+func decodeOthers(rs map[api.Kind][]api.Resource, enc []feed.Encoded) []feed.Encoded {
+	var others []feed.Encoded
+	n := 0
+	for _, e := range enc {
+		if e.Kind() == api.KindWorkloadEndpoint {
+			enc[n] = e
+			n++
+		} else {
+			others = append(others, e)
+		}
+	}
+	feed.DecodeEach(others, func(r api.Resource) { rs[r.GetKind()] = append(rs[r.GetKind()], r) })
+	return enc[:n]
 }
 
 // SetResource records a created or updated IPPool, Node or

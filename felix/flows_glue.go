@@ -128,16 +128,39 @@ func (s *flowsState) delete(k api.Kind, name string) {
 // replace rebuilds the model from a snapshot (snapshots are rare: a
 // start, a feed resync).
 func (s *flowsState) replace(rs map[api.Kind][]api.Resource) {
+	next := s.staging()
+	next.setAll(rs)
+	s.adopt(next)
+}
+
+// staging is an empty model beside s's, to fill with a snapshot and
+// adopt: s's goes on naming flows meanwhile. nil when flows are off.
+func (s *flowsState) staging() *flowsState {
+	if s == nil {
+		return nil
+	}
+	return &flowsState{node: s.node, model: flowrec.NewLockedModel(), staged: map[string]policy.StagedPolicy{}}
+}
+
+// setAll gives the model a snapshot's resources, in the policy's order.
+func (s *flowsState) setAll(rs map[api.Kind][]api.Resource) {
 	if s == nil {
 		return
 	}
-	s.model.Reset()
-	s.staged = map[string]policy.StagedPolicy{}
 	for _, k := range append(slices.Clone(policyReplaceOrder), FlowKinds...) {
 		for _, r := range rs[k] {
 			s.set(r)
 		}
 	}
+}
+
+// adopt makes next's model s's (the one the collector reads).
+func (s *flowsState) adopt(next *flowsState) {
+	if s == nil {
+		return
+	}
+	s.model.Adopt(next.model)
+	s.staged = next.staged
 }
 
 // runFlows records flows until ctx ends (felix's Run starts it with the

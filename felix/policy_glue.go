@@ -10,6 +10,7 @@ import (
 	"github.com/routed-net/routed/felix/policy/nftdp"
 	"github.com/routed-net/routed/felix/wireguard"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/feed"
 )
 
 // PolicyKinds are the policy model's kinds felix takes from the node
@@ -137,19 +138,18 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 }
 
 // policyReplace makes the policy dataplane's input equal to a snapshot's
-// (the kinds present in rs): what the snapshot no longer has goes, once
-// the rest is set. undecoded, when not nil, sets the snapshot's
-// undecoded objects (endpoints: felix takes only those undecoded) with
-// the function it is given, at the endpoints' turn; it runs also when
-// felix has no policy dataplane (the routes' state needs them).
-func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, undecoded func(set func(api.Resource))) {
+// (the kinds present in rs, and enc's endpoints, undecoded): what the
+// snapshot no longer has goes first (a new endpoint may take the
+// interface of one that went), then the rest is set, endpoints last.
+// each gets every endpoint decoded from enc before the policy does;
+// without a policy dataplane it still gets them (the routes' state
+// needs them).
+func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, each func(api.Resource)) {
 	if _, ok := rs[api.KindNode]; ok {
 		l.noteNodes(api.KindNode)
 	}
 	if l.policy == nil {
-		if undecoded != nil {
-			undecoded(func(api.Resource) {})
-		}
+		feed.DecodeEach(enc, each)
 		return
 	}
 	for _, k := range policyReplaceOrder {
@@ -157,28 +157,49 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, undecoded func(set 
 		if !ok {
 			continue
 		}
-		keep := make(map[string]bool, len(list))
-		set := func(r api.Resource) {
-			keep[api.StoreName(r)] = true
-			l.policySet(r)
+		var undecoded []feed.Encoded
+		if k == api.KindWorkloadEndpoint {
+			undecoded = enc
 		}
+		keep := make(map[string]bool, len(list)+len(undecoded))
 		for _, r := range list {
-			set(r)
+			keep[api.StoreName(r)] = true
 		}
-		if k == api.KindWorkloadEndpoint && undecoded != nil {
-			undecoded(set)
-			undecoded = nil
+		for _, e := range undecoded {
+			keep[e.Name()] = true
 		}
 		for _, name := range l.policyGiven(k) {
 			if !keep[name] {
 				l.policyDelete(k, name)
 			}
 		}
-	}
-	if undecoded != nil {
-		undecoded(func(r api.Resource) { l.policySet(r) })
+		for _, r := range list {
+			l.policySet(r)
+		}
+		l.policySetEncoded(k, undecoded, each)
 	}
 	l.policyDirty = true
+}
+
+// policySetEncoded decodes and sets a snapshot's undecoded objects of
+// kind k, each first handed to each; then a name whose value did not
+// decode to an object of that name (unreadable) goes, as in a decoded
+// snapshot, which skips it.
+func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Resource)) {
+	if len(enc) == 0 {
+		return
+	}
+	set := make(map[string]bool, len(enc))
+	feed.DecodeEach(enc, func(r api.Resource) {
+		each(r)
+		set[api.StoreName(r)] = true
+		l.policySet(r)
+	})
+	for _, e := range enc {
+		if !set[e.Name()] {
+			l.policyDelete(k, e.Name())
+		}
+	}
 }
 
 // policyGiven lists the datastore names of what the policy dataplane

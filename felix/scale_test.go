@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/felix/policy"
@@ -349,16 +348,14 @@ func (c bigCluster) feedSnapshot(tb testing.TB, withEPs bool) feedSnap {
 }
 
 // encodeAsStored is r as the feed hands it over undecoded
-// (feed.Undecoded): its stored value, and its name a part of the same
-// bytes as a listed item's is of its key.
+// (feed.Undecoded): its stored value and its name, each its own
+// allocation as a listed item's value and key are.
 func encodeAsStored(tb testing.TB, r api.Resource) feed.Encoded {
 	v, err := json.Marshal(r)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	name := api.StoreName(r)
-	buf := append([]byte(name), v...)
-	return feed.NewEncoded(r.GetKind(), unsafe.String(&buf[0], len(name)), buf[len(name):], 1)
+	return feed.NewEncoded(r.GetKind(), api.StoreName(r), v, 1)
 }
 
 // feedSnap is a snapshot as felix takes it: decoded resources by kind,

@@ -32,7 +32,14 @@ func (e Encoded) Name() string { return e.it.name }
 // undecoded, in Batch.Encoded (its changes stay decoded: they are few).
 // The consumer must take them: feed.Dispatch's resource handler as an
 // EncodedHandler, or by DecodeEach.
+// Only resource kinds can be: affinities and borrowed addresses decode
+// to no resource.
 func Undecoded(kinds ...api.Kind) SubOption {
+	for _, k := range kinds {
+		if k == KindAffinity || k == KindBorrowed {
+			panic("feed.Undecoded: " + string(k) + " is not a resource kind")
+		}
+	}
 	return func(s *sub) {
 		for _, k := range kinds {
 			s.undecoded[k] = true
@@ -44,6 +51,10 @@ func Undecoded(kinds ...api.Kind) SubOption {
 // them on: small against a big cluster's snapshot, big enough to spread
 // over every CPU.
 const decodeChunk = 1024
+
+// decodeSpreadMin is the chunk from which decoding is spread over every
+// CPU (a goroutine each costs more than a few objects' decoding).
+const decodeSpreadMin = 64
 
 // DecodeEach decodes es in order, a chunk at a time (each chunk over
 // every CPU), and calls fn with each object on the caller's goroutine.
@@ -62,7 +73,11 @@ func DecodeEach(es []Encoded, fn func(api.Resource)) {
 				part[i].it.value = nil
 			}
 		}
-		spread(len(part), decode)
+		if len(part) >= decodeSpreadMin {
+			spread(len(part), decode)
+		} else {
+			decode(0, len(part))
+		}
 		for i := range part {
 			if out[i] != nil {
 				fn(out[i])
@@ -79,7 +94,16 @@ func takeUndecoded(items []item, undecoded map[api.Kind]bool) ([]item, []Encoded
 	if len(undecoded) == 0 {
 		return items, nil
 	}
-	var enc []Encoded
+	m := 0
+	for _, it := range items {
+		if undecoded[it.kind] && !it.deleted {
+			m++
+		}
+	}
+	if m == 0 {
+		return items, nil
+	}
+	enc := make([]Encoded, 0, m)
 	n := 0
 	for _, it := range items {
 		if undecoded[it.kind] && !it.deleted {

@@ -43,6 +43,9 @@ func (h *encodedHandler) ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []fe
 			}
 		}
 	}) {
+		if len(rs[k]) == 0 {
+			got = append(got, "none:"+string(k))
+		}
 		for _, r := range rs[k] {
 			got = append(got, string(k)+"/"+api.StoreName(r))
 		}
@@ -108,12 +111,12 @@ func TestUndecodedSnapshot(t *testing.T) {
 		return "waiting for both snapshots"
 	})
 	got := undecoded.replaced[0]
-	if len(got) != 2501 || got[0] != "Node/n0" {
-		t.Fatalf("snapshot: %d objects, first %q; want Node/n0 decoded and 2,500 endpoints undecoded", len(got), got[0])
+	if len(got) != 2502 || got[0] != "Node/n0" || got[1] != "none:WorkloadEndpoint" {
+		t.Fatalf("snapshot: %d objects, first %q; want Node/n0 decoded, an empty list of endpoints and 2,500 endpoints undecoded", len(got), got[:2])
 	}
 	for i, w := range want {
-		if got[i+1] != "enc:"+w {
-			t.Fatalf("undecoded %d is %q, want %q (every endpoint, unreadable too, in key order)", i, got[i+1], "enc:"+w)
+		if got[i+2] != "enc:"+w {
+			t.Fatalf("undecoded %d is %q, want %q (every endpoint, unreadable too, in key order)", i, got[i+2], "enc:"+w)
 		}
 	}
 	dec := undecoded.decoded[0]
@@ -139,8 +142,8 @@ func TestUndecodedSnapshot(t *testing.T) {
 	}
 	plain.mu.Unlock()
 	fb := decoded.replaced[0]
-	if len(fb) != 2500 || slices.ContainsFunc(fb, func(s string) bool { return len(s) > 4 && s[:4] == "enc:" }) {
-		t.Fatalf("a handler without ReplaceEncoded got %d objects (want 2,500, all decoded): %v", len(fb), fb[:min(5, len(fb))])
+	if len(fb) != 2500 || fb[0] != "Node/n0" || !slices.Equal(fb[1:], readable) {
+		t.Fatalf("a handler without ReplaceEncoded got %d objects, want Node/n0 and the 2,499 readable endpoints decoded, in key order: %v", len(fb), fb[:min(5, len(fb))])
 	}
 	dstest.Apply(t, ds, wep(9999))
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {

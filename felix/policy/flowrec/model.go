@@ -162,10 +162,15 @@ func (m *LockedModel) lookup(a netip.Addr) End {
 	return e
 }
 
-// Reset empties the model (a snapshot replaces everything).
-func (m *LockedModel) Reset() {
+// Adopt makes o's policy model, staged policies and pods m's (a snapshot
+// replaces everything: built beside m, which names flows meanwhile). o
+// is not used after.
+func (m *LockedModel) Adopt(o *LockedModel) {
+	o.mu.Lock()
+	calc, staged, pods := o.calc, o.staged, o.pods
+	o.mu.Unlock()
 	m.mu.Lock()
-	m.calc, m.staged, m.pods = policy.NewModel(), nil, map[string]string{}
+	m.calc, m.staged, m.pods = calc, staged, pods
 	m.changed()
 	m.mu.Unlock()
 }
