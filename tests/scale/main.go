@@ -11,6 +11,8 @@
 // `scale big` (make scale-big, big.go) is the other mode: a datastore the
 // size of a big cluster, a handful of real nodes with real pods against
 // it, the watch load of every other node, and cluster-wide churn.
+// `scale calico-felix` (calicofelix.go) runs Calico's own felix for one
+// node of that cluster, in Calico's etcd format, to compare.
 package main
 
 import (
@@ -43,9 +45,13 @@ var pool = netip.MustParsePrefix("10.240.0.0/14")
 const podsPerBurst = 8 // per node: one /29 block
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "big" {
+	if len(os.Args) > 1 && (os.Args[1] == "big" || os.Args[1] == "calico-felix") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := runBig(ctx, os.Args[2:])
+		mode := runBig
+		if os.Args[1] == "calico-felix" {
+			mode = runCalicoFelix // calicofelix.go
+		}
+		err := mode(ctx, os.Args[2:])
 		stop()
 		if err != nil {
 			fatal(err)
