@@ -265,6 +265,16 @@ func (c *Calc) removeLocal(l *local) {
 		c.unrefEPChain(ch)
 	}
 	delete(c.locals, l.ep.key)
+	// Another local endpoint on the same interface (a pod's endpoint
+	// under a new name, set before the old one went) gets the
+	// interface's dispatch back, instead of its packets dropped as an
+	// unknown interface's until it changes.
+	for _, o := range c.locals {
+		if o.iface == l.iface {
+			c.renderEndpoint(o)
+			break
+		}
+	}
 }
 
 func union(a, b []*cpolicy) []*cpolicy {

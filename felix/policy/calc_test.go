@@ -344,3 +344,55 @@ func TestLessBreaksEqualTieNamesByKey(t *testing.T) {
 		t.Fatalf("less(web, web) = %d, want 0", got)
 	}
 }
+
+// TestRenamedEndpointKeepsItsInterface: a pod's endpoint set under a new
+// name on the same interface before the old name is deleted keeps the
+// interface's dispatch (its chains, and the rule index's owner) once
+// the old one goes, whichever order the two changes come in.
+func TestRenamedEndpointKeepsItsInterface(t *testing.T) {
+	for _, oldFirst := range []bool{false, true} {
+		s := newRecSink()
+		c := NewCalc(s, LogConfig{})
+		mustPolicy(t, c, `apiVersion: routed.io/v1
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
+`)
+		a := ep("a", true, "10.0.0.1", map[string]string{"app": "web"})
+		b := ep("b", true, "10.0.0.1", map[string]string{"app": "web"})
+		b.Iface = a.Iface
+		c.SetEndpoint(a)
+		if oldFirst {
+			c.DeleteEndpoint("a")
+			c.SetEndpoint(b)
+		} else {
+			c.SetEndpoint(b)
+			c.DeleteEndpoint("a")
+		}
+		fresh := newRecSink()
+		fc := NewCalc(fresh, LogConfig{})
+		mustPolicy(t, fc, `apiVersion: routed.io/v1
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
+`)
+		fc.SetEndpoint(b)
+		want := fresh.eps[b.Iface]
+		got, ok := s.eps[b.Iface]
+		if !ok || got != want || want[0] == "" {
+			t.Fatalf("old deleted first %v: %s dispatches to %v (present %v), want %v as a calculator given only the new endpoint", oldFirst, b.Iface, got, ok, want)
+		}
+		for _, ch := range got {
+			if _, ok := s.chains[ch]; !ok {
+				t.Fatalf("old deleted first %v: the dispatch's chain %s is not programmed", oldFirst, ch)
+			}
+		}
+		if ref, ok := c.Index().Endpoint(b.Iface); !ok || ref.Key != "b" {
+			t.Fatalf("old deleted first %v: the rule index names %+v (present %v) on %s, want b", oldFirst, ref, ok, b.Iface)
+		}
+	}
+}
