@@ -345,6 +345,14 @@ func TestLessBreaksEqualTieNamesByKey(t *testing.T) {
 	}
 }
 
+const webPolicy = `apiVersion: routed.io/v1
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
+`
+
 // TestRenamedEndpointKeepsItsInterface: a pod's endpoint set under a new
 // name on the same interface before the old name is deleted keeps the
 // interface's dispatch (its chains, and the rule index's owner) once
@@ -353,13 +361,7 @@ func TestRenamedEndpointKeepsItsInterface(t *testing.T) {
 	for _, oldFirst := range []bool{false, true} {
 		s := newRecSink()
 		c := NewCalc(s, LogConfig{})
-		mustPolicy(t, c, `apiVersion: routed.io/v1
-kind: GlobalNetworkPolicy
-metadata: {name: web}
-spec:
-  selector: app == 'web'
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-`)
+		mustPolicy(t, c, webPolicy)
 		a := ep("a", true, "10.0.0.1", map[string]string{"app": "web"})
 		b := ep("b", true, "10.0.0.1", map[string]string{"app": "web"})
 		b.Iface = a.Iface
@@ -373,13 +375,7 @@ spec:
 		}
 		fresh := newRecSink()
 		fc := NewCalc(fresh, LogConfig{})
-		mustPolicy(t, fc, `apiVersion: routed.io/v1
-kind: GlobalNetworkPolicy
-metadata: {name: web}
-spec:
-  selector: app == 'web'
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
-`)
+		mustPolicy(t, fc, webPolicy)
 		fc.SetEndpoint(b)
 		want := fresh.eps[b.Iface]
 		got, ok := s.eps[b.Iface]
