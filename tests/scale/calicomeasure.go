@@ -172,7 +172,7 @@ func (r *cfxRun) measure(ctx context.Context) error {
 	sh := &r.f.sh
 	fmt.Printf("peak: anonymous %.1f MiB, anonymous + file-backed %.1f MiB (%d samples every 200 ms from its start), VmHWM %.1f MiB\n",
 		mib(peakAnon), mib(peakRSS), samples, mib(hwm))
-	fmt.Printf("felix's log: %d warnings, %d errors (%s)\n", warn, errs, r.felixLog)
+	fmt.Printf("felix's log: %d warnings, %d errors\n", warn, errs)
 	fmt.Printf("scale-big calico-felix: %d pods, %d nodes, %d policies: in sync %s, first update %s, ready %s, its pods programmed %s, anonymous idle %.1f MiB, %s, peak %.1f MiB, file-backed %.1f MiB\n",
 		sh.pods, sh.nodes, sh.policies, inSync.Round(time.Millisecond), programmed.Round(time.Millisecond), ready.Round(time.Millisecond), podsDone.Round(time.Millisecond),
 		mib(idle.Anon), after, mib(peakAnon), mib(idle.File))
