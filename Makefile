@@ -25,7 +25,7 @@ LONG_TESTS = ./tests/e2e ./tests/k8s
 # TEST_FREE_KIB: the free space make test asks for (8 GiB).
 TEST_FREE_KIB ?= 8388608
 
-.PHONY: all build deps test test-space test-unit docs bench demo scale scale-big soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
+.PHONY: all build deps test test-space test-unit docs bench demo scale scale-big scale-calico-felix soak lint image image-docker k8s-demo k8s-netpol k8s-cnp k8s-policy-bench k8s-enforce clean $(BINARIES)
 
 all: build
 
@@ -144,6 +144,18 @@ scale-big: build
 	$(GO) run ./tests/scale big -bin $(BIN) -nodes $(SCALE_BIG_NODES) -pods $(SCALE_BIG_PODS) \
 		-namespaces $(SCALE_BIG_NAMESPACES) -policies $(SCALE_BIG_POLICIES) -netsets $(SCALE_BIG_NETSETS) \
 		-real $(SCALE_BIG_REAL) -watchers $(SCALE_BIG_WATCHERS) -churn $(SCALE_BIG_CHURN) $(SCALE_BIG_ARGS)
+
+# scale-calico-felix writes scale-big's cluster in Calico's etcdv3 format
+# and runs Calico's own felix (v3.31.0, nftables; the binary tests/k8s
+# TestCalicoFelixEnforcesOnKDD builds and caches) as one node against it:
+# time to sync and program, anonymous and file-backed memory idle, after
+# a pod churn and at peak, beside scale-big's routed nodes
+# (docs/benchmarks.md). SCALE_CALICO_ARGS passes its flags (-nodes, -pods,
+# -churn, ...).
+SCALE_CALICO_ARGS ?=
+scale-calico-felix: build
+	@[ "$$(id -u)" = 0 ] || { echo "make scale-calico-felix needs root (network namespaces)"; exit 1; }
+	$(GO) run ./tests/scale calico-felix -bin $(BIN) $(SCALE_CALICO_ARGS)
 
 # soak churns pods and checks for leaks and growth (tests/soak);
 # SOAK_ARGS passes its flags, e.g. the 3-member etcd run of

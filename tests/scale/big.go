@@ -238,15 +238,7 @@ func (b *bigRun) load(ctx context.Context) error {
 	if err := b.ds.EnsureDefaultTiers(ctx); err != nil {
 		return err
 	}
-	step := func(what string, f func() error) error {
-		t := time.Now()
-		if err := f(); err != nil {
-			return fmt.Errorf("load %s: %w", what, err)
-		}
-		fmt.Printf("==> load: %s in %s\n", what, time.Since(t).Round(time.Millisecond))
-		return nil
-	}
-	if err := step(fmt.Sprintf("%d namespaces' profiles", sh.namespaces), func() error {
+	if err := loadStep(fmt.Sprintf("%d namespaces' profiles", sh.namespaces), func() error {
 		return ld.putAll(ctx, sh.namespaces, namespaceObjects)
 	}); err != nil {
 		return err
@@ -262,18 +254,18 @@ func (b *bigRun) load(ctx context.Context) error {
 		}
 	}
 	b.pods = make([][]*simPod, sh.simNodes())
-	if err := step(fmt.Sprintf("%d simulated nodes: Node, blocks and affinities, %d pods' handles and endpoints", sh.simNodes(), sh.simPods()), func() error {
+	if err := loadStep(fmt.Sprintf("%d simulated nodes: Node, blocks and affinities, %d pods' handles and endpoints", sh.simNodes(), sh.simPods()), func() error {
 		return ld.simNodes(ctx, sh, freeBlocks(sh.pool, sh.blockBits, taken), b.pods)
 	}); err != nil {
 		return err
 	}
-	if err := step(fmt.Sprintf("%d network sets", sh.netsets), func() error {
+	if err := loadStep(fmt.Sprintf("%d network sets", sh.netsets), func() error {
 		return ld.putAll(ctx, sh.netsets, func(i int) []api.Resource { return []api.Resource{simNetworkSet(i, sh.namespaces)} })
 	}); err != nil {
 		return err
 	}
 	pols := b.policies()
-	if err := step(fmt.Sprintf("%d policies", len(pols)), func() error { return ld.create(ctx, pols) }); err != nil {
+	if err := loadStep(fmt.Sprintf("%d policies", len(pols)), func() error { return ld.create(ctx, pols) }); err != nil {
 		return err
 	}
 	keys, err := b.ds.Etcd().Get(ctx, datastore.KeyPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -302,4 +294,14 @@ func (b *bigRun) policies() []api.Resource {
 		out = append(out, localPolicy(j))
 	}
 	return append(out, trackPolicy())
+}
+
+// loadStep runs one step of writing the datastore and prints its time.
+func loadStep(what string, f func() error) error {
+	t := time.Now()
+	if err := f(); err != nil {
+		return fmt.Errorf("load %s: %w", what, err)
+	}
+	fmt.Printf("==> load: %s in %s\n", what, time.Since(t).Round(time.Millisecond))
+	return nil
 }

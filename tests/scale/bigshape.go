@@ -36,17 +36,24 @@ type bigFlags struct {
 	heapProfiles string
 }
 
+// clusterFlags are the cluster's size flags of the modes that write a
+// big cluster; whose names the nodes and pods the cluster's own (real)
+// ones.
+func clusterFlags(fs *flag.FlagSet, sh *shape, whose string) {
+	fs.IntVar(&sh.nodes, "nodes", 5000, "nodes in the cluster, "+whose+" included")
+	fs.IntVar(&sh.pods, "pods", 150000, "pods in the cluster, "+whose+" included")
+	fs.IntVar(&sh.namespaces, "namespaces", 2000, "namespaces (each a kns. and a ksa. profile)")
+	fs.IntVar(&sh.policies, "policies", 2000, "policies: NetworkPolicies and GlobalNetworkPolicies, "+whose+" pods' own included")
+	fs.Float64Var(&sh.gnpShare, "gnp-share", 0.25, "share of the simulated policies that are GlobalNetworkPolicies")
+}
+
 func parseBigFlags(args []string) (*bigFlags, error) {
 	f := &bigFlags{}
 	fs := flag.NewFlagSet("scale big", flag.ExitOnError)
 	fs.StringVar(&f.bin, "bin", "bin", "directory with routed, routedctl, routed-cni and routed-ipam")
 	fs.StringVar(&f.dir, "dir", "", "work directory (default: a temporary one, removed after a run that passed)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the work directory (logs, etcd data)")
-	fs.IntVar(&f.sh.nodes, "nodes", 5000, "nodes in the cluster, the real ones included")
-	fs.IntVar(&f.sh.pods, "pods", 150000, "pods in the cluster, the real nodes' included")
-	fs.IntVar(&f.sh.namespaces, "namespaces", 2000, "namespaces (each a kns. and a ksa. profile)")
-	fs.IntVar(&f.sh.policies, "policies", 2000, "policies: NetworkPolicies and GlobalNetworkPolicies, the real pods' own included")
-	fs.Float64Var(&f.sh.gnpShare, "gnp-share", 0.25, "share of the simulated policies that are GlobalNetworkPolicies")
+	clusterFlags(fs, &f.sh, "the real nodes'")
 	fs.IntVar(&f.sh.localPolicies, "local-policies", 10, "NetworkPolicies of the real pods' namespace, each allowing one Deployment of a team's namespaces in (their sets hold remote pods)")
 	fs.IntVar(&f.sh.netsets, "netsets", 500, "network sets (one in five global)")
 	fs.IntVar(&f.sh.real, "real", 3, "real routed nodes (own network namespace, pods with veths)")

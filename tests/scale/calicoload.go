@@ -24,22 +24,14 @@ func (r *cfxRun) load(ctx context.Context) error {
 	sh := &r.f.sh
 	ld := &loader{ds: r.ds, workers: r.f.workers, seed: r.f.seed}
 	start := time.Now()
-	step := func(what string, f func() error) error {
-		t := time.Now()
-		if err := f(); err != nil {
-			return fmt.Errorf("load %s: %w", what, err)
-		}
-		fmt.Printf("==> load: %s in %s\n", what, time.Since(t).Round(time.Millisecond))
-		return nil
-	}
-	if err := step("cluster information, felix configuration, pool, tiers", func() error {
+	if err := loadStep("cluster information, felix configuration, pool, tiers", func() error {
 		kv := map[string]string{}
 		calicoCluster(kv, sh.pool, sh.blockBits)
 		return ld.putKVs(ctx, kv)
 	}); err != nil {
 		return err
 	}
-	if err := step(fmt.Sprintf("%d namespaces' profiles and default's", sh.namespaces), func() error {
+	if err := loadStep(fmt.Sprintf("%d namespaces' profiles and default's", sh.namespaces), func() error {
 		batches := (sh.namespaces + txnOps - 1) / txnOps
 		return ld.putAllKVs(ctx, batches, func(b int, kv map[string]string) error {
 			for i := b * txnOps; i < min(sh.namespaces, (b+1)*txnOps); i++ {
@@ -58,7 +50,7 @@ func (r *cfxRun) load(ctx context.Context) error {
 		return err
 	}
 	blocks := freeBlocks(sh.pool, sh.blockBits, nil)
-	if err := step(fmt.Sprintf("felix's node and its %d pods", sh.realPods), func() error {
+	if err := loadStep(fmt.Sprintf("felix's node and its %d pods", sh.realPods), func() error {
 		kv := map[string]string{}
 		pods, err := r.felixPods(kv, blocks[0])
 		if err != nil {
@@ -69,12 +61,12 @@ func (r *cfxRun) load(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := step(fmt.Sprintf("%d simulated nodes: Node, blocks and affinities, %d pods' endpoints", sh.simNodes(), sh.simPods()), func() error {
+	if err := loadStep(fmt.Sprintf("%d simulated nodes: Node, blocks and affinities, %d pods' endpoints", sh.simNodes(), sh.simPods()), func() error {
 		return r.simNodes(ctx, ld, blocks[1:])
 	}); err != nil {
 		return err
 	}
-	if err := step(fmt.Sprintf("%d network sets", sh.netsets), func() error {
+	if err := loadStep(fmt.Sprintf("%d network sets", sh.netsets), func() error {
 		return ld.putAllKVs(ctx, (sh.netsets+txnOps-1)/txnOps, func(b int, kv map[string]string) error {
 			for i := b * txnOps; i < min(sh.netsets, (b+1)*txnOps); i++ {
 				if err := calicoResources(kv, simNetworkSet(i, sh.namespaces)); err != nil {
@@ -87,7 +79,7 @@ func (r *cfxRun) load(ctx context.Context) error {
 		return err
 	}
 	pols := (&bigRun{sh: sh}).policies()
-	if err := step(fmt.Sprintf("%d policies", len(pols)), func() error {
+	if err := loadStep(fmt.Sprintf("%d policies", len(pols)), func() error {
 		kv := map[string]string{}
 		if err := calicoResources(kv, pols...); err != nil {
 			return err
