@@ -136,12 +136,21 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			d.keyAt = time.Now()
 		}
 		fresh := d.fresh && kick(&cfg, d.want.PrivateKey.PublicKey(), d.want.KnownKey)
+		rekeyed := 0
+		if !fresh {
+			rekeyed = kickRekeyed(&cfg, d.have)
+		}
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
 			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
 		}
+		if rekeyed > 0 {
+			d.log.WithField("peers", rekeyed).Info("WireGuard: a peer's key was replaced; greeting it at once")
+		}
 		if fresh {
 			d.fresh = false
+		}
+		if fresh || rekeyed > 0 {
 			if err := d.dev.configure(unkick(cfg, d.want.Peers)); err != nil {
 				d.have = nil
 				return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
@@ -197,6 +206,51 @@ func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 		}
 	}
 	return any
+}
+
+// kickRekeyed greets at once each peer cfg adds at the endpoint of a
+// peer it removes: that node's key was replaced (rotated, or the node
+// made again with a new key), and the node moved to the new key before
+// publishing it, so its own handshake under the new key reached this
+// device before this device knew the key and was dropped; WireGuard
+// retries only after 5 s (REKEY_TIMEOUT), and until a handshake
+// succeeds pod traffic both ways is lost. This device learns the key
+// after the node has it, so its greeting is answered within a round
+// trip, and it is the only handshake in flight: the node's next retry
+// is seconds away. A peer at a new endpoint (a node joining) is left to
+// kick's rule. It returns how many peers it greets; unkick puts their
+// keepalives back.
+func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device) int {
+	if have == nil {
+		return 0
+	}
+	had := make(map[wgtypes.Key]netip.AddrPort, len(have.Peers))
+	for _, p := range have.Peers {
+		if p.Endpoint != nil {
+			had[p.PublicKey] = unmapped(p.Endpoint)
+		}
+	}
+	gone := map[netip.AddrPort]bool{}
+	for _, p := range cfg.Peers {
+		if ep, ok := had[p.PublicKey]; ok && p.Remove {
+			gone[ep] = true
+		}
+	}
+	every := time.Second
+	n := 0
+	for i, p := range cfg.Peers {
+		if _, known := had[p.PublicKey]; known || p.Remove || p.Endpoint == nil || !gone[unmapped(p.Endpoint)] {
+			continue
+		}
+		cfg.Peers[i].PersistentKeepaliveInterval = &every
+		n++
+	}
+	return n
+}
+
+func unmapped(a *net.UDPAddr) netip.AddrPort {
+	ep := a.AddrPort()
+	return netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port())
 }
 
 // GreetsFirst reports whether the device with public key own starts the
@@ -293,8 +347,7 @@ func samePeer(h wgtypes.Peer, p Peer) bool {
 	if h.Endpoint == nil || h.PersistentKeepaliveInterval != p.Keepalive {
 		return false
 	}
-	ep := h.Endpoint.AddrPort()
-	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != p.Endpoint {
+	if unmapped(h.Endpoint) != p.Endpoint {
 		return false
 	}
 	got := make([]netip.Prefix, 0, len(h.AllowedIPs))

@@ -1,6 +1,8 @@
 package wireguard
 
 import (
+	"net"
+	"net/netip"
 	"testing"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -55,5 +57,45 @@ func TestKickGreetsOnlyFirst(t *testing.T) {
 		if kick(&c, peer, false) == GreetsFirst(own, peer) {
 			t.Errorf("both or neither of %s and %s greet", own, peer)
 		}
+	}
+}
+
+// TestKickRekeyedGreetsReplacedKeys: a peer added at the endpoint of a
+// peer removed in the same change (that node's key replaced) is greeted;
+// a peer at a new endpoint, a peer only updated and a removal are not.
+func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
+	var k [5]wgtypes.Key
+	for i := range k {
+		priv, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k[i] = priv.PublicKey()
+	}
+	ep := func(s string) *net.UDPAddr { return net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	have := &wgtypes.Device{Peers: []wgtypes.Peer{
+		{PublicKey: k[0], Endpoint: ep("192.0.2.1:51820")}, // rotates to k[2]
+		{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820")}, // updated in place
+		{PublicKey: k[4], Endpoint: ep("192.0.2.9:51820")}, // removed
+	}}
+	mapped := &net.UDPAddr{IP: net.ParseIP("192.0.2.1").To16(), Port: 51820}
+	cfg := wgtypes.Config{Peers: []wgtypes.PeerConfig{
+		{PublicKey: k[0], Remove: true},
+		{PublicKey: k[4], Remove: true},
+		{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820")},
+		{PublicKey: k[2], Endpoint: mapped},
+		{PublicKey: k[3], Endpoint: ep("192.0.2.3:51820")},
+	}}
+	if n := kickRekeyed(&cfg, have); n != 1 {
+		t.Errorf("kickRekeyed greeted %d peers, want 1 (the replaced key)", n)
+	}
+	for _, p := range cfg.Peers {
+		kicked := p.PersistentKeepaliveInterval != nil
+		if want := p.PublicKey == k[2]; kicked != want {
+			t.Errorf("peer %s (remove %v, endpoint %v): greeted %v, want %v", p.PublicKey, p.Remove, p.Endpoint, kicked, want)
+		}
+	}
+	if n := kickRekeyed(&cfg, nil); n != 0 {
+		t.Errorf("with nothing known, kickRekeyed greeted %d", n)
 	}
 }
