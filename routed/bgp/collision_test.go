@@ -180,8 +180,8 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 		s := ""
 		for k, c := range nodes {
 			st := c.state()
-			s += fmt.Sprintf(" node%d (router ID %s): %s (sent %d, received %d; dials %d, refused %d, collisions %d; TCP established out %d, in %d)",
-				k+1, rid[k], st.BGPState, st.Sent, st.Received, st.Dials, st.Refused, st.Collisions, st.Out, st.In)
+			s += fmt.Sprintf(" node%d (router ID %s): %s (sent %d, received %d; dials %d, refused %d, collisions %d; TCP established out %d, in %d; sockets %v)",
+				k+1, rid[k], st.BGPState, st.Sent, st.Received, st.Dials, st.Refused, st.Collisions, st.Out, st.In, st.Sockets)
 		}
 		return s
 	}
@@ -263,16 +263,27 @@ func simultaneousOpenPair(t *testing.T, bound time.Duration, passiveSecond bool)
 	}
 
 	// One connection, the same on both sides; the higher identifier's
-	// outgoing one where a collision was resolved.
-	a, b := nodes[0].state(), nodes[1].state()
-	r.resolved = a.Collisions > 0 || b.Collisions > 0
-	switch {
-	case a.Out+a.In != 1 || b.Out+b.In != 1 || a.Out != b.In:
-		r.err = "not exactly one established TCP connection between the two:" + describe()
-	case r.resolved && nodes[higher].state().Out != 1:
-		r.err = fmt.Sprintf("the collision kept the connection node%d (the lower router ID) opened:%s", 2-higher, describe())
+	// outgoing one where a collision was resolved. /proc/net/tcp is read
+	// in pieces while the other pairs' connections come and go, so one
+	// reading can list a socket twice or miss one (seen: the same inode
+	// twice, 1 pair in 400 under load): the two must agree within 2 s.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		a, b := nodes[0].state(), nodes[1].state()
+		r.resolved = a.Collisions > 0 || b.Collisions > 0
+		switch {
+		case a.Out+a.In != 1 || b.Out+b.In != 1 || a.Out != b.In:
+			r.err = "not exactly one established TCP connection between the two:" + describe()
+		case r.resolved && nodes[higher].state().Out != 1:
+			r.err = fmt.Sprintf("the collision kept the connection node%d (the lower router ID) opened:%s", 2-higher, describe())
+		default:
+			r.err = ""
+		}
+		if r.err == "" || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return r
 }
 
 // childState is what a TestSimultaneousOpenChild process reports of its
@@ -283,7 +294,8 @@ type childState struct {
 	Sent, Received uint64
 	Dials, Refused int64
 	Collisions     int64
-	Out, In        int // established TCP connections to the peer, by who opened them
+	Out, In        int      // established TCP connections to the peer, by who opened them
+	Sockets        []string // the pair's TCP sockets: local port>remote port state
 }
 
 const collideChildEnv = "ROUTED_COLLIDE_CHILD"
@@ -413,7 +425,7 @@ func TestSimultaneousOpenChild(t *testing.T) {
 				}
 			}
 			if st.Established {
-				st.Out, st.In = establishedTCP(t, local, remote, uint16(port))
+				st.Out, st.In, st.Sockets = establishedTCP(t, local, remote, uint16(port))
 			}
 			b, _ := json.Marshal(st)
 			fmt.Printf("COLLIDE %s\n", b)
@@ -428,8 +440,9 @@ type collisionNode struct {
 
 // establishedTCP counts the established TCP connections from local to
 // remote in /proc/net/tcp: out those local opened (its port is not the
-// BGP port), in those remote opened.
-func establishedTCP(t *testing.T, local, remote netip.Addr, port uint16) (out, in int) {
+// BGP port), in those remote opened; each socket once (by its ends), and
+// all of them listed as local port>remote port and state (hex).
+func establishedTCP(t *testing.T, local, remote netip.Addr, port uint16) (out, in int, socks []string) {
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		t.Fatal(err)
@@ -441,18 +454,24 @@ func establishedTCP(t *testing.T, local, remote netip.Addr, port uint16) (out, i
 		return fmt.Sprintf("%02X%02X%02X%02X", b[3], b[2], b[1], b[0])
 	}
 	l, r := hexAddr(local), hexAddr(remote)
+	seen := map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) < 4 || f[3] != "01" { // 01: TCP_ESTABLISHED
+		if len(f) < 10 {
 			continue
 		}
 		la, lp, _ := strings.Cut(f[1], ":")
 		ra, rp, _ := strings.Cut(f[2], ":")
-		if la != l || ra != r {
+		if la != l || ra != r || seen[f[1]+f[2]] {
 			continue
 		}
+		seen[f[1]+f[2]] = true
 		lport, _ := strconv.ParseUint(lp, 16, 16)
 		rport, _ := strconv.ParseUint(rp, 16, 16)
+		socks = append(socks, fmt.Sprintf("%d>%d %s", lport, rport, f[3]))
+		if f[3] != "01" { // 01: TCP_ESTABLISHED
+			continue
+		}
 		switch {
 		case uint16(rport) == port && uint16(lport) != port:
 			out++
@@ -460,7 +479,7 @@ func establishedTCP(t *testing.T, local, remote netip.Addr, port uint16) (out, i
 			in++
 		}
 	}
-	return out, in
+	return out, in, socks
 }
 
 // newCollisionNode starts a speaker on addr with router ID routerID
