@@ -275,20 +275,13 @@ func otherNode(c *k8scluster.Cluster, n *k8scluster.Node) *k8scluster.Node {
 // with the given protocol ("proto bird", "proto 82").
 func waitNodeRoutes(t *testing.T, c *k8scluster.Cluster, n *k8scluster.Node, blocks []netip.Prefix, next netip.Addr, proto string) {
 	t.Helper()
-	for _, blk := range blocks {
-		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
-			routes, err := exec.Command("ip", "-n", n.Name, "-4", "route", "show").CombinedOutput()
-			if err != nil {
-				return fmt.Sprintf("%v: %s", err, routes)
-			}
-			for _, line := range strings.Split(string(routes), "\n") {
-				if strings.HasPrefix(line, blk.String()+" ") && strings.Contains(line, "via "+next.String()+" ") && strings.Contains(line, proto) {
-					return ""
-				}
-			}
-			return fmt.Sprintf("%s: no route %s via %s %s:\n%s", n.Name, blk, next, proto, routes)
-		})
-	}
+	waitRoutesVia(t, n.Name, blocks, next, proto, func() (string, error) {
+		routes, err := exec.Command("ip", "-n", n.Name, "-4", "route", "show").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%v: %s", err, routes)
+		}
+		return string(routes), nil
+	})
 }
 
 // migrateStep62 is the shell block of docs/migrate-calico.md's step 6.2

@@ -611,9 +611,16 @@ func hasLineWith(text string, parts ...string) bool {
 // with the given protocol ("proto bird", "proto 82").
 func waitBlockRoutes(t *testing.T, l *lab.Lab, node string, blocks []netip.Prefix, next netip.Addr, proto string) {
 	t.Helper()
+	waitRoutesVia(t, node, blocks, next, proto, func() (string, error) { return l.NodeRoutes(context.Background(), node) })
+}
+
+// waitRoutesVia waits until the routes read lists each block via next
+// with proto (say "proto bird"), 30 s a block.
+func waitRoutesVia(t *testing.T, node string, blocks []netip.Prefix, next netip.Addr, proto string, read func() (string, error)) {
+	t.Helper()
 	for _, blk := range blocks {
 		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() string {
-			routes, err := l.NodeRoutes(context.Background(), node)
+			routes, err := read()
 			if err != nil {
 				return err.Error()
 			}
