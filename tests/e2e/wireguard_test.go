@@ -123,8 +123,9 @@ func tcpSecret(t *testing.T, from, to lab.Pod, addr string) bool {
 // namespace: every pod pair pings over IPv4 and IPv6, TCP connects,
 // the capture holds WireGuard's UDP 51820/51821 and never a payload in
 // clear text; routedctl node status shows peers with handshakes; a
-// deny policy still denies; a key rotation under a ping stream loses at
-// most a second's worth; a restarted node keeps its key, loses at most
+// deny policy still denies; a key rotation under a ping stream from the
+// rotating node loses at most 3 probes (WireGuard's retry would lose
+// 4-5); a restarted node keeps its key, loses at most
 // 5 probes of a ping every 100 ms across the restart (its userspace
 // device dies with routed) and leaks nothing meanwhile. Then
 // (wireguard_config_test.go): node status rows, per-peer metrics and
@@ -217,7 +218,12 @@ func TestWireguardLab(t *testing.T) {
 	}
 	waitVerdict(t, l, a, b.IP, true, "deny deleted")
 
-	// Key rotation on the source's node under a ping stream every 50 ms.
+	// Key rotation on the source's node under a ping stream every 50 ms
+	// from it: the source's own handshake under its new key reaches dst
+	// before dst has the key from etcd and is dropped, and WireGuard
+	// would retry only 5 s later; dst greets the source as it learns
+	// the key. Nothing else sends from dst meanwhile (no rescue from
+	// the other side).
 	src, dst := a, b
 	before := key(src.Node)
 	// A second's worth of probes on each side of the rotation.
@@ -227,8 +233,8 @@ func TestWireguardLab(t *testing.T) {
 		t.Fatalf("rotate: %v: %s", err, s)
 	}
 	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
-		if got, err := l.Ping(ctx, dst, src.IP, 1); err != nil || got != 1 {
-			return "no traffic after the rotation yet"
+		if key(src.Node) == before {
+			return "the key did not change yet"
 		}
 		return ""
 	})
@@ -239,8 +245,10 @@ func TestWireguardLab(t *testing.T) {
 	if after == before {
 		t.Errorf("the key did not change")
 	}
-	if r.Lost() > 20 {
-		t.Errorf("key rotation lost %d probes (more than 20, a second's worth)", r.Lost())
+	// A lost probe waits out its 1-s deadline: three lost are up to 3 s
+	// without traffic (WireGuard's own retry loses 4-5).
+	if r.Lost() > 3 {
+		t.Errorf("key rotation lost %d probes (more than 3, up to 3 s without traffic)", r.Lost())
 	}
 
 	// A restarted node keeps its key, and traffic flows again.
