@@ -139,6 +139,20 @@ func runTraffic(path string) error {
 	return nil
 }
 
+// envPositive is the positive number in the environment variable name,
+// def when it is unset.
+func envPositive(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number", name, s)
+	}
+	return n
+}
+
 // cpuTime is this process's user and system CPU.
 func cpuTime(tb testing.TB) time.Duration {
 	u, s := cpuTimes(tb)
@@ -174,14 +188,7 @@ func cpuTimes(tb testing.TB) (user, sys time.Duration) {
 // dropped: a figure of a collector that missed connections would
 // measure less work.
 func BenchmarkCollectorCPU(b *testing.B) {
-	conns := 10_000
-	if s := os.Getenv("FLOWREC_BENCH_CONNS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("FLOWREC_BENCH_CONNS=%q: want a positive number", s)
-		}
-		conns = n
-	}
+	conns := envPositive(b, "FLOWREC_BENCH_CONNS", 10_000)
 	for _, staged := range []bool{false, true} {
 		b.Run(fmt.Sprintf("staged=%v", staged), func(b *testing.B) {
 			benchCollectorCPU(b, conns, staged)

@@ -1,0 +1,214 @@
+package flowrec_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/routed-net/routed/felix/policy/flowlog"
+)
+
+// BenchmarkEventSources: what the kernel's sources of flow records cost
+// the traffic, apart from any collector. The flow lab's connections
+// a -> c (20,000 a column, 4 clients) with, in turn (FLOWREC_SOURCES,
+// default all):
+//
+//   - none: nobody listening;
+//   - ct: a socket on conntrack's NEW and DESTROY groups, read one
+//     message a system call as the events come (a wakeup each);
+//   - ctbatch: the same socket drained every 50 ms, as the collector
+//     does (its batch wait);
+//   - ctmask: ctbatch with `ct event set new,destroy` before conntrack
+//     (the kernel caches no other event kinds for the connections);
+//   - destroy: DESTROY alone (no connection is visible before its entry
+//     goes: 120 s after a TCP close);
+//   - nflog: DESTROY, and each connection's first packet copied to an
+//     nflog group by a `ct state new log` rule, batched 32 a message
+//     (as the flow marks are): NEW taken from a batched source.
+//
+// Three rounds (FLOWREC_ROUNDS), the sources alternated; the last lines
+// give each source's connections a second against none's of the same
+// rounds. The messages and packets each column received are printed: a
+// source that received nothing would measure nothing.
+func BenchmarkEventSources(b *testing.B) {
+	sources := strings.Fields(os.Getenv("FLOWREC_SOURCES"))
+	if len(sources) == 0 {
+		sources = []string{"none", "ct", "ctbatch", "ctmask", "destroy", "nflog"}
+	}
+	rounds := envPositive(b, "FLOWREC_ROUNDS", 3)
+	l := newFlowLabBare(b)
+	a, c := l.pods["a"], l.pods["c"]
+	cfg := trafficConfig{ServerNetns: c.Path(), ClientNetns: a.Path(), Addr: net.JoinHostPort(c.IPv4.String(), "7100"), Conns: 20000, Workers: 4, NodeNetns: l.node.Path()}
+	js, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(b.TempDir(), "traffic.json")
+	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	rates := map[string][]float64{}
+	for range b.N {
+		for round := range rounds {
+			for _, src := range sources {
+				got, stop := startSource(b, l.node.Fd, l.node.Path(), src)
+				rate := trafficRate(b, cfgPath)
+				stop()
+				fmt.Printf("round %d %-8s %6.0f conn/s (conntrack messages %d, nflog packets %d)\n", round, src, rate, got[0].Load(), got[1].Load())
+				rates[src] = append(rates[src], rate)
+			}
+		}
+	}
+	for _, src := range sources {
+		var s, s0 float64
+		for i := range rates[src] {
+			s += rates[src][i]
+			s0 += rates["none"][i]
+		}
+		fmt.Printf("%-8s / none: %.3f (%v against %v)\n", src, s/s0, rates[src], rates["none"])
+	}
+}
+
+// trafficRate runs the traffic process once and returns its connections
+// a second.
+func trafficRate(b *testing.B, cfgPath string) float64 {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FLOWREC_TRAFFIC="+cfgPath)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("traffic process: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "conns/s "); ok {
+			if rate, err := strconv.ParseFloat(v, 64); err == nil {
+				return rate
+			}
+		}
+	}
+	b.Fatalf("traffic process printed no rate: %s", out)
+	return 0
+}
+
+// startSource starts a source in the node's namespace: got counts the
+// conntrack messages and the nflog packets it received; stop ends it.
+func startSource(b *testing.B, netnsFd int, netnsPath, src string) (got *[2]atomic.Int64, stop func()) {
+	got = new([2]atomic.Int64)
+	var stops []func()
+	switch src {
+	case "none":
+	case "ct":
+		stops = append(stops, readConntrack(b, netnsFd, false, &got[0], 1, 3))
+	case "ctbatch":
+		stops = append(stops, readConntrack(b, netnsFd, true, &got[0], 1, 3))
+	case "destroy":
+		stops = append(stops, readConntrack(b, netnsFd, false, &got[0], 3))
+	case "ctmask":
+		stops = append(stops, readConntrack(b, netnsFd, true, &got[0], 1, 3))
+		nft := nftIn(b, netnsPath)
+		nft("add table inet bench_sources")
+		nft("add chain inet bench_sources prerouting { type filter hook prerouting priority -300 ; }")
+		nft("add rule inet bench_sources prerouting ct event set new,destroy")
+		stops = append(stops, func() { nft("delete table inet bench_sources") })
+	case "nflog":
+		stops = append(stops, readConntrack(b, netnsFd, false, &got[0], 3))
+		r, err := flowlog.Open(netnsFd, 9)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = r.Run(ctx, func(flowlog.Packet) { got[1].Add(1) }, func() { b.Error("nflog packets lost") })
+		}()
+		nft := nftIn(b, netnsPath)
+		nft("add table inet bench_sources")
+		nft("add chain inet bench_sources forward { type filter hook forward priority -5 ; }")
+		nft("add rule inet bench_sources forward ct state new log group 9 snaplen 64")
+		stops = append(stops, func() { nft("delete table inet bench_sources"); cancel(); r.Close(); <-done })
+	default:
+		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, ct, ctbatch, ctmask, destroy, nflog)", src)
+	}
+	return got, func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+}
+
+// nftIn returns a function running an nft command in the namespace.
+func nftIn(b *testing.B, netnsPath string) func(cmd string) {
+	return func(cmd string) {
+		if out, err := exec.Command("nsenter", "--net="+netnsPath, "nft", cmd).CombinedOutput(); err != nil {
+			b.Fatalf("nft %s: %v: %s", cmd, err, out)
+		}
+	}
+}
+
+// readConntrack reads conntrack's event groups in the namespace until
+// stopped, counting messages (batch: drained every 50 ms instead of a
+// blocking read each). The receive buffer is 8 MiB, and a lost event
+// fails the benchmark.
+func readConntrack(b *testing.B, netnsFd int, batch bool, n *atomic.Int64, groups ...int) (stop func()) {
+	fd, err := flowlog.NetfilterSocket(netnsFd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range groups {
+		if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.SetNonblock(fd, batch); err != nil {
+		b.Fatal(err)
+	}
+	// A blocking read returns every 100 ms to see whether it is done.
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
+		b.Fatal(err)
+	}
+	var closed atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1<<16)
+		for {
+			_, err := unix.Read(fd, buf)
+			switch {
+			case err == nil:
+				n.Add(1)
+			case errors.Is(err, unix.EINTR):
+				// A socket with a receive timeout is not restarted
+				// after a signal (signal(7)): the runtime's.
+			case errors.Is(err, unix.EAGAIN):
+				if closed.Load() {
+					return
+				}
+				if batch {
+					time.Sleep(50 * time.Millisecond)
+				}
+			case errors.Is(err, unix.ENOBUFS):
+				b.Error("conntrack events lost (ENOBUFS)")
+			default:
+				b.Errorf("reading conntrack events: %v", err)
+				return
+			}
+		}
+	}()
+	return func() {
+		closed.Store(true)
+		<-done
+		unix.Close(fd)
+	}
+}
