@@ -138,7 +138,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		fresh := d.fresh && kick(&cfg, d.want.PrivateKey.PublicKey(), d.want.KnownKey)
 		rekeyed := 0
 		if !fresh {
-			rekeyed = kickRekeyed(&cfg, d.have)
+			rekeyed = kickRekeyed(&cfg, d.have, d.want.PrivateKey.PublicKey(), d.keyAt, d.dev.read)
 		}
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
@@ -208,38 +208,73 @@ func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 	return any
 }
 
-// kickRekeyed greets at once each peer cfg adds at the endpoint of a
-// peer it removes: that node's key was replaced (rotated, or the node
-// made again with a new key), and the node moved to the new key before
+// kickRekeyed greets at once peers cfg adds at the endpoint of a peer
+// it removes: that node's key was replaced (rotated, or the node made
+// again with a new key), and the node moved to the new key before
 // publishing it, so its own handshake under the new key reached this
 // device before this device knew the key and was dropped; WireGuard
 // retries only after 5 s (REKEY_TIMEOUT), and until a handshake
 // succeeds pod traffic both ways is lost. This device learns the key
 // after the node has it, so its greeting is answered within a round
 // trip, and it is the only handshake in flight: the node's next retry
-// is seconds away. A peer at a new endpoint (a node joining) is left to
-// kick's rule. It returns how many peers it greets; unkick puts their
-// keepalives back.
-func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device) int {
+// is seconds away. That holds while this device's own key is one the
+// node knows, as a handshake with the removed peer since this device's
+// key was set (keyAt) shows. Otherwise both keys may be new (both
+// rotated, or both made again, at about the same time) and both ends
+// learn each other's at about the same moment: then only the end that
+// greets first does (GreetsFirst, as kick), or their handshakes cross.
+// A peer at a new endpoint (a node joining) is left to kick's rule. It
+// returns how many peers it greets; unkick puts their keepalives back.
+func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device, own wgtypes.Key, keyAt time.Time, current func() (*wgtypes.Device, error)) int {
 	if have == nil {
 		return 0
 	}
-	had := make(map[wgtypes.Key]netip.AddrPort, len(have.Peers))
+	known := make(map[wgtypes.Key]bool, len(have.Peers))
+	removedAt := map[netip.AddrPort][]wgtypes.Key{}
 	for _, p := range have.Peers {
-		if p.Endpoint != nil {
-			had[p.PublicKey] = unmapped(p.Endpoint)
+		known[p.PublicKey] = true
+	}
+	for _, p := range cfg.Peers {
+		if !p.Remove || !known[p.PublicKey] {
+			continue
+		}
+		for _, h := range have.Peers {
+			if h.PublicKey == p.PublicKey && h.Endpoint != nil {
+				ep := unmapped(h.Endpoint)
+				removedAt[ep] = append(removedAt[ep], p.PublicKey)
+			}
 		}
 	}
-	gone := map[netip.AddrPort]bool{}
-	for _, p := range cfg.Peers {
-		if ep, ok := had[p.PublicKey]; ok && p.Remove {
-			gone[ep] = true
+	var added []int
+	for i, p := range cfg.Peers {
+		if !known[p.PublicKey] && !p.Remove && p.Endpoint != nil && len(removedAt[unmapped(p.Endpoint)]) > 0 {
+			added = append(added, i)
 		}
+	}
+	if len(added) == 0 {
+		return 0
+	}
+	// The handshakes as they are now: the last reading of the device
+	// was made when it was last configured, maybe before any.
+	now := have
+	if current != nil {
+		if d, err := current(); err == nil {
+			now = d
+		}
+	}
+	last := make(map[wgtypes.Key]time.Time, len(now.Peers))
+	for _, p := range now.Peers {
+		last[p.PublicKey] = p.LastHandshakeTime
 	}
 	every := time.Second
 	n := 0
-	for i, p := range cfg.Peers {
-		if _, known := had[p.PublicKey]; known || p.Remove || p.Endpoint == nil || !gone[unmapped(p.Endpoint)] {
+	for _, i := range added {
+		talked := false
+		for _, k := range removedAt[unmapped(cfg.Peers[i].Endpoint)] {
+			t := last[k]
+			talked = talked || t.Unix() > 0 && t.After(keyAt) // the kernel reports none as 1970
+		}
+		if !talked && !GreetsFirst(own, cfg.Peers[i].PublicKey) {
 			continue
 		}
 		cfg.Peers[i].PersistentKeepaliveInterval = &every

@@ -1,9 +1,12 @@
 package wireguard
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -61,41 +64,70 @@ func TestKickGreetsOnlyFirst(t *testing.T) {
 }
 
 // TestKickRekeyedGreetsReplacedKeys: a peer added at the endpoint of a
-// peer removed in the same change (that node's key replaced) is greeted;
-// a peer at a new endpoint, a peer only updated and a removal are not.
+// peer removed in the same change (that node's key replaced) is greeted
+// when the removed peer had a handshake under this device's current
+// key; when it had none since (this device's key may be new to the node
+// too) only if this device greets first. A peer at a new endpoint, a
+// peer only updated and a removal are not greeted.
 func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
-	var k [5]wgtypes.Key
-	for i := range k {
+	var keys []wgtypes.Key
+	for range 10 {
 		priv, err := wgtypes.GeneratePrivateKey()
 		if err != nil {
 			t.Fatal(err)
 		}
-		k[i] = priv.PublicKey()
+		keys = append(keys, priv.PublicKey())
 	}
-	ep := func(s string) *net.UDPAddr { return net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
-	have := &wgtypes.Device{Peers: []wgtypes.Peer{
-		{PublicKey: k[0], Endpoint: ep("192.0.2.1:51820")}, // rotates to k[2]
-		{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820")}, // updated in place
-		{PublicKey: k[4], Endpoint: ep("192.0.2.9:51820")}, // removed
-	}}
-	mapped := &net.UDPAddr{IP: net.ParseIP("192.0.2.1").To16(), Port: 51820}
-	cfg := wgtypes.Config{Peers: []wgtypes.PeerConfig{
-		{PublicKey: k[0], Remove: true},
-		{PublicKey: k[4], Remove: true},
-		{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820")},
-		{PublicKey: k[2], Endpoint: mapped},
-		{PublicKey: k[3], Endpoint: ep("192.0.2.3:51820")},
-	}}
-	if n := kickRekeyed(&cfg, have); n != 1 {
-		t.Errorf("kickRekeyed greeted %d peers, want 1 (the replaced key)", n)
-	}
-	for _, p := range cfg.Peers {
-		kicked := p.PersistentKeepaliveInterval != nil
-		if want := p.PublicKey == k[2]; kicked != want {
-			t.Errorf("peer %s (remove %v, endpoint %v): greeted %v, want %v", p.PublicKey, p.Remove, p.Endpoint, kicked, want)
+	slices.SortFunc(keys, func(a, b wgtypes.Key) int { return bytes.Compare(a[:], b[:]) })
+	// The lowest key greets every other first, the highest none.
+	for _, own := range []wgtypes.Key{keys[0], keys[9]} {
+		first := GreetsFirst(own, keys[5])
+		k := keys[1:9]
+		keyAt := time.Now().Add(-time.Minute)
+		ep := func(s string) *net.UDPAddr { return net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+		have := &wgtypes.Device{Peers: []wgtypes.Peer{
+			// Talked under the current key, replaced by k[2] (given IPv4-mapped).
+			{PublicKey: k[0], Endpoint: ep("192.0.2.1:51820"), LastHandshakeTime: keyAt.Add(time.Second)},
+			{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820"), LastHandshakeTime: keyAt.Add(time.Second)}, // updated in place
+			{PublicKey: k[4], Endpoint: ep("192.0.2.9:51820")},                                            // removed
+			// Last handshake before this device's key: replaced by k[6].
+			{PublicKey: k[5], Endpoint: ep("192.0.2.5:51820"), LastHandshakeTime: keyAt.Add(-time.Second)},
+			// No handshake ever (the kernel's 1970): replaced by k[7].
+			{PublicKey: k[3], Endpoint: ep("192.0.2.7:51820"), LastHandshakeTime: time.Unix(0, 0)},
+		}}
+		// What the device held when last configured: no handshakes yet.
+		stale := &wgtypes.Device{}
+		for _, p := range have.Peers {
+			p.LastHandshakeTime = time.Time{}
+			stale.Peers = append(stale.Peers, p)
 		}
-	}
-	if n := kickRekeyed(&cfg, nil); n != 0 {
-		t.Errorf("with nothing known, kickRekeyed greeted %d", n)
+		mapped := &net.UDPAddr{IP: net.ParseIP("192.0.2.1").To16(), Port: 51820}
+		cfg := wgtypes.Config{Peers: []wgtypes.PeerConfig{
+			{PublicKey: k[0], Remove: true},
+			{PublicKey: k[4], Remove: true},
+			{PublicKey: k[5], Remove: true},
+			{PublicKey: k[3], Remove: true},
+			{PublicKey: k[1], Endpoint: ep("192.0.2.2:51820")},
+			{PublicKey: k[2], Endpoint: mapped},
+			{PublicKey: k[6], Endpoint: ep("192.0.2.5:51820")},
+			{PublicKey: k[7], Endpoint: ep("192.0.2.7:51820")},
+			{PublicKey: keys[5], Endpoint: ep("192.0.2.3:51820")}, // a new endpoint
+		}}
+		want := map[wgtypes.Key]bool{k[2]: true, k[6]: first, k[7]: first}
+		wantN := 1
+		if first {
+			wantN = 3
+		}
+		if n := kickRekeyed(&cfg, stale, own, keyAt, func() (*wgtypes.Device, error) { return have, nil }); n != wantN {
+			t.Errorf("own key greets first %v: kickRekeyed greeted %d peers, want %d", first, n, wantN)
+		}
+		for _, p := range cfg.Peers {
+			if kicked := p.PersistentKeepaliveInterval != nil; kicked != want[p.PublicKey] {
+				t.Errorf("own key greets first %v: peer %s (remove %v, endpoint %v): greeted %v, want %v", first, p.PublicKey, p.Remove, p.Endpoint, kicked, want[p.PublicKey])
+			}
+		}
+		if n := kickRekeyed(&cfg, nil, own, keyAt, nil); n != 0 {
+			t.Errorf("with nothing known, kickRekeyed greeted %d", n)
+		}
 	}
 }
