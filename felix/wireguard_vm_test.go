@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,61 +78,115 @@ func TestWireguardThroughputInVM(t *testing.T) {
 // and keys added) on each of vmNodes' namespaces, relaying each
 // published key to both as the Node records would, until the test ends.
 func vmFelixes(t *testing.T, a, b *nstest.NS, wg felix.WireguardConfig) []*felix.Felix {
+	l := newVMLab(t, a, b, wg)
+	return []*felix.Felix{l.nodes[0].f, l.nodes[1].f}
+}
+
+// vmLab is vmFelixes' two nodes, each of which can be stopped and
+// started again (a restart, or a reboot when its device is deleted in
+// between) on its own key directory.
+type vmLab struct {
+	t     *testing.T
+	wg    felix.WireguardConfig
+	keys  chan [2]string
+	mu    sync.Mutex
+	recs  map[string]*api.Node // the Node records, with published keys
+	nodes []*vmNode
+}
+
+type vmNode struct {
+	name, keyDir, mtuFile string
+	ns                    *nstest.NS
+	f                     *felix.Felix // nil while stopped
+	cancel                context.CancelFunc
+	done                  chan error
+}
+
+func newVMLab(t *testing.T, a, b *nstest.NS, wg felix.WireguardConfig) *vmLab {
 	t.Helper()
-	nodes := map[string]*api.Node{"node-a": node("node-a", "192.0.2.1/24", ""), "node-b": node("node-b", "192.0.2.2/24", "")}
-	keys := make(chan [2]string, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	var felixes []*felix.Felix
-	done := make(chan error, 2)
+	l := &vmLab{t: t, wg: wg, keys: make(chan [2]string, 16),
+		recs: map[string]*api.Node{"node-a": node("node-a", "192.0.2.1/24", ""), "node-b": node("node-b", "192.0.2.2/24", "")}}
 	for _, n := range []struct {
 		name string
 		ns   *nstest.NS
 	}{{"node-a", a}, {"node-b", b}} {
-		f, err := felix.New(felix.Config{NodeName: n.name, NetNSPath: n.ns.Path(), ResyncInterval: time.Second,
-			MTUFile: filepath.Join(t.TempDir(), "mtu"), Features: felix.Features{DisableNATOutgoing: true, DisablePolicy: true},
-			WireGuard: withKernelKeys(wg, t.TempDir(), func(v4 string) { keys <- [2]string{n.name, v4} })})
-		if err != nil {
-			t.Fatal(err)
-		}
-		felixes = append(felixes, f)
-		go func() { done <- f.Run(ctx) }()
+		l.nodes = append(l.nodes, &vmNode{name: n.name, ns: n.ns, keyDir: t.TempDir(), mtuFile: filepath.Join(t.TempDir(), "mtu")})
 	}
-	t.Cleanup(func() {
-		cancel()
-		for range felixes {
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run returned %v", err)
-			}
-		}
-	})
-	feed := func() {
-		for _, f := range felixes {
-			f.ReplaceResources(resources(pool("p", "10.244.0.0/16", "Never", false), nodes["node-a"], nodes["node-b"]))
-		}
-	}
-	// The Node records: each published key reaches both felixes.
+	ctx, cancel := context.WithCancel(context.Background())
+	relayed := make(chan struct{})
+	// The Node records: each published key reaches both felixes (not
+	// from felix's own loop, which publishes).
 	go func() {
+		defer close(relayed)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case k := <-keys:
-				n := *nodes[k[0]]
+			case k := <-l.keys:
+				l.mu.Lock()
+				n := *l.recs[k[0]]
 				n.Status.WireguardPublicKey = k[1]
-				for _, f := range felixes {
-					f.SetResource(&n)
+				l.recs[k[0]] = &n
+				for _, vn := range l.nodes {
+					if vn.f != nil {
+						vn.f.SetResource(&n)
+					}
 				}
+				l.mu.Unlock()
 			}
 		}
 	}()
-	feed()
-	for _, f := range felixes {
-		f.ReplaceAffinities([]felix.BlockAffinity{
-			{Node: "node-a", CIDR: pfx("10.244.1.0/26"), State: felix.AffinityConfirmed},
-			{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed},
-		})
+	t.Cleanup(func() {
+		for _, n := range l.nodes {
+			if n.f != nil {
+				l.stop(n)
+			}
+		}
+		cancel()
+		<-relayed
+	})
+	for _, n := range l.nodes {
+		l.start(n)
 	}
-	return felixes
+	return l
+}
+
+// start runs n's felix (again) on its namespace and key directory, fed
+// the pool, the Node records as published so far and the blocks.
+func (l *vmLab) start(n *vmNode) {
+	l.t.Helper()
+	f, err := felix.New(felix.Config{NodeName: n.name, NetNSPath: n.ns.Path(), ResyncInterval: time.Second,
+		MTUFile: n.mtuFile, Features: felix.Features{DisableNATOutgoing: true, DisablePolicy: true},
+		WireGuard: withKernelKeys(l.wg, n.keyDir, func(v4 string) { l.keys <- [2]string{n.name, v4} })})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done = cancel, make(chan error, 1)
+	go func() { n.done <- f.Run(ctx) }()
+	l.mu.Lock()
+	n.f = f
+	f.ReplaceResources(resources(pool("p", "10.244.0.0/16", "Never", false), l.recs["node-a"], l.recs["node-b"]))
+	l.mu.Unlock()
+	f.ReplaceAffinities([]felix.BlockAffinity{
+		{Node: "node-a", CIDR: pfx("10.244.1.0/26"), State: felix.AffinityConfirmed},
+		{Node: "node-b", CIDR: pfx("10.244.2.0/26"), State: felix.AffinityConfirmed},
+	})
+}
+
+// stop ends n's felix as routed's exit does: the kernel device stays.
+func (l *vmLab) stop(n *vmNode) {
+	l.t.Helper()
+	n.cancel()
+	if err := <-n.done; !errors.Is(err, context.Canceled) {
+		l.t.Errorf("%s: Run returned %v", n.name, err)
+	}
+	if err := n.f.CloseWireguard(); err != nil {
+		l.t.Errorf("%s: CloseWireguard: %v", n.name, err)
+	}
+	l.mu.Lock()
+	n.f = nil
+	l.mu.Unlock()
 }
 
 func withKernelKeys(wg felix.WireguardConfig, dir string, publish func(v4 string)) felix.WireguardConfig {

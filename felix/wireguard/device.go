@@ -69,6 +69,9 @@ type Device struct {
 	keyAt    time.Time
 	// regreet are the peers the next Apply makes again (Regreet).
 	regreet map[wgtypes.Key]bool
+	// nodes is the node of each peer as last configured: a removed
+	// key's node, for kickRekeyed.
+	nodes map[wgtypes.Key]string
 }
 
 // NewDevice returns the reconciler of device name.
@@ -124,6 +127,15 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			return nil, fmt.Errorf("wireguard: %s: %w", d.Name, err)
 		}
 	}
+	// Up before it is configured: the kernel sends a new peer's greeting
+	// keepalive (kick, kickRekeyed, Regreet) only while the interface
+	// runs, and unkick puts the keepalive back before a later up would
+	// send it. wireguard-go comes up with its configuration (userDev).
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(link); err != nil {
+			return link, fmt.Errorf("wireguard: %s: up: %w", d.Name, err)
+		}
+	}
 	if full || d.have == nil {
 		if d.have, err = d.dev.read(); err != nil {
 			d.have = nil
@@ -138,11 +150,15 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		fresh := d.fresh && kick(&cfg, d.want.PrivateKey.PublicKey(), d.want.KnownKey)
 		rekeyed := 0
 		if !fresh {
-			rekeyed = kickRekeyed(&cfg, d.have, d.want.PrivateKey.PublicKey(), d.keyAt, d.dev.read)
+			rekeyed = kickRekeyed(&cfg, d.have, d.want.PrivateKey.PublicKey(), d.keyAt, d.dev.read, d.nodeOf)
 		}
 		if err := d.dev.configure(cfg); err != nil {
 			d.have = nil
 			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
+		}
+		d.nodes = make(map[wgtypes.Key]string, len(d.want.Peers))
+		for k, p := range d.want.Peers {
+			d.nodes[k] = p.Node
 		}
 		if rekeyed > 0 {
 			d.log.WithField("peers", rekeyed).Info("WireGuard: a peer's key was replaced; greeting it at once")
@@ -168,11 +184,6 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 	if link.Attrs().MTU != d.want.MTU {
 		if err := h.LinkSetMTU(link, d.want.MTU); err != nil {
 			return link, fmt.Errorf("wireguard: %s: MTU %d: %w", d.Name, d.want.MTU, err)
-		}
-	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := h.LinkSetUp(link); err != nil {
-			return link, fmt.Errorf("wireguard: %s: up: %w", d.Name, err)
 		}
 	}
 	return h.LinkByName(d.Name)
@@ -208,8 +219,17 @@ func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 	return any
 }
 
-// kickRekeyed greets at once peers cfg adds at the endpoint of a peer
-// it removes: that node's key was replaced (rotated, or the node made
+// nodeOf is the node of a wanted peer, or of one as last configured.
+func (d *Device) nodeOf(k wgtypes.Key) string {
+	if p, ok := d.want.Peers[k]; ok {
+		return p.Node
+	}
+	return d.nodes[k]
+}
+
+// kickRekeyed greets at once peers cfg adds for the node (node) of a
+// peer it removes, or at that peer's endpoint: that node's key was
+// replaced (rotated, or the node made
 // again with a new key), and the node moved to the new key before
 // publishing it, so its own handshake under the new key reached this
 // device before this device knew the key and was dropped; WireGuard
@@ -223,20 +243,31 @@ func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 // rotated, or both made again, at about the same time) and both ends
 // learn each other's at about the same moment: then only the end that
 // greets first does (GreetsFirst, as kick), or their handshakes cross.
-// A peer at a new endpoint (a node joining) is left to kick's rule. It
-// returns how many peers it greets; unkick puts their keepalives back.
-func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device, own wgtypes.Key, keyAt time.Time, current func() (*wgtypes.Device, error)) int {
+// The node, not only the endpoint: the device reports the address a
+// peer last sent from (WireGuard roams to it), which is not its Node
+// record's when the node sends from another of its addresses.
+// A peer of a new node at a new endpoint (a node joining) is left to
+// kick's rule. It returns how many peers it greets; unkick puts their
+// keepalives back. node may be nil (endpoints only).
+func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device, own wgtypes.Key, keyAt time.Time, current func() (*wgtypes.Device, error), node func(wgtypes.Key) string) int {
 	if have == nil {
 		return 0
 	}
+	if node == nil {
+		node = func(wgtypes.Key) string { return "" }
+	}
 	known := make(map[wgtypes.Key]bool, len(have.Peers))
 	removedAt := map[netip.AddrPort][]wgtypes.Key{}
+	removedOf := map[string][]wgtypes.Key{}
 	for _, p := range have.Peers {
 		known[p.PublicKey] = true
 	}
 	for _, p := range cfg.Peers {
 		if !p.Remove || !known[p.PublicKey] {
 			continue
+		}
+		if n := node(p.PublicKey); n != "" {
+			removedOf[n] = append(removedOf[n], p.PublicKey)
 		}
 		for _, h := range have.Peers {
 			if h.PublicKey == p.PublicKey && h.Endpoint != nil {
@@ -245,9 +276,22 @@ func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device, own wgtypes.Key, key
 			}
 		}
 	}
+	// replaced are the removed keys each added peer stands in for.
+	replaced := map[int][]wgtypes.Key{}
 	var added []int
 	for i, p := range cfg.Peers {
-		if !known[p.PublicKey] && !p.Remove && p.Endpoint != nil && len(removedAt[unmapped(p.Endpoint)]) > 0 {
+		if known[p.PublicKey] || p.Remove {
+			continue
+		}
+		var r []wgtypes.Key
+		if n := node(p.PublicKey); n != "" {
+			r = append(r, removedOf[n]...)
+		}
+		if p.Endpoint != nil {
+			r = append(r, removedAt[unmapped(p.Endpoint)]...)
+		}
+		if len(r) > 0 {
+			replaced[i] = r
 			added = append(added, i)
 		}
 	}
@@ -270,7 +314,7 @@ func kickRekeyed(cfg *wgtypes.Config, have *wgtypes.Device, own wgtypes.Key, key
 	n := 0
 	for _, i := range added {
 		talked := false
-		for _, k := range removedAt[unmapped(cfg.Peers[i].Endpoint)] {
+		for _, k := range replaced[i] {
 			t := last[k]
 			talked = talked || t.Unix() > 0 && t.After(keyAt) // the kernel reports none as 1970
 		}

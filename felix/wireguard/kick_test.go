@@ -63,15 +63,16 @@ func TestKickGreetsOnlyFirst(t *testing.T) {
 	}
 }
 
-// TestKickRekeyedGreetsReplacedKeys: a peer added at the endpoint of a
-// peer removed in the same change (that node's key replaced) is greeted
+// TestKickRekeyedGreetsReplacedKeys: a peer added for the node or at the
+// endpoint of a peer removed in the same change (that node's key
+// replaced) is greeted
 // when the removed peer had a handshake under this device's current
 // key; when it had none since (this device's key may be new to the node
 // too) only if this device greets first. A peer at a new endpoint, a
 // peer only updated and a removal are not greeted.
 func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
 	var keys []wgtypes.Key
-	for range 10 {
+	for range 14 {
 		priv, err := wgtypes.GeneratePrivateKey()
 		if err != nil {
 			t.Fatal(err)
@@ -80,9 +81,9 @@ func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
 	}
 	slices.SortFunc(keys, func(a, b wgtypes.Key) int { return bytes.Compare(a[:], b[:]) })
 	// The lowest key greets every other first, the highest none.
-	for _, own := range []wgtypes.Key{keys[0], keys[9]} {
+	for _, own := range []wgtypes.Key{keys[0], keys[13]} {
 		first := GreetsFirst(own, keys[5])
-		k := keys[1:9]
+		k := keys[1:13]
 		keyAt := time.Now().Add(-time.Minute)
 		ep := func(s string) *net.UDPAddr { return net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
 		have := &wgtypes.Device{Peers: []wgtypes.Peer{
@@ -94,7 +95,14 @@ func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
 			{PublicKey: k[5], Endpoint: ep("192.0.2.5:51820"), LastHandshakeTime: keyAt.Add(-time.Second)},
 			// No handshake ever (the kernel's 1970): replaced by k[7].
 			{PublicKey: k[3], Endpoint: ep("192.0.2.7:51820"), LastHandshakeTime: time.Unix(0, 0)},
+			// Talked from another of its node's addresses (the device
+			// roamed to it): replaced by k[9] for the same node.
+			{PublicKey: k[8], Endpoint: ep("198.51.100.7:40000"), LastHandshakeTime: keyAt.Add(time.Second)},
+			// Removed while another node joins: k[11] is not its node's.
+			{PublicKey: k[10], Endpoint: ep("198.51.100.8:40000"), LastHandshakeTime: keyAt.Add(time.Second)},
 		}}
+		nodes := map[wgtypes.Key]string{k[8]: "roamer", k[9]: "roamer", k[10]: "gone", k[11]: "joining"}
+		node := func(key wgtypes.Key) string { return nodes[key] }
 		// What the device held when last configured: no handshakes yet.
 		stale := &wgtypes.Device{}
 		for _, p := range have.Peers {
@@ -112,21 +120,33 @@ func TestKickRekeyedGreetsReplacedKeys(t *testing.T) {
 			{PublicKey: k[6], Endpoint: ep("192.0.2.5:51820")},
 			{PublicKey: k[7], Endpoint: ep("192.0.2.7:51820")},
 			{PublicKey: keys[5], Endpoint: ep("192.0.2.3:51820")}, // a new endpoint
+			{PublicKey: k[8], Remove: true},
+			{PublicKey: k[9], Endpoint: ep("192.0.2.8:51820")},
+			{PublicKey: k[10], Remove: true},
+			{PublicKey: k[11], Endpoint: ep("192.0.2.10:51820")},
 		}}
-		want := map[wgtypes.Key]bool{k[2]: true, k[6]: first, k[7]: first}
-		wantN := 1
-		if first {
-			wantN = 3
-		}
-		if n := kickRekeyed(&cfg, stale, own, keyAt, func() (*wgtypes.Device, error) { return have, nil }); n != wantN {
-			t.Errorf("own key greets first %v: kickRekeyed greeted %d peers, want %d", first, n, wantN)
-		}
-		for _, p := range cfg.Peers {
-			if kicked := p.PersistentKeepaliveInterval != nil; kicked != want[p.PublicKey] {
-				t.Errorf("own key greets first %v: peer %s (remove %v, endpoint %v): greeted %v, want %v", first, p.PublicKey, p.Remove, p.Endpoint, kicked, want[p.PublicKey])
+		check := func(what string, node func(wgtypes.Key) string, want map[wgtypes.Key]bool) {
+			t.Helper()
+			c := wgtypes.Config{Peers: slices.Clone(cfg.Peers)}
+			wantN := 0
+			for _, w := range want {
+				if w {
+					wantN++
+				}
+			}
+			if n := kickRekeyed(&c, stale, own, keyAt, func() (*wgtypes.Device, error) { return have, nil }, node); n != wantN {
+				t.Errorf("own key greets first %v, %s: kickRekeyed greeted %d peers, want %d", first, what, n, wantN)
+			}
+			for _, p := range c.Peers {
+				if kicked := p.PersistentKeepaliveInterval != nil; kicked != want[p.PublicKey] {
+					t.Errorf("own key greets first %v, %s: peer %s (remove %v, endpoint %v): greeted %v, want %v", first, what, p.PublicKey, p.Remove, p.Endpoint, kicked, want[p.PublicKey])
+				}
 			}
 		}
-		if n := kickRekeyed(&cfg, nil, own, keyAt, nil); n != 0 {
+		check("nodes known", node, map[wgtypes.Key]bool{k[2]: true, k[6]: first, k[7]: first, k[9]: true})
+		// Without nodes only endpoints match: k[9] is not recognised.
+		check("endpoints only", nil, map[wgtypes.Key]bool{k[2]: true, k[6]: first, k[7]: first})
+		if n := kickRekeyed(&cfg, nil, own, keyAt, nil, node); n != 0 {
 			t.Errorf("with nothing known, kickRekeyed greeted %d", n)
 		}
 	}

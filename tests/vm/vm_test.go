@@ -41,7 +41,7 @@ func run(t *testing.T, ctx context.Context, dir string, env []string, name strin
 }
 
 // vmTests are felix's tests that need the VM's kernel (ipip).
-var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM", "TestWireguardThroughputInVM", "TestWireguardHostEncryptionInVM"}
+var vmTests = []string{"TestIPIPInVM", "TestIPIPVXLANSwitchInVM", "TestEncapThroughputInVM", "TestWireguardThroughputInVM", "TestWireguardHostEncryptionInVM", "TestWireguardRebootInVM"}
 
 // TestIPIPInVM builds felix's tests as a static binary, boots it in a VM
 // with veth, ipip and vxlan loaded (and iperf3) and runs vmTests there.
