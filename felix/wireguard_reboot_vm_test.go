@@ -71,11 +71,13 @@ func TestWireguardRebootInVM(t *testing.T) {
 			}
 		}
 	}
+	keys := map[string]string{}
 	kernelWithPeer := func(n *vmNode) string {
 		st, err := n.f.Wireguard(context.Background())
 		if err != nil || len(st.Devices) != 1 || st.Devices[0].Implementation != "kernel" || len(st.Devices[0].Peers) != 1 {
 			return fmt.Sprintf("%s: want the kernel's device with one peer: %+v %v", n.name, st, err)
 		}
+		keys[n.name] = st.Devices[0].PublicKey
 		return ""
 	}
 	nstest.Eventually(t, 30*time.Second, func() string {
@@ -90,6 +92,7 @@ func TestWireguardRebootInVM(t *testing.T) {
 
 	// The reboot: routed stops (the kernel device stays), the device
 	// goes with the reboot, routed starts on the same key file.
+	before := keys[nb.name]
 	l.stop(nb)
 	dev, err := b.Handle.LinkByName(wireguard.DeviceV4)
 	if err != nil {
@@ -101,6 +104,11 @@ func TestWireguardRebootInVM(t *testing.T) {
 	l.start(nb)
 	nstest.Eventually(t, 30*time.Second, func() string { return kernelWithPeer(nb) })
 	configured := time.Now()
+	if keys[nb.name] != before {
+		// A new key would be greeted by node-a (kickRekeyed) instead:
+		// this test is about the kept key's greeting (kick).
+		t.Fatalf("node-b's key after the reboot %s, want the kept %s", keys[nb.name], before)
+	}
 	var last error
 	for {
 		err := echo()
