@@ -130,6 +130,10 @@ type Feed struct {
 
 	nudge chan struct{} // Rejudge -> the stream's goroutine
 
+	// tallies is every block's tally (ipam.BlockTally), written by Run's
+	// goroutine and read by BlockTallies.
+	tallies tallies
+
 	// Owned by Run's goroutine (the Stream's handler calls).
 	borrowed map[netip.Prefix]map[netip.Addr]string
 	ci       *datastore.ClusterInfo
@@ -266,11 +270,13 @@ func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListRe
 func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason datastore.ListReason) {
 	oldBorrowed, oldCI := f.borrowed, f.ci
 	f.borrowed, f.ci = map[netip.Prefix]map[netip.Addr]string{}, nil
+	f.tallies.listing()
 	var items []item
 	for kv, err := range kvs {
 		if err != nil {
 			f.log.WithError(err).WithField("reason", reason).Warn("the list was cut short; nothing of it is delivered")
 			f.borrowed, f.ci = oldBorrowed, oldCI
+			f.tallies.listed(false)
 			return
 		}
 		if it, ok := f.take(kv, false); ok {
@@ -278,6 +284,7 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 		}
 	}
 	f.metrics.lists.WithLabelValues(string(reason)).Inc()
+	f.tallies.listed(true)
 	f.rev, f.wantList = rev, false
 	slices.SortFunc(items, byKey)
 	f.seen.Store(rev)
@@ -388,11 +395,12 @@ func value(kv *mvccpb.KeyValue, deleted bool) []byte {
 // takeBlock keeps each block's borrowed addresses and reports a block
 // only when they changed (most block writes change none).
 func (f *Feed) takeBlock(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
-	p, br, err := ipam.DecodeBorrowed(string(kv.Key), kv.Value, deleted)
+	p, br, t, err := ipam.DecodeBlock(string(kv.Key), kv.Value, deleted)
 	if err != nil {
 		f.log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable block")
 		return item{}, false
 	}
+	f.tallies.set(p, t, deleted)
 	if sameBorrowed(f.borrowed[p], br) {
 		return item{}, false
 	}

@@ -58,21 +58,6 @@ func DecodeAffinity(key string, value []byte, rev int64, deleted bool) (Affinity
 // allocated to nodes other than the block's own, with the node holding
 // each (for the node feed). A deleted block borrows nothing.
 func DecodeBorrowed(key string, value []byte, deleted bool) (netip.Prefix, map[netip.Addr]string, error) {
-	p, err := parseBlockKey(key)
-	if err != nil {
-		return p, nil, err
-	}
-	if deleted {
-		return p, map[netip.Addr]string{}, nil
-	}
-	b, err := decodeBlockNodes(value)
-	if err != nil {
-		return p, nil, err
-	}
-	// Its addresses are filed under the key's prefix: a value for
-	// another cidr would route that cidr's addresses by this block.
-	if err := keyMatches(key, &b.block); err != nil {
-		return p, nil, err
-	}
-	return p, b.borrowed(), nil
+	p, br, _, err := DecodeBlock(key, value, deleted)
+	return p, br, err
 }

@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +17,27 @@ func TestCollector(t *testing.T) {
 	assign(t, c, "n1", "b")
 	assign(t, c, "n2", "borrowed")
 
+	got := gather(t, NewCollector(New(e.ds), 0))
+	want := map[string]float64{
+		"routed_ipam_up": 1,
+		"routed_ipam_pool_size,cidr=10.14.0.0/28,pool=one-block": 16,
+		"routed_ipam_allocations_in_use,pool=one-block":          3,
+		"routed_ipam_allocations_borrowed,pool=one-block":        1,
+		"routed_ipam_blocks_per_node,node=n1":                    1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// gather scrapes col once: each metric's value by its name and labels
+// ("name,label=value,...").
+func gather(t *testing.T, col prometheus.Collector) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(New(e.ds), 0))
+	reg.MustRegister(col)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -32,18 +52,7 @@ func TestCollector(t *testing.T) {
 			got[key] = value(m)
 		}
 	}
-	want := map[string]float64{
-		"routed_ipam_up": 1,
-		"routed_ipam_pool_size,cidr=10.14.0.0/28,pool=one-block": 16,
-		"routed_ipam_allocations_in_use,pool=one-block":          3,
-		"routed_ipam_allocations_borrowed,pool=one-block":        1,
-		"routed_ipam_blocks_per_node,node=n1":                    1,
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
-		}
-	}
+	return got
 }
 
 func value(m *dto.Metric) float64 {
@@ -121,5 +130,48 @@ func TestCollectorUsageEvery(t *testing.T) {
 	col.UsageEvery(0)
 	if n, _, reads := scrape(); n != 2 || reads == 0 {
 		t.Errorf("scrape after the read expired: %v in use, %d reads; want 2 from a new read", n, reads)
+	}
+}
+
+// TestCollectorTallies: given tallies the collector exports them against
+// the pools, at every scrape, reading the pools only (no block page);
+// while the tallies have none it reads every block as without them.
+func TestCollectorTallies(t *testing.T) {
+	t.Parallel()
+	_, c := poolEnv(t, "p", "10.15.0.0/24", 26)
+	assign(t, c, "n1", "h1") // what a read of the blocks finds
+	have := true
+	tallies := func(fn func(netip.Prefix, BlockTally)) bool {
+		if have {
+			fn(netip.MustParsePrefix("10.15.0.64/26"), BlockTally{Node: "n2", InUse: 7, Borrowed: 2})
+			fn(netip.MustParsePrefix("10.15.0.128/26"), BlockTally{Node: "n3", InUse: 1})
+		}
+		return have
+	}
+	col := NewCollector(c, 5*time.Second).Tallies(tallies)
+	scrape := func() (got map[string]float64, gets uint64) {
+		t.Helper()
+		before := c.Stats().Gets
+		got = gather(t, col)
+		return got, c.Stats().Gets - before
+	}
+	for i := range 2 {
+		got, pages := scrape()
+		want := map[string]float64{"routed_ipam_allocations_in_use,pool=p": 8, "routed_ipam_allocations_borrowed,pool=p": 2,
+			"routed_ipam_blocks_per_node,node=n2": 1, "routed_ipam_blocks_per_node,node=n3": 1, "routed_ipam_blocks_per_node,node=n1": 0,
+			"routed_ipam_pool_size,cidr=10.15.0.0/24,pool=p": 256}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("scrape %d from the tallies: %s = %v, want %v (all: %v)", i, k, got[k], v, got)
+			}
+		}
+		if pages != 0 {
+			t.Errorf("scrape %d from the tallies read %d pages of blocks or affinities, want none", i, pages)
+		}
+	}
+	have = false
+	got, pages := scrape()
+	if got["routed_ipam_allocations_in_use,pool=p"] != 1 || got["routed_ipam_blocks_per_node,node=n1"] != 1 || pages == 0 {
+		t.Errorf("without tallies: %v after %d pages, want n1's one allocation read from the blocks", got, pages)
 	}
 }

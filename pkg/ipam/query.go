@@ -123,11 +123,7 @@ func accountOf(s *snapshot, b *block, nodeOf func(int) string) BlockUsage {
 	if p := s.poolOf(b.prefix); p != nil {
 		u.Pool = p.name()
 	}
-	for _, a := range b.Allocations {
-		if a != nil && nodeOf(*a) != u.Node {
-			u.Borrowed++
-		}
-	}
+	u.Borrowed = countBorrowed(b, u.Node, nodeOf)
 	return u
 }
 
@@ -153,14 +149,16 @@ func (c *Client) Usage(ctx context.Context) (*Usage, error) {
 	if err != nil {
 		return nil, err
 	}
-	// In address order, as sortedBlocks orders them.
-	slices.SortFunc(blocks, func(a, b BlockUsage) int {
-		if c := a.CIDR.Addr().Compare(b.CIDR.Addr()); c != 0 {
-			return c
-		}
-		return a.CIDR.Bits() - b.CIDR.Bits()
-	})
+	slices.SortFunc(blocks, byCIDR)
 	return s.usage(blocks), nil
+}
+
+// byCIDR orders blocks by address, as sortedBlocks orders them.
+func byCIDR(a, b BlockUsage) int {
+	if c := a.CIDR.Addr().Compare(b.CIDR.Addr()); c != 0 {
+		return c
+	}
+	return a.CIDR.Bits() - b.CIDR.Bits()
 }
 
 // BlockOwners counts the blocks affine to each node ("" for none), as

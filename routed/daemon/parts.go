@@ -119,7 +119,10 @@ func build(cfg Config, ds *datastore.Client, guard *identity.Guard, addr noderec
 		}
 		bcfg.RouteSink, bcfg.RouteStatus = fx, fx
 		// Only the elected IPAM GC node exports the cluster-wide usage.
-		n.reg.MustRegister(ipam.NewCollector(n.ipam, 5*time.Second).UsageWhen(n.gcLeading.Load))
+		// It accounts from the feed's block tallies (the feed decodes every
+		// block for felix's and BGP's borrowed addresses), not a read of
+		// every block.
+		n.reg.MustRegister(ipam.NewCollector(n.ipam, 5*time.Second).UsageWhen(n.gcLeading.Load).Tallies(n.feed.BlockTallies))
 	}
 	sp, err := bgp.New(bcfg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,37 @@ func TestLabEndToEnd(t *testing.T) {
 			t.Errorf("%s: /metrics lacks felix or IPAM metrics: %v", node.Name, err)
 		}
 	}
+
+	// The cluster's IPAM usage: exported by the elected GC node alone,
+	// as many addresses in use as pods, accounted at each scrape from
+	// its feed's block tallies (a read of every block would serve the
+	// next minute's scrapes, its age growing past a second).
+	usage := func() (leaders []string, inUse, age float64) {
+		for _, node := range l.Topo.Nodes {
+			m, err := l.NodeMetricFamilies(ctx, node.Name)
+			if err != nil {
+				t.Fatalf("%s: /metrics: %v", node.Name, err)
+			}
+			if n, ok := m.Sum("routed_ipam_allocations_in_use", nil); ok {
+				leaders = append(leaders, node.Name)
+				inUse = n
+				age, _ = m.Sum("routed_ipam_usage_age_seconds", nil)
+			}
+		}
+		return leaders, inUse, age
+	}
+	testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
+		leaders, inUse, age := usage()
+		if len(leaders) != 1 || inUse != float64(len(pods)) || age >= 1 {
+			return fmt.Sprintf("IPAM usage exported by %v: %v in use (want %d, by one node), %v s old", leaders, inUse, len(pods), age)
+		}
+		time.Sleep(1200 * time.Millisecond)
+		again, inUse, age := usage()
+		if !slices.Equal(again, leaders) || inUse != float64(len(pods)) || age >= 1 {
+			return fmt.Sprintf("IPAM usage 1.2 s later exported by %v: %v in use, %v s old: not accounted at the scrape", again, inUse, age)
+		}
+		return ""
+	})
 
 	// IPAM: as many addresses in use as pods.
 	show, err := l.Ctl(ctx, "ipam", "show")
