@@ -284,11 +284,14 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 		}
 	}
 	f.metrics.lists.WithLabelValues(string(reason)).Inc()
-	f.tallies.listed(true)
 	f.rev, f.wantList = rev, false
 	slices.SortFunc(items, byKey)
 	f.seen.Store(rev)
-	if !f.admit() {
+	// The gate first: the new tallies are served only once it has
+	// judged the datastore they came from (BlockTallies asks held).
+	trusted := f.admit()
+	f.tallies.listed(true)
+	if !trusted {
 		return
 	}
 	f.held.Store(false)
@@ -398,6 +401,12 @@ func (f *Feed) takeBlock(kv *mvccpb.KeyValue, deleted bool) (item, bool) {
 	p, br, t, err := ipam.DecodeBlock(string(kv.Key), kv.Value, deleted)
 	if err != nil {
 		f.log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable block")
+		if p.IsValid() {
+			// Not counted, as a read of every block does not count it
+			// (its borrowed addresses stay as they were: routes do not
+			// go on a record that cannot be read).
+			f.tallies.set(p, ipam.BlockTally{}, true)
+		}
 		return item{}, false
 	}
 	f.tallies.set(p, t, deleted)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/dstest"
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
@@ -53,7 +54,7 @@ func TestBlockTallies(t *testing.T) {
 		t.Helper()
 		var last string
 		for deadline := time.Now().Add(20 * time.Second); ; {
-			u, ok, err := c.UsageFrom(ctx, fd.BlockTallies)
+			u, _, ok, err := c.UsageFrom(ctx, fd.BlockTallies)
 			read, rerr := c.Usage(ctx)
 			if err != nil || rerr != nil {
 				t.Fatalf("%s: UsageFrom: %v, Usage: %v", what, err, rerr)
@@ -80,8 +81,14 @@ func TestBlockTallies(t *testing.T) {
 	check("two releases", 4, 0)
 	assign(t, c, "n2", "n2-pod2")
 	check("an allocation", 5, 0)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if !none.Synced() {
+			return "the feed without blocks has not listed"
+		}
+		return ""
+	})
 	called := false
-	if none.BlockTallies(func(_ netip.Prefix, _ ipam.BlockTally) { called = true }) || called {
+	if _, ok := none.BlockTallies(func(_ netip.Prefix, _ ipam.BlockTally) { called = true }); ok || called {
 		t.Error("a feed that reads no blocks gave tallies")
 	}
 }

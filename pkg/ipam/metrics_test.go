@@ -134,19 +134,20 @@ func TestCollectorUsageEvery(t *testing.T) {
 }
 
 // TestCollectorTallies: given tallies the collector exports them against
-// the pools, at every scrape, reading the pools only (no block page);
-// while the tallies have none it reads every block as without them.
+// the pools, at every scrape, reading the pools only (no block page), as
+// old as the tallies say; while the tallies have none it reads every
+// block as without them.
 func TestCollectorTallies(t *testing.T) {
 	t.Parallel()
 	_, c := poolEnv(t, "p", "10.15.0.0/24", 26)
 	assign(t, c, "n1", "h1") // what a read of the blocks finds
 	have := true
-	tallies := func(fn func(netip.Prefix, BlockTally)) bool {
+	tallies := func(fn func(netip.Prefix, BlockTally)) (time.Time, bool) {
 		if have {
 			fn(netip.MustParsePrefix("10.15.0.64/26"), BlockTally{Node: "n2", InUse: 7, Borrowed: 2})
 			fn(netip.MustParsePrefix("10.15.0.128/26"), BlockTally{Node: "n3", InUse: 1})
 		}
-		return have
+		return time.Now().Add(-10 * time.Second), have
 	}
 	col := NewCollector(c, 5*time.Second).Tallies(tallies)
 	scrape := func() (got map[string]float64, gets uint64) {
@@ -167,6 +168,9 @@ func TestCollectorTallies(t *testing.T) {
 		}
 		if pages != 0 {
 			t.Errorf("scrape %d from the tallies read %d pages of blocks or affinities, want none", i, pages)
+		}
+		if age := got["routed_ipam_usage_age_seconds"]; age < 10 || age > 20 {
+			t.Errorf("scrape %d from the tallies: age %v s, want the tallies' 10 s", i, age)
 		}
 	}
 	have = false

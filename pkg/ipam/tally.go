@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -23,9 +24,10 @@ type BlockTally struct {
 	Borrowed int32 // allocations whose node is not Node, as accountOf counts
 }
 
-// Tallies hands each block's tally to fn; it reports false when it has
-// none to give (the caller then reads the blocks).
-type Tallies func(fn func(netip.Prefix, BlockTally)) bool
+// Tallies hands each block's tally to fn and says as of when they are
+// current; it reports false when it has none to give (the caller then
+// reads the blocks).
+type Tallies func(fn func(netip.Prefix, BlockTally)) (asOf time.Time, ok bool)
 
 // DecodeBlock reads the block stored at key as DecodeBorrowed does and
 // also returns its tally (zero for a deleted block).
@@ -65,22 +67,24 @@ func countBorrowed(b *block, owner string, nodeOf func(int) string) int {
 
 // UsageFrom accounts for the blocks as tallies gives them against the
 // pools read now, as Usage does from every block read (the blocks'
-// affinity states and empty times are not tallied and stay unset). ok
-// is false when tallies has none; nothing was read then.
-func (c *Client) UsageFrom(ctx context.Context, tallies Tallies) (u *Usage, ok bool, err error) {
+// affinity states and empty times are not tallied and stay unset), and
+// says as of when the tallies were current. ok is false when tallies
+// has none; nothing was read then.
+func (c *Client) UsageFrom(ctx context.Context, tallies Tallies) (u *Usage, asOf time.Time, ok bool, err error) {
 	var blocks []BlockUsage
-	if !tallies(func(p netip.Prefix, t BlockTally) {
+	asOf, ok = tallies(func(p netip.Prefix, t BlockTally) {
 		size := 1 << (p.Addr().BitLen() - p.Bits())
 		blocks = append(blocks, BlockUsage{CIDR: p, Node: t.Node, Size: size, InUse: int(t.InUse), Free: size - int(t.InUse), Borrowed: int(t.Borrowed)})
-	}) {
-		return nil, false, nil
+	})
+	if !ok {
+		return nil, asOf, false, nil
 	}
 	resp, err := c.readMany(ctx,
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
 		clientv3.OpGet(ipamConfigKey()),
 		reservationsOp())
 	if err != nil {
-		return nil, true, err
+		return nil, asOf, true, err
 	}
 	s := c.newSnapshot(resp.Header.Revision, resp.Responses)
 	for i := range blocks {
@@ -89,5 +93,5 @@ func (c *Client) UsageFrom(ctx context.Context, tallies Tallies) (u *Usage, ok b
 		}
 	}
 	slices.SortFunc(blocks, byCIDR)
-	return s.usage(blocks), true, nil
+	return s.usage(blocks), asOf, true, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,34 +142,40 @@ func TestLabEndToEnd(t *testing.T) {
 
 	// The cluster's IPAM usage: exported by the elected GC node alone,
 	// as many addresses in use as pods, accounted at each scrape from
-	// its feed's block tallies (a read of every block would serve the
-	// next minute's scrapes, its age growing past a second).
-	usage := func() (leaders []string, inUse, age float64) {
+	// its feed's block tallies: a pod added and then deleted shows in
+	// the count within seconds both times, where a read of every block
+	// serves the next minute's scrapes.
+	usage := func() (leaders []string, inUse float64) {
 		for _, node := range l.Topo.Nodes {
 			m, err := l.NodeMetricFamilies(ctx, node.Name)
 			if err != nil {
 				t.Fatalf("%s: /metrics: %v", node.Name, err)
 			}
 			if n, ok := m.Sum("routed_ipam_allocations_in_use", nil); ok {
-				leaders = append(leaders, node.Name)
-				inUse = n
-				age, _ = m.Sum("routed_ipam_usage_age_seconds", nil)
+				leaders, inUse = append(leaders, node.Name), n
 			}
 		}
-		return leaders, inUse, age
+		return leaders, inUse
 	}
-	testenv.Eventually(t, 60*time.Second, 250*time.Millisecond, func() string {
-		leaders, inUse, age := usage()
-		if len(leaders) != 1 || inUse != float64(len(pods)) || age >= 1 {
-			return fmt.Sprintf("IPAM usage exported by %v: %v in use (want %d, by one node), %v s old", leaders, inUse, len(pods), age)
-		}
-		time.Sleep(1200 * time.Millisecond)
-		again, inUse, age := usage()
-		if !slices.Equal(again, leaders) || inUse != float64(len(pods)) || age >= 1 {
-			return fmt.Sprintf("IPAM usage 1.2 s later exported by %v: %v in use, %v s old: not accounted at the scrape", again, inUse, age)
-		}
-		return ""
-	})
+	waitUsage := func(what string, want int, within time.Duration) {
+		t.Helper()
+		testenv.Eventually(t, within, 250*time.Millisecond, func() string {
+			if leaders, inUse := usage(); len(leaders) != 1 || inUse != float64(want) {
+				return fmt.Sprintf("%s: IPAM usage exported by %v: %v in use, want %d by one node", what, leaders, inUse, want)
+			}
+			return ""
+		})
+	}
+	waitUsage("the lab's pods", len(pods), 60*time.Second)
+	extra, err := l.AddPod(ctx, n1.Name, "usage-pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUsage("a pod added", len(pods)+1, 10*time.Second)
+	if err := l.DelPod(ctx, extra); err != nil {
+		t.Fatal(err)
+	}
+	waitUsage("the pod deleted", len(pods), 10*time.Second)
 
 	// IPAM: as many addresses in use as pods.
 	show, err := l.Ctl(ctx, "ipam", "show")
