@@ -111,12 +111,18 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 		}
 	})
 	c := client(t, pki, cert, key)
-	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() string {
-		if code := postBody(t, c, a.url, "node-a", strings.NewReader(emptyFlows("node-a", 1))); code != http.StatusServiceUnavailable {
-			return fmt.Sprintf("with %d batch requests open, one more: %d, want 503", flowagg.MaxConcurrentBatches, code)
+	// The open requests first: a probe sent while they still arrive
+	// takes a slot itself and one of them is refused (seen under load:
+	// three held, every probe taken for 10 s).
+	testenv.Eventually(t, 8*time.Second, 20*time.Millisecond, func() string {
+		if n := a.srv.BatchesInFlight(); n != flowagg.MaxConcurrentBatches {
+			return fmt.Sprintf("%d of the %d open batch requests are being read", n, flowagg.MaxConcurrentBatches)
 		}
 		return ""
 	})
+	if code := postBody(t, c, a.url, "node-a", strings.NewReader(emptyFlows("node-a", 1))); code != http.StatusServiceUnavailable {
+		t.Fatalf("with %d batch requests open, one more: %d, want 503", flowagg.MaxConcurrentBatches, code)
+	}
 	for _, w := range writers {
 		w.Close() // the open batches end (malformed): their slots free
 	}
