@@ -21,6 +21,9 @@ type FlowsConfig struct {
 	Sinks []func(flowrec.Batch)
 	// Interval groups flows (0: 3 s).
 	Interval time.Duration
+	// Source is where connections come from (flowrec.Config.Source;
+	// "": the kernel's conntrack functions, else ctnetlink's events).
+	Source string
 }
 
 // FlowKinds are the kinds felix takes from the feed for flow records
@@ -176,7 +179,7 @@ func (f *Felix) runFlows(ctx context.Context, netnsFd int, idx *policy.RuleIndex
 		f.log.WithError(err).Warn("flows: conntrack accounting is off: flows will have no packet or byte counts")
 	}
 	c, err := flowrec.New(flowrec.Config{Node: f.cfg.NodeName, NetnsFd: netnsFd, Group: f.cfg.PolicyLog.FlowGroup, Index: idx,
-		Model: f.flows.model, Interval: f.cfg.Flows.Interval, Sinks: f.cfg.Flows.Sinks})
+		Model: f.flows.model, Interval: f.cfg.Flows.Interval, Source: f.cfg.Flows.Source, Sinks: f.cfg.Flows.Sinks})
 	if err == nil {
 		err = c.Run(ctx)
 	}

@@ -132,7 +132,7 @@ echo "ROUTED-VM: modules loaded: \$(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
 # it; under TCG there is no such line.
 echo "ROUTED-VM: \$(grep -c ^processor /proc/cpuinfo) vCPUs, \$(dmesg | grep -m1 'Hypervisor detected' || echo 'no hypervisor detected (TCG)')"
 cd /tmp
-ROUTED_IN_VM=1 /test.bin $args
+ROUTED_IN_VM=1 ${VM_ENV:-} /test.bin $args
 echo "ROUTED-VM-EXIT \$?"
 sync
 echo o >/proc/sysrq-trigger

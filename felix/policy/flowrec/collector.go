@@ -37,6 +37,17 @@ type Config struct {
 	// marks (0: 16,384), the open connections remembered (0: 262,144)
 	// and the groups of one interval (0: 10,000).
 	MaxPending, MaxOpen, MaxGroups int
+	// Source is where connections' starts and ends come from:
+	// SourceProbes (the kernel's conntrack functions, bpfsrc.go),
+	// SourceEvents (ctnetlink's events), or SourceAuto ("": the
+	// probes, and ctnetlink's events where the kernel refuses them,
+	// logged with why).
+	Source string
+	// newOnce: the source reports a connection's NEW once (the
+	// probes; openSource sets it), so a NEW on a connection whose
+	// entry is still open repeats it (bpfsrc.go) and is not another
+	// connection.
+	newOnce bool
 	// Sinks receive each batch on the collector's goroutine: they must
 	// not block. Every sink gets the same batch, its Flows and Dropped
 	// included, and may hand it to goroutines of its own: a sink treats
@@ -61,6 +72,13 @@ func (c *Config) defaults() {
 		c.MaxGroups = DefaultMaxGroups
 	}
 }
+
+// Config.Source's values.
+const (
+	SourceAuto   = "auto"
+	SourceProbes = "probes"
+	SourceEvents = "events"
+)
 
 // DefaultMaxGroups is the default cap on an interval's groups, so on a
 // batch's flows; the aggregator refuses batches with more.
@@ -164,7 +182,57 @@ type Collector struct {
 	marksState
 
 	nl *flowlog.Reader // the nflog reader Open made, until Run takes it
-	ct *ctSock
+	ct ctConns
+	// hooks are the kernel functions the probes attach to.
+	hooks [2]string
+	// source names ct's kind (SourceProbes or SourceEvents) once
+	// Open chose it.
+	source atomic.Value
+}
+
+// ctConns is a source of connections' starts and ends the collector
+// owns: ctSock or bpfSource.
+type ctConns interface {
+	ctSource
+	// countDrops adds what the source lost since the last call to the
+	// collector's ct-overrun count.
+	countDrops() bool
+	close()
+}
+
+// Source says where the collector takes connections from (SourceProbes
+// or SourceEvents; "" before Open).
+func (c *Collector) Source() string {
+	s, _ := c.source.Load().(string)
+	return s
+}
+
+// openSource opens the configured source of connections: with
+// SourceAuto the probes, else ctnetlink's events, logging why.
+func (c *Collector) openSource() (ctConns, error) {
+	switch c.cfg.Source {
+	case SourceEvents:
+		c.source.Store(SourceEvents)
+		return openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
+	case SourceProbes:
+		s, err := openBPF(c.cfg.NetnsFd, c.hooks, &c.ctLost, c.log)
+		if err != nil {
+			return nil, err
+		}
+		c.source.Store(SourceProbes)
+		c.cfg.newOnce = true
+		return s, nil
+	}
+	s, err := openBPF(c.cfg.NetnsFd, c.hooks, &c.ctLost, c.log)
+	if err == nil {
+		c.source.Store(SourceProbes)
+		c.cfg.newOnce = true
+		c.log.WithField("functions", s.hooks).Info("flowrec: connections from the kernel's conntrack functions (fexit programs)")
+		return s, nil
+	}
+	c.log.WithError(err).Warn("flowrec: the kernel refused the conntrack programs; taking ctnetlink's events, which cost new connections more (docs/flows.md)")
+	c.source.Store(SourceEvents)
+	return openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
 }
 
 // New checks cfg and returns a collector; Run starts it.
@@ -179,10 +247,12 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("%w: model is required", ErrConfig)
 	case cfg.Node == "":
 		return nil, fmt.Errorf("%w: node name is required", ErrConfig)
+	case cfg.Source != "" && cfg.Source != SourceAuto && cfg.Source != SourceProbes && cfg.Source != SourceEvents:
+		return nil, fmt.Errorf("%w: source %q: want %s, %s or %s", ErrConfig, cfg.Source, SourceAuto, SourceProbes, SourceEvents)
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Collector{cfg: cfg, boot: hex.EncodeToString(b[:]),
+	return &Collector{cfg: cfg, boot: hex.EncodeToString(b[:]), hooks: probeHooks,
 		log:   logrus.WithFields(logrus.Fields{"component": "flows", "node": cfg.Node}),
 		conns: map[flowKey]conn{}, classes: map[string]*class{},
 		groups: map[string]*Flow{}, dropped: map[string]uint64{}}, nil
@@ -202,7 +272,7 @@ func (c *Collector) Boot() string { return c.boot }
 // socket every ctRetry (meanwhile ct-overrun counts the failure). Open
 // fails only when neither can ever run (no eventfd).
 func (c *Collector) Open(ctx context.Context) error {
-	ct, err := openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
+	ct, err := c.openSource()
 	if err != nil {
 		return err
 	}
@@ -344,6 +414,13 @@ func (c *Collector) onConntrack(e *ctEvent) {
 		if cur.cls != nil && !cur.ct {
 			cur.ct = true
 			c.conns[e.key] = cur
+			return
+		}
+		if c.cfg.newOnce && (cur.cls != nil || cur.p != nil && cur.p.sawNew && uint64(len(cur.p.ends)) <= cur.p.more) {
+			// The entry is still open (no DESTROY since its NEW):
+			// the probes report it again for a packet that lost
+			// conntrack's race to create it (its clash
+			// resolution confirms the packet onto this entry).
 			return
 		}
 		if p := c.pendingFor(e.key, cur, e.at); p != nil && !p.denied {

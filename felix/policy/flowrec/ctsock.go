@@ -1,10 +1,7 @@
 package flowrec
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -48,11 +45,7 @@ type ctSock struct {
 	evs     []ctEvent
 	until   time.Time
 	pfd     []unix.PollFd
-
-	// mu guards efd against poke after close (its number could be
-	// another file's by then).
-	mu  sync.Mutex
-	efd int
+	*waker
 }
 
 // openConntrack subscribes to conntrack's NEW and DESTROY events (not
@@ -62,11 +55,11 @@ type ctSock struct {
 // trouble at felix's start does not turn flow records off for good.
 // Only the eventfd's failure is.
 func openConntrack(netnsFd int, lost *atomic.Uint64, log *logrus.Entry) (*ctSock, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	w, err := newWaker()
 	if err != nil {
-		return nil, fmt.Errorf("flowrec: eventfd: %w", err)
+		return nil, err
 	}
-	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, fd: -1, efd: efd, evs: make([]ctEvent, 0, 256)}
+	s := &ctSock{netnsFd: netnsFd, lost: lost, log: log, fd: -1, waker: w, evs: make([]ctEvent, 0, 256)}
 	if err := s.subscribe(); err != nil {
 		s.lost.Add(1)
 		s.log.WithError(err).Error("flowrec: conntrack events: subscribing failed; trying again every second: connections end without a record until it works")
@@ -170,26 +163,15 @@ func (s *ctSock) arm(until time.Time) { s.until = until }
 // subscribe again at the latest). It never takes marks itself.
 func (s *ctSock) wait(<-chan mark) (mark, bool) {
 	until := s.until
-	s.pfd = append(s.pfd[:0], unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN})
+	var fds []int
 	if s.fd >= 0 {
-		s.pfd = append(s.pfd, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+		fds = []int{s.fd}
 	} else if s.retryAt.Before(until) {
 		until = s.retryAt
 	}
-	d := time.Until(until)
-	if d <= 0 {
-		return mark{}, false
-	}
-	ms := int(min((d+time.Millisecond-1)/time.Millisecond, math.MaxInt32))
-	if _, err := unix.Poll(s.pfd, ms); err != nil && !errors.Is(err, unix.EINTR) {
-		if s.fd >= 0 {
-			s.fail(fmt.Errorf("waiting for conntrack events: %w", err))
-		}
-		return mark{}, false
-	}
-	if s.pfd[0].Revents != 0 {
-		var b [8]byte
-		_, _ = unix.Read(s.efd, b[:])
+	var err error
+	if s.pfd, err = s.poll(s.pfd, fds, until); err != nil && s.fd >= 0 {
+		s.fail(fmt.Errorf("waiting for conntrack events: %w", err))
 	}
 	return mark{}, false
 }
@@ -197,16 +179,6 @@ func (s *ctSock) wait(<-chan mark) (mark, bool) {
 // settle sleeps ctBatchWait: events gather in the socket meanwhile
 // (marks in their channel), to be read on one wake-up.
 func (s *ctSock) settle() { time.Sleep(ctBatchWait) }
-
-// poke ends a wait (any goroutine may call it).
-func (s *ctSock) poke() {
-	one := [8]byte{1}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.efd >= 0 {
-		_, _ = unix.Write(s.efd, one[:])
-	}
-}
 
 func (s *ctSock) closeSocket() {
 	if s.fd >= 0 {
@@ -218,10 +190,5 @@ func (s *ctSock) closeSocket() {
 // close releases the socket and the eventfd.
 func (s *ctSock) close() {
 	s.closeSocket()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.efd >= 0 {
-		unix.Close(s.efd)
-		s.efd = -1
-	}
+	s.waker.close()
 }

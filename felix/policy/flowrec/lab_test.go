@@ -191,6 +191,11 @@ func newFlowLab(t *testing.T, opts ...func(*policy.LogConfig)) *flowLab {
 	}
 	t.Cleanup(func() { fs.Close() })
 	runCollector(t, c)
+	// In the VM of tests/vm the collector must run on the probes (the
+	// kernel there allows them), not fall back unseen.
+	if os.Getenv("ROUTED_IN_VM") == "1" && c.Source() != flowrec.SourceProbes {
+		t.Fatalf("the collector takes connections from %q, not the probes", c.Source())
+	}
 	return l
 }
 

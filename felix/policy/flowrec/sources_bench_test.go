@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix/policy/flowlog"
+	"github.com/routed-net/routed/felix/policy/flowrec"
 )
 
 // BenchmarkEventSources: what the kernel's sources of flow records cost
@@ -30,6 +32,11 @@ import (
 //     message a system call as the events come (a wakeup each);
 //   - ctbatch: the same socket drained every 50 ms, as the collector
 //     does (its batch wait);
+//   - cttimed: ctbatch with ctnetlink_conntrack_event timed in the
+//     kernel (fnClock; where fexit is allowed);
+//   - bpf: the probes (bpfsrc.go: fexit programs on conntrack's
+//     confirm and delete, a ring buffer) drained every 50 ms, with
+//     their programs' run time (where fexit is allowed);
 //   - ctmask: ctbatch with `ct event set new,destroy` before conntrack
 //     (the kernel caches no other event kinds for the connections);
 //   - destroy: DESTROY alone (no connection is visible before its entry
@@ -43,7 +50,7 @@ import (
 // rounds. The messages and packets each column received are printed: a
 // source that received nothing would measure nothing.
 func BenchmarkEventSources(b *testing.B) {
-	sources := strings.Fields(os.Getenv("FLOWREC_SOURCES"))
+	sources := strings.FieldsFunc(os.Getenv("FLOWREC_SOURCES"), func(r rune) bool { return r == ' ' || r == ',' })
 	if len(sources) == 0 {
 		sources = []string{"none", "ct", "ctbatch", "ctmask", "destroy", "nflog"}
 	}
@@ -61,9 +68,15 @@ func BenchmarkEventSources(b *testing.B) {
 		for round := range rounds {
 			for _, src := range sources {
 				got, stop := startSource(b, l.node.Fd, l.node.Path(), src)
+				// The benchmark's process only reads the source
+				// (the traffic is a process of its own): its CPU
+				// is the reader's.
+				cpu0 := cpuTime(b)
 				rate := trafficRate(b, cfgPath)
+				cpu := cpuTime(b) - cpu0
 				stop()
-				fmt.Printf("round %d %-8s %6.0f conn/s (conntrack messages %d, nflog packets %d)\n", round, src, rate, got[0].Load(), got[1].Load())
+				fmt.Printf("round %d %-8s %6.0f conn/s (conntrack messages %d, nflog packets %d; reader's CPU %.1f µs a connection)\n", round, src, rate, got[0].Load(), got[1].Load(),
+					float64(cpu.Microseconds())/float64(cfg.Conns))
 				rates[src] = append(rates[src], rate)
 			}
 		}
@@ -105,10 +118,68 @@ func startSource(b *testing.B, netnsFd int, netnsPath, src string) (got *[2]atom
 	var stops []func()
 	switch src {
 	case "none":
+	case "bpf":
+		p, err := flowrec.OpenConntrackProbes(netnsFd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			b.Fatal(err)
+		}
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for {
+				got[0].Add(int64(p.Read()))
+				select {
+				case <-done:
+					got[0].Add(int64(p.Read()))
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}()
+		stops = append(stops, func() {
+			close(done)
+			<-stopped
+			if n := p.Lost(); n > 0 {
+				b.Errorf("conntrack probes: %d records lost", n)
+			}
+			runs, rt, err := p.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if runs > 0 {
+				fmt.Printf("  probes: %d runs, %v in all, %v a run\n", runs, rt, rt/time.Duration(runs))
+			}
+			stats.Close()
+			p.Close()
+		})
 	case "ct":
 		stops = append(stops, readConntrack(b, netnsFd, false, &got[0], 1, 3))
 	case "ctbatch":
 		stops = append(stops, readConntrack(b, netnsFd, true, &got[0], 1, 3))
+	case "cttimed":
+		stops = append(stops, readConntrack(b, netnsFd, true, &got[0], 1, 3))
+		// The time ctnetlink spends building and queueing each event
+		// in the connection's context, beside the probes' run time
+		// (where the kernel allows fexit; the timing's own programs
+		// slow the column).
+		if clock, err := newFnClock("ctnetlink_conntrack_event"); err != nil {
+			b.Fatal(err)
+		} else {
+			stops = append(stops, func() {
+				d, n, err := clock.total()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n > 0 {
+					fmt.Printf("  ctnetlink_conntrack_event: %d calls, %v in all, %v a call\n", n, d, d/time.Duration(n))
+				}
+				clock.close()
+			})
+		}
 	case "destroy":
 		stops = append(stops, readConntrack(b, netnsFd, false, &got[0], 3))
 	case "ctmask":
@@ -136,7 +207,7 @@ func startSource(b *testing.B, netnsFd int, netnsPath, src string) (got *[2]atom
 		nft("add rule inet bench_sources forward ct state new log group 9 snaplen 64")
 		stops = append(stops, func() { nft("delete table inet bench_sources"); cancel(); r.Close(); <-done })
 	default:
-		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, ct, ctbatch, ctmask, destroy, nflog)", src)
+		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, bpf, ct, ctbatch, cttimed, ctmask, destroy, nflog)", src)
 	}
 	return got, func() {
 		for i := len(stops) - 1; i >= 0; i-- {
