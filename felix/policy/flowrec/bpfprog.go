@@ -10,11 +10,16 @@ import (
 )
 
 // The kernel source of conntrack's NEW and DESTROY without ctnetlink's
-// events (bpfsrc.go): two fexit programs, on __nf_conntrack_confirm (a
-// connection's entry entered the table: NEW) and nf_ct_delete (its entry
-// left it: DESTROY, as ctnetlink reports them), that copy the entry's
-// two tuples and, on DESTROY, its accounting counters into a ring
-// buffer. Once anyone listens to ctnetlink's events, the kernel caches
+// events (bpfsrc.go): an fexit program on __nf_conntrack_confirm (a
+// connection's entry entered the table: NEW) and an fentry program on
+// nf_ct_delete for an entry not yet dying (it is about to leave the
+// table: DESTROY, reported before the entry goes, as ctnetlink reports
+// it, so a new entry on the same tuple comes after it), that copy the
+// entry's id and two tuples and, on DESTROY, its accounting counters
+// into a ring buffer. (At nf_ct_delete's fexit its return would say
+// whether the call took the entry out, but it is also false when a
+// reliable ctnetlink listener could not take the event, and the entry
+// then goes without another nf_ct_delete.) Once anyone listens to ctnetlink's events, the kernel caches
 // the events of every connection and builds and queues a netlink
 // message for each (BenchmarkEventSources: 6-7 % of the connection
 // rate); these programs cost a function call and a few reads per
@@ -28,13 +33,15 @@ import (
 // falls back to ctnetlink's events.
 
 // ctRecord is the ring buffer's record: kind, the time (CLOCK_MONOTONIC,
-// ns), the original and reply tuples (struct nf_conntrack_tuple), and
-// on DESTROY the counters (struct nf_conn_acct: packets and bytes of
-// the original direction, then of the reply).
+// ns), the entry's id (its address XOR a secret of the collector's
+// start), the original and reply tuples (struct nf_conntrack_tuple),
+// and on DESTROY the counters (struct nf_conn_acct: packets and bytes
+// of the original direction, then of the reply).
 const (
 	recKind     = 0
 	recTime     = 8
-	recOrig     = 16
+	recID       = 16
+	recOrig     = 24
 	recReply    = recOrig + tupleSize
 	recCounters = recReply + tupleSize
 	recSize     = recCounters + 32
@@ -47,21 +54,20 @@ const (
 	scratch = -recSize - 8
 
 	ipsConfirmed = 1 << 3 // IPS_CONFIRMED
+	ipsDying     = 1 << 9 // IPS_DYING
 	nfAccept     = 1      // NF_ACCEPT
 )
 
 // ctLayout holds the kernel's offsets the programs read at.
 type ctLayout struct {
-	skbNfct         uint32 // sk_buff._nfct
-	ctNet           uint32 // nf_conn.ct_net.net
-	netInum         uint32 // net.ns.inum
-	ctStatus        uint32 // nf_conn.status
-	ctTuple         [2]uint32
-	ctExt           uint32 // nf_conn.ext
-	extOffsetAcct   uint32 // nf_ct_ext.offset[NF_CT_EXT_ACCT]
-	confirmRetSlot  int16  // __nf_conntrack_confirm's return value in the ctx
-	deleteRetSlot   int16  // nf_ct_delete's
-	deleteRetIsBool bool
+	skbNfct        uint32 // sk_buff._nfct
+	ctNet          uint32 // nf_conn.ct_net.net
+	netInum        uint32 // net.ns.inum
+	ctStatus       uint32 // nf_conn.status
+	ctTuple        [2]uint32
+	ctExt          uint32 // nf_conn.ext
+	extOffsetAcct  uint32 // nf_ct_ext.offset[NF_CT_EXT_ACCT]
+	confirmRetSlot int16  // __nf_conntrack_confirm's return value in the ctx
 }
 
 // errLayout is a kernel whose structures the programs cannot read.
@@ -183,18 +189,17 @@ func kernelLayout() (*ctLayout, error) {
 	} else {
 		errs = append(errs, fmt.Errorf("%w: no NF_CT_EXT_ACCT", errLayout))
 	}
-	confirmArgs, _, err := funcArgs(byName, hookConfirm)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	deleteArgs, deleteRet, err := funcArgs(byName, hookDelete)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	l.confirmRetSlot, l.deleteRetSlot = int16(8*confirmArgs), int16(8*deleteArgs)
-
-	if i, ok := btf.UnderlyingType(deleteRet).(*btf.Int); ok && i.Encoding == btf.Bool {
-		l.deleteRetIsBool = true
+	// The programs read the entry (the packet) from the first argument.
+	for fn, first := range map[string]string{hookConfirm: "sk_buff", hookDelete: "nf_conn"} {
+		n, got, err := firstParam(byName, fn)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case got != first:
+			errs = append(errs, fmt.Errorf("%w: %s's first argument is a %q, not a %q", errLayout, fn, got, first))
+		case fn == hookConfirm:
+			l.confirmRetSlot = int16(8 * n)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -260,25 +265,31 @@ const (
 	hookDelete  = "nf_ct_delete"
 )
 
-// funcArgs is the number of a kernel function's arguments and its
-// return type.
-func funcArgs(byName func(string, any) error, name string) (int, btf.Type, error) {
+// firstParam is the number of a kernel function's parameters and the
+// name of the struct its first one points to ("" for anything else).
+func firstParam(byName func(string, any) error, name string) (int, string, error) {
 	var fn *btf.Func
 	if err := byName(name, &fn); err != nil {
-		return 0, nil, fmt.Errorf("%w: function %s: %v", errLayout, name, err)
+		return 0, "", fmt.Errorf("%w: function %s: %v", errLayout, name, err)
 	}
 	proto, ok := fn.Type.(*btf.FuncProto)
-	if !ok {
-		return 0, nil, fmt.Errorf("%w: function %s has no prototype", errLayout, name)
+	if !ok || len(proto.Params) == 0 {
+		return 0, "", fmt.Errorf("%w: function %s has no parameters", errLayout, name)
 	}
-	return len(proto.Params), proto.Return, nil
+	if ptr, ok := btf.UnderlyingType(proto.Params[0].Type).(*btf.Pointer); ok {
+		if st, ok := btf.UnderlyingType(ptr.Target).(*btf.Struct); ok {
+			return len(proto.Params), st.Name, nil
+		}
+	}
+	return len(proto.Params), "", nil
 }
 
-// ctProgram is the fexit program of one hook: destroy for nf_ct_delete,
-// else __nf_conntrack_confirm. It keeps the entries of the namespace
-// whose inode number is inum, writes them to events and counts in
-// lost[0] what the ring buffer had no room for.
-func ctProgram(l *ctLayout, destroy bool, inum uint32, events, lost *ebpf.Map) asm.Instructions {
+// ctProgram is the program of one hook: destroy the fentry program of
+// nf_ct_delete, else the fexit program of __nf_conntrack_confirm. It
+// keeps the entries of the namespace whose inode number is inum, writes
+// them to events with their address XOR secret as their id, and counts
+// in lost[0] what the ring buffer had no room for.
+func ctProgram(l *ctLayout, destroy bool, inum uint32, secret uint64, events, lost *ebpf.Map) asm.Instructions {
 	const exit = "exit"
 	// probeRead reads size bytes at src+off (src a register) into the
 	// stack at dst; a failed read leaves the program.
@@ -295,15 +306,11 @@ func ctProgram(l *ctLayout, destroy bool, inum uint32, events, lost *ebpf.Map) a
 	}
 	insns := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
 	if destroy {
-		// Only the call that took the entry out reports it (a
-		// second nf_ct_delete of a dying entry returns false).
-		insns = append(insns, asm.LoadMem(asm.R0, asm.R6, l.deleteRetSlot, asm.DWord))
-		if l.deleteRetIsBool {
-			insns = append(insns, asm.And.Imm(asm.R0, 0xff))
-		}
-		insns = append(insns,
-			asm.JEq.Imm(asm.R0, 0, exit),
-			asm.LoadMem(asm.R7, asm.R6, 0, asm.DWord))
+		// fentry: the entry as nf_ct_delete gets it, read as a
+		// number (the verifier allows no XOR on the typed pointer
+		// a load from the context gives; the id needs one).
+		insns = append(insns, probeRead(scratch, 8, asm.R6, 0, exit)...)
+		insns = append(insns, asm.LoadMem(asm.R7, asm.RFP, scratch, asm.DWord))
 	} else {
 		insns = append(insns,
 			asm.LoadMem(asm.R0, asm.R6, l.confirmRetSlot, asm.DWord),
@@ -323,12 +330,21 @@ func ctProgram(l *ctLayout, destroy bool, inum uint32, events, lost *ebpf.Map) a
 	insns = append(insns,
 		asm.LoadMem(asm.R0, asm.RFP, scratch, asm.Word),
 		asm.JNE.Imm32(asm.R0, int32(inum), exit))
-	// Entries in the table only.
+	// Entries in the table only; a deletion only of a live entry (the
+	// call that will set DYING: as ctnetlink, which reports from
+	// there, before the entry leaves the table; a second call for a
+	// dying entry finds the bit set).
 	insns = append(insns, probeRead(scratch, 8, asm.R7, l.ctStatus, exit)...)
 	insns = append(insns,
 		asm.LoadMem(asm.R0, asm.RFP, scratch, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R0),
 		asm.And.Imm(asm.R0, ipsConfirmed),
 		asm.JEq.Imm(asm.R0, 0, exit))
+	if destroy {
+		insns = append(insns,
+			asm.And.Imm(asm.R1, ipsDying),
+			asm.JNE.Imm(asm.R1, 0, exit))
+	}
 	// The record, zeroed first (no 8-byte store of an immediate).
 	insns = append(insns, asm.Mov.Imm(asm.R1, 0))
 	for o := int16(-recSize); o < 0; o += 8 {
@@ -341,7 +357,11 @@ func ctProgram(l *ctLayout, destroy bool, inum uint32, events, lost *ebpf.Map) a
 	insns = append(insns,
 		asm.StoreImm(asm.RFP, -recSize+recKind, kind, asm.Byte),
 		asm.FnKtimeGetNs.Call(),
-		asm.StoreMem(asm.RFP, -recSize+recTime, asm.R0, asm.DWord))
+		asm.StoreMem(asm.RFP, -recSize+recTime, asm.R0, asm.DWord),
+		asm.LoadImm(asm.R1, int64(secret), asm.DWord),
+		asm.Mov.Reg(asm.R2, asm.R7),
+		asm.Xor.Reg(asm.R2, asm.R1),
+		asm.StoreMem(asm.RFP, -recSize+recID, asm.R2, asm.DWord))
 	insns = append(insns, probeRead(-recSize+recOrig, tupleSize, asm.R7, l.ctTuple[0], exit)...)
 	insns = append(insns, probeRead(-recSize+recReply, tupleSize, asm.R7, l.ctTuple[1], exit)...)
 	const emit = "emit"

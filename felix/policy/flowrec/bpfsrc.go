@@ -1,6 +1,7 @@
 package flowrec
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,16 +119,22 @@ func openBPF(netnsFd int, hooks [2]string, lost *atomic.Uint64, log *logrus.Entr
 		return nil, fmt.Errorf("flowrec: conntrack lost counter: %w", err)
 	}
 	s.hooks = hooks
+	var sb [8]byte
+	if _, err := rand.Read(sb[:]); err != nil {
+		return nil, fmt.Errorf("flowrec: the entries' id secret: %w", err)
+	}
+	secret := binary.NativeEndian.Uint64(sb[:])
 	for _, hook := range []struct {
 		fn      string
 		destroy bool
-	}{{hooks[0], false}, {hooks[1], true}} {
+		at      ebpf.AttachType
+	}{{hooks[0], false, ebpf.AttachTraceFExit}, {hooks[1], true, ebpf.AttachTraceFEntry}} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Name:         map[bool]string{false: "routed_ct_new", true: "routed_ct_end"}[hook.destroy],
 			Type:         ebpf.Tracing,
-			AttachType:   ebpf.AttachTraceFExit,
+			AttachType:   hook.at,
 			AttachTo:     hook.fn,
-			Instructions: ctProgram(l, hook.destroy, inum, s.events, s.lostMap),
+			Instructions: ctProgram(l, hook.destroy, inum, secret, s.events, s.lostMap),
 			// bpf_probe_read_kernel and fexit need a GPL-compatible
 			// program; this generated one is offered under it.
 			License: "Dual BSD/GPL",
@@ -136,7 +143,7 @@ func openBPF(netnsFd int, hooks [2]string, lost *atomic.Uint64, log *logrus.Entr
 			return nil, fmt.Errorf("flowrec: loading the conntrack program of %s: %w", hook.fn, err)
 		}
 		s.progs = append(s.progs, prog)
-		lk, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceFExit})
+		lk, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: hook.at})
 		if err != nil {
 			return nil, fmt.Errorf("flowrec: attaching the conntrack program to %s: %w", hook.fn, err)
 		}
@@ -191,6 +198,7 @@ func decodeRecord(e *ctEvent, b []byte, now time.Time, mono int64) bool {
 		return false
 	}
 	e.destroy = b[recKind] == recDestroy
+	e.id = binary.NativeEndian.Uint64(b[recID:])
 	e.at = now.Add(-time.Duration(mono - int64(binary.NativeEndian.Uint64(b[recTime:]))))
 	e.key = newFlowKey(orig.src, reply.src, orig.proto, orig.sport, reply.sport)
 	if orig.proto == unix.IPPROTO_ICMP || orig.proto == unix.IPPROTO_ICMPV6 {

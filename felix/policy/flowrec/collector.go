@@ -43,10 +43,11 @@ type Config struct {
 	// probes, and ctnetlink's events where the kernel refuses them,
 	// logged with why).
 	Source string
-	// newOnce: the source reports a connection's NEW once (the
-	// probes; openSource sets it), so a NEW on a connection whose
-	// entry is still open repeats it (bpfsrc.go) and is not another
-	// connection.
+	// newOnce: the source names each event's entry (the probes;
+	// openSource sets it): a NEW of the entry a connection already
+	// has repeats it (conntrack's clash resolution) and is not
+	// another connection, and a DESTROY ends the open connection only
+	// if it is of that connection's entry.
 	newOnce bool
 	// Sinks receive each batch on the collector's goroutine: they must
 	// not block. Every sink gets the same batch, its Flows and Dropped
@@ -97,6 +98,7 @@ type mark struct {
 // ctEvent is a conntrack NEW or DESTROY (with its counters).
 type ctEvent struct {
 	key     flowKey
+	id      uint64 // the entry's (the probes'; 0 from ctnetlink)
 	destroy bool
 	counts  counts
 	at      time.Time
@@ -121,6 +123,7 @@ type pending struct {
 	// class.
 	more    uint64
 	sawNew  bool
+	id      uint64    // of the latest NEW's entry
 	denied  bool      // finalized as denied: later marks are retransmits
 	expires time.Time // of a denied one's suppression
 }
@@ -137,6 +140,7 @@ type conn struct {
 	// grace can end between them) takes that NEW as its own, not as a
 	// new connection on the tuple.
 	ct bool
+	id uint64 // of its NEW's entry
 }
 
 // class is what connections alike share: everything of a Flow but its
@@ -412,15 +416,15 @@ func (c *Collector) onConntrack(e *ctEvent) {
 	cur := c.conns[e.key]
 	if !e.destroy {
 		if cur.cls != nil && !cur.ct {
-			cur.ct = true
+			cur.ct, cur.id = true, e.id
 			c.conns[e.key] = cur
 			return
 		}
-		if c.cfg.newOnce && (cur.cls != nil || cur.p != nil && cur.p.sawNew && uint64(len(cur.p.ends)) <= cur.p.more) {
-			// The entry is still open (no DESTROY since its NEW):
-			// the probes report it again for a packet that lost
-			// conntrack's race to create it (its clash
-			// resolution confirms the packet onto this entry).
+		if c.cfg.newOnce && (cur.cls != nil && cur.id == e.id || cur.p != nil && cur.p.sawNew && cur.p.id == e.id) {
+			// The probes report the entry the connection has
+			// again, for a packet that lost conntrack's race to
+			// create it (its clash resolution confirms the
+			// packet onto this entry): not another connection.
 			return
 		}
 		if p := c.pendingFor(e.key, cur, e.at); p != nil && !p.denied {
@@ -429,14 +433,14 @@ func (c *Collector) onConntrack(e *ctEvent) {
 				// with this one.
 				p.more++
 			}
-			p.sawNew, p.ct = true, true
+			p.sawNew, p.ct, p.id = true, true, e.id
 			if complete(p) {
 				c.decide(e.key, p, e.at)
 			}
 		}
 		return
 	}
-	if cls := cur.cls; cls != nil {
+	if cls := cur.cls; cls != nil && (!c.cfg.newOnce || !cur.ct || cur.id == e.id) {
 		delete(c.conns, e.key)
 		c.nOpen--
 		c.ended(cls, &e.counts, e.at)
@@ -449,7 +453,8 @@ func (c *Collector) onConntrack(e *ctEvent) {
 		return
 	}
 	// A connection older than the collector (or turned away by the
-	// open cap): its class is named now, its trace is unknown.
+	// open cap; with the probes, another entry than the open one on
+	// the tuple): its class is named now, its trace is unknown.
 	f := policy.Flow{Src: e.key.srcAddr(), Dst: e.key.dstAddr(), Proto: e.key.proto, SrcPort: e.key.sport, DstPort: e.key.dport, ICMPType: -1, ICMPCode: -1}
 	cls := c.classify(e.key, f, nil, true, false)
 	if cls == nil {
@@ -525,7 +530,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 		c.suppressed.push(p, p.expires)
 		return
 	}
-	more, ended, sawNew := p.more, uint64(len(p.ends)), p.sawNew
+	more, ended, sawNew, id := p.more, uint64(len(p.ends)), p.sawNew, p.id
 	if g != nil {
 		g.Started += 1 + more
 	}
@@ -547,7 +552,7 @@ func (c *Collector) decide(k flowKey, p *pending, now time.Time) {
 	// The entry turns open in place: one map write, not a delete
 	// and an insert.
 	c.donePending(k, p, true)
-	c.conns[k] = conn{cls: cls, ct: sawNew}
+	c.conns[k] = conn{cls: cls, ct: sawNew, id: id}
 	c.nOpen++
 }
 
