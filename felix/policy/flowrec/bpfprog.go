@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
@@ -289,7 +291,7 @@ func firstParam(byName func(string, any) error, name string) (int, string, error
 // keeps the entries of the namespace whose inode number is inum, writes
 // them to events with their address XOR secret as their id, and counts
 // in lost[0] what the ring buffer had no room for.
-func ctProgram(l *ctLayout, destroy bool, inum uint32, secret uint64, events, lost *ebpf.Map) asm.Instructions {
+func ctProgram(l *ctLayout, destroy bool, inum uint32, secret uint64, events, lost, inflight *ebpf.Map) asm.Instructions {
 	const exit = "exit"
 	// probeRead reads size bytes at src+off (src a register) into the
 	// stack at dst; a failed read leaves the program.
@@ -343,7 +345,20 @@ func ctProgram(l *ctLayout, destroy bool, inum uint32, secret uint64, events, lo
 	if destroy {
 		insns = append(insns,
 			asm.And.Imm(asm.R1, ipsDying),
-			asm.JNE.Imm(asm.R1, 0, exit))
+			asm.JNE.Imm(asm.R1, 0, exit),
+			// Two deletions at once on two CPUs can both find the
+			// entry live: the first to claim it in inflight reports
+			// (nf_ct_delete's fexit, ctDoneProgram, frees the
+			// claim; by then DYING is set). A full map claims
+			// nothing: the entry is reported.
+			asm.StoreMem(asm.RFP, scratch, asm.R7, asm.DWord),
+			asm.LoadMapPtr(asm.R1, inflight.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, scratch),
+			asm.Mov.Reg(asm.R3, asm.R2),
+			asm.Mov.Imm(asm.R4, bpfNoExist),
+			asm.FnMapUpdateElem.Call(),
+			asm.JEq.Imm(asm.R0, -int32(unix.EEXIST), exit))
 	}
 	// The record, zeroed first (no 8-byte store of an immediate).
 	insns = append(insns, asm.Mov.Imm(asm.R1, 0))
@@ -399,4 +414,26 @@ func ctProgram(l *ctLayout, destroy bool, inum uint32, secret uint64, events, lo
 		asm.Return(),
 	)
 	return insns
+}
+
+// bpfNoExist is BPF_NOEXIST: an update that fails if the key is there.
+const bpfNoExist = 1
+
+// ctDoneProgram is nf_ct_delete's fexit program: it frees the entry's
+// claim in inflight (ctProgram's DESTROY), whoever made it.
+func ctDoneProgram(inflight *ebpf.Map) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R3, asm.R1),
+		asm.Mov.Reg(asm.R1, asm.RFP),
+		asm.Add.Imm(asm.R1, -8),
+		asm.Mov.Imm(asm.R2, 8),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, "exit"),
+		asm.LoadMapPtr(asm.R1, inflight.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapDeleteElem.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
+		asm.Return(),
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -39,11 +40,14 @@ type bpfSource struct {
 	// hooks are the functions the programs are attached to.
 	hooks           [2]string
 	events, lostMap *ebpf.Map
-	links           []link.Link
-	progs           []*ebpf.Program
-	rd              *ringbuf.Reader
-	rec             ringbuf.Record
-	evs             []ctEvent
+	// inflight holds the entries whose deletion was reported, until
+	// nf_ct_delete returns (ctDoneProgram).
+	inflight *ebpf.Map
+	links    []link.Link
+	progs    []*ebpf.Program
+	rd       *ringbuf.Reader
+	rec      ringbuf.Record
+	evs      []ctEvent
 	// seenLost is lostMap's count already added to lost.
 	seenLost uint64
 	until    time.Time
@@ -119,22 +123,30 @@ func openBPF(netnsFd int, hooks [2]string, lost *atomic.Uint64, log *logrus.Entr
 		return nil, fmt.Errorf("flowrec: conntrack lost counter: %w", err)
 	}
 	s.hooks = hooks
+	s.inflight, err = ebpf.NewMap(&ebpf.MapSpec{Name: "routed_ct_del", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 4096})
+	if err != nil {
+		return nil, fmt.Errorf("flowrec: conntrack deletions map: %w", err)
+	}
 	var sb [8]byte
 	if _, err := rand.Read(sb[:]); err != nil {
 		return nil, fmt.Errorf("flowrec: the entries' id secret: %w", err)
 	}
 	secret := binary.NativeEndian.Uint64(sb[:])
 	for _, hook := range []struct {
-		fn      string
-		destroy bool
-		at      ebpf.AttachType
-	}{{hooks[0], false, ebpf.AttachTraceFExit}, {hooks[1], true, ebpf.AttachTraceFEntry}} {
+		name, fn string
+		at       ebpf.AttachType
+		insns    asm.Instructions
+	}{
+		{"routed_ct_new", hooks[0], ebpf.AttachTraceFExit, ctProgram(l, false, inum, secret, s.events, s.lostMap, s.inflight)},
+		{"routed_ct_end", hooks[1], ebpf.AttachTraceFEntry, ctProgram(l, true, inum, secret, s.events, s.lostMap, s.inflight)},
+		{"routed_ct_done", hooks[1], ebpf.AttachTraceFExit, ctDoneProgram(s.inflight)},
+	} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name:         map[bool]string{false: "routed_ct_new", true: "routed_ct_end"}[hook.destroy],
+			Name:         hook.name,
 			Type:         ebpf.Tracing,
 			AttachType:   hook.at,
 			AttachTo:     hook.fn,
-			Instructions: ctProgram(l, hook.destroy, inum, secret, s.events, s.lostMap),
+			Instructions: hook.insns,
 			// bpf_probe_read_kernel and fexit need a GPL-compatible
 			// program; this generated one is offered under it.
 			License: "Dual BSD/GPL",
@@ -270,11 +282,11 @@ func (s *bpfSource) close() {
 	if s.rd != nil {
 		_ = s.rd.Close()
 	}
-	for _, m := range []*ebpf.Map{s.events, s.lostMap} {
+	for _, m := range []*ebpf.Map{s.events, s.lostMap, s.inflight} {
 		if m != nil {
 			_ = m.Close()
 		}
 	}
-	s.links, s.progs, s.rd, s.events, s.lostMap = nil, nil, nil, nil, nil
+	s.links, s.progs, s.rd, s.events, s.lostMap, s.inflight = nil, nil, nil, nil, nil, nil
 	s.waker.close()
 }

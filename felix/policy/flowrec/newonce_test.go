@@ -1,82 +1,122 @@
 package flowrec
 
 import (
-	"fmt"
 	"testing"
 	"time"
+
+	"github.com/routed-net/routed/felix/policy"
 )
 
-// TestRepeatedNewCountedOnce: with the probes (newOnce: events name
-// their entry), a NEW of the entry a connection already has (the
-// winner's entry reported again for a packet that lost conntrack's
-// clash race) is not another connection, while the connection awaits
-// its marks or once open; a NEW of another entry is (after the first
-// one's DESTROY, or when that DESTROY was lost), and a DESTROY of
-// another entry does not end the open connection. With ctnetlink's
-// events (no ids) a repeated NEW is counted as a connection, as
+// TestRepeatedNewCountedOnce drives the collector's handlers directly,
+// in order: with the probes (newOnce: events name their entry), a NEW
+// of the entry a connection already has (the winner's entry reported
+// again for a packet that lost conntrack's clash race) is not another
+// connection, while the connection awaits its marks, once open, and
+// once opened by its marks before its NEW; a NEW of another entry while
+// one is open is a connection (the first's DESTROY was lost); a
+// DESTROY of another entry ends an unknown connection and leaves the
+// open one. With ctnetlink's events (no ids) a repeated NEW counts, as
 // before.
 func TestRepeatedNewCountedOnce(t *testing.T) {
-	const n = 200
-	ev := func(k flowKey, id uint64, destroy bool) ctEvent {
-		e := ctEvent{key: k, id: id, destroy: destroy, at: time.Now()}
-		if destroy {
-			e.counts = counts{pktsOut: 1, bytesOut: 60, pktsIn: 1, bytesIn: 60}
+	run := func(t *testing.T, newOnce bool, feed func(c *Collector, at time.Time)) []Flow {
+		t.Helper()
+		var got []Flow
+		c, err := New(Config{Node: "n", Group: 1, Index: policy.NewRuleIndex(), Model: podModel{}, Grace: 100 * time.Millisecond,
+			newOnce: newOnce, Sinks: []func(Batch){func(b Batch) { got = append(got, b.Flows...) }}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return e
+		t0 := time.Now()
+		c.start = t0
+		feed(c, t0)
+		c.finalize(t0.Add(time.Second))
+		c.flush(t0.Add(time.Second))
+		return got
 	}
-	feed := func(marks chan<- mark, cts chan<- ctEvent) {
-		for i := range n {
-			k := newFlowKey(podA, podB, 17, uint16(40000+i), 53)
-			id := uint64(i) << 8
-			// Repeated while it awaits its marks, then open.
-			cts <- ev(k, id+1, false)
-			cts <- ev(k, id+1, false)
-			for _, m := range allowMarks(k) {
-				marks <- m
-			}
-			cts <- ev(k, id+1, false)
-			cts <- ev(k, id+1, true)
-			// After its DESTROY another entry on the tuple is a
-			// connection.
-			cts <- ev(k, id+2, false)
-			// Another entry while it is open (its DESTROY was
-			// lost): a connection too.
-			cts <- ev(k, id+3, false)
-			cts <- ev(k, id+3, true)
+	ev := func(c *Collector, k flowKey, id uint64, pkts uint64, at time.Time) {
+		e := ctEvent{key: k, id: id, destroy: pkts > 0, at: at}
+		e.counts = counts{pktsOut: pkts, pktsIn: pkts}
+		c.onConntrack(&e)
+	}
+	marks := func(c *Collector, k flowKey, at time.Time) {
+		for _, m := range allowMarks(k) {
+			m.at = at
+			c.onMark(m)
 		}
 	}
-	for _, tc := range []struct {
-		newOnce bool
-		started uint64
-	}{{true, 3 * n}, {false, 5 * n}} {
-		t.Run(fmt.Sprintf("newOnce=%v", tc.newOnce), func(t *testing.T) {
-			cfg := Config{Interval: 200 * time.Millisecond, Grace: 100 * time.Millisecond, newOnce: tc.newOnce}
-			batches := runLoop(t, cfg, feed, func(c tally) bool { return c.started >= tc.started && c.ended >= 2*n })
-			got := tallyOf(batches)
-			if got.started != tc.started || got.ended != 2*n {
-				t.Errorf("started %d, ended %d; want %d and %d (dropped %v)", got.started, got.ended, tc.started, 2*n, got.dropped)
+	// sum adds the flows of port's: started, ended and packets out of
+	// the traced (allowed by a rule) and the untraced ones.
+	type sums struct{ started, ended, pkts, unknownEnded, unknownPkts uint64 }
+	sum := func(flows []Flow, port uint16) sums {
+		var s sums
+		for _, f := range flows {
+			if f.DstPort != port {
+				continue
 			}
-		})
+			s.started += f.Started
+			if f.Egress != nil && f.Egress.Verdict == Allow {
+				s.ended += f.Ended
+				s.pkts += f.PacketsOut
+			} else {
+				s.unknownEnded += f.Ended
+				s.unknownPkts += f.PacketsOut
+			}
+		}
+		return s
 	}
 
-	// A DESTROY of another entry than the open connection's ends an
-	// unknown connection and leaves the open one to its own.
-	t.Run("destroy of another entry", func(t *testing.T) {
-		cfg := Config{Interval: 200 * time.Millisecond, Grace: 100 * time.Millisecond, newOnce: true}
-		batches := runLoop(t, cfg, func(marks chan<- mark, cts chan<- ctEvent) {
-			for i := range n {
-				k := newFlowKey(podA, podB, 17, uint16(40000+i), 53)
-				cts <- ev(k, 1, false)
-				for _, m := range allowMarks(k) {
-					marks <- m
-				}
-				cts <- ev(k, 2, true)
-				cts <- ev(k, 1, true)
-			}
-		}, func(c tally) bool { return c.ended >= 2*n })
-		got := tallyOf(batches)
-		if got.started != n || got.ended != 2*n {
-			t.Errorf("started %d, ended %d; want %d and %d", got.started, got.ended, n, 2*n)
-		}
+	flows := run(t, true, func(c *Collector, at time.Time) {
+		// Port 53: repeats of entry 1 while pending and open.
+		k := newFlowKey(podA, podB, 17, 40000, 53)
+		ev(c, k, 1, 0, at)
+		ev(c, k, 1, 0, at)
+		marks(c, k, at)
+		ev(c, k, 1, 0, at)
+		ev(c, k, 1, 1, at)
+		// Port 54: entry 3 while entry 2 is open (2's DESTROY lost).
+		k = newFlowKey(podA, podB, 17, 40000, 54)
+		ev(c, k, 2, 0, at)
+		marks(c, k, at)
+		ev(c, k, 3, 0, at)
+		marks(c, k, at)
+		ev(c, k, 3, 3, at)
+		// Port 55: a DESTROY of entry 5 while entry 4 is open.
+		k = newFlowKey(podA, podB, 17, 40000, 55)
+		ev(c, k, 4, 0, at)
+		marks(c, k, at)
+		ev(c, k, 5, 50, at)
+		ev(c, k, 4, 4, at)
+		// Port 56: opened by its marks after the grace, then its
+		// NEW (entry 6) twice.
+		k = newFlowKey(podA, podB, 17, 40000, 56)
+		marks(c, k, at)
+		c.finalize(at.Add(200 * time.Millisecond))
+		ev(c, k, 6, 0, at)
+		ev(c, k, 6, 0, at)
+		ev(c, k, 6, 6, at)
 	})
+	for _, tc := range []struct {
+		port uint16
+		want sums
+	}{
+		{53, sums{started: 1, ended: 1, pkts: 1}},
+		{54, sums{started: 2, ended: 1, pkts: 3}},
+		{55, sums{started: 1, ended: 1, pkts: 4, unknownEnded: 1, unknownPkts: 50}},
+		{56, sums{started: 1, ended: 1, pkts: 6}},
+	} {
+		if got := sum(flows, tc.port); got != tc.want {
+			t.Errorf("probes, port %d: %+v, want %+v", tc.port, got, tc.want)
+		}
+	}
+
+	// ctnetlink's events: a NEW after a NEW is another connection.
+	flows = run(t, false, func(c *Collector, at time.Time) {
+		k := newFlowKey(podA, podB, 17, 40000, 53)
+		ev(c, k, 0, 0, at)
+		ev(c, k, 0, 0, at)
+		marks(c, k, at)
+	})
+	if got := sum(flows, 53); got.started != 2 {
+		t.Errorf("events: %+v, want 2 started", got)
+	}
 }

@@ -67,7 +67,7 @@ func BenchmarkEventSources(b *testing.B) {
 	for range b.N {
 		for round := range rounds {
 			for _, src := range sources {
-				got, stop := startSource(b, l.node.Fd, l.node.Path(), src)
+				got, stop := startSource(b, l.node.Fd, l.node.Path(), src, cfg.Conns)
 				// The benchmark's process only reads the source
 				// (the traffic is a process of its own): its CPU
 				// is the reader's.
@@ -113,7 +113,7 @@ func trafficRate(b *testing.B, cfgPath string) float64 {
 
 // startSource starts a source in the node's namespace: got counts the
 // conntrack messages and the nflog packets it received; stop ends it.
-func startSource(b *testing.B, netnsFd int, netnsPath, src string) (got *[2]atomic.Int64, stop func()) {
+func startSource(b *testing.B, netnsFd int, netnsPath, src string, conns int) (got *[2]atomic.Int64, stop func()) {
 	got = new([2]atomic.Int64)
 	var stops []func()
 	switch src {
@@ -151,7 +151,7 @@ func startSource(b *testing.B, netnsFd int, netnsPath, src string) (got *[2]atom
 				b.Fatal(err)
 			}
 			if runs > 0 {
-				fmt.Printf("  probes: %d runs, %v in all, %v a run\n", runs, rt, rt/time.Duration(runs))
+				fmt.Printf("  probes: %d runs, %v in all, %v a connection\n", runs, rt, rt/time.Duration(conns))
 			}
 			stats.Close()
 			p.Close()
