@@ -59,9 +59,6 @@ func (p *Probes) Stats() (runs uint64, runtime time.Duration, err error) {
 	return runs, runtime, nil
 }
 
-// Hooks are the kernel functions the probes are attached to.
-func (p *Probes) Hooks() [2]string { return p.s.hooks }
-
 // Close detaches the programs.
 func (p *Probes) Close() { p.s.close() }
 
