@@ -226,8 +226,10 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 		return err
 	}
 	var m0, by0 int64
+	var k0 map[string]kindBytes
 	if b.watch != nil {
 		m0, by0 = b.watch.counts()
+		k0 = b.watch.kindCounts()
 	}
 	fmt.Printf("==> churn for %s: %.0f pod creations and %.0f deletions a second, a policy edit every %s, a label change every %s\n",
 		b.f.churn, b.f.creates, b.f.deletes, b.f.policyEvery, b.f.labelEvery)
@@ -297,6 +299,7 @@ func (b *bigRun) runChurn(ctx context.Context) error {
 	if b.watch != nil {
 		m1, by1 := b.watch.counts()
 		b.out.watchMsgs, b.out.watchBytes = float64(m1-m0)/secs, float64(by1-by0)/secs
+		b.out.watchKinds = kindsSince(b.watch.kindCounts(), k0)
 	}
 	b.out.churn = ch.summary(secs)
 	b.out.createRate, b.out.deleteRate = float64(ch.created.Load())/secs, float64(ch.deleted.Load())/secs

@@ -17,14 +17,16 @@ type report struct {
 	etcdPeakAnon                int64 // bytes
 	etcdSentPerSec              float64
 	watchMsgs, watchBytes       float64 // per second during the churn
-	harnessCPU                  float64 // share of one core during the churn
-	fsyncs, fsyncMs             float64 // WAL fsyncs a second during the churn, mean ms
-	ipamPerOp                   string
-	createRate, deleteRate      float64 // achieved, a second
-	load0, load1                string  // 1-minute load average at the churn's start and end
-	compactions                 int
-	keysEnd                     int64
-	lat                         latencyReport
+	// watchKinds is what one watch received during the churn, by key kind.
+	watchKinds             map[string]kindBytes
+	harnessCPU             float64 // share of one core during the churn
+	fsyncs, fsyncMs        float64 // WAL fsyncs a second during the churn, mean ms
+	ipamPerOp              string
+	createRate, deleteRate float64 // achieved, a second
+	load0, load1           string  // 1-minute load average at the churn's start and end
+	compactions            int
+	keysEnd                int64
+	lat                    latencyReport
 }
 
 // summary is what the churn did, per second of it.
@@ -101,6 +103,9 @@ func (b *bigRun) print() {
 	if sim := b.sh.simNodes(); w > 0 && w < sim {
 		fmt.Printf("watch load: %d of the %d simulated nodes' watches ran; one each would be about %.0f MiB/s from etcd at this event rate (%.2f MiB/s a watch)\n",
 			w, sim, o.watchBytes/float64(w)*float64(sim)/(1<<20), o.watchBytes/float64(w)/(1<<20))
+	}
+	if line := kindsLine(o.watchKinds); line != "" {
+		fmt.Printf("watch load: one watch's events during churn by kind (key and value bytes): %s\n", line)
 	}
 	if b.watch != nil && b.watch.broken.Load() > 0 {
 		fmt.Printf("watch load: %d watches broke\n", b.watch.broken.Load())

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +35,15 @@ type watchLoad struct {
 	bytes   atomic.Int64
 	broken  atomic.Int64
 	created int
+	// kinds is what the first watch received, by key kind ("ipam/blocks",
+	// "workloadendpoints", ...): that one watch decodes its responses.
+	kindsMu sync.Mutex
+	kinds   map[string]kindBytes
 }
+
+// kindBytes counts the events of one key kind and their keys' and
+// values' bytes.
+type kindBytes struct{ events, bytes int64 }
 
 // rawFrame is a response counted, not decoded.
 type rawFrame struct{ n int }
@@ -98,7 +109,7 @@ func startWatchers(ctx context.Context, dial dialer, endpoint string, n, conns i
 			return nil, fmt.Errorf("watch %d: %w", i, err)
 		}
 		w.wg.Add(1)
-		go w.read(wctx, st, created)
+		go w.read(wctx, st, created, i == 0)
 	}
 	deadline := time.After(2 * time.Minute)
 	for i := 0; i < n; i++ {
@@ -123,7 +134,7 @@ func startWatchers(ctx context.Context, dial dialer, endpoint string, n, conns i
 // read takes the creation answer, then counts every response until the
 // stream ends; every 30 s it asks for a progress notification, as a
 // node's stream does.
-func (w *watchLoad) read(ctx context.Context, st pb.Watch_WatchClient, created chan<- error) {
+func (w *watchLoad) read(ctx context.Context, st pb.Watch_WatchClient, created chan<- error, decode bool) {
 	defer w.wg.Done()
 	first := new(pb.WatchResponse)
 	if err := st.RecvMsg(first); err != nil || !first.Created {
@@ -148,7 +159,12 @@ func (w *watchLoad) read(ctx context.Context, st pb.Watch_WatchClient, created c
 	}()
 	for {
 		var f rawFrame
-		if err := st.RecvMsg(&f); err != nil {
+		if decode {
+			f.n = w.recvDecoded(st)
+		} else if err := st.RecvMsg(&f); err != nil {
+			f.n = -1
+		}
+		if f.n < 0 {
 			if ctx.Err() == nil {
 				w.broken.Add(1)
 			}
@@ -157,6 +173,47 @@ func (w *watchLoad) read(ctx context.Context, st pb.Watch_WatchClient, created c
 		w.msgs.Add(1)
 		w.bytes.Add(int64(f.n))
 	}
+}
+
+// recvDecoded receives one response whole and counts its events by key
+// kind; it returns the response's size, -1 when the stream ended.
+func (w *watchLoad) recvDecoded(st pb.Watch_WatchClient) int {
+	r := new(pb.WatchResponse)
+	if err := st.RecvMsg(r); err != nil {
+		return -1
+	}
+	w.kindsMu.Lock()
+	defer w.kindsMu.Unlock()
+	if w.kinds == nil {
+		w.kinds = map[string]kindBytes{}
+	}
+	for _, ev := range r.Events {
+		k := keyKind(string(ev.Kv.Key))
+		c := w.kinds[k]
+		c.events++
+		c.bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
+		w.kinds[k] = c
+	}
+	return r.Size()
+}
+
+// keyKind is the kind of a key under routed's prefix: its first path
+// segment, with the second under ipam/.
+func keyKind(key string) string {
+	rest := strings.TrimPrefix(key, datastore.KeyPrefix)
+	kind, rest, _ := strings.Cut(rest, "/")
+	if kind == "ipam" {
+		sub, _, _ := strings.Cut(rest, "/")
+		kind += "/" + sub
+	}
+	return kind
+}
+
+// kindCounts is a copy of what the decoding watch has counted so far.
+func (w *watchLoad) kindCounts() map[string]kindBytes {
+	w.kindsMu.Lock()
+	defer w.kindsMu.Unlock()
+	return maps.Clone(w.kinds)
 }
 
 // counts returns responses and bytes received so far.
@@ -171,4 +228,35 @@ func (w *watchLoad) stop() {
 		_ = c.Close()
 	}
 	w.wg.Wait()
+}
+
+// kindsSince is what was counted in now and not yet in then.
+func kindsSince(now, then map[string]kindBytes) map[string]kindBytes {
+	out := map[string]kindBytes{}
+	for k, c := range now {
+		p := then[k]
+		if d := (kindBytes{c.events - p.events, c.bytes - p.bytes}); d.events > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// kindsLine lists kinds by bytes, largest first, with each one's share
+// of the bytes and its mean event size.
+func kindsLine(kinds map[string]kindBytes) string {
+	var total int64
+	for _, c := range kinds {
+		total += c.bytes
+	}
+	if total == 0 {
+		return ""
+	}
+	names := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int { return cmp.Compare(kinds[b].bytes, kinds[a].bytes) })
+	parts := make([]string, 0, len(names))
+	for _, k := range names {
+		c := kinds[k]
+		parts = append(parts, fmt.Sprintf("%s %.1f %% (%d events, %d B each)", k, 100*float64(c.bytes)/float64(total), c.events, c.bytes/c.events))
+	}
+	return strings.Join(parts, ", ")
 }
