@@ -1,6 +1,8 @@
 package felix
 
 import (
+	"context"
+
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/feed"
 )
@@ -27,12 +29,27 @@ func (c FeedConsumer) Options() []feed.SubOption {
 // SubscribedKinds is every kind felix needs from the feed.
 func (c FeedConsumer) SubscribedKinds() []api.Kind { return c.f.dispatch().SubscribedKinds() }
 
-// OnBatch implements feed.Consumer. It hands b to felix's Run loop and
-// returns once the loop has taken it (not programmed it): felix keeps no
-// backlog of its own, so a felix behind the feed is behind in the
-// feed's queue, under its limit, and a wedged loop is a stalled consumer
-// there (feed.Stalled). Before Run starts and between Runs it waits.
-func (c FeedConsumer) OnBatch(b feed.Batch) { c.f.batches <- b }
+// OnBatch implements feed.Consumer: OnBatchContext with no end.
+func (c FeedConsumer) OnBatch(b feed.Batch) { c.OnBatchContext(context.Background(), b) }
+
+// OnBatchContext implements feed.ContextConsumer. It hands b to felix's
+// Run loop and returns once the loop has taken it (not programmed it):
+// felix keeps no backlog of its own, so a felix behind the feed is
+// behind in the feed's queue, under its limit, and a wedged loop is a
+// stalled consumer there (feed.Stalled). Before Run starts and between
+// Runs it waits: the next Run takes b. It gives up only when ctx (the
+// feed's Run) ends, so a felix whose Run stopped first (the daemon's
+// shutdown reached it before the feed) no longer keeps the feed from
+// returning. It does not give up when felix's Run ends: a batch dropped
+// then would be missing from the next Run's state, while one dropped
+// when the feed stops is not (a feed that runs again starts from a
+// snapshot).
+func (c FeedConsumer) OnBatchContext(ctx context.Context, b feed.Batch) {
+	select {
+	case c.f.batches <- b:
+	case <-ctx.Done():
+	}
+}
 
 // dispatch turns a batch into the input methods' calls, in order.
 func (f *Felix) dispatch() feed.Dispatch {

@@ -11,6 +11,7 @@ import (
 	"github.com/routed-net/routed/felix/internal/nstest"
 	"github.com/routed-net/routed/internal/dstest"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/feed"
 	"github.com/routed-net/routed/pkg/ipam"
 )
@@ -50,16 +51,7 @@ func TestFeedBacklogStaysInTheFeed(t *testing.T) {
 	n := nstest.New(t)
 	n.Veth(t, "eth0", "eth0peer")
 	n.AddAddr(t, "eth0", "192.0.2.1/24")
-	f, err := felix.New(felix.Config{
-		Features: felix.Features{DisablePolicy: true}, NodeName: "node-a", NetNSPath: n.Path(),
-		ResyncInterval: time.Minute, MTUFile: filepath.Join(t.TempDir(), "mtu"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd := feed.New(ds, feed.Options{})
-	fc := f.Consumer()
-	fd.Subscribe("felix", fc.SubscribedKinds(), fc)
+	f, fd := feedFelix(t, ds, n)
 	fctx, stopFeed := context.WithCancel(ctx)
 	fdone := make(chan struct{})
 	go func() { _ = fd.Run(fctx); close(fdone) }()
@@ -138,5 +130,79 @@ func TestFeedBacklogStaysInTheFeed(t *testing.T) {
 	defer cancel()
 	if _, err := f.LocalEndpoints(lctx); err != nil {
 		t.Fatalf("the restarted loop does not answer: %v", err)
+	}
+}
+
+// feedFelix is node-a's felix in n, without policy, and a node feed of
+// ds with felix subscribed ("felix"); neither runs yet.
+func feedFelix(t *testing.T, ds *datastore.Client, n *nstest.NS) (*felix.Felix, *feed.Feed) {
+	t.Helper()
+	f, err := felix.New(felix.Config{
+		Features: felix.Features{DisablePolicy: true}, NodeName: "node-a", NetNSPath: n.Path(),
+		ResyncInterval: time.Minute, MTUFile: filepath.Join(t.TempDir(), "mtu"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := feed.New(ds, feed.Options{})
+	fc := f.Consumer()
+	fd.Subscribe("felix", fc.SubscribedKinds(), fc, fc.Options()...)
+	return f, fd
+}
+
+// TestFeedStopsWithBatchForStoppedFelix: the daemon's shutdown reaches
+// felix's Run before the node feed, and a change arrives for felix in
+// between, so the feed's delivery goroutine waits in felix's consumer
+// for a loop that is gone. The feed's Run still returns once its own
+// context ends (it used to wait for that goroutine forever, and the
+// daemon's shutdown for its whole --shutdown-timeout).
+func TestFeedStopsWithBatchForStoppedFelix(t *testing.T) {
+	ds := dstest.Client(t)
+	ctx := context.Background()
+	for _, r := range []api.Resource{pool("p", "10.244.0.0/16", "Never", false), node("node-a", "192.0.2.1/24", "")} {
+		if _, err := ds.Apply(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, fd := feedFelix(t, ds, nstest.New(t))
+	fctx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	fdone := make(chan error, 1)
+	go func() { fdone <- fd.Run(fctx) }()
+	rctx, stopRun := context.WithCancel(ctx)
+	rdone := make(chan error, 1)
+	go func() { rdone <- f.Run(rctx) }()
+
+	// The snapshot is taken: nothing waits.
+	nstest.Eventually(t, 20*time.Second, func() string {
+		if !fd.Synced() {
+			return "the feed has no snapshot"
+		}
+		if name, _ := fd.Stalled(time.Now(), 0); name != "" {
+			return "the snapshot waits for " + name
+		}
+		return ""
+	})
+	stopRun()
+	if err := <-rdone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("felix's Run returned %v", err)
+	}
+	if _, err := ds.Apply(ctx, node("node-b", "192.0.2.2/24", "")); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 20*time.Second, func() string {
+		if name, _ := fd.Stalled(time.Now(), 0); name != "felix" {
+			return "the change does not wait in felix's consumer (stalled: " + name + ")"
+		}
+		return ""
+	})
+	stopFeed()
+	select {
+	case err := <-fdone:
+		if err != nil {
+			t.Errorf("the feed's Run returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the feed's Run did not return 5 s after its context ended: its delivery goroutine waits in felix's OnBatch")
 	}
 }

@@ -96,6 +96,18 @@ type Consumer interface {
 	OnBatch(Batch)
 }
 
+// ContextConsumer is a Consumer whose call may wait for something
+// outside the feed (felix hands each batch to its loop, which may have
+// stopped). The feed calls OnBatchContext instead of OnBatch, with a
+// context that ends when Run is stopping; the call returns then,
+// dropping the batch. That loses no state: nothing is delivered after
+// Run returns, and a feed that runs again starts every consumer from a
+// snapshot (a list, or the cache brought up to date).
+type ContextConsumer interface {
+	Consumer
+	OnBatchContext(ctx context.Context, b Batch)
+}
+
 // Gate judges the datastore before the consumers follow it.
 type Gate interface {
 	// Admit reports whether consumers may follow the datastore whose

@@ -278,7 +278,12 @@ func (s *sub) deliver(ctx context.Context) {
 				return
 			}
 			s.busySince.Store(time.Now().UnixNano())
-			s.c.OnBatch(decodeBatch(snapshot, rev, items, s.undecoded))
+			b := decodeBatch(snapshot, rev, items, s.undecoded)
+			if cc, ok := s.c.(ContextConsumer); ok {
+				cc.OnBatchContext(ctx, b)
+			} else {
+				s.c.OnBatch(b)
+			}
 			s.busySince.Store(0)
 		}
 	}
