@@ -98,12 +98,13 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 	cert, key := pki.IssueClient(t, "routed-node")
 	var writers []*io.PipeWriter
 	done := make(chan int, flowagg.MaxConcurrentBatches)
-	for range flowagg.MaxConcurrentBatches {
+	for i := range flowagg.MaxConcurrentBatches {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
-		go func() { _, _ = pw.Write([]byte(`{"node":"node-a",`)) }()
+		node := fmt.Sprintf("node-%d", i) // nodes of their own: a node name holds MaxConnsPerNode connections
+		go func() { _, _ = pw.Write([]byte(fmt.Sprintf(`{"node":%q,`, node))) }()
 		c := client(t, pki, cert, key)
-		go func() { done <- postBody(t, c, a.url, "node-a", pr) }()
+		go func() { done <- postBody(t, c, a.url, node, pr) }()
 	}
 	t.Cleanup(func() {
 		for _, w := range writers {

@@ -52,8 +52,10 @@ type Config struct {
 	// a follower's stream only writes, and outlives it); IdleTimeout
 	// closes idle keep-alive connections (0: 60 s).
 	ReadTimeout, IdleTimeout time.Duration
-	// MaxConns bounds the connections open at once (0: MaxConns).
-	MaxConns int
+	// MaxConns bounds the nodes' connections (0: MaxConns),
+	// MaxReaderConns the signed-in readers' (0: MaxReaderConns) and
+	// MaxPendingConns those not yet authenticated (0: MaxPendingConns).
+	MaxConns, MaxReaderConns, MaxPendingConns int
 	// MaxEntries and MaxAge bound the window (0: 100,000 and 1 h).
 	MaxEntries int
 	MaxAge     time.Duration
@@ -72,6 +74,8 @@ type Server struct {
 	batchSlots chan struct{}
 	// sessions are the page's, created by the sign-in form.
 	sessions sessions
+	// conns are Serve's connection budgets (nil: served otherwise).
+	conns *connLimit
 }
 
 // NewServer reads the token and sets up the window.
@@ -98,6 +102,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = MaxConns
+	}
+	if cfg.MaxReaderConns == 0 {
+		cfg.MaxReaderConns = MaxReaderConns
+	}
+	if cfg.MaxPendingConns == 0 {
+		cfg.MaxPendingConns = MaxPendingConns
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 60 * time.Second
@@ -146,13 +156,15 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, tls.NewListener(ln, tc))
 }
 
-// Serve serves on a TLS listener until ctx ends, at most cfg.MaxConns
-// connections at once; a request must arrive within ReadTimeout.
+// Serve serves on a TLS listener until ctx ends, within the connection
+// budgets (limitlisten.go); a request must arrive within ReadTimeout.
+// A Server serves one listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	lim := limitConns(ln, s.cfg.MaxConns)
+	lim := limitConns(ln, s.cfg.MaxPendingConns, s.cfg.MaxConns, s.cfg.MaxReaderConns)
+	s.conns = lim
 	ln = lim
-	srv := &http.Server{Handler: s.Handler(), ConnState: lim.connState, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: s.cfg.ReadTimeout,
-		IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
+	srv := &http.Server{Handler: s.Handler(), ConnState: lim.connState, ConnContext: lim.connContext, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: s.cfg.ReadTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -209,6 +221,10 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	case !slices.Contains(s.cfg.NodeIdentities, id) && id != node:
 		refuseUnread(w, fmt.Sprintf("flowagg: identity %q may not send node %q's flows", id, node), http.StatusForbidden)
 		return
+	case !s.promote(r, classNode, node):
+		w.Header().Set("Retry-After", "1")
+		refuseUnread(w, fmt.Sprintf("flowagg: the nodes' connections are all taken (%d, %d for node %q); send again", s.cfg.MaxConns, MaxConnsPerNode, node), http.StatusServiceUnavailable)
+		return
 	}
 	select {
 	case s.batchSlots <- struct{}{}:
@@ -252,6 +268,22 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// promote moves r's connection to class's budget (limitlisten.go).
+func (s *Server) promote(r *http.Request, class connClass, node string) bool {
+	return s.conns == nil || s.conns.promote(r, class, node)
+}
+
+// admitReader moves an authorized reader's connection to the readers'
+// budget, or refuses the request (false) when it is full.
+func (s *Server) admitReader(w http.ResponseWriter, r *http.Request) bool {
+	if s.promote(r, classReader, "") {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	refuseUnread(w, fmt.Sprintf("flowagg: the readers' connections are all taken (%d)", s.cfg.MaxReaderConns), http.StatusServiceUnavailable)
+	return false
+}
+
 // refuseUnread answers a request whose body was not read and closes
 // the connection: net/http would otherwise read up to 256 KiB of the
 // body before answering, and wait on a sender that trickles it.
@@ -274,6 +306,9 @@ func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			http.Error(w, "flowagg: a reader's token is required", http.StatusUnauthorized)
+			return
+		}
+		if !s.admitReader(w, r) {
 			return
 		}
 		h(w, r)
@@ -326,6 +361,9 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(r) {
 		setPageHeaders(w.Header(), loginCSP)
 		_, _ = w.Write([]byte(loginPage))
+		return
+	}
+	if !s.admitReader(w, r) {
 		return
 	}
 	setPageHeaders(w.Header(), indexCSP)

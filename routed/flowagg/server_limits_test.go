@@ -117,11 +117,11 @@ func TestFollowOutlivesReadTimeout(t *testing.T) {
 	t.Fatalf("the follower's stream ended without the flow sent after the read timeout: %v", sc.Err())
 }
 
-// TestConnectionCap: past MaxConns open connections the aggregator
-// serves no more until one closes.
+// TestConnectionCap: past MaxPendingConns connections not yet
+// authenticated the aggregator serves no more until one closes.
 func TestConnectionCap(t *testing.T) {
 	pki := testpki.New(t)
-	a := startAggregatorWith(t, pki, "", func(c *flowagg.Config) { c.MaxConns = 2 })
+	a := startAggregatorWith(t, pki, "", func(c *flowagg.Config) { c.MaxPendingConns = 2 })
 	held := []net.Conn{}
 	for range 2 {
 		c, err := net.Dial("tcp", a.addr)

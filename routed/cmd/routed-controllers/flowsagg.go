@@ -53,5 +53,8 @@ anonymous client but the sign-in form. See docs/flows.md.`,
 	f.StringVar(&ids, "node-identities", "", "comma-separated client certificate names that may send any node's flows (default routed-node; none: only per-node certificates, CN the node's name)")
 	f.IntVar(&cfg.MaxEntries, "max-entries", 0, "entries the window keeps (default 100000)")
 	f.DurationVar(&cfg.MaxAge, "max-age", 0, "age past which entries leave the window (default 1h)")
+	f.IntVar(&cfg.MaxConns, "max-conns", flowagg.MaxConns, "nodes' connections held at once (a node holds one; past it a node is answered 503 and retries)")
+	f.IntVar(&cfg.MaxReaderConns, "max-reader-conns", flowagg.MaxReaderConns, "signed-in readers' connections held at once (routedctl flows, the page)")
+	f.IntVar(&cfg.MaxPendingConns, "max-pending-conns", flowagg.MaxPendingConns, "connections not yet authenticated held at once (more wait in the accept queue)")
 	return cmd
 }
