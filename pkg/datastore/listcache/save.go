@@ -23,10 +23,21 @@ import (
 // cluster's file does not take a core in bursts while the node runs
 // (the save on the way out is not paced).
 func (c *Cache) save(ctx context.Context, paced bool) error {
-	if err := c.commitPending(); err != nil {
-		return err
+	for {
+		if err := c.commitPending(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.pending == nil {
+			break
+		}
+		// A list finished while the one before it was put in place
+		// (outside the lock): it is the base now, the changes held are
+		// its, and the file is not; put it in place first (merging
+		// into the older file failed its revision check, and the cache
+		// followed nothing more until the next list).
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
 	if !c.valid || c.rev == c.savedRev {
 		c.mu.Unlock()
 		return nil
@@ -81,6 +92,9 @@ func (c *Cache) commitPending() error {
 	c.mu.Unlock()
 	if lw == nil {
 		return nil
+	}
+	if c.committing != nil {
+		c.committing()
 	}
 	start := time.Now()
 	size, err := lw.commit(c.opt.Path)
