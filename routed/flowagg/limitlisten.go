@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Connection budgets. A connection is pending from its accept until a
@@ -30,6 +31,13 @@ const (
 	// authenticated it holds (TLS handshake, first request); more wait
 	// in the kernel's accept queue until one is authenticated or closes.
 	MaxPendingConns = 256
+	// PendingIdleTimeout closes a connection not yet authenticated
+	// that waits for its next request (the sign-in form loaded, a 401):
+	// only nodes and readers keep theirs for the idle timeout.
+	PendingIdleTimeout = 2 * time.Second
+	// pendingBodyTimeout bounds reading the body of a request that does
+	// not authenticate (the sign-in form, at most 4 KiB).
+	pendingBodyTimeout = 5 * time.Second
 	// MaxConnsPerNode bounds one node name's connections, so one
 	// certificate of the CA cannot take the nodes' budget (a node's
 	// sender holds one).
@@ -64,7 +72,8 @@ type connLimit struct {
 // connEntry is what one connection holds.
 type connEntry struct {
 	class connClass
-	node  string // classNode: the node it sends for
+	node  string      // classNode: the node it sends for
+	idle  *time.Timer // classPending, idle: closes it after PendingIdleTimeout
 }
 
 // limitConns wraps ln; srv's ConnState must be connState and its
@@ -88,21 +97,30 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// connState is the http.Server's ConnState: a closed (or hijacked)
-// connection frees what it holds; each connection reaches one of them
-// once.
+// connState is the http.Server's ConnState: a pending connection gone
+// idle is closed after PendingIdleTimeout unless a request comes; a
+// closed (or hijacked) connection frees what it holds (each connection
+// reaches one of them once).
 func (l *connLimit) connState(c net.Conn, st http.ConnState) {
-	if st != http.StateClosed && st != http.StateHijacked {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.conns[c]
 	if e == nil {
 		return
 	}
-	delete(l.conns, c)
-	l.releaseLocked(e)
+	if e.idle != nil {
+		e.idle.Stop()
+		e.idle = nil
+	}
+	switch st {
+	case http.StateIdle:
+		if e.class == classPending {
+			e.idle = time.AfterFunc(PendingIdleTimeout, func() { _ = c.Close() })
+		}
+	case http.StateClosed, http.StateHijacked:
+		delete(l.conns, c)
+		l.releaseLocked(e)
+	}
 }
 
 func (l *connLimit) releaseLocked(e *connEntry) {

@@ -381,6 +381,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		refuseUnread(w, "flowagg: sign in with the form (application/x-www-form-urlencoded)", http.StatusUnsupportedMediaType)
 		return
 	}
+	// The form is anonymous: its connection is pending, and must not
+	// hold its slot for the whole ReadTimeout.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(pendingBodyTimeout))
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
 		code := http.StatusBadRequest
