@@ -223,6 +223,12 @@ func (s *stream) checkResume(ctx context.Context) error {
 	}
 	log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "delivered": s.rev, "etcd": resp.Header.Revision}).Warn("cannot resume the watch; listing again")
 	s.rev = 0
+	if s.o.Cache != nil && s.cu == nil {
+		// At once, not at the list's first page: that may be long in
+		// coming (etcd just came back), and until then the cache would
+		// write the lost history's copy.
+		s.o.Cache.HistoryLost(s.reason)
+	}
 	return nil
 }
 

@@ -75,6 +75,11 @@ type StreamCache interface {
 	// Discarded says the loaded copy was not used, and why: the stream
 	// lists instead.
 	Discarded(reason ListReason)
+	// HistoryLost says the running stream found the history it followed
+	// gone from etcd (another cluster, a rollback, a diverged history):
+	// nothing the cache holds of it may be written again. A list
+	// follows. (A loaded copy not delivered yet is Discarded instead.)
+	HistoryLost(reason ListReason)
 	// Restored says the loaded copy, brought up to rev, was delivered
 	// as the list.
 	Restored(rev int64, took time.Duration)

@@ -80,6 +80,7 @@ func (c *callCache) Listed(int64, uint64)             { c.record("listed") }
 func (c *callCache) Changed([]*clientv3.Event, int64) {}
 func (c *callCache) Discarded(r ListReason)           { c.record("discarded " + string(r)) }
 func (c *callCache) Restored(int64, time.Duration)    { c.record("restored") }
+func (c *callCache) HistoryLost(r ListReason)         { c.record("history lost " + string(r)) }
 
 func (c *callCache) snapshot() []string {
 	c.mu.Lock()

@@ -443,6 +443,21 @@ func (c *Cache) Discarded(reason datastore.ListReason) {
 	c.mu.Unlock()
 }
 
+// HistoryLost implements datastore.StreamCache: what the cache holds
+// (the changes, a list not yet in place) is of a history etcd no longer
+// has, and nothing more of it is written until the next list. A write
+// under way keeps nothing of what it wrote (a new generation); the file
+// on disk stays as it is, and a restart's resume checks judge it as
+// they judge any file.
+func (c *Cache) HistoryLost(reason datastore.ListReason) {
+	c.mu.Lock()
+	c.abortLocked()
+	c.valid, c.gen = false, c.gen+1
+	c.changes.close()
+	c.mu.Unlock()
+	c.log.WithField("reason", reason).Warn("the datastore's history the cache follows is gone; nothing more is written until the next list")
+}
+
 // Restored implements datastore.StreamCache.
 func (c *Cache) Restored(rev int64, took time.Duration) {
 	c.m.restores.Inc()

@@ -114,25 +114,34 @@ func TestSaveMergesChangesIntoTheFile(t *testing.T) {
 }
 
 // TestDiscardedCacheWritesNothing: after the stream discarded the
-// loaded file, changes are not merged into it (they belong to no base)
-// until the next list.
+// loaded file, or found the history it followed gone, neither the
+// changes held nor later ones are merged into the file (they belong to
+// no base) until the next list.
 func TestDiscardedCacheWritesNothing(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cache")
-	c, _ := New(Options{Path: path})
-	c.Load(prefix, parts, probeKey)
-	list(c, []*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
-	if err := c.save(context.Background(), true); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := os.ReadFile(path)
-	c.Discarded(datastore.ListCompacted)
-	c.Changed([]*clientv3.Event{putEv(epPart+"a", "a", 9)}, 9)
-	if err := c.save(context.Background(), true); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := os.ReadFile(path)
-	if string(before) != string(after) {
-		t.Fatal("a discarded cache was written")
+	for name, drop := range map[string]func(*Cache){
+		"discarded":    func(c *Cache) { c.Discarded(datastore.ListCompacted) },
+		"history lost": func(c *Cache) { c.HistoryLost(datastore.ListRolledBack) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cache")
+			c, _ := New(Options{Path: path})
+			c.Load(prefix, parts, probeKey)
+			list(c, []*mvccpb.KeyValue{kv(probeKey, "ci", 2)}, 5, 1)
+			if err := c.save(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(path)
+			c.Changed([]*clientv3.Event{putEv(epPart+"a", "a", 8)}, 8)
+			drop(c)
+			c.Changed([]*clientv3.Event{putEv(epPart+"b", "b", 9)}, 9)
+			if err := c.save(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := os.ReadFile(path)
+			if string(before) != string(after) {
+				t.Fatal("changes were written after the cache was dropped")
+			}
+		})
 	}
 }
 
