@@ -83,7 +83,11 @@ func computePlan(cfg *Config, s *state) *plan {
 	if cfg.Features.DisableIPIP {
 		p.ipip = false
 	}
-	p.initWireguard(cfg, s)
+	p.initWireguard(cfg, s, pools)
+	var owners map[netip.Prefix]string
+	if p.wg[wg4].on || p.wg[wg6].on {
+		owners = ipamOwners(cfg.NodeName, s)
+	}
 
 	// Lowest precedence first; later writes win. Learned routes pass the
 	// import guard first (guard.go).
@@ -93,7 +97,10 @@ func computePlan(cfg *Config, s *state) *plan {
 			p.rejected[dst] = rej
 			continue
 		}
-		if r, ok := p.wgRoute(pools, dst, lr.nextHop, ""); ok {
+		// Through WireGuard, to the node IPAM gives the block or the
+		// borrowed address when it does: not to whichever node's
+		// address a route names as its next hop.
+		if r, ok := p.wgRoute(pools, dst, lr.nextHop, owners[dst]); ok {
 			p.routes[dst] = r
 			continue
 		}

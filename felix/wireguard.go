@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
@@ -128,32 +129,37 @@ type wgPlan struct {
 	// does not hold for the node ("node address": why;
 	// wireguard_ipam.go).
 	refused map[string]string
+	// shared are the prefixes two peers' allowed IPs would hold, given
+	// to neither ("node prefix": why; dropShared).
+	shared map[string]string
 }
 
 // initWireguard fills the plan's WireGuard part from the nodes: every
 // other node with an address of the family is reachable over the
-// device when it published a key.
-func (p *plan) initWireguard(cfg *Config, s *state) {
+// device when it published a key. A Node record's address is its own
+// claim, so one that cannot be a node's is held rather than trusted: an
+// address in an IP pool (a pod's: as the peer's allowed IP it would be
+// more specific than the pod's block, and its traffic would go to that
+// peer) and an address two Node records claim (a stale record of a
+// node whose address a new one reuses, or a forged one: each Apply
+// would hand it, and the blocks routed through it, to the other).
+func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 	for fam := range p.wg {
 		w := &p.wg[fam]
 		*w = wgPlan{on: s.wg.on[fam], ready: s.wg.ready[fam], allowClear: cfg.WireGuard.AllowClear,
 			dev: wireguard.DeviceV4, port: cfg.WireGuard.Port, src: s.wg.src[fam],
 			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{},
-			refused: map[string]string{}}
+			refused: map[string]string{}, shared: map[string]string{}}
 		if fam == wg6 {
 			w.dev, w.port = wireguard.DeviceV6, cfg.WireGuard.PortV6
 		}
 		if !w.on {
 			continue
 		}
-		seen := map[wgtypes.Key]string{s.wg.own[fam]: cfg.NodeName}
-		// By name: of two nodes with one key, the first keeps it, the
-		// same on every run and every node.
+		addrs := map[string]netip.Addr{}
+		claims := map[netip.Addr][]string{}
 		for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
 			n := s.nodes[name]
-			if name == cfg.NodeName {
-				continue
-			}
 			a, ok := n.Address()
 			if fam == wg6 {
 				a, ok = n.Address6()
@@ -161,13 +167,41 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 			if !ok || (fam == wg4) != a.Addr().Is4() {
 				continue
 			}
-			w.byAddr[a.Addr()] = name
+			addrs[name] = a.Addr()
+			claims[a.Addr()] = append(claims[a.Addr()], name)
+		}
+		seen := map[wgtypes.Key]string{s.wg.own[fam]: cfg.NodeName}
+		// By name: of two nodes with one key, the first keeps it, the
+		// same on every run and every node.
+		for _, name := range slices.Sorted(maps.Keys(addrs)) {
+			a := addrs[name]
+			if name == cfg.NodeName {
+				continue
+			}
+			// Held nodes stay in byAddr: a route whose next hop is
+			// their address is then held too, not sent in clear.
+			w.byAddr[a] = name
+			if pl := poolOf(pools, a); pl != nil {
+				w.held[name] = "its address " + a.String() + " lies in IP pool " + pl.cidr.String() + " (a pod's address, not a node's)"
+				continue
+			}
+			if others := slices.DeleteFunc(slices.Clone(claims[a]), func(o string) bool { return o == name }); len(others) > 0 {
+				w.held[name] = "its address " + a.String() + " is also claimed by node " + strings.Join(others, ", ") + " (a stale or forged Node record)"
+				continue
+			}
+			n := s.nodes[name]
 			pub := n.Status.WireguardPublicKey
 			if fam == wg6 {
 				pub = n.Status.WireguardPublicKeyV6
 			}
+			if pub == "" {
+				continue
+			}
 			key, err := wgtypes.ParseKey(pub)
-			if pub == "" || err != nil {
+			if err != nil {
+				// Not keyless: it wants encryption; clear text is not
+				// what AllowClear allows for it.
+				w.held[name] = "its published WireGuard key does not parse: " + err.Error()
 				continue
 			}
 			if other, dup := seen[key]; dup {
@@ -177,10 +211,40 @@ func (p *plan) initWireguard(cfg *Config, s *state) {
 			}
 			seen[key] = name
 			w.peers[name] = &wireguard.Peer{Node: name, PublicKey: key,
-				Endpoint:   netip.AddrPortFrom(a.Addr(), uint16(w.port)),
-				AllowedIPs: []netip.Prefix{netip.PrefixFrom(a.Addr(), a.Addr().BitLen())}}
+				Endpoint:   netip.AddrPortFrom(a, uint16(w.port)),
+				AllowedIPs: []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}}
 		}
 	}
+}
+
+// ipamOwners are the other nodes IPAM gives each confirmed block and
+// each borrowed address to (this node's own are left out: WireGuard
+// does not route them).
+func ipamOwners(self string, s *state) map[netip.Prefix]string {
+	out := map[netip.Prefix]string{}
+	for _, a := range s.affinities {
+		if a.State == AffinityConfirmed && a.CIDR.IsValid() && a.Node != self {
+			out[a.CIDR.Masked()] = a.Node
+		}
+	}
+	for _, addrs := range s.borrowed {
+		for a, node := range addrs {
+			if node != self {
+				out[netip.PrefixFrom(a, a.BitLen())] = node
+			}
+		}
+	}
+	return out
+}
+
+// poolOf is the pool holding a, or nil.
+func poolOf(pools []*pool, a netip.Addr) *pool {
+	for _, pl := range pools {
+		if pl.cidr.Contains(a) {
+			return pl
+		}
+	}
+	return nil
 }
 
 // heldNoKey is why pod traffic to a node without a key is held.
@@ -266,6 +330,32 @@ func (p *plan) finishWireguard(cfg *Config, s *state, pools []*pool) {
 			}
 			wireguard.SortPrefixes(peer.AllowedIPs)
 			peer.AllowedIPs = compactPrefixes(peer.AllowedIPs)
+		}
+		p.wg[fam].dropShared()
+	}
+}
+
+// dropShared takes every prefix two peers' allowed IPs hold from all of
+// them, and notes why in shared. WireGuard gives a prefix to one peer
+// only: configured for two, the last one written takes it, the other
+// then differs from the plan, and every Apply hands it back and forth.
+// With no peer holding it the device drops its traffic, which the
+// routes still send there: held, never in clear.
+func (w *wgPlan) dropShared() {
+	holders := map[netip.Prefix][]string{}
+	for _, name := range slices.Sorted(maps.Keys(w.peers)) {
+		for _, pfx := range w.peers[name].AllowedIPs {
+			holders[pfx] = append(holders[pfx], name)
+		}
+	}
+	for pfx, names := range holders {
+		if len(names) < 2 {
+			continue
+		}
+		for _, name := range names {
+			peer := w.peers[name]
+			peer.AllowedIPs = slices.DeleteFunc(peer.AllowedIPs, func(q netip.Prefix) bool { return q == pfx })
+			w.shared[name+" "+pfx.String()] = pfx.String() + " is routed to nodes " + strings.Join(names, " and ") + " at once: neither peer gets it, its traffic is held"
 		}
 	}
 }

@@ -30,6 +30,7 @@ type wgState struct {
 	published  [2]string            // public keys last handed to PublishKeys
 	held       [2]map[string]string // last held nodes, for logging changes
 	refused    [2]map[string]string // last refused tunnel addresses, for logging changes
+	shared     [2]map[string]string // last prefixes given to no peer (wgPlan.shared), for logging changes
 	published0 bool                 // PublishKeys was called at least once
 	addr       [2]netip.Addr        // the address on each device (wireguard_addr.go)
 	host       wgHostState          // host encryption (wireguard_host.go)
@@ -223,23 +224,39 @@ func (l *loop) logHeld() {
 
 // logRefused says once, per node and address, that a tunnel address its
 // Node claims is ignored because IPAM does not hold it for the node
-// (wireguard_ipam.go), and when that ends.
+// (wireguard_ipam.go), and when that ends; and the same of prefixes
+// given to no peer because two would hold them (wgPlan.dropShared).
 func (l *loop) logRefused() {
 	w := l.f.wg
 	for fam := range w.refused {
-		now := l.plan.wg[fam].refused
-		for key, why := range now {
-			if w.refused[fam][key] != why {
-				l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev}).Warn("ignoring a tunnel address the node's record claims: " + why)
-			}
+		log := func(key string) *logrus.Entry {
+			return l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev})
 		}
-		for key := range w.refused[fam] {
-			if _, still := now[key]; !still {
-				l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev}).Info("tunnel address no longer ignored (IPAM holds it for the node, or the node no longer claims it): " + key)
-			}
-		}
-		w.refused[fam] = maps.Clone(now)
+		logChanges(&w.refused[fam], l.plan.wg[fam].refused,
+			func(key, why string) { log(key).Warn("ignoring a tunnel address the node's record claims: " + why) },
+			func(key string) {
+				log(key).Info("tunnel address no longer ignored (IPAM holds it for the node, or the node no longer claims it): " + key)
+			})
+		logChanges(&w.shared[fam], l.plan.wg[fam].shared,
+			func(key, why string) { log(key).Warn("WireGuard: holding traffic to a prefix: " + why) },
+			func(key string) { log(key).Info("WireGuard: prefix no longer held, one peer has it: " + key) })
 	}
+}
+
+// logChanges calls added for each key of now new or changed since last,
+// gone for each key of last not in now, and then keeps now in last.
+func logChanges(last *map[string]string, now map[string]string, added func(key, why string), gone func(key string)) {
+	for key, why := range now {
+		if (*last)[key] != why {
+			added(key, why)
+		}
+	}
+	for key := range *last {
+		if _, still := now[key]; !still {
+			gone(key)
+		}
+	}
+	*last = maps.Clone(now)
 }
 
 // SetWireguard turns encryption on or off per family while felix runs

@@ -156,10 +156,7 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			d.have = nil
 			return link, fmt.Errorf("wireguard: configuring %s: %w", d.Name, err)
 		}
-		d.nodes = make(map[wgtypes.Key]string, len(d.want.Peers))
-		for k, p := range d.want.Peers {
-			d.nodes[k] = p.Node
-		}
+		d.noteNodes()
 		if rekeyed > 0 {
 			d.log.WithField("peers", rekeyed).Info("WireGuard: a peer's key was replaced; greeting it at once")
 		}
@@ -177,6 +174,10 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 			return link, fmt.Errorf("wireguard: reading %s: %w", d.Name, err)
 		}
 		d.log.WithField("changes", changes).Debug("WireGuard device updated")
+	} else {
+		// Already as wanted (a device adopted at a restart): its peers'
+		// nodes are known all the same, for a key replaced next.
+		d.noteNodes()
 	}
 	if err := d.applyRegreets(); err != nil {
 		return link, err
@@ -217,6 +218,14 @@ func kick(cfg *wgtypes.Config, own wgtypes.Key, all bool) bool {
 		}
 	}
 	return any
+}
+
+// noteNodes records the node of each peer the device now has.
+func (d *Device) noteNodes() {
+	d.nodes = make(map[wgtypes.Key]string, len(d.want.Peers))
+	for k, p := range d.want.Peers {
+		d.nodes[k] = p.Node
+	}
 }
 
 // nodeOf is the node of a wanted peer, or of one as last configured.

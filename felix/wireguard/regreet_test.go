@@ -33,14 +33,7 @@ func (r *recorder) kind() string                   { return "recorder" }
 // once), then given its wanted keepalive, in three separate writes; a
 // peer no longer wanted is forgotten; nothing is written twice.
 func TestRegreetRemakesPeer(t *testing.T) {
-	key := func() wgtypes.Key {
-		k, err := wgtypes.GeneratePrivateKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k.PublicKey()
-	}
-	p, gone := key(), key()
+	p, gone := testPublicKey(t), testPublicKey(t)
 	r := &recorder{}
 	d := &Device{Name: "wg.test", dev: r, log: log}
 	d.want.Peers = map[wgtypes.Key]Peer{p: {Node: "node-b", PublicKey: p, Endpoint: netip.MustParseAddrPort("192.0.2.2:51820"),
