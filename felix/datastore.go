@@ -17,6 +17,10 @@ var SyncKinds = append(append([]api.Kind{api.KindIPPool, api.KindNode, api.KindW
 // addresses, in one ordered stream.
 type FeedConsumer struct{ f *Felix }
 
+// The feed finds OnBatchContext by this interface: a wrapper around
+// FeedConsumer would hide it and bring back the wait for a stopped loop.
+var _ feed.ContextConsumer = FeedConsumer{}
+
 // Consumer returns felix's subscription to the node feed.
 func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
 
