@@ -96,21 +96,11 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 	pki := testpki.New(t)
 	a := startAggregator(t, pki, "")
 	cert, key := pki.IssueClient(t, "routed-node")
-	var writers []*io.PipeWriter
-	done := make(chan int, flowagg.MaxConcurrentBatches)
+	var nodes []string
 	for i := range flowagg.MaxConcurrentBatches {
-		pr, pw := io.Pipe()
-		writers = append(writers, pw)
-		node := fmt.Sprintf("node-%d", i) // nodes of their own: a node name holds MaxConnsPerNode connections
-		go func() { _, _ = pw.Write([]byte(fmt.Sprintf(`{"node":%q,`, node))) }()
-		c := client(t, pki, cert, key)
-		go func() { done <- postBody(t, c, a.url, node, pr) }()
+		nodes = append(nodes, fmt.Sprintf("node-%d", i)) // one batch a node is taken at once
 	}
-	t.Cleanup(func() {
-		for _, w := range writers {
-			w.Close()
-		}
-	})
+	done, end := stallBodies(t, pki, a, cert, key, nodes)
 	c := client(t, pki, cert, key)
 	// The open requests first: a probe sent while they still arrive
 	// takes a slot itself and one of them is refused (seen under load:
@@ -124,9 +114,7 @@ func TestBatchConcurrencyBounded(t *testing.T) {
 	if code := postBody(t, c, a.url, "node-a", strings.NewReader(emptyFlows("node-a", 1))); code != http.StatusServiceUnavailable {
 		t.Fatalf("with %d batch requests open, one more: %d, want 503", flowagg.MaxConcurrentBatches, code)
 	}
-	for _, w := range writers {
-		w.Close() // the open batches end (malformed): their slots free
-	}
+	end() // the open batches end (malformed): their slots free
 	for range flowagg.MaxConcurrentBatches {
 		<-done
 	}

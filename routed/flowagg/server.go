@@ -70,8 +70,10 @@ type Server struct {
 	token  []byte
 	window *Window
 	log    *logrus.Entry
-	// batchSlots bounds the batch requests decoded at once.
+	// batchSlots bounds the batch requests decoded at once,
+	// batchNodes to one a node.
 	batchSlots chan struct{}
+	batchNodes batchNodes
 	// sessions are the page's, created by the sign-in form.
 	sessions sessions
 	// conns are Serve's connection budgets (nil: served otherwise).
@@ -206,7 +208,8 @@ func nodeIdentity(r *http.Request) (string, bool) {
 // postBatch takes a node's batch at /v1/nodes/{node}/batches. The node
 // is in the path so the sender's identity is checked before a byte of
 // the body is read; the body is then decoded as a stream within
-// MaxBatchBytes and MaxBatchFlows, at most MaxConcurrentBatches at once.
+// MaxBatchBytes, MaxBatchFlows and BatchBodyTimeout, at most
+// MaxConcurrentBatches at once and one a node.
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	id, ok := nodeIdentity(r)
 	if !ok {
@@ -226,6 +229,12 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		refuseUnread(w, fmt.Sprintf("flowagg: the nodes' connections are all taken (%d, %d for node %q); send again", s.cfg.MaxConns, MaxConnsPerNode, node), http.StatusServiceUnavailable)
 		return
 	}
+	if !s.batchNodes.take(node) {
+		w.Header().Set("Retry-After", "1")
+		refuseUnread(w, fmt.Sprintf("flowagg: a batch of node %q is being taken already; send again", node), http.StatusServiceUnavailable)
+		return
+	}
+	defer s.batchNodes.give(node)
 	select {
 	case s.batchSlots <- struct{}{}:
 		defer func() { <-s.batchSlots }()
@@ -234,6 +243,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		refuseUnread(w, fmt.Sprintf("flowagg: %d batches are being taken already; send again", MaxConcurrentBatches), http.StatusServiceUnavailable)
 		return
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BatchBodyTimeout))
 	var b flowrec.Batch
 	if err := decodeBatch(http.MaxBytesReader(w, r.Body, MaxBatchBytes), &b); err != nil {
 		var mb *http.MaxBytesError
