@@ -103,10 +103,10 @@ type Cache struct {
 	// churn profiles (a copy of every record): only
 	// BenchmarkMergeWrite's baseline sets it.
 	mergeCopies bool
-	// committing, when set, is called by commitPending between taking
-	// the pending list and putting it in place: only
-	// TestListDuringCommit sets it.
-	committing func()
+	// committing, when set, is called by commitPending with the list
+	// it took, before putting it in place: only TestListDuringCommit
+	// sets it.
+	committing func(*listWrite)
 }
 
 // New returns a Cache on opt.Path; nothing is read until Load.

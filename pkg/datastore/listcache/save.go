@@ -94,14 +94,19 @@ func (c *Cache) commitPending() error {
 		return nil
 	}
 	if c.committing != nil {
-		c.committing()
+		c.committing(lw)
 	}
 	start := time.Now()
 	size, err := lw.commit(c.opt.Path)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
-		return err // a new list replaced this one meanwhile
+		// A new list replaced this one meanwhile: whether this one
+		// went in place or not, save puts that one in place next.
+		if err != nil {
+			c.m.saveFailures.Inc()
+		}
+		return nil
 	}
 	if err != nil {
 		// The base is lost: nothing to build on until the next list.
