@@ -108,7 +108,12 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 		}
 		return nil, d.remove(h)
 	}
-	link, err := h.LinkByName(d.Name)
+	link, err := linkByName(h, d.Name)
+	if d.dev != nil && err != nil && !errors.As(err, new(netlink.LinkNotFoundError)) {
+		// Not an answer that it is gone (a netlink error): the device
+		// and its sessions stay; the next Apply looks again.
+		return nil, fmt.Errorf("wireguard: %s: %w", d.Name, err)
+	}
 	if d.dev != nil && err != nil {
 		// Gone under us (deleted by hand, or its process died): start over.
 		d.log.WithError(err).Warn("WireGuard device disappeared; making it again")
@@ -189,6 +194,9 @@ func (d *Device) Apply(h *netlink.Handle, full bool) (netlink.Link, error) {
 	}
 	return h.LinkByName(d.Name)
 }
+
+// linkByName is (*netlink.Handle).LinkByName; a test makes it fail.
+var linkByName = (*netlink.Handle).LinkByName
 
 // kick makes a new device greet its peers at once. A device made again
 // (wireguard-go dies with routed) has no sessions while its peers still

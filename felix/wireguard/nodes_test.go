@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -111,10 +113,7 @@ func linkNS(t *testing.T, name string) *netlink.Handle {
 func TestAdoptedDeviceKnowsPeersNodes(t *testing.T) {
 	const name = "wg.nodes"
 	h := linkNS(t, name)
-	priv, err := wgtypes.GeneratePrivateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testPrivateKey(t)
 	old, replacement := testPublicKey(t), testPublicKey(t)
 	peer := func(k wgtypes.Key) map[wgtypes.Key]Peer {
 		return map[wgtypes.Key]Peer{k: {Node: "node-b", PublicKey: k, Endpoint: netip.MustParseAddrPort("192.0.2.2:51820"),
@@ -154,15 +153,18 @@ func TestAdoptedDeviceKnowsPeersNodes(t *testing.T) {
 	}
 }
 
-// testPublicKey is a new public key.
-func testPublicKey(t *testing.T) wgtypes.Key {
+// testPrivateKey is a new private key.
+func testPrivateKey(t *testing.T) wgtypes.Key {
 	t.Helper()
 	k, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.PublicKey()
+	return k
 }
+
+// testPublicKey is a new public key.
+func testPublicKey(t *testing.T) wgtypes.Key { return testPrivateKey(t).PublicKey() }
 
 // countingMirror counts writes to a mirror.
 type countingMirror struct {
@@ -173,4 +175,44 @@ type countingMirror struct {
 func (c *countingMirror) configure(cfg wgtypes.Config) error {
 	c.writes++
 	return c.mirror.configure(cfg)
+}
+
+// closeCounter is a recorder that counts close calls.
+type closeCounter struct {
+	recorder
+	closed int
+}
+
+func (c *closeCounter) close() error { c.closed++; return nil }
+
+// TestApplyKeepsDeviceOnLinkError: an error reading the link that does
+// not say it is gone (a netlink error: ENOBUFS, EINTR) fails Apply and
+// keeps the device, and its sessions, for the next one; a link that is
+// gone is made again.
+func TestApplyKeepsDeviceOnLinkError(t *testing.T) {
+	const name = "wg.linkerr"
+	h := linkNS(t, name)
+	priv := testPrivateKey(t)
+	want := Desired{Up: true, PrivateKey: priv, MTU: 1420}
+	dev := &closeCounter{}
+	d := &Device{Name: name, dev: dev, log: log, want: want}
+	linkByName = func(*netlink.Handle, string) (netlink.Link, error) { return nil, unix.ENOBUFS }
+	_, err := d.Apply(h, false)
+	linkByName = (*netlink.Handle).LinkByName
+	if !errors.Is(err, unix.ENOBUFS) {
+		t.Errorf("Apply returned %v, want the netlink error", err)
+	}
+	if dev.closed != 0 || d.dev == nil {
+		t.Errorf("the device was closed (%d times) or dropped (%v) on an error that is not its absence", dev.closed, d.dev == nil)
+	}
+
+	if err := h.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	// Making it again is not this test's (no namespace path here);
+	// the close is what shows it was taken for gone.
+	_, _ = d.Apply(h, false)
+	if dev.closed != 1 {
+		t.Errorf("a device whose link is gone was closed %d times, want 1", dev.closed)
+	}
 }
