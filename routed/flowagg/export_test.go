@@ -2,3 +2,6 @@ package flowagg
 
 // BatchesInFlight is how many batch requests hold a slot now.
 func (s *Server) BatchesInFlight() int { return len(s.batchSlots) }
+
+// Streams is how many readers' GET /v1/flows are being served now.
+func (s *Server) Streams() int { return int(s.streams.Load()) }

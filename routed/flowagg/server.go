@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -52,6 +53,10 @@ type Config struct {
 	// a follower's stream only writes, and outlives it); IdleTimeout
 	// closes idle keep-alive connections (0: 60 s).
 	ReadTimeout, IdleTimeout time.Duration
+	// WriteTimeout bounds writing a response, and each write of a
+	// reader's stream (0: 30 s): a reader that stops reading is
+	// dropped, and lets go of what it was sent.
+	WriteTimeout time.Duration
 	// MaxConns bounds the nodes' connections (0: MaxConns),
 	// MaxReaderConns the signed-in readers' (0: MaxReaderConns) and
 	// MaxPendingConns those not yet authenticated (0: MaxPendingConns).
@@ -78,6 +83,8 @@ type Server struct {
 	sessions sessions
 	// conns are Serve's connection budgets (nil: served otherwise).
 	conns *connLimit
+	// streams counts the GET /v1/flows being served.
+	streams atomic.Int64
 }
 
 // NewServer reads the token and sets up the window.
@@ -110,6 +117,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxPendingConns == 0 {
 		cfg.MaxPendingConns = MaxPendingConns
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 60 * time.Second
@@ -166,7 +176,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.conns = lim
 	ln = lim
 	srv := &http.Server{Handler: s.Handler(), ConnState: lim.connState, ConnContext: lim.connContext, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: s.cfg.ReadTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
+		ReadTimeout: s.cfg.ReadTimeout, WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -327,22 +337,31 @@ func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
 
 // getFlows writes the window's entries that pass the filter as JSON
 // lines; with follow=1 it goes on writing new ones until the client
-// leaves.
+// leaves. Each write must end within WriteTimeout: a reader that stops
+// reading would otherwise hold the entries it was sent, evicted from
+// the window or not, for as long as its connection lasts.
 func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 	f, err := ParseFilter(r.URL.Query(), time.Now())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
 	follow := r.URL.Query().Get("follow") == "1"
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
+	// The server's WriteTimeout is from the request's start: each write
+	// of the stream moves it on, the last for the response's end.
+	rc := http.NewResponseController(w)
+	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }
+	defer deadline()
 	enc := json.NewEncoder(w)
-	fl, _ := w.(http.Flusher)
 	var seq uint64
 	for {
 		entries, last, more := s.window.After(seq, f.Keep)
 		for i := range entries {
+			deadline()
 			if err := enc.Encode(&entries[i]); err != nil {
 				return
 			}
@@ -351,8 +370,9 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		if !follow {
 			return
 		}
-		if fl != nil {
-			fl.Flush()
+		deadline()
+		if rc.Flush() != nil {
+			return
 		}
 		select {
 		case <-r.Context().Done():
@@ -360,6 +380,7 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		case <-more:
 		case <-time.After(15 * time.Second):
 			// a keep-alive line, so proxies and port-forwards hold on
+			deadline()
 			if _, err := w.Write([]byte("{}\n")); err != nil {
 				return
 			}
