@@ -359,6 +359,13 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	var seq uint64
 	for {
+		// A session may end (sign-out, expiry) while it follows: the
+		// stream ends with it, at sign-out at once, at expiry within the
+		// 15 s keep-alive.
+		ended := s.sessions.ended()
+		if !s.authorized(r) {
+			return
+		}
 		entries, last, more := s.window.After(seq, f.Keep)
 		for i := range entries {
 			deadline()
@@ -378,6 +385,7 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-more:
+		case <-ended:
 		case <-time.After(15 * time.Second):
 			// a keep-alive line, so proxies and port-forwards hold on
 			deadline()

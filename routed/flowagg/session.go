@@ -29,6 +29,9 @@ const (
 type sessions struct {
 	mu  sync.Mutex
 	ids map[string]time.Time
+	// gone is closed (and replaced) when a session ends: follow
+	// streams of a session check it again.
+	gone chan struct{}
 }
 
 // create returns a new session's id.
@@ -74,6 +77,20 @@ func (s *sessions) end(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.ids, id)
+	if s.gone != nil {
+		close(s.gone)
+		s.gone = nil
+	}
+}
+
+// ended is closed when a session ends next.
+func (s *sessions) ended() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone == nil {
+		s.gone = make(chan struct{})
+	}
+	return s.gone
 }
 
 // sessionCookieFor is the cookie of session id (an empty id and
