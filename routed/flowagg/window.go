@@ -40,6 +40,10 @@ type Gap struct {
 	// Dropped counts what the node's caps or kernel turned away, by
 	// reason (flowrec.Batch.Dropped), when that is the gap.
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
+	// Evicted counts the entries a reader missed that left the window
+	// (its cap or MaxAge) before it asked, when that is the gap; To is
+	// then when the first entry the window still holds arrived.
+	Evicted uint64 `json:"evicted,omitempty"`
 }
 
 // Gap reasons.
@@ -48,7 +52,7 @@ const (
 	GapMissing    = "batches-missing"    // sequence numbers skipped (the node's send queue overflowed)
 	GapDropped    = "records-dropped"    // the node counted records its caps or kernel turned away
 	GapAggregator = "aggregator-started" // nothing before this aggregator started
-	GapEvicted    = "window-evicted"     // the window's cap pushed out older entries
+	GapEvicted    = "window-evicted"     // entries left the window (its cap or age) before the reader asked
 )
 
 // nodeState is what the window remembers of a node to find its gaps.
@@ -240,13 +244,19 @@ func (w *Window) expireLocked(now time.Time) {
 
 // After returns the entries with Seq > seq that keep says to keep, the
 // Seq to ask after next, and a channel closed when more arrive. When
-// entries after seq were evicted, a gap says so first.
+// entries after seq left the window, a gap says so first, with how
+// many, for a reader starting afresh (seq 0) too.
 func (w *Window) After(seq uint64, keep func(*Entry) bool) (out []Entry, last uint64, more <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	live := w.buf[w.head:]
-	if len(live) > 0 && live[0].Seq > seq+1 && seq > 0 {
-		out = append(out, Entry{Received: time.Now(), Gap: &Gap{Node: "*", To: live[0].Received, Reason: GapEvicted}})
+	now := time.Now()
+	first, start := w.next, now // the first entry held, and when it came
+	if len(live) > 0 {
+		first, start = live[0].Seq, live[0].Received
+	}
+	if first > seq+1 {
+		out = append(out, Entry{Received: now, Gap: &Gap{Node: "*", To: start, Reason: GapEvicted, Evicted: first - seq - 1}})
 	}
 	// Seq ascends: a follower's start is found by binary search.
 	from, _ := slices.BinarySearchFunc(live, seq+1, func(e Entry, s uint64) int { return cmp.Compare(e.Seq, s) })

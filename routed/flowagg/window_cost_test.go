@@ -44,9 +44,10 @@ func TestWindowAfterFindsFollowerStart(t *testing.T) {
 		}
 	}
 	all, last, _ := w.After(0, func(*Entry) bool { return true })
-	if len(all) != 3000 || all[len(all)-1].Seq != last {
-		t.Fatalf("After(0): %d entries ending at %d, want 3000 ending at %d", len(all), all[len(all)-1].Seq, last)
+	if len(all) != 3001 || all[0].Gap == nil || all[len(all)-1].Seq != last {
+		t.Fatalf("After(0): %d entries ending at %d, want the evicted gap and 3000 ending at %d", len(all), all[len(all)-1].Seq, last)
 	}
+	all = all[1:]
 	mid := all[1500].Seq
 	after, _, _ := w.After(mid, func(*Entry) bool { return true })
 	if len(after) != 1499 || after[0].Seq != mid+1 {
