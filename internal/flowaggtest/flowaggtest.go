@@ -28,17 +28,38 @@ type Aggregator struct {
 	PKI testpki.PKI
 	// Token is the readers' token, TokenFile the file holding it.
 	Token, TokenFile string
+
+	cfg  flowagg.Config
+	addr string
+	stop func() // stops the running server; nil when stopped
 }
 
 // Start serves an aggregator whose readers use token until the test
 // ends.
-func Start(t testing.TB, token string) *Aggregator {
+func Start(t testing.TB, token string) *Aggregator { return StartWith(t, token, nil) }
+
+// StartWith is Start with edit applied to the server's configuration
+// (smaller limits, say).
+func StartWith(t testing.TB, token string, edit func(*flowagg.Config)) *Aggregator {
 	t.Helper()
-	a := &Aggregator{PKI: testpki.New(t), Token: token, TokenFile: filepath.Join(t.TempDir(), "token")}
+	a := &Aggregator{PKI: testpki.New(t), Token: token, TokenFile: filepath.Join(t.TempDir(), "token"), addr: "127.0.0.1:0"}
 	if err := os.WriteFile(a.TokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := flowagg.NewServer(flowagg.Config{CertFile: a.PKI.ServerCert, KeyFile: a.PKI.ServerKey, ClientCAFile: a.PKI.CAFile, TokenFile: a.TokenFile})
+	a.cfg = flowagg.Config{CertFile: a.PKI.ServerCert, KeyFile: a.PKI.ServerKey, ClientCAFile: a.PKI.CAFile, TokenFile: a.TokenFile}
+	if edit != nil {
+		edit(&a.cfg)
+	}
+	a.serve(t)
+	t.Cleanup(a.Stop)
+	a.URL = "https://" + a.addr
+	return a
+}
+
+// serve starts a new server (an empty window) on a.addr.
+func (a *Aggregator) serve(t testing.TB) {
+	t.Helper()
+	srv, err := flowagg.NewServer(a.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,16 +67,33 @@ func Start(t testing.TB, token string) *Aggregator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", a.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ctx, tls.NewListener(ln, tc)) }()
-	t.Cleanup(func() { cancel(); <-done })
-	a.Server, a.URL = srv, "https://"+ln.Addr().String()
-	return a
+	a.Server, a.stop = srv, func() { cancel(); <-done }
+}
+
+// Stop stops the aggregator, as its pod going away does: its listener
+// closes and its streams end.
+func (a *Aggregator) Stop() {
+	if a.stop != nil {
+		a.stop()
+		a.stop = nil
+	}
+}
+
+// Restart stops the aggregator and starts a new one (an empty window
+// beginning with its aggregator-started gap) at the same URL, as a
+// Deployment replacing its pod behind a Service does.
+func (a *Aggregator) Restart(t testing.TB) {
+	t.Helper()
+	a.Stop()
+	a.serve(t)
 }
 
 // CtlArgs are the flags routedctl flows reads the aggregator with: its

@@ -20,6 +20,7 @@ func newFlowsCmd(out io.Writer) *cobra.Command {
 		tokenFile, since, o string
 		f                   flowagg.Filter
 		follow              bool
+		timeout             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "flows",
@@ -34,7 +35,17 @@ or records lost, the aggregator restarted) are printed as gaps.
 The aggregator: --server (ROUTED_FLOWS_SERVER), its CA --ca-file
 (ROUTED_FLOWS_CA_FILE) and the reader token --token-file
 (ROUTED_FLOWS_TOKEN_FILE). With kubectl port-forward to the aggregator,
---server https://127.0.0.1:PORT.`,
+--server https://127.0.0.1:PORT. Each step of reaching it (TCP
+connection, TLS handshake, the answer's headers) must end within
+--timeout, and a stream may not fall silent for 45 s (the aggregator
+writes a keep-alive every 15 s), or flows says which step timed out.
+
+With --follow, a stream that breaks (the aggregator restarted, a
+port-forward dropped) is reconnected with backoff (0.5 s to 10 s,
+noted on stderr) and resumed after the last entry printed, without
+printing any twice; when that entry is no longer in the aggregator's
+window (it restarted, or evicted it), a gap says what may be missing.
+Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o != "" && o != "json" && o != "wide" {
@@ -45,6 +56,9 @@ The aggregator: --server (ROUTED_FLOWS_SERVER), its CA --ca-file
 			}
 			if f.Port < 0 || f.Port > 65535 {
 				return usageError("--port must be 1-65535, not %d", f.Port)
+			}
+			if timeout <= 0 {
+				return usageError("--timeout must be positive, not %s", timeout)
 			}
 			if since != "" {
 				t, err := flowagg.ParseSince(since, time.Now())
@@ -61,8 +75,12 @@ The aggregator: --server (ROUTED_FLOWS_SERVER), its CA --ca-file
 				return fmt.Errorf("reading the token: %w", err)
 			}
 			rc.Token = strings.TrimSpace(string(tok))
+			c, err := newFlowsClient(rc, timeout)
+			if err != nil {
+				return err
+			}
 			p := newFlowPrinter(out, o)
-			err = flowagg.Read(cmd.Context(), rc, f, follow, p.print)
+			err = readFlows(cmd.Context(), c, f, follow, cmd.ErrOrStderr(), p.print)
 			p.flush()
 			if err != nil && cmd.Context().Err() != nil {
 				return nil // interrupted while following
@@ -82,6 +100,7 @@ The aggregator: --server (ROUTED_FLOWS_SERVER), its CA --ca-file
 	fl.StringVar(&f.Node, "node", "", "only flows recorded on this node")
 	fl.StringVar(&since, "since", "", "only flows of intervals ending after this (RFC 3339 or a duration such as 10m)")
 	fl.BoolVarP(&follow, "follow", "f", false, "keep printing flows as they arrive")
+	fl.DurationVar(&timeout, "timeout", defaultStepTimeout, "how long each step of reaching the aggregator may take: TCP connection, TLS handshake, the answer's headers")
 	fl.StringVarP(&o, "output", "o", "", "json: one JSON object per line (flow or gap); wide: also the trace and staged verdicts")
 	return cmd
 }

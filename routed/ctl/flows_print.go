@@ -83,6 +83,9 @@ func gapDetail(g *flowagg.Gap) string {
 	if !g.From.IsZero() {
 		fmt.Fprintf(&b, " from %s", g.From.Local().Format("15:04:05"))
 	}
+	if g.Evicted > 0 {
+		fmt.Fprintf(&b, " (%d entries)", g.Evicted)
+	}
 	if len(g.Dropped) > 0 {
 		fmt.Fprintf(&b, " dropped %v", g.Dropped)
 	}
