@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,4 +279,72 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestFlowsFollowSilentReconnects: a follower whose stream falls silent
+// past its bound (shortened to 300 ms here, so the real aggregator's
+// quiet stream trips it again and again) reconnects each time and
+// still prints each flow once, with no gap but the aggregator's start.
+func TestFlowsFollowSilentReconnects(t *testing.T) {
+	srv := flowaggtest.Start(t, followToken)
+	c, err := newFlowsClient(flowagg.ReaderConfig{URL: srv.URL, CAFile: srv.PKI.CAFile, Token: followToken}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.idle = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		ports = map[int]int{}
+		gaps  []string
+	)
+	notice := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- readFlows(ctx, c, flowagg.Filter{}, true, notice, func(e flowagg.Entry) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.Flow != nil {
+				ports[int(e.Flow.DstPort)]++
+			} else {
+				gaps = append(gaps, e.Gap.Reason)
+			}
+			return nil
+		})
+	}()
+	for i := range 8 {
+		addFlows(t, srv, uint64(i+1), 3000+i)
+		time.Sleep(450 * time.Millisecond) // past the bound: a silence between each
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := ports[3007]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last flow not printed within 10 s; stderr:\n%s", notice.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("readFlows: %v, want context.Canceled", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Count(notice.String(), "reconnected") < 2 || !strings.Contains(notice.String(), stepLine) {
+		t.Errorf("want several reconnections after silences; stderr:\n%s", notice.String())
+	}
+	for i := range 8 {
+		if ports[3000+i] != 1 {
+			t.Errorf("port %d printed %d times, want once", 3000+i, ports[3000+i])
+		}
+	}
+	if strings.Join(gaps, ",") != flowagg.GapAggregator {
+		t.Errorf("gaps %v, want only the aggregator's start", gaps)
+	}
 }
