@@ -74,6 +74,12 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("the aggregator at %s answered %d %s: %s", e.addr, e.code, http.StatusText(e.code), e.msg)
 }
 
+// dialError is a connection or handshake that failed; it names the
+// aggregator's address.
+type dialError struct{ error }
+
+func (e *dialError) Unwrap() error { return e.error }
+
 // flowsClient reads GET /v1/flows of one aggregator, each step of it
 // bounded.
 type flowsClient struct {
@@ -127,7 +133,7 @@ func (c *flowsClient) dialTLS(ctx context.Context, network, addr string) (net.Co
 		if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
 			return nil, &stepTimeout{addr: c.addr, step: stepTCP, hint: hintTCP, after: c.step}
 		}
-		return nil, fmt.Errorf("connecting to the aggregator at %s: %w", c.addr, err)
+		return nil, &dialError{fmt.Errorf("connecting to the aggregator: %w", err)} // err names the address
 	}
 	hctx, cancel := context.WithTimeout(ctx, c.step)
 	defer cancel()
@@ -137,7 +143,7 @@ func (c *flowsClient) dialTLS(ctx context.Context, network, addr string) (net.Co
 		if ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
 			return nil, &stepTimeout{addr: c.addr, step: stepTLS, hint: hintBusy, after: c.step}
 		}
-		return nil, fmt.Errorf("TLS with the aggregator at %s: %w", c.addr, err)
+		return nil, &dialError{fmt.Errorf("TLS with the aggregator at %s: %w", c.addr, err)}
 	}
 	return tconn, nil
 }
@@ -167,6 +173,10 @@ func (c *flowsClient) stream(ctx context.Context, q url.Values, connected func()
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is the address the error names already
+		}
 		return c.cause(rctx, err)
 	}
 	defer resp.Body.Close()
@@ -216,6 +226,10 @@ func (c *flowsClient) cause(rctx context.Context, err error) error {
 	}
 	if rctx.Err() != nil {
 		return rctx.Err()
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		return de
 	}
 	return fmt.Errorf("reading from the aggregator at %s: %w", c.addr, err)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,4 +110,24 @@ func runFlows(t *testing.T, args []string) (time.Duration, error) {
 	start := time.Now()
 	err := cmd.ExecuteContext(ctx)
 	return time.Since(start), err
+}
+
+// TestFlowsRefusedNamesAddress: nothing listening at --server is an
+// error at once, naming the address once, with the cause (errors.Is).
+func TestFlowsRefusedNamesAddress(t *testing.T) {
+	srv := flowaggtest.Start(t, followToken)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	took, err := runFlows(t, []string{"flows", "--server", "https://" + addr, "--ca-file", srv.PKI.CAFile, "--token-file", srv.TokenFile, "-f"})
+	t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, syscall.ECONNREFUSED) || strings.Count(err.Error(), addr) != 1 {
+		t.Errorf("%v: want connection refused, naming %s once", err, addr)
+	}
+	if took > 3*time.Second {
+		t.Errorf("the error took %s", took)
+	}
 }
