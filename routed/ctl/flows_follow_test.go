@@ -348,3 +348,25 @@ func TestFlowsFollowSilentReconnects(t *testing.T) {
 		t.Errorf("gaps %v, want only the aggregator's start", gaps)
 	}
 }
+
+// TestFlowsPrintEvictedGap: the table prints the gap a follower makes
+// when its place left the window, with its span and count.
+func TestFlowsPrintEvictedGap(t *testing.T) {
+	last := flowagg.Entry{Seq: 2, Received: time.Date(2026, 1, 2, 10, 31, 2, 0, time.Local)}
+	next := flowagg.Entry{Seq: 7, Received: time.Date(2026, 1, 2, 10, 31, 9, 0, time.Local)}
+	r := resume{last: last}
+	r.reconnected()
+	var out bytes.Buffer
+	p := newFlowPrinter(&out, "")
+	if err := r.take(next, func(e flowagg.Entry) error {
+		if e.Gap == nil {
+			return nil
+		}
+		return p.print(e)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "10:31:09  *     GAP: window-evicted from 10:31:02 (4 entries)") {
+		t.Errorf("printed:\n%s", out.String())
+	}
+}
