@@ -86,7 +86,7 @@ func computePlan(cfg *Config, s *state) *plan {
 	p.initWireguard(cfg, s, pools)
 	var owners map[netip.Prefix]string
 	if p.wg[wg4].on || p.wg[wg6].on {
-		owners = ipamOwners(cfg.NodeName, s)
+		owners = ipamOwners(s)
 	}
 
 	// Lowest precedence first; later writes win. Learned routes pass the
@@ -99,8 +99,14 @@ func computePlan(cfg *Config, s *state) *plan {
 		}
 		// Through WireGuard, to the node IPAM gives the block or the
 		// borrowed address when it does: not to whichever node's
-		// address a route names as its next hop.
-		if r, ok := p.wgRoute(pools, dst, lr.nextHop, owners[dst]); ok {
+		// address a route names as its next hop. An address IPAM gives
+		// this node is a local pod's: its own route, or the pool's
+		// blackhole until the pod is there, not another node.
+		owner := owners[dst]
+		if owner == cfg.NodeName && p.wg[wgFam(dst.Addr())].on {
+			continue
+		}
+		if r, ok := p.wgRoute(pools, dst, lr.nextHop, owner); ok {
 			p.routes[dst] = r
 			continue
 		}

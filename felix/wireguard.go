@@ -14,6 +14,7 @@ import (
 
 	"github.com/routed-net/routed/felix/routetable"
 	"github.com/routed-net/routed/felix/wireguard"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // WireguardConfig turns on WireGuard encryption of pod traffic between
@@ -132,18 +133,25 @@ type wgPlan struct {
 	// shared are the prefixes two peers' allowed IPs would hold, given
 	// to neither ("node prefix": why; dropShared).
 	shared map[string]string
+	// ownClaimed says which other Node record claims this node's
+	// address too: no peer takes it as an allowed IP then, so what
+	// this node's host address sends through the device would be
+	// dropped there; host traffic goes in clear.
+	ownClaimed string
 }
 
 // initWireguard fills the plan's WireGuard part from the nodes: every
 // other node with an address of the family is reachable over the
-// device when it published a key. A Node record's address is its own
-// claim, so one that cannot be a node's is held rather than trusted: an
-// address in an IP pool (a pod's: as the peer's allowed IP it would be
-// more specific than the pod's block, and its traffic would go to that
-// peer) and an address two Node records claim (a stale record of a
-// node whose address a new one reuses, or a forged one: each Apply
-// would hand it, and the blocks routed through it, to the other).
+// device when it published a key. A Node record's address is its
+// writer's claim, and among a peer's allowed IPs it would draw that
+// address's traffic, so the peer gets its address as an allowed IP only
+// where nothing else holds it: not an address IPAM gives to another
+// node (in another node's block, or lent to it: a pod's), not this
+// node's own; an address two Node records claim (a stale record of a
+// node whose address a new one took, or a forged one) goes to neither
+// (dropShared). The peer stays: its blocks are routed to it by IPAM.
 func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
+	var blocks *blockIndex
 	for fam := range p.wg {
 		w := &p.wg[fam]
 		*w = wgPlan{on: s.wg.on[fam], ready: s.wg.ready[fam], allowClear: cfg.WireGuard.AllowClear,
@@ -156,40 +164,17 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 		if !w.on {
 			continue
 		}
-		addrs := map[string]netip.Addr{}
-		claims := map[netip.Addr][]string{}
-		for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
-			n := s.nodes[name]
-			a, ok := n.Address()
-			if fam == wg6 {
-				a, ok = n.Address6()
-			}
-			if !ok || (fam == wg4) != a.Addr().Is4() {
-				continue
-			}
-			addrs[name] = a.Addr()
-			claims[a.Addr()] = append(claims[a.Addr()], name)
-		}
+		own, _ := nodeAddrOf(s.nodes[cfg.NodeName], fam)
 		seen := map[wgtypes.Key]string{s.wg.own[fam]: cfg.NodeName}
 		// By name: of two nodes with one key, the first keeps it, the
 		// same on every run and every node.
-		for _, name := range slices.Sorted(maps.Keys(addrs)) {
-			a := addrs[name]
-			if name == cfg.NodeName {
-				continue
-			}
-			// Held nodes stay in byAddr: a route whose next hop is
-			// their address is then held too, not sent in clear.
-			w.byAddr[a] = name
-			if pl := poolOf(pools, a); pl != nil {
-				w.held[name] = "its address " + a.String() + " lies in IP pool " + pl.cidr.String() + " (a pod's address, not a node's)"
-				continue
-			}
-			if others := slices.DeleteFunc(slices.Clone(claims[a]), func(o string) bool { return o == name }); len(others) > 0 {
-				w.held[name] = "its address " + a.String() + " is also claimed by node " + strings.Join(others, ", ") + " (a stale or forged Node record)"
-				continue
-			}
+		for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
 			n := s.nodes[name]
+			a, ok := nodeAddrOf(n, fam)
+			if name == cfg.NodeName || !ok {
+				continue
+			}
+			w.byAddr[a] = name
 			pub := n.Status.WireguardPublicKey
 			if fam == wg6 {
 				pub = n.Status.WireguardPublicKeyV6
@@ -210,28 +195,98 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 				continue
 			}
 			seen[key] = name
-			w.peers[name] = &wireguard.Peer{Node: name, PublicKey: key,
-				Endpoint:   netip.AddrPortFrom(a, uint16(w.port)),
-				AllowedIPs: []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}}
+			peer := &wireguard.Peer{Node: name, PublicKey: key, Endpoint: netip.AddrPortFrom(a, uint16(w.port))}
+			why := ""
+			switch {
+			case a == own:
+				why = "node address " + a.String() + " is this node's own"
+				w.ownClaimed = "this node's address " + a.String() + " is also claimed by node " + name + " (other nodes give it to no peer)"
+			case poolOf(pools, a) != nil:
+				if blocks == nil {
+					blocks = newBlockIndex(s)
+				}
+				if holder, what := blocks.holder(a); holder != "" && holder != name {
+					why = "node address " + a.String() + " is a pod address: " + what + " of node " + holder
+				}
+			}
+			if why != "" {
+				w.refused[name+" "+a.String()] = why
+			} else {
+				peer.AllowedIPs = []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}
+			}
+			w.peers[name] = peer
 		}
 	}
 }
 
-// ipamOwners are the other nodes IPAM gives each confirmed block and
-// each borrowed address to (this node's own are left out: WireGuard
-// does not route them).
-func ipamOwners(self string, s *state) map[netip.Prefix]string {
+// nodeAddrOf is n's address of the family, if it has one.
+func nodeAddrOf(n *api.Node, fam int) (netip.Addr, bool) {
+	if n == nil {
+		return netip.Addr{}, false
+	}
+	a, ok := n.Address()
+	if fam == wg6 {
+		a, ok = n.Address6()
+	}
+	if !ok || (fam == wg4) != a.Addr().Is4() {
+		return netip.Addr{}, false
+	}
+	return a.Addr(), true
+}
+
+// blockIndex finds the node IPAM gives an address to: the node it lends
+// it to, or the node of the block holding it. Built only when a node
+// address lies in a pool (an IP reservation, a disabled pool covering
+// the node subnets), once per plan.
+type blockIndex struct {
+	lent   map[netip.Addr]string
+	blocks []BlockAffinity // by first address
+}
+
+func newBlockIndex(s *state) *blockIndex {
+	ix := &blockIndex{lent: map[netip.Addr]string{}}
+	for _, br := range s.borrowed {
+		for a, n := range br {
+			ix.lent[a] = n
+		}
+	}
+	for _, a := range s.affinities {
+		if a.CIDR.IsValid() {
+			a.CIDR = a.CIDR.Masked()
+			ix.blocks = append(ix.blocks, a)
+		}
+	}
+	slices.SortFunc(ix.blocks, func(x, y BlockAffinity) int { return x.CIDR.Addr().Compare(y.CIDR.Addr()) })
+	return ix
+}
+
+// holder is the node IPAM gives a to and how ("" when none).
+func (ix *blockIndex) holder(a netip.Addr) (node, what string) {
+	if n := ix.lent[a]; n != "" {
+		return n, "lent by IPAM"
+	}
+	i, _ := slices.BinarySearchFunc(ix.blocks, a, func(b BlockAffinity, a netip.Addr) int { return b.CIDR.Addr().Compare(a) })
+	// Blocks do not overlap: the last one starting at or before a.
+	for _, j := range []int{i, i - 1} {
+		if j >= 0 && j < len(ix.blocks) && ix.blocks[j].CIDR.Contains(a) {
+			return ix.blocks[j].Node, "in block " + ix.blocks[j].CIDR.String()
+		}
+	}
+	return "", ""
+}
+
+// ipamOwners are the nodes IPAM gives each confirmed block and each
+// borrowed address to.
+func ipamOwners(s *state) map[netip.Prefix]string {
 	out := map[netip.Prefix]string{}
 	for _, a := range s.affinities {
-		if a.State == AffinityConfirmed && a.CIDR.IsValid() && a.Node != self {
+		if a.State == AffinityConfirmed && a.CIDR.IsValid() {
 			out[a.CIDR.Masked()] = a.Node
 		}
 	}
 	for _, addrs := range s.borrowed {
 		for a, node := range addrs {
-			if node != self {
-				out[netip.PrefixFrom(a, a.BitLen())] = node
-			}
+			out[netip.PrefixFrom(a, a.BitLen())] = node
 		}
 	}
 	return out
@@ -355,7 +410,7 @@ func (w *wgPlan) dropShared() {
 		for _, name := range names {
 			peer := w.peers[name]
 			peer.AllowedIPs = slices.DeleteFunc(peer.AllowedIPs, func(q netip.Prefix) bool { return q == pfx })
-			w.shared[name+" "+pfx.String()] = pfx.String() + " is routed to nodes " + strings.Join(names, " and ") + " at once: neither peer gets it, its traffic is held"
+			w.shared[name+" "+pfx.String()] = pfx.String() + " would be the allowed IP of nodes " + strings.Join(names, " and ") + " at once: neither peer gets it"
 		}
 	}
 }

@@ -284,6 +284,16 @@ func (l *loop) applyHostEncryption(full bool, ready [2]bool) (bool, error) {
 					clear[node] = "it has published no WireGuard key"
 				case !own.IsValid() || wgFam(own.Addr()) != fam:
 					clear[node] = "this node's own address of the family is unknown"
+				case pw.ownClaimed != "":
+					clear[node] = pw.ownClaimed
+				case !slices.Contains(peer.AllowedIPs, netip.PrefixFrom(addr, addr.BitLen())):
+					// Refused or claimed twice (initWireguard): the
+					// device would drop what a route sent it.
+					why := pw.refused[node+" "+addr.String()]
+					if why == "" {
+						why = pw.shared[node+" "+netip.PrefixFrom(addr, addr.BitLen()).String()]
+					}
+					clear[node] = "its address is not among its allowed IPs: " + why
 				case !h.ok[fam][peer.PublicKey]:
 					clear[node] = "no WireGuard handshake with it yet under the current keys"
 					pending = true

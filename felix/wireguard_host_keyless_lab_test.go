@@ -53,10 +53,7 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 		t.Errorf("table 82 routes the keyless node-b: %q", r)
 	}
 
-	stop := capture(t, a, "192.0.2.2")
-	hostTalk(t, a, srv, "192.0.2.2:7778")
-	sent, got := l.ping(a, b.pod, 5, "0.05", "1", secretHex)
-	pcap := stop()
+	pcap, sent, got := hostAndPodTraffic(t, l, a, b, srv, "192.0.2.2:7778")
 	if !bytes.Contains(pcap, []byte(hostSecret)) {
 		t.Errorf("host traffic to the keyless node-b should be in clear on the wire:\n%s", dumpPcap(t, pcap))
 	}
@@ -70,7 +67,7 @@ func TestWireguardHostEncryptionPeerWithoutKey(t *testing.T) {
 	waitHostEncryptedBoth(t, a, b)
 	t.Logf("node-b's key published: host traffic encrypted both ways %v later (device made, key relayed, handshake seen)", time.Since(began).Round(time.Millisecond))
 	l.waitPing(a, b.pod, 20*time.Second)
-	stop = capture(t, a, "192.0.2.2")
+	stop := capture(t, a, "192.0.2.2")
 	hostTalk(t, a, srv, "192.0.2.2:7778")
 	if pcap := stop(); bytes.Contains(pcap, []byte(hostSecret)) {
 		t.Error("after node-b's key appeared and a handshake: host payload still in clear")

@@ -63,51 +63,73 @@ func holders(p *plan, dst netip.Prefix) []string {
 	return out
 }
 
-// TestWireguardNodeAddressInPool: a Node whose address is a pod's (in
-// b's block) is held, is no peer, and the pod's address stays b's.
-func TestWireguardNodeAddressInPool(t *testing.T) {
+// TestWireguardNodeAddressOfAPod: a Node whose address is a pod's (in
+// b's block, or lent by IPAM to b) stays a peer without that address
+// among its allowed IPs, and the pod's address stays b's; node
+// addresses in a pool no block holds (a disabled pool over the node
+// subnet, as Calico's no-NAT pools are) are the nodes' as before.
+func TestWireguardNodeAddressOfAPod(t *testing.T) {
 	cfg := trustCfg(t, false)
-	cfg.WireGuard.HostEncryption = true
-	s := trustState(t, keyedNode("z", "10.3.1.5/24", wgKey(t)))
+	s := trustState(t, keyedNode("z", "10.3.1.5/24", wgKey(t)), keyedNode("v", "10.3.2.9/24", wgKey(t)))
+	s.seed([]api.Resource{testPool("nodes", "192.0.2.0/24", "Never", false, "all()")}, nil)
+	s.affinities[affKey{node: "c", cidr: pfx("10.3.2.0/26")}] = BlockAffinity{"c", pfx("10.3.2.0/26"), AffinityConfirmed}
+	s.borrowed[pfx("10.3.2.0/26")] = map[netip.Addr]string{addr("10.3.2.9"): "b"}
 	p := computePlan(&cfg, s)
-	if why := p.wg[wg4].held["z"]; !strings.Contains(why, "lies in IP pool 10.3.0.0/16") {
-		t.Errorf("z held for %q, want its address in the pool", why)
+	for node, want := range map[string]string{
+		"z 10.3.1.5": "is a pod address: in block 10.3.1.0/26 of node b",
+		"v 10.3.2.9": "is a pod address: lent by IPAM of node b",
+	} {
+		if why := p.wg[wg4].refused[node]; !strings.Contains(why, want) {
+			t.Errorf("refused[%s] = %q, want %q", node, why, want)
+		}
 	}
-	if p.wg[wg4].peers["z"] != nil {
-		t.Errorf("z is a peer: %+v", p.wg[wg4].peers["z"])
+	for _, pod := range []string{"10.3.1.5/32", "10.3.2.9/32"} {
+		if got := holders(p, pfx(pod)); len(got) > 1 || len(got) == 1 && got[0] != "b" {
+			t.Errorf("%s (b's pod) in the allowed IPs of %v", pod, got)
+		}
 	}
-	if got := holders(p, pfx("10.3.1.5/32")); len(got) != 0 {
-		t.Errorf("10.3.1.5/32 (b's pod) in the allowed IPs of %v", got)
+	for _, n := range []string{"b", "z", "v"} {
+		if p.wg[wg4].peers[n] == nil || p.wg[wg4].held[n] != "" {
+			t.Errorf("%s is no peer (%v) or held: %q", n, p.wg[wg4].peers[n], p.wg[wg4].held[n])
+		}
 	}
 	if got := holders(p, pfx("10.3.1.0/26")); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("b's block held by %v, want b", got)
 	}
+	if got := holders(p, pfx("192.0.2.2/32")); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("b's address (in the nodes' pool, in no block) held by %v, want b", got)
+	}
 }
 
 // TestWireguardSharedNodeAddress: two Node records with one address
-// are both held, and b's block, routed by b's address, is held with
-// them: not given to the other, not sent in clear. A record claiming
-// this node's own address is held too.
+// (a stale one, or a forged one) both stay peers, neither gets the
+// address (the device would give it to the last one written and flip
+// it on every Apply), and b's block, routed by IPAM, stays b's. A
+// record claiming this node's own address does not get it either.
 func TestWireguardSharedNodeAddress(t *testing.T) {
-	for _, allowClear := range []bool{false, true} {
-		cfg := trustCfg(t, allowClear)
-		s := trustState(t, keyedNode("z", "192.0.2.2/24", wgKey(t)), keyedNode("y", "192.0.2.1/24", wgKey(t)))
-		s.learned[pfx("10.3.1.0/26")] = learnedRoute{nextHop: addr("192.0.2.2"), peer: addr("192.0.2.2")}
-		p := computePlan(&cfg, s)
-		for _, n := range []string{"b", "z"} {
-			if why := p.wg[wg4].held[n]; !strings.Contains(why, "192.0.2.2 is also claimed by node") {
-				t.Errorf("allowClear %v: %s held for %q, want its shared address", allowClear, n, why)
-			}
+	cfg := trustCfg(t, false)
+	s := trustState(t, keyedNode("z", "192.0.2.2/24", wgKey(t)), keyedNode("y", "192.0.2.1/24", wgKey(t)))
+	s.learned[pfx("10.3.1.0/26")] = learnedRoute{nextHop: addr("192.0.2.2"), peer: addr("192.0.2.2")}
+	p := computePlan(&cfg, s)
+	if got := holders(p, pfx("192.0.2.2/32")); len(got) != 0 {
+		t.Errorf("the shared address is in the allowed IPs of %v, want none", got)
+	}
+	for _, n := range []string{"b", "z"} {
+		if why := p.wg[wg4].shared[n+" 192.0.2.2/32"]; !strings.Contains(why, "nodes b and z at once") {
+			t.Errorf("shared[%s] = %q", n, why)
 		}
-		if why := p.wg[wg4].held["y"]; !strings.Contains(why, "also claimed by node a") {
-			t.Errorf("allowClear %v: y (a's address) held for %q", allowClear, why)
-		}
-		if len(p.wg[wg4].peers) != 0 {
-			t.Errorf("allowClear %v: peers %v, want none", allowClear, p.wg[wg4].peers)
-		}
-		if r := p.routes[pfx("10.3.1.0/26")]; r.Type != routetable.Blackhole {
-			t.Errorf("allowClear %v: b's block %+v, want held", allowClear, r)
-		}
+	}
+	if got := holders(p, pfx("192.0.2.1/32")); len(got) != 0 {
+		t.Errorf("this node's address is in the allowed IPs of %v", got)
+	}
+	if got := holders(p, pfx("10.3.1.0/26")); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("b's block held by %v, want b", got)
+	}
+	if r := p.routes[pfx("10.3.1.0/26")]; r.Iface != wireguard.DeviceV4 {
+		t.Errorf("b's block %+v, want through %s", r, wireguard.DeviceV4)
+	}
+	if len(p.wg[wg4].held) != 0 {
+		t.Errorf("held %v, want none", p.wg[wg4].held)
 	}
 }
 
@@ -121,7 +143,20 @@ func TestWireguardRouteGoesToIPAMOwner(t *testing.T) {
 	s.learned[pfx("10.3.1.0/26")] = learnedRoute{nextHop: addr("192.0.2.3"), peer: addr("192.0.2.254")}
 	s.learned[pfx("10.3.2.9/32")] = learnedRoute{nextHop: addr("192.0.2.3"), peer: addr("192.0.2.254")}
 	s.borrowed[pfx("10.3.2.0/26")] = map[netip.Addr]string{addr("10.3.2.9"): "b"}
+	// An address IPAM lends to this node: a local pod's, whatever a
+	// route says.
+	s.borrowed[pfx("10.3.1.0/26")] = map[netip.Addr]string{addr("10.3.1.9"): "a"}
+	s.learned[pfx("10.3.1.9/32")] = learnedRoute{nextHop: addr("192.0.2.3"), peer: addr("192.0.2.254")}
 	p := computePlan(&cfg, s)
+	if got := holders(p, pfx("10.3.1.9/32")); len(got) != 0 {
+		t.Errorf("this node's borrowed address is in the allowed IPs of %v", got)
+	}
+	if r, ok := p.routes[pfx("10.3.1.9/32")]; ok {
+		t.Errorf("this node's borrowed address routed %+v, want left to its pod's own route", r)
+	}
+	if why, held := p.wg[wg4].held["a"]; held {
+		t.Errorf("this node held: %q", why)
+	}
 	for _, dst := range []string{"10.3.1.0/26", "10.3.2.9/32"} {
 		if got := holders(p, pfx(dst)); !slices.Equal(got, []string{"b"}) {
 			t.Errorf("%s in the allowed IPs of %v, want b", dst, got)
