@@ -99,9 +99,9 @@ func computePlan(cfg *Config, s *state) *plan {
 		}
 		// Through WireGuard, to the node IPAM gives the block or the
 		// borrowed address when it does: not to whichever node's
-		// address a route names as its next hop. An address IPAM gives
-		// this node is a local pod's: its own route, or the pool's
-		// blackhole until the pod is there, not another node.
+		// address a route names as its next hop. An address IPAM lends
+		// this node is a local pod's: its own route, not another node
+		// (until the pod is there, its block's route covers it).
 		owner := owners[dst]
 		if owner == cfg.NodeName && p.wg[wgFam(dst.Addr())].on {
 			continue

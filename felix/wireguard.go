@@ -165,6 +165,14 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 			continue
 		}
 		own, _ := nodeAddrOf(s.nodes[cfg.NodeName], fam)
+		if own.IsValid() && poolOf(pools, own) != nil {
+			if blocks == nil {
+				blocks = newBlockIndex(s)
+			}
+			if holder, what := blocks.holder(own, cfg.NodeName); holder != "" {
+				w.ownClaimed = "this node's address " + own.String() + " is a pod address: " + what + " of node " + holder + " (other nodes give it to no peer)"
+			}
+		}
 		seen := map[wgtypes.Key]string{s.wg.own[fam]: cfg.NodeName}
 		// By name: of two nodes with one key, the first keeps it, the
 		// same on every run and every node.
@@ -205,7 +213,7 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 				if blocks == nil {
 					blocks = newBlockIndex(s)
 				}
-				if holder, what := blocks.holder(a); holder != "" && holder != name {
+				if holder, what := blocks.holder(a, name); holder != "" {
 					why = "node address " + a.String() + " is a pod address: " + what + " of node " + holder
 				}
 			}
@@ -235,12 +243,13 @@ func nodeAddrOf(n *api.Node, fam int) (netip.Addr, bool) {
 }
 
 // blockIndex finds the node IPAM gives an address to: the node it lends
-// it to, or the node of the block holding it. Built only when a node
-// address lies in a pool (an IP reservation, a disabled pool covering
-// the node subnets), once per plan.
+// it to, or the node of the confirmed block holding it (as the import
+// guard and ipamOwners count blocks). Built only when a node address
+// lies in a pool (an IP reservation, a disabled pool covering the node
+// subnets), once per plan.
 type blockIndex struct {
 	lent   map[netip.Addr]string
-	blocks []BlockAffinity // by first address
+	blocks []BlockAffinity // by first address, then size and node: one order on every run
 }
 
 func newBlockIndex(s *state) *blockIndex {
@@ -251,28 +260,58 @@ func newBlockIndex(s *state) *blockIndex {
 		}
 	}
 	for _, a := range s.affinities {
-		if a.CIDR.IsValid() {
+		if a.State == AffinityConfirmed && a.CIDR.IsValid() {
 			a.CIDR = a.CIDR.Masked()
 			ix.blocks = append(ix.blocks, a)
 		}
 	}
-	slices.SortFunc(ix.blocks, func(x, y BlockAffinity) int { return x.CIDR.Addr().Compare(y.CIDR.Addr()) })
+	slices.SortFunc(ix.blocks, func(x, y BlockAffinity) int {
+		if c := x.CIDR.Addr().Compare(y.CIDR.Addr()); c != 0 {
+			return c
+		}
+		if c := x.CIDR.Bits() - y.CIDR.Bits(); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Node, y.Node)
+	})
 	return ix
 }
 
-// holder is the node IPAM gives a to and how ("" when none).
-func (ix *blockIndex) holder(a netip.Addr) (node, what string) {
+// holder is the other node IPAM gives a to and how ("" when none, or
+// when it gives it to claimant: a block of claimant's holding a counts
+// even where a stale block of another node's overlaps it).
+func (ix *blockIndex) holder(a netip.Addr, claimant string) (node, what string) {
 	if n := ix.lent[a]; n != "" {
+		if n == claimant {
+			return "", ""
+		}
 		return n, "lent by IPAM"
 	}
-	i, _ := slices.BinarySearchFunc(ix.blocks, a, func(b BlockAffinity, a netip.Addr) int { return b.CIDR.Addr().Compare(a) })
-	// Blocks do not overlap: the last one starting at or before a.
-	for _, j := range []int{i, i - 1} {
-		if j >= 0 && j < len(ix.blocks) && ix.blocks[j].CIDR.Contains(a) {
-			return ix.blocks[j].Node, "in block " + ix.blocks[j].CIDR.String()
+	// Blocks hold at most 2^16 addresses (pkg/ipam): every block
+	// holding a starts in a's /16 (IPv4) or /112 (IPv6), at or before a.
+	lo := netip.PrefixFrom(a, a.BitLen()-16).Masked().Addr()
+	end := len(ix.blocks)
+	if next := a.Next(); next.IsValid() {
+		end, _ = slices.BinarySearchFunc(ix.blocks, next, func(b BlockAffinity, t netip.Addr) int {
+			if b.CIDR.Addr().Compare(t) < 0 {
+				return -1
+			}
+			return 1
+		})
+	}
+	for j := end - 1; j >= 0 && ix.blocks[j].CIDR.Addr().Compare(lo) >= 0; j-- {
+		b := ix.blocks[j]
+		if !b.CIDR.Contains(a) {
+			continue
+		}
+		if b.Node == claimant {
+			return "", ""
+		}
+		if node == "" {
+			node, what = b.Node, "in block "+b.CIDR.String()
 		}
 	}
-	return "", ""
+	return node, what
 }
 
 // ipamOwners are the nodes IPAM gives each confirmed block and each

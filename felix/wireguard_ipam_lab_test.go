@@ -52,7 +52,7 @@ func TestWireguardForgedDeviceAddress(t *testing.T) {
 	})
 	// Both nodes refused the claim (node-a's plan has it, so the checks
 	// below see the refusal, not a plan from before the claim).
-	forged := "ignoring a tunnel address the node's record claims: WireGuard device address " + a.pod
+	forged := "ignoring an address the node's record claims: WireGuard device address " + a.pod
 	nstest.Eventually(t, 20*time.Second, func() string {
 		for _, n := range []*wgNode{a, b} {
 			if warnings(n, forged) == 0 {

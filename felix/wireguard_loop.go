@@ -222,9 +222,10 @@ func (l *loop) logHeld() {
 	l.logRefused()
 }
 
-// logRefused says once, per node and address, that a tunnel address its
-// Node claims is ignored because IPAM does not hold it for the node
-// (wireguard_ipam.go), and when that ends; and the same of prefixes
+// logRefused says once, per node and address, that an address its Node
+// claims is ignored (a tunnel address IPAM does not hold for the node,
+// wireguard_ipam.go; a node address initWireguard refuses), and when
+// that ends; and the same of prefixes
 // given to no peer because two would hold them (wgPlan.dropShared).
 func (l *loop) logRefused() {
 	w := l.f.wg
@@ -233,9 +234,9 @@ func (l *loop) logRefused() {
 			return l.log.WithFields(logrus.Fields{"node": refusedNode(key), "device": l.plan.wg[fam].dev})
 		}
 		logChanges(&w.refused[fam], l.plan.wg[fam].refused,
-			func(key, why string) { log(key).Warn("ignoring a tunnel address the node's record claims: " + why) },
+			func(key, why string) { log(key).Warn("ignoring an address the node's record claims: " + why) },
 			func(key string) {
-				log(key).Info("tunnel address no longer ignored (IPAM holds it for the node, or the node no longer claims it): " + key)
+				log(key).Info("address no longer ignored (IPAM now backs the claim, or the node no longer makes it): " + key)
 			})
 		logChanges(&w.shared[fam], l.plan.wg[fam].shared,
 			func(key, why string) { log(key).Warn("WireGuard: holding traffic to a prefix: " + why) },

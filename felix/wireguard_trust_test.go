@@ -1,6 +1,7 @@
 package felix
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -70,14 +71,20 @@ func holders(p *plan, dst netip.Prefix) []string {
 // subnet, as Calico's no-NAT pools are) are the nodes' as before.
 func TestWireguardNodeAddressOfAPod(t *testing.T) {
 	cfg := trustCfg(t, false)
-	s := trustState(t, keyedNode("z", "10.3.1.5/24", wgKey(t)), keyedNode("v", "10.3.2.9/24", wgKey(t)))
+	s := trustState(t, keyedNode("z", "10.3.1.5/24", wgKey(t)), keyedNode("v", "10.3.2.9/24", wgKey(t)),
+		keyedNode("u", "10.3.1.0/24", wgKey(t)), keyedNode("w", "10.3.3.7/24", wgKey(t)))
 	s.seed([]api.Resource{testPool("nodes", "192.0.2.0/24", "Never", false, "all()")}, nil)
 	s.affinities[affKey{node: "c", cidr: pfx("10.3.2.0/26")}] = BlockAffinity{"c", pfx("10.3.2.0/26"), AffinityConfirmed}
 	s.borrowed[pfx("10.3.2.0/26")] = map[netip.Addr]string{addr("10.3.2.9"): "b"}
+	// z's release of the block b holds now, not yet gone: b's counts.
+	s.affinities[affKey{node: "z", cidr: pfx("10.3.1.0/26")}] = BlockAffinity{"z", pfx("10.3.1.0/26"), AffinityPendingDeletion}
+	// w's address in w's own block (an IP reservation there).
+	s.affinities[affKey{node: "w", cidr: pfx("10.3.3.0/26")}] = BlockAffinity{"w", pfx("10.3.3.0/26"), AffinityConfirmed}
 	p := computePlan(&cfg, s)
 	for node, want := range map[string]string{
 		"z 10.3.1.5": "is a pod address: in block 10.3.1.0/26 of node b",
 		"v 10.3.2.9": "is a pod address: lent by IPAM of node b",
+		"u 10.3.1.0": "is a pod address: in block 10.3.1.0/26 of node b",
 	} {
 		if why := p.wg[wg4].refused[node]; !strings.Contains(why, want) {
 			t.Errorf("refused[%s] = %q, want %q", node, why, want)
@@ -98,6 +105,24 @@ func TestWireguardNodeAddressOfAPod(t *testing.T) {
 	}
 	if got := holders(p, pfx("192.0.2.2/32")); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("b's address (in the nodes' pool, in no block) held by %v, want b", got)
+	}
+	if got := holders(p, pfx("10.3.3.7/32")); !slices.Equal(got, []string{"w"}) {
+		t.Errorf("w's address (in w's own block) held by %v, want w", got)
+	}
+	// The same on every plan: no map order decides it.
+	for range 50 {
+		if q := computePlan(&cfg, s); !maps.Equal(q.wg[wg4].refused, p.wg[wg4].refused) {
+			t.Fatalf("refused %v, then %v", p.wg[wg4].refused, q.wg[wg4].refused)
+		}
+	}
+	if p.wg[wg4].ownClaimed != "" {
+		t.Errorf("ownClaimed %q, want none", p.wg[wg4].ownClaimed)
+	}
+	// This node's own address a pod's: others give it to no peer, so
+	// its host traffic goes in clear.
+	s.nodes["a"].Spec.BGP.IPv4Address = "10.3.1.7/24"
+	if q := computePlan(&cfg, s); !strings.Contains(q.wg[wg4].ownClaimed, "10.3.1.7 is a pod address: in block 10.3.1.0/26 of node b") {
+		t.Errorf("ownClaimed %q, want this node's address b's pod's", q.wg[wg4].ownClaimed)
 	}
 }
 
