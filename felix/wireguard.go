@@ -124,6 +124,9 @@ type wgPlan struct {
 	byAddr map[netip.Addr]string
 	// peers are the remote nodes with a key, by name.
 	peers map[string]*wireguard.Peer
+	// alias maps a node to the peer of another record with its key and
+	// address (one machine under two names).
+	alias map[string]string
 	// held are the remote nodes whose pod traffic is held, and why.
 	held map[string]string
 	// refused are the tunnel addresses Node records claim that IPAM
@@ -156,7 +159,7 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 		w := &p.wg[fam]
 		*w = wgPlan{on: s.wg.on[fam], ready: s.wg.ready[fam], allowClear: cfg.WireGuard.AllowClear,
 			dev: wireguard.DeviceV4, port: cfg.WireGuard.Port, src: s.wg.src[fam],
-			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{},
+			byAddr: map[netip.Addr]string{}, peers: map[string]*wireguard.Peer{}, held: map[string]string{}, alias: map[string]string{},
 			refused: map[string]string{}, shared: map[string]string{}}
 		if fam == wg6 {
 			w.dev, w.port = wireguard.DeviceV6, cfg.WireGuard.PortV6
@@ -198,6 +201,14 @@ func (p *plan) initWireguard(cfg *Config, s *state, pools []*pool) {
 				continue
 			}
 			if other, dup := seen[key]; dup {
+				if o, ok := nodeAddrOf(s.nodes[other], fam); ok && o == a && other != cfg.NodeName {
+					// The same key at the same address: one machine
+					// under two names (a node registered again under
+					// a new name, its old record left): its traffic
+					// goes to the one peer.
+					w.alias[name], w.byAddr[a] = other, other
+					continue
+				}
 				// Two peers cannot share a key: neither gets this one.
 				w.held[name] = "its WireGuard key is also " + other + "'s (a cloned node?)"
 				continue
@@ -359,6 +370,9 @@ func (p *plan) wgRoute(pools []*pool, dst netip.Prefix, nh netip.Addr, node stri
 		}
 	}
 	hold := routetable.Route{Dst: dst.Masked(), Type: routetable.Blackhole}
+	if al := w.alias[node]; al != "" {
+		node = al
+	}
 	peer := w.peers[node]
 	switch {
 	case !w.ready:

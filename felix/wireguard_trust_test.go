@@ -231,3 +231,31 @@ func TestWireguardSharedPrefixDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestWireguardSameMachineTwoNames: a node registered again under a new
+// name, its old record left with the same key and address: its pods
+// are reached through the one peer whichever name sorts first, not
+// held; a record with the same key at another address is a clone and
+// held.
+func TestWireguardSameMachineTwoNames(t *testing.T) {
+	cfg := trustCfg(t, false)
+	s := trustState(t)
+	kb := s.nodes["b"].Status.WireguardPublicKey
+	s.seed([]api.Resource{keyedNode("aa-old-b", "192.0.2.2/24", kb), keyedNode("clone", "192.0.2.9/24", kb)}, nil)
+	p := computePlan(&cfg, s)
+	if why, held := p.wg[wg4].held["b"]; held {
+		t.Errorf("b held: %q", why)
+	}
+	if got := holders(p, pfx("10.3.1.0/26")); !slices.Equal(got, []string{"aa-old-b"}) {
+		t.Errorf("b's block in the allowed IPs of %v, want the one peer of b's key (aa-old-b's)", got)
+	}
+	if r := p.routes[pfx("10.3.1.0/26")]; r.Iface != wireguard.DeviceV4 {
+		t.Errorf("b's block %+v, want through %s", r, wireguard.DeviceV4)
+	}
+	if why := p.wg[wg4].held["clone"]; !strings.Contains(why, "a cloned node") {
+		t.Errorf("clone held for %q, want its cloned key", why)
+	}
+	if n := p.wg[wg4].byAddr[addr("192.0.2.2")]; n != "aa-old-b" {
+		t.Errorf("192.0.2.2 is node %q's, want the peer's (aa-old-b)", n)
+	}
+}
