@@ -118,9 +118,14 @@ func newFlowsClient(rc flowagg.ReaderConfig, step time.Duration) (*flowsClient, 
 		addr = net.JoinHostPort(u.Hostname(), "443")
 	}
 	c := &flowsClient{base: strings.TrimRight(rc.URL, "/"), addr: addr, token: rc.Token, tls: tc, step: step, idle: streamIdleTimeout}
-	// One connection a stream; none kept idle, so a reconnection after
-	// the aggregator restarted never tries a dead one first.
-	c.hc = &http.Client{Transport: &http.Transport{DialTLSContext: c.dialTLS, DisableKeepAlives: true}}
+	// Keep-alive stays on: a request with "Connection: close" has the
+	// server end the connection after the answer without reading what
+	// the client sends meanwhile (its TLS close_notify), so the server's
+	// kernel resets it, and `kubectl port-forward`, the documented way
+	// in, exits on a reset from the pod ("lost connection to pod").
+	// stream drops idle connections before each request instead, so a
+	// reconnection after the aggregator restarted never tries a dead one.
+	c.hc = &http.Client{Transport: &http.Transport{DialTLSContext: c.dialTLS}}
 	return c, nil
 }
 
@@ -171,6 +176,7 @@ func (c *flowsClient) stream(ctx context.Context, q url.Values, connected func()
 		return fmt.Errorf("routedctl flows: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	c.hc.CloseIdleConnections()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		var ue *url.Error

@@ -160,6 +160,10 @@ func portForward(ctx context.Context, t *testing.T, c *k8scluster.Cluster, logPa
 		_ = cmd.Wait()
 		pw.Close()
 		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("kubectl port-forward's output:\n%s", b)
+		}
 	})
 	port := make(chan string, 1)
 	go func() {
