@@ -3,109 +3,15 @@ package datastore
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/internal/cutproxy"
 )
-
-// cutProxy forwards TCP connections to one etcd until it is cut: then it
-// closes every connection it forwards and every new one at once, until
-// it is healed (a node cut off from etcd while other clients keep it).
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]struct{}
-}
-
-func newCutProxy(t *testing.T, endpoint string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: strings.TrimPrefix(endpoint, "http://"), conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() {
-		ln.Close()
-		p.cutOff()
-	})
-	go p.serve()
-	return p
-}
-
-func (p *cutProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-func (p *cutProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.forward(in)
-	}
-}
-
-func (p *cutProxy) forward(in net.Conn) {
-	p.mu.Lock()
-	cut := p.cut
-	p.mu.Unlock()
-	if cut {
-		in.Close()
-		return
-	}
-	out, err := net.Dial("tcp", p.target)
-	if err != nil {
-		in.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		in.Close()
-		out.Close()
-		return
-	}
-	p.conns[in], p.conns[out] = struct{}{}, struct{}{}
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go pipe(out, in)
-	go pipe(in, out)
-	<-done
-	in.Close()
-	out.Close()
-	p.mu.Lock()
-	delete(p.conns, in)
-	delete(p.conns, out)
-	p.mu.Unlock()
-}
-
-// cutOff closes every forwarded connection and refuses new ones; when it
-// returns nothing more reaches the clients behind it.
-func (p *cutProxy) cutOff() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-func (p *cutProxy) heal() {
-	p.mu.Lock()
-	p.cut = false
-	p.mu.Unlock()
-}
 
 // TestStreamCutOffWhileEtcdCompacts is the e2e test's node cut off from
 // every etcd member while the rest of the cluster writes and compacts at
@@ -129,8 +35,8 @@ func TestStreamCutOffWhileEtcdCompacts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			writer, srv := newTestClient(t)
-			p := newCutProxy(t, srv.Endpoints[0])
-			c := connect(t, Config{Endpoints: []string{p.endpoint()}, RequestTimeout: time.Second})
+			p := cutproxy.Start(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
+			c := connect(t, Config{Endpoints: []string{"http://" + p.Addr()}, RequestTimeout: time.Second})
 			put(t, writer, "/cut/probe", "id")
 			r := newStreamRecorder()
 			startStream(t, c, "/cut/", r, "/cut/probe")
@@ -138,7 +44,7 @@ func TestStreamCutOffWhileEtcdCompacts(t *testing.T) {
 			held := put(t, writer, "/cut/a", "1")
 			r.waitFor(t, "a", func() bool { return r.rev >= held })
 
-			p.cutOff()
+			p.Cut()
 			var last int64
 			for i := range tt.writes {
 				last = put(t, writer, fmt.Sprintf("/cut/w%d", i), "x")
@@ -146,7 +52,7 @@ func TestStreamCutOffWhileEtcdCompacts(t *testing.T) {
 			if _, err := writer.Etcd().Compact(context.Background(), last, clientv3.WithCompactPhysical()); err != nil {
 				t.Fatal(err)
 			}
-			p.heal()
+			p.Heal()
 
 			want := []string{"/cut/a", "/cut/probe"}
 			for i := range tt.writes {
