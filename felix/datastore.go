@@ -25,9 +25,10 @@ var _ feed.ContextConsumer = FeedConsumer{}
 func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
 
 // Options are felix's subscription's options: a snapshot's endpoints
-// undecoded (Felix.ReplaceEncoded decodes them as it goes).
+// undecoded (Felix.ReplaceEncoded decodes them as it goes), and the
+// policy records that do not decode reported (UnreadableKinds).
 func (c FeedConsumer) Options() []feed.SubOption {
-	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint)}
+	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint), feed.ReportUnreadable(UnreadableKinds...)}
 }
 
 // SubscribedKinds is every kind felix needs from the feed.

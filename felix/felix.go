@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowlog"
 	"github.com/routed-net/routed/felix/routetable"
 	"github.com/routed-net/routed/pkg/api"
@@ -47,6 +48,10 @@ type Felix struct {
 	// wg is the WireGuard part; it keeps its devices across restarts of
 	// Run (wireguard_loop.go).
 	wg *wgState
+
+	// unreadable lists the records felix denies for, as its loop last
+	// left them (UnreadableRecords).
+	unreadable atomic.Pointer[[]policy.UnreadableRecord]
 
 	running atomic.Bool
 	applied atomic.Bool

@@ -10,6 +10,7 @@ import (
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/nftdp"
+	"github.com/routed-net/routed/pkg/api"
 )
 
 // ErrNoPolicy means felix is not running with the policy dataplane.
@@ -122,22 +123,39 @@ func (f *Felix) pollCounters(ctx context.Context, netnsFd int) {
 // policyCollector exports the rule counters to Prometheus, read when
 // scraped.
 type policyCollector struct {
-	f              *Felix
-	packets, bytes *prometheus.Desc
+	f                          *Felix
+	packets, bytes, unreadable *prometheus.Desc
 }
 
 func newPolicyCollector(f *Felix) *policyCollector {
 	return &policyCollector{f: f,
-		packets: prometheus.NewDesc("routed_policy_rule_packets_total", "Packets that matched a network policy rule (or an endpoint's default drop), by felix/policy rule ID.", []string{"rule"}, nil),
-		bytes:   prometheus.NewDesc("routed_policy_rule_bytes_total", "Bytes that matched a network policy rule (or an endpoint's default drop), by felix/policy rule ID.", []string{"rule"}, nil),
+		packets:    prometheus.NewDesc("routed_policy_rule_packets_total", "Packets that matched a network policy rule (or an endpoint's default drop), by felix/policy rule ID.", []string{"rule"}, nil),
+		bytes:      prometheus.NewDesc("routed_policy_rule_bytes_total", "Bytes that matched a network policy rule (or an endpoint's default drop), by felix/policy rule ID.", []string{"rule"}, nil),
+		unreadable: prometheus.NewDesc("routed_policy_unreadable_records", "Stored policy records that do not decode, by kind: felix denies the traffic each could decide (routedctl policy unreadable).", []string{"kind"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
-func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.packets; ch <- c.bytes }
+func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.packets
+	ch <- c.bytes
+	ch <- c.unreadable
+}
 
 // Collect implements prometheus.Collector.
 func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.f.cfg.Features.DisablePolicy {
+		byKind := map[api.Kind]int{}
+		for _, k := range UnreadableKinds {
+			byKind[k] = 0
+		}
+		for _, r := range c.f.UnreadableRecords() {
+			byKind[r.Kind]++
+		}
+		for k, n := range byKind {
+			ch <- prometheus.MustNewConstMetric(c.unreadable, prometheus.GaugeValue, float64(n), string(k))
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	cs, err := c.f.PolicyCounters(ctx)

@@ -67,6 +67,9 @@ func (l *loop) policySet(r api.Resource) {
 	if l.policy == nil || !isPolicyKind(r.GetKind()) {
 		return
 	}
+	if l.policy.ClearUnreadable(r.GetKind(), api.StoreName(r)) {
+		defer l.noteUnreadable()
+	}
 	var err error
 	switch v := r.(type) {
 	case *api.Tier:
@@ -110,6 +113,9 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 	l.noteNodes(k)
 	if l.policy == nil || !isPolicyKind(k) {
 		return
+	}
+	if l.policy.ClearUnreadable(k, name) {
+		defer l.noteUnreadable()
 	}
 	switch k {
 	case api.KindTier:

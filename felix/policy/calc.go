@@ -34,9 +34,12 @@ type Calc struct {
 
 	tiers    map[string]tierInfo
 	policies map[string]*cpolicy
-	ordered  []*cpolicy // every policy in evaluation order
-	profiles map[string]*profile
-	netsets  map[string]*netset
+	// unreadable are the records denied for (SetUnreadable), by the
+	// key of their deny's policy.
+	unreadable map[string]UnreadableRecord
+	ordered    []*cpolicy // every policy in evaluation order
+	profiles   map[string]*profile
+	netsets    map[string]*netset
 	// eps are the host endpoints, weps the workloads' (eptable.go):
 	// read them through endpoint and allEndpoints.
 	eps    map[string]*endpoint
@@ -129,6 +132,9 @@ func compileTier(t *api.Tier) tierInfo {
 // tier returns a tier's info; a tier that does not exist sorts last and
 // drops at its end, so a policy in it still denies what it denies.
 func (c *Calc) tier(name string) tierInfo {
+	if name == UnreadableTier {
+		return tierInfo{order: math.Inf(-1)}
+	}
 	if t, ok := c.tiers[name]; ok {
 		return t
 	}
@@ -288,7 +294,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 // same endpoints in the same directions at the same place in the
 // evaluation order: then only their rules differ.
 func sameSelection(a, b *cpolicy) bool {
-	return a.sel.id == b.sel.id && a.tier == b.tier && a.order == b.order && a.name == b.name &&
+	return a.sel.id == b.sel.id && a.workloadsOnly == b.workloadsOnly && a.tier == b.tier && a.order == b.order && a.name == b.name &&
 		a.hasIn == b.hasIn && a.hasOut == b.hasOut && a.host == b.host
 }
 

@@ -108,7 +108,9 @@ func (h hostFlags) allows(rules []nftdp.Rule) []nftdp.Rule {
 }
 
 // picks reports whether the policy applies to group g.
-func (p *cpolicy) picks(g *group) bool { return (!p.host.only() || g.host) && p.sel.group(g) }
+func (p *cpolicy) picks(g *group) bool {
+	return (!p.host.only() || g.host) && !(p.workloadsOnly && g.host) && p.sel.group(g)
+}
 
 // hostState is the calculator's host endpoint state.
 type hostState struct {

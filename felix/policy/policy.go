@@ -19,6 +19,9 @@ type cpolicy struct {
 	ingress, egress []*rule
 	hasIn, hasOut   bool
 	host            hostFlags // a GlobalNetworkPolicy's host endpoint fields
+	// workloadsOnly keeps it off host endpoints (the deny for an
+	// unreadable record: SetUnreadable).
+	workloadsOnly bool
 
 	// Local endpoints it selects (keys); active while not empty.
 	selected map[string]bool

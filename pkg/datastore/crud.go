@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,7 +35,7 @@ func decode(k api.Kind, kv []byte, rev int64) (api.Resource, error) {
 		return nil, err
 	}
 	if err := json.Unmarshal(kv, r); err != nil {
-		return nil, fmt.Errorf("datastore: corrupt %s record: %w", k, err)
+		return nil, &CorruptError{Kind: k, Revision: rev, Err: err}
 	}
 	r.Meta().ResourceVersion = strconv.FormatInt(rev, 10)
 	return r, nil
@@ -134,7 +135,15 @@ func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error
 		}
 		return out, err
 	case err != nil:
-		return nil, err
+		// A record that does not decode is replaced, still only at
+		// the revision just read: writing it again is how it is fixed.
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			return nil, err
+		}
+		log.WithError(err).WithField("key", Key(r.GetKind(), api.StoreName(r))).Warn("replacing a record that does not decode")
+		r.Meta().ResourceVersion = strconv.FormatInt(ce.Revision, 10)
+		return c.Update(ctx, r)
 	}
 	r.Meta().ResourceVersion = cur.Meta().ResourceVersion
 	if r.Meta().CreationTimestamp == "" {
@@ -142,6 +151,21 @@ func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error
 	}
 	return c.Update(ctx, r)
 }
+
+// CorruptError is a stored record that does not decode as its kind
+// (Get, Decode). Apply replaces one and Delete without a
+// resourceVersion deletes one, each at the revision it was read at.
+type CorruptError struct {
+	Kind     api.Kind
+	Revision int64 // the record's ModRevision
+	Err      error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("datastore: corrupt %s record: %v", e.Kind, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Get reads one resource.
 func (c *Client) Get(ctx context.Context, k api.Kind, name string) (api.Resource, error) {
@@ -160,22 +184,44 @@ func (c *Client) Get(ctx context.Context, k api.Kind, name string) (api.Resource
 // List reads every resource of a kind, sorted by name, and the store
 // revision it was read at.
 func (c *Client) List(ctx context.Context, k api.Kind) ([]api.Resource, int64, error) {
+	out, corrupt, rev, err := c.ListWithCorrupt(ctx, k)
+	for _, cr := range corrupt {
+		log.WithError(cr.Err).WithField("key", Key(k, cr.Name)).Warn("skipping unreadable record")
+	}
+	return out, rev, err
+}
+
+// CorruptRecord is a stored record that does not decode as its kind.
+type CorruptRecord struct {
+	Name string // its store name
+	Err  *CorruptError
+}
+
+// ListWithCorrupt is List that also returns, by name, the records that
+// do not decode (List skips them).
+func (c *Client) ListWithCorrupt(ctx context.Context, k api.Kind) ([]api.Resource, []CorruptRecord, int64, error) {
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
 	resp, err := c.etcd.Get(ctx, KindPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, 0, c.wrap(err)
+		return nil, nil, 0, c.wrap(err)
 	}
 	out := make([]api.Resource, 0, len(resp.Kvs))
+	var corrupt []CorruptRecord
 	for _, kv := range resp.Kvs {
 		r, err := decode(k, kv.Value, kv.ModRevision)
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			corrupt = append(corrupt, CorruptRecord{Name: strings.TrimPrefix(string(kv.Key), KindPrefix(k)), Err: ce})
+			continue
+		}
 		if err != nil {
 			log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable record")
 			continue
 		}
 		out = append(out, r)
 	}
-	return out, resp.Header.Revision, nil
+	return out, corrupt, resp.Header.Revision, nil
 }
 
 // Delete removes a resource, only if it is still at resourceVersion.
@@ -183,10 +229,15 @@ func (c *Client) List(ctx context.Context, k api.Kind) ([]api.Resource, int64, e
 func (c *Client) Delete(ctx context.Context, k api.Kind, name, resourceVersion string) error {
 	if resourceVersion == "" {
 		cur, err := c.Get(ctx, k, name)
-		if err != nil {
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			resourceVersion = strconv.FormatInt(ce.Revision, 10)
+		case err != nil:
 			return err
+		default:
+			resourceVersion = cur.Meta().ResourceVersion
 		}
-		resourceVersion = cur.Meta().ResourceVersion
 	}
 	rev, err := parseRev(k, name, resourceVersion)
 	if err != nil {

@@ -24,6 +24,18 @@ func (b Batch) Resources(kinds []api.Kind) map[api.Kind][]api.Resource {
 	return out
 }
 
+// Unreadable returns a snapshot batch's records of kinds that did not
+// decode (reported for ReportUnreadable's kinds), in key order.
+func (b Batch) Unreadable(kinds []api.Kind) []Update {
+	var out []Update
+	for _, u := range b.Updates {
+		if u.Unreadable != nil && slices.Contains(kinds, u.Kind) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 // Affinities returns a snapshot batch's block affinities, sorted by node
 // and block.
 func (b Batch) Affinities() []ipam.Affinity {
@@ -82,6 +94,18 @@ type EncodedHandler interface {
 	ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []Encoded)
 }
 
+// UnreadableHandler is a ResourceHandler that takes the records that do
+// not decode (the subscription's ReportUnreadable kinds). With a
+// snapshot, ReplaceUnreadable gets every such record of its kinds, after
+// the snapshot's resources (an unreadable record is not among them);
+// later, SetUnreadable gets a record that stopped decoding, and
+// SetResource or DeleteResource of its kind and name ends it.
+// Without one, Dispatch skips unreadable records.
+type UnreadableHandler interface {
+	ReplaceUnreadable([]Update)
+	SetUnreadable(Update)
+}
+
 // SubscribedKinds is every kind d needs from the feed.
 func (d Dispatch) SubscribedKinds() []api.Kind {
 	kinds := slices.Clone(d.Kinds)
@@ -99,6 +123,9 @@ func (d Dispatch) OnBatch(b Batch) {
 	if b.Snapshot {
 		if d.Resources != nil {
 			d.replace(b)
+			if h, ok := d.Resources.(UnreadableHandler); ok {
+				h.ReplaceUnreadable(b.Unreadable(d.Kinds))
+			}
 		}
 		if d.Affinities != nil {
 			d.Affinities.OnAffinitySnapshot(b.Affinities())
@@ -122,9 +149,14 @@ func (d Dispatch) OnBatch(b Batch) {
 			if d.Resources == nil {
 				continue
 			}
-			if u.Deleted {
+			switch {
+			case u.Deleted:
 				d.Resources.DeleteResource(u.Kind, u.Name)
-			} else {
+			case u.Unreadable != nil:
+				if h, ok := d.Resources.(UnreadableHandler); ok {
+					h.SetUnreadable(u)
+				}
+			default:
 				d.Resources.SetResource(u.Resource)
 			}
 		}

@@ -70,10 +70,15 @@ type Update struct {
 	Name     string // resource name; affinity "<node>/<cidr>"; block CIDR
 	Deleted  bool
 	Revision int64
-	Resource api.Resource          // resource kinds; nil when Deleted
-	Affinity ipam.Affinity         // KindAffinity
-	Block    netip.Prefix          // KindBorrowed
-	Borrowed map[netip.Addr]string // KindBorrowed; empty: none
+	Resource api.Resource // resource kinds; nil when Deleted or Unreadable
+	// Unreadable is why a stored record of a kind the subscription
+	// asked to hear of (ReportUnreadable) did not decode: the record
+	// exists, its content is unknown (Resource is nil). Its previous
+	// version, if any, is no longer the record's.
+	Unreadable error
+	Affinity   ipam.Affinity         // KindAffinity
+	Block      netip.Prefix          // KindBorrowed
+	Borrowed   map[netip.Addr]string // KindBorrowed; empty: none
 }
 
 // Batch is what a consumer receives at once.
@@ -167,6 +172,28 @@ type SubOption func(*sub)
 // of every endpoint in the cluster).
 func OnlyNames(k api.Kind, keep func(name string) bool) SubOption {
 	return func(s *sub) { s.keep[k] = keep }
+}
+
+// ReportUnreadable hands the consumer, for kinds, the records that do
+// not decode, as updates with Unreadable set (in snapshots too; see
+// Batch.Unreadable), instead of skipping them: a consumer for which a
+// missing record is not the same as an unknown one (a network policy:
+// skipped, it is fail-open) decides what an unknown one means.
+// Only resource kinds that are not taken undecoded (Undecoded) can be.
+func ReportUnreadable(kinds ...api.Kind) SubOption {
+	for _, k := range kinds {
+		if k == KindAffinity || k == KindBorrowed {
+			panic("feed.ReportUnreadable: " + string(k) + " is not a resource kind")
+		}
+	}
+	return func(s *sub) {
+		for _, k := range kinds {
+			if s.undecoded[k] {
+				panic("feed.ReportUnreadable: " + string(k) + " is taken undecoded")
+			}
+			s.unreadable[k] = true
+		}
+	}
 }
 
 // Subscribe registers c for kinds (resource kinds, KindAffinity,

@@ -24,7 +24,7 @@ func TestSnapshotSharesEndpointStrings(t *testing.T) {
 		items = append(items, item{kind: api.KindWorkloadEndpoint, key: datastore.Key(api.KindWorkloadEndpoint, name),
 			name: name, value: []byte(val), rev: int64(i + 1)})
 	}
-	b := decodeBatch(true, 3, items, nil)
+	b := decodeBatch(true, 3, items, nil, nil)
 	if len(b.Updates) != 3 {
 		t.Fatalf("decoded %d of 3", len(b.Updates))
 	}

@@ -149,8 +149,11 @@ type sub struct {
 	// undecoded are the kinds whose snapshot objects go undecoded
 	// (Undecoded).
 	undecoded map[api.Kind]bool
-	c         Consumer
-	wake      chan struct{}
+	// unreadable are the kinds whose records that do not decode are
+	// reported (ReportUnreadable), not skipped.
+	unreadable map[api.Kind]bool
+	c          Consumer
+	wake       chan struct{}
 
 	mu      sync.Mutex
 	queue   []pendingBatch
@@ -160,7 +163,7 @@ type sub struct {
 }
 
 func newSub(name string, kinds []api.Kind, c Consumer) *sub {
-	s := &sub{name: name, kinds: map[api.Kind]bool{}, keep: map[api.Kind]func(string) bool{}, undecoded: map[api.Kind]bool{}, c: c, wake: make(chan struct{}, 1)}
+	s := &sub{name: name, kinds: map[api.Kind]bool{}, keep: map[api.Kind]func(string) bool{}, undecoded: map[api.Kind]bool{}, unreadable: map[api.Kind]bool{}, c: c, wake: make(chan struct{}, 1)}
 	for _, k := range kinds {
 		s.kinds[k] = true
 	}
@@ -278,7 +281,7 @@ func (s *sub) deliver(ctx context.Context) {
 				return
 			}
 			s.busySince.Store(time.Now().UnixNano())
-			b := decodeBatch(snapshot, rev, items, s.undecoded)
+			b := decodeBatch(snapshot, rev, items, s.undecoded, s.unreadable)
 			if cc, ok := s.c.(ContextConsumer); ok {
 				cc.OnBatchContext(ctx, b)
 			} else {
@@ -336,8 +339,9 @@ func (s *sub) dropLocked(n int) {
 }
 
 // decodeBatch decodes items (a snapshot's objects of the undecoded kinds
-// go on in Encoded).
-func decodeBatch(snapshot bool, rev int64, items []item, undecoded map[api.Kind]bool) Batch {
+// go on in Encoded). An item that does not decode is skipped, or, of a
+// kind in report, kept as an update with Unreadable set.
+func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[api.Kind]bool) Batch {
 	out := Batch{Snapshot: snapshot, Revision: rev}
 	if snapshot {
 		items, out.Encoded = takeUndecoded(items, undecoded)
@@ -360,7 +364,7 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded map[api.Kind]
 	}
 	n := 0
 	for i := range ups {
-		if ok[i] {
+		if ok[i] || (ups[i].Unreadable != nil && report[ups[i].Kind]) {
 			ups[n] = ups[i]
 			n++
 		}
@@ -386,6 +390,8 @@ func spread(n int, f func(lo, hi int)) {
 	wg.Wait()
 }
 
+// decodeItem decodes one item; false: skip it (a resource whose value
+// does not decode, with Unreadable set, or an unreadable affinity).
 func decodeItem(it item, sh sharer) (Update, bool) {
 	u := Update{Kind: it.kind, Name: it.name, Deleted: it.deleted, Revision: it.rev}
 	switch it.kind {
@@ -409,7 +415,10 @@ func decodeItem(it item, sh sharer) (Update, bool) {
 	}
 	r, err := datastore.Decode(it.kind, it.value, it.rev)
 	if err != nil {
-		log.WithError(err).WithField("key", it.key).Warn("skipping unreadable record")
+		// Reported to the consumers that asked (ReportUnreadable),
+		// which say what it means for them; skipped for the others.
+		log.WithError(err).WithField("key", it.key).Warn("unreadable record")
+		u.Unreadable = err
 		return u, false
 	}
 	sh.resource(r)

@@ -160,7 +160,7 @@ func TestDeliveredSnapshotIsReleased(t *testing.T) {
 	snapshot, rev, taken := s.takeLocked()
 	s.mu.Unlock()
 	items = nil
-	b := decodeBatch(snapshot, rev, taken, nil)
+	b := decodeBatch(snapshot, rev, taken, nil, nil)
 	if len(b.Updates) != 2 || b.Updates[0].Resource == nil {
 		t.Fatalf("decoded %+v", b)
 	}

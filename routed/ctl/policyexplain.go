@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,18 +154,34 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 		ctx = context.Background()
 	}
 	m := policy.NewModel()
+	// Warnings about the model go beside JSON output, not into it.
+	warn := out
+	if asJSON {
+		warn = os.Stderr
+	}
 	var weps []*api.WorkloadEndpoint
 	for _, k := range explainKinds {
-		rs, _, err := ds.List(ctx, k)
+		rs, corrupt, _, err := ds.ListWithCorrupt(ctx, k)
 		if err != nil {
 			return err
+		}
+		for _, cr := range corrupt {
+			if !slices.Contains(policy.UnreadableKinds, k) {
+				fmt.Fprintf(warn, "warning: %s %s does not decode and is left out, as felix leaves it out: %v\n", k, cr.Name, cr.Err)
+				continue
+			}
+			if err := m.SetUnreadable(k, cr.Name, cr.Err); err != nil {
+				fmt.Fprintf(warn, "warning: %s %s does not decode, and no deny stands for it: %v\n", k, cr.Name, err)
+				continue
+			}
+			fmt.Fprintf(warn, "warning: %s %s does not decode (%v): felix denies the traffic it could decide (routedctl policy unreadable)\n", k, cr.Name, cr.Err)
 		}
 		for _, r := range rs {
 			if w, ok := r.(*api.WorkloadEndpoint); ok {
 				weps = append(weps, w)
 			}
 			if err := setModel(m, r); err != nil {
-				fmt.Fprintf(out, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)
+				fmt.Fprintf(warn, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)
 			}
 		}
 	}

@@ -218,7 +218,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 	}
 	st := status.NewServer(cfg.StatusSocket, n.speaker)
 	if n.felix != nil {
-		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithReimport(n.reimport.Run).
+		st.WithPolicyCounters(n.policyCounters).WithPolicyLog(n.policyLog).WithPolicyUnreadable(n.policyUnreadable).WithReimport(n.reimport.Run).
 			WithWireguard(status.WireguardFuncs{Read: n.wireguardStatus, Rotate: n.rotateWireguard})
 	}
 	g.Go("status socket", supervise.Fatal, st.Run)
@@ -272,6 +272,17 @@ func (n *node) policyCounters(ctx context.Context) ([]status.PolicyCounter, erro
 		out[i] = status.PolicyCounter(c)
 	}
 	return out, nil
+}
+
+// policyUnreadable answers the status socket with the policy records
+// felix denies for because they do not decode.
+func (n *node) policyUnreadable() []status.UnreadableRecord {
+	rs := n.felix.UnreadableRecords()
+	out := make([]status.UnreadableRecord, len(rs))
+	for i, r := range rs {
+		out[i] = status.UnreadableRecord{Kind: string(r.Kind), Name: r.Name, Scope: r.Scope, Key: datastore.Key(r.Kind, r.Name), Error: r.Error}
+	}
+	return out
 }
 
 // policyLog answers the status socket from felix's policy log.

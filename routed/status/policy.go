@@ -15,9 +15,34 @@ import (
 // Paths of the node's network policy rule counters and its policy log
 // (?since=SEQ&tail=N&follow=1: newline-separated JSON records).
 const (
-	PathPolicyCounters = "/v1/policy/counters"
-	PathPolicyLog      = "/v1/policy/log"
+	PathPolicyCounters   = "/v1/policy/counters"
+	PathPolicyLog        = "/v1/policy/log"
+	PathPolicyUnreadable = "/v1/policy/unreadable"
 )
+
+// UnreadableRecord is a stored policy record that does not decode: felix
+// denies the traffic of Scope until it is fixed or deleted.
+type UnreadableRecord struct {
+	Kind  string `json:"kind"`
+	Name  string `json:"name"`
+	Scope string `json:"scope"`
+	// Key is the record's etcd key.
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// WithPolicyUnreadable makes the server answer PathPolicyUnreadable from
+// list (felix's, on a node).
+func (s *Server) WithPolicyUnreadable(list func() []UnreadableRecord) *Server {
+	s.unreadable = list
+	return s
+}
+
+// PolicyUnreadable returns the node's unreadable policy records.
+func (c *Client) PolicyUnreadable(ctx context.Context) ([]UnreadableRecord, error) {
+	var v []UnreadableRecord
+	return v, c.get(ctx, PathPolicyUnreadable, &v)
+}
 
 // PolicyLogRecord is one packet the policy dataplane logged, resolved
 // to its rule and endpoint.
@@ -64,6 +89,11 @@ func (s *Server) handlePolicy(mux *http.ServeMux) {
 	}
 	if s.policyLog != nil {
 		mux.HandleFunc("GET "+PathPolicyLog, s.servePolicyLog)
+	}
+	if s.unreadable != nil {
+		mux.HandleFunc("GET "+PathPolicyUnreadable, func(w http.ResponseWriter, r *http.Request) {
+			reply(w, s.unreadable(), nil)
+		})
 	}
 }
 

@@ -36,8 +36,10 @@ type Server struct {
 	p         Provider
 	policy    func(context.Context) ([]PolicyCounter, error) // nil: not served
 	policyLog PolicyLogFunc                                  // nil: not served
-	reimport  ReimportFunc                                   // nil: not served
-	wireguard *WireguardFuncs                                // nil: not served
+	// unreadable lists the unreadable policy records; nil: not served.
+	unreadable func() []UnreadableRecord
+	reimport   ReimportFunc    // nil: not served
+	wireguard  *WireguardFuncs // nil: not served
 }
 
 // NewServer returns a server for path (see SocketPath) asking p.

@@ -44,7 +44,9 @@ type Lab struct {
 // Pod is a pod the lab created through the CNI plugin.
 type Pod struct {
 	Name, Node, NS, ContainerID string
-	IP                          string
+	// Namespace is the pod's Kubernetes namespace ("": default).
+	Namespace string
+	IP        string
 	// IP6 is the pod's IPv6 address in a dual-stack lab ("" otherwise).
 	IP6 string
 }

@@ -11,6 +11,12 @@ import (
 // AddPod creates a pod namespace and runs CNI ADD for it on node through
 // cnitool, the real CNI runtime client.
 func (l *Lab) AddPod(ctx context.Context, node, name string) (Pod, error) {
+	return l.AddPodIn(ctx, node, name, "")
+}
+
+// AddPodIn is AddPod for a pod of Kubernetes namespace namespace ("":
+// default). Pod names are unique in the lab, whatever their namespace.
+func (l *Lab) AddPodIn(ctx context.Context, node, name, namespace string) (Pod, error) {
 	if _, err := l.node(node); err != nil {
 		return Pod{}, err
 	}
@@ -18,7 +24,7 @@ func (l *Lab) AddPod(ctx context.Context, node, name string) (Pod, error) {
 	if err := ip(ctx, "", "netns", "add", ns); err != nil {
 		return Pod{}, err
 	}
-	p := Pod{Name: name, Node: node, NS: ns}
+	p := Pod{Name: name, Node: node, NS: ns, Namespace: namespace}
 	out, err := l.cnitool(ctx, p, "add")
 	if err != nil {
 		_ = ip(ctx, "", "netns", "del", ns)
@@ -80,10 +86,14 @@ func (l *Lab) Pods() []Pod {
 }
 
 func (l *Lab) cnitool(ctx context.Context, p Pod, verb string) (string, error) {
+	namespace := p.Namespace
+	if namespace == "" {
+		namespace = "default"
+	}
 	args := []string{"env",
 		"NETCONFPATH=" + filepath.Join(l.Dir, p.Node, "net.d"),
 		"CNI_PATH=" + filepath.Dir(l.Bins.RoutedCNI),
-		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + p.Name,
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + namespace + ";K8S_POD_NAME=" + p.Name,
 		l.Bins.Cnitool, verb, "k8s-pod-network", "/var/run/netns/" + p.NS}
 	return nsRun(ctx, p.Node, args...)
 }

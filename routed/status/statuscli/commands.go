@@ -9,6 +9,8 @@
 //	1  routed is not running, or the status could not be read
 //	2  node status only: routed runs but at least one configured session
 //	   is not Established, or it has not read its sessions yet
+//	3  policy unreadable only: the node denies for at least one stored
+//	   policy record that does not decode
 package statuscli
 
 import (
@@ -161,6 +163,25 @@ when felix started (a restarted routed keeps the tables and counters).`,
 				filter = args[0]
 			}
 			return policyCounters(cmd.Context(), out, client(), filter)
+		},
+	})
+	policy.AddCommand(&cobra.Command{
+		Use:   "unreadable",
+		Short: "Stored policy records this node cannot decode, and whose traffic it denies for them",
+		Long: `Lists the records of policy kinds (Tier, NetworkPolicy, GlobalNetworkPolicy,
+Profile, NetworkSet, GlobalNetworkSet, ServiceEndpoints) that the
+datastore holds but that do not decode (corrupt, or written by something
+other than routed). What such a record says is unknown, so felix fails
+closed: until the record is fixed or deleted, a deny in the tier
+routed:unreadable, before every other tier, drops all traffic to and from
+the workload endpoints of the record's namespace (a NetworkPolicy) or of
+every workload endpoint on the node (the other kinds). Host endpoints
+keep their own policies. Fix the record by writing it again (routedctl
+apply) or deleting it (routedctl delete): both work on a record that does
+not decode. Exit code 3 when there is at least one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return policyUnreadable(cmd.Context(), out, client())
 		},
 	})
 	var follow bool
@@ -411,6 +432,30 @@ func policyCounters(ctx context.Context, out io.Writer, c *status.Client, filter
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Rule, p.Packets, p.Bytes, lastHit(p, now))
 	}
 	return tw.Flush()
+}
+
+// ExitUnreadable is policy unreadable's exit code when the node denies
+// for at least one unreadable record.
+const ExitUnreadable = 3
+
+func policyUnreadable(ctx context.Context, out io.Writer, c *status.Client) error {
+	rs, err := c.PolicyUnreadable(ctxOrBackground(ctx))
+	if err != nil {
+		return notRunning(out, err)
+	}
+	if len(rs) == 0 {
+		fmt.Fprintln(out, "No unreadable policy records.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tDENIED\tKEY\tERROR")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Kind, r.Name, r.Scope, r.Key, r.Error)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return &ExitError{Code: ExitUnreadable, Err: fmt.Errorf("%d unreadable policy records: their traffic is denied", len(rs)), Reported: true}
 }
 
 // lastHit formats when a rule last matched: "12s ago", "before 5m" when

@@ -1,0 +1,55 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestUnreadableDenyReach: the deny for a global kind's unreadable
+// record goes first on every workload, of a namespace or of none, and
+// never on a host endpoint (whose own policies stay); a NetworkPolicy's
+// goes on its namespace's workloads alone.
+func TestUnreadableDenyReach(t *testing.T) {
+	s := &hostRecSink{recSink: newRecSink()}
+	c := NewCalc(s, LogConfig{})
+	labels := map[string]string{"role": "edge"}
+	c.SetEndpoint(ep("a", true, "10.0.0.1", labels)) // namespace prod
+	none := ep("b", true, "10.0.0.2", labels)
+	none.Namespace = ""
+	c.SetEndpoint(none)
+	dev := ep("c", true, "10.0.0.3", labels)
+	dev.Namespace = "dev"
+	c.SetEndpoint(dev)
+	c.SetHostEndpoint(testHostEP("n1-eth0", "eth0", true, labels, "192.0.2.1/32"))
+	mustPolicy(t, c, gnpYAML("normal", "1", "default", "  selector: role == 'edge'\n  ingress: [{action: Allow}]"))
+
+	why := errors.New("for the test")
+	if err := c.setUnreadable("GlobalNetworkPolicy", "broken", why); err != nil {
+		t.Fatal(err)
+	}
+	deny := "pi-" + UnreadableKey("GlobalNetworkPolicy", "broken")
+	for _, name := range []string{"calia", "calib", "calic"} {
+		if got := s.jumps(s.eps[name][1]); len(got) == 0 || got[0] != deny {
+			t.Errorf("%s ingress jumps %v: want the unreadable record's deny first", name, got)
+		}
+	}
+	h := s.hosts.Endpoints[0]
+	if got := s.jumps(h.In); !slices.Equal(got, []string{"pi-gnp:normal"}) {
+		t.Errorf("host endpoint ingress jumps %v: want its own policy alone", got)
+	}
+
+	c.clearUnreadable("GlobalNetworkPolicy", "broken")
+	if err := c.setUnreadable("NetworkPolicy", "dev.broken", why); err != nil {
+		t.Fatal(err)
+	}
+	npDeny := "pi-" + UnreadableKey("NetworkPolicy", "dev.broken")
+	if got := s.jumps(s.eps["calic"][1]); len(got) == 0 || got[0] != npDeny {
+		t.Errorf("dev's workload ingress jumps %v: want the NetworkPolicy's deny first", got)
+	}
+	for _, name := range []string{"calia", "calib"} {
+		if got := s.jumps(s.eps[name][1]); slices.Contains(got, npDeny) || slices.Contains(got, deny) {
+			t.Errorf("%s (not in dev) ingress jumps %v: a deny that is not its", name, got)
+		}
+	}
+}

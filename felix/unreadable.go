@@ -1,0 +1,83 @@
+package felix
+
+import (
+	"slices"
+
+	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/pkg/feed"
+)
+
+// UnreadableKinds are the policy kinds whose stored records that do not
+// decode felix denies for (policy.UnreadableKinds).
+var UnreadableKinds = policy.UnreadableKinds
+
+// ReplaceUnreadable implements feed.UnreadableHandler: us are every
+// unreadable record of a snapshot (after its resources).
+func (f *Felix) ReplaceUnreadable(us []feed.Update) {
+	f.enqueue(func(l *loop) {
+		if l.policy == nil {
+			return
+		}
+		now := map[string]bool{}
+		for _, u := range us {
+			now[policy.UnreadableKey(u.Kind, u.Name)] = true
+		}
+		for _, r := range l.policy.Unreadable() {
+			if !now[policy.UnreadableKey(r.Kind, r.Name)] && l.policy.ClearUnreadable(r.Kind, r.Name) {
+				l.policyDirty = true
+			}
+		}
+		for _, u := range us {
+			l.policyUnreadable(u)
+			f.flows.delete(u.Kind, u.Name)
+		}
+		l.noteUnreadable()
+	})
+}
+
+// SetUnreadable implements feed.UnreadableHandler: a record that
+// stopped decoding.
+func (f *Felix) SetUnreadable(u feed.Update) {
+	f.enqueue(func(l *loop) {
+		l.policyUnreadable(u)
+		f.flows.delete(u.Kind, u.Name)
+		l.noteUnreadable()
+	})
+}
+
+// UnreadableRecords lists the records felix denies for because they do
+// not decode (empty: none; nil before the first snapshot or without
+// policy).
+func (f *Felix) UnreadableRecords() []policy.UnreadableRecord {
+	if p := f.unreadable.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// policyUnreadable hands the policy dataplane a record of a policy kind
+// that does not decode: its previous version goes (it is not the
+// record's any more) and a deny stands for it.
+func (l *loop) policyUnreadable(u feed.Update) {
+	if l.policy == nil || !slices.Contains(UnreadableKinds, u.Kind) {
+		return
+	}
+	l.policyDelete(u.Kind, u.Name)
+	lg := l.log.WithError(u.Unreadable).WithField("kind", u.Kind).WithField("name", u.Name)
+	if err := l.policy.SetUnreadable(u.Kind, u.Name, u.Unreadable); err != nil {
+		lg.WithField("reason", err.Error()).Error("a stored policy record does not decode and no deny could stand for it")
+		return
+	}
+	lg.Error("a stored policy record does not decode: its traffic is denied until it is fixed or deleted (routedctl policy unreadable)")
+	l.policyDirty = true
+}
+
+// noteUnreadable publishes the unreadable records for status and
+// metrics.
+func (l *loop) noteUnreadable() {
+	if l.policy == nil {
+		return
+	}
+	list := l.policy.Unreadable()
+	l.f.unreadable.Store(&list)
+}
