@@ -7,7 +7,6 @@ package flowaggtest
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -74,7 +73,7 @@ func (a *Aggregator) serve(t testing.TB) {
 	a.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, tls.NewListener(ln, tc)) }()
+	go func() { defer close(done); _ = srv.Serve(ctx, flowagg.TLSListener(ln, tc)) }()
 	a.Server, a.stop = srv, func() { cancel(); <-done }
 }
 

@@ -118,13 +118,14 @@ func newFlowsClient(rc flowagg.ReaderConfig, step time.Duration) (*flowsClient, 
 		addr = net.JoinHostPort(u.Hostname(), "443")
 	}
 	c := &flowsClient{base: strings.TrimRight(rc.URL, "/"), addr: addr, token: rc.Token, tls: tc, step: step, idle: streamIdleTimeout}
-	// Keep-alive stays on: a request with "Connection: close" has the
-	// server end the connection after the answer without reading what
-	// the client sends meanwhile (its TLS close_notify), so the server's
-	// kernel resets it, and `kubectl port-forward`, the documented way
-	// in, exits on a reset from the pod ("lost connection to pod").
-	// stream drops idle connections before each request instead, so a
-	// reconnection after the aggregator restarted never tries a dead one.
+	// Keep-alive stays on. Without it each request says "Connection:
+	// close", and aggregators before the lingering close
+	// (routed/flowagg/linger.go) answered the client's TLS close_notify
+	// on such a connection with a reset; `kubectl port-forward`, the
+	// documented way in, exits on a reset from the pod ("lost connection
+	// to pod"). stream drops idle connections before each request
+	// instead, so a reconnection after the aggregator restarted never
+	// tries a dead one.
 	c.hc = &http.Client{Transport: &http.Transport{DialTLSContext: c.dialTLS}}
 	return c, nil
 }

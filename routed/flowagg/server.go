@@ -165,12 +165,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("flowagg: listen: %w", err)
 	}
-	return s.Serve(ctx, tls.NewListener(ln, tc))
+	return s.Serve(ctx, TLSListener(ln, tc))
 }
 
-// Serve serves on a TLS listener until ctx ends, within the connection
-// budgets (limitlisten.go); a request must arrive within ReadTimeout.
-// A Server serves one listener.
+// Serve serves on a TLS listener (Run's is TLSListener's) until ctx
+// ends, within the connection budgets (limitlisten.go); a request must
+// arrive within ReadTimeout. A Server serves one listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	lim := limitConns(ln, s.cfg.MaxPendingConns, s.cfg.MaxConns, s.cfg.MaxReaderConns)
 	s.conns = lim

@@ -24,8 +24,8 @@ import (
 
 const testToken = "reader-token-0123456789"
 
-// aggregator runs a Server on a real TLS listener at addr ("" for any
-// port) and returns its base URL; cancel stops it.
+// aggregator runs a Server on Run's listener (flowagg.TLSListener) at
+// addr ("" for any port) and returns its base URL; cancel stops it.
 type aggregator struct {
 	url    string
 	addr   string
@@ -71,7 +71,7 @@ func startAggregatorWith(t *testing.T, pki testpki.PKI, addr string, edit func(*
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &aggregator{url: "https://" + ln.Addr().String(), addr: ln.Addr().String(), srv: srv, cancel: cancel, done: make(chan error, 1)}
-	go func() { a.done <- srv.Serve(ctx, tls.NewListener(ln, tc)) }()
+	go func() { a.done <- srv.Serve(ctx, flowagg.TLSListener(ln, tc)) }()
 	t.Cleanup(a.stop)
 	return a
 }
