@@ -1,15 +1,19 @@
 package ctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 func newGetCmd(g *globals) *cobra.Command {
@@ -39,6 +43,8 @@ NAMESPACE NAME; WorkloadEndpoints NAMESPACE/POD as the table prints them
 			}
 			defer c.Close()
 			var rs []api.Resource
+			var corrupt []datastore.CorruptRecord
+			defer func() { printCorrupt(g.errOut, k, namespace, corrupt) }()
 			if len(args) > 1 {
 				for _, name := range args[1:] {
 					if k == api.KindWorkloadEndpoint && isWorkloadRef(namespace, name) {
@@ -54,12 +60,16 @@ NAMESPACE NAME; WorkloadEndpoints NAMESPACE/POD as the table prints them
 						return err
 					}
 					r, err := c.Get(cmd.Context(), k, sn)
+					var ce *datastore.CorruptError
+					if errors.As(err, &ce) {
+						return fmt.Errorf("%s %s does not decode: %v (%s)", k, sn, ce.Err, corruptHint(k))
+					}
 					if err != nil {
 						return err
 					}
 					rs = append(rs, r)
 				}
-			} else if rs, _, err = c.List(cmd.Context(), k); err != nil {
+			} else if rs, corrupt, _, err = c.ListWithCorrupt(cmd.Context(), k); err != nil {
 				return err
 			} else if namespace != "" && k == api.KindWorkloadEndpoint {
 				rs = inWorkloadNamespace(rs, namespace)
@@ -79,6 +89,29 @@ NAMESPACE NAME; WorkloadEndpoints NAMESPACE/POD as the table prints them
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml, json or wide (default: table)")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace's NetworkPolicies, NetworkSets and pods' WorkloadEndpoints (names may also be written NAMESPACE/NAME)")
 	return cmd
+}
+
+// printCorrupt warns of the listed records of kind k (in namespace, for
+// a namespaced kind) that do not decode: a table or a file without them
+// would say they do not exist.
+func printCorrupt(out io.Writer, k api.Kind, namespace string, corrupt []datastore.CorruptRecord) {
+	for _, cr := range corrupt {
+		if namespace != "" && k.Namespaced() && !strings.HasPrefix(cr.Name, namespace+".") {
+			continue
+		}
+		fmt.Fprintf(out, "warning: %s %s (key %s) does not decode and is not listed: %v (%s)\n",
+			k, cr.Name, datastore.Key(k, cr.Name), cr.Err.Err, corruptHint(k))
+	}
+}
+
+// corruptHint says what a record that does not decode does and how it
+// is fixed.
+func corruptHint(k api.Kind) string {
+	fix := "write it again with routedctl apply, or routedctl delete it"
+	if slices.Contains(policy.UnreadableKinds, k) {
+		return "felix denies the traffic it could decide until it is fixed: routedctl policy unreadable; " + fix
+	}
+	return fix
 }
 
 // printTable prints resources the way calicoctl does: a few key columns,

@@ -62,6 +62,15 @@ func TestUnreadablePolicyFailsClosed(t *testing.T) {
 		t.Fatalf("namespace other %s -> %s: %d of 5 answered; a NetworkPolicy's deny is its own namespace's", o1.Name, o2.Name, got)
 	}
 	waitUnreadable(t, l, n[2].Name, "NetworkPolicy", "default.broken", "namespace default")
+	// get says so rather than list as if it did not exist.
+	if out, err := l.Ctl(ctx, "get", "networkpolicy", "-n", "default"); err != nil ||
+		!strings.Contains(out, "warning: NetworkPolicy default.broken (key "+npKey+") does not decode") {
+		t.Errorf("get networkpolicy -n default does not warn of the unreadable record: %v\n%s", err, out)
+	}
+	if out, err := l.Ctl(ctx, "get", "networkpolicy", "broken", "-n", "default"); err == nil ||
+		!strings.Contains(out, "does not decode") || !strings.Contains(out, "routedctl apply") {
+		t.Errorf("get networkpolicy broken -n default: %v, want an error saying it does not decode and how to fix it\n%s", err, out)
+	}
 	// explain, from the datastore, models the same deny.
 	if out, err := l.NodeCtl(ctx, n[2].Name, "policy", "explain", a.IP, b.IP, "icmp"); err != nil ||
 		!strings.Contains(out, "unreadable:NetworkPolicy:default.broken") || !strings.Contains(out, "does not decode") {
