@@ -67,9 +67,23 @@ func (s *flowsState) set(r api.Resource) {
 		}
 	default:
 		if isPolicyKind(r.GetKind()) {
-			_ = s.model.Update(func(c *policy.Calc) error { return c.SetResource(r) })
+			_ = s.model.Update(func(c *policy.Calc) error {
+				c.ClearUnreadable(r.GetKind(), api.StoreName(r))
+				return c.SetResource(r)
+			})
 		}
 	}
+}
+
+// unreadable gives the model the deny felix installs for a record that
+// does not decode (policy.Calc.SetUnreadable), in place of its previous
+// version, so that staged verdicts are taken against what is enforced.
+func (s *flowsState) unreadable(k api.Kind, name string, why error) {
+	if s == nil || !slices.Contains(policy.UnreadableKinds, k) {
+		return
+	}
+	s.delete(k, name)
+	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadable(k, name, why) })
 }
 
 func (s *flowsState) setStaged(p policy.StagedPolicy) {
@@ -103,6 +117,7 @@ func (s *flowsState) delete(k api.Kind, name string) {
 		return
 	}
 	_ = s.model.Update(func(c *policy.Calc) error {
+		c.ClearUnreadable(k, name)
 		switch k {
 		case api.KindTier:
 			c.DeleteTier(name)

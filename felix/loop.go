@@ -42,6 +42,10 @@ type loop struct {
 	policy *policy.Manager // nil when policy is disabled
 	// policyNames is what policy was given, by kind (policy_glue.go).
 	policyNames names
+	// undecodable are the records the feed reported as not decoding,
+	// by policy.UnreadableKey (unreadable.go): a snapshot's list ends
+	// their denies, not those of records felix refused.
+	undecodable map[string]bool
 	tun         *tunnel
 	vx, vx6     *vxlanDev
 	plan        *plan
@@ -110,7 +114,7 @@ func (f *Felix) Run(ctx context.Context) error {
 
 func (f *Felix) open() (*loop, error) {
 	l := &loop{f: f, cfg: &f.cfg, log: f.log, st: newState(), nsh: netns.None(),
-		sysctlsNeeded: map[string]struct{}{}, fullResync: true, planDirty: true, policyNames: names{}}
+		sysctlsNeeded: map[string]struct{}{}, fullResync: true, planDirty: true, policyNames: names{}, undecodable: map[string]bool{}}
 	var err error
 	if f.cfg.NetNSPath != "" {
 		if l.nsh, err = netns.GetFromPath(f.cfg.NetNSPath); err != nil {

@@ -3,6 +3,7 @@ package felix
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -67,6 +68,7 @@ func (l *loop) policySet(r api.Resource) {
 	if l.policy == nil || !isPolicyKind(r.GetKind()) {
 		return
 	}
+	delete(l.undecodable, policy.UnreadableKey(r.GetKind(), api.StoreName(r)))
 	if l.policy.ClearUnreadable(r.GetKind(), api.StoreName(r)) {
 		defer l.noteUnreadable()
 	}
@@ -94,12 +96,19 @@ func (l *loop) policySet(r api.Resource) {
 	if r.GetKind() != api.KindWorkloadEndpoint {
 		l.policyNames.add(r.GetKind(), api.StoreName(r))
 	}
+	if policy.RefusalFailsClosed(r.GetKind(), err) {
+		// Nothing of it would be in force (a previous version is not
+		// what the record says now): deny for it as for a record that
+		// does not decode.
+		l.policyUnreadable(feed.Update{Kind: r.GetKind(), Name: api.StoreName(r), Unreadable: fmt.Errorf("refused: %w", err)})
+		l.noteUnreadable()
+		return
+	}
 	if err != nil {
 		msg := "policy input refused; its previous version (if any) stays in force"
 		if _, ok := r.(api.Policy); ok {
-			// The error says what is in force: a deny of what the
-			// policy selects, or (its selection refused) its
-			// previous version.
+			// A policy refused for its rules denies what it selects
+			// (the error says so).
 			msg = "policy refused"
 		}
 		l.log.WithError(err).WithField("kind", r.GetKind()).WithField("namespace", r.Meta().Namespace).
@@ -114,6 +123,7 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 	if l.policy == nil || !isPolicyKind(k) {
 		return
 	}
+	delete(l.undecodable, policy.UnreadableKey(k, name))
 	if l.policy.ClearUnreadable(k, name) {
 		defer l.noteUnreadable()
 	}

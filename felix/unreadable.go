@@ -22,14 +22,22 @@ func (f *Felix) ReplaceUnreadable(us []feed.Update) {
 		for _, u := range us {
 			now[policy.UnreadableKey(u.Kind, u.Name)] = true
 		}
+		// What the snapshot no longer reports goes (a record it has,
+		// readable, was set, which ended its deny already; one felix
+		// refused keeps the deny its set gave it).
 		for _, r := range l.policy.Unreadable() {
-			if !now[policy.UnreadableKey(r.Kind, r.Name)] && l.policy.ClearUnreadable(r.Kind, r.Name) {
+			key := policy.UnreadableKey(r.Kind, r.Name)
+			if l.undecodable[key] && !now[key] {
+				delete(l.undecodable, key)
+				l.policy.ClearUnreadable(r.Kind, r.Name)
+				f.flows.delete(r.Kind, r.Name)
 				l.policyDirty = true
 			}
 		}
 		for _, u := range us {
 			l.policyUnreadable(u)
-			f.flows.delete(u.Kind, u.Name)
+			l.undecodable[policy.UnreadableKey(u.Kind, u.Name)] = true
+			f.flows.unreadable(u.Kind, u.Name, u.Unreadable)
 		}
 		l.noteUnreadable()
 	})
@@ -40,7 +48,10 @@ func (f *Felix) ReplaceUnreadable(us []feed.Update) {
 func (f *Felix) SetUnreadable(u feed.Update) {
 	f.enqueue(func(l *loop) {
 		l.policyUnreadable(u)
-		f.flows.delete(u.Kind, u.Name)
+		if l.policy != nil {
+			l.undecodable[policy.UnreadableKey(u.Kind, u.Name)] = true
+		}
+		f.flows.unreadable(u.Kind, u.Name, u.Unreadable)
 		l.noteUnreadable()
 	})
 }
@@ -65,10 +76,10 @@ func (l *loop) policyUnreadable(u feed.Update) {
 	l.policyDelete(u.Kind, u.Name)
 	lg := l.log.WithError(u.Unreadable).WithField("kind", u.Kind).WithField("name", u.Name)
 	if err := l.policy.SetUnreadable(u.Kind, u.Name, u.Unreadable); err != nil {
-		lg.WithField("reason", err.Error()).Error("a stored policy record does not decode and no deny could stand for it")
+		lg.WithField("reason", err.Error()).Error("a stored policy record cannot be used (it does not decode, or felix refused it) and no deny could stand for it")
 		return
 	}
-	lg.Error("a stored policy record does not decode: its traffic is denied until it is fixed or deleted (routedctl policy unreadable)")
+	lg.Error("a stored policy record cannot be used (it does not decode, or felix refused it): the traffic it could decide is denied until it is fixed or deleted (routedctl policy unreadable)")
 	l.policyDirty = true
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -391,8 +392,22 @@ func NewModel() *Calc {
 // other kinds are ignored (HostEndpoints too: see
 // SetHostEndpointOfNode). An invalid one is refused with ErrInvalid; a
 // policy refused for its rules is modelled as felix installs it, a deny
-// of what it selects (Manager.SetPolicyFailClosed).
+// of what it selects (Manager.SetPolicyFailClosed), and one of which
+// nothing would be in force as felix denies for it (RefusalFailsClosed,
+// SetUnreadable).
 func (c *Calc) SetResource(r api.Resource) error {
+	err := c.setResource(r)
+	if RefusalFailsClosed(r.GetKind(), err) {
+		// As felix: nothing of it is in force, so it is denied for as
+		// a record that does not decode.
+		if uerr := c.setUnreadable(r.GetKind(), api.StoreName(r), err); uerr == nil {
+			return fmt.Errorf("%w (denied for as an unreadable record, as felix does)", err)
+		}
+	}
+	return err
+}
+
+func (c *Calc) setResource(r api.Resource) error {
 	switch v := r.(type) {
 	case *api.Tier:
 		c.SetTier(v)

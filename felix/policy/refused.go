@@ -1,10 +1,33 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/routed-net/routed/pkg/api"
 )
+
+// ErrSelectionRefused is SetPolicyFailClosed's refusal of a policy whose
+// selection itself cannot be compiled: nothing of it is installed
+// (felix then denies for it as for an unreadable record: RefusalFailsClosed).
+var ErrSelectionRefused = errors.New("policy: its selection cannot be compiled, so no deny of what it selects could stand for it")
+
+// RefusalFailsClosed reports whether err, the refusal of a record of
+// kind k, leaves nothing of it in force, so that felix must deny for it
+// as for an unreadable record (SetUnreadable): a policy whose selection
+// is refused, or a profile, network set or Service's endpoints refused
+// (a policy refused for its rules is installed as a deny of what it
+// selects).
+func RefusalFailsClosed(k api.Kind, err error) bool {
+	if err == nil || !slices.Contains(UnreadableKinds, k) {
+		return false
+	}
+	if k == api.KindNetworkPolicy || k == api.KindGlobalNetworkPolicy {
+		return errors.Is(err, ErrSelectionRefused)
+	}
+	return true
+}
 
 // SetPolicyFailClosed is SetPolicy for the dataplane: a policy whose
 // rules felix refuses is installed as a policy that denies everything
@@ -15,7 +38,8 @@ import (
 // version in force). The refusal is still returned, for the caller to
 // report. A policy whose selection itself cannot be compiled (its
 // selector, namespace or types) picks no one known: it is refused
-// as by SetPolicy and its previous version, if any, stays.
+// as by SetPolicy with ErrSelectionRefused, nothing changes, and the
+// caller denies for it (RefusalFailsClosed).
 func (m *Manager) SetPolicyFailClosed(p api.Policy) error { return m.calc.setPolicyFailClosed(p) }
 
 func (c *Calc) setPolicyFailClosed(p api.Policy) error {
@@ -29,7 +53,7 @@ func (c *Calc) setPolicyFailClosed(p api.Policy) error {
 		np, derr = compilePolicy(deny)
 	}
 	if derr != nil {
-		return fmt.Errorf("%w (its previous version, if any, stays in force)", err)
+		return fmt.Errorf("%w: %w", ErrSelectionRefused, err)
 	}
 	c.replacePolicy(np.key, np)
 	return fmt.Errorf("%w (the policy denies all traffic of the endpoints it selects, in its directions, until it is fixed)", err)

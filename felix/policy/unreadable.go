@@ -33,19 +33,21 @@ func UnreadableKey(k api.Kind, name string) string {
 
 // SetUnreadable fails closed for a record of a policy kind that is
 // stored but does not decode (corrupt, or written by something that is
-// not routed): what it says is unknown, so it may deny or isolate
-// anything it could. Until the record is readable again (set or
-// deleted) a policy in UnreadableTier, before every tier, denies all
-// traffic in both directions of:
+// not routed), or that felix refused and has nothing of in force: what
+// it says is unknown, so it may deny or isolate anything it could.
+// Until the record is set again or deleted, a policy in UnreadableTier,
+// before every tier, denies all traffic in both directions of:
 //   - a NetworkPolicy's namespace's workload endpoints (a NetworkPolicy
 //     selects in its namespace alone);
-//   - every workload endpoint, for the other kinds (a global policy, a
+//   - every workload endpoint and this node's host endpoints (normal
+//     and forward contexts), for the other kinds (a global policy, a
 //     tier, a profile, whose labels other namespaces' selectors see,
-//     a network set, a Service's endpoints: their reach is not bounded).
+//     a network set, a Service's endpoints: their reach is not
+//     bounded). Host endpoints keep established flows, their failsafe
+//     ports and tunnel peers, which their chains take first.
 //
-// Host endpoints are left to their own policies. The caller removes
-// the record's previous version first (it is not the record's now).
-// why is the decode error, for the log and for Unreadable.
+// The caller removes the record's previous version first (it is not
+// the record's now). why is the reason, for the log and Unreadable.
 func (m *Manager) SetUnreadable(k api.Kind, name string, why error) error {
 	return m.calc.setUnreadable(k, name, why)
 }
@@ -75,8 +77,11 @@ func (c *Calc) SetUnreadable(k api.Kind, name string, why error) error {
 	return c.setUnreadable(k, name, why)
 }
 
+// ClearUnreadable is Manager.ClearUnreadable for a model.
+func (c *Calc) ClearUnreadable(k api.Kind, name string) bool { return c.clearUnreadable(k, name) }
+
 func (c *Calc) setUnreadable(k api.Kind, name string, why error) error {
-	p, scope, err := unreadableDeny(k, name)
+	p, scope, workloadsOnly, err := unreadableDeny(k, name)
 	if err != nil {
 		return err
 	}
@@ -84,7 +89,7 @@ func (c *Calc) setUnreadable(k api.Kind, name string, why error) error {
 	if err != nil {
 		return fmt.Errorf("policy: the deny for unreadable %s %q: %w", k, name, err)
 	}
-	np.workloadsOnly = true
+	np.workloadsOnly = workloadsOnly
 	np.key = UnreadableKey(k, name)
 	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), np.key
 	c.replacePolicy(np.key, np)
@@ -121,27 +126,34 @@ func (c *Calc) unreadableList() []UnreadableRecord {
 }
 
 // unreadableDeny is the policy that denies for an unreadable record of
-// kind k named name, and whose traffic it stops.
-func unreadableDeny(k api.Kind, name string) (api.Policy, string, error) {
+// kind k named name, whose traffic it stops, and whether it stays off
+// host endpoints.
+func unreadableDeny(k api.Kind, name string) (p api.Policy, scope string, workloadsOnly bool, err error) {
 	deny := []api.Rule{{Action: api.ActionDeny}}
 	both := []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress}
 	spec := api.PolicySpec{Selector: "all()", Types: both, Ingress: deny, Egress: deny}
-	switch k {
-	case api.KindNetworkPolicy:
-		ns, n := api.SplitStoreName(k, name)
-		if ns == "" || n == "" {
-			return nil, "", fmt.Errorf("policy: unreadable %s: bad name %q (want <namespace>.<name>)", k, name)
-		}
-		p := &api.NetworkPolicy{Metadata: api.ObjectMeta{Namespace: ns, Name: "unreadable." + n}}
-		p.Spec.PolicySpec = spec
-		return p, "namespace " + ns, nil
-	case api.KindGlobalNetworkPolicy, api.KindTier, api.KindProfile, api.KindNetworkSet,
-		api.KindGlobalNetworkSet, api.KindServiceEndpoints:
-		// Workloads of every namespace and of none; not host
-		// endpoints (setUnreadable keeps it off them).
-		p := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable"}}
-		p.Spec.PolicySpec = spec
-		return p, "all workload endpoints", nil
+	if !slices.Contains(UnreadableKinds, k) {
+		return nil, "", false, fmt.Errorf("policy: unreadable %s %q: no deny is defined for the kind", k, name)
 	}
-	return nil, "", fmt.Errorf("policy: unreadable %s %q: no deny is defined for the kind", k, name)
+	if k == api.KindNetworkPolicy {
+		// A NetworkPolicy selects in its namespace alone, never host
+		// endpoints. A key without a namespace (no routed writer makes
+		// one) says nothing of where: the deny below, of everything.
+		if ns, n := api.SplitStoreName(k, name); ns != "" && n != "" {
+			np := &api.NetworkPolicy{Metadata: api.ObjectMeta{Namespace: ns, Name: "unreadable." + n}}
+			np.Spec.PolicySpec = spec
+			return np, "namespace " + ns, true, nil
+		}
+	}
+	// Every workload, of every namespace and of none, and this node's
+	// host endpoints in their normal and forward contexts (what a
+	// preDNAT or untracked policy would have decided comes to those):
+	// a global policy, a tier, or a set, profile or Service a rule
+	// names may apply to either. The host endpoints' chains keep what
+	// no policy may cut first: established flows, the failsafe ports,
+	// the tunnels' peers.
+	g := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable"}}
+	g.Spec.PolicySpec = spec
+	g.Spec.ApplyOnForward = true
+	return g, "all workload and host endpoints", false, nil
 }

@@ -57,8 +57,8 @@ spec: {order: 0}
 	}
 	l.apply()
 	l.expect("unreadable GlobalNetworkSet", drop("c", "e", "tcp", 8080), drop("a", "b", "tcp", 8080), drop("e", "a", "udp", 5353))
-	if got := l.m.Unreadable(); len(got) != 1 || got[0].Scope != "all workload endpoints" {
-		t.Fatalf("Unreadable() = %+v, want the GlobalNetworkSet's, of all workload endpoints", got)
+	if got := l.m.Unreadable(); len(got) != 1 || got[0].Scope != "all workload and host endpoints" {
+		t.Fatalf("Unreadable() = %+v, want the GlobalNetworkSet's, of all workload and host endpoints", got)
 	}
 
 	if !l.m.ClearUnreadable(api.KindGlobalNetworkSet, "broken-set") {
@@ -74,10 +74,49 @@ spec: {order: 0}
 	}
 
 	// What it cannot stand for is refused, not silently skipped.
-	if err := l.m.SetUnreadable(api.KindNetworkPolicy, "nodot", why); err == nil {
-		t.Error("an unreadable NetworkPolicy whose name has no namespace was accepted")
-	}
 	if err := l.m.SetUnreadable(api.KindHostEndpoint, "h", why); err == nil {
 		t.Error("an unreadable HostEndpoint was accepted: no deny stands for it")
 	}
+}
+
+// TestUnreadableDeniesHostEndpoints: a global kind's unreadable record
+// (here a tier: the one that held the host's deny could be it) denies
+// a host endpoint's traffic too, to and from the host and forwarded
+// through it, but its failsafe ports; a NetworkPolicy's does not touch
+// the host; cleared, the host's own policy is back. Packets decide.
+func TestUnreadableDeniesHostEndpoints(t *testing.T) {
+	h := newHostLab(t)
+	h.load(`apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: host-open}
+spec:
+  selector: role == 'edge'
+  applyOnForward: true
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+`)
+	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"})
+	open := []hp{hpass("x", "host", "tcp", 80), hpass("host", "x", "tcp", 80), hpass("x", "y", "tcp", 80)}
+	h.expect("the host's policy allows", open...)
+
+	why := errors.New("for the test")
+	if err := h.m.SetUnreadable(api.KindNetworkPolicy, "prod.broken", why); err != nil {
+		t.Fatal(err)
+	}
+	h.apply()
+	h.expect("an unreadable NetworkPolicy leaves the host alone", open...)
+
+	if err := h.m.SetUnreadable(api.KindTier, "security", why); err != nil {
+		t.Fatal(err)
+	}
+	h.apply()
+	h.expect("an unreadable Tier",
+		hdrop("x", "host", "tcp", 80), hdrop("host", "x", "tcp", 80), hdrop("x", "y", "tcp", 80),
+		hpass("x", "host", "tcp", 22), hpass("host", "x", "udp", 53), // failsafe
+		hpass("y", "host", "tcp", 80)) // eth2 is no host endpoint
+
+	h.m.ClearUnreadable(api.KindTier, "security")
+	h.m.ClearUnreadable(api.KindNetworkPolicy, "prod.broken")
+	h.apply()
+	h.expect("cleared", open...)
 }

@@ -8,8 +8,10 @@ import (
 
 // TestUnreadableDenyReach: the deny for a global kind's unreadable
 // record goes first on every workload, of a namespace or of none, and
-// never on a host endpoint (whose own policies stay); a NetworkPolicy's
-// goes on its namespace's workloads alone.
+// on the host endpoints' normal and forward chains (an unreadable tier
+// or set could be what protects the host); a NetworkPolicy's goes on
+// its namespace's workloads alone, or, its key naming no namespace, on
+// everything.
 func TestUnreadableDenyReach(t *testing.T) {
 	s := &hostRecSink{recSink: newRecSink()}
 	c := NewCalc(s, LogConfig{})
@@ -35,8 +37,10 @@ func TestUnreadableDenyReach(t *testing.T) {
 		}
 	}
 	h := s.hosts.Endpoints[0]
-	if got := s.jumps(h.In); !slices.Equal(got, []string{"pi-gnp:normal"}) {
-		t.Errorf("host endpoint ingress jumps %v: want its own policy alone", got)
+	for chain, want := range map[string]string{h.In: deny, h.Out: "po-" + UnreadableKey("GlobalNetworkPolicy", "broken"), h.FwdIn: deny} {
+		if got := s.jumps(chain); len(got) == 0 || got[0] != want {
+			t.Errorf("host endpoint chain %s jumps %v: want %s first", chain, got, want)
+		}
 	}
 
 	c.clearUnreadable("GlobalNetworkPolicy", "broken")
@@ -51,5 +55,14 @@ func TestUnreadableDenyReach(t *testing.T) {
 		if got := s.jumps(s.eps[name][1]); slices.Contains(got, npDeny) || slices.Contains(got, deny) {
 			t.Errorf("%s (not in dev) ingress jumps %v: a deny that is not its", name, got)
 		}
+	}
+	if got := s.jumps(s.hosts.Endpoints[0].In); !slices.Equal(got, []string{"pi-gnp:normal"}) {
+		t.Errorf("host endpoint ingress jumps %v with a NetworkPolicy's deny: want its own policy alone", got)
+	}
+	if err := c.setUnreadable("NetworkPolicy", "nodot", why); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.unreadableList(); len(got) != 2 || got[1].Name != "nodot" || got[1].Scope != "all workload and host endpoints" {
+		t.Errorf("a NetworkPolicy key without a namespace: %+v, want the deny of everything", got)
 	}
 }

@@ -184,7 +184,7 @@ func (c *Client) Get(ctx context.Context, k api.Kind, name string) (api.Resource
 // List reads every resource of a kind, sorted by name, and the store
 // revision it was read at.
 func (c *Client) List(ctx context.Context, k api.Kind) ([]api.Resource, int64, error) {
-	out, corrupt, rev, err := c.ListWithCorrupt(ctx, k)
+	out, corrupt, rev, err := c.list(ctx, k, false)
 	for _, cr := range corrupt {
 		log.WithError(cr.Err).WithField("key", Key(k, cr.Name)).Warn("skipping unreadable record")
 	}
@@ -198,8 +198,23 @@ type CorruptRecord struct {
 }
 
 // ListWithCorrupt is List that also returns, by name, the records that
-// do not decode (List skips them).
+// do not decode (List skips them), and takes as not decoding a record
+// whose content names another object than its key (or none: "null",
+// "{}"): routed writes every record under its own name.
 func (c *Client) ListWithCorrupt(ctx context.Context, k api.Kind) ([]api.Resource, []CorruptRecord, int64, error) {
+	return c.list(ctx, k, true)
+}
+
+// CheckName returns a CorruptError when r, decoded from the record of
+// kind k named name at rev, names another object (or none).
+func CheckName(k api.Kind, name string, r api.Resource, rev int64) error {
+	if got := api.StoreName(r); got != name {
+		return &CorruptError{Kind: k, Revision: rev, Err: fmt.Errorf("its content names %q, its key %q", got, name)}
+	}
+	return nil
+}
+
+func (c *Client) list(ctx context.Context, k api.Kind, checkNames bool) ([]api.Resource, []CorruptRecord, int64, error) {
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
 	resp, err := c.etcd.Get(ctx, KindPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
@@ -209,10 +224,14 @@ func (c *Client) ListWithCorrupt(ctx context.Context, k api.Kind) ([]api.Resourc
 	out := make([]api.Resource, 0, len(resp.Kvs))
 	var corrupt []CorruptRecord
 	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), KindPrefix(k))
 		r, err := decode(k, kv.Value, kv.ModRevision)
+		if err == nil && checkNames {
+			err = CheckName(k, name, r, kv.ModRevision)
+		}
 		var ce *CorruptError
 		if errors.As(err, &ce) {
-			corrupt = append(corrupt, CorruptRecord{Name: strings.TrimPrefix(string(kv.Key), KindPrefix(k)), Err: ce})
+			corrupt = append(corrupt, CorruptRecord{Name: name, Err: ce})
 			continue
 		}
 		if err != nil {

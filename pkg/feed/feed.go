@@ -188,9 +188,6 @@ func ReportUnreadable(kinds ...api.Kind) SubOption {
 	}
 	return func(s *sub) {
 		for _, k := range kinds {
-			if s.undecoded[k] {
-				panic("feed.ReportUnreadable: " + string(k) + " is taken undecoded")
-			}
 			s.unreadable[k] = true
 		}
 	}
@@ -202,6 +199,11 @@ func (f *Feed) Subscribe(name string, kinds []api.Kind, c Consumer, opts ...SubO
 	s := newSub(name, kinds, c)
 	for _, o := range opts {
 		o(s)
+	}
+	for k := range s.unreadable {
+		if s.undecoded[k] {
+			panic("feed.ReportUnreadable: " + string(k) + " is taken undecoded (feed.Undecoded): its snapshots' unreadable objects could not be reported")
+		}
 	}
 	for k := range s.kinds {
 		f.kinds[k] = true

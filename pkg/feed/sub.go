@@ -354,6 +354,15 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 		sh := sharer{}
 		for i := lo; i < hi; i++ {
 			ups[i], ok[i] = decodeItem(items[i], sh)
+			if ok[i] && report[ups[i].Kind] && ups[i].Resource != nil {
+				// For a reported kind, a record whose content names
+				// another object (or none: "null", "{}") is as
+				// unreadable as one that does not decode.
+				if err := datastore.CheckName(ups[i].Kind, ups[i].Name, ups[i].Resource, ups[i].Revision); err != nil {
+					log.WithError(err).WithField("key", items[i].key).Warn("unreadable record")
+					ups[i].Resource, ups[i].Unreadable, ok[i] = nil, err, false
+				}
+			}
 			items[i] = item{}
 		}
 	}

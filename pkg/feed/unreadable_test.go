@@ -142,3 +142,31 @@ func TestReportUnreadable(t *testing.T) {
 		t.Fatalf("unreadable records' errors: %v; want two, each saying why", reporting.errs)
 	}
 }
+
+// TestReportUnreadableMisnamed: for a reported kind, a record that
+// decodes but names another object than its key, or none ("null",
+// "{}"), is unreadable too: taken as the object it names, the policy
+// at that key would be absent.
+func TestReportUnreadableMisnamed(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	for name, v := range map[string]string{"ns1.good": npJSON("ns1", "good"), "ns1.null": "null", "ns1.empty": "{}", "ns1.other": npJSON("ns2", "other")} {
+		if _, err := ds.Etcd().Put(context.Background(), datastore.Key(api.KindNetworkPolicy, name), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kinds := []api.Kind{api.KindNetworkPolicy}
+	h := &unreadableHandler{}
+	startFeed(t, ds, feed.Options{}, func(fd *feed.Feed) {
+		fd.Subscribe("reporting", kinds, feed.Dispatch{Kinds: kinds, Resources: h}, feed.ReportUnreadable(api.KindNetworkPolicy))
+	})
+	want := []string{"replace:ns1.good", "unreadable:ns1.empty,ns1.null,ns1.other"}
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if slices.Equal(h.events, want) {
+			return ""
+		}
+		return "have " + join(h.events) + "; want " + join(want)
+	})
+}

@@ -146,7 +146,7 @@ spec:
 	if got := pings(t, l, a, b.IP, 3); got != 0 {
 		t.Fatalf("default %s -> %s: %d of 3 answered with an unreadable GlobalNetworkSet", a.Name, b.Name, got)
 	}
-	waitUnreadable(t, l, n[0].Name, "GlobalNetworkSet", "broken-set", "all workload endpoints")
+	waitUnreadable(t, l, n[0].Name, "GlobalNetworkSet", "broken-set", "all workload and host endpoints")
 	if out, err := l.Ctl(ctx, "delete", "globalnetworkset", "broken-set"); err != nil {
 		t.Fatalf("routedctl delete of the unreadable GlobalNetworkSet: %v: %s", err, out)
 	}

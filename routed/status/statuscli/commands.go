@@ -171,12 +171,13 @@ when felix started (a restarted routed keeps the tables and counters).`,
 		Long: `Lists the records of policy kinds (Tier, NetworkPolicy, GlobalNetworkPolicy,
 Profile, NetworkSet, GlobalNetworkSet, ServiceEndpoints) that the
 datastore holds but that do not decode (corrupt, or written by something
-other than routed). What such a record says is unknown, so felix fails
-closed: until the record is fixed or deleted, a deny in the tier
-routed:unreadable, before every other tier, drops all traffic to and from
-the workload endpoints of the record's namespace (a NetworkPolicy) or of
-every workload endpoint on the node (the other kinds). Host endpoints
-keep their own policies. Fix the record by writing it again (routedctl
+other than routed), or that felix refused with nothing of them in force.
+What such a record says is unknown, so felix fails closed: until the
+record is fixed or deleted, a deny in the tier routed:unreadable, before
+every other tier, drops all traffic to and from the workload endpoints of
+the record's namespace (a NetworkPolicy) or of every workload endpoint
+and of this node's host endpoints (the other kinds; the failsafe ports
+stay open). Fix the record by writing it again (routedctl
 apply) or deleting it (routedctl delete): both work on a record that does
 not decode. Exit code 3 when there is at least one.`,
 		Args: cobra.NoArgs,
