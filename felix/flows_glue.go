@@ -67,10 +67,19 @@ func (s *flowsState) set(r api.Resource) {
 		}
 	default:
 		if isPolicyKind(r.GetKind()) {
+			var refused error
 			_ = s.model.Update(func(c *policy.Calc) error {
 				c.ClearUnreadable(r.GetKind(), api.StoreName(r))
-				return c.SetResource(r)
+				err := c.SetResource(r)
+				if policy.RefusalFailsClosed(r.GetKind(), err) {
+					refused = err
+				}
+				return err
 			})
+			if refused != nil {
+				// As the dataplane: its previous version goes too.
+				s.unreadable(r.GetKind(), api.StoreName(r), refused)
+			}
 		}
 	}
 }

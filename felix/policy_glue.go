@@ -101,6 +101,8 @@ func (l *loop) policySet(r api.Resource) {
 		// what the record says now): deny for it as for a record that
 		// does not decode.
 		l.policyUnreadable(feed.Update{Kind: r.GetKind(), Name: api.StoreName(r), Unreadable: fmt.Errorf("refused: %w", err)})
+		// Still given: a snapshot without it deletes it, and its deny.
+		l.policyNames.add(r.GetKind(), api.StoreName(r))
 		l.noteUnreadable()
 		return
 	}

@@ -51,6 +51,17 @@ func TestUnreadableAndRefusedKeepTheirDeny(t *testing.T) {
 	h.f.ReplaceUnreadable(nil)
 	wait("second snapshot", "GlobalNetworkSet/bad-nets")
 
+	// A snapshot without the refused set (deleted during a resync):
+	// its deny goes with it.
+	empty := resources()
+	empty[api.KindGlobalNetworkSet] = nil // the kind in the snapshot, none of it
+	h.f.ReplaceResources(empty)
+	h.f.ReplaceUnreadable(nil)
+	wait("refused set gone from the snapshot")
+	h.f.ReplaceResources(resources(gns("10.0.0.0/8", "not-a-cidr")))
+	h.f.ReplaceUnreadable(nil)
+	wait("refused set back", "GlobalNetworkSet/bad-nets")
+
 	// Live: the set fixed, a policy going unreadable, then deleted.
 	h.f.SetResource(gns("10.0.0.0/8"))
 	h.f.SetUnreadable(feed.Update{Kind: api.KindGlobalNetworkPolicy, Name: "g", Unreadable: errors.New("for the test")})

@@ -167,7 +167,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 		}
 		for _, cr := range corrupt {
 			if !slices.Contains(policy.UnreadableKinds, k) {
-				fmt.Fprintf(warn, "warning: %s %s does not decode and is left out, as felix leaves it out: %v\n", k, cr.Name, cr.Err)
+				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation (felix skips one that does not decode and takes a misnamed one as written): %v\n", k, cr.Name, cr.Err)
 				continue
 			}
 			if err := m.SetUnreadable(k, cr.Name, cr.Err); err != nil {
