@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/routed-net/routed/internal/testpki"
+
+	"github.com/routed-net/routed/routed/flowagg"
 )
 
 // TestConnsClosedWithoutReset: a connection the aggregator ends after
@@ -61,8 +63,11 @@ func TestConnsClosedWithoutReset(t *testing.T) {
 			}
 			fin := time.Since(start)
 			// A reset after the FIN does not show in reads (EOF still):
-			// it leaves its error on the socket.
-			time.Sleep(100 * time.Millisecond)
+			// it leaves its error on the socket. The server's socket
+			// closes at the latest when its linger ends (lingerTimeout
+			// after its FIN): read the error once that is past, so the
+			// check covers the whole life of the server's socket.
+			time.Sleep(time.Until(start.Add(fin + flowagg.LingerTimeout + 200*time.Millisecond)))
 			if err := sockError(raw); err != nil {
 				t.Fatalf("%s, a FIN %v after the client's close_notify, then a reset (SO_ERROR %v)", resp.Status, fin.Round(time.Millisecond), err)
 			}
