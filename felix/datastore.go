@@ -2,6 +2,7 @@ package felix
 
 import (
 	"context"
+	"slices"
 
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/feed"
@@ -28,7 +29,7 @@ func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
 // undecoded (Felix.ReplaceEncoded decodes them as it goes), and the
 // policy records that do not decode reported (UnreadableKinds).
 func (c FeedConsumer) Options() []feed.SubOption {
-	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint), feed.ReportUnreadable(UnreadableKinds...)}
+	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint), feed.ReportUnreadable(append(slices.Clone(UnreadableKinds), api.KindHostEndpoint)...)}
 }
 
 // SubscribedKinds is every kind felix needs from the feed.

@@ -26,6 +26,10 @@ apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: zz-eth2, labels: {role: open}}
 spec: {node: node-a, interfaceName: eth2}
+` + openAllGNP
+
+// openAllGNP allows everything to and from what is labelled role=open.
+const openAllGNP = `
 ---
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -146,7 +147,7 @@ func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
 	if !c.f.cfg.Features.DisablePolicy {
 		byKind := map[api.Kind]int{}
-		for _, k := range UnreadableKinds {
+		for _, k := range append(slices.Clone(UnreadableKinds), api.KindHostEndpoint) {
 			byKind[k] = 0
 		}
 		for _, r := range c.f.UnreadableRecords() {

@@ -106,6 +106,10 @@ func (l *loop) policySet(r api.Resource) {
 		l.noteUnreadable()
 		return
 	}
+	if h, ok := r.(*api.HostEndpoint); ok && l.hostRefused(h, err) {
+		l.noteUnreadable()
+		return
+	}
 	if err != nil {
 		msg := "policy input refused; its previous version (if any) stays in force"
 		if _, ok := r.(api.Policy); ok {

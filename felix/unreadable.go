@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/routed-net/routed/felix/policy"
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/feed"
 )
 
@@ -29,6 +30,10 @@ func (f *Felix) ReplaceUnreadable(us []feed.Update) {
 			key := policy.UnreadableKey(r.Kind, r.Name)
 			if l.undecodable[key] && !now[key] {
 				delete(l.undecodable, key)
+				if r.Kind == api.KindHostEndpoint {
+					// What stands in its place goes too.
+					l.policyDelete(r.Kind, r.Name)
+				}
 				l.policy.ClearUnreadable(r.Kind, r.Name)
 				f.flows.delete(r.Kind, r.Name)
 				l.policyDirty = true
@@ -70,6 +75,10 @@ func (f *Felix) UnreadableRecords() []policy.UnreadableRecord {
 // that does not decode: its previous version goes (it is not the
 // record's any more) and a deny stands for it.
 func (l *loop) policyUnreadable(u feed.Update) {
+	if u.Kind == api.KindHostEndpoint {
+		l.hostUnreadable(u.Name, salvageHost(u.Name, u.Value), u.Unreadable)
+		return
+	}
 	if l.policy == nil || !slices.Contains(UnreadableKinds, u.Kind) {
 		return
 	}

@@ -294,7 +294,7 @@ func (c *Calc) replacePolicy(key string, np *cpolicy) {
 // same endpoints in the same directions at the same place in the
 // evaluation order: then only their rules differ.
 func sameSelection(a, b *cpolicy) bool {
-	return a.sel.id == b.sel.id && a.workloadsOnly == b.workloadsOnly && a.tier == b.tier && a.order == b.order && a.name == b.name &&
+	return a.sel.id == b.sel.id && a.workloadsOnly == b.workloadsOnly && a.hostsOnly == b.hostsOnly && a.tier == b.tier && a.order == b.order && a.name == b.name &&
 		a.hasIn == b.hasIn && a.hasOut == b.hasOut && a.host == b.host
 }
 

@@ -109,7 +109,7 @@ func (h hostFlags) allows(rules []nftdp.Rule) []nftdp.Rule {
 
 // picks reports whether the policy applies to group g.
 func (p *cpolicy) picks(g *group) bool {
-	return (!p.host.only() || g.host) && !(p.workloadsOnly && g.host) && p.sel.group(g)
+	return (!p.host.only() || g.host) && !(p.workloadsOnly && g.host) && !(p.hostsOnly && !g.host) && p.sel.group(g)
 }
 
 // hostState is the calculator's host endpoint state.

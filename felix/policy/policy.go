@@ -22,6 +22,9 @@ type cpolicy struct {
 	// workloadsOnly keeps it off host endpoints (the deny for an
 	// unreadable record: SetUnreadable).
 	workloadsOnly bool
+	// hostsOnly keeps it off workload endpoints (the deny for an
+	// unreadable HostEndpoint: SetUnreadableHost).
+	hostsOnly bool
 
 	// Local endpoints it selects (keys); active while not empty.
 	selected map[string]bool

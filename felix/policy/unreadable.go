@@ -21,7 +21,8 @@ const UnreadableTier = "routed:unreadable"
 // a Deny rule names, would let through what it stops. Endpoints (taken
 // undecoded; a pod whose record is unreadable has no rules and its
 // interface drops) and host endpoints are not among them: an unreadable
-// HostEndpoint is skipped as before (docs/policy.md).
+// HostEndpoint gets a deny of its own, on its interface
+// (SetUnreadableHost).
 var UnreadableKinds = []api.Kind{api.KindTier, api.KindNetworkPolicy, api.KindGlobalNetworkPolicy,
 	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet, api.KindServiceEndpoints}
 

@@ -66,3 +66,36 @@ func TestUnreadableDenyReach(t *testing.T) {
 		t.Errorf("a NetworkPolicy key without a namespace: %+v, want the deny of everything", got)
 	}
 }
+
+// TestUnreadableHostDenyReach: the deny for an unreadable HostEndpoint
+// goes first on the chains of the host endpoint standing in its place
+// (labelled UnreadableHostLabel), normal and forward, and on no
+// workload, even one carrying that label.
+func TestUnreadableHostDenyReach(t *testing.T) {
+	s := &hostRecSink{recSink: newRecSink()}
+	c := NewCalc(s, LogConfig{})
+	marked := map[string]string{UnreadableHostLabel: "", "role": "edge"}
+	c.SetEndpoint(ep("a", true, "10.0.0.1", marked))
+	c.SetHostEndpoint(testHostEP("stand-in", "eth1", true, marked, "192.0.2.1/32"))
+	mustPolicy(t, c, gnpYAML("normal", "1", "default", "  selector: role == 'edge'\n  ingress: [{action: Allow}]"))
+	if err := c.setUnreadableHost("stand-in", UnreadableHost{Iface: "eth1"}, true, errors.New("for the test")); err != nil {
+		t.Fatal(err)
+	}
+	key := UnreadableKey("HostEndpoint", "stand-in")
+	h := s.hosts.Endpoints[0]
+	for chain, want := range map[string]string{h.In: "pi-" + key, h.Out: "po-" + key, h.FwdIn: "pi-" + key} {
+		if got := s.jumps(chain); len(got) == 0 || got[0] != want {
+			t.Errorf("host endpoint chain %s jumps %v: want %s first", chain, got, want)
+		}
+	}
+	if got := s.jumps(s.eps["calia"][1]); slices.Contains(got, "pi-"+key) || !slices.Contains(got, "pi-gnp:normal") {
+		t.Errorf("workload ingress jumps %v: want its own policy, not the host endpoint's deny", got)
+	}
+	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "this node's host traffic on eth1" {
+		t.Errorf("unreadable list %+v", got)
+	}
+	c.clearUnreadable("HostEndpoint", "stand-in")
+	if got := s.jumps(s.hosts.Endpoints[0].In); slices.Contains(got, "pi-"+key) {
+		t.Errorf("host endpoint ingress jumps %v after the deny was cleared", got)
+	}
+}

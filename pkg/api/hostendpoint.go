@@ -53,6 +53,13 @@ const DefaultAllowProfile = "projectcalico-default-allow"
 // a name, at most 15 characters).
 var ifaceNameRE = lazyRegexp(`^[a-zA-Z0-9_.-]{1,15}$`)
 
+// HostInterfaceValid reports whether n may be a HostEndpoint's
+// interfaceName that names an interface ("*" or a host interface's
+// name, not a pod's), as Validate requires.
+func HostInterfaceValid(n string) bool {
+	return n == AllInterfaces || ifaceNameRE().MatchString(n) && !strings.HasPrefix(n, kernel.HostDevicePrefix)
+}
+
 // GetKind implements Resource.
 func (h *HostEndpoint) GetKind() Kind { return KindHostEndpoint }
 

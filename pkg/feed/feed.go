@@ -76,9 +76,13 @@ type Update struct {
 	// exists, its content is unknown (Resource is nil). Its previous
 	// version, if any, is no longer the record's.
 	Unreadable error
-	Affinity   ipam.Affinity         // KindAffinity
-	Block      netip.Prefix          // KindBorrowed
-	Borrowed   map[netip.Addr]string // KindBorrowed; empty: none
+	// Value is an unreadable record's stored bytes (nil otherwise), for
+	// a consumer that can salvage what it must know of it (felix: the
+	// node and interface of a HostEndpoint).
+	Value    []byte
+	Affinity ipam.Affinity         // KindAffinity
+	Block    netip.Prefix          // KindBorrowed
+	Borrowed map[netip.Addr]string // KindBorrowed; empty: none
 }
 
 // Batch is what a consumer receives at once.

@@ -360,7 +360,7 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 				// unreadable as one that does not decode.
 				if err := datastore.CheckName(ups[i].Kind, ups[i].Name, ups[i].Resource, ups[i].Revision); err != nil {
 					log.WithError(err).WithField("key", items[i].key).Warn("unreadable record")
-					ups[i].Resource, ups[i].Unreadable, ok[i] = nil, err, false
+					ups[i].Resource, ups[i].Unreadable, ups[i].Value, ok[i] = nil, err, items[i].value, false
 				}
 			}
 			items[i] = item{}
@@ -427,7 +427,7 @@ func decodeItem(it item, sh sharer) (Update, bool) {
 		// Reported to the consumers that asked (ReportUnreadable),
 		// which say what it means for them; skipped for the others.
 		log.WithError(err).WithField("key", it.key).Warn("unreadable record")
-		u.Unreadable = err
+		u.Unreadable, u.Value = err, it.value
 		return u, false
 	}
 	sh.resource(r)

@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -21,6 +22,18 @@ type unreadableHandler struct {
 	mu     sync.Mutex
 	events []string
 	errs   []error // the Unreadable of each unreadable record handed over
+	// vals is the stored value handed over with each, by name.
+	vals map[string]string
+}
+
+func (h *unreadableHandler) keep(u feed.Update) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.errs = append(h.errs, u.Unreadable)
+	if h.vals == nil {
+		h.vals = map[string]string{}
+	}
+	h.vals[u.Name] = string(u.Value)
 }
 
 func (h *unreadableHandler) add(e string) {
@@ -45,17 +58,13 @@ func (h *unreadableHandler) ReplaceUnreadable(us []feed.Update) {
 	var names []string
 	for _, u := range us {
 		names = append(names, u.Name)
-		h.mu.Lock()
-		h.errs = append(h.errs, u.Unreadable)
-		h.mu.Unlock()
+		h.keep(u)
 	}
 	h.add("unreadable:" + join(names))
 }
 
 func (h *unreadableHandler) bad(e string, u feed.Update) {
-	h.mu.Lock()
-	h.errs = append(h.errs, u.Unreadable)
-	h.mu.Unlock()
+	h.keep(u)
 	h.add(e)
 }
 
@@ -124,7 +133,8 @@ func TestReportUnreadable(t *testing.T) {
 	wait(fallback, "fallback snapshot", "replace:ns1.good")
 
 	// A readable policy stops decoding (a number where a string goes).
-	put("ns1.good", `{"kind":"NetworkPolicy","metadata":{"name":"good","namespace":"ns1"},"spec":{"selector":7}}`)
+	const badGood = `{"kind":"NetworkPolicy","metadata":{"name":"good","namespace":"ns1"},"spec":{"selector":7}}`
+	put("ns1.good", badGood)
 	// Then the bad one is fixed, and the other deleted.
 	put("ns1.late", npJSON("ns1", "late"))
 	wait(reporting, "reporting after the edit", "replace:ns1.good", "unreadable:ns1.bad", "bad:ns1.good", "set:ns1.late")
@@ -140,6 +150,11 @@ func TestReportUnreadable(t *testing.T) {
 	defer reporting.mu.Unlock()
 	if len(reporting.errs) != 2 || reporting.errs[0] == nil || reporting.errs[1] == nil {
 		t.Fatalf("unreadable records' errors: %v; want two, each saying why", reporting.errs)
+	}
+	// Each comes with its stored bytes (felix salvages a HostEndpoint's
+	// node and interface from them).
+	if want := map[string]string{"ns1.bad": "{not json", "ns1.good": badGood}; !maps.Equal(reporting.vals, want) {
+		t.Fatalf("unreadable records' values: %q; want %q", reporting.vals, want)
 	}
 }
 
@@ -169,4 +184,9 @@ func TestReportUnreadableMisnamed(t *testing.T) {
 		}
 		return "have " + join(h.events) + "; want " + join(want)
 	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := map[string]string{"ns1.null": "null", "ns1.empty": "{}", "ns1.other": npJSON("ns2", "other")}; !maps.Equal(h.vals, want) {
+		t.Fatalf("misnamed records' values: %q; want %q", h.vals, want)
+	}
 }

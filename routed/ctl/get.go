@@ -111,6 +111,9 @@ func corruptHint(k api.Kind) string {
 	if slices.Contains(policy.UnreadableKinds, k) {
 		return "felix denies the traffic it could decide until it is fixed: routedctl policy unreadable; " + fix
 	}
+	if k == api.KindHostEndpoint {
+		return "felix denies its interface's traffic (every interface's when it cannot read which) on its node (every node's when it cannot read which), the failsafe ports excepted, until it is fixed: routedctl policy unreadable; " + fix
+	}
 	return fix
 }
 

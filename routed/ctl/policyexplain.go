@@ -166,6 +166,10 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 			return err
 		}
 		for _, cr := range corrupt {
+			if k == api.KindHostEndpoint {
+				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation; felix denies its interface's traffic on its node, the failsafe ports excepted (routedctl policy unreadable): %v\n", k, cr.Name, cr.Err)
+				continue
+			}
 			if !slices.Contains(policy.UnreadableKinds, k) {
 				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation (felix skips one that does not decode and takes a misnamed one as written): %v\n", k, cr.Name, cr.Err)
 				continue
