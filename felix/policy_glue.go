@@ -91,7 +91,17 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	case *api.HostEndpoint:
-		err = l.setHostEndpoint(v)
+		if _, ok := v.Metadata.Labels[policy.UnreadableHostLabel]; ok {
+			// Only what stands for an unreadable record carries it.
+			l.log.WithField("name", v.Metadata.Name).Warn("host endpoint: label " + policy.UnreadableHostLabel + " is routed's own; ignored")
+			c := *v
+			c.Metadata.Labels = maps.Clone(v.Metadata.Labels)
+			delete(c.Metadata.Labels, policy.UnreadableHostLabel)
+			v = &c
+		}
+		if err = l.setHostEndpoint(v); err == nil {
+			delete(l.hosts.standIn, v.Metadata.Name) // replaced
+		}
 	}
 	if r.GetKind() != api.KindWorkloadEndpoint {
 		l.policyNames.add(r.GetKind(), api.StoreName(r))

@@ -21,6 +21,9 @@ import (
 // packets host endpoints let through are computed again.
 type hostState struct {
 	byIP map[string]*hostByIP
+	// standIn are the names of the endpoints standing for this node's
+	// unreadable HostEndpoint records (hostUnreadable).
+	standIn map[string]bool
 	// watched are the addresses whose changes the address watch passes
 	// on (watchAddrs); its goroutine reads them.
 	watched atomic.Pointer[map[netip.Addr]bool]
@@ -166,6 +169,7 @@ func (l *loop) setHostEndpoint(h *api.HostEndpoint) error {
 
 // deleteHostEndpoint removes a HostEndpoint from the policy dataplane.
 func (l *loop) deleteHostEndpoint(name string) {
+	delete(l.hosts.standIn, name)
 	delete(l.hosts.byIP, name)
 	l.watchAddrs()
 	l.policy.DeleteHostEndpoint(name)

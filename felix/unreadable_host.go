@@ -2,40 +2,60 @@ package felix
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/pkg/api"
 )
 
 // hostUnreadable fails closed for a HostEndpoint record felix cannot use
-// (it does not decode, or felix refused this node's): its previous
-// version goes and, when the record names this node or its node is
-// unknown, a host endpoint stands in its place for the interface
-// salvaged from it (every interface, "*", when none could be), which
-// the deny policy.SetUnreadableHost installs drops all traffic of (the
-// failsafe ports, established flows and tunnel peers excepted).
-// Left out, the interface it polices would be open, at the latest
-// after a restart.
+// (it does not decode, or felix refused it). Left out, the interface it
+// polices would be open, at the latest after a restart. When the record
+// names this node, or its node is unknown, its previous version goes and
+// a host endpoint stands in its place, where the record salvaged says it
+// applies: its interface, else the interfaces holding its expected
+// addresses, else every interface ("*"); the deny policy.SetUnreadableHost
+// installs drops all its traffic (established flows, the failsafe ports
+// and the tunnels' peers excepted), and, for "*", that of every other
+// host endpoint of this node too (one sorting first would otherwise
+// govern an interface the record may have). A record of another node
+// only is listed: its previous version, if any, stays while routed runs
+// (its addresses in the sets of the selectors that pick it), as for any
+// endpoint whose record cannot be read.
 func (l *loop) hostUnreadable(name string, h policy.UnreadableHost, why error) {
 	if l.policy == nil {
 		return
 	}
-	l.policyDelete(api.KindHostEndpoint, name)
 	local := h.Node == "" || h.Node == l.cfg.NodeName
 	lg := l.log.WithError(why).WithField("kind", api.KindHostEndpoint).WithField("name", name)
+	if local || l.hosts.standIn[name] {
+		l.policyDelete(api.KindHostEndpoint, name)
+	} else {
+		delete(l.undecodable, policy.UnreadableKey(api.KindHostEndpoint, name))
+		l.policy.ClearUnreadable(api.KindHostEndpoint, name)
+	}
 	if local {
-		iface := h.Iface
-		if iface == "" {
-			iface = api.AllInterfaces
-		}
 		stand := &api.HostEndpoint{TypeMeta: api.TypeMeta{Kind: api.KindHostEndpoint},
 			Metadata: api.ObjectMeta{Name: name, Labels: map[string]string{policy.UnreadableHostLabel: ""}}}
-		stand.Spec.Node, stand.Spec.InterfaceName = l.cfg.NodeName, iface
+		stand.Spec.Node, stand.Spec.InterfaceName = l.cfg.NodeName, h.Iface
+		if h.Iface == "" {
+			for _, a := range h.IPs {
+				stand.Spec.ExpectedIPs = append(stand.Spec.ExpectedIPs, a.String())
+			}
+			if len(h.IPs) == 0 {
+				stand.Spec.InterfaceName = api.AllInterfaces
+			}
+		}
 		if err := l.setHostEndpoint(stand); err != nil {
 			lg.WithField("reason", err.Error()).Error("a stored HostEndpoint record cannot be used and no host endpoint could stand in its place")
 			return
 		}
+		if l.hosts.standIn == nil {
+			l.hosts.standIn = map[string]bool{}
+		}
+		l.hosts.standIn[name] = true
 		// Given: a snapshot without the record deletes what stands for it.
 		l.policyNames.add(api.KindHostEndpoint, name)
 	}
@@ -44,52 +64,70 @@ func (l *loop) hostUnreadable(name string, h policy.UnreadableHost, why error) {
 		return
 	}
 	if local {
-		lg.WithField("interface", h.Iface).Error("a stored HostEndpoint record of this node (or of no node felix can tell) cannot be used (it does not decode, or felix refused it): its interface's traffic is denied, the failsafe ports excepted, until it is fixed or deleted (routedctl policy unreadable)")
+		lg.WithField("interface", h.Iface).WithField("expectedIPs", h.IPs).Error("a stored HostEndpoint record of this node (or of no node felix can tell) cannot be used (it does not decode, or felix refused it): its interface's traffic is denied, the failsafe ports excepted, until it is fixed or deleted (routedctl policy unreadable)")
 	} else {
-		lg.WithField("node", h.Node).Warn("a stored HostEndpoint record of another node cannot be used (it does not decode)")
+		lg.WithField("node", h.Node).Warn("a stored HostEndpoint record of another node cannot be used (it does not decode, or felix refused it)")
 	}
 	l.policyDirty = true
 }
 
 // salvageHost reads what it can of where an unreadable HostEndpoint
-// record named name applies from its stored bytes: its node and its
-// interface, each only when the record's content is named name and the
-// field holds a string (the interface: a valid one); otherwise unknown,
-// "".
+// record named name applies from its stored bytes: its node, its
+// interface and its expected addresses, decoded as the record itself is
+// (field names matched as encoding/json matches them), each only when
+// the record's content is named name and the field holds a valid value;
+// otherwise unknown (empty).
 func salvageHost(name string, raw []byte) policy.UnreadableHost {
 	var rec struct {
 		Metadata struct {
-			Name json.RawMessage `json:"name"`
+			Name string `json:"name"`
 		} `json:"metadata"`
-		Spec map[string]json.RawMessage `json:"spec"`
+		Spec struct {
+			Node          string            `json:"node"`
+			InterfaceName string            `json:"interfaceName"`
+			ExpectedIPs   []json.RawMessage `json:"expectedIPs"`
+		} `json:"spec"`
 	}
-	if json.Unmarshal(raw, &rec) != nil {
+	// A field of another type is left empty (unknown); the fields
+	// after it are still read. Bytes that are not JSON say nothing.
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(raw, &rec); err != nil && !errors.As(err, &typeErr) {
 		return policy.UnreadableHost{}
 	}
-	var own string
-	if json.Unmarshal(rec.Metadata.Name, &own) != nil || own != name {
+	if rec.Metadata.Name != name {
 		return policy.UnreadableHost{} // names another record, or none
 	}
-	var h policy.UnreadableHost
-	if json.Unmarshal(rec.Spec["node"], &h.Node) != nil {
-		h.Node = "" // not a string: unknown (only a name equal to this node's is this node's)
-	}
-	if json.Unmarshal(rec.Spec["interfaceName"], &h.Iface) != nil || !api.HostInterfaceValid(h.Iface) {
+	h := policy.UnreadableHost{Node: rec.Spec.Node, Iface: rec.Spec.InterfaceName}
+	if !api.HostInterfaceValid(h.Iface) {
 		h.Iface = ""
+	}
+	for _, r := range rec.Spec.ExpectedIPs {
+		var s string
+		a, err := netip.Addr{}, json.Unmarshal(r, &s)
+		if err == nil {
+			a, err = netip.ParseAddr(s)
+		}
+		if err != nil || a.Zone() != "" {
+			// One unreadable address: which interfaces it finds is
+			// unknown, so none of them are taken ("*").
+			h.IPs = nil
+			break
+		}
+		h.IPs = append(h.IPs, a.Unmap())
 	}
 	return h
 }
 
-// hostRefused fails closed for this node's HostEndpoint that felix
-// refused (hostUnreadable), reporting whether it did.
+// hostRefused fails closed for a HostEndpoint that felix refused
+// (hostUnreadable), reporting whether it did.
 func (l *loop) hostRefused(h *api.HostEndpoint, err error) bool {
-	if err == nil || h.Spec.Node != l.cfg.NodeName {
+	if err == nil {
 		return false
 	}
-	iface := h.Spec.InterfaceName
-	if !api.HostInterfaceValid(iface) {
-		iface = ""
+	u := policy.UnreadableHost{Node: h.Spec.Node, Iface: h.Spec.InterfaceName}
+	if !api.HostInterfaceValid(u.Iface) {
+		u.Iface = ""
 	}
-	l.hostUnreadable(h.Metadata.Name, policy.UnreadableHost{Node: h.Spec.Node, Iface: iface}, fmt.Errorf("refused: %w", err))
+	l.hostUnreadable(h.Metadata.Name, u, fmt.Errorf("refused: %w", err))
 	return true
 }

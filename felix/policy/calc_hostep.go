@@ -109,6 +109,14 @@ func (h hostFlags) allows(rules []nftdp.Rule) []nftdp.Rule {
 
 // picks reports whether the policy applies to group g.
 func (p *cpolicy) picks(g *group) bool {
+	if g.host && !p.hostsOnly {
+		// What stands for an unreadable HostEndpoint has its deny
+		// alone (SetUnreadableHost): another policy picking it by its
+		// lack of labels would allow what the record may not.
+		if _, standIn := g.own.get(UnreadableHostLabel); standIn {
+			return false
+		}
+	}
 	return (!p.host.only() || g.host) && !(p.workloadsOnly && g.host) && !(p.hostsOnly && !g.host) && p.sel.group(g)
 }
 

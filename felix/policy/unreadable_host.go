@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 
 	"github.com/routed-net/routed/pkg/api"
 )
@@ -18,22 +19,31 @@ const UnreadableHostLabel = "routed.internal/unreadable-hostendpoint"
 type UnreadableHost struct {
 	// Node is the node the record names; "" when it is unknown.
 	Node string
-	// Iface is the interface it names; "" when it is unknown (then the
-	// endpoint felix puts in its place is for every interface, "*").
+	// Iface is the interface it names; "" when it is unknown: then the
+	// endpoint felix puts in its place is found by IPs, its expected
+	// addresses, or, with none known, is for every interface ("*").
 	Iface string
+	IPs   []netip.Addr
 }
+
+// everywhere reports whether what stands for the record is for every
+// interface of this node.
+func (h UnreadableHost) everywhere() bool { return h.Iface == "" && len(h.IPs) == 0 }
 
 // SetUnreadableHost fails closed for a HostEndpoint record that is
 // stored but does not decode, or that felix refused: left out, the
 // interface it polices would be open (after a restart nothing of it is
 // in force). When the record names this node, or its node is unknown
 // (local), the caller has put a host endpoint in its place, labelled
-// UnreadableHostLabel, for the interface salvaged from the record ("*"
-// when none could be), and this installs, in UnreadableTier before
-// every tier, a policy denying all its traffic in both directions,
-// to and from the host and forwarded; its chains keep established
-// flows, the failsafe ports and the tunnels' peers first. A record of
-// another node is only listed (Unreadable): nothing here is its.
+// UnreadableHostLabel, where the record salvaged says it applies (its
+// interface, its expected addresses, else "*"), and this installs, in
+// UnreadableTier before every tier, a policy denying all its traffic
+// in both directions, to and from the host and forwarded (pods' traffic
+// through it too); for "*", of every host endpoint of this node, since
+// one sorting first would govern an interface the record may have had.
+// The chains keep established flows, the failsafe ports and the
+// tunnels' peers first. No other policy picks a stand-in (picks). A
+// record of another node is only listed (Unreadable).
 func (m *Manager) SetUnreadableHost(name string, h UnreadableHost, local bool, why error) error {
 	return m.calc.setUnreadableHost(name, h, local, why)
 }
@@ -56,6 +66,9 @@ func (c *Calc) setUnreadableHost(name string, h UnreadableHost, local bool, why 
 	deny := []api.Rule{{Action: api.ActionDeny}}
 	g := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable-hostendpoint"}}
 	g.Spec.Selector = "has(" + UnreadableHostLabel + ")"
+	if h.everywhere() {
+		g.Spec.Selector = "all()"
+	}
 	g.Spec.Types = []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress}
 	g.Spec.Ingress, g.Spec.Egress = deny, deny
 	g.Spec.ApplyOnForward = true
@@ -68,8 +81,12 @@ func (c *Calc) setUnreadableHost(name string, h UnreadableHost, local bool, why 
 	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), key
 	c.replacePolicy(key, np)
 	iface := h.Iface
-	if iface == "" {
-		iface = "every interface (\"*\")"
+	switch {
+	case iface != "":
+	case len(h.IPs) > 0:
+		iface = fmt.Sprintf("the interfaces holding %v", h.IPs)
+	default:
+		iface = "every interface (\"*\"; every host endpoint of this node)"
 	}
 	c.unreadable[key] = UnreadableRecord{Kind: api.KindHostEndpoint, Name: name,
 		Scope: "this node's host traffic on " + iface, Error: msg}

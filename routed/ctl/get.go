@@ -112,7 +112,7 @@ func corruptHint(k api.Kind) string {
 		return "felix denies the traffic it could decide until it is fixed: routedctl policy unreadable; " + fix
 	}
 	if k == api.KindHostEndpoint {
-		return "felix denies its interface's traffic (every interface's when it cannot read which) on its node (every node's when it cannot read which), the failsafe ports excepted, until it is fixed: routedctl policy unreadable; " + fix
+		return "felix denies its interface's traffic on its node (every host endpoint's when it cannot read which, on every node when it cannot read its node), the failsafe ports excepted, until it is fixed: routedctl policy unreadable; " + fix
 	}
 	return fix
 }

@@ -167,7 +167,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 		}
 		for _, cr := range corrupt {
 			if k == api.KindHostEndpoint {
-				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation; felix denies its interface's traffic on its node, the failsafe ports excepted (routedctl policy unreadable): %v\n", k, cr.Name, cr.Err)
+				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation; felix denies its interface's traffic on its node (every host endpoint's, of every node, when it cannot read which), the failsafe ports excepted (routedctl policy unreadable): %v\n", k, cr.Name, cr.Err)
 				continue
 			}
 			if !slices.Contains(policy.UnreadableKinds, k) {
