@@ -88,10 +88,6 @@ func (s *flowsState) set(r api.Resource) {
 // does not decode (policy.Calc.SetUnreadable), in place of its previous
 // version, so that staged verdicts are taken against what is enforced.
 func (s *flowsState) unreadable(k api.Kind, name string, why error) {
-	if s != nil && k == api.KindHostEndpoint {
-		s.delete(k, name) // its previous version is not the record's (the model holds no host's deny)
-		return
-	}
 	if s == nil || !slices.Contains(policy.UnreadableKinds, k) {
 		return
 	}

@@ -81,6 +81,14 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.GlobalNetworkPolicy:
 		err = l.policy.SetPolicyFailClosed(v)
 	case *api.Profile:
+		if _, ok := v.Spec.LabelsToApply[policy.UnreadableHostLabel]; ok {
+			// Only what stands for an unreadable HostEndpoint carries it.
+			l.log.WithField("name", v.Metadata.Name).Warn("profile: label " + policy.UnreadableHostLabel + " is routed's own; not applied")
+			c := *v
+			c.Spec.LabelsToApply = maps.Clone(v.Spec.LabelsToApply)
+			delete(c.Spec.LabelsToApply, policy.UnreadableHostLabel)
+			v = &c
+		}
 		err = l.policy.SetProfile(v)
 	case *api.NetworkSet:
 		err = l.policy.SetNetworkSet(v)

@@ -30,7 +30,9 @@ func (l *loop) hostUnreadable(name string, h policy.UnreadableHost, why error) {
 	}
 	local := h.Node == "" || h.Node == l.cfg.NodeName
 	lg := l.log.WithError(why).WithField("kind", api.KindHostEndpoint).WithField("name", name)
-	if local || l.hosts.standIn[name] {
+	// Its previous version goes when it was this node's (or stands in
+	// for it): kept, it would go on governing its interface.
+	if local || l.hosts.standIn[name] || l.hosts.byIP[name] != nil || l.policy.HostEndpointLocal(name) {
 		l.policyDelete(api.KindHostEndpoint, name)
 	} else {
 		delete(l.undecodable, policy.UnreadableKey(api.KindHostEndpoint, name))
@@ -84,7 +86,7 @@ func salvageHost(name string, raw []byte) policy.UnreadableHost {
 		} `json:"metadata"`
 		Spec struct {
 			Node          string            `json:"node"`
-			InterfaceName string            `json:"interfaceName"`
+			InterfaceName json.RawMessage   `json:"interfaceName"`
 			ExpectedIPs   []json.RawMessage `json:"expectedIPs"`
 		} `json:"spec"`
 	}
@@ -97,25 +99,37 @@ func salvageHost(name string, raw []byte) policy.UnreadableHost {
 	if rec.Metadata.Name != name {
 		return policy.UnreadableHost{} // names another record, or none
 	}
-	h := policy.UnreadableHost{Node: rec.Spec.Node, Iface: rec.Spec.InterfaceName}
-	if !api.HostInterfaceValid(h.Iface) {
-		h.Iface = ""
+	h := policy.UnreadableHost{Node: rec.Spec.Node}
+	if len(rec.Spec.InterfaceName) > 0 && string(rec.Spec.InterfaceName) != "null" {
+		// Named: there, or, unreadable, anywhere ("*"); the expected
+		// addresses find the interface only when none is named.
+		if json.Unmarshal(rec.Spec.InterfaceName, &h.Iface) != nil || (h.Iface != "" && !api.HostInterfaceValid(h.Iface)) {
+			return policy.UnreadableHost{Node: h.Node}
+		}
+		if h.Iface != "" {
+			return h
+		}
 	}
-	for _, r := range rec.Spec.ExpectedIPs {
+	h.IPs = expectedAddrs(rec.Spec.ExpectedIPs)
+	return h
+}
+
+// expectedAddrs reads a HostEndpoint's expected addresses, or none when
+// one of them cannot be read (which interfaces they find is unknown).
+func expectedAddrs(raw []json.RawMessage) []netip.Addr {
+	var out []netip.Addr
+	for _, r := range raw {
 		var s string
 		a, err := netip.Addr{}, json.Unmarshal(r, &s)
 		if err == nil {
 			a, err = netip.ParseAddr(s)
 		}
 		if err != nil || a.Zone() != "" {
-			// One unreadable address: which interfaces it finds is
-			// unknown, so none of them are taken ("*").
-			h.IPs = nil
-			break
+			return nil
 		}
-		h.IPs = append(h.IPs, a.Unmap())
+		out = append(out, a.Unmap())
 	}
-	return h
+	return out
 }
 
 // hostRefused fails closed for a HostEndpoint that felix refused
@@ -125,8 +139,16 @@ func (l *loop) hostRefused(h *api.HostEndpoint, err error) bool {
 		return false
 	}
 	u := policy.UnreadableHost{Node: h.Spec.Node, Iface: h.Spec.InterfaceName}
-	if !api.HostInterfaceValid(u.Iface) {
-		u.Iface = ""
+	switch {
+	case u.Iface != "" && !api.HostInterfaceValid(u.Iface):
+		u.Iface = "" // named, but no interface: "*"
+	case u.Iface == "":
+		var raw []json.RawMessage
+		for _, s := range h.Spec.ExpectedIPs {
+			b, _ := json.Marshal(s)
+			raw = append(raw, b)
+		}
+		u.IPs = expectedAddrs(raw)
 	}
 	l.hostUnreadable(h.Metadata.Name, u, fmt.Errorf("refused: %w", err))
 	return true

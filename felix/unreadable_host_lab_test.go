@@ -13,15 +13,21 @@ import (
 	"github.com/routed-net/routed/pkg/feed"
 )
 
-// hostOpenModel: eth1 is node-a's host endpoint "edge", and every
+// hostOpenModel: eth1 is node-a's host endpoint "edge" (and
+// "zz-eth1"'s, which no policy opens, once edge is gone), and every
 // other interface "a-auto"'s ("*", sorting first, like an automatic
-// host endpoint); a policy opens both to everything. A preDNAT policy
+// host endpoint); a policy opens edge and a-auto to everything. A preDNAT policy
 // allows 8080 to host endpoints without a role (none here): it must not
 // pick what stands for an unreadable record either.
 const hostOpenModel = `
 apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: edge, labels: {role: open}}
+spec: {node: node-a, interfaceName: eth1}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: zz-eth1, labels: {role: closed}}
 spec: {node: node-a, interfaceName: eth1}
 ---
 apiVersion: projectcalico.org/v3
@@ -87,6 +93,9 @@ func TestUnreadableHostEndpointFailsClosed(t *testing.T) {
 		`{"metadata":{"name":"edge"},"spec":{"node":"node-b","Node":"node-a","interfaceName":"eth1","ports":7}}`,
 		// Found by address: the interface holding it.
 		`{"metadata":{"name":"edge"},"spec":{"node":"node-a","expectedIPs":["198.18.1.1"],"ports":7}}`,
+		// Now another node's: its previous version, this node's, goes
+		// (zz-eth1 governs eth1).
+		`{"metadata":{"name":"edge"},"spec":{"node":"node-b","interfaceName":"eth1","ports":7}}`,
 	} {
 		unreadable("edge", v)
 		l.eventually(t, "edge unreadable "+v, denied("eth1", eth1)...)
@@ -111,7 +120,9 @@ func TestUnreadableHostEndpointFailsClosed(t *testing.T) {
 	// a-auto ("*", sorting first) and edge included; the failsafe ports
 	// answer.
 	everywhere := `blank: this node's host traffic on every interface ("*"; every host endpoint of this node)`
-	for _, v := range []string{`{}`, `{"metadata":{"name":"edge"},"spec":{"node":"node-b","interfaceName":"eth2"}}`} {
+	for _, v := range []string{`{}`, `{"metadata":{"name":"edge"},"spec":{"node":"node-b","interfaceName":"eth2"}}`,
+		// An interface named but unreadable: not where its addresses are.
+		`{"metadata":{"name":"blank"},"spec":{"node":"node-a","interfaceName":["eth1"],"expectedIPs":["192.0.2.1"]}}`} {
 		unreadable("blank", v)
 		l.eventually(t, "blank "+v, allDenied...)
 		records("blank "+v, everywhere, `far: nothing on this node (the record names node "node-b")`)
@@ -148,11 +159,17 @@ func TestUnreadableHostEndpointFailsClosed(t *testing.T) {
 	l.eventually(t, "edge refused", denied("eth1", eth1)...)
 	records("edge refused", "edge: this node's host traffic on eth1")
 	l.now(t, "edge refused", cat(denied("eth1", eth1), open("eth0", src, eth0), open("eth2", src, eth2))...)
+	byAddr := *refused
+	byAddr.Spec.InterfaceName, byAddr.Spec.ExpectedIPs = "", []string{eth1}
+	h.f.SetResource(&byAddr)
+	records("edge refused, by address", "edge: this node's host traffic on the interfaces holding [198.18.1.1]")
+	l.eventually(t, "edge refused, by address", denied("eth1", eth1)...)
+	l.now(t, "edge refused, by address", cat(denied("eth1", eth1), open("eth0", src, eth0), open("eth2", src, eth2))...)
 	elsewhere := *refused
 	elsewhere.Spec.Node = "node-b"
 	h.f.SetResource(&elsewhere)
 	records("edge refused for node-b", `edge: nothing on this node (the record names node "node-b")`)
-	l.eventually(t, "edge refused for node-b", allOpen...)
+	l.eventually(t, "edge refused for node-b", cat(denied("eth1", eth1), open("eth0", src, eth0), open("eth2", src, eth2))...)
 	l.feed(t, hostOpenModel)
 	records("edge fixed again")
 	l.eventually(t, "edge fixed again", allOpen...)

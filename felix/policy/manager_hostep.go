@@ -51,6 +51,12 @@ func (m *Manager) SetHostDevices(uplinks map[string]string) bool {
 	return m.dp.SetHostDevices(devs)
 }
 
+// HostEndpointLocal reports whether the named HostEndpoint is one of
+// this node's (it has chains, or is looked for by its addresses).
+func (m *Manager) HostEndpointLocal(name string) bool {
+	return m.calc.hosts.eps[HostEndpointKey(name)] != nil
+}
+
 // DeleteHostEndpoint removes a HostEndpoint by name.
 func (m *Manager) DeleteHostEndpoint(name string) { m.calc.DeleteHostEndpoint(HostEndpointKey(name)) }
 
