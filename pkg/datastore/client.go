@@ -28,7 +28,8 @@ import (
 	"github.com/routed-net/routed/pkg/api"
 )
 
-// KeyPrefix is the root of every key routed writes.
+// KeyPrefix is the root of every key routed writes, but IPAM's whole
+// blocks (IPAMDataPrefix), kept outside what the nodes watch.
 const KeyPrefix = "/routed/v1/"
 
 // Client is a connection to etcd; safe for concurrent use.

@@ -39,7 +39,11 @@ const (
 
 // Prefixes of the datastore that are not one resource kind.
 const (
-	IPAMPrefix        = KeyPrefix + "ipam/"
+	IPAMPrefix = KeyPrefix + "ipam/"
+	// IPAMDataPrefix holds IPAM's whole blocks, outside KeyPrefix so
+	// that the nodes' watch of KeyPrefix does not carry them (pkg/ipam
+	// keeps a summary of each under IPAMPrefix).
+	IPAMDataPrefix    = "/routed/ipamdata/v1/"
 	LeasesPrefix      = KeyPrefix + "leases/"
 	NodeGCPrefix      = KeyPrefix + "nodegc/"
 	ClusterInfoPrefix = KeyPrefix + "clusterinformation/"
@@ -63,15 +67,15 @@ func Roles(reflectors []string) []Role {
 	}
 	return []Role{
 		{Name: RoleNode, Purpose: "routed on every node", Perms: append([]Permission{readAll,
-			rw(IPAMPrefix), rw(KindPrefix(api.KindNode)), rw(KindPrefix(api.KindWorkloadEndpoint)),
+			rw(IPAMPrefix), rw(IPAMDataPrefix), rw(KindPrefix(api.KindNode)), rw(KindPrefix(api.KindWorkloadEndpoint)),
 			rw(KindPrefix(api.KindIPPool)), rw(ClusterInfoPrefix), rw(LeasesPrefix), rw(NodeGCPrefix)}, defaultTierPerms()...)},
 		{Name: RoleCNI, Purpose: "routed-cni and routed-ipam (key copied to every node's /etc/cni/net.d)", Perms: []Permission{readAll,
-			rw(IPAMPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
+			rw(IPAMPrefix), rw(IPAMDataPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
 		{Name: RoleControllers, Purpose: "routed controllers (Kubernetes namespaces, service accounts, pods and NetworkPolicies)", Perms: []Permission{readAll,
 			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint)),
 			rw(KindPrefix(api.KindServiceEndpoints)), rw(KindPrefix(api.KindHostEndpoint))}},
-		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix)}},
+		{Name: RoleAdmin, Purpose: "routedctl (operators)", Perms: []Permission{rw(KeyPrefix), rw(IPAMDataPrefix)}},
 	}
 }
 

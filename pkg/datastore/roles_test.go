@@ -56,6 +56,9 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 		if _, err := c.Etcd().Put(ctx, IPAMPrefix+"handles/k8s-pod-network.abc", "{}"); err != nil {
 			t.Fatalf("cni writes an IPAM handle: %v", err)
 		}
+		if _, err := c.Etcd().Put(ctx, IPAMDataPrefix+"blocks/10.60.0.64-26", "{}"); err != nil {
+			t.Fatalf("cni writes a whole block: %v", err)
+		}
 		if _, err := c.Create(ctx, newWEP("n1", "pod1")); err != nil {
 			t.Fatalf("cni creates its endpoint: %v", err)
 		}
@@ -81,7 +84,10 @@ func TestEtcdRolesLeastPrivilege(t *testing.T) {
 			t.Fatalf("node initialises the cluster identity: %v", err)
 		}
 		if _, err := c.Etcd().Put(ctx, IPAMPrefix+"blocks/10.60.0.0-26", "{}"); err != nil {
-			t.Fatalf("node writes a block: %v", err)
+			t.Fatalf("node writes a block's summary: %v", err)
+		}
+		if _, err := c.Etcd().Put(ctx, IPAMDataPrefix+"blocks/10.60.0.0-26", "{}"); err != nil {
+			t.Fatalf("node writes a whole block: %v", err)
 		}
 		if _, err := c.Etcd().Put(ctx, LeasesPrefix+"ipam-gc/x", "n1"); err != nil {
 			t.Fatalf("node joins the GC election: %v", err)

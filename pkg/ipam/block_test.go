@@ -106,11 +106,16 @@ func TestBlockEncodeDecode(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	p := pfx("10.244.0.0/26")
-	if k := blockKey(p); k != "/routed/v1/ipam/blocks/10.244.0.0-26" {
+	if k := blockKey(p); k != "/routed/ipamdata/v1/blocks/10.244.0.0-26" {
 		t.Fatalf("block key %q", k)
 	}
-	if got, err := parseBlockKey(blockKey(p)); err != nil || got != p {
-		t.Fatalf("parse block key: %v %v", got, err)
+	if k := summaryKeyOf(blockKey(p)); k != "/routed/v1/ipam/blocks/10.244.0.0-26" {
+		t.Fatalf("summary key %q", k)
+	}
+	for _, k := range []string{blockKey(p), summaryKeyOf(blockKey(p))} {
+		if got, err := parseBlockKey(k); err != nil || got != p {
+			t.Fatalf("parse block key %s: %v %v", k, got, err)
+		}
 	}
 	node, got, err := parseAffinityKey(affinityKey("node-1.example", p))
 	if err != nil || node != "node-1.example" || got != p {

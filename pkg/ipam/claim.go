@@ -114,9 +114,16 @@ func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix
 	if err != nil {
 		return err
 	}
+	cur := res.cur[bkey]
+	if !res.ok && cur == nil {
+		// Not the block but its summary's key stopped the write.
+		if cur, err = c.moveStray(ctx, bkey); err != nil {
+			return err
+		}
+	}
 	if res.ok {
 		c.blocks.put(bkey, nb, res.rev)
-	} else if b := c.storeBlockKV(bkey, res.cur[bkey]); b == nil || b.owner() != node {
+	} else if b := c.storeBlockKV(bkey, cur); b == nil || b.owner() != node {
 		if err := c.deleteAt(ctx, akey, arev); err != nil {
 			log.WithError(err).WithField("key", akey).Warn("could not withdraw pending affinity; GC will")
 		}

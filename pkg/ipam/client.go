@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +50,11 @@ type Client struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeState
+
+	// layoutOK is set once the blocks are known to be in layout 2
+	// (ensureLayout, which layoutMu serialises).
+	layoutOK atomic.Bool
+	layoutMu sync.Mutex
 
 	stats counters
 	// fence, when set, conditions every write on an election (GC runs on
@@ -144,6 +151,14 @@ func (c *Client) Stats() Stats {
 
 // get is a bounded, counted range read.
 func (c *Client) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if !c.layoutOK.Load() {
+		// The first read learns the layout in the same round trip.
+		resp, err := c.readMany(ctx, clientv3.OpGet(key, opts...))
+		if err != nil {
+			return nil, err
+		}
+		return (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()), nil
+	}
 	c.stats.gets.Add(1)
 	ctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
@@ -157,14 +172,33 @@ func (c *Client) get(ctx context.Context, key string, opts ...clientv3.OpOption)
 // readMany runs several reads in one transaction so they see one
 // revision, and costs one round trip.
 func (c *Client) readMany(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	known := c.layoutOK.Load()
+	if !known {
+		// Read the layout with the rest (no round trip of its own
+		// when it is current: a CNI plugin's Client lives one call).
+		ops = append(slices.Clip(ops), clientv3.OpGet(layoutKey))
+	}
 	c.stats.txns.Add(1)
-	ctx, cancel := c.ds.Ctx(ctx)
+	tctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
-	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := c.kv.Txn(tctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, c.ds.Wrap(err)
 	}
-	return resp, nil
+	if known {
+		return resp, nil
+	}
+	last := len(resp.Responses) - 1
+	if kvs := resp.Responses[last].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == layoutCurrent {
+		c.layoutOK.Store(true)
+		resp.Responses = resp.Responses[:last]
+		return resp, nil
+	}
+	// Not current: move the blocks first, then read again.
+	if err := c.ensureLayout(ctx); err != nil {
+		return nil, err
+	}
+	return c.readMany(ctx, ops[:len(ops)-1]...)
 }
 
 // write is one key of a conditional multi-key write.
@@ -196,6 +230,9 @@ type casResult struct {
 // revision; otherwise it changes nothing and returns the current values,
 // so the caller can retry without another read.
 func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (casResult, error) {
+	if err := c.ensureLayout(ctx); err != nil {
+		return casResult{}, err
+	}
 	cmps := make([]clientv3.Cmp, 0, len(ws)+len(extra))
 	then := make([]clientv3.Op, 0, len(ws))
 	els := make([]clientv3.Op, 0, len(ws))
@@ -210,6 +247,25 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 			then = append(then, clientv3.OpDelete(w.key))
 		default:
 			then = append(then, clientv3.OpPut(w.key, string(w.val)))
+		}
+		if w.guard || !strings.HasPrefix(w.key, blockPrefix) {
+			continue
+		}
+		// A block's summary changes with it (keys.go).
+		skey := summaryKeyOf(w.key)
+		if w.val == nil {
+			then = append(then, clientv3.OpDelete(skey))
+			continue
+		}
+		sum, err := summarize(w.val)
+		if err != nil {
+			return casResult{}, fmt.Errorf("ipam: summary of %s: %w", w.key, err)
+		}
+		then = append(then, clientv3.OpPut(skey, string(sum)))
+		if w.rev == 0 {
+			// A new block: nothing at its summary's key either (a
+			// routed older than layout 2 stores whole blocks there).
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(skey), "=", 0))
 		}
 	}
 	cmps = append(cmps, extra...)

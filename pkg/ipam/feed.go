@@ -34,11 +34,14 @@ func IsAffinityKey(key string) bool { return strings.HasPrefix(key, affinityPref
 // lists it alone).
 const AffinityKeyPrefix = affinityPrefix
 
-// BlockKeyPrefix starts every block's key.
-const BlockKeyPrefix = blockPrefix
+// BlockKeyPrefix starts every block summary's key (keys.go): the
+// records of the blocks the node feed reads, inside the prefix it
+// watches; the whole blocks are stored outside it.
+const BlockKeyPrefix = summaryPrefix
 
-// IsBlockKey reports whether key is a block record.
-func IsBlockKey(key string) bool { return strings.HasPrefix(key, blockPrefix) }
+// IsBlockKey reports whether key is a block summary's (or a block
+// stored whole before layout 2).
+func IsBlockKey(key string) bool { return strings.HasPrefix(key, summaryPrefix) }
 
 // DecodeAffinity reads the affinity stored at key (for the node feed). A
 // deleted affinity has no value and comes back with an empty State.

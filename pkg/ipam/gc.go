@@ -135,6 +135,13 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 // Client's empty-block grace period. Every change is conditional on the
 // state Check saw; what lost a race is left for the next run.
 func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
+	// Blocks a routed older than layout 2 stored whole since the
+	// layout changed (during an upgrade) move first.
+	if n, err := c.moveLegacy(ctx); err != nil {
+		return nil, err
+	} else if n > 0 {
+		log.WithField("blocks", n).Info("IPAM GC moved blocks stored in the layout before 2")
+	}
 	s, err := c.snapshot(ctx, true)
 	if err != nil {
 		return nil, err

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/routed-net/routed/pkg/api"
 )
 
@@ -48,9 +46,8 @@ func TestEmptyBlockReleasedAfterGrace(t *testing.T) {
 	if blocks, _ := c.BlocksForNode(ctx, "n1"); len(blocks) != 0 {
 		t.Fatalf("n1 still has %+v", blocks)
 	}
-	resp, _ := e.ds.Etcd().Get(ctx, ipamPrefix, clientv3.WithPrefix())
-	if resp.Count != 0 {
-		t.Fatalf("%d IPAM keys left after releasing everything", resp.Count)
+	if left := ipamKeysLeft(t, e.ds); len(left) != 0 {
+		t.Fatalf("IPAM keys left after releasing everything: %v", left)
 	}
 	// The client's cache must not hand out the deleted block.
 	if ip := assign(t, c, "n1", "c"); !pfx("10.10.0.0/24").Contains(ip) {

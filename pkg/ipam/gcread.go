@@ -33,6 +33,9 @@ const (
 
 // pages hands every record under prefix, at rev, to f, a page at a time.
 func (c *Client) pages(ctx context.Context, prefix string, rev int64, limit int, f func(kv *mvccpbKV)) error {
+	if err := c.ensureLayout(ctx); err != nil {
+		return err
+	}
 	if c.pageLimit > 0 {
 		limit = c.pageLimit
 	}
@@ -81,9 +84,14 @@ func (c *Client) pagedSnapshot(ctx context.Context, nodes bool) (*snapshot, []*m
 	return s, nodeKVs, nil
 }
 
-// readBlocks reads every block into s, at s's revision.
+// readBlocks reads every block into s, at s's revision, and the
+// blocks' summaries: a block stored whole among them (by a routed older
+// than layout 2) is noted unreadable.
 func (c *Client) readBlocks(ctx context.Context, s *snapshot) error {
-	return c.pages(ctx, blockPrefix, s.rev, blockPage, func(kv *mvccpbKV) { s.addIPAM(string(kv.Key), kv) })
+	if err := c.pages(ctx, blockPrefix, s.rev, blockPage, func(kv *mvccpbKV) { s.addIPAM(string(kv.Key), kv) }); err != nil {
+		return err
+	}
+	return c.pages(ctx, summaryPrefix, s.rev, recordPage, func(kv *mvccpbKV) { s.addIPAM(string(kv.Key), kv) })
 }
 
 // addNodes decodes Node records into s.nodes.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
@@ -162,3 +164,22 @@ func mustVerify(t testing.TB, c *Client) {
 func mustParse(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// ipamKeysLeft lists IPAM's keys (records and whole blocks), but the
+// layout marker, which stays.
+func ipamKeysLeft(t *testing.T, ds *datastore.Client) []string {
+	t.Helper()
+	var out []string
+	for _, prefix := range []string{ipamPrefix, blockPrefix} {
+		resp, err := ds.Etcd().Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if string(kv.Key) != layoutKey {
+				out = append(out, string(kv.Key))
+			}
+		}
+	}
+	return out
+}

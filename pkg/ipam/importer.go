@@ -68,6 +68,9 @@ type ImportResult struct {
 // dryRun, or when any block conflicts, nothing is written and the results
 // say what would happen.
 func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) ([]ImportResult, error) {
+	if err := c.ensureLayout(ctx); err != nil {
+		return nil, err
+	}
 	recs := make([]*block, len(blocks))
 	results := make([]ImportResult, len(blocks))
 	conflict := false
@@ -140,11 +143,18 @@ func (c *Client) importGroup(ctx context.Context, blocks []*block, group []int) 
 	var ops []clientv3.Op
 	for _, i := range group {
 		b := blocks[i]
-		for _, key := range []string{blockKey(b.prefix), affinityKey(b.owner(), b.prefix)} {
+		bkey := blockKey(b.prefix)
+		for _, key := range []string{bkey, summaryKeyOf(bkey), affinityKey(b.owner(), b.prefix)} {
 			cmps = append(cmps, clientv3.Compare(clientv3.Version(key), "=", 0))
 		}
+		val := b.encode()
+		sum, err := summarize(val)
+		if err != nil {
+			return fmt.Errorf("ipam: import of %s: %w", b.CIDR, err)
+		}
 		ops = append(ops,
-			clientv3.OpPut(blockKey(b.prefix), string(b.encode())),
+			clientv3.OpPut(bkey, string(val)),
+			clientv3.OpPut(summaryKeyOf(bkey), string(sum)),
 			clientv3.OpPut(affinityKey(b.owner(), b.prefix), string(encodeAffinity(StateConfirmed, c.now()))))
 		for o, a := range b.Allocations {
 			if a == nil {

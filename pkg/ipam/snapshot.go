@@ -35,6 +35,8 @@ type snapshot struct {
 	idx *blockIndex
 	// unreadable lists records that could not be decoded.
 	unreadable []string
+	// summaries are the blocks' summaries, by block key (blockPrefix).
+	summaries map[string][]byte
 	// reclaimable is the Client's (see WithReclaimable); nil: any absent
 	// node.
 	reclaimable func(node string) bool
@@ -61,7 +63,8 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 		clientv3.OpGet(ipamPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(datastore.KindPrefix(api.KindIPPool), clientv3.WithPrefix()),
 		clientv3.OpGet(ipamConfigKey()),
-		reservationsOp())
+		reservationsOp(),
+		clientv3.OpGet(blockPrefix, clientv3.WithPrefix()))
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +72,9 @@ func (c *Client) snapshot(ctx context.Context, full bool) (*snapshot, error) {
 	s := c.newSnapshot(resp.Header.Revision, r[1:4])
 	s.handles = map[string]handleKV{}
 	for _, kv := range r[0].GetResponseRange().Kvs {
+		s.addIPAM(string(kv.Key), kv)
+	}
+	for _, kv := range r[4].GetResponseRange().Kvs {
 		s.addIPAM(string(kv.Key), kv)
 	}
 	return s, nil
@@ -101,6 +107,19 @@ func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
 			return
 		}
 		s.blocks[key] = blockKV{b: b, rev: kv.ModRevision}
+	case strings.HasPrefix(key, summaryPrefix):
+		// The block's summary (the block is read from blockPrefix), or
+		// a block a routed older than layout 2 stored whole there
+		// after ensureLayout moved the others (moved at the next
+		// Client's start, or by GC: moveLegacy).
+		if !isSummary(kv.Value) {
+			bad(fmt.Errorf("%w: stored whole in the layout before 2 (by an older routed?): it is moved at the next IPAM garbage collection", ErrCorrupt))
+			return
+		}
+		if s.summaries == nil {
+			s.summaries = map[string][]byte{}
+		}
+		s.summaries[blockPrefix+strings.TrimPrefix(key, summaryPrefix)] = kv.Value
 	case strings.HasPrefix(key, affinityPrefix):
 		a, err := parseAffinityKV(key, kv.Value, kv.ModRevision)
 		if err != nil {

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
 )
@@ -196,12 +194,8 @@ func TestStress(t *testing.T) {
 	for _, p := range probs {
 		t.Errorf("after final GC: %s", p)
 	}
-	resp, err := srv.ds.Etcd().Get(ctx, ipamPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range resp.Kvs {
-		t.Errorf("left behind after releasing everything: %s", kv.Key)
+	for _, k := range ipamKeysLeft(t, srv.ds) {
+		t.Errorf("left behind after releasing everything: %s", k)
 	}
 	total := cnt.allocs.Load() + cnt.releases.Load()
 	t.Logf("%d nodes x %d workers: %d allocations, %d releases, %d idempotent retries, %d aborted, %d abandoned, %d exhausted, %d contention errors; final GC released %d addresses, %d blocks",

@@ -39,6 +39,11 @@ func DecodeBlock(key string, value []byte, deleted bool) (netip.Prefix, map[neti
 	if deleted {
 		return p, map[netip.Addr]string{}, BlockTally{}, nil
 	}
+	if isSummary(value) {
+		p, t, br, err := decodeSummary(key, value)
+		return p, br, t, err
+	}
+	// A whole block stored before layout 2 (ensureLayout moves it).
 	b, err := decodeBlockNodes(value)
 	if err != nil {
 		return p, nil, BlockTally{}, err

@@ -1,8 +1,10 @@
 package ipam
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 )
@@ -57,6 +59,14 @@ func (s *snapshot) inconsistencies() []string {
 		out = append(out, verifyBlock(b)...)
 		if _, ok := s.affinityOf(b); !ok && b.owner() != "" {
 			out = append(out, fmt.Sprintf("block %s is affine to %s but has no affinity record", b.CIDR, b.owner()))
+		}
+		if want, err := summarize(b.encode()); err == nil && !bytes.Equal(s.summaries[key], want) {
+			out = append(out, fmt.Sprintf("block %s: its summary at %s is %q, want %q (what the nodes route by)", b.CIDR, summaryKeyOf(key), s.summaries[key], want))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.summaries)) {
+		if _, ok := s.blocks[key]; !ok {
+			out = append(out, fmt.Sprintf("block summary %s has no block at %s", summaryKeyOf(key), key))
 		}
 	}
 	for _, f := range s.handleFindings() {

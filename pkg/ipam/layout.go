@@ -1,0 +1,176 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+)
+
+// layoutCurrent is the value of layoutKey once every block is stored in
+// layout 2 (whole under blockPrefix, summarised under summaryPrefix).
+const layoutCurrent = "2"
+
+// ensureLayout makes sure, once per Client, that the datastore's blocks
+// are in layout 2 before the Client reads or writes one: it reads
+// layoutKey, and if it is not "2" moves every block a routed older than
+// layout 2 stored whole under summaryPrefix (moveLegacy), then sets it.
+// Moving is idempotent and safe to run from several processes at once
+// (each block moves in one transaction conditional on its revision).
+// A routed older than layout 2 that meets a summary refuses it as a
+// corrupt block (it has no per-address arrays), so during an upgrade
+// such nodes fail their pods' allocations, saying so, until upgraded.
+func (c *Client) ensureLayout(ctx context.Context) error {
+	if c.layoutOK.Load() {
+		return nil
+	}
+	c.layoutMu.Lock()
+	defer c.layoutMu.Unlock()
+	if c.layoutOK.Load() {
+		return nil
+	}
+	rctx, cancel := c.ds.Ctx(ctx)
+	resp, err := c.kv.Get(rctx, layoutKey)
+	cancel()
+	c.stats.gets.Add(1)
+	if err != nil {
+		return c.ds.Wrap(err)
+	}
+	if len(resp.Kvs) > 0 {
+		if v := string(resp.Kvs[0].Value); v != layoutCurrent {
+			return fmt.Errorf("%w: %s is %q: the blocks are stored in a layout this routed does not know (a newer routed's?)", ErrCorrupt, layoutKey, v)
+		}
+		c.layoutOK.Store(true)
+		return nil
+	}
+	n, err := c.moveLegacy(ctx)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := c.ds.Ctx(ctx)
+	defer cancel()
+	c.stats.txns.Add(1)
+	if _, err := c.kv.Put(wctx, layoutKey, layoutCurrent); err != nil {
+		return layoutErr(c.ds.Wrap(err))
+	}
+	log.WithField("blocks", n).Info("IPAM blocks are stored in layout 2 (whole blocks outside the watched prefix, summaries inside)")
+	c.layoutOK.Store(true)
+	return nil
+}
+
+// moveLegacy moves every block stored whole under summaryPrefix (by a
+// routed older than layout 2) to blockPrefix, leaving its summary in its
+// place, and returns how many it moved. A value there that is neither a
+// summary nor a block is left alone (Check reports it).
+func (c *Client) moveLegacy(ctx context.Context) (int, error) {
+	moved := 0
+	var legacy []*mvccpbKV
+	_, err := c.ds.Pages(ctx, summaryPrefix, 0, blockPage, func(kvs []*mvccpbKV) error {
+		c.stats.gets.Add(1)
+		for _, kv := range kvs {
+			if !isSummary(kv.Value) {
+				legacy = append(legacy, kv)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ipam: reading %s: %w", summaryPrefix, err)
+	}
+	for _, kv := range legacy {
+		ok, err := c.moveBlock(ctx, kv)
+		if err != nil {
+			return moved, err
+		}
+		if ok {
+			moved++
+		}
+	}
+	return moved, nil
+}
+
+// moveBlock moves one block stored whole at kv (a summaryPrefix key),
+// retrying on the current value when a writer got there first; it
+// reports whether it moved it.
+func (c *Client) moveBlock(ctx context.Context, kv *mvccpbKV) (bool, error) {
+	skey := string(kv.Key)
+	for kv != nil && !isSummary(kv.Value) {
+		b, err := decodeBlock(kv.Value)
+		if err == nil {
+			err = keyMatches(skey, b)
+		}
+		if err != nil {
+			log.WithError(err).WithField("key", skey).Warn("IPAM: a record under the blocks' prefix is neither a block nor a summary; left as is (routedctl ipam check reports it)")
+			return false, nil
+		}
+		sum, err := summarize(kv.Value)
+		if err != nil {
+			return false, err
+		}
+		bkey := blockKey(b.prefix)
+		tctx, cancel := c.ds.Ctx(ctx)
+		c.stats.txns.Add(1)
+		resp, err := c.kv.Txn(tctx).
+			If(clientv3.Compare(clientv3.ModRevision(skey), "=", kv.ModRevision), clientv3.Compare(clientv3.CreateRevision(bkey), "=", 0)).
+			Then(clientv3.OpPut(bkey, string(kv.Value)), clientv3.OpPut(skey, string(sum))).
+			Else(clientv3.OpGet(skey), clientv3.OpGet(bkey)).Commit()
+		cancel()
+		if err != nil {
+			return false, layoutErr(c.ds.Wrap(err))
+		}
+		if resp.Succeeded {
+			return true, nil
+		}
+		cur, moved := firstKV(resp.Responses[0].GetResponseRange().Kvs), firstKV(resp.Responses[1].GetResponseRange().Kvs)
+		if moved != nil && cur != nil && !isSummary(cur.Value) {
+			return false, fmt.Errorf("%w: block %s is stored both whole at %s and at %s: compare them, keep the right one (routedctl ipam check)", ErrCorrupt, b.CIDR, skey, bkey)
+		}
+		kv = cur
+	}
+	return false, nil
+}
+
+// layoutErr explains a refusal to write the blocks' new prefix: etcd
+// roles made before layout 2 lack it.
+func layoutErr(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		return fmt.Errorf("ipam: moving the blocks to layout 2: %w: this etcd identity may not write %s, where the blocks are stored now; grant routed's roles read-write on it (routed print-etcd-roles prints the commands)", err, datastore.IPAMDataPrefix)
+	}
+	return err
+}
+
+// moveStray is for a block that could not be created because something
+// is stored at its summary's key: a block stored whole there by a
+// routed before layout 2 after the others moved (an older node's claim
+// during the upgrade). It moves it and returns the block as now stored
+// (nil: gone meanwhile); a summary without its block is an error.
+func (c *Client) moveStray(ctx context.Context, bkey string) (*mvccpbKV, error) {
+	skey := summaryKeyOf(bkey)
+	for range 5 {
+		resp, err := c.readMany(ctx, clientv3.OpGet(skey), clientv3.OpGet(bkey))
+		if err != nil {
+			return nil, err
+		}
+		kv, whole := firstKV(resp.Responses[0].GetResponseRange().Kvs), firstKV(resp.Responses[1].GetResponseRange().Kvs)
+		switch {
+		case whole != nil:
+			return whole, nil
+		case kv == nil:
+			return nil, nil
+		case isSummary(kv.Value):
+			return nil, fmt.Errorf("%w: block summary %s has no block at %s (routedctl ipam check)", ErrCorrupt, skey, bkey)
+		}
+		moved, err := c.moveBlock(ctx, kv)
+		if err != nil {
+			return nil, err
+		}
+		if !moved {
+			return nil, fmt.Errorf("%w: %s holds neither a block nor a block's summary (routedctl ipam check)", ErrCorrupt, skey)
+		}
+	}
+	return nil, fmt.Errorf("%w: the block stored whole at %s keeps changing under the move", ErrContention, skey)
+}

@@ -1,0 +1,199 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// toOldLayout stores every block as a routed before layout 2 did: whole,
+// under summaryPrefix, nothing under blockPrefix, no layout marker. The
+// block values are what they are (the block format did not change).
+func toOldLayout(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if _, err := e.ds.Etcd().Txn(ctx).Then(clientv3.OpPut(summaryKeyOf(string(kv.Key)), string(kv.Value)), clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.ds.Etcd().Delete(ctx, layoutKey); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkMoved checks that every block is in layout 2: whole under
+// blockPrefix, and under summaryPrefix a summary that says what the
+// whole block says, as the node feed reads each (DecodeBlock: its
+// path for a whole block is the one routed used before layout 2).
+func checkMoved(t *testing.T, e *env, blocks int) {
+	t.Helper()
+	ctx := context.Background()
+	if resp, err := e.ds.Etcd().Get(ctx, layoutKey); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+		t.Fatalf("layout marker: %v %v", resp, err)
+	}
+	resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != blocks {
+		t.Fatalf("whole blocks: %d, %v; want %d", len(resp.Kvs), err, blocks)
+	}
+	for _, kv := range resp.Kvs {
+		skey := summaryKeyOf(string(kv.Key))
+		sr, err := e.ds.Etcd().Get(ctx, skey)
+		if err != nil || len(sr.Kvs) != 1 || !isSummary(sr.Kvs[0].Value) {
+			t.Fatalf("%s: %v %v; want a summary", skey, sr, err)
+		}
+		if _, err := decodeBlock(sr.Kvs[0].Value); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a routed before layout 2 decodes the summary %s as a block: %v; want ErrCorrupt", sr.Kvs[0].Value, err)
+		}
+		wp, wbr, wt, err := DecodeBlock(skey, kv.Value, false) // the whole block, read as before layout 2
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, br, tally, err := DecodeBlock(skey, sr.Kvs[0].Value, false)
+		if err != nil || p != wp || !maps.Equal(br, wbr) || tally != wt {
+			t.Fatalf("summary of %s says %v %v %+v (%v); the block says %v %v %+v", wp, p, br, tally, err, wp, wbr, wt)
+		}
+	}
+}
+
+// TestLayoutMovesOldBlocks: a datastore written before layout 2 (whole
+// blocks where the nodes watch) is moved by the first Client that
+// touches IPAM: each block whole outside the watched prefix, a summary
+// in its place that the feed reads as it read the block (borrowed
+// addresses and tallies), and that an older routed refuses instead of
+// taking for an empty block. Allocation goes on in the node's own block
+// (not a new one); several Clients moving at once agree; a block an
+// older routed stores whole afterwards (during the upgrade) is reported
+// by Check and moved by GC; a claim never overwrites such a block.
+func TestLayoutMovesOldBlocks(t *testing.T) {
+	t.Parallel()
+	e, c := poolEnv(t, "p", "10.9.0.0/26", 28)
+	ctx := ctxT(t)
+	a1 := assign(t, c, "n1", "n1-a")
+	assign(t, c, "n1", "n1-b")
+	n2a := assign(t, c, "n2", "n2-a")
+	// n2 holds an address in n1's block: borrowed.
+	lent := a1.Next().Next().Next()
+	if err := c.AssignIP(ctx, lent, "n2-lent", "n2", Attributes{}); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, c)
+	toOldLayout(t, e)
+
+	c2 := New(e.ds)
+	got := assign(t, c2, "n1", "n1-c")
+	if own := netip.PrefixFrom(a1, 28).Masked(); !own.Contains(got) {
+		t.Fatalf("n1's new address %s is not in its block %s", got, own)
+	}
+	checkMoved(t, e, 2)
+	mustVerify(t, c2)
+	if info, err := c2.IPInfo(ctx, lent); err != nil || !info.Borrowed() || info.Node != "n2" {
+		t.Fatalf("the lent address after the move: %+v %v", info, err)
+	}
+
+	// Back to the old layout; four Clients at once.
+	toOldLayout(t, e)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			ci := New(e.ds)
+			if i%2 == 0 {
+				_, err := ci.Usage(ctx)
+				errs <- err
+				return
+			}
+			_, err := ci.AutoAssign(ctx, AssignArgs{Node: "n1", HandleID: "n1-x" + string(rune('0'+i))})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("moving with others at once: %v", err)
+		}
+	}
+	checkMoved(t, e, 2)
+	mustVerify(t, c2)
+
+	// An older routed claims a block after the move: whole, under the
+	// summary's key, with its affinity.
+	used := map[netip.Prefix]bool{netip.PrefixFrom(a1, 28).Masked(): true, netip.PrefixFrom(n2a, 28).Masked(): true}
+	var free []netip.Prefix
+	for _, b := range []string{"10.9.0.0/28", "10.9.0.16/28", "10.9.0.32/28", "10.9.0.48/28"} {
+		if !used[pfx(b)] {
+			free = append(free, pfx(b))
+		}
+	}
+	e.node("n3", nil) // a node that exists: GC keeps its empty blocks
+	stray := func(p netip.Prefix) string {
+		b := newBlock(p, "n3", 1, time.Now())
+		if _, err := e.ds.Etcd().Txn(ctx).Then(clientv3.OpPut(summaryKeyOf(blockKey(p)), string(b.encode())),
+			clientv3.OpPut(affinityKey("n3", p), string(encodeAffinity(StateConfirmed, time.Now())))).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return string(b.encode())
+	}
+	// An address asked for in such a block: the block moves (it is
+	// n3's, not overwritten by a claim) and the address is n4's there.
+	strayVal := stray(free[0])
+	in := free[0].Addr().Next()
+	if err := c2.AssignIP(ctx, in, "n4-x", "n4", Attributes{}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c2.IPInfo(ctx, in); err != nil || info.BlockNode != "n3" || info.Node != "n4" {
+		t.Fatalf("%s after AssignIP: %+v %v; want n4's in n3's block", in, info, err)
+	}
+	if resp, err := e.ds.Etcd().Get(ctx, blockKey(free[0])); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the moved block: %v %v", resp, err)
+	} else if b, err := decodeBlock(resp.Kvs[0].Value); err != nil || b.owner() != "n3" || b.SequenceNumber != 2 {
+		t.Fatalf("the older routed's block %s moved as %+v (%v); want it with one allocation more", strayVal, b, err)
+	}
+	checkMoved(t, e, 3)
+	// Another: Check reports it, GC moves it.
+	stray(free[1])
+	r, err := c2.Check(ctx, time.Hour)
+	if err != nil || !strings.Contains(strings.Join(r.Inconsistencies, "\n"), "layout before 2") {
+		t.Fatalf("Check: %v; inconsistencies %q; want the block stored whole reported", err, r.Inconsistencies)
+	}
+	if r, err := c2.GC(ctx, time.Hour); err != nil || len(r.Errors) > 0 {
+		t.Fatalf("GC: %v %q", err, r.Errors)
+	}
+	checkMoved(t, e, 4)
+	mustVerify(t, c2)
+}
+
+// TestLayoutSummaryChecks: the feed refuses a summary whose cidr is not
+// its key's, whose borrowed addresses lie outside its block or name the
+// block's own node, or whose counts do not add up: it would route
+// addresses by it.
+func TestLayoutSummaryChecks(t *testing.T) {
+	key := summaryPrefix + "10.9.0.0-28"
+	for _, v := range []string{
+		`{"cidr":"10.9.0.16/28","affinity":"host:n1","inUse":1,"layout":2}`,
+		`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":1,"others":1,"borrowed":{"10.9.0.20":"n2"},"layout":2}`,
+		`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":1,"others":1,"borrowed":{"10.9.0.2":"n1"},"layout":2}`,
+		`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":1,"others":0,"borrowed":{"10.9.0.2":"n2"},"layout":2}`,
+		`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":17,"layout":2}`,
+	} {
+		if _, _, _, err := DecodeBlock(key, []byte(v), false); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v; want ErrCorrupt", v, err)
+		}
+	}
+	p, br, tally, err := DecodeBlock(key, []byte(`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":3,"others":1,"borrowed":{"10.9.0.2":"n2"},"layout":2}`), false)
+	if err != nil || p != pfx("10.9.0.0/28") || len(br) != 1 || br[mustParse("10.9.0.2")] != "n2" || tally != (BlockTally{Node: "n1", InUse: 3, Borrowed: 1}) {
+		t.Fatalf("a good summary: %v %v %+v %v", p, br, tally, err)
+	}
+}
