@@ -18,6 +18,7 @@ import (
 // yet it is claimed for node. Asking again with the same handle succeeds;
 // an address held by another handle fails with ErrInUse.
 func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node string, attrs Attributes) error {
+	ctx = mayMove(ctx)
 	if err := checkName("node", node); err != nil {
 		return err
 	}
@@ -63,6 +64,12 @@ func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node strin
 				return err
 			}
 			c.blocks.drop(bkey) // re-read: it exists now, ours or not
+			if attempt > 1 {
+				// Still none after a claim: within the budget.
+				if _, err := tries.lost(ctx); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		o, _ := b.ordinal(ip)

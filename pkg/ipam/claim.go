@@ -94,7 +94,13 @@ func (c *Client) claimBlock(ctx context.Context, node string, cidr netip.Prefix,
 		}
 		switch rec.State {
 		case StateConfirmed:
-			return nil
+			// Ours; its block may be stored whole by an older routed
+			// (moveStray moves it) or, by a crash or hand edit, be
+			// missing: then finishClaim creates it.
+			whole, err := c.moveStray(ctx, blockKey(cidr))
+			if err != nil || whole != nil {
+				return err
+			}
 		case StatePendingDeletion:
 			return errBlockTaken
 		}

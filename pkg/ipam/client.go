@@ -172,21 +172,16 @@ func (c *Client) get(ctx context.Context, key string, opts ...clientv3.OpOption)
 // readMany runs several reads in one transaction so they see one
 // revision, and costs one round trip.
 func (c *Client) readMany(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	known := c.layoutOK.Load()
-	if !known {
-		// Read the layout with the rest (no round trip of its own
-		// when it is current: a CNI plugin's Client lives one call).
-		ops = append(slices.Clip(ops), clientv3.OpGet(layoutKey))
-	}
+	// The layout is read with the rest (no round trip of its own: a
+	// CNI plugin's Client lives one call), every time: a datastore
+	// restored from a backup older than the move has none.
+	with := append(slices.Clip(ops), clientv3.OpGet(layoutKey))
 	c.stats.txns.Add(1)
 	tctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
-	resp, err := c.kv.Txn(tctx).Then(ops...).Commit()
+	resp, err := c.kv.Txn(tctx).Then(with...).Commit()
 	if err != nil {
 		return nil, c.ds.Wrap(err)
-	}
-	if known {
-		return resp, nil
 	}
 	last := len(resp.Responses) - 1
 	if kvs := resp.Responses[last].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == layoutCurrent {
@@ -194,11 +189,18 @@ func (c *Client) readMany(ctx context.Context, ops ...clientv3.Op) (*clientv3.Tx
 		resp.Responses = resp.Responses[:last]
 		return resp, nil
 	}
-	// Not current: move the blocks first, then read again.
+	// Not current: move the blocks first (an operation that writes),
+	// then read again.
+	c.layoutOK.Store(false)
 	if err := c.ensureLayout(ctx); err != nil {
 		return nil, err
 	}
-	return c.readMany(ctx, ops[:len(ops)-1]...)
+	if !c.layoutOK.Load() {
+		// A read of a datastore with no block yet: what was read stands.
+		resp.Responses = resp.Responses[:last]
+		return resp, nil
+	}
+	return c.readMany(ctx, ops...)
 }
 
 // write is one key of a conditional multi-key write.
@@ -230,7 +232,7 @@ type casResult struct {
 // revision; otherwise it changes nothing and returns the current values,
 // so the caller can retry without another read.
 func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (casResult, error) {
-	if err := c.ensureLayout(ctx); err != nil {
+	if err := c.ensureLayout(mayMove(ctx)); err != nil {
 		return casResult{}, err
 	}
 	cmps := make([]clientv3.Cmp, 0, len(ws)+len(extra))

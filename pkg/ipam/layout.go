@@ -15,10 +15,27 @@ import (
 // layout 2 (whole under blockPrefix, summarised under summaryPrefix).
 const layoutCurrent = "2"
 
-// ensureLayout makes sure, once per Client, that the datastore's blocks
-// are in layout 2 before the Client reads or writes one: it reads
-// layoutKey, and if it is not "2" moves every block a routed older than
-// layout 2 stored whole under summaryPrefix (moveLegacy), then sets it.
+// ErrOldLayout is a read of a datastore whose blocks are still stored
+// as a routed before layout 2 stored them: only an operation that
+// writes IPAM moves them (a read, such as routedctl ipam show, or a dry
+// run, must not change the datastore under older nodes).
+var ErrOldLayout = errors.New("ipam: the blocks are stored in the layout of a routed before this one; a routed node of this version moves them when it first allocates or releases an address (docs/datastore.md)")
+
+type moveKey struct{}
+
+// mayMove marks ctx as an operation that writes IPAM: it may move the
+// blocks to layout 2 (ensureLayout).
+func mayMove(ctx context.Context) context.Context { return context.WithValue(ctx, moveKey{}, true) }
+
+func moving(ctx context.Context) bool { v, _ := ctx.Value(moveKey{}).(bool); return v }
+
+// ensureLayout makes sure that the datastore's blocks are in layout 2
+// before the Client reads or writes one: it reads layoutKey, and if it
+// is absent and ctx is an operation that writes IPAM (mayMove) moves
+// every block a routed older than layout 2 stored whole under
+// summaryPrefix (moveLegacy), then sets it; a read gets ErrOldLayout.
+// Once seen, the marker is checked again by every readMany (a datastore
+// restored from a backup older than the move is moved again).
 // Moving is idempotent and safe to run from several processes at once
 // (each block moves in one transaction conditional on its revision).
 // A routed older than layout 2 that meets a summary refuses it as a
@@ -47,6 +64,21 @@ func (c *Client) ensureLayout(ctx context.Context) error {
 		c.layoutOK.Store(true)
 		return nil
 	}
+	if !moving(ctx) {
+		// A read: fine where there is nothing stored the old way (a new
+		// datastore, before its first write sets the marker).
+		rctx, cancel := c.ds.Ctx(ctx)
+		resp, err := c.kv.Get(rctx, summaryPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		cancel()
+		c.stats.gets.Add(1)
+		if err != nil {
+			return c.ds.Wrap(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		return ErrOldLayout
+	}
 	n, err := c.moveLegacy(ctx)
 	if err != nil {
 		return err
@@ -54,7 +86,10 @@ func (c *Client) ensureLayout(ctx context.Context) error {
 	wctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
 	c.stats.txns.Add(1)
-	if _, err := c.kv.Put(wctx, layoutKey, layoutCurrent); err != nil {
+	// Set once; a value another process set meanwhile (the same, or
+	// one this routed does not know) is not overwritten.
+	if _, err := c.kv.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(layoutKey), "=", 0)).
+		Then(clientv3.OpPut(layoutKey, layoutCurrent)).Commit(); err != nil {
 		return layoutErr(c.ds.Wrap(err))
 	}
 	log.WithField("blocks", n).Info("IPAM blocks are stored in layout 2 (whole blocks outside the watched prefix, summaries inside)")

@@ -16,7 +16,7 @@ import (
 // toOldLayout stores every block as a routed before layout 2 did: whole,
 // under summaryPrefix, nothing under blockPrefix, no layout marker. The
 // block values are what they are (the block format did not change).
-func toOldLayout(t *testing.T, e *env) {
+func toOldLayout(t testing.TB, e *env) {
 	t.Helper()
 	ctx := context.Background()
 	resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix())
@@ -37,7 +37,7 @@ func toOldLayout(t *testing.T, e *env) {
 // blockPrefix, and under summaryPrefix a summary that says what the
 // whole block says, as the node feed reads each (DecodeBlock: its
 // path for a whole block is the one routed used before layout 2).
-func checkMoved(t *testing.T, e *env, blocks int) {
+func checkMoved(t testing.TB, e *env, blocks int) {
 	t.Helper()
 	ctx := context.Background()
 	if resp, err := e.ds.Etcd().Get(ctx, layoutKey); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
@@ -110,8 +110,11 @@ func TestLayoutMovesOldBlocks(t *testing.T) {
 		wg.Go(func() {
 			ci := New(e.ds)
 			if i%2 == 0 {
-				_, err := ci.Usage(ctx)
-				errs <- err
+				// A read moves nothing: it reads after the move, or fails
+				// saying why.
+				if _, err := ci.Usage(ctx); err != nil && !errors.Is(err, ErrOldLayout) {
+					errs <- err
+				}
 				return
 			}
 			_, err := ci.AutoAssign(ctx, AssignArgs{Node: "n1", HandleID: "n1-x" + string(rune('0'+i))})
@@ -195,5 +198,80 @@ func TestLayoutSummaryChecks(t *testing.T) {
 	p, br, tally, err := DecodeBlock(key, []byte(`{"cidr":"10.9.0.0/28","affinity":"host:n1","inUse":3,"others":1,"borrowed":{"10.9.0.2":"n2"},"layout":2}`), false)
 	if err != nil || p != pfx("10.9.0.0/28") || len(br) != 1 || br[mustParse("10.9.0.2")] != "n2" || tally != (BlockTally{Node: "n1", InUse: 3, Borrowed: 1}) {
 		t.Fatalf("a good summary: %v %v %+v %v", p, br, tally, err)
+	}
+}
+
+// TestLayoutMovesOnlyOnWrite: reads (Usage, IPInfo, Verify, a dry-run
+// import) of a datastore in the old layout fail with ErrOldLayout and
+// change nothing (they must not move it under older nodes); the first
+// write moves it. A datastore restored from before the move is moved
+// again by a Client that saw the move. A node's own block that an older
+// routed stored whole, and a pool holding one, are moved when met: the
+// node allocates in it at once, the pool is not deleted from under it.
+func TestLayoutMovesOnlyOnWrite(t *testing.T) {
+	t.Parallel()
+	e, c := poolEnv(t, "p", "10.9.0.0/26", 28)
+	ctx := ctxT(t)
+	first := assign(t, c, "n1", "n1-a")
+	toOldLayout(t, e)
+	r := New(e.ds)
+	if _, err := r.Usage(ctx); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("Usage: %v; want ErrOldLayout", err)
+	}
+	if _, err := r.IPInfo(ctx, first); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("IPInfo: %v; want ErrOldLayout", err)
+	}
+	if _, err := r.Verify(ctx); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("Verify: %v; want ErrOldLayout", err)
+	}
+	if _, err := r.Import(ctx, []ImportBlock{{CIDR: pfx("10.9.0.48/28"), Node: "n9"}}, true); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("dry-run Import: %v; want ErrOldLayout", err)
+	}
+	if resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("reads moved blocks: %v %v", resp, err)
+	}
+	got := assign(t, r, "n1", "n1-b") // a write: moves
+	if own := netip.PrefixFrom(first, 28).Masked(); !own.Contains(got) {
+		t.Fatalf("n1's address %s is not in its block %s", got, own)
+	}
+	checkMoved(t, e, 1)
+
+	// Restored from before the move, under the same Client.
+	toOldLayout(t, e)
+	got = assign(t, r, "n1", "n1-c")
+	if own := netip.PrefixFrom(first, 28).Masked(); !own.Contains(got) {
+		t.Fatalf("after the restore: n1's address %s is not in its block %s", got, own)
+	}
+	checkMoved(t, e, 1)
+
+	// n3's block, stored whole by n3's older routed after the move,
+	// with n3's confirmed affinity; n3 upgraded allocates in it.
+	e.node("n3", nil)
+	var stray netip.Prefix
+	for _, b := range []string{"10.9.0.0/28", "10.9.0.16/28", "10.9.0.32/28", "10.9.0.48/28"} {
+		if !pfx(b).Contains(first) {
+			stray = pfx(b)
+			break
+		}
+	}
+	old := newBlock(stray, "n3", 1, time.Now())
+	if _, err := e.ds.Etcd().Txn(ctx).Then(clientv3.OpPut(summaryKeyOf(blockKey(stray)), string(old.encode())),
+		clientv3.OpPut(affinityKey("n3", stray), string(encodeAffinity(StateConfirmed, time.Now())))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	before := r.Stats()
+	if err := r.AssignIP(ctx, stray.Addr().Next(), "n3-a", "n3", Attributes{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Stats().Txns - before.Txns; n > 20 {
+		t.Fatalf("AssignIP in n3's block stored whole took %d transactions", n)
+	}
+	checkMoved(t, e, 2)
+	mustVerify(t, r)
+
+	// A pool holding such a block is not deleted without force.
+	toOldLayout(t, e)
+	if err := New(e.ds).DeletePool(ctx, "p", false); !errors.Is(err, ErrPoolInUse) {
+		t.Fatalf("DeletePool over blocks stored whole: %v; want ErrPoolInUse", err)
 	}
 }

@@ -41,6 +41,12 @@ func (e *PoolInUseError) Unwrap() error { return ErrPoolInUse }
 // block being as counted, so an address allocated after the count makes
 // it count again instead of slipping through.
 func (c *Client) DeletePool(ctx context.Context, name string, force bool) error {
+	ctx = mayMove(ctx)
+	// A block an older routed stored whole (during an upgrade) is moved
+	// first, so that it is counted and guarded.
+	if _, err := c.moveLegacy(ctx); err != nil {
+		return err
+	}
 	tries := c.retries("deleting IP pool " + name)
 	for {
 		s, err := c.snapshot(ctx, false)

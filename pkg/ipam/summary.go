@@ -68,7 +68,7 @@ func decodeSummary(key string, val []byte) (netip.Prefix, BlockTally, map[netip.
 		return p, BlockTally{}, nil, fmt.Errorf("%w: block summary: %w", ErrCorrupt, err)
 	}
 	sp, err := netip.ParsePrefix(s.CIDR)
-	if err != nil || sp.Masked() != p || sp.Addr().Zone() != "" || sp.Addr().Is4In6() {
+	if err != nil || sp.Masked() != p || sp.Addr().Zone() != "" || sp.Addr().Is4In6() || p.Addr().BitLen()-p.Bits() > 16 {
 		return p, BlockTally{}, nil, fmt.Errorf("%w: block summary at %s has cidr %q", ErrCorrupt, key, s.CIDR)
 	}
 	size := 1 << (p.Addr().BitLen() - p.Bits())
