@@ -75,7 +75,6 @@ func (a Attributes) record(handle, node string) (attribute, error) {
 // On error the handle may hold some of the addresses (those returned);
 // the caller should release the handle.
 func (c *Client) AutoAssign(ctx context.Context, args AssignArgs) ([]netip.Addr, error) {
-	ctx = mayMove(ctx)
 	if err := checkName("node", args.Node); err != nil {
 		return nil, err
 	}

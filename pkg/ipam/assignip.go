@@ -18,7 +18,6 @@ import (
 // yet it is claimed for node. Asking again with the same handle succeeds;
 // an address held by another handle fails with ErrInUse.
 func (c *Client) AssignIP(ctx context.Context, ip netip.Addr, handle, node string, attrs Attributes) error {
-	ctx = mayMove(ctx)
 	if err := checkName("node", node); err != nil {
 		return err
 	}

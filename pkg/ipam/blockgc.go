@@ -14,7 +14,6 @@ import (
 // releases a crashed releaser left in pendingDeletion. It returns the
 // blocks it removed. The node agent runs it periodically; GC runs it too.
 func (c *Client) ReleaseEmptyBlocks(ctx context.Context, node string) ([]netip.Prefix, error) {
-	ctx = mayMove(ctx)
 	var s *snapshot
 	var err error
 	if node == "" {

@@ -151,22 +151,12 @@ func (c *Client) Stats() Stats {
 
 // get is a bounded, counted range read.
 func (c *Client) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if !c.layoutOK.Load() {
-		// The first read learns the layout in the same round trip.
-		resp, err := c.readMany(ctx, clientv3.OpGet(key, opts...))
-		if err != nil {
-			return nil, err
-		}
-		return (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()), nil
-	}
-	c.stats.gets.Add(1)
-	ctx, cancel := c.ds.Ctx(ctx)
-	defer cancel()
-	resp, err := c.kv.Get(ctx, key, opts...)
+	// Read with the layout (readMany), in the same round trip.
+	resp, err := c.readMany(ctx, clientv3.OpGet(key, opts...))
 	if err != nil {
-		return nil, c.ds.Wrap(err)
+		return nil, err
 	}
-	return resp, nil
+	return (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()), nil
 }
 
 // readMany runs several reads in one transaction so they see one
@@ -232,7 +222,7 @@ type casResult struct {
 // revision; otherwise it changes nothing and returns the current values,
 // so the caller can retry without another read.
 func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (casResult, error) {
-	if err := c.ensureLayout(mayMove(ctx)); err != nil {
+	if err := c.ensureLayout(ctx); err != nil {
 		return casResult{}, err
 	}
 	cmps := make([]clientv3.Cmp, 0, len(ws)+len(extra))

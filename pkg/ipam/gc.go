@@ -135,7 +135,6 @@ func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 // Client's empty-block grace period. Every change is conditional on the
 // state Check saw; what lost a race is left for the next run.
 func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
-	ctx = mayMove(ctx)
 	// Blocks a routed older than layout 2 stored whole since the
 	// layout changed (during an upgrade) move first.
 	if n, err := c.moveLegacy(ctx); err != nil {

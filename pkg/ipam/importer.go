@@ -68,8 +68,8 @@ type ImportResult struct {
 // dryRun, or when any block conflicts, nothing is written and the results
 // say what would happen.
 func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) ([]ImportResult, error) {
-	if !dryRun {
-		ctx = mayMove(ctx)
+	if dryRun {
+		ctx = ReadOnly(ctx)
 	}
 	if err := c.ensureLayout(ctx); err != nil {
 		return nil, err

@@ -15,25 +15,30 @@ import (
 // layout 2 (whole under blockPrefix, summarised under summaryPrefix).
 const layoutCurrent = "2"
 
-// ErrOldLayout is a read of a datastore whose blocks are still stored
-// as a routed before layout 2 stored them: only an operation that
-// writes IPAM moves them (a read, such as routedctl ipam show, or a dry
-// run, must not change the datastore under older nodes).
-var ErrOldLayout = errors.New("ipam: the blocks are stored in the layout of a routed before this one; a routed node of this version moves them when it first allocates or releases an address (docs/datastore.md)")
+// ErrOldLayout is what a read-only operation (ReadOnly: routedctl
+// ipam show or check, a dry run) gets from a datastore whose blocks are
+// still stored as a routed before layout 2 stored them: it must not
+// move them under older nodes, and cannot read them.
+var ErrOldLayout = errors.New("ipam: the blocks are stored in the layout of a routed before this one; the first routed node of this version moves them when it starts (docs/datastore.md)")
 
-type moveKey struct{}
+type readOnlyKey struct{}
 
-// mayMove marks ctx as an operation that writes IPAM: it may move the
-// blocks to layout 2 (ensureLayout).
-func mayMove(ctx context.Context) context.Context { return context.WithValue(ctx, moveKey{}, true) }
+// ReadOnly marks ctx as an operator's read-only operation (routedctl
+// ipam show, check, a dry run): on a datastore in the old layout it
+// fails with ErrOldLayout instead of moving it (ensureLayout). Every
+// other operation moves it, reads included: a routed node's re-import,
+// a CNI DEL's first read, node GC's read of the blocks' owners.
+func ReadOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readOnlyKey{}, true)
+}
 
-func moving(ctx context.Context) bool { v, _ := ctx.Value(moveKey{}).(bool); return v }
+func moving(ctx context.Context) bool { v, _ := ctx.Value(readOnlyKey{}).(bool); return !v }
 
 // ensureLayout makes sure that the datastore's blocks are in layout 2
 // before the Client reads or writes one: it reads layoutKey, and if it
-// is absent and ctx is an operation that writes IPAM (mayMove) moves
-// every block a routed older than layout 2 stored whole under
-// summaryPrefix (moveLegacy), then sets it; a read gets ErrOldLayout.
+// is absent moves every block a routed older than layout 2 stored whole
+// under summaryPrefix (moveLegacy), then sets it; an operation marked
+// ReadOnly gets ErrOldLayout instead (where there is any such block).
 // Once seen, the marker is checked again by every readMany (a datastore
 // restored from a backup older than the move is moved again).
 // Moving is idempotent and safe to run from several processes at once
@@ -88,9 +93,15 @@ func (c *Client) ensureLayout(ctx context.Context) error {
 	c.stats.txns.Add(1)
 	// Set once; a value another process set meanwhile (the same, or
 	// one this routed does not know) is not overwritten.
-	if _, err := c.kv.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(layoutKey), "=", 0)).
-		Then(clientv3.OpPut(layoutKey, layoutCurrent)).Commit(); err != nil {
+	tr, err := c.kv.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(layoutKey), "=", 0)).
+		Then(clientv3.OpPut(layoutKey, layoutCurrent)).Else(clientv3.OpGet(layoutKey)).Commit()
+	if err != nil {
 		return layoutErr(c.ds.Wrap(err))
+	}
+	if !tr.Succeeded {
+		if kv := firstKV(tr.Responses[0].GetResponseRange().Kvs); kv == nil || string(kv.Value) != layoutCurrent {
+			return fmt.Errorf("%w: %s was set meanwhile to %q, a layout this routed does not know", ErrCorrupt, layoutKey, kv.Value)
+		}
 	}
 	log.WithField("blocks", n).Info("IPAM blocks are stored in layout 2 (whole blocks outside the watched prefix, summaries inside)")
 	c.layoutOK.Store(true)

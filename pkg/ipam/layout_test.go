@@ -201,11 +201,13 @@ func TestLayoutSummaryChecks(t *testing.T) {
 	}
 }
 
-// TestLayoutMovesOnlyOnWrite: reads (Usage, IPInfo, Verify, a dry-run
-// import) of a datastore in the old layout fail with ErrOldLayout and
-// change nothing (they must not move it under older nodes); the first
-// write moves it. A datastore restored from before the move is moved
-// again by a Client that saw the move. A node's own block that an older
+// TestLayoutMovesOnlyOnWrite: an operator's read-only operations
+// (ReadOnly: routedctl ipam show and check) and dry runs of a datastore
+// in the old layout fail with ErrOldLayout and change nothing (they must
+// not move it under older nodes); any other operation moves it, a read
+// included (a node's re-import, a CNI DEL). A datastore restored from
+// before the move is moved again by a Client that saw the move, at its
+// next operation, whatever it is. A node's own block that an older
 // routed stored whole, and a pool holding one, are moved when met: the
 // node allocates in it at once, the pool is not deleted from under it.
 func TestLayoutMovesOnlyOnWrite(t *testing.T) {
@@ -215,28 +217,41 @@ func TestLayoutMovesOnlyOnWrite(t *testing.T) {
 	first := assign(t, c, "n1", "n1-a")
 	toOldLayout(t, e)
 	r := New(e.ds)
-	if _, err := r.Usage(ctx); !errors.Is(err, ErrOldLayout) {
+	ro := ReadOnly(ctx)
+	if _, err := r.Usage(ro); !errors.Is(err, ErrOldLayout) {
 		t.Fatalf("Usage: %v; want ErrOldLayout", err)
 	}
-	if _, err := r.IPInfo(ctx, first); !errors.Is(err, ErrOldLayout) {
+	if _, err := r.IPInfo(ro, first); !errors.Is(err, ErrOldLayout) {
 		t.Fatalf("IPInfo: %v; want ErrOldLayout", err)
 	}
-	if _, err := r.Verify(ctx); !errors.Is(err, ErrOldLayout) {
-		t.Fatalf("Verify: %v; want ErrOldLayout", err)
+	if _, err := r.Check(ro, time.Hour); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("Check: %v; want ErrOldLayout", err)
 	}
 	if _, err := r.Import(ctx, []ImportBlock{{CIDR: pfx("10.9.0.48/28"), Node: "n9"}}, true); !errors.Is(err, ErrOldLayout) {
 		t.Fatalf("dry-run Import: %v; want ErrOldLayout", err)
 	}
 	if resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
-		t.Fatalf("reads moved blocks: %v %v", resp, err)
+		t.Fatalf("read-only operations moved blocks: %v %v", resp, err)
 	}
+	// A node's read (its re-import asks who holds an address) moves.
+	if info, err := r.IPInfo(ctx, first); err != nil || info.Node != "n1" {
+		t.Fatalf("IPInfo that may move: %+v %v", info, err)
+	}
+	checkMoved(t, e, 1)
+	toOldLayout(t, e)
 	got := assign(t, r, "n1", "n1-b") // a write: moves
 	if own := netip.PrefixFrom(first, 28).Masked(); !own.Contains(got) {
 		t.Fatalf("n1's address %s is not in its block %s", got, own)
 	}
 	checkMoved(t, e, 1)
 
-	// Restored from before the move, under the same Client.
+	// Restored from before the move, under the same Client: its next
+	// operation, a read or a write, moves it again.
+	toOldLayout(t, e)
+	if info, err := r.IPInfo(ctx, first); err != nil || info.Node != "n1" {
+		t.Fatalf("after the restore, IPInfo: %+v %v; want n1's", info, err)
+	}
+	checkMoved(t, e, 1)
 	toOldLayout(t, e)
 	got = assign(t, r, "n1", "n1-c")
 	if own := netip.PrefixFrom(first, 28).Masked(); !own.Contains(got) {

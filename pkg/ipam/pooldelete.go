@@ -41,14 +41,14 @@ func (e *PoolInUseError) Unwrap() error { return ErrPoolInUse }
 // block being as counted, so an address allocated after the count makes
 // it count again instead of slipping through.
 func (c *Client) DeletePool(ctx context.Context, name string, force bool) error {
-	ctx = mayMove(ctx)
-	// A block an older routed stored whole (during an upgrade) is moved
-	// first, so that it is counted and guarded.
-	if _, err := c.moveLegacy(ctx); err != nil {
-		return err
-	}
 	tries := c.retries("deleting IP pool " + name)
 	for {
+		// A block an older routed stored whole (during an upgrade) is
+		// moved first, so that it is counted and guarded; one stored so
+		// after this (the guard below covers its key too) reads again.
+		if _, err := c.moveLegacy(ctx); err != nil {
+			return err
+		}
 		s, err := c.snapshot(ctx, false)
 		if err != nil {
 			return err
@@ -96,7 +96,8 @@ func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, for
 		if inUse.Addresses > 0 {
 			return false, inUse
 		}
-		extra = append(extra, clientv3.Compare(clientv3.ModRevision(blockKeysWithin(pool.prefix)).WithPrefix(), "<", s.rev+1))
+		extra = append(extra, clientv3.Compare(clientv3.ModRevision(blockKeysWithin(pool.prefix)).WithPrefix(), "<", s.rev+1),
+			clientv3.Compare(clientv3.ModRevision(summaryKeyOf(blockKeysWithin(pool.prefix))).WithPrefix(), "<", s.rev+1))
 	}
 	return c.casOK(ctx, []write{{key: poolKey(name), rev: pool.rev}}, extra...)
 }

@@ -23,7 +23,6 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handle string) ([]netip.Ad
 // routed's CNI service deletes a pod's WorkloadEndpoint with its
 // addresses this way.
 func (c *Client) ReleaseByHandleWith(ctx context.Context, handle string, extra Extra) ([]netip.Addr, error) {
-	ctx = mayMove(ctx)
 	if err := checkName("handle", handle); err != nil {
 		return nil, err
 	}
@@ -162,7 +161,6 @@ type Release struct {
 // what it freed; stale releases are skipped and reported in the error
 // (errors.As finds each *StaleSequenceError).
 func (c *Client) ReleaseIPs(ctx context.Context, rels ...Release) ([]netip.Addr, error) {
-	ctx = mayMove(ctx)
 	byBlock := map[string][]Release{}
 	for _, r := range rels {
 		key, err := c.blockKeyFor(ctx, r.IP)

@@ -89,6 +89,7 @@ func (r *runner) showCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return r.with(cmd, func(ctx context.Context, _ *datastore.Client, c *ipam.Client) error {
+				ctx = ipam.ReadOnly(ctx) // never moves an old layout under older nodes
 				if ip != "" {
 					addr, err := netip.ParseAddr(ip)
 					if err != nil {
@@ -225,7 +226,7 @@ when the check could not run (for example etcd is unreachable).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var found int
 			err := r.with(cmd, func(ctx context.Context, ds *datastore.Client, c *ipam.Client) error {
-				rep, err := c.Check(ctx, grace)
+				rep, err := c.Check(ipam.ReadOnly(ctx), grace)
 				if err != nil {
 					return err
 				}
