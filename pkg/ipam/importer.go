@@ -68,9 +68,9 @@ type ImportResult struct {
 // dryRun, or when any block conflicts, nothing is written and the results
 // say what would happen.
 func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) ([]ImportResult, error) {
-	if dryRun {
-		ctx = ReadOnly(ctx)
-	}
+	// A dry run still moves an old layout unless the caller marks ctx
+	// ReadOnly (an operator's plan alone; a plan before a real import
+	// must not be refused).
 	if err := c.ensureLayout(ctx); err != nil {
 		return nil, err
 	}
@@ -78,9 +78,9 @@ func (c *Client) Import(ctx context.Context, blocks []ImportBlock, dryRun bool) 
 	results := make([]ImportResult, len(blocks))
 	conflict := false
 	for i, ib := range blocks {
-		resp, err := c.kv.Get(ctx, blockKey(ib.CIDR))
+		resp, err := c.get(ctx, blockKey(ib.CIDR))
 		if err != nil {
-			return nil, c.ds.Wrap(err)
+			return nil, err
 		}
 		// Sequence numbers start at the revision read, as for a claim.
 		b, err := importedBlock(ib, uint64(resp.Header.Revision), c.now())

@@ -19,7 +19,7 @@ const layoutCurrent = "2"
 // ipam show or check, a dry run) gets from a datastore whose blocks are
 // still stored as a routed before layout 2 stored them: it must not
 // move them under older nodes, and cannot read them.
-var ErrOldLayout = errors.New("ipam: the blocks are stored in the layout of a routed before this one; the first routed node of this version moves them when it starts (docs/datastore.md)")
+var ErrOldLayout = errors.New("ipam: the blocks are stored in the layout of a routed before this one; the first routed node of this version moves them when it starts, as does any IPAM write such as routedctl ipam gc (docs/datastore.md)")
 
 type readOnlyKey struct{}
 
@@ -100,7 +100,11 @@ func (c *Client) ensureLayout(ctx context.Context) error {
 	}
 	if !tr.Succeeded {
 		if kv := firstKV(tr.Responses[0].GetResponseRange().Kvs); kv == nil || string(kv.Value) != layoutCurrent {
-			return fmt.Errorf("%w: %s was set meanwhile to %q, a layout this routed does not know", ErrCorrupt, layoutKey, kv.Value)
+			var v []byte
+			if kv != nil {
+				v = kv.Value
+			}
+			return fmt.Errorf("%w: %s was set meanwhile to %q, a layout this routed does not know", ErrCorrupt, layoutKey, v)
 		}
 	}
 	log.WithField("blocks", n).Info("IPAM blocks are stored in layout 2 (whole blocks outside the watched prefix, summaries inside)")

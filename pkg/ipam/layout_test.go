@@ -201,7 +201,7 @@ func TestLayoutSummaryChecks(t *testing.T) {
 	}
 }
 
-// TestLayoutMovesOnlyOnWrite: an operator's read-only operations
+// TestLayoutReadOnlyAndRestore: an operator's read-only operations
 // (ReadOnly: routedctl ipam show and check) and dry runs of a datastore
 // in the old layout fail with ErrOldLayout and change nothing (they must
 // not move it under older nodes); any other operation moves it, a read
@@ -210,7 +210,7 @@ func TestLayoutSummaryChecks(t *testing.T) {
 // next operation, whatever it is. A node's own block that an older
 // routed stored whole, and a pool holding one, are moved when met: the
 // node allocates in it at once, the pool is not deleted from under it.
-func TestLayoutMovesOnlyOnWrite(t *testing.T) {
+func TestLayoutReadOnlyAndRestore(t *testing.T) {
 	t.Parallel()
 	e, c := poolEnv(t, "p", "10.9.0.0/26", 28)
 	ctx := ctxT(t)
@@ -227,9 +227,18 @@ func TestLayoutMovesOnlyOnWrite(t *testing.T) {
 	if _, err := r.Check(ro, time.Hour); !errors.Is(err, ErrOldLayout) {
 		t.Fatalf("Check: %v; want ErrOldLayout", err)
 	}
-	if _, err := r.Import(ctx, []ImportBlock{{CIDR: pfx("10.9.0.48/28"), Node: "n9"}}, true); !errors.Is(err, ErrOldLayout) {
-		t.Fatalf("dry-run Import: %v; want ErrOldLayout", err)
+	if _, err := r.Import(ro, []ImportBlock{{CIDR: pfx("10.9.0.48/28"), Node: "n9"}}, true); !errors.Is(err, ErrOldLayout) {
+		t.Fatalf("an operator's dry-run Import: %v; want ErrOldLayout", err)
 	}
+	// The pinned revision of a read made before the move (node GC's).
+	pinned, err := e.ds.Etcd().Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.BlockOwners(ctx, pinned.Header.Revision); err == nil {
+		t.Fatal("BlockOwners at a revision before the move: no error; it reads an empty prefix")
+	}
+	toOldLayout(t, e)
 	if resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
 		t.Fatalf("read-only operations moved blocks: %v %v", resp, err)
 	}

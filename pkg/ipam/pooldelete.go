@@ -67,6 +67,19 @@ func (c *Client) DeletePool(ctx context.Context, name string, force bool) error 
 // something changed since and the caller should read again.
 func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, force bool) (bool, error) {
 	var pool *poolInfo
+	for _, key := range s.legacy {
+		// A block stored whole since the move (an older node's claim
+		// during the upgrade): moved and counted at the next read.
+		p, err := parseBlockKey(key)
+		if err != nil {
+			continue
+		}
+		for _, pool := range s.view.pools {
+			if pool.name() == name && pool.prefix.Overlaps(p) {
+				return false, nil
+			}
+		}
+	}
 	for _, p := range s.view.pools {
 		if p.name() == name {
 			pool = p

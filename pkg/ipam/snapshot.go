@@ -35,8 +35,10 @@ type snapshot struct {
 	idx *blockIndex
 	// unreadable lists records that could not be decoded.
 	unreadable []string
-	// summaries are the blocks' summaries, by block key (blockPrefix).
+	// summaries are the blocks' summaries, by block key (blockPrefix);
+	// legacy the keys under summaryPrefix holding a whole block.
 	summaries map[string][]byte
+	legacy    []string
 	// reclaimable is the Client's (see WithReclaimable); nil: any absent
 	// node.
 	reclaimable func(node string) bool
@@ -114,6 +116,7 @@ func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
 		// Client's start, or by GC: moveLegacy).
 		if !isSummary(kv.Value) {
 			bad(fmt.Errorf("%w: stored whole in the layout before 2 (by an older routed?): it is moved at the next IPAM garbage collection", ErrCorrupt))
+			s.legacy = append(s.legacy, key)
 			return
 		}
 		if s.summaries == nil {

@@ -166,7 +166,12 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	ic := ipam.New(to)
 	// The blocks are planned first: a conflict there also stops the
 	// resources from being written.
-	rep.Blocks, err = ic.Import(ctx, st.blocks, true)
+	pctx := ctx
+	if opts.DryRun {
+		// Only a plan: an old IPAM layout is not moved for it.
+		pctx = ipam.ReadOnly(ctx)
+	}
+	rep.Blocks, err = ic.Import(pctx, st.blocks, true)
 	if err != nil {
 		return rep, err
 	}
