@@ -33,35 +33,7 @@ const (
 
 // pages hands every record under prefix, at rev, to f, a page at a time.
 func (c *Client) pages(ctx context.Context, prefix string, rev int64, limit int, f func(kv *mvccpbKV)) error {
-	if prefix == blockPrefix {
-		// The blocks' reads check the layout (and move an old one)
-		// first: a Client that saw the move may meet a datastore
-		// restored from before it. A revision from before the move
-		// would read an empty prefix.
-		if _, err := c.readMany(ctx); err != nil {
-			return err
-		}
-		if rev != 0 {
-			resp, err := c.get(ctx, layoutKey)
-			if err != nil {
-				return err
-			}
-			if kv := firstKV(resp.Kvs); kv != nil && kv.ModRevision > rev {
-				// The marker is younger than the read: were there
-				// blocks stored the old way at its revision?
-				rctx, cancel := c.ds.Ctx(ctx)
-				old, err := c.kv.Get(rctx, summaryPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithLimit(1))
-				cancel()
-				c.stats.gets.Add(1)
-				if err != nil {
-					return c.ds.Wrap(err)
-				}
-				if len(old.Kvs) > 0 && !isSummary(old.Kvs[0].Value) {
-					return fmt.Errorf("%w: the blocks moved to layout 2 after revision %d, which the read is pinned to: read again", datastore.ErrConflict, rev)
-				}
-			}
-		}
-	} else if err := c.ensureLayout(ctx); err != nil {
+	if err := c.ensureLayout(ctx); err != nil {
 		return err
 	}
 	if c.pageLimit > 0 {

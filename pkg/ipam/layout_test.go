@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 // toOldLayout stores every block as a routed before layout 2 did: whole,
@@ -235,8 +237,8 @@ func TestLayoutReadOnlyAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.BlockOwners(ctx, pinned.Header.Revision); err == nil {
-		t.Fatal("BlockOwners at a revision before the move: no error; it reads an empty prefix")
+	if _, err := r.BlockOwners(ctx, pinned.Header.Revision); !errors.Is(err, datastore.ErrConflict) {
+		t.Fatalf("BlockOwners at a revision before the move: %v; want a conflict (it would read an empty prefix)", err)
 	}
 	toOldLayout(t, e)
 	if resp, err := e.ds.Etcd().Get(ctx, blockPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
@@ -297,5 +299,65 @@ func TestLayoutReadOnlyAndRestore(t *testing.T) {
 	toOldLayout(t, e)
 	if err := New(e.ds).DeletePool(ctx, "p", false); !errors.Is(err, ErrPoolInUse) {
 		t.Fatalf("DeletePool over blocks stored whole: %v; want ErrPoolInUse", err)
+	}
+}
+
+// TestLayoutBadRecords: records under the summaries' prefix that cannot
+// be moved (not a block; a block stored both ways) do not stop IPAM:
+// GC goes on (Check reports them), a pool is deleted with force at
+// once, and a read pinned to a revision in the middle of a move fails
+// with a conflict rather than missing the blocks not yet moved.
+func TestLayoutBadRecords(t *testing.T) {
+	t.Parallel()
+	e, c := poolEnv(t, "p", "10.9.0.0/26", 28)
+	ctx := ctxT(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.node(n, nil)
+		assign(t, c, n, n+"-a")
+	}
+	toOldLayout(t, e)
+	resp, err := e.ds.Etcd().Get(ctx, summaryPrefix, clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 3 {
+		t.Fatalf("old layout: %v %v", resp, err)
+	}
+	if moved, err := c.moveBlock(ctx, resp.Kvs[0]); err != nil || !moved {
+		t.Fatalf("moving one block: %v %v", moved, err)
+	}
+	mid, err := e.ds.Etcd().Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners, err := New(e.ds).BlockOwners(ctx, mid.Header.Revision); !errors.Is(err, datastore.ErrConflict) {
+		t.Fatalf("BlockOwners pinned in the middle of the move: %v, %v; want a conflict", owners, err)
+	}
+	checkMoved(t, e, 3)
+
+	// Garbage where a free block's summary goes, and a block stored
+	// both ways.
+	var free netip.Prefix
+	for _, b := range []string{"10.9.0.0/28", "10.9.0.16/28", "10.9.0.32/28", "10.9.0.48/28"} {
+		if r, _ := e.ds.Etcd().Get(ctx, blockKey(pfx(b))); len(r.Kvs) == 0 {
+			free = pfx(b)
+		}
+	}
+	if _, err := e.ds.Etcd().Put(ctx, summaryKeyOf(blockKey(free)), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	both := resp.Kvs[1]
+	if _, err := e.ds.Etcd().Put(ctx, string(both.Key), string(both.Value)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.GC(ctx, time.Hour); err != nil {
+		t.Fatalf("GC with records it cannot move: %v (%q)", err, r.Errors)
+	}
+	if r, err := c.Check(ctx, time.Hour); err != nil || len(r.Inconsistencies) == 0 {
+		t.Fatalf("Check: %v, %q; want the records reported", err, r.Inconsistencies)
+	}
+	t0 := time.Now()
+	if err := c.DeletePool(ctx, "p", true); err != nil {
+		t.Fatalf("DeletePool --force: %v", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("DeletePool took %v", d)
 	}
 }

@@ -71,8 +71,8 @@ func (c *Client) deletePoolAt(ctx context.Context, s *snapshot, name string, for
 		// A block stored whole since the move (an older node's claim
 		// during the upgrade): moved and counted at the next read.
 		p, err := parseBlockKey(key)
-		if err != nil {
-			continue
+		if _, both := s.blocks[blockKey(p)]; err != nil || both {
+			continue // stored both ways: counted by its block (Check reports it)
 		}
 		for _, pool := range s.view.pools {
 			if pool.name() == name && pool.prefix.Overlaps(p) {

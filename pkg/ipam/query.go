@@ -165,6 +165,11 @@ func byCIDR(a, b BlockUsage) int {
 // Usage's BlocksPerNode does, reading the blocks page by page at rev (0:
 // now) and keeping only their owners.
 func (c *Client) BlockOwners(ctx context.Context, rev int64) (map[string]int, error) {
+	if rev != 0 {
+		if err := c.checkPinned(ctx, rev); err != nil {
+			return nil, err
+		}
+	}
 	s := &snapshot{blocks: map[string]blockKV{}}
 	out := map[string]int{}
 	err := c.pages(ctx, blockPrefix, rev, blockPage, func(kv *mvccpbKV) {

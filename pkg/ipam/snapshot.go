@@ -36,7 +36,8 @@ type snapshot struct {
 	// unreadable lists records that could not be decoded.
 	unreadable []string
 	// summaries are the blocks' summaries, by block key (blockPrefix);
-	// legacy the keys under summaryPrefix holding a whole block.
+	// legacy the keys under summaryPrefix holding a whole block (one
+	// that decodes: moveLegacy moves it).
 	summaries map[string][]byte
 	legacy    []string
 	// reclaimable is the Client's (see WithReclaimable); nil: any absent
@@ -116,7 +117,9 @@ func (s *snapshot) addIPAM(key string, kv *mvccpbKV) {
 		// Client's start, or by GC: moveLegacy).
 		if !isSummary(kv.Value) {
 			bad(fmt.Errorf("%w: stored whole in the layout before 2 (by an older routed?): it is moved at the next IPAM garbage collection", ErrCorrupt))
-			s.legacy = append(s.legacy, key)
+			if b, err := decodeBlock(kv.Value); err == nil && keyMatches(key, b) == nil {
+				s.legacy = append(s.legacy, key) // a block moveLegacy can move
+			}
 			return
 		}
 		if s.summaries == nil {
