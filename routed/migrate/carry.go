@@ -166,13 +166,11 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	ic := ipam.New(to)
 	// The blocks are planned first: a conflict there also stops the
 	// resources from being written.
-	pctx := ctx
-	if opts.DryRun {
-		// Only a plan: an old IPAM layout is not moved for it.
-		pctx = ipam.ReadOnly(ctx)
-	}
-	rep.Blocks, err = ic.Import(pctx, st.blocks, true)
-	if err != nil {
+	// The plan writes nothing, not even the move of an older routed's
+	// IPAM layout (a real run moves it once the plan is through).
+	rep.Blocks, err = ic.Import(ipam.ReadOnly(ctx), st.blocks, true)
+	oldLayout := errors.Is(err, ipam.ErrOldLayout) && !opts.DryRun
+	if err != nil && !oldLayout {
 		return rep, err
 	}
 	for _, b := range rep.Blocks {
@@ -192,6 +190,19 @@ func carry(ctx context.Context, to *datastore.Client, st *calicoState, opts Opti
 	}
 	if opts.DryRun {
 		return rep, nil
+	}
+	if oldLayout {
+		// routed's datastore holds blocks of an older routed: planning
+		// them needs them moved (the first write of this run), then
+		// planned again.
+		if rep.Blocks, err = ic.Import(ctx, st.blocks, true); err != nil {
+			return rep, err
+		}
+		for _, b := range rep.Blocks {
+			if b.Action == ipam.ImportConflict {
+				return rep, fmt.Errorf("%w: only routed's IPAM layout was moved; see the entries marked conflict", ErrConflict)
+			}
+		}
 	}
 	if opts.Planned != nil {
 		opts.Planned(rep)
