@@ -81,12 +81,11 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.GlobalNetworkPolicy:
 		err = l.policy.SetPolicyFailClosed(v)
 	case *api.Profile:
-		if _, ok := v.Spec.LabelsToApply[policy.UnreadableHostLabel]; ok {
+		if labels, ok := withoutMarker(v.Spec.LabelsToApply); !ok {
 			// Only what stands for an unreadable HostEndpoint carries it.
 			l.log.WithField("name", v.Metadata.Name).Warn("profile: label " + policy.UnreadableHostLabel + " is routed's own; not applied")
 			c := *v
-			c.Spec.LabelsToApply = maps.Clone(v.Spec.LabelsToApply)
-			delete(c.Spec.LabelsToApply, policy.UnreadableHostLabel)
+			c.Spec.LabelsToApply = labels
 			v = &c
 		}
 		err = l.policy.SetProfile(v)
@@ -99,12 +98,11 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	case *api.HostEndpoint:
-		if _, ok := v.Metadata.Labels[policy.UnreadableHostLabel]; ok {
+		if labels, ok := withoutMarker(v.Metadata.Labels); !ok {
 			// Only what stands for an unreadable record carries it.
 			l.log.WithField("name", v.Metadata.Name).Warn("host endpoint: label " + policy.UnreadableHostLabel + " is routed's own; ignored")
 			c := *v
-			c.Metadata.Labels = maps.Clone(v.Metadata.Labels)
-			delete(c.Metadata.Labels, policy.UnreadableHostLabel)
+			c.Metadata.Labels = labels
 			v = &c
 		}
 		if err = l.setHostEndpoint(v); err == nil {
@@ -294,4 +292,16 @@ func (l *loop) applyPolicy(ctx context.Context, full bool) error {
 	}
 	l.policyDirty = false
 	return nil
+}
+
+// withoutMarker returns labels without policy.UnreadableHostLabel, which
+// only a stand-in for an unreadable HostEndpoint may carry, and false
+// when it had to be taken out (a copy then; labels is left as is).
+func withoutMarker(labels map[string]string) (map[string]string, bool) {
+	if _, ok := labels[policy.UnreadableHostLabel]; !ok {
+		return labels, true
+	}
+	c := maps.Clone(labels)
+	delete(c, policy.UnreadableHostLabel)
+	return c, false
 }
