@@ -153,6 +153,69 @@ spec:
 	waitVerdict(t, l, o1, o2.IP, true, "after the GlobalNetworkSet was deleted")
 	waitVerdict(t, l, a, b.IP, true, "after the GlobalNetworkSet was deleted")
 	waitNoUnreadable(t, l, n[0].Name)
+
+	unreadableHostEndpoint(t, l, a, b, o1, o2)
+}
+
+// unreadableHostEndpoint: a HostEndpoint record of b's node that does
+// not decode (its expectedIPs is not a list) but names the node's
+// uplink eth0 stands for a host endpoint there that denies everything
+// (it applies on forward, so the pods' traffic through eth0 too), on
+// that node alone; BGP (a failsafe port) keeps the routes meanwhile,
+// and a kill -9 and restart of the node does not open it. Deleted with
+// routedctl, traffic flows again. a and o1 share a node that the
+// record does not name.
+func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	if a.Node != o1.Node || b.Node != o2.Node || a.Node == b.Node {
+		t.Fatalf("pods on %s, %s, %s, %s: want a and o1 on one node, b and o2 on another", a.Node, o1.Node, b.Node, o2.Node)
+	}
+	reach(t, l, a, o1.IP)
+	hepKey := datastore.Key(api.KindHostEndpoint, "broken-hep")
+	raw := fmt.Sprintf(`{"kind":"HostEndpoint","metadata":{"name":"broken-hep"},"spec":{"node":%q,"interfaceName":"eth0","expectedIPs":7}}`, b.Node)
+	if err := l.PutRaw(ctx, hepKey, raw); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.DeleteRaw(context.Background(), hepKey) })
+	took := waitVerdict(t, l, a, b.IP, false, "after an unreadable HostEndpoint on "+b.Node+"'s eth0")
+	t.Logf("unreadable HostEndpoint: traffic through %s's eth0 denied %s after the write", b.Node, took.Round(time.Millisecond))
+	if got := pings(t, l, o1, o2.IP, 3); got != 0 {
+		t.Fatalf("%s -> %s: %d of 3 answered through %s's eth0, which the unreadable HostEndpoint names", o1.Name, o2.Name, got, b.Node)
+	}
+	if got := pings(t, l, a, o1.IP, 5); got != 5 {
+		t.Fatalf("%s -> %s on %s: %d of 5 answered; the record names %s alone", a.Name, o1.Name, a.Node, got, b.Node)
+	}
+	waitUnreadable(t, l, b.Node, "HostEndpoint", "broken-hep", "this node's host traffic on eth0")
+	waitMetric(t, l, b.Node, "HostEndpoint", 1)
+
+	// kill -9 and restart b's node: its first snapshot has the record.
+	den := l.StartPings(a, b.IP, 100*time.Millisecond)
+	if err := den.WaitDone(1, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l.StopNode(b.Node, true)
+	if err := l.StartNode(ctx, b.Node); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitNodeReady(ctx, b.Node, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := den.WaitDone(den.Done()+3, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := den.Stop(); d.Sent == 0 || d.Received != 0 {
+		t.Errorf("the flow through %s's eth0 passed %d packets across its restart: %s", b.Node, d.Received, d)
+	}
+	waitUnreadable(t, l, b.Node, "HostEndpoint", "broken-hep", "this node's host traffic on eth0")
+
+	if out, err := l.Ctl(ctx, "delete", "hostendpoint", "broken-hep"); err != nil {
+		t.Fatalf("routedctl delete of the unreadable HostEndpoint: %v: %s", err, out)
+	}
+	took = waitVerdict(t, l, a, b.IP, true, "after the HostEndpoint was deleted")
+	t.Logf("deleted: traffic through %s's eth0 flows %s after the delete", b.Node, took.Round(time.Millisecond))
+	waitVerdict(t, l, o1, o2.IP, true, "after the HostEndpoint was deleted")
+	waitNoUnreadable(t, l, b.Node)
 }
 
 // waitUnreadable waits until routedctl policy unreadable on node lists
