@@ -44,6 +44,12 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 				continue // nothing in it could be handed out
 			}
 			err := c.claimBlock(ctx, node, cidr, s, maxGuard, tries)
+			var orphan *orphanSummaryError
+			if errors.As(err, &orphan) {
+				// Unusable until repaired; any other block will do.
+				log.WithError(err).WithField("block", cidr.String()).Warn("skipping a block whose summary is stored without it")
+				err = errBlockTaken
+			}
 			if !errors.Is(err, errBlockTaken) {
 				if err == nil {
 					log.WithFields(map[string]any{"node": node, "block": cidr.String()}).Info("claimed block")
@@ -124,6 +130,14 @@ func (c *Client) finishClaim(ctx context.Context, node string, cidr netip.Prefix
 	if !res.ok && cur == nil {
 		// Not the block but its summary's key stopped the write.
 		if cur, err = c.moveStray(ctx, bkey); err != nil {
+			var orphan *orphanSummaryError
+			if errors.As(err, &orphan) {
+				// No block to be had here: take the pending affinity
+				// back rather than leave it for GC.
+				if derr := c.deleteAt(ctx, akey, arev); derr != nil {
+					log.WithError(derr).WithField("key", akey).Warn("could not withdraw pending affinity; GC will")
+				}
+			}
 			return err
 		}
 	}

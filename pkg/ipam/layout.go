@@ -199,6 +199,18 @@ func layoutErr(err error) error {
 	return err
 }
 
+// orphanSummaryError: a block's summary is stored without the block (a
+// hand edit, a partial restore: never written so by routed, which
+// writes both in one transaction). The cidr cannot be claimed until
+// an operator repairs it; a claim of any block moves on to another.
+type orphanSummaryError struct{ skey, bkey string }
+
+func (e *orphanSummaryError) Error() string {
+	return fmt.Sprintf("%v: block summary %s has no block at %s (routedctl ipam check)", ErrCorrupt, e.skey, e.bkey)
+}
+
+func (e *orphanSummaryError) Unwrap() error { return ErrCorrupt }
+
 // moveStray is for a block that could not be created because something
 // is stored at its summary's key: a block stored whole there by a
 // routed before layout 2 after the others moved (an older node's claim
@@ -218,7 +230,7 @@ func (c *Client) moveStray(ctx context.Context, bkey string) (*mvccpbKV, error) 
 		case kv == nil:
 			return nil, nil
 		case isSummary(kv.Value):
-			return nil, fmt.Errorf("%w: block summary %s has no block at %s (routedctl ipam check)", ErrCorrupt, skey, bkey)
+			return nil, &orphanSummaryError{skey: skey, bkey: bkey}
 		}
 		moved, err := c.moveBlock(ctx, kv)
 		if err != nil {

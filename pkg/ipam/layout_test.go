@@ -361,3 +361,52 @@ func TestLayoutBadRecords(t *testing.T) {
 		t.Fatalf("DeletePool took %v", d)
 	}
 }
+
+// TestLayoutOrphanSummary: a block's summary stored without the block
+// (a hand edit or a partial restore; routed writes both in one
+// transaction) makes that cidr unusable, not the pool: a claim of any
+// block moves on to another without leaving a pending affinity behind,
+// and a request for an address in it names the record.
+func TestLayoutOrphanSummary(t *testing.T) {
+	t.Parallel()
+	e, c := poolEnv(t, "p", "10.9.0.0/24", 28)
+	ctx := ctxT(t)
+	e.node("n1", nil)
+	e.node("n2", nil)
+	// A summary as routed writes one, for a block of n2's that is
+	// then taken away, at 15 of the pool's 16 blocks.
+	free := pfx("10.9.0.160/28")
+	for i := range 16 {
+		cidr := blockAt(pfx("10.9.0.0/24"), 28, i)
+		if cidr == free {
+			continue
+		}
+		nb := newBlock(cidr, "n2", 1, time.Now())
+		sum, err := summarize(nb.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.ds.Etcd().Put(ctx, summaryKeyOf(blockKey(cidr)), string(sum)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ip := assign(t, c, "n1", "n1-a")
+	if !free.Contains(ip) {
+		t.Fatalf("assigned %s, want an address of the one claimable block %s", ip, free)
+	}
+	resp, err := e.ds.Etcd().Get(ctx, nodeAffinityPrefix("n1"), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != affinityKey("n1", free) {
+		var keys []string
+		for _, kv := range resp.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		t.Fatalf("n1's affinities %q, want only %s's: the orphans' pending ones are withdrawn", keys, free)
+	}
+	err = c.AssignIP(ctx, mustParse("10.9.0.5"), "n1-b", "n1", Attributes{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no block") {
+		t.Fatalf("AssignIP in a block whose summary is stored alone: %v, want ErrCorrupt naming the record", err)
+	}
+}
