@@ -81,7 +81,7 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.GlobalNetworkPolicy:
 		err = l.policy.SetPolicyFailClosed(v)
 	case *api.Profile:
-		if labels, ok := withoutMarker(v.Spec.LabelsToApply); !ok {
+		if labels, had := withoutMarker(v.Spec.LabelsToApply); had {
 			// Only what stands for an unreadable HostEndpoint carries it.
 			l.log.WithField("name", v.Metadata.Name).Warn("profile: label " + policy.UnreadableHostLabel + " is routed's own; not applied")
 			c := *v
@@ -98,7 +98,7 @@ func (l *loop) policySet(r api.Resource) {
 	case *api.WorkloadEndpoint:
 		err = l.policy.SetWorkloadEndpoint(v, v.Spec.Node == l.cfg.NodeName)
 	case *api.HostEndpoint:
-		if labels, ok := withoutMarker(v.Metadata.Labels); !ok {
+		if labels, had := withoutMarker(v.Metadata.Labels); had {
 			// Only what stands for an unreadable record carries it.
 			l.log.WithField("name", v.Metadata.Name).Warn("host endpoint: label " + policy.UnreadableHostLabel + " is routed's own; ignored")
 			c := *v
@@ -295,13 +295,13 @@ func (l *loop) applyPolicy(ctx context.Context, full bool) error {
 }
 
 // withoutMarker returns labels without policy.UnreadableHostLabel, which
-// only a stand-in for an unreadable HostEndpoint may carry, and false
-// when it had to be taken out (a copy then; labels is left as is).
-func withoutMarker(labels map[string]string) (map[string]string, bool) {
+// only a stand-in for an unreadable HostEndpoint may carry, and whether
+// labels had it (then the result is a copy; labels is left as is).
+func withoutMarker(labels map[string]string) (out map[string]string, had bool) {
 	if _, ok := labels[policy.UnreadableHostLabel]; !ok {
-		return labels, true
+		return labels, false
 	}
 	c := maps.Clone(labels)
 	delete(c, policy.UnreadableHostLabel)
-	return c, false
+	return c, true
 }

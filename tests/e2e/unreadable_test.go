@@ -166,12 +166,28 @@ spec:
 // routedctl, traffic flows again. a and o1 share a node that the
 // record does not name.
 func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
-	t.Helper()
 	ctx := context.Background()
 	if a.Node != o1.Node || b.Node != o2.Node || a.Node == b.Node {
 		t.Fatalf("pods on %s, %s, %s, %s: want a and o1 on one node, b and o2 on another", a.Node, o1.Node, b.Node, o2.Node)
 	}
+	// c is on a third node: a -> c crosses two nodes' eth0 the record
+	// does not name.
+	var c lab.Pod
+	for _, n := range l.Topo.Nodes {
+		if n.Name != a.Node && n.Name != b.Node {
+			p, err := l.AddPodIn(ctx, n.Name, "uc", "default")
+			if err != nil {
+				t.Fatalf("add pod default/uc on %s: %v", n.Name, err)
+			}
+			c = p
+			break
+		}
+	}
+	if c.Name == "" {
+		t.Fatal("the lab has no third node")
+	}
 	reach(t, l, a, o1.IP)
+	reach(t, l, a, c.IP)
 	hepKey := datastore.Key(api.KindHostEndpoint, "broken-hep")
 	raw := fmt.Sprintf(`{"kind":"HostEndpoint","metadata":{"name":"broken-hep"},"spec":{"node":%q,"interfaceName":"eth0","expectedIPs":7}}`, b.Node)
 	if err := l.PutRaw(ctx, hepKey, raw); err != nil {
@@ -186,7 +202,11 @@ func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
 	if got := pings(t, l, a, o1.IP, 5); got != 5 {
 		t.Fatalf("%s -> %s on %s: %d of 5 answered; the record names %s alone", a.Name, o1.Name, a.Node, got, b.Node)
 	}
+	if got := pings(t, l, a, c.IP, 5); got != 5 {
+		t.Fatalf("%s -> %s (%s -> %s): %d of 5 answered; the record names %s's eth0 alone", a.Name, c.Name, a.Node, c.Node, got, b.Node)
+	}
 	waitUnreadable(t, l, b.Node, "HostEndpoint", "broken-hep", "this node's host traffic on eth0")
+	waitUnreadable(t, l, a.Node, "HostEndpoint", "broken-hep", "nothing on this node")
 	waitMetric(t, l, b.Node, "HostEndpoint", 1)
 
 	// kill -9 and restart b's node: its first snapshot has the record.
@@ -204,10 +224,20 @@ func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
 	if err := den.WaitDone(den.Done()+3, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := den.Stop(); d.Sent == 0 || d.Received != 0 {
+	d := den.Stop()
+	t.Logf("across kill -9 and restart of %s: %s -> %s %s", b.Node, a.Name, b.Name, d)
+	if d.Sent == 0 || d.Received != 0 {
 		t.Errorf("the flow through %s's eth0 passed %d packets across its restart: %s", b.Node, d.Received, d)
 	}
+	// Its first policy apply may come after BGP (WaitNodeReady): the
+	// node's felix lists the record, then packets are checked again.
 	waitUnreadable(t, l, b.Node, "HostEndpoint", "broken-hep", "this node's host traffic on eth0")
+	if got := pings(t, l, a, b.IP, 3); got != 0 {
+		t.Fatalf("after the restart %s -> %s: %d of 3 answered through %s's eth0", a.Name, b.Name, got, b.Node)
+	}
+	if got := pings(t, l, o1, o2.IP, 3); got != 0 {
+		t.Fatalf("after the restart %s -> %s: %d of 3 answered through %s's eth0", o1.Name, o2.Name, got, b.Node)
+	}
 
 	if out, err := l.Ctl(ctx, "delete", "hostendpoint", "broken-hep"); err != nil {
 		t.Fatalf("routedctl delete of the unreadable HostEndpoint: %v: %s", err, out)

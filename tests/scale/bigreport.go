@@ -108,7 +108,7 @@ func (b *bigRun) print() {
 		fmt.Printf("watch load: one watch's events during churn by kind (key and value bytes): %s\n", line)
 	}
 	if b.watch != nil && b.watch.broken.Load() > 0 {
-		fmt.Printf("watch load: %d watches broke\n", b.watch.broken.Load())
+		fmt.Printf("watch load: %d watches broke (their stream failed, or etcd ended them: a watch behind a compaction is canceled)\n", b.watch.broken.Load())
 	}
 	e := o.etcdEnd
 	fmt.Printf("etcd: CPU idle %.1f %% of a core, churn %.1f %%; anonymous idle %.1f MiB, after churn %.1f MiB, peak %.1f MiB; file-backed %.1f MiB; db %.1f MiB (%.1f MiB in use, %d compactions); %d keys; watchers %.0f (slow %.0f)\n",

@@ -66,6 +66,15 @@ func (countingCodec) Marshal(v any) ([]byte, error) {
 func (countingCodec) Unmarshal(data []byte, v any) error {
 	if f, ok := v.(*rawFrame); ok {
 		f.n = len(data)
+		// A response without events is small; decoding only those
+		// finds the one that ends the watch (etcd cancels a watcher
+		// that fell behind a compaction) at no cost for the others.
+		if len(data) < 256 {
+			var r pb.WatchResponse
+			if r.Unmarshal(data) == nil && ended(&r) {
+				f.n = -1
+			}
+		}
 		return nil
 	}
 	m, ok := v.(interface{ Unmarshal([]byte) error })
@@ -179,7 +188,7 @@ func (w *watchLoad) read(ctx context.Context, st pb.Watch_WatchClient, created c
 // kind; it returns the response's size, -1 when the stream ended.
 func (w *watchLoad) recvDecoded(st pb.Watch_WatchClient) int {
 	r := new(pb.WatchResponse)
-	if err := st.RecvMsg(r); err != nil {
+	if err := st.RecvMsg(r); err != nil || ended(r) {
 		return -1
 	}
 	w.kindsMu.Lock()
@@ -260,3 +269,8 @@ func kindsLine(kinds map[string]kindBytes) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// ended reports whether etcd ended the watch with this response: a
+// watcher behind a compaction is canceled with the compaction's
+// revision, and sends nothing more.
+func ended(r *pb.WatchResponse) bool { return r.Canceled || r.CompactRevision != 0 }
