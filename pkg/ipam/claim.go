@@ -216,7 +216,11 @@ func (c *Client) finishPendingClaims(ctx context.Context, node string, s *nodeSn
 			continue
 		}
 		err := c.finishClaim(ctx, node, a.cidr, a.rev, uint64(s.rev), tries)
-		if err != nil && !errors.Is(err, errBlockTaken) {
+		var orphan *orphanSummaryError
+		if err != nil && !errors.Is(err, errBlockTaken) && !errors.As(err, &orphan) {
+			// A block whose summary is stored alone: finishClaim took
+			// the pending affinity back (another process of this node,
+			// or one before a crash, left it); any other block will do.
 			return changed, err
 		}
 		changed = true

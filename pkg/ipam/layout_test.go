@@ -390,6 +390,13 @@ func TestLayoutOrphanSummary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A pending affinity of n1's at an orphan (another process of the
+	// node mid-claim, or one before a crash): finishing it meets the
+	// orphan too, and takes it back.
+	pend := blockAt(pfx("10.9.0.0/24"), 28, 0)
+	if _, err := e.ds.Etcd().Put(ctx, affinityKey("n1", pend), string(encodeAffinity(StatePending, time.Now()))); err != nil {
+		t.Fatal(err)
+	}
 	ip := assign(t, c, "n1", "n1-a")
 	if !free.Contains(ip) {
 		t.Fatalf("assigned %s, want an address of the one claimable block %s", ip, free)
