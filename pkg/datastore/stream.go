@@ -468,7 +468,9 @@ func (s *stream) follow(ctx context.Context) error {
 			}
 		}
 	}()
-	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify())
+	// The created notification's header says where etcd is: behind
+	// what was delivered, it is another history (see below).
+	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	if s.cu != nil {
 		s.cu.watching = time.Now()
 		go requestCatchUpProgress(wctx, func() { _ = s.c.etcd.RequestProgress(wctx) }, s.cu.done)
@@ -497,6 +499,18 @@ func (s *stream) follow(ctx context.Context) error {
 		}
 		if err := wr.Err(); err != nil {
 			return err
+		}
+		if h := wr.Header; h.ClusterId != 0 && (h.ClusterId != s.clusterID || h.Revision < s.rev) {
+			// etcd is behind what was delivered, or another cluster:
+			// a restore or a wiped member came back under the watch
+			// (a watch from a revision etcd has not reached waits
+			// silently). checkResume decides, before anything more
+			// is believed.
+			log.WithFields(map[string]any{"prefix": s.prefix, "delivered": s.rev, "etcd": h.Revision}).Info("the watch's etcd is behind what was delivered, or another cluster; checking")
+			return errHistoryInDoubt
+		}
+		if wr.Created {
+			continue
 		}
 		rev := s.rev
 		switch {
@@ -550,23 +564,20 @@ func (s *stream) wantList() bool {
 	return true
 }
 
-// watchConnection calls lost once conn, having been ready, stops being
-// ready; it returns when ctx ends. With several endpoints conn stays ready
-// while any one is, and a watch that moves to another member of the same
-// cluster resumes correctly, so only a total loss counts.
+// watchConnection calls lost once conn is not ready, or returns when ctx
+// ends. The caller's last read (the list, or checkResume's probe) went
+// through conn, so conn was ready then: a connection found broken when
+// the watch starts broke since that read (etcd may have come back with
+// other data meanwhile, and a watch from a revision etcd has not reached
+// would wait silently), and counts as lost too. With several endpoints
+// conn stays ready while any one is, and a watch that moves to another
+// member of the same cluster resumes correctly, so only a total loss
+// counts.
 func watchConnection(ctx context.Context, conn *grpc.ClientConn, lost func()) {
-	wasReady := false
-	for {
-		st := conn.GetState()
-		if st == connectivity.Ready {
-			wasReady = true
-		} else if wasReady {
-			lost()
-			return
-		}
-		if !conn.WaitForStateChange(ctx, st) {
-			return
-		}
+	// Any change from ready is a loss, even one back to ready by the
+	// time it is looked at (a quick restart).
+	if conn.GetState() != connectivity.Ready || conn.WaitForStateChange(ctx, connectivity.Ready) {
+		lost()
 	}
 }
 
@@ -579,6 +590,9 @@ const (
 	errWatchClosed = watchError("datastore: watch channel closed")
 	// errConnectionLost ends a watch whose connection to etcd broke.
 	errConnectionLost = watchError("datastore: connection to etcd lost")
+	// errHistoryInDoubt ends a watch whose etcd is behind what was
+	// delivered, or is another cluster.
+	errHistoryInDoubt = watchError("datastore: the watch's etcd is behind what was delivered")
 	// errListRequested ends a watch whose handler asked for a list.
 	errListRequested = watchError("datastore: the handler asked for a list")
 	// errListNotRead: the handler stopped ranging over a list before
