@@ -167,9 +167,16 @@ func TestGracefulRestart(t *testing.T) {
 		t.Fatal("b dropped a's route when a went")
 	}
 	a.start()
-	proc, err := a.Status.Process(context.Background())
-	if err != nil || !proc.Restarting {
-		t.Fatalf("restarted node does not know it restarts: %+v %v", proc, err)
+	// The status socket serves before the speaker runs, and the
+	// speaker says it restarts from its first step (it stays so).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		proc, err := a.Status.Process(context.Background())
+		if err == nil && proc.Restarting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted node does not know it restarts within 20 s: %+v %v", proc, err)
+		}
 	}
 	b.waitPeers("a back", 30*time.Second, allEstablished(a.host.Addr))
 	a.waitRoutes("a relearns b's block", 30*time.Second, has("10.65.2.0/26", b.host.Addr.String()))
