@@ -468,8 +468,10 @@ func (s *stream) follow(ctx context.Context) error {
 			}
 		}
 	}()
-	// The created notification's header says where etcd is: behind
-	// what was delivered, it is another history (see below).
+	// The created notification's header says where etcd is at the
+	// watch's first creation (clientv3 does not pass it on when it
+	// re-opens a watch; watchConnection covers that): behind what was
+	// delivered, etcd came back with another history since the last read.
 	wch := s.c.etcd.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	if s.cu != nil {
 		s.cu.watching = time.Now()
@@ -501,11 +503,14 @@ func (s *stream) follow(ctx context.Context) error {
 			return err
 		}
 		if h := wr.Header; h.ClusterId != 0 && (h.ClusterId != s.clusterID || h.Revision < s.rev) {
-			// etcd is behind what was delivered, or another cluster:
-			// a restore or a wiped member came back under the watch
-			// (a watch from a revision etcd has not reached waits
-			// silently). checkResume decides, before anything more
-			// is believed.
+			// etcd is behind what was delivered (a restore between the
+			// last read and the watch's creation, or a lagging
+			// follower: then checkResume passes and the watch starts
+			// again after the backoff), or another cluster (caught at
+			// its next response). checkResume decides, before anything
+			// more is believed. A restore under a running watch sends
+			// nothing here (etcd sends no progress to a watch ahead of
+			// it): watchConnection catches that.
 			log.WithFields(map[string]any{"prefix": s.prefix, "delivered": s.rev, "etcd": h.Revision}).Info("the watch's etcd is behind what was delivered, or another cluster; checking")
 			return errHistoryInDoubt
 		}
