@@ -27,9 +27,12 @@ func (f *Felix) Consumer() FeedConsumer { return FeedConsumer{f} }
 
 // Options are felix's subscription's options: a snapshot's endpoints
 // undecoded (Felix.ReplaceEncoded decodes them as it goes), and the
-// policy records that do not decode reported (UnreadableKinds).
+// policy records and endpoints that do not decode (or name another
+// object) reported: felix denies for them (UnreadableKinds, host and
+// workload endpoints).
 func (c FeedConsumer) Options() []feed.SubOption {
-	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint), feed.ReportUnreadable(append(slices.Clone(UnreadableKinds), api.KindHostEndpoint)...)}
+	return []feed.SubOption{feed.Undecoded(api.KindWorkloadEndpoint),
+		feed.ReportUnreadable(append(slices.Clone(UnreadableKinds), api.KindHostEndpoint, api.KindWorkloadEndpoint)...)}
 }
 
 // SubscribedKinds is every kind felix needs from the feed.

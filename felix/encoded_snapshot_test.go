@@ -24,9 +24,9 @@ import (
 // snapshot then drops a tenth of the endpoints, a profile and a policy,
 // carries one endpoint unreadable and gives a local pod's interface to
 // an endpoint of another name: felix ends as a felix that took only
-// that snapshot (the unreadable endpoint's old version gone, as in a
-// decoded snapshot, which skips it; the interface dispatched to its new
-// endpoint).
+// that snapshot (the unreadable endpoint's old version gone and, its
+// bytes not JSON, a deny of all traffic in its place; the interface
+// dispatched to its new endpoint).
 func TestEncodedSnapshotIsTheDecodedOne(t *testing.T) {
 	t.Parallel()
 	c := bigCluster{eps: 3000, nodes: 100, namespaces: 40, policies: 60}
@@ -51,11 +51,13 @@ func TestEncodedSnapshotIsTheDecodedOne(t *testing.T) {
 	var kept []api.Resource
 	var enc []feed.Encoded
 	unreadable, moved := api.StoreName(eps[5]), ""
+	var unreadableEnc feed.Encoded
 	for i, r := range eps {
 		w := r.(*api.WorkloadEndpoint)
 		switch {
 		case i == 5:
 			enc = append(enc, feed.NewEncoded(api.KindWorkloadEndpoint, unreadable, []byte(`{"kind":"WorkloadEndpoint",`), 2))
+			unreadableEnc = enc[len(enc)-1]
 			continue
 		case i%10 == 3:
 			continue
@@ -78,7 +80,12 @@ func TestEncodedSnapshotIsTheDecodedOne(t *testing.T) {
 	secondDecoded[api.KindProfile], secondDecoded[api.KindNetworkPolicy], secondDecoded[api.KindGlobalNetworkPolicy] =
 		second[api.KindProfile], second[api.KindNetworkPolicy], second[api.KindGlobalNetworkPolicy]
 	secondDecoded[api.KindWorkloadEndpoint] = kept
-	fresh.take(t, feedSnap{rs: secondDecoded})
+	// The fresh felix takes the unreadable endpoint as it comes, the
+	// others decoded.
+	fresh.take(t, feedSnap{rs: secondDecoded, enc: []feed.Encoded{unreadableEnc}})
+	if got := encoded.l.policy.Unreadable(); len(got) != 1 || got[0].Kind != api.KindWorkloadEndpoint || got[0].Name != unreadable {
+		t.Fatalf("after the second snapshot felix denies for %+v, want the unreadable endpoint %s", got, unreadable)
+	}
 	held := encoded.l.policy.Endpoints()
 	if len(held) != len(kept) || slices.Contains(held, unreadable) || slices.Contains(held, moved) {
 		t.Fatalf("after the second snapshot felix holds %d endpoints (the unreadable %v, the moved %v among them), want the %d readable ones",

@@ -145,7 +145,7 @@ func (l *loop) replace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, flows
 	l.policyReplace(rs, enc, func(r api.Resource) {
 		l.st.setResource(l.cfg.NodeName, r)
 		next.set(r)
-	})
+	}, func(name string, addrs []netip.Prefix, why error) { next.unreadableEndpoint(name, addrs, why) })
 	flows.adopt(next)
 }
 

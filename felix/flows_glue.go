@@ -2,13 +2,16 @@ package felix
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/routed-net/routed/felix/policy"
 	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/feed"
 )
 
 // FlowsConfig turns on flow records (felix/policy/flowrec,
@@ -61,8 +64,16 @@ func (s *flowsState) set(r api.Resource) {
 		s.setStaged(policy.StagedPolicy{Kind: v.GetKind(), Name: v.Metadata.Name, Action: v.Action(), Policy: v.Enforced()})
 	case *api.WorkloadEndpoint:
 		ep, err := policy.EndpointFromAPI(v, v.Spec.Node == s.node)
+		if err != nil {
+			// As the dataplane (endpointUnreadable).
+			s.unreadableEndpoint(api.StoreName(v), policy.RefusedEndpointAddrs(v), fmt.Errorf("refused: %w", err))
+		}
 		if err == nil {
-			_ = s.model.Update(func(c *policy.Calc) error { c.SetEndpoint(ep); return nil })
+			_ = s.model.Update(func(c *policy.Calc) error {
+				c.ClearUnreadable(api.KindWorkloadEndpoint, api.StoreName(v))
+				c.SetEndpoint(ep)
+				return nil
+			})
 			s.model.SetPod(ep.Key, v.Spec.Pod)
 		}
 	default:
@@ -93,6 +104,27 @@ func (s *flowsState) unreadable(k api.Kind, name string, why error) {
 	}
 	s.delete(k, name)
 	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadable(k, name, why) })
+}
+
+// unreadableUpdate is unreadable for a record the feed reported, of any
+// kind felix denies for.
+func (s *flowsState) unreadableUpdate(u feed.Update) {
+	if u.Kind == api.KindWorkloadEndpoint {
+		s.unreadableEndpoint(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
+		return
+	}
+	s.unreadable(u.Kind, u.Name, u.Unreadable)
+}
+
+// unreadableEndpoint gives the model the deny felix installs for an
+// unreadable WorkloadEndpoint (policy.Calc.SetUnreadableEndpoint), in
+// place of its previous version.
+func (s *flowsState) unreadableEndpoint(name string, addrs []netip.Prefix, why error) {
+	if s == nil {
+		return
+	}
+	s.delete(api.KindWorkloadEndpoint, name)
+	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadableEndpoint(name, addrs, why) })
 }
 
 func (s *flowsState) setStaged(p policy.StagedPolicy) {

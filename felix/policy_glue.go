@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/routed-net/routed/felix/policy"
@@ -126,6 +127,13 @@ func (l *loop) policySet(r api.Resource) {
 		l.noteUnreadable()
 		return
 	}
+	if w, ok := r.(*api.WorkloadEndpoint); ok && err != nil {
+		// Kept, its previous version would go on as the pod's; left
+		// out, its addresses would be no endpoint's: as unreadable.
+		l.endpointUnreadable(api.StoreName(w), policy.RefusedEndpointAddrs(w), fmt.Errorf("refused: %w", err))
+		l.noteUnreadable()
+		return
+	}
 	if err != nil {
 		msg := "policy input refused; its previous version (if any) stays in force"
 		if _, ok := r.(api.Policy); ok {
@@ -181,8 +189,9 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 // interface of one that went), then the rest is set, endpoints last.
 // each gets every endpoint decoded from enc before the policy does;
 // without a policy dataplane it still gets them (the routes' state
-// needs them).
-func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, each func(api.Resource)) {
+// needs them). bad gets each endpoint of enc that is unreadable, after
+// the policy's deny for it is in place (endpointUnreadable).
+func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, each func(api.Resource), bad func(name string, addrs []netip.Prefix, why error)) {
 	if _, ok := rs[api.KindNode]; ok {
 		l.noteNodes(api.KindNode)
 	}
@@ -211,27 +220,48 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded,
 				l.policyDelete(k, name)
 			}
 		}
+		if k == api.KindWorkloadEndpoint {
+			// Endpoints that were unreadable and are gone: their deny
+			// goes (the unreadable ones still here are set below).
+			for _, r := range l.policy.Unreadable() {
+				if r.Kind == k && !keep[r.Name] {
+					l.policyDelete(k, r.Name)
+				}
+			}
+		}
 		for _, r := range list {
 			l.policySet(r)
 		}
-		l.policySetEncoded(k, undecoded, each)
+		l.policySetEncoded(k, undecoded, each, bad)
 	}
+	l.noteUnreadable()
 	l.policyDirty = true
 }
 
 // policySetEncoded decodes and sets a snapshot's undecoded objects of
-// kind k, each first handed to each; then a name whose value did not
-// decode to an object of that name (unreadable) goes, as in a decoded
-// snapshot, which skips it.
-func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Resource)) {
+// kind k, each first handed to each. An endpoint that is unreadable (it
+// does not decode, or names another object) fails closed
+// (endpointUnreadable), then goes to bad; a name whose value gave
+// nothing else goes, as in a decoded snapshot, which skips it.
+func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Resource), bad func(name string, addrs []netip.Prefix, why error)) {
 	if len(enc) == 0 {
 		return
 	}
 	set := make(map[string]bool, len(enc))
-	feed.DecodeEach(enc, func(r api.Resource) {
+	feed.DecodeEachReporting(enc, func(r api.Resource) {
 		each(r)
 		set[api.StoreName(r)] = true
 		l.policySet(r)
+	}, func(u feed.Update) {
+		if u.Kind != api.KindWorkloadEndpoint {
+			return
+		}
+		set[u.Name] = true
+		addrs := policy.SalvageEndpointAddrs(u.Value)
+		l.endpointUnreadable(u.Name, addrs, u.Unreadable)
+		if bad != nil {
+			bad(u.Name, addrs, u.Unreadable)
+		}
 	})
 	for _, e := range enc {
 		if !set[e.Name()] {

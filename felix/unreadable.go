@@ -28,6 +28,9 @@ func (f *Felix) ReplaceUnreadable(us []feed.Update) {
 		// refused keeps the deny its set gave it).
 		for _, r := range l.policy.Unreadable() {
 			key := policy.UnreadableKey(r.Kind, r.Name)
+			if r.Kind == api.KindWorkloadEndpoint {
+				continue // the snapshot's endpoints, undecoded, said (policyReplace)
+			}
 			if l.undecodable[key] && !now[key] {
 				delete(l.undecodable, key)
 				if r.Kind == api.KindHostEndpoint {
@@ -42,7 +45,7 @@ func (f *Felix) ReplaceUnreadable(us []feed.Update) {
 		for _, u := range us {
 			l.policyUnreadable(u)
 			l.undecodable[policy.UnreadableKey(u.Kind, u.Name)] = true
-			f.flows.unreadable(u.Kind, u.Name, u.Unreadable)
+			f.flows.unreadableUpdate(u)
 		}
 		l.noteUnreadable()
 	})
@@ -56,7 +59,7 @@ func (f *Felix) SetUnreadable(u feed.Update) {
 		if l.policy != nil {
 			l.undecodable[policy.UnreadableKey(u.Kind, u.Name)] = true
 		}
-		f.flows.unreadable(u.Kind, u.Name, u.Unreadable)
+		f.flows.unreadableUpdate(u)
 		l.noteUnreadable()
 	})
 }
@@ -75,8 +78,12 @@ func (f *Felix) UnreadableRecords() []policy.UnreadableRecord {
 // that does not decode: its previous version goes (it is not the
 // record's any more) and a deny stands for it.
 func (l *loop) policyUnreadable(u feed.Update) {
-	if u.Kind == api.KindHostEndpoint {
+	switch u.Kind {
+	case api.KindHostEndpoint:
 		l.hostUnreadable(u.Name, salvageHost(u.Name, u.Value), u.Unreadable)
+		return
+	case api.KindWorkloadEndpoint:
+		l.endpointUnreadable(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
 		return
 	}
 	if l.policy == nil || !slices.Contains(UnreadableKinds, u.Kind) {
@@ -95,7 +102,7 @@ func (l *loop) policyUnreadable(u feed.Update) {
 // noteUnreadable publishes the unreadable records for status and
 // metrics.
 func (l *loop) noteUnreadable() {
-	if l.policy == nil {
+	if l.policy == nil || l.f == nil { // l.f: nil in a loop of its own (tests)
 		return
 	}
 	list := l.policy.Unreadable()

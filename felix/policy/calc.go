@@ -131,9 +131,13 @@ func compileTier(t *api.Tier) tierInfo {
 
 // tier returns a tier's info; a tier that does not exist sorts last and
 // drops at its end, so a policy in it still denies what it denies.
+// UnreadableTier sorts first and passes at its end: its policies deny
+// all they select (unreadable policies, host endpoints), or, for an
+// unreadable WorkloadEndpoint, the traffic of its addresses, and
+// nothing else may stop there.
 func (c *Calc) tier(name string) tierInfo {
 	if name == UnreadableTier {
-		return tierInfo{order: math.Inf(-1)}
+		return tierInfo{order: math.Inf(-1), pass: true}
 	}
 	if t, ok := c.tiers[name]; ok {
 		return t

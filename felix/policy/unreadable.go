@@ -18,11 +18,10 @@ const UnreadableTier = "routed:unreadable"
 // UnreadableKinds are the policy kinds whose stored records that do not
 // decode felix denies for (SetUnreadable) instead of leaving them out:
 // left out, a policy or a tier that isolates, or a set or a profile that
-// a Deny rule names, would let through what it stops. Endpoints (taken
-// undecoded; a pod whose record is unreadable has no rules and its
-// interface drops) and host endpoints are not among them: an unreadable
-// HostEndpoint gets a deny of its own, on its interface
-// (SetUnreadableHost).
+// a Deny rule names, would let through what it stops. Workload and host
+// endpoints are not among them: each gets a deny of its own, of the
+// traffic of a WorkloadEndpoint's addresses (SetUnreadableEndpoint), on
+// a HostEndpoint's interface (SetUnreadableHost).
 var UnreadableKinds = []api.Kind{api.KindTier, api.KindNetworkPolicy, api.KindGlobalNetworkPolicy,
 	api.KindProfile, api.KindNetworkSet, api.KindGlobalNetworkSet, api.KindServiceEndpoints}
 

@@ -17,16 +17,7 @@ import (
 func TestUnreadableDeniesItsScope(t *testing.T) {
 	l := newLab(t)
 	l.addPod("e", "dev", "sa-e", map[string]string{"app": "e"}, nil)
-	l.load(`apiVersion: projectcalico.org/v3
-kind: Tier
-metadata: {name: first}
-spec: {order: 0}
-` + gnp("allow-all", `  tier: first
-  order: 0
-  selector: all()
-  types: [Ingress, Egress]
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]`))
+	l.load(allowAllFirst())
 	l.apply()
 	l.expect("before", pass("a", "b", "tcp", 8080), pass("c", "a", "tcp", 8080), pass("c", "e", "tcp", 8080))
 
@@ -119,4 +110,19 @@ spec:
 	h.m.ClearUnreadable(api.KindNetworkPolicy, "prod.broken")
 	h.apply()
 	h.expect("cleared", open...)
+}
+
+// allowAllFirst is a tier of order 0 whose policy allows everything:
+// a deny that goes before every tier must get past it.
+func allowAllFirst() string {
+	return `apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: first}
+spec: {order: 0}
+` + gnp("allow-all", `  tier: first
+  order: 0
+  selector: all()
+  types: [Ingress, Egress]
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]`)
 }

@@ -193,8 +193,9 @@ func (c *Client) List(ctx context.Context, k api.Kind) ([]api.Resource, int64, e
 
 // CorruptRecord is a stored record that does not decode as its kind.
 type CorruptRecord struct {
-	Name string // its store name
-	Err  *CorruptError
+	Name  string // its store name
+	Err   *CorruptError
+	Value []byte // its stored bytes
 }
 
 // ListWithCorrupt is List that also returns, by name, the records that
@@ -231,7 +232,7 @@ func (c *Client) list(ctx context.Context, k api.Kind, checkNames bool) ([]api.R
 		}
 		var ce *CorruptError
 		if errors.As(err, &ce) {
-			corrupt = append(corrupt, CorruptRecord{Name: name, Err: ce})
+			corrupt = append(corrupt, CorruptRecord{Name: name, Err: ce, Value: kv.Value})
 			continue
 		}
 		if err != nil {

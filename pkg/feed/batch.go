@@ -89,7 +89,9 @@ type ResourceHandler interface {
 // objects (Undecoded) as they are: rs holds the decoded kinds (every
 // kind of the snapshot has an entry, the undecoded ones' empty), enc the
 // undecoded objects, which it decodes itself (DecodeEach) to replace
-// everything of rs's kinds.
+// everything of rs's kinds. Their unreadable objects of reported kinds
+// are its to find (DecodeEachReporting): ReplaceUnreadable does not get
+// them.
 type EncodedHandler interface {
 	ReplaceEncoded(rs map[api.Kind][]api.Resource, enc []Encoded)
 }
@@ -122,9 +124,9 @@ func (d Dispatch) SubscribedKinds() []api.Kind {
 func (d Dispatch) OnBatch(b Batch) {
 	if b.Snapshot {
 		if d.Resources != nil {
-			d.replace(b)
+			bad := d.replace(b)
 			if h, ok := d.Resources.(UnreadableHandler); ok {
-				h.ReplaceUnreadable(b.Unreadable(d.Kinds))
+				h.ReplaceUnreadable(append(b.Unreadable(d.Kinds), bad...))
 			}
 		}
 		if d.Affinities != nil {
@@ -164,21 +166,29 @@ func (d Dispatch) OnBatch(b Batch) {
 }
 
 // replace hands a snapshot's resources to the handler: its undecoded
-// objects undecoded when the handler takes them so, else decoded here.
-func (d Dispatch) replace(b Batch) {
+// objects undecoded when the handler takes them so (it finds their
+// unreadable ones itself), else decoded here; it returns those of the
+// reported kinds (ReportUnreadable) that it found unreadable.
+func (d Dispatch) replace(b Batch) []Update {
 	rs := b.Resources(d.Kinds)
 	if len(b.Encoded) == 0 {
 		d.Resources.ReplaceResources(rs)
-		return
+		return nil
 	}
 	if h, ok := d.Resources.(EncodedHandler); ok {
 		h.ReplaceEncoded(rs, b.Encoded)
-		return
+		return nil
 	}
-	DecodeEach(b.Encoded, func(r api.Resource) {
+	var bad []Update
+	DecodeEachReporting(b.Encoded, func(r api.Resource) {
 		if list, ok := rs[r.GetKind()]; ok {
 			rs[r.GetKind()] = append(list, r)
 		}
+	}, func(u Update) {
+		if slices.Contains(d.Kinds, u.Kind) {
+			bad = append(bad, u)
+		}
 	})
 	d.Resources.ReplaceResources(rs)
+	return bad
 }

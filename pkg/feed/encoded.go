@@ -14,12 +14,17 @@ import (
 // the snapshot's pages, a few small objects to a page, once the
 // snapshot is gone (issue 36: felix's heap in use 120 MiB for 74 MiB
 // live, against 86 MiB decoded a chunk at a time).
-type Encoded struct{ it item }
+type Encoded struct {
+	it item
+	// report: its kind is reported when unreadable (ReportUnreadable),
+	// so a value whose content names another object is unreadable too.
+	report bool
+}
 
 // NewEncoded is a stored object of kind k named name: its value as
-// stored and its revision.
+// stored and its revision, of a kind reported when unreadable.
 func NewEncoded(k api.Kind, name string, value []byte, rev int64) Encoded {
-	return Encoded{item{kind: k, key: datastore.Key(k, name), name: name, value: value, rev: rev}}
+	return Encoded{it: item{kind: k, key: datastore.Key(k, name), name: name, value: value, rev: rev}, report: true}
 }
 
 // Kind is the object's kind.
@@ -60,16 +65,21 @@ const decodeSpreadMin = 64
 // every CPU), and calls fn with each object on the caller's goroutine.
 // An unreadable value is logged and skipped, as in a decoded batch.
 // Each value is dropped from es once decoded.
-func DecodeEach(es []Encoded, fn func(api.Resource)) {
-	out := make([]api.Resource, min(decodeChunk, len(es)))
+func DecodeEach(es []Encoded, fn func(api.Resource)) { DecodeEachReporting(es, fn, nil) }
+
+// DecodeEachReporting is DecodeEach that hands bad, in order among fn's
+// calls, the objects of reported kinds (ReportUnreadable) that are
+// unreadable: their value does not decode, or its content names another
+// object. Each is an update with Unreadable and Value set, as a batch
+// reports one. With bad nil they are skipped.
+func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) {
+	out := make([]Update, min(decodeChunk, len(es)))
 	for lo := 0; lo < len(es); lo += decodeChunk {
 		part := es[lo:min(lo+decodeChunk, len(es))]
 		decode := func(lo, hi int) {
 			sh := sharer{}
 			for i := lo; i < hi; i++ {
-				if u, ok := decodeItem(part[i].it, sh); ok {
-					out[i] = u.Resource
-				}
+				out[i] = decodeEncoded(part[i], sh)
 				part[i].it.value = nil
 			}
 		}
@@ -79,18 +89,41 @@ func DecodeEach(es []Encoded, fn func(api.Resource)) {
 			decode(0, len(part))
 		}
 		for i := range part {
-			if out[i] != nil {
-				fn(out[i])
-				out[i] = nil
+			switch u := out[i]; {
+			case u.Resource != nil:
+				fn(u.Resource)
+			case u.Unreadable != nil && bad != nil:
+				bad(u)
 			}
+			out[i] = Update{}
 		}
 	}
+}
+
+// decodeEncoded decodes one object; its Update has Resource set, or,
+// unreadable and of a reported kind, Unreadable and Value; or neither
+// (skipped).
+func decodeEncoded(e Encoded, sh sharer) Update {
+	u, ok := decodeItem(e.it, sh)
+	if !e.report {
+		if !ok {
+			return Update{}
+		}
+		return u
+	}
+	if ok && u.Resource != nil {
+		if err := datastore.CheckName(u.Kind, u.Name, u.Resource, u.Revision); err != nil {
+			log.WithError(err).WithField("key", e.it.key).Warn("unreadable record")
+			u.Resource, u.Unreadable, u.Value = nil, err, e.it.value
+		}
+	}
+	return u
 }
 
 // takeUndecoded moves a snapshot's present objects of the undecoded
 // kinds out of items, in order, and returns the rest (items' array,
 // compacted) and them.
-func takeUndecoded(items []item, undecoded map[api.Kind]bool) ([]item, []Encoded) {
+func takeUndecoded(items []item, undecoded, report map[api.Kind]bool) ([]item, []Encoded) {
 	if len(undecoded) == 0 {
 		return items, nil
 	}
@@ -107,7 +140,7 @@ func takeUndecoded(items []item, undecoded map[api.Kind]bool) ([]item, []Encoded
 	n := 0
 	for _, it := range items {
 		if undecoded[it.kind] && !it.deleted {
-			enc = append(enc, Encoded{it})
+			enc = append(enc, Encoded{it: it, report: report[it.kind]})
 			continue
 		}
 		items[n] = it

@@ -183,7 +183,10 @@ func OnlyNames(k api.Kind, keep func(name string) bool) SubOption {
 // Batch.Unreadable), instead of skipping them: a consumer for which a
 // missing record is not the same as an unknown one (a network policy:
 // skipped, it is fail-open) decides what an unknown one means.
-// Only resource kinds that are not taken undecoded (Undecoded) can be.
+// A kind also taken undecoded (Undecoded) has its snapshots'
+// unreadable objects among Batch.Encoded, not Batch.Unreadable:
+// DecodeEachReporting finds them (Dispatch does when its handler does
+// not take them undecoded).
 func ReportUnreadable(kinds ...api.Kind) SubOption {
 	for _, k := range kinds {
 		if k == KindAffinity || k == KindBorrowed {
@@ -203,11 +206,6 @@ func (f *Feed) Subscribe(name string, kinds []api.Kind, c Consumer, opts ...SubO
 	s := newSub(name, kinds, c)
 	for _, o := range opts {
 		o(s)
-	}
-	for k := range s.unreadable {
-		if s.undecoded[k] {
-			panic("feed.ReportUnreadable: " + string(k) + " is taken undecoded (feed.Undecoded): its snapshots' unreadable objects could not be reported")
-		}
 	}
 	for k := range s.kinds {
 		f.kinds[k] = true

@@ -344,7 +344,7 @@ func (s *sub) dropLocked(n int) {
 func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[api.Kind]bool) Batch {
 	out := Batch{Snapshot: snapshot, Revision: rev}
 	if snapshot {
-		items, out.Encoded = takeUndecoded(items, undecoded)
+		items, out.Encoded = takeUndecoded(items, undecoded, report)
 	}
 	ups := make([]Update, len(items))
 	ok := make([]bool, len(items))

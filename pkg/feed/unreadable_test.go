@@ -63,6 +63,19 @@ func (h *unreadableHandler) ReplaceUnreadable(us []feed.Update) {
 	h.add("unreadable:" + join(names))
 }
 
+// wait waits until h's events are want.
+func (h *unreadableHandler) wait(t *testing.T, what string, want ...string) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if slices.Equal(h.events, want) {
+			return ""
+		}
+		return what + ": have " + join(h.events) + "; want " + join(want)
+	})
+}
+
 func (h *unreadableHandler) bad(e string, u feed.Update) {
 	h.keep(u)
 	h.add(e)
@@ -117,17 +130,7 @@ func TestReportUnreadable(t *testing.T) {
 		// Asked, but its handler takes no unreadable records.
 		fd.Subscribe("fallback", kinds, feed.Dispatch{Kinds: kinds, Resources: plainHandler{fallback}}, feed.ReportUnreadable(api.KindNetworkPolicy))
 	})
-	wait := func(h *unreadableHandler, what string, want ...string) {
-		t.Helper()
-		testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if slices.Equal(h.events, want) {
-				return ""
-			}
-			return what + ": have " + join(h.events) + "; want " + join(want)
-		})
-	}
+	wait := func(h *unreadableHandler, what string, want ...string) { t.Helper(); h.wait(t, what, want...) }
 	wait(reporting, "reporting snapshot", "replace:ns1.good", "unreadable:ns1.bad")
 	wait(plain, "plain snapshot", "replace:ns1.good")
 	wait(fallback, "fallback snapshot", "replace:ns1.good")
@@ -188,5 +191,41 @@ func TestReportUnreadableMisnamed(t *testing.T) {
 	defer h.mu.Unlock()
 	if want := map[string]string{"ns1.null": "null", "ns1.empty": "{}", "ns1.other": npJSON("ns2", "other")}; !maps.Equal(h.vals, want) {
 		t.Fatalf("misnamed records' values: %q; want %q", h.vals, want)
+	}
+}
+
+// TestReportUnreadableUndecoded: a kind both taken undecoded and
+// reported has its snapshot's unreadable records (not decoding, or
+// naming another object) reported all the same, in key order, by
+// Dispatch when its handler does not take the snapshot undecoded, and
+// live ones as SetUnreadable. Undecoded alone, they are skipped and a
+// misnamed one is taken as written, as before.
+func TestReportUnreadableUndecoded(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	put := func(name, v string) {
+		t.Helper()
+		if _, err := ds.Etcd().Put(context.Background(), datastore.Key(api.KindNetworkPolicy, name), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ns1.good", npJSON("ns1", "good"))
+	put("ns1.bad", "{not json")
+	put("ns1.other", npJSON("ns2", "other"))
+	kinds := []api.Kind{api.KindNetworkPolicy}
+	reporting, plain := &unreadableHandler{}, &unreadableHandler{}
+	startFeed(t, ds, feed.Options{}, func(fd *feed.Feed) {
+		fd.Subscribe("reporting", kinds, feed.Dispatch{Kinds: kinds, Resources: reporting}, feed.Undecoded(api.KindNetworkPolicy), feed.ReportUnreadable(api.KindNetworkPolicy))
+		fd.Subscribe("plain", kinds, feed.Dispatch{Kinds: kinds, Resources: plain}, feed.Undecoded(api.KindNetworkPolicy))
+	})
+	wait := func(h *unreadableHandler, what string, want ...string) { t.Helper(); h.wait(t, what, want...) }
+	wait(reporting, "reporting snapshot", "replace:ns1.good", "unreadable:ns1.bad,ns1.other")
+	wait(plain, "plain snapshot", "replace:ns1.good,ns2.other", "unreadable:")
+	put("ns1.good", "{}")
+	wait(reporting, "reporting after the edit", "replace:ns1.good", "unreadable:ns1.bad,ns1.other", "bad:ns1.good")
+	reporting.mu.Lock()
+	defer reporting.mu.Unlock()
+	if want := map[string]string{"ns1.bad": "{not json", "ns1.other": npJSON("ns2", "other"), "ns1.good": "{}"}; !maps.Equal(reporting.vals, want) {
+		t.Fatalf("unreadable records' values: %q; want %q", reporting.vals, want)
 	}
 }

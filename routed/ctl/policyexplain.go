@@ -170,6 +170,15 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation; felix denies its interface's traffic on its node (every host endpoint's, of every node, when it cannot read which), the failsafe ports excepted (routedctl policy unreadable): %v\n", k, cr.Name, cr.Err)
 				continue
 			}
+			if k == api.KindWorkloadEndpoint {
+				addrs := policy.SalvageEndpointAddrs(cr.Value)
+				if err := m.SetUnreadableEndpoint(cr.Name, addrs, cr.Err); err != nil {
+					fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and no deny stands for it: %v\n", k, cr.Name, err)
+					continue
+				}
+				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object (%v): felix denies the traffic from and to its addresses %v (all traffic when none can be read; routedctl policy unreadable)\n", k, cr.Name, cr.Err, addrs)
+				continue
+			}
 			if !slices.Contains(policy.UnreadableKinds, k) {
 				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and is left out of this explanation (felix skips one that does not decode and takes a misnamed one as written): %v\n", k, cr.Name, cr.Err)
 				continue
@@ -185,6 +194,16 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 				weps = append(weps, w)
 			}
 			if err := setModel(m, r); err != nil {
+				if w, ok := r.(*api.WorkloadEndpoint); ok {
+					// As felix: denied for, as unreadable.
+					addrs := policy.RefusedEndpointAddrs(w)
+					if err := m.SetUnreadableEndpoint(api.StoreName(w), addrs, fmt.Errorf("refused: %w", err)); err != nil {
+						fmt.Fprintf(warn, "warning: %s %s is refused, and no deny stands for it: %v\n", r.GetKind(), api.StoreName(r), err)
+						continue
+					}
+					fmt.Fprintf(warn, "warning: %s %s is refused (%v): felix denies the traffic from and to its addresses %v (all traffic when none can be read; routedctl policy unreadable)\n", r.GetKind(), api.StoreName(r), err, addrs)
+					continue
+				}
 				fmt.Fprintf(warn, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)
 			}
 		}

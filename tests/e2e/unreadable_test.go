@@ -84,25 +84,7 @@ func TestUnreadablePolicyFailsClosed(t *testing.T) {
 	// denied on b's node alone (o1's namespace is not denied).
 	den := l.StartPings(o1, b.IP, 100*time.Millisecond)
 	alw := l.StartPings(o1, o2.IP, 100*time.Millisecond)
-	if err := den.WaitDone(1, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := alw.WaitDone(2, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	l.StopNode(n[2].Name, true)
-	if err := l.StartNode(ctx, n[2].Name); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WaitNodeReady(ctx, n[2].Name, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := den.WaitDone(den.Done()+3, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := alw.WaitDone(alw.Done()+3, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	restartUnderPings(t, l, n[2].Name, den, alw)
 	d, al := den.Stop(), alw.Stop()
 	t.Logf("across kill -9 and restart of %s: other -> default %s, other -> other %s", n[2].Name, d, al)
 	if d.Sent == 0 || d.Received != 0 {
@@ -154,7 +136,8 @@ spec:
 	waitVerdict(t, l, a, b.IP, true, "after the GlobalNetworkSet was deleted")
 	waitNoUnreadable(t, l, n[0].Name)
 
-	unreadableHostEndpoint(t, l, a, b, o1, o2)
+	c := unreadableHostEndpoint(t, l, a, b, o1, o2)
+	unreadableWorkloadEndpoint(t, l, a, b, c, o1, o2)
 }
 
 // unreadableHostEndpoint: a HostEndpoint record of b's node that does
@@ -165,14 +148,13 @@ spec:
 // and a kill -9 and restart of the node does not open it. Deleted with
 // routedctl, traffic flows again. a and o1 share a node that the
 // record does not name.
-func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
+func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) (c lab.Pod) {
 	ctx := context.Background()
 	if a.Node != o1.Node || b.Node != o2.Node || a.Node == b.Node {
 		t.Fatalf("pods on %s, %s, %s, %s: want a and o1 on one node, b and o2 on another", a.Node, o1.Node, b.Node, o2.Node)
 	}
 	// c is on a third node: a -> c crosses two nodes' eth0 the record
 	// does not name.
-	var c lab.Pod
 	for _, n := range l.Topo.Nodes {
 		if n.Name != a.Node && n.Name != b.Node {
 			p, err := l.AddPodIn(ctx, n.Name, "uc", "default")
@@ -211,19 +193,7 @@ func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
 
 	// kill -9 and restart b's node: its first snapshot has the record.
 	den := l.StartPings(a, b.IP, 100*time.Millisecond)
-	if err := den.WaitDone(1, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	l.StopNode(b.Node, true)
-	if err := l.StartNode(ctx, b.Node); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WaitNodeReady(ctx, b.Node, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := den.WaitDone(den.Done()+3, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	restartUnderPings(t, l, b.Node, den)
 	d := den.Stop()
 	t.Logf("across kill -9 and restart of %s: %s -> %s %s", b.Node, a.Name, b.Name, d)
 	if d.Sent == 0 || d.Received != 0 {
@@ -246,6 +216,33 @@ func unreadableHostEndpoint(t *testing.T, l *lab.Lab, a, b, o1, o2 lab.Pod) {
 	t.Logf("deleted: traffic through %s's eth0 flows %s after the delete", b.Node, took.Round(time.Millisecond))
 	waitVerdict(t, l, o1, o2.IP, true, "after the HostEndpoint was deleted")
 	waitNoUnreadable(t, l, b.Node)
+	return c
+}
+
+// restartUnderPings kills node's routed (-9) and starts it again while
+// the ping flows run: it waits until each flow has a result (the
+// second and later flows two: they started after the first), the node
+// is ready again, and each flow has three more results.
+func restartUnderPings(t *testing.T, l *lab.Lab, node string, flows ...*lab.Pings) {
+	t.Helper()
+	ctx := context.Background()
+	for i, f := range flows {
+		if err := f.WaitDone(min(i+1, 2), 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.StopNode(node, true)
+	if err := l.StartNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitNodeReady(ctx, node, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range flows {
+		if err := f.WaitDone(f.Done()+3, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitUnreadable waits until routedctl policy unreadable on node lists

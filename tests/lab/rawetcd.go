@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netns"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/pkg/datastore"
 )
@@ -18,6 +19,23 @@ func (l *Lab) PutRaw(ctx context.Context, key, value string) error {
 		}
 		return nil
 	})
+}
+
+// GetRawPrefix returns every key under prefix in the lab's etcd with its
+// value, as stored.
+func (l *Lab) GetRawPrefix(ctx context.Context, prefix string) (map[string]string, error) {
+	out := map[string]string{}
+	err := l.withDatastore(func(ds *datastore.Client) error {
+		resp, err := ds.Etcd().Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("lab: get %s: %w", prefix, err)
+		}
+		for _, kv := range resp.Kvs {
+			out[string(kv.Key)] = string(kv.Value)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // DeleteRaw deletes key from the lab's etcd.

@@ -177,7 +177,11 @@ record is fixed or deleted, a deny in the tier routed:unreadable, before
 every other tier, drops all traffic to and from the workload endpoints of
 the record's namespace (a NetworkPolicy) or of every workload endpoint
 and of this node's host endpoints (the other kinds; the failsafe ports
-stay open). Fix the record by writing it again (routedctl
+stay open). HostEndpoint records are listed too, with the interface
+whose traffic is denied, and WorkloadEndpoint records: the traffic from
+and to the addresses read from such a record (all traffic when none can
+be read) is denied at every workload and host endpoint, and its own pod's
+interface drops. Fix the record by writing it again (routedctl
 apply) or deleting it (routedctl delete): both work on a record that does
 not decode. Exit code 3 when there is at least one.`,
 		Args: cobra.NoArgs,

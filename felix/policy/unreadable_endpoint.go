@@ -1,0 +1,164 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+
+	"github.com/routed-net/routed/pkg/api"
+)
+
+// SetUnreadableEndpoint fails closed for a WorkloadEndpoint record that
+// is stored but does not decode, or names another object: what it says
+// of its pod's labels, profiles and service account is unknown, so a
+// rule that denies by them (a Deny rule's selector, a namespace or an
+// isolating tier that picks the pod) could be what stops its traffic.
+// Left out, the pod's addresses would be no endpoint's, and a rule
+// allowing by address (a CIDR, notSelector) let them through. Until the
+// record is set again or deleted, a policy in UnreadableTier, before
+// every tier, denies at every workload endpoint and this node's host
+// endpoints (normal and forward contexts) all traffic from and to
+// addrs, the addresses the record salvaged (SalvageEndpointAddrs), or,
+// with none known, all traffic: whose it is cannot be told. Other
+// traffic goes on to the next tier (UnreadableTier passes at its end). The caller
+// removes the record's previous version first (it is not the record's
+// now): a local pod without an endpoint has no rules, and its
+// interface drops.
+func (m *Manager) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
+	return m.calc.setUnreadableEndpoint(name, addrs, why)
+}
+
+// SetUnreadableEndpoint is Manager.SetUnreadableEndpoint for a model
+// (NewModel).
+func (c *Calc) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
+	return c.setUnreadableEndpoint(name, addrs, why)
+}
+
+func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
+	key := UnreadableKey(api.KindWorkloadEndpoint, name)
+	g := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable-workloadendpoint"}}
+	g.Spec.Selector = "all()"
+	g.Spec.Types = []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress}
+	g.Spec.ApplyOnForward = true
+	scope := "all workload and host endpoints (its addresses cannot be read)"
+	if len(addrs) == 0 {
+		deny := []api.Rule{{Action: api.ActionDeny}}
+		g.Spec.Ingress, g.Spec.Egress = deny, deny
+	} else {
+		// A rule's nets are of one IP version.
+		var nets [2][]string
+		var names []string
+		for _, p := range addrs {
+			fam := 0
+			if p.Addr().Is6() {
+				fam = 1
+			}
+			nets[fam] = append(nets[fam], p.String())
+			names = append(names, p.String())
+		}
+		for _, n := range nets {
+			if len(n) == 0 {
+				continue
+			}
+			g.Spec.Ingress = append(g.Spec.Ingress, api.Rule{Action: api.ActionDeny, Source: api.EntityRule{Nets: n}})
+			g.Spec.Egress = append(g.Spec.Egress, api.Rule{Action: api.ActionDeny, Destination: api.EntityRule{Nets: n}})
+		}
+		scope = "traffic from and to " + strings.Join(names, ", ") + " at all workload and host endpoints"
+	}
+	np, err := compilePolicy(g)
+	if err != nil {
+		return fmt.Errorf("policy: the deny for unreadable WorkloadEndpoint %q: %w", name, err)
+	}
+	np.key = key
+	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), key
+	c.replacePolicy(key, np)
+	if c.unreadable == nil {
+		c.unreadable = map[string]UnreadableRecord{}
+	}
+	msg := ""
+	if why != nil {
+		msg = why.Error()
+	}
+	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Scope: scope, Error: msg}
+	return nil
+}
+
+// SalvageEndpointAddrs reads, from an unreadable WorkloadEndpoint
+// record's stored bytes, the addresses its pod has (its ipNetworks),
+// each as a prefix, decoded as the record itself is (field names
+// matched as encoding/json matches them). It returns none (unknown)
+// when the bytes are not JSON, when ipNetworks is not a list, or when
+// one of its entries is not an address or a prefix: an address it
+// cannot read could be the pod's. A record without addresses says
+// none, and is unknown as well. A field of another type elsewhere in
+// the record is no matter.
+func SalvageEndpointAddrs(raw []byte) []netip.Prefix {
+	var rec struct {
+		Spec struct {
+			IPNetworks []json.RawMessage `json:"ipNetworks"`
+		} `json:"spec"`
+	}
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		if !errors.As(err, &typeErr) || typeErr.Field == "spec" || strings.HasPrefix(typeErr.Field, "spec.ipNetworks") {
+			return nil
+		}
+	}
+	var out []netip.Prefix
+	for _, r := range rec.Spec.IPNetworks {
+		p, ok := salvagePrefix(r)
+		if !ok {
+			return nil
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// RefusedEndpointAddrs is SalvageEndpointAddrs for an endpoint that
+// decodes but that felix refuses (SetWorkloadEndpoint): its
+// ipNetworks, or none when one of them cannot be read.
+func RefusedEndpointAddrs(w *api.WorkloadEndpoint) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range w.Spec.IPNetworks {
+		p, ok := endpointNet(n)
+		if !ok {
+			return nil
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// salvagePrefix reads one JSON string holding an address or a prefix.
+func salvagePrefix(r json.RawMessage) (netip.Prefix, bool) {
+	var s string
+	if json.Unmarshal(r, &s) != nil {
+		return netip.Prefix{}, false
+	}
+	return endpointNet(s)
+}
+
+// endpointNet reads an address or a prefix of an endpoint's
+// ipNetworks (an IPv4-mapped one as its IPv4 form).
+func endpointNet(s string) (netip.Prefix, bool) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, false
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	a, bits := p.Addr(), p.Bits()
+	if a.Is4In6() {
+		if bits < 96 {
+			return netip.Prefix{}, false
+		}
+		a, bits = a.Unmap(), bits-96
+	}
+	return netip.PrefixFrom(a, bits).Masked(), true
+}
