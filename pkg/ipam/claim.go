@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -47,7 +48,13 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 			var orphan *orphanSummaryError
 			if errors.As(err, &orphan) {
 				// Unusable until repaired; any other block will do.
+				// There may be many (a restore of the resources
+				// without the IPAM data): each costs a claim's round
+				// trips, so they are all found at once.
 				log.WithError(err).WithField("block", cidr.String()).Warn("skipping a block whose summary is stored without it")
+				if err := c.skipOrphans(ctx, s); err != nil {
+					return "", err
+				}
 				err = errBlockTaken
 			}
 			if !errors.Is(err, errBlockTaken) {
@@ -67,6 +74,33 @@ func (c *Client) claimNext(ctx context.Context, node string, pools []*poolInfo, 
 		}
 	}
 	return "", errNoFreeBlock
+}
+
+// skipOrphans marks, once per snapshot, every block whose summary is
+// stored without it as existing in s, so that claimNext passes over
+// them without trying to claim each (one keys-only read of the
+// summaries, made only when such a block was met).
+func (c *Client) skipOrphans(ctx context.Context, s *nodeSnap) error {
+	if s.orphansRead {
+		return nil
+	}
+	resp, err := c.get(ctx, summaryPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	s.orphansRead = true
+	n := 0
+	for _, kv := range resp.Kvs {
+		bkey := blockPrefix + strings.TrimPrefix(string(kv.Key), summaryPrefix)
+		if _, exists := s.blockRevs[bkey]; !exists {
+			s.blockRevs[bkey] = -1
+			n++
+		}
+	}
+	if n > 0 {
+		log.WithField("summaries", n).Warn("block summaries are stored without their blocks (a partial restore, or a hand edit?): claims pass over them until they are repaired (routedctl ipam check lists them)")
+	}
+	return nil
 }
 
 // blockAt returns block number i of size bits inside pool.

@@ -99,9 +99,13 @@ type nodeSnap struct {
 	node nodeInfo
 	// affs are the node's affinities by block key.
 	affs map[string]affKV
-	// blockRevs holds the ModRevision of every existing block key.
+	// blockRevs holds the ModRevision of every existing block key (-1:
+	// taken since, or a summary stored without its block).
 	blockRevs map[string]int64
-	rev       int64
+	// orphansRead: the summaries stored without their blocks are in
+	// blockRevs (skipOrphans).
+	orphansRead bool
+	rev         int64
 }
 
 type affKV struct {
