@@ -511,7 +511,16 @@ func (s *stream) follow(ctx context.Context) error {
 			// more is believed. A restore under a running watch sends
 			// nothing here (etcd sends no progress to a watch ahead of
 			// it): watchConnection catches that.
-			log.WithFields(map[string]any{"prefix": s.prefix, "delivered": s.rev, "etcd": h.Revision}).Info("the watch's etcd is behind what was delivered, or another cluster; checking")
+			lg := log.WithFields(map[string]any{"prefix": s.prefix, "delivered": s.rev, "etcd": h.Revision,
+				"cluster": fmt.Sprintf("%x", h.ClusterId), "listedFrom": fmt.Sprintf("%x", s.clusterID)})
+			if h.ClusterId != s.clusterID {
+				lg.Warn("the watch's etcd is another cluster than the one listed from; checking")
+			} else {
+				// Most often a member lagging behind the one last read
+				// (the watch starts again after the backoff); a
+				// restore is reported by checkResume.
+				lg.Debug("the watch's etcd is behind what was delivered; checking")
+			}
 			return errHistoryInDoubt
 		}
 		if wr.Created {
