@@ -24,9 +24,9 @@ import (
 // snapshot then drops a tenth of the endpoints, a profile and a policy,
 // carries one endpoint unreadable and gives a local pod's interface to
 // an endpoint of another name: felix ends as a felix that took only
-// that snapshot (the unreadable endpoint's old version gone and, its
-// bytes not JSON, a deny of all traffic in its place; the interface
-// dispatched to its new endpoint).
+// that snapshot (the unreadable endpoint's old version gone and a deny
+// of its addresses in its place; the interface dispatched to its new
+// endpoint).
 func TestEncodedSnapshotIsTheDecodedOne(t *testing.T) {
 	t.Parallel()
 	c := bigCluster{eps: 3000, nodes: 100, namespaces: 40, policies: 60}
@@ -56,7 +56,13 @@ func TestEncodedSnapshotIsTheDecodedOne(t *testing.T) {
 		w := r.(*api.WorkloadEndpoint)
 		switch {
 		case i == 5:
-			enc = append(enc, feed.NewEncoded(api.KindWorkloadEndpoint, unreadable, []byte(`{"kind":"WorkloadEndpoint",`), 2))
+			// Its ports not a list: it does not decode; its addresses
+			// are read (the same as the previous version's).
+			nets, err := json.Marshal(w.Spec.IPNetworks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc = append(enc, feed.NewEncoded(api.KindWorkloadEndpoint, unreadable, []byte(`{"kind":"WorkloadEndpoint","spec":{"ipNetworks":`+string(nets)+`,"ports":7}}`), 2))
 			unreadableEnc = enc[len(enc)-1]
 			continue
 		case i%10 == 3:

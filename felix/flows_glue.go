@@ -117,12 +117,16 @@ func (s *flowsState) unreadableUpdate(u feed.Update) {
 }
 
 // unreadableEndpoint gives the model the deny felix installs for an
-// unreadable WorkloadEndpoint (policy.Calc.SetUnreadableEndpoint), in
-// place of its previous version.
+// unreadable WorkloadEndpoint (policy.Calc.SetUnreadableEndpoint), of
+// addrs and its previous version's addresses, in place of that version.
 func (s *flowsState) unreadableEndpoint(name string, addrs []netip.Prefix, why error) {
 	if s == nil {
 		return
 	}
+	_ = s.model.Update(func(c *policy.Calc) error {
+		addrs = append(c.EndpointAddrs(name), addrs...)
+		return nil
+	})
 	s.delete(api.KindWorkloadEndpoint, name)
 	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadableEndpoint(name, addrs, why) })
 }

@@ -257,8 +257,7 @@ func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Re
 			return
 		}
 		set[u.Name] = true
-		addrs := policy.SalvageEndpointAddrs(u.Value)
-		l.endpointUnreadable(u.Name, addrs, u.Unreadable)
+		addrs := l.endpointUnreadable(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
 		if bad != nil {
 			bad(u.Name, addrs, u.Unreadable)
 		}

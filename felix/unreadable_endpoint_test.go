@@ -18,6 +18,8 @@ import (
 // addresses the deny covers, until the record is set readable or
 // deleted, or a snapshot no longer has it; a snapshot's list of
 // unreadable policy records (which has no endpoints) does not end it.
+// The deny covers the addresses read from the record and those of its
+// previous version.
 func TestUnreadableEndpointKeepsItsDeny(t *testing.T) {
 	h := newHarness(t, func(c *felix.Config) { c.Features.DisablePolicy = false })
 	name := api.WorkloadEndpointName("node-b", "k8s", "prod", "x", "", "eth0")
@@ -58,11 +60,17 @@ func TestUnreadableEndpointKeepsItsDeny(t *testing.T) {
 	wait("refused", "traffic from and to 10.65.1.6/32")
 	h.f.SetResource(w)
 	wait("set readable", "")
+	// Nothing can be read from it: its previous version's address is
+	// denied.
 	h.f.SetUnreadable(feed.Update{Kind: api.KindWorkloadEndpoint, Name: name, Unreadable: fmt.Errorf("for the test"), Value: []byte(`{"spec":`)})
-	wait("unreadable, its addresses unknown", "all workload and host endpoints")
+	wait("unreadable after a readable version", "traffic from and to 10.65.1.6/32")
 	h.f.ReplaceUnreadable(nil) // a snapshot's policy records: not its
 	h.f.SetResource(node("node-b", "192.0.2.2", ""))
-	wait("after a list of unreadable policy records", "all workload and host endpoints")
+	wait("after a list of unreadable policy records", "traffic from and to 10.65.1.6/32")
 	h.f.DeleteResource(api.KindWorkloadEndpoint, name)
 	wait("deleted", "")
+	// Nothing known of it at all: listed.
+	h.f.ReplaceEncoded(resources(), []feed.Encoded{feed.NewEncoded(api.KindWorkloadEndpoint, name, []byte(`{"spec":`), 3)})
+	h.f.ReplaceUnreadable(nil)
+	wait("nothing known", "its addresses cannot be read")
 }

@@ -6,27 +6,30 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/routed-net/routed/pkg/api"
 )
 
 // SetUnreadableEndpoint fails closed for a WorkloadEndpoint record that
-// is stored but does not decode, or names another object: what it says
-// of its pod's labels, profiles and service account is unknown, so a
-// rule that denies by them (a Deny rule's selector, a namespace or an
-// isolating tier that picks the pod) could be what stops its traffic.
-// Left out, the pod's addresses would be no endpoint's, and a rule
-// allowing by address (a CIDR, notSelector) let them through. Until the
-// record is set again or deleted, a policy in UnreadableTier, before
-// every tier, denies at every workload endpoint and this node's host
-// endpoints (normal and forward contexts) all traffic from and to
-// addrs, the addresses the record salvaged (SalvageEndpointAddrs), or,
-// with none known, all traffic: whose it is cannot be told. Other
-// traffic goes on to the next tier (UnreadableTier passes at its end). The caller
-// removes the record's previous version first (it is not the record's
-// now): a local pod without an endpoint has no rules, and its
-// interface drops.
+// is stored but does not decode, names another object, or that felix
+// refused: what it says of its pod's labels, profiles and service
+// account is unknown, so a Deny rule that picks the pod by them could
+// be what stops its traffic, and, left out, the pod's addresses would
+// be no endpoint's. The caller removes the record's previous version
+// (it is not the record's now): on its own node the pod's interface
+// then has no rules and drops, which is what holds whatever the record
+// says. On top of that, until the record is set again or deleted, a
+// policy in UnreadableTier, before every tier, denies at every workload
+// endpoint the traffic from and to addrs: the addresses the record
+// salvaged (SalvageEndpointAddrs) with those of its previous version
+// (EndpointAddrs, taken before removing it). Other traffic goes on to
+// the next tier (UnreadableTier passes at its end). With no address
+// known, nothing more is denied here: a deny of all traffic would let
+// anyone who can write one endpoint record (the CNI plugin's
+// credentials) cut off every pod of the cluster; the record is listed
+// all the same.
 func (m *Manager) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
 	return m.calc.setUnreadableEndpoint(name, addrs, why)
 }
@@ -37,53 +40,76 @@ func (c *Calc) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 	return c.setUnreadableEndpoint(name, addrs, why)
 }
 
+// EndpointAddrs returns the addresses of the workload endpoint key
+// (nil when there is none).
+func (m *Manager) EndpointAddrs(key string) []netip.Prefix { return m.calc.EndpointAddrs(key) }
+
+// EndpointAddrs is Manager.EndpointAddrs for a model.
+func (c *Calc) EndpointAddrs(key string) []netip.Prefix {
+	if e := c.weps.get(key); e != nil {
+		return e.ipList()
+	}
+	return nil
+}
+
 func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
 	key := UnreadableKey(api.KindWorkloadEndpoint, name)
+	msg := ""
+	if why != nil {
+		msg = why.Error()
+	}
+	if c.unreadable == nil {
+		c.unreadable = map[string]UnreadableRecord{}
+	}
+	addrs = slices.Compact(slices.SortedFunc(slices.Values(addrs), comparePrefix))
+	if len(addrs) == 0 {
+		c.DeletePolicy(key)
+		c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
+			Scope: "its own node's pod alone (its interface drops): its addresses cannot be read"}
+		return nil
+	}
 	g := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable-workloadendpoint"}}
 	g.Spec.Selector = "all()"
 	g.Spec.Types = []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress}
-	g.Spec.ApplyOnForward = true
-	scope := "all workload and host endpoints (its addresses cannot be read)"
-	if len(addrs) == 0 {
-		deny := []api.Rule{{Action: api.ActionDeny}}
-		g.Spec.Ingress, g.Spec.Egress = deny, deny
-	} else {
-		// A rule's nets are of one IP version.
-		var nets [2][]string
-		var names []string
-		for _, p := range addrs {
-			fam := 0
-			if p.Addr().Is6() {
-				fam = 1
-			}
-			nets[fam] = append(nets[fam], p.String())
-			names = append(names, p.String())
+	// A rule's nets are of one IP version.
+	var nets [2][]string
+	var names []string
+	for _, p := range addrs {
+		fam := 0
+		if p.Addr().Is6() {
+			fam = 1
 		}
-		for _, n := range nets {
-			if len(n) == 0 {
-				continue
-			}
-			g.Spec.Ingress = append(g.Spec.Ingress, api.Rule{Action: api.ActionDeny, Source: api.EntityRule{Nets: n}})
-			g.Spec.Egress = append(g.Spec.Egress, api.Rule{Action: api.ActionDeny, Destination: api.EntityRule{Nets: n}})
+		nets[fam] = append(nets[fam], p.String())
+		names = append(names, p.String())
+	}
+	for _, n := range nets {
+		if len(n) == 0 {
+			continue
 		}
-		scope = "traffic from and to " + strings.Join(names, ", ") + " at all workload and host endpoints"
+		g.Spec.Ingress = append(g.Spec.Ingress, api.Rule{Action: api.ActionDeny, Source: api.EntityRule{Nets: n}})
+		g.Spec.Egress = append(g.Spec.Egress, api.Rule{Action: api.ActionDeny, Destination: api.EntityRule{Nets: n}})
 	}
 	np, err := compilePolicy(g)
 	if err != nil {
 		return fmt.Errorf("policy: the deny for unreadable WorkloadEndpoint %q: %w", name, err)
 	}
+	// Workloads only: on a host endpoint it would also make forward
+	// chains where there were none, which drop at their end.
+	np.workloadsOnly = true
 	np.key = key
 	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), key
 	c.replacePolicy(key, np)
-	if c.unreadable == nil {
-		c.unreadable = map[string]UnreadableRecord{}
-	}
-	msg := ""
-	if why != nil {
-		msg = why.Error()
-	}
-	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Scope: scope, Error: msg}
+	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
+		Scope: "traffic from and to " + strings.Join(names, ", ") + " at all workload endpoints"}
 	return nil
+}
+
+// comparePrefix orders prefixes by address, then length.
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
 }
 
 // SalvageEndpointAddrs reads, from an unreadable WorkloadEndpoint

@@ -15,8 +15,9 @@ import (
 // before every tier (an Allow in a tier of order 0 does not get past
 // it), all traffic from and to the addresses salvaged from it, IPv4 and
 // IPv6, proved with packets, while the other pods still talk; with no
-// address salvaged, all traffic. Explain names the deny and Unreadable
-// lists it; cleared, traffic flows again.
+// address known, nothing (its own node's pod drops: a deny of all
+// traffic would let one endpoint record cut the cluster off). Explain
+// names the deny and Unreadable lists it; cleared, traffic flows again.
 func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 	l := newLab(t)
 	l.load(allowAllFirst())
@@ -46,14 +47,15 @@ func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 		t.Fatalf("Unreadable() = %+v", got)
 	}
 
-	// Its addresses unknown: everything.
+	// Its addresses unknown (and no previous version to take them
+	// from): nothing beyond its own node's pod, whose interface drops.
 	if err := l.m.SetUnreadableEndpoint(name, nil, why); err != nil {
 		t.Fatal(err)
 	}
 	l.apply()
-	l.expect("unreadable endpoint, addresses unknown", drop("a", "b", "tcp", 8080), drop("d", "b", "udp", 5353), v6(drop("b", "a", "tcp", 8080)))
-	if got := l.m.Unreadable(); len(got) != 1 || !strings.HasPrefix(got[0].Scope, "all workload and host endpoints") {
-		t.Fatalf("Unreadable() = %+v, want one of all workload and host endpoints", got)
+	l.expect("unreadable endpoint, addresses unknown", pass("c", "a", "tcp", 8080), pass("a", "b", "tcp", 8080), v6(pass("b", "a", "tcp", 8080)))
+	if got := l.m.Unreadable(); len(got) != 1 || !strings.Contains(got[0].Scope, "cannot be read") {
+		t.Fatalf("Unreadable() = %+v, want one saying its addresses cannot be read", got)
 	}
 
 	if !l.m.ClearUnreadable(api.KindWorkloadEndpoint, name) {
@@ -64,4 +66,21 @@ func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 	if got := l.m.Unreadable(); len(got) != 0 {
 		t.Fatalf("Unreadable() after clearing = %+v", got)
 	}
+}
+
+// TestUnreadableEndpointLeavesHostEndpoints: the deny for an unreadable
+// WorkloadEndpoint is the workloads': traffic through a host endpoint
+// that no applyOnForward policy polices still passes (forwarded and to
+// the host), where a deny on the host endpoints' forward chains would
+// have made chains that drop at their end.
+func TestUnreadableEndpointLeavesHostEndpoints(t *testing.T) {
+	h := newHostLab(t)
+	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"}, api.DefaultAllowProfile)
+	open := []hp{hpass("x", "y", "tcp", 80), hpass("y", "x", "tcp", 80), hpass("x", "host", "tcp", 80), hpass("x", "a", "tcp", 8080)}
+	h.expect("a host endpoint with the default-allow profile", open...)
+	if err := h.m.SetUnreadableEndpoint("node2-k8s-dev-x-eth0", []netip.Prefix{netip.MustParsePrefix("10.99.0.1/32"), netip.MustParsePrefix("fd00:99::1/128")}, errors.New("for the test")); err != nil {
+		t.Fatal(err)
+	}
+	h.apply()
+	h.expect("with an unreadable endpoint elsewhere", open...)
 }

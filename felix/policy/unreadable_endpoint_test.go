@@ -42,7 +42,7 @@ func TestSalvageEndpointAddrs(t *testing.T) {
 	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("fd00::1/128")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.1/32, fd00::1/128 at all workload and host endpoints" {
+	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.1/32, fd00::1/128 at all workload endpoints" {
 		t.Errorf("unreadable list %+v", got)
 	}
 }

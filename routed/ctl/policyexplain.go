@@ -176,7 +176,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 					fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and no deny stands for it: %v\n", k, cr.Name, err)
 					continue
 				}
-				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object (%v): felix denies the traffic from and to its addresses %v (all traffic when none can be read; routedctl policy unreadable)\n", k, cr.Name, cr.Err, addrs)
+				fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object (%v): felix drops its pod's traffic on its node and denies the traffic from and to its addresses %v at every pod (with those of the version it had before; routedctl policy unreadable)\n", k, cr.Name, cr.Err, addrs)
 				continue
 			}
 			if !slices.Contains(policy.UnreadableKinds, k) {
@@ -201,7 +201,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 						fmt.Fprintf(warn, "warning: %s %s is refused, and no deny stands for it: %v\n", r.GetKind(), api.StoreName(r), err)
 						continue
 					}
-					fmt.Fprintf(warn, "warning: %s %s is refused (%v): felix denies the traffic from and to its addresses %v (all traffic when none can be read; routedctl policy unreadable)\n", r.GetKind(), api.StoreName(r), err, addrs)
+					fmt.Fprintf(warn, "warning: %s %s is refused (%v): felix drops its pod's traffic on its node and denies the traffic from and to its addresses %v at every pod (with those of the version it had before; routedctl policy unreadable)\n", r.GetKind(), api.StoreName(r), err, addrs)
 					continue
 				}
 				fmt.Fprintf(warn, "warning: %s %s not taken as written, as felix does not take it: %v\n", r.GetKind(), api.StoreName(r), err)

@@ -178,10 +178,10 @@ every other tier, drops all traffic to and from the workload endpoints of
 the record's namespace (a NetworkPolicy) or of every workload endpoint
 and of this node's host endpoints (the other kinds; the failsafe ports
 stay open). HostEndpoint records are listed too, with the interface
-whose traffic is denied, and WorkloadEndpoint records: the traffic from
-and to the addresses read from such a record (all traffic when none can
-be read) is denied at every workload and host endpoint, and its own pod's
-interface drops. Fix the record by writing it again (routedctl
+whose traffic is denied, and WorkloadEndpoint records: their pod's
+interface drops on its node, and the traffic from and to the addresses
+read from the record, or known from its previous version, is denied at
+every workload endpoint. Fix the record by writing it again (routedctl
 apply) or deleting it (routedctl delete): both work on a record that does
 not decode. Exit code 3 when there is at least one.`,
 		Args: cobra.NoArgs,
