@@ -70,6 +70,10 @@ func (l *loop) policySet(r api.Resource) {
 		return
 	}
 	delete(l.undecodable, policy.UnreadableKey(r.GetKind(), api.StoreName(r)))
+	var known []netip.Prefix // what an endpoint denied for had
+	if r.GetKind() == api.KindWorkloadEndpoint {
+		known = l.policy.EndpointAddrs(api.StoreName(r))
+	}
 	if l.policy.ClearUnreadable(r.GetKind(), api.StoreName(r)) {
 		defer l.noteUnreadable()
 	}
@@ -130,7 +134,7 @@ func (l *loop) policySet(r api.Resource) {
 	if w, ok := r.(*api.WorkloadEndpoint); ok && err != nil {
 		// Kept, its previous version would go on as the pod's; left
 		// out, its addresses would be no endpoint's: as unreadable.
-		l.endpointUnreadable(api.StoreName(w), policy.RefusedEndpointAddrs(w), fmt.Errorf("refused: %w", err))
+		l.endpointUnreadable(api.StoreName(w), append(known, policy.RefusedEndpointAddrs(w)...), fmt.Errorf("refused: %w", err))
 		l.noteUnreadable()
 		return
 	}

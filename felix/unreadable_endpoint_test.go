@@ -61,16 +61,29 @@ func TestUnreadableEndpointKeepsItsDeny(t *testing.T) {
 	h.f.SetResource(w)
 	wait("set readable", "")
 	// Nothing can be read from it: its previous version's address is
-	// denied.
-	h.f.SetUnreadable(feed.Update{Kind: api.KindWorkloadEndpoint, Name: name, Unreadable: fmt.Errorf("for the test"), Value: []byte(`{"spec":`)})
-	wait("unreadable after a readable version", "traffic from and to 10.65.1.6/32")
+	// denied, and stays denied through another unreadable write, a
+	// snapshot with the same bytes, a refused write whose only address
+	// is no single one (0.0.0.0/0 would deny for every pod) and a list
+	// of unreadable policy records.
+	unreadable := feed.Update{Kind: api.KindWorkloadEndpoint, Name: name, Unreadable: fmt.Errorf("for the test"), Value: []byte(`{"spec":`)}
+	h.f.SetUnreadable(unreadable)
+	wait("unreadable after a readable version", "traffic from and to 10.65.1.6/32 at")
+	h.f.SetUnreadable(unreadable)
+	wait("unreadable again", "traffic from and to 10.65.1.6/32 at")
+	h.f.ReplaceEncoded(resources(), []feed.Encoded{feed.NewEncoded(api.KindWorkloadEndpoint, name, unreadable.Value, 4)})
 	h.f.ReplaceUnreadable(nil) // a snapshot's policy records: not its
+	wait("a snapshot with it unreadable", "traffic from and to 10.65.1.6/32 at")
+	wide := *w
+	wide.Spec.IPNetworks = []string{"0.0.0.0/0"}
+	wide.Spec.Ports = []api.WorkloadEndpointPort{{Port: 80}}
+	h.f.SetResource(&wide)
+	wait("refused, for 0.0.0.0/0", "traffic from and to 10.65.1.6/32 at")
 	h.f.SetResource(node("node-b", "192.0.2.2", ""))
-	wait("after a list of unreadable policy records", "traffic from and to 10.65.1.6/32")
+	wait("after a node's update", "traffic from and to 10.65.1.6/32 at")
 	h.f.DeleteResource(api.KindWorkloadEndpoint, name)
 	wait("deleted", "")
 	// Nothing known of it at all: listed.
 	h.f.ReplaceEncoded(resources(), []feed.Encoded{feed.NewEncoded(api.KindWorkloadEndpoint, name, []byte(`{"spec":`), 3)})
 	h.f.ReplaceUnreadable(nil)
-	wait("nothing known", "its addresses cannot be read")
+	wait("nothing known", "no single address of it is known")
 }

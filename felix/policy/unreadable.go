@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -66,6 +67,8 @@ type UnreadableRecord struct {
 	// workload endpoints".
 	Scope string `json:"scope"`
 	Error string `json:"error"`
+	// addrs are the addresses denied for an unreadable WorkloadEndpoint.
+	addrs []netip.Prefix
 }
 
 // Unreadable lists the records felix denies for, by kind and name.

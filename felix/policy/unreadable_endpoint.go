@@ -23,13 +23,14 @@ import (
 // says. On top of that, until the record is set again or deleted, a
 // policy in UnreadableTier, before every tier, denies at every workload
 // endpoint the traffic from and to addrs: the addresses the record
-// salvaged (SalvageEndpointAddrs) with those of its previous version
-// (EndpointAddrs, taken before removing it). Other traffic goes on to
-// the next tier (UnreadableTier passes at its end). With no address
-// known, nothing more is denied here: a deny of all traffic would let
-// anyone who can write one endpoint record (the CNI plugin's
-// credentials) cut off every pod of the cluster; the record is listed
-// all the same.
+// salvaged (SalvageEndpointAddrs) with those known before (EndpointAddrs,
+// taken before removing the previous version: its addresses, or those
+// denied for it while it was unreadable), single addresses only. Other
+// traffic goes on to the next tier (UnreadableTier passes at its end).
+// With no address known, nothing more is denied here: a deny of all
+// traffic (or of 0.0.0.0/0) would let anyone who can write one endpoint
+// record (the CNI plugin's credentials) cut off every pod of the
+// cluster; the record is listed all the same.
 func (m *Manager) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
 	return m.calc.setUnreadableEndpoint(name, addrs, why)
 }
@@ -40,8 +41,9 @@ func (c *Calc) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 	return c.setUnreadableEndpoint(name, addrs, why)
 }
 
-// EndpointAddrs returns the addresses of the workload endpoint key
-// (nil when there is none).
+// EndpointAddrs returns the addresses known of the workload endpoint
+// key: its own, or, while it is unreadable, those denied for it (nil
+// when there are none).
 func (m *Manager) EndpointAddrs(key string) []netip.Prefix { return m.calc.EndpointAddrs(key) }
 
 // EndpointAddrs is Manager.EndpointAddrs for a model.
@@ -49,7 +51,7 @@ func (c *Calc) EndpointAddrs(key string) []netip.Prefix {
 	if e := c.weps.get(key); e != nil {
 		return e.ipList()
 	}
-	return nil
+	return slices.Clone(c.unreadable[UnreadableKey(api.KindWorkloadEndpoint, key)].addrs)
 }
 
 func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
@@ -62,10 +64,14 @@ func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 		c.unreadable = map[string]UnreadableRecord{}
 	}
 	addrs = slices.Compact(slices.SortedFunc(slices.Values(addrs), comparePrefix))
+	// A pod's addresses are single addresses; a wider prefix (0.0.0.0/0
+	// in a record anyone with the CNI plugin's credentials can write)
+	// would deny for other pods, and is left out.
+	addrs = slices.DeleteFunc(addrs, func(p netip.Prefix) bool { return !p.IsSingleIP() })
 	if len(addrs) == 0 {
 		c.DeletePolicy(key)
 		c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
-			Scope: "its own node's pod alone (its interface drops): its addresses cannot be read"}
+			Scope: "its own node's pod alone (its interface drops): no single address of it is known"}
 		return nil
 	}
 	g := &api.GlobalNetworkPolicy{Metadata: api.ObjectMeta{Name: "unreadable-workloadendpoint"}}
@@ -100,7 +106,7 @@ func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), key
 	c.replacePolicy(key, np)
 	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
-		Scope: "traffic from and to " + strings.Join(names, ", ") + " at all workload endpoints"}
+		Scope: "traffic from and to " + strings.Join(names, ", ") + " at all workload endpoints", addrs: addrs}
 	return nil
 }
 

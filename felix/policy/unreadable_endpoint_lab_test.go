@@ -54,8 +54,8 @@ func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 	}
 	l.apply()
 	l.expect("unreadable endpoint, addresses unknown", pass("c", "a", "tcp", 8080), pass("a", "b", "tcp", 8080), v6(pass("b", "a", "tcp", 8080)))
-	if got := l.m.Unreadable(); len(got) != 1 || !strings.Contains(got[0].Scope, "cannot be read") {
-		t.Fatalf("Unreadable() = %+v, want one saying its addresses cannot be read", got)
+	if got := l.m.Unreadable(); len(got) != 1 || !strings.Contains(got[0].Scope, "no single address of it is known") {
+		t.Fatalf("Unreadable() = %+v, want one saying no address of it is known", got)
 	}
 
 	if !l.m.ClearUnreadable(api.KindWorkloadEndpoint, name) {

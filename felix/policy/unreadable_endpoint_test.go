@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +45,22 @@ func TestSalvageEndpointAddrs(t *testing.T) {
 	}
 	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.1/32, fd00::1/128 at all workload endpoints" {
 		t.Errorf("unreadable list %+v", got)
+	}
+	// A prefix wider than one address is left out: it would deny for
+	// other pods (0.0.0.0/0: all of them).
+	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("::/0")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.2/32 at all workload endpoints" {
+		t.Errorf("unreadable list with wide prefixes %+v", got)
+	}
+	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.unreadableList(); len(got) != 1 || !strings.Contains(got[0].Scope, "no single address of it is known") {
+		t.Errorf("unreadable list with 0.0.0.0/0 alone %+v", got)
+	}
+	if _, ok := c.policies[UnreadableKey("WorkloadEndpoint", "n-k8s-ns-p-eth0")]; ok {
+		t.Error("a deny stands for an endpoint whose only address is 0.0.0.0/0")
 	}
 }
