@@ -26,6 +26,10 @@ type Report struct {
 	// YoungLeaks counts suspects younger than the grace period, left
 	// alone because a CNI ADD allocates before it writes the endpoint.
 	YoungLeaks int
+	// Held, when set, says why GC frees no pod address this time:
+	// endpoint records that do not decode and say neither a handle nor
+	// an address could be naming any of the Leaks.
+	Held string
 	// DeadNodeBlocks are blocks affine to nodes that no longer exist.
 	// They are removed once nothing in them is allocated.
 	DeadNodeBlocks []BlockUsage
@@ -83,6 +87,9 @@ func (c *Client) Check(ctx context.Context, grace time.Duration) (*Report, error
 
 func (s *snapshot) check(now time.Time, grace time.Duration) *Report {
 	r := &Report{Revision: s.rev, Inconsistencies: s.inconsistencies()}
+	if s.eps != nil && s.eps.blind > 0 {
+		r.Held = fmt.Sprintf("%d workload endpoint record(s) do not decode and say neither a handle nor an address: their pods may hold any of these addresses, so no pod address is freed until they are fixed or deleted (listed under inconsistent records)", s.eps.blind)
+	}
 	s.checkPlacement(r)
 	x, eps := s.index(), s.eps
 	for i, key := range x.keys {
@@ -171,9 +178,12 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 			r.RemovedAffinities = append(r.RemovedAffinities, a)
 		}
 	}
-	rels := make([]Release, len(r.Leaks))
-	for i, l := range r.Leaks {
-		rels[i] = Release{IP: l.IP, Seq: l.Seq}
+	var rels []Release
+	for _, l := range r.Leaks {
+		if r.Held != "" && l.Type != TypeTunnel {
+			continue // a record that cannot be read may name it
+		}
+		rels = append(rels, Release{IP: l.IP, Seq: l.Seq})
 	}
 	released, err := c.ReleaseIPs(ctx, rels...)
 	r.Released = released

@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/routed-net/routed/pkg/api"
+	"github.com/routed-net/routed/pkg/datastore"
 )
 
 func TestEmptyBlockReleasedAfterGrace(t *testing.T) {
@@ -197,5 +199,61 @@ func mustPut(t *testing.T, e *env, key, val string) {
 	t.Helper()
 	if _, err := e.ds.Etcd().Put(context.Background(), key, val); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCKeepsWhatUnreadableEndpointsHold: an endpoint record that does
+// not decode still names what it holds when its handle or its address
+// can be read, and GC leaves those alone; one of which nothing can be
+// read could name any address, and GC frees no pod address while it is
+// there (Check still lists the leaks, and says why).
+func TestGCKeepsWhatUnreadableEndpointsHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.pool("p", "10.13.0.0/24", 26)
+	e.node("n1", nil)
+	clk := newClock()
+	c := New(e.ds)
+	c.now = clk.now
+	ctx := ctxT(t)
+	wepKey := func(name string) string { return datastore.Key(api.KindWorkloadEndpoint, "default."+name) }
+
+	byHandle := assign(t, c, "n1", "net.by-handle")
+	byAddr := assign(t, c, "n1", "net.by-addr")
+	leaked := assign(t, c, "n1", "net.leaked")
+	// Ports not a list: neither decodes. One's addresses are not a
+	// list either (its handle is read), the other's handle is a number
+	// (its address is read).
+	mustPut(t, e, wepKey("a"), `{"kind":"WorkloadEndpoint","metadata":{"name":"a","namespace":"default"},"spec":{"node":"n1","handle":"net.by-handle","ipNetworks":"`+byHandle.String()+`/32","ports":7}}`)
+	mustPut(t, e, wepKey("b"), `{"kind":"WorkloadEndpoint","metadata":{"name":"b","namespace":"default"},"spec":{"node":"n1","handle":7,"ipNetworks":["`+byAddr.String()+`/32"],"ports":7}}`)
+	clk.advance(11 * time.Minute)
+	r, err := c.GC(ctx, 10*time.Minute)
+	if err != nil || len(r.Errors) > 0 {
+		t.Fatalf("GC: %v %v", err, r.Errors)
+	}
+	if !slices.Equal(r.Released, []netip.Addr{leaked}) || r.Held != "" {
+		t.Fatalf("GC released %v (held: %q), want %s alone: the unreadable records name the others", r.Released, r.Held, leaked)
+	}
+
+	// A record nothing can be read from: no pod address is freed.
+	blindLeak := assign(t, c, "n1", "net.blind-leak")
+	mustPut(t, e, wepKey("c"), `{not json`)
+	clk.advance(11 * time.Minute)
+	r, err = c.GC(ctx, 10*time.Minute)
+	if err != nil || len(r.Errors) > 0 {
+		t.Fatalf("GC: %v %v", err, r.Errors)
+	}
+	if len(r.Released) != 0 || !strings.Contains(r.Held, "1 workload endpoint record(s) do not decode") || !slices.Equal(leakAddrs(r), []netip.Addr{blindLeak}) {
+		t.Fatalf("GC with an endpoint record nothing can be read from: released %v, held %q, leaks %v; want nothing released, the reason, %s listed", r.Released, r.Held, leakAddrs(r), blindLeak)
+	}
+	if _, err := c.IPInfo(ctx, blindLeak); err != nil {
+		t.Fatalf("%s was freed: %v", blindLeak, err)
+	}
+	if _, err := e.ds.Etcd().Delete(ctx, wepKey("c")); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.GC(ctx, 10*time.Minute)
+	if err != nil || len(r.Errors) > 0 || !slices.Equal(r.Released, []netip.Addr{blindLeak}) || r.Held != "" {
+		t.Fatalf("GC once the record is deleted: %v %+v, want %s released", err, r, blindLeak)
 	}
 }

@@ -3,6 +3,7 @@ package ipam
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -27,7 +28,10 @@ type endpointMarks struct {
 	// holding the address).
 	ipNamed, ipTwice [][]uint64
 	// outside counts the endpoints naming each address no block holds.
-	outside    map[netip.Addr]int
+	outside map[netip.Addr]int
+	// blind counts the endpoint records that do not decode and of which
+	// neither a handle nor an address can be read (salvage).
+	blind      int
 	shared     []SharedAddress
 	mismatches []EndpointMismatch
 }
@@ -95,6 +99,9 @@ func (c *Client) scanEndpoints(ctx context.Context, s *snapshot) error {
 		var w api.WorkloadEndpoint
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			s.unreadable = append(s.unreadable, fmt.Sprintf("%s: %v", kv.Key, err))
+			if !m.salvage(s, kv.Value) {
+				m.blind++
+			}
 			return
 		}
 		if w.Spec.Handle != "" {
@@ -134,6 +141,53 @@ func (c *Client) scanEndpoints(ctx context.Context, s *snapshot) error {
 	}
 	s.eps = m
 	return nil
+}
+
+// salvage marks the handle and the addresses an endpoint record that
+// does not decode still says (decoded as the record is, each field
+// only when it holds a valid value): its pod may be running, and what
+// it holds must not be freed. It reports whether it read any.
+func (m *endpointMarks) salvage(s *snapshot, v []byte) bool {
+	var rec struct {
+		Spec struct {
+			Handle     json.RawMessage   `json:"handle"`
+			IPNetworks []json.RawMessage `json:"ipNetworks"`
+		} `json:"spec"`
+	}
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(v, &rec); err != nil && !errors.As(err, &typeErr) {
+		return false
+	}
+	found := false
+	var handle string
+	if json.Unmarshal(rec.Spec.Handle, &handle) == nil && handle != "" {
+		lo, hi := s.idx.group(handle)
+		for k := lo; k < hi; k++ {
+			m.handleNamed[k] = true
+		}
+		found = true
+	}
+	for _, r := range rec.Spec.IPNetworks {
+		var n string
+		if json.Unmarshal(r, &n) != nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(n)
+		if p, perr := netip.ParsePrefix(n); perr == nil {
+			ip, err = p.Addr(), nil
+		}
+		if err != nil {
+			continue
+		}
+		if cands := s.idx.containing(ip); len(cands) > 0 {
+			for _, i := range cands {
+				o, _ := s.blocks[s.idx.keys[i]].b.ordinal(ip)
+				m.ipNamed[i][o/64] |= 1 << (o % 64)
+			}
+		}
+		found = true
+	}
+	return found
 }
 
 // nameShared reads the endpoints again, at rev, for the names of those

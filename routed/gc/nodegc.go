@@ -229,4 +229,7 @@ func clusterGC(ctx context.Context, ds *datastore.Client, fence datastore.Fence,
 	if n := len(rep.Released) + len(rep.RemovedBlocks) + len(rep.RemovedAffinities) + len(rep.RemovedHandles); n > 0 {
 		log.WithFields(map[string]any{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC cleaned up")
 	}
+	if rep.Held != "" {
+		log.WithField("leaks", len(rep.Leaks)).Warn("IPAM GC freed no pod address: " + rep.Held)
+	}
 }

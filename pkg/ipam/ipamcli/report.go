@@ -102,6 +102,9 @@ func printCheck(out io.Writer, r *ipam.Report, grace time.Duration) {
 	if r.YoungLeaks > 0 {
 		fmt.Fprintf(out, "\n%d unused allocation(s) younger than %s not reported (pods may still be starting).\n", r.YoungLeaks, grace)
 	}
+	if r.Held != "" {
+		fmt.Fprintf(out, "\nGC frees no pod address now: %s.\n", r.Held)
+	}
 }
 
 // printGC writes what GC did.
@@ -134,6 +137,9 @@ func printGC(out io.Writer, r *ipam.Report) {
 	}
 	if r.YoungLeaks > 0 {
 		fmt.Fprintf(out, "%d unused allocation(s) are younger than the grace period and were left alone.\n", r.YoungLeaks)
+	}
+	if r.Held != "" {
+		fmt.Fprintf(out, "No pod address was freed: %s.\n", r.Held)
 	}
 }
 
