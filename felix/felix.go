@@ -145,7 +145,9 @@ func (l *loop) replace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, flows
 	l.policyReplace(rs, enc, func(r api.Resource) {
 		l.st.setResource(l.cfg.NodeName, r)
 		next.set(r)
-	}, func(name string, addrs []netip.Prefix, why error) { next.unreadableEndpoint(name, addrs, why) })
+	}, func(name string, known, read []netip.Prefix, why error) {
+		next.unreadableEndpoint(name, known, read, why)
+	})
 	flows.adopt(next)
 }
 

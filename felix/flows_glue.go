@@ -66,7 +66,7 @@ func (s *flowsState) set(r api.Resource) {
 		ep, err := policy.EndpointFromAPI(v, v.Spec.Node == s.node)
 		if err != nil {
 			// As the dataplane (endpointUnreadable).
-			s.unreadableEndpoint(api.StoreName(v), policy.RefusedEndpointAddrs(v), fmt.Errorf("refused: %w", err))
+			s.unreadableEndpoint(api.StoreName(v), nil, policy.RefusedEndpointAddrs(v), fmt.Errorf("refused: %w", err))
 		}
 		if err == nil {
 			_ = s.model.Update(func(c *policy.Calc) error {
@@ -110,25 +110,27 @@ func (s *flowsState) unreadable(k api.Kind, name string, why error) {
 // kind felix denies for.
 func (s *flowsState) unreadableUpdate(u feed.Update) {
 	if u.Kind == api.KindWorkloadEndpoint {
-		s.unreadableEndpoint(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
+		s.unreadableEndpoint(u.Name, nil, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
 		return
 	}
 	s.unreadable(u.Kind, u.Name, u.Unreadable)
 }
 
 // unreadableEndpoint gives the model the deny felix installs for an
-// unreadable WorkloadEndpoint (policy.Calc.SetUnreadableEndpoint), of
-// addrs and its previous version's addresses, in place of that version.
-func (s *flowsState) unreadableEndpoint(name string, addrs []netip.Prefix, why error) {
+// unreadable WorkloadEndpoint (policy.Calc.SetUnreadableEndpoint), in
+// place of its previous version: of known (felix's, when the model is
+// new) with the model's own, and read.
+func (s *flowsState) unreadableEndpoint(name string, known, read []netip.Prefix, why error) {
 	if s == nil {
 		return
 	}
+	known = slices.Clone(known)
 	_ = s.model.Update(func(c *policy.Calc) error {
-		addrs = append(c.EndpointAddrs(name), addrs...)
+		known = append(known, c.EndpointAddrs(name)...)
 		return nil
 	})
 	s.delete(api.KindWorkloadEndpoint, name)
-	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadableEndpoint(name, addrs, why) })
+	_ = s.model.Update(func(c *policy.Calc) error { return c.SetUnreadableEndpoint(name, known, read, why) })
 }
 
 func (s *flowsState) setStaged(p policy.StagedPolicy) {

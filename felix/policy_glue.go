@@ -70,9 +70,9 @@ func (l *loop) policySet(r api.Resource) {
 		return
 	}
 	delete(l.undecodable, policy.UnreadableKey(r.GetKind(), api.StoreName(r)))
-	var known []netip.Prefix // what an endpoint denied for had
+	var known []netip.Prefix // an endpoint's last readable version's
 	if r.GetKind() == api.KindWorkloadEndpoint {
-		known = l.policy.EndpointAddrs(api.StoreName(r))
+		known = l.knownAddrs(api.StoreName(r))
 	}
 	if l.policy.ClearUnreadable(r.GetKind(), api.StoreName(r)) {
 		defer l.noteUnreadable()
@@ -134,7 +134,7 @@ func (l *loop) policySet(r api.Resource) {
 	if w, ok := r.(*api.WorkloadEndpoint); ok && err != nil {
 		// Kept, its previous version would go on as the pod's; left
 		// out, its addresses would be no endpoint's: as unreadable.
-		l.endpointUnreadable(api.StoreName(w), append(known, policy.RefusedEndpointAddrs(w)...), fmt.Errorf("refused: %w", err))
+		l.endpointUnreadable(api.StoreName(w), known, policy.RefusedEndpointAddrs(w), fmt.Errorf("refused: %w", err))
 		l.noteUnreadable()
 		return
 	}
@@ -195,7 +195,7 @@ func (l *loop) policyDelete(k api.Kind, name string) {
 // without a policy dataplane it still gets them (the routes' state
 // needs them). bad gets each endpoint of enc that is unreadable, after
 // the policy's deny for it is in place (endpointUnreadable).
-func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, each func(api.Resource), bad func(name string, addrs []netip.Prefix, why error)) {
+func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded, each func(api.Resource), bad func(name string, known, read []netip.Prefix, why error)) {
 	if _, ok := rs[api.KindNode]; ok {
 		l.noteNodes(api.KindNode)
 	}
@@ -247,7 +247,7 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded,
 // does not decode, or names another object) fails closed
 // (endpointUnreadable), then goes to bad; a name whose value gave
 // nothing else goes, as in a decoded snapshot, which skips it.
-func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Resource), bad func(name string, addrs []netip.Prefix, why error)) {
+func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Resource), bad func(name string, known, read []netip.Prefix, why error)) {
 	if len(enc) == 0 {
 		return
 	}
@@ -261,9 +261,10 @@ func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Re
 			return
 		}
 		set[u.Name] = true
-		addrs := l.endpointUnreadable(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
+		known, read := l.knownAddrs(u.Name), policy.SalvageEndpointAddrs(u.Value)
+		l.endpointUnreadable(u.Name, known, read, u.Unreadable)
 		if bad != nil {
-			bad(u.Name, addrs, u.Unreadable)
+			bad(u.Name, known, read, u.Unreadable)
 		}
 	})
 	for _, e := range enc {

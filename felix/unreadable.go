@@ -83,7 +83,7 @@ func (l *loop) policyUnreadable(u feed.Update) {
 		l.hostUnreadable(u.Name, salvageHost(u.Name, u.Value), u.Unreadable)
 		return
 	case api.KindWorkloadEndpoint:
-		l.endpointUnreadable(u.Name, policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
+		l.endpointUnreadable(u.Name, l.knownAddrs(u.Name), policy.SalvageEndpointAddrs(u.Value), u.Unreadable)
 		return
 	}
 	if l.policy == nil || !slices.Contains(UnreadableKinds, u.Kind) {

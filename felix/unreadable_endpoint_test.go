@@ -68,6 +68,18 @@ func TestUnreadableEndpointKeepsItsDeny(t *testing.T) {
 	unreadable := feed.Update{Kind: api.KindWorkloadEndpoint, Name: name, Unreadable: fmt.Errorf("for the test"), Value: []byte(`{"spec":`)}
 	h.f.SetUnreadable(unreadable)
 	wait("unreadable after a readable version", "traffic from and to 10.65.1.6/32 at")
+	// Rewritten unreadable with other addresses: the last readable
+	// version's and the record's own, not those of earlier unreadable
+	// writes (freed, they may be another pod's now).
+	reading := func(addr string) feed.Update {
+		u := unreadable
+		u.Value = []byte(`{"spec":{"ipNetworks":["` + addr + `"],"ports":7}}`)
+		return u
+	}
+	h.f.SetUnreadable(reading("10.65.1.7/32"))
+	wait("unreadable, reading another address", "traffic from and to 10.65.1.6/32, 10.65.1.7/32 at")
+	h.f.SetUnreadable(reading("10.65.1.8/32"))
+	wait("unreadable, reading a third address", "traffic from and to 10.65.1.6/32, 10.65.1.8/32 at")
 	h.f.SetUnreadable(unreadable)
 	wait("unreadable again", "traffic from and to 10.65.1.6/32 at")
 	h.f.ReplaceEncoded(resources(), []feed.Encoded{feed.NewEncoded(api.KindWorkloadEndpoint, name, unreadable.Value, 4)})

@@ -67,8 +67,9 @@ type UnreadableRecord struct {
 	// workload endpoints".
 	Scope string `json:"scope"`
 	Error string `json:"error"`
-	// addrs are the addresses denied for an unreadable WorkloadEndpoint.
-	addrs []netip.Prefix
+	// known are the addresses of the last readable version of an
+	// unreadable WorkloadEndpoint (SetUnreadableEndpoint).
+	known []netip.Prefix
 }
 
 // Unreadable lists the records felix denies for, by kind and name.

@@ -22,28 +22,29 @@ import (
 // then has no rules and drops, which is what holds whatever the record
 // says. On top of that, until the record is set again or deleted, a
 // policy in UnreadableTier, before every tier, denies at every workload
-// endpoint the traffic from and to addrs: the addresses the record
-// salvaged (SalvageEndpointAddrs) with those known before (EndpointAddrs,
-// taken before removing the previous version: its addresses, or those
-// denied for it while it was unreadable), single addresses only. Other
-// traffic goes on to the next tier (UnreadableTier passes at its end).
-// With no address known, nothing more is denied here: a deny of all
-// traffic (or of 0.0.0.0/0) would let anyone who can write one endpoint
-// record (the CNI plugin's credentials) cut off every pod of the
-// cluster; the record is listed all the same.
-func (m *Manager) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
-	return m.calc.setUnreadableEndpoint(name, addrs, why)
+// endpoint the traffic from and to DeniableAddrs(known, read): known,
+// the addresses of the last version of it that was readable
+// (EndpointAddrs, taken before removing it; they are kept through
+// later unreadable versions), and read, those read from this record
+// (SalvageEndpointAddrs, RefusedEndpointAddrs). Other traffic goes on
+// to the next tier (UnreadableTier passes at its end). With no address
+// known, nothing more is denied here: a deny of all traffic (or of
+// 0.0.0.0/0) would let anyone who can write one endpoint record (the
+// CNI plugin's credentials) cut off every pod of the cluster; the
+// record is listed all the same.
+func (m *Manager) SetUnreadableEndpoint(name string, known, read []netip.Prefix, why error) error {
+	return m.calc.setUnreadableEndpoint(name, known, read, why)
 }
 
 // SetUnreadableEndpoint is Manager.SetUnreadableEndpoint for a model
 // (NewModel).
-func (c *Calc) SetUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
-	return c.setUnreadableEndpoint(name, addrs, why)
+func (c *Calc) SetUnreadableEndpoint(name string, known, read []netip.Prefix, why error) error {
+	return c.setUnreadableEndpoint(name, known, read, why)
 }
 
-// EndpointAddrs returns the addresses known of the workload endpoint
-// key: its own, or, while it is unreadable, those denied for it (nil
-// when there are none).
+// EndpointAddrs returns the addresses of the last readable version of
+// the workload endpoint key: its own while it is readable, those kept
+// for its deny while it is not (nil when there are none).
 func (m *Manager) EndpointAddrs(key string) []netip.Prefix { return m.calc.EndpointAddrs(key) }
 
 // EndpointAddrs is Manager.EndpointAddrs for a model.
@@ -51,10 +52,28 @@ func (c *Calc) EndpointAddrs(key string) []netip.Prefix {
 	if e := c.weps.get(key); e != nil {
 		return e.ipList()
 	}
-	return slices.Clone(c.unreadable[UnreadableKey(api.KindWorkloadEndpoint, key)].addrs)
+	return slices.Clone(c.unreadable[UnreadableKey(api.KindWorkloadEndpoint, key)].known)
 }
 
-func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why error) error {
+// DeniableAddrs is what the deny for an unreadable WorkloadEndpoint
+// covers of known and read: their single addresses (an IPv4-mapped one
+// as its IPv4 form), sorted, each once. A pod's addresses are single
+// addresses; a wider prefix (0.0.0.0/0 in a record anyone with the CNI
+// plugin's credentials can write) would deny for other pods, and is
+// left out.
+func DeniableAddrs(known, read []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range append(slices.Clone(known), read...) {
+		if !p.IsValid() || !p.IsSingleIP() {
+			continue
+		}
+		a := p.Addr().Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return slices.Compact(slices.SortedFunc(slices.Values(out), comparePrefix))
+}
+
+func (c *Calc) setUnreadableEndpoint(name string, known, read []netip.Prefix, why error) error {
 	key := UnreadableKey(api.KindWorkloadEndpoint, name)
 	msg := ""
 	if why != nil {
@@ -63,14 +82,11 @@ func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 	if c.unreadable == nil {
 		c.unreadable = map[string]UnreadableRecord{}
 	}
-	addrs = slices.Compact(slices.SortedFunc(slices.Values(addrs), comparePrefix))
-	// A pod's addresses are single addresses; a wider prefix (0.0.0.0/0
-	// in a record anyone with the CNI plugin's credentials can write)
-	// would deny for other pods, and is left out.
-	addrs = slices.DeleteFunc(addrs, func(p netip.Prefix) bool { return !p.IsSingleIP() })
+	known = slices.Clone(known)
+	addrs := DeniableAddrs(known, read)
 	if len(addrs) == 0 {
 		c.DeletePolicy(key)
-		c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
+		c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg, known: known,
 			Scope: "its own node's pod alone (its interface drops): no single address of it is known"}
 		return nil
 	}
@@ -105,8 +121,8 @@ func (c *Calc) setUnreadableEndpoint(name string, addrs []netip.Prefix, why erro
 	np.key = key
 	np.tier, np.order, np.name = UnreadableTier, math.Inf(-1), key
 	c.replacePolicy(key, np)
-	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg,
-		Scope: "traffic from and to " + strings.Join(names, ", ") + " at all workload endpoints", addrs: addrs}
+	c.unreadable[key] = UnreadableRecord{Kind: api.KindWorkloadEndpoint, Name: name, Error: msg, known: known,
+		Scope: "traffic from and to " + strings.Join(names, ", ") + " at all workload endpoints"}
 	return nil
 }
 

@@ -31,7 +31,7 @@ func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 	for _, a := range []netip.Addr{l.pods["c"].IPv4, l.pods["c"].IPv6} {
 		addrs = append(addrs, netip.PrefixFrom(a, a.BitLen()))
 	}
-	if err := l.m.SetUnreadableEndpoint(name, addrs, why); err != nil {
+	if err := l.m.SetUnreadableEndpoint(name, nil, addrs, why); err != nil {
 		t.Fatal(err)
 	}
 	l.apply()
@@ -49,7 +49,7 @@ func TestUnreadableEndpointDeniesItsAddresses(t *testing.T) {
 
 	// Its addresses unknown (and no previous version to take them
 	// from): nothing beyond its own node's pod, whose interface drops.
-	if err := l.m.SetUnreadableEndpoint(name, nil, why); err != nil {
+	if err := l.m.SetUnreadableEndpoint(name, nil, nil, why); err != nil {
 		t.Fatal(err)
 	}
 	l.apply()
@@ -78,7 +78,7 @@ func TestUnreadableEndpointLeavesHostEndpoints(t *testing.T) {
 	h.hep("node-eth1", "eth1", map[string]string{"role": "edge"}, api.DefaultAllowProfile)
 	open := []hp{hpass("x", "y", "tcp", 80), hpass("y", "x", "tcp", 80), hpass("x", "host", "tcp", 80), hpass("x", "a", "tcp", 8080)}
 	h.expect("a host endpoint with the default-allow profile", open...)
-	if err := h.m.SetUnreadableEndpoint("node2-k8s-dev-x-eth0", []netip.Prefix{netip.MustParsePrefix("10.99.0.1/32"), netip.MustParsePrefix("fd00:99::1/128")}, errors.New("for the test")); err != nil {
+	if err := h.m.SetUnreadableEndpoint("node2-k8s-dev-x-eth0", nil, []netip.Prefix{netip.MustParsePrefix("10.99.0.1/32"), netip.MustParsePrefix("fd00:99::1/128")}, errors.New("for the test")); err != nil {
 		t.Fatal(err)
 	}
 	h.apply()

@@ -40,7 +40,7 @@ func TestSalvageEndpointAddrs(t *testing.T) {
 	}
 	// What is salvaged compiles into the deny, both families.
 	c := NewCalc(newRecSink(), LogConfig{})
-	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("fd00::1/128")}, nil); err != nil {
+	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", nil, []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("fd00::1/128")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.1/32, fd00::1/128 at all workload endpoints" {
@@ -48,17 +48,20 @@ func TestSalvageEndpointAddrs(t *testing.T) {
 	}
 	// A prefix wider than one address is left out: it would deny for
 	// other pods (0.0.0.0/0: all of them).
-	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("::/0")}, nil); err != nil {
+	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", nil, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("::/0")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.unreadableList(); len(got) != 1 || got[0].Scope != "traffic from and to 10.0.0.2/32 at all workload endpoints" {
 		t.Errorf("unreadable list with wide prefixes %+v", got)
 	}
-	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, nil); err != nil {
+	if err := c.SetUnreadableEndpoint("n-k8s-ns-p-eth0", nil, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.unreadableList(); len(got) != 1 || !strings.Contains(got[0].Scope, "no single address of it is known") {
 		t.Errorf("unreadable list with 0.0.0.0/0 alone %+v", got)
+	}
+	if got := DeniableAddrs([]netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.3/128")}, []netip.Prefix{netip.MustParsePrefix("10.0.0.3/32"), {}}); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.0.0.3/32")}) {
+		t.Errorf("DeniableAddrs of an IPv4-mapped address and its IPv4 form: %v, want 10.0.0.3/32 once", got)
 	}
 	if _, ok := c.policies[UnreadableKey("WorkloadEndpoint", "n-k8s-ns-p-eth0")]; ok {
 		t.Error("a deny stands for an endpoint whose only address is 0.0.0.0/0")

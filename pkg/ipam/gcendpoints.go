@@ -179,6 +179,7 @@ func (m *endpointMarks) salvage(s *snapshot, v []byte) bool {
 		if err != nil {
 			continue
 		}
+		ip = ip.Unmap() // as felix reads it
 		if cands := s.idx.containing(ip); len(cands) > 0 {
 			for _, i := range cands {
 				o, _ := s.blocks[s.idx.keys[i]].b.ordinal(ip)

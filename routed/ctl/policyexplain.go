@@ -172,7 +172,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 			}
 			if k == api.KindWorkloadEndpoint {
 				addrs := policy.SalvageEndpointAddrs(cr.Value)
-				if err := m.SetUnreadableEndpoint(cr.Name, addrs, cr.Err); err != nil {
+				if err := m.SetUnreadableEndpoint(cr.Name, nil, addrs, cr.Err); err != nil {
 					fmt.Fprintf(warn, "warning: %s %s does not decode, or names another object, and no deny stands for it: %v\n", k, cr.Name, err)
 					continue
 				}
@@ -197,7 +197,7 @@ func explain(ctx context.Context, out io.Writer, ds *datastore.Client, st *statu
 				if w, ok := r.(*api.WorkloadEndpoint); ok {
 					// As felix: denied for, as unreadable.
 					addrs := policy.RefusedEndpointAddrs(w)
-					if err := m.SetUnreadableEndpoint(api.StoreName(w), addrs, fmt.Errorf("refused: %w", err)); err != nil {
+					if err := m.SetUnreadableEndpoint(api.StoreName(w), nil, addrs, fmt.Errorf("refused: %w", err)); err != nil {
 						fmt.Fprintf(warn, "warning: %s %s is refused, and no deny stands for it: %v\n", r.GetKind(), api.StoreName(r), err)
 						continue
 					}
