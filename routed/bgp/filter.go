@@ -3,9 +3,9 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	api "github.com/osrg/gobgp/v4/api"
 )
@@ -72,50 +72,56 @@ func (s *Speaker) SetFilters(f map[netip.Addr]PeerFilters) {
 
 const filterPolicyPrefix = "routed-filter-"
 
-// filterKey describes filters for change detection.
-func filterKey(f map[netip.Addr]PeerFilters) string {
-	addrs := make([]netip.Addr, 0, len(f))
-	for a := range f {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	var b strings.Builder
-	for _, a := range addrs {
-		fmt.Fprintf(&b, "%s %v %v;", a, f[a].Import, f[a].Export)
-	}
-	return b.String()
+// peerFilterKey describes one session's filters for change detection.
+func peerFilterKey(pf PeerFilters) string { return fmt.Sprintf("%v %v", pf.Import, pf.Export) }
+
+// installedFilters is what applyFilters installed for one session: its
+// filters' key and its GoBGP policies and defined sets.
+type installedFilters struct {
+	key      string
+	policies []string
+	sets     []*api.DefinedSet
 }
 
 // applyFilters installs one global policy per session and direction with
 // a statement per rule, limited to that session by a neighbor set. GoBGP
 // stops at the first statement that accepts or rejects, which is
-// BGPFilter's first-match rule. The policies are re-installed when they
-// change, or when routed's own policies were added after them (they
-// must come after routed's own), and the sessions are soft-reset so routes already
-// exchanged are judged again.
+// BGPFilter's first-match rule. A session's policies are replaced only
+// when its filters change, so the other sessions are never without
+// theirs (one coming up meanwhile got its first routes unfiltered,
+// and a soft reset sent before GoBGP marks it established does
+// nothing). All are re-installed when routed's own policies were added
+// after them (reorder: they must come after routed's own) or the
+// interfaces' subnets changed. The sessions whose filters changed are
+// soft-reset so routes already exchanged are judged again.
 func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
 	subnets := interfaceSubnets(want)
-	key := filterKey(want) + fmt.Sprint(subnets)
-	if key == s.filterKey && !reorder {
-		return nil
+	all := reorder || fmt.Sprint(subnets) != s.filterSubnets
+	if s.filters == nil {
+		s.filters = map[netip.Addr]*installedFilters{}
 	}
-	for _, name := range s.filterPolicies {
-		for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
-			_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
-				Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}}})
+	changed := map[netip.Addr]bool{}
+	for a, inst := range s.filters {
+		pf, ok := want[a]
+		if ok && !all && inst.key == peerFilterKey(pf) {
+			continue
 		}
-		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
+		s.removeFilters(ctx, inst)
+		delete(s.filters, a)
+		changed[a] = true
 	}
-	for _, set := range s.filterSets {
-		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: set, All: true})
-	}
-	s.filterPolicies, s.filterSets = nil, nil
 	addrs := make([]netip.Addr, 0, len(want))
 	for a := range want {
 		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range addrs {
+		if _, ok := s.filters[a]; ok {
+			continue // unchanged
+		}
+		inst := &installedFilters{key: peerFilterKey(want[a])}
+		s.filters[a] = inst
+		changed[a] = true
 		for _, d := range []struct {
 			name  string
 			dir   api.PolicyDirection
@@ -125,13 +131,22 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 				continue
 			}
 			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
-			if err := s.addFilterPolicy(ctx, name, a, d.dir, d.rules, subnets); err != nil {
+			if err := s.addFilterPolicy(ctx, inst, name, a, d.dir, d.rules, subnets); err != nil {
+				// Installed again, and its sessions reset, at the next
+				// reconcile.
+				for c := range changed {
+					if inst, ok := s.filters[c]; ok {
+						inst.key = ""
+					}
+				}
 				return err
 			}
 		}
 	}
-	s.filterKey = key
-	for a := range want {
+	s.filterSubnets = fmt.Sprint(subnets)
+	for _, a := range slices.SortedFunc(maps.Keys(changed), netip.Addr.Compare) {
+		pf := want[a]
+		s.log.WithFields(map[string]any{"peer": a.String(), "importRules": len(pf.Import), "exportRules": len(pf.Export)}).Info("BGPFilter rules of the session changed")
 		if _, ok := s.applied[a]; ok {
 			_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_BOTH})
 		}
@@ -139,12 +154,26 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	return nil
 }
 
-func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule, subnets map[string][]string) error {
+// removeFilters deletes what applyFilters installed for one session.
+func (s *Speaker) removeFilters(ctx context.Context, inst *installedFilters) {
+	for _, name := range inst.policies {
+		for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+			_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+				Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}}})
+		}
+		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
+	}
+	for _, set := range inst.sets {
+		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: set, All: true})
+	}
+}
+
+func (s *Speaker) addFilterPolicy(ctx context.Context, inst *installedFilters, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule, subnets map[string][]string) error {
 	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{hostPrefix(peer)}}
 	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: nset, Replace: true}); err != nil {
 		return fmt.Errorf("bgp: filter %s: %w", name, err)
 	}
-	s.filterSets = append(s.filterSets, nset)
+	inst.sets = append(inst.sets, nset)
 	var stmts []*api.Statement
 	for i, r := range rules {
 		base := fmt.Sprintf("%s-%d", name, i)
@@ -156,14 +185,14 @@ func (s *Speaker) addFilterPolicy(ctx context.Context, name string, peer netip.A
 			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
 				return fmt.Errorf("bgp: filter %s: %w", base, err)
 			}
-			s.filterSets = append(s.filterSets, set)
+			inst.sets = append(inst.sets, set)
 		}
 		stmts = append(stmts, rs...)
 	}
 	if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
 		return fmt.Errorf("bgp: filter %s: %w", name, err)
 	}
-	s.filterPolicies = append(s.filterPolicies, name)
+	inst.policies = append(inst.policies, name)
 	err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 		Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
 	}})

@@ -1,0 +1,92 @@
+//go:build !race
+
+package bgp
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/routed-net/routed/internal/testenv"
+	"github.com/routed-net/routed/routed/bgp/bgptest"
+)
+
+// TestFilterChangeLeavesOtherSessions: a BGPFilter added for one session
+// leaves another session's filter installed as it was (before, every
+// session's filter was deleted and added again, and a session coming up
+// in between got its first routes unfiltered: a fresh-clone run's
+// TestBGPFilterMatchesAndOperations saw it), and the filtered session
+// still gets only what its filter lets through.
+func TestFilterChangeLeavesOtherSessions(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	var logs *test.Hook
+	a := l.speakerWith(1, 64512, func(c *Config) {
+		logger, h := test.NewNullLogger()
+		logger.SetLevel(logrus.InfoLevel)
+		c.Log, logs = logger.WithField("node", 1), h
+	})
+	c, d := l.speaker(3, 65000), l.speaker(4, 65001)
+	toC, toD := l.peerOf(c, 65000, PeerTypeGlobal), l.peerOf(d, 65001, PeerTypeGlobal)
+	toC.LocalAddress, toD.LocalAddress = a.addr, a.addr
+	c.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	kept, refused := netip.MustParsePrefix("10.65.1.0/26"), netip.MustParsePrefix("10.65.9.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: refused, State: AffinityConfirmed}, false)
+	rejectRefused := PeerFilters{Export: []FilterRule{{Op: "Equal", CIDR: refused}}}
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rejectRefused})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+	changed := func(peer netip.Addr) int {
+		n := 0
+		for _, e := range logs.AllEntries() {
+			if e.Message == "BGPFilter rules of the session changed" && e.Data["peer"] == peer.String() {
+				n++
+			}
+		}
+		return n
+	}
+	if changed(c.addr) != 1 {
+		t.Fatalf("c's filter was applied %d times, want once", changed(c.addr))
+	}
+
+	// d gets a filter and a session: c's filter stays as it was.
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rejectRefused, d.addr: rejectRefused})
+	a.sp.SetPeers([]Peer{toC, toD})
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		if changed(d.addr) >= 1 {
+			return ""
+		}
+		return "d's filter was never applied"
+	})
+	if n := changed(c.addr); n != 1 {
+		var lines []string
+		for _, e := range logs.AllEntries() {
+			lines = append(lines, e.Message)
+		}
+		t.Fatalf("adding d's filter applied c's again (%d times in all): %s", n, strings.Join(lines, "; "))
+	}
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("d never got a's block: %v", err)
+	}
+	// A block a claims now reaches each after anything a sent it before.
+	later := netip.MustParsePrefix("10.65.3.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
+	for _, n := range []*testNode{c, d} {
+		if err := n.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
+			t.Fatalf("%s never got a's later block: %v", n.addr, err)
+		}
+	}
+	for _, n := range []*testNode{c, d} {
+		if _, ok := n.sink.Routes()[refused]; ok {
+			t.Errorf("%s got %s, which its filter rejects", n.addr, refused)
+		}
+	}
+}
