@@ -2,10 +2,12 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	api "github.com/osrg/gobgp/v4/api"
 )
@@ -72,8 +74,18 @@ func (s *Speaker) SetFilters(f map[netip.Addr]PeerFilters) {
 
 const filterPolicyPrefix = "routed-filter-"
 
-// peerFilterKey describes one session's filters for change detection.
-func peerFilterKey(pf PeerFilters) string { return fmt.Sprintf("%v %v", pf.Import, pf.Export) }
+// peerFilterKey describes one session's filters for change detection:
+// its rules and the subnets of the interfaces they name.
+func peerFilterKey(pf PeerFilters, subnets map[string][]string) string {
+	var ifaces []string
+	for _, r := range append(slices.Clone(pf.Import), pf.Export...) {
+		if r.Interface != "" {
+			ifaces = append(ifaces, r.Interface+"="+fmt.Sprint(subnets[r.Interface]))
+		}
+	}
+	slices.Sort(ifaces)
+	return fmt.Sprintf("%v %v %v", pf.Import, pf.Export, slices.Compact(ifaces))
+}
 
 // installedFilters is what applyFilters installed for one session: its
 // filters' key and its GoBGP policies and defined sets.
@@ -87,23 +99,33 @@ type installedFilters struct {
 // a statement per rule, limited to that session by a neighbor set. GoBGP
 // stops at the first statement that accepts or rejects, which is
 // BGPFilter's first-match rule. A session's policies are replaced only
-// when its filters change, so the other sessions are never without
-// theirs (one coming up meanwhile got its first routes unfiltered,
-// and a soft reset sent before GoBGP marks it established does
-// nothing). All are re-installed when routed's own policies were added
-// after them (reorder: they must come after routed's own) or the
-// interfaces' subnets changed. The sessions whose filters changed are
-// soft-reset so routes already exchanged are judged again.
+// when its rules, or the subnets of the interfaces they name, change:
+// the other sessions are never without theirs (one coming up meanwhile
+// got its first routes unfiltered, and a soft reset sent before GoBGP
+// marks it established does nothing). When routed's own policies were
+// added after them (reorder), the filters are moved behind them in one
+// step (moveFiltersLast). The sessions whose filters changed or moved
+// are soft-reset so routes already exchanged are judged again.
 func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
 	subnets := interfaceSubnets(want)
-	all := reorder || fmt.Sprint(subnets) != s.filterSubnets
 	if s.filters == nil {
 		s.filters = map[netip.Addr]*installedFilters{}
 	}
-	changed := map[netip.Addr]bool{}
+	changed, reset := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	if reorder {
+		moved, err := s.moveFiltersLast(ctx)
+		if err != nil {
+			return err
+		}
+		if moved {
+			for a := range s.filters {
+				reset[a] = true
+			}
+		}
+	}
 	for a, inst := range s.filters {
 		pf, ok := want[a]
-		if ok && !all && inst.key == peerFilterKey(pf) {
+		if ok && inst.key == peerFilterKey(pf, subnets) {
 			continue
 		}
 		s.removeFilters(ctx, inst)
@@ -115,11 +137,12 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
+	var errs []error
 	for _, a := range addrs {
 		if _, ok := s.filters[a]; ok {
 			continue // unchanged
 		}
-		inst := &installedFilters{key: peerFilterKey(want[a])}
+		inst := &installedFilters{key: peerFilterKey(want[a], subnets)}
 		s.filters[a] = inst
 		changed[a] = true
 		for _, d := range []struct {
@@ -132,26 +155,64 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 			}
 			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
 			if err := s.addFilterPolicy(ctx, inst, name, a, d.dir, d.rules, subnets); err != nil {
-				// Installed again, and its sessions reset, at the next
-				// reconcile.
-				for c := range changed {
-					if inst, ok := s.filters[c]; ok {
-						inst.key = ""
-					}
-				}
-				return err
+				inst.key = "" // incomplete: installed again at the next reconcile
+				errs = append(errs, err)
+				break
 			}
 		}
 	}
-	s.filterSubnets = fmt.Sprint(subnets)
-	for _, a := range slices.SortedFunc(maps.Keys(changed), netip.Addr.Compare) {
+	for a := range changed {
 		pf := want[a]
-		s.log.WithFields(map[string]any{"peer": a.String(), "importRules": len(pf.Import), "exportRules": len(pf.Export)}).Info("BGPFilter rules of the session changed")
+		s.log.WithFields(map[string]any{"peer": a.String(), "importRules": len(pf.Import), "exportRules": len(pf.Export)}).Info("BGPFilter rules of the session applied")
+		reset[a] = true
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(reset), netip.Addr.Compare) {
 		if _, ok := s.applied[a]; ok {
 			_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_BOTH})
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// moveFiltersLast puts the filters' policies behind routed's own in
+// GoBGP's global import and export lists, each list replaced in one
+// step (the filters stay in force throughout), and reports whether
+// either changed.
+func (s *Speaker) moveFiltersLast(ctx context.Context) (bool, error) {
+	moved := false
+	for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+		var cur *api.PolicyAssignment
+		err := s.srv().ListPolicyAssignment(ctx, &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir}, func(a *api.PolicyAssignment) { cur = a })
+		if err != nil {
+			return moved, fmt.Errorf("bgp: list the global policies: %w", err)
+		}
+		if cur == nil {
+			continue
+		}
+		var own, filters []*api.Policy
+		for _, p := range cur.Policies {
+			if strings.HasPrefix(p.Name, filterPolicyPrefix) {
+				filters = append(filters, &api.Policy{Name: p.Name})
+			} else {
+				own = append(own, &api.Policy{Name: p.Name})
+			}
+		}
+		ordered := append(own, filters...)
+		same := true
+		for i, p := range ordered {
+			same = same && p.Name == cur.Policies[i].Name
+		}
+		if same {
+			continue
+		}
+		err = s.srv().SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: dir, Policies: ordered, DefaultAction: cur.DefaultAction}})
+		if err != nil {
+			return moved, fmt.Errorf("bgp: put the filters behind routed's own policies: %w", err)
+		}
+		moved = true
+	}
+	return moved, nil
 }
 
 // removeFilters deletes what applyFilters installed for one session.

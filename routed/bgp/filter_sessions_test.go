@@ -47,7 +47,7 @@ func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 	changed := func(peer netip.Addr) int {
 		n := 0
 		for _, e := range logs.AllEntries() {
-			if e.Message == "BGPFilter rules of the session changed" && e.Data["peer"] == peer.String() {
+			if e.Message == "BGPFilter rules of the session applied" && e.Data["peer"] == peer.String() {
 				n++
 			}
 		}
@@ -88,5 +88,58 @@ func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 		if _, ok := n.sink.Routes()[refused]; ok {
 			t.Errorf("%s got %s, which its filter rejects", n.addr, refused)
 		}
+	}
+}
+
+// TestFilterStaysWhileOwnPoliciesAreAdded: a peer that needs a policy of
+// routed's own (keepOriginalNextHop) added after a session's filter is
+// installed moves the filter behind it in one step; the filter is not
+// removed and added again, and still applies.
+func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	var logs *test.Hook
+	a := l.speakerWith(1, 64512, func(c *Config) {
+		logger, h := test.NewNullLogger()
+		logger.SetLevel(logrus.InfoLevel)
+		c.Log, logs = logger.WithField("node", 1), h
+	})
+	c, d := l.speaker(3, 65000), l.speaker(4, 65001)
+	toC, toD := l.peerOf(c, 65000, PeerTypeGlobal), l.peerOf(d, 65001, PeerTypeGlobal)
+	toC.LocalAddress, toD.LocalAddress = a.addr, a.addr
+	toD.KeepOriginalNextHop = true // routed's keep-next-hop policy, made now
+	c.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	kept, refused := netip.MustParsePrefix("10.66.1.0/26"), netip.MustParsePrefix("10.66.9.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: refused, State: AffinityConfirmed}, false)
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: {Export: []FilterRule{{Op: "Equal", CIDR: refused}}}})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+	count := func(msg string) int {
+		n := 0
+		for _, e := range logs.AllEntries() {
+			if e.Message == msg && e.Data["peer"] == c.addr.String() {
+				n++
+			}
+		}
+		return n
+	}
+	a.sp.SetPeers([]Peer{toC, toD})
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(refused, a.addr)); err != nil {
+		t.Fatalf("d (no filter) never got %s: %v", refused, err)
+	}
+	if n := count("BGPFilter rules of the session applied"); n != 1 {
+		t.Fatalf("c's filter was applied %d times, want once: adding a peer with a policy of routed's own re-installed it", n)
+	}
+	later := netip.MustParsePrefix("10.66.3.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
+		t.Fatalf("c never got a's later block: %v", err)
+	}
+	if _, ok := c.sink.Routes()[refused]; ok {
+		t.Errorf("c got %s, which its filter rejects", refused)
 	}
 }

@@ -111,7 +111,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport = nil, nil, nil, nil, nil
 		s.noAdvMark, s.noAdvertiseOn = nil, false
-		s.filters, s.filterSubnets = nil, ""
+		s.filters = nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
 	}
 	addrs := s.listenAddrs(g)

@@ -52,11 +52,10 @@ type Speaker struct {
 	applied   map[netip.Addr]Peer
 	paths     map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
 	pathAttrs map[netip.Prefix]string    // prefix -> next hop and communities it was sent with
-	// BGPFilter policies installed, by session, and the interface
-	// subnets they were made with (filter.go); ownPolicyAdded says
-	// routed's own policies were added after them (they must come first).
+	// BGPFilter policies installed, by session (filter.go);
+	// ownPolicyAdded says routed's own policies were added after them
+	// (they must come first).
 	filters        map[netip.Addr]*installedFilters
-	filterSubnets  string
 	ownPolicyAdded bool
 	keepNH         []string
 	selfNH         []string       // peers with next hop self
