@@ -24,17 +24,7 @@ import (
 func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
-	var logs *test.Hook
-	a := l.speakerWith(1, 64512, func(c *Config) {
-		logger, h := test.NewNullLogger()
-		logger.SetLevel(logrus.InfoLevel)
-		c.Log, logs = logger.WithField("node", 1), h
-	})
-	c, d := l.speaker(3, 65000), l.speaker(4, 65001)
-	toC, toD := l.peerOf(c, 65000, PeerTypeGlobal), l.peerOf(d, 65001, PeerTypeGlobal)
-	toC.LocalAddress, toD.LocalAddress = a.addr, a.addr
-	c.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
-	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	a, logs, c, d, toC, toD := filterLab(l)
 	kept, refused := netip.MustParsePrefix("10.65.1.0/26"), netip.MustParsePrefix("10.65.9.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: refused, State: AffinityConfirmed}, false)
@@ -98,18 +88,8 @@ func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
-	var logs *test.Hook
-	a := l.speakerWith(1, 64512, func(c *Config) {
-		logger, h := test.NewNullLogger()
-		logger.SetLevel(logrus.InfoLevel)
-		c.Log, logs = logger.WithField("node", 1), h
-	})
-	c, d := l.speaker(3, 65000), l.speaker(4, 65001)
-	toC, toD := l.peerOf(c, 65000, PeerTypeGlobal), l.peerOf(d, 65001, PeerTypeGlobal)
-	toC.LocalAddress, toD.LocalAddress = a.addr, a.addr
+	a, logs, c, d, toC, toD := filterLab(l)
 	toD.KeepOriginalNextHop = true // routed's keep-next-hop policy, made now
-	c.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
-	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
 	kept, refused := netip.MustParsePrefix("10.66.1.0/26"), netip.MustParsePrefix("10.66.9.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: refused, State: AffinityConfirmed}, false)
@@ -142,4 +122,21 @@ func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	if _, ok := c.sink.Routes()[refused]; ok {
 		t.Errorf("c got %s, which its filter rejects", refused)
 	}
+}
+
+// filterLab is speaker a (AS 64512, its log kept) with eBGP peers c and
+// d (AS 65000, 65001) that peer with it, and a's sessions to them (not
+// set yet).
+func filterLab(l *loopLab) (a *testNode, logs *test.Hook, c, d *testNode, toC, toD Peer) {
+	a = l.speakerWith(1, 64512, func(cfg *Config) {
+		logger, h := test.NewNullLogger()
+		logger.SetLevel(logrus.InfoLevel)
+		cfg.Log, logs = logger.WithField("node", 1), h
+	})
+	c, d = l.speaker(3, 65000), l.speaker(4, 65001)
+	toC, toD = l.peerOf(c, 65000, PeerTypeGlobal), l.peerOf(d, 65001, PeerTypeGlobal)
+	toC.LocalAddress, toD.LocalAddress = a.addr, a.addr
+	c.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	return a, logs, c, d, toC, toD
 }
