@@ -114,13 +114,15 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	changed, reset := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	if reorder {
 		moved, err := s.moveFiltersLast(ctx)
-		if err != nil {
-			return err
-		}
 		if moved {
 			for a := range s.filters {
 				reset[a] = true
 			}
+		}
+		if err != nil {
+			s.ownPolicyAdded = true // moved again at the next reconcile
+			s.resetFilterSessions(ctx, reset)
+			return err
 		}
 	}
 	for a, inst := range s.filters {
@@ -155,23 +157,38 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 			}
 			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
 			if err := s.addFilterPolicy(ctx, inst, name, a, d.dir, d.rules, subnets); err != nil {
-				inst.key = "" // incomplete: installed again at the next reconcile
+				// Installed again (and only then reset: judged again
+				// now, its routes would pass unfiltered) at the next
+				// reconcile.
+				inst.key = ""
+				delete(changed, a)
 				errs = append(errs, err)
 				break
 			}
 		}
 	}
-	for a := range changed {
+	for _, a := range slices.SortedFunc(maps.Keys(changed), netip.Addr.Compare) {
 		pf := want[a]
 		s.log.WithFields(map[string]any{"peer": a.String(), "importRules": len(pf.Import), "exportRules": len(pf.Export)}).Info("BGPFilter rules of the session applied")
 		reset[a] = true
 	}
-	for _, a := range slices.SortedFunc(maps.Keys(reset), netip.Addr.Compare) {
+	for a, inst := range s.filters {
+		if inst.key == "" {
+			delete(reset, a)
+		}
+	}
+	s.resetFilterSessions(ctx, reset)
+	return errors.Join(errs...)
+}
+
+// resetFilterSessions soft-resets the established sessions among
+// addrs, so that their routes are judged again by their filters.
+func (s *Speaker) resetFilterSessions(ctx context.Context, addrs map[netip.Addr]bool) {
+	for _, a := range slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare) {
 		if _, ok := s.applied[a]; ok {
 			_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_BOTH})
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // moveFiltersLast puts the filters' policies behind routed's own in

@@ -3,11 +3,15 @@
 package bgp
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	api "github.com/osrg/gobgp/v4/api"
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
@@ -114,6 +118,21 @@ func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	if n := count("BGPFilter rules of the session applied"); n != 1 {
 		t.Fatalf("c's filter was applied %d times, want once: adding a peer with a policy of routed's own re-installed it", n)
 	}
+	// The keep-next-hop policy sits before the filter in the export list.
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		var names []string
+		err := a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT},
+			func(pa *api.PolicyAssignment) {
+				for _, p := range pa.Policies {
+					names = append(names, p.Name)
+				}
+			})
+		keep, filter := slices.Index(names, keepNHPolicy), slices.Index(names, filterPolicyPrefix+"export-"+c.addr.String())
+		if err == nil && keep >= 0 && filter > keep {
+			return ""
+		}
+		return fmt.Sprintf("global export policies %v (%v): want %s before c's filter", names, err, keepNHPolicy)
+	})
 	later := netip.MustParsePrefix("10.66.3.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
