@@ -155,23 +155,27 @@ func SalvageEndpointAddrs(raw []byte) []netip.Prefix {
 			return nil
 		}
 	}
-	var out []netip.Prefix
-	for _, r := range rec.Spec.IPNetworks {
-		p, ok := salvagePrefix(r)
-		if !ok {
-			return nil
+	nets := make([]string, len(rec.Spec.IPNetworks))
+	for i, r := range rec.Spec.IPNetworks {
+		if json.Unmarshal(r, &nets[i]) != nil {
+			return nil // not a string: an address it cannot read
 		}
-		out = append(out, p)
 	}
-	return out
+	return endpointNets(nets)
 }
 
 // RefusedEndpointAddrs is SalvageEndpointAddrs for an endpoint that
 // decodes but that felix refuses (SetWorkloadEndpoint): its
 // ipNetworks, or none when one of them cannot be read.
 func RefusedEndpointAddrs(w *api.WorkloadEndpoint) []netip.Prefix {
+	return endpointNets(w.Spec.IPNetworks)
+}
+
+// endpointNets reads an endpoint's ipNetworks (endpointNet), or none
+// when one of them cannot be read.
+func endpointNets(nets []string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, n := range w.Spec.IPNetworks {
+	for _, n := range nets {
 		p, ok := endpointNet(n)
 		if !ok {
 			return nil
@@ -179,15 +183,6 @@ func RefusedEndpointAddrs(w *api.WorkloadEndpoint) []netip.Prefix {
 		out = append(out, p)
 	}
 	return out
-}
-
-// salvagePrefix reads one JSON string holding an address or a prefix.
-func salvagePrefix(r json.RawMessage) (netip.Prefix, bool) {
-	var s string
-	if json.Unmarshal(r, &s) != nil {
-		return netip.Prefix{}, false
-	}
-	return endpointNet(s)
 }
 
 // endpointNet reads an address or a prefix of an endpoint's
