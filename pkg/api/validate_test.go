@@ -826,3 +826,42 @@ func TestIsNodeWorkloadEndpointName(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint's node is read back from its name, for every node name a
+// dash can be doubled in, and a name without a node part says so.
+func TestWorkloadEndpointNode(t *testing.T) {
+	for _, node := range []string{"a", "a-b", "a--b", "node-1.example.com", "x-y-z"} {
+		name := api.WorkloadEndpointName(node, "k8s", "ns-1", "pod-2", "", "eth0")
+		got, ok := api.WorkloadEndpointNode(name)
+		if !ok || got != node {
+			t.Errorf("WorkloadEndpointNode(%q) = %q, %v; want %q", name, got, ok, node)
+		}
+		if !api.IsNodeWorkloadEndpointName(name, got) {
+			t.Errorf("%q is not an endpoint name of node %q", name, got)
+		}
+	}
+	for _, name := range []string{"", "-a", "nodash", "a--b"} {
+		if got, ok := api.WorkloadEndpointNode(name); ok {
+			t.Errorf("WorkloadEndpointNode(%q) = %q, true; want no node", name, got)
+		}
+	}
+}
+
+// A record that does not decode still names its container when its
+// containerID is a string, whatever else is wrong with it.
+func TestSalvageEndpointContainer(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"spec": {"containerID": "c1", "ports": 1}}`:    "c1",
+		`{"spec": {"ports": 1, "containerID": "c2"}}`:    "c2",
+		`{"metadata": 7, "spec": {"containerID": "c3"}}`: "c3",
+		`{"spec": {"containerID": 5}}`:                   "",
+		`{"spec": []}`:                                   "",
+		`{"spec": {"containerID": "c4"`:                  "",
+		`not json`:                                       "",
+		`{}`:                                             "",
+	} {
+		if got := api.SalvageEndpointContainer([]byte(raw)); got != want {
+			t.Errorf("SalvageEndpointContainer(%s) = %q, want %q", raw, got, want)
+		}
+	}
+}

@@ -107,6 +107,28 @@ func IsNodeWorkloadEndpointName(name, node string) bool {
 	return strings.HasPrefix(name, p) && !strings.HasPrefix(name, p+"-")
 }
 
+// WorkloadEndpointNode reads the node from an endpoint's name (the part
+// before the first single '-', with '--' read as '-'), as
+// WorkloadEndpointName wrote it. ok is false for a name that has no
+// such part. It serves records that do not decode: a stored endpoint's
+// name always starts with its node's (see Validate).
+func WorkloadEndpointNode(name string) (node string, ok bool) {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		if name[i] != '-' {
+			b.WriteByte(name[i])
+			continue
+		}
+		if i+1 < len(name) && name[i+1] == '-' {
+			b.WriteByte('-')
+			i++
+			continue
+		}
+		return b.String(), b.Len() > 0
+	}
+	return "", false
+}
+
 // Validate implements Resource.
 func (w *WorkloadEndpoint) Validate() error {
 	var v errs

@@ -198,9 +198,11 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 			g.Go("flows sender", supervise.Restart, n.flows.runSender)
 		}
 		if cfg.IPAMGCPeriod > 0 {
+			gm := gc.NewMetrics()
+			n.reg.MustRegister(gm.Collectors()...)
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
 				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Period: cfg.IPAMGCPeriod,
-					Grace: cfg.IPAMGCGrace, Held: n.held, Leading: &n.gcLeading})
+					Grace: cfg.IPAMGCGrace, Held: n.held, Leading: &n.gcLeading, Metrics: gm})
 			})
 		}
 	}

@@ -31,6 +31,8 @@ type Config struct {
 	Held func() bool
 	// Leading is set while this node is the elected cluster GC node.
 	Leading *atomic.Bool
+	// Metrics, when set, get each cluster-wide pass's findings.
+	Metrics *Metrics
 }
 
 // Run runs both passes every Period until ctx ends, and returns once the
@@ -44,9 +46,12 @@ func Run(ctx context.Context, c Config) error {
 		runAsLeader(ctx, c.DS, gcElection, c.Node, func(ctx context.Context, fence datastore.Fence) {
 			c.Leading.Store(true)
 			defer c.Leading.Store(false)
+			defer c.Metrics.observe(nil)
 			every(ctx, c.Period, func() {
 				if !c.Held() {
-					clusterGC(ctx, c.DS, fence, c.Grace)
+					if rep := clusterGC(ctx, c.DS, fence, c.Grace); rep != nil {
+						c.Metrics.observe(rep)
+					}
 					// What the pass read is garbage now: hand it back
 					// to the kernel at once, not over the scavenger's
 					// minutes, so the elected node's anonymous memory

@@ -101,14 +101,13 @@ func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
 	var suspects []suspect
 	_, err = g.ds.Pages(ctx, datastore.KindPrefix(api.KindWorkloadEndpoint), rev, endpointsPage, func(kvs []*mvccpb.KeyValue) error {
 		for _, kv := range kvs {
-			var w api.WorkloadEndpoint
-			if err := json.Unmarshal(kv.Value, &w); err != nil {
-				log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping unreadable record")
+			name, node, ok := endpointNode(kv)
+			if !ok {
 				continue
 			}
-			referred[w.Spec.Node] = true
-			if !live[w.Spec.Node] {
-				suspects = append(suspects, suspect{name: w.Metadata.Name, node: w.Spec.Node, rev: kv.ModRevision})
+			referred[node] = true
+			if !live[node] {
+				suspects = append(suspects, suspect{name: name, node: node, rev: kv.ModRevision})
 			}
 		}
 		return nil
@@ -187,6 +186,27 @@ func (g *nodeGC) run(ctx context.Context) (map[string]bool, error) {
 	return gone, nil
 }
 
+// endpointNode reads an endpoint record's name and node. A record that
+// does not decode is its deleted node's all the same: its node is read
+// from its name, which every stored endpoint's starts with. Such a
+// record would otherwise stay for ever after its node is gone, and
+// with it every node's deny of its addresses (felix fails closed on
+// it). ok is false, with a warning, only for a record whose key names
+// no node.
+func endpointNode(kv *mvccpb.KeyValue) (name, node string, ok bool) {
+	_, name, _ = datastore.ParseKey(string(kv.Key))
+	var w api.WorkloadEndpoint
+	err := json.Unmarshal(kv.Value, &w)
+	if err == nil && w.Spec.Node != "" {
+		return name, w.Spec.Node, name != ""
+	}
+	if node, ok = api.WorkloadEndpointNode(name); !ok {
+		log.WithError(err).WithField("key", string(kv.Key)).Warn("skipping an unreadable endpoint record: its name names no node")
+		return "", "", false
+	}
+	return name, node, true
+}
+
 func (g *nodeGC) readMissing(ctx context.Context) (map[string]missingKV, error) {
 	cctx, cancel := g.ds.Ctx(ctx)
 	defer cancel()
@@ -213,18 +233,18 @@ func (g *nodeGC) putMissing(ctx context.Context, node string, since time.Time) e
 
 // clusterGC removes what deleted nodes left, then frees leaks, all under
 // the leader's fence.
-func clusterGC(ctx context.Context, ds *datastore.Client, fence datastore.Fence, grace time.Duration) {
+func clusterGC(ctx context.Context, ds *datastore.Client, fence datastore.Fence, grace time.Duration) *ipam.Report {
 	g := &nodeGC{ds: ds, fence: fence, grace: grace, now: time.Now}
 	gone, err := g.run(ctx)
 	if err != nil {
 		log.WithError(err).Warn("node GC failed")
-		return
+		return nil
 	}
 	ic := ipam.New(ds, ipam.WithFence(fence), ipam.WithReclaimable(func(n string) bool { return gone[n] }))
 	rep, err := ic.GC(ctx, grace)
 	if err != nil {
 		log.WithError(err).Warn("IPAM GC failed")
-		return
+		return nil
 	}
 	if n := len(rep.Released) + len(rep.RemovedBlocks) + len(rep.RemovedAffinities) + len(rep.RemovedHandles); n > 0 {
 		log.WithFields(map[string]any{"released": len(rep.Released), "blocks": len(rep.RemovedBlocks)}).Info("IPAM GC cleaned up")
@@ -232,4 +252,5 @@ func clusterGC(ctx context.Context, ds *datastore.Client, fence datastore.Fence,
 	if rep.Held != "" {
 		log.WithField("leaks", len(rep.Leaks)).Warn("IPAM GC freed no pod address: " + rep.Held)
 	}
+	return rep
 }

@@ -245,3 +245,63 @@ func TestLeaderDeposedMidGC(t *testing.T) {
 		t.Errorf("the leak must still be there: %+v, %v", rep, err)
 	}
 }
+
+// An endpoint record that does not decode goes with its node: the node
+// is read from its name. Before, the pass skipped it, and it stayed for
+// ever (and with it every node's deny of its addresses). One of a live
+// node stays, as does one whose name names no node.
+func TestNodeGCRemovesUnreadableEndpoints(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	ctx := context.Background()
+	for _, n := range []string{"live-1", "gone-1"} {
+		if _, err := noderecord.Register(ctx, ds, n, noderecord.Addresses{V4: netip.MustParsePrefix("10.0.0.5/24")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := map[string]string{
+		"live-1": api.WorkloadEndpointName("live-1", "k8s", "default", "w", "", "eth0"),
+		"gone-1": api.WorkloadEndpointName("gone-1", "k8s", "default", "w", "", "eth0"),
+		"none":   "nonode",
+	}
+	for _, name := range names {
+		if _, err := ds.Etcd().Put(ctx, datastore.Key(api.KindWorkloadEndpoint, name), `{"spec": {"ports": 1`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ds.Delete(ctx, api.KindNode, "gone-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	grace := time.Hour
+	t0 := time.Now()
+	fence, _ := elect(t, ds, gcElection+"-unreadable", "a")
+	g := &nodeGC{ds: ds, fence: fence, grace: grace, now: func() time.Time { return t0 }}
+	if gone, err := g.run(ctx); err != nil || len(gone) != 0 {
+		t.Fatalf("first pass: gone %v, %v", gone, err)
+	}
+	if !rawExists(t, ds, names["gone-1"]) {
+		t.Fatal("unreadable endpoint of a node missing for 0s removed")
+	}
+	g.now = func() time.Time { return t0.Add(grace) }
+	gone, err := g.run(ctx)
+	if err != nil || !gone["gone-1"] || len(gone) != 1 {
+		t.Fatalf("second pass: gone %v, %v; want gone-1", gone, err)
+	}
+	if rawExists(t, ds, names["gone-1"]) {
+		t.Error("unreadable endpoint of a node gone for the grace period kept")
+	}
+	for _, n := range []string{"live-1", "none"} {
+		if !rawExists(t, ds, names[n]) {
+			t.Errorf("unreadable endpoint %s removed", names[n])
+		}
+	}
+}
+
+func rawExists(t *testing.T, ds *datastore.Client, name string) bool {
+	t.Helper()
+	resp, err := ds.Etcd().Get(context.Background(), datastore.Key(api.KindWorkloadEndpoint, name), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count > 0
+}
