@@ -93,7 +93,8 @@ func (e *EndpointDel) Observe(key string, kv *mvccpb.KeyValue) error {
 	}
 	r, err := datastore.Decode(api.KindWorkloadEndpoint, kv.Value, kv.ModRevision)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", key, err)
+		e.rev, e.ours = kv.ModRevision, UnreadableEndpointIsOurs(kv.Value, e.containerID)
+		return nil
 	}
 	wep, ok := r.(*api.WorkloadEndpoint)
 	if !ok {
@@ -101,4 +102,16 @@ func (e *EndpointDel) Observe(key string, kv *mvccpb.KeyValue) error {
 	}
 	e.rev, e.ours = kv.ModRevision, wep.Spec.ContainerID == e.containerID
 	return nil
+}
+
+// UnreadableEndpointIsOurs decides whether an endpoint record that does
+// not decode is containerID's, for its DEL: unless it still names
+// another container (a newer sandbox of the same pod), it is. The name
+// is this pod interface's, and a DEL that failed on the record instead
+// would fail for ever: the pod would never be torn down, its address
+// never released. Deleting it takes the pod's endpoint off every node,
+// as the DEL means to.
+func UnreadableEndpointIsOurs(raw []byte, containerID string) bool {
+	id := api.SalvageEndpointContainer(raw)
+	return id == "" || id == containerID
 }

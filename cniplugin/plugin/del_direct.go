@@ -4,7 +4,9 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/routed-net/routed/cniplugin/ipamcore"
 	"github.com/routed-net/routed/pkg/api"
@@ -37,6 +39,10 @@ func (p *Plugin) delDirect(ctx context.Context, c *call) error {
 			wep, rev, err = l.readEndpoint(ctx, name)
 		} else {
 			wep, err = getEndpoint(ctx, store, name)
+		}
+		if u, urev, ok := unreadableEndpoint(name, args.ContainerID, err); ok {
+			c.log.WithError(err).Warnf("WorkloadEndpoint %s does not decode; it is taken as container %s's and deleted with it", name, u.Spec.ContainerID)
+			wep, rev, err = u, urev, nil
 		}
 	}
 	c.tm.mark("read")
@@ -75,6 +81,24 @@ func (p *Plugin) delDirect(ctx context.Context, c *call) error {
 	}
 	c.tm.mark("ipam")
 	return nil
+}
+
+// unreadableEndpoint stands in for an endpoint record that does not
+// decode (err from reading it), for DEL: its container is the one it
+// still names, or else the DEL's (UnreadableEndpointIsOurs), and its
+// revision the record's, so that it is deleted only as it was read.
+func unreadableEndpoint(name, containerID string, err error) (*api.WorkloadEndpoint, int64, bool) {
+	var ce *datastore.CorruptError
+	if !errors.As(err, &ce) || ce.Revision == 0 {
+		return nil, 0, false
+	}
+	if !ipamcore.UnreadableEndpointIsOurs(ce.Value, containerID) {
+		containerID = api.SalvageEndpointContainer(ce.Value)
+	}
+	return &api.WorkloadEndpoint{
+		Metadata: api.ObjectMeta{Name: name, ResourceVersion: strconv.FormatInt(ce.Revision, 10)},
+		Spec:     api.WorkloadEndpointSpec{ContainerID: containerID},
+	}, ce.Revision, true
 }
 
 // readEndpoint reads this attachment's endpoint and its revision (nil

@@ -35,7 +35,7 @@ func decode(k api.Kind, kv []byte, rev int64) (api.Resource, error) {
 		return nil, err
 	}
 	if err := json.Unmarshal(kv, r); err != nil {
-		return nil, &CorruptError{Kind: k, Revision: rev, Err: err}
+		return nil, &CorruptError{Kind: k, Revision: rev, Value: kv, Err: err}
 	}
 	r.Meta().ResourceVersion = strconv.FormatInt(rev, 10)
 	return r, nil
@@ -157,7 +157,8 @@ func (c *Client) Apply(ctx context.Context, r api.Resource) (api.Resource, error
 // resourceVersion deletes one, each at the revision it was read at.
 type CorruptError struct {
 	Kind     api.Kind
-	Revision int64 // the record's ModRevision
+	Revision int64  // the record's ModRevision
+	Value    []byte // the stored bytes, when read (what can be salvaged)
 	Err      error
 }
 
