@@ -63,14 +63,17 @@ func wholeGCRead(ctx context.Context, c *Client) (int, error) {
 		clientv3.OpGet(ipamConfigKey()),
 		reservationsOp(),
 		clientv3.OpGet(datastore.KindPrefix(api.KindNode), clientv3.WithPrefix()),
-		clientv3.OpGet(datastore.KindPrefix(api.KindWorkloadEndpoint), clientv3.WithPrefix()))
+		clientv3.OpGet(datastore.KindPrefix(api.KindWorkloadEndpoint), clientv3.WithPrefix()),
+		clientv3.OpGet(blockPrefix, clientv3.WithPrefix())) // the blocks, apart from their summaries since layout 2
 	if err != nil {
 		return 0, err
 	}
 	r := resp.Responses
 	s := &snapshot{rev: resp.Header.Revision, blocks: map[string]blockKV{}, affs: map[string]affKV{}, handles: map[string]handleKV{}}
-	for _, kv := range r[0].GetResponseRange().Kvs {
-		s.addIPAM(string(kv.Key), kv)
+	for _, i := range []int{0, 6} {
+		for _, kv := range r[i].GetResponseRange().Kvs {
+			s.addIPAM(string(kv.Key), kv)
+		}
 	}
 	s.addNodes(r[4].GetResponseRange().Kvs)
 	var weps []*api.WorkloadEndpoint
