@@ -94,12 +94,14 @@ docs:
 # bench runs the benchmarks side by side with their baselines in the same
 # run (ratios are reported as custom metrics); see docs/benchmarks.md.
 # Each package gets an iteration count that makes its numbers meaningful:
-# IPAM measures a rate, the others sample latencies inside one iteration.
+# IPAM measures a rate, the others sample latencies or memory inside one
+# iteration (a GC pass in a process of its own, a whole layout move).
 BENCH = ROUTED_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -timeout 30m
 bench: deps build
 	@[ "$$(id -u)" = 0 ] || { echo "make bench needs root (network namespaces)"; exit 1; }
 	{ $(BENCH) -bench . -benchtime 3x ./felix/routetable/ && \
-	  $(BENCH) -bench . -benchtime 2000x ./pkg/ipam/ && \
+	  $(BENCH) -bench 'AutoAssign|ReleaseByHandle|DecodeBorrowed' -benchtime 2000x ./pkg/ipam/ && \
+	  $(BENCH) -bench 'GCHeap|LayoutMove' -benchtime 1x ./pkg/ipam/ ./routed/gc/ && \
 	  $(BENCH) -bench . -benchtime 1x ./routed/bgp/bench/ && \
 	  $(BENCH) -bench . -benchtime 1x ./tests/cni/ && \
 	  $(BENCH) -bench . -benchtime 1x ./tests/ipamload/ && \
