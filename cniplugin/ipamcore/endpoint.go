@@ -105,13 +105,13 @@ func (e *EndpointDel) Observe(key string, kv *mvccpb.KeyValue) error {
 }
 
 // UnreadableEndpointIsOurs decides whether an endpoint record that does
-// not decode is containerID's, for its DEL: unless it still names
-// another container (a newer sandbox of the same pod), it is. The name
-// is this pod interface's, and a DEL that failed on the record instead
-// would fail for ever: the pod would never be torn down, its address
-// never released. Deleting it takes the pod's endpoint off every node,
-// as the DEL means to.
+// not decode is containerID's, for its DEL: only when it still names
+// that container. A DEL that failed on the record instead would fail
+// for ever (the pod never torn down, its address never released). One
+// naming no container it can read is not taken as ours: it could be a
+// newer sandbox's of the same pod (same endpoint name, same host veth
+// name), which a retried DEL of the old one would take down. It stays,
+// and the DEL goes on without it (routedctl delete removes it).
 func UnreadableEndpointIsOurs(raw []byte, containerID string) bool {
-	id := api.SalvageEndpointContainer(raw)
-	return id == "" || id == containerID
+	return api.SalvageEndpointContainer(raw) == containerID && containerID != ""
 }

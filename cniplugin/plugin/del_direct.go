@@ -41,7 +41,7 @@ func (p *Plugin) delDirect(ctx context.Context, c *call) error {
 			wep, err = getEndpoint(ctx, store, name)
 		}
 		if u, urev, ok := unreadableEndpoint(name, args.ContainerID, err); ok {
-			c.log.WithError(err).Warnf("WorkloadEndpoint %s does not decode; it is taken as container %s's and deleted with it", name, u.Spec.ContainerID)
+			c.log.WithError(err).Warnf("WorkloadEndpoint %s does not decode; taken as container %q's", name, u.Spec.ContainerID)
 			wep, rev, err = u, urev, nil
 		}
 	}
@@ -84,16 +84,16 @@ func (p *Plugin) delDirect(ctx context.Context, c *call) error {
 }
 
 // unreadableEndpoint stands in for an endpoint record that does not
-// decode (err from reading it), for DEL: its container is the one it
-// still names, or else the DEL's (UnreadableEndpointIsOurs), and its
-// revision the record's, so that it is deleted only as it was read.
+// decode (err from reading it), for DEL: it is the DEL's container's
+// only when it still names it (UnreadableEndpointIsOurs), and its
+// revision is the record's, so that it is deleted only as it was read.
 func unreadableEndpoint(name, containerID string, err error) (*api.WorkloadEndpoint, int64, bool) {
 	var ce *datastore.CorruptError
 	if !errors.As(err, &ce) || ce.Revision == 0 {
 		return nil, 0, false
 	}
 	if !ipamcore.UnreadableEndpointIsOurs(ce.Value, containerID) {
-		containerID = api.SalvageEndpointContainer(ce.Value)
+		containerID = "(unreadable) " + api.SalvageEndpointContainer(ce.Value)
 	}
 	return &api.WorkloadEndpoint{
 		Metadata: api.ObjectMeta{Name: name, ResourceVersion: strconv.FormatInt(ce.Revision, 10)},

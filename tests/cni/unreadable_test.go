@@ -12,12 +12,13 @@ import (
 )
 
 // TestDelUnreadableEndpoint: a DEL whose WorkloadEndpoint record does
-// not decode tears the pod down all the same (veth, addresses, the
-// record), on each path a DEL takes: host-local IPAM, routed-ipam in
-// process, and through routed. Before, each failed on the record, and
-// the runtime's retries failed for ever: the pod stayed, its address
-// held. A record that still names another container (a newer sandbox
-// of the same pod) is left to it.
+// not decode tears the pod down all the same (veth, addresses, and the
+// record when it still names the DEL's container), on each path a DEL
+// takes: host-local IPAM, routed-ipam in process, and through routed.
+// Before, each failed on the record, and the runtime's retries failed
+// for ever: the pod stayed, its address held. A record that names
+// another container (a newer sandbox of the same pod), or none it can
+// read, is left.
 func TestDelUnreadableEndpoint(t *testing.T) {
 	n := newNode(t)
 	n.createPool(t, "unreadable", "10.86.0.0/24", 26)
@@ -65,14 +66,25 @@ func TestDelUnreadableEndpoint(t *testing.T) {
 		n.assertClean(t, "hl-net", res.IPs[0].Address.IP)
 	})
 	ri := confList(t, "ri-net", "1.1.0", n.routedIPAMConf(nil))
-	t.Run("routed-ipam in process, not JSON", func(t *testing.T) {
+	t.Run("routed-ipam in process, naming no container", func(t *testing.T) {
+		// Not JSON: it could be a newer sandbox's, so it stays; the DEL
+		// still succeeds and frees its own address.
 		p := newPod(t, "ri")
-		res := n.mustAdd(ri, p.rt())
-		delGone(t, ri, p, corrupt(t, p, `not json`))
-		n.assertClean(t, "none", res.IPs[0].Address.IP)
-		if u := n.inUse(t); u != 0 {
-			t.Errorf("%d addresses still allocated", u)
+		n.mustAdd(ri, p.rt())
+		key := corrupt(t, p, `not json`)
+		if err := n.del(ri, p.rt()); err != nil {
+			t.Fatalf("DEL: %v\n%s", err, n.logTail())
 		}
+		if !stored(t, key) {
+			t.Fatal("DEL deleted a record that names no container it can read")
+		}
+		if u := n.inUse(t); u != 0 {
+			t.Errorf("DEL kept %d addresses of its own container", u)
+		}
+		if _, err := n.store.Etcd().Delete(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		n.assertCleanRoutedIPAM(t)
 	})
 	t.Run("routed-ipam in process, a newer sandbox's", func(t *testing.T) {
 		p := newPod(t, "newer")
@@ -105,5 +117,22 @@ func TestDelUnreadableEndpoint(t *testing.T) {
 		if u := n.inUse(t); u != 0 {
 			t.Errorf("%d addresses still allocated", u)
 		}
+		// A newer sandbox's: routed's release leaves it, and says so.
+		q := newPod(t, "via-newer")
+		n.mustAdd(ri, q.rt())
+		key := corrupt(t, q, `{"spec": {"containerID": "newer-sandbox", "ports": 1}}`)
+		if err := n.del(ri, q.rt()); err != nil {
+			t.Fatalf("DEL: %v\n%s", err, n.logTail())
+		}
+		if !stored(t, key) {
+			t.Fatal("routed's DEL deleted the record of another container")
+		}
+		if u := n.inUse(t); u != 0 {
+			t.Errorf("DEL kept %d addresses of its own container", u)
+		}
+		if _, err := n.store.Etcd().Delete(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		n.assertCleanRoutedIPAM(t)
 	})
 }
