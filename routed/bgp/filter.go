@@ -2,7 +2,6 @@ package bgp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -87,100 +86,6 @@ func peerFilterKey(pf PeerFilters, subnets map[string][]string) string {
 	return fmt.Sprintf("%v %v %v", pf.Import, pf.Export, slices.Compact(ifaces))
 }
 
-// installedFilters is what applyFilters installed for one session: its
-// filters' key and its GoBGP policies and defined sets.
-type installedFilters struct {
-	key      string
-	policies []string
-	sets     []*api.DefinedSet
-}
-
-// applyFilters installs one global policy per session and direction with
-// a statement per rule, limited to that session by a neighbor set. GoBGP
-// stops at the first statement that accepts or rejects, which is
-// BGPFilter's first-match rule. A session's policies are replaced only
-// when its rules, or the subnets of the interfaces they name, change:
-// the other sessions are never without theirs (one coming up meanwhile
-// got its first routes unfiltered, and a soft reset sent before GoBGP
-// marks it established does nothing). When routed's own policies were
-// added after them (reorder), the filters are moved behind them in one
-// step (moveFiltersLast). The sessions whose filters changed or moved
-// are soft-reset so routes already exchanged are judged again.
-func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
-	subnets := interfaceSubnets(want)
-	if s.filters == nil {
-		s.filters = map[netip.Addr]*installedFilters{}
-	}
-	changed, reset := map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	if reorder {
-		moved, err := s.moveFiltersLast(ctx)
-		if moved {
-			for a := range s.filters {
-				reset[a] = true
-			}
-		}
-		if err != nil {
-			s.ownPolicyAdded = true // moved again at the next reconcile
-			s.resetFilterSessions(ctx, reset)
-			return err
-		}
-	}
-	for a, inst := range s.filters {
-		pf, ok := want[a]
-		if ok && inst.key == peerFilterKey(pf, subnets) {
-			continue
-		}
-		s.removeFilters(ctx, inst)
-		delete(s.filters, a)
-		changed[a] = true
-	}
-	addrs := make([]netip.Addr, 0, len(want))
-	for a := range want {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	var errs []error
-	for _, a := range addrs {
-		if _, ok := s.filters[a]; ok {
-			continue // unchanged
-		}
-		inst := &installedFilters{key: peerFilterKey(want[a], subnets)}
-		s.filters[a] = inst
-		changed[a] = true
-		for _, d := range []struct {
-			name  string
-			dir   api.PolicyDirection
-			rules []FilterRule
-		}{{"import", api.PolicyDirection_POLICY_DIRECTION_IMPORT, want[a].Import}, {"export", api.PolicyDirection_POLICY_DIRECTION_EXPORT, want[a].Export}} {
-			if len(d.rules) == 0 {
-				continue
-			}
-			name := fmt.Sprintf("%s%s-%s", filterPolicyPrefix, d.name, a)
-			if err := s.addFilterPolicy(ctx, inst, name, a, d.dir, d.rules, subnets); err != nil {
-				// Installed again (and only then reset: judged again
-				// now, its routes would pass unfiltered) at the next
-				// reconcile.
-				inst.key = ""
-				delete(changed, a)
-				errs = append(errs, err)
-				break
-			}
-		}
-	}
-	for _, a := range slices.SortedFunc(maps.Keys(changed), netip.Addr.Compare) {
-		pf := want[a]
-		s.log.WithFields(map[string]any{"peer": a.String(), "importRules": len(pf.Import), "exportRules": len(pf.Export)}).Info("BGPFilter rules of the session applied")
-		reset[a] = true
-	}
-	for a, inst := range s.filters {
-		if inst.key == "" {
-			delete(reset, a)
-		}
-	}
-	s.resetFilterSessions(ctx, reset)
-	return errors.Join(errs...)
-}
-
 // resetFilterSessions soft-resets the established sessions among
 // addrs, so that their routes are judged again by their filters.
 func (s *Speaker) resetFilterSessions(ctx context.Context, addrs map[netip.Addr]bool) {
@@ -230,52 +135,4 @@ func (s *Speaker) moveFiltersLast(ctx context.Context) (bool, error) {
 		moved = true
 	}
 	return moved, nil
-}
-
-// removeFilters deletes what applyFilters installed for one session.
-func (s *Speaker) removeFilters(ctx context.Context, inst *installedFilters) {
-	for _, name := range inst.policies {
-		for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
-			_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
-				Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}}})
-		}
-		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
-	}
-	for _, set := range inst.sets {
-		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: set, All: true})
-	}
-}
-
-func (s *Speaker) addFilterPolicy(ctx context.Context, inst *installedFilters, name string, peer netip.Addr, dir api.PolicyDirection, rules []FilterRule, subnets map[string][]string) error {
-	nset := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{hostPrefix(peer)}}
-	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: nset, Replace: true}); err != nil {
-		return fmt.Errorf("bgp: filter %s: %w", name, err)
-	}
-	inst.sets = append(inst.sets, nset)
-	var stmts []*api.Statement
-	for i, r := range rules {
-		base := fmt.Sprintf("%s-%d", name, i)
-		if r.Interface != "" && len(subnets[r.Interface]) == 0 {
-			continue // no interface matches: the rule matches no route
-		}
-		rs, sets := ruleStatements(base, name, r, subnets[r.Interface])
-		for _, set := range sets {
-			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-				return fmt.Errorf("bgp: filter %s: %w", base, err)
-			}
-			inst.sets = append(inst.sets, set)
-		}
-		stmts = append(stmts, rs...)
-	}
-	if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
-		return fmt.Errorf("bgp: filter %s: %w", name, err)
-	}
-	inst.policies = append(inst.policies, name)
-	err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-	}})
-	if err != nil {
-		return fmt.Errorf("bgp: filter %s assignment: %w", name, err)
-	}
-	return nil
 }

@@ -4,10 +4,12 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,7 +129,8 @@ func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 					names = append(names, p.Name)
 				}
 			})
-		keep, filter := slices.Index(names, keepNHPolicy), slices.Index(names, filterPolicyPrefix+"export-"+c.addr.String())
+		keep := slices.Index(names, keepNHPolicy)
+		filter := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(n, filterPolicyPrefix+"export-"+c.addr.String()+"-g") })
 		if err == nil && keep >= 0 && filter > keep {
 			return ""
 		}
@@ -140,6 +143,89 @@ func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	}
 	if _, ok := c.sink.Routes()[refused]; ok {
 		t.Errorf("c got %s, which its filter rejects", refused)
+	}
+}
+
+// TestFilterFailureKeepsLastFilters: filters that fail to install leave
+// the session's last installed ones in force (before, the old ones were
+// deleted first and the session ran unfiltered), hold back a new
+// session that would start without them, and hold back nothing else
+// (before, no session at all was added or changed while one filter
+// failed); once they install, both sessions get them.
+func TestFilterFailureKeepsLastFilters(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, logs, c, d, toC, toD := filterLab(l)
+	e := l.speaker(5, 65002)
+	toE := l.peerOf(e, 65002, PeerTypeGlobal)
+	toE.LocalAddress = a.addr
+	e.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
+	kept, refused := netip.MustParsePrefix("10.67.1.0/26"), netip.MustParsePrefix("10.67.9.0/26")
+	other := netip.MustParsePrefix("10.67.5.0/26")
+	aff := func(p netip.Prefix, deleted bool) {
+		a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: p, State: AffinityConfirmed}, deleted)
+	}
+	aff(kept, false)
+	aff(refused, false)
+	rejectRefused := PeerFilters{Export: []FilterRule{{Op: "Equal", CIDR: refused}}}
+	rejectOther := PeerFilters{Export: []FilterRule{{Op: "Equal", CIDR: other}}}
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rejectRefused})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+
+	var failing atomic.Bool
+	failing.Store(true)
+	fail := func(p netip.Addr) error {
+		if failing.Load() && (p == c.addr || p == d.addr) {
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	a.sp.failFilter.Store(&fail)
+	// c's next filters would let refused through; neither they nor d's
+	// install. e has none.
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rejectOther, d.addr: rejectRefused})
+	a.sp.SetPeers([]Peer{toC, toD, toE})
+	if err := e.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(refused, a.addr)); err != nil {
+		t.Fatalf("e (no filter) never came up while c's and d's filters failed: %v", err)
+	}
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
+		for _, en := range logs.AllEntries() {
+			if en.Message == "BGP session not started: its BGPFilter rules could not be installed" && en.Data["peer"] == d.addr.String() {
+				return ""
+			}
+		}
+		return "d's session was not reported held back"
+	})
+	// refused, withdrawn and announced again, is judged by c's last
+	// installed filters: still refused. A block announced after it
+	// reaches c after it.
+	aff(refused, true)
+	if err := e.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(refused)); err != nil {
+		t.Fatal(err)
+	}
+	aff(refused, false)
+	later := netip.MustParsePrefix("10.67.3.0/26")
+	aff(later, false)
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
+		t.Fatalf("c never got a's later block: %v", err)
+	}
+	if _, ok := c.sink.Routes()[refused]; ok {
+		t.Fatalf("c got %s while its new filters failed to install: its last ones were not in force", refused)
+	}
+
+	// Installs work again: d comes up with its filter, c gets its new one.
+	failing.Store(false)
+	if err := d.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(later, a.addr)); err != nil {
+		t.Fatalf("d never came up once its filter installed: %v", err)
+	}
+	if _, ok := d.sink.Routes()[refused]; ok {
+		t.Errorf("d got %s, which its filter rejects", refused)
+	}
+	if err := c.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(refused, a.addr)); err != nil {
+		t.Fatalf("c's new filters (which accept %s) never took over: %v", refused, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/google/uuid"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
@@ -63,12 +64,27 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// other way round, a route an import Reject refuses reached the
 	// RouteSink until the filter's soft reset (TestBirdBGPFilterIPv6
 	// under -race saw it).
+	// Filters that fail to install hold back only their own session,
+	// and only one not up yet (up, it keeps its last filters): the
+	// other sessions are applied all the same.
 	reorder := s.ownPolicyAdded
 	s.ownPolicyAdded = false
-	if err := s.applyFilters(ctx, w.filters, reorder); err != nil {
-		return 0, err
+	filterErr := s.applyFilters(ctx, w.filters, reorder)
+	peers := w.peers
+	if filterErr != nil {
+		subnets := interfaceSubnets(w.filters)
+		peers = slices.DeleteFunc(slices.Clone(w.peers), func(p Peer) bool {
+			if s.unfiltered(p.Address, w.filters, subnets) {
+				s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")
+				return true
+			}
+			return false
+		})
 	}
-	return 0, s.applyPeers(ctx, w.peers)
+	if err := s.applyPeers(ctx, peers); err != nil {
+		return 0, errors.Join(filterErr, err)
+	}
+	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
 }
 
 // ribFamilies are the address families of GoBGP's RIBs: IPv4 and IPv6

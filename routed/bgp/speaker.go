@@ -56,17 +56,20 @@ type Speaker struct {
 	// ownPolicyAdded says routed's own policies were added after them
 	// (they must come first).
 	filters        map[netip.Addr]*installedFilters
+	filterGen      uint64 // last generation of filter names (filterinstall.go)
 	ownPolicyAdded bool
-	keepNH         []string
-	selfNH         []string       // peers with next hop self
-	noExport       []netip.Prefix // CIDRs kept from every peer
-	ownOnly        []string       // eBGP peers limited to our own routes
-	emptyPath      []string       // eBGP peers whose empty AS paths are dropped
-	noAdvMark      []string       // peers whose routes are marked NO_ADVERTISE
-	noAdvertiseOn  bool           // the NO_ADVERTISE export policy is installed
-	restartUntil   time.Time
-	runStart       time.Time
-	markerFailed   bool // the restart marker could not be written (said once)
+	// failFilter, set by tests, fails installing a session's filters.
+	failFilter    atomic.Pointer[func(peer netip.Addr) error]
+	keepNH        []string
+	selfNH        []string       // peers with next hop self
+	noExport      []netip.Prefix // CIDRs kept from every peer
+	ownOnly       []string       // eBGP peers limited to our own routes
+	emptyPath     []string       // eBGP peers whose empty AS paths are dropped
+	noAdvMark     []string       // peers whose routes are marked NO_ADVERTISE
+	noAdvertiseOn bool           // the NO_ADVERTISE export policy is installed
+	restartUntil  time.Time
+	runStart      time.Time
+	markerFailed  bool // the restart marker could not be written (said once)
 
 	// view is what status readers may see of the loop's state.
 	mu   sync.Mutex
