@@ -6,8 +6,9 @@ import (
 	"github.com/routed-net/routed/pkg/ipam"
 )
 
-// Metrics are what the cluster-wide pass says of itself, on the
-// elected node (0 on the others).
+// Metrics are what the last completed cluster-wide pass said of itself,
+// on the elected node (0 on the others; a failed or skipped pass leaves
+// the last values).
 type Metrics struct {
 	held  prometheus.Gauge
 	leaks prometheus.Gauge
@@ -18,9 +19,9 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	return &Metrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routed_ipam_gc_held",
-			Help: "1 while the last cluster-wide IPAM GC pass freed no pod address because a WorkloadEndpoint record that does not decode names neither a handle nor an address (its pod may hold any of them; `routedctl ipam check` names it), else 0. Only the elected GC node sets it."}),
+			Help: "1 while the last completed cluster-wide IPAM GC pass freed no pod address because a WorkloadEndpoint record that does not decode names neither a handle nor an address (its pod may hold any of them; `routedctl ipam check` names it), else 0. Only the elected GC node sets it."}),
 		leaks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routed_ipam_gc_leaks",
-			Help: "Leaked allocations older than the grace period the last cluster-wide IPAM GC pass found (freed, unless routed_ipam_gc_held is 1). Only the elected GC node sets it."}),
+			Help: "Leaked allocations older than the grace period the last completed cluster-wide IPAM GC pass found (freed, unless routed_ipam_gc_held is 1). Only the elected GC node sets it."}),
 	}
 }
 
