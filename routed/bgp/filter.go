@@ -132,6 +132,9 @@ func (s *Speaker) moveFiltersLast(ctx context.Context) (bool, error) {
 		if err != nil {
 			return moved, fmt.Errorf("bgp: put the filters behind routed's own policies: %w", err)
 		}
+		if h := s.assignedHook.Load(); h != nil {
+			(*h)()
+		}
 		moved = true
 	}
 	return moved, nil

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,15 +41,7 @@ func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
 		t.Fatalf("c never got a's block: %v", err)
 	}
-	changed := func(peer netip.Addr) int {
-		n := 0
-		for _, e := range logs.AllEntries() {
-			if e.Message == "BGPFilter rules of the session applied" && e.Data["peer"] == peer.String() {
-				n++
-			}
-		}
-		return n
-	}
+	changed := func(peer netip.Addr) int { return logCount(logs, "BGPFilter rules of the session applied", peer) }
 	if changed(c.addr) != 1 {
 		t.Fatalf("c's filter was applied %d times, want once", changed(c.addr))
 	}
@@ -104,15 +97,7 @@ func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
 		t.Fatalf("c never got a's block: %v", err)
 	}
-	count := func(msg string) int {
-		n := 0
-		for _, e := range logs.AllEntries() {
-			if e.Message == msg && e.Data["peer"] == c.addr.String() {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(msg string) int { return logCount(logs, msg, c.addr) }
 	a.sp.SetPeers([]Peer{toC, toD})
 	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(refused, a.addr)); err != nil {
 		t.Fatalf("d (no filter) never got %s: %v", refused, err)
@@ -192,10 +177,8 @@ func TestFilterFailureKeepsLastFilters(t *testing.T) {
 		t.Fatalf("e (no filter) never came up while c's and d's filters failed: %v", err)
 	}
 	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() string {
-		for _, en := range logs.AllEntries() {
-			if en.Message == "BGP session not started: its BGPFilter rules could not be installed" && en.Data["peer"] == d.addr.String() {
-				return ""
-			}
+		if logCount(logs, "BGP session not started: its BGPFilter rules could not be installed", d.addr) > 0 {
+			return ""
 		}
 		return "d's session was not reported held back"
 	})
@@ -227,6 +210,183 @@ func TestFilterFailureKeepsLastFilters(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(refused, a.addr)); err != nil {
 		t.Fatalf("c's new filters (which accept %s) never took over: %v", refused, err)
 	}
+}
+
+// TestFilterSwapKeepsSessionsFiltered: at every change of GoBGP's
+// global policy lists, each session that is up and has export rules has
+// exactly one export filter policy assigned: through twenty changes of
+// its rules (make-before-break; deleting the old policies first left
+// it with none) and the session's removal (its filters go after it).
+func TestFilterSwapKeepsSessionsFiltered(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, logs, c, _, toC, toD := filterLab(l)
+	kept := netip.MustParsePrefix("10.68.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
+	var mu sync.Mutex
+	var violations []string
+	checks := 0
+	hook := func() { // on a's loop: a.sp.applied is its own
+		var names []string
+		_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT},
+			func(pa *api.PolicyAssignment) {
+				for _, p := range pa.Policies {
+					names = append(names, p.Name)
+				}
+			})
+		mu.Lock()
+		defer mu.Unlock()
+		checks++
+		if _, up := a.sp.applied[c.addr]; !up {
+			return
+		}
+		n := 0
+		for _, name := range names {
+			if strings.HasPrefix(name, filterPolicyPrefix+"export-"+c.addr.String()+"-g") {
+				n++
+			}
+		}
+		if n != 1 {
+			violations = append(violations, fmt.Sprintf("%v", names))
+		}
+	}
+	a.sp.assignedHook.Store(&hook)
+	rules := func(i int) PeerFilters {
+		return PeerFilters{Export: []FilterRule{{Op: "Equal", CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 68, byte(100 + i), 0}), 26)}}}
+	}
+	applied := func() int { return logCount(logs, "BGPFilter rules of the session applied", c.addr) }
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(0)})
+	a.sp.SetPeers([]Peer{toC, toD})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+	for i := 1; i <= 20; i++ {
+		a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(i)})
+		testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+			if applied() > i {
+				return ""
+			}
+			return fmt.Sprintf("change %d of c's rules not applied", i)
+		})
+	}
+	// c goes, and its filters with it; d stays.
+	a.sp.SetFilters(nil)
+	a.sp.SetPeers([]Peer{toD})
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if logCount(logs, "BGPFilter rules of the session removed", c.addr) > 0 {
+			return ""
+		}
+		return "c's filters were not removed"
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if checks < 21 {
+		t.Fatalf("the global lists changed %d times, want at least 21: the check saw too little", checks)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("%d of %d changes left up session c without exactly one export filter, e.g. %s", len(violations), checks, violations[0])
+	}
+}
+
+// TestFilterHalfSwapIsUndone: a swap that fails after one direction's
+// list was changed is undone, or, when undoing fails too, what GoBGP
+// then holds is recorded and replaced whole next time. Either way the
+// next reconcile installs the new filters, and GoBGP ends with exactly
+// the session's two policies (before, the new import policy was
+// deleted while still assigned, and every later change failed on it).
+func TestFilterHalfSwapIsUndone(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, logs, c, _, toC, _ := filterLab(l)
+	kept, refused := netip.MustParsePrefix("10.69.1.0/26"), netip.MustParsePrefix("10.69.9.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: kept, State: AffinityConfirmed}, false)
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: refused, State: AffinityConfirmed}, false)
+	rules := func(i int, reject netip.Prefix) PeerFilters {
+		return PeerFilters{
+			Import: []FilterRule{{Op: "Equal", CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 69, byte(100 + i), 0}), 26)}},
+			Export: []FilterRule{{Op: "Equal", CIDR: reject}},
+		}
+	}
+	applied := func() int { return logCount(logs, "BGPFilter rules of the session applied", c.addr) }
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(0, refused)})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(kept, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+	// fails lists, in order, which calls of swapPolicy fail (1: the
+	// first after it is set).
+	run := func(phase string, i int, reject netip.Prefix, fails ...int) {
+		t.Helper()
+		var calls atomic.Int32
+		f := func(api.PolicyDirection) error {
+			if slices.Contains(fails, int(calls.Add(1))) {
+				return errors.New("injected failure")
+			}
+			return nil
+		}
+		a.sp.failSwap.Store(&f)
+		before := applied()
+		a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(i, reject)})
+		testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() string {
+			if applied() > before {
+				return ""
+			}
+			return phase + ": the new filters were never applied"
+		})
+		if int(calls.Load()) <= slices.Max(fails) {
+			t.Fatalf("%s: %d swaps, the injected failures were not all met", phase, calls.Load())
+		}
+		var policies []string
+		_ = a.sp.srv().ListPolicy(context.Background(), &api.ListPolicyRequest{}, func(p *api.Policy) {
+			if strings.HasPrefix(p.Name, filterPolicyPrefix) {
+				policies = append(policies, p.Name)
+			}
+		})
+		var assigned []string
+		for _, dir := range filterDirs {
+			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
+				func(pa *api.PolicyAssignment) {
+					for _, p := range pa.Policies {
+						if strings.HasPrefix(p.Name, filterPolicyPrefix) {
+							assigned = append(assigned, p.Name)
+						}
+					}
+				})
+		}
+		slices.Sort(policies)
+		slices.Sort(assigned)
+		if len(policies) != 2 || !slices.Equal(policies, assigned) {
+			t.Fatalf("%s: GoBGP holds filter policies %v, the lists name %v: want the session's two, both assigned", phase, policies, assigned)
+		}
+	}
+	// The export swap fails once: the import swap is undone.
+	run("undone", 1, refused, 2)
+	// The export swap fails, and so does undoing the import swap.
+	run("not undone", 2, refused, 2, 3)
+	// And the filter in force is the newest: refused passes now.
+	a.sp.failSwap.Store(nil)
+	before := applied()
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(3, netip.MustParsePrefix("10.69.200.0/26"))})
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() string {
+		if applied() > before {
+			return ""
+		}
+		return "the last filters were never applied"
+	})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(refused, a.addr)); err != nil {
+		t.Fatalf("c never got %s once its filter stopped rejecting it: %v", refused, err)
+	}
+}
+
+// logCount counts the entries logged with msg for peer.
+func logCount(logs *test.Hook, msg string, peer netip.Addr) int {
+	n := 0
+	for _, e := range logs.AllEntries() {
+		if e.Message == msg && e.Data["peer"] == peer.String() {
+			n++
+		}
+	}
+	return n
 }
 
 // filterLab is speaker a (AS 64512, its log kept) with eBGP peers c and

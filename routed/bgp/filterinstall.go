@@ -20,7 +20,14 @@ type installedFilters struct {
 	key    string
 	policy map[api.PolicyDirection]string
 	sets   []*api.DefinedSet
+	// stale are policies of a swap that was half done and could not be
+	// undone, no longer assigned: deleted with the rest (key is "" then,
+	// so the record is replaced at the next reconcile).
+	stale []string
 }
+
+// filterDirs are the directions a session's filters have policies in.
+var filterDirs = []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT}
 
 // applyFilters installs one global policy per session and direction with
 // a statement per rule, limited to that session by a neighbor set. GoBGP
@@ -40,8 +47,7 @@ type installedFilters struct {
 // sessions whose filters changed or moved are soft-reset so routes
 // already exchanged are judged again. The filters of sessions no longer
 // in want are left to dropFilters, after the sessions are applied.
-func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, reorder bool) error {
-	subnets := interfaceSubnets(want)
+func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, subnets map[string][]string, reorder bool) error {
 	if s.filters == nil {
 		s.filters = map[netip.Addr]*installedFilters{}
 	}
@@ -67,12 +73,23 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 			continue // unchanged
 		}
 		next, err := s.installFilters(ctx, a, want[a], subnets)
-		if err == nil {
-			err = s.swapFilters(ctx, old, next)
-		}
 		if err != nil {
 			s.deleteFilterObjects(ctx, next)
 			errs = append(errs, err)
+			continue
+		}
+		if done, err := s.swapFilters(ctx, old, next); err != nil {
+			errs = append(errs, err)
+			if undone, uerr := s.swapFilters(ctx, part(next, done), part(old, done)); uerr != nil || len(undone) != len(done) {
+				// GoBGP names next's policies where the swap was done
+				// (and not undone) and old's elsewhere: keep what it
+				// names, to be replaced whole at the next reconcile.
+				errs = append(errs, uerr)
+				still := slices.DeleteFunc(slices.Clone(done), func(d api.PolicyDirection) bool { return slices.Contains(undone, d) })
+				s.filters[a] = merged(old, next, still)
+				continue
+			}
+			s.deleteFilterObjects(ctx, next)
 			continue
 		}
 		next.key = key
@@ -96,8 +113,11 @@ func (s *Speaker) dropFilters(ctx context.Context, want map[netip.Addr]PeerFilte
 			continue
 		}
 		inst := s.filters[a]
-		if err := s.swapFilters(ctx, inst, nil); err != nil {
+		if done, err := s.swapFilters(ctx, inst, nil); err != nil {
+			// What was taken out of a list stays out; taken out
+			// again (a no-op) at the next reconcile.
 			errs = append(errs, err)
+			s.filters[a] = merged(inst, nil, done)
 			continue
 		}
 		s.deleteFilterObjects(ctx, inst)
@@ -149,57 +169,128 @@ func (s *Speaker) installFilters(ctx context.Context, peer netip.Addr, pf PeerFi
 
 // swapFilters puts next's policies in the global lists in place of
 // old's (either may be nil), each list replaced in one step; a policy
-// new to a list goes at its end, behind routed's own.
-func (s *Speaker) swapFilters(ctx context.Context, old, next *installedFilters) error {
-	for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
-		var from, to string
-		if old != nil {
-			from = old.policy[dir]
-		}
-		if next != nil {
-			to = next.policy[dir]
-		}
+// new to a list goes at its end, behind routed's own. It returns the
+// directions it changed, also when it fails part way.
+func (s *Speaker) swapFilters(ctx context.Context, old, next *installedFilters) ([]api.PolicyDirection, error) {
+	var done []api.PolicyDirection
+	for _, dir := range filterDirs {
+		from, to := old.policyIn(dir), next.policyIn(dir)
 		if from == to {
 			continue
 		}
-		var cur *api.PolicyAssignment
-		err := s.srv().ListPolicyAssignment(ctx, &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir}, func(a *api.PolicyAssignment) { cur = a })
+		changed, err := s.swapPolicy(ctx, dir, from, to)
 		if err != nil {
-			return fmt.Errorf("bgp: list the global policies: %w", err)
+			return done, err
 		}
-		var names []*api.Policy
-		placed := false
-		if cur != nil {
-			for _, p := range cur.Policies {
-				switch {
-				case p.Name != from || from == "":
-					names = append(names, &api.Policy{Name: p.Name})
-				case to != "":
-					names = append(names, &api.Policy{Name: to})
-					placed = true
-				}
-			}
-		}
-		if !placed && to != "" {
-			names = append(names, &api.Policy{Name: to})
-		}
-		switch {
-		case cur == nil && to == "":
-		case cur == nil:
-			err = s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-				Name: "global", Direction: dir, Policies: names, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT}})
-		case len(names) == 0:
-			err = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
-				Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: from}}}})
-		default:
-			err = s.srv().SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-				Name: "global", Direction: dir, Policies: names, DefaultAction: cur.DefaultAction}})
-		}
-		if err != nil {
-			return fmt.Errorf("bgp: put filter %q in place of %q: %w", to, from, err)
+		if changed {
+			done = append(done, dir)
 		}
 	}
-	return nil
+	return done, nil
+}
+
+// swapPolicy replaces from by to in the global list of dir ("" for
+// either: add to its end, or remove), and reports whether the list
+// changed.
+func (s *Speaker) swapPolicy(ctx context.Context, dir api.PolicyDirection, from, to string) (bool, error) {
+	if f := s.failSwap.Load(); f != nil {
+		if err := (*f)(dir); err != nil {
+			return false, fmt.Errorf("bgp: put filter %q in place of %q: %w", to, from, err)
+		}
+	}
+	var cur *api.PolicyAssignment
+	err := s.srv().ListPolicyAssignment(ctx, &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir}, func(a *api.PolicyAssignment) { cur = a })
+	if err != nil {
+		return false, fmt.Errorf("bgp: list the global policies: %w", err)
+	}
+	var names []*api.Policy
+	placed, changed := false, false
+	if cur != nil {
+		for _, p := range cur.Policies {
+			switch {
+			case from == "" || p.Name != from:
+				names = append(names, &api.Policy{Name: p.Name})
+			case to != "":
+				names = append(names, &api.Policy{Name: to})
+				placed, changed = true, true
+			default:
+				changed = true
+			}
+		}
+	}
+	if !placed && to != "" {
+		names = append(names, &api.Policy{Name: to})
+		changed = true
+	}
+	switch {
+	case !changed:
+		return false, nil
+	case cur == nil:
+		err = s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: dir, Policies: names, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT}})
+	case len(names) == 0:
+		err = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+			Assignment: &api.PolicyAssignment{Name: "global", Direction: dir, Policies: []*api.Policy{{Name: from}}}})
+	default:
+		err = s.srv().SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: dir, Policies: names, DefaultAction: cur.DefaultAction}})
+	}
+	if err != nil {
+		return false, fmt.Errorf("bgp: put filter %q in place of %q: %w", to, from, err)
+	}
+	if h := s.assignedHook.Load(); h != nil {
+		(*h)()
+	}
+	return true, nil
+}
+
+// policyIn is inst's policy in dir ("" for none, or a nil inst).
+func (inst *installedFilters) policyIn(dir api.PolicyDirection) string {
+	if inst == nil {
+		return ""
+	}
+	return inst.policy[dir]
+}
+
+// part is inst limited to the directions dirs (nil for a nil inst).
+func part(inst *installedFilters, dirs []api.PolicyDirection) *installedFilters {
+	if inst == nil {
+		return nil
+	}
+	p := &installedFilters{policy: map[api.PolicyDirection]string{}}
+	for _, d := range dirs {
+		if n := inst.policy[d]; n != "" {
+			p.policy[d] = n
+		}
+	}
+	return p
+}
+
+// merged is what GoBGP holds after a swap from old to next was done
+// for the directions done only: next's policies there, old's
+// elsewhere, the others stale, every set kept; its key is "" so that
+// it is replaced whole at the next reconcile.
+func merged(old, next *installedFilters, done []api.PolicyDirection) *installedFilters {
+	m := &installedFilters{policy: map[api.PolicyDirection]string{}}
+	for _, dir := range filterDirs {
+		cur, other := old.policyIn(dir), next.policyIn(dir)
+		if slices.Contains(done, dir) {
+			cur, other = other, cur
+		}
+		if cur != "" {
+			m.policy[dir] = cur
+		}
+		if other != "" {
+			m.stale = append(m.stale, other)
+		}
+	}
+	for _, inst := range []*installedFilters{old, next} {
+		if inst != nil {
+			m.sets = append(m.sets, inst.sets...)
+			m.stale = append(m.stale, inst.stale...)
+		}
+	}
+	return m
 }
 
 // deleteFilterObjects deletes a session's policies and defined sets
@@ -208,7 +299,7 @@ func (s *Speaker) deleteFilterObjects(ctx context.Context, inst *installedFilter
 	if inst == nil {
 		return
 	}
-	for _, name := range inst.policy {
+	for _, name := range append(slices.Collect(maps.Values(inst.policy)), inst.stale...) {
 		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
 	}
 	for _, set := range inst.sets {

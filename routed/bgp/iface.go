@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"path"
@@ -11,8 +12,10 @@ import (
 // subnets configured on this host's interfaces whose names match it
 // (sorted; none when no interface matches). It is read again on every
 // pass of the speaker's loop, so the policies follow interfaces that
-// come, go or change addresses within a resync interval.
-func interfaceSubnets(f map[netip.Addr]PeerFilters) map[string][]string {
+// come, go or change addresses within a resync interval. An interface
+// list or address list it cannot read is an error: taken as no
+// subnet, a rule rejecting routes by interface would be dropped.
+func interfaceSubnets(f map[netip.Addr]PeerFilters) (map[string][]string, error) {
 	globs := map[string]bool{}
 	for _, pf := range f {
 		for _, r := range append(slices.Clone(pf.Import), pf.Export...) {
@@ -22,11 +25,11 @@ func interfaceSubnets(f map[netip.Addr]PeerFilters) map[string][]string {
 		}
 	}
 	if len(globs) == 0 {
-		return nil
+		return nil, nil
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("bgp: list the interfaces BGPFilter rules name: %w", err)
 	}
 	out := map[string][]string{}
 	for g := range globs {
@@ -37,7 +40,7 @@ func interfaceSubnets(f map[netip.Addr]PeerFilters) map[string][]string {
 			}
 			addrs, err := ifc.Addrs()
 			if err != nil {
-				continue
+				return nil, fmt.Errorf("bgp: addresses of %s, which a BGPFilter rule names: %w", ifc.Name, err)
 			}
 			for _, a := range addrs {
 				if n, ok := a.(*net.IPNet); ok {
@@ -50,5 +53,5 @@ func interfaceSubnets(f map[netip.Addr]PeerFilters) map[string][]string {
 		slices.Sort(subnets)
 		out[g] = slices.Compact(subnets)
 	}
-	return out
+	return out, nil
 }

@@ -69,10 +69,14 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// other sessions are applied all the same.
 	reorder := s.ownPolicyAdded
 	s.ownPolicyAdded = false
-	filterErr := s.applyFilters(ctx, w.filters, reorder)
+	subnets, filterErr := interfaceSubnets(w.filters)
+	if filterErr == nil {
+		filterErr = s.applyFilters(ctx, w.filters, subnets, reorder)
+	} else {
+		s.ownPolicyAdded = reorder // not moved yet
+	}
 	peers := w.peers
 	if filterErr != nil {
-		subnets := interfaceSubnets(w.filters)
 		peers = slices.DeleteFunc(slices.Clone(w.peers), func(p Peer) bool {
 			if s.unfiltered(p.Address, w.filters, subnets) {
 				s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")

@@ -58,8 +58,13 @@ type Speaker struct {
 	filters        map[netip.Addr]*installedFilters
 	filterGen      uint64 // last generation of filter names (filterinstall.go)
 	ownPolicyAdded bool
-	// failFilter, set by tests, fails installing a session's filters.
-	failFilter    atomic.Pointer[func(peer netip.Addr) error]
+	// failFilter, set by tests, fails installing a session's filters;
+	// assignedHook, set by tests, is called on the loop after each
+	// change of a global policy list.
+	failFilter   atomic.Pointer[func(peer netip.Addr) error]
+	assignedHook atomic.Pointer[func()]
+	// failSwap, set by tests, fails replacing a filter in a list.
+	failSwap      atomic.Pointer[func(dir api.PolicyDirection) error]
 	keepNH        []string
 	selfNH        []string       // peers with next hop self
 	noExport      []netip.Prefix // CIDRs kept from every peer
