@@ -213,8 +213,8 @@ func TestFilterFailureKeepsLastFilters(t *testing.T) {
 }
 
 // TestFilterSwapKeepsSessionsFiltered: at every change of GoBGP's
-// global policy lists, each session that is up and has export rules has
-// exactly one export filter policy assigned: through twenty changes of
+// global policy lists, each session that is up and has rules in both
+// directions has exactly one filter policy assigned in each: through twenty changes of
 // its rules (make-before-break; deleting the old policies first left
 // it with none) and the session's removal (its filters go after it).
 func TestFilterSwapKeepsSessionsFiltered(t *testing.T) {
@@ -227,32 +227,37 @@ func TestFilterSwapKeepsSessionsFiltered(t *testing.T) {
 	var violations []string
 	checks := 0
 	hook := func() { // on a's loop: a.sp.applied is its own
-		var names []string
-		_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT},
-			func(pa *api.PolicyAssignment) {
-				for _, p := range pa.Policies {
-					names = append(names, p.Name)
-				}
-			})
+		lists := map[string][]string{}
+		for dir, name := range map[api.PolicyDirection]string{api.PolicyDirection_POLICY_DIRECTION_IMPORT: "import", api.PolicyDirection_POLICY_DIRECTION_EXPORT: "export"} {
+			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
+				func(pa *api.PolicyAssignment) {
+					for _, p := range pa.Policies {
+						lists[name] = append(lists[name], p.Name)
+					}
+				})
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		checks++
 		if _, up := a.sp.applied[c.addr]; !up {
 			return
 		}
-		n := 0
-		for _, name := range names {
-			if strings.HasPrefix(name, filterPolicyPrefix+"export-"+c.addr.String()+"-g") {
-				n++
+		for dir, names := range lists {
+			n := 0
+			for _, name := range names {
+				if strings.HasPrefix(name, filterPolicyPrefix+dir+"-"+c.addr.String()+"-g") {
+					n++
+				}
 			}
-		}
-		if n != 1 {
-			violations = append(violations, fmt.Sprintf("%v", names))
+			if n != 1 {
+				violations = append(violations, fmt.Sprintf("%s %v", dir, names))
+			}
 		}
 	}
 	a.sp.assignedHook.Store(&hook)
 	rules := func(i int) PeerFilters {
-		return PeerFilters{Export: []FilterRule{{Op: "Equal", CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 68, byte(100 + i), 0}), 26)}}}
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 68, byte(100 + i), 0}), 26)
+		return PeerFilters{Import: []FilterRule{{Op: "Equal", CIDR: p}}, Export: []FilterRule{{Op: "Equal", CIDR: p}}}
 	}
 	applied := func() int { return logCount(logs, "BGPFilter rules of the session applied", c.addr) }
 	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(0)})
@@ -284,7 +289,7 @@ func TestFilterSwapKeepsSessionsFiltered(t *testing.T) {
 		t.Fatalf("the global lists changed %d times, want at least 21: the check saw too little", checks)
 	}
 	if len(violations) > 0 {
-		t.Fatalf("%d of %d changes left up session c without exactly one export filter, e.g. %s", len(violations), checks, violations[0])
+		t.Fatalf("%d of %d changes left up session c without exactly one filter in a direction, e.g. %s", len(violations), checks, violations[0])
 	}
 }
 
@@ -358,7 +363,51 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 		if len(policies) != 2 || !slices.Equal(policies, assigned) {
 			t.Fatalf("%s: GoBGP holds filter policies %v, the lists name %v: want the session's two, both assigned", phase, policies, assigned)
 		}
+		if sets := filterSets(t, a); len(sets) != 4 || slices.ContainsFunc(sets, func(n string) bool {
+			return !strings.HasPrefix(n, policies[0]) && !strings.HasPrefix(n, policies[1])
+		}) {
+			t.Fatalf("%s: GoBGP holds filter sets %v: want the two policies' own four", phase, sets)
+		}
 	}
+	assignedNow := func() []string {
+		var out []string
+		for _, dir := range filterDirs {
+			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
+				func(pa *api.PolicyAssignment) {
+					for _, p := range pa.Policies {
+						if strings.HasPrefix(p.Name, filterPolicyPrefix) {
+							out = append(out, p.Name)
+						}
+					}
+				})
+		}
+		slices.Sort(out)
+		return out
+	}
+	// Every export swap fails: each attempt's import swap is undone,
+	// and the lists keep naming the policies in force before.
+	first := assignedNow()
+	exportFails := func(dir api.PolicyDirection) error {
+		if dir == api.PolicyDirection_POLICY_DIRECTION_EXPORT {
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	a.sp.failSwap.Store(&exportFails)
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: rules(9, refused)})
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() string {
+		if strings.Contains(lastWarning(logs), "injected failure") {
+			return ""
+		}
+		return "the export swap never failed"
+	})
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() string {
+		now := assignedNow()
+		if slices.Equal(now, first) && len(filterSets(t, a)) == 4 {
+			return ""
+		}
+		return fmt.Sprintf("the lists name %v and GoBGP holds filter sets %v after failed swaps, want the policies before them %v and their four sets", now, filterSets(t, a), first)
+	})
 	// The export swap fails once: the import swap is undone.
 	run("undone", 1, refused, 2)
 	// The export swap fails, and so does undoing the import swap.
@@ -376,6 +425,61 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(refused, a.addr)); err != nil {
 		t.Fatalf("c never got %s once its filter stopped rejecting it: %v", refused, err)
 	}
+}
+
+// TestFilterIfaceErrorKeepsOwnPoliciesFirst: while the interfaces
+// cannot be read, the filters stay as they are, but a policy of
+// routed's own added meanwhile (here the no-export one) still goes
+// before them: a BGPFilter Accept does not export a private pool
+// (before, the filters were not moved and their Accept won).
+func TestFilterIfaceErrorKeepsOwnPoliciesFirst(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, _, c, _, toC, _ := filterLab(l)
+	private := netip.MustParsePrefix("10.70.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: private, State: AffinityConfirmed}, false)
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: {
+		Import: []FilterRule{{Op: "In", CIDR: netip.MustParsePrefix("10.99.0.0/16"), Interface: "zzq*"}},
+		Export: []FilterRule{{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.70.0.0/16")}},
+	}})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(private, a.addr)); err != nil {
+		t.Fatalf("c never got a's block: %v", err)
+	}
+	a.sp.failIfaces.Store(true)
+	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(private)); err != nil {
+		t.Fatalf("c kept the private pool's block while the interfaces could not be read: %v", err)
+	}
+}
+
+// lastWarning is the message and error of the last warning logged.
+func lastWarning(logs *test.Hook) string {
+	out := ""
+	for _, e := range logs.AllEntries() {
+		if e.Level == logrus.WarnLevel {
+			out = fmt.Sprintf("%s %v", e.Message, e.Data[logrus.ErrorKey])
+		}
+	}
+	return out
+}
+
+// filterSets lists the defined sets (neighbor and prefix) GoBGP holds
+// for BGPFilter policies.
+func filterSets(t *testing.T, n *testNode) []string {
+	t.Helper()
+	var out []string
+	for _, dt := range []api.DefinedType{api.DefinedType_DEFINED_TYPE_NEIGHBOR, api.DefinedType_DEFINED_TYPE_PREFIX} {
+		err := n.sp.srv().ListDefinedSet(context.Background(), &api.ListDefinedSetRequest{DefinedType: dt}, func(d *api.DefinedSet) {
+			if strings.HasPrefix(d.Name, filterPolicyPrefix) {
+				out = append(out, d.Name)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // logCount counts the entries logged with msg for peer.

@@ -51,20 +51,10 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	if s.filters == nil {
 		s.filters = map[netip.Addr]*installedFilters{}
 	}
-	reset := map[netip.Addr]bool{}
-	if reorder {
-		moved, err := s.moveFiltersLast(ctx)
-		if moved {
-			for a := range s.filters {
-				reset[a] = true
-			}
-		}
-		if err != nil {
-			s.ownPolicyAdded = true // moved again at the next reconcile
-			s.resetFilterSessions(ctx, reset)
-			return err
-		}
+	if err := s.reorderFilters(ctx, reorder); err != nil {
+		return err
 	}
+	reset := map[netip.Addr]bool{}
 	var errs []error
 	for _, a := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
 		key := peerFilterKey(want[a], subnets)
@@ -80,6 +70,10 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 		}
 		if done, err := s.swapFilters(ctx, old, next); err != nil {
 			errs = append(errs, err)
+			// next's policies were in force in some direction for a
+			// while: what they let in or out is judged again by what
+			// is in force now.
+			reset[a] = len(done) > 0
 			if undone, uerr := s.swapFilters(ctx, part(next, done), part(old, done)); uerr != nil || len(undone) != len(done) {
 				// GoBGP names next's policies where the swap was done
 				// (and not undone) and old's elsewhere: keep what it
@@ -101,6 +95,28 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	}
 	s.resetFilterSessions(ctx, reset)
 	return errors.Join(errs...)
+}
+
+// reorderFilters moves the filters behind routed's own policies when
+// those were added after them (reorder), and soft-resets every filtered
+// session if that changed a list. A failure is tried again at the next
+// reconcile.
+func (s *Speaker) reorderFilters(ctx context.Context, reorder bool) error {
+	if !reorder {
+		return nil
+	}
+	moved, err := s.moveFiltersLast(ctx)
+	if moved {
+		all := map[netip.Addr]bool{}
+		for a := range s.filters {
+			all[a] = true
+		}
+		s.resetFilterSessions(ctx, all)
+	}
+	if err != nil {
+		s.ownPolicyAdded = true // moved again at the next reconcile
+	}
+	return err
 }
 
 // dropFilters removes the filters of the sessions want no longer names.
@@ -129,16 +145,20 @@ func (s *Speaker) dropFilters(ctx context.Context, want map[netip.Addr]PeerFilte
 }
 
 // unfiltered reports whether a session to peer a would start without
-// the filters want gives it: they did not install, and the session is
+// the filters want gives it: they did not install (or name interfaces
+// whose subnets could not be read: ifacesUnknown), and the session is
 // not up yet. Such a session is not started (fail closed); one already
 // up keeps its last installed filters.
-func (s *Speaker) unfiltered(a netip.Addr, want map[netip.Addr]PeerFilters, subnets map[string][]string) bool {
+func (s *Speaker) unfiltered(a netip.Addr, want map[netip.Addr]PeerFilters, subnets map[string][]string, ifacesUnknown bool) bool {
 	pf, ok := want[a]
 	if !ok || len(pf.Import)+len(pf.Export) == 0 {
 		return false
 	}
 	if _, up := s.applied[a]; up {
 		return false
+	}
+	if ifacesUnknown && slices.ContainsFunc(append(slices.Clone(pf.Import), pf.Export...), func(r FilterRule) bool { return r.Interface != "" }) {
+		return true // its rules' subnets cannot be told now
 	}
 	inst := s.filters[a]
 	return inst == nil || inst.key != peerFilterKey(pf, subnets)

@@ -69,16 +69,23 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// other sessions are applied all the same.
 	reorder := s.ownPolicyAdded
 	s.ownPolicyAdded = false
-	subnets, filterErr := interfaceSubnets(w.filters)
-	if filterErr == nil {
+	subnets, ifaceErr := interfaceSubnets(w.filters)
+	if s.failIfaces.Load() {
+		subnets, ifaceErr = nil, errors.New("injected failure reading the interfaces")
+	}
+	var filterErr error
+	if ifaceErr == nil {
 		filterErr = s.applyFilters(ctx, w.filters, subnets, reorder)
 	} else {
-		s.ownPolicyAdded = reorder // not moved yet
+		// The filters stay as they are, but routed's own policies
+		// still go first: a filter's Accept must not pass a route
+		// routed's own policy rejects.
+		filterErr = errors.Join(ifaceErr, s.reorderFilters(ctx, reorder))
 	}
 	peers := w.peers
 	if filterErr != nil {
 		peers = slices.DeleteFunc(slices.Clone(w.peers), func(p Peer) bool {
-			if s.unfiltered(p.Address, w.filters, subnets) {
+			if s.unfiltered(p.Address, w.filters, subnets, ifaceErr != nil) {
 				s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")
 				return true
 			}

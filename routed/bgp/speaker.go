@@ -64,7 +64,9 @@ type Speaker struct {
 	failFilter   atomic.Pointer[func(peer netip.Addr) error]
 	assignedHook atomic.Pointer[func()]
 	// failSwap, set by tests, fails replacing a filter in a list.
-	failSwap      atomic.Pointer[func(dir api.PolicyDirection) error]
+	failSwap atomic.Pointer[func(dir api.PolicyDirection) error]
+	// failIfaces, set by tests, fails reading the interfaces.
+	failIfaces    atomic.Bool
 	keepNH        []string
 	selfNH        []string       // peers with next hop self
 	noExport      []netip.Prefix // CIDRs kept from every peer
