@@ -347,19 +347,8 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 				policies = append(policies, p.Name)
 			}
 		})
-		var assigned []string
-		for _, dir := range filterDirs {
-			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
-				func(pa *api.PolicyAssignment) {
-					for _, p := range pa.Policies {
-						if strings.HasPrefix(p.Name, filterPolicyPrefix) {
-							assigned = append(assigned, p.Name)
-						}
-					}
-				})
-		}
+		assigned := assignedFilters(a)
 		slices.Sort(policies)
-		slices.Sort(assigned)
 		if len(policies) != 2 || !slices.Equal(policies, assigned) {
 			t.Fatalf("%s: GoBGP holds filter policies %v, the lists name %v: want the session's two, both assigned", phase, policies, assigned)
 		}
@@ -369,21 +358,7 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 			t.Fatalf("%s: GoBGP holds filter sets %v: want the two policies' own four", phase, sets)
 		}
 	}
-	assignedNow := func() []string {
-		var out []string
-		for _, dir := range filterDirs {
-			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
-				func(pa *api.PolicyAssignment) {
-					for _, p := range pa.Policies {
-						if strings.HasPrefix(p.Name, filterPolicyPrefix) {
-							out = append(out, p.Name)
-						}
-					}
-				})
-		}
-		slices.Sort(out)
-		return out
-	}
+	assignedNow := func() []string { return assignedFilters(a) }
 	// Every export swap fails: each attempt's import swap is undone,
 	// and the lists keep naming the policies in force before.
 	first := assignedNow()
@@ -461,6 +436,24 @@ func lastWarning(logs *test.Hook) string {
 			out = fmt.Sprintf("%s %v", e.Message, e.Data[logrus.ErrorKey])
 		}
 	}
+	return out
+}
+
+// assignedFilters lists, sorted, the BGPFilter policies n's global
+// import and export lists name.
+func assignedFilters(n *testNode) []string {
+	var out []string
+	for _, dir := range filterDirs {
+		_ = n.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
+			func(pa *api.PolicyAssignment) {
+				for _, p := range pa.Policies {
+					if strings.HasPrefix(p.Name, filterPolicyPrefix) {
+						out = append(out, p.Name)
+					}
+				}
+			})
+	}
+	slices.Sort(out)
 	return out
 }
 
