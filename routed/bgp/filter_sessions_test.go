@@ -406,17 +406,22 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 // cannot be read, the filters stay as they are, but a policy of
 // routed's own added meanwhile (here the no-export one) still goes
 // before them: a BGPFilter Accept does not export a private pool
-// (before, the filters were not moved and their Accept won).
+// (before, the filters were not moved and their Accept won). A session
+// not up yet whose rules name an interface is held back meanwhile (its
+// filters were installed when the interface had no subnet: the same
+// key as no subnet read) and starts once the interfaces can be read.
 func TestFilterIfaceErrorKeepsOwnPoliciesFirst(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
-	a, _, c, _, toC, _ := filterLab(l)
-	private := netip.MustParsePrefix("10.70.1.0/26")
+	a, logs, c, d, toC, toD := filterLab(l)
+	private, public := netip.MustParsePrefix("10.70.1.0/26"), netip.MustParsePrefix("10.71.1.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: private, State: AffinityConfirmed}, false)
-	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: {
-		Import: []FilterRule{{Op: "In", CIDR: netip.MustParsePrefix("10.99.0.0/16"), Interface: "zzq*"}},
-		Export: []FilterRule{{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.70.0.0/16")}},
-	}})
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: public, State: AffinityConfirmed}, false)
+	byIface := []FilterRule{{Op: "In", CIDR: netip.MustParsePrefix("10.99.0.0/16"), Interface: "zzq*"}}
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{
+		c.addr: {Import: byIface, Export: []FilterRule{{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.70.0.0/16")}}},
+		d.addr: {Import: byIface},
+	})
 	a.sp.SetPeers([]Peer{toC})
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(private, a.addr)); err != nil {
 		t.Fatalf("c never got a's block: %v", err)
@@ -425,6 +430,17 @@ func TestFilterIfaceErrorKeepsOwnPoliciesFirst(t *testing.T) {
 	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")})
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(private)); err != nil {
 		t.Fatalf("c kept the private pool's block while the interfaces could not be read: %v", err)
+	}
+	a.sp.SetPeers([]Peer{toC, toD})
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() string {
+		if logCount(logs, "BGP session not started: its BGPFilter rules could not be installed", d.addr) > 0 {
+			return ""
+		}
+		return "d, whose rules name an interface, was not held back while the interfaces could not be read"
+	})
+	a.sp.failIfaces.Store(false)
+	if err := d.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(public, a.addr)); err != nil {
+		t.Fatalf("d never came up once the interfaces could be read: %v", err)
 	}
 }
 

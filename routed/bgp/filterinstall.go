@@ -41,18 +41,14 @@ var filterDirs = []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPO
 // sent before GoBGP marks it established does nothing). New filters
 // that fail to install leave the session's last installed ones in
 // force, as BIRD keeps its last good configuration; the error is
-// returned and the install tried again at the next reconcile. When
-// routed's own policies were added after the filters (reorder), the
-// filters are moved behind them in one step (moveFiltersLast). The
-// sessions whose filters changed or moved are soft-reset so routes
-// already exchanged are judged again. The filters of sessions no longer
+// returned and the install tried again at the next reconcile. (apply
+// moves the filters behind routed's own policies as soon as one of
+// those is added: reorderFilters.) The sessions whose filters changed
+// are soft-reset so routes already exchanged are judged again. The filters of sessions no longer
 // in want are left to dropFilters, after the sessions are applied.
-func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, subnets map[string][]string, reorder bool) error {
+func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilters, subnets map[string][]string) error {
 	if s.filters == nil {
 		s.filters = map[netip.Addr]*installedFilters{}
-	}
-	if err := s.reorderFilters(ctx, reorder); err != nil {
-		return err
 	}
 	reset := map[netip.Addr]bool{}
 	var errs []error
@@ -73,7 +69,9 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 			// next's policies were in force in some direction for a
 			// while: what they let in or out is judged again by what
 			// is in force now.
-			reset[a] = len(done) > 0
+			if len(done) > 0 {
+				reset[a] = true
+			}
 			if undone, uerr := s.swapFilters(ctx, part(next, done), part(old, done)); uerr != nil || len(undone) != len(done) {
 				// GoBGP names next's policies where the swap was done
 				// (and not undone) and old's elsewhere: keep what it
@@ -97,14 +95,11 @@ func (s *Speaker) applyFilters(ctx context.Context, want map[netip.Addr]PeerFilt
 	return errors.Join(errs...)
 }
 
-// reorderFilters moves the filters behind routed's own policies when
-// those were added after them (reorder), and soft-resets every filtered
+// reorderFilters moves the filters behind routed's own policies, after
+// one of those was added (behind them), and soft-resets every filtered
 // session if that changed a list. A failure is tried again at the next
 // reconcile.
-func (s *Speaker) reorderFilters(ctx context.Context, reorder bool) error {
-	if !reorder {
-		return nil
-	}
+func (s *Speaker) reorderFilters(ctx context.Context) error {
 	moved, err := s.moveFiltersLast(ctx)
 	if moved {
 		all := map[netip.Addr]bool{}

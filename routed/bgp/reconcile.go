@@ -39,24 +39,27 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 			return wait, nil // peers would learn an incomplete route set
 		}
 	}
-	if err := s.applyKeepNextHop(ctx, w.peers); err != nil {
-		return 0, err
-	}
-	if err := s.applyNextHopSelf(ctx, w.peers); err != nil {
-		return 0, err
-	}
-	if err := s.applyOwnRoutesOnly(ctx, w.peers); err != nil {
-		return 0, err
-	}
-	if err := s.applyEmptyPathReject(ctx, w.peers); err != nil {
-		return 0, err
-	}
-	if err := s.applyNoAdvertise(ctx, w.peers); err != nil {
-		return 0, err
-	}
-	// Before the sessions: a new peer never sees a private pool's routes.
-	if err := s.applyNoExport(ctx, w.noExport); err != nil {
-		return 0, err
+	// routed's own policies, each followed at once by moving the
+	// BGPFilter policies behind any of them it added (GoBGP appends): a
+	// filter's Accept never judges a route before routed's Reject, not
+	// even while a later step fails. The no-export one goes before the
+	// sessions: a new peer never sees a private pool's routes.
+	for _, step := range []func() error{
+		func() error { return s.applyKeepNextHop(ctx, w.peers) },
+		func() error { return s.applyNextHopSelf(ctx, w.peers) },
+		func() error { return s.applyOwnRoutesOnly(ctx, w.peers) },
+		func() error { return s.applyEmptyPathReject(ctx, w.peers) },
+		func() error { return s.applyNoAdvertise(ctx, w.peers) },
+		func() error { return s.applyNoExport(ctx, w.noExport) },
+	} {
+		err := step()
+		if s.ownPolicyAdded {
+			s.ownPolicyAdded = false
+			err = errors.Join(err, s.reorderFilters(ctx))
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
 	// BGPFilters after routed's own policies (above) and before the
 	// sessions: confd sets a peer's filters before the peer, so a new
@@ -67,25 +70,18 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// Filters that fail to install hold back only their own session,
 	// and only one not up yet (up, it keeps its last filters): the
 	// other sessions are applied all the same.
-	reorder := s.ownPolicyAdded
-	s.ownPolicyAdded = false
-	subnets, ifaceErr := interfaceSubnets(w.filters)
+	subnets, filterErr := interfaceSubnets(w.filters)
 	if s.failIfaces.Load() {
-		subnets, ifaceErr = nil, errors.New("injected failure reading the interfaces")
+		subnets, filterErr = nil, errors.New("injected failure reading the interfaces")
 	}
-	var filterErr error
-	if ifaceErr == nil {
-		filterErr = s.applyFilters(ctx, w.filters, subnets, reorder)
-	} else {
-		// The filters stay as they are, but routed's own policies
-		// still go first: a filter's Accept must not pass a route
-		// routed's own policy rejects.
-		filterErr = errors.Join(ifaceErr, s.reorderFilters(ctx, reorder))
+	ifaceErr := filterErr != nil
+	if !ifaceErr {
+		filterErr = s.applyFilters(ctx, w.filters, subnets)
 	}
 	peers := w.peers
 	if filterErr != nil {
 		peers = slices.DeleteFunc(slices.Clone(w.peers), func(p Peer) bool {
-			if s.unfiltered(p.Address, w.filters, subnets, ifaceErr != nil) {
+			if s.unfiltered(p.Address, w.filters, subnets, ifaceErr) {
 				s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")
 				return true
 			}
