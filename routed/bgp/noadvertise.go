@@ -65,10 +65,8 @@ func (s *Speaker) applyNoAdvertise(ctx context.Context, peers []Peer) error {
 		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
 			return fmt.Errorf("bgp: %s policy: %w", noAdvertisePolicy, err)
 		}
-		if err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noAdvertisePolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-		}}); err != nil {
-			return fmt.Errorf("bgp: %s policy assignment: %w", noAdvertisePolicy, err)
+		if err := s.assignOwnPolicy(ctx, exportDir, noAdvertisePolicy); err != nil {
+			return err
 		}
 		s.noAdvertiseOn = true
 		s.ownPolicyAdded = true

@@ -36,28 +36,26 @@ func (s *Speaker) SetNoExportCIDRs(cidrs []netip.Prefix) {
 
 // applyNoExport installs, replaces or removes the global export policy
 // rejecting routes inside the no-export CIDRs towards every peer. GoBGP
-// statements hold the set they were made with, so a change re-creates
-// policy and sets; the peers are then soft-reset so routes they already
+// statements hold the set they were made with, so a change makes a new
+// policy and sets (under a new generation's names), puts the policy in
+// the old one's place in the export list in one step (or before the
+// BGPFilter policies, the first time), and only then deletes the old:
+// there is never a moment without the Reject. A failure leaves the old
+// policy in force. The peers are then soft-reset so routes they already
 // have are withdrawn or sent. A GoBGP prefix set holds one address
 // family, so IPv4 and IPv6 CIDRs get a set and a statement each.
 func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error {
 	if slices.Equal(want, s.noExport) {
 		return nil
 	}
-	if s.noExport != nil {
-		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noExportPolicy}}}})
-		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: noExportPolicy}, All: true})
-		for _, name := range noExportSets {
-			_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
-				DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: name}, All: true})
-		}
-		s.noExport = nil
-	}
+	old, next := s.noExportName, ""
+	var sets []string
 	if len(want) > 0 {
-		pol := &api.Policy{Name: noExportPolicy}
-		for fam, name := range noExportSets {
-			set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: name}
+		s.filterGen++
+		next = fmt.Sprintf("%s-g%d", noExportPolicy, s.filterGen)
+		pol := &api.Policy{Name: next}
+		for fam, suffix := range []string{"-v4", "-v6"} {
+			set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: next + suffix}
 			for _, p := range want {
 				if p.Addr().Is6() == (fam == 1) {
 					set.Prefixes = append(set.Prefixes, &api.Prefix{IpPrefix: p.String(), MaskLengthMin: uint32(p.Bits()), MaskLengthMax: uint32(p.Addr().BitLen())})
@@ -66,23 +64,36 @@ func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error 
 			if len(set.Prefixes) == 0 {
 				continue
 			}
-			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-				return fmt.Errorf("bgp: no-export prefix set %s: %w", name, err)
+			if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set}); err != nil {
+				s.deleteNoExport(ctx, "", sets)
+				return fmt.Errorf("bgp: no-export prefix set %s: %w", set.Name, err)
 			}
-			pol.Statements = append(pol.Statements, &api.Statement{Name: name,
-				Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}},
+			sets = append(sets, set.Name)
+			pol.Statements = append(pol.Statements, &api.Statement{Name: set.Name,
+				Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Name: set.Name, Type: api.MatchSet_TYPE_ANY}},
 				Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}})
 		}
 		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
+			s.deleteNoExport(ctx, "", sets)
 			return fmt.Errorf("bgp: no-export policy: %w", err)
 		}
-		if err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: exportDir, Policies: []*api.Policy{{Name: noExportPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-		}}); err != nil {
-			return fmt.Errorf("bgp: no-export policy assignment: %w", err)
-		}
-		s.noExport = want
-		s.ownPolicyAdded = true
+	}
+	var err error
+	if old == "" {
+		err = s.assignOwnPolicy(ctx, exportDir, next)
+	} else {
+		_, err = s.swapPolicy(ctx, exportDir, old, next)
+	}
+	if err != nil {
+		s.deleteNoExport(ctx, next, sets)
+		return fmt.Errorf("bgp: no-export policy: %w", err)
+	}
+	if old != "" {
+		s.deleteNoExport(ctx, old, []string{old + "-v4", old + "-v6"})
+	}
+	s.noExport, s.noExportName = want, next
+	if next != "" {
+		s.ownPolicyAdded = true // the filters are checked to be behind it
 	}
 	for _, a := range sortedAddrs(s.applied) {
 		_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
@@ -90,5 +101,14 @@ func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error 
 	return nil
 }
 
-// noExportSets are the prefix sets of the no-export policy: IPv4, IPv6.
-var noExportSets = [2]string{noExportPolicy + "-v4", noExportPolicy + "-v6"}
+// deleteNoExport deletes a no-export policy ("": none) and its sets,
+// once no list names it.
+func (s *Speaker) deleteNoExport(ctx context.Context, policy string, sets []string) {
+	if policy != "" {
+		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: policy}, All: true})
+	}
+	for _, name := range sets {
+		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX, Name: name}, All: true})
+	}
+}

@@ -132,7 +132,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.running = nil
 		s.applied = map[netip.Addr]Peer{}
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
-		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport = nil, nil, nil, nil, nil
+		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport, s.noExportName = nil, nil, nil, nil, nil, ""
 		s.noAdvMark, s.noAdvertiseOn = nil, false
 		s.filters = nil
 		s.setView(func(v *view) { v.started = false; v.peers = map[string]Peer{} })
@@ -414,14 +414,10 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
 			return fmt.Errorf("bgp: %s policy: %w", name, err)
 		}
-		err := s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: dir,
-			Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-		}})
-		if err != nil {
-			return fmt.Errorf("bgp: %s policy assignment: %w", name, err)
+		if err := s.assignOwnPolicy(ctx, dir, name); err != nil {
+			return err
 		}
-		s.ownPolicyAdded = true
+		s.ownPolicyAdded = true // the filters are checked to be behind it
 	}
 	*cur = want
 	return nil

@@ -70,6 +70,7 @@ type Speaker struct {
 	keepNH        []string
 	selfNH        []string       // peers with next hop self
 	noExport      []netip.Prefix // CIDRs kept from every peer
+	noExportName  string         // its policy in GoBGP (noexport.go), "" for none
 	ownOnly       []string       // eBGP peers limited to our own routes
 	emptyPath     []string       // eBGP peers whose empty AS paths are dropped
 	noAdvMark     []string       // peers whose routes are marked NO_ADVERTISE
