@@ -82,8 +82,9 @@ func TestFilterChangeLeavesOtherSessions(t *testing.T) {
 
 // TestFilterStaysWhileOwnPoliciesAreAdded: a peer that needs a policy of
 // routed's own (keepOriginalNextHop) added after a session's filter is
-// installed moves the filter behind it in one step; the filter is not
-// removed and added again, and still applies.
+// installed puts that policy before the filter (assignOwnPolicy; the
+// filters' move behind routed's own, reorderFilters, is the fallback);
+// the filter is not removed and added again, and still applies.
 func TestFilterStaysWhileOwnPoliciesAreAdded(t *testing.T) {
 	t.Parallel()
 	l := newLoopLab(t)
@@ -406,7 +407,7 @@ func TestFilterHalfSwapIsUndone(t *testing.T) {
 // cannot be read, the filters stay as they are, but a policy of
 // routed's own added meanwhile (here the no-export one) still goes
 // before them: a BGPFilter Accept does not export a private pool
-// (before, the filters were not moved and their Accept won). A session
+// (before c2c1c67, the filters were not moved and their Accept won). A session
 // not up yet whose rules name an interface is held back meanwhile (its
 // filters were installed when the interface had no subnet: the same
 // key as no subnet read) and starts once the interfaces can be read.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	api "github.com/osrg/gobgp/v4/api"
 )
@@ -210,7 +211,7 @@ func (s *Speaker) swapFilters(ctx context.Context, old, next *installedFilters) 
 func (s *Speaker) swapPolicy(ctx context.Context, dir api.PolicyDirection, from, to string) (bool, error) {
 	if f := s.failSwap.Load(); f != nil {
 		if err := (*f)(dir); err != nil {
-			return false, fmt.Errorf("bgp: put filter %q in place of %q: %w", to, from, err)
+			return false, fmt.Errorf("bgp: put policy %q in place of %q: %w", to, from, err)
 		}
 	}
 	var cur *api.PolicyAssignment
@@ -234,7 +235,15 @@ func (s *Speaker) swapPolicy(ctx context.Context, dir api.PolicyDirection, from,
 		}
 	}
 	if !placed && to != "" {
-		names = append(names, &api.Policy{Name: to})
+		// A filter goes at the end; one of routed's own before the
+		// first filter.
+		at := len(names)
+		if !strings.HasPrefix(to, filterPolicyPrefix) {
+			if i := slices.IndexFunc(names, func(p *api.Policy) bool { return strings.HasPrefix(p.Name, filterPolicyPrefix) }); i >= 0 {
+				at = i
+			}
+		}
+		names = slices.Insert(names, at, &api.Policy{Name: to})
 		changed = true
 	}
 	switch {
@@ -251,7 +260,7 @@ func (s *Speaker) swapPolicy(ctx context.Context, dir api.PolicyDirection, from,
 			Name: "global", Direction: dir, Policies: names, DefaultAction: cur.DefaultAction}})
 	}
 	if err != nil {
-		return false, fmt.Errorf("bgp: put filter %q in place of %q: %w", to, from, err)
+		return false, fmt.Errorf("bgp: put policy %q in place of %q: %w", to, from, err)
 	}
 	if h := s.assignedHook.Load(); h != nil {
 		(*h)()

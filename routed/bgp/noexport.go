@@ -9,8 +9,9 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 )
 
-// noExportPolicy names the export policy (and its prefix set) that keeps
-// the routes of pools with disableBGPExport from every peer.
+// noExportPolicy starts the names of the export policy (and its prefix
+// sets) that keeps the routes of pools with disableBGPExport from every
+// peer: noExportPolicy-g<generation>, a new one at each change.
 const noExportPolicy = "routed-no-export"
 
 // SetNoExportCIDRs sets the CIDRs (Calico's IP pools with

@@ -3,9 +3,17 @@
 package bgp
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
@@ -94,5 +102,81 @@ func TestNoExportChangeNeverLeaks(t *testing.T) {
 	}
 	if at, seen := c.sink.FirstSeen(private); seen {
 		t.Fatalf("c got the no-export block %s at %v, through its filter's Accept", private, at)
+	}
+}
+
+// TestOwnPoliciesStayBeforeFilters: at every change of GoBGP's export
+// list, routed's own policies come before every BGPFilter policy, and
+// once no-export CIDRs are set a no-export policy is in the list: while
+// they change six times, and while a peer needing routed's keep-next-hop
+// policy is added after the filters. (Appended, as GoBGP's own call
+// does, an own policy sat behind the filters until they were moved; a
+// no-export change deleting the old policy first left none.)
+func TestOwnPoliciesStayBeforeFilters(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, _, c, d, toC, toD := filterLab(l)
+	other := netip.MustParsePrefix("10.72.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: other, State: AffinityConfirmed}, false)
+	var mu sync.Mutex
+	var violations []string
+	checks := 0
+	var noExportSet atomic.Bool
+	hook := func() {
+		var names []string
+		_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT},
+			func(pa *api.PolicyAssignment) {
+				for _, p := range pa.Policies {
+					names = append(names, p.Name)
+				}
+			})
+		mu.Lock()
+		defer mu.Unlock()
+		checks++
+		firstFilter := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(n, filterPolicyPrefix) })
+		lastOwn := -1
+		for i, n := range names {
+			if !strings.HasPrefix(n, filterPolicyPrefix) {
+				lastOwn = i
+			}
+		}
+		if firstFilter >= 0 && lastOwn > firstFilter {
+			violations = append(violations, fmt.Sprintf("own policy behind a filter: %v", names))
+		}
+		if noExportSet.Load() && !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, noExportPolicy+"-g") }) {
+			violations = append(violations, fmt.Sprintf("no no-export policy: %v", names))
+		}
+	}
+	a.sp.assignedHook.Store(&hook)
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: {Export: []FilterRule{{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.64.0.0/10")}}}})
+	a.sp.SetPeers([]Peer{toC})
+	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		cidrs := []netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")}
+		want := bgptest.Has(other, a.addr)
+		if i%2 == 0 {
+			cidrs = append(cidrs, netip.MustParsePrefix("10.72.0.0/16"))
+			want = bgptest.Lacks(other)
+		}
+		a.sp.SetNoExportCIDRs(cidrs)
+		if err := c.sink.WaitFor(ctxT(t, 20*time.Second), want); err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		noExportSet.Store(true)
+	}
+	toD.KeepOriginalNextHop = true
+	a.sp.SetPeers([]Peer{toC, toD})
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if checks < 8 {
+		t.Fatalf("the export list changed %d times, want at least 8: the check saw too little", checks)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("%d of %d changes of the export list broke the order, e.g. %s", len(violations), checks, violations[0])
 	}
 }

@@ -56,7 +56,7 @@ type Speaker struct {
 	// ownPolicyAdded says routed's own policies were added after them
 	// (they must come first).
 	filters        map[netip.Addr]*installedFilters
-	filterGen      uint64 // last generation of filter names (filterinstall.go)
+	filterGen      uint64 // last generation of filter and no-export names (filterinstall.go, noexport.go)
 	ownPolicyAdded bool
 	// failFilter, set by tests, fails installing a session's filters;
 	// assignedHook, set by tests, is called on the loop after each
