@@ -83,18 +83,7 @@ func TestNoExportChangeNeverLeaks(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
-		cidrs := []netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")}
-		want := bgptest.Has(other, a.addr)
-		if i%2 == 0 {
-			cidrs = append(cidrs, netip.MustParsePrefix("10.72.0.0/16"))
-			want = bgptest.Lacks(other)
-		}
-		a.sp.SetNoExportCIDRs(cidrs)
-		if err := c.sink.WaitFor(ctxT(t, 20*time.Second), want); err != nil {
-			t.Fatalf("change %d: %v", i, err)
-		}
-	}
+	changeNoExport(t, a, c, other, 20, nil)
 	later := netip.MustParsePrefix("10.73.1.0/26")
 	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
@@ -153,19 +142,7 @@ func TestOwnPoliciesStayBeforeFilters(t *testing.T) {
 	if err := c.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 6 {
-		cidrs := []netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")}
-		want := bgptest.Has(other, a.addr)
-		if i%2 == 0 {
-			cidrs = append(cidrs, netip.MustParsePrefix("10.72.0.0/16"))
-			want = bgptest.Lacks(other)
-		}
-		a.sp.SetNoExportCIDRs(cidrs)
-		if err := c.sink.WaitFor(ctxT(t, 20*time.Second), want); err != nil {
-			t.Fatalf("change %d: %v", i, err)
-		}
-		noExportSet.Store(true)
-	}
+	changeNoExport(t, a, c, other, 6, func() { noExportSet.Store(true) })
 	toD.KeepOriginalNextHop = true
 	a.sp.SetPeers([]Peer{toC, toD})
 	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
@@ -178,5 +155,27 @@ func TestOwnPoliciesStayBeforeFilters(t *testing.T) {
 	}
 	if len(violations) > 0 {
 		t.Fatalf("%d of %d changes of the export list broke the order, e.g. %s", len(violations), checks, violations[0])
+	}
+}
+
+// changeNoExport changes a's no-export CIDRs n times, 10.70.0.0/16 and
+// by turns 10.72.0.0/16 (which holds other), each time waiting until c
+// has lost or got other back; after is called after each.
+func changeNoExport(t *testing.T, a, c *testNode, other netip.Prefix, n int, after func()) {
+	t.Helper()
+	for i := range n {
+		cidrs := []netip.Prefix{netip.MustParsePrefix("10.70.0.0/16")}
+		want := bgptest.Has(other, a.addr)
+		if i%2 == 0 {
+			cidrs = append(cidrs, netip.MustParsePrefix("10.72.0.0/16"))
+			want = bgptest.Lacks(other)
+		}
+		a.sp.SetNoExportCIDRs(cidrs)
+		if err := c.sink.WaitFor(ctxT(t, 20*time.Second), want); err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		if after != nil {
+			after()
+		}
 	}
 }
