@@ -141,39 +141,11 @@ func (s *Speaker) moveFiltersLast(ctx context.Context) (bool, error) {
 }
 
 // assignOwnPolicy puts one of routed's own policies in the global list
-// of dir before the BGPFilter policies, the list replaced in one step:
-// GoBGP's AddPolicyAssignment appends, behind them, where a filter's
-// Accept would judge a route before routed's Reject until the filters
-// were moved.
+// of dir before the BGPFilter policies, the list replaced in one step
+// (swapPolicy): GoBGP's AddPolicyAssignment appends, behind them, where
+// a filter's Accept would judge a route before routed's Reject until
+// the filters were moved.
 func (s *Speaker) assignOwnPolicy(ctx context.Context, dir api.PolicyDirection, name string) error {
-	var cur *api.PolicyAssignment
-	err := s.srv().ListPolicyAssignment(ctx, &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir}, func(a *api.PolicyAssignment) { cur = a })
-	if err != nil {
-		return fmt.Errorf("bgp: list the global policies: %w", err)
-	}
-	if cur == nil {
-		err = s.srv().AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT}})
-	} else {
-		var names []*api.Policy
-		placed := false
-		for _, p := range cur.Policies {
-			if !placed && strings.HasPrefix(p.Name, filterPolicyPrefix) {
-				names, placed = append(names, &api.Policy{Name: name}), true
-			}
-			names = append(names, &api.Policy{Name: p.Name})
-		}
-		if !placed {
-			names = append(names, &api.Policy{Name: name})
-		}
-		err = s.srv().SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: dir, Policies: names, DefaultAction: cur.DefaultAction}})
-	}
-	if err != nil {
-		return fmt.Errorf("bgp: %s policy assignment: %w", name, err)
-	}
-	if h := s.assignedHook.Load(); h != nil {
-		(*h)()
-	}
-	return nil
+	_, err := s.swapPolicy(ctx, dir, "", name)
+	return err
 }

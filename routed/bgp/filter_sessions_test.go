@@ -228,14 +228,9 @@ func TestFilterSwapKeepsSessionsFiltered(t *testing.T) {
 	var violations []string
 	checks := 0
 	hook := func() { // on a's loop: a.sp.applied is its own
-		lists := map[string][]string{}
-		for dir, name := range map[api.PolicyDirection]string{api.PolicyDirection_POLICY_DIRECTION_IMPORT: "import", api.PolicyDirection_POLICY_DIRECTION_EXPORT: "export"} {
-			_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
-				func(pa *api.PolicyAssignment) {
-					for _, p := range pa.Policies {
-						lists[name] = append(lists[name], p.Name)
-					}
-				})
+		lists := map[string][]string{
+			"import": globalPolicies(a, api.PolicyDirection_POLICY_DIRECTION_IMPORT),
+			"export": globalPolicies(a, api.PolicyDirection_POLICY_DIRECTION_EXPORT),
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -461,16 +456,26 @@ func lastWarning(logs *test.Hook) string {
 func assignedFilters(n *testNode) []string {
 	var out []string
 	for _, dir := range filterDirs {
-		_ = n.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
-			func(pa *api.PolicyAssignment) {
-				for _, p := range pa.Policies {
-					if strings.HasPrefix(p.Name, filterPolicyPrefix) {
-						out = append(out, p.Name)
-					}
-				}
-			})
+		for _, name := range globalPolicies(n, dir) {
+			if strings.HasPrefix(name, filterPolicyPrefix) {
+				out = append(out, name)
+			}
+		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// globalPolicies lists, in order, the policies of n's global list of
+// dir.
+func globalPolicies(n *testNode, dir api.PolicyDirection) []string {
+	var out []string
+	_ = n.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: dir},
+		func(pa *api.PolicyAssignment) {
+			for _, p := range pa.Policies {
+				out = append(out, p.Name)
+			}
+		})
 	return out
 }
 

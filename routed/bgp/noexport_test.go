@@ -3,7 +3,6 @@
 package bgp
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -112,13 +111,7 @@ func TestOwnPoliciesStayBeforeFilters(t *testing.T) {
 	checks := 0
 	var noExportSet atomic.Bool
 	hook := func() {
-		var names []string
-		_ = a.sp.srv().ListPolicyAssignment(context.Background(), &api.ListPolicyAssignmentRequest{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT},
-			func(pa *api.PolicyAssignment) {
-				for _, p := range pa.Policies {
-					names = append(names, p.Name)
-				}
-			})
+		names := globalPolicies(a, api.PolicyDirection_POLICY_DIRECTION_EXPORT)
 		mu.Lock()
 		defer mu.Unlock()
 		checks++
