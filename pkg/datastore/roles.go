@@ -35,6 +35,7 @@ const (
 	RoleRouteReflector = "routed-rr"
 	RoleAdmin          = "routed-admin"
 	RoleControllers    = "routed-controllers"
+	RoleClusterGC      = "routed-cluster-gc"
 )
 
 // Prefixes of the datastore that are not one resource kind.
@@ -56,7 +57,9 @@ func rw(prefix string) Permission { return Permission{Prefix: prefix, Write: tru
 // cluster identity, its GC election, the default pool and the three
 // tiers that always exist (those keys only), but never
 // BGP peers, BGP or IPAM configuration. The CNI plugin writes only IPAM
-// and endpoint keys. The Kubernetes controllers write only profiles,
+// and endpoint keys. routed cluster-gc writes IPAM, endpoints (those of
+// deleted nodes), its election and the node GC's records. The
+// Kubernetes controllers write only profiles,
 // network policies, endpoints and the endpoints of Services rules name. A route reflector reads everything and writes only
 // its own Node record (one key per name in reflectors).
 func Roles(reflectors []string) []Role {
@@ -71,6 +74,8 @@ func Roles(reflectors []string) []Role {
 			rw(KindPrefix(api.KindIPPool)), rw(ClusterInfoPrefix), rw(LeasesPrefix), rw(NodeGCPrefix)}, defaultTierPerms()...)},
 		{Name: RoleCNI, Purpose: "routed-cni and routed-ipam (key copied to every node's /etc/cni/net.d)", Perms: []Permission{readAll,
 			rw(IPAMPrefix), rw(IPAMDataPrefix), rw(KindPrefix(api.KindWorkloadEndpoint))}},
+		{Name: RoleClusterGC, Purpose: "routed cluster-gc (the cluster-wide GC, when the nodes run with --cluster-gc=false)", Perms: []Permission{readAll,
+			rw(IPAMPrefix), rw(IPAMDataPrefix), rw(KindPrefix(api.KindWorkloadEndpoint)), rw(LeasesPrefix), rw(NodeGCPrefix)}},
 		{Name: RoleRouteReflector, Purpose: "routed --role route-reflector", Perms: rrPerms},
 		{Name: RoleControllers, Purpose: "routed controllers (Kubernetes namespaces, service accounts, pods and NetworkPolicies)", Perms: []Permission{readAll,
 			rw(KindPrefix(api.KindProfile)), rw(KindPrefix(api.KindNetworkPolicy)), rw(KindPrefix(api.KindWorkloadEndpoint)),

@@ -51,10 +51,13 @@ type Config struct {
 	BGPPort   int
 	LogLevel  string
 
-	StateDir      string // /var/lib/routed: nodename and mtu files
-	FelixResync   time.Duration
-	IPAMGCPeriod  time.Duration
-	IPAMGCGrace   time.Duration
+	StateDir     string // /var/lib/routed: nodename and mtu files
+	FelixResync  time.Duration
+	IPAMGCPeriod time.Duration
+	IPAMGCGrace  time.Duration
+	// ClusterGC makes the node a candidate for the cluster-wide GC
+	// pass (false when `routed cluster-gc` runs it).
+	ClusterGC     bool
 	SecretsDir    string
 	ShutdownGrace time.Duration
 	// FeedCache is the node feed's cache file (feedcache.go): "" for
@@ -187,6 +190,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.FelixResync, "route-refresh-interval", 90*time.Second, "how often felix re-reads the kernel routes")
 	fs.DurationVar(&c.IPAMGCPeriod, "ipam-gc-interval", 5*time.Minute, "how often IPAM garbage collection runs (0: never)")
 	fs.DurationVar(&c.IPAMGCGrace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be before GC frees it")
+	fs.BoolVar(&c.ClusterGC, "cluster-gc", c.envBool(true, "ROUTED_CLUSTER_GC"), "run for the election of the one process that does the cluster-wide GC (endpoints of deleted nodes, leaked addresses, IPAM usage metrics); false when `routed cluster-gc` does it, as deploy/base has it, to keep that pass's memory off the nodes. The node always releases its own empty blocks (env ROUTED_CLUSTER_GC)")
 	fs.StringVar(&c.SecretsDir, "bgp-secrets-dir", env("/etc/routed/bgp-secrets", "ROUTED_BGP_SECRETS_DIR"), "mounted secrets for BGPPeer passwords (<name>/<key>) (env ROUTED_BGP_SECRETS_DIR)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-timeout", 10*time.Second, "how long components get to stop on SIGTERM")
 	fs.BoolVar(&c.NodeCondition, "node-condition", c.envBool(true, "ROUTED_NODE_CONDITION"), "in a Kubernetes pod, keep the Node's NetworkUnavailable condition False once the node is in sync, as calico-node does (needs patch on nodes/status); false leaves the condition to another controller (env ROUTED_NODE_CONDITION)")

@@ -59,7 +59,8 @@ type node struct {
 	health  *health.Health
 	reg     *prometheus.Registry
 	beats   loopBeats
-	// gcLeading is set while this node is the elected cluster GC node.
+	// gcLeading is set while this node is the elected cluster GC
+	// process (never with --cluster-gc=false).
 	gcLeading atomic.Bool
 	// flows are the node's flow record sinks (flows.go).
 	flows *flowsParts
@@ -201,7 +202,7 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 			gm := gc.NewMetrics()
 			n.reg.MustRegister(gm.Collectors()...)
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {
-				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Period: cfg.IPAMGCPeriod,
+				return gc.Run(ctx, gc.Config{DS: n.ds, IPAM: n.ipam, Node: cfg.NodeName, Cluster: cfg.ClusterGC, Name: cfg.NodeName, Period: cfg.IPAMGCPeriod,
 					Grace: cfg.IPAMGCGrace, Held: n.held, Leading: &n.gcLeading, Metrics: gm})
 			})
 		}

@@ -1,7 +1,11 @@
 // Package gc reclaims what the cluster no longer uses: every node releases
-// its own empty blocks; one node, elected through etcd, removes endpoints
-// of deleted nodes and frees leaked addresses cluster-wide, every write
-// fenced by its election.
+// its own empty blocks; one process, elected through etcd, removes
+// endpoints of deleted nodes and frees leaked addresses cluster-wide,
+// every write fenced by its election. The candidates are the nodes, or
+// (Calico's kube-controllers' way) a process of its own, `routed
+// cluster-gc`, with the nodes run with --cluster-gc=false: the pass
+// reads every block of the cluster, and its memory then stays off the
+// nodes.
 package gc
 
 import (
@@ -21,47 +25,44 @@ var log = logrus.WithField("component", "gc")
 
 // Config says what a node's GC does.
 type Config struct {
-	DS     *datastore.Client
-	IPAM   *ipam.Client
-	Node   string
-	Period time.Duration // how often both passes run
-	Grace  time.Duration // how long something must be unused or gone
+	DS   *datastore.Client
+	IPAM *ipam.Client
+	// Node, when set, is the node whose empty blocks are released (the
+	// node daemon); empty in a process of its own.
+	Node string
+	// Cluster makes this process a candidate for the cluster-wide
+	// pass's election, as Name.
+	Cluster bool
+	Name    string
+	Period  time.Duration // how often both passes run
+	Grace   time.Duration // how long something must be unused or gone
 	// Held reports when the datastore is not trusted: nothing is
 	// written then.
 	Held func() bool
-	// Leading is set while this node is the elected cluster GC node.
+	// Leading is set while this process is the elected cluster GC
+	// process.
 	Leading *atomic.Bool
 	// Metrics, when set, get each cluster-wide pass's findings.
 	Metrics *Metrics
 }
 
-// Run runs both passes every Period until ctx ends, and returns once the
-// cluster-wide pass (when this node leads) has stopped too.
+// Run runs the passes Config asks for every Period until ctx ends, and
+// returns once the cluster-wide pass (when this process leads) has
+// stopped too.
 func Run(ctx context.Context, c Config) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		runAsLeader(ctx, c.DS, gcElection, c.Node, func(ctx context.Context, fence datastore.Fence) {
-			c.Leading.Store(true)
-			defer c.Leading.Store(false)
-			defer c.Metrics.observe(nil)
-			every(ctx, c.Period, func() {
-				if !c.Held() {
-					if rep := clusterGC(ctx, c.DS, fence, c.Grace); rep != nil {
-						c.Metrics.observe(rep)
-					}
-					// What the pass read is garbage now: hand it back
-					// to the kernel at once, not over the scavenger's
-					// minutes, so the elected node's anonymous memory
-					// does not stay at the pass's peak (one collection
-					// a period, on one node).
-					debug.FreeOSMemory()
-				}
-			})
-		})
-	}()
+	if c.Cluster {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runCluster(ctx, c)
+		}()
+	}
+	if c.Node == "" {
+		<-ctx.Done()
+		return nil
+	}
 	every(ctx, c.Period, func() {
 		if c.Held() {
 			return
@@ -71,6 +72,29 @@ func Run(ctx context.Context, c Config) error {
 		}
 	})
 	return nil
+}
+
+// runCluster runs for the election and, while elected, the cluster-wide
+// pass every Period.
+func runCluster(ctx context.Context, c Config) {
+	runAsLeader(ctx, c.DS, gcElection, c.Name, func(ctx context.Context, fence datastore.Fence) {
+		c.Leading.Store(true)
+		defer c.Leading.Store(false)
+		defer c.Metrics.observe(nil)
+		every(ctx, c.Period, func() {
+			if !c.Held() {
+				if rep := clusterGC(ctx, c.DS, fence, c.Grace); rep != nil {
+					c.Metrics.observe(rep)
+				}
+				// What the pass read is garbage now: hand it back
+				// to the kernel at once, not over the scavenger's
+				// minutes, so the elected node's anonymous memory
+				// does not stay at the pass's peak (one collection
+				// a period, on one node).
+				debug.FreeOSMemory()
+			}
+		})
+	})
 }
 
 // every runs f each period until ctx ends.

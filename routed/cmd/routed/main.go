@@ -40,7 +40,7 @@ ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`
 		},
 	}
 	cfg.BindFlags(root.Flags())
-	root.AddCommand(newEtcdCmd(), newPrintEtcdRolesCmd(), newHealthCmd(), newVersionCmd())
+	root.AddCommand(newEtcdCmd(), newPrintEtcdRolesCmd(), newHealthCmd(), newVersionCmd(), newClusterGCCmd())
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
