@@ -38,6 +38,7 @@ type bigRun struct {
 	pods  [][]*simPod // per simulated node, as loaded
 
 	etcdPID  int
+	gc       *gcProc // nil with -cluster-gc nodes
 	watch    *watchLoad
 	tracker  *setTracker
 	pings    []pingPair
@@ -113,7 +114,7 @@ func (b *bigRun) prepare() error {
 	for i := 1; i <= b.sh.real; i++ {
 		n := lab.NodeSpec{Name: fmt.Sprintf("%s-n%d", bigPrefix, i), Subnet: "a", Addr: netip.PrefixFrom(addrAt(topo.SubnetA, 10+i), 24)}
 		topo.Nodes = append(topo.Nodes, n)
-		b.nodes = append(b.nodes, &realNode{spec: n})
+		b.nodes = append(b.nodes, &realNode{spec: n, clusterGC: b.f.clusterGC == "nodes"})
 	}
 	topo.Configure = func(ctx context.Context, l *lab.Lab) error { return l.ApplyYAML(ctx, "big.yaml", b.baseYAML(topo)) }
 	b.l = lab.New(topo, b.bins, b.dir, func(f string, a ...any) { fmt.Printf("==> "+f+"\n", a...) })
@@ -189,6 +190,11 @@ func (b *bigRun) run(ctx context.Context) error {
 	}
 	if err := b.startWatchers(ctx); err != nil {
 		return err
+	}
+	if b.f.clusterGC == "process" {
+		if err := b.startClusterGC(); err != nil {
+			return err
+		}
 	}
 	if err := b.startNodes(ctx); err != nil {
 		return err

@@ -25,8 +25,11 @@ type realNode struct {
 	dial dialer
 	// args are more routed flags for the next start.
 	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	// clusterGC: the node runs for the cluster GC election (-cluster-gc
+	// nodes); else it runs with --cluster-gc=false.
+	clusterGC bool
+	cmd       *exec.Cmd
+	done      chan struct{}
 	// base carries the counters of its earlier processes (a restart
 	// starts them at zero again).
 	baseTicks            int64
@@ -66,36 +69,50 @@ func (n *realNode) url(port int, path string) string {
 // kills it).
 func (n *realNode) start(dir, routed, etcd string) error {
 	ndir := filepath.Join(dir, n.name())
-	f, err := os.OpenFile(filepath.Join(ndir, "routed.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
 	addr := n.spec.Addr.Addr().String()
 	args := []string{"netns", "exec", n.name(), routed,
 		"--role", "node", "--ip6", "none", "--nodename", n.name(), "--ip", n.spec.Addr.String(),
 		"--status-socket", filepath.Join(ndir, "routed.sock"),
 		"--health-listen", addr + ":9099", "--metrics-listen", addr + ":9091",
 		"--state-dir", filepath.Join(ndir, "state"), "--no-default-ipv4-pool", "--etcd-endpoints", etcd}
-	cmd := exec.Command("ip", append(args, n.args...)...)
+	if !n.clusterGC {
+		args = append(args, "--cluster-gc=false")
+	}
+	cmd, done, err := startProc(dir, filepath.Join(ndir, "routed.log"), append(args, n.args...))
+	if err != nil {
+		return err
+	}
+	n.cmd, n.done = cmd, done
+	return nil
+}
+
+// startProc runs ip args with its output appended to logFile, in its
+// own process group (the harness's Ctrl-C must not reach it before the
+// harness stops it), its PID in the lab's pid file (a later run's
+// clean-up kills it); done closes when it has exited.
+func startProc(dir, logFile string, args []string) (*exec.Cmd, chan struct{}, error) {
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group: the harness's Ctrl-C must not reach it
-	// before the harness stops it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return err
+		return nil, nil, err
 	}
-	n.cmd, n.done = cmd, make(chan struct{})
+	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		f.Close()
-		close(n.done)
+		close(done)
 	}()
 	if pf, err := os.OpenFile(filepath.Join(dir, "pids"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 		fmt.Fprintln(pf, cmd.Process.Pid)
 		pf.Close()
 	}
-	return nil
+	return cmd, done, nil
 }
 
 func (n *realNode) running() bool {
@@ -114,15 +131,19 @@ func (n *realNode) pid() int { return n.cmd.Process.Pid }
 
 // stop sends SIGTERM and waits (SIGKILL after 20 s).
 func (n *realNode) stop() {
-	if !n.running() {
-		return
+	if n.running() {
+		stopProc(n.cmd, n.done)
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// stopProc sends cmd SIGTERM and waits for done (SIGKILL after 20 s).
+func stopProc(cmd *exec.Cmd, done chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-n.done:
+	case <-done:
 	case <-time.After(20 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-n.done
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
 

@@ -184,6 +184,11 @@ func (b *bigRun) measureIdle(ctx context.Context) error {
 		}
 		n.acct.peakAnon = n.acct.idle.Anon
 	}
+	if b.gc != nil {
+		if err := b.gc.sample(&b.gc.idle); err != nil {
+			return err
+		}
+	}
 	e1, err := b.etcdNow(ctx)
 	if err != nil {
 		return err
@@ -341,6 +346,9 @@ func (b *bigRun) sampleMemory(ctx context.Context) {
 		if m, err := readMem(b.etcdPID); err == nil {
 			b.out.etcdPeakAnon = max(b.out.etcdPeakAnon, m.Anon)
 		}
+		if b.gc != nil {
+			_ = b.gc.sample(nil) // finish says so if it exited
+		}
 	}
 }
 
@@ -379,6 +387,11 @@ func (b *bigRun) finish(ctx context.Context) error {
 		}
 		n.acct.peakAnon = max(n.acct.peakAnon, n.acct.after.Anon)
 	}
+	if b.gc != nil {
+		if err := b.gc.sample(&b.gc.after); err != nil {
+			return err
+		}
+	}
 	if err := b.writeHeapProfiles(ctx, "after-churn"); err != nil {
 		return err
 	}
@@ -415,6 +428,7 @@ func (b *bigRun) teardown() {
 	for _, n := range b.nodes {
 		n.stop()
 	}
+	b.gc.stop()
 	if b.ds != nil {
 		b.ds.Close()
 	}

@@ -114,6 +114,11 @@ func (b *bigRun) print() {
 	fmt.Printf("etcd: CPU idle %.1f %% of a core, churn %.1f %%; anonymous idle %.1f MiB, after churn %.1f MiB, peak %.1f MiB; file-backed %.1f MiB; db %.1f MiB (%.1f MiB in use, %d compactions); %d keys; watchers %.0f (slow %.0f)\n",
 		100*o.etcdIdleCPU, 100*o.etcdChurnCPU, mib(o.etcdIdle.mem.Anon), mib(e.mem.Anon), mib(o.etcdPeakAnon), mib(e.mem.File),
 		e.dbSize/(1<<20), e.dbInUse/(1<<20), o.compactions, o.keysEnd, e.watchers, e.slow)
+	gcS := "on the nodes (elected among them)"
+	if b.gc != nil {
+		fmt.Println(b.gc.report())
+		gcS = fmt.Sprintf("in routed cluster-gc, anonymous after churn %.0f MiB, peak %.0f MiB", mib(b.gc.after.Anon), mib(b.gc.peakAnon))
+	}
 	restartS := "not done"
 	if len(restart) > 0 {
 		restartS = fmt.Sprintf("%.1f s", pct(restart, 100))
@@ -121,7 +126,7 @@ func (b *bigRun) print() {
 	if len(uncached) > 0 {
 		restartS += fmt.Sprintf(" (with --feed-cache none %.1f s)", pct(uncached, 100))
 	}
-	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met, %.0f ms from the write's answer); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f\n",
-		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), mib(peak), pct(fileIdle, 50),
-		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, l.quiet, l.ackQuiet, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers)
+	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB max %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met, %.0f ms from the write's answer); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f; cluster GC %s\n",
+		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), pct(anonAfter, 100), mib(peak), pct(fileIdle, 50),
+		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, l.quiet, l.ackQuiet, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers, gcS)
 }

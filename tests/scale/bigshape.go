@@ -32,6 +32,9 @@ type bigFlags struct {
 	compactEvery            time.Duration
 	readyTimeout            time.Duration
 	seed                    uint64
+	// clusterGC is who runs the cluster-wide GC pass: "process" (routed
+	// cluster-gc, the nodes with --cluster-gc=false) or "nodes".
+	clusterGC string
 	// heapProfiles is where each real node's heap profiles go ("": none).
 	heapProfiles string
 }
@@ -81,6 +84,7 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 10*time.Minute, "how long a real node may take to be ready")
 	fs.BoolVar(&f.restart, "restart", true, "restart one real node halfway through the churn")
 	fs.BoolVar(&f.restartWithoutCache, "restart-without-cache", true, "with -restart: restart the node twice, at a third of the churn from its feed cache (routed's default) and at two thirds with --feed-cache none (a full list), to compare")
+	fs.StringVar(&f.clusterGC, "cluster-gc", "process", "who runs the cluster-wide GC pass: process (routed cluster-gc beside the nodes, which run with --cluster-gc=false, as deploy/base does) or nodes (the real nodes elect one among them)")
 	fs.StringVar(&f.heapProfiles, "heap-profiles", "", "write each real node's Go heap profile (inuse and alloc) and MemStats at the end of the idle window and right after the churn into this directory")
 	var seed int64
 	fs.Int64Var(&seed, "seed", 1, "seed of the generated cluster and churn")
@@ -97,6 +101,8 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	}
 	sh := &f.sh
 	switch {
+	case f.clusterGC != "process" && f.clusterGC != "nodes":
+		return nil, fmt.Errorf("-cluster-gc %q: process or nodes", f.clusterGC)
 	case sh.real < 1:
 		return nil, fmt.Errorf("-real: at least 1")
 	case sh.nodes <= sh.real || sh.nodes-sh.real > 32000:
