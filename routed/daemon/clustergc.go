@@ -89,13 +89,24 @@ func RunClusterGC(ctx context.Context, cfg ClusterGCConfig) error {
 		}
 		return 0
 	}))
-	// The cluster's usage: read every block at most once a minute, by
-	// the elected process only.
-	reg.MustRegister(ipam.NewCollector(ic, 5*time.Second).UsageWhen(leading.Load))
-	trust := gc.NewTrust(ds)
+	// The cluster's usage, by the elected process only: without a feed's
+	// block tallies it reads every block, so at most once a GC period.
+	reg.MustRegister(ipam.NewCollector(ic, 5*time.Second).UsageWhen(leading.Load).UsageEvery(cfg.Period))
+	trust := gc.NewTrust(ctx, ds)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "routed_cluster_gc_held",
+		Help: "1 while this process would write nothing because it does not trust the datastore (no identity, not ready, another cluster's, or gone back in time; the log says which), else 0. Every replica judges, elected or not."}, func() float64 {
+		if trust.Reason() != "" {
+			return 1
+		}
+		return 0
+	}))
 	log.WithFields(logrus.Fields{"name": cfg.Name, "interval": cfg.Period, "grace": cfg.Grace}).Info("routed cluster-gc: running for the cluster GC election")
 
 	g := supervise.New(ctx, log.WithField("role", "cluster-gc"))
+	g.Go("datastore trust", supervise.Fatal, func(ctx context.Context) error {
+		trust.Run(ctx, 10*time.Second)
+		return nil
+	})
 	g.Go("cluster gc", supervise.Fatal, func(ctx context.Context) error {
 		return gc.Run(ctx, gc.Config{DS: ds, IPAM: ic, Cluster: true, Name: cfg.Name, Period: cfg.Period,
 			Grace: cfg.Grace, Held: trust.Held, Leading: &leading, Metrics: gm})

@@ -199,6 +199,9 @@ func (n *node) start(g *supervise.Group, cfg Config) {
 			g.Go("flows sender", supervise.Restart, n.flows.runSender)
 		}
 		if cfg.IPAMGCPeriod > 0 {
+			if !cfg.ClusterGC {
+				log.Info("the cluster-wide GC is left to routed cluster-gc (--cluster-gc=false): this node releases only its own empty blocks")
+			}
 			gm := gc.NewMetrics()
 			n.reg.MustRegister(gm.Collectors()...)
 			g.Go("ipam gc", supervise.Restart, func(ctx context.Context) error {

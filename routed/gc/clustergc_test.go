@@ -75,7 +75,7 @@ func TestClusterGCProcessRunsThePass(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(runCtx, Config{DS: gcds, IPAM: ipam.New(gcds), Cluster: true, Name: "cluster-gc-1",
-			Period: 200 * time.Millisecond, Held: NewTrust(gcds).Held, Leading: &leading, Metrics: NewMetrics()})
+			Period: 200 * time.Millisecond, Held: NewTrust(runCtx, gcds).Held, Leading: &leading, Metrics: NewMetrics()})
 	}()
 	t.Cleanup(func() { stop(); <-done })
 

@@ -2,9 +2,13 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/routed-net/routed/internal/backoff"
 	"github.com/routed-net/routed/pkg/datastore"
@@ -28,7 +32,13 @@ func runAsLeader(ctx context.Context, ds *datastore.Client, election, name strin
 	retry := backoff.New(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
 		if err := leadOnce(ctx, ds, election, name, f); err != nil && ctx.Err() == nil {
-			log.WithError(err).WithField("election", election).Debug("not leading; will try again")
+			l := log.WithError(err).WithField("election", election)
+			if permissionDenied(err) {
+				// A wrong etcd identity: it would never lead.
+				l.Warn("cannot run for the cluster GC election: etcd denies it (the etcd user lacks the leases prefix?); will try again")
+			} else {
+				l.Debug("not leading; will try again")
+			}
 			retry.Wait(ctx)
 			continue
 		}
@@ -65,4 +75,11 @@ func leadOnce(ctx context.Context, ds *datastore.Client, election, name string, 
 	defer rcancel()
 	_ = e.Resign(rctx)
 	return nil
+}
+
+// permissionDenied reports whether etcd refused err's request to this
+// user.
+func permissionDenied(err error) bool {
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) ||
+		status.Code(errors.Unwrap(err)) == codes.PermissionDenied || status.Code(err) == codes.PermissionDenied
 }

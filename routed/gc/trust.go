@@ -12,34 +12,50 @@ import (
 
 // Trust is the datastore check of a cluster GC process that keeps no
 // state of its own (`routed cluster-gc`), in place of the node's identity
-// guard: its pass writes nothing while the datastore has no cluster
-// identity yet or is marked not ready (a migration, a restore), and
-// nothing more, until it is restarted, once the datastore is another
+// guard. Its pass writes nothing while the datastore has no cluster
+// identity yet, is marked not ready (a migration, a restore), is another
 // cluster's than the one it first read (outside the window `routedctl
-// datastore reinit` opens) or went back in time (restored from an older
-// backup). A restarted process trusts what it then reads, as a node
-// that remembers nothing does; the nodes' own guards still hold them.
+// datastore reinit` opens), or went back in time (restored from an older
+// backup: that holds until reinit, or a restart). Every replica judges
+// all along (Run), not only the elected one, so a standby that takes
+// over knows what it saw. A process started after a restore trusts what
+// it then reads, as a node that remembers nothing does: the restore
+// procedure scales routed-cluster-gc to 0 first (docs/etcd-restore.md).
 type Trust struct {
+	ctx     context.Context
 	ds      *datastore.Client
 	timeout time.Duration
 	now     func() time.Time
 
-	mu     sync.Mutex
-	guid   string
-	maxRev int64
-	stuck  string // why it holds until a restart
-	last   string // the last reason logged, to log each change once
+	mu         sync.Mutex
+	guid       string
+	maxRev     int64
+	rolledBack bool
+	last       string // the last reason logged, to log each change once
 }
 
-// NewTrust returns a Trust reading the identity through ds.
-func NewTrust(ds *datastore.Client) *Trust {
-	return &Trust{ds: ds, timeout: 10 * time.Second, now: time.Now}
+// NewTrust returns a Trust reading the identity through ds; reads end
+// with ctx.
+func NewTrust(ctx context.Context, ds *datastore.Client) *Trust {
+	return &Trust{ctx: ctx, ds: ds, timeout: 10 * time.Second, now: time.Now}
+}
+
+// Run judges the datastore every period until ctx ends.
+func (t *Trust) Run(ctx context.Context, period time.Duration) {
+	for {
+		t.Held()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
 }
 
 // Held reads the cluster identity and reports whether the pass must
 // not write now; each new reason is logged once.
 func (t *Trust) Held() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
 	defer cancel()
 	ci, err := t.ds.GetClusterInfo(ctx, 0)
 	t.mu.Lock()
@@ -49,7 +65,7 @@ func (t *Trust) Held() bool {
 		if reason != "" {
 			log.Warn("cluster-wide GC held: " + reason)
 		} else {
-			log.Info("cluster-wide GC: the datastore is trusted again")
+			log.Info("cluster-wide GC: the datastore is trusted")
 		}
 		t.last = reason
 	}
@@ -64,9 +80,6 @@ func (t *Trust) Reason() string {
 }
 
 func (t *Trust) judgeLocked(ci *datastore.ClusterInfo, err error) string {
-	if t.stuck != "" {
-		return t.stuck
-	}
 	switch {
 	case errors.Is(err, datastore.ErrNoClusterInfo):
 		return "the datastore has no cluster identity yet (the first routed node writes it)"
@@ -75,19 +88,20 @@ func (t *Trust) judgeLocked(ci *datastore.ClusterInfo, err error) string {
 	case !ci.DatastoreReady:
 		return "the datastore is marked not ready (datastoreReady false: a migration or a restore is under way)"
 	}
-	if ci.Revision < t.maxRev {
-		t.stuck = fmt.Sprintf("the datastore went back in time (revision %d, after %d was seen): restored from an older backup? Restart routed cluster-gc once the datastore is the one to follow", ci.Revision, t.maxRev)
-		return t.stuck
-	}
-	t.maxRev = ci.Revision
-	switch {
-	case t.guid == "" || ci.GUID == t.guid:
-	case ci.Adoptable(t.now()):
+	if t.guid != "" && ci.GUID != t.guid {
+		if !ci.Adoptable(t.now()) {
+			return fmt.Sprintf("the datastore is another cluster's (identity %s, this process followed %s): point it at the right one, or run routedctl datastore reinit to accept this one", ci.GUID, t.guid)
+		}
 		log.WithField("was", t.guid).WithField("now", ci.GUID).Warn("cluster-wide GC adopts the cluster identity routedctl datastore reinit wrote")
-	default:
-		t.stuck = fmt.Sprintf("the datastore is another cluster's now (identity %s, first read %s): restart routed cluster-gc once it points at the right one", ci.GUID, t.guid)
-		return t.stuck
+		t.guid, t.maxRev, t.rolledBack = ci.GUID, ci.Revision, false
+		return ""
 	}
-	t.guid = ci.GUID
+	if ci.Revision < t.maxRev {
+		t.rolledBack = true
+	}
+	if t.rolledBack {
+		return fmt.Sprintf("the datastore went back in time (revision %d, after %d was seen): restored from an older backup? routedctl datastore reinit (once the nodes' endpoints are re-imported) lets GC go on", ci.Revision, t.maxRev)
+	}
+	t.guid, t.maxRev = ci.GUID, ci.Revision
 	return ""
 }

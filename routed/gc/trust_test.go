@@ -13,45 +13,52 @@ import (
 
 // TestTrustJudges: the stateless check of routed cluster-gc holds the
 // pass while there is no identity or the datastore is not ready, lets
-// it run once both are there, adopts an identity routedctl datastore
-// reinit wrote within its window, and holds for good (until a restart)
-// on another cluster's identity or a revision that went back.
+// it run once both are there, holds while the datastore is another
+// cluster's and goes on once it is back, adopts an identity routedctl
+// datastore reinit wrote within its window, and holds after a revision
+// that went back until such an identity comes.
 func TestTrustJudges(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tr := &Trust{now: func() time.Time { return t0 }}
 	ci := func(guid string, ready bool, rev int64) *datastore.ClusterInfo {
 		return &datastore.ClusterInfo{GUID: guid, DatastoreReady: ready, Revision: rev}
 	}
-	steps := []struct {
+	reinit := func(guid string, rev int64) *datastore.ClusterInfo {
+		return &datastore.ClusterInfo{GUID: guid, DatastoreReady: true, Revision: rev, AdoptUntil: t0.Add(time.Hour)}
+	}
+	type step struct {
 		ci   *datastore.ClusterInfo
 		err  error
 		want string // "" trusted, else a word of the reason
-	}{
+	}
+	run := func(name string, steps []step) {
+		tr := &Trust{now: func() time.Time { return t0 }}
+		for i, s := range steps {
+			got := tr.judgeLocked(s.ci, s.err)
+			if (s.want == "") != (got == "") || !strings.Contains(got, s.want) {
+				t.Fatalf("%s, step %d: reason %q, want one saying %q", name, i, got, s.want)
+			}
+		}
+	}
+	run("identity", []step{
 		{&datastore.ClusterInfo{Revision: 1}, datastore.ErrNoClusterInfo, "no cluster identity"},
 		{nil, errors.New("etcd unreachable"), "cannot read"},
 		{ci("a", false, 5), nil, "not ready"},
 		{ci("a", true, 6), nil, ""},
-		{ci("a", true, 9), nil, ""},
-		{&datastore.ClusterInfo{GUID: "b", DatastoreReady: true, Revision: 10, AdoptUntil: t0.Add(time.Hour)}, nil, ""}, // reinit
+		{ci("c", true, 3), nil, "another cluster"},
+		{ci("a", true, 9), nil, ""}, // back: no revision judged against c's
+		{reinit("b", 10), nil, ""},
 		{ci("b", true, 11), nil, ""},
-		{ci("c", true, 12), nil, "another cluster"},
-		{ci("b", true, 13), nil, "another cluster"}, // held until a restart
-	}
-	for i, s := range steps {
-		got := tr.judgeLocked(s.ci, s.err)
-		if (s.want == "") != (got == "") || !strings.Contains(got, s.want) {
-			t.Fatalf("step %d: reason %q, want one saying %q", i, got, s.want)
-		}
-	}
-	back := &Trust{now: func() time.Time { return t0 }}
-	for i, s := range []struct {
-		rev  int64
-		want string
-	}{{100, ""}, {120, ""}, {90, "back in time"}, {130, "back in time"}} {
-		if got := back.judgeLocked(ci("a", true, s.rev), nil); (s.want == "") != (got == "") || !strings.Contains(got, s.want) {
-			t.Fatalf("revision step %d: reason %q, want one saying %q", i, got, s.want)
-		}
-	}
+		{ci("a", true, 12), nil, "another cluster"}, // a's window is not b's
+	})
+	run("rollback", []step{
+		{ci("a", true, 100), nil, ""},
+		{ci("a", true, 120), nil, ""},
+		{ci("a", true, 90), nil, "back in time"},
+		{ci("a", true, 130), nil, "back in time"}, // later writes do not undo it
+		{reinit("z", 131), nil, ""},
+		{ci("z", true, 140), nil, ""},
+	})
 }
 
 // TestTrustReadsTheDatastore: Held reads the real identity record.
@@ -59,7 +66,7 @@ func TestTrustReadsTheDatastore(t *testing.T) {
 	t.Parallel()
 	ds := dstest.Client(t)
 	ctx := context.Background()
-	tr := NewTrust(ds)
+	tr := NewTrust(context.Background(), ds)
 	if !tr.Held() || !strings.Contains(tr.Reason(), "no cluster identity") {
 		t.Fatalf("empty datastore: reason %q", tr.Reason())
 	}
