@@ -274,7 +274,7 @@ func TestManifestReferences(t *testing.T) {
 				}
 				// One etcd identity per component (docs/etcd-rbac.md).
 				if str(asMap(m)["mountPath"]) == "/etc/routed/etcd-secrets" {
-					want := map[string]string{"routed-node/routed": "routed-etcd-secrets", "routed-node/install-cni": "routed-cni-etcd-secrets", "routed-route-reflector/routed": "routed-rr-etcd-secrets", "routed-controllers/controllers": "routed-controllers-etcd-secrets"}[o.name()+"/"+str(c["name"])]
+					want := map[string]string{"routed-node/routed": "routed-etcd-secrets", "routed-node/install-cni": "routed-cni-etcd-secrets", "routed-route-reflector/routed": "routed-rr-etcd-secrets", "routed-controllers/controllers": "routed-controllers-etcd-secrets", "routed-cluster-gc/cluster-gc": "routed-cluster-gc-etcd-secrets"}[o.name()+"/"+str(c["name"])]
 					if got := secretOf[str(asMap(m)["name"])]; got != want {
 						t.Errorf("%s: container %s takes its etcd identity from Secret %q, want %q", o.id(), c["name"], got, want)
 					}

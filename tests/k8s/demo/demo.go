@@ -104,6 +104,10 @@ func InstallFrom(ctx context.Context, c *cluster.Cluster, root, bin, base string
 	} else {
 		logf("%s", out)
 	}
+	step("routed-cluster-gc Deployment Ready, one of its pods elected for the cluster-wide GC")
+	if err := waitClusterGC(ctx, c, logf); err != nil {
+		return overlay, err
+	}
 	if err := cluster.WaitFor(ctx, 60*time.Second, "profile kns.default", func() error {
 		_, err := routedctl("get", "profile", "kns.default")
 		return err
@@ -405,7 +409,7 @@ func writeOverlay(of string, c *cluster.Cluster) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	secrets, err := secretPatches(c, "routed-etcd-secrets", "routed-cni-etcd-secrets", "routed-controllers-etcd-secrets")
+	secrets, err := secretPatches(c, "routed-etcd-secrets", "routed-cni-etcd-secrets", "routed-controllers-etcd-secrets", "routed-cluster-gc-etcd-secrets")
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,69 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routed-net/routed/pkg/datastore"
+	"github.com/routed-net/routed/tests/k8s/cluster"
+)
+
+// gcElection is routed/gc's election key (the cluster-wide GC).
+const gcElection = datastore.KeyPrefix + "leases/ipam-gc/"
+
+// gcLeader returns the name the cluster GC election's leader campaigned
+// with ("" while nobody leads), read from routed's etcd.
+func gcLeader(ctx context.Context, c *cluster.Cluster) (string, error) {
+	tls := c.EtcdTLS
+	ds, err := datastore.New(datastore.Config{Endpoints: []string{c.RoutedEtcd}, CACertFile: tls.CAFile, CertFile: tls.ClientCert, KeyFile: tls.ClientKey})
+	if err != nil {
+		return "", err
+	}
+	defer ds.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := ds.Etcd().Get(rctx, gcElection, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// waitClusterGC waits until the routed-cluster-gc Deployment is rolled
+// out and one of its pods leads the cluster GC election (the nodes run
+// with ROUTED_CLUSTER_GC=false and never campaign).
+func waitClusterGC(ctx context.Context, c *cluster.Cluster, logf func(string, ...any)) error {
+	logs := func() {
+		logf("routed-cluster-gc logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/component=cluster-gc"))
+	}
+	if out, err := c.Kubectl(ctx, "-n", "kube-system", "rollout", "status", "deploy/routed-cluster-gc", "--timeout=180s"); err != nil {
+		logs()
+		return err
+	} else {
+		logf("%s", out)
+	}
+	var leader string
+	err := cluster.WaitFor(ctx, 60*time.Second, "a routed-cluster-gc pod leading the cluster GC election", func() error {
+		var err error
+		if leader, err = gcLeader(ctx, c); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(leader, "routed-cluster-gc-") {
+			return fmt.Errorf("leader %q", leader)
+		}
+		return nil
+	})
+	if err != nil {
+		logs()
+		return err
+	}
+	logf("cluster GC election: %s leads", leader)
+	return nil
+}
