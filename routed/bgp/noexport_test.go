@@ -14,6 +14,7 @@ import (
 
 	api "github.com/osrg/gobgp/v4/api"
 
+	"github.com/routed-net/routed/internal/testenv"
 	"github.com/routed-net/routed/routed/bgp/bgptest"
 )
 
@@ -171,4 +172,76 @@ func changeNoExport(t *testing.T, a, c *testNode, other netip.Prefix, n int, aft
 			after()
 		}
 	}
+}
+
+// TestNoExportNewPoolWithItsBlock: one pass that brings a new pool with
+// disableBGPExport together with the node's first block in it (confd's
+// datastore snapshot and the IPAM watch both landed before the loop
+// ran) never sends that block to a peer, not even for a moment: the
+// no-export policy is in place before the block's path enters GoBGP's
+// RIB. Before, the paths were added first (GoBGP advertised the block
+// at once) and the no-export policy's soft reset withdrew it after. A
+// block announced after it reaches the peer; the peer never held the
+// private block (nor had it withdrawn).
+func TestNoExportNewPoolWithItsBlock(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	public := netip.MustParsePrefix("10.65.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: public, State: AffinityConfirmed}, false)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(public, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	waitPeer(t, a.sp, b.addr, established)
+	// A private block's path, once in a's RIB, has time to reach b
+	// before the pass goes on (GoBGP coalesces an announcement and a
+	// withdrawal still queued together: without the pause the old code
+	// leaked in about half the passes).
+	pause := func(p netip.Prefix) {
+		if p.Addr().As4()[1] >= 80 && p.Addr().As4()[1] < 90 {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	a.sp.pathHook.Store(&pause)
+	for i := range 3 {
+		private := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(80 + i), 1, 0}), 26)
+		pool := netip.PrefixFrom(private.Addr(), 16).Masked()
+		before := noExportIn(a)
+		// One change of the wanted state, so one pass sees both.
+		a.sp.want.update(func() {
+			a.sp.want.noExport = append(slices.Clone(a.sp.want.noExport), pool)
+			a.sp.want.blocks[private] = true
+		})
+		// That pass is over once its no-export policy took the last
+		// one's place; a block announced after it (sorted after the
+		// private one) reaches b behind anything that pass sent b.
+		testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+			if now := noExportIn(a); now != "" && now != before {
+				return ""
+			}
+			return "the new no-export policy was never installed"
+		})
+		later := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(90 + i), 1, 0}), 26)
+		a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
+		if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
+			t.Fatal(err)
+		}
+		_, held := b.sink.Routes()[private]
+		if n := b.sink.Withdrawals()[private]; held || n > 0 {
+			t.Fatalf("pass %d: b got a's block %s of a new no-export pool %s (held now: %v, withdrawn %d times)", i, private, pool, held, n)
+		}
+	}
+}
+
+// noExportIn is the no-export policy in n's global export list ("" for
+// none).
+func noExportIn(n *testNode) string {
+	for _, name := range globalPolicies(n, api.PolicyDirection_POLICY_DIRECTION_EXPORT) {
+		if strings.HasPrefix(name, noExportPolicy+"-g") {
+			return name
+		}
+	}
+	return ""
 }

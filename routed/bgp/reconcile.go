@@ -28,8 +28,23 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyGlobal(ctx, *w.global); err != nil {
 		return 0, err
 	}
-	if err := s.applyPaths(ctx, w.routes); err != nil {
-		return 0, err
+	// The no-export policy before the paths: GoBGP judges a path by the
+	// export policies in force when it enters the RIB and sends it at
+	// once, so a block of a pool with disableBGPExport that arrives in
+	// the same pass as its pool would reach the peers until the policy's
+	// soft reset withdrew it. While the policy fails, the paths it is
+	// to reject and the one in force does not are held back (those
+	// already sent stay: sent before the pool became private).
+	noExportErr := s.ownStep(ctx, func() error { return s.applyNoExport(ctx, w.noExport) })
+	routes := w.routes
+	if noExportErr != nil {
+		routes = s.exportable(w.routes, w.noExport)
+	}
+	if err := s.applyPaths(ctx, routes); err != nil {
+		return 0, errors.Join(noExportErr, err)
+	}
+	if noExportErr != nil {
+		return 0, noExportErr
 	}
 	if !w.peersSet {
 		return 0, nil
@@ -39,25 +54,16 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 			return wait, nil // peers would learn an incomplete route set
 		}
 	}
-	// routed's own policies, each followed at once by moving the
-	// BGPFilter policies behind any of them it added (GoBGP appends): a
-	// filter's Accept never judges a route before routed's Reject, not
-	// even while a later step fails. The no-export one goes before the
-	// sessions: a new peer never sees a private pool's routes.
+	// routed's other own policies (the no-export one is above), before
+	// the sessions: a new peer never gets a route one of them rejects.
 	for _, step := range []func() error{
 		func() error { return s.applyKeepNextHop(ctx, w.peers) },
 		func() error { return s.applyNextHopSelf(ctx, w.peers) },
 		func() error { return s.applyOwnRoutesOnly(ctx, w.peers) },
 		func() error { return s.applyEmptyPathReject(ctx, w.peers) },
 		func() error { return s.applyNoAdvertise(ctx, w.peers) },
-		func() error { return s.applyNoExport(ctx, w.noExport) },
 	} {
-		err := step()
-		if s.ownPolicyAdded {
-			s.ownPolicyAdded = false
-			err = errors.Join(err, s.reorderFilters(ctx))
-		}
-		if err != nil {
+		if err := s.ownStep(ctx, step); err != nil {
 			return 0, err
 		}
 	}
@@ -92,6 +98,38 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		return 0, errors.Join(filterErr, err)
 	}
 	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
+}
+
+// ownStep runs a step installing one of routed's own policies, then
+// moves the BGPFilter policies behind any it added (GoBGP appends): a
+// filter's Accept never judges a route before routed's Reject, not even
+// while a later step fails.
+func (s *Speaker) ownStep(ctx context.Context, step func() error) error {
+	err := step()
+	if s.ownPolicyAdded {
+		s.ownPolicyAdded = false
+		err = errors.Join(err, s.reorderFilters(ctx))
+	}
+	return err
+}
+
+// exportable is routes without those inside the no-export CIDRs want
+// that the installed no-export policy does not reject, unless already
+// originated: what may be added while the no-export policy fails to
+// install.
+func (s *Speaker) exportable(routes map[netip.Prefix]string, want []netip.Prefix) map[netip.Prefix]string {
+	within := func(p netip.Prefix, cidrs []netip.Prefix) bool {
+		return slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Bits() <= p.Bits() && c.Contains(p.Addr()) })
+	}
+	out := make(map[netip.Prefix]string, len(routes))
+	for p, comms := range routes {
+		if _, sent := s.paths[p]; sent || !within(p, want) || within(p, s.noExport) {
+			out[p] = comms
+		} else {
+			s.log.WithField("prefix", p).Warn("route of a pool with BGP export disabled held back: its no-export policy is not installed")
+		}
+	}
+	return out
 }
 
 // ribFamilies are the address families of GoBGP's RIBs: IPv4 and IPv6
@@ -241,6 +279,9 @@ func (s *Speaker) applyPaths(ctx context.Context, want map[netip.Prefix]string) 
 			return fmt.Errorf("bgp: advertise %s: %w", p, err)
 		}
 		s.paths[p], s.pathAttrs[p] = resp[0].UUID, attrs[p]
+		if h := s.pathHook.Load(); h != nil {
+			(*h)(p)
+		}
 		s.log.WithField("prefix", p).Info("advertising route")
 	}
 	return nil

@@ -66,7 +66,11 @@ type Speaker struct {
 	// failSwap, set by tests, fails replacing a filter in a list.
 	failSwap atomic.Pointer[func(dir api.PolicyDirection) error]
 	// failIfaces, set by tests, fails reading the interfaces.
-	failIfaces    atomic.Bool
+	failIfaces atomic.Bool
+	// pathHook, set by tests, is called on the loop after a path was
+	// added to GoBGP's RIB (and sent to the peers its policies let it
+	// reach).
+	pathHook      atomic.Pointer[func(p netip.Prefix)]
 	keepNH        []string
 	selfNH        []string       // peers with next hop self
 	noExport      []netip.Prefix // CIDRs kept from every peer
