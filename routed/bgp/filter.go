@@ -146,6 +146,11 @@ func (s *Speaker) moveFiltersLast(ctx context.Context) (bool, error) {
 // a filter's Accept would judge a route before routed's Reject until
 // the filters were moved.
 func (s *Speaker) assignOwnPolicy(ctx context.Context, dir api.PolicyDirection, name string) error {
+	if f := s.failAssign.Load(); f != nil {
+		if err := (*f)(name); err != nil {
+			return fmt.Errorf("bgp: put policy %q before the filters: %w", name, err)
+		}
+	}
 	_, err := s.swapPolicy(ctx, dir, "", name)
 	return err
 }

@@ -524,3 +524,71 @@ func filterLab(l *loopLab) (a *testNode, logs *test.Hook, c, d *testNode, toC, t
 	d.sp.SetPeers([]Peer{l.peerOf(a, 64512, PeerTypeGlobal)})
 	return a, logs, c, d, toC, toD
 }
+
+// TestOwnPolicyAssignFailureRetried: when GoBGP refuses to put one of
+// routed's own policies in its global list (after the policy was
+// added), the next pass installs it all the same: here the
+// no-advertise export policy and the keep-next-hop one, each refused
+// once. Before, the policy stayed in GoBGP unassigned and every later
+// pass failed on "statement ... already defined": the steps after it
+// were never applied and the new session never came up, until a
+// restart. At the end each policy is in the export list once, before
+// the filter, no pass failed on a leftover, and one pass failed in all
+// (a refused step no longer keeps the next steps out of its pass).
+func TestOwnPolicyAssignFailureRetried(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, logs, c, d, toC, toD := filterLab(l)
+	block := netip.MustParsePrefix("10.74.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: block, State: AffinityConfirmed}, false)
+	var mu sync.Mutex
+	refused := map[string]int{}
+	fail := func(name string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if (name == noAdvertisePolicy || name == keepNHPolicy) && refused[name] == 0 {
+			refused[name]++
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	a.sp.failAssign.Store(&fail)
+	a.sp.SetFilters(map[netip.Addr]PeerFilters{c.addr: {Export: []FilterRule{{Accept: true, Op: "In", CIDR: netip.MustParsePrefix("10.64.0.0/10")}}}})
+	toD.KeepOriginalNextHop = true
+	a.sp.SetPeers([]Peer{toC, toD})
+	for _, n := range []*testNode{c, d} {
+		if err := n.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(block, a.addr)); err != nil {
+			t.Fatalf("%s never got a's block after a refused assignment (last warning: %s): %v", n.addr, lastWarning(logs), err)
+		}
+	}
+	mu.Lock()
+	if refused[noAdvertisePolicy] != 1 || refused[keepNHPolicy] != 1 {
+		t.Fatalf("refusals %v: the injected failures were not all met", refused)
+	}
+	mu.Unlock()
+	names := globalPolicies(a, api.PolicyDirection_POLICY_DIRECTION_EXPORT)
+	for _, own := range []string{noAdvertisePolicy, keepNHPolicy} {
+		i := slices.Index(names, own)
+		if i < 0 || slices.Index(names[i+1:], own) >= 0 {
+			t.Fatalf("export list %v: want %s once", names, own)
+		}
+		if f := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(n, filterPolicyPrefix) }); f >= 0 && f < i {
+			t.Fatalf("export list %v: %s behind a filter", names, own)
+		}
+	}
+	failed := 0
+	for _, e := range logs.AllEntries() {
+		err, _ := e.Data[logrus.ErrorKey].(error)
+		if err != nil && strings.Contains(err.Error(), "already") {
+			t.Fatalf("a pass failed on what a refused assignment left: %s: %v", e.Message, err)
+		}
+		if e.Message == "programming BGP failed" {
+			failed++
+		}
+	}
+	// Both were refused in the same pass: the one refused first did
+	// not keep the other out of it.
+	if failed != 1 {
+		t.Fatalf("%d passes failed, want 1", failed)
+	}
+}

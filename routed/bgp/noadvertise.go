@@ -2,7 +2,6 @@ package bgp
 
 import (
 	"context"
-	"fmt"
 
 	api "github.com/osrg/gobgp/v4/api"
 )
@@ -47,9 +46,6 @@ func (s *Speaker) applyNoAdvertise(ctx context.Context, peers []Peer) error {
 	}
 	if !s.noAdvertiseOn {
 		set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_COMMUNITY, Name: noAdvertisePolicy, List: []string{"^" + noAdvertise + "$"}}
-		if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-			return fmt.Errorf("bgp: %s community set: %w", noAdvertisePolicy, err)
-		}
 		reject := func(suffix string, rt api.Conditions_RouteType) *api.Statement {
 			return &api.Statement{
 				Name: noAdvertisePolicy + suffix,
@@ -62,14 +58,10 @@ func (s *Speaker) applyNoAdvertise(ctx context.Context, peers []Peer) error {
 			reject("-internal", api.Conditions_ROUTE_TYPE_INTERNAL),
 			reject("-external", api.Conditions_ROUTE_TYPE_EXTERNAL),
 		}}
-		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
-			return fmt.Errorf("bgp: %s policy: %w", noAdvertisePolicy, err)
-		}
-		if err := s.assignOwnPolicy(ctx, exportDir, noAdvertisePolicy); err != nil {
+		if err := s.addOwnPolicy(ctx, exportDir, set, pol); err != nil {
 			return err
 		}
 		s.noAdvertiseOn = true
-		s.ownPolicyAdded = true
 	}
 	stmts := []*api.Statement{{
 		Name: noAdvertiseMarkPolicy,

@@ -56,6 +56,9 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	}
 	// routed's other own policies (the no-export one is above), before
 	// the sessions: a new peer never gets a route one of them rejects.
+	// Each is independent of the others: one that fails does not keep
+	// the next ones out, but the sessions wait for all of them.
+	var ownErr error
 	for _, step := range []func() error{
 		func() error { return s.applyKeepNextHop(ctx, w.peers) },
 		func() error { return s.applyNextHopSelf(ctx, w.peers) },
@@ -63,9 +66,10 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		func() error { return s.applyEmptyPathReject(ctx, w.peers) },
 		func() error { return s.applyNoAdvertise(ctx, w.peers) },
 	} {
-		if err := s.ownStep(ctx, step); err != nil {
-			return 0, err
-		}
+		ownErr = errors.Join(ownErr, s.ownStep(ctx, step))
+	}
+	if ownErr != nil {
+		return 0, ownErr
 	}
 	// BGPFilters after routed's own policies (above) and before the
 	// sessions: confd sets a peer's filters before the peer, so a new
@@ -415,12 +419,16 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		return nil
 	}
 	if len(want) == 0 {
-		_ = s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
+		// Still assigned (GoBGP refused), it is kept and removed
+		// again next time: forgotten, it went on applying to the
+		// peers it named, and adding it again failed for good.
+		err := s.srv().DeletePolicyAssignment(ctx, &api.DeletePolicyAssignmentRequest{
 			Assignment: &api.PolicyAssignment{Name: "global", Direction: dir,
 				Policies: []*api.Policy{{Name: name}}}})
-		_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
-		_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
-			DefinedSet: &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name}, All: true})
+		if err != nil {
+			return fmt.Errorf("bgp: remove policy %s: %w", name, err)
+		}
+		s.deleteOwnPolicy(ctx, name, api.DefinedType_DEFINED_TYPE_NEIGHBOR)
 		*cur = nil
 		return nil
 	}
@@ -443,25 +451,51 @@ func (s *Speaker) applyNeighborPolicy(ctx context.Context, name string, want []s
 		}
 	} else {
 		set := &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: want}
-		if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
-			return fmt.Errorf("bgp: %s neighbor set: %w", name, err)
-		}
 		for _, st := range stmts {
 			if st.Conditions == nil {
 				st.Conditions = &api.Conditions{}
 			}
 			st.Conditions.NeighborSet = &api.MatchSet{Name: name, Type: api.MatchSet_TYPE_ANY}
 		}
-		if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: name, Statements: stmts}}); err != nil {
-			return fmt.Errorf("bgp: %s policy: %w", name, err)
-		}
-		if err := s.assignOwnPolicy(ctx, dir, name); err != nil {
+		if err := s.addOwnPolicy(ctx, dir, set, &api.Policy{Name: name, Statements: stmts}); err != nil {
 			return err
 		}
-		s.ownPolicyAdded = true // the filters are checked to be behind it
 	}
 	*cur = want
 	return nil
+}
+
+// addOwnPolicy adds one of routed's own policies, unassigned, with its
+// defined set, and puts it in the global list of dir before the
+// filters. A step that fails is undone (the policy and set deleted),
+// so the next pass adds them afresh: left in GoBGP unassigned, adding
+// the policy again failed on its statements ("already defined") at
+// every pass until a restart. What a failed undo leaves is deleted
+// first (nothing names an unassigned policy: the caller knows it is).
+func (s *Speaker) addOwnPolicy(ctx context.Context, dir api.PolicyDirection, set *api.DefinedSet, pol *api.Policy) error {
+	s.deleteOwnPolicy(ctx, pol.Name, set.DefinedType)
+	if err := s.srv().AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {
+		return fmt.Errorf("bgp: %s defined set: %w", set.Name, err)
+	}
+	if err := s.srv().AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
+		s.deleteOwnPolicy(ctx, pol.Name, set.DefinedType)
+		return fmt.Errorf("bgp: %s policy: %w", pol.Name, err)
+	}
+	if err := s.assignOwnPolicy(ctx, dir, pol.Name); err != nil {
+		s.deleteOwnPolicy(ctx, pol.Name, set.DefinedType)
+		return err
+	}
+	s.ownPolicyAdded = true // the filters are checked to be behind it
+	return nil
+}
+
+// deleteOwnPolicy deletes one of routed's own policies, with its
+// statements, and its defined set of the same name (of type setType),
+// each if GoBGP has it: the policy must be in no list.
+func (s *Speaker) deleteOwnPolicy(ctx context.Context, name string, setType api.DefinedType) {
+	_ = s.srv().DeletePolicy(ctx, &api.DeletePolicyRequest{Policy: &api.Policy{Name: name}, All: true})
+	_ = s.srv().DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{
+		DefinedSet: &api.DefinedSet{DefinedType: setType, Name: name}, All: true})
 }
 
 // setDiff returns the elements of a that are not in b.

@@ -65,6 +65,9 @@ type Speaker struct {
 	assignedHook atomic.Pointer[func()]
 	// failSwap, set by tests, fails replacing a filter in a list.
 	failSwap atomic.Pointer[func(dir api.PolicyDirection) error]
+	// failAssign, set by tests, fails putting one of routed's own
+	// policies (by name) in its global list.
+	failAssign atomic.Pointer[func(name string) error]
 	// failIfaces, set by tests, fails reading the interfaces.
 	failIfaces atomic.Bool
 	// pathHook, set by tests, is called on the loop after a path was
