@@ -3,6 +3,7 @@
 package bgp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -244,4 +245,79 @@ func noExportIn(n *testNode) string {
 		}
 	}
 	return ""
+}
+
+// TestNoExportFailureHoldsBackItsBlocks: while the no-export policy of
+// a new pool with disableBGPExport cannot be installed (GoBGP refuses
+// to put it in the export list), a block of that pool is not added to
+// GoBGP's RIB, and the other routes of the same pass are (before the
+// no-export policy went before the paths, the block was advertised at
+// once; returning before the paths would have held back every route).
+// Once the policy installs, the block is added, and b never held it.
+func TestNoExportFailureHoldsBackItsBlocks(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
+	public := netip.MustParsePrefix("10.65.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: public, State: AffinityConfirmed}, false)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(public, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	waitPeer(t, a.sp, b.addr, established)
+	private, pool := netip.MustParsePrefix("10.82.1.0/26"), netip.MustParsePrefix("10.82.0.0/16")
+	other := netip.MustParsePrefix("10.65.5.0/26")
+	var failing atomic.Bool
+	var refusals atomic.Int32
+	failing.Store(true)
+	fail := func(name string) error {
+		if failing.Load() && strings.HasPrefix(name, noExportPolicy) {
+			refusals.Add(1)
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	a.sp.failAssign.Store(&fail)
+	var added sync.Map
+	hook := func(p netip.Prefix) {
+		added.Store(p, true)
+		if p == private {
+			time.Sleep(300 * time.Millisecond) // time to reach b, if it may
+		}
+	}
+	a.sp.pathHook.Store(&hook)
+	a.sp.want.update(func() {
+		a.sp.want.noExport = []netip.Prefix{pool}
+		a.sp.want.blocks[private] = true
+		a.sp.want.blocks[other] = true
+	})
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(other, a.addr)); err != nil {
+		t.Fatalf("the other block of the pass never reached b while the no-export policy failed: %v", err)
+	}
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if refusals.Load() >= 2 {
+			return ""
+		}
+		return "the no-export policy was not refused twice"
+	})
+	if _, ok := added.Load(private); ok {
+		t.Fatalf("a added %s to its RIB while its no-export policy was refused", private)
+	}
+	failing.Store(false)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if _, ok := added.Load(private); ok && noExportIn(a) != "" {
+			return ""
+		}
+		return "the no-export policy and the private block were never installed"
+	})
+	later := netip.MustParsePrefix("10.90.9.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
+		t.Fatal(err)
+	}
+	_, held := b.sink.Routes()[private]
+	if n := b.sink.Withdrawals()[private]; held || n > 0 {
+		t.Fatalf("b got a's block %s of a no-export pool (held now: %v, withdrawn %d times)", private, held, n)
+	}
 }
