@@ -56,20 +56,18 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	}
 	// routed's other own policies (the no-export one is above), before
 	// the sessions: a new peer never gets a route one of them rejects.
-	// Each is independent of the others: one that fails does not keep
-	// the next ones out, but the sessions wait for all of them.
-	var ownErr error
-	for _, step := range []func() error{
-		func() error { return s.applyKeepNextHop(ctx, w.peers) },
-		func() error { return s.applyNextHopSelf(ctx, w.peers) },
-		func() error { return s.applyOwnRoutesOnly(ctx, w.peers) },
-		func() error { return s.applyEmptyPathReject(ctx, w.peers) },
-		func() error { return s.applyNoAdvertise(ctx, w.peers) },
-	} {
-		ownErr = errors.Join(ownErr, s.ownStep(ctx, step))
+	// A session being removed keeps them until it is gone (as it keeps
+	// its filters): taken off their neighbor sets first, an eBGP
+	// session got every route learned meanwhile (no own-routes-only
+	// Reject), for as long as its removal failed.
+	var leaving []Peer
+	for _, a := range sortedAddrs(s.applied) {
+		if !slices.ContainsFunc(w.peers, func(p Peer) bool { return p.Address == a }) {
+			leaving = append(leaving, s.applied[a])
+		}
 	}
-	if ownErr != nil {
-		return 0, ownErr
+	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), leaving...)); err != nil {
+		return 0, err
 	}
 	// BGPFilters after routed's own policies (above) and before the
 	// sessions: confd sets a peer's filters before the peer, so a new
@@ -101,7 +99,30 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyPeers(ctx, peers); err != nil {
 		return 0, errors.Join(filterErr, err)
 	}
+	if len(leaving) > 0 {
+		if err := s.applyOwnPolicies(ctx, w.peers); err != nil {
+			return 0, errors.Join(filterErr, err)
+		}
+	}
 	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
+}
+
+// applyOwnPolicies installs routed's own policies other than the
+// no-export one for peers. Each is independent of the others: one that
+// fails does not keep the next ones out of the pass (the sessions wait
+// for all of them).
+func (s *Speaker) applyOwnPolicies(ctx context.Context, peers []Peer) error {
+	var errs error
+	for _, step := range []func() error{
+		func() error { return s.applyKeepNextHop(ctx, peers) },
+		func() error { return s.applyNextHopSelf(ctx, peers) },
+		func() error { return s.applyOwnRoutesOnly(ctx, peers) },
+		func() error { return s.applyEmptyPathReject(ctx, peers) },
+		func() error { return s.applyNoAdvertise(ctx, peers) },
+	} {
+		errs = errors.Join(errs, s.ownStep(ctx, step))
+	}
+	return errs
 }
 
 // ownStep runs a step installing one of routed's own policies, then
@@ -303,6 +324,9 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 	for addr, old := range s.applied {
 		if _, ok := wanted[addr]; ok {
 			continue
+		}
+		if h := s.removeHook.Load(); h != nil {
+			(*h)(addr)
 		}
 		if err := s.srv().DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
 			return fmt.Errorf("bgp: remove peer %s: %w", addr, err)

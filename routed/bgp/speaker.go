@@ -68,6 +68,9 @@ type Speaker struct {
 	// failAssign, set by tests, fails putting one of routed's own
 	// policies (by name) in its global list.
 	failAssign atomic.Pointer[func(name string) error]
+	// removeHook, set by tests, is called on the loop before a session
+	// is removed.
+	removeHook atomic.Pointer[func(peer netip.Addr)]
 	// failIfaces, set by tests, fails reading the interfaces.
 	failIfaces atomic.Bool
 	// pathHook, set by tests, is called on the loop after a path was

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,5 +474,51 @@ func TestWorkloadRoutesStayOnTheNode(t *testing.T) {
 	}
 	if q := waitPeer(t, a.sp, w.addr, established); !q.Since.Equal(p.Since) {
 		t.Errorf("the pod's session was reset (since %v, then %v): a soft reset should do", p.Since, q.Since)
+	}
+}
+
+// TestRemovedSessionKeepsOwnRoutesOnly: an eBGP session being removed
+// keeps routed's own-routes-only policy until it is gone. A route the
+// node learns just before the session is deleted (here while a hook
+// holds the removal) does not reach that peer. Before, the policy was
+// lifted first (the peer was its only eBGP peer: the policy went), and
+// the peer got the learned route until its session went down (or for as
+// long as the removal failed).
+func TestRemovedSessionKeepsOwnRoutesOnly(t *testing.T) {
+	t.Parallel()
+	l := newLoopLab(t)
+	a, b, d := l.speaker(1, 64512), l.speaker(2, 64512), l.speaker(4, 65001)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	toD := meshPeer(l, b, d, 65001)
+	toD.Type = PeerTypeGlobal
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512), toD})
+	d.sp.SetPeers([]Peer{meshPeer(l, d, b, 64512)})
+	own, learned := netip.MustParsePrefix("10.75.2.0/26"), netip.MustParsePrefix("10.75.1.0/26")
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: own, State: AffinityConfirmed}, false)
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("d never got b's own block: %v", err)
+	}
+	waitPeer(t, b.sp, a.addr, established)
+	var held atomic.Bool
+	hold := func(peer netip.Addr) {
+		if peer != d.addr {
+			return
+		}
+		held.Store(true)
+		a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+		if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+			t.Errorf("b never learned a's block: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond) // time to reach d, if it may
+	}
+	b.sp.removeHook.Store(&hold)
+	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
+	waitPeer(t, d.sp, b.addr, func(p status.Peer) bool { return !p.Established() })
+	if !held.Load() {
+		t.Fatal("the removal was not held")
+	}
+	_, has := d.sink.Routes()[learned]
+	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
+		t.Fatalf("d, being removed, got %s which b only learned (held now: %v, withdrawn %d times)", learned, has, n)
 	}
 }
