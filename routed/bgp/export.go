@@ -12,19 +12,25 @@ import (
 const ownOnlyPolicy = "routed-ebgp-own-routes"
 
 // ownRoutesOnly lists the peers that get only routes this node originates:
-// every eBGP peer that did not ask for keepOriginalNextHop. Re-advertising
+// every eBGP peer but those with keepOriginalNextHop whose keep-next-hop
+// policy is installed (keepNH, address/32 or /128). Re-advertising
 // what a node learned from its cluster with itself as next hop makes an
 // external router send traffic for another node's block through this
 // node, and, when that node is on another subnet, back through the router:
 // a loop. Each node is authoritative for its own blocks, so the router
-// learns each block from its owner.
-func ownRoutesOnly(peers []Peer, localASN uint32) []string {
-	return ebgpPeers(peers, localASN, func(p Peer) bool { return !p.KeepOriginalNextHop })
+// learns each block from its owner. A peer that asks for
+// keepOriginalNextHop stays limited until its policy is in: taken out
+// at once, it got every learned route with next hop self for as long
+// as GoBGP refused the policy.
+func ownRoutesOnly(peers []Peer, localASN uint32, keepNH []string) []string {
+	return ebgpPeers(peers, localASN, func(p Peer) bool {
+		return !p.KeepOriginalNextHop || !slices.Contains(keepNH, hostPrefix(p.Address))
+	})
 }
 
 // applyOwnRoutesOnly installs or updates the global export policy that
 // rejects learned (iBGP or eBGP) routes towards the peers from
-// ownRoutesOnly.
+// ownRoutesOnly, given the keep-next-hop policy installed.
 func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 	if s.running == nil {
 		return nil
@@ -40,7 +46,7 @@ func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 		reject("-internal", api.Conditions_ROUTE_TYPE_INTERNAL),
 		reject("-external", api.Conditions_ROUTE_TYPE_EXTERNAL),
 	}
-	return s.applyNeighborPolicy(ctx, ownOnlyPolicy, ownRoutesOnly(peers, s.running.ASN), exportDir, stmts, &s.ownOnly)
+	return s.applyNeighborPolicy(ctx, ownOnlyPolicy, ownRoutesOnly(peers, s.running.ASN, s.keepNH), exportDir, stmts, &s.ownOnly)
 }
 
 // emptyPathPolicy names the import policy (and its neighbor set) that

@@ -110,13 +110,17 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 // applyOwnPolicies installs routed's own policies other than the
 // no-export one for peers. Each is independent of the others: one that
 // fails does not keep the next ones out of the pass (the sessions wait
-// for all of them).
+// for all of them); keep-next-hop and own routes only follow what the
+// other has installed: an eBGP peer leaves own routes only once its
+// keep-next-hop policy is in, and leaves keep-next-hop (the second
+// keep-next-hop step) once it is in own routes only.
 func (s *Speaker) applyOwnPolicies(ctx context.Context, peers []Peer) error {
 	var errs error
 	for _, step := range []func() error{
-		func() error { return s.applyKeepNextHop(ctx, peers) },
+		func() error { return s.applyKeepNextHop(ctx, peers, false) },
 		func() error { return s.applyNextHopSelf(ctx, peers) },
 		func() error { return s.applyOwnRoutesOnly(ctx, peers) },
+		func() error { return s.applyKeepNextHop(ctx, peers, true) },
 		func() error { return s.applyEmptyPathReject(ctx, peers) },
 		func() error { return s.applyNoAdvertise(ctx, peers) },
 	} {
@@ -402,9 +406,27 @@ func onlyPolicy(old, p Peer) bool {
 const keepNHPolicy = "routed-keep-nexthop"
 
 // applyKeepNextHop installs a global export policy leaving the next hop
-// unchanged towards peers with KeepOriginalNextHop.
-func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer) error {
-	want := peerPrefixes(peers, func(p Peer) bool { return p.KeepOriginalNextHop })
+// unchanged towards peers with KeepOriginalNextHop. An eBGP peer that
+// no longer has it keeps the policy until the own-routes-only one is
+// installed for it: lifted first, the peer got every route learned
+// meanwhile with next hop self for as long as own routes only failed.
+// With liftOnly it only takes peers out (after the own-routes-only
+// step): adding is the first call's, which failed if anything is left
+// to add.
+func (s *Speaker) applyKeepNextHop(ctx context.Context, peers []Peer, liftOnly bool) error {
+	if s.running == nil {
+		return nil
+	}
+	want := peerPrefixes(peers, func(p Peer) bool {
+		if p.KeepOriginalNextHop {
+			return true
+		}
+		a := hostPrefix(p.Address)
+		return p.external(s.running.ASN) && slices.Contains(s.keepNH, a) && !slices.Contains(s.ownOnly, a)
+	})
+	if liftOnly && len(setDiff(want, s.keepNH)) > 0 {
+		return nil
+	}
 	stmts := []*api.Statement{{
 		Name:    keepNHPolicy,
 		Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED, Nexthop: &api.NexthopAction{Unchanged: true}},

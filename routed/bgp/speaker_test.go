@@ -11,12 +11,14 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -520,5 +522,118 @@ func TestRemovedSessionKeepsOwnRoutesOnly(t *testing.T) {
 	_, has := d.sink.Routes()[learned]
 	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
 		t.Fatalf("d, being removed, got %s which b only learned (held now: %v, withdrawn %d times)", learned, has, n)
+	}
+}
+
+// keepNHLab is node b (AS 64512) with iBGP peer a and eBGP peer d (AS
+// 65001; b's sessions toA and toD, the latter with keep), d holding
+// b's own block; GoBGP on b refuses to put policy in its export list
+// while the returned flag is set (counted).
+func keepNHLab(t *testing.T, keep bool, policy string) (a, b, d *testNode, toA, toD Peer, refuse *atomic.Bool, refusals *atomic.Int32) {
+	l := newLoopLab(t)
+	a, b, d = l.speaker(1, 64512), l.speaker(2, 64512), l.speaker(4, 65001)
+	refuse, refusals = new(atomic.Bool), new(atomic.Int32)
+	fail := func(name string) error {
+		if name == policy && refuse.Load() {
+			refusals.Add(1)
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	b.sp.failAssign.Store(&fail)
+	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
+	toA, toD = meshPeer(l, b, a, 64512), meshPeer(l, b, d, 65001)
+	toD.Type, toD.KeepOriginalNextHop = PeerTypeGlobal, keep
+	b.sp.SetPeers([]Peer{toA, toD})
+	d.sp.SetPeers([]Peer{meshPeer(l, d, b, 64512)})
+	own := netip.MustParsePrefix("10.76.2.0/26")
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: own, State: AffinityConfirmed}, false)
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(own, b.addr)); err != nil {
+		t.Fatalf("d never got b's own block: %v", err)
+	}
+	waitPeer(t, b.sp, a.addr, established)
+	return a, b, d, toA, toD, refuse, refusals
+}
+
+// refusedTwice waits until GoBGP refused the policy twice: two passes
+// ran with it failing.
+func refusedTwice(t *testing.T, refusals *atomic.Int32) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
+		if refusals.Load() < 2 {
+			return "the policy was never refused twice"
+		}
+		return ""
+	})
+}
+
+// TestKeepNextHopRefusedKeepsOwnRoutesOnly: an eBGP peer given
+// keepOriginalNextHop leaves the own-routes-only set only once its
+// keep-next-hop policy is installed. While GoBGP refuses that policy
+// the peer gets no route the node merely learned; before, it was taken
+// off routed-ebgp-own-routes all the same (here the policy went, d was
+// its only member) and got every learned route with this node as next
+// hop for as long as the refusal lasted. Once the policy is in, d gets
+// learned routes with their original next hop.
+func TestKeepNextHopRefusedKeepsOwnRoutesOnly(t *testing.T) {
+	t.Parallel()
+	a, b, d, toA, toD, refuse, refusals := keepNHLab(t, false, keepNHPolicy)
+	refuse.Store(true)
+	toD.KeepOriginalNextHop = true
+	b.sp.SetPeers([]Peer{toA, toD})
+	refusedTwice(t, refusals)
+	learned := netip.MustParsePrefix("10.76.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
+	nh, has := d.sink.Routes()[learned]
+	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
+		t.Fatalf("while keep-next-hop was refused, eBGP peer d got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
+			learned, nh, b.addr, n, globalPolicies(b, exportDir))
+	}
+	refuse.Store(false)
+	if err := d.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("keep-next-hop installed at last: d never got the learned block from its origin: %v", err)
+	}
+	if names := globalPolicies(b, exportDir); !slices.Contains(names, keepNHPolicy) || slices.Contains(names, ownOnlyPolicy) {
+		t.Fatalf("export list %v: want %s and no %s", names, keepNHPolicy, ownOnlyPolicy)
+	}
+}
+
+// TestKeepNextHopLiftedAfterOwnRoutesOnly: an eBGP peer that loses
+// keepOriginalNextHop keeps its keep-next-hop policy until it is in
+// the own-routes-only set. While GoBGP refuses routed-ebgp-own-routes,
+// a route the node learns reaches d as before the change, with its
+// original next hop, never with this node's; before, keep-next-hop was
+// lifted first and d got it with next hop self. Once the policy is in,
+// d is down to the node's own routes.
+func TestKeepNextHopLiftedAfterOwnRoutesOnly(t *testing.T) {
+	t.Parallel()
+	a, b, d, toA, toD, refuse, refusals := keepNHLab(t, true, ownOnlyPolicy)
+	refuse.Store(true)
+	toD.KeepOriginalNextHop = false
+	b.sp.SetPeers([]Peer{toA, toD})
+	refusedTwice(t, refusals)
+	learned := netip.MustParsePrefix("10.76.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	// As before the change, d gets it, with its original next hop.
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), func(m map[netip.Prefix]netip.Addr) bool { _, ok := m[learned]; return ok }); err != nil {
+		t.Fatalf("d never got %s while own routes only was refused: %v", learned, err)
+	}
+	if nh := d.sink.Routes()[learned]; nh != a.addr {
+		t.Fatalf("while own routes only was refused, eBGP peer d got %s with next hop %v (b is %v, the origin a %v); export list %v",
+			learned, nh, b.addr, a.addr, globalPolicies(b, exportDir))
+	}
+	refuse.Store(false)
+	if err := d.sink.WaitFor(ctxT(t, 90*time.Second), bgptest.Lacks(learned)); err != nil {
+		t.Fatalf("own routes only installed at last: d still holds the learned block: %v", err)
+	}
+	if names := globalPolicies(b, exportDir); slices.Contains(names, keepNHPolicy) || !slices.Contains(names, ownOnlyPolicy) {
+		t.Fatalf("export list %v: want %s and no %s", names, ownOnlyPolicy, keepNHPolicy)
 	}
 }
