@@ -65,7 +65,7 @@ func NewCollector(c *Client, timeout time.Duration) *Collector {
 		timeout:   timeout,
 		every:     DefaultUsageEvery,
 		up:        d("up", "1 if the last scrape could read the IPAM state, else 0."),
-		age:       d("usage_age_seconds", "Seconds since the usage figures were current: since the node feed's watch last made progress (figures from its block tallies), or since every block was read (at most once a minute)."),
+		age:       d("usage_age_seconds", "Seconds since the usage figures were current: since the node feed's watch last made progress (figures from its block tallies), or since every block was read (at most once a minute; once a GC period in routed cluster-gc)."),
 		poolSize:  d("pool_size", "Addresses in the pool.", "pool", "cidr"),
 		inUse:     d("allocations_in_use", "Allocated addresses in the pool.", "pool"),
 		borrowed:  d("allocations_borrowed", "Addresses allocated for a node from another node's block.", "pool"),

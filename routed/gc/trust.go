@@ -27,10 +27,15 @@ type Trust struct {
 	timeout time.Duration
 	now     func() time.Time
 
+	// check serialises Held's read with its judgement: two reads
+	// judged in the other order than they were made would look like
+	// the revision went back.
+	check      sync.Mutex
 	mu         sync.Mutex
 	guid       string
 	maxRev     int64
 	rolledBack bool
+	backTo     int64 // the revision read when it went back
 	last       string // the last reason logged, to log each change once
 }
 
@@ -55,6 +60,8 @@ func (t *Trust) Run(ctx context.Context, period time.Duration) {
 // Held reads the cluster identity and reports whether the pass must
 // not write now; each new reason is logged once.
 func (t *Trust) Held() bool {
+	t.check.Lock()
+	defer t.check.Unlock()
 	ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
 	defer cancel()
 	ci, err := t.ds.GetClusterInfo(ctx, 0)
@@ -96,11 +103,11 @@ func (t *Trust) judgeLocked(ci *datastore.ClusterInfo, err error) string {
 		t.guid, t.maxRev, t.rolledBack = ci.GUID, ci.Revision, false
 		return ""
 	}
-	if ci.Revision < t.maxRev {
-		t.rolledBack = true
+	if !t.rolledBack && ci.Revision < t.maxRev {
+		t.rolledBack, t.backTo = true, ci.Revision
 	}
 	if t.rolledBack {
-		return fmt.Sprintf("the datastore went back in time (revision %d, after %d was seen): restored from an older backup? routedctl datastore reinit (once the nodes' endpoints are re-imported) lets GC go on", ci.Revision, t.maxRev)
+		return fmt.Sprintf("the datastore went back in time (revision %d, after %d was seen): restored from an older backup? routedctl datastore reinit (once the nodes' endpoints are re-imported) lets GC go on", t.backTo, t.maxRev)
 	}
 	t.guid, t.maxRev = ci.GUID, ci.Revision
 	return ""

@@ -3,7 +3,9 @@ package gc
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +83,42 @@ func TestTrustReadsTheDatastore(t *testing.T) {
 	}
 	if !tr.Held() || !strings.Contains(tr.Reason(), "not ready") {
 		t.Fatalf("not ready: reason %q", tr.Reason())
+	}
+}
+
+// TestTrustConcurrentChecks: the elected process checks before each
+// pass while its Run checks every 10 s; with writes going on, two
+// checks at once never make a live datastore look rolled back (before,
+// reads judged out of order did within a second).
+func TestTrustConcurrentChecks(t *testing.T) {
+	t.Parallel()
+	ds := dstest.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := ds.InitClusterInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTrust(ctx, ds)
+	writes := make(chan struct{})
+	go func() {
+		defer close(writes)
+		for i := 0; ctx.Err() == nil; i++ {
+			_, _ = ds.Etcd().Put(ctx, "/routed/v1/test/churn", strconv.Itoa(i))
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-writes })
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 300 {
+				tr.Held()
+			}
+		}()
+	}
+	wg.Wait()
+	if r := tr.Reason(); r != "" {
+		t.Fatalf("held on a live datastore: %s", r)
 	}
 }
