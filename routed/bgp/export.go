@@ -53,14 +53,14 @@ func (s *Speaker) applyOwnRoutesOnly(ctx context.Context, peers []Peer) error {
 // drops routes with an empty AS_PATH from eBGP peers.
 const emptyPathPolicy = "routed-ebgp-empty-as-path"
 
-// ebgpPeers lists the eBGP peers that match (address/32 or /128, sorted); a nil
+// ebgpPeers lists the eBGP peers that match (address/32 or /128, sorted, once each); a nil
 // match takes them all.
 func ebgpPeers(peers []Peer, localASN uint32, match func(Peer) bool) []string {
 	return peerPrefixes(peers, func(p Peer) bool { return p.external(localASN) && (match == nil || match(p)) })
 }
 
 // peerPrefixes lists the peers that match as a neighbor set wants them
-// (address/32 or /128, sorted).
+// (address/32 or /128, sorted, once each).
 func peerPrefixes(peers []Peer, match func(Peer) bool) []string {
 	var out []string
 	for _, p := range peers {
@@ -69,7 +69,7 @@ func peerPrefixes(peers []Peer, match func(Peer) bool) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out) // a changing session is listed as applied and as wanted
 }
 
 // applyEmptyPathReject drops routes whose AS_PATH is empty when they

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/google/uuid"
-	"github.com/osrg/gobgp/v4/pkg/apiutil"
-	"github.com/osrg/gobgp/v4/pkg/config/oc"
-	"github.com/osrg/gobgp/v4/pkg/server"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/config/oc"
+	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
 // apply converges GoBGP on w. It returns a delay after which it wants to
@@ -59,14 +60,23 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// A session being removed keeps them until it is gone (as it keeps
 	// its filters): taken off their neighbor sets first, an eBGP
 	// session got every route learned meanwhile (no own-routes-only
-	// Reject), for as long as its removal failed.
-	var leaving []Peer
+	// Reject), for as long as its removal failed. A session being
+	// updated (UpdatePeer: GoBGP replaces it) keeps its applied
+	// settings' policies too until it is (both apply meanwhile): an
+	// eBGP peer made iBGP lost its own-routes-only Reject while its
+	// eBGP session was still up. A change of policy settings alone
+	// moves the policies first: the session's soft reset then re-sends
+	// under the new ones (keep-next-hop and own routes only order
+	// themselves, applyOwnPolicies).
+	var held []Peer
 	for _, a := range sortedAddrs(s.applied) {
-		if !slices.ContainsFunc(w.peers, func(p Peer) bool { return p.Address == a }) {
-			leaving = append(leaving, s.applied[a])
+		old := s.applied[a]
+		i := slices.IndexFunc(w.peers, func(p Peer) bool { return p.Address == a })
+		if i < 0 || (!reflect.DeepEqual(w.peers[i], old) && !onlyPolicy(old, w.peers[i])) {
+			held = append(held, old)
 		}
 	}
-	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), leaving...)); err != nil {
+	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), held...)); err != nil {
 		return 0, err
 	}
 	// BGPFilters after routed's own policies (above) and before the
@@ -99,7 +109,7 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyPeers(ctx, peers); err != nil {
 		return 0, errors.Join(filterErr, err)
 	}
-	if len(leaving) > 0 {
+	if len(held) > 0 {
 		if err := s.applyOwnPolicies(ctx, w.peers); err != nil {
 			return 0, errors.Join(filterErr, err)
 		}
@@ -371,7 +381,7 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 			// only our own routes) needs a real reset: with graceful
 			// restart it keeps our routes until End-of-RIB, then drops
 			// the learned ones we no longer send.
-			soft := p.KeepOriginalNextHop || p.ASN == s.running.ASN
+			soft := p.KeepOriginalNextHop || !p.external(s.running.ASN)
 			err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: soft, Direction: api.ResetPeerRequest_DIRECTION_OUT})
 			if err != nil {
 				return fmt.Errorf("bgp: re-advertise to peer %s: %w", addr, err)

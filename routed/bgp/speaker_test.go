@@ -637,3 +637,34 @@ func TestKeepNextHopLiftedAfterOwnRoutesOnly(t *testing.T) {
 		t.Fatalf("export list %v: want %s and no %s", names, ownOnlyPolicy, keepNHPolicy)
 	}
 }
+
+// TestPeerMadeIBGPKeepsOwnRoutesOnlyMeanwhile: a peer whose BGPPeer
+// turns it from eBGP into iBGP keeps the eBGP session's own-routes-only
+// Reject until that session is replaced. Here GoBGP refuses another of
+// routed's own policies (the no-advertise mark the change also asks
+// for), so the sessions wait; a route the node learns meanwhile never
+// reaches d. Before, d was taken off routed-ebgp-own-routes at once
+// (its wanted settings are iBGP) and got it with this node as next hop
+// on its still-eBGP session, for as long as the refusal lasted.
+func TestPeerMadeIBGPKeepsOwnRoutesOnlyMeanwhile(t *testing.T) {
+	t.Parallel()
+	a, b, d, toA, toD, refuse, refusals := keepNHLab(t, false, noAdvertiseMarkPolicy)
+	refuse.Store(true)
+	toD.ASN, toD.NoAdvertise = 64512, true
+	b.sp.SetPeers([]Peer{toA, toD})
+	refusedTwice(t, refusals)
+	learned := netip.MustParsePrefix("10.76.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
+	nh, has := d.sink.Routes()[learned]
+	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
+		t.Fatalf("while its change waited, eBGP session d got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
+			learned, nh, b.addr, n, globalPolicies(b, exportDir))
+	}
+	if names := globalPolicies(b, exportDir); !slices.Contains(names, ownOnlyPolicy) {
+		t.Fatalf("export list %v while d's eBGP session is up: want %s", names, ownOnlyPolicy)
+	}
+}
