@@ -35,7 +35,7 @@ type Trust struct {
 	guid       string
 	maxRev     int64
 	rolledBack bool
-	backTo     int64 // the revision read when it went back
+	backTo     int64  // the revision read when it went back
 	last       string // the last reason logged, to log each change once
 }
 
