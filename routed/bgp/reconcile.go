@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -74,6 +75,12 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		i := slices.IndexFunc(w.peers, func(p Peer) bool { return p.Address == a })
 		if i < 0 || (!reflect.DeepEqual(w.peers[i], old) && !onlyPolicy(old, w.peers[i])) {
 			held = append(held, old)
+			if i >= 0 {
+				if s.rejudge == nil {
+					s.rejudge = map[netip.Addr]bool{}
+				}
+				s.rejudge[a] = true
+			}
 		}
 	}
 	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), held...)); err != nil {
@@ -109,12 +116,39 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	if err := s.applyPeers(ctx, peers); err != nil {
 		return 0, errors.Join(filterErr, err)
 	}
-	if len(held) > 0 {
+	if h := s.peersHook.Load(); h != nil {
+		(*h)()
+	}
+	if len(held) > 0 || len(s.rejudge) > 0 {
 		if err := s.applyOwnPolicies(ctx, w.peers); err != nil {
+			return 0, errors.Join(filterErr, err)
+		}
+		if err := s.rejudgeSessions(ctx, w.peers); err != nil {
 			return 0, errors.Join(filterErr, err)
 		}
 	}
 	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
+}
+
+// rejudgeSessions soft-resets, both ways, each updated session whose
+// old settings' policies are gone now: one that came up under both
+// sets (GoBGP dials at once) kept what only the old ones rejected (an
+// eBGP peer made iBGP: its empty-AS_PATH routes refused, learned routes
+// withheld). A session not up yet starts under the new ones alone.
+func (s *Speaker) rejudgeSessions(ctx context.Context, peers []Peer) error {
+	for _, a := range slices.SortedFunc(maps.Keys(s.rejudge), netip.Addr.Compare) {
+		if !slices.ContainsFunc(peers, func(p Peer) bool { return p.Address == a }) {
+			delete(s.rejudge, a)
+			continue
+		}
+		for _, dir := range []api.ResetPeerRequest_Direction{api.ResetPeerRequest_DIRECTION_IN, api.ResetPeerRequest_DIRECTION_OUT} {
+			if err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: dir}); err != nil {
+				return fmt.Errorf("bgp: judge the routes of updated peer %s again: %w", a, err)
+			}
+		}
+		delete(s.rejudge, a)
+	}
+	return nil
 }
 
 // applyOwnPolicies installs routed's own policies other than the
@@ -207,7 +241,7 @@ func (s *Speaker) applyGlobal(ctx context.Context, g Global) error {
 		s.newServer()
 		s.watching = false // the watches went with the old server
 		s.running = nil
-		s.applied = map[netip.Addr]Peer{}
+		s.applied, s.rejudge = map[netip.Addr]Peer{}, nil
 		s.paths, s.pathAttrs = map[netip.Prefix]uuid.UUID{}, map[netip.Prefix]string{}
 		s.keepNH, s.selfNH, s.ownOnly, s.emptyPath, s.noExport, s.noExportName = nil, nil, nil, nil, nil, ""
 		s.noAdvMark, s.noAdvertiseOn = nil, false

@@ -48,8 +48,13 @@ type Speaker struct {
 	watching bool
 	// feeder outlives servers: what the sink was told stays known across
 	// a restart of BGP.
-	feeder    *feeder
-	applied   map[netip.Addr]Peer
+	feeder  *feeder
+	applied map[netip.Addr]Peer
+	// rejudge lists sessions updated under their old settings' own
+	// policies too: once those are gone, their routes are judged again
+	// (a soft reset each way), or a session that came up meanwhile kept
+	// what they rejected.
+	rejudge   map[netip.Addr]bool
 	paths     map[netip.Prefix]uuid.UUID // prefix -> GoBGP path UUID
 	pathAttrs map[netip.Prefix]string    // prefix -> next hop and communities it was sent with
 	// BGPFilter policies installed, by session (filter.go);
@@ -71,6 +76,9 @@ type Speaker struct {
 	// removeHook, set by tests, is called on the loop before a session
 	// is removed.
 	removeHook atomic.Pointer[func(peer netip.Addr)]
+	// peersHook, set by tests, is called on the loop after the
+	// sessions were applied, before the old settings' policies go.
+	peersHook atomic.Pointer[func()]
 	// failIfaces, set by tests, fails reading the interfaces.
 	failIfaces atomic.Bool
 	// pathHook, set by tests, is called on the loop after a path was

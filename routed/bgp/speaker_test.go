@@ -668,3 +668,34 @@ func TestPeerMadeIBGPKeepsOwnRoutesOnlyMeanwhile(t *testing.T) {
 		t.Fatalf("export list %v while d's eBGP session is up: want %s", names, ownOnlyPolicy)
 	}
 }
+
+// TestUpdatedSessionJudgedAgain: a session updated from eBGP to iBGP
+// (a local AS) keeps its old settings' policies until it is replaced
+// (TestPeerMadeIBGPKeepsOwnRoutesOnlyMeanwhile); here the new session
+// comes up before they go (a hook holds the pass 3 s after the
+// sessions, as a failed pass and its backoff would), so it starts under
+// the eBGP ones too: the empty-AS_PATH reject refuses the block d now
+// sends over iBGP. Once the old policies are gone its routes are judged
+// again and b learns the block; before, nothing re-read them and b
+// never did.
+func TestUpdatedSessionJudgedAgain(t *testing.T) {
+	t.Parallel()
+	_, b, d, toA, toD, _, _ := keepNHLab(t, false, "no policy refused")
+	var once atomic.Bool
+	hold := func() {
+		if once.CompareAndSwap(false, true) {
+			time.Sleep(3 * time.Second)
+		}
+	}
+	// d's side: b is now AS 65001 too (meshPeer's, from toD's port).
+	dToB := Peer{Address: b.addr, ASN: 65001, Port: toD.Port, Type: PeerTypeMesh, Name: "peer", LocalAddress: d.addr, Passive: d.addr.Compare(b.addr) > 0}
+	d.sp.SetPeers([]Peer{dToB})
+	b.sp.peersHook.Store(&hold)
+	toD.LocalASN = 65001
+	b.sp.SetPeers([]Peer{toA, toD})
+	dBlock := netip.MustParsePrefix("10.76.4.0/26")
+	d.sp.OnAffinityUpdate(Affinity{Node: "node4", CIDR: dBlock, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(dBlock, d.addr)); err != nil {
+		t.Fatalf("b never learned d's block over the updated (iBGP) session: %v; import list %v", err, globalPolicies(b, importDir))
+	}
+}
