@@ -75,7 +75,7 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		i := slices.IndexFunc(w.peers, func(p Peer) bool { return p.Address == a })
 		if i < 0 || (!reflect.DeepEqual(w.peers[i], old) && !onlyPolicy(old, w.peers[i])) {
 			held = append(held, old)
-			if i >= 0 {
+			if i >= 0 && !sameSession(old, w.peers[i]) { // UpdatePeer ahead
 				if s.rejudge == nil {
 					s.rejudge = map[netip.Addr]bool{}
 				}
@@ -84,6 +84,12 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		}
 	}
 	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), held...)); err != nil {
+		return 0, err
+	}
+	// Sessions updated in an earlier pass that failed after them lost
+	// their old settings' policies just now: judge them again at once,
+	// whatever happens to the other sessions below.
+	if err := s.rejudgeSessions(ctx, held); err != nil {
 		return 0, err
 	}
 	// BGPFilters after routed's own policies (above) and before the
@@ -123,21 +129,26 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		if err := s.applyOwnPolicies(ctx, w.peers); err != nil {
 			return 0, errors.Join(filterErr, err)
 		}
-		if err := s.rejudgeSessions(ctx, w.peers); err != nil {
+		if err := s.rejudgeSessions(ctx, nil); err != nil {
 			return 0, errors.Join(filterErr, err)
 		}
 	}
 	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
 }
 
-// rejudgeSessions soft-resets, both ways, each updated session whose
-// old settings' policies are gone now: one that came up under both
-// sets (GoBGP dials at once) kept what only the old ones rejected (an
-// eBGP peer made iBGP: its empty-AS_PATH routes refused, learned routes
-// withheld). A session not up yet starts under the new ones alone.
-func (s *Speaker) rejudgeSessions(ctx context.Context, peers []Peer) error {
+// rejudgeSessions soft-resets, both ways, each recorded session but
+// those in skip (their old settings' policies are still in): one that
+// came up under both sets (GoBGP dials at once) kept what only the old
+// ones rejected (an eBGP peer made iBGP: its empty-AS_PATH routes
+// refused, learned routes withheld). A session not up yet starts under
+// the new ones alone; one GoBGP no longer has (removed meanwhile) is
+// forgotten, not reset.
+func (s *Speaker) rejudgeSessions(ctx context.Context, skip []Peer) error {
 	for _, a := range slices.SortedFunc(maps.Keys(s.rejudge), netip.Addr.Compare) {
-		if !slices.ContainsFunc(peers, func(p Peer) bool { return p.Address == a }) {
+		if slices.ContainsFunc(skip, func(p Peer) bool { return p.Address == a }) {
+			continue
+		}
+		if _, ok := s.applied[a]; !ok {
 			delete(s.rejudge, a)
 			continue
 		}
