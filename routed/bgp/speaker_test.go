@@ -567,6 +567,25 @@ func refusedTwice(t *testing.T, refusals *atomic.Int32) {
 	})
 }
 
+// learnedNeverReaches has a originate a block b learns, and checks that
+// it never reached d (neither held nor withdrawn there); it returns the
+// block.
+func learnedNeverReaches(t *testing.T, a, b, d *testNode, while string) netip.Prefix {
+	t.Helper()
+	learned := netip.MustParsePrefix("10.76.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("b never learned a's block: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
+	nh, has := d.sink.Routes()[learned]
+	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
+		t.Fatalf("%s got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
+			while, learned, nh, b.addr, n, globalPolicies(b, exportDir))
+	}
+	return learned
+}
+
 // TestKeepNextHopRefusedKeepsOwnRoutesOnly: an eBGP peer given
 // keepOriginalNextHop leaves the own-routes-only set only once its
 // keep-next-hop policy is installed. While GoBGP refuses that policy
@@ -582,17 +601,7 @@ func TestKeepNextHopRefusedKeepsOwnRoutesOnly(t *testing.T) {
 	toD.KeepOriginalNextHop = true
 	b.sp.SetPeers([]Peer{toA, toD})
 	refusedTwice(t, refusals)
-	learned := netip.MustParsePrefix("10.76.1.0/26")
-	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
-	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
-		t.Fatalf("b never learned a's block: %v", err)
-	}
-	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
-	nh, has := d.sink.Routes()[learned]
-	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
-		t.Fatalf("while keep-next-hop was refused, eBGP peer d got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
-			learned, nh, b.addr, n, globalPolicies(b, exportDir))
-	}
+	learned := learnedNeverReaches(t, a, b, d, "while keep-next-hop was refused, eBGP peer d")
 	refuse.Store(false)
 	if err := d.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(learned, a.addr)); err != nil {
 		t.Fatalf("keep-next-hop installed at last: d never got the learned block from its origin: %v", err)
@@ -653,17 +662,7 @@ func TestPeerMadeIBGPKeepsOwnRoutesOnlyMeanwhile(t *testing.T) {
 	toD.ASN, toD.NoAdvertise = 64512, true
 	b.sp.SetPeers([]Peer{toA, toD})
 	refusedTwice(t, refusals)
-	learned := netip.MustParsePrefix("10.76.1.0/26")
-	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
-	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
-		t.Fatalf("b never learned a's block: %v", err)
-	}
-	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
-	nh, has := d.sink.Routes()[learned]
-	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
-		t.Fatalf("while its change waited, eBGP session d got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
-			learned, nh, b.addr, n, globalPolicies(b, exportDir))
-	}
+	learnedNeverReaches(t, a, b, d, "while its change waited, eBGP session d")
 	if names := globalPolicies(b, exportDir); !slices.Contains(names, ownOnlyPolicy) {
 		t.Fatalf("export list %v while d's eBGP session is up: want %s", names, ownOnlyPolicy)
 	}
