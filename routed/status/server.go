@@ -122,7 +122,9 @@ func (s *Server) Handler() http.Handler {
 	s.handleReimport(mux)
 	s.handleWireguard(mux)
 	// Go's runtime profiles (heap, goroutine, allocs...), for a memory
-	// or goroutine question on a live node: root only, like the socket.
+	// or goroutine question on a live node, and a CPU profile for a
+	// where-does-the-time-go one: root only, like the socket.
+	mux.HandleFunc("GET "+PathCPUProfile, serveCPUProfile)
 	mux.HandleFunc("GET "+PathProfile+"{name}", func(w http.ResponseWriter, r *http.Request) {
 		pprof.Handler(r.PathValue("name")).ServeHTTP(w, r)
 	})
@@ -135,11 +137,17 @@ type errorBody struct {
 }
 
 func reply(w http.ResponseWriter, v any, err error) {
-	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(errorBody{Error: err.Error()})
+		replyCode(w, http.StatusServiceUnavailable, err)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// replyCode answers err with the HTTP status code.
+func replyCode(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: err.Error()})
 }

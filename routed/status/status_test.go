@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +68,31 @@ func TestServeAndRead(t *testing.T) {
 	}
 	if err := c.Profile(context.Background(), "nosuch", io.Discard); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Fatalf("unknown profile: %v; want an error naming it", err)
+	}
+	// A CPU profile samples for the time asked; the time is checked and
+	// a profile already being taken (Go allows one) is refused by name.
+	var cpu bytes.Buffer
+	if err := c.CPUProfile(context.Background(), time.Second, &cpu); err != nil || cpu.Len() < 2 || cpu.Bytes()[0] != 0x1f || cpu.Bytes()[1] != 0x8b {
+		t.Fatalf("cpu profile: %d bytes, err %v; want a gzip stream", cpu.Len(), err)
+	}
+	if err := c.CPUProfile(context.Background(), 6*time.Minute, io.Discard); err == nil || !strings.Contains(err.Error(), "5m0s") {
+		t.Fatalf("cpu profile of 6m: %v; want an error naming the limit", err)
+	}
+	resp, err := c.http.Get("http://routed" + PathCPUProfile + "?seconds=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errorReply(resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(err.Error(), `seconds="0"`) {
+		t.Fatalf("cpu profile of 0 s: %s %v; want 400 naming it", resp.Status, err)
+	}
+	resp.Body.Close()
+	if err := pprof.StartCPUProfile(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	err = c.CPUProfile(context.Background(), time.Second, io.Discard)
+	pprof.StopCPUProfile()
+	if err == nil || !strings.Contains(err.Error(), "cpu profiling already in use") {
+		t.Fatalf("cpu profile while one runs: %v; want it refused", err)
 	}
 	// A second server must not steal a live socket.
 	if err := NewServer(sock, fakeProvider{}).Run(context.Background()); !errors.Is(err, ErrInUse) {

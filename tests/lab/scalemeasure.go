@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -209,6 +210,13 @@ func (w *FIBWatch) AllSeen(block netip.Prefix, nodes int) (time.Time, bool) {
 		}
 	}
 	return last, true
+}
+
+// Times returns, per node, when block first appeared in its kernel.
+func (w *FIBWatch) Times(block netip.Prefix) map[string]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.seen[block])
 }
 
 // Lost is how many pool routes left some node's kernel so far.

@@ -172,7 +172,7 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 		return err
 	}
 	defer fib.Stop()
-	claims := &claimLog{at: map[netip.Prefix]time.Time{}}
+	claims := &claimLog{at: map[netip.Prefix]time.Time{}, by: map[netip.Prefix]string{}}
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	fd := feed.New(s.DS, feed.Options{})
@@ -180,6 +180,7 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 	go func() { _ = fd.Run(wctx) }()
 	ic := ipam.New(s.DS)
 	var lat []float64
+	var parts latParts
 	var missing int
 	churnStart, err := s.Etcd(ctx)
 	if err != nil {
@@ -204,7 +205,8 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 					rest = append(rest, blk)
 					continue
 				}
-				lat = append(lat, float64(max(0, last.Sub(claimed)))/float64(time.Millisecond))
+				lat = append(lat, ms(max(0, last.Sub(claimed))))
+				parts.add(claims.owner(blk), claimed, fib.Times(blk))
 			}
 			pending = rest
 			if len(pending) > 0 && !sleep(ctx, 50*time.Millisecond) {
@@ -230,6 +232,7 @@ func run(ctx context.Context, s *lab.Scale, n, bursts int, idle time.Duration, e
 	}
 	fmt.Printf("claim->all FIBs: %d samples, p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d blocks never reached every kernel\n",
 		len(lat), pct(lat, 50), pct(lat, 99), pct(lat, 100), missing)
+	parts.print()
 	fmt.Printf("churn: etcd unary requests by routed %.4f/s per routed (%.0f by the harness creating %d pods, %.0f in all: %s)\n",
 		churnReq, harness, wepWrites.Load(), churnEnd.Unary-churnStart.Unary, churnEnd.Delta(churnStart))
 
@@ -335,6 +338,7 @@ func createWEP(ctx context.Context, s *lab.Scale, node, pod, handle string, n in
 type claimLog struct {
 	mu sync.Mutex
 	at map[netip.Prefix]time.Time
+	by map[netip.Prefix]string
 }
 
 func (c *claimLog) OnAffinitySnapshot(all []ipam.Affinity) {
@@ -351,6 +355,7 @@ func (c *claimLog) OnAffinityUpdate(a ipam.Affinity, deleted bool) {
 	defer c.mu.Unlock()
 	if _, ok := c.at[a.CIDR]; !ok {
 		c.at[a.CIDR] = time.Now()
+		c.by[a.CIDR] = a.Node
 	}
 }
 
@@ -359,6 +364,13 @@ func (c *claimLog) get(p netip.Prefix) (time.Time, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.at[p]
 	return t, ok
+}
+
+// owner is the node that claimed p.
+func (c *claimLog) owner(p netip.Prefix) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by[p]
 }
 
 // pct is the nearest-rank percentile (100: the maximum).

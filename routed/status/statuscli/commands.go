@@ -87,15 +87,21 @@ or while routed has not read its sessions from the datastore yet
 	node.AddCommand(rotateCommand(out, client))
 
 	var profileOut string
+	var profileFor time.Duration
 	profile := &cobra.Command{
 		Use:   "profile NAME",
-		Short: "Write a Go runtime profile of the local routed (heap, goroutine, allocs...)",
-		Long: `Writes the runtime/pprof profile NAME of the running routed (heap,
+		Short: "Write a Go runtime profile of the local routed (cpu, heap, goroutine, allocs...)",
+		Long: `Writes the runtime/pprof profile NAME of the running routed (cpu, heap,
 allocs, goroutine, threadcreate, block, mutex) in pprof's format, to -o
 FILE or standard output; read it with ` + "`go tool pprof`" + `. For a question
-about routed's memory or goroutines on a live node.`,
+about routed's memory, goroutines or CPU on a live node. "cpu" samples
+the process for --for (10s by default, 5m at most); one CPU profile at a
+time.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "cpu" && cmd.Flags().Changed("for") {
+				return fmt.Errorf("--for applies to the cpu profile only, not %q", args[0])
+			}
 			w := out
 			if profileOut != "" {
 				f, err := os.Create(profileOut)
@@ -105,13 +111,21 @@ about routed's memory or goroutines on a live node.`,
 				defer f.Close()
 				w = f
 			}
-			if err := client().Profile(ctxOrBackground(cmd.Context()), args[0], w); err != nil {
+			ctx := ctxOrBackground(cmd.Context())
+			var err error
+			if args[0] == "cpu" {
+				err = client().CPUProfile(ctx, profileFor, w)
+			} else {
+				err = client().Profile(ctx, args[0], w)
+			}
+			if err != nil {
 				return notRunning(out, err)
 			}
 			return nil
 		},
 	}
 	profile.Flags().StringVarP(&profileOut, "output", "o", "", "write the profile to FILE instead of standard output")
+	profile.Flags().DurationVar(&profileFor, "for", status.DefaultCPUProfile, "how long the cpu profile samples (1s to 5m)")
 	node.AddCommand(profile)
 
 	show := &cobra.Command{Use: "show", Short: "Show BGP protocols and routes (like birdc)"}
