@@ -87,11 +87,12 @@ func peerFilterKey(pf PeerFilters, subnets map[string][]string) string {
 }
 
 // resetFilterSessions soft-resets the established sessions among
-// addrs, so that their routes are judged again by their filters.
+// addrs, so that their routes are judged again by their filters (a
+// reset that fails is retried, softReset).
 func (s *Speaker) resetFilterSessions(ctx context.Context, addrs map[netip.Addr]bool) {
 	for _, a := range slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare) {
 		if _, ok := s.applied[a]; ok {
-			_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_BOTH})
+			s.softReset(ctx, a, api.ResetPeerRequest_DIRECTION_BOTH)
 		}
 	}
 }

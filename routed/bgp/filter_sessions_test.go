@@ -592,3 +592,32 @@ func TestOwnPolicyAssignFailureRetried(t *testing.T) {
 		t.Fatalf("%d passes failed, want 1", failed)
 	}
 }
+
+// TestFilterRejectWithItsBlock: one pass that brings a BGPFilter export
+// Reject for a peer together with a new block it rejects (confd's
+// filters and the IPAM watch both landed before the loop ran) never
+// sends that block to the peer, not even for a moment: the filter is in
+// place before the block's path enters GoBGP's RIB. Before, the paths
+// were added first (GoBGP advertised the block to the established
+// session at once) and the filter's soft reset withdrew it after. A
+// block announced after that pass reaches the peer; the peer never held
+// the rejected block (nor had it withdrawn).
+func TestFilterRejectWithItsBlock(t *testing.T) {
+	t.Parallel()
+	a, b := pairWithBlock(t, netip.MustParsePrefix("10.66.1.0/26"))
+	rejectedInOnePass(t, a, b, "export filter", filterPolicies, func(rejected netip.Prefix) {
+		a.sp.want.filters = map[netip.Addr]PeerFilters{b.addr: {Export: []FilterRule{{Op: "Equal", CIDR: rejected}}}}
+	})
+}
+
+// filterPolicies is the BGPFilter policies in n's global export list,
+// joined ("" for none).
+func filterPolicies(n *testNode) string {
+	var out []string
+	for _, name := range globalPolicies(n, exportDir) {
+		if strings.HasPrefix(name, filterPolicyPrefix) {
+			out = append(out, name)
+		}
+	}
+	return strings.Join(out, ",")
+}

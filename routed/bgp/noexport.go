@@ -43,7 +43,7 @@ func (s *Speaker) SetNoExportCIDRs(cidrs []netip.Prefix) {
 // BGPFilter policies, the first time), and only then deletes the old:
 // there is never a moment without the Reject. A failure leaves the old
 // policy in force. The peers are then soft-reset so routes they already
-// have are withdrawn or sent. A GoBGP prefix set holds one address
+// have are withdrawn or sent (a reset that fails is retried, softReset). A GoBGP prefix set holds one address
 // family, so IPv4 and IPv6 CIDRs get a set and a statement each.
 func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error {
 	if slices.Equal(want, s.noExport) {
@@ -97,7 +97,7 @@ func (s *Speaker) applyNoExport(ctx context.Context, want []netip.Prefix) error 
 		s.ownPolicyAdded = true // the filters are checked to be behind it
 	}
 	for _, a := range sortedAddrs(s.applied) {
-		_ = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
+		s.softReset(ctx, a, api.ResetPeerRequest_DIRECTION_OUT)
 	}
 	return nil
 }

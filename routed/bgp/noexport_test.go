@@ -189,17 +189,39 @@ func changeNoExport(t *testing.T, a, c *testNode, other netip.Prefix, n int, aft
 // private block (nor had it withdrawn).
 func TestNoExportNewPoolWithItsBlock(t *testing.T) {
 	t.Parallel()
+	a, b := pairWithBlock(t, netip.MustParsePrefix("10.65.1.0/26"))
+	rejectedInOnePass(t, a, b, "no-export policy", noExportIn, func(private netip.Prefix) {
+		pool := netip.PrefixFrom(private.Addr(), 16).Masked()
+		a.sp.want.noExport = append(slices.Clone(a.sp.want.noExport), pool)
+	})
+}
+
+// pairWithBlock starts iBGP speakers a and b, a announcing first, and
+// returns once b holds it and a's session to b is up.
+func pairWithBlock(t *testing.T, first netip.Prefix) (a, b *testNode) {
+	t.Helper()
 	l := newLoopLab(t)
-	a, b := l.speaker(1, 64512), l.speaker(2, 64512)
-	public := netip.MustParsePrefix("10.65.1.0/26")
-	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: public, State: AffinityConfirmed}, false)
+	a, b = l.speaker(1, 64512), l.speaker(2, 64512)
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: first, State: AffinityConfirmed}, false)
 	a.sp.SetPeers([]Peer{meshPeer(l, a, b, 64512)})
 	b.sp.SetPeers([]Peer{meshPeer(l, b, a, 64512)})
-	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(public, a.addr)); err != nil {
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(first, a.addr)); err != nil {
 		t.Fatal(err)
 	}
 	waitPeer(t, a.sp, b.addr, established)
-	// A private block's path, once in a's RIB, has time to reach b
+	return a, b
+}
+
+// rejectedInOnePass, three times, has one pass of a's loop bring both
+// a new block 10.8x.1.0/26 and what rejects it towards b (change, called
+// with the block inside the wanted state's lock), and checks that b
+// never got the block (neither holds it nor had it withdrawn). The pass
+// is over once installed(a) names a new policy; a block announced after
+// it (sorted after the rejected one) reaches b behind anything that
+// pass sent b.
+func rejectedInOnePass(t *testing.T, a, b *testNode, what string, installed func(*testNode) string, change func(rejected netip.Prefix)) {
+	t.Helper()
+	// The rejected block's path, once in a's RIB, has time to reach b
 	// before the pass goes on (GoBGP coalesces an announcement and a
 	// withdrawal still queued together: without the pause the old code
 	// leaked in about half the passes).
@@ -210,31 +232,26 @@ func TestNoExportNewPoolWithItsBlock(t *testing.T) {
 	}
 	a.sp.pathHook.Store(&pause)
 	for i := range 3 {
-		private := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(80 + i), 1, 0}), 26)
-		pool := netip.PrefixFrom(private.Addr(), 16).Masked()
-		before := noExportIn(a)
-		// One change of the wanted state, so one pass sees both.
+		rejected := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(80 + i), 1, 0}), 26)
+		before := installed(a)
 		a.sp.want.update(func() {
-			a.sp.want.noExport = append(slices.Clone(a.sp.want.noExport), pool)
-			a.sp.want.blocks[private] = true
+			change(rejected)
+			a.sp.want.blocks[rejected] = true
 		})
-		// That pass is over once its no-export policy took the last
-		// one's place; a block announced after it (sorted after the
-		// private one) reaches b behind anything that pass sent b.
 		testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() string {
-			if now := noExportIn(a); now != "" && now != before {
+			if now := installed(a); now != "" && now != before {
 				return ""
 			}
-			return "the new no-export policy was never installed"
+			return "the new " + what + " was never installed"
 		})
 		later := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(90 + i), 1, 0}), 26)
 		a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: later, State: AffinityConfirmed}, false)
 		if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, a.addr)); err != nil {
 			t.Fatal(err)
 		}
-		_, held := b.sink.Routes()[private]
-		if n := b.sink.Withdrawals()[private]; held || n > 0 {
-			t.Fatalf("pass %d: b got a's block %s of a new no-export pool %s (held now: %v, withdrawn %d times)", i, private, pool, held, n)
+		_, held := b.sink.Routes()[rejected]
+		if n := b.sink.Withdrawals()[rejected]; held || n > 0 {
+			t.Fatalf("pass %d: b got a's block %s that the %s of the same pass rejects (held now: %v, withdrawn %d times)", i, rejected, what, held, n)
 		}
 	}
 }
@@ -322,5 +339,31 @@ func TestNoExportFailureHoldsBackItsBlocks(t *testing.T) {
 	_, held := b.sink.Routes()[private]
 	if n := b.sink.Withdrawals()[private]; held || n > 0 {
 		t.Fatalf("b got a's block %s of a no-export pool (held now: %v, withdrawn %d times)", private, held, n)
+	}
+}
+
+// TestNoExportResetFailureRetried: a block the peer already holds
+// whose pool then gets disableBGPExport is withdrawn from the peer even
+// when the soft reset after the new no-export policy fails: the reset
+// is retried. Before, its error was ignored and the peer kept the now
+// private block for as long as the session lasted.
+func TestNoExportResetFailureRetried(t *testing.T) {
+	t.Parallel()
+	private := netip.MustParsePrefix("10.74.1.0/26")
+	a, b := pairWithBlock(t, private)
+	var failed atomic.Int32
+	fail := func(peer netip.Addr) error {
+		if peer == b.addr && failed.CompareAndSwap(0, 1) {
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	a.sp.failReset.Store(&fail)
+	a.sp.SetNoExportCIDRs([]netip.Prefix{netip.MustParsePrefix("10.74.0.0/16")})
+	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Lacks(private)); err != nil {
+		t.Fatalf("the no-export policy's soft reset failed once: b still holds the private block %s: %v (resets failed: %d)", private, err, failed.Load())
+	}
+	if failed.Load() != 1 {
+		t.Fatal("the soft reset never failed: the test proves nothing")
 	}
 }

@@ -38,86 +38,39 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	// to reject and the one in force does not are held back (those
 	// already sent stay: sent before the pool became private).
 	noExportErr := s.ownStep(ctx, func() error { return s.applyNoExport(ctx, w.noExport) })
+	// The sessions' policies and BGPFilters before the paths too, for
+	// the same reason: an export Reject that arrives in the same pass
+	// as a new block it rejects judges that block's path as it enters
+	// the RIB (before, the established peer got it until the filter's
+	// soft reset withdrew it). A failure here holds the sessions back
+	// (below), not the paths.
+	var held []Peer
+	var ownErr, filterErr error
+	peers := w.peers
+	if w.peersSet {
+		held, ownErr = s.applySessionPolicies(ctx, w.peers)
+		peers, filterErr = s.applySessionFilters(ctx, w.peers, w.filters)
+	}
 	routes := w.routes
 	if noExportErr != nil {
 		routes = s.exportable(w.routes, w.noExport)
 	}
 	if err := s.applyPaths(ctx, routes); err != nil {
-		return 0, errors.Join(noExportErr, err)
+		return 0, errors.Join(noExportErr, ownErr, filterErr, err)
 	}
 	if noExportErr != nil {
-		return 0, noExportErr
+		return 0, errors.Join(noExportErr, ownErr, filterErr)
 	}
 	if !w.peersSet {
 		return 0, nil
 	}
 	if !w.blocksSynced {
 		if wait := s.cfg.InitialSyncTimeout - time.Since(s.runStart); wait > 0 {
-			return wait, nil // peers would learn an incomplete route set
+			return wait, errors.Join(ownErr, filterErr) // peers would learn an incomplete route set
 		}
 	}
-	// routed's other own policies (the no-export one is above), before
-	// the sessions: a new peer never gets a route one of them rejects.
-	// A session being removed keeps them until it is gone (as it keeps
-	// its filters): taken off their neighbor sets first, an eBGP
-	// session got every route learned meanwhile (no own-routes-only
-	// Reject), for as long as its removal failed. A session being
-	// updated (UpdatePeer: GoBGP replaces it) keeps its applied
-	// settings' policies too until it is (both apply meanwhile): an
-	// eBGP peer made iBGP lost its own-routes-only Reject while its
-	// eBGP session was still up. A change of policy settings alone
-	// moves the policies first: the session's soft reset then re-sends
-	// under the new ones (keep-next-hop and own routes only order
-	// themselves, applyOwnPolicies).
-	var held []Peer
-	for _, a := range sortedAddrs(s.applied) {
-		old := s.applied[a]
-		i := slices.IndexFunc(w.peers, func(p Peer) bool { return p.Address == a })
-		if i < 0 || (!reflect.DeepEqual(w.peers[i], old) && !onlyPolicy(old, w.peers[i])) {
-			held = append(held, old)
-			if i >= 0 && !sameSession(old, w.peers[i]) { // UpdatePeer ahead
-				if s.rejudge == nil {
-					s.rejudge = map[netip.Addr]bool{}
-				}
-				s.rejudge[a] = true
-			}
-		}
-	}
-	if err := s.applyOwnPolicies(ctx, append(slices.Clone(w.peers), held...)); err != nil {
-		return 0, err
-	}
-	// Sessions updated in an earlier pass that failed after them lost
-	// their old settings' policies just now: judge them again at once,
-	// whatever happens to the other sessions below.
-	if err := s.rejudgeSessions(ctx, held); err != nil {
-		return 0, err
-	}
-	// BGPFilters after routed's own policies (above) and before the
-	// sessions: confd sets a peer's filters before the peer, so a new
-	// session's first routes are already judged by them. Added the
-	// other way round, a route an import Reject refuses reached the
-	// RouteSink until the filter's soft reset (TestBirdBGPFilterIPv6
-	// under -race saw it).
-	// Filters that fail to install hold back only their own session,
-	// and only one not up yet (up, it keeps its last filters): the
-	// other sessions are applied all the same.
-	subnets, filterErr := interfaceSubnets(w.filters)
-	if s.failIfaces.Load() {
-		subnets, filterErr = nil, errors.New("injected failure reading the interfaces")
-	}
-	ifaceErr := filterErr != nil
-	if !ifaceErr {
-		filterErr = s.applyFilters(ctx, w.filters, subnets)
-	}
-	peers := w.peers
-	if filterErr != nil {
-		peers = slices.DeleteFunc(slices.Clone(w.peers), func(p Peer) bool {
-			if s.unfiltered(p.Address, w.filters, subnets, ifaceErr) {
-				s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")
-				return true
-			}
-			return false
-		})
+	if ownErr != nil {
+		return 0, errors.Join(ownErr, filterErr)
 	}
 	if err := s.applyPeers(ctx, peers); err != nil {
 		return 0, errors.Join(filterErr, err)
@@ -134,6 +87,75 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 		}
 	}
 	return 0, errors.Join(filterErr, s.dropFilters(ctx, w.filters))
+}
+
+// applySessionPolicies installs routed's own policies other than the
+// no-export one (that one is apply's first step) for the wanted peers
+// and those held, and judges again the sessions an earlier pass updated;
+// it returns the held sessions' applied settings. A session being
+// removed keeps its policies until it is gone (as it keeps its
+// filters): taken off their neighbor sets first, an eBGP session got
+// every route learned meanwhile (no own-routes-only Reject), for as
+// long as its removal failed. A session being updated (UpdatePeer:
+// GoBGP replaces it or changes it in place) keeps its applied
+// settings' policies too until it is (both apply meanwhile): an eBGP
+// peer made iBGP lost its own-routes-only Reject while its eBGP
+// session was still up. A change of policy settings alone moves the
+// policies first: the session's soft reset then re-sends under the new
+// ones (keep-next-hop and own routes only order themselves,
+// applyOwnPolicies).
+func (s *Speaker) applySessionPolicies(ctx context.Context, want []Peer) ([]Peer, error) {
+	var held []Peer
+	for _, a := range sortedAddrs(s.applied) {
+		old := s.applied[a]
+		i := slices.IndexFunc(want, func(p Peer) bool { return p.Address == a })
+		if i < 0 || (!reflect.DeepEqual(want[i], old) && !onlyPolicy(old, want[i])) {
+			held = append(held, old)
+			if i >= 0 && !sameSession(old, want[i]) { // UpdatePeer ahead
+				if s.rejudge == nil {
+					s.rejudge = map[netip.Addr]bool{}
+				}
+				s.rejudge[a] = true
+			}
+		}
+	}
+	if err := s.applyOwnPolicies(ctx, append(slices.Clone(want), held...)); err != nil {
+		return held, err
+	}
+	// Sessions updated in an earlier pass that failed after them lost
+	// their old settings' policies just now: judge them again at once,
+	// whatever happens to the other sessions.
+	return held, s.rejudgeSessions(ctx, held)
+}
+
+// applySessionFilters installs the sessions' BGPFilters, after routed's
+// own policies and before the sessions: confd sets a peer's filters
+// before the peer, so a new session's first routes are already judged
+// by them. Added the other way round, a route an import Reject refuses
+// reached the RouteSink until the filter's soft reset
+// (TestBirdBGPFilterIPv6 under -race saw it). Filters that fail to
+// install hold back only their own session, and only one not up yet
+// (up, it keeps its last filters): it returns the peers whose sessions
+// may be applied.
+func (s *Speaker) applySessionFilters(ctx context.Context, want []Peer, filters map[netip.Addr]PeerFilters) ([]Peer, error) {
+	subnets, err := interfaceSubnets(filters)
+	if s.failIfaces.Load() {
+		subnets, err = nil, errors.New("injected failure reading the interfaces")
+	}
+	ifaceErr := err != nil
+	if !ifaceErr {
+		err = s.applyFilters(ctx, filters, subnets)
+	}
+	if err == nil {
+		return want, nil
+	}
+	return slices.DeleteFunc(slices.Clone(want), func(p Peer) bool {
+		if s.unfiltered(p.Address, filters, subnets, ifaceErr) {
+			s.log.WithField("peer", p.Address.String()).Warn("BGP session not started: its BGPFilter rules could not be installed")
+			return true
+		}
+		return false
+	}), err
 }
 
 // rejudgeSessions soft-resets, both ways, each recorded session but
@@ -160,6 +182,30 @@ func (s *Speaker) rejudgeSessions(ctx context.Context, skip []Peer) error {
 		delete(s.rejudge, a)
 	}
 	return nil
+}
+
+// softReset soft-resets the session with a in dir after a policy
+// change, so that the routes it sent or was sent are judged by the
+// policies now in force. One that fails is judged again later, both
+// ways, until that succeeds (rejudgeSessions, every pass): ignored, a
+// route a new Reject covers stayed with the peer for as long as the
+// session lasted.
+func (s *Speaker) softReset(ctx context.Context, a netip.Addr, dir api.ResetPeerRequest_Direction) {
+	var err error
+	if f := s.failReset.Load(); f != nil {
+		err = (*f)(a)
+	}
+	if err == nil {
+		err = s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: dir})
+	}
+	if err == nil {
+		return
+	}
+	s.log.WithError(err).WithField("peer", a.String()).Warn("BGP soft reset after a policy change failed; retrying")
+	if s.rejudge == nil {
+		s.rejudge = map[netip.Addr]bool{}
+	}
+	s.rejudge[a] = true
 }
 
 // applyOwnPolicies installs routed's own policies other than the
@@ -420,14 +466,13 @@ func (s *Speaker) applyPeers(ctx context.Context, want []Peer) error {
 			if old.KeepOriginalNextHop == p.KeepOriginalNextHop && old.NextHopSelf == p.NextHopSelf {
 				break
 			}
-			// The export policy already changed; re-send our routes. A
-			// soft reset never withdraws what the policy now filters, so
-			// an eBGP peer that loses keepOriginalNextHop (and now gets
-			// only our own routes) needs a real reset: with graceful
-			// restart it keeps our routes until End-of-RIB, then drops
-			// the learned ones we no longer send.
-			soft := p.KeepOriginalNextHop || !p.external(s.running.ASN)
-			err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: soft, Direction: api.ResetPeerRequest_DIRECTION_OUT})
+			// The export policy already changed; re-send our routes. The
+			// soft reset also withdraws what was sent and the policy now
+			// rejects (GoBGP keeps what it sent each peer): an eBGP peer
+			// that loses keepOriginalNextHop, now down to our own routes,
+			// loses the learned ones without its session being dropped
+			// (TestKeepNextHopLiftedAfterOwnRoutesOnly).
+			err := s.srv().ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
 			if err != nil {
 				return fmt.Errorf("bgp: re-advertise to peer %s: %w", addr, err)
 			}

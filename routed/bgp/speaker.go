@@ -81,6 +81,9 @@ type Speaker struct {
 	peersHook atomic.Pointer[func()]
 	// failIfaces, set by tests, fails reading the interfaces.
 	failIfaces atomic.Bool
+	// failReset, set by tests, fails a policy change's soft reset of a
+	// session (softReset).
+	failReset atomic.Pointer[func(peer netip.Addr) error]
 	// pathHook, set by tests, is called on the loop after a path was
 	// added to GoBGP's RIB (and sent to the peers its policies let it
 	// reach).

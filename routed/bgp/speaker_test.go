@@ -617,10 +617,12 @@ func TestKeepNextHopRefusedKeepsOwnRoutesOnly(t *testing.T) {
 // a route the node learns reaches d as before the change, with its
 // original next hop, never with this node's; before, keep-next-hop was
 // lifted first and d got it with next hop self. Once the policy is in,
-// d is down to the node's own routes.
+// d is down to the node's own routes, by a soft reset: its session
+// stays up.
 func TestKeepNextHopLiftedAfterOwnRoutesOnly(t *testing.T) {
 	t.Parallel()
 	a, b, d, toA, toD, refuse, refusals := keepNHLab(t, true, ownOnlyPolicy)
+	up := waitPeer(t, b.sp, d.addr, established)
 	refuse.Store(true)
 	toD.KeepOriginalNextHop = false
 	b.sp.SetPeers([]Peer{toA, toD})
@@ -644,6 +646,10 @@ func TestKeepNextHopLiftedAfterOwnRoutesOnly(t *testing.T) {
 	}
 	if names := globalPolicies(b, exportDir); slices.Contains(names, keepNHPolicy) || !slices.Contains(names, ownOnlyPolicy) {
 		t.Fatalf("export list %v: want %s and no %s", names, ownOnlyPolicy, keepNHPolicy)
+	}
+	// A soft reset withdrew it: the session was never dropped.
+	if now := waitPeer(t, b.sp, d.addr, established); !now.Since.Equal(up.Since) {
+		t.Fatalf("the session to d was reset (up since %v, now since %v); a soft reset out withdraws", up.Since, now.Since)
 	}
 }
 
@@ -696,5 +702,36 @@ func TestUpdatedSessionJudgedAgain(t *testing.T) {
 	d.sp.OnAffinityUpdate(Affinity{Node: "node4", CIDR: dBlock, State: AffinityConfirmed}, false)
 	if err := b.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Has(dBlock, d.addr)); err != nil {
 		t.Fatalf("b never learned d's block over the updated (iBGP) session: %v; import list %v", err, globalPolicies(b, importDir))
+	}
+}
+
+// TestKeepNextHopLostWithTimers: an eBGP peer whose BGPPeer loses
+// keepOriginalNextHop together with a timer (a change GoBGP makes in
+// place, UpdatePeer, without a new session) is down to the node's own
+// routes once the edit applied: the route the node learned and sent on
+// with its original next hop is withdrawn from it. The session is not
+// reset for it (the withdrawal is the soft reset out's, not a new
+// session's empty table). Before Speaker.rejudge nothing re-sent the
+// table: d kept the learned route for good.
+func TestKeepNextHopLostWithTimers(t *testing.T) {
+	t.Parallel()
+	a, b, d, toA, toD, _, _ := keepNHLab(t, true, "no policy refused")
+	learned := netip.MustParsePrefix("10.76.1.0/26")
+	a.sp.OnAffinityUpdate(Affinity{Node: "node1", CIDR: learned, State: AffinityConfirmed}, false)
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
+		t.Fatalf("d (keepOriginalNextHop) never got the learned block from its origin: %v", err)
+	}
+	up := waitPeer(t, b.sp, d.addr, established)
+	toD.KeepOriginalNextHop, toD.HoldTime = false, 60*time.Second
+	b.sp.SetPeers([]Peer{toA, toD})
+	if err := d.sink.WaitFor(ctxT(t, 30*time.Second), bgptest.Lacks(learned)); err != nil {
+		t.Fatalf("keepOriginalNextHop gone with a timer change: d still holds the block b only learned: %v; export list %v", err, globalPolicies(b, exportDir))
+	}
+	own := netip.MustParsePrefix("10.76.2.0/26")
+	if nh, ok := d.sink.Routes()[own]; !ok || nh != b.addr {
+		t.Fatalf("d lost b's own block (next hop %v, held %v)", nh, ok)
+	}
+	if now := waitPeer(t, b.sp, d.addr, established); !now.Since.Equal(up.Since) {
+		t.Fatalf("the session to d was reset (up since %v, now since %v): the test needs it kept", up.Since, now.Since)
 	}
 }
