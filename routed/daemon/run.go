@@ -77,7 +77,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	n.restoreGC = restoreGC
+	// Then the steady GOGC follows the live heap (gctune.go).
+	n.restoreGC = func() { restoreGC(); tuneGC() }
 	g := supervise.New(ctx, log)
 	n.start(g, cfg)
 	log.Info("routed running")

@@ -60,6 +60,8 @@ ROUTED_IPV4POOL_CIDR, _BLOCK_SIZE, _IPIP, _NAT_OUTGOING (or CALICO_IPV4POOL_*).`
 // pod writes a second) 25 instead of 50 held 4-5 MiB less heap for
 // 4.4-6.9 ms of collector CPU a second more, scaled to a node's ~90 MB
 // live heap roughly 10-20 MB less after churn for about 0.5 % of a core.
+// Once in sync it is a floor: a small heap gets more (routed/daemon's
+// tuneGC, up to 100), so that a collection waits for 8 MiB at least.
 const defaultGCPercent = 25
 
 // setGCPercent sets defaultGCPercent unless GOGC is set (then Go's
