@@ -66,7 +66,13 @@ func (s *Speaker) apply(ctx context.Context, w snapshot) (time.Duration, error) 
 	}
 	if !w.blocksSynced {
 		if wait := s.cfg.InitialSyncTimeout - time.Since(s.runStart); wait > 0 {
-			return wait, errors.Join(ownErr, filterErr) // peers would learn an incomplete route set
+			// Peers would learn an incomplete route set. A policy that
+			// failed meanwhile is tried again then: returned, the
+			// error's backoff (not the wait) would start the sessions.
+			if err := errors.Join(ownErr, filterErr); err != nil {
+				s.log.WithError(err).Warn("installing BGP policies failed; trying again when the initial sync wait ends")
+			}
+			return wait, nil
 		}
 	}
 	if ownErr != nil {
