@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 )
 
 // gcHeadroom is the least heap growth the steady collector allows
@@ -44,30 +45,49 @@ var tuning sync.Once
 
 // tuneGC keeps GOGC at gcPercentFor(the live heap, the GOGC in force
 // now) after every collection, for the life of the process: a big
-// heap's percent stays, a small one's grows towards Go's default. It
-// does nothing when the environment sets GOGC (the operator's choice
-// stands) and runs once however often it is called.
+// heap's percent stays, a small one's grows towards Go's default. The
+// daemon starts it once in sync (or once the start-up GOGC's time is
+// up, releaseStartHeap). It does nothing when the environment sets GOGC
+// (the operator's choice stands) or the collector is off, and runs
+// once however often it is called.
 func tuneGC() {
-	if os.Getenv("GOGC") != "" {
-		return
+	if floor, ok := tuningFloor(); ok {
+		tuning.Do(func() { startTuning(floor) })
 	}
-	tuning.Do(func() {
-		floor := readGCPercent()
-		cur := floor
-		var arm func()
-		arm = func() {
-			// A finalizer runs after the collection that found its
-			// object unreachable: once per cycle, re-armed each time.
-			runtime.SetFinalizer(&gcSentinel{}, func(*gcSentinel) {
-				if want := gcPercentFor(liveHeap(), floor); want != cur {
-					debug.SetGCPercent(want)
-					cur = want
-				}
-				arm()
-			})
-		}
-		arm()
-	})
+}
+
+// tuningFloor is the floor tuneGC tunes above, and whether it tunes:
+// not with GOGC in the environment, nor with the collector off.
+func tuningFloor() (int, bool) {
+	if os.Getenv("GOGC") != "" {
+		return 0, false
+	}
+	floor := readGCPercent()
+	return floor, floor > 0
+}
+
+// startTuning sets GOGC from the live heap after every collection, with
+// floor, until stop is called.
+func startTuning(floor int) (stop func()) {
+	var stopped atomic.Bool
+	var arm func()
+	arm = func() {
+		// A finalizer runs after the collection that found its object
+		// unreachable: once per cycle, re-armed each time.
+		runtime.SetFinalizer(&gcSentinel{}, func(*gcSentinel) {
+			if stopped.Load() {
+				return
+			}
+			// The percent in force is read, not remembered: one set
+			// by anything else is corrected too.
+			if want := gcPercentFor(liveHeap(), floor); want != readGCPercent() {
+				debug.SetGCPercent(want)
+			}
+			arm()
+		})
+	}
+	arm()
+	return func() { stopped.Store(true) }
 }
 
 // gcSentinel is big enough not to share a tiny-allocator block (whose

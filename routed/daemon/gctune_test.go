@@ -33,22 +33,52 @@ func TestGCPercentFor(t *testing.T) {
 	}
 }
 
-// TestTuneGCFollowsLiveHeap: once tuning, GOGC follows the live heap
-// after each collection: 64 MiB held keeps the floor (25), and once it
-// is freed the percent rises (the test binary's own heap is a few MiB).
+// TestTuneGCFollowsLiveHeap: tuning, GOGC follows the live heap after
+// each collection, both ways: the test binary's few MiB get more than
+// the floor, 64 MiB held brings it back to the floor (25), and freed
+// it rises again. Stopped, the tuning leaves GOGC alone.
 func TestTuneGCFollowsLiveHeap(t *testing.T) {
-	t.Setenv("GOGC", "")
 	prev := debug.SetGCPercent(25)
-	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	stop := startTuning(25)
+	t.Cleanup(func() { stop(); debug.SetGCPercent(prev) })
+	above := func(p int) bool { return p > 25 && p <= maxGCPercent }
+	gcUntil(t, "GOGC above the floor with a small heap", above)
 	held := make([]byte, 64<<20)
 	for i := range held {
 		held[i] = byte(i)
 	}
-	tuneGC()
-	gcUntil(t, "GOGC at the floor with 64 MiB live", func(p int) bool { return p == 25 })
+	gcUntil(t, "GOGC back at the floor with 64 MiB live", func(p int) bool { return p == 25 })
 	runtime.KeepAlive(held)
 	held = nil
-	gcUntil(t, "GOGC above the floor once the 64 MiB are freed", func(p int) bool { return p > 25 && p <= maxGCPercent })
+	gcUntil(t, "GOGC above the floor again once the 64 MiB are freed", above)
+	stop()
+	debug.SetGCPercent(42)
+	runtime.GC()
+	runtime.GC()
+	if p := readGCPercent(); p != 42 {
+		t.Fatalf("GOGC %d after the tuning stopped, want the 42 set", p)
+	}
+}
+
+// TestTuningFloor: the tuning's floor is the GOGC in force; GOGC in
+// the environment (the operator's) or a collector turned off leave GOGC
+// alone.
+func TestTuningFloor(t *testing.T) {
+	prev := debug.SetGCPercent(25)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	t.Setenv("GOGC", "")
+	if floor, ok := tuningFloor(); !ok || floor != 25 {
+		t.Fatalf("GOGC 25, none in the environment: floor %d, tuning %v; want 25, true", floor, ok)
+	}
+	debug.SetGCPercent(-1)
+	if _, ok := tuningFloor(); ok {
+		t.Fatal("collector off: tuning would turn it back on")
+	}
+	debug.SetGCPercent(25)
+	t.Setenv("GOGC", "25")
+	if _, ok := tuningFloor(); ok {
+		t.Fatal("GOGC in the environment: tuning would override it")
+	}
 }
 
 // gcUntil collects until GOGC satisfies ok.
