@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/routed-net/routed/felix/policy/nftdp"
 )
@@ -74,7 +72,12 @@ func newSetTracker(nodes []string) (*setTracker, error) {
 			return nil, fmt.Errorf("%s: nftables: %w", name, err)
 		}
 		t.conns[name] = conn
-		mc, err := nftables.New(nftables.WithNetNSFd(int(h)), nftables.WithSockOptions(bigReadBuffer))
+		// felix's 256 MiB buffers: a restarted node programs every set
+		// again at once (at 150,000 pods hundreds of thousands of
+		// elements); in the default buffer (rmem_max) the harness lost
+		// a batch of their events, and every pod pending then was
+		// timed by a read of its set, up to a second late.
+		mc, err := nftables.New(nftables.WithNetNSFd(int(h)), nftables.WithSockOptions(nftdp.BigBuffers))
 		if err != nil {
 			t.stop()
 			return nil, fmt.Errorf("%s: nftables: %w", name, err)
@@ -92,33 +95,6 @@ func newSetTracker(nodes []string) (*setTracker, error) {
 		go t.consume(name, ch)
 	}
 	return t, nil
-}
-
-// monitorBuffer is the tracker's receive buffer for one node's element
-// events. A restarted node programs every set again at once (at 150,000
-// pods hundreds of thousands of elements): in the socket's default
-// buffer (rmem_max, 4 MiB here) the harness lost a batch of them, and
-// every pod pending then was timed by a read of its set, up to a
-// second late, as if the node were slow.
-const monitorBuffer = 256 << 20
-
-// bigReadBuffer sets monitorBuffer on a netlink socket, past rmem_max
-// (SO_RCVBUFFORCE: the harness runs as root).
-func bigReadBuffer(c *netlink.Conn) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, monitorBuffer)
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("nftables events: receive buffer of %d MiB: %w", monitorBuffer>>20, serr)
-	}
-	return nil
 }
 
 func (t *setTracker) consume(node string, ch <-chan *nftables.MonitorEvents) {

@@ -167,7 +167,7 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	unix.Close(fd)
-	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(BigBuffers)}
 	if cfg.NetnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(cfg.NetnsFd))
 	}
@@ -202,9 +202,9 @@ func New(cfg Config) (*Dataplane, error) {
 // while a transaction is in flight.
 const sockBuf = 256 << 20
 
-// bigBuffers raises the socket's buffers past the system maximum, which
+// BigBuffers raises the socket's buffers past the system maximum, which
 // CAP_NET_ADMIN (needed for nftables anyway) allows.
-func bigBuffers(c *netlink.Conn) error {
+func BigBuffers(c *netlink.Conn) error {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
