@@ -577,7 +577,14 @@ func learnedNeverReaches(t *testing.T, a, b, d *testNode, while string) netip.Pr
 	if err := b.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(learned, a.addr)); err != nil {
 		t.Fatalf("b never learned a's block: %v", err)
 	}
-	time.Sleep(700 * time.Millisecond) // time to reach d, if it may
+	// A block b originates after it reaches d behind anything b sent
+	// d before (one session, in order): then the learned one had its
+	// chance.
+	later := netip.MustParsePrefix("10.76.3.0/26")
+	b.sp.OnAffinityUpdate(Affinity{Node: "node2", CIDR: later, State: AffinityConfirmed}, false)
+	if err := d.sink.WaitFor(ctxT(t, 20*time.Second), bgptest.Has(later, b.addr)); err != nil {
+		t.Fatalf("%s never got b's later block: %v", while, err)
+	}
 	nh, has := d.sink.Routes()[learned]
 	if n := d.sink.Withdrawals()[learned]; has || n > 0 {
 		t.Fatalf("%s got %s, which b only learned (next hop %v, b is %v; withdrawn %d times); export list %v",
