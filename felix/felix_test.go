@@ -103,7 +103,7 @@ func newHarness(t *testing.T, mutate func(*felix.Config)) *harness {
 		}
 		if t.Failed() {
 			for _, e := range hook.AllEntries() {
-				t.Logf("log %s: %s %v", e.Level, e.Message, e.Data)
+				t.Logf("log %s %s: %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.Data)
 			}
 		}
 	})
@@ -399,7 +399,9 @@ func TestRoutesWaitForTheirInterface(t *testing.T) {
 	// A CNI route on a brand-new interface that felix has not heard of
 	// survives the grace period (2s), then goes.
 	h.ns.Veth(t, "cali3", "pod3")
+	t.Logf("%s cali3 created", time.Now().Format("15:04:05.000"))
 	h.ip(t, "route", "add", "10.244.1.10/32", "dev", "cali3", "scope", "link", "proto", fmt.Sprint(kernel.RouteProtocol))
+	t.Logf("%s CNI route added", time.Now().Format("15:04:05.000"))
 	h.f.RouteUpdate(pfx("10.60.0.0/24"), addr("192.0.2.5"), addr("192.0.2.5"), 1024) // forces an Apply now
 	time.Sleep(time.Second)
 	if _, ok := h.ns.Routes(t)[pfx("10.244.1.10/32")]; !ok {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -388,7 +389,9 @@ func (rt *RouteTable) apply() error {
 			}
 		}
 		errs = append(errs, rt.retire(retire)...)
-		rt.log.WithFields(logrus.Fields{"writes": len(ops) - strays, "strays": strays, "errors": len(errs)}).Debug("route table applied")
+		if rt.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			rt.log.WithFields(logrus.Fields{"writes": len(ops) - strays, "strays": strays, "errors": len(errs), "first": firstOps(ops, 4)}).Debug("route table applied")
+		}
 	}
 	rt.publish(inSync)
 	if len(errs) > 0 {
@@ -590,4 +593,19 @@ func (rt *RouteTable) publish(inSync map[netip.Prefix]bool) {
 			delete(rt.programmed, p)
 		}
 	}
+}
+
+// firstOps names up to n of ops for a debug line ("del 10.0.0.1/32 dev 7").
+func firstOps(ops []Op, n int) string {
+	var b strings.Builder
+	for i, op := range ops[:min(len(ops), n)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %v dev %d", verb(op), op.Route.Dst, op.Route.LinkIndex)
+	}
+	if len(ops) > n {
+		fmt.Fprintf(&b, " and %d more", len(ops)-n)
+	}
+	return b.String()
 }
