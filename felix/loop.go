@@ -34,6 +34,10 @@ type loop struct {
 	log *logrus.Entry
 	st  *state
 
+	// snapshotAt is when the last feed snapshot came, until the
+	// dataplane was programmed from it (its time is logged).
+	snapshotAt time.Time
+
 	nsh    netns.NsHandle
 	kernel *routetable.NetlinkKernel
 	h      *netlink.Handle
@@ -196,6 +200,9 @@ func (l *loop) run(ctx context.Context) error {
 		case b := <-l.f.batches:
 			// Queued behind what the input methods queued before it, and
 			// taken whole at the top, before anything is programmed.
+			if b.Snapshot {
+				l.snapshotAt = time.Now()
+			}
 			l.f.dispatch().OnBatch(b)
 		case u, ok := <-links:
 			if !ok {
@@ -415,6 +422,10 @@ func (l *loop) apply(ctx context.Context) {
 	}
 	l.failures, l.retryAt = 0, time.Time{}
 	l.f.applied.Store(true)
+	if !l.snapshotAt.IsZero() {
+		l.log.WithField("took", time.Since(l.snapshotAt).Round(time.Millisecond)).Info("dataplane programmed from the feed's snapshot")
+		l.snapshotAt = time.Time{}
+	}
 }
 
 // detectMTU finds the host MTU (when not configured).

@@ -237,6 +237,7 @@ func (s *stream) checkResume(ctx context.Context) error {
 // keys as they are read; another handler gets them whole at the end),
 // and moves the stream to that revision.
 func (s *stream) list(ctx context.Context) error {
+	began := time.Now()
 	pg, err := s.c.newPager(s.prefix, s.o.ListPrefixes)
 	if err != nil {
 		return err
@@ -292,7 +293,8 @@ func (s *stream) list(ctx context.Context) error {
 		return errListNotRead
 	}
 	s.rev, s.clusterID, s.probeRev = rev, cluster, probeRev
-	log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": keys}).Info("listed the datastore")
+	log.WithFields(map[string]any{"prefix": s.prefix, "reason": s.reason, "revision": rev, "keys": keys,
+		"took": time.Since(began).Round(time.Millisecond)}).Info("listed the datastore")
 	return nil
 }
 

@@ -237,7 +237,7 @@ func (s *sub) push(f *Feed, rev int64, items []item) {
 		s.pending += last.size()
 	case s.pending+len(mine) > MaxPending:
 		f.metrics.overflows.WithLabelValues(s.name).Inc()
-		f.log.WithFields(logrus.Fields{"consumer": s.name, "pending": s.pending + len(mine)}).
+		f.log.WithFields(logrus.Fields{"consumer": s.name, "pending": s.pending + len(mine), "busyFor": s.busyFor()}).
 			Warn("consumer fell behind; its backlog is merged to the latest change of each object")
 		b := pendingBatch{rev: rev}
 		for _, q := range s.queue {
@@ -433,4 +433,14 @@ func decodeItem(it item, sh sharer) (Update, bool) {
 	sh.resource(r)
 	u.Resource = r
 	return u, true
+}
+
+// busyFor is how long the consumer's OnBatch call in progress has run
+// (0: none), for the fell-behind warning.
+func (s *sub) busyFor() time.Duration {
+	since := s.busySince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, since)).Round(time.Millisecond)
 }
