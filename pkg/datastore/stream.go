@@ -65,6 +65,16 @@ type ListStreamer interface {
 	OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason ListReason)
 }
 
+// HeadTaker is a ListStreamer told, as a list from etcd is read whole
+// (before kvs ends), etcd's revision at that moment: head. The list is
+// at rev, the revision of its first page; what was written while it was
+// read (rev to head) comes next in OnEvents, and the stream asks etcd
+// for progress often until its revision reaches head, so a handler
+// that waits for head is not kept waiting by writes outside the range.
+type HeadTaker interface {
+	OnListHead(head int64)
+}
+
 // Relister is a StreamHandler that can ask for the range to be listed
 // again: after each OnEvents call the stream asks WantList, and when it
 // reports true the stream lists at the current revision (reason
@@ -164,6 +174,9 @@ type stream struct {
 	// loaded cache not delivered yet (streamcache.go).
 	etcdRev int64
 	cu      *catchUp
+	// listHead is etcd's revision when the last list was read whole
+	// (HeadTaker); the watch asks for progress often until rev reaches it.
+	listHead int64
 }
 
 // once lists or resumes, then follows the watch until it breaks.
@@ -238,6 +251,7 @@ func (s *stream) checkResume(ctx context.Context) error {
 // and moves the stream to that revision.
 func (s *stream) list(ctx context.Context) error {
 	began := time.Now()
+	s.listHead = 0
 	pg, err := s.c.newPager(s.prefix, s.o.ListPrefixes)
 	if err != nil {
 		return err
@@ -280,6 +294,10 @@ func (s *stream) list(ctx context.Context) error {
 				read = true
 				if s.o.Cache != nil {
 					s.o.Cache.Listed(rev, cluster)
+				}
+				s.listHead = pg.head
+				if ht, ok := s.h.(HeadTaker); ok {
+					ht.OnListHead(pg.head)
 				}
 				return
 			}
@@ -324,6 +342,7 @@ type pager struct {
 	key, end string // the next page's range in parts[0]
 	rev      int64
 	cluster  uint64
+	head     int64 // etcd's revision at the latest page
 }
 
 // newPager reads prefix, or only parts of it when parts are given: in
@@ -359,6 +378,7 @@ func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
 		if pg.rev == 0 {
 			pg.rev = resp.Header.Revision
 		}
+		pg.head = max(pg.head, resp.Header.Revision)
 		pg.cluster = resp.Header.ClusterId
 		if resp.More && len(resp.Kvs) > 0 {
 			pg.key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
@@ -479,6 +499,14 @@ func (s *stream) follow(ctx context.Context) error {
 		s.cu.watching = time.Now()
 		go requestCatchUpProgress(wctx, func() { _ = s.c.etcd.RequestProgress(wctx) }, s.cu.done)
 	}
+	// After a list: progress until the revision etcd had when it was
+	// read whole (HeadTaker), even if nothing more under the prefix
+	// was written.
+	var atHead chan struct{}
+	if s.listHead > s.rev {
+		atHead = make(chan struct{})
+		go requestCatchUpProgress(wctx, func() { _ = s.c.etcd.RequestProgress(wctx) }, atHead)
+	}
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -544,6 +572,10 @@ func (s *stream) follow(ctx context.Context) error {
 			}
 		}
 		s.rev = rev
+		if atHead != nil && s.rev >= s.listHead {
+			close(atHead)
+			atHead = nil
+		}
 		if s.o.Cache != nil {
 			s.o.Cache.Changed(wr.Events, rev)
 		}

@@ -185,3 +185,79 @@ func TestCacheUnreadableWhenDeliveredLists(t *testing.T) {
 		t.Fatalf("the loaded copy was closed %d times, want once", closed)
 	}
 }
+
+// headRecorder is a pageRecorder that is a HeadTaker and keeps the
+// revisions OnEvents was called with.
+type headRecorder struct {
+	pageRecorder
+	listRev, head, evRev int64
+}
+
+func (r *headRecorder) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason ListReason) {
+	r.pageRecorder.OnListStream(kvs, rev, reason)
+	r.mu.Lock()
+	r.listRev = rev
+	r.mu.Unlock()
+}
+
+func (r *headRecorder) OnListHead(head int64) {
+	r.mu.Lock()
+	r.head = head
+	r.mu.Unlock()
+}
+
+func (r *headRecorder) OnEvents(_ []*clientv3.Event, rev int64) {
+	r.mu.Lock()
+	r.evRev = max(r.evRev, rev)
+	r.mu.Unlock()
+}
+
+// TestListHeadReachedWithoutEvents: a list during which etcd moved on
+// tells a HeadTaker etcd's revision when it was read whole, and the
+// stream brings its revision there soon even when nothing was written
+// under its prefix (progress asked for often, not every 30 s).
+func TestListHeadReachedWithoutEvents(t *testing.T) {
+	c, _ := newTestClient(t)
+	for i := range 4 {
+		put(t, c, fmt.Sprintf("/h/k%d", i), "1")
+	}
+	defer func(n int) { listPageSize = n }(listPageSize)
+	listPageSize = 2
+	var mu sync.Mutex
+	var outside int64
+	readPage = func(c *Client, ctx context.Context, key, end string, rev int64) (*clientv3.GetResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if rev != 0 && outside == 0 {
+			// Written while the list is read, outside its range.
+			resp, err := c.Etcd().Put(ctx, "/elsewhere", "x")
+			if err != nil {
+				return nil, err
+			}
+			outside = resp.Header.Revision
+		}
+		return c.listPage(ctx, key, end, rev)
+	}
+	defer func() { readPage = (*Client).listPage }()
+
+	r := &headRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Stream(ctx, "/h/", r, StreamOptions{}); close(done) }()
+	defer func() { cancel(); <-done }()
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() string {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(r.state) != 4 || outside == 0 || r.head < outside || r.evRev < r.head {
+			return fmt.Sprintf("%d keys listed at %d, head %d (the write outside at %d), events up to %d", len(r.state), r.listRev, r.head, outside, r.evRev)
+		}
+		return ""
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.listRev >= outside {
+		t.Fatalf("listed at %d, not before the write outside at %d: the test did not write during the list", r.listRev, outside)
+	}
+}

@@ -22,6 +22,10 @@
 //     read, keeping of each key its value until each consumer decoded
 //     it; a consumer's queue lets go of what it delivered. Keys no
 //     consumer subscribes to (IPAM handles) are not listed at all.
+//   - A list's snapshot waits, queued, until the watch has brought the
+//     feed to the revision etcd had when the list was read whole (at most
+//     maxCatchUp): what was written while a big cluster was listed under
+//     churn folds into it instead of following it as a backlog.
 //   - With Options.Cache, a copy of the list is kept on disk (written as
 //     the list is read; changes since its last write in memory, bounded):
 //     a restart starts from it instead of a list, read key by key, and
@@ -160,7 +164,18 @@ type Feed struct {
 	ci       *datastore.ClusterInfo
 	rev      int64
 	wantList bool // the gate let go: list again for a snapshot
+	// listHead is etcd's revision when the list being read was read
+	// whole (datastore.HeadTaker); catchUp, when not zero, the revision
+	// the consumers' snapshot waits for, since catchUpFrom.
+	listHead    int64
+	catchUp     int64
+	catchUpFrom time.Time
 }
+
+// maxCatchUp bounds how long a list's snapshot waits for the watch to
+// bring it to the revision etcd had when the list was read (a watch
+// that broke lists again, with its own wait).
+var maxCatchUp = 10 * time.Second
 
 // New returns a Feed reading ds.
 func New(ds *datastore.Client, opt Options) *Feed {
@@ -311,6 +326,7 @@ func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListRe
 // consumers the snapshot once the list was read whole. A list cut short
 // changes nothing (the stream lists again).
 func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason datastore.ListReason) {
+	f.listHead = 0
 	oldBorrowed, oldCI := f.borrowed, f.ci
 	f.borrowed, f.ci = map[netip.Prefix]map[netip.Addr]string{}, nil
 	f.tallies.listing()
@@ -338,13 +354,49 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 		return
 	}
 	f.held.Store(false)
+	// What was written while the list was read comes next: the
+	// snapshot, queued, absorbs it before anyone takes it (one
+	// programming of each object instead of the list's, then a backlog
+	// of everything written during it).
+	hold := f.listHead > rev
 	for _, s := range f.subs {
-		s.pushSnapshot(f, rev, items)
+		s.pushSnapshot(f, rev, items, hold)
 	}
-	f.synced.Store(true)
+	f.catchUp = 0
+	if hold {
+		f.catchUp, f.catchUpFrom = f.listHead, time.Now()
+	} else {
+		f.synced.Store(true)
+	}
 	if f.opt.Gate != nil {
 		f.opt.Gate.Seen(rev)
 	}
+}
+
+// OnListHead implements datastore.HeadTaker.
+func (f *Feed) OnListHead(head int64) { f.listHead = head }
+
+// caughtUp hands the consumers their snapshot once the watch reached
+// the revision etcd had when the list was read (or maxCatchUp passed).
+func (f *Feed) caughtUp(rev int64) {
+	if f.catchUp == 0 {
+		return
+	}
+	waited := time.Since(f.catchUpFrom)
+	if rev < f.catchUp && waited < maxCatchUp {
+		return
+	}
+	lg := f.log.WithFields(logrus.Fields{"revision": rev, "listHead": f.catchUp, "took": waited.Round(time.Millisecond)})
+	if rev < f.catchUp {
+		lg.Warn("the watch has not reached the revision etcd had when the list was read; handing the consumers their snapshot as it is")
+	} else {
+		lg.Info("caught up with what was written during the list; handing the consumers their snapshot")
+	}
+	f.catchUp = 0
+	for _, s := range f.subs {
+		s.release()
+	}
+	f.synced.Store(true)
 }
 
 // OnEvents implements datastore.StreamHandler.
@@ -378,6 +430,7 @@ func (f *Feed) OnEvents(evs []*clientv3.Event, rev int64) {
 			s.push(f, rev, out)
 		}
 	}
+	f.caughtUp(rev)
 	if f.opt.Gate != nil {
 		f.opt.Gate.Seen(rev)
 	}

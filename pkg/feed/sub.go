@@ -158,6 +158,9 @@ type sub struct {
 	mu      sync.Mutex
 	queue   []pendingBatch
 	pending int // items in queue
+	// holding keeps a queued snapshot from the consumer until the feed
+	// caught up with the writes made while it was listed (release).
+	holding bool
 
 	busySince atomic.Int64 // unix nanoseconds of the OnBatch call in progress; 0: none
 }
@@ -204,7 +207,7 @@ func (s *sub) wants(it item) bool {
 // stays mergeable until the consumer takes it, so changes that arrive
 // meanwhile fold into it instead of queueing behind it. items are the
 // present objects, one per key.
-func (s *sub) pushSnapshot(f *Feed, rev int64, items []item) {
+func (s *sub) pushSnapshot(f *Feed, rev int64, items []item, hold bool) {
 	f.metrics.snapshots.WithLabelValues(s.name).Inc()
 	b := pendingBatch{snapshot: true, rev: rev, items: s.mine(items)}
 	if !slices.IsSortedFunc(b.items, byKey) {
@@ -214,6 +217,17 @@ func (s *sub) pushSnapshot(f *Feed, rev int64, items []item) {
 	s.mu.Lock()
 	s.queue = []pendingBatch{b}
 	s.pending = b.size()
+	s.holding = hold
+	s.mu.Unlock()
+	if !hold {
+		s.signal()
+	}
+}
+
+// release lets the consumer take a snapshot held by pushSnapshot.
+func (s *sub) release() {
+	s.mu.Lock()
+	s.holding = false
 	s.mu.Unlock()
 	s.signal()
 }
@@ -271,7 +285,7 @@ func (s *sub) deliver(ctx context.Context) {
 		}
 		for {
 			s.mu.Lock()
-			if len(s.queue) == 0 {
+			if len(s.queue) == 0 || s.holding {
 				s.mu.Unlock()
 				break
 			}
