@@ -295,8 +295,8 @@ func (s *stream) list(ctx context.Context) error {
 				if s.o.Cache != nil {
 					s.o.Cache.Listed(rev, cluster)
 				}
-				s.listHead = pg.head
 				if ht, ok := s.h.(HeadTaker); ok {
+					s.listHead = pg.head
 					ht.OnListHead(pg.head)
 				}
 				return

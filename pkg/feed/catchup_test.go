@@ -123,19 +123,26 @@ func TestListSnapshotWithoutWritesIsHandedAtOnce(t *testing.T) {
 	}
 }
 
-// TestListSnapshotWaitIsBounded: a watch that does not reach the head
-// within maxCatchUp no longer keeps the snapshot from the consumers.
+// TestListSnapshotWaitIsBounded: a watch that delivers nothing more
+// after the list (etcd lost right after it) no longer keeps the held
+// snapshot from the consumers once maxCatchUp has passed.
 func TestListSnapshotWaitIsBounded(t *testing.T) {
 	defer func(d time.Duration) { maxCatchUp = d }(maxCatchUp)
-	maxCatchUp = 50 * time.Millisecond
+	maxCatchUp = 300 * time.Millisecond
 	f := New(nil, Options{})
 	rec := &batches{}
 	f.Subscribe("c", []api.Kind{api.KindNode}, rec)
 	startDelivery(t, f)
 	f.OnListStream(listWithHead(f, 12, nodeKV("a", 5)), 10, datastore.ListStart)
-	time.Sleep(maxCatchUp) // the bound is the point here
-	f.OnEvents(nil, 10)    // a progress notification or a nudge
-	if b := rec.first(t); !b.Snapshot || b.Revision != 10 || !f.Synced() {
-		t.Fatalf("first batch: snapshot %v at %d, synced %v; want the snapshot at 10 once the wait's bound passed", b.Snapshot, b.Revision, f.Synced())
+	s := f.subs[0]
+	s.mu.Lock()
+	holding := s.holding
+	s.mu.Unlock()
+	if !holding || f.Synced() {
+		t.Fatalf("after the list: holding %v, synced %v; want the snapshot held", holding, f.Synced())
+	}
+	// Nothing more from the stream: only the bound lets go.
+	if b := rec.first(t); !b.Snapshot || b.Revision != 10 || names(b) != "[a deleted=false]" || !f.Synced() {
+		t.Fatalf("first batch: snapshot %v at %d holding %s, synced %v; want the snapshot at 10 once the wait's bound passed", b.Snapshot, b.Revision, names(b), f.Synced())
 	}
 }

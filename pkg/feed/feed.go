@@ -170,7 +170,19 @@ type Feed struct {
 	listHead    int64
 	catchUp     int64
 	catchUpFrom time.Time
+
+	// hold is the consumers' snapshot held for the catch-up: shared
+	// with its timer (maxCatchUp), which lets go even when the stream
+	// delivers nothing more (etcd lost right after the list).
+	hold struct {
+		sync.Mutex
+		gen   uint64 // one per list's snapshot
+		on    bool
+		timer *time.Timer
+	}
 }
+
+var _ datastore.HeadTaker = (*Feed)(nil)
 
 // maxCatchUp bounds how long a list's snapshot waits for the watch to
 // bring it to the revision etcd had when the list was read (a watch
@@ -283,6 +295,14 @@ func (f *Feed) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs first: the delivery goroutines end, then Wait
+	defer func() {
+		f.hold.Lock()
+		if f.hold.timer != nil {
+			f.hold.timer.Stop()
+		}
+		f.hold.on = false // nothing more is handed over
+		f.hold.Unlock()
+	}()
 	for _, s := range f.subs {
 		wg.Add(1)
 		go func() {
@@ -359,9 +379,27 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 	// programming of each object instead of the list's, then a backlog
 	// of everything written during it).
 	hold := f.listHead > rev
+	f.hold.Lock()
+	f.hold.gen++
+	gen := f.hold.gen
+	f.hold.on = hold
+	if f.hold.timer != nil {
+		f.hold.timer.Stop()
+		f.hold.timer = nil
+	}
 	for _, s := range f.subs {
 		s.pushSnapshot(f, rev, items, hold)
 	}
+	if hold {
+		head, wait := f.listHead, maxCatchUp
+		f.hold.timer = time.AfterFunc(wait, func() {
+			if f.letGo(gen) {
+				f.log.WithFields(logrus.Fields{"listRevision": rev, "listHead": head, "waited": wait}).
+					Warn("the watch has not reached the revision etcd had when the list was read; handing the consumers their snapshot as it is")
+			}
+		})
+	}
+	f.hold.Unlock()
 	f.catchUp = 0
 	if hold {
 		f.catchUp, f.catchUpFrom = f.listHead, time.Now()
@@ -377,26 +415,40 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 func (f *Feed) OnListHead(head int64) { f.listHead = head }
 
 // caughtUp hands the consumers their snapshot once the watch reached
-// the revision etcd had when the list was read (or maxCatchUp passed).
+// the revision etcd had when the list was read (maxCatchUp's timer lets
+// go otherwise).
 func (f *Feed) caughtUp(rev int64) {
-	if f.catchUp == 0 {
+	if f.catchUp == 0 || rev < f.catchUp {
 		return
 	}
-	waited := time.Since(f.catchUpFrom)
-	if rev < f.catchUp && waited < maxCatchUp {
-		return
-	}
-	lg := f.log.WithFields(logrus.Fields{"revision": rev, "listHead": f.catchUp, "took": waited.Round(time.Millisecond)})
-	if rev < f.catchUp {
-		lg.Warn("the watch has not reached the revision etcd had when the list was read; handing the consumers their snapshot as it is")
-	} else {
-		lg.Info("caught up with what was written during the list; handing the consumers their snapshot")
+	f.hold.Lock()
+	gen := f.hold.gen
+	f.hold.Unlock()
+	if f.letGo(gen) {
+		f.log.WithFields(logrus.Fields{"revision": rev, "listHead": f.catchUp, "took": time.Since(f.catchUpFrom).Round(time.Millisecond)}).
+			Info("caught up with what was written during the list; handing the consumers their snapshot")
 	}
 	f.catchUp = 0
+}
+
+// letGo releases the snapshot of list gen if it is still held, and the
+// gate has not held the consumers since (a relist replaces it then).
+func (f *Feed) letGo(gen uint64) bool {
+	f.hold.Lock()
+	defer f.hold.Unlock()
+	if gen != f.hold.gen || !f.hold.on || f.held.Load() {
+		return false
+	}
+	f.hold.on = false
+	if f.hold.timer != nil {
+		f.hold.timer.Stop()
+		f.hold.timer = nil
+	}
 	for _, s := range f.subs {
 		s.release()
 	}
 	f.synced.Store(true)
+	return true
 }
 
 // OnEvents implements datastore.StreamHandler.
