@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routed-net/routed/pkg/api"
@@ -29,12 +31,21 @@ func prepare(r api.Resource) ([]byte, error) {
 	return b, err
 }
 
+// v1Semantics decodes exactly as encoding/json does (case-insensitive
+// names, duplicates and invalid UTF-8 accepted as before), with the
+// faster decoder of encoding/json/v2's module: a stored WorkloadEndpoint
+// decodes in about half encoding/json's time with a third of its
+// allocations (BenchmarkDecodeStored). A node restarted in a cluster of
+// 150,000 pods spent 3.0 of its first 7.3 s of CPU decoding its
+// snapshot with encoding/json (issue 36).
+var v1Semantics = jsonv1.DefaultOptionsV1()
+
 func decode(k api.Kind, kv []byte, rev int64) (api.Resource, error) {
 	r, err := api.New(k)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(kv, r); err != nil {
+	if err := jsonv2.Unmarshal(kv, r, v1Semantics); err != nil {
 		return nil, &CorruptError{Kind: k, Revision: rev, Value: kv, Err: err}
 	}
 	r.Meta().ResourceVersion = strconv.FormatInt(rev, 10)
