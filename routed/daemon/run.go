@@ -49,6 +49,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ds.Close()
+	versionCtx, stopVersions := context.WithCancel(ctx)
+	defer stopVersions()
+	go checkEtcdVersions(versionCtx, ds, log)
 	addr, err := nodeAddress(cfg)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,14 @@ func TestLabEndToEnd(t *testing.T) {
 		if _, err := l.NodeHTTP(ctx, node.Name, 9099, "/liveness"); err != nil {
 			t.Errorf("%s: /liveness: %v", node.Name, err)
 		}
+		// The lab's etcd is the embedded 3.6: its version logged, no warning.
+		testenv.Eventually(t, 30*time.Second, 250*time.Millisecond, func() string {
+			b, err := os.ReadFile(l.NodeLog(node.Name))
+			if err != nil || !regexp.MustCompile(`level=info msg="etcd version" .*version=3\.6\.`).Match(b) {
+				return fmt.Sprintf("%s: no \"etcd version\" line for 3.6 in its log (%v)", node.Name, err)
+			}
+			return ""
+		})
 		m, err := l.NodeMetricFamilies(ctx, node.Name)
 		if err != nil || !m.HasPrefix("routed_felix_") || !m.HasPrefix("routed_ipam_") {
 			t.Errorf("%s: /metrics lacks felix or IPAM metrics: %v", node.Name, err)
