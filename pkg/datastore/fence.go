@@ -12,8 +12,10 @@ import (
 )
 
 // ErrFenced means a write was refused because the writer no longer holds
-// the election it wrote under (a deposed leader).
-var ErrFenced = errors.New("datastore: fenced: this process no longer holds the election")
+// the election it wrote under (a deposed leader), or the cluster identity
+// changed since the writer judged the datastore trusted; the error
+// wrapping it says which.
+var ErrFenced = errors.New("datastore: fenced")
 
 // Fence conditions writes on an election key still being the one this
 // process created: etcd's concurrency.Election gives Key() and Rev()
@@ -22,21 +24,50 @@ var ErrFenced = errors.New("datastore: fenced: this process no longer holds the 
 type Fence struct {
 	Key string
 	Rev int64
+	// Identity, when not 0, is the cluster identity record's
+	// ModRevision when the writer judged the datastore trusted
+	// (ClusterInfo.ModRevision): writes fail too once the identity
+	// changed since, marked not ready for a migration or a restore, or
+	// reinitialised, however far into a pass that happens.
+	Identity int64
 }
 
-// Cmp is the comparison a fenced transaction adds to its If.
-func (f Fence) Cmp() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev)
+// Cmps are the comparisons a fenced transaction adds to its If.
+func (f Fence) Cmps() []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev)}
+	if f.Identity != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ClusterInfoKey), "=", f.Identity))
+	}
+	return cmps
 }
 
-// Get reads the fence key in a transaction's Else, for Held.
-func (f Fence) Get() clientv3.Op { return clientv3.OpGet(f.Key) }
+// Gets read what the fence compares in a transaction's Else, for Check.
+func (f Fence) Gets() []clientv3.Op {
+	if f.Identity == 0 {
+		return []clientv3.Op{clientv3.OpGet(f.Key)}
+	}
+	return []clientv3.Op{clientv3.OpGet(f.Key), clientv3.OpGet(ClusterInfoKey, clientv3.WithKeysOnly())}
+}
 
-// Held reports, from the response of f.Get() in a failed transaction,
-// whether the fence still held (so the failure was something else).
-func (f Fence) Held(r *etcdserverpb.ResponseOp) bool {
-	kvs := r.GetResponseRange().GetKvs()
-	return len(kvs) == 1 && kvs[0].CreateRevision == f.Rev
+// Check says, from the responses of f.Gets() in a failed transaction (in
+// order), whether the fence broke: an error wrapping ErrFenced that says
+// how, or nil when it still held (the failure was something else).
+func (f Fence) Check(rs []*etcdserverpb.ResponseOp) error {
+	kvs := rs[0].GetResponseRange().GetKvs()
+	if len(kvs) != 1 || kvs[0].CreateRevision != f.Rev {
+		return fmt.Errorf("%w: this process no longer holds the election", ErrFenced)
+	}
+	if f.Identity == 0 {
+		return nil
+	}
+	var now int64
+	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		now = kvs[0].ModRevision
+	}
+	if now != f.Identity {
+		return fmt.Errorf("%w: the cluster identity changed since this process judged the datastore trusted (at revision %d, now %d): marked not ready, restored or reinitialised", ErrFenced, f.Identity, now)
+	}
+	return nil
 }
 
 // DeleteFenced is Delete at resourceVersion, only while fence holds and
@@ -68,19 +99,23 @@ func (c *Client) DeleteRawFenced(ctx context.Context, key string, rev int64, fen
 func (c *Client) writeFenced(ctx context.Context, key string, rev int64, op clientv3.Op, fence Fence, conflict, notFound error, also ...clientv3.Cmp) error {
 	ctx, cancel := c.Ctx(ctx)
 	defer cancel()
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev), fence.Cmp()}, also...)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, fence.Cmps()...)
+	cmps = append(cmps, also...)
 	resp, err := c.etcd.Txn(ctx).
 		If(cmps...).
 		Then(op).
-		Else(clientv3.OpGet(key, clientv3.WithCountOnly()), fence.Get()).Commit()
+		Else(append([]clientv3.Op{clientv3.OpGet(key, clientv3.WithCountOnly())}, fence.Gets()...)...).Commit()
 	if err != nil {
 		return c.wrap(err)
 	}
 	switch {
 	case resp.Succeeded:
 		return nil
-	case !fence.Held(resp.Responses[1]):
-		return ErrFenced
+	}
+	if err := fence.Check(resp.Responses[1:]); err != nil {
+		return err
+	}
+	switch {
 	case notFound != nil && resp.Responses[0].GetResponseRange().Count == 0:
 		return notFound
 	}

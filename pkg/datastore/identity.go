@@ -34,6 +34,8 @@ type ClusterInfo struct {
 	AdoptUntil time.Time `json:"adoptUntil,omitzero"`
 	// Revision is the etcd revision the record was read at.
 	Revision int64 `json:"-"`
+	// ModRevision is the record's own, for a Fence's Identity.
+	ModRevision int64 `json:"-"`
 }
 
 // Adoptable reports whether a node that remembers another identity may
@@ -62,7 +64,7 @@ func (c *Client) GetClusterInfo(ctx context.Context, rev int64) (*ClusterInfo, e
 	if err != nil {
 		return nil, err
 	}
-	ci.Revision = resp.Header.Revision
+	ci.Revision, ci.ModRevision = resp.Header.Revision, resp.Kvs[0].ModRevision
 	return ci, nil
 }
 

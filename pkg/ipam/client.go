@@ -261,9 +261,10 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 		}
 	}
 	cmps = append(cmps, extra...)
+	fenceAt := len(els)
 	if c.fence != nil {
-		cmps = append(cmps, c.fence.Cmp())
-		els = append(els, c.fence.Get())
+		cmps = append(cmps, c.fence.Cmps()...)
+		els = append(els, c.fence.Gets()...)
 	}
 	c.stats.txns.Add(1)
 	tctx, cancel := c.ds.Ctx(ctx)
@@ -275,8 +276,10 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	if resp.Succeeded {
 		return casResult{ok: true, rev: resp.Header.Revision}, nil
 	}
-	if c.fence != nil && !c.fence.Held(resp.Responses[len(resp.Responses)-1]) {
-		return casResult{}, datastore.ErrFenced
+	if c.fence != nil {
+		if err := c.fence.Check(resp.Responses[fenceAt:]); err != nil {
+			return casResult{}, err
+		}
 	}
 	c.stats.conflicts.Add(1)
 	res := casResult{rev: resp.Header.Revision, cur: make(map[string]*mvccpb.KeyValue, len(ws))}

@@ -156,23 +156,31 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	s.reclaimable = c.reclaimable
 	r := s.check(c.now(), grace)
 	// fail records a failed step; it reports whether GC must stop: a
-	// fenced write means this process is no longer the GC leader.
+	// fenced write means this process is no longer the GC leader, or
+	// the datastore is no longer the one it judged trusted.
+	// fenced is the first such error, returned as it is: it says which
+	// fence broke (the election, or the cluster identity).
+	var fenced error
 	fail := func(what string, err error) bool {
 		if err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", what, err))
 			log.WithError(err).Warn("IPAM GC step failed: " + what)
 		}
-		return errors.Is(err, datastore.ErrFenced)
+		if errors.Is(err, datastore.ErrFenced) {
+			fenced = err
+			return true
+		}
+		return false
 	}
 	if fail("repairing handles", c.repairHandles(ctx, s, r)) ||
 		fail("repairing blocks without affinity", c.repairBlockAffinities(ctx, s, r)) {
-		return r, datastore.ErrFenced
+		return r, fenced
 	}
 	for _, a := range r.DanglingAffinities {
 		akey, bkey := affinityKey(a.Node, a.CIDR), blockKey(a.CIDR)
 		ok, err := c.casOK(ctx, []write{{key: akey, rev: s.affs[akey].rev}, {key: bkey, rev: s.blocks[bkey].rev, guard: true}})
 		if fail("deleting affinity "+akey, err) {
-			return r, datastore.ErrFenced
+			return r, fenced
 		}
 		if ok {
 			r.RemovedAffinities = append(r.RemovedAffinities, a)
@@ -189,7 +197,7 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	r.Released = released
 	var stale *StaleSequenceError
 	if !errors.As(err, &stale) && fail("releasing leaked addresses", err) { // a stale release is a race GC lost, not a failure
-		return r, datastore.ErrFenced
+		return r, fenced
 	}
 
 	// Re-read: the releases may have emptied blocks of deleted nodes.
@@ -202,7 +210,7 @@ func (c *Client) GC(ctx context.Context, grace time.Duration) (*Report, error) {
 	removed, err := c.releaseEmpty(ctx, s2, "", true)
 	r.RemovedBlocks = append(r.RemovedBlocks, removed...)
 	if fail("releasing empty blocks", err) {
-		return r, datastore.ErrFenced
+		return r, fenced
 	}
 	return r, nil
 }

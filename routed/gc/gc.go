@@ -82,7 +82,9 @@ func runCluster(ctx context.Context, c Config) {
 		defer c.Leading.Store(false)
 		defer c.Metrics.observe(nil)
 		every(ctx, c.Period, func() {
-			if !c.Held() {
+			if identity, ok := trustedIdentity(ctx, c.DS, c.Held); ok {
+				fence := fence
+				fence.Identity = identity
 				if rep := clusterGC(ctx, c.DS, fence, c.Grace); rep != nil {
 					c.Metrics.observe(rep)
 				}
@@ -95,6 +97,24 @@ func runCluster(ctx context.Context, c Config) {
 			}
 		})
 	})
+}
+
+// trustedIdentity is the cluster identity record's ModRevision when held
+// judges the datastore trusted and the record did not change around that
+// judgement (read before and after it): the pass's writes are fenced on
+// it, so a datastore marked not ready, restored or reinitialised during
+// the pass refuses the rest of them.
+func trustedIdentity(ctx context.Context, ds *datastore.Client, held func() bool) (int64, bool) {
+	before, err := ds.GetClusterInfo(ctx, 0)
+	if held() || err != nil {
+		return 0, false
+	}
+	after, err := ds.GetClusterInfo(ctx, 0)
+	if err != nil || after.ModRevision != before.ModRevision || !after.DatastoreReady {
+		log.WithError(err).Debug("cluster-wide GC: the cluster identity changed while it was judged; the pass waits for the next period")
+		return 0, false
+	}
+	return after.ModRevision, true
 }
 
 // every runs f each period until ctx ends.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,8 +131,8 @@ func TestDeposedLeaderCannotWrite(t *testing.T) {
 		t.Fatalf("a deposed leader wrote missing-node records: %v", m)
 	}
 	ic := ipam.New(ds, ipam.WithFence(fence))
-	if _, err := ic.GC(ctx, 0); !errors.Is(err, datastore.ErrFenced) {
-		t.Fatalf("IPAM GC by a deposed leader: %v, want ErrFenced", err)
+	if _, err := ic.GC(ctx, 0); !errors.Is(err, datastore.ErrFenced) || !strings.Contains(err.Error(), "no longer holds the election") {
+		t.Fatalf("IPAM GC by a deposed leader: %v, want ErrFenced naming the election", err)
 	}
 	if rep, err := ipam.New(ds).Check(ctx, 0); err != nil || len(rep.Leaks) != 1 {
 		t.Fatalf("the leak must still be there: %+v, %v", rep, err)
