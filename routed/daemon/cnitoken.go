@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/routed-net/routed/cniplugin/fullbin"
 	"github.com/routed-net/routed/routed/cnitoken"
 )
 
@@ -104,8 +105,11 @@ func uninstallFiles(c CNITokenConfig, stateDirs []string) []string {
 	rm(filepath.Join(netDir, c.CNIConfName))
 	rm(c.Kubeconfig)
 	rm(filepath.Join(netDir, "routed-tls"))
+	// install-cni installs the thin plugins and, beside them, the full
+	// builds they hand everything but ADD and DEL to (cniplugin/fullbin).
 	for _, name := range []string{"routed-cni", "routed-ipam"} {
 		rm(filepath.Join(c.CNIBinDir, name))
+		rm(filepath.Join(c.CNIBinDir, name+fullbin.Suffix))
 	}
 	for _, name := range []string{"loopback", "portmap", "bandwidth"} {
 		host, err1 := os.ReadFile(filepath.Join(c.CNIBinDir, name))

@@ -45,7 +45,7 @@ const (
 // (hostPath volumes): install-cni's files and routed's state.
 var HostPaths = []string{
 	"/etc/cni/net.d/10-routed.conflist", "/etc/cni/net.d/routed-kubeconfig", "/etc/cni/net.d/routed-tls",
-	"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam",
+	"/opt/cni/bin/routed-cni", "/opt/cni/bin/routed-ipam", "/opt/cni/bin/routed-cni-full", "/opt/cni/bin/routed-ipam-full",
 	"/var/lib/routed", "/var/run/routed", "/var/log/routed",
 }
 
