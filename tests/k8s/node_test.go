@@ -158,7 +158,7 @@ func (n *node) install() {
 }
 
 // conflist returns the installed configuration with the test's log
-// file, no MTU file, routed-ipam limited to pool-a (so that pool
+// file and host IPAM lock, no MTU file, routed-ipam limited to pool-a (so that pool
 // annotations visibly override it) and, when kubeconfig is set, another
 // kubeconfig.
 func (n *node) conflist(kubeconfig string) *libcni.NetworkConfigList {
@@ -181,6 +181,10 @@ func (n *node) conflist(kubeconfig string) *libcni.NetworkConfigList {
 	}
 	p["log_file_path"] = n.logFile
 	p["log_level"] = "debug"
+	// The host IPAM lock of a node of its own, not this machine's
+	// /var/run/routed/ipam.lock: that is the k8s clusters' first node's
+	// (its hostPath), which checks it is left empty after an uninstall.
+	p["ipam_lock_file"] = filepath.Join(filepath.Dir(n.logFile), "ipam.lock")
 	// No felix runs on these test nodes: do not wait for it to program
 	// policy (the shipped 30 s wait is checked by the two-node cluster).
 	p["policy_setup_timeout_seconds"] = 0
