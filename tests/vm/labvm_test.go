@@ -131,7 +131,11 @@ func boot(t *testing.T, ctx context.Context, work string, a accel, mem string) (
 	}
 	args = append(args, "-nographic", "-no-reboot", "-nic", "none",
 		"-kernel", filepath.Join(work, "vmlinuz"), "-initrd", filepath.Join(work, "initrd.gz"),
-		"-append", "console=ttyS0 panic=-1 edd=off quiet")
+		// loglevel=5, not quiet: a stalled guest's backtraces (warning
+		// level) reach the console, from every CPU. Fresh-clone run 115
+		// (TCG, loaded host) saw both vCPUs soft-locked in routed for
+		// 450 s and only the "BUG:" lines, which quiet lets through.
+		"-append", "console=ttyS0 panic=-1 edd=off loglevel=5 softlockup_all_cpu_backtrace=1")
 	qemu := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
 	w := &lineLogger{t: t, start: start}
 	qemu.Stdout, qemu.Stderr = w, w
