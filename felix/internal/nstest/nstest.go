@@ -158,11 +158,20 @@ func IPNetPrefix(n *net.IPNet) netip.Prefix {
 	return netip.PrefixFrom(a.Unmap(), ones)
 }
 
-// Eventually polls cond every 20ms until it returns "" or timeout passes,
-// then fails with cond's last message.
+// MinWait is the shortest deadline Eventually gives: the timeouts
+// the tests pass say what a quiet machine takes, but make test runs
+// these tests beside the race pass, and on CI (2 cores, load up to 80)
+// a felix start alone took 7 s and two VXLAN tests failed their 5 s
+// waits. A longer deadline costs a passing test nothing: each wait ends
+// at the positive event.
+const MinWait = 30 * time.Second
+
+// Eventually polls cond every 20ms until it returns "" or the deadline
+// passes (timeout, at least MinWait), then fails with cond's last
+// message.
 func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
-	testenv.Eventually(t, timeout, 20*time.Millisecond, cond)
+	testenv.Eventually(t, max(timeout, MinWait), 20*time.Millisecond, cond)
 }
 
 // Do runs f inside the namespace on a locked OS thread.
