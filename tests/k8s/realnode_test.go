@@ -92,17 +92,19 @@ const netpolCI = `Netpol NetworkPolicy between server and client should ` +
 // netpolCISpecs is how many specs netpolCI picks.
 const netpolCISpecs = 1
 
-// failOnCluster ends the test on err. The kubelet's log and the whole
-// error go first, and a one-line summary of the error last: CI keeps
-// only the head and the tail of a failing test's output, and the
-// kubelet's log would otherwise push the reason out of both.
+// failOnCluster ends the test on err. The kubelet's log goes first, then
+// the whole error, and the error's first line last: CI keeps only the
+// head and the tail of a failing test's output (make test's summary: a
+// test's last 40 lines), and the kubelet's log after the error pushed
+// the reason out of both (CI 2026-12-02: the scale-up's failed sandboxes
+// were listed above the kubelet's 40 lines).
 func failOnCluster(t *testing.T, c *k8scluster.Cluster, step string, err error) {
 	t.Helper()
-	t.Logf("%s failed: %v", step, err)
 	t.Logf("kubelet:\n%s", c.Logs("kubelet", 20))
+	t.Logf("%s failed: %v", step, err)
 	first, _, _ := strings.Cut(err.Error(), "\n")
-	if len(first) > 400 {
-		first = first[:400] + "..."
+	if len(first) > 1000 {
+		first = first[:1000] + "..."
 	}
 	t.Fatalf("%s failed (whole error above): %s", step, first)
 }

@@ -86,12 +86,17 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 		return err
 	}
 	fresh := newLines(before, after)
+	var away []string // each node's first line, for the error's first line
 	for _, n := range c.Nodes {
-		logf("  %s: %s", n.Name, waitedForRouted(n.HostPath("/var/log/routed/cni.log")))
+		w := waitedForRouted(n.HostPath("/var/log/routed/cni.log"))
+		logf("  %s: %s", n.Name, w)
+		first, _, _ := strings.Cut(w, "\n")
+		away = append(away, n.Name+": "+first)
 	}
 	if len(ips) != scaleUpPods || len(fresh) > 0 {
-		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events (restart began %s):\n%s",
-			len(ips), scaleUpPods, len(fresh), restarted.UTC().Format(time.RFC3339), strings.Join(fresh, "\n"))
+		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events (restart began %s, all Running after %s; %s):\n%s",
+			len(ips), scaleUpPods, len(fresh), restarted.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second),
+			strings.Join(away, "; "), strings.Join(fresh, "\n"))
 	}
 	logf("%d pods Running, each its own address, in %s; 0 FailedCreatePodSandBox events", len(ips), time.Since(start).Round(time.Millisecond))
 	if _, err := kubectl("delete", "deployment", "burst", "--wait=true"); err != nil {
