@@ -18,8 +18,11 @@ const scaleUpPods = 60
 // scaleUpThroughRestart starts scaleUpPods pods and restarts routed on
 // every node (kubectl rollout restart) while the kubelets are creating
 // them: CNI ADDs meet routed's CNI socket, a routed going away and the
-// plugin's own path. Every pod must come up with no failed sandbox, and
-// once they are deleted IPAM must be clean.
+// plugin's own path. Every pod must come up, each with its own address;
+// a failed sandbox is a failure unless it is the plugin's own bound on
+// an ADD's wait for an absent routed (splitBounded: routed away longer
+// than an ADD may wait, as on a heavily loaded CI machine), and once the
+// pods are deleted IPAM must be clean.
 func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, logf func(string, ...any)) error {
 	kubectl := func(args ...string) (string, error) { return c.Kubectl(ctx, args...) }
 	routedctl := func(args ...string) (string, error) { return Routedctl(ctx, c, bin, args...) }
@@ -63,7 +66,7 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 	if _, err := kubectl("-n", "kube-system", "rollout", "restart", "ds/routed-node"); err != nil {
 		return err
 	}
-	if out, err := kubectl("rollout", "status", "deployment/burst", "--timeout=300s"); err != nil {
+	if out, err := kubectl("rollout", "status", "deployment/burst", "--timeout=600s"); err != nil {
 		logf("%s", describe(ctx, c))
 		return fmt.Errorf("scale-up through a routed restart: %w\n%s", err, out)
 	}
@@ -93,12 +96,22 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 		first, _, _ := strings.Cut(w, "\n")
 		away = append(away, n.Name+": "+first)
 	}
-	if len(ips) != scaleUpPods || len(fresh) > 0 {
-		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events (restart began %s, all Running after %s; %s):\n%s",
-			len(ips), scaleUpPods, len(fresh), restarted.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second),
-			strings.Join(away, "; "), strings.Join(fresh, "\n"))
+	bounded, other := splitBounded(fresh)
+	if len(ips) != scaleUpPods || len(other) > 0 {
+		return fmt.Errorf("scale-up through a routed restart: %d of %d pods Running, %d FailedCreatePodSandBox events, %d of them not the plugin's bound on a wait for an absent routed (restart began %s, all Running after %s; %s):\n%s",
+			len(ips), scaleUpPods, len(fresh), len(other), restarted.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second),
+			strings.Join(away, "; "), strings.Join(append(other, bounded...), "\n"))
 	}
-	logf("%d pods Running, each its own address, in %s; 0 FailedCreatePodSandBox events", len(ips), time.Since(start).Round(time.Millisecond))
+	if len(bounded) > 0 {
+		// routed was away from a node for longer than an ADD may wait
+		// (absentLimit, inside the kubelet's 2-minute runtime request
+		// timeout): seen on CI beside the race pass at load 80, where
+		// each node's restart took about 2 minutes. The plugin failed
+		// those sandboxes saying so, and the kubelet's retries brought
+		// every pod up: the designed behaviour, logged, not a failure.
+		logf("%d FailedCreatePodSandBox events where routed was away longer than an ADD waits (the plugin's bound; the kubelet retried):\n%s", len(bounded), strings.Join(bounded, "\n"))
+	}
+	logf("%d pods Running, each its own address, in %s; %d FailedCreatePodSandBox events, each the plugin's bound on a wait for an absent routed", len(ips), time.Since(start).Round(time.Millisecond), len(bounded))
 	if _, err := kubectl("delete", "deployment", "burst", "--wait=true"); err != nil {
 		return err
 	}
@@ -133,6 +146,32 @@ func scaleUpThroughRestart(ctx context.Context, c *cluster.Cluster, bin string, 
 		logf("%s", pods)
 	}
 	return err
+}
+
+// absentBound matches the plugin's message when an ADD ran out of the
+// time it may wait while routed is away (cniplugin/plugin/policywait.go,
+// waitTimeout.explain): how long it waited, how much of that with routed
+// running, and the policy timeout that counts only that part.
+var absentBound = regexp.MustCompile(`within ([0-9hms.]+), ([0-9hms.]+) of it with routed running \(policy_setup_timeout_seconds ([0-9]+); an ADD waits at most [0-9hms.]+ while routed is away\)`)
+
+// splitBounded splits FailedCreatePodSandBox event lines into those where
+// the plugin's wait ran out because routed was away (routed ran for less
+// than policy_setup_timeout_seconds of it: the ADD's whole budget went
+// before routed had its own) and all others, which are failures.
+func splitBounded(lines []string) (bounded, other []string) {
+	for _, l := range lines {
+		m := absentBound.FindStringSubmatch(l)
+		if m != nil {
+			running, err1 := time.ParseDuration(m[2])
+			limit, err2 := strconv.Atoi(m[3])
+			if err1 == nil && err2 == nil && running < time.Duration(limit)*time.Second {
+				bounded = append(bounded, l)
+				continue
+			}
+		}
+		other = append(other, l)
+	}
+	return bounded, other
 }
 
 // newLines returns the lines of after that are not in before (events
