@@ -20,7 +20,9 @@ var ErrFenced = errors.New("datastore: fenced")
 // Fence conditions writes on an election key still being the one this
 // process created: etcd's concurrency.Election gives Key() and Rev()
 // after Campaign. A deposed leader's writes then fail with ErrFenced
-// instead of racing the new leader.
+// instead of racing the new leader. A Fence with no Key conditions
+// writes on the cluster identity alone (a node's own pass, which holds
+// no election).
 type Fence struct {
 	Key string
 	Rev int64
@@ -34,34 +36,45 @@ type Fence struct {
 
 // Cmps are the comparisons a fenced transaction adds to its If.
 func (f Fence) Cmps() []clientv3.Cmp {
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev)}
+	var cmps []clientv3.Cmp
+	if f.Key != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev))
+	}
 	if f.Identity != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ClusterInfoKey), "=", f.Identity))
 	}
 	return cmps
 }
 
-// Gets read what the fence compares in a transaction's Else, for Check.
+// Gets read what the fence compares in a transaction's Else, for Check:
+// the election key, then the identity record, each when compared.
 func (f Fence) Gets() []clientv3.Op {
-	if f.Identity == 0 {
-		return []clientv3.Op{clientv3.OpGet(f.Key)}
+	var ops []clientv3.Op
+	if f.Key != "" {
+		ops = append(ops, clientv3.OpGet(f.Key))
 	}
-	return []clientv3.Op{clientv3.OpGet(f.Key), clientv3.OpGet(ClusterInfoKey, clientv3.WithKeysOnly())}
+	if f.Identity != 0 {
+		ops = append(ops, clientv3.OpGet(ClusterInfoKey, clientv3.WithKeysOnly()))
+	}
+	return ops
 }
 
 // Check says, from the responses of f.Gets() in a failed transaction (in
 // order), whether the fence broke: an error wrapping ErrFenced that says
 // how, or nil when it still held (the failure was something else).
 func (f Fence) Check(rs []*etcdserverpb.ResponseOp) error {
-	kvs := rs[0].GetResponseRange().GetKvs()
-	if len(kvs) != 1 || kvs[0].CreateRevision != f.Rev {
-		return fmt.Errorf("%w: this process no longer holds the election", ErrFenced)
+	if f.Key != "" {
+		kvs := rs[0].GetResponseRange().GetKvs()
+		if len(kvs) != 1 || kvs[0].CreateRevision != f.Rev {
+			return fmt.Errorf("%w: this process no longer holds the election", ErrFenced)
+		}
+		rs = rs[1:]
 	}
 	if f.Identity == 0 {
 		return nil
 	}
 	var now int64
-	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		now = kvs[0].ModRevision
 	}
 	if now != f.Identity {

@@ -96,6 +96,30 @@ func WithRetryBudget(d time.Duration) Option { return func(c *Client) { c.budget
 // election is lost fails with datastore.ErrFenced.
 func WithFence(f datastore.Fence) Option { return func(c *Client) { c.fence = &f } }
 
+// callFence is the context key of WithCallFence.
+type callFence struct{}
+
+// WithCallFence returns a context under which every write the Client
+// makes is conditional on f too, beside the Client's own fence
+// (WithFence): a node's own pass fences its writes on the cluster
+// identity it judged trusted, without fencing the node's other writes.
+func WithCallFence(ctx context.Context, f datastore.Fence) context.Context {
+	return context.WithValue(ctx, callFence{}, f)
+}
+
+// fences are the fences of a write made under ctx: the Client's, then
+// the call's.
+func (c *Client) fences(ctx context.Context) []datastore.Fence {
+	var fs []datastore.Fence
+	if c.fence != nil {
+		fs = append(fs, *c.fence)
+	}
+	if f, ok := ctx.Value(callFence{}).(datastore.Fence); ok {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
 // WithReclaimable tells Check and GC which absent nodes may be treated as
 // gone (their tunnel addresses are leaks). The daemon's GC passes nodes
 // absent for the whole grace period; by default every absent node is.
@@ -262,9 +286,10 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	}
 	cmps = append(cmps, extra...)
 	fenceAt := len(els)
-	if c.fence != nil {
-		cmps = append(cmps, c.fence.Cmps()...)
-		els = append(els, c.fence.Gets()...)
+	fences := c.fences(ctx)
+	for _, f := range fences {
+		cmps = append(cmps, f.Cmps()...)
+		els = append(els, f.Gets()...)
 	}
 	c.stats.txns.Add(1)
 	tctx, cancel := c.ds.Ctx(ctx)
@@ -276,10 +301,12 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	if resp.Succeeded {
 		return casResult{ok: true, rev: resp.Header.Revision}, nil
 	}
-	if c.fence != nil {
-		if err := c.fence.Check(resp.Responses[fenceAt:]); err != nil {
+	for _, f := range fences {
+		n := len(f.Gets())
+		if err := f.Check(resp.Responses[fenceAt : fenceAt+n]); err != nil {
 			return casResult{}, err
 		}
+		fenceAt += n
 	}
 	c.stats.conflicts.Add(1)
 	res := casResult{rev: resp.Header.Revision, cur: make(map[string]*mvccpb.KeyValue, len(ws))}

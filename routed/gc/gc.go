@@ -64,10 +64,14 @@ func Run(ctx context.Context, c Config) error {
 		return nil
 	}
 	every(ctx, c.Period, func() {
-		if c.Held() {
+		// The node's own pass, like the cluster-wide one, writes only
+		// while the identity it judged trusted at the start stays.
+		identity, ok := trustedIdentity(ctx, c.DS, c.Held)
+		if !ok {
 			return
 		}
-		if _, err := c.IPAM.ReleaseEmptyBlocks(ctx, c.Node); err != nil {
+		fctx := ipam.WithCallFence(ctx, datastore.Fence{Identity: identity})
+		if _, err := c.IPAM.ReleaseEmptyBlocks(fctx, c.Node); err != nil {
 			log.WithError(err).Warn("releasing empty blocks failed")
 		}
 	})
@@ -111,7 +115,7 @@ func trustedIdentity(ctx context.Context, ds *datastore.Client, held func() bool
 	}
 	after, err := ds.GetClusterInfo(ctx, 0)
 	if err != nil || after.ModRevision != before.ModRevision || !after.DatastoreReady {
-		log.WithError(err).Debug("cluster-wide GC: the cluster identity changed while it was judged; the pass waits for the next period")
+		log.WithError(err).Debug("GC: the cluster identity could not be read or changed while it was judged; the pass waits for the next period")
 		return 0, false
 	}
 	return after.ModRevision, true
