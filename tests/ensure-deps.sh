@@ -27,6 +27,7 @@ if [ "$(id -u)" = 0 ]; then
 		have iperf3 || want_pkg iperf3   # make bench: pod-to-pod throughput
 		have containerd || want_pkg containerd   # tests/k8s: the image runs under a real runtime
 		[ -x /usr/sbin/runc ] || want_pkg runc
+		have curl || want_pkg curl   # tests/k8s: routed-cluster-gc's /livez, where its liveness probe looks
 		have ipset || want_pkg ipset   # tests/k8s: Calico's felix lists ipsets at start even in nftables mode
 		have iptables-legacy-save && have iptables-nft-restore || want_pkg iptables   # tests/k8s: Calico's felix in iptables mode, either backend
 		have chromium || want_pkg chromium   # routed/flowagg: the flows page in headless Chromium (chromedp)

@@ -43,6 +43,11 @@ type Config struct {
 	// projectcalico-default-allow (hostendpoint.go). Off, those the
 	// controllers wrote are removed.
 	AutoHostEndpoints bool
+	// WatchDog, when set, is told of the leader election: its Check
+	// (the liveness probe's /livez) fails once this replica leads but
+	// has not renewed the Lease for its duration plus the adaptor's
+	// timeout, a stuck process client-go's own exit did not end.
+	WatchDog *leaderelection.HealthzAdaptor
 }
 
 func (c *Config) defaults() error {
@@ -95,6 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 		RetryPeriod:     cfg.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            cfg.LeaseName,
+		WatchDog:        cfg.WatchDog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				led = true

@@ -41,7 +41,7 @@ func (c *ClusterGCConfig) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Name, "name", env(host, "POD_NAME"), "this process in the GC election, shown as the leader (env POD_NAME; default the host name)")
 	fs.DurationVar(&c.Period, "ipam-gc-interval", 5*time.Minute, "how often the cluster-wide pass runs")
 	fs.DurationVar(&c.Grace, "ipam-gc-grace", 10*time.Minute, "how old a leak must be, and how long a node must have been gone, before GC frees it")
-	fs.StringVar(&c.MetricsAddr, "metrics-listen", env("", "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics: the pass's findings and the cluster's IPAM usage while elected (empty: off) (env ROUTED_METRICS_LISTEN)")
+	fs.StringVar(&c.MetricsAddr, "metrics-listen", env("", "ROUTED_METRICS_LISTEN"), "address for Prometheus /metrics (the pass's findings and the cluster's IPAM usage while elected) and the liveness probe's /livez (empty: off) (env ROUTED_METRICS_LISTEN)")
 	fs.StringVar(&c.LogLevel, "log-level", env("info", "ROUTED_LOG_LEVEL"), "trace, debug, info, warning, error (env ROUTED_LOG_LEVEL)")
 }
 
@@ -62,6 +62,11 @@ func (c *ClusterGCConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ClusterGCLiveWithin is how long /livez allows since the datastore
+// trust check last finished: two of its 10 s periods, each with its
+// 10 s read, and room for a loaded node.
+const ClusterGCLiveWithin = 60 * time.Second
 
 // RunClusterGC runs for the cluster GC election and, while elected, the
 // cluster-wide pass, until ctx ends.
@@ -114,6 +119,15 @@ func RunClusterGC(ctx context.Context, cfg ClusterGCConfig) error {
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// The liveness probe's (deploy/base/cluster-gc.yaml): the
+		// trust check runs every 10 s, each read bounded by 10 s.
+		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+			if err := trust.Alive(ClusterGCLiveWithin); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
 		g.Go("metrics server", supervise.Fatal, func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsAddr, mux) })
 	}
 	return g.Wait(10 * time.Second)

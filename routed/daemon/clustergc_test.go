@@ -22,7 +22,8 @@ import (
 // datastore becomes another cluster's while one leads. Both hold (the
 // standby judges too), and the standby that takes over from the leader
 // writes nothing: the endpoint of a node deleted meanwhile stays until
-// the datastore is the cluster's again, then it is removed.
+// the datastore is the cluster's again, then it is removed. A held
+// replica stays live (/livez).
 func TestClusterGCReplicasJudgeAll(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)
@@ -117,6 +118,17 @@ func TestClusterGCReplicasJudgeAll(t *testing.T) {
 	waitFor("both replicas hold on another cluster's identity", func() bool {
 		return metric(a, "routed_cluster_gc_held") == 1 && metric(b, "routed_cluster_gc_held") == 1
 	})
+	// Held is not dead: the liveness probe's /livez answers 200 on both.
+	for _, r := range []*replica{a, b} {
+		resp, err := http.Get("http://" + r.addr + "/livez")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/livez of a held replica: %s, want 200", resp.Status)
+		}
+	}
 	if err := ds.Delete(ctx, api.KindNode, "gone", ""); err != nil {
 		t.Fatal(err)
 	}

@@ -37,12 +37,29 @@ type Trust struct {
 	rolledBack bool
 	backTo     int64  // the revision read when it went back
 	last       string // the last reason logged, to log each change once
+	// judged is when the last judgement finished (Alive); until the
+	// first, when the Trust was made.
+	judged time.Time
 }
 
 // NewTrust returns a Trust reading the identity through ds; reads end
 // with ctx.
 func NewTrust(ctx context.Context, ds *datastore.Client) *Trust {
-	return &Trust{ctx: ctx, ds: ds, timeout: 10 * time.Second, now: time.Now}
+	return &Trust{ctx: ctx, ds: ds, timeout: 10 * time.Second, now: time.Now, judged: time.Now()}
+}
+
+// Alive reports an error when no judgement has finished for longer than
+// within: the loop Run drives (one judgement a period, each read bounded
+// by its timeout, whatever etcd does) is stuck. A held datastore, or
+// one that cannot be read, is judged all the same and stays alive:
+// restarting the process would not change what it reads.
+func (t *Trust) Alive(within time.Duration) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if since := t.now().Sub(t.judged); since > within {
+		return fmt.Errorf("the datastore trust check last finished %s ago (more than %s): stuck", since.Round(time.Second), within)
+	}
+	return nil
 }
 
 // Run judges the datastore every period until ctx ends.
@@ -68,6 +85,7 @@ func (t *Trust) Held() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	reason := t.judgeLocked(ci, err)
+	t.judged = t.now()
 	if reason != t.last {
 		if reason != "" {
 			log.Warn("cluster-wide GC held: " + reason)

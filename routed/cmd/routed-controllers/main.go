@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/clientcmd"
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
@@ -36,7 +37,7 @@ func main() {
 func newControllersCmd() *cobra.Command {
 	var ds datastore.Config
 	cfg := controllers.Config{LeaseNamespace: os.Getenv("POD_NAMESPACE"), Identity: os.Getenv("POD_NAME")}
-	var kubeconfig string
+	var kubeconfig, healthListen string
 	cmd := &cobra.Command{
 		Use:   "routed-controllers",
 		Short: "Keep routed's datastore in line with Kubernetes (like calico-kube-controllers)",
@@ -73,7 +74,11 @@ POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
 			}
 			defer store.Close()
 			cfg.Store = store
-			return controllers.Run(cmd.Context(), cfg)
+			if healthListen == "" {
+				return controllers.Run(cmd.Context(), cfg)
+			}
+			cfg.WatchDog = leaderelection.NewLeaderHealthzAdaptor(livezTolerance)
+			return runWithLivez(cmd.Context(), healthListen, cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -83,6 +88,7 @@ POD_NAMESPACE (default kube-system), identity POD_NAME (default host name).`,
 	f.BoolVar(&cfg.AutoHostEndpoints, "auto-host-endpoints", os.Getenv("AUTO_HOST_ENDPOINTS") == "true",
 		"Calico's autoCreate: a \"*\" HostEndpoint <node>-auto-hep per Kubernetes node with the allow-all profile projectcalico-default-allow (env AUTO_HOST_ENDPOINTS=true); off, those written are removed")
 	f.DurationVar(&cfg.Resync, "resync", 0, "how often everything is compared again (default 5m)")
+	f.StringVar(&healthListen, "health-listen", os.Getenv("ROUTED_HEALTH_LISTEN"), "address for the liveness probe's /livez: fails once this replica leads but has not renewed its Lease for the Lease's duration plus 20 s (empty: off) (env ROUTED_HEALTH_LISTEN)")
 	cmd.AddCommand(newFlowsAggregatorCmd())
 	return cmd
 }

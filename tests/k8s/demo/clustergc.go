@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -65,5 +66,26 @@ func waitClusterGC(ctx context.Context, c *cluster.Cluster, logf func(string, ..
 		return err
 	}
 	logf("cluster GC election: %s leads", leader)
+	return livez(ctx, c, "cluster-gc", "9094", logf)
+}
+
+// livez asks the pods of a component (app.kubernetes.io/component) for
+// /livez where their liveness probe looks (deploy/base): the pod's
+// address (the node's: hostNetwork) and port; each must answer 200.
+func livez(ctx context.Context, c *cluster.Cluster, component, port string, logf func(string, ...any)) error {
+	out, err := c.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component="+component,
+		"-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{.status.podIP}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	pods := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range pods {
+		name, ip, _ := strings.Cut(l, " ")
+		got, err := c.NodeExec(ctx, "curl", "-sS", "--max-time", "10", "-w", " %{http_code}", "http://"+net.JoinHostPort(ip, port)+"/livez")
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(got), " 200") {
+			return fmt.Errorf("%s: /livez on %s:%s (its liveness probe): %q, %v", name, ip, port, got, err)
+		}
+		logf("%s: /livez answers %s", name, strings.TrimSpace(got))
+	}
 	return nil
 }

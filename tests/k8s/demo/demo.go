@@ -115,6 +115,9 @@ func InstallFrom(ctx context.Context, c *cluster.Cluster, root, bin, base string
 		logf("routed-controllers logs:\n%s", podLogs(ctx, c, "kube-system", "app.kubernetes.io/component=controllers"))
 		return overlay, err
 	}
+	if err := livez(ctx, c, "controllers", "9095", logf); err != nil {
+		return overlay, err
+	}
 	return overlay, nil
 }
 
