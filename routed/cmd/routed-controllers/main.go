@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 	npclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/routed-net/routed/pkg/datastore"
