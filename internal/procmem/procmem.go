@@ -36,6 +36,10 @@ type Status struct {
 	Shmem int64
 	// Swap is VmSwap: anonymous pages swapped out.
 	Swap int64
+	// HWM is VmHWM: the largest RSS since the process started (the
+	// kernel keeps it, so a peak between two samples is not missed;
+	// anonymous and file-backed are not told apart there).
+	HWM int64
 	// Threads is the number of OS threads (each keeps its stacks).
 	Threads int
 }
@@ -47,6 +51,8 @@ func ReadStatus(pid int) (Status, error) {
 		switch key {
 		case "VmRSS":
 			s.RSS = v * 1024
+		case "VmHWM":
+			s.HWM = v * 1024
 		case "RssAnon":
 			s.Anon = v * 1024
 		case "RssFile":

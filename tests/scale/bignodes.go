@@ -48,7 +48,11 @@ type nodeAcct struct {
 	restartedUncached, fromCache bool
 	idle, after                  procMem
 	peakAnon                     int64
-	idleCPU, churnCPU            float64 // share of one core
+	// peakRSS: the largest VmHWM of the node's processes (a restart
+	// starts another), their start-ups included, which peakAnon,
+	// sampled from the idle window on, misses.
+	peakRSS           int64
+	idleCPU, churnCPU float64 // share of one core
 	// lists: full lists of the datastore by the feed since the big
 	// start (the first is the start's); resyncs: consumers given a
 	// snapshot for a backlog. fell: "fell behind" lines in its log.

@@ -183,6 +183,7 @@ func (b *bigRun) measureIdle(ctx context.Context) error {
 			return err
 		}
 		n.acct.peakAnon = n.acct.idle.Anon
+		n.acct.peakRSS = max(n.acct.peakRSS, n.acct.idle.HWM)
 	}
 	if b.gc != nil {
 		if err := b.gc.sample(&b.gc.idle); err != nil {
@@ -341,6 +342,7 @@ func (b *bigRun) sampleMemory(ctx context.Context) {
 			}
 			if m, err := readMem(n.pid()); err == nil {
 				n.acct.peakAnon = max(n.acct.peakAnon, m.Anon)
+				n.acct.peakRSS = max(n.acct.peakRSS, m.HWM)
 			}
 		}
 		if m, err := readMem(b.etcdPID); err == nil {
@@ -386,6 +388,7 @@ func (b *bigRun) finish(ctx context.Context) error {
 			return err
 		}
 		n.acct.peakAnon = max(n.acct.peakAnon, n.acct.after.Anon)
+		n.acct.peakRSS = max(n.acct.peakRSS, n.acct.after.HWM)
 	}
 	if b.gc != nil {
 		if err := b.gc.sample(&b.gc.after); err != nil {

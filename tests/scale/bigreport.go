@@ -51,13 +51,13 @@ func (b *bigRun) print() {
 	}
 	var ready, anonIdle, anonAfter, fileIdle, cpuChurn, restart, uncached []float64
 	var lists, resyncs, fell float64
-	var peak int64
+	var peak, peakRSS int64
 	for _, n := range b.nodes {
 		a := n.acct
 		fmt.Printf("node %s: ready %.1f s; idle: anonymous %.1f MiB, file-backed %.1f MiB (private %.1f MiB), CPU %.1f %% of a core\n",
 			n.name(), a.ready.Seconds(), mib(a.idle.Anon), mib(a.idle.File), mib(a.idle.Private), 100*a.idleCPU)
-		fmt.Printf("node %s: churn: CPU %.1f %% of a core; after: anonymous %.1f MiB, file-backed %.1f MiB; anonymous peak %.1f MiB\n",
-			n.name(), 100*a.churnCPU, mib(a.after.Anon), mib(a.after.File), mib(a.peakAnon))
+		fmt.Printf("node %s: churn: CPU %.1f %% of a core; after: anonymous %.1f MiB, file-backed %.1f MiB; anonymous peak from idle on %.1f MiB; resident peak since its start (VmHWM: anonymous and file-backed, start-up included) %.1f MiB\n",
+			n.name(), 100*a.churnCPU, mib(a.after.Anon), mib(a.after.File), mib(a.peakAnon), mib(a.peakRSS))
 		fmt.Printf("node %s: feed lists %.0f (during churn %.0f), consumer resyncs %.0f (during churn %.0f), \"fell behind\" logged %d (during churn %d)\n",
 			n.name(), a.lists, a.churnLists, a.resyncs, a.churnResyncs, a.fell, a.churnFell)
 		if len(a.metricsMissing) > 0 {
@@ -77,6 +77,7 @@ func (b *bigRun) print() {
 		anonIdle, anonAfter, fileIdle = append(anonIdle, mib(a.idle.Anon)), append(anonAfter, mib(a.after.Anon)), append(fileIdle, mib(a.idle.File))
 		lists, resyncs, fell = lists+a.lists, resyncs+a.resyncs, fell+float64(a.fell)
 		peak = max(peak, a.peakAnon)
+		peakRSS = max(peakRSS, a.peakRSS)
 	}
 	if len(cpuChurn) == 0 { // one real node, restarted
 		cpuChurn = append(cpuChurn, b.nodes[0].acct.churnCPU)
@@ -126,7 +127,7 @@ func (b *bigRun) print() {
 	if len(uncached) > 0 {
 		restartS += fmt.Sprintf(" (with --feed-cache none %.1f s)", pct(uncached, 100))
 	}
-	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB max %.0f MiB, peak %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met, %.0f ms from the write's answer); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f; cluster GC %s\n",
-		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), pct(anonAfter, 100), mib(peak), pct(fileIdle, 50),
+	fmt.Printf("scale-big: %d pods, %d nodes, %d policies: churn %.0f+%.0f pods/s with %d watches; ready p50 %.1f s max %.1f s, restarted under churn %s; anonymous idle p50 %.0f MiB, after churn p50 %.0f MiB max %.0f MiB, peak from idle on %.0f MiB, resident peak with start-ups %.0f MiB; file-backed p50 %.0f MiB; CPU under churn p50 %.1f %% of a core; feed lists %.0f, consumer resyncs %.0f, fell behind %.0f; remote pod -> every real node's set p50 %.0f ms p99 %.0f ms (%d pods; p99 %.0f ms without those a restart met, %.0f ms from the write's answer); etcd CPU under churn %.0f %%, anonymous %.0f MiB, db %.0f MiB, watchers %.0f; cluster GC %s\n",
+		sh.pods, sh.nodes, sh.policies, o.createRate, o.deleteRate, w, pct(ready, 50), pct(ready, 100), restartS, pct(anonIdle, 50), pct(anonAfter, 50), pct(anonAfter, 100), mib(peak), mib(peakRSS), pct(fileIdle, 50),
 		100*pct(cpuChurn, 50), lists, resyncs, fell, l.p50, l.p99, l.samples, l.quiet, l.ackQuiet, 100*o.etcdChurnCPU, mib(e.mem.Anon), e.dbSize/(1<<20), e.watchers, gcS)
 }

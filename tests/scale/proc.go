@@ -17,6 +17,9 @@ import (
 // process maps).
 type procMem struct {
 	Anon, File, Private int64
+	// HWM: the process's largest resident memory (anonymous and
+	// file-backed) since its start, kept by the kernel (VmHWM).
+	HWM int64
 }
 
 func readMem(pid int) (procMem, error) {
@@ -24,7 +27,7 @@ func readMem(pid int) (procMem, error) {
 	if err != nil {
 		return procMem{}, err
 	}
-	m := procMem{Anon: st.Anon, File: st.File}
+	m := procMem{Anon: st.Anon, File: st.File, HWM: st.HWM}
 	if r, err := procmem.ReadRollup(pid); err == nil {
 		m.Private = r.Private()
 	}
