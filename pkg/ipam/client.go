@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -287,10 +288,7 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	cmps = append(cmps, extra...)
 	fenceAt := len(els)
 	fences := c.fences(ctx)
-	for _, f := range fences {
-		cmps = append(cmps, f.Cmps()...)
-		els = append(els, f.Gets()...)
-	}
+	cmps, els = fenced(fences, cmps, els)
 	c.stats.txns.Add(1)
 	tctx, cancel := c.ds.Ctx(ctx)
 	defer cancel()
@@ -301,12 +299,8 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 	if resp.Succeeded {
 		return casResult{ok: true, rev: resp.Header.Revision}, nil
 	}
-	for _, f := range fences {
-		n := len(f.Gets())
-		if err := f.Check(resp.Responses[fenceAt : fenceAt+n]); err != nil {
-			return casResult{}, err
-		}
-		fenceAt += n
+	if err := checkFences(fences, resp.Responses[fenceAt:]); err != nil {
+		return casResult{}, err
 	}
 	c.stats.conflicts.Add(1)
 	res := casResult{rev: resp.Header.Revision, cur: make(map[string]*mvccpb.KeyValue, len(ws))}
@@ -317,6 +311,29 @@ func (c *Client) cas(ctx context.Context, ws []write, extra ...clientv3.Cmp) (ca
 		}
 	}
 	return res, nil
+}
+
+// fenced adds fences' comparisons to cmps and their reads to els (after
+// the caller's own reads: checkFences takes the responses from there).
+func fenced(fences []datastore.Fence, cmps []clientv3.Cmp, els []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
+	for _, f := range fences {
+		cmps = append(cmps, f.Cmps()...)
+		els = append(els, f.Gets()...)
+	}
+	return cmps, els
+}
+
+// checkFences says which fence failed a transaction, from the Else
+// responses of fenced's reads (rs starts at the first of them).
+func checkFences(fences []datastore.Fence, rs []*etcdserverpb.ResponseOp) error {
+	for _, f := range fences {
+		n := len(f.Gets())
+		if err := f.Check(rs[:n]); err != nil {
+			return err
+		}
+		rs = rs[n:]
+	}
+	return nil
 }
 
 // modRev is the ModRevision of kv, 0 for an absent key.

@@ -171,13 +171,10 @@ func (c *Client) moveBlock(ctx context.Context, kv *mvccpbKV) (bool, error) {
 		// Fenced like every other write of this Client: a deposed GC
 		// leader, or a pass begun before the datastore was restored or
 		// marked not ready, moves nothing.
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(skey), "=", kv.ModRevision), clientv3.Compare(clientv3.CreateRevision(bkey), "=", 0)}
-		els := []clientv3.Op{clientv3.OpGet(skey), clientv3.OpGet(bkey)}
 		fences := c.fences(ctx)
-		for _, f := range fences {
-			cmps = append(cmps, f.Cmps()...)
-			els = append(els, f.Gets()...)
-		}
+		cmps, els := fenced(fences,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(skey), "=", kv.ModRevision), clientv3.Compare(clientv3.CreateRevision(bkey), "=", 0)},
+			[]clientv3.Op{clientv3.OpGet(skey), clientv3.OpGet(bkey)})
 		tctx, cancel := c.ds.Ctx(ctx)
 		c.stats.txns.Add(1)
 		resp, err := c.kv.Txn(tctx).If(cmps...).
@@ -190,13 +187,8 @@ func (c *Client) moveBlock(ctx context.Context, kv *mvccpbKV) (bool, error) {
 		if resp.Succeeded {
 			return true, nil
 		}
-		at := 2
-		for _, f := range fences {
-			n := len(f.Gets())
-			if err := f.Check(resp.Responses[at : at+n]); err != nil {
-				return false, fmt.Errorf("ipam: moving block %s to layout 2: %w", b.CIDR, err)
-			}
-			at += n
+		if err := checkFences(fences, resp.Responses[2:]); err != nil {
+			return false, fmt.Errorf("ipam: moving block %s to layout 2: %w", b.CIDR, err)
 		}
 		cur, moved := firstKV(resp.Responses[0].GetResponseRange().Kvs), firstKV(resp.Responses[1].GetResponseRange().Kvs)
 		if moved != nil && cur != nil && !isSummary(cur.Value) {
