@@ -77,10 +77,10 @@ func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) 
 	for lo := 0; lo < len(es); lo += decodeChunk {
 		part := es[lo:min(lo+decodeChunk, len(es))]
 		decode := func(lo, hi int) {
-			sh := sharer{}
+			d := newDecoding()
 			for i := lo; i < hi; i++ {
-				out[i] = decodeEncoded(part[i], sh)
-				part[i].it.value = nil
+				out[i] = decodeEncoded(part[i], d)
+				part[i].it.value, part[i].it.pk = nil, nil
 			}
 		}
 		if len(part) >= decodeSpreadMin {
@@ -103,8 +103,8 @@ func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) 
 // decodeEncoded decodes one object; its Update has Resource set, or,
 // unreadable and of a reported kind, Unreadable and Value; or neither
 // (skipped).
-func decodeEncoded(e Encoded, sh sharer) Update {
-	u, ok := decodeItem(e.it, sh)
+func decodeEncoded(e Encoded, d *decoding) Update {
+	u, ok := decodeItem(e.it, d)
 	if !e.report {
 		if !ok {
 			return Update{}
@@ -114,7 +114,7 @@ func decodeEncoded(e Encoded, sh sharer) Update {
 	if ok && u.Resource != nil {
 		if err := datastore.CheckName(u.Kind, u.Name, u.Resource, u.Revision); err != nil {
 			log.WithError(err).WithField("key", e.it.key).Warn("unreadable record")
-			u.Resource, u.Unreadable, u.Value = nil, err, e.it.value
+			u.Resource, u.Unreadable, u.Value = nil, err, d.kept(e.it)
 		}
 	}
 	return u

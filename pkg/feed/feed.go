@@ -341,8 +341,9 @@ func (f *Feed) OnList(kvs []*mvccpb.KeyValue, rev int64, reason datastore.ListRe
 }
 
 // OnListStream implements datastore.ListStreamer: it keeps of each key
-// only what a subscriber takes (an item: the key and the value), so the
-// list's pages are garbage as soon as they are read, and hands the
+// only what a subscriber takes (an item: the key and the value, packed
+// with its neighbours': pack.go), so the list's pages are garbage as
+// soon as they are read, and hands the
 // consumers the snapshot once the list was read whole. A list cut short
 // changes nothing (the stream lists again).
 func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, reason datastore.ListReason) {
@@ -351,6 +352,7 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 	f.borrowed, f.ci = map[netip.Prefix]map[netip.Addr]string{}, nil
 	f.tallies.listing()
 	var items []item
+	var pk packer
 	for kv, err := range kvs {
 		if err != nil {
 			f.log.WithError(err).WithField("reason", reason).Warn("the list was cut short; nothing of it is delivered")
@@ -360,8 +362,10 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 		}
 		if it, ok := f.take(kv, false); ok {
 			items = append(items, it)
+			pk.add(items, len(items)-1)
 		}
 	}
+	pk.flush(items)
 	f.metrics.lists.WithLabelValues(string(reason)).Inc()
 	f.rev, f.wantList = rev, false
 	slices.SortFunc(items, byKey)

@@ -54,7 +54,8 @@ var felixKinds = []api.Kind{api.KindIPPool, api.KindNode, api.KindWorkloadEndpoi
 // blocks and handles through the IPAM client's import, WorkloadEndpoints
 // with Kubernetes' identity labels, profiles and named ports through
 // datastore.Encode, namespace profiles), the daemon's subscriptions
-// (felix every endpoint, confd and the journal their own node's), then:
+// (felix every endpoint, undecoded in its snapshots as felix takes them,
+// confd and the journal their own node's), then:
 // the peak heap during the list and the live heap when felix is handed
 // its snapshot; the heap the feed keeps once every consumer has its
 // snapshot and the cache file is written, and after churn; the same on a
@@ -179,7 +180,7 @@ func startMemFeed(b *testing.B, ds *datastore.Client, cachePath, profDir, phase 
 		}
 		run.fd.Subscribe(name, kinds, c, opts...)
 	}
-	sub("felix", felixKinds, run.felix)
+	sub("felix", felixKinds, run.felix, feed.Undecoded(api.KindWorkloadEndpoint), feed.ReportUnreadable(api.KindWorkloadEndpoint))
 	sub("confd", []api.Kind{api.KindNode, api.KindBGPConfiguration, api.KindBGPPeer, api.KindBGPFilter, api.KindIPPool,
 		api.KindWorkloadEndpoint, api.KindProfile}, nil, own)
 	sub("node record keeper", []api.Kind{api.KindNode}, nil)
@@ -221,7 +222,8 @@ func startMemFeed(b *testing.B, ds *datastore.Client, cachePath, profDir, phase 
 	return run
 }
 
-// memConsumer takes batches and keeps nothing of them.
+// memConsumer takes batches and keeps nothing of them; felix's takes a
+// snapshot's endpoints undecoded, as felix does, and decodes them.
 type memConsumer struct {
 	onSnapshot func(feed.Batch)
 	snapshots  atomic.Int64
@@ -232,6 +234,8 @@ func (c *memConsumer) OnBatch(b feed.Batch) {
 	if b.Snapshot && c.onSnapshot != nil {
 		c.onSnapshot(b)
 	}
+	// Decoded a chunk at a time, as felix does, and dropped.
+	feed.DecodeEach(b.Encoded, func(api.Resource) {})
 	if b.Snapshot {
 		c.snapshots.Add(1)
 	}

@@ -32,6 +32,8 @@ type item struct {
 	value   []byte // the stored value (resource and affinity kinds); nil when deleted
 	rev     int64  // the key's ModRevision (the block's for KindBorrowed)
 	deleted bool
+	pi      uint16        // value's place in pk
+	pk      *pack         // a listed value's pack (value is nil then)
 	br      *borrowedItem // KindBorrowed
 }
 
@@ -365,16 +367,16 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 	// Each item is cleared once decoded: its raw value is garbage
 	// while the rest decode, not held beside the decoded batch.
 	decodeRange := func(lo, hi int) {
-		sh := sharer{}
+		d := newDecoding()
 		for i := lo; i < hi; i++ {
-			ups[i], ok[i] = decodeItem(items[i], sh)
+			ups[i], ok[i] = decodeItem(items[i], d)
 			if ok[i] && report[ups[i].Kind] && ups[i].Resource != nil {
 				// For a reported kind, a record whose content names
 				// another object (or none: "null", "{}") is as
 				// unreadable as one that does not decode.
 				if err := datastore.CheckName(ups[i].Kind, ups[i].Name, ups[i].Resource, ups[i].Revision); err != nil {
 					log.WithError(err).WithField("key", items[i].key).Warn("unreadable record")
-					ups[i].Resource, ups[i].Unreadable, ups[i].Value, ok[i] = nil, err, items[i].value, false
+					ups[i].Resource, ups[i].Unreadable, ups[i].Value, ok[i] = nil, err, d.kept(items[i]), false
 				}
 			}
 			items[i] = item{}
@@ -415,7 +417,7 @@ func spread(n int, f func(lo, hi int)) {
 
 // decodeItem decodes one item; false: skip it (a resource whose value
 // does not decode, with Unreadable set, or an unreadable affinity).
-func decodeItem(it item, sh sharer) (Update, bool) {
+func decodeItem(it item, d *decoding) (Update, bool) {
 	u := Update{Kind: it.kind, Name: it.name, Deleted: it.deleted, Revision: it.rev}
 	switch it.kind {
 	case KindBorrowed:
@@ -424,8 +426,18 @@ func decodeItem(it item, sh sharer) (Update, bool) {
 			u.Borrowed = map[netip.Addr]string{}
 		}
 		return u, true
+	}
+	value, err := d.up.value(it)
+	if err != nil {
+		log.WithError(err).WithField("key", it.key).Warn("unreadable record")
+		if it.kind != KindAffinity {
+			u.Unreadable = err
+		}
+		return u, false
+	}
+	switch it.kind {
 	case KindAffinity:
-		a, err := ipam.DecodeAffinity(it.key, it.value, it.rev, it.deleted)
+		a, err := ipam.DecodeAffinity(it.key, value, it.rev, it.deleted)
 		if err != nil {
 			log.WithError(err).WithField("key", it.key).Warn("skipping unreadable affinity")
 			return u, false
@@ -436,15 +448,15 @@ func decodeItem(it item, sh sharer) (Update, bool) {
 	if it.deleted {
 		return u, true
 	}
-	r, err := datastore.Decode(it.kind, it.value, it.rev)
+	r, err := datastore.Decode(it.kind, value, it.rev)
 	if err != nil {
 		// Reported to the consumers that asked (ReportUnreadable),
 		// which say what it means for them; skipped for the others.
 		log.WithError(err).WithField("key", it.key).Warn("unreadable record")
-		u.Unreadable, u.Value = err, it.value
+		u.Unreadable, u.Value = err, d.kept(it)
 		return u, false
 	}
-	sh.resource(r)
+	d.sh.resource(r)
 	u.Resource = r
 	return u, true
 }
