@@ -351,8 +351,19 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 	oldBorrowed, oldCI := f.borrowed, f.ci
 	f.borrowed, f.ci = map[netip.Prefix]map[netip.Addr]string{}, nil
 	f.tallies.listing()
-	var items []item
-	var pk packer
+	// Each consumer's snapshot is made as the list is read: no array of
+	// every object is made to be split after (a big cluster's 170,000
+	// items, about 18 MB, at the start-up's peak).
+	mine := make([][]item, len(f.subs))
+	pk := packer{out: func(its []item) {
+		for i, s := range f.subs {
+			for _, it := range its {
+				if s.wants(it) {
+					mine[i] = append(mine[i], it)
+				}
+			}
+		}
+	}}
 	for kv, err := range kvs {
 		if err != nil {
 			f.log.WithError(err).WithField("reason", reason).Warn("the list was cut short; nothing of it is delivered")
@@ -361,14 +372,12 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 			return
 		}
 		if it, ok := f.take(kv, false); ok {
-			items = append(items, it)
-			pk.add(items, len(items)-1)
+			pk.add(it)
 		}
 	}
-	pk.flush(items)
+	pk.flush()
 	f.metrics.lists.WithLabelValues(string(reason)).Inc()
 	f.rev, f.wantList = rev, false
-	slices.SortFunc(items, byKey)
 	f.seen.Store(rev)
 	// The gate first: the new tallies are served only once it has
 	// judged the datastore they came from (BlockTallies asks held).
@@ -391,8 +400,9 @@ func (f *Feed) OnListStream(kvs iter.Seq2[*mvccpb.KeyValue, error], rev int64, r
 		f.hold.timer.Stop()
 		f.hold.timer = nil
 	}
-	for _, s := range f.subs {
-		s.pushSnapshot(f, rev, items, hold)
+	for i, s := range f.subs {
+		s.pushSnapshot(f, rev, mine[i], hold)
+		mine[i] = nil
 	}
 	if hold {
 		head, wait := f.listHead, maxCatchUp

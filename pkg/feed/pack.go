@@ -61,42 +61,55 @@ var packDecoder = sync.OnceValue(func() *zstd.Decoder {
 })
 
 // packer packs a list's values as the list is read (the feed's
-// goroutine).
+// goroutine), and hands the items on (out) once their values are packed.
 type packer struct {
-	at  []int  // the items, by index, whose values are not packed yet
-	raw []byte // scratch: their concatenation
-	z   []byte // scratch: compressed
+	items []item // taken, not handed on yet; in order
+	vals  int    // how many of them have a value
+	raw   []byte // scratch: their values' concatenation
+	z     []byte // scratch: compressed
+	out   func([]item)
 }
 
-// add takes items[i]'s value (if it has one) into the next pack, and
-// packs once it holds packValues.
-func (p *packer) add(items []item, i int) {
-	if items[i].value == nil {
-		return
+// add takes it; its value (if it has one) goes into the next pack, made
+// once it holds packValues.
+func (p *packer) add(it item) {
+	p.items = append(p.items, it)
+	if it.value != nil {
+		p.vals++
 	}
-	p.at = append(p.at, i)
-	if len(p.at) == packValues {
-		p.flush(items)
+	if p.vals == packValues {
+		p.flush()
 	}
 }
 
-// flush packs the values taken so far.
-func (p *packer) flush(items []item) {
-	if len(p.at) == 0 {
+// flush packs the values taken so far and hands their items on. out
+// copies what it keeps: the array is reused.
+func (p *packer) flush() {
+	if len(p.items) == 0 {
 		return
 	}
-	pk := &pack{ends: make([]uint32, len(p.at))}
-	p.raw = p.raw[:0]
-	for j, i := range p.at {
-		p.raw = append(p.raw, items[i].value...)
-		pk.ends[j] = uint32(len(p.raw))
+	if p.vals > 0 {
+		pk := &pack{ends: make([]uint32, 0, p.vals)}
+		p.raw = p.raw[:0]
+		for _, it := range p.items {
+			if it.value != nil {
+				p.raw = append(p.raw, it.value...)
+				pk.ends = append(pk.ends, uint32(len(p.raw)))
+			}
+		}
+		p.z = packEncoder().EncodeAll(p.raw, p.z[:0])
+		pk.z = slices.Clone(p.z) // exactly its size: the encoder's buffer is scratch
+		j := 0
+		for i := range p.items {
+			if p.items[i].value != nil {
+				p.items[i].value, p.items[i].pk, p.items[i].pi = nil, pk, uint16(j)
+				j++
+			}
+		}
 	}
-	p.z = packEncoder().EncodeAll(p.raw, p.z[:0])
-	pk.z = slices.Clone(p.z) // exactly its size: the encoder's buffer is scratch
-	for j, i := range p.at {
-		items[i].value, items[i].pk, items[i].pi = nil, pk, uint16(j)
-	}
-	p.at = p.at[:0]
+	p.out(p.items)
+	clear(p.items)
+	p.items, p.vals = p.items[:0], 0
 }
 
 // unpacker reads items' values back, keeping the last pack it unpacked

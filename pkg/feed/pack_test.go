@@ -31,7 +31,7 @@ func packWEPItem(i int) item {
 func packList(n int) ([]item, map[int][]byte) {
 	var items []item
 	raw := map[int][]byte{}
-	var p packer
+	p := packer{out: func(its []item) { items = append(items, its...) }}
 	for i := range n {
 		it := packWEPItem(i)
 		if i == 3 {
@@ -39,10 +39,9 @@ func packList(n int) ([]item, map[int][]byte) {
 		} else {
 			raw[i] = bytes.Clone(it.value)
 		}
-		items = append(items, it)
-		p.add(items, len(items)-1)
+		p.add(it)
 	}
-	p.flush(items)
+	p.flush()
 	return items, raw
 }
 

@@ -207,11 +207,12 @@ func (s *sub) wants(it item) bool {
 // pushSnapshot replaces the consumer's queue with the state at rev (on
 // the feed's goroutine): everything queued before it is superseded. It
 // stays mergeable until the consumer takes it, so changes that arrive
-// meanwhile fold into it instead of queueing behind it. items are the
-// present objects, one per key.
-func (s *sub) pushSnapshot(f *Feed, rev int64, items []item, hold bool) {
+// meanwhile fold into it instead of queueing behind it. mine are the
+// present objects the consumer keeps (mine), one per key, in a slice of
+// its own.
+func (s *sub) pushSnapshot(f *Feed, rev int64, mine []item, hold bool) {
 	f.metrics.snapshots.WithLabelValues(s.name).Inc()
-	b := pendingBatch{snapshot: true, rev: rev, items: s.mine(items)}
+	b := pendingBatch{snapshot: true, rev: rev, items: mine}
 	if !slices.IsSortedFunc(b.items, byKey) {
 		slices.SortFunc(b.items, byKey)
 	}

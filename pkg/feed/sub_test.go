@@ -32,7 +32,7 @@ func queued(s *sub) (batches int, snapshot bool, items []item) {
 func TestQueuedSnapshotAbsorbsChanges(t *testing.T) {
 	f := New(nil, Options{})
 	s := newSub("c", []api.Kind{api.KindNode}, nil)
-	s.pushSnapshot(f, 10, []item{nodeItem("a", 5, false), nodeItem("b", 6, false)}, false)
+	s.pushSnapshot(f, 10, s.mine([]item{nodeItem("a", 5, false), nodeItem("b", 6, false)}), false)
 	s.push(f, 11, []item{nodeItem("c", 11, false)})
 	s.push(f, 12, []item{nodeItem("a", 12, true)})
 	s.push(f, 13, []item{nodeItem("b", 13, false), nodeItem("d", 13, false), nodeItem("d", 13, true)})
@@ -109,7 +109,7 @@ func TestOnlyNames(t *testing.T) {
 	s := newSub("c", []api.Kind{api.KindNode, api.KindIPPool}, nil)
 	OnlyNames(api.KindNode, func(n string) bool { return n == "mine" })(s)
 	pool := item{kind: api.KindIPPool, key: datastore.Key(api.KindIPPool, "p"), name: "p", rev: 3}
-	s.pushSnapshot(f, 3, []item{nodeItem("mine", 1, false), nodeItem("other", 2, false), pool}, false)
+	s.pushSnapshot(f, 3, s.mine([]item{nodeItem("mine", 1, false), nodeItem("other", 2, false), pool}), false)
 	s.push(f, 4, []item{nodeItem("other", 4, true)})
 	s.push(f, 5, []item{nodeItem("mine", 5, true)})
 	_, _, items := queued(s)
@@ -153,7 +153,7 @@ func TestDeliveredSnapshotIsReleased(t *testing.T) {
 	for i := range items {
 		items[i].value = []byte(`{"apiVersion":"routed.io/v1","kind":"Node","metadata":{"name":"x"}}`)
 	}
-	s.pushSnapshot(f, 10, items, false)
+	s.pushSnapshot(f, 10, s.mine(items), false)
 	s.mu.Lock()
 	queued := weak.Make(&s.queue[0].items[0])
 	value := weak.Make(&s.queue[0].items[0].value[0])
