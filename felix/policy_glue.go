@@ -212,27 +212,7 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded,
 		if k == api.KindWorkloadEndpoint {
 			undecoded = enc
 		}
-		keep := make(map[string]bool, len(list)+len(undecoded))
-		for _, r := range list {
-			keep[api.StoreName(r)] = true
-		}
-		for _, e := range undecoded {
-			keep[e.Name()] = true
-		}
-		for _, name := range l.policyGiven(k) {
-			if !keep[name] {
-				l.policyDelete(k, name)
-			}
-		}
-		if k == api.KindWorkloadEndpoint {
-			// Endpoints that were unreadable and are gone: their deny
-			// goes (the unreadable ones still here are set below).
-			for _, r := range l.policy.Unreadable() {
-				if r.Kind == k && !keep[r.Name] {
-					l.policyDelete(k, r.Name)
-				}
-			}
-		}
+		l.policyDropMissing(k, list, undecoded)
 		for _, r := range list {
 			l.policySet(r)
 		}
@@ -240,6 +220,45 @@ func (l *loop) policyReplace(rs map[api.Kind][]api.Resource, enc []feed.Encoded,
 	}
 	l.noteUnreadable()
 	l.policyDirty = true
+}
+
+// policyDropMissing removes from the policy dataplane what it was given
+// of kind k that a snapshot's list and undecoded objects lack. With
+// nothing of k given (a start), it makes no set of the snapshot's names:
+// at a big cluster's size that set would hold every endpoint's key
+// through the decoding (feed.DecodeEach drops each as it goes).
+func (l *loop) policyDropMissing(k api.Kind, list []api.Resource, undecoded []feed.Encoded) {
+	given := l.policyGiven(k)
+	var unreadable []string
+	if k == api.KindWorkloadEndpoint {
+		for _, r := range l.policy.Unreadable() {
+			if r.Kind == k {
+				unreadable = append(unreadable, r.Name)
+			}
+		}
+	}
+	if len(given) == 0 && len(unreadable) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(list)+len(undecoded))
+	for _, r := range list {
+		keep[api.StoreName(r)] = true
+	}
+	for _, e := range undecoded {
+		keep[e.Name()] = true
+	}
+	for _, name := range given {
+		if !keep[name] {
+			l.policyDelete(k, name)
+		}
+	}
+	// Endpoints that were unreadable and are gone: their deny goes (the
+	// unreadable ones still here are set after).
+	for _, name := range unreadable {
+		if !keep[name] {
+			l.policyDelete(k, name)
+		}
+	}
 }
 
 // policySetEncoded decodes and sets a snapshot's undecoded objects of
@@ -251,24 +270,23 @@ func (l *loop) policySetEncoded(k api.Kind, enc []feed.Encoded, each func(api.Re
 	if len(enc) == 0 {
 		return
 	}
-	set := make(map[string]bool, len(enc))
 	feed.DecodeEachReporting(enc, func(r api.Resource) {
 		each(r)
-		set[api.StoreName(r)] = true
 		l.policySet(r)
 	}, func(u feed.Update) {
 		if u.Kind != api.KindWorkloadEndpoint {
+			l.policyDelete(k, u.Name)
 			return
 		}
-		set[u.Name] = true
 		known, read := l.knownAddrs(u.Name), policy.SalvageEndpointAddrs(u.Value)
 		l.endpointUnreadable(u.Name, known, read, u.Unreadable)
 		if bad != nil {
 			bad(u.Name, known, read, u.Unreadable)
 		}
 	})
+	// What is left of enc gave nothing (feed.DecodeEach).
 	for _, e := range enc {
-		if !set[e.Name()] {
+		if e.Name() != "" {
 			l.policyDelete(k, e.Name())
 		}
 	}

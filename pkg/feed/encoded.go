@@ -64,7 +64,10 @@ const decodeSpreadMin = 64
 // DecodeEach decodes es in order, a chunk at a time (each chunk over
 // every CPU), and calls fn with each object on the caller's goroutine.
 // An unreadable value is logged and skipped, as in a decoded batch.
-// Each value is dropped from es once decoded.
+// Each value is dropped from es once decoded, and each object handed on
+// is dropped whole (es[i] becomes the zero Encoded, its Name empty): a
+// big cluster's keys are not held until the last is decoded. What is
+// left in es are the objects skipped, by name.
 func DecodeEach(es []Encoded, fn func(api.Resource)) { DecodeEachReporting(es, fn, nil) }
 
 // DecodeEachReporting is DecodeEach that hands bad, in order among fn's
@@ -92,8 +95,10 @@ func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) 
 			switch u := out[i]; {
 			case u.Resource != nil:
 				fn(u.Resource)
+				part[i] = Encoded{}
 			case u.Unreadable != nil && bad != nil:
 				bad(u)
+				part[i] = Encoded{}
 			}
 			out[i] = Update{}
 		}

@@ -156,3 +156,43 @@ func TestUnpackableValueIsUnreadable(t *testing.T) {
 		t.Fatalf("decoded %d and reported %d unreadable, want 5 and %d", got, unreadable, packValues)
 	}
 }
+
+// What DecodeEach hands on is dropped from the slice whole (a big
+// cluster's keys are not held through the decoding); what it skipped is
+// left, by name, for the caller to know what gave nothing.
+func TestDecodeEachDropsWhatItHandsOn(t *testing.T) {
+	mk := func() []Encoded {
+		var enc []Encoded
+		for i := range 3 {
+			enc = append(enc, Encoded{it: packWEPItem(i), report: true})
+		}
+		broken := packWEPItem(3)
+		broken.value = []byte("{not json")
+		skipped := packWEPItem(4)
+		skipped.value = []byte("{not json either")
+		return append(enc, Encoded{it: broken, report: true}, Encoded{it: skipped, report: false})
+	}
+	names := func(enc []Encoded) []string {
+		var out []string
+		for _, e := range enc {
+			if e.Name() != "" {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	name := func(i int) string { n, _ := packWEP(i); return n }
+
+	enc := mk()
+	var got, bad int
+	DecodeEachReporting(enc, func(api.Resource) { got++ }, func(Update) { bad++ })
+	if got != 3 || bad != 1 || fmt.Sprint(names(enc)) != fmt.Sprint([]string{name(4)}) {
+		t.Fatalf("reporting: %d decoded, %d reported, left %v; want 3, 1 and [%s]", got, bad, names(enc), name(4))
+	}
+	enc = mk()
+	got = 0
+	DecodeEach(enc, func(api.Resource) { got++ })
+	if got != 3 || fmt.Sprint(names(enc)) != fmt.Sprint([]string{name(3), name(4)}) {
+		t.Fatalf("not reporting: %d decoded, left %v; want 3 and [%s %s]", got, names(enc), name(3), name(4))
+	}
+}
