@@ -19,8 +19,9 @@
 //   - The feed keeps no copy of the datastore: a snapshot is made from a
 //     list (at start, and when the gate lets go after a hold, when the
 //     feed asks the stream to list again), taken page by page as it is
-//     read, keeping of each key its value until each consumer decoded
-//     it; a consumer's queue lets go of what it delivered. Keys no
+//     read, keeping of each key its value, packed with its neighbours'
+//     (pack.go), until each consumer decoded it; a consumer's queue lets
+//     go of what it delivered. Keys no
 //     consumer subscribes to (IPAM handles) are not listed at all.
 //   - A list's snapshot waits, queued, until the watch has brought the
 //     feed to the revision etcd had when the list was read whole (at most
