@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/etcdserver/etcdtest"
 )
 
@@ -54,4 +55,50 @@ func BenchmarkListLarge(b *testing.B) {
 		b.Logf("page %d: whole range %d keys %v; endpoints only %d keys %v", page, len(kvs), whole, len(kvs2), part)
 	}
 	listPageSize = listPage
+}
+
+// BenchmarkListCuts times a list of a big cluster's 5,000 Nodes and
+// 150,000 endpoints of 1 KiB, with the endpoints' range cut every
+// nodesPerCut nodes (listcuts.go) against one range, alternated three
+// times in one run against one etcd.
+func BenchmarkListCuts(b *testing.B) {
+	const nodes, per = 5000, 30
+	s := etcdtest.Start(b)
+	c, err := New(Config{Endpoints: s.Endpoints})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	val := strings.Repeat("x", 1024)
+	ctx := context.Background()
+	for i := 0; i < nodes; i += 2 {
+		var ops []clientv3.Op
+		for n := i; n < i+2; n++ {
+			node := fmt.Sprintf("node-%04d", n)
+			ops = append(ops, clientv3.OpPut(Key(api.KindNode, node), "{}"))
+			for j := range per {
+				name := api.WorkloadEndpointName(node, "k8s", fmt.Sprintf("ns-%d", j%7), fmt.Sprintf("pod-%d-%d", n, j), "", "eth0")
+				ops = append(ops, clientv3.OpPut(Key(api.KindWorkloadEndpoint, name), val))
+			}
+		}
+		if _, err := c.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func(n int) { nodesPerCut = n }(nodesPerCut)
+	cut := nodesPerCut
+	for range 3 {
+		for _, v := range []struct {
+			name string
+			per  int
+		}{{"one range", nodes + 1}, {"cut", cut}} {
+			nodesPerCut = v.per
+			t0 := time.Now()
+			kvs, _, _, err := c.listRanges(ctx, KeyPrefix, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%s: %d keys in %v", v.name, len(kvs), time.Since(t0).Round(time.Millisecond))
+		}
+	}
 }

@@ -343,6 +343,7 @@ type pager struct {
 	rev      int64
 	cluster  uint64
 	head     int64 // etcd's revision at the latest page
+	cuts     listCuts
 }
 
 // newPager reads prefix, or only parts of it when parts are given: in
@@ -371,7 +372,8 @@ func (c *Client) newPager(prefix string, parts []string) (*pager, error) {
 // cluster from the first.
 func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
 	for len(pg.parts) > 0 {
-		resp, err := pg.c.listPageRetrying(ctx, pg.key, pg.end, pg.rev)
+		end := pg.cuts.end(pg.key, pg.end)
+		resp, err := pg.c.listPageRetrying(ctx, pg.key, end, pg.rev)
 		if err != nil {
 			return nil, err
 		}
@@ -380,10 +382,16 @@ func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
 		}
 		pg.head = max(pg.head, resp.Header.Revision)
 		pg.cluster = resp.Header.ClusterId
-		if resp.More && len(resp.Kvs) > 0 {
+		pg.cuts.note(resp.Kvs)
+		switch {
+		case resp.More && len(resp.Kvs) > 0:
 			pg.key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-		} else if pg.parts = pg.parts[1:]; len(pg.parts) > 0 {
-			pg.key, pg.end = pg.parts[0], clientv3.GetPrefixRangeEnd(pg.parts[0])
+		case end != pg.end:
+			pg.key = end // the rest of the part, from the cut
+		default:
+			if pg.parts = pg.parts[1:]; len(pg.parts) > 0 {
+				pg.key, pg.end = pg.parts[0], clientv3.GetPrefixRangeEnd(pg.parts[0])
+			}
 		}
 		if len(resp.Kvs) > 0 {
 			return resp.Kvs, nil
