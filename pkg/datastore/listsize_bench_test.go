@@ -19,14 +19,7 @@ import (
 func BenchmarkListLarge(b *testing.B) {
 	const n = 150000
 	t0 := time.Now()
-	s := etcdtest.Start(b)
-	c, err := New(Config{Endpoints: s.Endpoints})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	val := strings.Repeat("x", 1024)
-	ctx := context.Background()
+	c, val, ctx := benchListClient(b)
 	for i := 0; i < n; i += 60 {
 		var ops []clientv3.Op
 		for j := i; j < min(i+60, n); j++ {
@@ -63,14 +56,7 @@ func BenchmarkListLarge(b *testing.B) {
 // times in one run against one etcd.
 func BenchmarkListCuts(b *testing.B) {
 	const nodes, per = 5000, 30
-	s := etcdtest.Start(b)
-	c, err := New(Config{Endpoints: s.Endpoints})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	val := strings.Repeat("x", 1024)
-	ctx := context.Background()
+	c, val, ctx := benchListClient(b)
 	for i := 0; i < nodes; i += 2 {
 		var ops []clientv3.Op
 		for n := i; n < i+2; n++ {
@@ -101,4 +87,16 @@ func BenchmarkListCuts(b *testing.B) {
 			b.Logf("%s: %d keys in %v", v.name, len(kvs), time.Since(t0).Round(time.Millisecond))
 		}
 	}
+}
+
+// benchListClient is a client of a fresh etcd, an endpoint's value of
+// 1 KiB and a context, for the list benchmarks.
+func benchListClient(b *testing.B) (*Client, string, context.Context) {
+	s := etcdtest.Start(b)
+	c, err := New(Config{Endpoints: s.Endpoints})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c, strings.Repeat("x", 1024), context.Background()
 }
