@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -31,34 +30,39 @@ const packValues = 64
 type pack struct {
 	z    []byte   // the values, concatenated, compressed
 	ends []uint32 // where each value ends in the concatenation
+	dec  *zstd.Decoder
 }
 
 // errUnpack says a packed value could not be read back: it is
 // unreadable, as a stored value that does not decode.
 var errUnpack = errors.New("feed: a listed value could not be unpacked")
 
-var packEncoder = sync.OnceValue(func() *zstd.Encoder {
+// newPackEncoder is a list's encoder; its tables (about half a MiB with
+// the decoder) go with the list, not kept by a small node for good.
+func newPackEncoder() *zstd.Encoder {
 	e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		panic("feed: the packs' encoder: " + err.Error()) // fixed, valid options
 	}
 	return e
-})
+}
 
 // maxUnpacked bounds what one pack unpacks to: packValues values of at
 // most datastore's value size each would be more than any list holds; a
 // pack is the feed's own, so this only guards its reader.
 const maxUnpacked = 64 << 20
 
-var packDecoder = sync.OnceValue(func() *zstd.Decoder {
+// newPackDecoder is the decoder a list's packs share (DecodeAll only: it
+// starts no goroutine, and goes with the last of them).
+func newPackDecoder() *zstd.Decoder {
 	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
 		zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxMemory(maxUnpacked))
 	if err != nil {
 		panic("feed: the packs' decoder: " + err.Error()) // fixed, valid options
 	}
 	return d
-})
+}
 
 // packer packs a list's values as the list is read (the feed's
 // goroutine), and hands the items on (out) once their values are packed.
@@ -67,6 +71,8 @@ type packer struct {
 	vals  int    // how many of them have a value
 	raw   []byte // scratch: their values' concatenation
 	z     []byte // scratch: compressed
+	enc   *zstd.Encoder
+	dec   *zstd.Decoder // the packs'
 	out   func([]item)
 }
 
@@ -89,7 +95,10 @@ func (p *packer) flush() {
 		return
 	}
 	if p.vals > 0 {
-		pk := &pack{ends: make([]uint32, 0, p.vals)}
+		if p.enc == nil {
+			p.enc, p.dec = newPackEncoder(), newPackDecoder()
+		}
+		pk := &pack{ends: make([]uint32, 0, p.vals), dec: p.dec}
 		p.raw = p.raw[:0]
 		for _, it := range p.items {
 			if it.value != nil {
@@ -97,7 +106,7 @@ func (p *packer) flush() {
 				pk.ends = append(pk.ends, uint32(len(p.raw)))
 			}
 		}
-		p.z = packEncoder().EncodeAll(p.raw, p.z[:0])
+		p.z = p.enc.EncodeAll(p.raw, p.z[:0])
 		pk.z = slices.Clone(p.z) // exactly its size: the encoder's buffer is scratch
 		j := 0
 		for i := range p.items {
@@ -127,7 +136,7 @@ func (u *unpacker) value(it item) ([]byte, error) {
 		return it.value, nil
 	}
 	if u.pk != it.pk {
-		raw, err := packDecoder().DecodeAll(it.pk.z, nil)
+		raw, err := it.pk.dec.DecodeAll(it.pk.z, nil)
 		if err != nil {
 			u.pk, u.raw = nil, nil
 			return nil, fmt.Errorf("%w: %w", errUnpack, err)
