@@ -71,6 +71,9 @@ func OpenLog(conf *NetConf, containerID, verb string) (*logrus.Entry, func()) {
 	f, logErr := openLogFile(conf, path)
 	if logErr == nil {
 		out = f
+		if exe, err := os.Executable(); err == nil {
+			out = whileInstalled{w: f, exe: exe}
+		}
 		closeFn = func() { _ = f.Close() }
 	}
 	l.SetOutput(out)
@@ -105,4 +108,23 @@ func (h fieldHook) Fire(e *logrus.Entry) error {
 		}
 	}
 	return nil
+}
+
+// whileInstalled writes to w only while the plugin's own executable is
+// in place, to stderr (the runtime's log) once it is gone: a plugin still
+// running when routed is uninstalled (an ADD or DEL that waited for
+// routed to come back) must not create its log file again behind the
+// uninstall, which removed it (routed/daemon's uninstallFiles). The log
+// file is created on its first write, so a plugin uninstalled before it
+// logged creates none.
+type whileInstalled struct {
+	w   io.Writer
+	exe string
+}
+
+func (wi whileInstalled) Write(p []byte) (int, error) {
+	if _, err := os.Stat(wi.exe); err != nil {
+		return os.Stderr.Write(p)
+	}
+	return wi.w.Write(p)
 }

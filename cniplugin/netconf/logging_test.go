@@ -70,3 +70,41 @@ func TestCNILogRefusesSymlink(t *testing.T) {
 		t.Fatalf("log written through the symlink: %q", b)
 	}
 }
+
+// A plugin whose executable was removed (routed uninstalled while an ADD
+// or DEL waited for it) writes no log file: the uninstall removed it and
+// it must not come back. Until then the file is written as usual.
+func TestLogFileOnlyWhileInstalled(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "routed-cni")
+	if err := os.WriteFile(exe, nil, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "cni.log")
+	f, err := openLogFile(&NetConf{}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := whileInstalled{w: f, exe: exe}
+	if _, err := w.Write([]byte("installed\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "installed\n" {
+		t.Fatalf("while installed the log holds %q (%v), want the line", b, err)
+	}
+	// The uninstall: the plugin's files and the log go.
+	if err := os.Remove(exe); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("after the uninstall\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the log file is back after the uninstall (%v)", err)
+	}
+}

@@ -387,7 +387,11 @@ func Check(ctx context.Context, c *cluster.Cluster, root, bin, overlay string, l
 		case st.IsDir():
 			// hostPath mount points stay; what was in them must not.
 			if entries, _ := os.ReadDir(p); len(entries) > 0 {
-				left = append(left, fmt.Sprintf("%s (%d entries)", p, len(entries)))
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				left = append(left, fmt.Sprintf("%s (%d entries: %s)", p, len(entries), strings.Join(names, " ")))
 			}
 		default:
 			left = append(left, p)
