@@ -3,6 +3,7 @@ package feed
 import (
 	"github.com/routed-net/routed/pkg/api"
 	"github.com/routed-net/routed/pkg/datastore"
+	"runtime"
 )
 
 // Encoded is an object of a snapshot handed over as stored, not decoded
@@ -77,10 +78,16 @@ func DecodeEach(es []Encoded, fn func(api.Resource)) { DecodeEachReporting(es, f
 // reports one. With bad nil they are skipped.
 func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) {
 	out := make([]Update, min(decodeChunk, len(es)))
+	// Each worker keeps its decoding from chunk to chunk: the strings
+	// it shared and the pack it unpacked last carry over.
+	decs := make([]*decoding, runtime.GOMAXPROCS(0))
 	for lo := 0; lo < len(es); lo += decodeChunk {
 		part := es[lo:min(lo+decodeChunk, len(es))]
-		decode := func(lo, hi int) {
-			d := newDecoding()
+		decode := func(w, lo, hi int) {
+			if decs[w] == nil {
+				decs[w] = newDecoding()
+			}
+			d := decs[w]
 			for i := lo; i < hi; i++ {
 				out[i] = decodeEncoded(part[i], d)
 				part[i].it.value, part[i].it.pk = nil, nil
@@ -89,7 +96,7 @@ func DecodeEachReporting(es []Encoded, fn func(api.Resource), bad func(Update)) 
 		if len(part) >= decodeSpreadMin {
 			spread(len(part), decode)
 		} else {
-			decode(0, len(part))
+			decode(0, 0, len(part))
 		}
 		for i := range part {
 			switch u := out[i]; {

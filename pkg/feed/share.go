@@ -24,10 +24,17 @@ func (sh sharer) str(s string) string {
 	if v, ok := sh[s]; ok {
 		return v
 	}
+	if len(sh) >= sharerMax {
+		clear(sh)
+	}
 	v := unique.Make(s).Value()
 	sh[v] = v
 	return v
 }
+
+// sharerMax bounds what a sharer keeps (a decoding kept for a whole
+// snapshot meets every pod's own strings too): about 1 MiB.
+const sharerMax = 1 << 14
 
 // resource shares r's repeated strings, for the kinds a cluster holds
 // one of per pod (WorkloadEndpoints); others are few.

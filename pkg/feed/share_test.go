@@ -52,3 +52,21 @@ func TestSnapshotSharesEndpointStrings(t *testing.T) {
 		t.Fatalf("endpoints share more than strings: %+v", w1)
 	}
 }
+
+// A sharer kept for a whole snapshot holds at most sharerMax strings:
+// every pod's own strings pass through it too.
+func TestSharerIsBounded(t *testing.T) {
+	sh := sharer{}
+	for i := range 3 * sharerMax {
+		s := fmt.Sprintf("pod-%d", i)
+		if got := sh.str(s); got != s {
+			t.Fatalf("shared %q as %q", s, got)
+		}
+		if len(sh) > sharerMax {
+			t.Fatalf("the sharer holds %d strings, more than %d", len(sh), sharerMax)
+		}
+	}
+	if v := sh.str("pod-0"); v != "pod-0" {
+		t.Fatalf("a string shared again after a clear came back as %q", v)
+	}
+}

@@ -367,7 +367,7 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 	ok := make([]bool, len(items))
 	// Each item is cleared once decoded: its raw value is garbage
 	// while the rest decode, not held beside the decoded batch.
-	decodeRange := func(lo, hi int) {
+	decodeRange := func(_, lo, hi int) {
 		d := newDecoding()
 		for i := lo; i < hi; i++ {
 			ups[i], ok[i] = decodeItem(items[i], d)
@@ -386,7 +386,7 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 	if len(items) >= parallelDecode {
 		spread(len(items), decodeRange)
 	} else {
-		decodeRange(0, len(items))
+		decodeRange(0, 0, len(items))
 	}
 	n := 0
 	for i := range ups {
@@ -400,18 +400,19 @@ func decodeBatch(snapshot bool, rev int64, items []item, undecoded, report map[a
 	return out
 }
 
-// spread calls f on n items split in one range per CPU, at once, and
+// spread calls f on n items split in one range per CPU (w numbers the
+// range, from 0 to GOMAXPROCS-1), at once, and
 // returns when every call has.
-func spread(n int, f func(lo, hi int)) {
+func spread(n int, f func(w, lo, hi int)) {
 	workers := runtime.GOMAXPROCS(0)
 	if workers < 2 || n < 2 {
-		f(0, n)
+		f(0, 0, n)
 		return
 	}
 	var wg sync.WaitGroup
 	per := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += per {
-		wg.Go(func() { f(lo, min(lo+per, n)) })
+	for w, lo := 0, 0; lo < n; w, lo = w+1, lo+per {
+		wg.Go(func() { f(w, lo, min(lo+per, n)) })
 	}
 	wg.Wait()
 }
