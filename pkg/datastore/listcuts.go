@@ -70,3 +70,13 @@ func (lc *listCuts) end(key, end string) string {
 	}
 	return end
 }
+
+// bounds are key and every cut after it before end: where the ranges
+// left of [key, end) begin.
+func (lc *listCuts) bounds(key, end string) []string {
+	out := []string{key}
+	for c := lc.end(key, end); c != end; c = lc.end(c, end) {
+		out = append(out, c)
+	}
+	return out
+}

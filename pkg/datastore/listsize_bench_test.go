@@ -52,8 +52,9 @@ func BenchmarkListLarge(b *testing.B) {
 
 // BenchmarkListCuts times a list of a big cluster's 5,000 Nodes and
 // 150,000 endpoints of 1 KiB, with the endpoints' range cut every
-// nodesPerCut nodes (listcuts.go) against one range, alternated three
-// times in one run against one etcd.
+// nodesPerCut nodes (listcuts.go), read one range after another and
+// listReaders at a time (listahead.go), against one range, alternated
+// three times in one run against one etcd.
 func BenchmarkListCuts(b *testing.B) {
 	const nodes, per = 5000, 30
 	c, val, ctx := benchListClient(b)
@@ -71,14 +72,14 @@ func BenchmarkListCuts(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	defer func(n int) { nodesPerCut = n }(nodesPerCut)
-	cut := nodesPerCut
+	defer func(n, r int) { nodesPerCut, listReaders = n, r }(nodesPerCut, listReaders)
+	cut, readers := nodesPerCut, listReaders
 	for range 3 {
 		for _, v := range []struct {
-			name string
-			per  int
-		}{{"one range", nodes + 1}, {"cut", cut}} {
-			nodesPerCut = v.per
+			name         string
+			per, readers int
+		}{{"one range", nodes + 1, 1}, {"cut, one reader", cut, 1}, {fmt.Sprintf("cut, %d readers", readers), cut, readers}} {
+			nodesPerCut, listReaders = v.per, v.readers
 			t0 := time.Now()
 			kvs, _, _, err := c.listRanges(ctx, KeyPrefix, nil)
 			if err != nil {

@@ -256,6 +256,7 @@ func (s *stream) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer pg.close()
 	first, err := pg.next(ctx)
 	if err != nil {
 		return err
@@ -344,6 +345,7 @@ type pager struct {
 	cluster  uint64
 	head     int64 // etcd's revision at the latest page
 	cuts     listCuts
+	ahead    *readAhead // the rest of parts[0], read side by side
 }
 
 // newPager reads prefix, or only parts of it when parts are given: in
@@ -372,6 +374,32 @@ func (c *Client) newPager(prefix string, parts []string) (*pager, error) {
 // cluster from the first.
 func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
 	for len(pg.parts) > 0 {
+		if pg.ahead == nil && pg.rev != 0 && pg.key >= endpointsPrefix {
+			// Every Node was read (they sort before the endpoints):
+			// the cuts are known.
+			if b := pg.cuts.bounds(pg.key, pg.end); len(b) > 1 {
+				pg.ahead = pg.c.readRanges(ctx, b, pg.end, pg.rev)
+			}
+		}
+		if pg.ahead != nil {
+			resp, err := pg.ahead.next()
+			if err != nil {
+				return nil, err
+			}
+			if resp == nil {
+				pg.close()
+				if pg.parts = pg.parts[1:]; len(pg.parts) > 0 {
+					pg.key, pg.end = pg.parts[0], clientv3.GetPrefixRangeEnd(pg.parts[0])
+				}
+				continue
+			}
+			pg.head = max(pg.head, resp.Header.Revision)
+			pg.cluster = resp.Header.ClusterId
+			if len(resp.Kvs) > 0 {
+				return resp.Kvs, nil
+			}
+			continue
+		}
 		end := pg.cuts.end(pg.key, pg.end)
 		resp, err := pg.c.listPageRetrying(ctx, pg.key, end, pg.rev)
 		if err != nil {
@@ -400,6 +428,15 @@ func (pg *pager) next(ctx context.Context) ([]*mvccpb.KeyValue, error) {
 	return nil, nil
 }
 
+// close stops what is read side by side; a list that ends early calls
+// it.
+func (pg *pager) close() {
+	if pg.ahead != nil {
+		pg.ahead.close()
+		pg.ahead = nil
+	}
+}
+
 // listRanges reads every key under each of parts (all of prefix when
 // parts is empty) at one revision, and returns them with that revision
 // and etcd's cluster ID.
@@ -408,6 +445,7 @@ func (c *Client) listRanges(ctx context.Context, prefix string, parts []string) 
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	defer pg.close()
 	var kvs []*mvccpb.KeyValue
 	for {
 		page, err := pg.next(ctx)

@@ -10,7 +10,8 @@ import (
 // then start) and times it to ready: halfway through; or, with
 // -restart-without-cache, at a third from its feed cache (what routed
 // does by default) and at two thirds with --feed-cache none (a full
-// list), so the report has both in the same run.
+// list), so the report has both in the same run. Before the first, the
+// list probe (biglistprobe.go).
 func (b *bigRun) restartUnderChurn(ctx context.Context, ch *churn) error {
 	n := b.nodes[len(b.nodes)-1]
 	first := b.f.churn / 2
@@ -18,7 +19,12 @@ func (b *bigRun) restartUnderChurn(ctx context.Context, ch *churn) error {
 		first = b.f.churn / 3
 	}
 	start := time.Now()
-	if !sleep(ctx, first) {
+	if b.f.listProbe > 0 && sleep(ctx, 15*time.Second) {
+		if err := listProbe(ctx, b.ds.Etcd(), b.f.listProbe); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("list probe: %w", err)
+		}
+	}
+	if !sleep(ctx, first-time.Since(start)) {
 		return nil
 	}
 	d, err := b.restartOnce(ctx, ch, n, nil)
