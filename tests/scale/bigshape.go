@@ -85,7 +85,7 @@ func parseBigFlags(args []string) (*bigFlags, error) {
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 10*time.Minute, "how long a real node may take to be ready")
 	fs.BoolVar(&f.restart, "restart", true, "restart one real node halfway through the churn")
 	fs.BoolVar(&f.restartWithoutCache, "restart-without-cache", true, "with -restart: restart the node twice, at a third of the churn from its feed cache (routed's default) and at two thirds with --feed-cache none (a full list), to compare")
-	fs.IntVar(&f.listProbe, "list-probe", 4, "after the restarts, read every endpoint from etcd under churn as a node's list does, one range at a time and this many at a time, alternated twice (0: no probe)")
+	fs.IntVar(&f.listProbe, "list-probe", 0, "15 s into the churn, read every endpoint from etcd as a node's list does, one range at a time and this many at a time, alternated twice (0: no probe; its reads load etcd in a window the latency figures count)")
 	fs.StringVar(&f.clusterGC, "cluster-gc", "process", "who runs the cluster-wide GC pass: process (routed cluster-gc beside the nodes, which run with --cluster-gc=false, as deploy/base does) or nodes (the real nodes elect one among them)")
 	fs.StringVar(&f.heapProfiles, "heap-profiles", "", "write each real node's Go heap profile (inuse and alloc) and MemStats at the end of the idle window and right after the churn into this directory")
 	var seed int64
