@@ -48,6 +48,12 @@ type wgLab struct {
 	// delay is how long a published key takes to reach the felixes, as
 	// a datastore round trip does (0: at once).
 	delay time.Duration
+	// feedMu orders the feeds: each reads the records and hands them to
+	// both felixes before the next reads, as a datastore's revisions
+	// arrive in order. Without it a feed that read the records before a
+	// key was published could reach a felix after the feed that carried
+	// the key, leaving it holding traffic to a node with a published key.
+	feedMu sync.Mutex
 }
 
 type wgNode struct {
@@ -208,6 +214,8 @@ func (l *wgLab) setWGAddrs() {
 }
 
 func (l *wgLab) feedNodes() {
+	l.feedMu.Lock()
+	defer l.feedMu.Unlock()
 	for _, n := range l.nodes {
 		for _, r := range l.nodeRecords() {
 			n.f.SetResource(r)
@@ -216,6 +224,8 @@ func (l *wgLab) feedNodes() {
 }
 
 func (l *wgLab) feedAll() {
+	l.feedMu.Lock()
+	defer l.feedMu.Unlock()
 	for _, n := range l.nodes {
 		rs := append(l.nodeRecords(),
 			pool("p", "10.244.0.0/16", "Never", false),
