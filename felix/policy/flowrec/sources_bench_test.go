@@ -2,6 +2,7 @@ package flowrec_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +45,22 @@ import (
 //     goes: 120 s after a TCP close);
 //   - nflog: DESTROY, and each connection's first packet copied to an
 //     nflog group by a `ct state new log` rule, batched 32 a message
-//     (as the flow marks are): NEW taken from a batched source.
+//     (as the flow marks are): NEW taken from a batched source;
+//   - dump: nobody listening; the conntrack table dumped every 2 s
+//     (FLOWREC_DUMP_EVERY), as a collector polling the table would: a
+//     closed TCP connection stays 120 s in TIME_WAIT, so a poll finds
+//     every connection without the kernel building an event for it,
+//     and reads each entry once a poll while it stays;
+//   - pollgen: nobody listening; generations in the conntrack mark: a
+//     rule gives each new entry the current start generation (mark
+//     bits 0-3), others give an entry's packets from its first FIN or
+//     RST on the current end generation (bits 4-7); every second the
+//     generations move on (the rules replaced in one transaction) and
+//     the table is dumped twice, filtered by the kernel to the start
+//     and the end generation just closed: each connection is read
+//     about twice (its start, its end), whatever the table holds;
+//   - genrules: pollgen's rules alone, the generations never moving
+//     and nothing read (what the rules cost each packet).
 //
 // Three rounds (FLOWREC_ROUNDS), the sources alternated; the last lines
 // give each source's connections a second against none's of the same
@@ -206,8 +223,12 @@ func startSource(b *testing.B, netnsFd int, netnsPath, src string, conns int) (g
 		nft("add chain inet bench_sources forward { type filter hook forward priority -5 ; }")
 		nft("add rule inet bench_sources forward ct state new log group 9 snaplen 64")
 		stops = append(stops, func() { nft("delete table inet bench_sources"); cancel(); r.Close(); <-done })
+	case "dump":
+		stops = append(stops, dumpConntrack(b, netnsFd, &got[0]))
+	case "pollgen", "genrules":
+		stops = append(stops, pollGenerations(b, netnsFd, netnsPath, &got[0], src == "pollgen"))
 	default:
-		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, bpf, ct, ctbatch, cttimed, ctmask, destroy, nflog)", src)
+		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, bpf, ct, ctbatch, cttimed, ctmask, destroy, nflog, dump, pollgen, genrules)", src)
 	}
 	return got, func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -281,5 +302,181 @@ func readConntrack(b *testing.B, netnsFd int, batch bool, n *atomic.Int64, group
 		closed.Store(true)
 		<-done
 		unix.Close(fd)
+	}
+}
+
+// dumpConntrack dumps the namespace's IPv4 conntrack table every
+// FLOWREC_DUMP_EVERY (default 2 s) until stopped, counting the entries
+// read; stop prints how many dumps and entries and their time.
+func dumpConntrack(b *testing.B, netnsFd int, n *atomic.Int64) (stop func()) {
+	every := 2 * time.Second
+	if v := os.Getenv("FLOWREC_DUMP_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("FLOWREC_DUMP_EVERY=%q: want a positive duration", v)
+		}
+		every = d
+	}
+	fd, err := flowlog.NetfilterSocket(netnsFd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		b.Fatal(err)
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	var dumps int
+	var spent time.Duration
+	go func() {
+		defer close(stopped)
+		buf := make([]byte, 1<<20)
+		for seq := uint32(1); ; seq++ {
+			start := time.Now()
+			got, err := dumpOnce(fd, seq, buf, 0, 0)
+			if err != nil {
+				b.Errorf("conntrack dump: %v", err)
+				return
+			}
+			spent += time.Since(start)
+			dumps++
+			n.Add(int64(got))
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		unix.Close(fd)
+		fmt.Printf("  dump: %d dumps, %d entries, %v reading them\n", dumps, n.Load(), spent.Round(time.Millisecond))
+	}
+}
+
+// dumpOnce asks for the IPv4 conntrack table (with mask, only the
+// entries whose mark & mask is mark) and reads it to its end, returning
+// the entries read.
+func dumpOnce(fd int, seq uint32, buf []byte, mark, mask uint32) (int, error) {
+	const ctGet = 1<<8 | 1 // NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_GET
+	const ctaMark, ctaMarkMask = 8, 21
+	req := make([]byte, unix.NLMSG_HDRLEN+4)
+	if mask != 0 {
+		for _, a := range [][2]uint32{{ctaMark, mark}, {ctaMarkMask, mask}} {
+			attr := make([]byte, 8)
+			binary.NativeEndian.PutUint16(attr[0:], 8)
+			binary.NativeEndian.PutUint16(attr[2:], uint16(a[0]))
+			binary.BigEndian.PutUint32(attr[4:], a[1])
+			req = append(req, attr...)
+		}
+	}
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], ctGet)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	binary.NativeEndian.PutUint32(req[8:], seq)
+	req[unix.NLMSG_HDRLEN] = unix.AF_INET // nfgenmsg: family, version 0, res_id 0
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, err
+	}
+	entries := 0
+	for {
+		m, _, err := unix.Recvfrom(fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return entries, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:m])
+		if err != nil {
+			return entries, err
+		}
+		for _, msg := range msgs {
+			if msg.Header.Seq != seq {
+				continue
+			}
+			switch msg.Header.Type {
+			case unix.NLMSG_DONE:
+				return entries, nil
+			case unix.NLMSG_ERROR:
+				if len(msg.Data) >= 4 {
+					if e := int32(binary.NativeEndian.Uint32(msg.Data)); e != 0 {
+						return entries, fmt.Errorf("netlink error %d", -e)
+					}
+				}
+			default:
+				entries++
+			}
+		}
+	}
+}
+
+// pollGenerations runs the pollgen source (BenchmarkEventSources) until
+// stopped, counting the entries its filtered dumps read.
+func pollGenerations(b *testing.B, netnsFd int, netnsPath string, n *atomic.Int64, poll bool) (stop func()) {
+	rules := func(g uint32) string {
+		return fmt.Sprintf(`flush chain inet bench_poll pre
+add rule inet bench_poll pre ct state new ct mark set ct mark and 0xfffffff0 or 0x%x
+add rule inet bench_poll pre tcp flags & (fin | rst) != 0 ct mark set ct mark and 0xffffff0f or 0x%x
+add rule inet bench_poll pre ct mark and 0xf0 != 0 ct mark set ct mark and 0xffffff0f or 0x%x
+`, g, g<<4, g<<4)
+	}
+	nftFile := func(script string) {
+		cmd := exec.Command("nsenter", "--net="+netnsPath, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("nft -f: %v: %s\n%s", err, out, script)
+		}
+	}
+	nftFile("add table inet bench_poll\nadd chain inet bench_poll pre { type filter hook prerouting priority -150 ; }\n" + rules(1))
+	fd, err := flowlog.NetfilterSocket(netnsFd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		b.Fatal(err)
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	var polls int
+	var spent time.Duration
+	go func() {
+		defer close(stopped)
+		if !poll {
+			<-done
+			return
+		}
+		buf := make([]byte, 1<<20)
+		seq := uint32(1)
+		for g := uint32(1); ; g = g%15 + 1 {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Second):
+			}
+			start := time.Now()
+			nftFile(rules(g%15 + 1))
+			// Packets that took generation g before the rules moved
+			// on are confirmed within microseconds.
+			time.Sleep(20 * time.Millisecond)
+			for _, f := range [][2]uint32{{g, 0x0f}, {g << 4, 0xf0}} {
+				got, err := dumpOnce(fd, seq, buf, f[0], f[1])
+				seq++
+				if err != nil {
+					b.Errorf("conntrack dump: %v", err)
+					return
+				}
+				n.Add(int64(got))
+			}
+			spent += time.Since(start) - 20*time.Millisecond
+			polls++
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		unix.Close(fd)
+		nftFile("delete table inet bench_poll")
+		fmt.Printf("  pollgen: %d polls, %d entries, %v in them (the rules' replacement included)\n", polls, n.Load(), spent.Round(time.Millisecond))
 	}
 }
