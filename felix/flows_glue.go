@@ -249,3 +249,16 @@ func (f *Felix) runFlows(ctx context.Context, netnsFd int, idx *policy.RuleIndex
 		f.log.WithError(err).Error("flows: no flow records on this node")
 	}
 }
+
+// removeFlowRules takes away the flow records' generation rules that a
+// run with flows on left (flowrec.GenTable): with flows off nothing
+// reads what they write.
+func (f *Felix) removeFlowRules(netnsFd int) {
+	removed, err := flowrec.RemoveGenRules(netnsFd)
+	switch {
+	case err != nil:
+		f.log.WithError(err).Warn("flows: removing the flow records' generation rules (flows are off)")
+	case removed:
+		f.log.WithField("table", "inet "+flowrec.GenTable).Info("flows are off: removed the flow records' generation rules")
+	}
+}

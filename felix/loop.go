@@ -110,6 +110,8 @@ func (f *Felix) Run(ctx context.Context) error {
 		if f.flows != nil {
 			idx := l.policy.Index()
 			wg.Go(func() { f.runFlows(cctx, l.netnsFd(), idx) })
+		} else {
+			f.removeFlowRules(l.netnsFd())
 		}
 		defer func() { cancel(); wg.Wait() }()
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routed-net/routed/felix/policy/flowrec"
 	"github.com/routed-net/routed/felix/wireguard"
 	"github.com/routed-net/routed/pkg/kernel"
 )
@@ -84,6 +85,11 @@ func uninstallKernel(nsPath string) (removed []string, err error) {
 		} else {
 			removed = append(removed, "nftables tables inet and arp "+wireguard.IncomingTable)
 		}
+	}
+	if had, err := flowrec.RemoveGenRules(nsFd); err != nil {
+		errs = append(errs, fmt.Errorf("uninstall: %w", err))
+	} else if had {
+		removed = append(removed, "nftables table inet "+flowrec.GenTable)
 	}
 	return removed, errors.Join(errs...)
 }

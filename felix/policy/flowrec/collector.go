@@ -39,8 +39,9 @@ type Config struct {
 	MaxPending, MaxOpen, MaxGroups int
 	// Source is where connections' starts and ends come from:
 	// SourceProbes (the kernel's conntrack functions, bpfsrc.go),
+	// SourcePoll (the conntrack table read by generations, pollsrc.go),
 	// SourceEvents (ctnetlink's events), or SourceAuto ("": the
-	// probes, and ctnetlink's events where the kernel refuses them,
+	// probes, and the poll source where the kernel refuses them,
 	// logged with why).
 	Source string
 	// newOnce: the source names each event's entry (the probes;
@@ -79,6 +80,7 @@ const (
 	SourceAuto   = "auto"
 	SourceProbes = "probes"
 	SourceEvents = "events"
+	SourcePoll   = "poll"
 )
 
 // DefaultMaxGroups is the default cap on an interval's groups, so on a
@@ -204,8 +206,8 @@ type ctConns interface {
 	close()
 }
 
-// Source says where the collector takes connections from (SourceProbes
-// or SourceEvents; "" before Open).
+// Source says where the collector takes connections from (SourceProbes,
+// SourcePoll or SourceEvents; "" before Open).
 func (c *Collector) Source() string {
 	s, _ := c.source.Load().(string)
 	return s
@@ -218,6 +220,8 @@ func (c *Collector) openSource() (ctConns, error) {
 	case SourceEvents:
 		c.source.Store(SourceEvents)
 		return openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
+	case SourcePoll:
+		return c.openPoll()
 	case SourceProbes:
 		s, err := openBPF(c.cfg.NetnsFd, c.hooks, &c.ctLost, c.log)
 		if err != nil {
@@ -234,9 +238,21 @@ func (c *Collector) openSource() (ctConns, error) {
 		c.log.WithField("functions", s.hooks).Info("flowrec: connections from the kernel's conntrack functions (fexit programs)")
 		return s, nil
 	}
-	c.log.WithError(err).Warn("flowrec: the kernel refused the conntrack programs; taking ctnetlink's events, which cost new connections more (docs/flows.md)")
-	c.source.Store(SourceEvents)
-	return openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
+	c.log.WithError(err).Warn("flowrec: the kernel refused the conntrack programs; reading the conntrack table by generations instead (docs/flows.md)")
+	return c.openPoll()
+}
+
+// openPoll opens the poll source (pollsrc.go): its events come up to
+// a poll period late, so connections wait that much longer for them.
+func (c *Collector) openPoll() (ctConns, error) {
+	s, err := openPoll(c.cfg.NetnsFd, c.cfg.MaxOpen, &c.ctLost, c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.source.Store(SourcePoll)
+	c.cfg.newOnce = true
+	c.cfg.Grace = max(c.cfg.Grace, pollGrace)
+	return s, nil
 }
 
 // New checks cfg and returns a collector; Run starts it.
@@ -251,8 +267,8 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("%w: model is required", ErrConfig)
 	case cfg.Node == "":
 		return nil, fmt.Errorf("%w: node name is required", ErrConfig)
-	case cfg.Source != "" && cfg.Source != SourceAuto && cfg.Source != SourceProbes && cfg.Source != SourceEvents:
-		return nil, fmt.Errorf("%w: source %q: want %s, %s or %s", ErrConfig, cfg.Source, SourceAuto, SourceProbes, SourceEvents)
+	case cfg.Source != "" && cfg.Source != SourceAuto && cfg.Source != SourceProbes && cfg.Source != SourceEvents && cfg.Source != SourcePoll:
+		return nil, fmt.Errorf("%w: source %q: want %s, %s, %s or %s", ErrConfig, cfg.Source, SourceAuto, SourceProbes, SourcePoll, SourceEvents)
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])

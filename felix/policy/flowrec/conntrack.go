@@ -16,37 +16,39 @@ import (
 // (net.netfilter.nf_conntrack_acct) in the namespace (-1: the
 // caller's); connections that began before count from zero.
 func EnableAccounting(netnsFd int) error {
-	write := func() error {
+	err := inNetns(netnsFd, func() error {
 		return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_acct", []byte("1"), 0)
+	})
+	if err != nil {
+		return fmt.Errorf("flowrec: enabling conntrack accounting: %w", err)
 	}
+	return nil
+}
+
+// inNetns runs fn on a thread in the namespace (-1: the caller's), for
+// what follows the thread's namespace (/proc/sys/net).
+func inNetns(netnsFd int, fn func() error) error {
 	if netnsFd < 0 {
-		if err := write(); err != nil {
-			return fmt.Errorf("flowrec: enabling conntrack accounting: %w", err)
-		}
-		return nil
+		return fn()
 	}
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
 		runtime.UnlockOSThread()
-		return fmt.Errorf("flowrec: enabling conntrack accounting: %w", err)
+		return err
 	}
 	defer orig.Close()
 	if err := netns.Set(netns.NsHandle(netnsFd)); err != nil {
 		runtime.UnlockOSThread()
-		return fmt.Errorf("flowrec: enabling conntrack accounting: %w", err)
+		return err
 	}
-	// /proc/sys/net follows the thread's namespace.
-	err = write()
+	err = fn()
 	if rerr := netns.Set(orig); rerr != nil {
 		// Leave the thread locked: it dies with this goroutine.
 		return fmt.Errorf("flowrec: restoring the namespace: %w", rerr)
 	}
 	runtime.UnlockOSThread()
-	if err != nil {
-		return fmt.Errorf("flowrec: enabling conntrack accounting: %w", err)
-	}
-	return nil
+	return err
 }
 
 const (

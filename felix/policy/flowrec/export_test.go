@@ -72,8 +72,9 @@ type CtEvent struct {
 }
 
 // OpenSource opens a conntrack source in the namespace: "probes" (the
-// kernel functions' programs) or "events" (ctnetlink's). read drains
-// it.
+// kernel functions' programs), "poll" (the table read by generations)
+// or "events" (ctnetlink's). read drains it (the poll source reads the
+// table when its time came).
 func OpenSource(kind string, netnsFd int) (read func() []CtEvent, closeFn func(), desc string, err error) {
 	var lost atomic.Uint64
 	log := logrus.NewEntry(logrus.StandardLogger())
@@ -89,6 +90,11 @@ func OpenSource(kind string, netnsFd int) (read func() []CtEvent, closeFn func()
 		}
 	case "events":
 		src, err = openConntrack(netnsFd, &lost, log)
+	case "poll":
+		var s *pollSource
+		if s, err = openPoll(netnsFd, 1<<18, &lost, log); err == nil {
+			src, desc = s, "the table read by generations"
+		}
 	default:
 		err = fmt.Errorf("unknown source %q", kind)
 	}
@@ -115,4 +121,19 @@ func OpenSource(kind string, netnsFd int) (read func() []CtEvent, closeFn func()
 // exist (the fallback to ctnetlink's events); before Open.
 func BreakProbes(c *Collector) {
 	c.hooks = [2]string{"routed_no_such_function_start", "routed_no_such_function_end"}
+}
+
+// DumpTable reads the namespace's conntrack entries whose mark & mask
+// is mark, described with their marks and TCP states.
+func DumpTable(netnsFd int, mark, mask uint32) ([]string, error) {
+	t, err := openCtTable(netnsFd)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	var out []string
+	err = t.dump(mark, mask, func(e *ctEntry) {
+		out = append(out, fmt.Sprintf("%d %s:%d -> %s:%d mark %#x tcp state %d id %#x", e.key.proto, e.key.srcAddr(), e.key.sport, e.key.dstAddr(), e.key.dport, e.mark, e.tcpState, e.id))
+	})
+	return out, err
 }

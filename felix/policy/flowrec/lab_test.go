@@ -157,11 +157,12 @@ func newFlowLabBare(t testing.TB, opts ...func(*policy.LogConfig)) *flowLab {
 	if err := flowrec.EnableAccounting(l.node.Fd); err != nil {
 		t.Fatal(err)
 	}
-	// Closing TCP connections leave conntrack after 1 s (not minutes), so
-	// their ends (DESTROY, with counters) arrive within the test.
+	// Closing TCP connections leave conntrack after labCloseTimeout
+	// (not minutes), so their ends (DESTROY, with counters) arrive
+	// within the test from ctnetlink's events too.
 	l.node.Do(t, func() error {
 		for _, s := range []string{"time_wait", "fin_wait", "close_wait", "last_ack", "close"} {
-			if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_"+s, []byte("1"), 0); err != nil {
+			if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_"+s, []byte(labCloseTimeout), 0); err != nil {
 				return err
 			}
 		}
@@ -169,6 +170,12 @@ func newFlowLabBare(t testing.TB, opts ...func(*policy.LogConfig)) *flowLab {
 	})
 	return l
 }
+
+// labCloseTimeout is the lab's conntrack timeout for closing TCP
+// connections (seconds): longer than the poll source's period, which
+// reads an entry's end while it is in the table (a closed entry left
+// past its timeout is skipped by the kernel's dump).
+const labCloseTimeout = "4"
 
 // newFlowLab is newFlowLabBare with a collector whose batches the
 // test reads and a JSON-lines file.

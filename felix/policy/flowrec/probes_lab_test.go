@@ -96,12 +96,20 @@ func describe(evs []flowrec.CtEvent) []string {
 	return out
 }
 
-// TestCollectorFallsBackToEvents: a kernel that refuses the probes (here
-// they name functions no kernel has) leaves the collector on ctnetlink's
-// events, and connections are still recorded, with their counters.
-func TestCollectorFallsBackToEvents(t *testing.T) {
+// TestCollectorFallsBackToPoll: a kernel that refuses the probes (here
+// they name functions no kernel has) leaves the collector on the poll
+// source (not on ctnetlink's events, which cost every connection), and
+// connections are still recorded, with their counters. With Source
+// events the collector takes ctnetlink's events and records the same.
+func TestCollectorFallsBackToPoll(t *testing.T) {
+	for _, src := range []string{flowrec.SourceAuto, flowrec.SourceEvents} {
+		t.Run(src, func(t *testing.T) { testFallsBack(t, src) })
+	}
+}
+
+func testFallsBack(t *testing.T, src string) {
 	l := newFlowLabBare(t)
-	c, err := flowrec.New(flowrec.Config{Node: "node", NetnsFd: l.node.Fd, Group: 8, Index: l.m.Index(), Model: l.model,
+	c, err := flowrec.New(flowrec.Config{Node: "node", NetnsFd: l.node.Fd, Group: 8, Index: l.m.Index(), Model: l.model, Source: src,
 		Interval: time.Second, Sinks: []func(flowrec.Batch){func(b flowrec.Batch) {
 			l.mu.Lock()
 			l.batches = append(l.batches, b)
@@ -112,8 +120,12 @@ func TestCollectorFallsBackToEvents(t *testing.T) {
 	}
 	flowrec.BreakProbes(c)
 	runCollector(t, c)
-	if c.Source() != flowrec.SourceEvents {
-		t.Fatalf("source %q, want %q", c.Source(), flowrec.SourceEvents)
+	want := flowrec.SourcePoll
+	if src == flowrec.SourceEvents {
+		want = flowrec.SourceEvents
+	}
+	if c.Source() != want {
+		t.Fatalf("source %q, want %q", c.Source(), want)
 	}
 	a, b := l.pods["a"], l.pods["b"]
 	// From one source port twice: the second connection finds the

@@ -18,9 +18,9 @@ import (
 
 // newRetryCollector is a collector of l's on netnsFd whose batches l
 // gathers, with a short interval.
-func newRetryCollector(t *testing.T, l *flowLab, netnsFd int) *flowrec.Collector {
+func newRetryCollector(t *testing.T, l *flowLab, netnsFd int, source string) *flowrec.Collector {
 	t.Helper()
-	c, err := flowrec.New(flowrec.Config{Node: "node", NetnsFd: netnsFd, Group: 8, Index: l.m.Index(), Model: l.model,
+	c, err := flowrec.New(flowrec.Config{Node: "node", NetnsFd: netnsFd, Group: 8, Index: l.m.Index(), Model: l.model, Source: source,
 		Interval: 500 * time.Millisecond, Sinks: []func(flowrec.Batch){func(b flowrec.Batch) {
 			l.mu.Lock()
 			l.batches = append(l.batches, b)
@@ -73,7 +73,7 @@ func TestCollectorStartsWithGroupHeld(t *testing.T) {
 		t.Fatalf("binding the flows' nflog group first: %v", err)
 	}
 	t.Cleanup(func() { holder.Close() })
-	c := newRetryCollector(t, l, l.node.Fd)
+	c := newRetryCollector(t, l, l.node.Fd, "")
 	runCollector(t, c)
 
 	a, b := l.pods["a"], l.pods["b"]
@@ -105,14 +105,21 @@ func TestCollectorStartsWithGroupHeld(t *testing.T) {
 	})
 }
 
-// TestCollectorStartsBeforeItsNamespace: neither socket can be opened
+// TestCollectorStartsBeforeItsNamespace: neither source can be opened
 // at the start (the namespace's descriptor is not a namespace yet:
-// /dev/null in its place), so the conntrack socket starts failed and
-// the nflog reader down. Once the descriptor is the namespace both
-// open by themselves, the conntrack socket on its retry (every
-// second): a connection then gets its trace and its end with its
-// counters (the DESTROY), which only conntrack events give.
+// /dev/null in its place), so the conntrack source (the poll source
+// here, where the kernel refuses the probes; the event socket with
+// Source events) starts failed and the nflog reader down. Once the
+// descriptor is the namespace both open by themselves, the conntrack
+// source on its retry (every second): a connection then gets its trace
+// and its end with its counters, which only conntrack gives.
 func TestCollectorStartsBeforeItsNamespace(t *testing.T) {
+	for _, src := range []string{flowrec.SourceAuto, flowrec.SourceEvents} {
+		t.Run(src, func(t *testing.T) { testStartsBeforeNamespace(t, src) })
+	}
+}
+
+func testStartsBeforeNamespace(t *testing.T, src string) {
 	hook := captureLogs(t)
 	l := newFlowLabBare(t)
 	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -120,7 +127,7 @@ func TestCollectorStartsBeforeItsNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	c := newRetryCollector(t, l, fd)
+	c := newRetryCollector(t, l, fd, src)
 	runCollector(t, c)
 	l.waitBatch("a batch counting the failed subscription", func(b *flowrec.Batch) bool {
 		return b.MarkReaderDown && b.Dropped[flowrec.DropCtEvents] >= 1
@@ -132,7 +139,11 @@ func TestCollectorStartsBeforeItsNamespace(t *testing.T) {
 	}
 	from := l.mark()
 	l.waitBatchAfter(from, "a batch with the reader up", func(b *flowrec.Batch) bool { return !b.MarkReaderDown })
-	waitLog(t, hook, "conntrack events: subscribed again")
+	if c.Source() == flowrec.SourceEvents {
+		waitLog(t, hook, "conntrack events: subscribed again")
+	} else {
+		waitLog(t, hook, "conntrack table: read again")
+	}
 	a, b := l.pods["a"], l.pods["b"]
 	web := match(a.Addr(false), b.Addr(false), "TCP", 8080)
 	from = l.mark()
