@@ -33,7 +33,7 @@ func (c *Config) bindFlowsFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Flows.Group, "flows-group", c.envInt(0, "ROUTED_FLOWS_GROUP"), "nflog group of flow verdict marks: records every connection of this node's pods with its policy trace (0: off; docs/flows.md) (env ROUTED_FLOWS_GROUP)")
 	fs.StringVar(&c.Flows.File, "flows-file", env("", "ROUTED_FLOWS_FILE"), "JSON-lines file of the node's flows, rotated (env ROUTED_FLOWS_FILE)")
 	fs.StringVar(&c.Flows.Aggregator, "flows-aggregator", env("", "ROUTED_FLOWS_AGGREGATOR"), "URL of the flow aggregator, https://HOST:PORT (env ROUTED_FLOWS_AGGREGATOR)")
-	fs.StringVar(&c.Flows.Source, "flows-source", env(flowrec.SourceAuto, "ROUTED_FLOWS_SOURCE"), "where connections' starts and ends come from: probes (fexit programs on the kernel's conntrack functions), poll (the conntrack table read every second by generations in the conntrack mark's upper 16 bits), events (ctnetlink's events, which cost new connections more) or auto (probes, else poll) (env ROUTED_FLOWS_SOURCE)")
+	fs.StringVar(&c.Flows.Source, "flows-source", env(flowrec.SourceAuto, "ROUTED_FLOWS_SOURCE"), "where connections' starts and ends come from: probes (fexit programs on the kernel's conntrack functions), poll (the conntrack table read every second by generations in the conntrack mark's upper 16 bits: no work in a connection's own context, but a connection whose entry goes before it is read is only counted, as ct-unread), events (ctnetlink's events, which cost new connections more) or auto (probes, else events) (env ROUTED_FLOWS_SOURCE)")
 	fs.StringVar(&c.Flows.AggregatorCA, "flows-aggregator-ca-file", env("", "ROUTED_FLOWS_AGGREGATOR_CA_FILE"), "CA of the aggregator's certificate (default the etcd CA) (env ROUTED_FLOWS_AGGREGATOR_CA_FILE)")
 }
 

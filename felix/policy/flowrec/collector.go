@@ -41,7 +41,7 @@ type Config struct {
 	// SourceProbes (the kernel's conntrack functions, bpfsrc.go),
 	// SourcePoll (the conntrack table read by generations, pollsrc.go),
 	// SourceEvents (ctnetlink's events), or SourceAuto ("": the
-	// probes, and the poll source where the kernel refuses them,
+	// probes, and ctnetlink's events where the kernel refuses them,
 	// logged with why).
 	Source string
 	// newOnce: the source names each event's entry (the probes;
@@ -183,6 +183,9 @@ type Collector struct {
 	start               time.Time
 
 	nflogLost, ctLost atomic.Uint64
+	// ctUnread counts the connections the poll source knows began but
+	// never read (pollSource.unread).
+	ctUnread atomic.Uint64
 	// parked is set while the loop waits for events (see wakeLoop).
 	parked atomic.Bool
 	marksState
@@ -238,19 +241,24 @@ func (c *Collector) openSource() (ctConns, error) {
 		c.log.WithField("functions", s.hooks).Info("flowrec: connections from the kernel's conntrack functions (fexit programs)")
 		return s, nil
 	}
-	c.log.WithError(err).Warn("flowrec: the kernel refused the conntrack programs; reading the conntrack table by generations instead (docs/flows.md)")
-	return c.openPoll()
+	c.log.WithError(err).Warn("flowrec: the kernel refused the conntrack programs; taking ctnetlink's events, which cost new connections more (docs/flows.md; --flows-source poll is cheaper in the kernel but records fewer)")
+	c.source.Store(SourceEvents)
+	return openConntrack(c.cfg.NetnsFd, &c.ctLost, c.log)
 }
 
 // openPoll opens the poll source (pollsrc.go): its events come up to
 // a poll period late, so connections wait that much longer for them.
 func (c *Collector) openPoll() (ctConns, error) {
-	s, err := openPoll(c.cfg.NetnsFd, c.cfg.MaxOpen, &c.ctLost, c.log)
+	s, err := openPoll(c.cfg.NetnsFd, c.cfg.MaxOpen, &c.ctLost, &c.ctUnread, c.log)
 	if err != nil {
 		return nil, err
 	}
 	c.source.Store(SourcePoll)
-	c.cfg.newOnce = true
+	// Not newOnce: the source reports each entry once itself, and the
+	// kernel's entry ids repeat (a hash of the entry's address and
+	// tuples: the next connection on a tuple often gets the freed
+	// entry's memory, so its id), so the collector cannot tell two
+	// connections on one tuple apart by id.
 	c.cfg.Grace = max(c.cfg.Grace, pollGrace)
 	return s, nil
 }
@@ -620,6 +628,9 @@ func (c *Collector) flush(now time.Time) {
 	if c.ct != nil {
 		// Drops after an ENOBUFS the loop read get none of their own.
 		c.ct.countDrops()
+	}
+	if n := c.ctUnread.Swap(0); n > 0 {
+		c.dropped[DropCtUnread] += n
 	}
 	if n := c.ctLost.Swap(0); n > 0 {
 		c.dropped[DropCtEvents] += n

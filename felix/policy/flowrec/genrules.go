@@ -17,50 +17,77 @@ const GenTable = "routed-flows"
 // The poll source's use of the conntrack mark: the upper 16 bits are
 // routed's, the lower 16 are left as they are.
 //
-//	bits 16-22  start generation (1-127) of an entry not closing
-//	bit  23     open: set with the start generation, cleared at the end
-//	bits 24-31  end generation (1-255): the generation of the entry's
-//	            first TCP FIN or RST, set once
+//	bits 16-23  generation (1-255) of the entry's last event: its start,
+//	            or its first TCP FIN or RST
+//	bit  24     open: the entry started and has not ended
+//	bit  25     ended: a FIN or RST was seen (set once)
 const (
-	markKeep       = 0x0000ffff
-	markStartShift = 16
-	markStartMask  = 0x7f << markStartShift
-	markOpen       = 1 << 23
-	markEndShift   = 24
-	markEndMask    = 0xff << markEndShift
+	markKeep     = 0x0000ffff
+	markGenShift = 16
+	markGenMask  = 0xff << markGenShift
+	markOpen     = 1 << 24
+	markEnded    = 1 << 25
 
-	startGens = 127
-	endGens   = 255
+	gens = 255
 )
 
-// startGen and endGen are the generations of poll number n.
-func startGen(n uint64) uint32 { return uint32(n%startGens) + 1 }
-func endGen(n uint64) uint32   { return uint32(n%endGens) + 1 }
+// genChain is the chain readGenRules reads (input holds the same).
+const genChain = "postrouting"
+
+// newCounters count the entries that got a generation, by the
+// generation's parity: read and reset as the generation is read, the
+// count of entries it should find (pollSource.unread).
+var newCounters = [2]string{"new-even", "new-odd"}
+
+// takeNewCount reads and resets the counter of poll n's parity.
+func takeNewCount(c *nftables.Conn, n uint64) (uint64, error) {
+	o, err := c.ResetObject(&nftables.CounterObj{Table: &nftables.Table{Name: GenTable, Family: nftables.TableFamilyINet}, Name: newCounters[n%2]})
+	if err != nil {
+		return 0, fmt.Errorf("flowrec: reading counter %s: %w", newCounters[n%2], err)
+	}
+	co, ok := o.(*nftables.CounterObj)
+	if !ok {
+		return 0, fmt.Errorf("flowrec: counter %s: not a counter (%T)", newCounters[n%2], o)
+	}
+	return co.Packets, nil
+}
+
+// gen is the generation of poll number n.
+func gen(n uint64) uint32 { return uint32(n%gens) + 1 }
 
 // genRules writes the generation rules of poll n in the namespace:
 // the table and its chains (prerouting and output, after conntrack)
 // are made if missing and their rules replaced, in one transaction.
 //
-//   - a new entry gets the start generation and the open bit;
-//   - a TCP packet with FIN or RST of an entry without an end
-//     generation gives it the end generation, and clears its start
-//     generation and open bit.
+//   - a new entry gets the generation and the open bit;
+//   - a TCP packet with FIN or RST of an entry not ended gives it the
+//     generation and the ended bit (clearing the open bit).
 func genRules(c *nftables.Conn, n uint64) error {
 	tbl := c.AddTable(&nftables.Table{Name: GenTable, Family: nftables.TableFamilyINet})
+	for _, name := range newCounters {
+		c.AddObj(&nftables.CounterObj{Table: tbl, Name: name})
+	}
 	accept := nftables.ChainPolicyAccept
-	// After conntrack (-200), so that its state is this packet's.
-	prio := nftables.ChainPriorityRef(-150)
+	// Where every packet the node delivers or sends passes, after the
+	// policy (filter, 0) and NAT (100), before conntrack confirms a new
+	// entry (last): a connection the policy dropped gets no generation
+	// and is not counted.
+	prio := nftables.ChainPriorityRef(300)
 	for _, h := range []struct {
 		name string
 		hook *nftables.ChainHook
-	}{{"prerouting", nftables.ChainHookPrerouting}, {"output", nftables.ChainHookOutput}} {
+	}{{genChain, nftables.ChainHookPostrouting}, {"input", nftables.ChainHookInput}} {
 		ch := c.AddChain(&nftables.Chain{Name: h.name, Table: tbl, Type: nftables.ChainTypeFilter,
 			Hooknum: h.hook, Priority: prio, Policy: &accept})
 		c.FlushChain(ch)
-		start := append(ctStateNew(), setMark(markOpen|startGen(n)<<markStartShift)...)
+		// The first packet only (a retransmitted SYN keeps the
+		// generation it got), counted in the generation's counter.
+		start := append(ctStateNew(), markBitsZero(markOpen|markEnded)...)
+		start = append(start, &expr.Objref{Type: 1, Name: newCounters[n%2]}) // NFT_OBJECT_COUNTER
+		start = append(start, setMark(markOpen|gen(n)<<markGenShift)...)
 		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: start})
-		end := append(tcpFinOrRst(), markBitsZero(markEndMask)...)
-		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: append(end, setMark(endGen(n)<<markEndShift)...)})
+		end := append(tcpFinOrRst(), markBitsZero(markEnded)...)
+		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: append(end, setMark(markEnded|gen(n)<<markGenShift)...)})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("flowrec: writing the generation rules (table inet %s): %w", GenTable, err)
@@ -68,13 +95,13 @@ func genRules(c *nftables.Conn, n uint64) error {
 	return nil
 }
 
-// readGenRules reads the generations the rules in the table hold now
+// readGenRules reads the generation the rules in the table write now
 // (a previous routed's): ok is false without them.
-func readGenRules(c *nftables.Conn) (start, end uint32, ok bool) {
+func readGenRules(c *nftables.Conn) (g uint32, ok bool) {
 	tbl := &nftables.Table{Name: GenTable, Family: nftables.TableFamilyINet}
-	rules, err := c.GetRules(tbl, &nftables.Chain{Name: "prerouting", Table: tbl})
+	rules, err := c.GetRules(tbl, &nftables.Chain{Name: genChain, Table: tbl})
 	if err != nil || len(rules) != 2 {
-		return 0, 0, false
+		return 0, false
 	}
 	xor := func(r *nftables.Rule) (uint32, bool) {
 		var v uint32
@@ -86,13 +113,12 @@ func readGenRules(c *nftables.Conn) (start, end uint32, ok bool) {
 		}
 		return v, found
 	}
-	sv, ok1 := xor(rules[0])
-	ev, ok2 := xor(rules[1])
-	start, end = (sv&markStartMask)>>markStartShift, (ev&markEndMask)>>markEndShift
-	if !ok1 || !ok2 || sv&markOpen == 0 || start == 0 || end == 0 {
-		return 0, 0, false
+	v, found := xor(rules[0])
+	g = (v & markGenMask) >> markGenShift
+	if !found || v&markOpen == 0 || g == 0 {
+		return 0, false
 	}
-	return start, end, true
+	return g, true
 }
 
 // deleteGenRules removes the table (nothing when it is missing).

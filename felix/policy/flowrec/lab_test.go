@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -157,25 +158,31 @@ func newFlowLabBare(t testing.TB, opts ...func(*policy.LogConfig)) *flowLab {
 	if err := flowrec.EnableAccounting(l.node.Fd); err != nil {
 		t.Fatal(err)
 	}
-	// Closing TCP connections leave conntrack after labCloseTimeout
-	// (not minutes), so their ends (DESTROY, with counters) arrive
-	// within the test from ctnetlink's events too.
-	l.node.Do(t, func() error {
+	// Closing TCP connections leave conntrack after 1 s (not minutes), so
+	// their ends (DESTROY, with counters) arrive within the test.
+	l.closeTimeouts(1)
+	return l
+}
+
+// closeTimeouts sets the node's conntrack timeouts of closing TCP
+// connections (seconds).
+func (l *flowLab) closeTimeouts(secs int) {
+	l.t.Helper()
+	l.node.Do(l.t, func() error {
 		for _, s := range []string{"time_wait", "fin_wait", "close_wait", "last_ack", "close"} {
-			if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_"+s, []byte(labCloseTimeout), 0); err != nil {
+			if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_"+s, []byte(strconv.Itoa(secs)), 0); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return l
 }
 
-// labCloseTimeout is the lab's conntrack timeout for closing TCP
-// connections (seconds): longer than the poll source's period, which
-// reads an entry's end while it is in the table (a closed entry left
-// past its timeout is skipped by the kernel's dump).
-const labCloseTimeout = "4"
+// pollCloseTimeout is the closing timeout (seconds) of a lab whose
+// collector reads the table by generations: longer than a poll, since
+// an entry must still be there when its end is read (the kernel's dump
+// skips one whose timeout passed).
+const pollCloseTimeout = 4
 
 // newFlowLab is newFlowLabBare with a collector whose batches the
 // test reads and a JSON-lines file.

@@ -40,13 +40,15 @@ const (
 // pollSource is the collector's conntrack source that reads the table
 // instead of subscribing to its events (no event cache, no message
 // built in a connection's context: docs/flows.md). Rules in the table
-// inet routed-flows (genrules.go) write generations into the
-// conntrack mark: the start generation on a new entry, the end
-// generation on its first TCP FIN or RST. Every pollEvery the
-// generations move on, and the kernel, filtering by mark, hands over
-// only the entries of the generations just closed: each connection is
-// read about twice, at its start and at its end, however big the
-// table is. What the source knows of each entry it reported (tracked)
+// inet routed-flows (genrules.go) write the current generation into
+// the conntrack mark of a new entry and of one that sees its first
+// TCP FIN or RST. Every pollEvery the generation moves on, and the
+// kernel, filtering by mark, hands over only the entries of the one
+// just closed: each connection is read about twice, at its start and
+// at its end, however big the table is. (Each dump walks the kernel's
+// whole conntrack hash, every namespace's, under its bucket locks:
+// about 14 ms at 262,144 buckets, so the source dumps once a poll and
+// once a sweep.) What the source knows of each entry it reported (tracked)
 // makes its events: a NEW for an entry first read, a DESTROY for one
 // read finished (TCP TIME_WAIT or CLOSE), closing ones read again until
 // they finish or go, and open ones that a sweep no longer finds
@@ -75,9 +77,23 @@ type pollSource struct {
 	rotateAt, readAt time.Time
 	sweepAt          time.Time
 	sweeps           uint64
-	// skipStart is the start generation the first sweep leaves for
-	// reading as new (a previous routed's last, which it did not read).
-	skipStart uint32
+	// skipGen is the generation the first sweep leaves for reading as
+	// new (a previous routed's last, which it did not read).
+	skipGen uint32
+	// missing are the tracked open entries the last sweep did not
+	// find: ended in the generation then current (read at the next
+	// poll, missingAt) or gone.
+	missing   []trackKey
+	missingAt uint64
+
+	// unread counts the connections that got a generation and were
+	// never read: the kernel deleted their entries before the poll
+	// (a new connection on the tuple of one in TIME_WAIT ends it at
+	// once, say). counted is the generation counters' sum up to the
+	// generation read before the last, reported the NEWs handed over,
+	// owed what of the difference unread holds already.
+	unread                  *atomic.Uint64
+	counted, reported, owed uint64
 
 	tracked map[trackKey]*tracked
 	closing []trackKey
@@ -122,12 +138,12 @@ func monoPoll() uint64 {
 // not an error: the source starts failed (counted and logged) and
 // tries again every ctRetry, as the event socket does. Only the
 // eventfd's failure is.
-func openPoll(netnsFd int, max int, lost *atomic.Uint64, log *logrus.Entry) (*pollSource, error) {
+func openPoll(netnsFd int, max int, lost, unread *atomic.Uint64, log *logrus.Entry) (*pollSource, error) {
 	w, err := newWaker()
 	if err != nil {
 		return nil, err
 	}
-	s := &pollSource{log: log, lost: lost, max: max, netnsFd: netnsFd, waker: w, tracked: map[trackKey]*tracked{}}
+	s := &pollSource{log: log, lost: lost, unread: unread, max: max, netnsFd: netnsFd, waker: w, tracked: map[trackKey]*tracked{}}
 	if err := s.start(); err != nil {
 		s.fail("opening the conntrack table", err)
 		s.retryAt = time.Now().Add(ctRetry)
@@ -164,9 +180,12 @@ func (s *pollSource) start() (err error) {
 	// The rules a previous routed left (they stay when it stops, so
 	// that connections keep their generations meanwhile): the
 	// generations it had not read yet are read after the first sweep.
-	oldStart, oldEnd, hadRules := readGenRules(nft)
-	s.skipStart = oldStart
-	defer func() { s.skipStart = 0 }()
+	oldGen, hadRules := readGenRules(nft)
+	s.skipGen = oldGen
+	// A previous routed's counts are its own.
+	_, _ = takeNewCount(nft, 0)
+	_, _ = takeNewCount(nft, 1)
+	defer func() { s.skipGen = 0 }()
 	if err := s.sweep(true); err != nil {
 		return err
 	}
@@ -177,7 +196,7 @@ func (s *pollSource) start() (err error) {
 	now := time.Now()
 	if hadRules {
 		time.Sleep(pollSettle)
-		s.readGens(oldStart, oldEnd, s.n, now)
+		s.readGen(oldGen, s.n, now)
 	}
 	s.rotateAt, s.sweepAt, s.up = now.Add(pollEvery), now.Add(sweepEvery), true
 	return nil
@@ -239,31 +258,32 @@ func (s *pollSource) rotate(now time.Time) {
 	}
 }
 
-// readClosed reads the entries that began and those that began closing
-// in the closed generation, and the closing ones read before.
+// readClosed reads the entries whose last event was in the closed
+// generation, and the closing ones read before.
 func (s *pollSource) readClosed(now time.Time) {
-	s.readGens(startGen(s.closed), endGen(s.closed), s.closed, now)
+	s.readGen(gen(s.closed), s.closed, now)
 }
 
-// readGens reads the entries of start generation sg and end generation
-// eg (poll number p's) and the closing ones found before p.
-func (s *pollSource) readGens(sg, eg uint32, p uint64, now time.Time) {
-	err := s.ct.dump(markOpen|sg<<markStartShift, markOpen|markStartMask, func(e *ctEntry) {
-		k := trackKey{e.id, e.key}
-		if t := s.tracked[k]; t != nil {
-			t.counts = e.counts
-			return
-		}
-		if s.track(k, e) != nil {
-			s.emit(e, false, now)
-		}
-	})
-	if err != nil {
-		s.fail("reading the conntrack table's new entries", err)
-	}
-	err = s.ct.dump(eg<<markEndShift, markEndMask, func(e *ctEntry) {
+// readGen reads the entries of generation g (poll number p's): those
+// that began in it (NEW) and those that began to close in it (NEW if
+// not reported, DESTROY if finished, else read again later); then the
+// closing ones found before p, and the open ones the last sweep missed
+// if it ran in p.
+func (s *pollSource) readGen(g uint32, p uint64, now time.Time) {
+	err := s.ct.dump(g<<markGenShift, markGenMask, func(e *ctEntry) {
 		k := trackKey{e.id, e.key}
 		t := s.tracked[k]
+		if e.mark&markOpen != 0 {
+			if t != nil {
+				t.counts = e.counts // read again as the generations wrapped
+			} else if s.track(k, e) != nil {
+				s.emit(e, false, now)
+			}
+			return
+		}
+		if e.mark&markEnded == 0 {
+			return
+		}
 		if t == nil {
 			// Begun and closing within one generation.
 			if t = s.track(k, e); t == nil {
@@ -277,19 +297,54 @@ func (s *pollSource) readGens(sg, eg uint32, p uint64, now time.Time) {
 			return
 		}
 		t.counts = e.counts
-		if !t.closing {
-			t.closing, t.since, t.orig = true, p, append([]byte(nil), e.orig...)
-			t.fam = unix.AF_INET
-			if e.key.v6 {
-				t.fam = unix.AF_INET6
-			}
-			s.closing = append(s.closing, k)
-		}
+		s.markClosing(k, t, e, p)
 	})
 	if err != nil {
-		s.fail("reading the conntrack table's ended entries", err)
+		s.fail("reading the conntrack table's generation", err)
 	}
+	s.countUnread(p)
 	s.readClosing(p, now)
+	if s.missing != nil && s.missingAt == p {
+		for _, k := range s.missing {
+			if t := s.tracked[k]; t != nil && !t.closing {
+				s.emit(&ctEntry{ctEvent: ctEvent{key: k.key, id: k.id, counts: t.counts}}, true, now)
+				delete(s.tracked, k)
+			}
+		}
+		s.missing = nil
+	}
+}
+
+// countUnread adds to unread the connections counted up to the
+// generation before p that no read reported: a connection is given
+// until the poll after its generation's to be reported (its
+// generation moved on while its own was read). Then it takes in p's
+// count.
+func (s *pollSource) countUnread(p uint64) {
+	n, err := takeNewCount(s.nft, p)
+	if err != nil {
+		s.fail("reading the generation's count", err)
+		return
+	}
+	if s.counted > s.reported && s.counted-s.reported > s.owed {
+		s.unread.Add(s.counted - s.reported - s.owed)
+		s.owed = s.counted - s.reported
+	}
+	s.counted += n
+}
+
+// markClosing notes that a tracked entry began to close in poll p: it
+// is read again each poll until it finishes or goes.
+func (s *pollSource) markClosing(k trackKey, t *tracked, e *ctEntry, p uint64) {
+	if t.closing {
+		return
+	}
+	t.closing, t.since, t.orig = true, p, append([]byte(nil), e.orig...)
+	t.fam = unix.AF_INET
+	if e.key.v6 {
+		t.fam = unix.AF_INET6
+	}
+	s.closing = append(s.closing, k)
 }
 
 // readClosing reads again each entry found closing before poll p:
@@ -329,25 +384,41 @@ func (s *pollSource) readClosing(p uint64, now time.Time) {
 }
 
 // sweep reads the open entries whole. An open entry not tracked, of a
-// generation already read, was missed (or began before this source:
-// first, reported as nothing); a tracked open one it does not find,
-// nor among those that began closing in the current generation, left
-// the table: it ended with the counters last read.
+// generation already read, was missed (or, at the first sweep, began
+// before this source: tracked, not reported); a tracked open one it
+// does not find ended in the current generation (read at the next
+// poll) or left the table (ended then with the counters last read).
+// The first sweep reads every entry of routed's, closing ones too.
 func (s *pollSource) sweep(first bool) error {
 	s.sweeps++
 	now := time.Now()
-	cur := startGen(s.n)
-	err := s.ct.dump(markOpen, markOpen, func(e *ctEntry) {
+	cur := gen(s.n)
+	var mark, mask uint32 = markOpen, markOpen
+	if first {
+		mark, mask = 0, 0
+	}
+	err := s.ct.dump(mark, mask, func(e *ctEntry) {
+		g := (e.mark & markGenMask) >> markGenShift
+		if g == 0 {
+			return // not marked: before the rules
+		}
 		k := trackKey{e.id, e.key}
 		if t := s.tracked[k]; t != nil {
 			t.counts, t.sweep = e.counts, s.sweeps
 			return
 		}
-		switch g := (e.mark & markStartMask) >> markStartShift; {
+		switch {
+		case first && g == s.skipGen:
+			return // a previous routed's last generation: read after
+		case first && e.mark&markEnded != 0:
+			if !e.finished() {
+				if t := s.track(k, e); t != nil {
+					s.markClosing(k, t, e, s.n)
+				}
+			}
+			return
 		case !first && g == cur:
 			return // the current generation's: read when it closes
-		case first && g == s.skipStart:
-			return // a previous routed's last: read as new after
 		}
 		if t := s.track(k, e); t != nil && !first {
 			s.emit(e, false, now)
@@ -356,38 +427,13 @@ func (s *pollSource) sweep(first bool) error {
 	if err != nil {
 		return err
 	}
-	if first {
-		// Closing entries of before: not reported as new; read
-		// again until they end, as others are.
-		return s.ct.dump(0, 0, func(e *ctEntry) {
-			if e.mark&markEndMask == 0 || e.finished() {
-				return
-			}
-			k := trackKey{e.id, e.key}
-			if t := s.track(k, e); t != nil {
-				t.closing, t.since, t.orig = true, s.n, append([]byte(nil), e.orig...)
-				t.fam = unix.AF_INET
-				if e.key.v6 {
-					t.fam = unix.AF_INET6
-				}
-				s.closing = append(s.closing, k)
-			}
-		})
-	}
-	err = s.ct.dump(endGen(s.n)<<markEndShift, markEndMask, func(e *ctEntry) {
-		if t := s.tracked[trackKey{e.id, e.key}]; t != nil {
-			t.sweep = s.sweeps
-		}
-	})
-	if err != nil {
-		return err
-	}
+	s.missing = s.missing[:0]
 	for k, t := range s.tracked {
 		if !t.closing && t.sweep != s.sweeps {
-			s.emit(&ctEntry{ctEvent: ctEvent{key: k.key, id: k.id, counts: t.counts}}, true, now)
-			delete(s.tracked, k)
+			s.missing = append(s.missing, k)
 		}
 	}
+	s.missingAt = s.n
 	return nil
 }
 
@@ -408,6 +454,7 @@ func (s *pollSource) emit(e *ctEntry, destroy bool, at time.Time) {
 	ev.destroy, ev.at = destroy, at
 	if !destroy {
 		ev.counts = counts{}
+		s.reported++
 	}
 	s.evs = append(s.evs, ev)
 }
@@ -473,7 +520,7 @@ func RemoveGenRules(netnsFd int) (removed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("flowrec: nftables: %w", err)
 	}
-	if _, _, ok := readGenRules(nft); !ok {
+	if _, ok := readGenRules(nft); !ok {
 		tables, err := nft.ListTablesOfFamily(nftables.TableFamilyINet)
 		if err != nil {
 			return false, fmt.Errorf("flowrec: listing nftables tables: %w", err)

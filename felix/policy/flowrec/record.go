@@ -193,6 +193,7 @@ const (
 	DropGroups   = "group-cap"     // too many groups in one interval
 	DropNflog    = "nflog-overrun" // the kernel dropped marks (socket full)
 	DropCtEvents = "ct-overrun"    // the kernel dropped conntrack events
+	DropCtUnread = "ct-unread"     // the poll source counted connections it never read (their entries went first)
 	// DropFileQueue counts batches the flow log file's queue turned
 	// away before this one (only in the file's lines).
 	DropFileQueue = "file-queue-batches"
@@ -200,4 +201,4 @@ const (
 
 // DropReasons are the reasons a node's batch may carry in Dropped; the
 // aggregator refuses a batch with any other.
-var DropReasons = []string{DropPending, DropOpen, DropGroups, DropNflog, DropCtEvents}
+var DropReasons = []string{DropPending, DropOpen, DropGroups, DropNflog, DropCtEvents, DropCtUnread}

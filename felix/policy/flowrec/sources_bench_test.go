@@ -110,7 +110,7 @@ func BenchmarkEventSources(b *testing.B) {
 
 // trafficRate runs the traffic process once and returns its connections
 // a second.
-func trafficRate(b *testing.B, cfgPath string) float64 {
+func trafficRate(b testing.TB, cfgPath string) float64 {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "FLOWREC_TRAFFIC="+cfgPath)
 	out, err := cmd.CombinedOutput()

@@ -107,14 +107,14 @@ func TestCollectorStartsWithGroupHeld(t *testing.T) {
 
 // TestCollectorStartsBeforeItsNamespace: neither source can be opened
 // at the start (the namespace's descriptor is not a namespace yet:
-// /dev/null in its place), so the conntrack source (the poll source
-// here, where the kernel refuses the probes; the event socket with
-// Source events) starts failed and the nflog reader down. Once the
+// /dev/null in its place), so the conntrack source (the event socket
+// here, where the kernel refuses the probes; the poll source with
+// Source poll) starts failed and the nflog reader down. Once the
 // descriptor is the namespace both open by themselves, the conntrack
 // source on its retry (every second): a connection then gets its trace
 // and its end with its counters, which only conntrack gives.
 func TestCollectorStartsBeforeItsNamespace(t *testing.T) {
-	for _, src := range []string{flowrec.SourceAuto, flowrec.SourceEvents} {
+	for _, src := range []string{flowrec.SourceAuto, flowrec.SourcePoll} {
 		t.Run(src, func(t *testing.T) { testStartsBeforeNamespace(t, src) })
 	}
 }
@@ -122,6 +122,9 @@ func TestCollectorStartsBeforeItsNamespace(t *testing.T) {
 func testStartsBeforeNamespace(t *testing.T, src string) {
 	hook := captureLogs(t)
 	l := newFlowLabBare(t)
+	if src == flowrec.SourcePoll {
+		l.closeTimeouts(pollCloseTimeout)
+	}
 	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +142,10 @@ func testStartsBeforeNamespace(t *testing.T, src string) {
 	}
 	from := l.mark()
 	l.waitBatchAfter(from, "a batch with the reader up", func(b *flowrec.Batch) bool { return !b.MarkReaderDown })
-	if c.Source() == flowrec.SourceEvents {
-		waitLog(t, hook, "conntrack events: subscribed again")
-	} else {
+	if src == flowrec.SourcePoll {
 		waitLog(t, hook, "conntrack table: read again")
+	} else {
+		waitLog(t, hook, "conntrack events: subscribed again")
 	}
 	a, b := l.pods["a"], l.pods["b"]
 	web := match(a.Addr(false), b.Addr(false), "TCP", 8080)
