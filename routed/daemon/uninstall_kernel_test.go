@@ -70,6 +70,10 @@ func TestUninstallRemovesWireguardState(t *testing.T) {
 	nft("add", "table", "arp", "routed-wireguard")
 	nft("add", "chain", "arp", "routed-wireguard", "mark-incoming", "{ type filter hook input priority filter; }")
 	nft("add", "table", "inet", "someone-else")
+	// The flow records' generation rules (flowrec.GenTable), as a
+	// routed with --flows-source poll leaves them.
+	nft("add", "table", "inet", "routed-flows")
+	nft("add", "chain", "inet", "routed-flows", "postrouting", "{ type filter hook postrouting priority 300; }")
 
 	// The uninstall path itself, as routed runs it in the host's
 	// namespace: on a thread switched into the lab's.
@@ -116,8 +120,8 @@ func TestUninstallRemovesWireguardState(t *testing.T) {
 		t.Errorf("the main table's route went: %q", r)
 	}
 	tables := nft("list", "tables")
-	if strings.Contains(tables, "routed-wireguard") || !strings.Contains(tables, "someone-else") {
-		t.Errorf("nftables tables after the uninstall, want routed-wireguard gone and someone-else kept:\n%s", tables)
+	if strings.Contains(tables, "routed-wireguard") || strings.Contains(tables, "routed-flows") || !strings.Contains(tables, "someone-else") {
+		t.Errorf("nftables tables after the uninstall, want routed-wireguard and routed-flows gone and someone-else kept:\n%s", tables)
 	}
 
 	// Again: nothing left to remove, no error.

@@ -155,7 +155,9 @@ func openPoll(netnsFd int, max int, lost, unread *atomic.Uint64, log *logrus.Ent
 // reported as new: it began before this source) and writes the
 // generation rules.
 func (s *pollSource) start() (err error) {
-	var opts []nftables.ConnOption
+	// One socket for the source's life: the rules are written every
+	// second.
+	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if s.netnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(s.netnsFd))
 	}
@@ -165,10 +167,13 @@ func (s *pollSource) start() (err error) {
 	}
 	ct, err := openCtTable(s.netnsFd)
 	if err != nil {
+		_ = nft.CloseLasting()
 		return err
 	}
 	defer func() {
 		if err != nil {
+			_ = nft.CloseLasting()
+			s.nft = nil
 			ct.close()
 			s.ct = nil
 			clear(s.tracked)
@@ -502,6 +507,10 @@ func (s *pollSource) settle() {}
 // (openPoll). RemoveGenRules takes them away (flows turned off,
 // uninstall).
 func (s *pollSource) close() {
+	if s.nft != nil {
+		_ = s.nft.CloseLasting()
+		s.nft = nil
+	}
 	if s.ct != nil {
 		s.ct.close()
 		s.ct = nil
