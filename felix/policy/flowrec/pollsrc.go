@@ -201,7 +201,7 @@ func (s *pollSource) start() (err error) {
 	now := time.Now()
 	if hadRules {
 		time.Sleep(pollSettle)
-		s.readGen(oldGen, s.n, now)
+		s.readGen(oldGen, s.n, now, false)
 	}
 	s.rotateAt, s.sweepAt, s.up = now.Add(pollEvery), now.Add(sweepEvery), true
 	return nil
@@ -247,7 +247,9 @@ func (s *pollSource) read(fn func(*ctEvent)) (n int, full bool) {
 // rotate moves the generations on: the rules take the next poll's,
 // and the closed one is read once packets that took it are confirmed.
 func (s *pollSource) rotate(now time.Time) {
-	next := max(s.n+1, monoPoll())
+	// One at a time, even after a stall: the counters go by the
+	// generation's parity, so consecutive ones must alternate.
+	next := s.n + 1
 	if err := genRules(s.nft, next); err != nil {
 		// Connections keep the generation they get until the next
 		// try: none is missed, they are read a poll later.
@@ -266,15 +268,16 @@ func (s *pollSource) rotate(now time.Time) {
 // readClosed reads the entries whose last event was in the closed
 // generation, and the closing ones read before.
 func (s *pollSource) readClosed(now time.Time) {
-	s.readGen(gen(s.closed), s.closed, now)
+	s.readGen(gen(s.closed), s.closed, now, true)
 }
 
 // readGen reads the entries of generation g (poll number p's): those
 // that began in it (NEW) and those that began to close in it (NEW if
 // not reported, DESTROY if finished, else read again later); then the
 // closing ones found before p, and the open ones the last sweep missed
-// if it ran in p.
-func (s *pollSource) readGen(g uint32, p uint64, now time.Time) {
+// if it ran in p. count: take p's count of new entries (not for a
+// previous routed's generation, whose counter is the current one's).
+func (s *pollSource) readGen(g uint32, p uint64, now time.Time, count bool) {
 	err := s.ct.dump(g<<markGenShift, markGenMask, func(e *ctEntry) {
 		k := trackKey{e.id, e.key}
 		t := s.tracked[k]
@@ -307,7 +310,9 @@ func (s *pollSource) readGen(g uint32, p uint64, now time.Time) {
 	if err != nil {
 		s.fail("reading the conntrack table's generation", err)
 	}
-	s.countUnread(p)
+	if count {
+		s.countUnread(p)
+	}
 	s.readClosing(p, now)
 	if s.missing != nil && s.missingAt == p {
 		for _, k := range s.missing {

@@ -171,3 +171,63 @@ func TestPollSourceAccountsEveryConnection(t *testing.T) {
 	}
 	t.Logf("%.0f connections a second: %d recorded, %d counted unread", rate, started, dropped[flowrec.DropCtUnread])
 }
+
+// TestPollSourceRestart: a poll source stopped and another started in
+// its place (routed restarted): the connection the first reported is
+// not reported again as new; one begun while neither ran (the rules
+// stay and give it the last generation) is; both end, once each, when
+// they leave the table.
+func TestPollSourceRestart(t *testing.T) {
+	l := newFlowLabBare(t)
+	l.closeTimeouts(pollCloseTimeout)
+	first, closeFirst, _, err := flowrec.OpenSource("poll", l.node.Fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.probe("a", "c", "udp", 5353, false, true)
+	var got []string
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+		got = append(got, describe(first())...)
+		if len(got) != 1 || !strings.HasPrefix(got[0], "NEW 17 ") || !strings.Contains(got[0], ":5353 ") {
+			return fmt.Sprintf("the first source reported %q, want the udp/5353 NEW alone", got)
+		}
+		return ""
+	})
+	closeFirst()
+	l.probe("a", "c", "udp", 9090, false, true)
+	second, closeSecond, _, err := flowrec.OpenSource("poll", l.node.Fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeSecond)
+	h, err := netlink.NewHandleAt(netns.NsHandle(l.node.Fd), unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var after []string
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() string {
+		after = append(after, describe(second())...)
+		if len(after) != 1 || !strings.HasPrefix(after[0], "NEW 17 ") || !strings.Contains(after[0], ":9090 ") {
+			return fmt.Sprintf("the restarted source reported %q, want the udp/9090 NEW alone", after)
+		}
+		return ""
+	})
+	// Flushed, both leave the table: the next sweep ends them.
+	if err := h.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, 200*time.Millisecond, func() string {
+		after = append(after, describe(second())...)
+		var ends []string
+		for _, e := range after {
+			if strings.HasPrefix(e, "DESTROY 17 ") {
+				ends = append(ends, e)
+			}
+		}
+		if len(after) != 3 || len(ends) != 2 {
+			return fmt.Sprintf("after the flush the restarted source reported %q, want a DESTROY of each", after)
+		}
+		return ""
+	})
+}
