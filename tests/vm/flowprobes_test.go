@@ -14,7 +14,8 @@ import (
 // one whose fexit programs this host's kernel refuses (the kernel
 // conntrack source), and the collector's lab tests, which take that
 // source there (the host's runs fall back to ctnetlink's events).
-var flowTests = []string{"TestConntrackProbesInVM", "TestFlowVerdicts", "TestCollectorFallsBackToEvents", "TestCollectorSourceRefused"}
+var flowTests = []string{"TestConntrackProbesInVM", "TestFlowVerdicts", "TestCollectorFallsBackToEvents", "TestCollectorSourceRefused",
+	"TestPollSourceMatchesEvents", "TestPollSourceRestart"}
 
 // TestFlowProbesInVM builds flowrec's tests as a static binary and runs
 // flowTests in a VM with the modules the policy dataplane and flow
@@ -46,5 +47,6 @@ func TestFlowProbesInVM(t *testing.T) {
 
 // flowModules are the modules of the policy dataplane (nftables with
 // conntrack state, nflog, limits, rejects) and of flow records
-// (ctnetlink's events, for the side-by-side check).
-const flowModules = "nf_tables nft_ct nft_log nft_limit nft_fib_inet nft_fib_ipv4 nft_fib_ipv6 nfnetlink_log nf_conntrack_netlink nft_reject_inet nft_chain_nat"
+// (ctnetlink's events, for the side-by-side check; named counters,
+// which the poll source's rules refer to).
+const flowModules = "nf_tables nft_ct nft_log nft_limit nft_fib_inet nft_fib_ipv4 nft_fib_ipv6 nfnetlink_log nf_conntrack_netlink nft_reject_inet nft_chain_nat nft_objref"

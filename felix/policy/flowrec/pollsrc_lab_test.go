@@ -90,11 +90,16 @@ func TestPollSourceMatchesEvents(t *testing.T) {
 			t.Errorf("a DESTROY without counters: %s", e)
 		}
 	}
-	out, err := exec.Command("nsenter", "--net="+l.node.Path(), "nft", "list", "table", "inet", flowrec.GenTable).CombinedOutput()
-	if err != nil {
-		t.Fatalf("the generation rules: %v: %s", err, out)
+	t.Logf("%d events alike:\n%s", len(got), strings.Join(got, "\n"))
+	// The rules as nft shows them, where it is installed (the VM tier
+	// has the kernel's modules but no nft).
+	if _, err := exec.LookPath("nft"); err == nil {
+		out, err := exec.Command("nsenter", "--net="+l.node.Path(), "nft", "list", "table", "inet", flowrec.GenTable).CombinedOutput()
+		if err != nil {
+			t.Fatalf("the generation rules: %v: %s", err, out)
+		}
+		t.Logf("%s", out)
 	}
-	t.Logf("%d events alike:\n%s\n%s", len(got), strings.Join(got, "\n"), out)
 }
 
 // TestPollSourceAccountsEveryConnection: 20,000 short connections
