@@ -90,6 +90,9 @@ func genRules(c *nftables.Conn, n uint64) error {
 		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: append(end, setMark(markEnded|gen(n)<<markGenShift)...)})
 	}
 	if err := c.Flush(); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("flowrec: writing the generation rules (table inet %s): %w (the kernel lacks an nftables expression they use: nft_ct and nft_objref, the named counter's, must be loadable)", GenTable, err)
+		}
 		return fmt.Errorf("flowrec: writing the generation rules (table inet %s): %w", GenTable, err)
 	}
 	return nil
