@@ -60,7 +60,10 @@ import (
 //     and the end generation just closed: each connection is read
 //     about twice (its start, its end), whatever the table holds;
 //   - genrules: pollgen's rules alone, the generations never moving
-//     and nothing read (what the rules cost each packet).
+//     and nothing read (what the rules cost each packet);
+//   - poll: the poll source itself (pollsrc.go: its rules after the
+//     policy, one generation field, counters, one dump a poll and a
+//     sweep every 5 s), read every 50 ms as the collector's loop would.
 //
 // Three rounds (FLOWREC_ROUNDS), the sources alternated; the last lines
 // give each source's connections a second against none's of the same
@@ -227,8 +230,35 @@ func startSource(b *testing.B, netnsFd int, netnsPath, src string, conns int) (g
 		stops = append(stops, dumpConntrack(b, netnsFd, &got[0]))
 	case "pollgen", "genrules":
 		stops = append(stops, pollGenerations(b, netnsFd, netnsPath, &got[0], src == "pollgen"))
+	case "poll":
+		read, closeFn, _, err := flowrec.OpenSource("poll", netnsFd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for {
+				got[0].Add(int64(len(read())))
+				select {
+				case <-done:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}()
+		stops = append(stops, func() {
+			close(done)
+			<-stopped
+			closeFn()
+			// The rules stay when a source closes (as when routed
+			// stops); the next column measures without them.
+			if _, err := flowrec.RemoveGenRules(netnsFd); err != nil {
+				b.Fatal(err)
+			}
+		})
 	default:
-		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, bpf, ct, ctbatch, cttimed, ctmask, destroy, nflog, dump, pollgen, genrules)", src)
+		b.Fatalf("FLOWREC_SOURCES: unknown source %q (none, bpf, ct, ctbatch, cttimed, ctmask, destroy, nflog, dump, pollgen, genrules, poll)", src)
 	}
 	return got, func() {
 		for i := len(stops) - 1; i >= 0; i-- {
