@@ -47,9 +47,13 @@ type Config struct {
 	// newOnce: the source names each event's entry (the probes;
 	// openSource sets it): a NEW of the entry a connection already
 	// has repeats it (conntrack's clash resolution) and is not
-	// another connection, and a DESTROY ends the open connection only
-	// if it is of that connection's entry.
+	// another connection.
 	newOnce bool
+	// destroyByID: a DESTROY ends the open connection only if it is of
+	// that connection's entry (the probes and the poll source: the
+	// poll source can report an entry's end after a newer entry on
+	// the same tuple began).
+	destroyByID bool
 	// Sinks receive each batch on the collector's goroutine: they must
 	// not block. Every sink gets the same batch, its Flows and Dropped
 	// included, and may hand it to goroutines of its own: a sink treats
@@ -231,13 +235,13 @@ func (c *Collector) openSource() (ctConns, error) {
 			return nil, err
 		}
 		c.source.Store(SourceProbes)
-		c.cfg.newOnce = true
+		c.cfg.newOnce, c.cfg.destroyByID = true, true
 		return s, nil
 	}
 	s, err := openBPF(c.cfg.NetnsFd, c.hooks, &c.ctLost, c.log)
 	if err == nil {
 		c.source.Store(SourceProbes)
-		c.cfg.newOnce = true
+		c.cfg.newOnce, c.cfg.destroyByID = true, true
 		c.log.WithField("functions", s.hooks).Info("flowrec: connections from the kernel's conntrack functions (fexit programs)")
 		return s, nil
 	}
@@ -258,7 +262,11 @@ func (c *Collector) openPoll() (ctConns, error) {
 	// kernel's entry ids repeat (a hash of the entry's address and
 	// tuples: the next connection on a tuple often gets the freed
 	// entry's memory, so its id), so the collector cannot tell two
-	// connections on one tuple apart by id.
+	// connections on one tuple apart by id. Its DESTROY of an entry
+	// that left the table unread (a sweep's) can come after a newer
+	// entry's NEW on the tuple: by id it ends that entry's connection,
+	// not the newer one.
+	c.cfg.destroyByID = true
 	c.cfg.Grace = max(c.cfg.Grace, pollGrace)
 	return s, nil
 }
@@ -464,7 +472,7 @@ func (c *Collector) onConntrack(e *ctEvent) {
 		}
 		return
 	}
-	if cls := cur.cls; cls != nil && (!c.cfg.newOnce || !cur.ct || cur.id == e.id) {
+	if cls := cur.cls; cls != nil && (!c.cfg.destroyByID || !cur.ct || cur.id == e.id) {
 		delete(c.conns, e.key)
 		c.nOpen--
 		c.ended(cls, &e.counts, e.at)
