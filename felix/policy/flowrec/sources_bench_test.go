@@ -347,13 +347,7 @@ func dumpConntrack(b *testing.B, netnsFd int, n *atomic.Int64) (stop func()) {
 		}
 		every = d
 	}
-	fd, err := flowlog.NetfilterSocket(netnsFd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
-		b.Fatal(err)
-	}
+	fd := dumpSocket(b, netnsFd)
 	done, stopped := make(chan struct{}), make(chan struct{})
 	var dumps int
 	var spent time.Duration
@@ -460,13 +454,7 @@ add rule inet bench_poll pre ct mark and 0xf0 != 0 ct mark set ct mark and 0xfff
 		}
 	}
 	nftFile("add table inet bench_poll\nadd chain inet bench_poll pre { type filter hook prerouting priority -150 ; }\n" + rules(1))
-	fd, err := flowlog.NetfilterSocket(netnsFd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
-		b.Fatal(err)
-	}
+	fd := dumpSocket(b, netnsFd)
 	done, stopped := make(chan struct{}), make(chan struct{})
 	var polls int
 	var spent time.Duration
@@ -509,4 +497,17 @@ add rule inet bench_poll pre ct mark and 0xf0 != 0 ct mark set ct mark and 0xfff
 		nftFile("delete table inet bench_poll")
 		fmt.Printf("  pollgen: %d polls, %d entries, %v in them (the rules' replacement included)\n", polls, n.Load(), spent.Round(time.Millisecond))
 	}
+}
+
+// dumpSocket is a netfilter socket in the namespace for the dump
+// columns' requests, with room for a dump's replies.
+func dumpSocket(b *testing.B, netnsFd int) int {
+	fd, err := flowlog.NetfilterSocket(netnsFd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		b.Fatal(err)
+	}
+	return fd
 }
